@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# install-deps.sh — install every Debian package dspark builds, tests or runs with.
+#
+# Idempotent: packages already present are skipped, and apt-get update runs only
+# when something is missing. Run as root (or with sudo available).
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config git ca-certificates
+  clang libclang-rt-dev                  # sanitizer builds (ASan/UBSan) and fuzzing
+  libpaho-mqtt-dev                       # MQTT 5 client (MQTTAsync)
+  mosquitto mosquitto-clients            # broker, and mosquitto_pub/sub for operators
+  libsqlite3-dev sqlite3                 # model registry
+  libopenblas-dev                        # FP32 sgemm
+  libsodium-dev                          # signatures and encryption of model bundles
+  libcjson-dev                           # JSON messages
+  libinih-dev                            # INI config files
+  libcmocka-dev                          # unit tests
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Debian mosquitto package enables a system broker on port 1883; dspark's
+# demo and tests start their own brokers on free ports and need nothing from it.
+echo "install-deps: done"

@@ -1,0 +1,129 @@
+/*
+** ds/kern.h — CPU compute kernels: one scalar reference per operation plus
+** SIMD variants (AVX2, AVX-512 VNNI, NEON) behind one const ops table that is
+** chosen once at start from the CPU's features.
+**
+** Ownership: kernels never allocate; callers pass every buffer and its size.
+** Threads:   every kernel is reentrant. Kernels are single-threaded: the
+**            engine splits rows across its own thread pool.
+** Globals:   the selected ops pointer (set once, pthread_once) is one of the
+**            three documented globals.
+** Override:  DS_KERNEL=ref|avx2|avx512vnni|neon forces a variant (tests,
+**            benchmarks); a variant the CPU lacks is refused with a warning.
+*/
+#ifndef DS_KERN_H
+#define DS_KERN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define DS_KERN_ABI 1u
+
+/* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
+** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
+** the mmapped file. Activations use the same block. */
+#define DS_Q8_BLOCK 32
+struct ds_q8_block {
+    uint16_t d;                 /* IEEE half: max|x| / 127 */
+    int8_t   qs[DS_Q8_BLOCK];
+};
+_Static_assert(sizeof(struct ds_q8_block) == 2 + DS_Q8_BLOCK, "q8 block padding");
+
+static inline size_t ds_q8_blocks(size_t n) { return (n + DS_Q8_BLOCK - 1) / DS_Q8_BLOCK; }
+
+struct ds_kern_ops {
+    uint32_t    abi_version;    /* DS_KERN_ABI */
+    const char *name;           /* "ref", "avx2", "avx512vnni", "neon" */
+
+    /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
+    ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
+    void (*quantize_q8)(size_t n, const float *x, struct ds_q8_block *out);
+    /* Exact integer dot product of n int8 pairs (|sum| < 2^31 for n < 2^17). */
+    int32_t (*dot_i8)(size_t n, const int8_t *a, const int8_t *b);
+    /* y[r] = sum over blocks b of d_w*d_x*dot(w[r][b].qs, x[b].qs),
+    ** w: rows x n_blocks blocks, row-major. */
+    void (*matvec_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                      const struct ds_q8_block *x, float *y);
+    /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok.
+    ** x: n_tok rows of n_blocks blocks (prefill / batched decode). */
+    void (*matmul_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                      size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
+    /* y = W x; W is rows x cols FP32, row-major. */
+    void (*matvec_f32)(size_t rows, size_t cols, const float *w, const float *x, float *y);
+    float (*dot_f32)(size_t n, const float *a, const float *b);
+    /* y += a * x */
+    void (*axpy_f32)(size_t n, float a, const float *x, float *y);
+    /* out = x / sqrt(mean(x^2) + eps) * w (out may alias x) */
+    void (*rmsnorm_f32)(size_t n, const float *x, const float *w, float eps, float *out);
+};
+
+extern const struct ds_kern_ops ds_kern_ref;          /* the oracle, always built */
+
+/* CPU features, read once (cpuid + xgetbv on x86, hwcaps on arm64). */
+struct ds_cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512vnni, avxvnni;
+    bool amx_int8;
+    bool neon, dotprod;
+};
+const struct ds_cpu_features *ds_cpu_features_get(void);
+
+/* The best variant this CPU supports, or the one DS_KERNEL names. Never NULL. */
+const struct ds_kern_ops *ds_kern_select(void);
+/* A compiled-in variant by name, or NULL if it is not built. */
+const struct ds_kern_ops *ds_kern_find(const char *name);
+/* Whether this CPU can run ops. */
+bool ds_kern_supported(const struct ds_kern_ops *ops);
+/* Every compiled-in variant, best last; returns the count (may exceed cap). */
+size_t ds_kern_all(const struct ds_kern_ops **list, size_t cap);
+
+/* ---- FP16 <-> FP32 (scalar, exact IEEE round-to-nearest-even) ---- */
+static inline float ds_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {                        /* subnormal: normalise */
+            int e = -1;
+            do { e++; man <<= 1; } while ((man & 0x400u) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t ds_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u)                        /* inf or nan */
+        return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+    if (absx >= 0x477ff000u)                        /* overflow -> inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x38800000u) {                       /* subnormal or zero */
+        if (absx < 0x33000000u) return (uint16_t)sign;
+        uint32_t e = absx >> 23, m = (absx & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e;                   /* 14..24 */
+        uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1u))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = ((absx - 0x38000000u) >> 13);
+    uint32_t rem = absx & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+#endif

@@ -1,0 +1,41 @@
+/*
+** ds/log.h — the one log sink of dspark. Libraries never print; they log.
+**
+** Globals:  the sink, its user data and the level filter are process-wide,
+**           set once by main() (one of the three documented globals).
+** Threads:  DS_LOG may be called from any thread; the default sink writes one
+**           line per call to stderr with a single write.
+*/
+#ifndef DS_LOG_H
+#define DS_LOG_H
+
+#include "ds/common.h"
+
+enum ds_log_level { DS_LOG_ERROR, DS_LOG_WARN, DS_LOG_INFO, DS_LOG_DEBUG };
+
+typedef void (*ds_log_fn)(enum ds_log_level lvl, const char *file, int line,
+                          const char *msg, void *ud);
+
+/* Install a sink (NULL restores the stderr sink) and the most verbose level
+** that is passed to it. */
+void ds_log_set(ds_log_fn fn, void *ud, enum ds_log_level max);
+/* Parse "error|warn|info|debug"; returns -1 for anything else. */
+int  ds_log_level_parse(const char *s);
+
+extern enum ds_log_level ds_log__max;
+void ds_log__write(enum ds_log_level lvl, const char *file, int line,
+                   const char *fmt, ...) DS_PRINTF(4, 5);
+
+#define DS_LOG(lvl, ...)                                                   \
+    do {                                                                   \
+        if ((lvl) <= ds_log__max) ds_log__write((lvl), __FILE__, __LINE__, \
+                                                __VA_ARGS__);              \
+    } while (0)
+
+#define DS_ASSERT(cond)                                                    \
+    do {                                                                   \
+        if (!(cond)) ds_log__assert_fail(#cond, __FILE__, __LINE__);       \
+    } while (0)
+_Noreturn void ds_log__assert_fail(const char *expr, const char *file, int line);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+** ds/tok.h — SentencePiece-style BPE tokenizer with byte fallback (Llama 2
+** family), loaded from a llama2.c tokenizer.bin or from a GGUF vocabulary.
+**
+** Encoding follows SentencePiece/llama2.c: optional BOS, a dummy-prefix
+** space, then every UTF-8 character mapped to its piece (or to <0xXX> byte
+** tokens when the vocabulary lacks it), then greedy merges of the adjacent
+** pair whose merged piece has the highest score.
+** Decoding goes through struct ds_tok_stream, which always yields valid
+** UTF-8: a character split across tokens is emitted whole, once complete;
+** invalid bytes become U+FFFD.
+**
+** Ownership: ds_tok_create_*() return an OWNED tokenizer; ds_tok_destroy()
+**            accepts NULL. Pieces returned are BORROWED, valid until destroy.
+** Threads:   a tokenizer is immutable after creation; share it freely. A
+**            ds_tok_stream belongs to one sequence.
+*/
+#ifndef DS_TOK_H
+#define DS_TOK_H
+
+#include <stdbool.h>
+
+#include "ds/common.h"
+#include "ds/err.h"
+
+struct ds_gguf;
+struct ds_tok;
+
+/* llama2.c format: u32 max_token_length, then per token f32 score, i32 len,
+** bytes. n_vocab is the model's vocabulary size (the file holds no count). */
+DS_MUST_CHECK enum ds_err ds_tok_create_from_file(const char *path, uint32_t n_vocab,
+                                                  struct ds_tok **out);
+/* From tokenizer.ggml.{model,tokens,scores,token_type,bos_token_id,
+** eos_token_id}. Only model "llama" (SentencePiece) is supported; others
+** give DS_ERR_UNSUPPORTED. The GGUF must outlive nothing: strings are copied. */
+DS_MUST_CHECK enum ds_err ds_tok_create_from_gguf(const struct ds_gguf *g, struct ds_tok **out);
+void ds_tok_destroy(struct ds_tok *tok);
+
+uint32_t ds_tok_n_vocab(const struct ds_tok *tok);
+int32_t  ds_tok_bos(const struct ds_tok *tok);
+int32_t  ds_tok_eos(const struct ds_tok *tok);
+
+/* Encode len bytes of text (need not be NUL-terminated; invalid UTF-8 is
+** encoded byte by byte through the byte-fallback tokens). Writes at most cap
+** ids to ids and the total count to *n_out; DS_ERR_RANGE if cap was too
+** small (then *n_out says how many are needed). */
+DS_MUST_CHECK enum ds_err ds_tok_encode(const struct ds_tok *tok, const char *text, size_t len,
+                                        bool add_bos, int32_t *ids, size_t cap, size_t *n_out);
+
+/* The raw piece of id (byte tokens as "<0x0A>"), BORROWED; NULL if out of range. */
+const char *ds_tok_piece(const struct ds_tok *tok, int32_t id);
+
+/* Streaming decoder state for one sequence. */
+struct ds_tok_stream {
+    int32_t  prev;              /* previous token id, -1 at start */
+    uint8_t  pend[4];           /* bytes of an incomplete UTF-8 character */
+    uint32_t n_pend;
+};
+void ds_tok_stream_init(struct ds_tok_stream *st);
+/* Append the text of token id to out (cap bytes, NUL-terminated); *n_out is
+** the number of bytes written (0 when the character is not yet complete).
+** Special tokens (BOS/EOS/control) yield nothing. Leading space after BOS is
+** dropped, as SentencePiece does. cap >= 64 always suffices. */
+enum ds_err ds_tok_stream_put(const struct ds_tok *tok, struct ds_tok_stream *st, int32_t id,
+                              char *out, size_t cap, size_t *n_out);
+/* Flush pending bytes of an unfinished character as U+FFFD. */
+enum ds_err ds_tok_stream_flush(struct ds_tok_stream *st, char *out, size_t cap, size_t *n_out);
+
+/* Decode a whole id sequence into OWNED text (free()); always valid UTF-8. */
+DS_MUST_CHECK enum ds_err ds_tok_decode(const struct ds_tok *tok, const int32_t *ids, size_t n,
+                                        char **out, size_t *out_len);
+
+#endif
