@@ -1,0 +1,98 @@
+/*
+** kern_ref.c — the scalar reference of every kernel: the oracle the SIMD
+** variants are tested against, and the fallback on any CPU.
+*/
+#include <math.h>
+
+#include "ds/kern.h"
+
+static void quantize_q8_ref(size_t n, const float *x, struct ds_q8_block *out)
+{
+    size_t nb = ds_q8_blocks(n);
+    for (size_t b = 0; b < nb; b++) {
+        size_t base = b * DS_Q8_BLOCK;
+        size_t len = n - base < DS_Q8_BLOCK ? n - base : DS_Q8_BLOCK;
+        float amax = 0.0f;
+        for (size_t i = 0; i < len; i++) {
+            float a = fabsf(x[base + i]);
+            if (a > amax) amax = a;
+        }
+        float d = amax / 127.0f;
+        uint16_t dh = ds_f32_to_f16(d);
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[b].d = dh;
+        for (size_t i = 0; i < DS_Q8_BLOCK; i++) {
+            float v = i < len ? x[base + i] * id : 0.0f;
+            out[b].qs[i] = (int8_t)lrintf(v);
+        }
+    }
+}
+
+static int32_t dot_i8_ref(size_t n, const int8_t *a, const int8_t *b)
+{
+    int32_t s = 0;
+    for (size_t i = 0; i < n; i++) s += (int32_t)a[i] * (int32_t)b[i];
+    return s;
+}
+
+static float dot_q8_row(size_t n_blocks, const struct ds_q8_block *w, const struct ds_q8_block *x)
+{
+    float sum = 0.0f;
+    for (size_t b = 0; b < n_blocks; b++) {
+        int32_t s = dot_i8_ref(DS_Q8_BLOCK, w[b].qs, x[b].qs);
+        sum += (float)s * ds_f16_to_f32(w[b].d) * ds_f16_to_f32(x[b].d);
+    }
+    return sum;
+}
+
+static void matvec_q8_ref(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                          const struct ds_q8_block *x, float *y)
+{
+    for (size_t r = 0; r < rows; r++) y[r] = dot_q8_row(n_blocks, w + r * n_blocks, x);
+}
+
+static void matmul_q8_ref(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                          size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t r = 0; r < rows; r++)
+            y[t * ldy + r] = dot_q8_row(n_blocks, w + r * n_blocks, x + t * n_blocks);
+}
+
+static float dot_f32_ref(size_t n, const float *a, const float *b)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void matvec_f32_ref(size_t rows, size_t cols, const float *w, const float *x, float *y)
+{
+    for (size_t r = 0; r < rows; r++) y[r] = dot_f32_ref(cols, w + r * cols, x);
+}
+
+static void axpy_f32_ref(size_t n, float a, const float *x, float *y)
+{
+    for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void rmsnorm_f32_ref(size_t n, const float *x, const float *w, float eps, float *out)
+{
+    float ss = 0.0f;
+    for (size_t i = 0; i < n; i++) ss += x[i] * x[i];
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    for (size_t i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
+}
+
+const struct ds_kern_ops ds_kern_ref = {
+    .abi_version = DS_KERN_ABI,
+    .name        = "ref",
+    .quantize_q8 = quantize_q8_ref,
+    .dot_i8      = dot_i8_ref,
+    .matvec_q8   = matvec_q8_ref,
+    .matmul_q8   = matmul_q8_ref,
+    .matvec_f32  = matvec_f32_ref,
+    .dot_f32     = dot_f32_ref,
+    .axpy_f32    = axpy_f32_ref,
+    .rmsnorm_f32 = rmsnorm_f32_ref,
+};
