@@ -1,0 +1,88 @@
+/*
+** ds/model.h — open, validate and memory-map Llama-family model files:
+** GGUF v2/v3 (F32, F16, Q8_0 tensors) and llama2.c legacy (v0) checkpoints.
+**
+** Ownership: ds_model_open() returns an OWNED model; ds_model_close() accepts
+**            NULL. Every struct ds_weight points into the mapping (BORROWED,
+**            valid until close); the mapping is read-only and shared by every
+**            engine and sequence that uses the model.
+** Threads:   an open model is immutable; share it across threads freely.
+** Errors:    DS_ERR_FORMAT (corrupt or inconsistent file), DS_ERR_VERSION,
+**            DS_ERR_UNSUPPORTED (architecture, tensor type), DS_ERR_IO; the
+**            reason is logged with the file name, the field and the expected
+**            value. Before a model is returned, every dimension, tensor shape
+**            and size has been checked against the file and every value of
+**            every weight tensor (and every Q8_0 scale) is finite.
+*/
+#ifndef DS_MODEL_H
+#define DS_MODEL_H
+
+#include <stdbool.h>
+
+#include "ds/common.h"
+#include "ds/err.h"
+
+struct ds_gguf;
+
+enum ds_dtype { DS_DTYPE_F32, DS_DTYPE_F16, DS_DTYPE_Q8_0 };
+
+enum ds_model_format { DS_MODEL_FORMAT_GGUF, DS_MODEL_FORMAT_LLAMA2C };
+
+/* Hyper-parameters; all validated (see ds_model_open). */
+struct ds_model_config {
+    uint32_t dim;          /* residual width */
+    uint32_t hidden_dim;   /* SwiGLU width */
+    uint32_t n_layers;
+    uint32_t n_heads;
+    uint32_t n_kv_heads;   /* grouped-query attention: n_heads % n_kv_heads == 0 */
+    uint32_t head_dim;     /* dim / n_heads, even */
+    uint32_t kv_dim;       /* n_kv_heads * head_dim */
+    uint32_t rope_dim;     /* rotated dims per head (<= head_dim, even) */
+    uint32_t vocab_size;
+    uint32_t ctx_len;      /* longest context the model was trained for */
+    float    rope_theta;
+    float    rms_eps;
+};
+
+/* One weight tensor as stored: rows x cols, row-major (GGUF ne[1] x ne[0]). */
+struct ds_weight {
+    enum ds_dtype type;
+    uint32_t      rows, cols;
+    const void   *data;     /* BORROWED from the mapping */
+};
+
+struct ds_layer_weights {
+    struct ds_weight attn_norm;        /* (dim) */
+    struct ds_weight wq;               /* (dim, dim) */
+    struct ds_weight wk, wv;           /* (kv_dim, dim) */
+    struct ds_weight wo;               /* (dim, dim) */
+    struct ds_weight ffn_norm;         /* (dim) */
+    struct ds_weight w1;               /* gate (hidden, dim) */
+    struct ds_weight w2;               /* down (dim, hidden) */
+    struct ds_weight w3;               /* up   (hidden, dim) */
+};
+
+struct ds_model {
+    enum ds_model_format    format;
+    struct ds_model_config  cfg;
+    struct ds_weight        tok_embd;  /* (vocab, dim) */
+    struct ds_weight        out_norm;  /* (dim) */
+    struct ds_weight        output;    /* (vocab, dim); == tok_embd when tied */
+    bool                    tied_output;
+    struct ds_layer_weights *layers;   /* n_layers */
+    struct ds_gguf         *gguf;      /* GGUF models: metadata and vocabulary */
+    char                   *path;
+    char                    name[64];  /* general.name, or the file's base name */
+    /* private */
+    void  *map;
+    size_t map_size;
+};
+
+DS_MUST_CHECK enum ds_err ds_model_open(const char *path, struct ds_model **out);
+void ds_model_close(struct ds_model *m);
+
+/* Bytes of weights one decode step reads (all matrices + one embedding row). */
+uint64_t ds_model_weight_bytes(const struct ds_model *m);
+const char *ds_dtype_name(enum ds_dtype t);
+
+#endif
