@@ -27,6 +27,7 @@
 #define DEFAULT_MAX_CTX   4096u
 #define DEFAULT_KV_SEQS   4u
 #define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
+#define PARALLEL_MIN_WORK 65536u   /* multiply-adds below which waking the pool costs more */
 
 const char *ds_precision_name(enum ds_precision p)
 {
@@ -369,7 +370,8 @@ static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32
 static void matmul(struct ds_engine *e, const struct mat *w, const float *x, size_t n, float *y)
 {
     struct matmul_job j = { e, w, x, e->s.xq, n, y };
-    ds_pool_run(e->pool, matmul_task, &j);
+    if ((size_t)w->rows * w->cols * n < PARALLEL_MIN_WORK) matmul_task(&j, 0, 1);
+    else ds_pool_run(e->pool, matmul_task, &j);
 }
 
 /* ---- attention ---- */
@@ -489,7 +491,10 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
             memcpy(kv_at(e, rows[r].seq, l, 1, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
         }
         struct attn_job aj = { e, rows, n, l };
-        ds_pool_run(e->pool, attn_task, &aj);
+        size_t attn_work = 0;
+        for (size_t r = 0; r < n; r++) attn_work += (size_t)(s->pos[r] + 1) * dim;
+        if (attn_work < PARALLEL_MIN_WORK) attn_task(&aj, 0, 1);
+        else ds_pool_run(e->pool, attn_task, &aj);
         quantize_input(e, s->xb, n, c->dim);
         matmul(e, &L->wo, s->xb, n, s->xb2);
         for (size_t i = 0; i < n * dim; i++) s->x[i] += s->xb2[i];

@@ -50,7 +50,7 @@ static void *worker(void *p)
     struct worker_arg a = *(struct worker_arg *)p;
     free(p);
     struct ds_pool *pool = a.pool;
-    unsigned seen = atomic_load(&pool->gen);
+    unsigned seen = 0;          /* gen starts at 0 and only runs bump it */
     for (;;) {
         unsigned g;
         int spins = 0;
