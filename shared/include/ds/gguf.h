@@ -88,4 +88,28 @@ const struct ds_gguf_tensor *ds_gguf_tensor_at(const struct ds_gguf *g, uint64_t
 /* NULL when absent. */
 const struct ds_gguf_tensor *ds_gguf_tensor_find(const struct ds_gguf *g, const char *name);
 
+
+
+/* ---- writer ----
+** Builds a GGUF v3 file: metadata in call order, then tensors, each aligned to
+** 32 bytes. Used by tests and benchmarks (requantized and random-weight
+** models) and by tools that convert models.
+** Ownership: ds_gguf_writer_create() returns an OWNED writer;
+**            ds_gguf_writer_destroy() accepts NULL. Tensor data is COPIED. */
+struct ds_gguf_writer;
+DS_MUST_CHECK enum ds_err ds_gguf_writer_create(struct ds_gguf_writer **out);
+void ds_gguf_writer_destroy(struct ds_gguf_writer *w);
+enum ds_err ds_gguf_writer_u32(struct ds_gguf_writer *w, const char *key, uint32_t v);
+enum ds_err ds_gguf_writer_f32(struct ds_gguf_writer *w, const char *key, float v);
+enum ds_err ds_gguf_writer_str(struct ds_gguf_writer *w, const char *key, const char *v);
+/* A numeric array: n elements of type, elem_size bytes each. */
+enum ds_err ds_gguf_writer_arr(struct ds_gguf_writer *w, const char *key, enum ds_gguf_type type,
+                               const void *data, uint64_t n);
+enum ds_err ds_gguf_writer_str_arr(struct ds_gguf_writer *w, const char *key,
+                                   const struct ds_str *items, uint64_t n);
+/* ne[0] is the row length. size must match the type and shape. */
+enum ds_err ds_gguf_writer_tensor(struct ds_gguf_writer *w, const char *name, enum ds_ggml_type type,
+                                  uint32_t n_dims, const uint64_t *ne, const void *data, size_t size);
+/* Write the file (to path.tmp, then rename). */
+DS_MUST_CHECK enum ds_err ds_gguf_writer_save(struct ds_gguf_writer *w, const char *path);
 #endif

@@ -1,0 +1,209 @@
+/*
+** mkmodel.c — GGUF model writer for tests and benchmarks (see mkmodel.h).
+*/
+#include "mkmodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/kern.h"
+
+const struct mk_shape mk_shape_15m = { 288, 768, 6, 6, 6, 32000, 256 };
+const struct mk_shape mk_shape_110m = { 768, 2048, 12, 12, 12, 32000, 1024 };
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dull;
+}
+
+/* Serialize rows x cols floats as type; returns OWNED bytes. */
+static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_type type, size_t *size)
+{
+    size_t n = (size_t)rows * cols;
+    if (type == DS_GGML_TYPE_F32) {
+        *size = n * 4;
+        void *p = malloc(*size);
+        if (p) memcpy(p, x, *size);
+        return p;
+    }
+    if (type == DS_GGML_TYPE_F16) {
+        *size = n * 2;
+        uint16_t *p = malloc(*size);
+        for (size_t i = 0; p && i < n; i++) p[i] = ds_f32_to_f16(x[i]);
+        return p;
+    }
+    *size = n / DS_Q8_BLOCK * sizeof(struct ds_q8_block);
+    struct ds_q8_block *q = malloc(*size);
+    for (uint32_t r = 0; q && r < rows; r++)
+        ds_kern_ref.quantize_q8(cols, x + (size_t)r * cols, q + (size_t)r * (cols / DS_Q8_BLOCK));
+    return q;
+}
+
+static enum ds_err add_mat(struct ds_gguf_writer *w, const char *name, const float *x, uint32_t rows,
+                           uint32_t cols, enum ds_ggml_type type)
+{
+    if (type == DS_GGML_TYPE_Q8_0 && cols % DS_Q8_BLOCK != 0) type = DS_GGML_TYPE_F16;
+    size_t size;
+    void *p = encode(x, rows, cols, type, &size);
+    if (!p) return DS_ERR_NOMEM;
+    uint64_t ne[2] = { cols, rows };
+    enum ds_err rc = ds_gguf_writer_tensor(w, name, type, rows == 1 ? 1 : 2, ne, p, size);
+    free(p);
+    return rc;
+}
+
+static enum ds_err put_config(struct ds_gguf_writer *w, const struct ds_model_config *c, const char *name)
+{
+    enum ds_err rc = ds_gguf_writer_str(w, "general.architecture", "llama");
+    if (rc == DS_OK) rc = ds_gguf_writer_str(w, "general.name", name);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.embedding_length", c->dim);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.feed_forward_length", c->hidden_dim);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.block_count", c->n_layers);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.attention.head_count", c->n_heads);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.attention.head_count_kv", c->n_kv_heads);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.context_length", c->ctx_len);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.rope.dimension_count", c->rope_dim);
+    if (rc == DS_OK) rc = ds_gguf_writer_f32(w, "llama.rope.freq_base", c->rope_theta);
+    if (rc == DS_OK) rc = ds_gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps);
+    return rc;
+}
+
+/* Source of a matrix's values: a model weight, or random numbers. */
+struct src {
+    const struct ds_weight *w;
+    uint64_t               *rng;
+};
+
+static float *values(struct src s, uint32_t rows, uint32_t cols)
+{
+    size_t n = (size_t)rows * cols;
+    float *x = malloc(n * sizeof *x);
+    if (!x) return NULL;
+    if (!s.w) {
+        float scale = rows == 1 ? 0.0f : 1.0f / sqrtf((float)cols);
+        for (size_t i = 0; i < n; i++) {
+            float u = (float)(rng_next(s.rng) >> 40) / 16777216.0f;   /* [0, 1) */
+            x[i] = rows == 1 ? 1.0f : (2.0f * u - 1.0f) * scale * 1.7f;
+        }
+        return x;
+    }
+    const uint8_t *p = s.w->data;
+    for (size_t i = 0; i < n; i++) {
+        switch (s.w->type) {
+        case DS_DTYPE_F32: memcpy(&x[i], p + 4 * i, 4); break;
+        case DS_DTYPE_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); x[i] = ds_f16_to_f32(h); break; }
+        case DS_DTYPE_Q8_0: {
+            const struct ds_q8_block *b = (const struct ds_q8_block *)p + i / DS_Q8_BLOCK;
+            uint16_t d;
+            memcpy(&d, &b->d, 2);
+            x[i] = ds_f16_to_f32(d) * (float)b->qs[i % DS_Q8_BLOCK];
+            break;
+        }
+        }
+    }
+    return x;
+}
+
+static enum ds_err write_model(const char *path, const struct ds_model_config *c, const char *name,
+                               const struct ds_model *m, uint64_t seed, enum ds_ggml_type mat_type)
+{
+    struct ds_gguf_writer *w;
+    enum ds_err rc = ds_gguf_writer_create(&w);
+    if (rc != DS_OK) return rc;
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
+    rc = put_config(w, c, name);
+    /* The vocabulary, copied from the source GGUF when there is one. */
+    if (rc == DS_OK && m && m->gguf) {
+        const struct ds_str *toks;
+        const void *arr;
+        uint64_t n;
+        struct ds_str tm;
+        uint32_t id;
+        if (ds_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm) == DS_OK) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%.*s", (int)DS_MIN(tm.n, 63), tm.p);
+            rc = ds_gguf_writer_str(w, "tokenizer.ggml.model", buf);
+        }
+        if (rc == DS_OK && ds_gguf_get_str_arr(m->gguf, "tokenizer.ggml.tokens", &toks, &n) == DS_OK)
+            rc = ds_gguf_writer_str_arr(w, "tokenizer.ggml.tokens", toks, n);
+        if (rc == DS_OK && ds_gguf_get_arr(m->gguf, "tokenizer.ggml.scores", DS_GGUF_TYPE_FLOAT32, &arr, &n) == DS_OK)
+            rc = ds_gguf_writer_arr(w, "tokenizer.ggml.scores", DS_GGUF_TYPE_FLOAT32, arr, n);
+        if (rc == DS_OK && ds_gguf_get_arr(m->gguf, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, &arr, &n) == DS_OK)
+            rc = ds_gguf_writer_arr(w, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, arr, n);
+        if (rc == DS_OK && ds_gguf_get_u32(m->gguf, "tokenizer.ggml.bos_token_id", &id) == DS_OK)
+            rc = ds_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", id);
+        if (rc == DS_OK && ds_gguf_get_u32(m->gguf, "tokenizer.ggml.eos_token_id", &id) == DS_OK)
+            rc = ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", id);
+    }
+    struct mk_tensor {
+        char name[64];
+        const struct ds_weight *w;
+        uint32_t rows, cols;
+        int is_norm;
+    } *t = calloc(3 + 9 * (size_t)c->n_layers, sizeof *t);
+    size_t nt = 0;
+    if (!t) rc = DS_ERR_NOMEM;
+#define ADD(nm, wp, r, cc, norm) do { snprintf(t[nt].name, sizeof t[nt].name, "%s", nm); t[nt].w = (wp); \
+                                      t[nt].rows = (r); t[nt].cols = (cc); t[nt].is_norm = (norm); nt++; } while (0)
+    if (t) {
+        ADD("token_embd.weight", m ? &m->tok_embd : NULL, c->vocab_size, c->dim, 0);
+        ADD("output_norm.weight", m ? &m->out_norm : NULL, 1, c->dim, 1);
+        ADD("output.weight", m ? &m->output : NULL, c->vocab_size, c->dim, 0);
+    }
+    for (uint32_t l = 0; t && l < c->n_layers; l++) {
+        const struct ds_layer_weights *L = m ? &m->layers[l] : NULL;
+        char nm[64];
+#define LAYER(suffix, field, r, cc, norm) do { snprintf(nm, sizeof nm, "blk.%u.%s", l, suffix); \
+                                               ADD(nm, L ? &L->field : NULL, r, cc, norm); } while (0)
+        LAYER("attn_norm.weight", attn_norm, 1, c->dim, 1);
+        LAYER("attn_q.weight", wq, c->dim, c->dim, 0);
+        LAYER("attn_k.weight", wk, c->kv_dim, c->dim, 0);
+        LAYER("attn_v.weight", wv, c->kv_dim, c->dim, 0);
+        LAYER("attn_output.weight", wo, c->dim, c->dim, 0);
+        LAYER("ffn_norm.weight", ffn_norm, 1, c->dim, 1);
+        LAYER("ffn_gate.weight", w1, c->hidden_dim, c->dim, 0);
+        LAYER("ffn_down.weight", w2, c->dim, c->hidden_dim, 0);
+        LAYER("ffn_up.weight", w3, c->hidden_dim, c->dim, 0);
+#undef LAYER
+    }
+#undef ADD
+    for (size_t i = 0; i < nt && rc == DS_OK; i++) {
+        float *x = values((struct src){ t[i].w, &rng }, t[i].rows, t[i].cols);
+        if (!x) {
+            rc = DS_ERR_NOMEM;
+            break;
+        }
+        rc = add_mat(w, t[i].name, x, t[i].rows, t[i].cols, t[i].is_norm ? DS_GGML_TYPE_F32 : mat_type);
+        free(x);
+    }
+    free(t);
+    if (rc == DS_OK) rc = ds_gguf_writer_save(w, path);
+    ds_gguf_writer_destroy(w);
+    return rc;
+}
+
+enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
+                            uint64_t seed)
+{
+    struct ds_model_config c = {
+        .dim = s->dim, .hidden_dim = s->hidden_dim, .n_layers = s->n_layers, .n_heads = s->n_heads,
+        .n_kv_heads = s->n_kv_heads, .vocab_size = s->vocab_size, .ctx_len = s->ctx_len,
+        .rope_theta = 10000.0f, .rms_eps = 1e-5f,
+    };
+    c.head_dim = c.dim / c.n_heads;
+    c.kv_dim = c.n_kv_heads * c.head_dim;
+    c.rope_dim = c.head_dim;
+    if (c.n_layers > 1024) return DS_ERR_RANGE;
+    return write_model(path, &c, "random", NULL, seed, mat_type);
+}
+
+enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type)
+{
+    if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type);
+}

@@ -1,0 +1,31 @@
+/*
+** mkmodel.h — write GGUF Llama models for tests and benchmarks: random
+** weights in a given shape, or a copy of a real model with its matrices
+** converted to another type (Q8_0 where rows allow it, else F16).
+*/
+#ifndef DS_TEST_MKMODEL_H
+#define DS_TEST_MKMODEL_H
+
+#include "ds/gguf.h"
+#include "ds/model.h"
+
+struct mk_shape {
+    uint32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, ctx_len;
+};
+
+/* Shapes of the llama2.c TinyStories models. */
+extern const struct mk_shape mk_shape_15m;    /* dim 288, hidden 768, 6 layers, 6 heads, vocab 32000 */
+extern const struct mk_shape mk_shape_110m;   /* dim 768, hidden 2048, 12 layers, 12 heads, vocab 32000 */
+
+/* Random weights (uniform, scaled by 1/sqrt(fan-in)), unit norms, separate
+** output head, no vocabulary. mat_type: F32, F16 or Q8_0 for the matrices
+** (Q8_0 needs rows that are a multiple of 32). */
+enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
+                            uint64_t seed);
+
+/* Copy m (with its GGUF vocabulary, if any) to path with every matrix in
+** mat_type; Q8_0 falls back to F16 for a matrix whose row length is not a
+** multiple of 32, as llama.cpp's quantizer does. */
+enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type);
+
+#endif

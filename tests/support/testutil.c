@@ -1,0 +1,87 @@
+/* testutil.c — helpers shared by dspark's tests (see testutil.h). */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *tu_model(const char *name)
+{
+    static char buf[8][4096];
+    static int next;
+    char *b = buf[next++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s", DS_MODELS_DIR, name);
+    return b;
+}
+
+char *tu_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = '\0';
+        if (len) *len = (size_t)n;
+    }
+    return p;
+}
+
+char *tu_reference_text(void)
+{
+    char *readme = tu_read_file(tu_model("README.md"), NULL);
+    if (!readme) return NULL;
+    /* The text follows the line "$ ./run stories260K.bin ..." and ends at the fence. */
+    char *start = strstr(readme, "$ ./run stories260K.bin");
+    char *text = NULL;
+    if (start && (start = strchr(start, '\n'))) {
+        start++;
+        char *end = strstr(start, "\n```");
+        if (end) text = strndup(start, (size_t)(end - start));
+    }
+    free(readme);
+    return text;
+}
+
+char *tu_tmpdir(void)
+{
+    char tmpl[] = "/tmp/dspark-test-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+void tu_rmdir(char *dir)
+{
+    if (!dir) return;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    free(dir);
+}
+
+bool tu_valid_utf8(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (len == 0 || i + len > n) return false;
+        unsigned cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}

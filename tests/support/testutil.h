@@ -1,0 +1,23 @@
+/*
+** testutil.h — small helpers shared by dspark's tests: model paths, the
+** reference text from ../shared/models/README.md, temp dirs, UTF-8 checks.
+*/
+#ifndef DS_TEST_UTIL_H
+#define DS_TEST_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* DS_MODELS_DIR "/" name, in a static buffer per call site's lifetime (copy it). */
+const char *tu_model(const char *name);
+/* OWNED contents of path (NUL-terminated), or NULL; *len gets the size. */
+char *tu_read_file(const char *path, size_t *len);
+/* OWNED: the greedy reference text of stories260K from the models README
+** (prompt included, trailing newline removed), or NULL if it is not found. */
+char *tu_reference_text(void);
+/* A fresh temporary directory (OWNED path); removed by tu_rmdir. */
+char *tu_tmpdir(void);
+void  tu_rmdir(char *dir);
+bool  tu_valid_utf8(const char *s, size_t n);
+
+#endif
