@@ -1,3 +1,82 @@
-/* main.c — the dspark command-line tool (subcommands are filled in by cmd_*.c). */
+/*
+** main.c — the dspark command-line tool: dispatches subcommands and holds the
+** strict argument parsers they share.
+*/
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
-int main(void) { puts("dspark " DS_VERSION); return 0; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ds/common.h"
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct command commands[] = {
+    { "run", cmd_run, "generate text with a local model (no broker needed)" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dspark COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < DS_ARRAY_LEN(commands); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'dspark COMMAND --help' shows a command's options.\n"
+               "'dspark --version' prints the version.\n");
+}
+
+bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') goto bad;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) goto bad;
+    *out = v;
+    return true;
+bad:
+    fprintf(stderr, "dspark: %s: '%s' is not a whole number in %llu..%llu\n", name, s ? s : "",
+            (unsigned long long)lo, (unsigned long long)hi);
+    return false;
+}
+
+bool cli_parse_f32(const char *name, const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s) goto bad;
+    float v = strtof(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi) goto bad;
+    *out = v;
+    return true;
+bad:
+    fprintf(stderr, "dspark: %s: '%s' is not a number in %g..%g\n", name, s ? s : "", (double)lo,
+            (double)hi);
+    return false;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dspark %s\n", DS_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < DS_ARRAY_LEN(commands); i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dspark: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -81,6 +81,12 @@ struct ds_model {
 DS_MUST_CHECK enum ds_err ds_model_open(const char *path, struct ds_model **out);
 void ds_model_close(struct ds_model *m);
 
+/* The model's tokenizer: tok_path (a llama2.c tokenizer.bin) when given, else
+** the GGUF vocabulary. Returns an OWNED tokenizer; its size must match. */
+struct ds_tok;
+DS_MUST_CHECK enum ds_err ds_model_tokenizer(const struct ds_model *m, const char *tok_path,
+                                             struct ds_tok **out);
+
 /* Bytes of weights one decode step reads (all matrices + one embedding row). */
 uint64_t ds_model_weight_bytes(const struct ds_model *m);
 const char *ds_dtype_name(enum ds_dtype t);

@@ -1,0 +1,18 @@
+/*
+** cli.h — shared pieces of the dspark command-line tool: the subcommand
+** table's entry points and strict argument parsers.
+*/
+#ifndef DS_CLI_H
+#define DS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int cmd_run(int argc, char **argv);
+
+/* Parse a whole decimal/float argument within [lo, hi]; on failure print
+** "dspark: NAME: ..." and return false. */
+bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+bool cli_parse_f32(const char *name, const char *s, float lo, float hi, float *out);
+
+#endif

@@ -1,0 +1,235 @@
+/*
+** cmd_run.c — `dspark run`: generate text with a local model, streaming it to
+** stdout, then one line of prefill and decode speed on stderr.
+*/
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ds/engine.h"
+#include "ds/kern.h"
+#include "ds/log.h"
+#include "ds/model.h"
+#include "ds/sampler.h"
+#include "ds/tok.h"
+
+static void run_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: dspark run -m MODEL [-z TOKENIZER] [-p PROMPT] [-n N] [options]\n"
+        "\n"
+        "Generate text with a local model and print it as it is produced; then one\n"
+        "line on stderr with the prefill and decode speed.\n"
+        "\n"
+        "  -m, --model PATH       GGUF (F32/F16/Q8_0) or llama2.c checkpoint\n"
+        "  -z, --tokenizer PATH   llama2.c tokenizer.bin (needed for llama2.c checkpoints)\n"
+        "  -p, --prompt TEXT      prompt (default: empty)\n"
+        "  -n, --tokens N         tokens to generate after the prompt (default 256)\n"
+        "      --temp T           temperature, 0 = greedy (default 0)\n"
+        "      --top-p P          nucleus sampling cut, (0, 1] (default 1 = off)\n"
+        "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
+        "      --seed S           random seed (default 0); same seed, same text\n"
+        "      --precision P      fp32 or int8 (default fp32)\n"
+        "      --threads N        compute threads (default: one per CPU)\n"
+        "      --kernel NAME      force a kernel variant: ref, avx2, avx512vnni, neon\n"
+        "      --ctx N            context length to allocate (default min(model, 4096))\n"
+        "      --log-level L      error, warn, info or debug (default warn)\n"
+        "  -h, --help             this text\n"
+        "\n"
+        "Note: -n counts generated tokens only; llama2.c's run -n counts the prompt too.\n");
+}
+
+struct run_args {
+    const char *model, *tok, *prompt, *kernel;
+    uint64_t    n, threads, ctx;
+    int         precision;
+    struct ds_sampler_params sp;
+};
+
+static int parse_args(int argc, char **argv, struct run_args *a)
+{
+    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG };
+    static const struct option opts[] = {
+        { "model", required_argument, 0, 'm' },     { "tokenizer", required_argument, 0, 'z' },
+        { "prompt", required_argument, 0, 'p' },    { "tokens", required_argument, 0, 'n' },
+        { "temp", required_argument, 0, O_TEMP },   { "top-p", required_argument, 0, O_TOPP },
+        { "top-k", required_argument, 0, O_TOPK },  { "seed", required_argument, 0, O_SEED },
+        { "precision", required_argument, 0, O_PREC }, { "threads", required_argument, 0, O_THREADS },
+        { "kernel", required_argument, 0, O_KERNEL }, { "ctx", required_argument, 0, O_CTX },
+        { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
+    };
+    uint64_t u;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:z:p:n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': a->model = optarg; break;
+        case 'z': a->tok = optarg; break;
+        case 'p': a->prompt = optarg; break;
+        case 'n': if (!cli_parse_u64("-n", optarg, 0, 1u << 20, &a->n)) return 2; break;
+        case O_TEMP: if (!cli_parse_f32("--temp", optarg, 0.0f, 100.0f, &a->sp.temperature)) return 2; break;
+        case O_TOPP:
+            if (!cli_parse_f32("--top-p", optarg, 1e-6f, 1.0f, &a->sp.top_p)) return 2;
+            break;
+        case O_TOPK:
+            if (!cli_parse_u64("--top-k", optarg, 0, 1u << 20, &u)) return 2;
+            a->sp.top_k = (uint32_t)u;
+            break;
+        case O_SEED: if (!cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &a->sp.seed)) return 2; break;
+        case O_PREC:
+            if ((a->precision = ds_precision_parse(optarg)) < 0) {
+                fprintf(stderr, "dspark: --precision: '%s' is not fp32 or int8\n", optarg);
+                return 2;
+            }
+            break;
+        case O_THREADS: if (!cli_parse_u64("--threads", optarg, 1, 256, &a->threads)) return 2; break;
+        case O_KERNEL: a->kernel = optarg; break;
+        case O_CTX: if (!cli_parse_u64("--ctx", optarg, 1, 1u << 20, &a->ctx)) return 2; break;
+        case O_LOG: {
+            int lvl = ds_log_level_parse(optarg);
+            if (lvl < 0) {
+                fprintf(stderr, "dspark: --log-level: '%s' is not error, warn, info or debug\n", optarg);
+                return 2;
+            }
+            ds_log_set(NULL, NULL, (enum ds_log_level)lvl);
+            break;
+        }
+        case 'h': run_usage(stdout); return 1;
+        default: run_usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dspark run: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!a->model) {
+        fprintf(stderr, "dspark run: -m MODEL is required (try ../shared/models/stories260K.gguf)\n");
+        return 2;
+    }
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_args a = { .n = 256, .prompt = "" };
+    ds_sampler_params_init(&a.sp);
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+
+    struct ds_engine_opts eo;
+    ds_engine_opts_init(&eo);
+    eo.precision = (enum ds_precision)a.precision;
+    eo.n_threads = (unsigned)a.threads;
+    eo.max_ctx = (uint32_t)a.ctx;
+    eo.kv_seqs = 1;
+    if (a.kernel) {
+        eo.kern = ds_kern_find(a.kernel);
+        if (!eo.kern || !ds_kern_supported(eo.kern)) {
+            fprintf(stderr, "dspark run: --kernel %s is not built in or not supported by this CPU\n",
+                    a.kernel);
+            return 2;
+        }
+    }
+
+    int status = 1;
+    struct ds_model *m = NULL;
+    struct ds_tok *tok = NULL;
+    struct ds_engine *e = NULL;
+    struct ds_seq *seq = NULL;
+    struct ds_sampler *smp = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    enum ds_err rc;
+    if ((rc = ds_model_open(a.model, &m)) != DS_OK) {
+        fprintf(stderr, "dspark run: cannot load model %s: %s\n", a.model, ds_strerror(rc));
+        goto done;
+    }
+    if ((rc = ds_model_tokenizer(m, a.tok, &tok)) != DS_OK) {
+        fprintf(stderr, "dspark run: no usable tokenizer: %s\n", ds_strerror(rc));
+        goto done;
+    }
+    if ((rc = ds_engine_create(m, &eo, &e)) != DS_OK || (rc = ds_seq_create(e, &seq)) != DS_OK ||
+        (rc = ds_sampler_create(m->cfg.vocab_size, &a.sp, &smp)) != DS_OK) {
+        fprintf(stderr, "dspark run: cannot start the engine: %s\n", ds_strerror(rc));
+        goto done;
+    }
+    uint32_t ctx = ds_engine_max_ctx(e);
+    size_t plen = strlen(a.prompt), n_ids = 0;
+    ids = malloc((plen + 3) * sizeof *ids);
+    logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    if (!ids || !logits) {
+        fprintf(stderr, "dspark run: out of memory\n");
+        goto done;
+    }
+    if ((rc = ds_tok_encode(tok, a.prompt, plen, true, ids, plen + 3, &n_ids)) != DS_OK) {
+        fprintf(stderr, "dspark run: cannot encode the prompt: %s\n", ds_strerror(rc));
+        goto done;
+    }
+    if (n_ids >= ctx) {
+        fprintf(stderr, "dspark run: the prompt is %zu tokens; the context holds %u (use --ctx, or a "
+                "shorter prompt)\n", n_ids, ctx);
+        goto done;
+    }
+    fputs(a.prompt, stdout);
+    fflush(stdout);
+
+    uint64_t t0 = ds_now_ns();
+    if ((rc = ds_engine_eval(e, seq, ids, n_ids, logits, false)) != DS_OK) {
+        fprintf(stderr, "dspark run: prefill failed: %s\n", ds_strerror(rc));
+        goto done;
+    }
+    uint64_t t1 = ds_now_ns();
+    struct ds_tok_stream st;
+    ds_tok_stream_init(&st);
+    st.prev = ids[n_ids - 1];
+    char piece[256];
+    size_t got, n_gen = 0;
+    const char *why = "length";
+    for (; n_gen < a.n; n_gen++) {
+        int32_t next = ds_sampler_sample(smp, logits, NULL);
+        if (next == ds_tok_eos(tok) || next == ds_tok_bos(tok)) {
+            why = "end of text";
+            break;
+        }
+        if (ds_tok_stream_put(tok, &st, next, piece, sizeof piece, &got) == DS_OK && got) {
+            fwrite(piece, 1, got, stdout);
+            fflush(stdout);
+        }
+        if (n_gen + 1 == a.n) {
+            n_gen++;
+            break;
+        }
+        if (ds_seq_len(seq) >= ctx) {
+            why = "context full";
+            n_gen++;
+            break;
+        }
+        if ((rc = ds_engine_eval(e, seq, &next, 1, logits, false)) != DS_OK) {
+            fprintf(stderr, "\ndspark run: decode failed: %s\n", ds_strerror(rc));
+            goto done;
+        }
+    }
+    if (ds_tok_stream_flush(&st, piece, sizeof piece, &got) == DS_OK && got) fwrite(piece, 1, got, stdout);
+    uint64_t t2 = ds_now_ns();
+    printf("\n");
+    fflush(stdout);
+    double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
+    fprintf(stderr, "prefill: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; stop: %s "
+            "[%s, %s kernels, %u threads]\n", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
+            dec_s > 0 ? (double)n_gen / dec_s : 0.0, why, ds_precision_name(ds_engine_precision(e)),
+            ds_engine_kernel(e), ds_engine_threads(e));
+    status = 0;
+done:
+    free(ids);
+    free(logits);
+    ds_sampler_destroy(smp);
+    ds_seq_destroy(seq);
+    ds_engine_destroy(e);
+    ds_tok_destroy(tok);
+    ds_model_close(m);
+    return status;
+}

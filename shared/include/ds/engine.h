@@ -1,0 +1,99 @@
+/*
+** ds/engine.h — the Llama transformer engine: FP32 (OpenBLAS sgemm for
+** many-row passes, SIMD matvec for single rows) and INT8 (Q8 blocks of 32,
+** activations quantized per block at run time, int32 accumulation).
+**
+** One forward pass takes a batch of rows; each row is one token of one
+** sequence. That single entry point serves prefill (many rows of one
+** sequence), decode (one row), batched decode (one row for each of many
+** sequences) and draft verification (k rows of one sequence, logits for all).
+**
+** Ownership: ds_engine_create() returns an OWNED engine that BORROWS the model
+**            (the model must outlive it). It owns the prepared weights (or
+**            borrows them from the model's mapping when the file already
+**            holds the right type), the scratch buffers, its thread pool and
+**            its KV block pool. ds_seq_create() returns an OWNED sequence
+**            whose KV blocks come from the engine's pool; destroy sequences
+**            before the engine. All destroy functions accept NULL.
+** Threads:   one thread drives an engine at a time (it runs its own pool).
+** Memory:    everything is allocated at create; a forward pass allocates
+**            nothing (KV blocks come from the pool and go back to it).
+*/
+#ifndef DS_ENGINE_H
+#define DS_ENGINE_H
+
+#include <stdbool.h>
+
+#include "ds/common.h"
+#include "ds/err.h"
+#include "ds/model.h"
+
+struct ds_kern_ops;
+
+enum ds_precision { DS_PRECISION_FP32, DS_PRECISION_INT8 };
+const char *ds_precision_name(enum ds_precision p);
+/* "fp32" or "int8"; -1 for anything else. */
+int ds_precision_parse(const char *s);
+
+#define DS_KV_BLOCK 16          /* positions per KV block */
+
+struct ds_engine_opts {
+    enum ds_precision precision;    /* default FP32 */
+    unsigned  n_threads;            /* 0 = one per CPU */
+    uint32_t  max_batch;            /* rows per forward pass (default 64) */
+    uint32_t  max_ctx;              /* 0 = min(model context, 4096) */
+    uint32_t  kv_seqs;              /* KV pool holds this many full contexts (default 4) */
+    const struct ds_kern_ops *kern; /* NULL = ds_kern_select() */
+};
+void ds_engine_opts_init(struct ds_engine_opts *o);
+
+struct ds_engine;
+struct ds_seq;
+
+DS_MUST_CHECK enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_opts *o,
+                                           struct ds_engine **out);
+void ds_engine_destroy(struct ds_engine *e);
+
+const struct ds_model_config *ds_engine_config(const struct ds_engine *e);
+const struct ds_model        *ds_engine_model(const struct ds_engine *e);
+enum ds_precision             ds_engine_precision(const struct ds_engine *e);
+uint32_t                      ds_engine_max_ctx(const struct ds_engine *e);
+unsigned                      ds_engine_threads(const struct ds_engine *e);
+/* Name of the kernel variant in use ("avx512vnni", ...). */
+const char                   *ds_engine_kernel(const struct ds_engine *e);
+/* Bytes of weights one decode step streams in this precision. */
+uint64_t                      ds_engine_weight_bytes(const struct ds_engine *e);
+/* KV blocks free / total in the engine's pool. */
+void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks);
+
+/* ---- sequences (KV cache) ---- */
+DS_MUST_CHECK enum ds_err ds_seq_create(struct ds_engine *e, struct ds_seq **out);
+void     ds_seq_destroy(struct ds_seq *s);
+/* Positions already in the cache. */
+uint32_t ds_seq_len(const struct ds_seq *s);
+/* Forget positions >= n_pos (KV rollback); frees whole blocks past it. */
+enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos);
+
+/* ---- forward ---- */
+struct ds_batch_row {
+    struct ds_seq *seq;
+    int32_t        token;
+    bool           logits;     /* write this row's logits */
+};
+
+/* Run n rows (n <= max_batch). A row's position is its sequence's length
+** plus the number of earlier rows of the same sequence in this batch; each
+** sequence grows by its row count. logits receives vocab_size floats for
+** each row with .logits set, in row order. DS_ERR_RANGE when a sequence
+** would pass max_ctx or a token is out of the vocabulary; DS_ERR_BUSY when
+** the KV pool is full. On error no sequence has changed. */
+DS_MUST_CHECK enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *rows,
+                                            size_t n, float *logits);
+
+/* One sequence, any number of tokens (split into max_batch chunks).
+** logits: NULL, the last token's (vocab floats), or every token's
+** (n x vocab floats) when all_logits. */
+DS_MUST_CHECK enum ds_err ds_engine_eval(struct ds_engine *e, struct ds_seq *s, const int32_t *tokens,
+                                         size_t n, float *logits, bool all_logits);
+
+#endif

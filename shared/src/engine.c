@@ -1,0 +1,658 @@
+/*
+** engine.c — the Llama forward pass over a batch of rows, in FP32 or INT8.
+**
+** Owns: prepared weight matrices (converted copies, or borrowed from the
+** model's mapping when the file already holds the needed type), the scratch
+** buffers of struct run_state, the RoPE table, the thread pool and the KV
+** block pool that every struct ds_seq of this engine draws from.
+**
+** The forward pass reads like llama2.c's: one loop over layers in the order
+** the math is written. Matrices go through matmul(), which splits output rows
+** across the pool and calls the selected kernel (or OpenBLAS sgemm for FP32
+** passes of several rows).
+*/
+#include "ds/engine.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/kern.h"
+#include "ds/log.h"
+#include "ds/pool.h"
+
+#define DEFAULT_MAX_BATCH 64u
+#define DEFAULT_MAX_CTX   4096u
+#define DEFAULT_KV_SEQS   4u
+#define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
+
+const char *ds_precision_name(enum ds_precision p)
+{
+    return p == DS_PRECISION_INT8 ? "int8" : "fp32";
+}
+
+int ds_precision_parse(const char *s)
+{
+    if (!s) return -1;
+    if (strcmp(s, "fp32") == 0) return DS_PRECISION_FP32;
+    if (strcmp(s, "int8") == 0) return DS_PRECISION_INT8;
+    return -1;
+}
+
+void ds_engine_opts_init(struct ds_engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->precision = DS_PRECISION_FP32;
+    o->max_batch = DEFAULT_MAX_BATCH;
+    o->kv_seqs = DEFAULT_KV_SEQS;
+}
+
+/* A weight matrix ready for the engine's precision. */
+struct mat {
+    uint32_t                  rows, cols;
+    uint32_t                  nb;        /* Q8 blocks per row (cols rounded up) */
+    const float              *f;         /* FP32: rows x cols */
+    const struct ds_q8_block *q;         /* INT8: rows x nb */
+    void                     *owned;     /* converted copy, if any */
+};
+
+struct layer {
+    const float *attn_norm, *ffn_norm;   /* (dim) */
+    struct mat   wq, wk, wv, wo, w1, w2, w3;
+};
+
+/* Scratch for max_batch rows; allocated once at create. */
+struct run_state {
+    float              *x;       /* (B, dim) residual stream */
+    float              *xb;      /* (B, dim) normed input / attention output */
+    float              *xb2;     /* (B, dim) projection output */
+    float              *q;       /* (B, dim) */
+    float              *k, *v;   /* (B, kv_dim) */
+    float              *hb, *hb2;/* (B, hidden) */
+    float              *att;     /* (n_threads, max_ctx) attention scores */
+    float              *lg_in;   /* (B, dim) normed rows that want logits */
+    struct ds_q8_block *xq;      /* (B, blocks of max(dim, hidden)) quantized input */
+    uint32_t           *pos;     /* (B) position of each row */
+};
+
+/* KV blocks: each holds DS_KV_BLOCK positions of K and V for every layer,
+** laid out [layer][k|v][position in block][kv_dim]. */
+struct kv_pool {
+    float          *mem;
+    uint32_t        n_blocks;
+    uint32_t       *free_list;   /* stack of free block ids */
+    uint32_t        n_free;
+    size_t          block_floats;
+    pthread_mutex_t mu;
+    bool            ready;       /* mu initialised */
+};
+
+struct ds_seq {
+    struct ds_engine *eng;
+    uint32_t         *blocks;    /* block ids, one per DS_KV_BLOCK positions */
+    uint32_t          n_blocks, cap_blocks;
+    uint32_t          len;       /* positions in the cache */
+    uint32_t          pending;   /* rows of the current batch (forward only) */
+};
+
+struct ds_engine {
+    const struct ds_model       *model;
+    struct ds_model_config       cfg;
+    enum ds_precision            prec;
+    const struct ds_kern_ops    *kern;
+    struct ds_pool              *pool;
+    uint32_t                     max_batch, max_ctx;
+    struct layer                *layers;
+    const float                 *out_norm;
+    struct mat                   output;
+    float                       *owned_norms;  /* F16 norms converted to F32 */
+    float                       *rope;         /* (max_ctx, rope_dim/2, 2) cos, sin */
+    struct run_state             s;
+    struct kv_pool               kv;
+    uint64_t                     weight_bytes;
+};
+
+/* ---- weights ---- */
+
+static void row_to_f32(const struct ds_weight *w, uint32_t r, float *out)
+{
+    size_t c = w->cols;
+    switch (w->type) {
+    case DS_DTYPE_F32:
+        memcpy(out, (const float *)w->data + (size_t)r * c, c * sizeof *out);
+        break;
+    case DS_DTYPE_F16: {
+        const uint8_t *p = (const uint8_t *)w->data + (size_t)r * c * 2;
+        for (size_t i = 0; i < c; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = ds_f16_to_f32(h);
+        }
+        break;
+    }
+    case DS_DTYPE_Q8_0: {
+        const struct ds_q8_block *b = (const struct ds_q8_block *)w->data + (size_t)r * (c / DS_Q8_BLOCK);
+        for (size_t i = 0; i < c; i++) {
+            uint16_t d;
+            memcpy(&d, &b[i / DS_Q8_BLOCK].d, 2);
+            out[i] = ds_f16_to_f32(d) * (float)b[i / DS_Q8_BLOCK].qs[i % DS_Q8_BLOCK];
+        }
+        break;
+    }
+    }
+}
+
+static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
+{
+    m->rows = w->rows;
+    m->cols = w->cols;
+    m->nb = (uint32_t)ds_q8_blocks(w->cols);
+    if (e->prec == DS_PRECISION_FP32) {
+        if (w->type == DS_DTYPE_F32) {
+            m->f = w->data;
+            return DS_OK;
+        }
+        float *f = malloc((size_t)w->rows * w->cols * sizeof *f);
+        if (!f) return DS_ERR_NOMEM;
+        for (uint32_t r = 0; r < w->rows; r++) row_to_f32(w, r, f + (size_t)r * w->cols);
+        m->f = m->owned = f;
+        return DS_OK;
+    }
+    if (w->type == DS_DTYPE_Q8_0) {       /* the file's blocks, as they are */
+        m->q = w->data;
+        return DS_OK;
+    }
+    struct ds_q8_block *q = malloc((size_t)w->rows * m->nb * sizeof *q);
+    float *row = malloc((size_t)w->cols * sizeof *row);
+    if (!q || !row) {
+        free(q);
+        free(row);
+        return DS_ERR_NOMEM;
+    }
+    for (uint32_t r = 0; r < w->rows; r++) {
+        row_to_f32(w, r, row);
+        ds_kern_ref.quantize_q8(w->cols, row, q + (size_t)r * m->nb);
+    }
+    free(row);
+    m->q = q;
+    m->owned = q;
+    return DS_OK;
+}
+
+static uint64_t mat_bytes(const struct ds_engine *e, const struct mat *m)
+{
+    return e->prec == DS_PRECISION_FP32 ? (uint64_t)m->rows * m->cols * 4
+                                        : (uint64_t)m->rows * m->nb * sizeof(struct ds_q8_block);
+}
+
+/* Norm vectors as F32: borrowed when stored so, else converted into dst. */
+static const float *norm_f32(const struct ds_weight *w, float *dst)
+{
+    if (w->type == DS_DTYPE_F32) return w->data;
+    row_to_f32(w, 0, dst);
+    return dst;
+}
+
+static enum ds_err prepare_weights(struct ds_engine *e)
+{
+    const struct ds_model *m = e->model;
+    const struct ds_model_config *c = &e->cfg;
+    enum ds_err rc;
+    e->layers = calloc(c->n_layers, sizeof *e->layers);
+    e->owned_norms = malloc(((size_t)c->n_layers * 2 + 1) * c->dim * sizeof(float));
+    if (!e->layers || !e->owned_norms) return DS_ERR_NOMEM;
+    float *nb = e->owned_norms;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const struct ds_layer_weights *W = &m->layers[l];
+        struct layer *L = &e->layers[l];
+        L->attn_norm = norm_f32(&W->attn_norm, nb + (size_t)(2 * l) * c->dim);
+        L->ffn_norm = norm_f32(&W->ffn_norm, nb + (size_t)(2 * l + 1) * c->dim);
+        struct { const struct ds_weight *w; struct mat *m; } ms[] = {
+            { &W->wq, &L->wq }, { &W->wk, &L->wk }, { &W->wv, &L->wv }, { &W->wo, &L->wo },
+            { &W->w1, &L->w1 }, { &W->w2, &L->w2 }, { &W->w3, &L->w3 },
+        };
+        for (size_t i = 0; i < DS_ARRAY_LEN(ms); i++) {
+            if ((rc = mat_prepare(e, ms[i].w, ms[i].m)) != DS_OK) return rc;
+            e->weight_bytes += mat_bytes(e, ms[i].m);
+        }
+    }
+    e->out_norm = norm_f32(&m->out_norm, nb + (size_t)2 * c->n_layers * c->dim);
+    if ((rc = mat_prepare(e, &m->output, &e->output)) != DS_OK) return rc;
+    e->weight_bytes += mat_bytes(e, &e->output);
+    return DS_OK;
+}
+
+/* ---- KV pool ---- */
+
+static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks)
+{
+    pthread_mutex_init(&kv->mu, NULL);
+    kv->ready = true;
+    kv->block_floats = (size_t)c->n_layers * 2 * DS_KV_BLOCK * c->kv_dim;
+    kv->n_blocks = n_blocks;
+    kv->mem = malloc((size_t)n_blocks * kv->block_floats * sizeof(float));
+    kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
+    if (!kv->mem || !kv->free_list) return DS_ERR_NOMEM;
+    for (uint32_t i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
+    kv->n_free = n_blocks;
+    return DS_OK;
+}
+
+static void kv_cleanup(struct kv_pool *kv)
+{
+    if (kv->ready) pthread_mutex_destroy(&kv->mu);
+    free(kv->mem);
+    free(kv->free_list);
+}
+
+/* K (which = 0) or V (which = 1) of layer l at position pos of s. */
+static inline float *kv_at(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, int which,
+                           uint32_t pos)
+{
+    const float *blk = e->kv.mem + (size_t)s->blocks[pos / DS_KV_BLOCK] * e->kv.block_floats;
+    return (float *)blk + (((size_t)l * 2 + (size_t)which) * DS_KV_BLOCK + pos % DS_KV_BLOCK) * e->cfg.kv_dim;
+}
+
+/* Make room for n_pos positions in s; all or nothing. */
+static enum ds_err seq_reserve(struct ds_seq *s, uint32_t n_pos)
+{
+    struct kv_pool *kv = &s->eng->kv;
+    uint32_t need = (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
+    if (need <= s->n_blocks) return DS_OK;
+    if (need > s->cap_blocks) return DS_ERR_RANGE;
+    enum ds_err rc = DS_OK;
+    pthread_mutex_lock(&kv->mu);
+    if (need - s->n_blocks > kv->n_free) rc = DS_ERR_BUSY;
+    else
+        while (s->n_blocks < need) s->blocks[s->n_blocks++] = kv->free_list[--kv->n_free];
+    pthread_mutex_unlock(&kv->mu);
+    return rc;
+}
+
+static void seq_release(struct ds_seq *s, uint32_t keep_blocks)
+{
+    struct kv_pool *kv = &s->eng->kv;
+    pthread_mutex_lock(&kv->mu);
+    while (s->n_blocks > keep_blocks) kv->free_list[kv->n_free++] = s->blocks[--s->n_blocks];
+    pthread_mutex_unlock(&kv->mu);
+}
+
+enum ds_err ds_seq_create(struct ds_engine *e, struct ds_seq **out)
+{
+    *out = NULL;
+    struct ds_seq *s = calloc(1, sizeof *s);
+    if (!s) return DS_ERR_NOMEM;
+    s->eng = e;
+    s->cap_blocks = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
+    s->blocks = malloc(s->cap_blocks * sizeof *s->blocks);
+    if (!s->blocks) {
+        free(s);
+        return DS_ERR_NOMEM;
+    }
+    *out = s;
+    return DS_OK;
+}
+
+void ds_seq_destroy(struct ds_seq *s)
+{
+    if (!s) return;
+    seq_release(s, 0);
+    free(s->blocks);
+    free(s);
+}
+
+uint32_t ds_seq_len(const struct ds_seq *s) { return s->len; }
+
+enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos)
+{
+    if (n_pos > s->len) return DS_ERR_RANGE;
+    s->len = n_pos;
+    seq_release(s, (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
+    return DS_OK;
+}
+
+void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks)
+{
+    struct kv_pool *kv = (struct kv_pool *)&e->kv;
+    pthread_mutex_lock(&kv->mu);
+    *free_blocks = kv->n_free;
+    pthread_mutex_unlock(&kv->mu);
+    *total_blocks = kv->n_blocks;
+}
+
+/* ---- parallel matrix multiply ---- */
+
+struct matmul_job {
+    const struct ds_engine   *e;
+    const struct mat         *w;
+    const float              *x;      /* (n, cols) FP32 input */
+    const struct ds_q8_block *xq;     /* (n, nb) quantized input (INT8) */
+    size_t                    n;
+    float                    *y;      /* (n, rows) */
+};
+
+static void matmul_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct matmul_job *j = p;
+    const struct mat *w = j->w;
+    size_t r0, r1;
+    ds_pool_split(w->rows, task, n_tasks, ROW_ALIGN, &r0, &r1);
+    if (r0 >= r1) return;
+    const struct ds_kern_ops *k = j->e->kern;
+    if (j->e->prec == DS_PRECISION_INT8) {
+        if (j->n == 1)
+            k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->xq, j->y + r0);
+        else
+            k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->n, j->xq, j->y + r0, w->rows);
+    } else if (j->n == 1) {
+        k->matvec_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->x, j->y + r0);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(r1 - r0), (int)w->cols,
+                    1.0f, j->x, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, j->y + r0,
+                    (int)w->rows);
+    }
+}
+
+/* INT8: quantize n rows of cols floats into the shared input buffer. Every
+** matmul that follows with the same cols reads it (q, k and v share one). */
+static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32_t cols)
+{
+    if (e->prec != DS_PRECISION_INT8) return;
+    size_t nb = ds_q8_blocks(cols);
+    for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
+}
+
+/* y (n, w->rows) = x (n, w->cols) . w^T; for INT8 the input must already be
+** quantized by quantize_input(). */
+static void matmul(struct ds_engine *e, const struct mat *w, const float *x, size_t n, float *y)
+{
+    struct matmul_job j = { e, w, x, e->s.xq, n, y };
+    ds_pool_run(e->pool, matmul_task, &j);
+}
+
+/* ---- attention ---- */
+
+struct attn_job {
+    struct ds_engine          *e;
+    const struct ds_batch_row *rows;
+    size_t                     n;
+    uint32_t                   layer;
+};
+
+static void attn_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct attn_job *j = p;
+    struct ds_engine *e = j->e;
+    const struct ds_model_config *c = &e->cfg;
+    const struct ds_kern_ops *k = e->kern;
+    float *att = e->s.att + (size_t)task * e->max_ctx;
+    const uint32_t hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    const float scale = 1.0f / sqrtf((float)hd);
+    size_t lo, hi;
+    ds_pool_split(j->n * c->n_heads, task, n_tasks, 1, &lo, &hi);
+    for (size_t item = lo; item < hi; item++) {
+        size_t r = item / c->n_heads;
+        uint32_t h = (uint32_t)(item % c->n_heads);
+        const struct ds_seq *s = j->rows[r].seq;
+        uint32_t pos = e->s.pos[r];
+        const float *q = e->s.q + r * c->dim + (size_t)h * hd;
+        size_t kv_off = (size_t)(h / group) * hd;
+        float maxv = -INFINITY;
+        for (uint32_t t = 0; t <= pos; t++) {
+            float sc = k->dot_f32(hd, q, kv_at(e, s, j->layer, 0, t) + kv_off) * scale;
+            att[t] = sc;
+            if (sc > maxv) maxv = sc;
+        }
+        float sum = 0.0f;
+        for (uint32_t t = 0; t <= pos; t++) {
+            att[t] = expf(att[t] - maxv);
+            sum += att[t];
+        }
+        float inv = 1.0f / sum;
+        float *out = e->s.xb + r * c->dim + (size_t)h * hd;
+        memset(out, 0, hd * sizeof *out);
+        for (uint32_t t = 0; t <= pos; t++)
+            k->axpy_f32(hd, att[t] * inv, kv_at(e, s, j->layer, 1, t) + kv_off, out);
+    }
+}
+
+/* Rotate pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head. */
+static void rope(const struct ds_engine *e, float *x, uint32_t n_heads, uint32_t pos)
+{
+    const struct ds_model_config *c = &e->cfg;
+    const float *cs = e->rope + (size_t)pos * c->rope_dim;
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * c->head_dim;
+        for (uint32_t i = 0; i < c->rope_dim; i += 2) {
+            float fcr = cs[i], fci = cs[i + 1];
+            float v0 = v[i], v1 = v[i + 1];
+            v[i] = v0 * fcr - v1 * fci;
+            v[i + 1] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+/* ---- forward ---- */
+
+static void embed(const struct ds_engine *e, int32_t tok, float *out)
+{
+    row_to_f32(&e->model->tok_embd, (uint32_t)tok, out);
+}
+
+enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *rows, size_t n,
+                              float *logits)
+{
+    const struct ds_model_config *c = &e->cfg;
+    struct run_state *s = &e->s;
+    if (n == 0) return DS_OK;
+    if (!rows || n > e->max_batch) return DS_ERR_INVAL;
+
+    /* Positions, then KV room for every sequence; nothing changes on error. */
+    enum ds_err rc = DS_OK;
+    for (size_t r = 0; r < n; r++) rows[r].seq->pending = 0;
+    for (size_t r = 0; r < n && rc == DS_OK; r++) {
+        struct ds_seq *q = rows[r].seq;
+        if (q->eng != e || (!logits && rows[r].logits)) rc = DS_ERR_INVAL;
+        else if (rows[r].token < 0 || (uint32_t)rows[r].token >= c->vocab_size) rc = DS_ERR_RANGE;
+        else if (q->len + q->pending >= e->max_ctx) rc = DS_ERR_RANGE;
+        else s->pos[r] = q->len + q->pending++;
+    }
+    for (size_t r = 0; r < n && rc == DS_OK; r++) rc = seq_reserve(rows[r].seq, s->pos[r] + 1);
+    if (rc != DS_OK) {
+        for (size_t r = 0; r < n; r++) {
+            struct ds_seq *q = rows[r].seq;
+            seq_release(q, (q->len + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
+            q->pending = 0;
+        }
+        return rc;
+    }
+
+    const size_t dim = c->dim, kvd = c->kv_dim, hid = c->hidden_dim;
+    for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
+
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const struct layer *L = &e->layers[l];
+
+        /* attention: rmsnorm, q k v, rope, cache, scores, output projection */
+        for (size_t r = 0; r < n; r++)
+            e->kern->rmsnorm_f32(dim, s->x + r * dim, L->attn_norm, c->rms_eps, s->xb + r * dim);
+        quantize_input(e, s->xb, n, c->dim);
+        matmul(e, &L->wq, s->xb, n, s->q);
+        matmul(e, &L->wk, s->xb, n, s->k);
+        matmul(e, &L->wv, s->xb, n, s->v);
+        for (size_t r = 0; r < n; r++) {
+            rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
+            rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
+            memcpy(kv_at(e, rows[r].seq, l, 0, s->pos[r]), s->k + r * kvd, kvd * sizeof(float));
+            memcpy(kv_at(e, rows[r].seq, l, 1, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
+        }
+        struct attn_job aj = { e, rows, n, l };
+        ds_pool_run(e->pool, attn_task, &aj);
+        quantize_input(e, s->xb, n, c->dim);
+        matmul(e, &L->wo, s->xb, n, s->xb2);
+        for (size_t i = 0; i < n * dim; i++) s->x[i] += s->xb2[i];
+
+        /* feed-forward: rmsnorm, SwiGLU, down projection */
+        for (size_t r = 0; r < n; r++)
+            e->kern->rmsnorm_f32(dim, s->x + r * dim, L->ffn_norm, c->rms_eps, s->xb + r * dim);
+        quantize_input(e, s->xb, n, c->dim);
+        matmul(e, &L->w1, s->xb, n, s->hb);
+        matmul(e, &L->w3, s->xb, n, s->hb2);
+        for (size_t i = 0; i < n * hid; i++) {
+            float v = s->hb[i];
+            s->hb[i] = v * (1.0f / (1.0f + expf(-v))) * s->hb2[i];
+        }
+        quantize_input(e, s->hb, n, c->hidden_dim);
+        matmul(e, &L->w2, s->hb, n, s->xb2);
+        for (size_t i = 0; i < n * dim; i++) s->x[i] += s->xb2[i];
+    }
+
+    /* Logits only for the rows that want them. */
+    size_t n_out = 0;
+    for (size_t r = 0; r < n; r++)
+        if (rows[r].logits)
+            e->kern->rmsnorm_f32(dim, s->x + r * dim, e->out_norm, c->rms_eps, s->lg_in + n_out++ * dim);
+    if (n_out > 0) {
+        quantize_input(e, s->lg_in, n_out, c->dim);
+        matmul(e, &e->output, s->lg_in, n_out, logits);
+    }
+    for (size_t r = 0; r < n; r++) {
+        struct ds_seq *q = rows[r].seq;
+        q->len += q->pending;
+        q->pending = 0;
+    }
+    return DS_OK;
+}
+
+enum ds_err ds_engine_eval(struct ds_engine *e, struct ds_seq *s, const int32_t *tokens, size_t n,
+                           float *logits, bool all_logits)
+{
+    struct ds_batch_row rows[256];
+    size_t chunk = DS_MIN((size_t)e->max_batch, DS_ARRAY_LEN(rows));
+    const uint32_t V = e->cfg.vocab_size;
+    for (size_t done = 0; done < n;) {
+        size_t m = DS_MIN(chunk, n - done);
+        size_t n_logits = 0;
+        for (size_t i = 0; i < m; i++) {
+            bool last = done + i == n - 1;
+            rows[i] = (struct ds_batch_row){ s, tokens[done + i], logits && (all_logits || last) };
+            n_logits += rows[i].logits;
+        }
+        float *out = !logits ? NULL : all_logits ? logits + done * V : logits;
+        enum ds_err rc = ds_engine_forward(e, rows, m, n_logits ? out : NULL);
+        if (rc != DS_OK) return rc;
+        done += m;
+    }
+    return DS_OK;
+}
+
+/* ---- create / destroy ---- */
+
+static enum ds_err alloc_state(struct ds_engine *e)
+{
+    const struct ds_model_config *c = &e->cfg;
+    struct run_state *s = &e->s;
+    size_t B = e->max_batch;
+    size_t widest = DS_MAX(c->dim, c->hidden_dim);
+    s->x = malloc(B * c->dim * sizeof(float));
+    s->xb = malloc(B * c->dim * sizeof(float));
+    s->xb2 = malloc(B * c->dim * sizeof(float));
+    s->q = malloc(B * c->dim * sizeof(float));
+    s->k = malloc(B * c->kv_dim * sizeof(float));
+    s->v = malloc(B * c->kv_dim * sizeof(float));
+    s->hb = malloc(B * c->hidden_dim * sizeof(float));
+    s->hb2 = malloc(B * c->hidden_dim * sizeof(float));
+    s->lg_in = malloc(B * c->dim * sizeof(float));
+    s->att = malloc((size_t)ds_pool_size(e->pool) * e->max_ctx * sizeof(float));
+    s->xq = malloc(B * ds_q8_blocks(widest) * sizeof(struct ds_q8_block));
+    s->pos = malloc(B * sizeof *s->pos);
+    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
+        !s->lg_in || !s->att || !s->xq || !s->pos)
+        return DS_ERR_NOMEM;
+    /* RoPE table, computed the way llama2.c does, in float. */
+    size_t half = c->rope_dim / 2;
+    e->rope = malloc((size_t)e->max_ctx * c->rope_dim * sizeof(float));
+    if (!e->rope) return DS_ERR_NOMEM;
+    for (uint32_t pos = 0; pos < e->max_ctx; pos++)
+        for (size_t i = 0; i < half; i++) {
+            float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+            float val = (float)pos * freq;
+            e->rope[(size_t)pos * c->rope_dim + 2 * i] = cosf(val);
+            e->rope[(size_t)pos * c->rope_dim + 2 * i + 1] = sinf(val);
+        }
+    return DS_OK;
+}
+
+void ds_engine_destroy(struct ds_engine *e)
+{
+    if (!e) return;
+    if (e->layers)
+        for (uint32_t l = 0; l < e->cfg.n_layers; l++) {
+            struct layer *L = &e->layers[l];
+            free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
+            free(L->w1.owned); free(L->w2.owned); free(L->w3.owned);
+        }
+    free(e->layers);
+    free(e->output.owned);
+    free(e->owned_norms);
+    free(e->rope);
+    struct run_state *s = &e->s;
+    free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->xq); free(s->pos);
+    kv_cleanup(&e->kv);
+    ds_pool_destroy(e->pool);
+    free(e);
+}
+
+enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_opts *o,
+                             struct ds_engine **out)
+{
+    if (!m || !out) return DS_ERR_INVAL;
+    *out = NULL;
+    struct ds_engine_opts def;
+    if (!o) {
+        ds_engine_opts_init(&def);
+        o = &def;
+    }
+    if (o->max_batch == 0 || o->max_batch > 4096 || o->kv_seqs == 0 || o->kv_seqs > 4096) {
+        DS_LOG(DS_LOG_ERROR, "engine: max_batch %u and kv_seqs %u must be in 1..4096",
+               o->max_batch, o->kv_seqs);
+        return DS_ERR_RANGE;
+    }
+    struct ds_engine *e = calloc(1, sizeof *e);
+    if (!e) return DS_ERR_NOMEM;
+    e->model = m;
+    e->cfg = m->cfg;
+    e->prec = o->precision;
+    e->kern = o->kern ? o->kern : ds_kern_select();
+    e->max_batch = o->max_batch;
+    e->max_ctx = o->max_ctx ? DS_MIN(o->max_ctx, m->cfg.ctx_len) : DS_MIN(m->cfg.ctx_len, DEFAULT_MAX_CTX);
+    /* Each engine thread calls OpenBLAS on its own rows: OpenBLAS must not
+    ** start threads of its own on top (process-wide setting). */
+    openblas_set_num_threads(1);
+    uint32_t blocks_per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
+    enum ds_err rc;
+    if ((rc = ds_pool_create(o->n_threads, &e->pool)) != DS_OK) goto fail;
+    if ((rc = prepare_weights(e)) != DS_OK) goto fail;
+    if ((rc = alloc_state(e)) != DS_OK) goto fail;
+    if ((rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs)) != DS_OK) goto fail;
+    DS_LOG(DS_LOG_DEBUG, "engine: %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token",
+           ds_precision_name(e->prec), e->kern->name, ds_pool_size(e->pool), e->max_ctx,
+           (double)e->weight_bytes / 1e6);
+    *out = e;
+    return DS_OK;
+fail:
+    if (rc == DS_ERR_NOMEM) DS_LOG(DS_LOG_ERROR, "engine: out of memory preparing %s", m->path);
+    ds_engine_destroy(e);
+    return rc;
+}
+
+const struct ds_model_config *ds_engine_config(const struct ds_engine *e) { return &e->cfg; }
+const struct ds_model *ds_engine_model(const struct ds_engine *e) { return e->model; }
+enum ds_precision ds_engine_precision(const struct ds_engine *e) { return e->prec; }
+uint32_t ds_engine_max_ctx(const struct ds_engine *e) { return e->max_ctx; }
+unsigned ds_engine_threads(const struct ds_engine *e) { return ds_pool_size(e->pool); }
+const char *ds_engine_kernel(const struct ds_engine *e) { return e->kern->name; }
+uint64_t ds_engine_weight_bytes(const struct ds_engine *e) { return e->weight_bytes; }
