@@ -1,0 +1,96 @@
+/*
+** test_pool.c — the fork-join pool: every task index runs exactly once per
+** run, across fast back-to-back runs (workers spinning) and runs after idle
+** gaps (workers asleep), and ds_pool_split covers ranges exactly.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ds/pool.h"
+
+struct job {
+    atomic_uint hits[8];
+    unsigned    n_tasks_seen;
+};
+
+static void count_task(void *p, unsigned task, unsigned n_tasks)
+{
+    struct job *j = p;
+    atomic_fetch_add(&j->hits[task], 1);
+    j->n_tasks_seen = n_tasks;
+}
+
+static void check_runs(unsigned threads, int runs, long gap_ns)
+{
+    struct ds_pool *pool;
+    assert_int_equal(ds_pool_create(threads, &pool), DS_OK);
+    assert_int_equal(ds_pool_size(pool), threads);
+    for (int r = 0; r < runs; r++) {
+        struct job j = { 0 };
+        ds_pool_run(pool, count_task, &j);
+        for (unsigned t = 0; t < threads; t++) assert_int_equal(atomic_load(&j.hits[t]), 1);
+        assert_int_equal(j.n_tasks_seen, threads);
+        if (gap_ns) nanosleep(&(struct timespec){ 0, gap_ns }, NULL);
+    }
+    ds_pool_destroy(pool);
+}
+
+static void test_back_to_back(void **state)
+{
+    (void)state;
+    check_runs(2, 100000, 0);
+    check_runs(4, 500, 0);       /* more threads than cores: correct, if slow */
+}
+
+static void test_after_sleep(void **state)
+{
+    (void)state;
+    check_runs(2, 200, 2000000);     /* 2 ms: past the spin, workers sleep */
+    check_runs(3, 100, 3000000);
+}
+
+static void test_create_destroy_at_once(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 200; i++) {     /* a run right after create reaches every worker */
+        check_runs(2, 1, 0);
+    }
+    ds_pool_destroy(NULL);
+}
+
+static void test_split(void **state)
+{
+    (void)state;
+    for (size_t n = 0; n < 300; n += 7)
+        for (unsigned parts = 1; parts <= 5; parts++) {
+            size_t covered = 0, prev_hi = 0;
+            for (unsigned p = 0; p < parts; p++) {
+                size_t lo, hi;
+                ds_pool_split(n, p, parts, 16, &lo, &hi);
+                assert_true(lo <= hi);
+                if (hi > lo) {
+                    assert_int_equal(lo, prev_hi);
+                    assert_true(lo % 16 == 0);
+                    prev_hi = hi;
+                }
+                covered += hi - lo;
+            }
+            assert_int_equal(covered, n);
+        }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_back_to_back),
+        cmocka_unit_test(test_after_sleep),
+        cmocka_unit_test(test_create_destroy_at_once),
+        cmocka_unit_test(test_split),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
