@@ -1,3 +1,36 @@
-/* main.c — dspark-edge (filled in by the edge issue). */
+/*
+** main.c — dspark-edge, the edge daemon: serves INT8 models to devices over MQTT and overflows to center nodes.
+**
+** This version is the skeleton: it answers --help and --version; serving
+** arrives with its own issue (see the README's status table).
+*/
 #include <stdio.h>
-int main(void) { puts("dspark-edge " DS_VERSION); return 0; }
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dspark-edge [--help] [--version]\n\n"
+               "dspark-edge — the edge daemon: serves INT8 models to devices over MQTT and overflows to center nodes.\n\n"
+               "  -h, --help     this text\n"
+               "      --version  print the version\n\n"
+               "Serving is not part of this build yet; use 'dspark run' to run a model locally.\n");
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("dspark-edge %s\n", DS_VERSION);
+            return 0;
+        }
+        fprintf(stderr, "dspark-edge: unknown argument '%s'\n", argv[i]);
+        usage(stderr);
+        return 2;
+    }
+    fprintf(stderr, "dspark-edge: serving is not implemented in this build yet (see --help)\n");
+    return 1;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# test.sh — set up and run every test: installs the Debian packages dspark
+# needs, builds twice (Release with -Werror; clang Debug with ASan+UBSan) and
+# runs the whole ctest suite on both. Exit status 0 only if everything passed.
+#
+# Environment: DS_TEST_JOBS (parallel build jobs, default: CPUs),
+#              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan pass (local use).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${DS_TEST_JOBS:-$(nproc)}
+
+bash deploy/install-deps.sh
+
+if [ ! -f ../shared/models/stories260K.bin ]; then
+  echo "test.sh: ../shared/models (the test models) must sit beside the checkout" >&2
+  exit 1
+fi
+
+echo "== Release build (gcc, -Werror) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDS_FATAL_WARNINGS=ON >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure
+
+if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== ASan + UBSan build (clang, Debug) =="
+  cmake -S . -B build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+        -DDS_SANITIZE_ADDRESS=ON -DDS_SANITIZE_UNDEFINED=ON -DDS_FATAL_WARNINGS=ON >/dev/null
+  cmake --build build-asan -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -LE nosan
+fi
+echo "test.sh: all tests passed"
