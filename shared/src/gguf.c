@@ -80,8 +80,9 @@ static enum ds_err rd_str(struct cur *c, struct ds_str *s, const char *what)
     enum ds_err rc = rd(c, &len, sizeof len, what);
     if (rc != DS_OK) return rc;
     if (len > c->size - c->off) {
-        DS_LOG(DS_LOG_ERROR, "%s: %s: string length %llu at offset %zu runs past the end (%zu bytes)",
-               c->name, what, (unsigned long long)len, c->off - 8, c->size);
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: %s length %llu at offset %zu runs past "
+               "the end of the file (%zu bytes)", c->name, what, (unsigned long long)len,
+               c->off - 8, c->size);
         return DS_ERR_FORMAT;
     }
     s->p = (const char *)c->p + c->off;
@@ -146,8 +147,9 @@ static enum ds_err parse_kv(struct cur *c, struct gguf_kv *kv, uint64_t idx)
     if (at != DS_GGUF_TYPE_STRING) {
         size_t sz = type_size(kv->arr_type);
         if (n > (c->size - c->off) / sz) {
-            DS_LOG(DS_LOG_ERROR, "%s: array '%.*s' claims %llu elements, more than the file holds",
-                   c->name, (int)kv->key.n, kv->key.p, (unsigned long long)n);
+            DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: array '%.*s' claims %llu elements, "
+                   "more than the file holds", c->name, (int)kv->key.n, kv->key.p,
+                   (unsigned long long)n);
             return DS_ERR_FORMAT;
         }
         c->off += (size_t)n * sz;
@@ -155,8 +157,9 @@ static enum ds_err parse_kv(struct cur *c, struct gguf_kv *kv, uint64_t idx)
     }
     /* Every string takes at least its 8-byte length: bound n before allocating. */
     if (n > (c->size - c->off) / 8) {
-        DS_LOG(DS_LOG_ERROR, "%s: string array '%.*s' claims %llu strings, more than the file holds",
-               c->name, (int)kv->key.n, kv->key.p, (unsigned long long)n);
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: string array '%.*s' claims %llu "
+               "strings, more than the file holds", c->name, (int)kv->key.n, kv->key.p,
+               (unsigned long long)n);
         return DS_ERR_FORMAT;
     }
     kv->strs = malloc((size_t)(n ? n : 1) * sizeof *kv->strs);
@@ -390,9 +393,9 @@ static enum ds_err check_tensors(struct ds_gguf *g, size_t data_off)
             return DS_ERR_FORMAT;
         }
         if (t->offset > data_size || t->size > data_size - t->offset) {
-            DS_LOG(DS_LOG_ERROR, "%s: tensor '%.*s' (%zu bytes at data offset %llu) runs past the "
-                   "end of the file (%zu data bytes)", g->name, (int)t->name.n, t->name.p,
-                   t->size, (unsigned long long)t->offset, data_size);
+            DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: tensor '%.*s' (%zu bytes at data "
+                   "offset %llu) runs past the end of the file (%zu data bytes)", g->name,
+                   (int)t->name.n, t->name.p, t->size, (unsigned long long)t->offset, data_size);
             return DS_ERR_FORMAT;
         }
         t->data = g->base + data_off + t->offset;
@@ -438,9 +441,9 @@ static enum ds_err parse(struct ds_gguf *g)
     /* A kv takes >= 8+1+4+1 bytes and a tensor info >= 8+1+4+8+4+8: bound the
     ** counts by the file size before allocating anything. */
     if (g->n_kv > g->size / 14 || g->n_tensors > g->size / 33) {
-        DS_LOG(DS_LOG_ERROR, "%s: header claims %llu metadata entries and %llu tensors, more "
-               "than a %zu-byte file can hold", g->name, (unsigned long long)g->n_kv,
-               (unsigned long long)g->n_tensors, g->size);
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: header claims %llu metadata entries and "
+               "%llu tensors, more than a %zu-byte file can hold", g->name,
+               (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, g->size);
         return DS_ERR_FORMAT;
     }
     g->kv = calloc((size_t)g->n_kv + 1, sizeof *g->kv);
@@ -533,8 +536,14 @@ enum ds_err ds_gguf_open(const char *path, struct ds_gguf **out)
         return errno == ENOENT ? DS_ERR_NOT_FOUND : DS_ERR_IO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 24) {
-        DS_LOG(DS_LOG_ERROR, "%s: not a regular file of at least 24 bytes", path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        DS_LOG(DS_LOG_ERROR, "%s: not a regular file", path);
+        close(fd);
+        return DS_ERR_FORMAT;
+    }
+    if (st.st_size < 24) {
+        DS_LOG(DS_LOG_ERROR, "%s: truncated: %lld bytes, a GGUF header takes 24", path,
+               (long long)st.st_size);
         close(fd);
         return DS_ERR_FORMAT;
     }
