@@ -416,6 +416,17 @@ static enum ds_err check_tensors(struct ds_gguf *g, size_t data_off)
             rc = DS_ERR_FORMAT;
         }
     }
+    /* Writers pad the last tensor to the alignment and stop. More bytes than
+    ** that belong to no tensor: the tensor count lies (an info left out shifts
+    ** the data section, so every tensor would read the wrong bytes). */
+    const struct ds_gguf_tensor *last = g->n_tensors ? by_off[g->n_tensors - 1] : NULL;
+    uint64_t end = last ? last->offset + last->size : 0;
+    if (rc == DS_OK && data_size - end >= g->alignment) {
+        DS_LOG(DS_LOG_ERROR, "%s: corrupt: %llu bytes after the last tensor belong to no tensor "
+               "(the tensor count of %llu is too small, or an offset lies)", g->name,
+               (unsigned long long)(data_size - end), (unsigned long long)g->n_tensors);
+        rc = DS_ERR_FORMAT;
+    }
     free(by_off);
     return rc;
 }
