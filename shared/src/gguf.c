@@ -45,6 +45,7 @@ struct ds_gguf {
     struct gguf_kv        *kv;
     uint64_t               n_tensors;
     struct ds_gguf_tensor *tensors;
+    const struct ds_str  **by_name;    /* OWNED: tensor names, sorted (for lookups) */
 };
 
 /* ---- bounds-checked cursor ---- */
@@ -307,12 +308,14 @@ static int cmp_offset(const void *a, const void *b)
 }
 
 /* Refuse two entries of items (n of them, stride bytes apart) whose ds_str at
-** byte offset key_off is equal. */
+** byte offset key_off is equal. With index, the sorted keys are kept there
+** (OWNED) on success. */
 static enum ds_err check_unique(const struct ds_gguf *g, const void *items, uint64_t n,
-                                size_t stride, size_t key_off, const char *what)
+                                size_t stride, size_t key_off, const char *what,
+                                const struct ds_str ***index)
 {
-    if (n < 2) return DS_OK;
-    const struct ds_str **keys = malloc((size_t)n * sizeof *keys);
+    if (n < 2 && !index) return DS_OK;
+    const struct ds_str **keys = malloc((size_t)(n ? n : 1) * sizeof *keys);
     if (!keys) return DS_ERR_NOMEM;
     for (uint64_t i = 0; i < n; i++)
         keys[i] = (const struct ds_str *)((const char *)items + i * stride + key_off);
@@ -323,7 +326,8 @@ static enum ds_err check_unique(const struct ds_gguf *g, const void *items, uint
             DS_LOG(DS_LOG_ERROR, "%s: duplicate %s '%.*s'", g->name, what, (int)keys[i]->n, keys[i]->p);
             rc = DS_ERR_FORMAT;
         }
-    free(keys);
+    if (index && rc == DS_OK) *index = keys;
+    else free(keys);
     return rc;
 }
 
@@ -401,7 +405,8 @@ static enum ds_err check_tensors(struct ds_gguf *g, size_t data_off)
         t->data = g->base + data_off + t->offset;
     }
     enum ds_err rc = check_unique(g, g->tensors, g->n_tensors, sizeof *g->tensors,
-                                  offsetof(struct ds_gguf_tensor, name), "tensor name");
+                                  offsetof(struct ds_gguf_tensor, name), "tensor name",
+                                  &g->by_name);
     if (rc != DS_OK) return rc;
     /* Overlap: sort by offset, then each tensor must end before the next starts. */
     const struct ds_gguf_tensor **by_off = malloc((size_t)(g->n_tensors + 1) * sizeof *by_off);
@@ -463,7 +468,7 @@ static enum ds_err parse(struct ds_gguf *g)
     for (uint64_t i = 0; i < g->n_kv; i++)
         if ((rc = parse_kv(&c, &g->kv[i], i)) != DS_OK) return rc;
     if ((rc = check_unique(g, g->kv, g->n_kv, sizeof *g->kv, offsetof(struct gguf_kv, key),
-                           "metadata key")) != DS_OK)
+                           "metadata key", NULL)) != DS_OK)
         return rc;
     g->alignment = GGUF_DEFAULT_ALIGN;
     if (find_kv(g, "general.alignment")) {
@@ -491,13 +496,16 @@ const struct ds_gguf_tensor *ds_gguf_tensor_at(const struct ds_gguf *g, uint64_t
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+/* Binary search of the sorted names: a hostile file may hold millions of
+** tensors, and a model looks up thousands of them. */
 const struct ds_gguf_tensor *ds_gguf_tensor_find(const struct ds_gguf *g, const char *name)
 {
-    size_t n = strlen(name);
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i].name.n == n && memcmp(g->tensors[i].name.p, name, n) == 0)
-            return &g->tensors[i];
-    return NULL;
+    _Static_assert(offsetof(struct ds_gguf_tensor, name) == 0, "by_name points at tensors");
+    struct ds_str key = { name, strlen(name) };
+    const struct ds_str *kp = &key;
+    const struct ds_str **hit = g->n_tensors ? bsearch(&kp, g->by_name, (size_t)g->n_tensors,
+                                                       sizeof *g->by_name, cmp_str_ptr) : NULL;
+    return hit ? (const struct ds_gguf_tensor *)*hit : NULL;
 }
 
 uint32_t    ds_gguf_version(const struct ds_gguf *g) { return g->version; }
@@ -513,6 +521,7 @@ void ds_gguf_close(struct ds_gguf *g)
     if (g->kv)
         for (uint64_t i = 0; i < g->n_kv; i++) free(g->kv[i].strs);
     free(g->kv);
+    free(g->by_name);
     free(g->tensors);
     if (g->mapped) munmap((void *)g->base, g->size);
     free(g->name);
