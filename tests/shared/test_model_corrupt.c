@@ -582,7 +582,7 @@ static void sweep(struct fx *f, const char *label, const struct img *im, const s
         }
         const char *msg = short_msg(f, f->cap.first);
         if (verbose) printf("refused: %s: %s\n", name, msg);
-        snprintf(i == 0 ? first : last, sizeof first, "%s", msg);
+        snprintf(i == 0 ? first : last, sizeof first, "%.200s", msg);
     }
     printf("refused: %s truncated at %zu offsets (%s): first: %s | last: %s\n", label, n_offs,
            mem && model ? "gguf + model" : mem ? "gguf" : "model", first, last);
