@@ -325,34 +325,44 @@ void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32
 
 /* ---- parallel matrix multiply ---- */
 
+/* Up to three matrices that read the same input (q/k/v, gate/up) run in one
+** pool dispatch: each thread takes its slice of rows of every matrix. */
+#define MATMUL_MAX 3
+
 struct matmul_job {
     const struct ds_engine   *e;
-    const struct mat         *w;
+    const struct mat         *w[MATMUL_MAX];
+    float                    *y[MATMUL_MAX];   /* (n, w->rows) each */
+    unsigned                  n_mat;
     const float              *x;      /* (n, cols) FP32 input */
     const struct ds_q8_block *xq;     /* (n, nb) quantized input (INT8) */
     size_t                    n;
-    float                    *y;      /* (n, rows) */
 };
+
+static void matmul_slice(const struct matmul_job *j, const struct mat *w, float *y, size_t r0, size_t r1)
+{
+    const struct ds_kern_ops *k = j->e->kern;
+    if (j->e->prec == DS_PRECISION_INT8) {
+        if (j->n == 1)
+            k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->xq, y + r0);
+        else
+            k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->n, j->xq, y + r0, w->rows);
+    } else if (j->n == 1) {
+        k->matvec_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->x, y + r0);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(r1 - r0), (int)w->cols,
+                    1.0f, j->x, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, y + r0,
+                    (int)w->rows);
+    }
+}
 
 static void matmul_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct matmul_job *j = p;
-    const struct mat *w = j->w;
-    size_t r0, r1;
-    ds_pool_split(w->rows, task, n_tasks, ROW_ALIGN, &r0, &r1);
-    if (r0 >= r1) return;
-    const struct ds_kern_ops *k = j->e->kern;
-    if (j->e->prec == DS_PRECISION_INT8) {
-        if (j->n == 1)
-            k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->xq, j->y + r0);
-        else
-            k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->n, j->xq, j->y + r0, w->rows);
-    } else if (j->n == 1) {
-        k->matvec_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->x, j->y + r0);
-    } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(r1 - r0), (int)w->cols,
-                    1.0f, j->x, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, j->y + r0,
-                    (int)w->rows);
+    for (unsigned m = 0; m < j->n_mat; m++) {
+        size_t r0, r1;
+        ds_pool_split(j->w[m]->rows, task, n_tasks, ROW_ALIGN, &r0, &r1);
+        if (r0 < r1) matmul_slice(j, j->w[m], j->y[m], r0, r1);
     }
 }
 
@@ -365,13 +375,23 @@ static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32
     for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
 }
 
-/* y (n, w->rows) = x (n, w->cols) . w^T; for INT8 the input must already be
-** quantized by quantize_input(). */
+/* y_i (n, w_i->rows) = x (n, cols) . w_i^T for each of n_mat matrices (NULL
+** ends the list early); for INT8 the input must already be quantized by
+** quantize_input(). */
+static void matmul_n(struct ds_engine *e, const float *x, size_t n, unsigned n_mat,
+                     const struct mat *w0, float *y0, const struct mat *w1, float *y1,
+                     const struct mat *w2, float *y2)
+{
+    struct matmul_job j = { e, { w0, w1, w2 }, { y0, y1, y2 }, n_mat, x, e->s.xq, n };
+    size_t work = 0;
+    for (unsigned m = 0; m < n_mat; m++) work += (size_t)j.w[m]->rows * j.w[m]->cols * n;
+    if (work < PARALLEL_MIN_WORK) matmul_task(&j, 0, 1);
+    else ds_pool_run(e->pool, matmul_task, &j);
+}
+
 static void matmul(struct ds_engine *e, const struct mat *w, const float *x, size_t n, float *y)
 {
-    struct matmul_job j = { e, w, x, e->s.xq, n, y };
-    if ((size_t)w->rows * w->cols * n < PARALLEL_MIN_WORK) matmul_task(&j, 0, 1);
-    else ds_pool_run(e->pool, matmul_task, &j);
+    matmul_n(e, x, n, 1, w, y, NULL, NULL, NULL, NULL);
 }
 
 /* ---- attention ---- */
@@ -481,9 +501,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         for (size_t r = 0; r < n; r++)
             e->kern->rmsnorm_f32(dim, s->x + r * dim, L->attn_norm, c->rms_eps, s->xb + r * dim);
         quantize_input(e, s->xb, n, c->dim);
-        matmul(e, &L->wq, s->xb, n, s->q);
-        matmul(e, &L->wk, s->xb, n, s->k);
-        matmul(e, &L->wv, s->xb, n, s->v);
+        matmul_n(e, s->xb, n, 3, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
         for (size_t r = 0; r < n; r++) {
             rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
             rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
@@ -503,8 +521,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         for (size_t r = 0; r < n; r++)
             e->kern->rmsnorm_f32(dim, s->x + r * dim, L->ffn_norm, c->rms_eps, s->xb + r * dim);
         quantize_input(e, s->xb, n, c->dim);
-        matmul(e, &L->w1, s->xb, n, s->hb);
-        matmul(e, &L->w3, s->xb, n, s->hb2);
+        matmul_n(e, s->xb, n, 2, &L->w1, s->hb, &L->w3, s->hb2, NULL, NULL);
         for (size_t i = 0; i < n * hid; i++) {
             float v = s->hb[i];
             s->hb[i] = v * (1.0f / (1.0f + expf(-v))) * s->hb2[i];

@@ -45,6 +45,7 @@ struct ds_gguf {
     struct gguf_kv        *kv;
     uint64_t               n_tensors;
     struct ds_gguf_tensor *tensors;
+    const struct ds_str  **by_name;    /* OWNED: tensor names, sorted (for lookups) */
 };
 
 /* ---- bounds-checked cursor ---- */
@@ -80,8 +81,9 @@ static enum ds_err rd_str(struct cur *c, struct ds_str *s, const char *what)
     enum ds_err rc = rd(c, &len, sizeof len, what);
     if (rc != DS_OK) return rc;
     if (len > c->size - c->off) {
-        DS_LOG(DS_LOG_ERROR, "%s: %s: string length %llu at offset %zu runs past the end (%zu bytes)",
-               c->name, what, (unsigned long long)len, c->off - 8, c->size);
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: %s length %llu at offset %zu runs past "
+               "the end of the file (%zu bytes)", c->name, what, (unsigned long long)len,
+               c->off - 8, c->size);
         return DS_ERR_FORMAT;
     }
     s->p = (const char *)c->p + c->off;
@@ -146,8 +148,9 @@ static enum ds_err parse_kv(struct cur *c, struct gguf_kv *kv, uint64_t idx)
     if (at != DS_GGUF_TYPE_STRING) {
         size_t sz = type_size(kv->arr_type);
         if (n > (c->size - c->off) / sz) {
-            DS_LOG(DS_LOG_ERROR, "%s: array '%.*s' claims %llu elements, more than the file holds",
-                   c->name, (int)kv->key.n, kv->key.p, (unsigned long long)n);
+            DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: array '%.*s' claims %llu elements, "
+                   "more than the file holds", c->name, (int)kv->key.n, kv->key.p,
+                   (unsigned long long)n);
             return DS_ERR_FORMAT;
         }
         c->off += (size_t)n * sz;
@@ -155,8 +158,9 @@ static enum ds_err parse_kv(struct cur *c, struct gguf_kv *kv, uint64_t idx)
     }
     /* Every string takes at least its 8-byte length: bound n before allocating. */
     if (n > (c->size - c->off) / 8) {
-        DS_LOG(DS_LOG_ERROR, "%s: string array '%.*s' claims %llu strings, more than the file holds",
-               c->name, (int)kv->key.n, kv->key.p, (unsigned long long)n);
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: string array '%.*s' claims %llu "
+               "strings, more than the file holds", c->name, (int)kv->key.n, kv->key.p,
+               (unsigned long long)n);
         return DS_ERR_FORMAT;
     }
     kv->strs = malloc((size_t)(n ? n : 1) * sizeof *kv->strs);
@@ -304,12 +308,14 @@ static int cmp_offset(const void *a, const void *b)
 }
 
 /* Refuse two entries of items (n of them, stride bytes apart) whose ds_str at
-** byte offset key_off is equal. */
+** byte offset key_off is equal. With index, the sorted keys are kept there
+** (OWNED) on success. */
 static enum ds_err check_unique(const struct ds_gguf *g, const void *items, uint64_t n,
-                                size_t stride, size_t key_off, const char *what)
+                                size_t stride, size_t key_off, const char *what,
+                                const struct ds_str ***index)
 {
-    if (n < 2) return DS_OK;
-    const struct ds_str **keys = malloc((size_t)n * sizeof *keys);
+    if (n < 2 && !index) return DS_OK;
+    const struct ds_str **keys = malloc((size_t)(n ? n : 1) * sizeof *keys);
     if (!keys) return DS_ERR_NOMEM;
     for (uint64_t i = 0; i < n; i++)
         keys[i] = (const struct ds_str *)((const char *)items + i * stride + key_off);
@@ -320,7 +326,8 @@ static enum ds_err check_unique(const struct ds_gguf *g, const void *items, uint
             DS_LOG(DS_LOG_ERROR, "%s: duplicate %s '%.*s'", g->name, what, (int)keys[i]->n, keys[i]->p);
             rc = DS_ERR_FORMAT;
         }
-    free(keys);
+    if (index && rc == DS_OK) *index = keys;
+    else free(keys);
     return rc;
 }
 
@@ -390,15 +397,16 @@ static enum ds_err check_tensors(struct ds_gguf *g, size_t data_off)
             return DS_ERR_FORMAT;
         }
         if (t->offset > data_size || t->size > data_size - t->offset) {
-            DS_LOG(DS_LOG_ERROR, "%s: tensor '%.*s' (%zu bytes at data offset %llu) runs past the "
-                   "end of the file (%zu data bytes)", g->name, (int)t->name.n, t->name.p,
-                   t->size, (unsigned long long)t->offset, data_size);
+            DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: tensor '%.*s' (%zu bytes at data "
+                   "offset %llu) runs past the end of the file (%zu data bytes)", g->name,
+                   (int)t->name.n, t->name.p, t->size, (unsigned long long)t->offset, data_size);
             return DS_ERR_FORMAT;
         }
         t->data = g->base + data_off + t->offset;
     }
     enum ds_err rc = check_unique(g, g->tensors, g->n_tensors, sizeof *g->tensors,
-                                  offsetof(struct ds_gguf_tensor, name), "tensor name");
+                                  offsetof(struct ds_gguf_tensor, name), "tensor name",
+                                  &g->by_name);
     if (rc != DS_OK) return rc;
     /* Overlap: sort by offset, then each tensor must end before the next starts. */
     const struct ds_gguf_tensor **by_off = malloc((size_t)(g->n_tensors + 1) * sizeof *by_off);
@@ -412,6 +420,17 @@ static enum ds_err check_tensors(struct ds_gguf *g, size_t data_off)
                    (int)a->name.n, a->name.p, (int)b->name.n, b->name.p);
             rc = DS_ERR_FORMAT;
         }
+    }
+    /* Writers pad the last tensor to the alignment and stop. More bytes than
+    ** that belong to no tensor: the tensor count lies (an info left out shifts
+    ** the data section, so every tensor would read the wrong bytes). */
+    const struct ds_gguf_tensor *last = g->n_tensors ? by_off[g->n_tensors - 1] : NULL;
+    uint64_t end = last ? last->offset + last->size : 0;
+    if (rc == DS_OK && data_size - end >= g->alignment) {
+        DS_LOG(DS_LOG_ERROR, "%s: corrupt: %llu bytes after the last tensor belong to no tensor "
+               "(the tensor count of %llu is too small, or an offset lies)", g->name,
+               (unsigned long long)(data_size - end), (unsigned long long)g->n_tensors);
+        rc = DS_ERR_FORMAT;
     }
     free(by_off);
     return rc;
@@ -438,9 +457,9 @@ static enum ds_err parse(struct ds_gguf *g)
     /* A kv takes >= 8+1+4+1 bytes and a tensor info >= 8+1+4+8+4+8: bound the
     ** counts by the file size before allocating anything. */
     if (g->n_kv > g->size / 14 || g->n_tensors > g->size / 33) {
-        DS_LOG(DS_LOG_ERROR, "%s: header claims %llu metadata entries and %llu tensors, more "
-               "than a %zu-byte file can hold", g->name, (unsigned long long)g->n_kv,
-               (unsigned long long)g->n_tensors, g->size);
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or corrupt: header claims %llu metadata entries and "
+               "%llu tensors, more than a %zu-byte file can hold", g->name,
+               (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, g->size);
         return DS_ERR_FORMAT;
     }
     g->kv = calloc((size_t)g->n_kv + 1, sizeof *g->kv);
@@ -449,7 +468,7 @@ static enum ds_err parse(struct ds_gguf *g)
     for (uint64_t i = 0; i < g->n_kv; i++)
         if ((rc = parse_kv(&c, &g->kv[i], i)) != DS_OK) return rc;
     if ((rc = check_unique(g, g->kv, g->n_kv, sizeof *g->kv, offsetof(struct gguf_kv, key),
-                           "metadata key")) != DS_OK)
+                           "metadata key", NULL)) != DS_OK)
         return rc;
     g->alignment = GGUF_DEFAULT_ALIGN;
     if (find_kv(g, "general.alignment")) {
@@ -477,13 +496,16 @@ const struct ds_gguf_tensor *ds_gguf_tensor_at(const struct ds_gguf *g, uint64_t
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+/* Binary search of the sorted names: a hostile file may hold millions of
+** tensors, and a model looks up thousands of them. */
 const struct ds_gguf_tensor *ds_gguf_tensor_find(const struct ds_gguf *g, const char *name)
 {
-    size_t n = strlen(name);
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i].name.n == n && memcmp(g->tensors[i].name.p, name, n) == 0)
-            return &g->tensors[i];
-    return NULL;
+    _Static_assert(offsetof(struct ds_gguf_tensor, name) == 0, "by_name points at tensors");
+    struct ds_str key = { name, strlen(name) };
+    const struct ds_str *kp = &key;
+    const struct ds_str **hit = g->n_tensors ? bsearch(&kp, g->by_name, (size_t)g->n_tensors,
+                                                       sizeof *g->by_name, cmp_str_ptr) : NULL;
+    return hit ? (const struct ds_gguf_tensor *)*hit : NULL;
 }
 
 uint32_t    ds_gguf_version(const struct ds_gguf *g) { return g->version; }
@@ -499,6 +521,7 @@ void ds_gguf_close(struct ds_gguf *g)
     if (g->kv)
         for (uint64_t i = 0; i < g->n_kv; i++) free(g->kv[i].strs);
     free(g->kv);
+    free(g->by_name);
     free(g->tensors);
     if (g->mapped) munmap((void *)g->base, g->size);
     free(g->name);
@@ -533,8 +556,14 @@ enum ds_err ds_gguf_open(const char *path, struct ds_gguf **out)
         return errno == ENOENT ? DS_ERR_NOT_FOUND : DS_ERR_IO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 24) {
-        DS_LOG(DS_LOG_ERROR, "%s: not a regular file of at least 24 bytes", path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        DS_LOG(DS_LOG_ERROR, "%s: not a regular file", path);
+        close(fd);
+        return DS_ERR_FORMAT;
+    }
+    if (st.st_size < 24) {
+        DS_LOG(DS_LOG_ERROR, "%s: truncated: %lld bytes, a GGUF header takes 24", path,
+               (long long)st.st_size);
         close(fd);
         return DS_ERR_FORMAT;
     }

@@ -97,38 +97,41 @@ static enum ds_err check_config(const char *path, struct ds_model_config *c)
 #undef BAD
 }
 
-/* Every value finite: a NaN weight or scale would poison every answer. */
+/* Every value finite: a NaN weight or scale would poison every answer.
+** name is the tensor's name in the file's own terms, for the message. */
 static enum ds_err check_values(const char *path, const char *name, const struct ds_weight *w)
 {
     size_t n = (size_t)w->rows * w->cols;
     const uint8_t *p = w->data;
     size_t bad = SIZE_MAX;
+    bool nan = false;
     switch (w->type) {
     case DS_DTYPE_F32:
         for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
             uint32_t u;
             memcpy(&u, p + 4 * i, 4);
-            if ((u & 0x7f800000u) == 0x7f800000u) bad = i;
+            if ((u & 0x7f800000u) == 0x7f800000u) { bad = i; nan = (u & 0x007fffffu) != 0; }
         }
         break;
     case DS_DTYPE_F16:
         for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
             uint16_t u;
             memcpy(&u, p + 2 * i, 2);
-            if ((u & 0x7c00u) == 0x7c00u) bad = i;
+            if ((u & 0x7c00u) == 0x7c00u) { bad = i; nan = (u & 0x03ffu) != 0; }
         }
         break;
     case DS_DTYPE_Q8_0:
         for (size_t b = 0; b < n / DS_Q8_BLOCK && bad == SIZE_MAX; b++) {
             uint16_t u;
             memcpy(&u, p + b * sizeof(struct ds_q8_block), 2);
-            if ((u & 0x7c00u) == 0x7c00u) bad = b * DS_Q8_BLOCK;
+            if ((u & 0x7c00u) == 0x7c00u) { bad = b * DS_Q8_BLOCK; nan = (u & 0x03ffu) != 0; }
         }
         break;
     }
     if (bad != SIZE_MAX) {
-        DS_LOG(DS_LOG_ERROR, "%s: tensor %s holds a NaN or infinite %s at element %zu",
-               path, name, w->type == DS_DTYPE_Q8_0 ? "scale" : "value", bad);
+        DS_LOG(DS_LOG_ERROR, "%s: tensor '%s' holds %s %s at element %zu", path, name,
+               nan ? "a NaN" : "an infinite", w->type == DS_DTYPE_Q8_0 ? "block scale" : "value",
+               bad);
         return DS_ERR_FORMAT;
     }
     return DS_OK;
@@ -136,17 +139,31 @@ static enum ds_err check_values(const char *path, const char *name, const struct
 
 static enum ds_err check_all_values(struct ds_model *m)
 {
+    /* Names as the file knows them: GGUF tensor names, llama2.c field names. */
+    static const char *const gguf_names[] = { "attn_norm", "attn_q", "attn_k", "attn_v",
+                                              "attn_output", "ffn_norm", "ffn_gate", "ffn_down",
+                                              "ffn_up" };
+    static const char *const l2c_names[] = { "rms_att_weight", "wq", "wk", "wv", "wo",
+                                             "rms_ffn_weight", "w1", "w2", "w3" };
+    bool gguf = m->format == DS_MODEL_FORMAT_GGUF;
     enum ds_err rc;
     char name[64];
-    if ((rc = check_values(m->path, "token_embd", &m->tok_embd)) != DS_OK) return rc;
-    if ((rc = check_values(m->path, "output_norm", &m->out_norm)) != DS_OK) return rc;
-    if (!m->tied_output && (rc = check_values(m->path, "output", &m->output)) != DS_OK) return rc;
+    if ((rc = check_values(m->path, gguf ? "token_embd.weight" : "token_embedding_table",
+                           &m->tok_embd)) != DS_OK ||
+        (rc = check_values(m->path, gguf ? "output_norm.weight" : "rms_final_weight",
+                           &m->out_norm)) != DS_OK)
+        return rc;
+    if (!m->tied_output &&
+        (rc = check_values(m->path, gguf ? "output.weight" : "wcls", &m->output)) != DS_OK)
+        return rc;
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         const struct ds_layer_weights *L = &m->layers[l];
         const struct ds_weight *ws[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
                                          &L->ffn_norm, &L->w1, &L->w2, &L->w3 };
+        _Static_assert(DS_ARRAY_LEN(ws) == DS_ARRAY_LEN(gguf_names), "one name per weight");
         for (size_t i = 0; i < DS_ARRAY_LEN(ws); i++) {
-            snprintf(name, sizeof name, "layer %u #%zu", l, i);
+            if (gguf) snprintf(name, sizeof name, "blk.%u.%s.weight", l, gguf_names[i]);
+            else snprintf(name, sizeof name, "%s[%u]", l2c_names[i], l);
             if ((rc = check_values(m->path, name, ws[i])) != DS_OK) return rc;
         }
     }
@@ -300,8 +317,14 @@ static enum ds_err open_llama2c(struct ds_model *m)
         return errno == ENOENT ? DS_ERR_NOT_FOUND : DS_ERR_IO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 28) {
-        DS_LOG(DS_LOG_ERROR, "%s: not a model file (under 28 bytes, or not a regular file)", m->path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        DS_LOG(DS_LOG_ERROR, "%s: not a regular file", m->path);
+        close(fd);
+        return DS_ERR_FORMAT;
+    }
+    if (st.st_size < 28) {
+        DS_LOG(DS_LOG_ERROR, "%s: truncated or not a model: %lld bytes, under the 28-byte "
+               "llama2.c header (and no \"GGUF\" magic)", m->path, (long long)st.st_size);
         close(fd);
         return DS_ERR_FORMAT;
     }
@@ -322,8 +345,8 @@ static enum ds_err open_llama2c(struct ds_model *m)
     }
     for (int i = 0; i < 7; i++)
         if (h[i] == 0 || (h[i] < 0 && i != 5) || h[i] == INT32_MIN) {
-            DS_LOG(DS_LOG_ERROR, "%s: header field %d is %d; this is not a llama2.c checkpoint "
-                   "(GGUF files start with \"GGUF\")", m->path, i, h[i]);
+            DS_LOG(DS_LOG_ERROR, "%s: unknown format: the magic is not \"GGUF\" (0x%08x), and "
+                   "as a llama2.c header, field %d is %d", m->path, (uint32_t)h[0], i, h[i]);
             return DS_ERR_FORMAT;
         }
     struct ds_model_config *c = &m->cfg;

@@ -1,0 +1,193 @@
+/*
+** mkcorpus.c — writes the seed corpora of the fuzz targets: tiny GGUF models
+** (mkmodel and the GGUF writer), a tiny llama2.c checkpoint, cut-down real
+** files, and small tokenizer.bin files. The seeds are committed under
+** tests/fuzz/corpus/; rerun this after a format change:
+**
+**   cmake --build build --target fuzz_mkcorpus
+**   build/tests/fuzz_mkcorpus ../shared/models tests/fuzz/corpus
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/gguf.h"
+#include "support/mkmodel.h"
+#include "support/testutil.h"
+
+static int write_bytes(const char *dir, const char *name, const void *a, size_t na,
+                       const void *b, size_t nb)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(a, 1, na, f) == na && (nb == 0 || fwrite(b, 1, nb, f) == nb);
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) fprintf(stderr, "cannot write %s\n", path);
+    printf("%s: %zu bytes\n", path, na + nb);
+    return ok ? 0 : 1;
+}
+
+static int copy_head(const char *dir, const char *name, const char *src, size_t n)
+{
+    size_t len;
+    char *p = tu_read_file(src, &len);
+    if (!p) {
+        fprintf(stderr, "cannot read %s\n", src);
+        return 1;
+    }
+    int rc = write_bytes(dir, name, p, n < len ? n : len, NULL, 0);
+    free(p);
+    return rc;
+}
+
+/* A dim-8 Llama with a 24-token vocabulary: specials, byte tokens, "▁" pieces. */
+static int vocab_model(const char *path)
+{
+    static const char *const toks[] = {
+        "<unk>", "<s>", "</s>", "<0x0A>", "<0x41>", "<0xC3>", "<0xA9>", "<0xFF>",
+        "\xe2\x96\x81", "\xe2\x96\x81O", "n", "c", "e", "nc", "Once", "\xe2\x96\x81Once",
+        "u", "p", "o", "up", "on", "upon", "\xc3\xa9", "t",
+    };
+    enum { V = 24, D = 8, H = 16 };
+    struct ds_str items[V];
+    float scores[V];
+    int32_t types[V];
+    for (int i = 0; i < V; i++) {
+        items[i] = (struct ds_str){ toks[i], strlen(toks[i]) };
+        scores[i] = -(float)i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 8 ? 6 : 1;
+    }
+    struct ds_gguf_writer *w;
+    if (ds_gguf_writer_create(&w) != DS_OK) return 1;
+    enum ds_err rc = ds_gguf_writer_str(w, "general.architecture", "llama");
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.embedding_length", D);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.feed_forward_length", H);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.block_count", 1);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.attention.head_count", 2);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.attention.head_count_kv", 1);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.context_length", 8);
+    if (rc == DS_OK) rc = ds_gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+    if (rc == DS_OK) rc = ds_gguf_writer_str_arr(w, "tokenizer.ggml.tokens", items, V);
+    if (rc == DS_OK)
+        rc = ds_gguf_writer_arr(w, "tokenizer.ggml.scores", DS_GGUF_TYPE_FLOAT32, scores, V);
+    if (rc == DS_OK)
+        rc = ds_gguf_writer_arr(w, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, types, V);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    static const struct { const char *name; uint32_t rows, cols; } t[] = {
+        { "token_embd.weight", V, D }, { "output_norm.weight", 1, D },
+        { "blk.0.attn_norm.weight", 1, D }, { "blk.0.attn_q.weight", D, D },
+        { "blk.0.attn_k.weight", D / 2, D }, { "blk.0.attn_v.weight", D / 2, D },
+        { "blk.0.attn_output.weight", D, D }, { "blk.0.ffn_norm.weight", 1, D },
+        { "blk.0.ffn_gate.weight", H, D }, { "blk.0.ffn_down.weight", D, H },
+        { "blk.0.ffn_up.weight", H, D },
+    };
+    float x[V * D];
+    for (size_t i = 0; rc == DS_OK && i < sizeof t / sizeof t[0]; i++) {
+        size_t n = (size_t)t[i].rows * t[i].cols;
+        for (size_t k = 0; k < n; k++)
+            x[k] = t[i].rows == 1 ? 1.0f : 0.05f * (float)((k * 7) % 11) - 0.25f;
+        uint64_t ne[2] = { t[i].cols, t[i].rows };
+        rc = ds_gguf_writer_tensor(w, t[i].name, DS_GGML_TYPE_F32, t[i].rows == 1 ? 1 : 2, ne, x,
+                                   n * sizeof *x);
+    }
+    if (rc == DS_OK) rc = ds_gguf_writer_save(w, path);
+    ds_gguf_writer_destroy(w);
+    return rc != DS_OK;
+}
+
+/* llama2.c v0: dim 8, hidden 16, 1 layer, 2 heads, 1 kv head, vocab 16, seq 8. */
+static int llama2c_model(const char *dir)
+{
+    enum { D = 8, H = 16, L = 1, KVD = 4, V = 16, S = 8, HD = 4 };
+    int32_t hdr[7] = { D, H, L, 2, 1, V, S };
+    size_t n = (size_t)V * D + L * D + 2 * L * D * D + 2 * L * KVD * D + L * D + 3 * L * H * D + D +
+               S * HD;
+    float *w = calloc(n, sizeof *w);
+    if (!w) return 1;
+    for (size_t i = 0; i < n; i++) w[i] = 0.01f * (float)(i % 13);
+    int rc = write_bytes(dir, "tiny_llama2c.bin", hdr, sizeof hdr, w, n * sizeof *w);
+    free(w);
+    return rc;
+}
+
+/* tokenizer.bin seeds: u16 n_vocab, then the file. */
+static int tok_seeds(const char *models, const char *dir)
+{
+    char src[4096];
+    size_t len;
+    int rc = 0;
+    snprintf(src, sizeof src, "%s/tok512.bin", models);
+    char *p = tu_read_file(src, &len);
+    if (!p) return 1;
+    uint8_t nv[2] = { 512 & 0xff, 512 >> 8 };
+    rc |= write_bytes(dir, "tok512", nv, 2, p, len);
+    free(p);
+    /* The first tokens of the 32000-token tokenizer.bin, cut at a token boundary. */
+    snprintf(src, sizeof src, "%s/tokenizer.bin", models);
+    if (!(p = tu_read_file(src, &len))) return 1;
+    size_t pos = 4;
+    uint32_t k = 0;
+    while (pos + 8 <= len && pos < 3000) {
+        int32_t n;
+        memcpy(&n, p + pos + 4, 4);
+        pos += 8 + (size_t)n;
+        k++;
+    }
+    uint8_t nk[2] = { (uint8_t)(k & 0xff), (uint8_t)(k >> 8) };
+    rc |= write_bytes(dir, "tokenizer_head", nk, 2, p, pos);
+    uint8_t nk5[2] = { (uint8_t)((k + 5) & 0xff), (uint8_t)((k + 5) >> 8) };
+    rc |= write_bytes(dir, "tokenizer_cut", nk5, 2, p, pos - 3);
+    free(p);
+    /* Hand-made: max length 4; specials, a byte token, merges. */
+    static const struct { float score; const char *s; } t[] = {
+        { 0, "<unk>" }, { 0, "<s>" }, { 0, "</s>" }, { 0, "<0x41>" },
+        { -1, "a" }, { -2, "b" }, { -0.5f, "ab" }, { -3, "\xe2\x96\x81" },
+    };
+    uint8_t buf[256];
+    size_t o = 0;
+    uint32_t max_len = 6;
+    memcpy(buf, &max_len, 4);
+    o = 4;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int32_t n = (int32_t)strlen(t[i].s);
+        memcpy(buf + o, &t[i].score, 4);
+        memcpy(buf + o + 4, &n, 4);
+        memcpy(buf + o + 8, t[i].s, (size_t)n);
+        o += 8 + (size_t)n;
+    }
+    uint8_t n8[2] = { 8, 0 };
+    rc |= write_bytes(dir, "tiny", n8, 2, buf, o);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s MODELS_DIR CORPUS_DIR\n", argv[0]);
+        return 2;
+    }
+    const char *models = argv[1];
+    char dir[4096], path[4200], src[4200];
+    int rc = 0;
+    snprintf(dir, sizeof dir, "%s/fuzz_gguf", argv[2]);
+    static const struct mk_shape tiny = { 8, 16, 1, 2, 1, 16, 8 };
+    static const struct mk_shape tiny32 = { 32, 32, 1, 4, 2, 16, 8 };
+    snprintf(path, sizeof path, "%s/tiny_f32.gguf", dir);
+    rc |= mk_random_model(path, &tiny, DS_GGML_TYPE_F32, 1) != DS_OK;
+    snprintf(path, sizeof path, "%s/tiny_f16.gguf", dir);
+    rc |= mk_random_model(path, &tiny, DS_GGML_TYPE_F16, 2) != DS_OK;
+    snprintf(path, sizeof path, "%s/tiny_q8_0.gguf", dir);
+    rc |= mk_random_model(path, &tiny32, DS_GGML_TYPE_Q8_0, 3) != DS_OK;
+    snprintf(path, sizeof path, "%s/tiny_vocab.gguf", dir);
+    rc |= vocab_model(path);
+    rc |= llama2c_model(dir);
+    snprintf(src, sizeof src, "%s/stories260K.gguf", models);
+    rc |= copy_head(dir, "stories260K_head.gguf", src, 4096);
+    snprintf(src, sizeof src, "%s/llama-2-tiny-random.gguf", models);
+    rc |= copy_head(dir, "llama-2-tiny-random_head.gguf", src, 2048);
+    snprintf(dir, sizeof dir, "%s/fuzz_tok_load", argv[2]);
+    rc |= tok_seeds(models, dir);
+    return rc;
+}
