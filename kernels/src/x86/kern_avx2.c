@@ -296,36 +296,45 @@ static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m256 f[MM_RW]
             y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
 }
 
+/* Token tiles of 16; a last tile of fewer than 12 tokens (and any batch
+** below 12) is faster streamed through matvec, token by token. */
+#define MM_MIN_TILE 12
+
 static void matmul_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                            size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    if (n_tok < 4 || n_blocks == 0) {   /* too few tokens to fill lanes: stream W per token */
-        for (size_t t = 0; t < n_tok; t++)
-            matvec_q8_avx2(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
+    if (n_blocks == 0) {                        /* empty sums */
+        for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
-    struct mm_pack p __attribute__((aligned(32)));
-    for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
-        size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
-        for (size_t t0 = 0; t0 < n_tok; t0 += MM_TT) {
-            size_t nt = n_tok - t0 < MM_TT ? n_tok - t0 : MM_TT;
-            mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
-            float *yt = y + t0 * ldy;
-            size_t r = 0;
-            for (; r + MM_RW <= rows; r += MM_RW) {
-                __m256 f[MM_RW][2];
-                for (int i = 0; i < MM_RW; i++) f[i][0] = f[i][1] = _mm256_setzero_ps();
-                mm_kernel(MM_RW, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
-                mm_store(yt + r, ldy, MM_RW, nt, f, kb0 > 0);
-            }
-            for (; r < rows; r++) {
-                __m256 f[MM_RW][2];
-                f[0][0] = f[0][1] = _mm256_setzero_ps();
-                mm_kernel(1, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
-                mm_store(yt + r, ldy, 1, nt, f, kb0 > 0);
+    size_t tiled = n_tok;
+    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
+    if (tiled) {
+        struct mm_pack p __attribute__((aligned(32)));
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
+            size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
+            for (size_t t0 = 0; t0 < tiled; t0 += MM_TT) {
+                size_t nt = tiled - t0 < MM_TT ? tiled - t0 : MM_TT;
+                mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
+                float *yt = y + t0 * ldy;
+                size_t r = 0;
+                for (; r + MM_RW <= rows; r += MM_RW) {
+                    __m256 f[MM_RW][2];
+                    for (int i = 0; i < MM_RW; i++) f[i][0] = f[i][1] = _mm256_setzero_ps();
+                    mm_kernel(MM_RW, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
+                    mm_store(yt + r, ldy, MM_RW, nt, f, kb0 > 0);
+                }
+                for (; r < rows; r++) {
+                    __m256 f[MM_RW][2];
+                    f[0][0] = f[0][1] = _mm256_setzero_ps();
+                    mm_kernel(1, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
+                    mm_store(yt + r, ldy, 1, nt, f, kb0 > 0);
+                }
             }
         }
     }
+    for (size_t t = tiled; t < n_tok; t++)      /* a few leftover tokens */
+        matvec_q8_avx2(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
 }
 
 /* ---- FP32 ---- */

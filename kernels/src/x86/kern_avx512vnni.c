@@ -333,21 +333,44 @@ DS_INLINE void mm_kernel(int RW, int NT, const struct ds_q8_block *w, size_t nb,
     }
 }
 
+/* y[t*ldy + r .. r+3] (+)= 4 rows of 16 tokens (t0 .. t0+nt-1): a 4x16
+** transpose in registers, then one 4-float store per token. */
+DS_INLINE void mm_store4x16(float *y, size_t ldy, size_t nt, __m512 f0, __m512 f1, __m512 f2,
+                            __m512 f3, bool add)
+{
+    __m512 t0 = _mm512_unpacklo_ps(f0, f1), t1 = _mm512_unpackhi_ps(f0, f1);
+    __m512 t2 = _mm512_unpacklo_ps(f2, f3), t3 = _mm512_unpackhi_ps(f2, f3);
+    __m512 u[4];                    /* u[k], 128-bit lane l: token 4l+k, rows 0..3 */
+    u[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    u[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    u[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    u[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    for (size_t t = 0; t < nt; t++) {
+        __m128 v;
+        switch (t >> 2) {
+        case 0:  v = _mm512_castps512_ps128(u[t & 3]); break;
+        case 1:  v = _mm512_extractf32x4_ps(u[t & 3], 1); break;
+        case 2:  v = _mm512_extractf32x4_ps(u[t & 3], 2); break;
+        default: v = _mm512_extractf32x4_ps(u[t & 3], 3); break;
+        }
+        if (add) v = _mm_add_ps(v, _mm_loadu_ps(y + t * ldy));
+        _mm_storeu_ps(y + t * ldy, v);
+    }
+}
+
 /* y[t*ldy + r] (+)= f for nr rows and nt tokens of the tile. */
 static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m512 f[MM_RW][2], bool add)
 {
+    if (nr == MM_RW) {
+        mm_store4x16(y, ldy, nt < 16 ? nt : 16, f[0][0], f[1][0], f[2][0], f[3][0], add);
+        if (nt > 16)
+            mm_store4x16(y + 16 * ldy, ldy, nt - 16, f[0][1], f[1][1], f[2][1], f[3][1], add);
+        return;
+    }
     float buf[MM_RW][MM_TT];
     for (size_t r = 0; r < nr; r++) {
         _mm512_storeu_ps(&buf[r][0], f[r][0]);
         _mm512_storeu_ps(&buf[r][16], f[r][1]);
-    }
-    if (nr == MM_RW) {
-        for (size_t t = 0; t < nt; t++) {
-            __m128 v = _mm_setr_ps(buf[0][t], buf[1][t], buf[2][t], buf[3][t]);
-            if (add) v = _mm_add_ps(v, _mm_loadu_ps(y + t * ldy));
-            _mm_storeu_ps(y + t * ldy, v);
-        }
-        return;
     }
     for (size_t t = 0; t < nt; t++)
         for (size_t r = 0; r < nr; r++)
@@ -380,23 +403,32 @@ static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
     }
 }
 
+/* Token tiles of 32 (16 for a last tile of 5..16 tokens); fewer than 5
+** tokens cannot fill the lanes and are streamed through matvec instead. */
+#define MM_MIN_TILE 5
+
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                              size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    if (n_tok < 4 || n_blocks == 0) {   /* too few tokens to fill lanes: stream W per token */
-        for (size_t t = 0; t < n_tok; t++)
-            matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
+    if (n_blocks == 0) {                        /* empty sums */
+        for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
-    struct mm_pack p __attribute__((aligned(64)));
-    for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
-        size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
-        for (size_t t0 = 0; t0 < n_tok; t0 += MM_TT) {
-            size_t nt = n_tok - t0 < MM_TT ? n_tok - t0 : MM_TT;
-            mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
-            mm_tile_rows(rows, n_blocks, w, &p, kb0, kn, nt, y + t0 * ldy, ldy, kb0 > 0);
+    size_t tiled = n_tok;
+    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
+    if (tiled) {
+        struct mm_pack p __attribute__((aligned(64)));
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
+            size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
+            for (size_t t0 = 0; t0 < tiled; t0 += MM_TT) {
+                size_t nt = tiled - t0 < MM_TT ? tiled - t0 : MM_TT;
+                mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
+                mm_tile_rows(rows, n_blocks, w, &p, kb0, kn, nt, y + t0 * ldy, ldy, kb0 > 0);
+            }
         }
     }
+    for (size_t t = tiled; t < n_tok; t++)      /* a few leftover tokens */
+        matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
 }
 
 /* ---- FP32 ---- */
