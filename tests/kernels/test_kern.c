@@ -244,6 +244,11 @@ static void test_matvec_q8(void **state)
             free(x);
         }
     }
+    float y[7];                                          /* no blocks: empty sums are 0 */
+    struct ds_q8_block dummy[1];
+    memset(y, 0x7f, sizeof y);
+    k->matvec_q8(7, 0, dummy, dummy, y);
+    for (size_t r = 0; r < 7; r++) assert_true(y[r] == 0.0f);
 }
 
 static void check_matmul_q8(const struct ds_kern_ops *k, size_t rows, size_t nb, size_t nt,
@@ -291,6 +296,15 @@ static void test_matmul_q8(void **state)
             free(w);
             free(x);
         }
+    }
+    static const size_t nts[] = { 3, 40 };               /* no blocks: empty sums are 0 */
+    for (size_t i = 0; i < N_OF(nts); i++) {
+        float y[40 * 8];
+        struct ds_q8_block dummy[1];
+        for (size_t j = 0; j < N_OF(y); j++) y[j] = -777.0f;
+        k->matmul_q8(6, 0, dummy, nts[i], dummy, y, 8);
+        for (size_t t = 0; t < nts[i]; t++)
+            for (size_t r = 0; r < 8; r++) assert_true(y[t * 8 + r] == (r < 6 ? 0.0f : -777.0f));
     }
 }
 
