@@ -11,8 +11,11 @@
 ** the source into one small L1-resident buffer) measured in the same run,
 ** and with ref. The best of several timed repeats is reported (noisy VMs).
 **
-** Usage: bench_kern [-t threads] [-q]   (-t splits rows as the engine does;
-**        -q: hot only, no streaming columns). Output: a table on stdout.
+** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-q]
+**        -t splits rows across threads as the engine does; -r: best of how
+**        many timed repeats (default 5; raise it on a busy machine); -k: only
+**        that variant (and ref); -q: hot only, no streaming columns.
+**        Output: a table on stdout.
 */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,7 +28,7 @@
 
 #define RING_BYTES   (512u << 20)
 #define MIN_SECONDS  0.15
-#define REPEATS      5
+#define MAX_REPEATS  100
 #define N_TOK        128
 #define MAX_THREADS  16
 
@@ -49,6 +52,7 @@ struct job {
     float *y;
     size_t calls;                   /* calls per timed repeat */
     size_t nthr;
+    int repeats;
     pthread_barrier_t bar;
 };
 
@@ -62,7 +66,7 @@ static void run_part(struct job *j, size_t id, size_t call)
     size_t nb = j->cols / DS_Q8_BLOCK;
     switch (j->op) {
     case OP_MEMREAD: {
-        static __thread unsigned char sink[16384];
+        static _Thread_local unsigned char sink[16384];   /* write target, stays in L1 */
         size_t blo = j->slot_bytes * id / j->nthr, bhi = j->slot_bytes * (id + 1) / j->nthr;
         for (size_t o = blo; o < bhi; o += sizeof sink) {
             size_t len = bhi - o < sizeof sink ? bhi - o : sizeof sink;
@@ -90,7 +94,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct job *j = w->j;
-    for (int rep = 0; rep < REPEATS; rep++) {
+    for (int rep = 0; rep < j->repeats; rep++) {
         pthread_barrier_wait(&j->bar);
         for (size_t c = 0; c < j->calls; c++) run_part(j, w->id, c);
         pthread_barrier_wait(&j->bar);
@@ -98,7 +102,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Seconds per call, best of REPEATS (the main thread is worker 0). */
+/* Seconds per call, best of j->repeats (the main thread is worker 0). */
 static double time_job(struct job *j)
 {
     j->calls = 1;
@@ -128,7 +132,7 @@ static double time_job(struct job *j)
         pthread_create(&th[i], NULL, worker_main, &ws[i]);
     }
     double best = 1e30;
-    for (int rep = 0; rep < REPEATS; rep++) {
+    for (int rep = 0; rep < j->repeats; rep++) {
         pthread_barrier_wait(&j->bar);
         double t0 = now_s();
         for (size_t c = 0; c < j->calls; c++) run_part(j, 0, c);
@@ -166,26 +170,36 @@ static int ring_fill(struct ring *r, const void *src, size_t bytes, bool stream)
     return 0;
 }
 
+struct opts { size_t nthr; int repeats; bool stream; const char *only; };
+
 static double measure(const struct ds_kern_ops *k, enum op op, const struct shape *sh,
-                      const struct ring *rg, const void *x, float *y, size_t nthr)
+                      const struct ring *rg, const void *x, float *y, const struct opts *o)
 {
+    size_t nthr = o->nthr;
     struct job j = { .k = k, .op = op, .rows = sh->rows, .cols = sh->cols,
                      .n_slots = rg->n_slots, .slot_bytes = rg->slot_bytes,
-                     .ring = rg->mem, .x = x, .y = y, .nthr = nthr };
+                     .ring = rg->mem, .x = x, .y = y, .nthr = nthr, .repeats = o->repeats };
     if (op == OP_MEMREAD) j.rows = nthr;
     return time_job(&j);
 }
 
 int main(int argc, char **argv)
 {
-    size_t nthr = 1;
-    bool stream = true;
+    struct opts o = { .nthr = 1, .repeats = 5, .stream = true, .only = NULL };
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) nthr = (size_t)atoi(argv[++i]);
-        else if (strcmp(argv[i], "-q") == 0) stream = false;
-        else { fprintf(stderr, "usage: %s [-t threads] [-q]\n", argv[0]); return 2; }
+        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) o.nthr = (size_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) o.repeats = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc) o.only = argv[++i];
+        else if (strcmp(argv[i], "-q") == 0) o.stream = false;
+        else {
+            fprintf(stderr, "usage: %s [-t threads] [-r repeats] [-k variant] [-q]\n", argv[0]);
+            return 2;
+        }
     }
-    if (nthr < 1 || nthr > MAX_THREADS) nthr = 1;
+    if (o.nthr < 1 || o.nthr > MAX_THREADS) o.nthr = 1;
+    if (o.repeats < 1 || o.repeats > MAX_REPEATS) o.repeats = 5;
+    size_t nthr = o.nthr;
+    bool stream = o.stream;
 
     static const struct shape shapes[] = {
         { 768, 768, "wq/wk/wv/wo" }, { 2048, 768, "w1/w3" },
@@ -194,7 +208,7 @@ int main(int argc, char **argv)
     const struct ds_kern_ops *all[8];
     size_t n_all = ds_kern_all(all, 8);
     printf("bench_kern: %zu thread(s); selected variant: %s; best of %d repeats\n",
-           nthr, ds_kern_select()->name, REPEATS);
+           nthr, ds_kern_select()->name, o.repeats);
     printf("GB/s = weight bytes read per second (Q8: 34 B per 32 weights); "
            "xmem = / memcpy-read of the same working set; xref = / ref\n\n");
     printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10s %7s\n", "variant", "op", "rows x cols",
@@ -223,12 +237,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "out of memory\n");
             return 1;
         }
-        double mem_q8_hot = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_hot, NULL, y, nthr);
-        double mem_f32_hot = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_hot, NULL, y, nthr);
+        double mem_q8_hot = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_hot, NULL, y, &o);
+        double mem_f32_hot = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_hot, NULL, y, &o);
         double mem_q8_str = 0, mem_f32_str = 0;
         if (stream) {
-            mem_q8_str = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_str, NULL, y, nthr);
-            mem_f32_str = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_str, NULL, y, nthr);
+            mem_q8_str = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_str, NULL, y, &o);
+            mem_f32_str = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_str, NULL, y, &o);
         }
         char dims[32];
         snprintf(dims, sizeof dims, "%zux%zu", sh->rows, sh->cols);
@@ -240,29 +254,30 @@ int main(int argc, char **argv)
         double ref_mv = 0, ref_f32 = 0, ref_mm = 0;
         for (size_t vi = 0; vi < n_all; vi++) {
             const struct ds_kern_ops *k = all[vi];
+            if (o.only && k != &ds_kern_ref && strcmp(k->name, o.only) != 0) continue;
             if (!ds_kern_supported(k)) {
                 printf("%-11s (not supported by this CPU: skipped)\n", k->name);
                 continue;
             }
             double macs = (double)sh->rows * (double)sh->cols;
-            double t = measure(k, OP_MV_Q8, sh, &q8_hot, xq, y, nthr);
+            double t = measure(k, OP_MV_Q8, sh, &q8_hot, xq, y, &o);
             double gbs = (double)q8_bytes / t, dec_rate = macs / t, dec_str = 0;
-            double gbs_s = stream ? (double)q8_bytes / measure(k, OP_MV_Q8, sh, &q8_str, xq, y, nthr) : 0;
+            double gbs_s = stream ? (double)q8_bytes / measure(k, OP_MV_Q8, sh, &q8_str, xq, y, &o) : 0;
             if (stream) dec_str = gbs_s / (double)q8_bytes * macs;
             if (k == &ds_kern_ref) ref_mv = gbs;
             printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f\n", k->name, "matvec_q8",
                    dims, gbs / 1e9, gbs / mem_q8_hot, gbs / ref_mv, gbs_s / 1e9,
                    stream ? gbs_s / mem_q8_str : 0.0, dec_rate / 1e9);
 
-            t = measure(k, OP_MV_F32, sh, &f32_hot, xf, y, nthr);
+            t = measure(k, OP_MV_F32, sh, &f32_hot, xf, y, &o);
             gbs = (double)f32_bytes / t;
-            gbs_s = stream ? (double)f32_bytes / measure(k, OP_MV_F32, sh, &f32_str, xf, y, nthr) : 0;
+            gbs_s = stream ? (double)f32_bytes / measure(k, OP_MV_F32, sh, &f32_str, xf, y, &o) : 0;
             if (k == &ds_kern_ref) ref_f32 = gbs;
             printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f\n", k->name, "matvec_f32",
                    dims, gbs / 1e9, gbs / mem_f32_hot, gbs / ref_f32, gbs_s / 1e9,
                    stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9);
 
-            t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, nthr);
+            t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, &o);
             double mm = macs * N_TOK / t;
             if (k == &ds_kern_ref) ref_mm = mm;
             printf("%-11s %-10s %-12s %9s %6s %6.1f %9s %6s %10.1f %7.1f", k->name, "matmul_q8",
