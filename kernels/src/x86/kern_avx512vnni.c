@@ -155,6 +155,18 @@ static void xgroup_prep(struct xgroup *g, const struct ds_q8_block *x)
     g->dx = scales8(x);
 }
 
+/* Decode streams the weights from DRAM once per token: the hardware
+** prefetcher alone left the kernel at ~70% of a memcpy's read bandwidth, so
+** each 8-block group (272 bytes) of a row asks for the lines PF_DIST bytes
+** ahead (one to a few row tiles), into L2. No effect on cache-hot data. */
+#define PF_DIST 8192
+
+DS_INLINE void prefetch_group(const struct ds_q8_block *w)
+{
+    const char *p = (const char *)w + PF_DIST;
+    for (int i = 0; i < 5; i++) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
+}
+
 /* acc += the 8 block products of one row with one x group. */
 DS_INLINE __m256 row_group(__m256 acc, const struct ds_q8_block *w, const struct xgroup *g)
 {
@@ -197,6 +209,7 @@ static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (size_t g = 0; g < ng; g++) {
             const struct ds_q8_block *wg = w0 + 8 * g;
+            for (size_t k = 0; k < 4; k++) prefetch_group(wg + k * nb);
             a0 = row_group(a0, wg, &xg[g]);
             a1 = row_group(a1, wg + nb, &xg[g]);
             a2 = row_group(a2, wg + 2 * nb, &xg[g]);
