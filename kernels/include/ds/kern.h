@@ -8,7 +8,7 @@
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
 **            three documented globals.
-** Override:  DS_KERNEL=ref|avx2|avx512vnni|neon forces a variant (tests,
+** Override:  DS_KERNEL=ref|avx2|avx512vnni|neon|neondot forces a variant (tests,
 **            benchmarks); a variant the CPU lacks is refused with a warning.
 */
 #ifndef DS_KERN_H
@@ -35,7 +35,7 @@ static inline size_t ds_q8_blocks(size_t n) { return (n + DS_Q8_BLOCK - 1) / DS_
 
 struct ds_kern_ops {
     uint32_t    abi_version;    /* DS_KERN_ABI */
-    const char *name;           /* "ref", "avx2", "avx512vnni", "neon" */
+    const char *name;           /* "ref", "avx2", "avx512vnni", "neon", "neondot" */
 
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
     ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
