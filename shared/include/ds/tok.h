@@ -60,7 +60,9 @@ void ds_tok_stream_init(struct ds_tok_stream *st);
 /* Append the text of token id to out (cap bytes, NUL-terminated); *n_out is
 ** the number of bytes written (0 when the character is not yet complete).
 ** Special tokens (BOS/EOS/control) yield nothing. Leading space after BOS is
-** dropped, as SentencePiece does. cap >= 64 always suffices. */
+** dropped, as SentencePiece does. cap >= 64 suffices for any piece of up to
+** 60 bytes of valid UTF-8 (every Llama 2 piece); when cap is too small the
+** result is DS_ERR_RANGE, *n_out is the cap needed and st is unchanged. */
 enum ds_err ds_tok_stream_put(const struct ds_tok *tok, struct ds_tok_stream *st, int32_t id,
                               char *out, size_t cap, size_t *n_out);
 /* Flush pending bytes of an unfinished character as U+FFFD. */
