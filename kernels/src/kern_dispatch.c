@@ -1,50 +1,91 @@
 /*
-** kern_dispatch.c — choose the kernel variant once (pthread_once), honouring
-** DS_KERNEL. The chosen pointer is one of the three documented globals.
+** kern_dispatch.c — the list of compiled-in kernel variants and the one-time
+** choice among them (pthread_once), honouring DS_KERNEL.
+**
+** Globals: g_selected is the documented dispatch pointer: written once by
+**          pick() under g_once, read-only afterwards.
+** Order:   g_all lists variants best last; the best supported one wins
+**          (x86: avx512vnni > avx2 > ref; arm64: neondot > neon > ref).
 */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ds/kern.h"
+#include "kern_internal.h"
 
 static const struct ds_kern_ops *const g_all[] = {
     &ds_kern_ref,
+#if defined(DS_KERN_X86)
+    &ds_kern_avx2,
+    &ds_kern_avx512vnni,
+#endif
+#if defined(DS_KERN_ARM64)
+    &ds_kern_neon,
+    &ds_kern_neondot,
+#endif
 };
+#define N_ALL (sizeof g_all / sizeof g_all[0])
 
-static const struct ds_kern_ops *g_selected;   /* set once by pick() */
+static const struct ds_kern_ops *g_selected;   /* the dispatch pointer; set once by pick() */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f)
+{
+    if (!ops || ops->abi_version != DS_KERN_ABI) return false;
+    if (ops == &ds_kern_ref) return true;
+#if defined(DS_KERN_X86)
+    if (ops == &ds_kern_avx2) return f->avx2 && f->fma && f->f16c;
+    if (ops == &ds_kern_avx512vnni)
+        return f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni &&
+               f->avx2 && f->fma && f->f16c;
+#endif
+#if defined(DS_KERN_ARM64)
+    if (ops == &ds_kern_neon) return f->neon;
+    if (ops == &ds_kern_neondot) return f->neon && f->dotprod;
+#endif
+    return false;
+}
 
 bool ds_kern_supported(const struct ds_kern_ops *ops)
 {
-    return ops == &ds_kern_ref;
+    return ds_kern__supported_on(ops, ds_cpu_features_get());
 }
 
 const struct ds_kern_ops *ds_kern_find(const char *name)
 {
-    for (size_t i = 0; i < sizeof g_all / sizeof g_all[0]; i++)
+    if (!name) return NULL;
+    for (size_t i = 0; i < N_ALL; i++)
         if (strcmp(g_all[i]->name, name) == 0) return g_all[i];
     return NULL;
 }
 
 size_t ds_kern_all(const struct ds_kern_ops **list, size_t cap)
 {
-    size_t n = sizeof g_all / sizeof g_all[0];
-    for (size_t i = 0; i < n && i < cap; i++) list[i] = g_all[i];
-    return n;
+    for (size_t i = 0; i < N_ALL && i < cap; i++) list[i] = g_all[i];
+    return N_ALL;
+}
+
+const struct ds_kern_ops *ds_kern__choose(const char *want, const struct ds_cpu_features *f,
+                                          bool warn)
+{
+    const struct ds_kern_ops *best = &ds_kern_ref;
+    for (size_t i = 0; i < N_ALL; i++)
+        if (ds_kern__supported_on(g_all[i], f)) best = g_all[i];
+    if (!want || !*want) return best;
+
+    const struct ds_kern_ops *o = ds_kern_find(want);
+    if (o && ds_kern__supported_on(o, f)) return o;
+    if (warn)
+        fprintf(stderr, "dspark: warn: DS_KERNEL=%s is %s; using %s\n", want,
+                o ? "not supported by this CPU" : "not a kernel variant of this build",
+                best->name);
+    return best;
 }
 
 static void pick(void)
 {
-    g_selected = &ds_kern_ref;
-    const char *want = getenv("DS_KERNEL");
-    if (want && *want) {
-        const struct ds_kern_ops *o = ds_kern_find(want);
-        if (o && ds_kern_supported(o)) g_selected = o;
-        else fprintf(stderr, "dspark: warn: DS_KERNEL=%s is not available here; using %s\n",
-                     want, g_selected->name);
-    }
+    g_selected = ds_kern__choose(getenv("DS_KERNEL"), ds_cpu_features_get(), true);
 }
 
 const struct ds_kern_ops *ds_kern_select(void)

@@ -1,0 +1,280 @@
+/*
+** bench_kern.c — throughput of the CPU kernels (not a test).
+**
+** For every variant this CPU supports: matvec_q8 and matvec_f32 (decode:
+** GB/s of weights read) and matmul_q8 with 128 tokens (prefill: G int8
+** MAC/s) on the model's matrix shapes (dim 768, hidden 2048, vocab 32000).
+**   hot:    one matrix called again and again (stays in L2/L3);
+**   stream: a ring of copies of the matrix, >= 512 MiB in all, so every
+**           call reads from DRAM, as a decode step over a whole model does.
+** Each is compared with a memcpy-read of the same working set (memcpy of
+** the source into one small L1-resident buffer) measured in the same run,
+** and with ref. The best of several timed repeats is reported (noisy VMs).
+**
+** Usage: bench_kern [-t threads] [-q]   (-t splits rows as the engine does;
+**        -q: hot only, no streaming columns). Output: a table on stdout.
+*/
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ds/kern.h"
+
+#define RING_BYTES   (512u << 20)
+#define MIN_SECONDS  0.15
+#define REPEATS      5
+#define N_TOK        128
+#define MAX_THREADS  16
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- one job split over threads: rows [lo, hi) per thread ---- */
+
+enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_Q8 };
+
+struct job {
+    const struct ds_kern_ops *k;
+    enum op op;
+    size_t rows, cols, n_slots, slot_bytes;
+    const unsigned char *ring;      /* n_slots copies of the weights */
+    const void *x;                  /* activations (q8 blocks or floats) */
+    float *y;
+    size_t calls;                   /* calls per timed repeat */
+    size_t nthr;
+    pthread_barrier_t bar;
+};
+
+struct worker { struct job *j; size_t id; };
+
+static void run_part(struct job *j, size_t id, size_t call)
+{
+    size_t slot = call % j->n_slots;
+    const unsigned char *base = j->ring + slot * j->slot_bytes;
+    size_t lo = j->rows * id / j->nthr, hi = j->rows * (id + 1) / j->nthr;
+    size_t nb = j->cols / DS_Q8_BLOCK;
+    switch (j->op) {
+    case OP_MEMREAD: {
+        static __thread unsigned char sink[16384];
+        size_t blo = j->slot_bytes * id / j->nthr, bhi = j->slot_bytes * (id + 1) / j->nthr;
+        for (size_t o = blo; o < bhi; o += sizeof sink) {
+            size_t len = bhi - o < sizeof sink ? bhi - o : sizeof sink;
+            memcpy(sink, base + o, len);
+            __asm__ volatile("" : : "r"(sink) : "memory");
+        }
+        break;
+    }
+    case OP_MV_Q8:
+        j->k->matvec_q8(hi - lo, nb, (const struct ds_q8_block *)(const void *)base + lo * nb,
+                        j->x, j->y + lo);
+        break;
+    case OP_MV_F32:
+        j->k->matvec_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols,
+                         j->x, j->y + lo);
+        break;
+    case OP_MM_Q8:
+        j->k->matmul_q8(hi - lo, nb, (const struct ds_q8_block *)(const void *)base + lo * nb,
+                        N_TOK, j->x, j->y + lo, j->rows);
+        break;
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct job *j = w->j;
+    for (int rep = 0; rep < REPEATS; rep++) {
+        pthread_barrier_wait(&j->bar);
+        for (size_t c = 0; c < j->calls; c++) run_part(j, w->id, c);
+        pthread_barrier_wait(&j->bar);
+    }
+    return NULL;
+}
+
+/* Seconds per call, best of REPEATS (the main thread is worker 0). */
+static double time_job(struct job *j)
+{
+    j->calls = 1;
+    for (;;) {                              /* calibrate on one thread */
+        double t0 = now_s();
+        for (size_t c = 0; c < j->calls; c++) {
+            size_t keep = j->nthr;
+            j->nthr = 1;
+            run_part(j, 0, c);
+            j->nthr = keep;
+        }
+        double dt = now_s() - t0;
+        if (dt * (double)j->nthr >= MIN_SECONDS / 4 || j->calls >= (1u << 20)) {
+            double per = dt / (double)j->calls;
+            size_t want = (size_t)(MIN_SECONDS * (double)j->nthr / per) + 1;
+            size_t ring_min = j->n_slots > 1 ? j->n_slots : 1;   /* touch the whole ring */
+            j->calls = want > ring_min ? want : ring_min;
+            break;
+        }
+        j->calls *= 2;
+    }
+    pthread_t th[MAX_THREADS];
+    struct worker ws[MAX_THREADS];
+    pthread_barrier_init(&j->bar, NULL, (unsigned)j->nthr);
+    for (size_t i = 1; i < j->nthr; i++) {
+        ws[i] = (struct worker){ j, i };
+        pthread_create(&th[i], NULL, worker_main, &ws[i]);
+    }
+    double best = 1e30;
+    for (int rep = 0; rep < REPEATS; rep++) {
+        pthread_barrier_wait(&j->bar);
+        double t0 = now_s();
+        for (size_t c = 0; c < j->calls; c++) run_part(j, 0, c);
+        pthread_barrier_wait(&j->bar);
+        double dt = (now_s() - t0) / (double)j->calls;
+        if (dt < best) best = dt;
+    }
+    for (size_t i = 1; i < j->nthr; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&j->bar);
+    return best;
+}
+
+/* ---- data ---- */
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 8388608.0f - 1.0f;
+}
+
+struct shape { size_t rows, cols; const char *what; };
+
+struct ring { unsigned char *mem; size_t n_slots, slot_bytes; };
+
+/* hot: one slot; stream: copies up to RING_BYTES. */
+static int ring_fill(struct ring *r, const void *src, size_t bytes, bool stream)
+{
+    size_t slot = (bytes + 63) & ~(size_t)63;
+    size_t n = stream ? (RING_BYTES + slot - 1) / slot : 1;
+    r->mem = aligned_alloc(64, n * slot);
+    if (!r->mem) return -1;
+    for (size_t i = 0; i < n; i++) memcpy(r->mem + i * slot, src, bytes);
+    r->n_slots = n;
+    r->slot_bytes = slot;
+    return 0;
+}
+
+static double measure(const struct ds_kern_ops *k, enum op op, const struct shape *sh,
+                      const struct ring *rg, const void *x, float *y, size_t nthr)
+{
+    struct job j = { .k = k, .op = op, .rows = sh->rows, .cols = sh->cols,
+                     .n_slots = rg->n_slots, .slot_bytes = rg->slot_bytes,
+                     .ring = rg->mem, .x = x, .y = y, .nthr = nthr };
+    if (op == OP_MEMREAD) j.rows = nthr;
+    return time_job(&j);
+}
+
+int main(int argc, char **argv)
+{
+    size_t nthr = 1;
+    bool stream = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) nthr = (size_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "-q") == 0) stream = false;
+        else { fprintf(stderr, "usage: %s [-t threads] [-q]\n", argv[0]); return 2; }
+    }
+    if (nthr < 1 || nthr > MAX_THREADS) nthr = 1;
+
+    static const struct shape shapes[] = {
+        { 768, 768, "wq/wk/wv/wo" }, { 2048, 768, "w1/w3" },
+        { 768, 2048, "w2" }, { 32000, 768, "wcls" },
+    };
+    const struct ds_kern_ops *all[8];
+    size_t n_all = ds_kern_all(all, 8);
+    printf("bench_kern: %zu thread(s); selected variant: %s; best of %d repeats\n",
+           nthr, ds_kern_select()->name, REPEATS);
+    printf("GB/s = weight bytes read per second (Q8: 34 B per 32 weights); "
+           "xmem = / memcpy-read of the same working set; xref = / ref\n\n");
+    printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10s %7s\n", "variant", "op", "rows x cols",
+           "hot GB/s", "xmem", "xref", "strm GB/s", "xmem", "G op/s", "x dec");
+
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *sh = &shapes[si];
+        size_t nb = sh->cols / DS_Q8_BLOCK;
+        size_t q8_bytes = sh->rows * nb * sizeof(struct ds_q8_block);
+        size_t f32_bytes = sh->rows * sh->cols * sizeof(float);
+        unsigned seed = 12345u;
+        float *wf = malloc(f32_bytes), *xf = malloc(N_TOK * sh->cols * sizeof(float));
+        struct ds_q8_block *wq = malloc(q8_bytes);
+        struct ds_q8_block *xq = malloc(N_TOK * nb * sizeof *xq);
+        float *y = malloc(N_TOK * sh->rows * sizeof(float));
+        if (!wf || !xf || !wq || !xq || !y) { fprintf(stderr, "out of memory\n"); return 1; }
+        for (size_t i = 0; i < sh->rows * sh->cols; i++) wf[i] = frand(&seed);
+        for (size_t i = 0; i < N_TOK * sh->cols; i++) xf[i] = frand(&seed);
+        ds_kern_ref.quantize_q8(sh->rows * sh->cols, wf, wq);
+        ds_kern_ref.quantize_q8(N_TOK * sh->cols, xf, xq);
+
+        struct ring q8_hot, q8_str = { 0 }, f32_hot, f32_str = { 0 };
+        if (ring_fill(&q8_hot, wq, q8_bytes, false) || ring_fill(&f32_hot, wf, f32_bytes, false) ||
+            (stream && (ring_fill(&q8_str, wq, q8_bytes, true) ||
+                        ring_fill(&f32_str, wf, f32_bytes, true)))) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        double mem_q8_hot = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_hot, NULL, y, nthr);
+        double mem_f32_hot = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_hot, NULL, y, nthr);
+        double mem_q8_str = 0, mem_f32_str = 0;
+        if (stream) {
+            mem_q8_str = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_str, NULL, y, nthr);
+            mem_f32_str = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_str, NULL, y, nthr);
+        }
+        char dims[32];
+        snprintf(dims, sizeof dims, "%zux%zu", sh->rows, sh->cols);
+        printf("%-11s %-10s %-12s %9.1f %6s %6s %9.1f %6s   (%s)\n", "memcpy", "read q8", dims,
+               mem_q8_hot / 1e9, "", "", mem_q8_str / 1e9, "", sh->what);
+        printf("%-11s %-10s %-12s %9.1f %6s %6s %9.1f\n", "memcpy", "read f32", dims,
+               mem_f32_hot / 1e9, "", "", mem_f32_str / 1e9);
+
+        double ref_mv = 0, ref_f32 = 0, ref_mm = 0;
+        for (size_t vi = 0; vi < n_all; vi++) {
+            const struct ds_kern_ops *k = all[vi];
+            if (!ds_kern_supported(k)) {
+                printf("%-11s (not supported by this CPU: skipped)\n", k->name);
+                continue;
+            }
+            double macs = (double)sh->rows * (double)sh->cols;
+            double t = measure(k, OP_MV_Q8, sh, &q8_hot, xq, y, nthr);
+            double gbs = (double)q8_bytes / t, dec_rate = macs / t, dec_str = 0;
+            double gbs_s = stream ? (double)q8_bytes / measure(k, OP_MV_Q8, sh, &q8_str, xq, y, nthr) : 0;
+            if (stream) dec_str = gbs_s / (double)q8_bytes * macs;
+            if (k == &ds_kern_ref) ref_mv = gbs;
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f\n", k->name, "matvec_q8",
+                   dims, gbs / 1e9, gbs / mem_q8_hot, gbs / ref_mv, gbs_s / 1e9,
+                   stream ? gbs_s / mem_q8_str : 0.0, dec_rate / 1e9);
+
+            t = measure(k, OP_MV_F32, sh, &f32_hot, xf, y, nthr);
+            gbs = (double)f32_bytes / t;
+            gbs_s = stream ? (double)f32_bytes / measure(k, OP_MV_F32, sh, &f32_str, xf, y, nthr) : 0;
+            if (k == &ds_kern_ref) ref_f32 = gbs;
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f\n", k->name, "matvec_f32",
+                   dims, gbs / 1e9, gbs / mem_f32_hot, gbs / ref_f32, gbs_s / 1e9,
+                   stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9);
+
+            t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, nthr);
+            double mm = macs * N_TOK / t;
+            if (k == &ds_kern_ref) ref_mm = mm;
+            printf("%-11s %-10s %-12s %9s %6s %6.1f %9s %6s %10.1f %7.1f", k->name, "matmul_q8",
+                   dims, "", "", mm / ref_mm, "", "", mm / 1e9, mm / dec_rate);
+            if (stream) printf("  (x stream decode %.1f)", mm / dec_str);
+            printf("\n");
+        }
+        printf("\n");
+        free(q8_hot.mem); free(f32_hot.mem); free(q8_str.mem); free(f32_str.mem);
+        free(wf); free(xf); free(wq); free(xq); free(y);
+    }
+    printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 GFLOP/s, matmul_q8 (n_tok %d) "
+           "G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC rate\n", N_TOK);
+    return 0;
+}

@@ -1,0 +1,440 @@
+/*
+** kern_avx2.c — the AVX2 + FMA + F16C variant of every kernel ("avx2"), for
+** x86-64 CPUs without AVX-512 VNNI. Compiled with per-file flags
+** (kernels/CMakeLists.txt); exports only ds_kern_avx2.
+**
+** Integer exactness: int8 values are sign-extended to int16 and multiplied
+** with vpmaddwd (int16 x int16 -> int32 pair sums, at most 2 * 128 * 128),
+** so there is no int16 saturation (vpmaddubsw would saturate on -128 pairs)
+** and every Q8 block dot is the same int32 as the reference's. Only the
+** float sums over blocks differ in order from ds_kern_ref.
+**
+** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; nothing is allocated.
+*/
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+#define DS_INLINE static inline __attribute__((always_inline))
+
+/* ---- small helpers ---- */
+
+DS_INLINE __m256i load16_i8_to_i16(const int8_t *p)
+{
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const void *)p));
+}
+
+/* int32 partial sums of one block pair: 8 lanes whose sum is the block dot. */
+DS_INLINE __m256i block_part(const int8_t *w, __m256i x_lo, __m256i x_hi)
+{
+    return _mm256_add_epi32(_mm256_madd_epi16(load16_i8_to_i16(w), x_lo),
+                            _mm256_madd_epi16(load16_i8_to_i16(w + 16), x_hi));
+}
+
+/* Lane-wise tree step: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]. */
+DS_INLINE __m256i pair32(__m256i a, __m256i b)
+{
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+
+/* Per 128-bit lane l: [A_l, B_l, C_l, D_l] (sums of that lane of a..d). */
+DS_INLINE __m256i quad32(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = pair32(a, b), cd = pair32(c, d);
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+}
+
+/* [sum(p0) .. sum(p7)] for eight 8-lane vectors. Exact. */
+DS_INLINE __m256i hsum8x8(const __m256i p[8])
+{
+    __m256i lo = quad32(p[0], p[1], p[2], p[3]), hi = quad32(p[4], p[5], p[6], p[7]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                            _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* FP16 scales of 8 consecutive blocks as floats. */
+DS_INLINE __m256 scales8(const struct ds_q8_block *w)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, idx, 1);
+    g = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
+    g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(g));
+}
+
+DS_INLINE int32_t hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+DS_INLINE float hsum_f32(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+DS_INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Mask of the first n (0..8) float lanes, for maskload/maskstore. */
+DS_INLINE __m256i lane_mask(size_t n)
+{
+    static const int32_t m[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+    return _mm256_loadu_si256((const void *)(m + 8 - n));
+}
+
+/* ---- quantize ---- */
+
+/* Same arithmetic as the reference (max|x|, /127, RNE to FP16, 1/d, x*id,
+** lrintf == cvtps2dq under the same MXCSR rounding), so blocks are equal. */
+static void quantize_q8_avx2(size_t n, const float *x, struct ds_q8_block *out)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    size_t nb = ds_q8_blocks(n);
+    for (size_t b = 0; b < nb; b++) {
+        size_t base = b * DS_Q8_BLOCK, len = n - base < DS_Q8_BLOCK ? n - base : DS_Q8_BLOCK;
+        __m256 v[4];
+        for (size_t k = 0; k < 4; k++) {
+            size_t lo = 8 * k, cnt = len > lo ? (len - lo < 8 ? len - lo : 8) : 0;
+            v[k] = cnt == 8 ? _mm256_loadu_ps(x + base + lo)
+                 : cnt ? _mm256_maskload_ps(x + base + lo, lane_mask(cnt)) : _mm256_setzero_ps();
+        }
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
+                                 _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[b].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        if (!isfinite(id)) {                /* d subnormal: keep the reference's lrintf */
+            for (size_t i = 0; i < DS_Q8_BLOCK; i++)
+                out[b].qs[i] = (int8_t)lrintf(i < len ? x[base + i] * id : 0.0f);
+            continue;
+        }
+        __m256 s = _mm256_set1_ps(id);
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], s));
+        __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], s));
+        __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], s));
+        __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], s));
+        /* packs interleave 128-bit lanes: [0 1 2 3 | 4 5 6 7] dwords of 4 vectors */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((void *)out[b].qs, p);
+    }
+}
+
+/* ---- dot_i8 ---- */
+
+static int32_t dot_i8_avx2(size_t n, const int8_t *a, const int8_t *b)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(load16_i8_to_i16(a + i), load16_i8_to_i16(b + i)));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(load16_i8_to_i16(a + i + 16),
+                                                    load16_i8_to_i16(b + i + 16)));
+    }
+    int32_t s = hsum_i32(_mm256_add_epi32(s0, s1));
+    for (; i < n; i++) s += (int32_t)a[i] * (int32_t)b[i];
+    return s;
+}
+
+/* ---- matvec_q8 (decode) ---- */
+
+struct xblock {                 /* x prepared once per call */
+    __m256i lo, hi;             /* qs[0..15], qs[16..31] as int16 */
+};
+#define XCHUNK 128              /* blocks of x per pass: 8 KB + scales */
+
+/* acc += the 8 block products of one row with x blocks xb (scales dx). */
+DS_INLINE __m256 row_group(__m256 acc, const struct ds_q8_block *w, const struct xblock *xb,
+                           const float *dx)
+{
+    __m256i p[8];
+    for (int k = 0; k < 8; k++) p[k] = block_part(w[k].qs, xb[k].lo, xb[k].hi);
+    __m256 sc = _mm256_mul_ps(scales8(w), _mm256_loadu_ps(dx));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8(p)), sc, acc);
+}
+
+static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
+                            const struct ds_q8_block *x, float *y, size_t c0, size_t cn,
+                            bool add)
+{
+    struct xblock xb[XCHUNK];
+    float dx[XCHUNK];
+    for (size_t b = 0; b < cn; b++) {
+        xb[b].lo = load16_i8_to_i16(x[c0 + b].qs);
+        xb[b].hi = load16_i8_to_i16(x[c0 + b].qs + 16);
+        dx[b] = f16(x[c0 + b].d);
+    }
+    size_t ng = cn / 8;
+    size_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+        const struct ds_q8_block *w0 = w + r * nb + c0, *w1 = w0 + nb;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (size_t g = 0; g < ng; g++) {
+            a0 = row_group(a0, w0 + 8 * g, xb + 8 * g, dx + 8 * g);
+            a1 = row_group(a1, w1 + 8 * g, xb + 8 * g, dx + 8 * g);
+        }
+        float s0 = hsum_f32(a0), s1 = hsum_f32(a1);
+        for (size_t b = 8 * ng; b < cn; b++) {
+            float dxb = dx[b];
+            s0 += (float)hsum_i32(block_part(w0[b].qs, xb[b].lo, xb[b].hi)) * (f16(w0[b].d) * dxb);
+            s1 += (float)hsum_i32(block_part(w1[b].qs, xb[b].lo, xb[b].hi)) * (f16(w1[b].d) * dxb);
+        }
+        y[r] = add ? y[r] + s0 : s0;
+        y[r + 1] = add ? y[r + 1] + s1 : s1;
+    }
+    for (; r < rows; r++) {
+        const struct ds_q8_block *w0 = w + r * nb + c0;
+        __m256 a0 = _mm256_setzero_ps();
+        for (size_t g = 0; g < ng; g++) a0 = row_group(a0, w0 + 8 * g, xb + 8 * g, dx + 8 * g);
+        float s0 = hsum_f32(a0);
+        for (size_t b = 8 * ng; b < cn; b++)
+            s0 += (float)hsum_i32(block_part(w0[b].qs, xb[b].lo, xb[b].hi)) * (f16(w0[b].d) * dx[b]);
+        y[r] = add ? y[r] + s0 : s0;
+    }
+}
+
+static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                           const struct ds_q8_block *x, float *y)
+{
+    if (n_blocks == 0) {
+        memset(y, 0, rows * sizeof *y);
+        return;
+    }
+    for (size_t c0 = 0; c0 < n_blocks; c0 += XCHUNK) {
+        size_t cn = n_blocks - c0 < XCHUNK ? n_blocks - c0 : XCHUNK;
+        matvec_q8_chunk(rows, n_blocks, w, x, y, c0, cn, c0 > 0);
+    }
+}
+
+/* ---- matmul_q8 (prefill) ----
+** Tokens are the SIMD lanes: x is repacked per tile of 16 tokens as int16
+** pairs (one dword = qs[2k], qs[2k+1] of one token), each weight pair is
+** broadcast, and vpmaddwd accumulates a whole block dot for 8 (row, token)
+** pairs per vector in 16 steps, exactly, with no horizontal sums. */
+
+#define MM_KB 32                /* blocks per K chunk */
+#define MM_TT 16                /* tokens per tile (2 vectors of 8) */
+#define MM_RW 2                 /* rows per register tile */
+
+struct mm_pack {                /* one token tile x one K chunk: 34 KB */
+    int32_t q[MM_KB][16][MM_TT];    /* int16 pairs: [block][pair][token] */
+    float   dx[MM_KB][MM_TT];
+};
+
+static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
+                         size_t kb0, size_t kn, size_t nt)
+{
+    if (nt < MM_TT) memset(p, 0, sizeof *p);
+    for (size_t t = 0; t < nt; t++) {
+        const struct ds_q8_block *xb = x + t * nb + kb0;
+        for (size_t kb = 0; kb < kn; kb++) {
+            int32_t tmp[16];
+            _mm256_storeu_si256((void *)tmp, load16_i8_to_i16(xb[kb].qs));
+            _mm256_storeu_si256((void *)(tmp + 8), load16_i8_to_i16(xb[kb].qs + 16));
+            for (int k = 0; k < 16; k++) p->q[kb][k][t] = tmp[k];
+            p->dx[kb][t] = f16(xb[kb].d);
+        }
+    }
+}
+
+/* f[r][v] += sum over kn blocks for RW rows x 2 token vectors. */
+DS_INLINE void mm_kernel(int RW, const struct ds_q8_block *w, size_t nb,
+                         const struct mm_pack *p, size_t kn, __m256 f[MM_RW][2])
+{
+    for (size_t kb = 0; kb < kn; kb++) {
+        __m256i acc[MM_RW][2];
+        int32_t wp[MM_RW][16];      /* weight int16 pairs of this block */
+        float dw[MM_RW];
+#pragma GCC unroll 2
+        for (int r = 0; r < RW; r++) {
+            const struct ds_q8_block *b = w + (size_t)r * nb + kb;
+            _mm256_storeu_si256((void *)wp[r], load16_i8_to_i16(b->qs));
+            _mm256_storeu_si256((void *)(wp[r] + 8), load16_i8_to_i16(b->qs + 16));
+            dw[r] = f16(b->d);
+            acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            __m256i x0 = _mm256_load_si256((const void *)&p->q[kb][k][0]);
+            __m256i x1 = _mm256_load_si256((const void *)&p->q[kb][k][8]);
+#pragma GCC unroll 2
+            for (int r = 0; r < RW; r++) {
+                __m256i wv = _mm256_set1_epi32(wp[r][k]);
+                acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(wv, x0));
+                acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(wv, x1));
+            }
+        }
+        __m256 dx0 = _mm256_load_ps(&p->dx[kb][0]), dx1 = _mm256_load_ps(&p->dx[kb][8]);
+#pragma GCC unroll 2
+        for (int r = 0; r < RW; r++) {
+            __m256 d = _mm256_set1_ps(dw[r]);
+            f[r][0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), dx0), d, f[r][0]);
+            f[r][1] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), dx1), d, f[r][1]);
+        }
+    }
+}
+
+static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m256 f[MM_RW][2], bool add)
+{
+    float buf[MM_RW][MM_TT];
+    for (size_t r = 0; r < nr; r++) {
+        _mm256_storeu_ps(&buf[r][0], f[r][0]);
+        _mm256_storeu_ps(&buf[r][8], f[r][1]);
+    }
+    for (size_t t = 0; t < nt; t++)
+        for (size_t r = 0; r < nr; r++)
+            y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
+}
+
+/* Token tiles of 16; a last tile of fewer than 12 tokens (and any batch
+** below 12) is faster streamed through matvec, token by token. */
+#define MM_MIN_TILE 12
+
+static void matmul_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                           size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    if (n_blocks == 0) {                        /* empty sums */
+        for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
+        return;
+    }
+    size_t tiled = n_tok;
+    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
+    if (tiled) {
+        struct mm_pack p __attribute__((aligned(32)));
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
+            size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
+            for (size_t t0 = 0; t0 < tiled; t0 += MM_TT) {
+                size_t nt = tiled - t0 < MM_TT ? tiled - t0 : MM_TT;
+                mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
+                float *yt = y + t0 * ldy;
+                size_t r = 0;
+                for (; r + MM_RW <= rows; r += MM_RW) {
+                    __m256 f[MM_RW][2];
+                    for (int i = 0; i < MM_RW; i++) f[i][0] = f[i][1] = _mm256_setzero_ps();
+                    mm_kernel(MM_RW, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
+                    mm_store(yt + r, ldy, MM_RW, nt, f, kb0 > 0);
+                }
+                for (; r < rows; r++) {
+                    __m256 f[MM_RW][2];
+                    f[0][0] = f[0][1] = _mm256_setzero_ps();
+                    mm_kernel(1, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
+                    mm_store(yt + r, ldy, 1, nt, f, kb0 > 0);
+                }
+            }
+        }
+    }
+    for (size_t t = tiled; t < n_tok; t++)      /* a few leftover tokens */
+        matvec_q8_avx2(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
+}
+
+/* ---- FP32 ---- */
+
+static float dot_f32_avx2(size_t n, const float *a, const float *b)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    if (i < n) {
+        __m256i m = lane_mask(n - i);
+        s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
+    }
+    return hsum_f32(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+/* 4 rows at once: each x vector is loaded once for 4 rows; 8 accumulators. */
+static void matvec_f32_avx2(size_t rows, size_t cols, const float *w, const float *x, float *y)
+{
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const float *w0 = w + r * cols, *w1 = w0 + cols, *w2 = w1 + cols, *w3 = w2 + cols;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        size_t i = 0;
+        for (; i + 16 <= cols; i += 16) {
+            __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), x0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), x0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), x0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), x0, a3);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i + 8), x1, b0);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i + 8), x1, b1);
+            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i + 8), x1, b2);
+            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i + 8), x1, b3);
+        }
+        for (; i < cols; i += 8) {
+            __m256i m = lane_mask(cols - i >= 8 ? 8 : cols - i);
+            __m256 x0 = _mm256_maskload_ps(x + i, m);
+            a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w0 + i, m), x0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w1 + i, m), x0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_maskload_ps(w2 + i, m), x0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_maskload_ps(w3 + i, m), x0, a3);
+        }
+        a0 = _mm256_add_ps(a0, b0);
+        a1 = _mm256_add_ps(a1, b1);
+        a2 = _mm256_add_ps(a2, b2);
+        a3 = _mm256_add_ps(a3, b3);
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        _mm_storeu_ps(y + r, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
+    for (; r < rows; r++) y[r] = dot_f32_avx2(cols, w + r * cols, x);
+}
+
+static void axpy_f32_avx2(size_t n, float a, const float *x, float *y)
+{
+    __m256 av = _mm256_set1_ps(a);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 y0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+        __m256 y1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+        _mm256_storeu_ps(y + i, y0);
+        _mm256_storeu_ps(y + i + 8, y1);
+    }
+    for (; i < n; i += 8) {
+        __m256i m = lane_mask(n - i >= 8 ? 8 : n - i);
+        __m256 v = _mm256_fmadd_ps(av, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m));
+        _mm256_maskstore_ps(y + i, m, v);
+    }
+}
+
+static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps, float *out)
+{
+    float ss = dot_f32_avx2(n, x, x);
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    __m256 s = _mm256_set1_ps(ss);
+    for (size_t i = 0; i < n; i += 8) {
+        __m256i m = lane_mask(n - i >= 8 ? 8 : n - i);
+        __m256 v = _mm256_mul_ps(_mm256_maskload_ps(w + i, m),
+                                 _mm256_mul_ps(s, _mm256_maskload_ps(x + i, m)));
+        _mm256_maskstore_ps(out + i, m, v);
+    }
+}
+
+const struct ds_kern_ops ds_kern_avx2 = {
+    .abi_version = DS_KERN_ABI,
+    .name        = "avx2",
+    .quantize_q8 = quantize_q8_avx2,
+    .dot_i8      = dot_i8_avx2,
+    .matvec_q8   = matvec_q8_avx2,
+    .matmul_q8   = matmul_q8_avx2,
+    .matvec_f32  = matvec_f32_avx2,
+    .dot_f32     = dot_f32_avx2,
+    .axpy_f32    = axpy_f32_avx2,
+    .rmsnorm_f32 = rmsnorm_f32_avx2,
+};

@@ -1,0 +1,534 @@
+/*
+** kern_avx512vnni.c — the AVX-512 (F/BW/VL) + VNNI variant of every kernel
+** ("avx512vnni"). Compiled with per-file flags (kernels/CMakeLists.txt);
+** exports only ds_kern_avx512vnni and runs only where ds_kern_supported()
+** says so.
+**
+** Integer exactness: vpdpbusd multiplies u8 by s8. One operand is shifted
+** to unsigned by flipping its sign bit (v ^ 0x80 = v + 128), and the
+** resulting 128 * sum(other operand) is subtracted as an exact int32, so
+** every Q8 block dot is the same int32 as the reference's (-128 included;
+** no int16 saturation anywhere). Only the float sums over blocks differ in
+** order from ds_kern_ref.
+**
+** Stack: matvec_q8 uses ~10 KB and matmul_q8 ~38 KB of stack (x prepared
+** per call); nothing is allocated.
+*/
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+#define DS_INLINE static inline __attribute__((always_inline))
+
+/* ---- small helpers ---- */
+
+/* 32 qs bytes of block a in the low half, of block b in the high half. */
+DS_INLINE __m512i load2(const struct ds_q8_block *a, const struct ds_q8_block *b)
+{
+    __m256i lo = _mm256_loadu_si256((const void *)a->qs);
+    __m256i hi = _mm256_loadu_si256((const void *)b->qs);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Block sums from four vectors of 8-lane partial sums laid out as
+** a=[b0|b4], b=[b1|b5], c=[b2|b6], d=[b3|b7]; returns [b0 .. b7]. Exact. */
+DS_INLINE __m256i hsum8x4(__m512i a, __m512i b, __m512i c, __m512i d)
+{
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    s = _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+}
+
+/* FP16 scales of 8 consecutive blocks as floats (one gather, F16C). */
+DS_INLINE __m256 scales8(const struct ds_q8_block *w)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, idx, 1);
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+}
+
+/* Sums of the qs of 8 consecutive blocks. */
+DS_INLINE __m256i qsum8(const struct ds_q8_block *x)
+{
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i z = _mm512_setzero_si512();
+    return hsum8x4(_mm512_dpbusd_epi32(z, ones, load2(x + 0, x + 4)),
+                   _mm512_dpbusd_epi32(z, ones, load2(x + 1, x + 5)),
+                   _mm512_dpbusd_epi32(z, ones, load2(x + 2, x + 6)),
+                   _mm512_dpbusd_epi32(z, ones, load2(x + 3, x + 7)));
+}
+
+/* Exact int32 dot of one block pair (tails; sign-extends to int16). */
+DS_INLINE int32_t block_dot(const struct ds_q8_block *w, const struct ds_q8_block *x)
+{
+    __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)w->qs));
+    __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)x->qs));
+    return _mm512_reduce_add_epi32(_mm512_madd_epi16(a, b));
+}
+
+DS_INLINE int32_t block_sum(const struct ds_q8_block *w)
+{
+    __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)w->qs));
+    return _mm512_reduce_add_epi32(_mm512_madd_epi16(a, _mm512_set1_epi16(1)));
+}
+
+DS_INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* ---- quantize ---- */
+
+/* Same arithmetic as the reference (max|x|, /127, RNE to FP16, 1/d, x*id,
+** lrintf == cvtps2dq under the same MXCSR rounding), so blocks are equal. */
+static void quantize_q8_avx512(size_t n, const float *x, struct ds_q8_block *out)
+{
+    size_t nb = ds_q8_blocks(n);
+    for (size_t b = 0; b < nb; b++) {
+        size_t base = b * DS_Q8_BLOCK, len = n - base < DS_Q8_BLOCK ? n - base : DS_Q8_BLOCK;
+        __mmask16 m0 = len >= 16 ? 0xffff : (__mmask16)((1u << len) - 1);
+        __mmask16 m1 = len >= 32 ? 0xffff : len <= 16 ? 0 : (__mmask16)((1u << (len - 16)) - 1);
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, x + base);
+        __m512 v1 = _mm512_maskz_loadu_ps(m1, x + base + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[b].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        if (!isfinite(id)) {                /* d subnormal: keep the reference's lrintf */
+            for (size_t i = 0; i < DS_Q8_BLOCK; i++)
+                out[b].qs[i] = (int8_t)lrintf(i < len ? x[base + i] * id : 0.0f);
+            continue;
+        }
+        __m512 s = _mm512_set1_ps(id);
+        __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, s)));
+        __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, s)));
+        _mm256_storeu_si256((void *)out[b].qs, _mm256_set_m128i(q1, q0));
+    }
+}
+
+/* ---- dot_i8 ---- */
+
+static int32_t dot_i8_avx512(size_t n, const int8_t *a, const int8_t *b)
+{
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, c0 = s0, c1 = s0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512i a0 = _mm512_loadu_si512(a + i), b0 = _mm512_loadu_si512(b + i);
+        __m512i a1 = _mm512_loadu_si512(a + i + 64), b1 = _mm512_loadu_si512(b + i + 64);
+        s0 = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(a0, off), b0);   /* (a+128) * b */
+        s1 = _mm512_dpbusd_epi32(s1, _mm512_xor_si512(a1, off), b1);
+        c0 = _mm512_dpbusd_epi32(c0, off, b0);                          /* 128 * b */
+        c1 = _mm512_dpbusd_epi32(c1, off, b1);
+    }
+    for (; i < n; i += 64) {
+        __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        __m512i a0 = _mm512_maskz_loadu_epi8(m, a + i), b0 = _mm512_maskz_loadu_epi8(m, b + i);
+        s0 = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(a0, off), b0);
+        c0 = _mm512_dpbusd_epi32(c0, off, b0);
+    }
+    __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(c0, c1));
+    return _mm512_reduce_add_epi32(s);
+}
+
+/* ---- matvec_q8 (decode) ---- */
+
+/* x prepared once per call for each group of 8 blocks. */
+struct xgroup {
+    __m512i q[4];               /* x qs as [b0|b4], [b1|b5], [b2|b6], [b3|b7] */
+    __m512i bias[4];            /* per lane: -128 * (sum of its 4 x bytes); the
+                                ** dpbusd accumulators start here, which cancels
+                                ** the +128 of the unsigned w operand exactly */
+    __m256  dx;                 /* x scales */
+};
+#define XCHUNK_GROUPS 16        /* 128 blocks (4096 columns) of x per pass: 9 KB */
+
+static void xgroup_prep(struct xgroup *g, const struct ds_q8_block *x)
+{
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    for (int k = 0; k < 4; k++) {
+        g->q[k] = load2(x + k, x + k + 4);
+        g->bias[k] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, g->q[k]));
+    }
+    g->dx = scales8(x);
+}
+
+/* acc += the 8 block products of one row with one x group. */
+DS_INLINE __m256 row_group(__m256 acc, const struct ds_q8_block *w, const struct xgroup *g)
+{
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    __m512i a = _mm512_dpbusd_epi32(g->bias[0], _mm512_xor_si512(load2(w + 0, w + 4), off), g->q[0]);
+    __m512i b = _mm512_dpbusd_epi32(g->bias[1], _mm512_xor_si512(load2(w + 1, w + 5), off), g->q[1]);
+    __m512i c = _mm512_dpbusd_epi32(g->bias[2], _mm512_xor_si512(load2(w + 2, w + 6), off), g->q[2]);
+    __m512i d = _mm512_dpbusd_epi32(g->bias[3], _mm512_xor_si512(load2(w + 3, w + 7), off), g->q[3]);
+    __m256 sc = _mm256_mul_ps(scales8(w), g->dx);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4(a, b, c, d)), sc, acc);
+}
+
+DS_INLINE float tail_dot(const struct ds_q8_block *w, const struct ds_q8_block *x, size_t n)
+{
+    float s = 0.0f;
+    for (size_t b = 0; b < n; b++) s += (float)block_dot(w + b, x + b) * (f16(w[b].d) * f16(x[b].d));
+    return s;
+}
+
+DS_INLINE float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* y[r] (+)= row r of w (blocks c0 .. c0+cn) . x (same blocks). */
+static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
+                            const struct ds_q8_block *x, float *y, size_t c0, size_t cn,
+                            bool add)
+{
+    struct xgroup xg[XCHUNK_GROUPS];
+    size_t ng = cn / 8, nt = cn - ng * 8;
+    for (size_t g = 0; g < ng; g++) xgroup_prep(&xg[g], x + c0 + 8 * g);
+    const struct ds_q8_block *xt = x + c0 + 8 * ng;
+
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const struct ds_q8_block *w0 = w + r * nb + c0;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t g = 0; g < ng; g++) {
+            const struct ds_q8_block *wg = w0 + 8 * g;
+            a0 = row_group(a0, wg, &xg[g]);
+            a1 = row_group(a1, wg + nb, &xg[g]);
+            a2 = row_group(a2, wg + 2 * nb, &xg[g]);
+            a3 = row_group(a3, wg + 3 * nb, &xg[g]);
+        }
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        if (nt) {
+            const struct ds_q8_block *wt = w0 + 8 * ng;
+            s = _mm_add_ps(s, _mm_setr_ps(tail_dot(wt, xt, nt), tail_dot(wt + nb, xt, nt),
+                                          tail_dot(wt + 2 * nb, xt, nt),
+                                          tail_dot(wt + 3 * nb, xt, nt)));
+        }
+        if (add) s = _mm_add_ps(s, _mm_loadu_ps(y + r));
+        _mm_storeu_ps(y + r, s);
+    }
+    for (; r < rows; r++) {
+        const struct ds_q8_block *w0 = w + r * nb + c0;
+        __m256 a0 = _mm256_setzero_ps();
+        for (size_t g = 0; g < ng; g++) a0 = row_group(a0, w0 + 8 * g, &xg[g]);
+        float s = hsum256(a0) + tail_dot(w0 + 8 * ng, xt, nt);
+        y[r] = add ? y[r] + s : s;
+    }
+}
+
+static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                             const struct ds_q8_block *x, float *y)
+{
+    const size_t chunk = XCHUNK_GROUPS * 8;
+    if (n_blocks == 0) {
+        memset(y, 0, rows * sizeof *y);
+        return;
+    }
+    for (size_t c0 = 0; c0 < n_blocks; c0 += chunk) {
+        size_t cn = n_blocks - c0 < chunk ? n_blocks - c0 : chunk;
+        matvec_q8_chunk(rows, n_blocks, w, x, y, c0, cn, c0 > 0);
+    }
+}
+
+/* ---- matmul_q8 (prefill) ----
+** Tokens are the SIMD lanes: x is repacked per tile of 32 tokens so that
+** one zmm holds dword k of one block for 16 tokens (as x+128, unsigned),
+** and each weight dword is broadcast (signed). vpdpbusd then accumulates the
+** whole block dot of 16 (row, token) pairs in 16 lanes after 8 steps, with
+** no horizontal sums; the accumulator starts at -128 * sum(w block) so the
+** int32 per block is exact. 4 rows x 32 tokens (16 accumulators) share each
+** loaded x vector and each broadcast weight dword. */
+
+#define MM_KB 32                /* blocks per K chunk */
+#define MM_TT 32                /* tokens per tile */
+#define MM_RW 4                 /* rows per register tile */
+
+struct mm_pack {                /* one token tile x one K chunk: 36 KB */
+    uint32_t q[MM_KB][8][MM_TT];    /* (x ^ 0x80) dwords: [block][dword][token] */
+    float    dx[MM_KB][MM_TT];      /* token scales, 0 for absent tokens */
+};
+
+struct mm_rows {                /* one row tile x one K chunk */
+    int32_t corr[MM_RW][MM_KB];     /* -128 * sum(w qs) */
+    float   dw[MM_RW][MM_KB];
+};
+
+static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
+                         size_t kb0, size_t kn, size_t nt)
+{
+    const __m256i off = _mm256_set1_epi8((char)0x80);
+    const __m256i idx = _mm256_setr_epi32(0, MM_TT, 2 * MM_TT, 3 * MM_TT, 4 * MM_TT,
+                                          5 * MM_TT, 6 * MM_TT, 7 * MM_TT);
+    if (nt < MM_TT) memset(p, 0, sizeof *p);
+    for (size_t t = 0; t < nt; t++) {
+        const struct ds_q8_block *xb = x + t * nb + kb0;
+        for (size_t kb = 0; kb < kn; kb++) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const void *)xb[kb].qs), off);
+            _mm256_i32scatter_epi32(&p->q[kb][0][t], idx, v, 4);
+            p->dx[kb][t] = f16(xb[kb].d);
+        }
+    }
+}
+
+static void mm_rows_prep(struct mm_rows *rp, const struct ds_q8_block *w, size_t nb,
+                         size_t nr, size_t kn)
+{
+    for (size_t r = 0; r < nr; r++) {
+        const struct ds_q8_block *wr = w + r * nb;
+        size_t kb = 0;
+        for (; kb + 8 <= kn; kb += 8) {
+            __m256i s = _mm256_slli_epi32(qsum8(wr + kb), 7);
+            _mm256_storeu_si256((void *)&rp->corr[r][kb], _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            _mm256_storeu_ps(&rp->dw[r][kb], scales8(wr + kb));
+        }
+        for (; kb < kn; kb++) {
+            rp->corr[r][kb] = -128 * block_sum(wr + kb);
+            rp->dw[r][kb] = f16(wr[kb].d);
+        }
+    }
+}
+
+/* f[r][v] += sum over kn blocks for RW rows x NT token vectors. */
+DS_INLINE void mm_kernel(int RW, int NT, const struct ds_q8_block *w, size_t nb,
+                         const struct mm_pack *p, const struct mm_rows *rp, size_t kn,
+                         __m512 f[MM_RW][2])
+{
+    for (size_t kb = 0; kb < kn; kb++) {
+        __m512i acc[MM_RW][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++) {
+            __m512i c = _mm512_set1_epi32(rp->corr[r][kb]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NT; v++) acc[r][v] = c;
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i xv[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NT; v++) xv[v] = _mm512_load_si512(&p->q[kb][k][16 * v]);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++) {
+                int32_t wd;
+                memcpy(&wd, w[(size_t)r * nb + kb].qs + 4 * k, sizeof wd);
+                __m512i wv = _mm512_set1_epi32(wd);
+#pragma GCC unroll 2
+                for (int v = 0; v < NT; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], wv);
+            }
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < NT; v++) {
+            __m512 dx = _mm512_load_ps(&p->dx[kb][16 * v]);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++) {
+                __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), dx);
+                f[r][v] = _mm512_fmadd_ps(t, _mm512_set1_ps(rp->dw[r][kb]), f[r][v]);
+            }
+        }
+    }
+}
+
+/* y[t*ldy + r .. r+3] (+)= 4 rows of 16 tokens (t0 .. t0+nt-1): a 4x16
+** transpose in registers, then one 4-float store per token. */
+DS_INLINE void mm_store4x16(float *y, size_t ldy, size_t nt, __m512 f0, __m512 f1, __m512 f2,
+                            __m512 f3, bool add)
+{
+    __m512 t0 = _mm512_unpacklo_ps(f0, f1), t1 = _mm512_unpackhi_ps(f0, f1);
+    __m512 t2 = _mm512_unpacklo_ps(f2, f3), t3 = _mm512_unpackhi_ps(f2, f3);
+    __m512 u[4];                    /* u[k], 128-bit lane l: token 4l+k, rows 0..3 */
+    u[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    u[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    u[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    u[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    for (size_t t = 0; t < nt; t++) {
+        __m128 v;
+        switch (t >> 2) {
+        case 0:  v = _mm512_castps512_ps128(u[t & 3]); break;
+        case 1:  v = _mm512_extractf32x4_ps(u[t & 3], 1); break;
+        case 2:  v = _mm512_extractf32x4_ps(u[t & 3], 2); break;
+        default: v = _mm512_extractf32x4_ps(u[t & 3], 3); break;
+        }
+        if (add) v = _mm_add_ps(v, _mm_loadu_ps(y + t * ldy));
+        _mm_storeu_ps(y + t * ldy, v);
+    }
+}
+
+/* y[t*ldy + r] (+)= f for nr rows and nt tokens of the tile. */
+static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m512 f[MM_RW][2], bool add)
+{
+    if (nr == MM_RW) {
+        mm_store4x16(y, ldy, nt < 16 ? nt : 16, f[0][0], f[1][0], f[2][0], f[3][0], add);
+        if (nt > 16)
+            mm_store4x16(y + 16 * ldy, ldy, nt - 16, f[0][1], f[1][1], f[2][1], f[3][1], add);
+        return;
+    }
+    float buf[MM_RW][MM_TT];
+    for (size_t r = 0; r < nr; r++) {
+        _mm512_storeu_ps(&buf[r][0], f[r][0]);
+        _mm512_storeu_ps(&buf[r][16], f[r][1]);
+    }
+    for (size_t t = 0; t < nt; t++)
+        for (size_t r = 0; r < nr; r++)
+            y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
+}
+
+static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
+                         const struct mm_pack *p, size_t kb0, size_t kn, size_t nt,
+                         float *y, size_t ldy, bool add)
+{
+    struct mm_rows rp;
+    size_t r = 0;
+    for (; r + MM_RW <= rows; r += MM_RW) {
+        const struct ds_q8_block *wr = w + r * nb + kb0;
+        __m512 f[MM_RW][2];
+        for (int i = 0; i < MM_RW; i++) f[i][0] = f[i][1] = _mm512_setzero_ps();
+        mm_rows_prep(&rp, wr, nb, MM_RW, kn);
+        if (nt > 16) mm_kernel(MM_RW, 2, wr, nb, p, &rp, kn, f);
+        else         mm_kernel(MM_RW, 1, wr, nb, p, &rp, kn, f);
+        mm_store(y + r, ldy, MM_RW, nt, f, add);
+    }
+    for (; r < rows; r++) {
+        const struct ds_q8_block *wr = w + r * nb + kb0;
+        __m512 f[MM_RW][2];
+        f[0][0] = f[0][1] = _mm512_setzero_ps();
+        mm_rows_prep(&rp, wr, nb, 1, kn);
+        if (nt > 16) mm_kernel(1, 2, wr, nb, p, &rp, kn, f);
+        else         mm_kernel(1, 1, wr, nb, p, &rp, kn, f);
+        mm_store(y + r, ldy, 1, nt, f, add);
+    }
+}
+
+/* Token tiles of 32 (16 for a last tile of 5..16 tokens); fewer than 5
+** tokens cannot fill the lanes and are streamed through matvec instead. */
+#define MM_MIN_TILE 5
+
+static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                             size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    if (n_blocks == 0) {                        /* empty sums */
+        for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
+        return;
+    }
+    size_t tiled = n_tok;
+    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
+    if (tiled) {
+        struct mm_pack p __attribute__((aligned(64)));
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
+            size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
+            for (size_t t0 = 0; t0 < tiled; t0 += MM_TT) {
+                size_t nt = tiled - t0 < MM_TT ? tiled - t0 : MM_TT;
+                mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
+                mm_tile_rows(rows, n_blocks, w, &p, kb0, kn, nt, y + t0 * ldy, ldy, kb0 > 0);
+            }
+        }
+    }
+    for (size_t t = tiled; t < n_tok; t++)      /* a few leftover tokens */
+        matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
+}
+
+/* ---- FP32 ---- */
+
+DS_INLINE __mmask16 tail_mask(size_t left) { return (__mmask16)((1u << left) - 1); }
+
+static float dot_f32_avx512(size_t n, const float *a, const float *b)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+/* 4 rows at once: each x vector is loaded once for 4 rows; 8 accumulators. */
+static void matvec_f32_avx512(size_t rows, size_t cols, const float *w, const float *x, float *y)
+{
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const float *w0 = w + r * cols, *w1 = w0 + cols, *w2 = w1 + cols, *w3 = w2 + cols;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        size_t i = 0;
+        for (; i + 32 <= cols; i += 32) {
+            __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i), x0, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + i), x0, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + i), x0, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + i), x0, a3);
+            b0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + i + 16), x1, b0);
+            b1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + i + 16), x1, b1);
+            b2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + i + 16), x1, b2);
+            b3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + i + 16), x1, b3);
+        }
+        for (; i < cols; i += 16) {
+            __mmask16 m = cols - i >= 16 ? 0xffff : tail_mask(cols - i);
+            __m512 x0 = _mm512_maskz_loadu_ps(m, x + i);
+            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + i), x0, a0);
+            a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + i), x0, a1);
+            a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + i), x0, a2);
+            a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + i), x0, a3);
+        }
+        y[r + 0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
+        y[r + 1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
+        y[r + 2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
+        y[r + 3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+    }
+    for (; r < rows; r++) y[r] = dot_f32_avx512(cols, w + r * cols, x);
+}
+
+static void axpy_f32_avx512(size_t n, float a, const float *x, float *y)
+{
+    __m512 av = _mm512_set1_ps(a);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 y0 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i));
+        __m512 y1 = _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16));
+        _mm512_storeu_ps(y + i, y0);
+        _mm512_storeu_ps(y + i + 16, y1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __m512 v = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+static void rmsnorm_f32_avx512(size_t n, const float *x, const float *w, float eps, float *out)
+{
+    float ss = dot_f32_avx512(n, x, x);
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
+    __m512 s = _mm512_set1_ps(ss);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i),
+                                 _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, x + i)));
+        _mm512_mask_storeu_ps(out + i, m, v);
+    }
+}
+
+const struct ds_kern_ops ds_kern_avx512vnni = {
+    .abi_version = DS_KERN_ABI,
+    .name        = "avx512vnni",
+    .quantize_q8 = quantize_q8_avx512,
+    .dot_i8      = dot_i8_avx512,
+    .matvec_q8   = matvec_q8_avx512,
+    .matmul_q8   = matmul_q8_avx512,
+    .matvec_f32  = matvec_f32_avx512,
+    .dot_f32     = dot_f32_avx512,
+    .axpy_f32    = axpy_f32_avx512,
+    .rmsnorm_f32 = rmsnorm_f32_avx512,
+};

@@ -1,0 +1,572 @@
+/*
+** test_kern.c — ctest "kernels.ops": every compiled kernel variant against
+** ds_kern_ref, on random inputs at awkward sizes and on extremes, plus CPU
+** detection and the DS_KERNEL override.
+**
+** One cmocka test per (variant, op): a variant this CPU cannot run is
+** reported SKIPPED, never passed. Inputs come from a fixed-seed generator
+** (DS_TEST_SEED overrides it), so failures reproduce.
+**
+** Exact:     dot_i8 (int32) and quantize_q8 (same d bits, same qs).
+** Tolerance: float results differ from ref only by summation order and by
+**            FMA contraction; see the DS_TOL_* definitions below.
+*/
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ds/kern.h"
+#include "kern_internal.h"
+
+/* Sums of products (matvec_f32, dot_f32, Q8 block sums): the variants add
+** the same terms in another order (several accumulators, FMA). Against the
+** sum of |terms| the rounding error of either order stays far below 1e-5
+** for these sizes (at most 4096 terms, ~2^-24 each, random-walk growth);
+** one missing or doubled term of the 4096 would be >= 2e-4, so the bound
+** still catches indexing bugs. */
+#define DS_TOL_SUM   1e-5
+/* axpy: y + a*x rounded once (FMA) instead of twice: <= 1 ulp of each part. */
+#define DS_TOL_AXPY  (2.0 * FLT_EPSILON)
+/* rmsnorm: sum of squares in another order (relative <= DS_TOL_SUM, halved by
+** the square root) plus two multiplications: relative to |out|. */
+#define DS_TOL_RMS   1e-5
+
+static const size_t g_sizes[] = { 1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65,
+                                  127, 172, 1000, 4096 };
+/* 129 and 300 cross the matvec x-chunk (128 blocks) and several matmul K chunks */
+static const size_t g_blocks[] = { 1, 2, 3, 7, 8, 9, 31, 33, 127, 129, 300 };
+static const size_t g_rows[] = { 1, 2, 3, 5, 8, 13, 17, 64, 100 };
+static const size_t g_ntok[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 33 };
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- deterministic random ---- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 0x2545f4914f6cdd1dull;
+}
+static float rnd_f(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 40) / 16777216.0f; }
+static int8_t rnd_i8(void) { return (int8_t)(uint8_t)(rnd() >> 56); }
+
+static void fill_f(float *x, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++) x[i] = rnd_f(-amp, amp);
+}
+
+/* Random Q8 blocks: random qs (full int8 range, -128 included) and scale. */
+static void fill_q8(struct ds_q8_block *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        b[i].d = ds_f32_to_f16(rnd_f(-0.05f, 0.1f));
+        for (int j = 0; j < DS_Q8_BLOCK; j++) b[i].qs[j] = rnd_i8();
+    }
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- state: the variant under test ---- */
+
+static const struct ds_kern_ops *variant(void **state)
+{
+    const struct ds_kern_ops *k = *state;
+    if (!ds_kern_supported(k)) {
+        print_message("      %s: not supported by this CPU\n", k->name);
+        skip();
+    }
+    return k;
+}
+
+static void check_near(const char *what, size_t i, double got, double want, double mag, double tol)
+{
+    double err = fabs(got - want);
+    if (!(err <= tol * mag) || isnan(got)) {
+        print_error("%s[%zu]: got %.9g want %.9g (|err| %.3g > %.3g = tol %.3g x magnitude %.3g)\n",
+                    what, i, got, want, err, tol * mag, tol, mag);
+        fail();
+    }
+}
+
+/* Sum of |terms| of a Q8 row dot: the magnitude the tolerance is scaled by. */
+static double q8_mag(size_t nb, const struct ds_q8_block *w, const struct ds_q8_block *x)
+{
+    double m = 0;
+    for (size_t b = 0; b < nb; b++) {
+        double s = 0;
+        for (int j = 0; j < DS_Q8_BLOCK; j++) s += fabs((double)w[b].qs[j] * x[b].qs[j]);
+        m += s * fabs((double)ds_f16_to_f32(w[b].d) * ds_f16_to_f32(x[b].d));
+    }
+    return m + 1e-30;
+}
+
+static double f32_mag(size_t n, const float *a, size_t sa, const float *b)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m += fabs((double)a[i * sa] * b[i]);
+    return m + 1e-30;
+}
+
+/* ---- dot_i8 ---- */
+
+static void test_dot_i8(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    int8_t *a = xmalloc(4096 + 3), *b = xmalloc(4096 + 3);
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t n = g_sizes[s];
+        for (size_t off = 0; off < 3; off++) {          /* unaligned starts */
+            for (size_t i = 0; i < n + 3; i++) { a[i] = rnd_i8(); b[i] = rnd_i8(); }
+            assert_int_equal(k->dot_i8(n, a + off, b + 2 - off % 3),
+                             ds_kern_ref.dot_i8(n, a + off, b + 2 - off % 3));
+        }
+        /* extremes: -128 x -128 is where int16 pair sums saturate (2 * 16384) */
+        static const int8_t pat[][2] = { { -128, -128 }, { -128, 127 }, { 127, 127 }, { 0, -128 } };
+        for (size_t p = 0; p < N_OF(pat); p++) {
+            memset(a, (uint8_t)pat[p][0], n);
+            memset(b, (uint8_t)pat[p][1], n);
+            assert_int_equal(k->dot_i8(n, a, b), ds_kern_ref.dot_i8(n, a, b));
+        }
+        for (size_t i = 0; i < n; i++) { a[i] = (i & 1) ? 127 : -128; b[i] = (i & 2) ? -128 : 127; }
+        assert_int_equal(k->dot_i8(n, a, b), ds_kern_ref.dot_i8(n, a, b));
+    }
+    assert_int_equal(k->dot_i8(0, a, b), 0);
+    free(a);
+    free(b);
+}
+
+/* ---- quantize_q8 ---- */
+
+static void check_quant(const struct ds_kern_ops *k, size_t n, const float *x)
+{
+    size_t nb = ds_q8_blocks(n);
+    struct ds_q8_block *q = xmalloc(nb * sizeof *q), *r = xmalloc(nb * sizeof *r);
+    memset(q, 0x5a, nb * sizeof *q);
+    k->quantize_q8(n, x, q);
+    ds_kern_ref.quantize_q8(n, x, r);
+    for (size_t b = 0; b < nb; b++) {
+        if (q[b].d != r[b].d || memcmp(q[b].qs, r[b].qs, DS_Q8_BLOCK) != 0) {
+            print_error("quantize_q8 n=%zu block %zu: d 0x%04x want 0x%04x\n", n, b, q[b].d, r[b].d);
+            for (int j = 0; j < DS_Q8_BLOCK; j++)
+                if (q[b].qs[j] != r[b].qs[j])
+                    print_error("  qs[%d] = %d want %d (x = %.9g)\n", j, q[b].qs[j], r[b].qs[j],
+                                b * DS_Q8_BLOCK + (size_t)j < n ? x[b * DS_Q8_BLOCK + j] : 0.0);
+            fail();
+        }
+    }
+    free(q);
+    free(r);
+}
+
+static void test_quantize_q8(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    float *x = xmalloc(4096 * sizeof *x);
+    static const float amps[] = { 1.0f, 3e4f, 1e-3f, 1e-6f, 1e30f, 1e-30f };   /* incl. FP16 subnormal/overflow d */
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t n = g_sizes[s];
+        for (size_t a = 0; a < N_OF(amps); a++) {
+            fill_f(x, n, amps[a]);
+            check_quant(k, n, x);
+        }
+        memset(x, 0, n * sizeof *x);                                    /* zeros: d = 0 */
+        check_quant(k, n, x);
+        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i % 255) - 127) + 0.5f;   /* ties */
+        check_quant(k, n, x);
+        for (size_t i = 0; i < n; i++) x[i] = (i % 3) ? 1e-38f : -1e-39f;   /* subnormal inputs */
+        check_quant(k, n, x);
+    }
+    free(x);
+}
+
+/* ---- matvec_q8 / matmul_q8 ---- */
+
+static void fill_q8_extreme(struct ds_q8_block *b, size_t n, int mode)
+{
+    for (size_t i = 0; i < n; i++) {
+        b[i].d = mode == 2 ? 0 : ds_f32_to_f16(1.0f);
+        int8_t v = mode == 0 ? -128 : mode == 1 ? 127 : 0;
+        memset(b[i].qs, (uint8_t)v, DS_Q8_BLOCK);
+    }
+}
+
+static void check_matvec_q8(const struct ds_kern_ops *k, size_t rows, size_t nb,
+                            const struct ds_q8_block *w, const struct ds_q8_block *x)
+{
+    float *y = xmalloc(rows * sizeof *y), *yr = xmalloc(rows * sizeof *yr);
+    k->matvec_q8(rows, nb, w, x, y);
+    ds_kern_ref.matvec_q8(rows, nb, w, x, yr);
+    for (size_t r = 0; r < rows; r++)
+        check_near("matvec_q8", r, y[r], yr[r], q8_mag(nb, w + r * nb, x), DS_TOL_SUM);
+    free(y);
+    free(yr);
+}
+
+static void test_matvec_q8(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    for (size_t bi = 0; bi < N_OF(g_blocks); bi++) {
+        size_t nb = g_blocks[bi];
+        for (size_t ri = 0; ri < N_OF(g_rows); ri++) {
+            size_t rows = g_rows[ri];
+            /* +1 block: the matrix starts 2 bytes past an allocation's alignment */
+            struct ds_q8_block *wbuf = xmalloc((rows * nb + 1) * sizeof *wbuf);
+            struct ds_q8_block *x = xmalloc(nb * sizeof *x);
+            struct ds_q8_block *w = (struct ds_q8_block *)(void *)((char *)wbuf + 2);
+            fill_q8(w, rows * nb);
+            fill_q8(x, nb);
+            check_matvec_q8(k, rows, nb, w, x);
+            for (int mw = 0; mw < 3; mw++)              /* -128 / 127 / zero blocks */
+                for (int mx = 0; mx < 2; mx++) {
+                    fill_q8_extreme(w, rows * nb, mw);
+                    fill_q8_extreme(x, nb, mx);
+                    check_matvec_q8(k, rows, nb, w, x);
+                }
+            free(wbuf);
+            free(x);
+        }
+    }
+    float y[7];                                          /* no blocks: empty sums are 0 */
+    struct ds_q8_block dummy[1];
+    memset(y, 0x7f, sizeof y);
+    k->matvec_q8(7, 0, dummy, dummy, y);
+    for (size_t r = 0; r < 7; r++) assert_true(y[r] == 0.0f);
+}
+
+static void check_matmul_q8(const struct ds_kern_ops *k, size_t rows, size_t nb, size_t nt,
+                            const struct ds_q8_block *w, const struct ds_q8_block *x)
+{
+    size_t ldy = rows + 3, ny = nt * ldy;                /* ldy > rows: gaps must stay untouched */
+    float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
+    for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
+    k->matmul_q8(rows, nb, w, nt, x, y, ldy);
+    ds_kern_ref.matmul_q8(rows, nb, w, nt, x, yr, ldy);
+    for (size_t t = 0; t < nt; t++) {
+        for (size_t r = 0; r < rows; r++)
+            check_near("matmul_q8", t * ldy + r, y[t * ldy + r], yr[t * ldy + r],
+                       q8_mag(nb, w + r * nb, x + t * nb), DS_TOL_SUM);
+        for (size_t r = rows; r < ldy; r++)
+            if (y[t * ldy + r] != -777.0f) {
+                print_error("matmul_q8 wrote y[%zu] outside rows (token %zu, ldy %zu)\n",
+                            t * ldy + r, t, ldy);
+                fail();
+            }
+    }
+    free(y);
+    free(yr);
+}
+
+static void test_matmul_q8(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    for (size_t bi = 0; bi < N_OF(g_blocks); bi++) {
+        size_t nb = g_blocks[bi];
+        for (size_t ri = 0; ri < N_OF(g_rows); ri++) {
+            size_t rows = g_rows[ri];
+            if (nb > 127 && rows > 17) continue;           /* keep the ref run short */
+            struct ds_q8_block *w = xmalloc(rows * nb * sizeof *w);
+            struct ds_q8_block *x = xmalloc(33 * nb * sizeof *x);
+            fill_q8(w, rows * nb);
+            fill_q8(x, 33 * nb);
+            for (size_t ti = 0; ti < N_OF(g_ntok); ti++) check_matmul_q8(k, rows, nb, g_ntok[ti], w, x);
+            for (int mw = 0; mw < 2; mw++) {             /* -128 and 127 everywhere */
+                fill_q8_extreme(w, rows * nb, mw);
+                fill_q8_extreme(x, 33 * nb, 0);
+                check_matmul_q8(k, rows, nb, 33, w, x);
+                check_matmul_q8(k, rows, nb, 5, w, x);
+            }
+            free(w);
+            free(x);
+        }
+    }
+    static const size_t nts[] = { 3, 40 };               /* no blocks: empty sums are 0 */
+    for (size_t i = 0; i < N_OF(nts); i++) {
+        float y[40 * 8];
+        struct ds_q8_block dummy[1];
+        for (size_t j = 0; j < N_OF(y); j++) y[j] = -777.0f;
+        k->matmul_q8(6, 0, dummy, nts[i], dummy, y, 8);
+        for (size_t t = 0; t < nts[i]; t++)
+            for (size_t r = 0; r < 8; r++) assert_true(y[t * 8 + r] == (r < 6 ? 0.0f : -777.0f));
+    }
+}
+
+/* ---- FP32 ---- */
+
+static void test_dot_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    float *a = xmalloc((4096 + 1) * sizeof *a), *b = xmalloc((4096 + 1) * sizeof *b);
+    static const float amps[] = { 1.0f, 1e17f };        /* large: n * amp^2 stays < FLT_MAX */
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t n = g_sizes[s];
+        for (size_t ai = 0; ai < N_OF(amps); ai++) {
+            fill_f(a, n + 1, amps[ai]);
+            fill_f(b, n + 1, 1.0f);
+            check_near("dot_f32", n, k->dot_f32(n, a + 1, b), ds_kern_ref.dot_f32(n, a + 1, b),
+                       f32_mag(n, a + 1, 1, b), DS_TOL_SUM);
+        }
+        memset(a, 0, n * sizeof *a);
+        assert_true(k->dot_f32(n, a, b) == 0.0f);
+    }
+    free(a);
+    free(b);
+}
+
+static void test_matvec_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t cols = g_sizes[s];
+        for (size_t ri = 0; ri < N_OF(g_rows); ri++) {
+            size_t rows = g_rows[ri];
+            float *w = xmalloc((rows * cols + 1) * sizeof *w), *x = xmalloc(cols * sizeof *x);
+            float *y = xmalloc(rows * sizeof *y), *yr = xmalloc(rows * sizeof *yr);
+            fill_f(w, rows * cols + 1, ri & 1 ? 1e15f : 1.0f);
+            fill_f(x, cols, 1.0f);
+            k->matvec_f32(rows, cols, w + 1, x, y);      /* w + 1: rows not 16-byte aligned */
+            ds_kern_ref.matvec_f32(rows, cols, w + 1, x, yr);
+            for (size_t r = 0; r < rows; r++)
+                check_near("matvec_f32", r, y[r], yr[r], f32_mag(cols, w + 1 + r * cols, 1, x), DS_TOL_SUM);
+            free(w);
+            free(x);
+            free(y);
+            free(yr);
+        }
+    }
+}
+
+static void test_axpy_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    float *x = xmalloc(4097 * sizeof *x), *y = xmalloc(4097 * sizeof *y), *yr = xmalloc(4097 * sizeof *yr);
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t n = g_sizes[s];
+        float a = rnd_f(-2.0f, 2.0f);
+        fill_f(x, n + 1, 1e10f);
+        fill_f(y, n + 1, 1e10f);
+        memcpy(yr, y, (n + 1) * sizeof *y);
+        y[n] = yr[n] = 12345.0f;                         /* past the end: untouched */
+        k->axpy_f32(n, a, x, y);
+        ds_kern_ref.axpy_f32(n, a, x, yr);
+        for (size_t i = 0; i < n; i++)
+            check_near("axpy_f32", i, y[i], yr[i], fabs(yr[i] - a * x[i]) + fabs(a * x[i]) + 1e-30,
+                       DS_TOL_AXPY);
+        assert_true(y[n] == 12345.0f);
+    }
+    free(x);
+    free(y);
+    free(yr);
+}
+
+static void test_rmsnorm_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    float *x = xmalloc(4096 * sizeof *x), *w = xmalloc(4096 * sizeof *w);
+    float *o = xmalloc(4096 * sizeof *o), *orf = xmalloc(4096 * sizeof *orf);
+    static const float amps[] = { 1.0f, 1e17f, 1e-3f };
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t n = g_sizes[s];
+        for (size_t ai = 0; ai < N_OF(amps); ai++) {
+            fill_f(x, n, amps[ai]);
+            fill_f(w, n, 2.0f);
+            k->rmsnorm_f32(n, x, w, 1e-5f, o);
+            ds_kern_ref.rmsnorm_f32(n, x, w, 1e-5f, orf);
+            for (size_t i = 0; i < n; i++)
+                check_near("rmsnorm_f32", i, o[i], orf[i], fabs(orf[i]) + 1e-30, DS_TOL_RMS);
+            k->rmsnorm_f32(n, x, w, 1e-5f, x);            /* out aliases x */
+            for (size_t i = 0; i < n; i++)
+                check_near("rmsnorm_f32 (in place)", i, x[i], orf[i], fabs(orf[i]) + 1e-30, DS_TOL_RMS);
+        }
+    }
+    free(x);
+    free(w);
+    free(o);
+    free(orf);
+}
+
+/* ---- dispatch and CPU features ---- */
+
+static void test_ref_is_exact_oracle(void **state)
+{
+    (void)state;
+    /* the oracle itself, on a hand-computed case: one block, d = 1 */
+    struct ds_q8_block w = { .d = ds_f32_to_f16(1.0f) }, x = { .d = ds_f32_to_f16(0.5f) };
+    for (int j = 0; j < DS_Q8_BLOCK; j++) { w.qs[j] = (int8_t)(j - 16); x.qs[j] = 2; }
+    float y;
+    ds_kern_ref.matvec_q8(1, 1, &w, &x, &y);
+    assert_true(y == -16.0f);                            /* sum(j-16) = -16; * 2 * 1 * 0.5 */
+}
+
+static void test_choose(void **state)
+{
+    (void)state;
+    const struct ds_cpu_features none = { 0 }, *real = ds_cpu_features_get();
+    const struct ds_kern_ops *all[8];
+    size_t n = ds_kern_all(all, 8);
+    assert_true(n >= 1 && all[0] == &ds_kern_ref);
+    assert_ptr_equal(ds_kern__choose("ref", real, false), &ds_kern_ref);
+    assert_ptr_equal(ds_kern__choose(NULL, &none, false), &ds_kern_ref);
+    for (size_t i = 0; i < n; i++) {                     /* a variant the CPU lacks is refused */
+        assert_ptr_equal(ds_kern__choose(all[i]->name, &none, false), &ds_kern_ref);
+        assert_ptr_equal(ds_kern_find(all[i]->name), all[i]);
+    }
+    assert_null(ds_kern_find("no-such-variant"));
+    assert_ptr_equal(ds_kern__choose("no-such-variant", &none, false), &ds_kern_ref);
+    /* best supported = the last supported one in the list */
+    const struct ds_kern_ops *best = &ds_kern_ref;
+    for (size_t i = 0; i < n; i++)
+        if (ds_kern_supported(all[i])) best = all[i];
+    assert_ptr_equal(ds_kern__choose(NULL, real, false), best);
+    assert_ptr_equal(ds_kern__choose("", real, false), best);
+}
+
+/* Forks a child that sets DS_KERNEL and calls ds_kern_select(); returns what
+** it printed (stdout and stderr). The parent never calls ds_kern_select(), so
+** each child starts with the one-time choice still to make. (fork, not exec:
+** this also works under qemu-user, where the binary cannot be re-executed.) */
+static void run_child(const char *env, char *out, size_t cap)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(fd[1], STDERR_FILENO);
+        setenv("DS_KERNEL", env, 1);
+        printf("selected=%s\n", ds_kern_select()->name);
+        fflush(NULL);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < cap - 1 && (r = read(fd[0], out + got, cap - 1 - got)) > 0) got += (size_t)r;
+    out[got] = 0;
+    close(fd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void test_env_override(void **state)
+{
+    (void)state;
+    char out[1024];
+    run_child("ref", out, sizeof out);
+    assert_string_equal(out, "selected=ref\n");
+    run_child("no-such-variant", out, sizeof out);       /* refused, with a warning */
+    assert_non_null(strstr(out, "DS_KERNEL=no-such-variant"));
+    assert_non_null(strstr(out, "warn"));
+    char want[64];
+    snprintf(want, sizeof want, "selected=%s\n", ds_kern__choose(NULL, ds_cpu_features_get(), false)->name);
+    assert_non_null(strstr(out, want));
+    const struct ds_kern_ops *all[8];
+    size_t n = ds_kern_all(all, 8);
+    for (size_t i = 0; i < n; i++) {
+        run_child(all[i]->name, out, sizeof out);
+        snprintf(want, sizeof want, "selected=%s\n", all[i]->name);
+        if (ds_kern_supported(all[i])) assert_string_equal(out, want);
+        else assert_non_null(strstr(out, "not supported by this CPU"));
+    }
+}
+
+/* Detection agrees with the kernel's own /proc/cpuinfo flags (x86 Linux). */
+static void test_cpu_features(void **state)
+{
+    (void)state;
+    const struct ds_cpu_features *f = ds_cpu_features_get();
+    assert_ptr_equal(f, ds_cpu_features_get());          /* read once */
+    assert_true(!f->avx512vnni || f->avx512f);
+    assert_true(!f->avx512bw || f->avx512f);
+    assert_true(!f->dotprod || f->neon);
+#if defined(__x86_64__)
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (!fp) skip();
+    char line[8192];
+    bool found = false;
+    while (fgets(line, sizeof line, fp))
+        if (strncmp(line, "flags", 5) == 0) { found = true; break; }
+    fclose(fp);
+    if (!found) skip();
+    struct { const char *flag; bool have; } m[] = {
+        { " avx2", f->avx2 }, { " fma", f->fma }, { " f16c", f->f16c },
+        { " avx512f", f->avx512f }, { " avx512bw", f->avx512bw }, { " avx512vl", f->avx512vl },
+        { " avx512_vnni", f->avx512vnni }, { " avx_vnni", f->avxvnni }, { " amx_int8", f->amx_int8 },
+    };
+    for (size_t i = 0; i < N_OF(m); i++) {
+        char pat[32];
+        snprintf(pat, sizeof pat, "%s ", m[i].flag);
+        bool in = strstr(line, pat) != NULL;
+        if (!in) {                                       /* flag may end the line */
+            size_t ll = strlen(line), fl = strlen(m[i].flag);
+            while (ll && (line[ll - 1] == '\n' || line[ll - 1] == ' ')) ll--;
+            in = ll >= fl && strncmp(line + ll - fl, m[i].flag, fl) == 0;
+        }
+        if (in != m[i].have) {
+            print_error("cpu feature%s: detected %d, /proc/cpuinfo says %d\n", m[i].flag, m[i].have, in);
+            fail();
+        }
+    }
+#endif
+}
+
+/* ---- runner ---- */
+
+static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
+    { "dot_i8", test_dot_i8 }, { "quantize_q8", test_quantize_q8 },
+    { "matvec_q8", test_matvec_q8 }, { "matmul_q8", test_matmul_q8 },
+    { "matvec_f32", test_matvec_f32 }, { "dot_f32", test_dot_f32 },
+    { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
+};
+
+int main(void)
+{
+    const char *seed = getenv("DS_TEST_SEED");
+    if (seed && *seed) g_rng = strtoull(seed, NULL, 0) | 1u;
+    print_message("kernels.ops: seed 0x%016llx\n", (unsigned long long)g_rng);
+
+    const struct ds_kern_ops *all[8];
+    size_t n_var = ds_kern_all(all, 8);
+    if (n_var > 8) n_var = 8;
+    static struct CMUnitTest tests[8 * N_OF(g_ops) + 8];
+    static char names[8 * N_OF(g_ops)][64];
+    size_t nt = 0;
+    for (size_t v = 0; v < n_var; v++) {
+        bool ok = ds_kern_supported(all[v]);
+        print_message("kernels.ops: variant %-11s %s\n", all[v]->name,
+                      all[v] == &ds_kern_ref ? "(the oracle)"
+                      : ok ? "supported: tested against ref" : "not supported by this CPU: SKIPPED");
+        if (all[v] == &ds_kern_ref) continue;
+        for (size_t o = 0; o < N_OF(g_ops); o++) {
+            snprintf(names[nt], sizeof names[nt], "%s.%s", all[v]->name, g_ops[o].op);
+            tests[nt] = (struct CMUnitTest){ names[nt], g_ops[o].fn, NULL, NULL, (void *)all[v] };
+            nt++;
+        }
+    }
+    tests[nt++] = (struct CMUnitTest){ "ref.oracle", test_ref_is_exact_oracle, NULL, NULL, NULL };
+    tests[nt++] = (struct CMUnitTest){ "dispatch.choose", test_choose, NULL, NULL, NULL };
+    tests[nt++] = (struct CMUnitTest){ "dispatch.env_override", test_env_override, NULL, NULL, NULL };
+    tests[nt++] = (struct CMUnitTest){ "cpu.features", test_cpu_features, NULL, NULL, NULL };
+    return _cmocka_run_group_tests("kernels.ops", tests, nt, NULL, NULL);
+}
