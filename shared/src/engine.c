@@ -572,6 +572,25 @@ enum ds_err ds_engine_eval(struct ds_engine *e, struct ds_seq *s, const int32_t 
 
 /* ---- create / destroy ---- */
 
+/* OpenBLAS (DYNAMIC_ARCH) picks its kernels from cpuid when it is loaded; a
+** build older than the CPU (0.3.21 on Emerald Rapids, family 6 model 207)
+** falls back to its SSE3 "Prescott" kernels and FP32 prefill runs ~3x slower
+** (110M shape: 160 vs 460 tok/s on one core). It cannot be switched once
+** loaded, so say how to fix it, once per process. */
+static void check_blas_core(void)
+{
+    static const char *const old[] = { "Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                       "Katmai", "Coppermine", "Northwood", "Banias" };
+    const struct ds_cpu_features *f = ds_cpu_features_get();
+    const char *core = openblas_get_corename();
+    if (!f->avx2 || !core) return;
+    for (size_t i = 0; i < DS_ARRAY_LEN(old); i++)
+        if (strcmp(core, old[i]) == 0)
+            DS_LOG(DS_LOG_WARN, "OpenBLAS does not know this CPU and runs its %s (SSE) kernels: FP32 "
+                   "prefill is slow; set OPENBLAS_CORETYPE=%s in the environment", core,
+                   f->avx512f ? "SkylakeX" : "Haswell");
+}
+
 static enum ds_err alloc_state(struct ds_engine *e)
 {
     const struct ds_model_config *c = &e->cfg;
@@ -654,6 +673,8 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     /* Each engine thread calls OpenBLAS on its own rows: OpenBLAS must not
     ** start threads of its own on top (process-wide setting). */
     openblas_set_num_threads(1);
+    static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
+    if (e->prec == DS_PRECISION_FP32) pthread_once(&blas_checked, check_blas_core);
     uint32_t blocks_per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
     enum ds_err rc;
     if ((rc = ds_pool_create(o->n_threads, &e->pool)) != DS_OK) goto fail;
