@@ -198,6 +198,9 @@ static void *bw_run(void *arg)
 ** the calling thread being the first (so no worker can finish before the
 ** clock starts); small buffers are read several times so each run moves
 ** about buf_bytes. */
+/* Keeps the read loops from being optimised away. */
+static volatile uint64_t bw_sink;
+
 static struct stats bw_measure(struct bench *b, size_t bytes, unsigned threads, unsigned reps)
 {
     double v[MAX_REPS];
@@ -206,7 +209,6 @@ static struct stats bw_measure(struct bench *b, size_t bytes, unsigned threads, 
     size_t words = DS_MIN(bytes, b->buf_bytes) / 8;
     unsigned passes = (unsigned)DS_MAX((size_t)1, b->buf_bytes / (words * 8));
     threads = DS_MIN(threads, 64u);
-    static volatile uint64_t sink;
     unsigned dropped = 0;
     for (unsigned r = 0; r < reps;) {
         double mark = others_mark();
@@ -226,7 +228,7 @@ static struct stats bw_measure(struct bench *b, size_t bytes, unsigned threads, 
         double t1 = now_s();
         for (unsigned t = 0; t < threads; t++) {
             if (t > 0) pthread_join(w[t].tid, NULL);
-            sink += w[t].sum;
+            bw_sink += w[t].sum;
         }
         pthread_barrier_destroy(&bar);
         if (disturbed(mark, t1 - t0) && dropped < 2 * reps) {
