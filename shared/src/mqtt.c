@@ -142,9 +142,9 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     if (c->o.on_connection) c->o.on_connection(c->o.ud, true);
 }
 
-static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
+/* A connect attempt failed: schedule the next one. Returns the delay in ms. */
+static uint64_t retry_later(struct ds_mqtt *c)
 {
-    struct ds_mqtt *c = ctx;
     pthread_mutex_lock(&c->mu);
     uint64_t delay = 0;
     if (c->state == ST_CONNECTING) {
@@ -154,6 +154,13 @@ static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
+    return delay;
+}
+
+static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
+{
+    struct ds_mqtt *c = ctx;
+    uint64_t delay = retry_later(c);
     /* A refusal by the broker carries a CONNACK reason; a network failure only a Paho code. */
     const char *why = r->reasonCode ? MQTTReasonCode_toString(r->reasonCode)
                                     : ds_mqtt__paho_err(r->code);
@@ -196,14 +203,7 @@ static void start_connect(struct ds_mqtt *c)
     DS_LOG(DS_LOG_DEBUG, "mqtt %s: connecting to %s", c->client_id, c->uri);
     int rc = MQTTAsync_connect(c->h, &co);
     if (rc == MQTTASYNC_SUCCESS) return;
-    pthread_mutex_lock(&c->mu);
-    uint64_t delay = 0;
-    if (c->state == ST_CONNECTING) {
-        c->state = c->stop ? ST_CLOSED : ST_WAITING;
-        delay = next_backoff_ms(c);
-        c->next_attempt_ns = ds_now_ns() + delay * 1000000ull;
-    }
-    pthread_mutex_unlock(&c->mu);
+    uint64_t delay = retry_later(c);
     DS_LOG(DS_LOG_WARN, "mqtt %s: connect to %s refused by Paho: %s; retry in %llu ms",
            c->client_id, c->uri, ds_mqtt__paho_err(rc), (unsigned long long)delay);
 }
