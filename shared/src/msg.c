@@ -482,10 +482,7 @@ enum ds_err ds_msg_infer_req_decode(const void *payload, size_t len, const struc
         rc = decode_object(root, lim, out, err);
     }
     cJSON_Delete(root);
-    if (rc != DS_OK) {
-        ds_infer_req_cleanup(out);
-        memset(out, 0, sizeof *out);
-    }
+    if (rc != DS_OK) ds_infer_req_cleanup(out);
     return rc;
 }
 
@@ -495,10 +492,7 @@ void ds_infer_req_cleanup(struct ds_infer_req *req)
     free(req->id);
     free(req->model);
     free(req->prompt);
-    for (uint32_t i = 0; i < req->n_stop && i < DS_MSG_STOP_MAX; i++) free(req->stop[i]);
     free(req->reply_to);
-    req->id = req->model = req->prompt = req->reply_to = NULL;
-    for (uint32_t i = 0; i < DS_MSG_STOP_MAX; i++) req->stop[i] = NULL;
-    req->n_stop = 0;
-    req->prompt_len = 0;
+    for (uint32_t i = 0; i < DS_MSG_STOP_MAX; i++) free(req->stop[i]);   /* unused ones are NULL */
+    memset(req, 0, sizeof *req);
 }

@@ -136,6 +136,8 @@ DS_MUST_CHECK enum ds_err ds_msg_infer_req_decode(const void *payload, size_t le
                                                   const struct ds_msg_limits *lim,
                                                   struct ds_infer_req *out,
                                                   struct ds_msg_error *err) DS_NONNULL(4, 5);
+/* Frees the strings (unused stop[] entries must be NULL, as decode leaves
+** them) and zeroes the struct. */
 void ds_infer_req_cleanup(struct ds_infer_req *req);
 
 /* ---- responses (edge or center -> device) ---- */
