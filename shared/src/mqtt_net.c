@@ -96,7 +96,7 @@ static bool as_v4(const struct sockaddr_storage *a, uint32_t *out)
 
 static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
 {
-    uint32_t a4, b4;
+    uint32_t a4 = 0, b4 = 0;
     bool av4 = as_v4(a, &a4), bv4 = as_v4(b, &b4);
     if (av4 || bv4) return av4 && bv4 && a4 == b4;
     if (a->ss_family != AF_INET6 || b->ss_family != AF_INET6) return false;
