@@ -248,6 +248,12 @@ static void test_mqtt_properties(void **state)
     assert_int_equal(ds_mqtt_publish(pub, "a/+/b", "x", 1, 0, false, NULL), DS_ERR_INVAL);
     assert_int_equal(ds_mqtt_publish(pub, "a", "x", 1, 3, false, NULL), DS_ERR_INVAL);
     assert_int_equal(ds_mqtt_unsubscribe(pub, "not/subscribed"), DS_ERR_NOT_FOUND);
+    struct ds_mqtt *bad = NULL;
+    assert_int_equal(ds_mqtt_create("http://127.0.0.1:1883", "x", NULL, &bad), DS_ERR_INVAL);
+    assert_int_equal(ds_mqtt_create("tcp://:1883", "x", NULL, &bad), DS_ERR_INVAL);
+    assert_int_equal(ds_mqtt_create("tcp://host:99999", "x", NULL, &bad), DS_ERR_INVAL);
+    assert_int_equal(ds_mqtt_create(tb_broker_uri(b), "", NULL, &bad), DS_ERR_INVAL);
+    assert_null(bad);
 
     ds_mqtt_destroy(m1);
     ds_mqtt_destroy(m2);
@@ -411,6 +417,8 @@ static void test_mqtt_reconnect(void **state)
         ds_mqtt_stats(c, &st);
     } while (st.connected && ds_now_ms() < until);
     assert_false(st.connected);
+    /* Published while the broker is away: held, and sent once re-subscribed. */
+    assert_int_equal(ds_mqtt_publish(c, "rc/t", "held", 4, 1, false, NULL), DS_OK);
     usleep(300000);                               /* let it fail a few attempts */
     assert_int_equal(tb_broker_restart(b), DS_OK);
     double t0 = ds_now_ms();
@@ -430,11 +438,12 @@ static void test_mqtt_reconnect(void **state)
     assert_int_equal(ds_mqtt_publish(p, "rc/gone", "no", 2, 1, false, NULL), DS_OK);
     assert_int_equal(ds_mqtt_publish(p, "rc/t", "after", 5, 1, false, NULL), DS_OK);
     assert_int_equal(ds_mqtt_publish(p, "rc/u/x", "also", 4, 1, false, NULL), DS_OK);
-    assert_int_equal(inbox_wait(in, 2, 5000), 2);
-    assert_string_equal(in->msgs[0].payload, "after");
-    assert_string_equal(in->msgs[1].payload, "also");
+    assert_int_equal(inbox_wait(in, 3, 5000), 3);
+    assert_string_equal(in->msgs[0].payload, "held");
+    assert_string_equal(in->msgs[1].payload, "after");
+    assert_string_equal(in->msgs[2].payload, "also");
     usleep(100000);
-    assert_int_equal(inbox_count(in), 2);
+    assert_int_equal(inbox_count(in), 3);
     assert_true(in->conn_events >= 102);          /* up, down, up */
     ds_mqtt_destroy(p);
     ds_mqtt_destroy(c);
