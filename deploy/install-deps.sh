@@ -16,6 +16,7 @@ pkgs=(
   libcjson-dev                           # JSON messages
   libinih-dev                            # INI config files
   libcmocka-dev                          # unit tests
+  python3-jsonschema                     # shared.msg validates encoder output against schemas/
 )
 
 missing=()

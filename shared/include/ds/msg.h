@@ -1,0 +1,227 @@
+/*
+** ds/msg.h — the v1 MQTT wire contract: decode inference requests; encode
+** stream chunks, final results, errors, node status and telemetry.
+** schemas/<name>.schema.json describe every message and are the source of truth;
+** the tests check that the encoders' output validates against them.
+**
+** Request decoding policy (ds_msg_infer_req_decode), in the order checked:
+**   - the payload is at most lim->max_payload bytes, strict UTF-8 (no
+**     overlongs, no surrogates), free of raw control characters inside
+**     strings and of "\u0000" escapes (C strings cannot carry U+0000, and a
+**     silently truncated prompt is worse than a refusal), and one JSON object;
+**   - "v" is absent or 1; any other number is DS_ERR_VERSION;
+**   - duplicate keys are REJECTED: JSON parsers disagree on which copy wins,
+**     so a duplicate could make the edge and a center read different requests;
+**   - unknown keys are IGNORED, so that newer clients keep working against
+**     older nodes (forward compatibility); keys are case-sensitive;
+**   - null on an optional field means "absent" (OpenAI clients send
+**     "stop": null); required fields ("id", "model", "prompt") cannot be null;
+**   - integers may be written 5 or 5.0 but not 5.5 or "5".
+** Defaults (field absent): max_tokens 128, temperature 0 (greedy), top_p 1,
+**   top_k 0 (off), seed none (has_seed false), stop none, stream false,
+**   priority normal, deadline none (0), route auto, reply_to none (NULL).
+** Ranges: id 1..128 code points; model 1..128 bytes of [A-Za-z0-9._:-]
+**   starting with a letter or digit (it also names topics); max_tokens
+**   1..lim->max_tokens (<= 4096); temperature 0..2; top_p (0,1];
+**   top_k 0..lim->max_top_k (the vocabulary); seed an integer 0..2^53-1, or a
+**   decimal string for the full u64 range (JSON numbers are doubles in most
+**   clients); stop a string or an array of at most 4 strings, each
+**   1..lim->max_stop_len bytes; priority "high"|"normal"|"low"; deadline_ms
+**   1..3600000; route "auto"|"edge"|"center"; reply_to 1..lim->max_topic
+**   bytes, no '+' or '#', not starting with '$'.
+**
+** Ownership: a decoded struct ds_infer_req OWNS its strings; free them with
+**            ds_infer_req_cleanup() (NULL-safe, idempotent). Encoders return
+**            OWNED NUL-terminated JSON text in *out; free it with free().
+**            Their input strings are BORROWED.
+** Threads:   every function is reentrant. cJSON's allocation hooks are
+**            process-wide: dspark never changes them, neither should callers.
+** Errors:    DS_ERR_FORMAT (not JSON, wrong shape or type), DS_ERR_RANGE
+**            (a value or the payload size out of range), DS_ERR_VERSION
+**            (unknown "v"), DS_ERR_NOMEM, DS_ERR_INVAL (NULL arguments).
+**            A failed decode also fills struct ds_msg_error with the wire
+**            code, the field and a message naming the expected value; the
+**            decoder never logs (a flood of bad requests must not flood logs).
+*/
+#ifndef DS_MSG_H
+#define DS_MSG_H
+
+#include <stdbool.h>
+
+#include "ds/common.h"
+#include "ds/err.h"
+#include "ds/sampler.h"
+#include "ds/sched.h"
+
+struct cJSON;
+
+#define DS_MSG_VERSION          1
+#define DS_MSG_ID_MAX           128u                     /* code points */
+#define DS_MSG_ID_MAX_BYTES     (DS_MSG_ID_MAX * 4u)     /* UTF-8 worst case */
+#define DS_MSG_MODEL_MAX        128u                     /* bytes */
+#define DS_MSG_STOP_MAX         4u
+#define DS_MSG_MAX_TOKENS_MAX   4096u
+#define DS_MSG_DEADLINE_MAX_MS  3600000u
+#define DS_MSG_SEED_NUMBER_MAX  9007199254740991.0       /* 2^53 - 1 */
+
+/* Error codes on the wire ("error":{"code":...}). Append only. */
+#define DS_MSG_CODE_LIST(X)                           \
+    X(INVALID_REQUEST,   "invalid_request")           \
+    X(MODEL_NOT_FOUND,   "model_not_found")           \
+    X(OVERLOADED,        "overloaded")                \
+    X(DEADLINE_EXCEEDED, "deadline_exceeded")         \
+    X(UNAUTHORIZED,      "unauthorized")              \
+    X(INTERNAL,          "internal")
+
+enum ds_msg_code {
+#define X(name, text) DS_MSG_CODE_##name,
+    DS_MSG_CODE_LIST(X)
+#undef X
+    DS_MSG_CODE_COUNT
+};
+/* "invalid_request", ...; "internal" for values out of range. */
+const char *ds_msg_code_name(enum ds_msg_code c);
+/* The code whose name is s; -1 for anything else. */
+int ds_msg_code_parse(const char *s);
+
+enum ds_msg_route  { DS_MSG_ROUTE_AUTO, DS_MSG_ROUTE_EDGE, DS_MSG_ROUTE_CENTER };
+enum ds_msg_role   { DS_MSG_ROLE_EDGE, DS_MSG_ROLE_CENTER };           /* also "tier" */
+enum ds_msg_finish { DS_MSG_FINISH_STOP, DS_MSG_FINISH_LENGTH, DS_MSG_FINISH_CANCELLED };
+enum ds_msg_state  { DS_MSG_STATE_ONLINE, DS_MSG_STATE_OFFLINE, DS_MSG_STATE_DRAINING };
+
+const char *ds_msg_route_name(enum ds_msg_route r);     /* "auto" | "edge" | "center" */
+const char *ds_msg_role_name(enum ds_msg_role r);       /* "edge" | "center" */
+
+/* ---- request ---- */
+
+struct ds_msg_limits {
+    size_t   max_payload;    /* bytes of the whole message (default 65536) */
+    size_t   max_prompt;     /* bytes of "prompt" (default 32768) */
+    uint32_t max_tokens;     /* ceiling of "max_tokens" (default and at most 4096) */
+    uint32_t max_top_k;      /* ceiling of "top_k": the model's vocabulary (default 262144) */
+    size_t   max_stop_len;   /* bytes per stop string (default 64) */
+    size_t   max_topic;      /* bytes of "reply_to" (default 256) */
+};
+void ds_msg_limits_init(struct ds_msg_limits *lim);
+
+struct ds_msg_error {
+    enum ds_msg_code code;                   /* wire code; decode gives invalid_request */
+    char field[32];                          /* offending field; "payload" for the message */
+    char message[256];                       /* "max_tokens: 0 is out of range, expected ..." */
+    bool has_id;                             /* the request's id was readable */
+    char id[DS_MSG_ID_MAX_BYTES + 1];
+};
+
+struct ds_infer_req {
+    char                    *id;            /* OWNED, 1..128 code points */
+    char                    *model;         /* OWNED */
+    char                    *prompt;        /* OWNED, NUL-terminated */
+    size_t                   prompt_len;    /* bytes */
+    uint32_t                 max_tokens;
+    struct ds_sampler_params sampling;      /* temperature, top_p, top_k, seed */
+    bool                     has_seed;      /* false: the node picks a seed */
+    char                    *stop[DS_MSG_STOP_MAX];   /* OWNED, n_stop of them */
+    uint32_t                 n_stop;
+    bool                     stream;
+    enum ds_tier             priority;      /* "high" | "normal" | "low" */
+    uint32_t                 deadline_ms;   /* 0 = none */
+    enum ds_msg_route        route;
+    char                    *reply_to;      /* OWNED topic, NULL = none */
+};
+
+/* Decode one request. payload need not be NUL-terminated; lim may be NULL
+** (defaults). On success *out holds the request (caller cleans it up). On
+** failure *out is zeroed (cleanup still safe) and err is filled. */
+DS_MUST_CHECK enum ds_err ds_msg_infer_req_decode(const void *payload, size_t len,
+                                                  const struct ds_msg_limits *lim,
+                                                  struct ds_infer_req *out,
+                                                  struct ds_msg_error *err) DS_NONNULL(4, 5);
+/* Frees the strings (unused stop[] entries must be NULL, as decode leaves
+** them) and zeroes the struct. */
+void ds_infer_req_cleanup(struct ds_infer_req *req);
+
+/* ---- responses (edge or center -> device) ---- */
+
+/* One stream delta: {"v":1,"id","delta","index"}. index counts from 0. */
+struct ds_msg_chunk {
+    const char *id;
+    const char *delta;       /* bytes; invalid UTF-8 and U+0000 become U+FFFD */
+    size_t      delta_len;
+    uint32_t    index;
+};
+
+struct ds_msg_served_by {
+    const char      *node;
+    enum ds_msg_role tier;
+    const char      *model;
+    const char      *version;
+    const char      *precision;   /* "int8" | "fp16" | "fp32" */
+};
+
+struct ds_msg_final {
+    const char             *id;
+    const char             *text;        /* bytes; repaired like ds_msg_chunk.delta */
+    size_t                  text_len;
+    enum ds_msg_finish      finish_reason;
+    uint32_t                prompt_tokens;
+    uint32_t                completion_tokens;   /* total_tokens is their sum */
+    struct ds_msg_served_by served_by;
+    double                  queue_ms, ttft_ms, total_ms;
+};
+
+DS_MUST_CHECK enum ds_err ds_msg_chunk_encode(const struct ds_msg_chunk *c, char **out,
+                                              size_t *out_len) DS_NONNULL(1, 2);
+DS_MUST_CHECK enum ds_err ds_msg_final_encode(const struct ds_msg_final *f, char **out,
+                                              size_t *out_len) DS_NONNULL(1, 2);
+/* {"v":1,"id":id|null,"error":{"code","message"}}. id NULL = unknown. */
+DS_MUST_CHECK enum ds_err ds_msg_error_encode(const char *id, enum ds_msg_code code,
+                                              const char *message, char **out,
+                                              size_t *out_len) DS_NONNULL(3, 4);
+
+/* ---- node status and telemetry (retained, dspark/v1/{status,telemetry}/<node>) ---- */
+
+struct ds_msg_status {
+    const char        *node;
+    enum ds_msg_state  state;
+    enum ds_msg_role   role;
+    uint64_t           ts_ms;      /* Unix time in milliseconds */
+};
+DS_MUST_CHECK enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out,
+                                               size_t *out_len) DS_NONNULL(1, 2);
+
+struct ds_msg_model_info {
+    const char *name, *version, *precision;
+};
+
+/* One snapshot. Times in ms; rates per second; every pointer may be NULL
+** (the field is then left out), every number is written as is. */
+struct ds_msg_telemetry {
+    const char      *node;
+    enum ds_msg_role role;
+    uint64_t         ts_ms;                /* Unix time in milliseconds */
+    double           uptime_s;
+    double           requests_per_s, tokens_per_s, overflow_ratio, cascade_ratio;
+    double           p50_ms, p90_ms, p99_ms;
+    /* Latency histogram: n_hist upper bounds (ms, ascending) and n_hist + 1
+    ** counts, the last one counting what lies above the highest bound. */
+    const double    *hist_le_ms;
+    const uint64_t  *hist_counts;
+    size_t           n_hist;
+    uint32_t         queue_depth[DS_TIER_COUNT];
+    uint64_t         errors[DS_MSG_CODE_COUNT];
+    const struct ds_msg_model_info *models;
+    size_t           n_models;
+    const char      *kernel;               /* kernel backend in use: "avx2", "cuda-f16" */
+};
+
+/* The snapshot as an OWNED cJSON object (cJSON_Delete), so that a daemon can
+** add fields of its own before printing it with ds_msg_json_print. */
+DS_MUST_CHECK enum ds_err ds_msg_telemetry_build(const struct ds_msg_telemetry *t,
+                                                 struct cJSON **out) DS_NONNULL(1, 2);
+DS_MUST_CHECK enum ds_err ds_msg_telemetry_encode(const struct ds_msg_telemetry *t, char **out,
+                                                  size_t *out_len) DS_NONNULL(1, 2);
+/* Compact JSON text of obj (BORROWED) as OWNED text. */
+DS_MUST_CHECK enum ds_err ds_msg_json_print(const struct cJSON *obj, char **out,
+                                            size_t *out_len) DS_NONNULL(1, 2);
+
+#endif

@@ -1,0 +1,518 @@
+/*
+** mqtt.c — the MQTT 5 client wrapper over Paho MQTTAsync (see ds/mqtt.h):
+** connection loop with backoff, subscription list, publish FIFO with an
+** in-flight limit, and the Paho callbacks.
+**
+** Owns: the Paho handle, the worker thread, copies of every option string,
+** queued publishes (struct pub, in c->q*), requests handed to Paho that
+** await their callback (struct op list c->pending: QoS>0 publishes and
+** subscribe batches), and the subscription list.
+** Locking: one mutex (c->mu) guards everything above. It is never held
+** while calling Paho: Paho calls back with its own (process-wide) mutex
+** held, so holding ours across a Paho call could deadlock against a
+** callback waiting for ours.
+*/
+#include "ds/mqtt.h"
+
+#include <MQTTAsync.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ds/log.h"
+#include "mqtt_internal.h"
+/* ---- small helpers ---- */
+
+static void deadline_ts(uint64_t at_ns, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(at_ns / 1000000000ull);
+    ts->tv_nsec = (long)(at_ns % 1000000000ull);
+}
+
+/* Waits on c->cv until abs_ns (0 = forever). c->mu held. */
+static void wait_until(struct ds_mqtt *c, uint64_t abs_ns)
+{
+    if (abs_ns == 0) {
+        pthread_cond_wait(&c->cv, &c->mu);
+        return;
+    }
+    struct timespec ts;
+    deadline_ts(abs_ns, &ts);
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+/* Next delay: equal jitter over the current backoff, which then doubles. */
+static uint64_t next_backoff_ms(struct ds_mqtt *c)
+{
+    uint64_t b = c->backoff_ms;
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    uint64_t delay = b / 2 + c->rng % (b / 2 + 1);
+    c->backoff_ms = DS_MIN(b * 2, (uint64_t)c->o.reconnect_max_ms);
+    return delay;
+}
+
+/* ---- Paho callbacks: connection ---- */
+
+/* Publishes still with Paho belong to a connection that is gone: Paho fails
+** them (clean start), and those callbacks must not free a slot of the next
+** connection. c->mu held. */
+static void uncount_locked(struct ds_mqtt *c)
+{
+    for (struct op *op = c->pending.next; op != &c->pending; op = op->next)
+        if (op->is_pub) ((struct pub *)op)->counted = false;
+    c->st.inflight = 0;
+}
+
+/* The connection is gone (c->mu held): no more in-flight slots, subscriptions
+** to be re-sent, next attempt soon. Returns true if it was connected. */
+static bool lost_locked(struct ds_mqtt *c)
+{
+    if (c->state != ST_CONNECTED) return false;
+    c->state = c->stop ? ST_CLOSED : ST_WAITING;
+    c->backoff_ms = c->o.reconnect_min_ms;
+    c->next_attempt_ns = ds_now_ns() + next_backoff_ms(c) * 1000000ull;
+    uncount_locked(c);
+    c->st.connected = false;
+    pthread_cond_broadcast(&c->cv);
+    return true;
+}
+
+static void on_connection_lost(void *ctx, char *cause)
+{
+    struct ds_mqtt *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    bool was = lost_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (!was) return;
+    DS_LOG(DS_LOG_WARN, "mqtt %s: connection to %s lost (%s); reconnecting", c->client_id, c->uri,
+           cause ? cause : "socket closed");
+    if (c->o.on_connection) c->o.on_connection(c->o.ud, false);
+}
+
+static void on_disconnected(void *ctx, MQTTProperties *props, enum MQTTReasonCodes rc)
+{
+    struct ds_mqtt *c = ctx;
+    (void)props;
+    DS_LOG(DS_LOG_WARN, "mqtt %s: broker sent DISCONNECT: %s", c->client_id,
+           MQTTReasonCode_toString(rc));
+    on_connection_lost(c, NULL);
+}
+
+static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
+{
+    struct ds_mqtt *c = ctx;
+    uint32_t recv_max = 65535;
+    if (MQTTProperties_hasProperty(&r->properties, MQTTPROPERTY_CODE_RECEIVE_MAXIMUM))
+        recv_max = (uint32_t)MQTTProperties_getNumericValue(&r->properties,
+                                                            MQTTPROPERTY_CODE_RECEIVE_MAXIMUM);
+    if (recv_max == 0) recv_max = 1;
+    pthread_mutex_lock(&c->mu);
+    struct ds_mqtt__peer peer = c->peer;
+    pthread_mutex_unlock(&c->mu);
+    /* Before anything is published on this connection (pitfall 1). */
+    unsigned nodelay = ds_mqtt__set_nodelay(&peer);
+
+    pthread_mutex_lock(&c->mu);
+    if (c->state != ST_CONNECTING) {             /* ds_mqtt_disconnect came first */
+        pthread_mutex_unlock(&c->mu);
+        DS_LOG(DS_LOG_DEBUG, "mqtt %s: connected after disconnect; closing", c->client_id);
+        return;
+    }
+    c->state = ST_CONNECTED;
+    c->conn++;
+    c->backoff_ms = c->o.reconnect_min_ms;
+    c->st.connected = true;
+    c->st.connects++;
+    c->st.receive_max = recv_max;
+    c->st.nodelay_sockets = nodelay;
+    uncount_locked(c);
+    uint32_t limit = c->o.max_inflight ? DS_MIN(c->o.max_inflight, recv_max) : recv_max;
+    c->st.inflight_limit = limit;
+    c->wake_pump = true;                        /* resubscribe and send what waited */
+    pthread_cond_broadcast(&c->cv);
+    uint64_t conn = c->conn;
+    pthread_mutex_unlock(&c->mu);
+    DS_LOG(DS_LOG_INFO, "mqtt %s: connected to %s (connection %llu, receive maximum %u, "
+           "in-flight limit %u, TCP_NODELAY on %u socket%s)", c->client_id, c->uri,
+           (unsigned long long)conn, recv_max, limit, nodelay, nodelay == 1 ? "" : "s");
+    if (c->o.on_connection) c->o.on_connection(c->o.ud, true);
+}
+
+/* A connect attempt failed: schedule the next one. Returns the delay in ms. */
+static uint64_t retry_later(struct ds_mqtt *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t delay = 0;
+    if (c->state == ST_CONNECTING) {
+        c->state = c->stop ? ST_CLOSED : ST_WAITING;
+        delay = next_backoff_ms(c);
+        c->next_attempt_ns = ds_now_ns() + delay * 1000000ull;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return delay;
+}
+
+static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
+{
+    struct ds_mqtt *c = ctx;
+    uint64_t delay = retry_later(c);
+    /* A refusal by the broker carries a CONNACK reason; a network failure only a Paho code. */
+    const char *why = r->reasonCode ? MQTTReasonCode_toString(r->reasonCode)
+                                    : ds_mqtt__paho_err(r->code);
+    DS_LOG(DS_LOG_WARN, "mqtt %s: cannot connect to %s: %s%s%s; retry in %llu ms", c->client_id,
+           c->uri, why, r->message ? ": " : "", r->message ? r->message : "",
+           (unsigned long long)delay);
+}
+
+/* Issue one connect (worker thread, c->mu not held). */
+static void start_connect(struct ds_mqtt *c)
+{
+    struct ds_mqtt__peer peer;
+    pthread_mutex_lock(&c->mu);
+    peer = c->peer;
+    pthread_mutex_unlock(&c->mu);
+    ds_mqtt__resolve(&peer);                    /* DNS may change between attempts */
+    pthread_mutex_lock(&c->mu);
+    c->peer = peer;
+    pthread_mutex_unlock(&c->mu);
+
+    MQTTAsync_connectOptions co = MQTTAsync_connectOptions_initializer5;
+    MQTTAsync_willOptions will = MQTTAsync_willOptions_initializer;
+    co.keepAliveInterval = (int)c->o.keepalive_s;
+    co.connectTimeout = (int)c->o.connect_timeout_s;
+    co.cleanstart = 1;
+    co.automaticReconnect = 0;                  /* the worker reconnects (see ds/mqtt.h) */
+    co.username = c->username;
+    co.password = c->password;
+    co.onSuccess5 = on_connect_ok;
+    co.onFailure5 = on_connect_fail;
+    co.context = c;
+    if (c->will_topic) {
+        will.topicName = c->will_topic;
+        will.payload.data = c->will_payload;
+        will.payload.len = (int)c->o.will_len;
+        will.qos = c->o.will_qos;
+        will.retained = c->o.will_retained;
+        co.will = &will;
+    }
+    DS_LOG(DS_LOG_DEBUG, "mqtt %s: connecting to %s", c->client_id, c->uri);
+    int rc = MQTTAsync_connect(c->h, &co);
+    if (rc == MQTTASYNC_SUCCESS) return;
+    uint64_t delay = retry_later(c);
+    DS_LOG(DS_LOG_WARN, "mqtt %s: connect to %s refused by Paho: %s; retry in %llu ms",
+           c->client_id, c->uri, ds_mqtt__paho_err(rc), (unsigned long long)delay);
+}
+
+/* ---- the worker: connects, re-subscribes, sends what callbacks freed room for ---- */
+
+static void *worker_main(void *arg)
+{
+    struct ds_mqtt *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        uint64_t now = ds_now_ns();
+        if (c->state == ST_WAITING && now >= c->next_attempt_ns) {
+            c->state = ST_CONNECTING;
+            pthread_mutex_unlock(&c->mu);
+            start_connect(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        if (c->state == ST_CONNECTED && ds_mqtt__subs_unsent(c)) {
+            pthread_mutex_unlock(&c->mu);
+            ds_mqtt__send_subs(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        if (c->wake_pump || (c->retry_pending && now >= c->retry_at_ns)) {
+            c->wake_pump = c->retry_pending = false;
+            pthread_mutex_unlock(&c->mu);
+            ds_mqtt__pump(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        uint64_t until = 0;
+        if (c->state == ST_WAITING) until = c->next_attempt_ns;
+        if (c->retry_pending && (until == 0 || c->retry_at_ns < until)) until = c->retry_at_ns;
+        wait_until(c, until);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- public API ---- */
+
+void ds_mqtt_opts_init(struct ds_mqtt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->keepalive_s = 30;
+    o->connect_timeout_s = 10;
+    o->reconnect_min_ms = 100;
+    o->reconnect_max_ms = 10000;
+    o->max_queued = 100000;
+}
+
+static char *dup_opt(const char *s, bool *ok)
+{
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *ok = false;
+    return d;
+}
+
+enum ds_err ds_mqtt_create(const char *uri, const char *client_id, const struct ds_mqtt_opts *o,
+                           struct ds_mqtt **out)
+{
+    if (!uri || !client_id || !*client_id || !out) return DS_ERR_INVAL;
+    *out = NULL;
+    struct ds_mqtt_opts defaults;
+    if (!o) {
+        ds_mqtt_opts_init(&defaults);
+        o = &defaults;
+    }
+    if (o->will_topic && (!ds_mqtt__topic_ok(o->will_topic) || o->will_qos < 0 || o->will_qos > 2 ||
+                          o->will_len > DS_MQTT_MAX_PAYLOAD || (!o->will_payload && o->will_len)))
+        return DS_ERR_INVAL;
+    struct ds_mqtt *c = calloc(1, sizeof *c);
+    if (!c) return DS_ERR_NOMEM;
+    enum ds_err rc = ds_mqtt__parse_uri(uri, &c->peer);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "mqtt: bad broker URI \"%s\" (expected tcp://host[:port])", uri);
+        goto fail_uri;
+    }
+    c->o = *o;
+    c->o.reconnect_min_ms = DS_MAX(c->o.reconnect_min_ms, 1u);
+    c->o.reconnect_max_ms = DS_MAX(c->o.reconnect_max_ms, c->o.reconnect_min_ms);
+    bool ok = true;
+    c->uri = dup_opt(uri, &ok);
+    c->client_id = dup_opt(client_id, &ok);
+    c->will_topic = dup_opt(o->will_topic, &ok);
+    c->username = dup_opt(o->username, &ok);
+    c->password = dup_opt(o->password, &ok);
+    if (c->will_topic && o->will_len) {
+        c->will_payload = malloc(o->will_len);
+        if (c->will_payload) memcpy(c->will_payload, o->will_payload, o->will_len);
+        else ok = false;
+    }
+    c->o.will_topic = c->o.username = c->o.password = NULL;   /* use the copies */
+    c->o.will_payload = NULL;
+    rc = DS_ERR_NOMEM;
+    if (!ok) goto fail_strings;
+    c->pending.next = c->pending.prev = &c->pending;
+    c->state = ST_IDLE;
+    c->backoff_ms = c->o.reconnect_min_ms;
+    c->rng = (ds_now_ns() ^ (uintptr_t)c) | 1;
+    c->st.receive_max = 65535;
+
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) goto fail_strings;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int perr = pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (perr != 0) goto fail_strings;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail_mutex;
+
+    MQTTAsync_createOptions cro = MQTTAsync_createOptions_initializer5;
+    /* Paho refuses publishes beyond this many unsent ones (MQTTASYNC_MAX_BUFFERED_MESSAGES);
+    ** the FIFO then retries them shortly, so QoS 0 bursts are bounded too. */
+    cro.maxBufferedMessages = 4096;
+    int prc = MQTTAsync_createWithOptions(&c->h, uri, client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL,
+                                          &cro);
+    if (prc != MQTTASYNC_SUCCESS) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot create a client for %s: %s", client_id, uri,
+               ds_mqtt__paho_err(prc));
+        rc = DS_ERR_MQTT;
+        goto fail_paho;
+    }
+    prc = MQTTAsync_setCallbacks(c->h, c, on_connection_lost, ds_mqtt__on_message, NULL);
+    if (prc == MQTTASYNC_SUCCESS) prc = MQTTAsync_setDisconnected(c->h, c, on_disconnected);
+    if (prc != MQTTASYNC_SUCCESS) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot set callbacks: %s", client_id,
+               ds_mqtt__paho_err(prc));
+        rc = DS_ERR_MQTT;
+        goto fail_callbacks;
+    }
+    if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
+        rc = DS_ERR_NOMEM;
+        goto fail_callbacks;
+    }
+    c->worker_started = true;
+    *out = c;
+    return DS_OK;
+
+fail_callbacks:
+    MQTTAsync_destroy(&c->h);
+fail_paho:
+    pthread_mutex_destroy(&c->mu);
+fail_mutex:
+    pthread_cond_destroy(&c->cv);
+fail_strings:
+    free(c->uri);
+    free(c->client_id);
+    free(c->will_topic);
+    free(c->username);
+    free(c->password);
+    free(c->will_payload);
+fail_uri:
+    free(c);
+    return rc;
+}
+
+enum ds_err ds_mqtt_connect(struct ds_mqtt *c)
+{
+    if (!c) return DS_ERR_INVAL;
+    pthread_mutex_lock(&c->mu);
+    enum ds_err rc = DS_OK;
+    if (c->state == ST_IDLE) {
+        c->state = ST_WAITING;
+        c->next_attempt_ns = 0;                 /* now */
+        pthread_cond_broadcast(&c->cv);
+    } else if (c->state == ST_CLOSED) {
+        rc = DS_ERR_INVAL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Waits (c->mu held) until pred(c) or timeout; true if pred holds. */
+bool ds_mqtt__wait_for(struct ds_mqtt *c, bool (*pred)(const struct ds_mqtt *),
+                       uint32_t timeout_ms)
+{
+    uint64_t until = ds_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    while (!pred(c)) {
+        if (ds_now_ns() >= until) return false;
+        wait_until(c, until);
+    }
+    return true;
+}
+
+static bool is_connected(const struct ds_mqtt *c) { return c->state == ST_CONNECTED; }
+
+static bool is_drained(const struct ds_mqtt *c)
+{
+    return (!c->qhead && c->st.inflight == 0 && !c->pumping) || c->state == ST_CLOSED;
+}
+
+enum ds_err ds_mqtt_wait_connected(struct ds_mqtt *c, uint32_t timeout_ms)
+{
+    if (!c) return DS_ERR_INVAL;
+    pthread_mutex_lock(&c->mu);
+    bool ok = ds_mqtt__wait_for(c, is_connected, timeout_ms);
+    pthread_mutex_unlock(&c->mu);
+    return ok ? DS_OK : DS_ERR_TIMEOUT;
+}
+
+enum ds_err ds_mqtt_flush(struct ds_mqtt *c, uint32_t timeout_ms)
+{
+    if (!c) return DS_ERR_INVAL;
+    pthread_mutex_lock(&c->mu);
+    bool ok = ds_mqtt__wait_for(c, is_drained, timeout_ms);
+    pthread_mutex_unlock(&c->mu);
+    return ok ? DS_OK : DS_ERR_TIMEOUT;
+}
+
+static void on_disc_done(void *ctx, MQTTAsync_successData5 *r)
+{
+    struct ds_mqtt *c = ctx;
+    (void)r;
+    pthread_mutex_lock(&c->mu);
+    c->disc_done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_disc_fail(void *ctx, MQTTAsync_failureData5 *r)
+{
+    (void)r;
+    on_disc_done(ctx, NULL);
+}
+
+static bool disc_finished(const struct ds_mqtt *c) { return c->disc_done; }
+
+/* Send DISCONNECT if Paho holds a connection, and wait for it (bounded). */
+static void paho_disconnect(struct ds_mqtt *c)
+{
+    if (!MQTTAsync_isConnected(c->h)) return;
+    MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer5;
+    d.timeout = 0;                               /* the wrapper flushed already */
+    d.onSuccess5 = on_disc_done;
+    d.onFailure5 = on_disc_fail;
+    d.context = c;
+    pthread_mutex_lock(&c->mu);
+    c->disc_done = false;
+    pthread_mutex_unlock(&c->mu);
+    int rc = MQTTAsync_disconnect(c->h, &d);
+    if (rc != MQTTASYNC_SUCCESS) {
+        DS_LOG(DS_LOG_WARN, "mqtt %s: disconnect: %s", c->client_id, ds_mqtt__paho_err(rc));
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (!ds_mqtt__wait_for(c, disc_finished, 2000))
+        DS_LOG(DS_LOG_WARN, "mqtt %s: no answer to DISCONNECT within 2 s", c->client_id);
+    pthread_mutex_unlock(&c->mu);
+}
+
+enum ds_err ds_mqtt_disconnect(struct ds_mqtt *c, uint32_t timeout_ms)
+{
+    if (!c) return DS_ERR_INVAL;
+    pthread_mutex_lock(&c->mu);
+    bool drained = c->state == ST_CONNECTED ? ds_mqtt__wait_for(c, is_drained, timeout_ms)
+                                            : is_drained(c);
+    if (!drained)
+        DS_LOG(DS_LOG_WARN, "mqtt %s: disconnecting with %u publishes queued and %u in flight",
+               c->client_id, c->st.queued, c->st.inflight);
+    c->state = ST_CLOSED;                       /* no more attempts; callbacks keep it closed */
+    c->st.connected = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    paho_disconnect(c);
+    return drained ? DS_OK : DS_ERR_TIMEOUT;
+}
+
+void ds_mqtt_destroy(struct ds_mqtt *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    c->state = ST_CLOSED;
+    c->st.connected = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->worker_started) pthread_join(c->worker, NULL);
+    paho_disconnect(c);           /* also a connect that completed after ds_mqtt_disconnect */
+    MQTTAsync_destroy(&c->h);                   /* may still fail pending ops via callbacks */
+
+    while (c->qhead) {
+        struct pub *p = c->qhead;
+        c->qhead = p->qnext;
+        free(p);
+    }
+    while (c->pending.next != &c->pending) {    /* ops Paho never called back */
+        struct op *op = c->pending.next;
+        ds_mqtt__op_unlink(op);
+        free(op);                               /* first member of struct pub / struct subop */
+    }
+    for (size_t i = 0; i < c->n_subs; i++) free(c->subs[i].filter);
+    free(c->subs);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c->uri);
+    free(c->client_id);
+    free(c->will_topic);
+    free(c->username);
+    free(c->password);
+    free(c->will_payload);
+    free(c);
+}
+
+void ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out)
+{
+    pthread_mutex_lock(&c->mu);
+    *out = c->st;
+    pthread_mutex_unlock(&c->mu);
+}

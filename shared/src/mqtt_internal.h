@@ -1,0 +1,155 @@
+/*
+** mqtt_internal.h — the inside of the MQTT wrapper, shared by mqtt.c
+** (connection, worker, lifetime), mqtt_io.c (publish FIFO, subscriptions,
+** receiving) and mqtt_net.c (broker address, the TCP_NODELAY fix of
+** ds/mqtt.h pitfall 1). Never installed.
+*/
+#ifndef DS_MQTT_INTERNAL_H
+#define DS_MQTT_INTERNAL_H
+
+#include <MQTTAsync.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "ds/common.h"
+#include "ds/err.h"
+#include "ds/mqtt.h"
+
+#define DS_MQTT__MAX_ADDRS 16
+
+/* The broker as the URI names it, and the addresses its host resolved to. */
+struct ds_mqtt__peer {
+    char                    host[256];
+    uint16_t                port;
+    struct sockaddr_storage addrs[DS_MQTT__MAX_ADDRS];
+    size_t                  n_addrs;   /* 0: unresolved, match on the port alone */
+};
+
+/* Split "scheme://host[:port][/path]" (IPv6 hosts in brackets); the port
+** defaults by scheme. DS_ERR_INVAL for anything else. */
+DS_MUST_CHECK enum ds_err ds_mqtt__parse_uri(const char *uri, struct ds_mqtt__peer *peer);
+/* Resolve peer->host into peer->addrs (blocking getaddrinfo; call it from
+** the wrapper's worker, never from a Paho callback). Keeps the old list when
+** resolution fails. */
+void ds_mqtt__resolve(struct ds_mqtt__peer *peer);
+/* Set TCP_NODELAY on every TCP socket of this process connected to the
+** peer; returns how many sockets now have it. */
+unsigned ds_mqtt__set_nodelay(const struct ds_mqtt__peer *peer);
+
+/* ---- the client (mqtt.c: connection and worker; mqtt_io.c: publish,
+**      subscribe, receive) ---- */
+
+enum conn_state {
+    ST_IDLE,         /* created, ds_mqtt_connect not called */
+    ST_WAITING,      /* not connected; next attempt at c->next_attempt_ns */
+    ST_CONNECTING,   /* MQTTAsync_connect issued, CONNACK awaited */
+    ST_CONNECTED,
+    ST_CLOSED,       /* ds_mqtt_disconnect: no more attempts */
+};
+
+/* A request handed to Paho whose callback has not come yet. */
+struct op {
+    struct op      *prev, *next;
+    struct ds_mqtt *c;
+    bool            is_pub;    /* struct pub, else struct subop */
+};
+
+struct pub {
+    struct op     op;          /* in c->pending while Paho holds it (QoS > 0) */
+    struct pub   *qnext;       /* in the FIFO before that */
+    bool          counted;     /* holds an in-flight slot of the current connection */
+    int           qos;
+    bool          retained;
+    uint32_t      expiry_s;
+    size_t        len, rt_len, corr_len;
+    char         *topic, *rt;
+    unsigned char *corr, *payload;
+    char          buf[];       /* topic, rt, corr, payload */
+};
+
+struct subop {
+    struct op op;
+    uint64_t  conn;            /* connection it was sent on */
+    size_t    n;
+    uint64_t  ids[];           /* struct sub ids */
+};
+
+struct sub {
+    char    *filter;
+    int      qos;
+    uint64_t id;
+    uint64_t sent_conn, acked_conn;   /* connection numbers; 0 = never */
+    bool     refused;
+};
+
+struct ds_mqtt {
+    MQTTAsync            h;
+    char                *uri, *client_id, *will_topic, *username, *password;
+    void                *will_payload;
+    struct ds_mqtt_opts  o;          /* strings point at the copies above */
+    struct ds_mqtt__peer peer;
+
+    pthread_mutex_t      mu;
+    pthread_cond_t       cv;         /* any change: state, acks, queue; CLOCK_MONOTONIC */
+    pthread_t            worker;
+    bool                 worker_started, stop;
+    enum conn_state      state;
+    uint64_t             conn;       /* number of the current/last connection */
+    uint64_t             next_attempt_ns, backoff_ms, rng;
+    bool                 wake_pump, retry_pending;
+    uint64_t             retry_at_ns;
+    bool                 pumping, pump_again;
+    struct pub          *qhead, *qtail;
+    struct op            pending;    /* list sentinel */
+    struct sub          *subs;
+    size_t               n_subs, cap_subs;
+    uint64_t             next_sub_id;
+    bool                 disc_done;
+    struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
+};
+
+#define DS_MQTT__RETRY_SEND_MS 10u     /* after Paho refused a publish for a transient reason */
+
+/* Request lists and Paho error text. c->mu held for the list functions. */
+static inline void ds_mqtt__op_link(struct ds_mqtt *c, struct op *op)
+{
+    op->c = c;
+    op->next = c->pending.next;
+    op->prev = &c->pending;
+    c->pending.next->prev = op;
+    c->pending.next = op;
+}
+
+static inline void ds_mqtt__op_unlink(struct op *op)
+{
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->prev = op->next = op;
+}
+
+static inline const char *ds_mqtt__paho_err(int rc)
+{
+    const char *s = MQTTAsync_strerror(rc);
+    return s ? s : "unknown Paho error";
+}
+
+/* A topic name one may publish to: non-empty, no wildcards. */
+static inline bool ds_mqtt__topic_ok(const char *t)
+{
+    return t && *t && !strpbrk(t, "+#");
+}
+
+/* mqtt.c */
+/* Waits (c->mu held) until pred(c) or timeout_ms; true if pred holds. */
+bool ds_mqtt__wait_for(struct ds_mqtt *c, bool (*pred)(const struct ds_mqtt *),
+                       uint32_t timeout_ms);
+
+/* mqtt_io.c; c->mu NOT held for the first two (they call Paho). */
+void ds_mqtt__pump(struct ds_mqtt *c);
+void ds_mqtt__send_subs(struct ds_mqtt *c);
+bool ds_mqtt__subs_unsent(const struct ds_mqtt *c);          /* c->mu held */
+int  ds_mqtt__on_message(void *ctx, char *topic, int topic_len, MQTTAsync_message *m);
+
+#endif

@@ -1,0 +1,158 @@
+/*
+** mqtt_net.c — the socket side of the MQTT wrapper: parse the broker URI,
+** resolve its host, and give TCP_NODELAY to this process's sockets that are
+** connected to it (Paho has no socket hook; see ds/mqtt.h, pitfall 1).
+** Owns nothing: sockets belong to Paho, and are only tuned here.
+*/
+#include "mqtt_internal.h"
+
+#include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ds/log.h"
+
+enum ds_err ds_mqtt__parse_uri(const char *uri, struct ds_mqtt__peer *peer)
+{
+    static const struct { const char *scheme; uint16_t port; } schemes[] = {
+        { "tcp://", 1883 }, { "mqtt://", 1883 }, { "ssl://", 8883 }, { "mqtts://", 8883 },
+        { "ws://", 80 }, { "wss://", 443 },
+    };
+    memset(peer, 0, sizeof *peer);
+    const char *p = NULL;
+    for (size_t i = 0; i < DS_ARRAY_LEN(schemes) && !p; i++) {
+        size_t n = strlen(schemes[i].scheme);
+        if (strncmp(uri, schemes[i].scheme, n) == 0) {
+            p = uri + n;
+            peer->port = schemes[i].port;
+        }
+    }
+    if (!p) return DS_ERR_INVAL;
+    const char *host = p, *host_end;
+    if (*p == '[') {                                   /* [IPv6] */
+        host = ++p;
+        if (!(host_end = strchr(p, ']'))) return DS_ERR_INVAL;
+        p = host_end + 1;
+    } else {
+        host_end = p + strcspn(p, ":/");
+        p = host_end;
+    }
+    size_t hn = (size_t)(host_end - host);
+    if (hn == 0 || hn >= sizeof peer->host) return DS_ERR_INVAL;
+    memcpy(peer->host, host, hn);
+    peer->host[hn] = '\0';
+    if (*p == ':') {
+        char *end;
+        unsigned long port = strtoul(p + 1, &end, 10);
+        if (end == p + 1 || port == 0 || port > 65535 || (*end && *end != '/')) return DS_ERR_INVAL;
+        peer->port = (uint16_t)port;
+    } else if (*p && *p != '/') {
+        return DS_ERR_INVAL;
+    }
+    return DS_OK;
+}
+
+void ds_mqtt__resolve(struct ds_mqtt__peer *peer)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(peer->host, NULL, &hints, &res);
+    if (rc != 0) {
+        DS_LOG(DS_LOG_WARN, "mqtt: cannot resolve %s (%s); TCP_NODELAY will match the port only",
+               peer->host, gai_strerror(rc));
+        return;
+    }
+    size_t n = 0;
+    for (struct addrinfo *ai = res; ai && n < DS_MQTT__MAX_ADDRS; ai = ai->ai_next) {
+        if (ai->ai_addrlen > sizeof peer->addrs[0]) continue;
+        memset(&peer->addrs[n], 0, sizeof peer->addrs[n]);
+        memcpy(&peer->addrs[n], ai->ai_addr, ai->ai_addrlen);
+        n++;
+    }
+    peer->n_addrs = n;
+    freeaddrinfo(res);
+}
+
+/* IPv4 address of a (possibly v4-mapped IPv6) socket address, in network
+** order, or false if it is a genuine IPv6 address. */
+static bool as_v4(const struct sockaddr_storage *a, uint32_t *out)
+{
+    if (a->ss_family == AF_INET) {
+        *out = ((const struct sockaddr_in *)a)->sin_addr.s_addr;
+        return true;
+    }
+    const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    if (a->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(v6)) {
+        memcpy(out, &v6->s6_addr[12], 4);
+        return true;
+    }
+    return false;
+}
+
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    uint32_t a4 = 0, b4 = 0;
+    bool av4 = as_v4(a, &a4), bv4 = as_v4(b, &b4);
+    if (av4 || bv4) return av4 && bv4 && a4 == b4;
+    if (a->ss_family != AF_INET6 || b->ss_family != AF_INET6) return false;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+static uint16_t port_of(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)a)->sin_port);
+    if (a->ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)a)->sin6_port);
+    return 0;
+}
+
+/* True if fd is a TCP socket whose peer is the broker. Every call is a plain
+** query on a number; an fd closed or reused meanwhile just fails a check. */
+static bool is_broker_socket(int fd, const struct ds_mqtt__peer *peer)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) return false;
+    if ((sa.ss_family != AF_INET && sa.ss_family != AF_INET6) || port_of(&sa) != peer->port)
+        return false;
+    int type = 0;
+    len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return false;
+    if (peer->n_addrs == 0) return true;
+    for (size_t i = 0; i < peer->n_addrs; i++)
+        if (same_host(&sa, &peer->addrs[i])) return true;
+    return false;
+}
+
+unsigned ds_mqtt__set_nodelay(const struct ds_mqtt__peer *peer)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        DS_LOG(DS_LOG_WARN, "mqtt: cannot list /proc/self/fd; TCP_NODELAY not set "
+               "(QoS 1 round trips will take tens of ms)");
+        return 0;
+    }
+    unsigned n = 0;
+    int self = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || fd < 0 || fd == self || fd > 1 << 24) continue;
+        if (!is_broker_socket((int)fd, peer)) continue;
+        int one = 1;
+        if (setsockopt((int)fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0) n++;
+    }
+    closedir(d);
+    if (n == 0)
+        DS_LOG(DS_LOG_WARN, "mqtt: no socket to %s:%u found for TCP_NODELAY", peer->host,
+               peer->port);
+    return n;
+}

@@ -1,0 +1,40 @@
+/*
+** broker.h — a real mosquitto for integration tests: started from a
+** generated config in a temp dir, listening on a free loopback port, with
+** TCP_NODELAY on and a small in-flight window like a stock install.
+**
+** Ownership: tb_broker_start() returns an OWNED broker; tb_broker_destroy()
+**            stops it (if running) and removes its temp dir. NULL-safe.
+** Threads:   use one broker from one thread.
+*/
+#ifndef DS_TEST_BROKER_H
+#define DS_TEST_BROKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ds/err.h"
+
+struct tb_broker_opts {
+    uint32_t max_inflight;     /* mosquitto max_inflight_messages (default 20, its own) */
+    uint32_t max_queued;       /* max_queued_messages (default 10000) */
+};
+
+struct tb_broker;
+
+/* DS_ERR_UNSUPPORTED when mosquitto is not installed (tests then skip, 77);
+** DS_ERR_TIMEOUT when it does not accept connections within 10 s. */
+enum ds_err tb_broker_start(const struct tb_broker_opts *o, struct tb_broker **out);
+/* SIGTERM, wait up to 5 s, then SIGKILL. The port and the dir are kept. */
+void tb_broker_stop(struct tb_broker *b);
+/* Start again on the same port (after tb_broker_stop). */
+enum ds_err tb_broker_restart(struct tb_broker *b);
+void tb_broker_destroy(struct tb_broker *b);
+
+uint16_t    tb_broker_port(const struct tb_broker *b);
+const char *tb_broker_uri(const struct tb_broker *b);     /* "tcp://127.0.0.1:<port>" */
+bool        tb_broker_running(struct tb_broker *b);
+/* The broker's log so far (OWNED, free()), for failure messages. */
+char       *tb_broker_log(const struct tb_broker *b);
+
+#endif
