@@ -103,7 +103,8 @@ void ds_mqtt__pump(struct ds_mqtt *c)
             c->qhead = p->qnext;
             if (!c->qhead) c->qtail = NULL;
             c->st.queued--;
-            if (p->qos > 0) {
+            bool qos0 = p->qos == 0;    /* once sent, a QoS > 0 p belongs to its callback */
+            if (!qos0) {
                 p->counted = true;
                 c->st.inflight++;
                 ds_mqtt__op_link(c, &p->op);    /* before Paho can call back */
@@ -111,12 +112,12 @@ void ds_mqtt__pump(struct ds_mqtt *c)
             pthread_mutex_unlock(&c->mu);
             int rc = send_pub(c, p);
             pthread_mutex_lock(&c->mu);
-            if (rc == MQTTASYNC_SUCCESS) {      /* p now belongs to Paho's callback if QoS > 0 */
+            if (rc == MQTTASYNC_SUCCESS) {      /* do not touch a QoS > 0 p from here on */
                 c->st.published++;
-                if (p->qos == 0) free(p);
+                if (qos0) free(p);
                 continue;
             }
-            if (p->qos > 0) {
+            if (!qos0) {
                 ds_mqtt__op_unlink(&p->op);
                 if (p->counted) c->st.inflight--;
                 p->counted = false;

@@ -214,8 +214,3 @@ void tb_broker_destroy(struct tb_broker *b)
 
 uint16_t tb_broker_port(const struct tb_broker *b) { return b->port; }
 const char *tb_broker_uri(const struct tb_broker *b) { return b->uri; }
-
-char *tb_broker_log(const struct tb_broker *b)
-{
-    return tu_read_file(b->log, NULL);
-}

@@ -34,7 +34,5 @@ void tb_broker_destroy(struct tb_broker *b);
 uint16_t    tb_broker_port(const struct tb_broker *b);
 const char *tb_broker_uri(const struct tb_broker *b);     /* "tcp://127.0.0.1:<port>" */
 bool        tb_broker_running(struct tb_broker *b);
-/* The broker's log so far (OWNED, free()), for failure messages. */
-char       *tb_broker_log(const struct tb_broker *b);
 
 #endif
