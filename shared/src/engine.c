@@ -394,6 +394,42 @@ static void matmul(struct ds_engine *e, const struct mat *w, const float *x, siz
     matmul_n(e, x, n, 1, w, y, NULL, NULL, NULL, NULL);
 }
 
+/* hb = silu(hb) * hb2, then (INT8) quantize hb for the down projection: one
+** pool dispatch, split by rows in a batch, by whole blocks for a single row. */
+struct swiglu_job {
+    struct ds_engine *e;
+    size_t            n;
+};
+
+static void swiglu_span(struct ds_engine *e, size_t row, size_t c0, size_t c1)
+{
+    const size_t hid = e->cfg.hidden_dim;
+    float *h = e->s.hb + row * hid, *u = e->s.hb2 + row * hid;
+    for (size_t i = c0; i < c1; i++) h[i] = h[i] * (1.0f / (1.0f + expf(-h[i]))) * u[i];
+    if (e->prec == DS_PRECISION_INT8)
+        e->kern->quantize_q8(c1 - c0, h + c0, e->s.xq + row * ds_q8_blocks(hid) + c0 / DS_Q8_BLOCK);
+}
+
+static void swiglu_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct swiglu_job *j = p;
+    size_t lo, hi;
+    if (j->n > 1) {
+        ds_pool_split(j->n, task, n_tasks, 1, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) swiglu_span(j->e, r, 0, j->e->cfg.hidden_dim);
+    } else {
+        ds_pool_split(j->e->cfg.hidden_dim, task, n_tasks, DS_Q8_BLOCK, &lo, &hi);
+        if (lo < hi) swiglu_span(j->e, 0, lo, hi);
+    }
+}
+
+static void swiglu(struct ds_engine *e, size_t n)
+{
+    struct swiglu_job j = { e, n };
+    if (n * e->cfg.hidden_dim < PARALLEL_MIN_WORK / 16) swiglu_task(&j, 0, 1);
+    else ds_pool_run(e->pool, swiglu_task, &j);
+}
+
 /* ---- attention ---- */
 
 struct attn_job {
@@ -412,9 +448,9 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
     float *att = e->s.att + (size_t)task * e->max_ctx;
     const uint32_t hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
-    size_t lo, hi;
-    ds_pool_split(j->n * c->n_heads, task, n_tasks, 1, &lo, &hi);
-    for (size_t item = lo; item < hi; item++) {
+    /* Strided items: in a causal prefill later rows cost more, so contiguous
+    ** ranges would leave the first thread idle while the last one works. */
+    for (size_t item = task; item < j->n * c->n_heads; item += n_tasks) {
         size_t r = item / c->n_heads;
         uint32_t h = (uint32_t)(item % c->n_heads);
         const struct ds_seq *s = j->rows[r].seq;
@@ -491,7 +527,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         return rc;
     }
 
-    const size_t dim = c->dim, kvd = c->kv_dim, hid = c->hidden_dim;
+    const size_t dim = c->dim, kvd = c->kv_dim;
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
 
     for (uint32_t l = 0; l < c->n_layers; l++) {
@@ -522,11 +558,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
             e->kern->rmsnorm_f32(dim, s->x + r * dim, L->ffn_norm, c->rms_eps, s->xb + r * dim);
         quantize_input(e, s->xb, n, c->dim);
         matmul_n(e, s->xb, n, 2, &L->w1, s->hb, &L->w3, s->hb2, NULL, NULL);
-        for (size_t i = 0; i < n * hid; i++) {
-            float v = s->hb[i];
-            s->hb[i] = v * (1.0f / (1.0f + expf(-v))) * s->hb2[i];
-        }
-        quantize_input(e, s->hb, n, c->hidden_dim);
+        swiglu(e, n);
         matmul(e, &L->w2, s->hb, n, s->xb2);
         for (size_t i = 0; i < n * dim; i++) s->x[i] += s->xb2[i];
     }
