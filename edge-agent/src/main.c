@@ -1,36 +1,151 @@
 /*
-** main.c — dspark-edge, the edge daemon: serves INT8 models to devices over MQTT and overflows to center nodes.
+** main.c — dspark-edge: parse the command line, load the config, install the
+** log sink and the signal thread, and run the edge agent (edge_agent.c).
 **
-** This version is the skeleton: it answers --help and --version; serving
-** arrives with its own issue (see the README's status table).
+** Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config's
+** reloadable keys. The handler only writes the signal number to a pipe (the
+** self-pipe trick: libraries such as OpenBLAS start threads before main, so
+** sigwait on blocked signals would not see every signal); a thread reads the
+** pipe and calls the agent.
 */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "ds/log.h"
+#include "edge.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dspark-edge [--help] [--version]\n\n"
-               "dspark-edge — the edge daemon: serves INT8 models to devices over MQTT and overflows to center nodes.\n\n"
-               "  -h, --help     this text\n"
-               "      --version  print the version\n\n"
-               "Serving is not part of this build yet; use 'dspark run' to run a model locally.\n");
+    fprintf(f,
+        "usage: dspark-edge -c CONFIG [options]\n"
+        "\n"
+        "The edge daemon: serves INT8/FP32 models to devices over MQTT (requests on\n"
+        "dspark/v1/infer/<model>), with priorities, deadlines and dynamic batching,\n"
+        "and publishes status and telemetry. SIGTERM drains and exits; SIGHUP reloads.\n"
+        "\n"
+        "  -c, --config FILE      INI configuration (see deploy/edge.example.ini)\n"
+        "  -s, --set KEY=VALUE    override one key: section.key=value or model.NAME.key=value\n"
+        "      --check            load and check the config and the models, then exit\n"
+        "      --log-level L      error, warn, info or debug (overrides [node] log_level)\n"
+        "  -h, --help             this text and the configuration keys\n"
+        "      --version          print the version\n"
+        "\nconfiguration keys:\n");
+    edge_config_describe(f);
+}
+
+static int g_sig_pipe[2] = { -1, -1 };     /* the daemon's signal channel (documented global) */
+
+static void on_signal(int sig)
+{
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(g_sig_pipe[1], &b, 1);
+    (void)w;
+}
+
+static void *signal_thread(void *p)
+{
+    struct edge_agent *agent = p;
+    unsigned char sig;
+    while (read(g_sig_pipe[0], &sig, 1) == 1) {
+        if (sig == SIGHUP) {
+            edge_agent_reload(agent);
+        } else {
+            DS_LOG(DS_LOG_INFO, "signal %d: draining", sig);
+            edge_agent_stop(agent);
+        }
+    }
+    return NULL;
 }
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
+    enum { O_CHECK = 256, O_LOG, O_VERSION };
+    static const struct option opts[] = {
+        { "config", required_argument, 0, 'c' }, { "set", required_argument, 0, 's' },
+        { "check", no_argument, 0, O_CHECK },    { "log-level", required_argument, 0, O_LOG },
+        { "help", no_argument, 0, 'h' },         { "version", no_argument, 0, O_VERSION },
+        { 0, 0, 0, 0 },
+    };
+    struct edge_config cfg;
+    edge_config_init(&cfg);
+    const char *path = NULL, *log_level = NULL;
+    char *sets[64];
+    int n_sets = 0, check_only = 0, c, status = 2;
+    while ((c = getopt_long(argc, argv, "c:s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 's':
+            if (n_sets == 64) { fprintf(stderr, "dspark-edge: at most 64 --set\n"); goto out; }
+            sets[n_sets++] = optarg;
+            break;
+        case O_CHECK: check_only = 1; break;
+        case O_LOG: log_level = optarg; break;
+        case 'h': usage(stdout); status = 0; goto out;
+        case O_VERSION: printf("dspark-edge %s\n", DS_VERSION); status = 0; goto out;
+        default: usage(stderr); goto out;
         }
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("dspark-edge %s\n", DS_VERSION);
-            return 0;
-        }
-        fprintf(stderr, "dspark-edge: unknown argument '%s'\n", argv[i]);
-        usage(stderr);
-        return 2;
     }
-    fprintf(stderr, "dspark-edge: serving is not implemented in this build yet (see --help)\n");
-    return 1;
+    if (optind < argc) {
+        fprintf(stderr, "dspark-edge: unexpected argument '%s'\n", argv[optind]);
+        goto out;
+    }
+    if (path && edge_config_load(&cfg, path, false) != DS_OK) {
+        fprintf(stderr, "dspark-edge: fix the config file %s (errors above)\n", path);
+        goto out;
+    }
+    for (int i = 0; i < n_sets; i++)
+        if (edge_config_set(&cfg, sets[i]) != DS_OK) goto out;
+    if (log_level) {
+        char *s = strdup(log_level);
+        if (!s) goto out;
+        free(cfg.log_level);
+        cfg.log_level = s;
+    }
+    if (edge_config_check(&cfg) != DS_OK) {
+        fprintf(stderr, "dspark-edge: the configuration is not usable (see above; --help lists the keys)\n");
+        goto out;
+    }
+    ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(cfg.log_level));
+
+    if (pipe(g_sig_pipe) != 0) {
+        perror("dspark-edge: pipe");
+        status = 1;
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct edge_agent *agent;
+    if (edge_agent_create(&cfg, path, &agent) != DS_OK) {
+        fprintf(stderr, "dspark-edge: could not start (see above)\n");
+        status = 1;
+        goto out;
+    }
+    if (check_only) {
+        printf("dspark-edge: config and models OK\n");
+        edge_agent_destroy(agent);
+        status = 0;
+        goto out;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, signal_thread, agent) == 0) pthread_detach(th);
+    enum ds_err rc = edge_agent_run(agent);
+    if (rc != DS_OK) fprintf(stderr, "dspark-edge: %s\n", ds_strerror(rc));
+    edge_agent_destroy(agent);
+    status = rc == DS_OK ? 0 : 1;
+out:
+    edge_config_cleanup(&cfg);
+    return status;
 }

@@ -1,0 +1,680 @@
+/*
+** edge_agent.c — serve requests from MQTT with the engine: intake on Paho's
+** thread (decode, check, queue), and one engine loop that admits queued work,
+** interleaves prompt chunks with one batched decode step for every running
+** sequence, streams tokens and answers every request exactly once.
+**
+** Owns: the models, tokenizers and engines; the MQTT client; the scheduler;
+** every accepted request from intake until its answer is published.
+*/
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/engine.h"
+#include "ds/log.h"
+#include "ds/metrics.h"
+#include "ds/model.h"
+#include "ds/mqtt.h"
+#include "ds/msg.h"
+#include "ds/sampler.h"
+#include "ds/tok.h"
+#include "edge.h"
+
+#define TOPIC_INFER  "dspark/v1/infer/"
+#define TOPIC_CANCEL "dspark/v1/cancel/"
+#define SHARE_GROUP  "$share/dspark-edge/"
+#define MAX_CANCELS  256
+
+struct edge_model {
+    const struct edge_model_cfg *cfg;
+    struct ds_model             *model;
+    struct ds_tok               *tok;
+    struct ds_engine            *eng;
+    float                       *logits;      /* (max_batch, vocab) */
+    uint32_t                     max_batch;
+};
+
+/* One accepted request, from intake to its answer. */
+struct edge_req {
+    uint64_t             key;           /* scheduler id */
+    struct ds_infer_req  req;
+    char                *reply;         /* response topic */
+    void                *corr;          /* correlation data, may be NULL */
+    size_t               corr_len;
+    struct edge_model   *m;
+    uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
+    /* running state (engine thread only) */
+    int32_t             *ids;           /* prompt tokens */
+    size_t               n_ids, n_fed;  /* prompt tokens in the cache */
+    struct ds_seq       *seq;
+    struct ds_sampler   *smp;
+    struct ds_tok_stream st;
+    int32_t              last;          /* token to feed next */
+    uint32_t             n_gen, n_chunks;
+    char                *text;
+    size_t               text_len, text_cap;
+};
+
+struct edge_agent {
+    struct edge_config  *cfg;
+    const char          *cfg_path;
+    struct edge_model    models[EDGE_MAX_MODELS];
+    unsigned             n_models;
+    struct ds_mqtt      *mqtt;
+    struct ds_sched     *sched;
+    struct ds_metrics    metrics;
+    struct ds_msg_limits limits;
+    atomic_uint_fast64_t next_key;
+    atomic_bool          stop, reload, draining;
+    struct edge_req    **active;        /* max_active */
+    unsigned             n_active;
+    pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
+    char                *cancels[MAX_CANCELS];
+    unsigned             n_cancels;
+    uint64_t             start_ns;
+    char                 status_topic[160], telemetry_topic[160];
+};
+
+/* ---- answers ---- */
+
+static uint64_t unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void publish(struct edge_agent *a, const char *topic, const void *corr, size_t corr_len,
+                    char *json, size_t len)
+{
+    struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
+    if (ds_mqtt_publish(a->mqtt, topic, json, len, 1, false, &p) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "could not publish the answer to %s", topic);
+    free(json);
+}
+
+static void send_error(struct edge_agent *a, const char *topic, const void *corr, size_t corr_len,
+                       const char *id, enum ds_msg_code code, const char *message)
+{
+    ds_metrics_record_error(&a->metrics, (unsigned)code);
+    if (!topic) {
+        DS_LOG(DS_LOG_WARN, "request %s: %s: %s (no response topic: not answered)", id ? id : "?",
+               ds_msg_code_name(code), message);
+        return;
+    }
+    char *json;
+    size_t len;
+    if (ds_msg_error_encode(id, code, message, &json, &len) == DS_OK)
+        publish(a, topic, corr, corr_len, json, len);
+}
+
+static void req_free(struct edge_req *r)
+{
+    if (!r) return;
+    ds_seq_destroy(r->seq);
+    ds_sampler_destroy(r->smp);
+    ds_infer_req_cleanup(&r->req);
+    free(r->reply);
+    free(r->corr);
+    free(r->ids);
+    free(r->text);
+    free(r);
+}
+
+static void req_fail(struct edge_agent *a, struct edge_req *r, enum ds_msg_code code, const char *msg)
+{
+    send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+    req_free(r);
+}
+
+/* ---- intake (Paho's thread): decode, check, queue; never compute ---- */
+
+static struct edge_model *find_model(struct edge_agent *a, const char *name, size_t len)
+{
+    for (unsigned i = 0; i < a->n_models; i++)
+        if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
+            return &a->models[i];
+    return NULL;
+}
+
+static bool topic_ok(const char *t)
+{
+    return t && *t && !strpbrk(t, "+#") && t[0] != '$';
+}
+
+static void on_cancel(struct edge_agent *a, const struct ds_mqtt_msg *msg)
+{
+    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+    if (cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES) {
+        pthread_mutex_lock(&a->cancel_mu);
+        if (a->n_cancels == MAX_CANCELS) {           /* forget the oldest */
+            free(a->cancels[0]);
+            memmove(a->cancels, a->cancels + 1, (MAX_CANCELS - 1) * sizeof *a->cancels);
+            a->n_cancels--;
+        }
+        char *s = strdup(id->valuestring);
+        if (s) a->cancels[a->n_cancels++] = s;
+        pthread_mutex_unlock(&a->cancel_mu);
+        ds_sched_wake(a->sched);
+    } else {
+        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"}", msg->topic);
+    }
+    cJSON_Delete(j);
+}
+
+static void on_message(void *ud, const struct ds_mqtt_msg *msg)
+{
+    struct edge_agent *a = ud;
+    uint64_t now = ds_now_ns();
+    if (strncmp(msg->topic, TOPIC_CANCEL, strlen(TOPIC_CANCEL)) == 0) {
+        on_cancel(a, msg);
+        return;
+    }
+    if (strncmp(msg->topic, TOPIC_INFER, strlen(TOPIC_INFER)) != 0) return;
+    const char *model_name = msg->topic + strlen(TOPIC_INFER);
+
+    struct edge_req *r = calloc(1, sizeof *r);
+    if (!r) return;
+    r->recv_ns = now;
+    struct ds_msg_error err;
+    enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &a->limits, &r->req, &err);
+    /* Where to answer: the MQTT 5 Response Topic, else the JSON reply_to. */
+    if (msg->response_topic.p)
+        r->reply = strndup(msg->response_topic.p, msg->response_topic.n);
+    else if (rc == DS_OK && r->req.reply_to)
+        r->reply = strdup(r->req.reply_to);
+    if (msg->correlation.p && msg->correlation.n) {
+        r->corr = malloc(msg->correlation.n);
+        if (r->corr) memcpy(r->corr, msg->correlation.p, msg->correlation.n);
+        r->corr_len = r->corr ? msg->correlation.n : 0;
+    }
+    const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
+    if (r->reply && !topic_ok(r->reply)) {
+        DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
+               id ? id : "?", r->reply);
+        ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
+        req_free(r);
+        return;
+    }
+    if (rc != DS_OK) {
+        send_error(a, r->reply, r->corr, r->corr_len, id, err.code, err.message);
+        req_free(r);
+        return;
+    }
+    if (!r->reply) {
+        req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
+        return;
+    }
+    if (strcmp(r->req.model, model_name) != 0) {
+        req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
+        return;
+    }
+    r->m = find_model(a, model_name, strlen(model_name));
+    if (!r->m) {
+        req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this edge");
+        return;
+    }
+    if (r->req.route == DS_MSG_ROUTE_CENTER) {
+        req_fail(a, r, DS_MSG_CODE_OVERLOADED, "route: center requested but no center is configured");
+        return;
+    }
+    if (atomic_load(&a->draining)) {
+        req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
+        return;
+    }
+    /* Deadline: the earlier of Message Expiry and deadline_ms. */
+    if (msg->has_expiry) r->deadline_ns = now + (uint64_t)msg->expiry_s * 1000000000ull;
+    if (r->req.deadline_ms) {
+        uint64_t d = now + (uint64_t)r->req.deadline_ms * 1000000ull;
+        if (!r->deadline_ns || d < r->deadline_ns) r->deadline_ns = d;
+    }
+    r->key = atomic_fetch_add(&a->next_key, 1);
+    struct ds_sched_item it = {
+        .id = r->key, .tier = r->req.priority, .enqueued_ns = now, .deadline_ns = r->deadline_ns,
+        .cost = r->req.max_tokens + (uint32_t)(r->req.prompt_len / 4), .user = r,
+    };
+    if (ds_sched_push(a->sched, &it) != DS_OK)
+        req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
+}
+
+static void publish_status(struct edge_agent *a, enum ds_msg_state state)
+{
+    struct ds_msg_status st = { a->cfg->node, state, DS_MSG_ROLE_EDGE, unix_ms() };
+    char *json;
+    size_t len;
+    if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
+    if (ds_mqtt_publish(a->mqtt, a->status_topic, json, len, 1, true, NULL) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "could not publish status to %s", a->status_topic);
+    free(json);
+}
+
+static void on_connection(void *ud, bool connected)
+{
+    struct edge_agent *a = ud;
+    if (connected && !atomic_load(&a->draining)) publish_status(a, DS_MSG_STATE_ONLINE);
+    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", a->cfg->mqtt_uri,
+           connected ? "connected" : "connection lost; reconnecting");
+}
+
+/* ---- engine loop ---- */
+
+static bool take_cancel(struct edge_agent *a, const char *id)
+{
+    bool hit = false;
+    pthread_mutex_lock(&a->cancel_mu);
+    for (unsigned i = 0; i < a->n_cancels; i++)
+        if (strcmp(a->cancels[i], id) == 0) {
+            free(a->cancels[i]);
+            a->cancels[i] = a->cancels[--a->n_cancels];
+            hit = true;
+            break;
+        }
+    pthread_mutex_unlock(&a->cancel_mu);
+    return hit;
+}
+
+/* Answer r (a running request) with its final message and free its slot. */
+static void finish(struct edge_agent *a, struct edge_req *r, enum ds_msg_finish why)
+{
+    unsigned slot = 0;
+    while (slot < a->n_active && a->active[slot] != r) slot++;
+    DS_ASSERT(slot < a->n_active);
+    uint64_t now = ds_now_ns();
+    struct ds_msg_final f = {
+        .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
+        .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
+        .served_by = { a->cfg->node, DS_MSG_ROLE_EDGE, r->m->cfg->name, r->m->cfg->version,
+                       ds_precision_name(ds_engine_precision(r->m->eng)) },
+        .queue_ms = (double)(r->start_ns - r->recv_ns) / 1e6,
+        .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
+        .total_ms = (double)(now - r->recv_ns) / 1e6,
+    };
+    char *json;
+    size_t len;
+    if (ds_msg_final_encode(&f, &json, &len) == DS_OK) publish(a, r->reply, r->corr, r->corr_len, json, len);
+    ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
+    req_free(r);
+    a->active[slot] = a->active[--a->n_active];
+}
+
+static bool append_text(struct edge_req *r, const char *p, size_t n)
+{
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = DS_MAX(r->text_cap * 2, r->text_len + n + 256);
+        char *t = realloc(r->text, cap);
+        if (!t) return false;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, p, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    return true;
+}
+
+/* Feed one sampled token; returns true when the request is finished. */
+static bool on_token(struct edge_agent *a, struct edge_req *r, const float *logits)
+{
+    if (!r->first_ns) r->first_ns = ds_now_ns();
+    int32_t tok = ds_sampler_sample(r->smp, logits, NULL);
+    if (tok == ds_tok_eos(r->m->tok) || tok == ds_tok_bos(r->m->tok)) {
+        finish(a, r, DS_MSG_FINISH_STOP);
+        return true;
+    }
+    r->n_gen++;
+    char piece[256];
+    size_t got = 0;
+    if (ds_tok_stream_put(r->m->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
+        size_t before = r->text_len;
+        if (!append_text(r, piece, got)) {
+            finish(a, r, DS_MSG_FINISH_LENGTH);
+            return true;
+        }
+        /* A stop string ends the answer before it. */
+        for (uint32_t i = 0; i < r->req.n_stop; i++) {
+            size_t sl = strlen(r->req.stop[i]);
+            size_t from = before > sl ? before - sl : 0;
+            char *hit = memmem(r->text + from, r->text_len - from, r->req.stop[i], sl);
+            if (hit) {
+                r->text_len = (size_t)(hit - r->text);
+                r->text[r->text_len] = '\0';
+                if (r->req.stream && r->text_len > before) {
+                    struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
+                    char *json;
+                    size_t len;
+                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) publish(a, r->reply, r->corr, r->corr_len, json, len);
+                }
+                finish(a, r, DS_MSG_FINISH_STOP);
+                return true;
+            }
+        }
+        if (r->req.stream) {
+            struct ds_msg_chunk c = { r->req.id, piece, got, r->n_chunks++ };
+            char *json;
+            size_t len;
+            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) publish(a, r->reply, r->corr, r->corr_len, json, len);
+        }
+    }
+    if (r->n_gen >= r->req.max_tokens || ds_seq_len(r->seq) + 1 >= ds_engine_max_ctx(r->m->eng)) {
+        finish(a, r, DS_MSG_FINISH_LENGTH);
+        return true;
+    }
+    r->last = tok;
+    return false;
+}
+
+/* Take a queued request into a running slot: tokenize, check, allocate. */
+static void admit(struct edge_agent *a, struct edge_req *r)
+{
+    r->start_ns = ds_now_ns();
+    if (take_cancel(a, r->req.id)) {
+        a->active[a->n_active++] = r;
+        finish(a, r, DS_MSG_FINISH_CANCELLED);
+        return;
+    }
+    struct edge_model *m = r->m;
+    size_t cap = r->req.prompt_len + 3;
+    r->ids = malloc(cap * sizeof *r->ids);
+    if (!r->ids || ds_tok_encode(m->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
+        req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
+        return;
+    }
+    uint32_t ctx = ds_engine_max_ctx(m->eng);
+    if (r->n_ids + 1 >= ctx) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "prompt: %zu tokens; the context holds %u", r->n_ids, ctx);
+        req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, msg);
+        return;
+    }
+    struct ds_sampler_params sp = r->req.sampling;
+    if (!r->req.has_seed) sp.seed = r->key ^ r->recv_ns;
+    if (sp.top_k > ds_engine_config(m->eng)->vocab_size) sp.top_k = 0;
+    if (ds_seq_create(m->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(m->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
+        req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
+        return;
+    }
+    ds_tok_stream_init(&r->st);
+    r->st.prev = r->ids[r->n_ids - 1];
+    a->active[a->n_active++] = r;
+}
+
+/* One step for one model: a decode row for every running sequence, plus
+** prompt chunks for those still prefilling, in one forward pass. */
+static void step_model(struct edge_agent *a, struct edge_model *m)
+{
+    struct ds_batch_row rows[1024];
+    struct edge_req *owner[1024];    /* request of each row that wants logits */
+    size_t n = 0, n_logits = 0;
+    uint32_t budget = DS_MIN(m->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
+    for (unsigned i = 0; i < a->n_active && n < budget; i++) {
+        struct edge_req *r = a->active[i];
+        if (r->m != m || r->n_fed < r->n_ids) continue;
+        rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
+        owner[n_logits++] = r;
+    }
+    for (unsigned i = 0; i < a->n_active && n < budget; i++) {
+        struct edge_req *r = a->active[i];
+        if (r->m != m || r->n_fed >= r->n_ids) continue;
+        size_t k = DS_MIN(DS_MIN(r->n_ids - r->n_fed, (size_t)a->cfg->prefill_chunk), budget - n);
+        for (size_t t = 0; t < k; t++) {
+            bool last = r->n_fed + t + 1 == r->n_ids;
+            rows[n++] = (struct ds_batch_row){ r->seq, r->ids[r->n_fed + t], last };
+            if (last) owner[n_logits++] = r;
+        }
+        r->n_fed += k;
+    }
+    if (n == 0) return;
+    enum ds_err rc = ds_engine_forward(m->eng, rows, n, m->logits);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
+        for (unsigned i = a->n_active; i-- > 0;)
+            if (a->active[i]->m == m) {
+                struct edge_req *r = a->active[i];
+                a->active[i] = a->active[--a->n_active];
+                req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
+            }
+        return;
+    }
+    const uint32_t V = ds_engine_config(m->eng)->vocab_size;
+    for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], m->logits + k * V);
+}
+
+static void cancel_running(struct edge_agent *a)
+{
+    for (unsigned i = a->n_active; i-- > 0;)
+        if (take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+}
+
+static void publish_telemetry(struct edge_agent *a)
+{
+    struct ds_metrics_snap s;
+    ds_metrics_snapshot(&a->metrics, ds_now_ns(), &s);
+    struct ds_msg_model_info info[EDGE_MAX_MODELS];
+    for (unsigned i = 0; i < a->n_models; i++)
+        info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].cfg->version,
+                                              ds_precision_name(ds_engine_precision(a->models[i].eng)) };
+    double le[DS_HIST_LE_N];
+    uint64_t counts[DS_HIST_LE_N + 1];
+    ds_hist_export(&s.total_ms, le, counts);
+    struct ds_msg_telemetry t = {
+        .node = a->cfg->node, .role = DS_MSG_ROLE_EDGE, .ts_ms = unix_ms(),
+        .uptime_s = s.uptime_s,
+        .requests_per_s = s.requests_per_s, .tokens_per_s = s.tokens_per_s,
+        .p50_ms = ds_hist_quantile(&s.total_ms, 0.5), .p90_ms = ds_hist_quantile(&s.total_ms, 0.9),
+        .p99_ms = ds_hist_quantile(&s.total_ms, 0.99),
+        .hist_le_ms = le, .hist_counts = counts, .n_hist = DS_HIST_LE_N,
+        .models = info, .n_models = a->n_models, .kernel = ds_engine_kernel(a->models[0].eng),
+    };
+    for (int i = 0; i < DS_TIER_COUNT; i++) t.queue_depth[i] = ds_sched_depth(a->sched, (enum ds_tier)i);
+    for (int i = 0; i < DS_MSG_CODE_COUNT && i < DS_METRICS_N_ERRORS; i++) t.errors[i] = s.errors[i];
+    cJSON *obj;
+    if (ds_msg_telemetry_build(&t, &obj) != DS_OK) return;
+    /* Queue time and time to first token, which the shared struct leaves out. */
+    const struct { const char *name; const struct ds_hist *h; } extra[] = {
+        { "queue_ms", &s.queue_ms }, { "ttft_ms", &s.ttft_ms }, { "total_ms", &s.total_ms },
+    };
+    cJSON *lat = cJSON_AddObjectToObject(obj, "latency");
+    for (size_t i = 0; lat && i < DS_ARRAY_LEN(extra); i++) {
+        cJSON *o = cJSON_AddObjectToObject(lat, extra[i].name);
+        if (!o) continue;
+        cJSON_AddNumberToObject(o, "p50", ds_hist_quantile(extra[i].h, 0.5));
+        cJSON_AddNumberToObject(o, "p90", ds_hist_quantile(extra[i].h, 0.9));
+        cJSON_AddNumberToObject(o, "p99", ds_hist_quantile(extra[i].h, 0.99));
+        cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
+    }
+    cJSON_AddNumberToObject(obj, "active", a->n_active);
+    char *json;
+    size_t len;
+    if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
+        if (ds_mqtt_publish(a->mqtt, a->telemetry_topic, json, len, 0, true, NULL) != DS_OK)
+            DS_LOG(DS_LOG_DEBUG, "telemetry not published (not connected)");
+        free(json);
+    }
+    cJSON_Delete(obj);
+}
+
+/* Every model's topic (so an unknown model is answered model_not_found), in
+** the edge agents' shared group, so that agents on one broker split the work. */
+static void subscribe_all(struct edge_agent *a, bool on)
+{
+    const char *filter = SHARE_GROUP TOPIC_INFER "+";
+    enum ds_err rc = on ? ds_mqtt_subscribe(a->mqtt, filter, 1) : ds_mqtt_unsubscribe(a->mqtt, filter);
+    if (rc != DS_OK) DS_LOG(DS_LOG_WARN, "%s %s failed", on ? "subscribe" : "unsubscribe", filter);
+    if (on && ds_mqtt_subscribe(a->mqtt, TOPIC_CANCEL "#", 1) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "subscribe " TOPIC_CANCEL "# failed");
+}
+
+enum ds_err edge_agent_run(struct edge_agent *a)
+{
+    enum ds_err rc = ds_mqtt_connect(a->mqtt);
+    if (rc != DS_OK) return rc;
+    subscribe_all(a, true);
+    DS_LOG(DS_LOG_INFO, "edge %s serving %u model(s) on %s", a->cfg->node, a->n_models, a->cfg->mqtt_uri);
+    uint64_t next_telemetry = ds_now_ns();
+    for (;;) {
+        if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
+            atomic_store(&a->draining, true);
+            subscribe_all(a, false);
+            DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
+        }
+        if (atomic_exchange(&a->reload, false) && a->cfg_path) {
+            if (edge_config_load(a->cfg, a->cfg_path, true) == DS_OK) {
+                ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(a->cfg->log_level));
+                DS_LOG(DS_LOG_INFO, "config reloaded from %s", a->cfg_path);
+            }
+        }
+        uint64_t now = ds_now_ns();
+        struct ds_sched_item it;
+        while (ds_sched_pop_expired(a->sched, now, &it))
+            req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
+        cancel_running(a);
+        while (a->n_active < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
+            admit(a, it.user);
+        }
+        for (unsigned i = 0; i < a->n_models; i++) step_model(a, &a->models[i]);
+        if (now >= next_telemetry) {
+            publish_telemetry(a);
+            next_telemetry = now + (uint64_t)a->cfg->telemetry_s * 1000000000ull;
+        }
+        if (atomic_load(&a->draining) && a->n_active == 0) {
+            uint32_t q = 0;
+            for (int t = 0; t < DS_TIER_COUNT; t++) q += ds_sched_depth(a->sched, (enum ds_tier)t);
+            if (q == 0) break;
+        }
+        if (a->n_active == 0) ds_sched_wait(a->sched, 100);
+    }
+    publish_telemetry(a);
+    publish_status(a, DS_MSG_STATE_OFFLINE);
+    if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
+    ds_mqtt_disconnect(a->mqtt, 2000);
+    DS_LOG(DS_LOG_INFO, "edge %s stopped", a->cfg->node);
+    return DS_OK;
+}
+
+void edge_agent_stop(struct edge_agent *a)
+{
+    atomic_store(&a->stop, true);
+    ds_sched_wake(a->sched);
+}
+
+void edge_agent_reload(struct edge_agent *a)
+{
+    atomic_store(&a->reload, true);
+    ds_sched_wake(a->sched);
+}
+
+/* ---- create / destroy ---- */
+
+static enum ds_err load_model(struct edge_agent *a, const struct edge_model_cfg *mc, struct edge_model *m)
+{
+    m->cfg = mc;
+    enum ds_err rc;
+    if ((rc = ds_model_open(mc->path, &m->model)) != DS_OK) return rc;
+    if ((rc = ds_model_tokenizer(m->model, mc->tokenizer, &m->tok)) != DS_OK) return rc;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = (enum ds_precision)mc->precision;
+    o.n_threads = mc->threads;
+    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(m->model->cfg.ctx_len, 2048u);
+    o.kv_seqs = a->cfg->max_active;
+    o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
+    m->max_batch = o.max_batch;
+    if ((rc = ds_engine_create(m->model, &o, &m->eng)) != DS_OK) return rc;
+    m->logits = malloc((size_t)o.max_batch * m->model->cfg.vocab_size * sizeof *m->logits);
+    if (!m->logits) return DS_ERR_NOMEM;
+    DS_LOG(DS_LOG_INFO, "model %s: %s, %s, %s kernels, %u threads, ctx %u", mc->name, mc->path,
+           ds_precision_name(o.precision), ds_engine_kernel(m->eng), ds_engine_threads(m->eng),
+           ds_engine_max_ctx(m->eng));
+    return DS_OK;
+}
+
+void edge_agent_destroy(struct edge_agent *a)
+{
+    if (!a) return;
+    ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
+    struct ds_sched_item it;
+    while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) req_free(it.user);
+    while (a->sched && ds_sched_pop(a->sched, 0, &it)) req_free(it.user);
+    for (unsigned i = 0; i < a->n_active; i++) req_free(a->active[i]);
+    ds_sched_destroy(a->sched);
+    for (unsigned i = 0; i < a->n_models; i++) {
+        ds_engine_destroy(a->models[i].eng);
+        ds_tok_destroy(a->models[i].tok);
+        ds_model_close(a->models[i].model);
+        free(a->models[i].logits);
+    }
+    for (unsigned i = 0; i < a->n_cancels; i++) free(a->cancels[i]);
+    pthread_mutex_destroy(&a->cancel_mu);
+    ds_metrics_cleanup(&a->metrics);
+    free(a->active);
+    free(a);
+}
+
+enum ds_err edge_agent_create(struct edge_config *c, const char *config_path, struct edge_agent **out)
+{
+    *out = NULL;
+    struct edge_agent *a = calloc(1, sizeof *a);
+    if (!a) return DS_ERR_NOMEM;
+    a->cfg = c;
+    a->cfg_path = config_path;
+    a->start_ns = ds_now_ns();
+    pthread_mutex_init(&a->cancel_mu, NULL);
+    if (ds_metrics_init(&a->metrics, a->start_ns) != DS_OK) {
+        free(a);
+        return DS_ERR_NOMEM;
+    }
+    atomic_init(&a->next_key, 1);
+    ds_msg_limits_init(&a->limits);
+    a->limits.max_payload = c->max_payload;
+    a->limits.max_prompt = c->max_prompt;
+    snprintf(a->status_topic, sizeof a->status_topic, "dspark/v1/status/%s", c->node);
+    snprintf(a->telemetry_topic, sizeof a->telemetry_topic, "dspark/v1/telemetry/%s", c->node);
+    enum ds_err rc = DS_ERR_NOMEM;
+    a->active = calloc(c->max_active, sizeof *a->active);
+    if (!a->active) goto fail;
+    for (unsigned i = 0; i < c->n_models; i++, a->n_models++)
+        if ((rc = load_model(a, &c->models[i], &a->models[i])) != DS_OK) {
+            DS_LOG(DS_LOG_ERROR, "model %s: cannot load %s: %s", c->models[i].name, c->models[i].path,
+                   ds_strerror(rc));
+            a->n_models++;
+            goto fail;
+        }
+    struct ds_sched_opts so;
+    ds_sched_opts_init(&so);
+    memcpy(so.cap, c->queue_cap, sizeof so.cap);
+    so.age_ms = c->age_ms;
+    if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
+    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, DS_MSG_ROLE_EDGE, 0 };
+    char *will;
+    size_t will_len;
+    if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    mo.will_topic = a->status_topic;
+    mo.will_payload = will;
+    mo.will_len = will_len;
+    mo.will_qos = 1;
+    mo.will_retained = true;
+    mo.keepalive_s = c->keepalive_s;
+    mo.on_message = on_message;
+    mo.on_connection = on_connection;
+    mo.ud = a;
+    char client_id[128];
+    snprintf(client_id, sizeof client_id, "dspark-edge-%s", c->node);
+    rc = ds_mqtt_create(c->mqtt_uri, client_id, &mo, &a->mqtt);
+    free(will);
+    if (rc != DS_OK) goto fail;
+    *out = a;
+    return DS_OK;
+fail:
+    edge_agent_destroy(a);
+    return rc;
+}
