@@ -27,7 +27,8 @@
 #define DEFAULT_MAX_CTX   4096u
 #define DEFAULT_KV_SEQS   4u
 #define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
-#define PARALLEL_MIN_WORK 65536u   /* multiply-adds below which waking the pool costs more */
+#define PARALLEL_MIN_WORK 65536u
+#define SMALL_HEAD        32u      /* head sizes below this skip the kernel calls in attention */   /* multiply-adds below which waking the pool costs more */
 
 const char *ds_precision_name(enum ds_precision p)
 {
@@ -459,9 +460,16 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
         size_t kv_off = (size_t)(h / group) * hd;
         float maxv = -INFINITY;
         for (uint32_t t = 0; t <= pos; t++) {
-            float sc = k->dot_f32(hd, q, kv_at(e, s, j->layer, 0, t) + kv_off) * scale;
-            att[t] = sc;
-            if (sc > maxv) maxv = sc;
+            const float *kt = kv_at(e, s, j->layer, 0, t) + kv_off;
+            float sc;
+            if (hd >= SMALL_HEAD) {
+                sc = k->dot_f32(hd, q, kt);
+            } else {                    /* tiny heads: a call costs more than the math */
+                sc = 0.0f;
+                for (uint32_t d = 0; d < hd; d++) sc += q[d] * kt[d];
+            }
+            att[t] = sc * scale;
+            if (att[t] > maxv) maxv = att[t];
         }
         float sum = 0.0f;
         for (uint32_t t = 0; t <= pos; t++) {
@@ -471,8 +479,13 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
         float inv = 1.0f / sum;
         float *out = e->s.xb + r * c->dim + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
-        for (uint32_t t = 0; t <= pos; t++)
-            k->axpy_f32(hd, att[t] * inv, kv_at(e, s, j->layer, 1, t) + kv_off, out);
+        for (uint32_t t = 0; t <= pos; t++) {
+            const float *vt = kv_at(e, s, j->layer, 1, t) + kv_off;
+            float a = att[t] * inv;
+            if (hd >= SMALL_HEAD) k->axpy_f32(hd, a, vt, out);
+            else
+                for (uint32_t d = 0; d < hd; d++) out[d] += a * vt[d];
+        }
     }
 }
 

@@ -15,7 +15,7 @@
 
 #include "ds/log.h"
 
-#define SPIN_ITERS 20000        /* about 20-50 us of polling before sleeping */
+#define SPIN_NS 50000           /* poll this long (50 us) before sleeping */
 #define MAX_THREADS 256
 
 struct ds_pool {
@@ -53,10 +53,12 @@ static void *worker(void *p)
     unsigned seen = 0;          /* gen starts at 0 and only runs bump it */
     for (;;) {
         unsigned g;
-        int spins = 0;
+        unsigned spins = 0;
+        uint64_t spin_end = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop)) {
-            if (++spins < SPIN_ITERS) {
+            /* Time-based: a PAUSE costs 10 to 140 cycles depending on the CPU. */
+            if ((++spins & 63) != 0 || (spin_end ? ds_now_ns() < spin_end : (spin_end = ds_now_ns() + SPIN_NS))) {
                 cpu_relax();
                 continue;
             }

@@ -1,0 +1,605 @@
+/*
+** test_edge.c — dspark-edge end to end: a real mosquitto on a free loopback
+** port, the real dspark-edge binary, and device clients (ds_mqtt over Paho)
+** in this test. Shows: the same text as `dspark run` (streamed and final,
+** schema-valid); 200 concurrent requests from 20 clients answered exactly
+** once with their own correlation data, high faster than low; deadlines,
+** overload and cancellation; 60+ malformed requests answered with their
+** error while valid ones between them are served; broker restart; SIGTERM
+** under load answers everything that was accepted.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "ds/mqtt.h"
+#include "support/broker.h"
+#include "support/testutil.h"
+
+extern char **environ;
+
+#define MAX_MSGS 8192
+
+/* ---- a device: one MQTT client that records every reply it gets ---- */
+
+struct reply {
+    char  corr[64];
+    char *json;
+};
+
+struct dev {
+    struct ds_mqtt *c;
+    char            topic[96];
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    struct reply    r[MAX_MSGS];
+    size_t          n;
+};
+
+static void dev_on_msg(void *ud, const struct ds_mqtt_msg *m)
+{
+    struct dev *d = ud;
+    pthread_mutex_lock(&d->mu);
+    if (d->n < MAX_MSGS) {
+        struct reply *r = &d->r[d->n++];
+        size_t cl = m->correlation.p ? DS_MIN(m->correlation.n, sizeof r->corr - 1) : 0;
+        memcpy(r->corr, m->correlation.p ? m->correlation.p : "", cl);
+        r->corr[cl] = '\0';
+        r->json = strndup(m->payload, m->len);
+    }
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static struct dev *dev_new(const char *uri, const char *name)
+{
+    struct dev *d = calloc(1, sizeof *d);
+    assert_non_null(d);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    snprintf(d->topic, sizeof d->topic, "test/reply/%s", name);
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = dev_on_msg;
+    o.ud = d;
+    char id[64];
+    snprintf(id, sizeof id, "dev-%s", name);
+    assert_int_equal(ds_mqtt_create(uri, id, &o, &d->c), DS_OK);
+    assert_int_equal(ds_mqtt_connect(d->c), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(d->c, d->topic, 1), DS_OK);
+    return d;
+}
+
+static void dev_ready(struct dev *d)
+{
+    assert_int_equal(ds_mqtt_wait_connected(d->c, 20000), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(d->c, 20000), DS_OK);
+}
+
+static void dev_free(struct dev *d)
+{
+    ds_mqtt_destroy(d->c);
+    for (size_t i = 0; i < d->n; i++) free(d->r[i].json);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d);
+}
+
+static void dev_send_raw(struct dev *d, const char *model, const char *json, size_t len, const char *corr,
+                         uint32_t expiry_s)
+{
+    char topic[128];
+    snprintf(topic, sizeof topic, "dspark/v1/infer/%s", model);
+    struct ds_mqtt_props p = { d->topic, corr, corr ? strlen(corr) : 0, expiry_s };
+    assert_int_equal(ds_mqtt_publish(d->c, topic, json, len, 1, false, &p), DS_OK);
+}
+
+/* Send {"id":id,"model":model,...extra} with correlation data = id. */
+static void dev_send(struct dev *d, const char *id, const char *extra)
+{
+    char json[4096];
+    int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\"%s%s}", id, *extra ? "," : "", extra);
+    dev_send_raw(d, "stories", json, (size_t)n, id, 0);
+}
+
+static bool is_final_or_error(const char *json)
+{
+    return strstr(json, "\"done\":true") || strstr(json, "\"error\":");
+}
+
+/* Index of the final or error for corr, waiting up to ms; -1 on timeout. */
+static long dev_wait(struct dev *d, const char *corr, int ms)
+{
+    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
+    long hit = -1;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        for (size_t i = 0; i < d->n && hit < 0; i++)
+            if (!strcmp(d->r[i].corr, corr) && is_final_or_error(d->r[i].json)) hit = (long)i;
+        if (hit >= 0 || ds_now_ns() >= end) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000;
+        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return hit;
+}
+
+/* How many finals/errors arrived for corr (exactly-once checks). */
+static int dev_count(struct dev *d, const char *corr)
+{
+    int n = 0;
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < d->n; i++) n += !strcmp(d->r[i].corr, corr) && is_final_or_error(d->r[i].json);
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
+static char *json_str(const char *json, const char *a, const char *b)
+{
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    char *s = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+/* ---- the fixture: broker + dspark-edge ---- */
+
+struct fx {
+    struct tb_broker *broker;
+    char             *dir;
+    char              cfg[4200], log[4200];
+    pid_t             edge;
+    struct dev       *dev;
+};
+static struct fx g;
+
+static void write_config(void)
+{
+    snprintf(g.cfg, sizeof g.cfg, "%s/edge.ini", g.dir);
+    FILE *f = fopen(g.cfg, "w");
+    assert_non_null(f);
+    fprintf(f, "[node]\nname = edge-t\nlog_level = info\n[mqtt]\nuri = %s\n"
+               "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\n"
+               "[batch]\nmax_active = 8\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
+               "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n",
+            tb_broker_uri(g.broker), tu_model("stories260K.gguf"));
+    fclose(f);
+}
+
+/* Wait for the retained status of edge-t to say state. */
+static bool wait_status(const char *state, int ms)
+{
+    struct dev *d = g.dev;
+    char want[64];
+    snprintf(want, sizeof want, "\"state\":\"%s\"", state);
+    assert_int_equal(ds_mqtt_subscribe(d->c, "dspark/v1/status/edge-t", 1), DS_OK);
+    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
+    bool ok = false;
+    while (!ok && ds_now_ns() < end) {
+        pthread_mutex_lock(&d->mu);
+        for (size_t i = d->n; i-- > 0 && !ok;)
+            if (strstr(d->r[i].json, "\"node\":\"edge-t\"")) {
+                ok = strstr(d->r[i].json, want) != NULL;
+                break;
+            }
+        pthread_mutex_unlock(&d->mu);
+        if (!ok) usleep(20000);
+    }
+    assert_int_equal(ds_mqtt_unsubscribe(d->c, "dspark/v1/status/edge-t"), DS_OK);
+    return ok;
+}
+
+static void start_edge(void)
+{
+    char bin[4200];
+    snprintf(bin, sizeof bin, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    char *argv[] = { bin, "-c", g.cfg, NULL };
+    assert_int_equal(posix_spawn(&g.edge, bin, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_true(wait_status("online", 20000));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    enum ds_err rc = tb_broker_start(NULL, &g.broker);
+    if (rc == DS_ERR_UNSUPPORTED) {
+        printf("mosquitto is not installed: skipped\n");
+        exit(77);
+    }
+    assert_int_equal(rc, DS_OK);
+    g.dir = tu_tmpdir();
+    snprintf(g.log, sizeof g.log, "%s/edge.log", g.dir);
+    write_config();
+    g.dev = dev_new(tb_broker_uri(g.broker), "main");
+    dev_ready(g.dev);
+    start_edge();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g.edge > 0) {
+        kill(g.edge, SIGKILL);
+        waitpid(g.edge, NULL, 0);
+    }
+    dev_free(g.dev);
+    tb_broker_destroy(g.broker);
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "tail -n 15 '%s'", g.log);
+    printf("--- edge log (tail) ---\n");
+    fflush(stdout);
+    if (system(cmd) != 0) printf("(no log)\n");
+    tu_rmdir(g.dir);
+    return 0;
+}
+
+/* ---- tests ---- */
+
+static void validate(const char *schema, const char *json)
+{
+    char path[4300], cmd[9000];
+    snprintf(path, sizeof path, "%s/msg.json", g.dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "printf '%%s/schemas/%%s.schema.json\\t%%s\\tvalid\\n' '%s' '%s' '%s' | "
+             "'%s' '%s/tests/support/jsonschema_check.py'", DS_SOURCE_DIR, schema, path, DS_PYTHON3, DS_SOURCE_DIR);
+    int st = system(cmd);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return;   /* validator missing: shared.msg reports it */
+    assert_int_equal(st, 0);
+}
+
+static void test_same_text_as_run(void **state)
+{
+    (void)state;
+    char cmd[8192], out[8192];
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p 'Once upon a time' -n 40 --precision int8 2>/dev/null",
+             DS_BUILD_DIR, tu_model("stories260K.gguf"));
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = '\0';
+    assert_int_equal(pclose(p), 0);
+    assert_true(got > strlen("Once upon a time") + 1);
+    out[got - 1] = '\0';                                   /* trailing newline */
+    const char *want = out + strlen("Once upon a time");
+
+    dev_send(g.dev, "same-1", "\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"stream\":true");
+    long i = dev_wait(g.dev, "same-1", 30000);
+    assert_true(i >= 0);
+    char streamed[8192] = "";
+    char *chunks[512];
+    size_t n_chunks = 0;
+    pthread_mutex_lock(&g.dev->mu);                     /* copy, then check outside the lock */
+    char *final = strdup(g.dev->r[i].json);
+    for (size_t k = 0; k < g.dev->n && n_chunks < 512; k++)
+        if (!strcmp(g.dev->r[k].corr, "same-1") && strstr(g.dev->r[k].json, "\"delta\""))
+            chunks[n_chunks++] = strdup(g.dev->r[k].json);
+    pthread_mutex_unlock(&g.dev->mu);
+    for (size_t k = 0; k < n_chunks; k++) {
+        char *delta = json_str(chunks[k], "delta", NULL);
+        assert_non_null(delta);
+        strncat(streamed, delta, sizeof streamed - strlen(streamed) - 1);
+        free(delta);
+        validate("chunk", chunks[k]);
+        free(chunks[k]);
+    }
+    validate("final", final);
+    char *text = json_str(final, "text", NULL);
+    char *node = json_str(final, "served_by", "node"), *ver = json_str(final, "served_by", "version");
+    printf("dspark run: \"%s\"\nedge final: \"%s\"\n", want, text);
+    assert_string_equal(text, want);
+    assert_string_equal(streamed, want);
+    assert_string_equal(node, "edge-t");
+    assert_string_equal(ver, "7");
+    free(text); free(node); free(ver); free(final);
+}
+
+static double median(double *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+    return n ? v[n / 2] : 0.0;
+}
+
+static void test_200_concurrent(void **state)
+{
+    (void)state;
+    enum { CLIENTS = 20, PER = 10 };
+    static const char *tiers[3] = { "high", "normal", "low" };
+    struct dev *d[CLIENTS];
+    char name[32];
+    for (int c = 0; c < CLIENTS; c++) {
+        snprintf(name, sizeof name, "c%d", c);
+        d[c] = dev_new(tb_broker_uri(g.broker), name);
+    }
+    for (int c = 0; c < CLIENTS; c++) dev_ready(d[c]);
+    double lat[3][CLIENTS * PER];
+    size_t n_lat[3] = { 0 };
+    for (int k = 0; k < PER; k++)
+        for (int c = 0; c < CLIENTS; c++) {
+            char id[32], extra[256];
+            snprintf(id, sizeof id, "c%d-r%d", c, k);
+            snprintf(extra, sizeof extra, "\"prompt\":\"Tim and Sue %d\",\"max_tokens\":24,\"priority\":\"%s\","
+                     "\"temperature\":0.8,\"seed\":%d", k, tiers[(c + k) % 3], c * 100 + k);
+            dev_send(d[c], id, extra);
+        }
+    int answered = 0, errors = 0;
+    for (int c = 0; c < CLIENTS; c++)
+        for (int k = 0; k < PER; k++) {
+            char id[32];
+            snprintf(id, sizeof id, "c%d-r%d", c, k);
+            long i = dev_wait(d[c], id, 120000);
+            assert_true(i >= 0);
+            answered++;
+            pthread_mutex_lock(&d[c]->mu);
+            const char *js = d[c]->r[i].json;
+            errors += strstr(js, "\"error\"") != NULL;
+            char *rid = json_str(js, "id", NULL);
+            pthread_mutex_unlock(&d[c]->mu);
+            assert_string_equal(rid, id);                 /* its own answer, with its own correlation */
+            free(rid);
+        }
+    usleep(300000);                                       /* a duplicate would have arrived by now */
+    for (int c = 0; c < CLIENTS; c++) {
+        for (int k = 0; k < PER; k++) {
+            char id[32];
+            snprintf(id, sizeof id, "c%d-r%d", c, k);
+            assert_int_equal(dev_count(d[c], id), 1);
+            long i = dev_wait(d[c], id, 0);
+            /* Latency as the edge measured it (arrival to final). */
+            pthread_mutex_lock(&d[c]->mu);
+            cJSON *j = cJSON_Parse(d[c]->r[i].json);
+            pthread_mutex_unlock(&d[c]->mu);
+            double total = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "timing"), "total_ms")->valuedouble;
+            lat[(c + k) % 3][n_lat[(c + k) % 3]++] = total;
+            cJSON_Delete(j);
+        }
+        /* Nothing for other clients reached this one. */
+        size_t foreign = 0;
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "c%d-", c);
+        pthread_mutex_lock(&d[c]->mu);
+        for (size_t i = 0; i < d[c]->n; i++) foreign += strncmp(d[c]->r[i].corr, prefix, strlen(prefix)) != 0;
+        pthread_mutex_unlock(&d[c]->mu);
+        assert_int_equal(foreign, 0);
+    }
+    double med[3];
+    for (int t = 0; t < 3; t++) med[t] = median(lat[t], n_lat[t]);
+    printf("200 requests from 20 clients: %d answered, %d errors; median latency high %.1f ms, normal %.1f ms, "
+           "low %.1f ms\n", answered, errors, med[0], med[1], med[2]);
+    assert_int_equal(answered, CLIENTS * PER);
+    assert_int_equal(errors, 0);
+    assert_true(med[0] < med[2]);
+    for (int c = 0; c < CLIENTS; c++) dev_free(d[c]);
+}
+
+static void send_cancel(const char *id)
+{
+    char cj[96];
+    int n = snprintf(cj, sizeof cj, "{\"id\":\"%s\"}", id);
+    assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/cancel/test", cj, (size_t)n, 1, false, NULL), DS_OK);
+}
+
+/* Long requests fill every slot; a short deadline expires in the queue; a
+** queued request is cancelled; a flood past the bound is refused. */
+static void test_deadline_overload_cancel(void **state)
+{
+    (void)state;
+    char id[32];
+    for (int i = 0; i < 8; i++) {                       /* max_active = 8: all slots busy */
+        snprintf(id, sizeof id, "long-%d", i);
+        dev_send(g.dev, id, "\"prompt\":\"Once\",\"max_tokens\":4096,\"priority\":\"high\",\"temperature\":1");
+    }
+    dev_send(g.dev, "late-1", "\"prompt\":\"Hi\",\"max_tokens\":5,\"priority\":\"low\",\"deadline_ms\":20");
+    dev_send(g.dev, "victim", "\"prompt\":\"Hi\",\"max_tokens\":4096,\"priority\":\"low\"");
+    send_cancel("victim");
+    for (int i = 0; i < 150; i++) {                     /* 150 normal against a bound of 100 */
+        snprintf(id, sizeof id, "flood-%d", i);
+        dev_send(g.dev, id, "\"prompt\":\"A\",\"max_tokens\":2,\"priority\":\"normal\"");
+    }
+    long k = dev_wait(g.dev, "late-1", 30000);
+    assert_true(k >= 0);
+    char *code = json_str(g.dev->r[k].json, "error", "code");
+    assert_non_null(code);
+    assert_string_equal(code, "deadline_exceeded");
+    free(code);
+    k = dev_wait(g.dev, "victim", 30000);
+    assert_true(k >= 0);
+    char *why = json_str(g.dev->r[k].json, "finish_reason", NULL);
+    assert_non_null(why);
+    assert_string_equal(why, "cancelled");
+    free(why);
+    int overloaded = 0, served = 0;
+    for (int i = 0; i < 150; i++) {
+        snprintf(id, sizeof id, "flood-%d", i);
+        k = dev_wait(g.dev, id, 60000);
+        assert_true(k >= 0);
+        code = json_str(g.dev->r[k].json, "error", "code");
+        if (code) {
+            assert_string_equal(code, "overloaded");
+            overloaded++;
+        } else {
+            served++;
+        }
+        free(code);
+        assert_int_equal(dev_count(g.dev, id), 1);
+    }
+    for (int l = 0; l < 8; l++) {
+        snprintf(id, sizeof id, "long-%d", l);
+        send_cancel(id);
+    }
+    for (int l = 0; l < 8; l++) {
+        snprintf(id, sizeof id, "long-%d", l);
+        assert_true(dev_wait(g.dev, id, 30000) >= 0);   /* cancelled, or done by then */
+        assert_int_equal(dev_count(g.dev, id), 1);
+    }
+    printf("deadline_exceeded while queued: yes; queued request cancelled: yes; flood of 150 against a "
+           "bound of 100: %d overloaded, %d served\n", overloaded, served);
+    assert_true(overloaded > 0);
+    assert_int_equal(overloaded + served, 150);
+}
+
+/* Every malformed request of tests/data/msg gets invalid_request naming its
+** field; valid requests sent between them are served. */
+static void test_malformed(void **state)
+{
+    (void)state;
+    char tsv_path[4200];
+    snprintf(tsv_path, sizeof tsv_path, "%s/tests/data/msg/requests.tsv", DS_SOURCE_DIR);
+    FILE *tsv = fopen(tsv_path, "r");
+    assert_non_null(tsv);
+    char line[1024];
+    int n_bad = 0;
+    struct { char corr[32]; char field[64]; } bad[128];
+    while (fgets(line, sizeof line, tsv) && n_bad < 128) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char file[256], expect[32], field[64];
+        if (sscanf(line, "%255s %31s %63s", file, expect, field) != 3 || !strcmp(expect, "OK")) continue;
+        char path[4600];
+        snprintf(path, sizeof path, "%s/tests/data/msg/%s", DS_SOURCE_DIR, file);
+        size_t len;
+        char *payload = tu_read_file(path, &len);
+        assert_non_null(payload);
+        snprintf(bad[n_bad].corr, sizeof bad[n_bad].corr, "bad-%d", n_bad);
+        snprintf(bad[n_bad].field, sizeof bad[n_bad].field, "%s", field);
+        dev_send_raw(g.dev, "stories", payload, len, bad[n_bad].corr, 0);
+        free(payload);
+        char ok_id[32];
+        snprintf(ok_id, sizeof ok_id, "good-%d", n_bad);
+        dev_send(g.dev, ok_id, "\"prompt\":\"The dog\",\"max_tokens\":3");
+        n_bad++;
+    }
+    fclose(tsv);
+    /* Errors the topic and the model decide. */
+    dev_send_raw(g.dev, "nope", "{\"id\":\"x1\",\"model\":\"nope\",\"prompt\":\"a\"}", 39, "topic-1", 0);
+    dev_send_raw(g.dev, "stories", "{\"id\":\"x2\",\"model\":\"other\",\"prompt\":\"a\"}", 40, "topic-2", 0);
+    static char big[30000];
+    int bl = snprintf(big, sizeof big, "{\"id\":\"x3\",\"model\":\"stories\",\"prompt\":\"");
+    for (int i = 0; i < 3000; i++) bl += snprintf(big + bl, sizeof big - (size_t)bl, "a b c d ");
+    bl += snprintf(big + bl, sizeof big - (size_t)bl, "\"}");
+    dev_send_raw(g.dev, "stories", big, (size_t)bl, "topic-3", 0);
+    int named = 0;
+    for (int i = 0; i < n_bad; i++) {
+        long k = dev_wait(g.dev, bad[i].corr, 30000);
+        assert_true(k >= 0);
+        char *code = json_str(g.dev->r[k].json, "error", "code");
+        char *msg = json_str(g.dev->r[k].json, "error", "message");
+        assert_non_null(code);
+        assert_string_equal(code, "invalid_request");
+        if (strcmp(bad[i].field, "-") == 0 || strstr(msg, bad[i].field)) named++;
+        else printf("  %s: message does not name '%s': %s\n", bad[i].corr, bad[i].field, msg);
+        free(code);
+        free(msg);
+        char ok_id[32];
+        snprintf(ok_id, sizeof ok_id, "good-%d", i);
+        k = dev_wait(g.dev, ok_id, 30000);
+        assert_true(k >= 0);
+        assert_non_null(strstr(g.dev->r[k].json, "\"done\":true"));
+    }
+    static const char *const want[3][2] = { { "topic-1", "model_not_found" }, { "topic-2", "invalid_request" },
+                                            { "topic-3", "invalid_request" } };
+    for (int i = 0; i < 3; i++) {
+        long k = dev_wait(g.dev, want[i][0], 30000);
+        assert_true(k >= 0);
+        char *code = json_str(g.dev->r[k].json, "error", "code");
+        assert_string_equal(code, want[i][1]);
+        free(code);
+    }
+    printf("%d malformed requests (+3 model/context errors) each answered with their error, %d naming the field; "
+           "%d valid requests between them served\n", n_bad, named, n_bad);
+    assert_true(n_bad >= 25);
+    assert_int_equal(named, n_bad);
+}
+
+static void test_broker_restart(void **state)
+{
+    (void)state;
+    tb_broker_stop(g.broker);
+    usleep(500000);
+    assert_int_equal(tb_broker_restart(g.broker), DS_OK);
+    assert_int_equal(ds_mqtt_wait_connected(g.dev->c, 30000), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(g.dev->c, 30000), DS_OK);
+    assert_true(wait_status("online", 30000));
+    /* The agent resubscribed by itself: a request published now is served. */
+    uint64_t t0 = ds_now_ns();
+    long k = -1;
+    for (int attempt = 0; attempt < 10 && k < 0; attempt++) {
+        char id[32];
+        snprintf(id, sizeof id, "after-restart-%d", attempt);
+        dev_send(g.dev, id, "\"prompt\":\"Once upon a time\",\"max_tokens\":8");
+        k = dev_wait(g.dev, id, 3000);
+    }
+    assert_true(k >= 0);
+    assert_non_null(strstr(g.dev->r[k].json, "\"done\":true"));
+    printf("served again %.0f ms after the broker came back\n", (double)(ds_now_ns() - t0) / 1e6);
+}
+
+static void test_sigterm_under_load(void **state)
+{
+    (void)state;
+    enum { N = 60 };
+    char id[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "term-%d", i);
+        dev_send(g.dev, id, "\"prompt\":\"Lily went\",\"max_tokens\":64,\"temperature\":0.9");
+    }
+    assert_true(dev_wait(g.dev, "term-0", 30000) >= 0 || dev_wait(g.dev, "term-1", 30000) >= 0);
+    kill(g.edge, SIGTERM);
+    int st;
+    assert_int_equal(waitpid(g.edge, &st, 0), g.edge);
+    g.edge = 0;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    int finals = 0, errors = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "term-%d", i);
+        long k = dev_wait(g.dev, id, 10000);
+        assert_true(k >= 0);                            /* nothing accepted is left unanswered */
+        assert_int_equal(dev_count(g.dev, id), 1);
+        if (strstr(g.dev->r[k].json, "\"error\"")) errors++;
+        else finals++;
+    }
+    printf("SIGTERM under load: %d finals, %d errors, 0 unanswered; exit status 0\n", finals, errors);
+    assert_true(wait_status("offline", 10000));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_text_as_run),
+        cmocka_unit_test(test_200_concurrent),
+        cmocka_unit_test(test_deadline_overload_cancel),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_broker_restart),
+        cmocka_unit_test(test_sigterm_under_load),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
