@@ -250,6 +250,7 @@ struct req {
     char        *model;       /* OWNED */
     char        *json;        /* OWNED payload */
     size_t       json_len;
+    size_t       line;        /* in --file; 0 for the command line */
     enum ds_tier tier;
     uint32_t     expiry_s;    /* 0 = none */
     double       sent_ms;
@@ -345,6 +346,34 @@ static int req_from_args(const struct infer_args *a, const char *client_id, stru
     return rc;
 }
 
+static int cmp_req_id(const void *x, const void *y)
+{
+    const struct req *a = *(const struct req *const *)x, *b = *(const struct req *const *)y;
+    int c = strcmp(a->id, b->id);
+    return c ? c : (a->line > b->line) - (a->line < b->line);
+}
+
+/* Ids are the Correlation Data: they must be unique. Returns 0 or 2. */
+static int check_unique_ids(const char *file, struct req *v, size_t n)
+{
+    const struct req **by_id = malloc(n * sizeof *by_id);
+    if (!by_id) {
+        fprintf(stderr, "dspark infer: out of memory\n");
+        return 2;
+    }
+    for (size_t i = 0; i < n; i++) by_id[i] = &v[i];
+    qsort(by_id, n, sizeof *by_id, cmp_req_id);
+    int rc = 0;
+    for (size_t i = 1; i < n && rc == 0; i++)
+        if (strcmp(by_id[i - 1]->id, by_id[i]->id) == 0) {
+            fprintf(stderr, "dspark infer: %s:%zu: id \"%s\" already used on line %zu\n", file,
+                    by_id[i]->line, by_id[i]->id, by_id[i - 1]->line);
+            rc = 2;
+        }
+    free(by_id);
+    return rc;
+}
+
 /* Read every line of path ('-': stdin) into *out. Blank lines are skipped;
 ** ids must be unique (they are the Correlation Data). Returns 0 or 2. */
 static int reqs_from_file(const struct infer_args *a, const char *client_id, struct req **out,
@@ -379,6 +408,7 @@ static int reqs_from_file(const struct infer_args *a, const char *client_id, str
             if (!cJSON_AddStringToObject(obj, "id", idbuf)) rc = 2;
         }
         if (rc == 0 && !apply_defaults(obj, a)) rc = 2;
+        if (rc) fprintf(stderr, "dspark infer: out of memory\n");
         if (rc == 0 && !cJSON_HasObjectItem(obj, "model")) {
             fprintf(stderr, "dspark infer: %s: no \"model\" and no -m\n", where);
             rc = 2;
@@ -386,18 +416,15 @@ static int reqs_from_file(const struct infer_args *a, const char *client_id, str
         if (rc == 0 && n == cap) {
             size_t nc = cap ? cap * 2 : 64;
             struct req *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) rc = 2;
-            else v = nv, cap = nc;
+            if (!nv) {
+                fprintf(stderr, "dspark infer: out of memory\n");
+                rc = 2;
+            } else {
+                v = nv;
+                cap = nc;
+            }
         }
-        if (rc == 0 && (rc = req_from_json(obj, where, &v[n])) == 0) {
-            for (size_t i = 0; i < n && rc == 0; i++)
-                if (strcmp(v[i].id, v[n].id) == 0) {
-                    fprintf(stderr, "dspark infer: %s: id \"%s\" already used on an earlier line\n",
-                            where, v[n].id);
-                    rc = 2;
-                }
-            n++;
-        }
+        if (rc == 0 && (rc = req_from_json(obj, where, &v[n])) == 0) v[n++].line = lineno;
         cJSON_Delete(obj);
     }
     if (rc == 0 && ferror(f)) {
@@ -408,6 +435,7 @@ static int reqs_from_file(const struct infer_args *a, const char *client_id, str
         fprintf(stderr, "dspark infer: --file %s: no requests\n", a->file);
         rc = 2;
     }
+    if (rc == 0) rc = check_unique_ids(a->file, v, n);
     free(line);
     if (f != stdin) fclose(f);
     if (rc != 0) {
@@ -598,9 +626,8 @@ static void single_final(struct session *s, const cJSON *msg, const struct req *
 
 static void print_line(const struct req *r)
 {
-    char node[32];
-    print_ms(node, sizeof node, r->node_ms);
-    if (isnan(r->node_ms)) snprintf(node, sizeof node, "-");
+    char node[32] = "-";
+    if (!isnan(r->node_ms)) print_ms(node, sizeof node, r->node_ms);
     if (r->outcome == OUT_TIMEOUT) printf("%s\ttimeout\t-\t-\n", r->id);
     else printf("%s\t%s\t%.1f\t%s\n", r->id, r->code, r->rtt_ms, node);
     fflush(stdout);
@@ -622,9 +649,12 @@ static void handle_reply(struct session *s, const struct reply *rp)
     }
     // Correlation Data first (the contract); the "id" field for nodes that lose it.
     const char *key = rp->corr ? rp->corr : json_str(msg, "id");
+    size_t key_len = rp->corr ? rp->corr_len : key ? strlen(key) : 0;
     size_t slot = SIZE_MAX;
-    for (size_t i = 0; key && i < s->n_live; i++)
-        if (strcmp(s->reqs[s->live[i]].id, key) == 0) slot = i;
+    for (size_t i = 0; key && i < s->n_live && slot == SIZE_MAX; i++) {
+        const char *id = s->reqs[s->live[i]].id;
+        if (strlen(id) == key_len && memcmp(id, key, key_len) == 0) slot = i;
+    }
     if (slot == SIZE_MAX) {
         DS_LOG(DS_LOG_DEBUG, "infer: reply for unknown or finished request \"%s\"", key ? key : "?");
         cJSON_Delete(msg);
@@ -772,21 +802,30 @@ static void summary(const struct session *s)
     }
     fprintf(stderr, "requests: %zu, answered %zu (%zu ok, %zu error), no answer %zu\n", s->n_reqs,
             n_ok + n_err, n_ok, n_err, n_to);
-    // Errors by code, in order of first appearance ("timeout" for no answer).
+    // Errors by code, in order of first appearance ("timeout" for no answer);
+    // the codes are a handful, so a short list searched linearly will do.
     if (n_err + n_to) {
-        fprintf(stderr, "errors:");
+        struct { const char *code; size_t n; } codes[16];
+        size_t n_codes = 0, other = 0;
         for (size_t i = 0; i < s->n_reqs; i++) {
             const struct req *r = &s->reqs[i];
             if (r->outcome != OUT_ERROR && r->outcome != OUT_TIMEOUT) continue;
-            bool seen = false;
-            for (size_t j = 0; j < i && !seen; j++)
-                seen = s->reqs[j].outcome == r->outcome && strcmp(s->reqs[j].code, r->code) == 0;
-            if (seen) continue;
-            size_t count = 0;
-            for (size_t j = i; j < s->n_reqs; j++)
-                count += s->reqs[j].outcome == r->outcome && strcmp(s->reqs[j].code, r->code) == 0;
-            fprintf(stderr, " %s %zu", r->code, count);
+            size_t k = 0;
+            while (k < n_codes && strcmp(codes[k].code, r->code) != 0) k++;
+            if (k == n_codes && n_codes == DS_ARRAY_LEN(codes)) {
+                other++;
+                continue;
+            }
+            if (k == n_codes) {
+                codes[k].code = r->code;
+                codes[k].n = 0;
+                n_codes++;
+            }
+            codes[k].n++;
         }
+        fprintf(stderr, "errors:");
+        for (size_t k = 0; k < n_codes; k++) fprintf(stderr, " %s %zu", codes[k].code, codes[k].n);
+        if (other) fprintf(stderr, " other %zu", other);
         fprintf(stderr, "\n");
     }
     double *all = malloc((s->n_reqs + 1) * sizeof *all);
