@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 int cmd_run(int argc, char **argv);
+int cmd_infer(int argc, char **argv);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */
