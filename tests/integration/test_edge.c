@@ -185,27 +185,36 @@ static void write_config(void)
     fclose(f);
 }
 
-/* Wait for the retained status of edge-t to say state. */
-static bool wait_status(const char *state, int ms)
+/* The newest message on topic (subscribed for the call) that contains
+** needle, as OWNED text; NULL after ms. */
+static char *fetch(const char *topic, const char *needle, int ms)
 {
     struct dev *d = g.dev;
-    char want[64];
-    snprintf(want, sizeof want, "\"state\":\"%s\"", state);
-    assert_int_equal(ds_mqtt_subscribe(d->c, "dspark/v1/status/edge-t", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(d->c, topic, 1), DS_OK);
     uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
-    bool ok = false;
-    while (!ok && ds_now_ns() < end) {
+    char *found = NULL;
+    while (!found && ds_now_ns() < end) {
         pthread_mutex_lock(&d->mu);
-        for (size_t i = d->n; i-- > 0 && !ok;)
+        for (size_t i = d->n; i-- > 0 && !found;)
             if (strstr(d->r[i].json, "\"node\":\"edge-t\"")) {
-                ok = strstr(d->r[i].json, want) != NULL;
+                if (strstr(d->r[i].json, needle)) found = strdup(d->r[i].json);
                 break;
             }
         pthread_mutex_unlock(&d->mu);
-        if (!ok) usleep(20000);
+        if (!found) usleep(20000);
     }
-    assert_int_equal(ds_mqtt_unsubscribe(d->c, "dspark/v1/status/edge-t"), DS_OK);
-    return ok;
+    assert_int_equal(ds_mqtt_unsubscribe(d->c, topic), DS_OK);
+    return found;
+}
+
+/* Wait for the retained status of edge-t to say state. */
+static bool wait_status(const char *state, int ms)
+{
+    char want[64];
+    snprintf(want, sizeof want, "\"state\":\"%s\"", state);
+    char *st = fetch("dspark/v1/status/edge-t", want, ms);
+    free(st);
+    return st != NULL;
 }
 
 static void start_edge(void)
@@ -560,6 +569,17 @@ static void test_broker_restart(void **state)
     assert_true(k >= 0);
     assert_non_null(strstr(g.dev->r[k].json, "\"done\":true"));
     printf("served again %.0f ms after the broker came back\n", (double)(ds_now_ns() - t0) / 1e6);
+    /* Status and telemetry, as a dashboard reads them, validate too. */
+    char *status = fetch("dspark/v1/status/edge-t", "\"online\"", 10000);
+    char *tele = fetch("dspark/v1/telemetry/edge-t", "\"uptime_s\"", 10000);
+    assert_non_null(status);
+    assert_non_null(tele);
+    validate("status", status);
+    validate("telemetry", tele);
+    assert_non_null(strstr(tele, "\"ttft_ms\""));
+    assert_non_null(strstr(tele, "\"queue_ms\""));
+    free(status);
+    free(tele);
 }
 
 static void test_sigterm_under_load(void **state)
