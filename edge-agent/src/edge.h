@@ -72,4 +72,9 @@ void edge_agent_stop(struct edge_agent *a);
 /* Ask the loop to re-read the config file (reloadable keys only). */
 void edge_agent_reload(struct edge_agent *a);
 
+/* A request's absolute deadline (ds_now_ns clock; 0 = none): the earlier of
+** its MQTT 5 Message Expiry Interval (as the broker forwarded it, so time
+** spent queued in the broker counts) and its deadline_ms. */
+uint64_t edge_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms);
+
 #endif

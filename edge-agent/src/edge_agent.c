@@ -170,6 +170,16 @@ static void on_cancel(struct edge_agent *a, const struct ds_mqtt_msg *msg)
     cJSON_Delete(j);
 }
 
+uint64_t edge_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms)
+{
+    uint64_t d = has_expiry ? now_ns + (uint64_t)expiry_s * 1000000000ull : 0;
+    if (deadline_ms) {
+        uint64_t e = now_ns + (uint64_t)deadline_ms * 1000000ull;
+        if (!d || e < d) d = e;
+    }
+    return d;
+}
+
 static void on_message(void *ud, const struct ds_mqtt_msg *msg)
 {
     struct edge_agent *a = ud;
@@ -230,12 +240,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
         return;
     }
-    /* Deadline: the earlier of Message Expiry and deadline_ms. */
-    if (msg->has_expiry) r->deadline_ns = now + (uint64_t)msg->expiry_s * 1000000000ull;
-    if (r->req.deadline_ms) {
-        uint64_t d = now + (uint64_t)r->req.deadline_ms * 1000000ull;
-        if (!r->deadline_ns || d < r->deadline_ns) r->deadline_ns = d;
-    }
+    r->deadline_ns = edge_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
     r->key = atomic_fetch_add(&a->next_key, 1);
     struct ds_sched_item it = {
         .id = r->key, .tier = r->req.priority, .enqueued_ns = now, .deadline_ns = r->deadline_ns,

@@ -180,8 +180,9 @@ static void write_config(void)
     fprintf(f, "[node]\nname = edge-t\nlog_level = info\n[mqtt]\nuri = %s\n"
                "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\n"
                "[batch]\nmax_active = 8\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
-               "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n",
-            tb_broker_uri(g.broker), tu_model("stories260K.gguf"));
+               "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
+               "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\n",
+            tb_broker_uri(g.broker), tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
     fclose(f);
 }
 
@@ -508,8 +509,10 @@ static void test_malformed(void **state)
     }
     fclose(tsv);
     /* Errors the topic and the model decide. */
-    dev_send_raw(g.dev, "nope", "{\"id\":\"x1\",\"model\":\"nope\",\"prompt\":\"a\"}", 39, "topic-1", 0);
-    dev_send_raw(g.dev, "stories", "{\"id\":\"x2\",\"model\":\"other\",\"prompt\":\"a\"}", 40, "topic-2", 0);
+    const char *x1 = "{\"id\":\"x1\",\"model\":\"nope\",\"prompt\":\"a\"}";
+    const char *x2 = "{\"id\":\"x2\",\"model\":\"other\",\"prompt\":\"a\"}";
+    dev_send_raw(g.dev, "nope", x1, strlen(x1), "topic-1", 0);
+    dev_send_raw(g.dev, "stories", x2, strlen(x2), "topic-2", 0);
     static char big[30000];
     int bl = snprintf(big, sizeof big, "{\"id\":\"x3\",\"model\":\"stories\",\"prompt\":\"");
     for (int i = 0; i < 3000; i++) bl += snprintf(big + bl, sizeof big - (size_t)bl, "a b c d ");
@@ -533,6 +536,20 @@ static void test_malformed(void **state)
         assert_true(k >= 0);
         assert_non_null(strstr(g.dev->r[k].json, "\"done\":true"));
     }
+    /* A second model of the same agent; an MQTT 3.1.1-style reply_to instead of
+    ** a Response Topic. */
+    const char *tiny = "{\"id\":\"t1\",\"model\":\"tiny\",\"prompt\":\"Hello\",\"max_tokens\":4}";
+    dev_send_raw(g.dev, "tiny", tiny, strlen(tiny), "tiny-1", 0);
+    char rt[256];
+    int rl = snprintf(rt, sizeof rt, "{\"id\":\"rt\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":2,"
+                      "\"reply_to\":\"%s\"}", g.dev->topic);
+    struct ds_mqtt_props no_rt = { NULL, "rt-1", 4, 0 };
+    assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt), DS_OK);
+    long kt = dev_wait(g.dev, "tiny-1", 30000), kr = dev_wait(g.dev, "rt-1", 30000);
+    assert_true(kt >= 0 && kr >= 0);
+    assert_non_null(strstr(g.dev->r[kt].json, "\"model\":\"tiny\""));
+    assert_non_null(strstr(g.dev->r[kt].json, "\"done\":true"));
+    assert_non_null(strstr(g.dev->r[kr].json, "\"done\":true"));
     static const char *const want[3][2] = { { "topic-1", "model_not_found" }, { "topic-2", "invalid_request" },
                                             { "topic-3", "invalid_request" } };
     for (int i = 0; i < 3; i++) {
@@ -587,6 +604,7 @@ static void test_sigterm_under_load(void **state)
     (void)state;
     enum { N = 60 };
     char id[32];
+    kill(g.edge, SIGHUP);                               /* reload: logged, serving goes on */
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "term-%d", i);
         dev_send(g.dev, id, "\"prompt\":\"Lily went\",\"max_tokens\":64,\"temperature\":0.9");
@@ -609,6 +627,12 @@ static void test_sigterm_under_load(void **state)
     }
     printf("SIGTERM under load: %d finals, %d errors, 0 unanswered; exit status 0\n", finals, errors);
     assert_true(wait_status("offline", 10000));
+    size_t len;
+    char *log = tu_read_file(g.log, &len);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "config reloaded"));
+    assert_non_null(strstr(log, "draining"));
+    free(log);
 }
 
 int main(void)
