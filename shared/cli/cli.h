@@ -14,6 +14,8 @@ int cmd_infer(int argc, char **argv);
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */
 bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+/* Apply "--log-level s" (error, warn, info, debug); false after printing why. */
+bool cli_set_log_level(const char *s);
 bool cli_parse_f32(const char *name, const char *s, float lo, float hi, float *out);
 
 #endif

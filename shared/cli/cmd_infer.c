@@ -190,15 +190,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
             if (!cli_parse_u64("--concurrency", optarg, 1, INFER_MAX_CONC, &a->concurrency)) return 2;
             has_conc = true;
             break;
-        case O_LOG: {
-            int lvl = ds_log_level_parse(optarg);
-            if (lvl < 0) {
-                fprintf(stderr, "dspark: --log-level: '%s' is not error, warn, info or debug\n", optarg);
-                return 2;
-            }
-            ds_log_set(NULL, NULL, (enum ds_log_level)lvl);
-            break;
-        }
+        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
         case 'h': infer_usage(stdout); return 1;
         case ':':
             fprintf(stderr, "dspark infer: %s needs a value\n", argv[optind - 1]);

@@ -88,15 +88,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_THREADS: if (!cli_parse_u64("--threads", optarg, 1, 256, &a->threads)) return 2; break;
         case O_KERNEL: a->kernel = optarg; break;
         case O_CTX: if (!cli_parse_u64("--ctx", optarg, 1, 1u << 20, &a->ctx)) return 2; break;
-        case O_LOG: {
-            int lvl = ds_log_level_parse(optarg);
-            if (lvl < 0) {
-                fprintf(stderr, "dspark: --log-level: '%s' is not error, warn, info or debug\n", optarg);
-                return 2;
-            }
-            ds_log_set(NULL, NULL, (enum ds_log_level)lvl);
-            break;
-        }
+        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
         case 'h': run_usage(stdout); return 1;
         default: run_usage(stderr); return 2;
         }

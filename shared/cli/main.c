@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "ds/common.h"
+#include "ds/log.h"
 
 struct command {
     const char *name;
@@ -59,6 +60,17 @@ bad:
     fprintf(stderr, "dspark: %s: '%s' is not a number in %g..%g\n", name, s ? s : "", (double)lo,
             (double)hi);
     return false;
+}
+
+bool cli_set_log_level(const char *s)
+{
+    int lvl = ds_log_level_parse(s);
+    if (lvl < 0) {
+        fprintf(stderr, "dspark: --log-level: '%s' is not error, warn, info or debug\n", s);
+        return false;
+    }
+    ds_log_set(NULL, NULL, (enum ds_log_level)lvl);
+    return true;
 }
 
 int main(int argc, char **argv)

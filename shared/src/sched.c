@@ -179,13 +179,15 @@ bool ds_sched_pop(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out
     return best >= 0;
 }
 
-bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out)
+/* Remove the first queued item (by tier, then age) that match accepts. */
+static bool take_first(struct ds_sched *s, bool (*match)(const struct ds_sched_item *, uint64_t),
+                       uint64_t arg, struct ds_sched_item *out)
 {
     bool found = false;
     pthread_mutex_lock(&s->mu);
     for (int t = 0; t < DS_TIER_COUNT && !found; t++)
         for (uint32_t i = 0; i < s->q[t].n; i++)
-            if (expired(at(&s->q[t], i), now_ns)) {
+            if (match(at(&s->q[t], i), arg)) {
                 ring_remove(&s->q[t], i, out);
                 s->backlog -= out->cost;
                 found = true;
@@ -195,20 +197,16 @@ bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_i
     return found;
 }
 
+static bool has_id(const struct ds_sched_item *it, uint64_t id) { return it->id == id; }
+
+bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out)
+{
+    return take_first(s, expired, now_ns, out);
+}
+
 bool ds_sched_remove(struct ds_sched *s, uint64_t id, struct ds_sched_item *out)
 {
-    bool found = false;
-    pthread_mutex_lock(&s->mu);
-    for (int t = 0; t < DS_TIER_COUNT && !found; t++)
-        for (uint32_t i = 0; i < s->q[t].n; i++)
-            if (at(&s->q[t], i)->id == id) {
-                ring_remove(&s->q[t], i, out);
-                s->backlog -= out->cost;
-                found = true;
-                break;
-            }
-    pthread_mutex_unlock(&s->mu);
-    return found;
+    return take_first(s, has_id, id, out);
 }
 
 static bool all_empty(const struct ds_sched *s)
