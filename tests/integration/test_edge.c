@@ -426,7 +426,21 @@ static void test_deadline_overload_cancel(void **state)
     char id[32];
     for (int i = 0; i < 8; i++) {                       /* max_active = 8: all slots busy */
         snprintf(id, sizeof id, "long-%d", i);
-        dev_send(g.dev, id, "\"prompt\":\"Once\",\"max_tokens\":4096,\"priority\":\"high\",\"temperature\":1");
+        dev_send(g.dev, id, "\"prompt\":\"Once\",\"max_tokens\":4096,\"priority\":\"high\",\"temperature\":1,"
+                            "\"stream\":true");
+    }
+    /* Wait until every long request streams: then all slots are taken. */
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof id, "long-%d", i);
+        bool streaming = false;
+        for (int tries = 0; tries < 1000 && !streaming; tries++) {
+            pthread_mutex_lock(&g.dev->mu);
+            for (size_t k = 0; k < g.dev->n && !streaming; k++)
+                streaming = !strcmp(g.dev->r[k].corr, id) && strstr(g.dev->r[k].json, "\"delta\"");
+            pthread_mutex_unlock(&g.dev->mu);
+            if (!streaming) usleep(10000);
+        }
+        assert_true(streaming);
     }
     dev_send(g.dev, "late-1", "\"prompt\":\"Hi\",\"max_tokens\":5,\"priority\":\"low\",\"deadline_ms\":20");
     dev_send(g.dev, "victim", "\"prompt\":\"Hi\",\"max_tokens\":4096,\"priority\":\"low\"");
