@@ -1,0 +1,413 @@
+/*
+** bench_batch.c — batched decode: tokens/s of N concurrent streams against
+** one stream, on random weights in the stories15M shape, INT8 (a Q8_0 file
+** written once into --dir and reused).
+**
+** For each N in --streams (default 1,2,4,8,16,32): N sequences, each
+** prefilled with a short prompt (DECODE_PROMPT tokens, not timed), then
+** --steps decode steps, each ONE ds_engine_forward with N rows (one per
+** sequence, logits for every row, greedy next token per row as a server
+** would sample). Reported: total tokens/s (N x steps / time), per-stream
+** tokens/s, and the speedup over N=1 measured in the same run. Each figure
+** is the median of --reps runs (min-max beside it); the first run of each N
+** is a warm-up and not counted.
+**
+** This is not a test: nothing is asserted; the exit status is non-zero only
+** when something could not run. Progress goes to stderr, the table to
+** stdout, every figure to the JSON file (--json).
+*/
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ds/engine.h"
+#include "ds/kern.h"
+#include "ds/log.h"
+#include "ds/model.h"
+#include "support/mkmodel.h"
+
+#define MAX_STREAMS    256
+#define MAX_COUNTS     16
+#define MAX_REPS       64
+#define DECODE_PROMPT  8             /* prompt tokens per sequence before the timed steps */
+#define MODEL_SEED     20240601u     /* same seed (and file name) as bench_engine's 15M Q8_0 model */
+
+struct opts {
+    bool        quick;
+    unsigned    streams[MAX_COUNTS];
+    size_t      n_counts;
+    unsigned    threads, reps, steps;
+    const char *dir, *json, *kernel;
+};
+
+struct stats {
+    double   med, lo, hi;
+    unsigned n;
+};
+
+struct result {
+    unsigned     n;                  /* streams */
+    struct stats total;              /* tokens/s, all streams */
+    double       per_stream;         /* total.med / n */
+    double       speedup;            /* total.med / (N=1 total.med) */
+    double       step_ms;            /* median time of one N-row step */
+};
+
+struct bench {
+    struct opts   opt;
+    struct result res[MAX_COUNTS];
+    size_t        n_res;
+    const char   *kernel;
+    uint64_t      weight_bytes;
+    double        load_start, load_end;
+};
+
+static double now_s(void) { return (double)ds_now_ns() / 1e9; }
+
+static double load1(void)
+{
+    double l = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = NAN;
+        fclose(f);
+    }
+    return l;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static struct stats stats_of(double *v, unsigned n)
+{
+    struct stats s = { 0, 0, 0, n };
+    if (n == 0) return s;
+    qsort(v, n, sizeof *v, cmp_double);
+    s.lo = v[0];
+    s.hi = v[n - 1];
+    s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return s;
+}
+
+/* ---- the model file ---- */
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Open path, writing it first (to a temporary name, renamed when complete)
+** when it is missing or unreadable. */
+static enum ds_err open_or_write(const char *path, struct ds_model **out)
+{
+    if (file_exists(path) && ds_model_open(path, out) == DS_OK) {
+        fprintf(stderr, "bench_batch: reusing %s\n", path);
+        return DS_OK;
+    }
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fprintf(stderr, "bench_batch: writing %s (~25 MB)...\n", path);
+    enum ds_err rc = mk_random_model(tmp, &mk_shape_15m, DS_GGML_TYPE_Q8_0, MODEL_SEED);
+    if (rc == DS_OK && rename(tmp, path) != 0) rc = DS_ERR_IO;
+    if (rc != DS_OK) {
+        fprintf(stderr, "bench_batch: cannot write %s: %s\n", path, ds_strerror(rc));
+        unlink(tmp);
+        return rc;
+    }
+    return ds_model_open(path, out);
+}
+
+/* ---- runs ---- */
+
+static int32_t argmax(const float *x, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int32_t)best;
+}
+
+/* One run for n streams: reset and prefill every sequence, then time
+** `steps` forward passes of n rows. Returns the seconds of the timed part,
+** or a negative value on an engine error (logged). */
+static double run_once(struct ds_engine *e, struct ds_seq **seq, unsigned n, unsigned steps, float *logits,
+                       const int32_t *prompt, uint32_t V)
+{
+    struct ds_batch_row rows[MAX_STREAMS];
+    int32_t next[MAX_STREAMS];
+    for (unsigned i = 0; i < n; i++) {
+        enum ds_err rc = ds_seq_truncate(seq[i], 0);
+        /* Each stream its own prompt, so no two rows are the same work. */
+        int32_t p[DECODE_PROMPT];
+        for (unsigned t = 0; t < DECODE_PROMPT; t++) p[t] = (int32_t)(((uint32_t)prompt[t] + 977u * i) % V);
+        if (rc == DS_OK) rc = ds_engine_eval(e, seq[i], p, DECODE_PROMPT, logits, false);
+        if (rc != DS_OK) {
+            fprintf(stderr, "bench_batch: prefill failed: %s\n", ds_strerror(rc));
+            return -1;
+        }
+        next[i] = argmax(logits, V);
+    }
+    double t0 = now_s();
+    for (unsigned s = 0; s < steps; s++) {
+        for (unsigned i = 0; i < n; i++) rows[i] = (struct ds_batch_row){ seq[i], next[i], true };
+        enum ds_err rc = ds_engine_forward(e, rows, n, logits);
+        if (rc != DS_OK) {
+            fprintf(stderr, "bench_batch: forward of %u rows failed: %s\n", n, ds_strerror(rc));
+            return -1;
+        }
+        for (unsigned i = 0; i < n; i++) next[i] = argmax(logits + (size_t)i * V, V);
+    }
+    return now_s() - t0;
+}
+
+static enum ds_err run_all(struct bench *b, const struct ds_model *m)
+{
+    const struct opts *o = &b->opt;
+    unsigned max_n = 1;
+    for (size_t i = 0; i < o->n_counts; i++) max_n = DS_MAX(max_n, o->streams[i]);
+    struct ds_engine_opts eo;
+    ds_engine_opts_init(&eo);
+    eo.precision = DS_PRECISION_INT8;
+    eo.n_threads = o->threads;
+    eo.max_batch = DS_MAX(max_n, (unsigned)DECODE_PROMPT);
+    eo.kv_seqs = max_n;
+    if (o->kernel) {
+        eo.kern = ds_kern_find(o->kernel);
+        if (!eo.kern || !ds_kern_supported(eo.kern)) {
+            fprintf(stderr, "bench_batch: kernel '%s' is not available here\n", o->kernel);
+            return DS_ERR_UNSUPPORTED;
+        }
+    }
+    struct ds_engine *e = NULL;
+    struct ds_seq *seq[MAX_STREAMS] = { 0 };
+    uint32_t V = m->cfg.vocab_size;
+    float *logits = malloc((size_t)max_n * V * sizeof *logits);
+    enum ds_err rc = logits ? ds_engine_create(m, &eo, &e) : DS_ERR_NOMEM;
+    for (unsigned i = 0; rc == DS_OK && i < max_n; i++) rc = ds_seq_create(e, &seq[i]);
+    if (rc != DS_OK) {
+        fprintf(stderr, "bench_batch: engine: %s\n", ds_strerror(rc));
+        goto done;
+    }
+    b->kernel = ds_engine_kernel(e);
+    b->weight_bytes = ds_engine_weight_bytes(e);
+    unsigned steps = DS_MIN(o->steps, ds_engine_max_ctx(e) - DECODE_PROMPT - 1);
+    int32_t prompt[DECODE_PROMPT];
+    uint64_t x = 88172645463325252ull;
+    for (unsigned t = 0; t < DECODE_PROMPT; t++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        prompt[t] = (int32_t)(x % V);
+    }
+    for (size_t c = 0; c < o->n_counts; c++) {
+        unsigned n = o->streams[c];
+        double tps[MAX_REPS], step[MAX_REPS];
+        fprintf(stderr, "bench_batch: N=%-3u %u steps x %u runs...", n, steps, o->reps);
+        for (unsigned r = 0; r <= o->reps; r++) {
+            double sec = run_once(e, seq, n, r == 0 ? DS_MIN(steps, 4u) : steps, logits, prompt, V);
+            if (sec < 0) {
+                rc = DS_ERR_INVAL;
+                goto done;
+            }
+            if (r == 0) continue;                           /* warm-up */
+            tps[r - 1] = (double)n * steps / sec;
+            step[r - 1] = sec / steps * 1e3;
+        }
+        struct result *res = &b->res[b->n_res++];
+        res->n = n;
+        res->total = stats_of(tps, o->reps);
+        res->step_ms = stats_of(step, o->reps).med;
+        res->per_stream = res->total.med / n;
+        fprintf(stderr, " %.0f tok/s\n", res->total.med);
+    }
+    /* Speedup against N=1 of this run (NAN when N=1 was not measured). */
+    double base = NAN;
+    for (size_t i = 0; i < b->n_res; i++)
+        if (b->res[i].n == 1) base = b->res[i].total.med;
+    for (size_t i = 0; i < b->n_res; i++) b->res[i].speedup = b->res[i].total.med / base;
+done:
+    for (unsigned i = 0; i < max_n; i++) ds_seq_destroy(seq[i]);
+    ds_engine_destroy(e);
+    free(logits);
+    return rc;
+}
+
+/* ---- report ---- */
+
+static void print_table(const struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    printf("\nbatched decode, 15M shape INT8 (Q8_0 file, %.1f MB of weights per step), kernel %s, %u thread%s;\n"
+           "%u decode steps after a %u-token prompt per stream; median of %u runs (min-max)\n"
+           "load average (1 min) %.2f at start, %.2f at end\n\n",
+           (double)b->weight_bytes / 1e6, b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s",
+           o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
+    printf("%4s | %-24s | %12s | %9s | %8s\n", "N", "total tok/s (min-max)", "per-stream", "step ms", "speedup");
+    for (size_t i = 0; i < b->n_res; i++) {
+        const struct result *r = &b->res[i];
+        char t[48];
+        snprintf(t, sizeof t, "%.0f (%.0f-%.0f)", r->total.med, r->total.lo, r->total.hi);
+        printf("%4u | %-24s | %12.1f | %9.2f | %7.2fx\n", r->n, t, r->per_stream, r->step_ms, r->speedup);
+    }
+}
+
+static void jnum(FILE *f, const char *key, double v, const char *sep)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
+    else fprintf(f, "\"%s\": null%s", key, sep);
+}
+
+static int write_json(const struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    FILE *f = fopen(o->json, "w");
+    if (!f) {
+        fprintf(stderr, "bench_batch: cannot write %s: %s\n", o->json, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "{\n  \"bench\": \"batch\", \"version\": 1, \"quick\": %s,\n", o->quick ? "true" : "false");
+    fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"15M-shape\", \"precision\": \"int8\",\n",
+            sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "");
+    fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"steps\": %u, \"prompt\": %u, \"reps\": %u,\n  ",
+            (unsigned long long)b->weight_bytes, o->threads, o->steps, DECODE_PROMPT, o->reps);
+    jnum(f, "load_start", b->load_start, ", ");
+    jnum(f, "load_end", b->load_end, ",\n");
+    fprintf(f, "  \"results\": [\n");
+    for (size_t i = 0; i < b->n_res; i++) {
+        const struct result *r = &b->res[i];
+        fprintf(f, "    {\"streams\": %u, \"total_tok_s\": {", r->n);
+        jnum(f, "median", r->total.med, ", ");
+        jnum(f, "min", r->total.lo, ", ");
+        jnum(f, "max", r->total.hi, ", ");
+        fprintf(f, "\"runs\": %u}, ", r->total.n);
+        jnum(f, "per_stream_tok_s", r->per_stream, ", ");
+        jnum(f, "step_ms", r->step_ms, ", ");
+        jnum(f, "speedup_vs_1", r->speedup, "");
+        fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "bench_batch: cannot write %s\n", o->json);
+        return -1;
+    }
+    fprintf(stderr, "bench_batch: wrote %s\n", o->json);
+    return 0;
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_batch [options]\n"
+               "  --quick            fewer runs and steps (seconds)\n"
+               "  --streams LIST     stream counts N, comma list (default 1,2,4,8,16,32; max %d)\n"
+               "  --threads N        engine threads (default 2)\n"
+               "  --steps N          decode steps per run (default 64; --quick 16)\n"
+               "  --reps N           runs per N, median reported (default 5; --quick 2)\n"
+               "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
+               "  --dir DIR          where the 15M-shape Q8_0 model is written and reused\n"
+               "                     (default /tmp/dspark-bench)\n"
+               "  --json PATH        JSON output (default bench-batch.json)\n"
+               "  --help\n",
+            MAX_STREAMS);
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse_streams(const char *s, struct opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_counts = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_counts == MAX_COUNTS || parse_uint(t, 1, MAX_STREAMS, &o->streams[o->n_counts]) != 0) return -1;
+        o->n_counts++;
+    }
+    return o->n_counts ? 0 : -1;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        { "quick", no_argument, NULL, 'q' },         { "streams", required_argument, NULL, 'n' },
+        { "threads", required_argument, NULL, 't' }, { "steps", required_argument, NULL, 's' },
+        { "reps", required_argument, NULL, 'r' },    { "kernel", required_argument, NULL, 'k' },
+        { "dir", required_argument, NULL, 'd' },     { "json", required_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+    };
+    *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
+                        .dir = "/tmp/dspark-bench", .json = "bench-batch.json" };
+    unsigned reps = 0, steps = 0;
+    int c, li = 0;
+    while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'q': o->quick = true; break;
+        case 'n': bad = parse_streams(optarg, o); break;
+        case 't': bad = parse_uint(optarg, 1, 64, &o->threads); break;
+        case 's': bad = parse_uint(optarg, 1, 2048, &steps); break;
+        case 'r': bad = parse_uint(optarg, 1, MAX_REPS, &reps); break;
+        case 'k': o->kernel = optarg; break;
+        case 'd': o->dir = optarg; break;
+        case 'j': o->json = optarg; break;
+        case 'h': usage(stdout); exit(EXIT_SUCCESS);
+        default: usage(stderr); return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "bench_batch: bad value '%s' for --%s\n", optarg, lo[li].name);
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_batch: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    o->reps = reps ? reps : o->quick ? 2 : 5;
+    o->steps = steps ? steps : o->quick ? 16 : 64;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static struct bench b;
+    if (parse_args(argc, argv, &b.opt) != 0) return EXIT_FAILURE;
+    const struct opts *o = &b.opt;
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    if (mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_batch: cannot create %s: %s\n", o->dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/random-15m-q8_0.gguf", o->dir);
+    struct ds_model *m = NULL;
+    if (open_or_write(path, &m) != DS_OK) return EXIT_FAILURE;
+    b.load_start = load1();
+    if (b.load_start > 0.5)
+        fprintf(stderr, "bench_batch: warning: load average %.2f, figures will be noisy\n", b.load_start);
+    int status = run_all(&b, m) == DS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+    b.load_end = load1();
+    ds_model_close(m);
+    if (b.n_res) {
+        print_table(&b);
+        if (write_json(&b) != 0) status = EXIT_FAILURE;
+    }
+    return status;
+}

@@ -1,0 +1,1081 @@
+/*
+** bench_load.c — an open-loop load generator against a real mosquitto and a
+** real dspark-edge, and the edge agent's overhead for a one-token request.
+**
+** Setup: starts mosquitto (tests/support/broker.c, compiled in) and
+** dspark-edge (--edge; config written to a temp dir; --model, INT8), or
+** connects to --broker URI where both already run (then --model is only
+** used to time the engine in this process). --clients device clients
+** (ds_mqtt over Paho) publish requests on dspark/v1/infer/<name> with an
+** MQTT 5 Response Topic and Correlation Data, as devices do.
+**
+** Load: for each rate of a rising list (20, 50, 100, 200, 400, 800 req/s,
+** then doubling), requests arrive as a Poisson process (exponential gaps
+** from a seeded RNG) for --seconds, round robin over the clients, each
+** asking for --tokens tokens. It is open loop: a request is sent at its
+** scheduled time whether or not earlier ones were answered, and its latency
+** is counted from the SCHEDULED time, so that a generator falling behind
+** shows as latency instead of hiding it. Reported per rate: offered rate,
+** answers/s and tokens/s counted over the send window, P50/P90/P99 latency
+** of the answered requests, and errors by code (timeout: no answer within
+** the drain time after the window). The sweep stops at saturation: errors,
+** or answers/s below 90% of the rate actually sent.
+**
+** Overhead (before the sweep, on an idle edge): --samples sequential
+** one-token requests (max_tokens 1), and as many bare broker round trips
+** (a QoS 1 publish to an echo client of this process, which publishes it
+** back at QoS 1: the same two broker hops without the agent). The engine
+** time of the same request (a prefill of its prompt tokens and a greedy
+** sample) is timed in this process with the same model, precision and
+** threads. Medians in microseconds: round trip, the final's timing fields,
+** engine, and their differences.
+**
+** This is not a test: nothing is asserted; the exit status is non-zero only
+** when the setup failed. Progress goes to stderr, tables to stdout, every
+** figure to the JSON file (--json). Everything started is stopped at the
+** end, on errors and on SIGINT/SIGTERM as well.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/engine.h"
+#include "ds/log.h"
+#include "ds/model.h"
+#include "ds/mqtt.h"
+#include "support/broker.h"
+#include "support/testutil.h"
+
+extern char **environ;
+
+#define MAX_CLIENTS   64
+#define MAX_RATES     24
+#define MAX_RATE      100000.0
+#define NODE_NAME     "bench-edge"
+#define SAT_FRACTION  0.90          /* answered below this share of the sent rate: saturated */
+#define ONE_PROMPT    "Once upon a time"
+
+static volatile sig_atomic_t g_stop;
+static volatile uint32_t     g_sink;    /* keeps the timed greedy sample from being optimised away */
+static void on_signal(int s) { (void)s; g_stop = 1; }
+
+struct opts {
+    bool        quick, extend;       /* extend: keep doubling past the list until saturation */
+    double      rates[MAX_RATES];
+    size_t      n_rates;
+    double      seconds, drain_s, max_rate;
+    unsigned    clients, tokens, samples, edge_threads;
+    uint64_t    seed;
+    const char *edge, *model, *broker, *name, *json;
+};
+
+/* ---- requests and their answers ---- */
+
+enum { ST_PENDING, ST_OK, ST_ERR };
+enum err_kind { E_INVALID, E_MODEL, E_OVERLOADED, E_DEADLINE, E_UNAUTH, E_INTERNAL, E_OTHER, E_TIMEOUT,
+                E_PUBLISH, E_COUNT };
+static const char *const k_err_name[E_COUNT] = {
+    "invalid_request", "model_not_found", "overloaded", "deadline_exceeded", "unauthorized",
+    "internal", "other", "timeout", "publish_refused",
+};
+
+struct slot {
+    uint64_t sched_ns, sent_ns, done_ns;
+    uint32_t tokens, prompt_tokens;
+    uint8_t  state, err;
+    double   queue_ms, ttft_ms, total_ms;   /* the final's timing */
+};
+
+/* One set of requests (a rate step or a sample set); answers are matched
+** by the 8 bytes of correlation data: phase id and index. */
+struct phase {
+    uint32_t     id;
+    bool         raw;                /* echo round trips: any payload is an answer */
+    const char  *topic;              /* where requests go; NULL = the infer topic */
+    struct slot *s;
+    size_t       n;                  /* slots */
+    size_t       n_done, dups;
+};
+
+struct rate_result {
+    double   rate, sent_per_s, ok_per_s, tok_per_s;
+    double   p50, p90, p99, max, lag_p99;   /* ms */
+    size_t   sent, ok, err[E_COUNT], n_err;
+    uint64_t tokens;
+    bool     saturated;
+};
+
+struct overhead {
+    size_t n_echo, n_echo_in, n_edge;
+    double echo_us, echo_in_us, rtt_us, total_us, queue_us, ttft_us, engine_us;
+    double outside_us;               /* median of paired round trip - total_ms */
+    uint32_t prompt_tokens;
+    bool   have_engine;
+};
+
+struct bench {
+    struct opts        opt;
+    struct tb_broker  *broker;
+    char              *dir;
+    char               cfg[4300], log[4300];
+    pid_t              edge;
+    const char        *uri;
+    struct ds_mqtt    *cli[MAX_CLIENTS];
+    char               reply[MAX_CLIENTS][96];
+    struct ds_mqtt    *echo;         /* echo client in this process */
+    pid_t              echo_pid;     /* echo client in a child process */
+    char               echo_topic[96], echo_proc_topic[96], infer_topic[160];
+    pthread_mutex_t    mu;
+    pthread_cond_t     cv;
+    struct phase      *cur;          /* guarded by mu */
+    uint32_t           next_phase;
+    size_t             strays;       /* answers for no current phase (late ones) */
+    struct rate_result res[MAX_RATES * 2];
+    size_t             n_res;
+    struct overhead    ovh;
+    double             load_start, load_end;
+    uint64_t           rng;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* q-quantile of v[0..n) (sorts v): nearest rank. */
+static double quantile(double *v, size_t n, double q)
+{
+    if (n == 0) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t k = (size_t)ceil(q * (double)n);
+    return v[k ? k - 1 : 0];
+}
+
+static double load1(void)
+{
+    double l = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = NAN;
+        fclose(f);
+    }
+    return l;
+}
+
+/* splitmix64: the arrival RNG. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Exponential gap (seconds) for a Poisson process of `rate` per second. */
+static double exp_gap(uint64_t *s, double rate)
+{
+    double u = (double)(rng_next(s) >> 11) * 0x1.0p-53;          /* [0, 1) */
+    return -log1p(-u) / rate;
+}
+
+static void sleep_until(uint64_t t_ns)
+{
+    struct timespec ts = { (time_t)(t_ns / 1000000000u), (long)(t_ns % 1000000000u) };
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !g_stop) {}
+}
+
+static void sleep_ms(unsigned ms) { sleep_until(ds_now_ns() + (uint64_t)ms * 1000000u); }
+
+/* ---- MQTT: device clients, the echo client ---- */
+
+static enum err_kind err_kind_of(const char *code)
+{
+    for (int k = 0; k < E_OTHER; k++)
+        if (code && strcmp(code, k_err_name[k]) == 0) return (enum err_kind)k;
+    return E_OTHER;
+}
+
+static double json_num(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+/* Fill slot s from a reply; returns false for a chunk (not the answer). */
+static bool parse_answer(struct slot *s, const void *payload, size_t len)
+{
+    cJSON *j = cJSON_ParseWithLength(payload, len);
+    if (!j) {
+        s->state = ST_ERR;
+        s->err = E_OTHER;
+        return true;
+    }
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    bool answer = true;
+    if (err) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
+        s->state = ST_ERR;
+        s->err = (uint8_t)err_kind_of(cJSON_IsString(code) ? code->valuestring : NULL);
+    } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "done"))) {
+        s->state = ST_OK;
+        double t = json_num(j, "usage", "completion_tokens"), p = json_num(j, "usage", "prompt_tokens");
+        s->tokens = isfinite(t) && t >= 0 ? (uint32_t)t : 0;
+        s->prompt_tokens = isfinite(p) && p >= 0 ? (uint32_t)p : 0;
+        s->queue_ms = json_num(j, "timing", "queue_ms");
+        s->ttft_ms = json_num(j, "timing", "ttft_ms");
+        s->total_ms = json_num(j, "timing", "total_ms");
+    } else {
+        answer = false;
+    }
+    cJSON_Delete(j);
+    return answer;
+}
+
+/* Paho's receive thread: stamp first, then match and parse. */
+static void on_reply(void *ud, const struct ds_mqtt_msg *m)
+{
+    uint64_t now = ds_now_ns();
+    struct bench *b = ud;
+    if (strncmp(m->topic, "dspark/", 7) == 0) return;         /* status or telemetry */
+    uint32_t id[2];
+    if (!m->correlation.p || m->correlation.n != sizeof id) return;
+    memcpy(id, m->correlation.p, sizeof id);
+    pthread_mutex_lock(&b->mu);
+    struct phase *p = b->cur;
+    if (!p || p->id != id[0] || id[1] >= p->n) {
+        b->strays++;
+    } else if (p->s[id[1]].state != ST_PENDING) {
+        p->dups++;
+    } else {
+        struct slot *s = &p->s[id[1]];
+        bool answer = true;
+        if (p->raw) s->state = ST_OK;
+        else answer = parse_answer(s, m->payload, m->len);
+        if (answer) {
+            s->done_ns = now;
+            p->n_done++;
+            pthread_cond_broadcast(&b->cv);
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* An echo client (ud: the address of its client pointer): publish every
+** message back to its response topic, QoS 1, with its correlation data. */
+static void on_echo(void *ud, const struct ds_mqtt_msg *m)
+{
+    struct ds_mqtt *const *self = ud;
+    if (!m->response_topic.p || !*self) return;
+    char topic[128];
+    snprintf(topic, sizeof topic, "%.*s", (int)DS_MIN(m->response_topic.n, sizeof topic - 1), m->response_topic.p);
+    struct ds_mqtt_props pr = { .correlation = m->correlation.p, .correlation_len = m->correlation.n };
+    if (ds_mqtt_publish(*self, topic, m->payload, m->len, 1, false, &pr) != DS_OK)
+        fprintf(stderr, "bench_load: echo publish refused\n");
+}
+
+static enum ds_err client_new(const char *uri, const char *id, ds_mqtt_msg_fn fn, void *ud, const char *sub,
+                              struct ds_mqtt **out)
+{
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = fn;
+    o.ud = ud;
+    enum ds_err rc = ds_mqtt_create(uri, id, &o, out);
+    if (rc == DS_OK) rc = ds_mqtt_connect(*out);
+    if (rc == DS_OK) rc = ds_mqtt_subscribe(*out, sub, 1);
+    return rc;
+}
+
+static enum ds_err clients_start(struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    char id[96];
+    enum ds_err rc = DS_OK;
+    long pid = (long)getpid();
+    for (unsigned i = 0; rc == DS_OK && i < o->clients; i++) {
+        snprintf(b->reply[i], sizeof b->reply[i], "bench/load/%ld/reply/%u", pid, i);
+        snprintf(id, sizeof id, "bench-load-%ld-%u", pid, i);
+        rc = client_new(b->uri, id, on_reply, b, b->reply[i], &b->cli[i]);
+    }
+    snprintf(b->echo_topic, sizeof b->echo_topic, "bench/load/%ld/echo", pid);
+    snprintf(id, sizeof id, "bench-load-%ld-echo", pid);
+    if (rc == DS_OK) rc = client_new(b->uri, id, on_echo, &b->echo, b->echo_topic, &b->echo);
+    for (unsigned i = 0; rc == DS_OK && i < o->clients; i++) rc = ds_mqtt_wait_subscribed(b->cli[i], 20000);
+    if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(b->echo, 20000);
+    if (rc != DS_OK) fprintf(stderr, "bench_load: MQTT clients on %s: %s\n", b->uri, ds_strerror(rc));
+    return rc;
+}
+
+static void clients_stop(struct bench *b)
+{
+    for (unsigned i = 0; i < MAX_CLIENTS; i++) {
+        ds_mqtt_destroy(b->cli[i]);
+        b->cli[i] = NULL;
+    }
+    ds_mqtt_destroy(b->echo);
+    b->echo = NULL;
+}
+
+/* The bare broker baseline: an echo client in a child process, forked
+** before this process has any thread (Paho's included), so that its round
+** trip crosses processes as a request to the edge does. The child ends on
+** SIGTERM, and when this process dies (PR_SET_PDEATHSIG). */
+static pid_t echo_proc_start(const char *uri, const char *topic)
+{
+    pid_t parent = getpid(), pid = fork();
+    if (pid != 0) return pid;                                   /* parent, or -1 */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(0);
+    struct ds_mqtt *c = NULL;
+    char id[96];
+    snprintf(id, sizeof id, "bench-load-%ld-echo-proc", (long)parent);
+    if (client_new(uri, id, on_echo, &c, topic, &c) != DS_OK) _exit(1);
+    while (!g_stop) sleep_ms(50);
+    ds_mqtt_destroy(c);
+    _exit(0);
+}
+
+static void child_stop(pid_t *pid)
+{
+    if (*pid <= 0) return;
+    kill(*pid, SIGTERM);
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(*pid, NULL, WNOHANG) == *pid) {
+            *pid = 0;
+            return;
+        }
+        sleep_ms(10);
+    }
+    kill(*pid, SIGKILL);
+    waitpid(*pid, NULL, 0);
+    *pid = 0;
+}
+
+/* ---- phases ---- */
+
+static struct phase *phase_begin(struct bench *b, size_t n, const char *raw_topic)
+{
+    struct phase *p = calloc(1, sizeof *p);
+    struct slot *s = calloc(n ? n : 1, sizeof *s);
+    if (!p || !s) {
+        free(p);
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_lock(&b->mu);
+    *p = (struct phase){ .id = ++b->next_phase, .raw = raw_topic != NULL, .topic = raw_topic, .s = s, .n = n };
+    b->cur = p;
+    pthread_mutex_unlock(&b->mu);
+    return p;
+}
+
+/* Detach p: later answers for it count as strays. */
+static void phase_end(struct bench *b, struct phase *p)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->cur == p) b->cur = NULL;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void phase_free(struct phase *p)
+{
+    if (!p) return;
+    free(p->s);
+    free(p);
+}
+
+/* Wait until `want` answers of p arrived or the monotonic deadline passed. */
+static size_t phase_wait(struct bench *b, struct phase *p, size_t want, uint64_t deadline_ns)
+{
+    pthread_mutex_lock(&b->mu);
+    while (p->n_done < want && !g_stop) {
+        uint64_t now = ds_now_ns();
+        if (now >= deadline_ns) break;
+        uint64_t t = DS_MIN(deadline_ns, now + 50000000u);   /* wake to look at g_stop */
+        struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    }
+    size_t n = p->n_done;
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}
+
+static const char *const k_prompts[] = {
+    "Once upon a time", "Tim and Sue", "Lily went to the park", "The dog was", "One day, a little bird",
+    "Ben had a red ball", "The sun was", "Mom said",
+};
+
+/* Publish request idx of p on client c; stamps sched/sent. Returns false
+** when the client refused it (recorded as an error). */
+static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, const char *prompt,
+                     unsigned max_tokens, bool greedy, uint64_t sched_ns)
+{
+    char json[512];
+    int n = snprintf(json, sizeof json, "{\"id\":\"b%u-%zu\",\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%u%s",
+                     p->id, idx, b->opt.name, prompt, max_tokens, greedy ? "" : ",\"temperature\":0.8");
+    if (!greedy) n += snprintf(json + n, sizeof json - (size_t)n, ",\"seed\":%zu", idx);
+    n += snprintf(json + n, sizeof json - (size_t)n, "}");
+    uint32_t corr[2] = { p->id, (uint32_t)idx };
+    struct ds_mqtt_props pr = { .response_topic = b->reply[c], .correlation = corr,
+                                .correlation_len = sizeof corr };
+    struct slot *s = &p->s[idx];
+    s->sched_ns = sched_ns;
+    s->sent_ns = ds_now_ns();
+    const char *topic = p->topic ? p->topic : b->infer_topic;
+    if (ds_mqtt_publish(b->cli[c], topic, json, (size_t)n, 1, false, &pr) == DS_OK) return true;
+    pthread_mutex_lock(&b->mu);
+    s->state = ST_ERR;
+    s->err = E_PUBLISH;
+    s->done_ns = ds_now_ns();
+    p->n_done++;
+    pthread_mutex_unlock(&b->mu);
+    return false;
+}
+
+/* ---- setup: broker, edge ---- */
+
+static void edge_log_tail(const struct bench *b)
+{
+    if (!b->dir) return;
+    size_t n = 0;
+    char *log = tu_read_file(b->log, &n);
+    if (!log) return;
+    const char *p = n > 2000 ? log + n - 2000 : log;
+    fprintf(stderr, "--- dspark-edge log (tail) ---\n%s\n---\n", p);
+    free(log);
+}
+
+static enum ds_err edge_start(struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    if (access(o->edge, X_OK) != 0) {
+        fprintf(stderr, "bench_load: %s is not executable (build dspark-edge, or pass --edge)\n", o->edge);
+        return DS_ERR_NOT_FOUND;
+    }
+    if (access(o->model, R_OK) != 0) {
+        fprintf(stderr, "bench_load: model %s is not readable (pass --model)\n", o->model);
+        return DS_ERR_NOT_FOUND;
+    }
+    snprintf(b->cfg, sizeof b->cfg, "%s/edge.ini", b->dir);
+    snprintf(b->log, sizeof b->log, "%s/edge.log", b->dir);
+    FILE *f = fopen(b->cfg, "w");
+    if (!f) return DS_ERR_IO;
+    fprintf(f, "[node]\nname = " NODE_NAME "\nlog_level = warn\n[mqtt]\nuri = %s\n"
+               "[batch]\nmax_active = 16\nprefill_chunk = 32\n[telemetry]\ninterval_s = 5\n"
+               "[model %s]\npath = %s\nprecision = int8\nthreads = %u\nversion = 1\n",
+            b->uri, o->name, o->model, o->edge_threads);
+    if (fclose(f) != 0) return DS_ERR_IO;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    char *argv[] = { (char *)o->edge, "-c", b->cfg, NULL };
+    int rc = posix_spawn(&b->edge, o->edge, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        b->edge = 0;
+        fprintf(stderr, "bench_load: cannot start %s: %s\n", o->edge, strerror(rc));
+        return DS_ERR_IO;
+    }
+    return DS_OK;
+}
+
+static bool edge_alive(struct bench *b)
+{
+    if (b->edge <= 0) return true;        /* not ours: --broker */
+    int st;
+    if (waitpid(b->edge, &st, WNOHANG) == b->edge) {
+        b->edge = 0;
+        fprintf(stderr, "bench_load: dspark-edge exited (status %d)\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return false;
+    }
+    return true;
+}
+
+/* One-token requests (to raw_topic, or the edge when NULL) until one is
+** answered: a responder subscribes some time after it starts, and a request
+** published before that is lost. */
+static enum ds_err wait_ready(struct bench *b, const char *raw_topic)
+{
+    uint64_t end = ds_now_ns() + 30000000000ull;
+    struct phase *p = phase_begin(b, 64, raw_topic);
+    if (!p) return DS_ERR_NOMEM;
+    enum ds_err rc = DS_ERR_TIMEOUT;
+    for (size_t i = 0; i < p->n && ds_now_ns() < end && !g_stop && edge_alive(b); i++) {
+        send_req(b, p, i, 0, ONE_PROMPT, 1, true, ds_now_ns());
+        if (phase_wait(b, p, 1, ds_now_ns() + (raw_topic ? 200000000u : 1000000000u)) >= 1) {
+            rc = DS_OK;
+            break;
+        }
+    }
+    phase_end(b, p);
+    if (rc == DS_OK) {
+        bool ok = false;
+        for (size_t i = 0; i < p->n && !ok; i++) ok = p->s[i].state == ST_OK;
+        if (!ok) {
+            fprintf(stderr, "bench_load: the edge answered with an error (model name '%s'?)\n", b->opt.name);
+            rc = DS_ERR_INVAL;
+        }
+    }
+    phase_free(p);
+    return rc;
+}
+
+/* ---- overhead: bare broker round trip, one-token request, engine ---- */
+
+/* n sequential requests, each waited for; fills p (raw: echo). */
+static struct phase *sequential(struct bench *b, size_t n, const char *raw_topic)
+{
+    struct phase *p = phase_begin(b, n, raw_topic);
+    if (!p) return NULL;
+    for (size_t i = 0; i < n && !g_stop; i++) {
+        if (!send_req(b, p, i, 0, ONE_PROMPT, 1, true, ds_now_ns())) continue;
+        uint64_t t0 = ds_now_ns();
+        pthread_mutex_lock(&b->mu);
+        while (p->s[i].state == ST_PENDING && ds_now_ns() - t0 < 10000000000ull && !g_stop) {
+            uint64_t t = ds_now_ns() + 50000000u;
+            struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
+            pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        }
+        pthread_mutex_unlock(&b->mu);
+    }
+    phase_end(b, p);
+    return p;
+}
+
+/* Median engine time (us) of a prefill of n_tok tokens plus a greedy
+** sample, in this process; NAN if the model cannot be used. */
+static double engine_us(const struct opts *o, uint32_t n_tok, unsigned reps)
+{
+    struct ds_model *m = NULL;
+    struct ds_engine *e = NULL;
+    struct ds_seq *s = NULL;
+    float *logits = NULL;
+    double *v = NULL, med = NAN;
+    if (ds_model_open(o->model, &m) != DS_OK) {
+        fprintf(stderr, "bench_load: cannot open %s: engine time not measured\n", o->model);
+        return NAN;
+    }
+    struct ds_engine_opts eo;
+    ds_engine_opts_init(&eo);
+    eo.precision = DS_PRECISION_INT8;
+    eo.n_threads = o->edge_threads;
+    eo.max_batch = 32;
+    eo.kv_seqs = 1;
+    uint32_t V = m->cfg.vocab_size;
+    logits = malloc((size_t)V * sizeof *logits);
+    v = malloc(reps * sizeof *v);
+    if (!logits || !v || ds_engine_create(m, &eo, &e) != DS_OK || ds_seq_create(e, &s) != DS_OK) goto done;
+    n_tok = DS_MAX(1u, DS_MIN(n_tok, 32u));
+    int32_t tok[32];
+    for (uint32_t i = 0; i < n_tok; i++) tok[i] = (int32_t)((1u + 37u * i) % V);
+    for (unsigned r = 0; r < reps + 10; r++) {                  /* 10 warm-up runs */
+        uint64_t t0 = ds_now_ns();
+        if (ds_seq_truncate(s, 0) != DS_OK || ds_engine_eval(e, s, tok, n_tok, logits, false) != DS_OK) goto done;
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        double us = (double)(ds_now_ns() - t0) / 1e3;
+        g_sink += best;
+        if (r >= 10) v[r - 10] = us;
+    }
+    med = quantile(v, reps, 0.5);
+done:
+    ds_seq_destroy(s);
+    ds_engine_destroy(e);
+    ds_model_close(m);
+    free(logits);
+    free(v);
+    return med;
+}
+
+static void measure_overhead(struct bench *b)
+{
+    struct overhead *ov = &b->ovh;
+    size_t n = b->opt.samples;
+    fprintf(stderr, "bench_load: overhead: %zu bare broker round trips (echo in another process)...\n", n);
+    struct phase *echo = b->echo_pid > 0 ? sequential(b, n + 10, b->echo_proc_topic) : NULL;
+    fprintf(stderr, "bench_load: overhead: %zu bare broker round trips (echo in this process)...\n", n);
+    struct phase *echo_in = sequential(b, n + 10, b->echo_topic);
+    fprintf(stderr, "bench_load: overhead: %zu one-token requests...\n", n);
+    struct phase *one = sequential(b, n + 10, NULL);
+    double *v = malloc(4 * (n + 10) * sizeof *v);
+    if (!echo_in || !one || !v) goto done;
+    double *rtt = v, *tot = v + n + 10, *q = v + 2 * (n + 10), *t1 = v + 3 * (n + 10);
+    size_t k = 0;
+    for (size_t i = 10; echo && i < echo->n; i++)              /* the first 10 warm up */
+        if (echo->s[i].state == ST_OK) rtt[k++] = (double)(echo->s[i].done_ns - echo->s[i].sent_ns) / 1e3;
+    ov->n_echo = k;
+    ov->echo_us = quantile(rtt, k, 0.5);
+    k = 0;
+    for (size_t i = 10; i < echo_in->n; i++)
+        if (echo_in->s[i].state == ST_OK) rtt[k++] = (double)(echo_in->s[i].done_ns - echo_in->s[i].sent_ns) / 1e3;
+    ov->n_echo_in = k;
+    ov->echo_in_us = quantile(rtt, k, 0.5);
+    k = 0;
+    uint32_t pt = 0;
+    for (size_t i = 10; i < one->n; i++) {
+        const struct slot *s = &one->s[i];
+        if (s->state != ST_OK) continue;
+        rtt[k] = (double)(s->done_ns - s->sent_ns) / 1e3;
+        tot[k] = s->total_ms * 1e3;
+        q[k] = s->queue_ms * 1e3;
+        t1[k] = s->ttft_ms * 1e3;
+        pt = s->prompt_tokens;
+        k++;
+    }
+    ov->n_edge = k;
+    ov->prompt_tokens = pt;
+    double *diff = malloc((k ? k : 1) * sizeof *diff);
+    if (diff) {
+        for (size_t i = 0; i < k; i++) diff[i] = rtt[i] - tot[i];
+        ov->outside_us = quantile(diff, k, 0.5);
+        free(diff);
+    }
+    ov->rtt_us = quantile(rtt, k, 0.5);
+    ov->total_us = quantile(tot, k, 0.5);
+    ov->queue_us = quantile(q, k, 0.5);
+    ov->ttft_us = quantile(t1, k, 0.5);
+    fprintf(stderr, "bench_load: overhead: engine time of a %u-token prefill + sample, in process...\n", pt);
+    ov->engine_us = pt ? engine_us(&b->opt, pt, (unsigned)n) : NAN;
+    ov->have_engine = isfinite(ov->engine_us);
+done:
+    phase_free(echo);
+    phase_free(echo_in);
+    phase_free(one);
+    free(v);
+}
+
+/* ---- load: one rate ---- */
+
+static bool run_rate(struct bench *b, double rate, struct rate_result *r)
+{
+    const struct opts *o = &b->opt;
+    *r = (struct rate_result){ .rate = rate };
+    /* The schedule first: Poisson arrivals over the window. */
+    size_t cap = (size_t)(rate * o->seconds * 1.5) + 64, n = 0;
+    double *at = malloc(cap * sizeof *at);
+    if (!at) return false;
+    for (double t = exp_gap(&b->rng, rate); t < o->seconds; t += exp_gap(&b->rng, rate)) {
+        if (n == cap) {
+            double *bigger = realloc(at, 2 * cap * sizeof *at);
+            if (!bigger) break;
+            at = bigger;
+            cap *= 2;
+        }
+        at[n++] = t;
+    }
+    struct phase *p = phase_begin(b, n, NULL);
+    if (!p) {
+        free(at);
+        return false;
+    }
+    fprintf(stderr, "bench_load: %7.0f req/s for %.0f s: %zu requests...", rate, o->seconds, n);
+    uint64_t t0 = ds_now_ns() + 20000000u, win = (uint64_t)(o->seconds * 1e9);
+    size_t sent = 0;
+    for (size_t i = 0; i < n && !g_stop; i++) {
+        uint64_t t = t0 + (uint64_t)(at[i] * 1e9);
+        sleep_until(t);
+        send_req(b, p, i, (unsigned)(i % o->clients), k_prompts[i % DS_ARRAY_LEN(k_prompts)], o->tokens, false, t);
+        sent++;
+    }
+    free(at);
+    phase_wait(b, p, sent, t0 + win + (uint64_t)(o->drain_s * 1e9));
+    phase_end(b, p);
+
+    /* Under the lock: the receive thread may still write a late answer. */
+    double *lat = malloc((sent ? sent : 1) * sizeof *lat), *lag = malloc((sent ? sent : 1) * sizeof *lag);
+    size_t n_lat = 0, in_win = 0;
+    pthread_mutex_lock(&b->mu);
+    for (size_t i = 0; i < sent; i++) {
+        const struct slot *s = &p->s[i];
+        if (lag) lag[i] = (double)(s->sent_ns - s->sched_ns) / 1e6;
+        if (s->state == ST_PENDING) {
+            r->err[E_TIMEOUT]++;
+        } else if (s->state == ST_ERR) {
+            r->err[s->err]++;
+        } else {
+            r->ok++;
+            if (lat) lat[n_lat++] = (double)(s->done_ns - s->sched_ns) / 1e6;
+            if (s->done_ns <= t0 + win) {
+                in_win++;
+                r->tokens += s->tokens;
+            }
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    r->sent = sent;
+    for (int k = 0; k < E_COUNT; k++) r->n_err += r->err[k];
+    r->sent_per_s = (double)sent / o->seconds;
+    r->ok_per_s = (double)in_win / o->seconds;
+    r->tok_per_s = (double)r->tokens / o->seconds;
+    if (lat) {
+        r->p50 = quantile(lat, n_lat, 0.50);
+        r->p90 = quantile(lat, n_lat, 0.90);
+        r->p99 = quantile(lat, n_lat, 0.99);
+        r->max = n_lat ? lat[n_lat - 1] : NAN;
+    }
+    r->lag_p99 = lag ? quantile(lag, sent, 0.99) : NAN;
+    r->saturated = r->n_err > 0 || r->ok_per_s < SAT_FRACTION * r->sent_per_s;
+    fprintf(stderr, " %.0f answers/s, p50 %.1f ms, p99 %.1f ms, %zu errors%s\n", r->ok_per_s, r->p50, r->p99,
+            r->n_err, r->saturated ? " (saturated)" : "");
+    free(lat);
+    free(lag);
+    phase_free(p);
+    return true;
+}
+
+/* ---- report ---- */
+
+static void fmt_errors(char *buf, size_t cap, const struct rate_result *r)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < E_COUNT && n < cap; k++)
+        if (r->err[k]) n += (size_t)snprintf(buf + n, cap - n, "%s%s %zu", n ? ", " : "", k_err_name[k], r->err[k]);
+    if (!n) snprintf(buf, cap, "0");
+}
+
+static void print_tables(const struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    printf("\nopen-loop load: model '%s' (%s) INT8 on dspark-edge, %u engine thread%s; %u clients; max_tokens %u;\n"
+           "Poisson arrivals (seed %llu), %.0f s per rate; latency from the SCHEDULED send time; answers/s and\n"
+           "tok/s counted over the send window; lag = actual - scheduled send (generator queueing).\n"
+           "%s; %ld CPUs; load average (1 min) %.2f at start, %.2f at end\n\n",
+           o->name, o->model, o->edge_threads, o->edge_threads == 1 ? "" : "s", o->clients, o->tokens,
+           (unsigned long long)o->seed, o->seconds, o->broker ? "external broker and edge" : "own mosquitto + dspark-edge",
+           sysconf(_SC_NPROCESSORS_ONLN), b->load_start, b->load_end);
+    printf("%8s %8s | %10s %8s | %8s %8s %8s %8s | %7s | %s\n", "offered", "sent/s", "answers/s", "tok/s", "p50 ms",
+           "p90 ms", "p99 ms", "max ms", "lag p99", "errors");
+    for (size_t i = 0; i < b->n_res; i++) {
+        const struct rate_result *r = &b->res[i];
+        char e[256];
+        fmt_errors(e, sizeof e, r);
+        printf("%8.0f %8.1f | %10.1f %8.0f | %8.2f %8.2f %8.2f %8.2f | %7.2f | %s%s\n", r->rate, r->sent_per_s,
+               r->ok_per_s, r->tok_per_s, r->p50, r->p90, r->p99, r->max, r->lag_p99, e,
+               r->saturated ? "  <- saturated" : "");
+    }
+    const struct rate_result *last = b->n_res ? &b->res[b->n_res - 1] : NULL;
+    if (last && last->saturated)
+        printf("\nsaturation: at %.0f req/s offered (best answered rate below it: %.1f/s)\n", last->rate,
+               b->n_res > 1 ? b->res[b->n_res - 2].ok_per_s : 0.0);
+    else if (last)
+        printf("\nsaturation: not reached up to %.0f req/s\n", last->rate);
+
+    const struct overhead *ov = &b->ovh;
+    printf("\none-token request (max_tokens 1, prompt \"%s\" = %u tokens), medians, microseconds;\n"
+           "%zu + %zu bare round trips, %zu edge requests, sequential (one in flight)\n",
+           ONE_PROMPT, ov->prompt_tokens, ov->n_echo, ov->n_echo_in, ov->n_edge);
+    printf("  %-58s %9.0f\n", "bare broker round trip: QoS 1 to an echo in another process", ov->echo_us);
+    printf("  %-58s %9.0f\n", "  the same, echo client in this process (shares Paho threads)", ov->echo_in_us);
+    printf("  %-58s %9.0f\n", "edge request round trip at the client", ov->rtt_us);
+    printf("  %-58s %9.0f\n", "  at the edge: arrival -> final (timing.total_ms)", ov->total_us);
+    printf("  %-58s %9.0f\n", "    queue (timing.queue_ms)", ov->queue_us);
+    printf("  %-58s %9.0f\n", "    first token (timing.ttft_ms)", ov->ttft_us);
+    printf("  %-58s %9.0f\n", "  engine: prefill + greedy sample, in this process", ov->engine_us);
+    printf("  %-58s %9.0f\n", "agent overhead = round trip - engine", ov->rtt_us - ov->engine_us);
+    printf("  %-58s %9.0f\n", "  inside the edge  = total_ms - engine", ov->total_us - ov->engine_us);
+    printf("  %-58s %9.0f\n", "  outside the edge = round trip - total_ms (paired median)", ov->outside_us);
+    printf("  %-58s %9.0f\n", "  outside minus the bare broker round trip", ov->outside_us - ov->echo_us);
+}
+
+static void jnum(FILE *f, const char *key, double v, const char *sep)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
+    else fprintf(f, "\"%s\": null%s", key, sep);
+}
+
+static int write_json(const struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    FILE *f = fopen(o->json, "w");
+    if (!f) {
+        fprintf(stderr, "bench_load: cannot write %s: %s\n", o->json, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "{\n  \"bench\": \"load\", \"version\": 1, \"quick\": %s, \"cpus\": %ld,\n", o->quick ? "true" : "false",
+            sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "  \"config\": {\"model\": \"%s\", \"name\": \"%s\", \"precision\": \"int8\", \"edge_threads\": %u, "
+               "\"clients\": %u, \"max_tokens\": %u, \"seconds\": %g, \"drain_s\": %g, \"seed\": %llu, "
+               "\"external\": %s, \"samples\": %u},\n  ",
+            o->model, o->name, o->edge_threads, o->clients, o->tokens, o->seconds, o->drain_s,
+            (unsigned long long)o->seed, o->broker ? "true" : "false", o->samples);
+    jnum(f, "load_start", b->load_start, ", ");
+    jnum(f, "load_end", b->load_end, ",\n");
+    fprintf(f, "  \"rates\": [\n");
+    for (size_t i = 0; i < b->n_res; i++) {
+        const struct rate_result *r = &b->res[i];
+        fprintf(f, "    {");
+        jnum(f, "offered_per_s", r->rate, ", ");
+        jnum(f, "sent_per_s", r->sent_per_s, ", ");
+        jnum(f, "answers_per_s", r->ok_per_s, ", ");
+        jnum(f, "tokens_per_s", r->tok_per_s, ", ");
+        fprintf(f, "\"sent\": %zu, \"ok\": %zu, \"tokens\": %llu,\n     \"latency_ms\": {", r->sent, r->ok,
+                (unsigned long long)r->tokens);
+        jnum(f, "p50", r->p50, ", ");
+        jnum(f, "p90", r->p90, ", ");
+        jnum(f, "p99", r->p99, ", ");
+        jnum(f, "max", r->max, "}, ");
+        jnum(f, "send_lag_p99_ms", r->lag_p99, ", ");
+        fprintf(f, "\"errors\": {");
+        for (int k = 0; k < E_COUNT; k++) fprintf(f, "\"%s\": %zu%s", k_err_name[k], r->err[k], k + 1 < E_COUNT ? ", " : "");
+        fprintf(f, "}, \"saturated\": %s}%s\n", r->saturated ? "true" : "false", i + 1 < b->n_res ? "," : "");
+    }
+    const struct rate_result *last = b->n_res ? &b->res[b->n_res - 1] : NULL;
+    fprintf(f, "  ],\n  ");
+    jnum(f, "saturation_offered_per_s", last && last->saturated ? last->rate : NAN, ",\n");
+    const struct overhead *ov = &b->ovh;
+    fprintf(f, "  \"overhead_one_token_us\": {\"echo_samples\": %zu, \"echo_in_process_samples\": %zu, "
+               "\"edge_samples\": %zu, \"prompt_tokens\": %u,\n    ",
+            ov->n_echo, ov->n_echo_in, ov->n_edge, ov->prompt_tokens);
+    jnum(f, "broker_round_trip", ov->echo_us, ", ");
+    jnum(f, "broker_round_trip_in_process", ov->echo_in_us, ", ");
+    jnum(f, "edge_round_trip", ov->rtt_us, ",\n    ");
+    jnum(f, "edge_total", ov->total_us, ", ");
+    jnum(f, "edge_queue", ov->queue_us, ", ");
+    jnum(f, "edge_ttft", ov->ttft_us, ", ");
+    jnum(f, "engine", ov->engine_us, ",\n    ");
+    jnum(f, "agent_overhead", ov->rtt_us - ov->engine_us, ", ");
+    jnum(f, "inside_edge", ov->total_us - ov->engine_us, ", ");
+    jnum(f, "outside_edge", ov->outside_us, ", ");
+    jnum(f, "outside_minus_broker", ov->outside_us - ov->echo_us, "}\n}\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "bench_load: cannot write %s\n", o->json);
+        return -1;
+    }
+    fprintf(stderr, "bench_load: wrote %s\n", o->json);
+    return 0;
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: bench_load [options]\n"
+            "  --quick            2 rates (20, 50 req/s), 2 s each, 200 overhead samples (a smoke run)\n"
+            "  --rates LIST       offered rates, req/s, comma list (default 20,50,100,200,400,800,\n"
+            "                     then doubling until saturation, up to --max-rate)\n"
+            "  --max-rate R       stop doubling here (default 12800)\n"
+            "  --seconds S        send window per rate (default 5; --quick 2)\n"
+            "  --drain S          wait this long after the window for answers (default 10)\n"
+            "  --clients N        device clients publishing (default 4)\n"
+            "  --tokens N         max_tokens per request (default 16)\n"
+            "  --samples N        overhead samples, >= 200 (default 300; --quick 200)\n"
+            "  --seed N           arrival RNG seed (default 1)\n"
+            "  --edge PATH        dspark-edge binary (default %s/edge-agent/dspark-edge)\n"
+            "  --model PATH       model for the edge and the engine timing (default %s/stories260K.gguf)\n"
+            "  --name NAME        model name in topics and requests (default stories)\n"
+            "  --edge-threads N   engine threads of the edge, and of the engine timing (default 2)\n"
+            "  --broker URI       use this broker, where dspark-edge already serves --name (starts nothing)\n"
+            "  --json PATH        JSON output (default bench-load.json)\n"
+            "  --help\n",
+            DS_BUILD_DIR, DS_MODELS_DIR);
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse_pos(const char *s, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v > 0) || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_rates(const char *s, struct opts *o)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_rates = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_rates == MAX_RATES || parse_pos(t, MAX_RATE, &o->rates[o->n_rates]) != 0) return -1;
+        o->n_rates++;
+    }
+    return o->n_rates ? 0 : -1;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        { "quick", no_argument, NULL, 'q' },          { "rates", required_argument, NULL, 'r' },
+        { "max-rate", required_argument, NULL, 'M' }, { "seconds", required_argument, NULL, 's' },
+        { "drain", required_argument, NULL, 'D' },    { "clients", required_argument, NULL, 'c' },
+        { "tokens", required_argument, NULL, 't' },   { "samples", required_argument, NULL, 'n' },
+        { "seed", required_argument, NULL, 'S' },     { "edge", required_argument, NULL, 'e' },
+        { "model", required_argument, NULL, 'm' },    { "name", required_argument, NULL, 'N' },
+        { "edge-threads", required_argument, NULL, 'T' }, { "broker", required_argument, NULL, 'b' },
+        { "json", required_argument, NULL, 'j' },     { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    static char edge[4096], model[4096];
+    snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
+    snprintf(model, sizeof model, "%s/stories260K.gguf", DS_MODELS_DIR);
+    *o = (struct opts){ .rates = { 20, 50, 100, 200, 400, 800 }, .n_rates = 6, .extend = true,
+                        .drain_s = 10, .max_rate = 12800, .clients = 4, .tokens = 16, .seed = 1,
+                        .edge_threads = 2, .edge = edge, .model = model, .name = "stories",
+                        .json = "bench-load.json" };
+    double seconds = 0;
+    unsigned samples = 0, seed = 1;
+    bool rates_set = false;
+    int c, li = 0;
+    while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'q': o->quick = true; break;
+        case 'r': bad = parse_rates(optarg, o); rates_set = true; break;
+        case 'M': bad = parse_pos(optarg, MAX_RATE, &o->max_rate); break;
+        case 's': bad = parse_pos(optarg, 3600, &seconds); break;
+        case 'D': bad = parse_pos(optarg, 3600, &o->drain_s); break;
+        case 'c': bad = parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
+        case 't': bad = parse_uint(optarg, 1, 4096, &o->tokens); break;
+        case 'n': bad = parse_uint(optarg, 200, 100000, &samples); break;
+        case 'S': bad = parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
+        case 'e': o->edge = optarg; break;
+        case 'm': o->model = optarg; break;
+        case 'N': o->name = optarg; bad = !*optarg || strpbrk(optarg, "/+#\"\\") != NULL; break;
+        case 'T': bad = parse_uint(optarg, 1, 64, &o->edge_threads); break;
+        case 'b': o->broker = optarg; break;
+        case 'j': o->json = optarg; break;
+        case 'h': usage(stdout); exit(EXIT_SUCCESS);
+        default: usage(stderr); return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "bench_load: bad value '%s' for --%s\n", optarg, lo[li].name);
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_load: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (rates_set) o->extend = false;
+    if (o->quick && !rates_set) {
+        o->rates[0] = 20;
+        o->rates[1] = 50;
+        o->n_rates = 2;
+        o->extend = false;
+    }
+    o->seconds = seconds ? seconds : o->quick ? 2 : 5;
+    o->samples = samples ? samples : o->quick ? 200 : 300;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static struct bench b;
+    if (parse_args(argc, argv, &b.opt) != 0) return EXIT_FAILURE;
+    const struct opts *o = &b.opt;
+    ds_log_set(NULL, NULL, DS_LOG_ERROR);
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_cond_init(&b.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    b.rng = o->seed ^ 0x5eed0f10adull;
+    snprintf(b.infer_topic, sizeof b.infer_topic, "dspark/v1/infer/%s", o->name);
+    b.load_start = load1();
+    if (b.load_start > 0.5)
+        fprintf(stderr, "bench_load: warning: load average %.2f, figures will be noisy\n", b.load_start);
+
+    int status = EXIT_FAILURE;
+    enum ds_err rc;
+    snprintf(b.echo_proc_topic, sizeof b.echo_proc_topic, "bench/load/%ld/echo-proc", (long)getpid());
+    if (o->broker) {
+        b.uri = o->broker;
+    } else {
+        fprintf(stderr, "bench_load: starting mosquitto...\n");
+        if ((rc = tb_broker_start(NULL, &b.broker)) != DS_OK) {
+            fprintf(stderr, "bench_load: mosquitto: %s%s\n", ds_strerror(rc),
+                    rc == DS_ERR_UNSUPPORTED ? " (not installed; set DS_MOSQUITTO or pass --broker)" : "");
+            goto fail_broker;
+        }
+        b.uri = tb_broker_uri(b.broker);
+        if (!(b.dir = tu_tmpdir())) {
+            fprintf(stderr, "bench_load: cannot create a temp dir\n");
+            goto fail_dir;
+        }
+    }
+    /* Before any thread of this process exists (see echo_proc_start). */
+    if ((b.echo_pid = echo_proc_start(b.uri, b.echo_proc_topic)) < 0)
+        fprintf(stderr, "bench_load: fork: %s (no cross-process broker baseline)\n", strerror(errno));
+    if (!o->broker) {
+        fprintf(stderr, "bench_load: starting %s on %s...\n", o->edge, b.uri);
+        if (edge_start(&b) != DS_OK) goto fail_edge;
+    }
+    if (clients_start(&b) != DS_OK) goto fail_clients;
+    if (b.echo_pid > 0 && wait_ready(&b, b.echo_proc_topic) != DS_OK) {
+        fprintf(stderr, "bench_load: the echo process does not answer (no cross-process broker baseline)\n");
+        child_stop(&b.echo_pid);
+    }
+    fprintf(stderr, "bench_load: waiting for the edge to answer...\n");
+    if ((rc = wait_ready(&b, NULL)) != DS_OK) {
+        fprintf(stderr, "bench_load: no answer from the edge: %s\n", ds_strerror(rc));
+        edge_log_tail(&b);
+        goto fail_ready;
+    }
+
+    measure_overhead(&b);
+    double rate = 0;
+    for (size_t i = 0; !g_stop && edge_alive(&b); i++) {
+        if (i < o->n_rates) rate = o->rates[i];
+        else if (o->extend && rate * 2 <= o->max_rate && b.n_res < DS_ARRAY_LEN(b.res)) rate *= 2;
+        else break;
+        if (!run_rate(&b, rate, &b.res[b.n_res])) break;
+        if (b.res[b.n_res++].saturated) break;
+    }
+    if (b.strays) fprintf(stderr, "bench_load: %zu late answers arrived after their rate's drain time\n", b.strays);
+    b.load_end = load1();
+    bool alive = edge_alive(&b);
+    if (!alive) edge_log_tail(&b);
+    print_tables(&b);
+    status = write_json(&b) == 0 && alive && !g_stop ? EXIT_SUCCESS : EXIT_FAILURE;
+
+fail_ready:
+fail_clients:
+    clients_stop(&b);
+fail_edge:
+    child_stop(&b.edge);                 /* SIGTERM: the edge drains and exits */
+    child_stop(&b.echo_pid);
+    tu_rmdir(b.dir);
+fail_dir:
+    tb_broker_destroy(b.broker);
+fail_broker:
+    pthread_mutex_destroy(&b.mu);
+    pthread_cond_destroy(&b.cv);
+    return status;
+}
