@@ -1,8 +1,8 @@
 /*
-** edge_config.c — the edge agent's configuration: the key table (defaults,
+** node_config.c — a serving node's configuration: the key table (defaults,
 ** ranges, which keys SIGHUP reloads) and the [model NAME] sections.
 **
-** Owns: the strings inside struct edge_config.
+** Owns: the strings inside struct ds_node_config.
 */
 #include <stddef.h>
 #include <stdlib.h>
@@ -12,11 +12,11 @@
 #include "ds/cfg.h"
 #include "ds/engine.h"
 #include "ds/log.h"
-#include "edge.h"
+#include "ds/node.h"
 
-#define O(f) offsetof(struct edge_config, f)
-static const struct ds_cfg_key edge_keys[] = {
-    { "node", "name", DS_CFG_STR, O(node), "edge-1", 0, 0, 0, "node name: topics, served_by, telemetry" },
+#define O(f) offsetof(struct ds_node_config, f)
+static const struct ds_cfg_key node_keys[] = {
+    { "node", "name", DS_CFG_STR, O(node), "node-1", 0, 0, 0, "node name: topics, served_by, telemetry" },
     { "node", "log_level", DS_CFG_STR, O(log_level), "info", 0, 0, DS_CFG_RELOADABLE, "error, warn, info or debug" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
@@ -32,7 +32,7 @@ static const struct ds_cfg_key edge_keys[] = {
 };
 #undef O
 
-static struct edge_model_cfg *model_slot(struct edge_config *c, const char *name, char *err, size_t n)
+static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char *name, char *err, size_t n)
 {
     for (unsigned i = 0; i < c->n_models; i++)
         if (strcmp(c->models[i].name, name) == 0) return &c->models[i];
@@ -40,15 +40,15 @@ static struct edge_model_cfg *model_slot(struct edge_config *c, const char *name
         snprintf(err, n, "model name '%s' must be 1..64 characters without '/', '+' or '#'", name);
         return NULL;
     }
-    if (c->n_models == EDGE_MAX_MODELS) {
-        snprintf(err, n, "at most %d models", EDGE_MAX_MODELS);
+    if (c->n_models == DS_NODE_MAX_MODELS) {
+        snprintf(err, n, "at most %d models", DS_NODE_MAX_MODELS);
         return NULL;
     }
-    struct edge_model_cfg *m = &c->models[c->n_models];
+    struct ds_node_model_cfg *m = &c->models[c->n_models];
     memset(m, 0, sizeof *m);
     m->name = strdup(name);
     m->version = strdup("1");
-    m->precision = DS_PRECISION_INT8;
+    m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
     if (!m->name || !m->version) {
         free(m->name);
         free(m->version);
@@ -59,10 +59,10 @@ static struct edge_model_cfg *model_slot(struct edge_config *c, const char *name
     return m;
 }
 
-static int set_model_key(struct edge_config *c, const char *name, const char *key, const char *value,
+static int set_model_key(struct ds_node_config *c, const char *name, const char *key, const char *value,
                          char *err, size_t n)
 {
-    struct edge_model_cfg *m = model_slot(c, name, err, n);
+    struct ds_node_model_cfg *m = model_slot(c, name, err, n);
     if (!m) return -1;
     char **str = !strcmp(key, "path") ? &m->path : !strcmp(key, "tokenizer") ? &m->tokenizer
                : !strcmp(key, "version") ? &m->version : NULL;
@@ -97,19 +97,20 @@ static int on_section(void *ud, const char *section, const char *key, const char
     return set_model_key(ud, section + 6, key, value, err, n);
 }
 
-static struct ds_cfg_spec spec_for(struct edge_config *c)
+static struct ds_cfg_spec spec_for(struct ds_node_config *c)
 {
-    return (struct ds_cfg_spec){ edge_keys, DS_ARRAY_LEN(edge_keys), on_section, c };
+    return (struct ds_cfg_spec){ node_keys, DS_ARRAY_LEN(node_keys), on_section, c };
 }
 
-void edge_config_init(struct edge_config *c)
+void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role)
 {
     memset(c, 0, sizeof *c);
+    c->role = role;
     struct ds_cfg_spec sp = spec_for(c);
     if (ds_cfg_defaults(&sp, c) != DS_OK) DS_LOG(DS_LOG_ERROR, "edge config: bad built-in default");
 }
 
-void edge_config_cleanup(struct edge_config *c)
+void ds_node_config_cleanup(struct ds_node_config *c)
 {
     struct ds_cfg_spec sp = spec_for(c);
     ds_cfg_cleanup(&sp, c);
@@ -122,7 +123,7 @@ void edge_config_cleanup(struct edge_config *c)
     c->n_models = 0;
 }
 
-enum ds_err edge_config_load(struct edge_config *c, const char *path, bool reload)
+enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload)
 {
     if (!reload) {
         struct ds_cfg_spec sp = spec_for(c);
@@ -130,8 +131,8 @@ enum ds_err edge_config_load(struct edge_config *c, const char *path, bool reloa
     }
     /* A reload parses into a scratch copy (models are not reloadable) and
     ** takes over the reloadable keys only. */
-    struct edge_config tmp;
-    edge_config_init(&tmp);
+    struct ds_node_config tmp;
+    ds_node_config_init(&tmp, c->role);
     struct ds_cfg_spec sp = spec_for(&tmp);
     enum ds_err rc = ds_cfg_load(&sp, &tmp, path, false);
     if (rc == DS_OK) {
@@ -140,11 +141,11 @@ enum ds_err edge_config_load(struct edge_config *c, const char *path, bool reloa
         tmp.log_level = lvl;
         c->telemetry_s = tmp.telemetry_s;
     }
-    edge_config_cleanup(&tmp);
+    ds_node_config_cleanup(&tmp);
     return rc;
 }
 
-enum ds_err edge_config_set(struct edge_config *c, const char *assignment)
+enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment)
 {
     if (strncmp(assignment, "model.", 6) == 0) {
         const char *name = assignment + 6, *dot = strchr(name, '.'), *eq = dot ? strchr(dot, '=') : NULL;
@@ -165,7 +166,7 @@ enum ds_err edge_config_set(struct edge_config *c, const char *assignment)
     return ds_cfg_set(&sp, c, assignment);
 }
 
-enum ds_err edge_config_check(const struct edge_config *c)
+enum ds_err ds_node_config_check(const struct ds_node_config *c)
 {
     if (c->n_models == 0) {
         DS_LOG(DS_LOG_ERROR, "config: no model: add a [model NAME] section with path = FILE");
@@ -180,7 +181,7 @@ enum ds_err edge_config_check(const struct edge_config *c)
         return DS_ERR_INVAL;
     }
     for (unsigned i = 0; i < c->n_models; i++) {
-        const struct edge_model_cfg *m = &c->models[i];
+        const struct ds_node_model_cfg *m = &c->models[i];
         if (!m->path || access(m->path, R_OK) != 0) {
             DS_LOG(DS_LOG_ERROR, "config: [model %s] path '%s' is missing or unreadable", m->name,
                    m->path ? m->path : "");
@@ -190,9 +191,9 @@ enum ds_err edge_config_check(const struct edge_config *c)
     return DS_OK;
 }
 
-void edge_config_describe(FILE *f)
+void ds_node_config_describe(FILE *f)
 {
-    struct edge_config c;
+    struct ds_node_config c;
     memset(&c, 0, sizeof c);
     struct ds_cfg_spec sp = spec_for(&c);
     ds_cfg_describe(&sp, f);

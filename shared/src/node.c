@@ -1,5 +1,5 @@
 /*
-** edge_agent.c — serve requests from MQTT with the engine: intake on Paho's
+** node.c — serve requests from MQTT with the engine: intake on Paho's
 ** thread (decode, check, queue), and one engine loop that admits queued work,
 ** interleaves prompt chunks with one batched decode step for every running
 ** sequence, streams tokens and answers every request exactly once.
@@ -25,15 +25,13 @@
 #include "ds/msg.h"
 #include "ds/sampler.h"
 #include "ds/tok.h"
-#include "edge.h"
+#include "ds/node.h"
 
-#define TOPIC_INFER  "dspark/v1/infer/"
 #define TOPIC_CANCEL "dspark/v1/cancel/"
-#define SHARE_GROUP  "$share/dspark-edge/"
 #define MAX_CANCELS  256
 
-struct edge_model {
-    const struct edge_model_cfg *cfg;
+struct node_model {
+    const struct ds_node_model_cfg *cfg;
     struct ds_model             *model;
     struct ds_tok               *tok;
     struct ds_engine            *eng;
@@ -42,13 +40,13 @@ struct edge_model {
 };
 
 /* One accepted request, from intake to its answer. */
-struct edge_req {
+struct node_req {
     uint64_t             key;           /* scheduler id */
     struct ds_infer_req  req;
     char                *reply;         /* response topic */
     void                *corr;          /* correlation data, may be NULL */
     size_t               corr_len;
-    struct edge_model   *m;
+    struct node_model   *m;
     uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
     /* running state (engine thread only) */
     int32_t             *ids;           /* prompt tokens */
@@ -62,10 +60,10 @@ struct edge_req {
     size_t               text_len, text_cap;
 };
 
-struct edge_agent {
-    struct edge_config  *cfg;
+struct ds_node {
+    struct ds_node_config  *cfg;
     const char          *cfg_path;
-    struct edge_model    models[EDGE_MAX_MODELS];
+    struct node_model    models[DS_NODE_MAX_MODELS];
     unsigned             n_models;
     struct ds_mqtt      *mqtt;
     struct ds_sched     *sched;
@@ -73,13 +71,15 @@ struct edge_agent {
     struct ds_msg_limits limits;
     atomic_uint_fast64_t next_key;
     atomic_bool          stop, reload, draining;
-    struct edge_req    **active;        /* max_active */
+    struct node_req    **active;        /* max_active */
     unsigned             n_active;
     pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
     char                *cancels[MAX_CANCELS];
     unsigned             n_cancels;
     uint64_t             start_ns;
     char                 status_topic[160], telemetry_topic[160];
+    const char          *infer_prefix;   /* "dspark/v1/infer/" or "dspark/v1/center/infer/" */
+    const char          *share_group;    /* "$share/dspark-edge/" or "$share/dspark-center/" */
 };
 
 /* ---- answers ---- */
@@ -91,7 +91,7 @@ static uint64_t unix_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void publish(struct edge_agent *a, const char *topic, const void *corr, size_t corr_len,
+static void publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                     char *json, size_t len)
 {
     struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
@@ -100,7 +100,7 @@ static void publish(struct edge_agent *a, const char *topic, const void *corr, s
     free(json);
 }
 
-static void send_error(struct edge_agent *a, const char *topic, const void *corr, size_t corr_len,
+static void send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                        const char *id, enum ds_msg_code code, const char *message)
 {
     ds_metrics_record_error(&a->metrics, (unsigned)code);
@@ -115,7 +115,7 @@ static void send_error(struct edge_agent *a, const char *topic, const void *corr
         publish(a, topic, corr, corr_len, json, len);
 }
 
-static void req_free(struct edge_req *r)
+static void req_free(struct node_req *r)
 {
     if (!r) return;
     ds_seq_destroy(r->seq);
@@ -128,7 +128,7 @@ static void req_free(struct edge_req *r)
     free(r);
 }
 
-static void req_fail(struct edge_agent *a, struct edge_req *r, enum ds_msg_code code, const char *msg)
+static void req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
 {
     send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
     req_free(r);
@@ -136,7 +136,7 @@ static void req_fail(struct edge_agent *a, struct edge_req *r, enum ds_msg_code 
 
 /* ---- intake (Paho's thread): decode, check, queue; never compute ---- */
 
-static struct edge_model *find_model(struct edge_agent *a, const char *name, size_t len)
+static struct node_model *find_model(struct ds_node *a, const char *name, size_t len)
 {
     for (unsigned i = 0; i < a->n_models; i++)
         if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
@@ -149,7 +149,7 @@ static bool topic_ok(const char *t)
     return t && *t && !strpbrk(t, "+#") && t[0] != '$';
 }
 
-static void on_cancel(struct edge_agent *a, const struct ds_mqtt_msg *msg)
+static void on_cancel(struct ds_node *a, const struct ds_mqtt_msg *msg)
 {
     cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
@@ -170,7 +170,7 @@ static void on_cancel(struct edge_agent *a, const struct ds_mqtt_msg *msg)
     cJSON_Delete(j);
 }
 
-uint64_t edge_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms)
+uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms)
 {
     uint64_t d = has_expiry ? now_ns + (uint64_t)expiry_s * 1000000000ull : 0;
     if (deadline_ms) {
@@ -182,16 +182,16 @@ uint64_t edge_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, u
 
 static void on_message(void *ud, const struct ds_mqtt_msg *msg)
 {
-    struct edge_agent *a = ud;
+    struct ds_node *a = ud;
     uint64_t now = ds_now_ns();
     if (strncmp(msg->topic, TOPIC_CANCEL, strlen(TOPIC_CANCEL)) == 0) {
         on_cancel(a, msg);
         return;
     }
-    if (strncmp(msg->topic, TOPIC_INFER, strlen(TOPIC_INFER)) != 0) return;
-    const char *model_name = msg->topic + strlen(TOPIC_INFER);
+    if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
+    const char *model_name = msg->topic + strlen(a->infer_prefix);
 
-    struct edge_req *r = calloc(1, sizeof *r);
+    struct node_req *r = calloc(1, sizeof *r);
     if (!r) return;
     r->recv_ns = now;
     struct ds_msg_error err;
@@ -232,7 +232,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this edge");
         return;
     }
-    if (r->req.route == DS_MSG_ROUTE_CENTER) {
+    if (r->req.route == DS_MSG_ROUTE_CENTER && a->cfg->role == DS_MSG_ROLE_EDGE) {
         req_fail(a, r, DS_MSG_CODE_OVERLOADED, "route: center requested but no center is configured");
         return;
     }
@@ -240,7 +240,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
         return;
     }
-    r->deadline_ns = edge_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
+    r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
     r->key = atomic_fetch_add(&a->next_key, 1);
     struct ds_sched_item it = {
         .id = r->key, .tier = r->req.priority, .enqueued_ns = now, .deadline_ns = r->deadline_ns,
@@ -250,9 +250,9 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
 }
 
-static void publish_status(struct edge_agent *a, enum ds_msg_state state)
+static void publish_status(struct ds_node *a, enum ds_msg_state state)
 {
-    struct ds_msg_status st = { a->cfg->node, state, DS_MSG_ROLE_EDGE, unix_ms() };
+    struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms() };
     char *json;
     size_t len;
     if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
@@ -263,7 +263,7 @@ static void publish_status(struct edge_agent *a, enum ds_msg_state state)
 
 static void on_connection(void *ud, bool connected)
 {
-    struct edge_agent *a = ud;
+    struct ds_node *a = ud;
     if (connected && !atomic_load(&a->draining)) publish_status(a, DS_MSG_STATE_ONLINE);
     DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", a->cfg->mqtt_uri,
            connected ? "connected" : "connection lost; reconnecting");
@@ -271,7 +271,7 @@ static void on_connection(void *ud, bool connected)
 
 /* ---- engine loop ---- */
 
-static bool take_cancel(struct edge_agent *a, const char *id)
+static bool take_cancel(struct ds_node *a, const char *id)
 {
     bool hit = false;
     pthread_mutex_lock(&a->cancel_mu);
@@ -287,7 +287,7 @@ static bool take_cancel(struct edge_agent *a, const char *id)
 }
 
 /* Answer r (a running request) with its final message and free its slot. */
-static void finish(struct edge_agent *a, struct edge_req *r, enum ds_msg_finish why)
+static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
 {
     unsigned slot = 0;
     while (slot < a->n_active && a->active[slot] != r) slot++;
@@ -296,7 +296,7 @@ static void finish(struct edge_agent *a, struct edge_req *r, enum ds_msg_finish 
     struct ds_msg_final f = {
         .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
-        .served_by = { a->cfg->node, DS_MSG_ROLE_EDGE, r->m->cfg->name, r->m->cfg->version,
+        .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->m->cfg->version,
                        ds_precision_name(ds_engine_precision(r->m->eng)) },
         .queue_ms = (double)(r->start_ns - r->recv_ns) / 1e6,
         .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
@@ -310,7 +310,7 @@ static void finish(struct edge_agent *a, struct edge_req *r, enum ds_msg_finish 
     a->active[slot] = a->active[--a->n_active];
 }
 
-static bool append_text(struct edge_req *r, const char *p, size_t n)
+static bool append_text(struct node_req *r, const char *p, size_t n)
 {
     if (r->text_len + n + 1 > r->text_cap) {
         size_t cap = DS_MAX(r->text_cap * 2, r->text_len + n + 256);
@@ -326,7 +326,7 @@ static bool append_text(struct edge_req *r, const char *p, size_t n)
 }
 
 /* Feed one sampled token; returns true when the request is finished. */
-static bool on_token(struct edge_agent *a, struct edge_req *r, const float *logits)
+static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 {
     if (!r->first_ns) r->first_ns = ds_now_ns();
     int32_t tok = ds_sampler_sample(r->smp, logits, NULL);
@@ -377,7 +377,7 @@ static bool on_token(struct edge_agent *a, struct edge_req *r, const float *logi
 }
 
 /* Take a queued request into a running slot: tokenize, check, allocate. */
-static void admit(struct edge_agent *a, struct edge_req *r)
+static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
     if (take_cancel(a, r->req.id)) {
@@ -385,7 +385,7 @@ static void admit(struct edge_agent *a, struct edge_req *r)
         finish(a, r, DS_MSG_FINISH_CANCELLED);
         return;
     }
-    struct edge_model *m = r->m;
+    struct node_model *m = r->m;
     size_t cap = r->req.prompt_len + 3;
     r->ids = malloc(cap * sizeof *r->ids);
     if (!r->ids || ds_tok_encode(m->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
@@ -413,20 +413,20 @@ static void admit(struct edge_agent *a, struct edge_req *r)
 
 /* One step for one model: a decode row for every running sequence, plus
 ** prompt chunks for those still prefilling, in one forward pass. */
-static void step_model(struct edge_agent *a, struct edge_model *m)
+static void step_model(struct ds_node *a, struct node_model *m)
 {
     struct ds_batch_row rows[1024];
-    struct edge_req *owner[1024];    /* request of each row that wants logits */
+    struct node_req *owner[1024];    /* request of each row that wants logits */
     size_t n = 0, n_logits = 0;
     uint32_t budget = DS_MIN(m->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
-        struct edge_req *r = a->active[i];
+        struct node_req *r = a->active[i];
         if (r->m != m || r->n_fed < r->n_ids) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
-        struct edge_req *r = a->active[i];
+        struct node_req *r = a->active[i];
         if (r->m != m || r->n_fed >= r->n_ids) continue;
         size_t k = DS_MIN(DS_MIN(r->n_ids - r->n_fed, (size_t)a->cfg->prefill_chunk), budget - n);
         for (size_t t = 0; t < k; t++) {
@@ -442,7 +442,7 @@ static void step_model(struct edge_agent *a, struct edge_model *m)
         DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
             if (a->active[i]->m == m) {
-                struct edge_req *r = a->active[i];
+                struct node_req *r = a->active[i];
                 a->active[i] = a->active[--a->n_active];
                 req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
             }
@@ -452,17 +452,17 @@ static void step_model(struct edge_agent *a, struct edge_model *m)
     for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], m->logits + k * V);
 }
 
-static void cancel_running(struct edge_agent *a)
+static void cancel_running(struct ds_node *a)
 {
     for (unsigned i = a->n_active; i-- > 0;)
         if (take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
 }
 
-static void publish_telemetry(struct edge_agent *a)
+static void publish_telemetry(struct ds_node *a)
 {
     struct ds_metrics_snap s;
     ds_metrics_snapshot(&a->metrics, ds_now_ns(), &s);
-    struct ds_msg_model_info info[EDGE_MAX_MODELS];
+    struct ds_msg_model_info info[DS_NODE_MAX_MODELS];
     for (unsigned i = 0; i < a->n_models; i++)
         info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].cfg->version,
                                               ds_precision_name(ds_engine_precision(a->models[i].eng)) };
@@ -470,7 +470,7 @@ static void publish_telemetry(struct edge_agent *a)
     uint64_t counts[DS_HIST_LE_N + 1];
     ds_hist_export(&s.total_ms, le, counts);
     struct ds_msg_telemetry t = {
-        .node = a->cfg->node, .role = DS_MSG_ROLE_EDGE, .ts_ms = unix_ms(),
+        .node = a->cfg->node, .role = a->cfg->role, .ts_ms = unix_ms(),
         .uptime_s = s.uptime_s,
         .requests_per_s = s.requests_per_s, .tokens_per_s = s.tokens_per_s,
         .p50_ms = ds_hist_quantile(&s.total_ms, 0.5), .p90_ms = ds_hist_quantile(&s.total_ms, 0.9),
@@ -507,22 +507,24 @@ static void publish_telemetry(struct edge_agent *a)
 }
 
 /* Every model's topic (so an unknown model is answered model_not_found), in
-** the edge agents' shared group, so that agents on one broker split the work. */
-static void subscribe_all(struct edge_agent *a, bool on)
+** the role's shared group, so that nodes on one broker split the work. */
+static void subscribe_all(struct ds_node *a, bool on)
 {
-    const char *filter = SHARE_GROUP TOPIC_INFER "+";
+    char filter[128];
+    snprintf(filter, sizeof filter, "%s%s+", a->share_group, a->infer_prefix);
     enum ds_err rc = on ? ds_mqtt_subscribe(a->mqtt, filter, 1) : ds_mqtt_unsubscribe(a->mqtt, filter);
     if (rc != DS_OK) DS_LOG(DS_LOG_WARN, "%s %s failed", on ? "subscribe" : "unsubscribe", filter);
     if (on && ds_mqtt_subscribe(a->mqtt, TOPIC_CANCEL "#", 1) != DS_OK)
         DS_LOG(DS_LOG_WARN, "subscribe " TOPIC_CANCEL "# failed");
 }
 
-enum ds_err edge_agent_run(struct edge_agent *a)
+enum ds_err ds_node_run(struct ds_node *a)
 {
     enum ds_err rc = ds_mqtt_connect(a->mqtt);
     if (rc != DS_OK) return rc;
     subscribe_all(a, true);
-    DS_LOG(DS_LOG_INFO, "edge %s serving %u model(s) on %s", a->cfg->node, a->n_models, a->cfg->mqtt_uri);
+    DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
+           a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns();
     for (;;) {
         if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
@@ -531,7 +533,7 @@ enum ds_err edge_agent_run(struct edge_agent *a)
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
         }
         if (atomic_exchange(&a->reload, false) && a->cfg_path) {
-            if (edge_config_load(a->cfg, a->cfg_path, true) == DS_OK) {
+            if (ds_node_config_load(a->cfg, a->cfg_path, true) == DS_OK) {
                 ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(a->cfg->log_level));
                 DS_LOG(DS_LOG_INFO, "config reloaded from %s", a->cfg_path);
             }
@@ -560,17 +562,17 @@ enum ds_err edge_agent_run(struct edge_agent *a)
     publish_status(a, DS_MSG_STATE_OFFLINE);
     if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
     ds_mqtt_disconnect(a->mqtt, 2000);
-    DS_LOG(DS_LOG_INFO, "edge %s stopped", a->cfg->node);
+    DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(a->cfg->role), a->cfg->node);
     return DS_OK;
 }
 
-void edge_agent_stop(struct edge_agent *a)
+void ds_node_stop(struct ds_node *a)
 {
     atomic_store(&a->stop, true);
     ds_sched_wake(a->sched);
 }
 
-void edge_agent_reload(struct edge_agent *a)
+void ds_node_reload(struct ds_node *a)
 {
     atomic_store(&a->reload, true);
     ds_sched_wake(a->sched);
@@ -578,7 +580,7 @@ void edge_agent_reload(struct edge_agent *a)
 
 /* ---- create / destroy ---- */
 
-static enum ds_err load_model(struct edge_agent *a, const struct edge_model_cfg *mc, struct edge_model *m)
+static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg *mc, struct node_model *m)
 {
     m->cfg = mc;
     enum ds_err rc;
@@ -601,7 +603,7 @@ static enum ds_err load_model(struct edge_agent *a, const struct edge_model_cfg 
     return DS_OK;
 }
 
-void edge_agent_destroy(struct edge_agent *a)
+void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
@@ -623,10 +625,10 @@ void edge_agent_destroy(struct edge_agent *a)
     free(a);
 }
 
-enum ds_err edge_agent_create(struct edge_config *c, const char *config_path, struct edge_agent **out)
+enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, struct ds_node **out)
 {
     *out = NULL;
-    struct edge_agent *a = calloc(1, sizeof *a);
+    struct ds_node *a = calloc(1, sizeof *a);
     if (!a) return DS_ERR_NOMEM;
     a->cfg = c;
     a->cfg_path = config_path;
@@ -642,6 +644,9 @@ enum ds_err edge_agent_create(struct edge_config *c, const char *config_path, st
     a->limits.max_prompt = c->max_prompt;
     snprintf(a->status_topic, sizeof a->status_topic, "dspark/v1/status/%s", c->node);
     snprintf(a->telemetry_topic, sizeof a->telemetry_topic, "dspark/v1/telemetry/%s", c->node);
+    bool center = c->role == DS_MSG_ROLE_CENTER;
+    a->infer_prefix = center ? "dspark/v1/center/infer/" : "dspark/v1/infer/";
+    a->share_group = center ? "$share/dspark-center/" : "$share/dspark-edge/";
     enum ds_err rc = DS_ERR_NOMEM;
     a->active = calloc(c->max_active, sizeof *a->active);
     if (!a->active) goto fail;
@@ -657,7 +662,7 @@ enum ds_err edge_agent_create(struct edge_config *c, const char *config_path, st
     memcpy(so.cap, c->queue_cap, sizeof so.cap);
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
-    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, DS_MSG_ROLE_EDGE, 0 };
+    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;
     if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;
@@ -673,13 +678,13 @@ enum ds_err edge_agent_create(struct edge_config *c, const char *config_path, st
     mo.on_connection = on_connection;
     mo.ud = a;
     char client_id[128];
-    snprintf(client_id, sizeof client_id, "dspark-edge-%s", c->node);
+    snprintf(client_id, sizeof client_id, "dspark-%s-%s", ds_msg_role_name(c->role), c->node);
     rc = ds_mqtt_create(c->mqtt_uri, client_id, &mo, &a->mqtt);
     free(will);
     if (rc != DS_OK) goto fail;
     *out = a;
     return DS_OK;
 fail:
-    edge_agent_destroy(a);
+    ds_node_destroy(a);
     return rc;
 }

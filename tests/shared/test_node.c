@@ -1,5 +1,5 @@
 /*
-** test_edge_unit.c — the edge agent's pure pieces: deadlines from Message
+** test_node.c — the serving node's pure pieces: deadlines from Message
 ** Expiry and deadline_ms, and its configuration (keys, model sections,
 ** overrides, checks).
 */
@@ -14,7 +14,7 @@
 
 #include "ds/engine.h"
 #include "ds/log.h"
-#include "edge.h"
+#include "ds/node.h"
 #include "support/testutil.h"
 
 #define S 1000000000ull
@@ -23,12 +23,12 @@
 static void test_deadline(void **state)
 {
     (void)state;
-    assert_int_equal(edge_deadline_ns(100 * S, false, 0, 0), 0);                 /* none */
-    assert_int_equal(edge_deadline_ns(100 * S, true, 3, 0), 103 * S);            /* expiry only */
-    assert_int_equal(edge_deadline_ns(100 * S, false, 0, 250), 100 * S + 250 * MS);
-    assert_int_equal(edge_deadline_ns(100 * S, true, 3, 250), 100 * S + 250 * MS);   /* the earlier */
-    assert_int_equal(edge_deadline_ns(100 * S, true, 1, 5000), 101 * S);
-    assert_int_equal(edge_deadline_ns(100 * S, true, 0, 0), 100 * S);            /* expired on arrival */
+    assert_int_equal(ds_node_deadline_ns(100 * S, false, 0, 0), 0);                 /* none */
+    assert_int_equal(ds_node_deadline_ns(100 * S, true, 3, 0), 103 * S);            /* expiry only */
+    assert_int_equal(ds_node_deadline_ns(100 * S, false, 0, 250), 100 * S + 250 * MS);
+    assert_int_equal(ds_node_deadline_ns(100 * S, true, 3, 250), 100 * S + 250 * MS);   /* the earlier */
+    assert_int_equal(ds_node_deadline_ns(100 * S, true, 1, 5000), 101 * S);
+    assert_int_equal(ds_node_deadline_ns(100 * S, true, 0, 0), 100 * S);            /* expired on arrival */
 }
 
 static void test_config(void **state)
@@ -43,13 +43,13 @@ static void test_config(void **state)
                "[model b]\npath = %s\ntokenizer = %s\nthreads = 1\n",
             tu_model("stories260K.gguf"), tu_model("stories260K.bin"), tu_model("tok512.bin"));
     fclose(f);
-    struct edge_config c;
-    edge_config_init(&c);
+    struct ds_node_config c;
+    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
     assert_int_equal(c.max_active, 16);
-    assert_int_equal(edge_config_load(&c, path, false), DS_OK);
-    assert_int_equal(edge_config_set(&c, "mqtt.uri=tcp://10.1.2.3:1884"), DS_OK);
-    assert_int_equal(edge_config_set(&c, "model.a.threads=2"), DS_OK);
-    assert_int_equal(edge_config_check(&c), DS_OK);
+    assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "mqtt.uri=tcp://10.1.2.3:1884"), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "model.a.threads=2"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
     assert_string_equal(c.node, "box-7");
     assert_string_equal(c.mqtt_uri, "tcp://10.1.2.3:1884");
     assert_int_equal(c.max_active, 4);
@@ -61,17 +61,17 @@ static void test_config(void **state)
     assert_int_equal(c.models[1].precision, DS_PRECISION_INT8);      /* the edge default */
     assert_string_equal(c.models[1].version, "1");
     /* Bad values are refused, each with its reason. */
-    assert_int_equal(edge_config_set(&c, "model.a.precision=fp8"), DS_ERR_INVAL);
-    assert_int_equal(edge_config_set(&c, "model.a/b.path=x"), DS_ERR_INVAL);
-    assert_int_equal(edge_config_set(&c, "model.a.colour=red"), DS_ERR_INVAL);
-    assert_int_equal(edge_config_set(&c, "batch.max_active=0"), DS_ERR_INVAL);
-    assert_int_equal(edge_config_set(&c, "model.c.path=/nonexistent/model.gguf"), DS_OK);
-    assert_int_equal(edge_config_check(&c), DS_ERR_INVAL);           /* unreadable model file */
-    edge_config_cleanup(&c);
+    assert_int_equal(ds_node_config_set(&c, "model.a.precision=fp8"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "model.a/b.path=x"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "model.a.colour=red"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "batch.max_active=0"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "model.c.path=/nonexistent/model.gguf"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* unreadable model file */
+    ds_node_config_cleanup(&c);
     /* No model at all. */
-    edge_config_init(&c);
-    assert_int_equal(edge_config_check(&c), DS_ERR_INVAL);
-    edge_config_cleanup(&c);
+    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);
+    ds_node_config_cleanup(&c);
     tu_rmdir(dir);
 }
 

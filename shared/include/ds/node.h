@@ -1,0 +1,91 @@
+/*
+** ds/node.h — a serving node, edge or center: configuration, the node that
+** serves requests from MQTT with the engine, its run loop, and the daemon
+** main both dspark-edge and dspark-center are thin shells over.
+**
+** Roles: an edge takes requests on $share/dspark-edge/dspark/v1/infer/+ and
+**        defaults to INT8; a center takes overflow on
+**        $share/dspark-center/dspark/v1/center/infer/+ and defaults to FP32.
+**        Everything else (validation, scheduling, batching, replies,
+**        telemetry, drain) is the same code.
+** Threads:   ds_node_run() runs the engine loop on the calling thread;
+**            MQTT callbacks arrive on Paho's thread and only decode, check
+**            and queue (they never compute). ds_node_stop() and
+**            ds_node_reload() may be called from any thread (they set flags
+**            the loop reads).
+** Ownership: ds_node_config_init/cleanup pair on caller storage; the node
+**            BORROWS its config for its whole life.
+*/
+#ifndef DS_NODE_H
+#define DS_NODE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ds/common.h"
+#include "ds/err.h"
+#include "ds/msg.h"
+#include "ds/sched.h"
+
+#define DS_NODE_MAX_MODELS 8
+
+struct ds_node_model_cfg {
+    char    *name;          /* from [model NAME]; the topic's last level */
+    char    *path;          /* GGUF or llama2.c file */
+    char    *tokenizer;     /* tokenizer.bin (llama2.c models only) */
+    char    *version;       /* reported in served_by (default "1") */
+    int      precision;     /* enum ds_precision (default: int8 on an edge, fp32 on a center) */
+    uint32_t threads;       /* 0 = one per CPU */
+    uint32_t ctx;           /* 0 = min(model, 2048) */
+};
+
+struct ds_node_config {
+    enum ds_msg_role role;      /* set by the binary, not by the file */
+    char    *node;              /* [node] name */
+    char    *log_level;         /* [node] log_level */
+    char    *mqtt_uri;          /* [mqtt] uri */
+    uint32_t keepalive_s;       /* [mqtt] keepalive_s */
+    uint32_t queue_cap[DS_TIER_COUNT];   /* [sched] queue_high, queue_normal, queue_low */
+    uint32_t age_ms;            /* [sched] age_ms */
+    uint32_t max_active;        /* [batch] max_active: sequences decoded together */
+    uint32_t prefill_chunk;     /* [batch] prefill_chunk: prompt tokens per step */
+    uint32_t telemetry_s;       /* [telemetry] interval_s */
+    uint32_t max_payload;       /* [limits] max_payload */
+    uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
+    struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
+    unsigned n_models;
+};
+
+void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role);   /* defaults */
+void ds_node_config_cleanup(struct ds_node_config *c);
+/* Load path over c (reload: only reloadable keys change). */
+DS_MUST_CHECK enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload);
+/* One "section.key=value" override; "model.NAME.key=value" for models. */
+DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment);
+/* Cross-field checks after loading (at least one model, files exist...). */
+DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
+void ds_node_config_describe(FILE *f);
+
+struct ds_node;
+/* config_path (may be NULL) is re-read on ds_node_reload(). c is BORROWED
+** and updated in place by reloads. */
+DS_MUST_CHECK enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path,
+                                            struct ds_node **out);
+void ds_node_destroy(struct ds_node *a);
+/* Connect, serve until ds_node_stop(), then drain: stop taking requests,
+** answer every accepted one, publish "offline", disconnect. */
+DS_MUST_CHECK enum ds_err ds_node_run(struct ds_node *a);
+void ds_node_stop(struct ds_node *a);
+/* Ask the loop to re-read the config file (reloadable keys only). */
+void ds_node_reload(struct ds_node *a);
+
+/* A request's absolute deadline (ds_now_ns clock; 0 = none): the earlier of
+** its MQTT 5 Message Expiry Interval (as the broker forwarded it, so time
+** spent queued in the broker counts) and its deadline_ms. */
+uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms);
+
+/* The whole daemon: command line, config, signals (SIGTERM/SIGINT drain,
+** SIGHUP reloads), run. Returns the process exit status. */
+int ds_node_main(int argc, char **argv, enum ds_msg_role role);
+
+#endif

@@ -1,0 +1,162 @@
+/*
+** node_main.c — the daemon main of dspark-edge and dspark-center: parse the
+** command line, load the config, install the signal thread, and run the
+** node (node.c).
+**
+** Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config's
+** reloadable keys. The handler only writes the signal number to a pipe (the
+** self-pipe trick: libraries such as OpenBLAS start threads before main, so
+** sigwait on blocked signals would not see every signal); a thread reads the
+** pipe and calls the agent.
+*/
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ds/log.h"
+#include "ds/node.h"
+
+static void usage(FILE *f, enum ds_msg_role role)
+{
+    bool center = role == DS_MSG_ROLE_CENTER;
+    const char *bin = center ? "dspark-center" : "dspark-edge";
+    fprintf(f, "usage: %s -c CONFIG [options]\n\n", bin);
+    if (center)
+        fprintf(f, "The center daemon: serves what edges overflow (requests on\n"
+                   "dspark/v1/center/infer/<model>, shared by every center) with the full-precision\n"
+                   "model, answering the device directly; publishes status and telemetry.\n");
+    else
+        fprintf(f, "The edge daemon: serves INT8/FP32 models to devices over MQTT (requests on\n"
+                   "dspark/v1/infer/<model>), with priorities, deadlines and dynamic batching,\n"
+                   "and publishes status and telemetry.\n");
+    fprintf(f,
+        "SIGTERM drains and exits; SIGHUP reloads.\n"
+        "\n"
+        "  -c, --config FILE      INI configuration (see deploy/%s.example.ini)\n"
+        "  -s, --set KEY=VALUE    override one key: section.key=value or model.NAME.key=value\n"
+        "      --check            load and check the config and the models, then exit\n"
+        "      --log-level L      error, warn, info or debug (overrides [node] log_level)\n"
+        "  -h, --help             this text and the configuration keys\n"
+        "      --version          print the version\n"
+        "\nconfiguration keys:\n", center ? "center" : "edge");
+    ds_node_config_describe(f);
+}
+
+static int g_sig_pipe[2] = { -1, -1 };     /* the daemon's signal channel (documented global) */
+
+static void on_signal(int sig)
+{
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(g_sig_pipe[1], &b, 1);
+    (void)w;
+}
+
+static void *signal_thread(void *p)
+{
+    struct ds_node *agent = p;
+    unsigned char sig;
+    while (read(g_sig_pipe[0], &sig, 1) == 1) {
+        if (sig == SIGHUP) {
+            ds_node_reload(agent);
+        } else {
+            DS_LOG(DS_LOG_INFO, "signal %d: draining", sig);
+            ds_node_stop(agent);
+        }
+    }
+    return NULL;
+}
+
+int ds_node_main(int argc, char **argv, enum ds_msg_role role)
+{
+    const char *bin = role == DS_MSG_ROLE_CENTER ? "dspark-center" : "dspark-edge";
+    enum { O_CHECK = 256, O_LOG, O_VERSION };
+    static const struct option opts[] = {
+        { "config", required_argument, 0, 'c' }, { "set", required_argument, 0, 's' },
+        { "check", no_argument, 0, O_CHECK },    { "log-level", required_argument, 0, O_LOG },
+        { "help", no_argument, 0, 'h' },         { "version", no_argument, 0, O_VERSION },
+        { 0, 0, 0, 0 },
+    };
+    struct ds_node_config cfg;
+    ds_node_config_init(&cfg, role);
+    const char *path = NULL, *log_level = NULL;
+    char *sets[64];
+    int n_sets = 0, check_only = 0, c, status = 2;
+    while ((c = getopt_long(argc, argv, "c:s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 's':
+            if (n_sets == 64) { fprintf(stderr, "%s: at most 64 --set\n", bin); goto out; }
+            sets[n_sets++] = optarg;
+            break;
+        case O_CHECK: check_only = 1; break;
+        case O_LOG: log_level = optarg; break;
+        case 'h': usage(stdout, role); status = 0; goto out;
+        case O_VERSION: printf("%s %s\n", bin, DS_VERSION); status = 0; goto out;
+        default: usage(stderr, role); goto out;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", bin, argv[optind]);
+        goto out;
+    }
+    if (path && ds_node_config_load(&cfg, path, false) != DS_OK) {
+        fprintf(stderr, "%s: fix the config file %s (errors above)\n", bin, path);
+        goto out;
+    }
+    for (int i = 0; i < n_sets; i++)
+        if (ds_node_config_set(&cfg, sets[i]) != DS_OK) goto out;
+    if (log_level) {
+        char *s = strdup(log_level);
+        if (!s) goto out;
+        free(cfg.log_level);
+        cfg.log_level = s;
+    }
+    if (ds_node_config_check(&cfg) != DS_OK) {
+        fprintf(stderr, "%s: the configuration is not usable (see above; --help lists the keys)\n", bin);
+        goto out;
+    }
+    ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(cfg.log_level));
+
+    if (pipe(g_sig_pipe) != 0) {
+        fprintf(stderr, "%s: pipe: %s\n", bin, strerror(errno));
+        status = 1;
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct ds_node *agent;
+    if (ds_node_create(&cfg, path, &agent) != DS_OK) {
+        fprintf(stderr, "%s: could not start (see above)\n", bin);
+        status = 1;
+        goto out;
+    }
+    if (check_only) {
+        printf("%s: config and models OK\n", bin);
+        ds_node_destroy(agent);
+        status = 0;
+        goto out;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, signal_thread, agent) == 0) pthread_detach(th);
+    enum ds_err rc = ds_node_run(agent);
+    if (rc != DS_OK) fprintf(stderr, "%s: %s\n", bin, ds_strerror(rc));
+    ds_node_destroy(agent);
+    status = rc == DS_OK ? 0 : 1;
+out:
+    ds_node_config_cleanup(&cfg);
+    return status;
+}
