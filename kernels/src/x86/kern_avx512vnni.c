@@ -12,7 +12,7 @@
 ** order from ds_kern_ref.
 **
 ** Stack: matvec_q8 uses ~10 KB and matmul_q8 ~38 KB of stack (x prepared
-** per call); nothing is allocated.
+** per call; 2..4 leftover tokens ~35 KB); nothing is allocated.
 */
 #include <immintrin.h>
 #include <math.h>
@@ -416,6 +416,60 @@ static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
     }
 }
 
+/* ---- matmul_q8 for a few tokens (batched decode of 2..4 sequences) ----
+** Like matvec, but each weight group is loaded, flipped and its scales
+** converted once for up to MV_MAXT tokens: the weights stream once for all
+** of them instead of once per token. */
+#define MV_MAXT 4
+
+static void matvec_multi_chunk(size_t rows, size_t nb, const struct ds_q8_block *w, size_t nt_tok,
+                               const struct ds_q8_block *x, float *y, size_t ldy, size_t c0, size_t cn,
+                               bool add)
+{
+    struct xgroup xg[MV_MAXT][XCHUNK_GROUPS];
+    size_t ng = cn / 8, nt = cn - ng * 8;
+    for (size_t t = 0; t < nt_tok; t++)
+        for (size_t g = 0; g < ng; g++) xgroup_prep(&xg[t][g], x + t * nb + c0 + 8 * g);
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    for (size_t r = 0; r < rows; r++) {
+        const struct ds_q8_block *w0 = w + r * nb + c0;
+        __m256 acc[MV_MAXT];
+        for (size_t t = 0; t < MV_MAXT; t++) acc[t] = _mm256_setzero_ps();
+        for (size_t g = 0; g < ng; g++) {
+            const struct ds_q8_block *wg = w0 + 8 * g;
+            prefetch_group(wg);
+            __m512i w0x = _mm512_xor_si512(load2(wg + 0, wg + 4), off);
+            __m512i w1x = _mm512_xor_si512(load2(wg + 1, wg + 5), off);
+            __m512i w2x = _mm512_xor_si512(load2(wg + 2, wg + 6), off);
+            __m512i w3x = _mm512_xor_si512(load2(wg + 3, wg + 7), off);
+            __m256 sw = scales8(wg);
+            for (size_t t = 0; t < nt_tok; t++) {
+                const struct xgroup *q = &xg[t][g];
+                __m512i a = _mm512_dpbusd_epi32(q->bias[0], w0x, q->q[0]);
+                __m512i b = _mm512_dpbusd_epi32(q->bias[1], w1x, q->q[1]);
+                __m512i c = _mm512_dpbusd_epi32(q->bias[2], w2x, q->q[2]);
+                __m512i d = _mm512_dpbusd_epi32(q->bias[3], w3x, q->q[3]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4(a, b, c, d)), _mm256_mul_ps(sw, q->dx), acc[t]);
+            }
+        }
+        for (size_t t = 0; t < nt_tok; t++) {
+            float s = hsum256(acc[t]) + tail_dot(w0 + 8 * ng, x + t * nb + c0 + 8 * ng, nt);
+            float *yt = y + t * ldy + r;
+            *yt = add ? *yt + s : s;
+        }
+    }
+}
+
+static void matvec_multi(size_t rows, size_t n_blocks, const struct ds_q8_block *w, size_t n_tok,
+                         const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    const size_t chunk = XCHUNK_GROUPS * 8;
+    for (size_t c0 = 0; c0 < n_blocks; c0 += chunk) {
+        size_t cn = n_blocks - c0 < chunk ? n_blocks - c0 : chunk;
+        matvec_multi_chunk(rows, n_blocks, w, n_tok, x, y, ldy, c0, cn, c0 > 0);
+    }
+}
+
 /* Token tiles of 32 (16 for a last tile of 5..16 tokens); fewer than 5
 ** tokens cannot fill the lanes and are streamed through matvec instead. */
 #define MM_MIN_TILE 5
@@ -440,8 +494,11 @@ static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
             }
         }
     }
-    for (size_t t = tiled; t < n_tok; t++)      /* a few leftover tokens */
-        matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
+    for (size_t t = tiled; t < n_tok; t += MV_MAXT) {   /* a few leftover tokens */
+        size_t k = n_tok - t < MV_MAXT ? n_tok - t : MV_MAXT;
+        if (k == 1) matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
+        else matvec_multi(rows, n_blocks, w, k, x + t * n_blocks, y + t * ldy, ldy);
+    }
 }
 
 /* ---- FP32 ---- */
