@@ -431,6 +431,57 @@ static void swiglu(struct ds_engine *e, size_t n)
     else ds_pool_run(e->pool, swiglu_task, &j);
 }
 
+/* ---- per-row steps between the matrix multiplies ----
+** Residual adds, norms, input quantization, RoPE and the KV writes work row
+** by row; in a prefill or a batch they run split across the pool too. */
+enum { ROW_ADD = 1, ROW_NORM = 2, ROW_QUANT = 4, ROW_ROPE_KV = 8 };
+
+struct rows_job {
+    struct ds_engine          *e;
+    const struct ds_batch_row *rows;
+    size_t                     n;
+    unsigned                   ops;
+    const float               *norm;     /* ROW_NORM weights */
+    uint32_t                   layer;    /* ROW_ROPE_KV */
+    const float               *qsrc;     /* ROW_QUANT input, qcols per row */
+    uint32_t                   qcols;
+};
+
+static void rope(const struct ds_engine *e, float *x, uint32_t n_heads, uint32_t pos);
+
+static void rows_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct rows_job *j = p;
+    struct ds_engine *e = j->e;
+    struct run_state *s = &e->s;
+    const struct ds_model_config *c = &e->cfg;
+    const size_t dim = c->dim, kvd = c->kv_dim;
+    size_t lo, hi;
+    ds_pool_split(j->n, task, n_tasks, 1, &lo, &hi);
+    for (size_t r = lo; r < hi; r++) {
+        float *x = s->x + r * dim;
+        if (j->ops & ROW_ADD)
+            for (size_t i = 0; i < dim; i++) x[i] += s->xb2[r * dim + i];
+        if (j->ops & ROW_NORM) e->kern->rmsnorm_f32(dim, x, j->norm, c->rms_eps, s->xb + r * dim);
+        if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8)
+            e->kern->quantize_q8(j->qcols, j->qsrc + r * j->qcols, s->xq + r * ds_q8_blocks(j->qcols));
+        if (j->ops & ROW_ROPE_KV) {
+            rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
+            rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
+            memcpy(kv_at(e, j->rows[r].seq, j->layer, 0, s->pos[r]), s->k + r * kvd, kvd * sizeof(float));
+            memcpy(kv_at(e, j->rows[r].seq, j->layer, 1, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
+        }
+    }
+}
+
+static void rows_run(struct ds_engine *e, const struct ds_batch_row *rows, size_t n, unsigned ops,
+                     const float *norm, uint32_t layer, const float *qsrc, uint32_t qcols)
+{
+    struct rows_job j = { e, rows, n, ops, norm, layer, qsrc, qcols };
+    if (n < 4) rows_task(&j, 0, 1);
+    else ds_pool_run(e->pool, rows_task, &j);
+}
+
 /* ---- attention ---- */
 
 struct attn_job {
@@ -540,41 +591,32 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         return rc;
     }
 
-    const size_t dim = c->dim, kvd = c->kv_dim;
+    const size_t dim = c->dim;
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
 
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct layer *L = &e->layers[l];
 
-        /* attention: rmsnorm, q k v, rope, cache, scores, output projection */
-        for (size_t r = 0; r < n; r++)
-            e->kern->rmsnorm_f32(dim, s->x + r * dim, L->attn_norm, c->rms_eps, s->xb + r * dim);
-        quantize_input(e, s->xb, n, c->dim);
+        /* attention: (previous layer's residual,) rmsnorm, q k v, rope, cache,
+        ** scores, output projection */
+        rows_run(e, rows, n, (l ? ROW_ADD : 0) | ROW_NORM | ROW_QUANT, L->attn_norm, l, s->xb, c->dim);
         matmul_n(e, s->xb, n, 3, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
-        for (size_t r = 0; r < n; r++) {
-            rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
-            rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
-            memcpy(kv_at(e, rows[r].seq, l, 0, s->pos[r]), s->k + r * kvd, kvd * sizeof(float));
-            memcpy(kv_at(e, rows[r].seq, l, 1, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
-        }
+        rows_run(e, rows, n, ROW_ROPE_KV, NULL, l, NULL, 0);
         struct attn_job aj = { e, rows, n, l };
         size_t attn_work = 0;
         for (size_t r = 0; r < n; r++) attn_work += (size_t)(s->pos[r] + 1) * dim;
         if (attn_work < PARALLEL_MIN_WORK) attn_task(&aj, 0, 1);
         else ds_pool_run(e->pool, attn_task, &aj);
-        quantize_input(e, s->xb, n, c->dim);
+        rows_run(e, rows, n, ROW_QUANT, NULL, l, s->xb, c->dim);
         matmul(e, &L->wo, s->xb, n, s->xb2);
-        for (size_t i = 0; i < n * dim; i++) s->x[i] += s->xb2[i];
 
-        /* feed-forward: rmsnorm, SwiGLU, down projection */
-        for (size_t r = 0; r < n; r++)
-            e->kern->rmsnorm_f32(dim, s->x + r * dim, L->ffn_norm, c->rms_eps, s->xb + r * dim);
-        quantize_input(e, s->xb, n, c->dim);
+        /* feed-forward: residual, rmsnorm, SwiGLU, down projection */
+        rows_run(e, rows, n, ROW_ADD | ROW_NORM | ROW_QUANT, L->ffn_norm, l, s->xb, c->dim);
         matmul_n(e, s->xb, n, 2, &L->w1, s->hb, &L->w3, s->hb2, NULL, NULL);
         swiglu(e, n);
         matmul(e, &L->w2, s->hb, n, s->xb2);
-        for (size_t i = 0; i < n * dim; i++) s->x[i] += s->xb2[i];
     }
+    rows_run(e, rows, n, ROW_ADD, NULL, 0, NULL, 0);
 
     /* Logits only for the rows that want them. */
     size_t n_out = 0;
