@@ -28,6 +28,7 @@
 #define DEFAULT_KV_SEQS   4u
 #define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
 #define PARALLEL_MIN_WORK 65536u
+#define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define SMALL_HEAD        32u      /* head sizes below this skip the kernel calls in attention */   /* multiply-adds below which waking the pool costs more */
 
 const char *ds_precision_name(enum ds_precision p)
@@ -605,7 +606,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         struct attn_job aj = { e, rows, n, l };
         size_t attn_work = 0;
         for (size_t r = 0; r < n; r++) attn_work += (size_t)(s->pos[r] + 1) * dim;
-        if (attn_work < PARALLEL_MIN_WORK) attn_task(&aj, 0, 1);
+        if (attn_work < ATTN_MIN_WORK) attn_task(&aj, 0, 1);
         else ds_pool_run(e->pool, attn_task, &aj);
         rows_run(e, rows, n, ROW_QUANT, NULL, l, s->xb, c->dim);
         matmul(e, &L->wo, s->xb, n, s->xb2);

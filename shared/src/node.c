@@ -26,61 +26,7 @@
 #include "ds/sampler.h"
 #include "ds/tok.h"
 #include "ds/node.h"
-
-#define TOPIC_CANCEL "dspark/v1/cancel/"
-#define MAX_CANCELS  256
-
-struct node_model {
-    const struct ds_node_model_cfg *cfg;
-    struct ds_model             *model;
-    struct ds_tok               *tok;
-    struct ds_engine            *eng;
-    float                       *logits;      /* (max_batch, vocab) */
-    uint32_t                     max_batch;
-};
-
-/* One accepted request, from intake to its answer. */
-struct node_req {
-    uint64_t             key;           /* scheduler id */
-    struct ds_infer_req  req;
-    char                *reply;         /* response topic */
-    void                *corr;          /* correlation data, may be NULL */
-    size_t               corr_len;
-    struct node_model   *m;
-    uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
-    /* running state (engine thread only) */
-    int32_t             *ids;           /* prompt tokens */
-    size_t               n_ids, n_fed;  /* prompt tokens in the cache */
-    struct ds_seq       *seq;
-    struct ds_sampler   *smp;
-    struct ds_tok_stream st;
-    int32_t              last;          /* token to feed next */
-    uint32_t             n_gen, n_chunks;
-    char                *text;
-    size_t               text_len, text_cap;
-};
-
-struct ds_node {
-    struct ds_node_config  *cfg;
-    const char          *cfg_path;
-    struct node_model    models[DS_NODE_MAX_MODELS];
-    unsigned             n_models;
-    struct ds_mqtt      *mqtt;
-    struct ds_sched     *sched;
-    struct ds_metrics    metrics;
-    struct ds_msg_limits limits;
-    atomic_uint_fast64_t next_key;
-    atomic_bool          stop, reload, draining;
-    struct node_req    **active;        /* max_active */
-    unsigned             n_active;
-    pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
-    char                *cancels[MAX_CANCELS];
-    unsigned             n_cancels;
-    uint64_t             start_ns;
-    char                 status_topic[160], telemetry_topic[160];
-    const char          *infer_prefix;   /* "dspark/v1/infer/" or "dspark/v1/center/infer/" */
-    const char          *share_group;    /* "$share/dspark-edge/" or "$share/dspark-center/" */
-};
+#include "node_internal.h"
 
 /* ---- answers ---- */
 
@@ -91,7 +37,7 @@ static uint64_t unix_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                     char *json, size_t len)
 {
     struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
@@ -100,7 +46,7 @@ static void publish(struct ds_node *a, const char *topic, const void *corr, size
     free(json);
 }
 
-static void send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                        const char *id, enum ds_msg_code code, const char *message)
 {
     ds_metrics_record_error(&a->metrics, (unsigned)code);
@@ -112,10 +58,10 @@ static void send_error(struct ds_node *a, const char *topic, const void *corr, s
     char *json;
     size_t len;
     if (ds_msg_error_encode(id, code, message, &json, &len) == DS_OK)
-        publish(a, topic, corr, corr_len, json, len);
+        node__publish(a, topic, corr, corr_len, json, len);
 }
 
-static void req_free(struct node_req *r)
+void node__req_free(struct node_req *r)
 {
     if (!r) return;
     ds_seq_destroy(r->seq);
@@ -128,10 +74,10 @@ static void req_free(struct node_req *r)
     free(r);
 }
 
-static void req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
 {
-    send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
-    req_free(r);
+    node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+    node__req_free(r);
 }
 
 /* ---- intake (Paho's thread): decode, check, queue; never compute ---- */
@@ -180,6 +126,23 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
     return d;
 }
 
+/* Admission by estimated finish time: the work queued ahead of r plus r's own,
+** at the decode rate measured so far, against r's deadline and its tier's
+** latency budget. */
+static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t now)
+{
+    double rate = atomic_load(&a->tok_rate);
+    if (!(rate > 0.0)) return false;              /* nothing measured yet */
+    double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
+    double finish_ms = ((double)ds_sched_backlog(a->sched) + own) / rate * 1000.0;
+    double budget_ms = a->cfg->budget_ms[r->req.priority];
+    if (r->deadline_ns) {
+        double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
+        if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
+    }
+    return budget_ms > 0.0 && finish_ms > budget_ms;
+}
+
 static void on_message(void *ud, const struct ds_mqtt_msg *msg)
 {
     struct ds_node *a = ud;
@@ -188,6 +151,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         on_cancel(a, msg);
         return;
     }
+    if (a->ovf && node__overflow_on_message(a, msg)) return;
     if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
     const char *model_name = msg->topic + strlen(a->infer_prefix);
 
@@ -211,43 +175,51 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
                id ? id : "?", r->reply);
         ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
-        req_free(r);
+        node__req_free(r);
         return;
     }
     if (rc != DS_OK) {
-        send_error(a, r->reply, r->corr, r->corr_len, id, err.code, err.message);
-        req_free(r);
+        node__send_error(a, r->reply, r->corr, r->corr_len, id, err.code, err.message);
+        node__req_free(r);
         return;
     }
     if (!r->reply) {
-        req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
+        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
         return;
     }
     if (strcmp(r->req.model, model_name) != 0) {
-        req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
+        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return;
     }
     r->m = find_model(a, model_name, strlen(model_name));
     if (!r->m) {
-        req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this edge");
-        return;
-    }
-    if (r->req.route == DS_MSG_ROUTE_CENTER && a->cfg->role == DS_MSG_ROLE_EDGE) {
-        req_fail(a, r, DS_MSG_CODE_OVERLOADED, "route: center requested but no center is configured");
+        node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this node");
         return;
     }
     if (atomic_load(&a->draining)) {
-        req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
+        node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
         return;
     }
     r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
     r->key = atomic_fetch_add(&a->next_key, 1);
+    atomic_fetch_add(&a->n_taken, 1);
+    /* The edge's choice: here, or a center (route, or a finish it cannot
+    ** make in time); with no live center it serves what it can itself. */
+    if (a->ovf && r->req.route != DS_MSG_ROUTE_EDGE &&
+        (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__overflow_send(a, r))
+        return;
+    if (node__enqueue(a, r)) return;
+    if (a->ovf && r->req.route != DS_MSG_ROUTE_EDGE && node__overflow_send(a, r)) return;
+    node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
+}
+
+bool node__enqueue(struct ds_node *a, struct node_req *r)
+{
     struct ds_sched_item it = {
-        .id = r->key, .tier = r->req.priority, .enqueued_ns = now, .deadline_ns = r->deadline_ns,
+        .id = r->key, .tier = r->req.priority, .enqueued_ns = ds_now_ns(), .deadline_ns = r->deadline_ns,
         .cost = r->req.max_tokens + (uint32_t)(r->req.prompt_len / 4), .user = r,
     };
-    if (ds_sched_push(a->sched, &it) != DS_OK)
-        req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
+    return ds_sched_push(a->sched, &it) == DS_OK;
 }
 
 static void publish_status(struct ds_node *a, enum ds_msg_state state)
@@ -293,6 +265,42 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
     while (slot < a->n_active && a->active[slot] != r) slot++;
     DS_ASSERT(slot < a->n_active);
     uint64_t now = ds_now_ns();
+    /* Cascade: an answer the model was not sure of goes to a center, whose
+    ** answer replaces it (streamed answers have reached the device already). */
+    float threshold = r->m->cfg->cascade;
+    if (a->ovf && threshold < 0.0f && !r->cascaded && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
+        r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
+        a->active[slot] = a->active[--a->n_active];
+        DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: asking a center", r->req.id,
+               r->logprob_sum / r->n_gen, (double)threshold);
+        /* Detach the edge's run before r changes hands: once sent, the
+        ** relay (Paho's thread) may answer and free r at any moment. */
+        char *text = r->text;
+        size_t text_len = r->text_len, text_cap = r->text_cap;
+        uint32_t n_gen = r->n_gen;
+        r->text = NULL;
+        r->text_len = r->text_cap = 0;
+        r->n_gen = 0;
+        r->cascaded = true;
+        ds_seq_destroy(r->seq);
+        ds_sampler_destroy(r->smp);
+        free(r->ids);
+        r->seq = NULL;
+        r->smp = NULL;
+        r->ids = NULL;
+        r->n_ids = r->n_fed = 0;
+        if (node__overflow_send(a, r)) {
+            atomic_fetch_add(&a->n_cascaded, 1);
+            free(text);
+            return;
+        }
+        r->text = text;                     /* no center: answer with what we have */
+        r->text_len = text_len;
+        r->text_cap = text_cap;
+        r->n_gen = n_gen;
+        a->active[a->n_active++] = r;
+        slot = a->n_active - 1;
+    }
     struct ds_msg_final f = {
         .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
@@ -304,9 +312,9 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
     };
     char *json;
     size_t len;
-    if (ds_msg_final_encode(&f, &json, &len) == DS_OK) publish(a, r->reply, r->corr, r->corr_len, json, len);
+    if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
     ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
-    req_free(r);
+    node__req_free(r);
     a->active[slot] = a->active[--a->n_active];
 }
 
@@ -329,7 +337,9 @@ static bool append_text(struct node_req *r, const char *p, size_t n)
 static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 {
     if (!r->first_ns) r->first_ns = ds_now_ns();
-    int32_t tok = ds_sampler_sample(r->smp, logits, NULL);
+    float lp = 0.0f;
+    int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
+    r->logprob_sum += lp;
     if (tok == ds_tok_eos(r->m->tok) || tok == ds_tok_bos(r->m->tok)) {
         finish(a, r, DS_MSG_FINISH_STOP);
         return true;
@@ -355,7 +365,7 @@ static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
                     struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
                     char *json;
                     size_t len;
-                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) publish(a, r->reply, r->corr, r->corr_len, json, len);
+                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
                 }
                 finish(a, r, DS_MSG_FINISH_STOP);
                 return true;
@@ -365,7 +375,7 @@ static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
             struct ds_msg_chunk c = { r->req.id, piece, got, r->n_chunks++ };
             char *json;
             size_t len;
-            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) publish(a, r->reply, r->corr, r->corr_len, json, len);
+            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
         }
     }
     if (r->n_gen >= r->req.max_tokens || ds_seq_len(r->seq) + 1 >= ds_engine_max_ctx(r->m->eng)) {
@@ -380,6 +390,16 @@ static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
+    /* A center tells the edge that relayed r who holds it. */
+    if (a->cfg->role == DS_MSG_ROLE_CENTER && !strncmp(r->reply, TOPIC_RELAY, strlen(TOPIC_RELAY))) {
+        cJSON *acc = cJSON_CreateObject();
+        cJSON_AddNumberToObject(acc, "v", 1);
+        cJSON_AddStringToObject(acc, "id", r->req.id);
+        cJSON_AddStringToObject(acc, "accepted_by", a->cfg->node);
+        char *json = cJSON_PrintUnformatted(acc);
+        cJSON_Delete(acc);
+        if (json) node__publish(a, r->reply, r->corr, r->corr_len, json, strlen(json));
+    }
     if (take_cancel(a, r->req.id)) {
         a->active[a->n_active++] = r;
         finish(a, r, DS_MSG_FINISH_CANCELLED);
@@ -389,21 +409,21 @@ static void admit(struct ds_node *a, struct node_req *r)
     size_t cap = r->req.prompt_len + 3;
     r->ids = malloc(cap * sizeof *r->ids);
     if (!r->ids || ds_tok_encode(m->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
-        req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
+        node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return;
     }
     uint32_t ctx = ds_engine_max_ctx(m->eng);
     if (r->n_ids + 1 >= ctx) {
         char msg[160];
         snprintf(msg, sizeof msg, "prompt: %zu tokens; the context holds %u", r->n_ids, ctx);
-        req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, msg);
+        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, msg);
         return;
     }
     struct ds_sampler_params sp = r->req.sampling;
     if (!r->req.has_seed) sp.seed = r->key ^ r->recv_ns;
     if (sp.top_k > ds_engine_config(m->eng)->vocab_size) sp.top_k = 0;
     if (ds_seq_create(m->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(m->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
-        req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
+        node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
         return;
     }
     ds_tok_stream_init(&r->st);
@@ -437,14 +457,20 @@ static void step_model(struct ds_node *a, struct node_model *m)
         r->n_fed += k;
     }
     if (n == 0) return;
+    uint64_t t0 = ds_now_ns();
     enum ds_err rc = ds_engine_forward(m->eng, rows, n, m->logits);
+    double dt = (double)(ds_now_ns() - t0) / 1e9;
+    if (rc == DS_OK && n_logits && dt > 0.0) {       /* decode throughput, for admission */
+        double inst = (double)n_logits / dt, old = atomic_load(&a->tok_rate);
+        atomic_store(&a->tok_rate, old > 0.0 ? 0.9 * old + 0.1 * inst : inst);
+    }
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
             if (a->active[i]->m == m) {
                 struct node_req *r = a->active[i];
                 a->active[i] = a->active[--a->n_active];
-                req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
+                node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
             }
         return;
     }
@@ -457,6 +483,8 @@ static void cancel_running(struct ds_node *a)
     for (unsigned i = a->n_active; i-- > 0;)
         if (take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
 }
+
+static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
 
 static void publish_telemetry(struct ds_node *a)
 {
@@ -473,6 +501,8 @@ static void publish_telemetry(struct ds_node *a)
         .node = a->cfg->node, .role = a->cfg->role, .ts_ms = unix_ms(),
         .uptime_s = s.uptime_s,
         .requests_per_s = s.requests_per_s, .tokens_per_s = s.tokens_per_s,
+        .overflow_ratio = ratio(atomic_load(&a->n_overflowed) - atomic_load(&a->n_cascaded), atomic_load(&a->n_taken)),
+        .cascade_ratio = ratio(atomic_load(&a->n_cascaded), atomic_load(&a->n_taken)),
         .p50_ms = ds_hist_quantile(&s.total_ms, 0.5), .p90_ms = ds_hist_quantile(&s.total_ms, 0.9),
         .p99_ms = ds_hist_quantile(&s.total_ms, 0.99),
         .hist_le_ms = le, .hist_counts = counts, .n_hist = DS_HIST_LE_N,
@@ -523,12 +553,14 @@ enum ds_err ds_node_run(struct ds_node *a)
     enum ds_err rc = ds_mqtt_connect(a->mqtt);
     if (rc != DS_OK) return rc;
     subscribe_all(a, true);
+    if (a->ovf) node__overflow_subscribe(a);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
-    uint64_t next_telemetry = ds_now_ns();
+    uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
     for (;;) {
         if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
             atomic_store(&a->draining, true);
+            drain_start = ds_now_ns();
             subscribe_all(a, false);
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
         }
@@ -541,8 +573,9 @@ enum ds_err ds_node_run(struct ds_node *a)
         uint64_t now = ds_now_ns();
         struct ds_sched_item it;
         while (ds_sched_pop_expired(a->sched, now, &it))
-            req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
+            node__req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
         cancel_running(a);
+        if (a->ovf) node__overflow_check(a, now);
         while (a->n_active < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
             admit(a, it.user);
         }
@@ -554,7 +587,10 @@ enum ds_err ds_node_run(struct ds_node *a)
         if (atomic_load(&a->draining) && a->n_active == 0) {
             uint32_t q = 0;
             for (int t = 0; t < DS_TIER_COUNT; t++) q += ds_sched_depth(a->sched, (enum ds_tier)t);
-            if (q == 0) break;
+            /* Requests at a center are waited for (bounded: their deadlines
+            ** and the accept timeout hand them back to this loop). */
+            bool at_center = a->ovf && node__overflow_pending(a) > 0 && now - drain_start < 60000000000ull;
+            if (q == 0 && !at_center) break;
         }
         if (a->n_active == 0) ds_sched_wait(a->sched, 100);
     }
@@ -607,10 +643,11 @@ void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
+    node__overflow_destroy(a);
     struct ds_sched_item it;
-    while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) req_free(it.user);
-    while (a->sched && ds_sched_pop(a->sched, 0, &it)) req_free(it.user);
-    for (unsigned i = 0; i < a->n_active; i++) req_free(a->active[i]);
+    while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
+    while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
+    for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
     ds_sched_destroy(a->sched);
     for (unsigned i = 0; i < a->n_models; i++) {
         ds_engine_destroy(a->models[i].eng);
@@ -662,6 +699,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     memcpy(so.cap, c->queue_cap, sizeof so.cap);
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
+    if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;

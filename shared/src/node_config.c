@@ -28,6 +28,11 @@ static const struct ds_cfg_key node_keys[] = {
     { "batch", "prefill_chunk", DS_CFG_U32, O(prefill_chunk), "32", 1, 1024, 0, "prompt tokens per step, so streams keep flowing" },
     { "telemetry", "interval_s", DS_CFG_U32, O(telemetry_s), "5", 1, 3600, DS_CFG_RELOADABLE, "telemetry period" },
     { "limits", "max_payload", DS_CFG_U32, O(max_payload), "65536", 256, 16777216, 0, "largest request, bytes" },
+    { "overflow", "enabled", DS_CFG_BOOL, O(overflow), "true", 0, 0, 0, "edge: send work to live centers when it cannot finish in time" },
+    { "overflow", "budget_high_ms", DS_CFG_U32, O(budget_ms[DS_TIER_HIGH]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: overflow high work expected to finish later than this (0 = deadline only)" },
+    { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for normal" },
+    { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for low" },
+    { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0, "edge: serve locally what no center took within this" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
 };
 #undef O
@@ -73,13 +78,21 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
         *str = s;
         return 0;
     }
+    if (!strcmp(key, "cascade")) {
+        char *end;
+        float f = strtof(value, &end);
+        if (!*value || *end || !(f <= 0.0f) || f < -100.0f)
+            return snprintf(err, n, "'%s' is not a mean log-probability in -100..0 (0 = off)", value), -1;
+        m->cascade = f;
+        return 0;
+    }
     if (!strcmp(key, "precision")) {
         if ((m->precision = ds_precision_parse(value)) < 0)
             return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
         return 0;
     }
     uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx : NULL;
-    if (!u) return snprintf(err, n, "unknown model key (path, tokenizer, version, precision, threads, ctx)"), -1;
+    if (!u) return snprintf(err, n, "unknown model key (path, tokenizer, version, precision, threads, ctx, cascade)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
     if (!*value || *end || *value == '-' || v > (u == &m->threads ? 256ul : 1048576ul))
@@ -91,7 +104,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 static int on_section(void *ud, const char *section, const char *key, const char *value, char *err, size_t n)
 {
     if (strncmp(section, "model ", 6) != 0) {
-        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits or 'model NAME')");
+        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow or 'model NAME')");
         return -1;
     }
     return set_model_key(ud, section + 6, key, value, err, n);
@@ -140,6 +153,7 @@ enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool
         c->log_level = tmp.log_level;
         tmp.log_level = lvl;
         c->telemetry_s = tmp.telemetry_s;
+        memcpy(c->budget_ms, tmp.budget_ms, sizeof c->budget_ms);
     }
     ds_node_config_cleanup(&tmp);
     return rc;
@@ -198,5 +212,6 @@ void ds_node_config_describe(FILE *f)
     struct ds_cfg_spec sp = spec_for(&c);
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
-               "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048))\n");
+               "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off)\n");
 }

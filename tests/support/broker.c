@@ -74,6 +74,7 @@ static bool write_conf(struct tb_broker *b)
             "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n"
             "connection_messages true\n",
             b->port, b->o.max_inflight, b->o.max_queued);
+    if (b->o.extra_conf) fprintf(f, "%s\n", b->o.extra_conf);
     return fclose(f) == 0;
 }
 
@@ -153,6 +154,7 @@ enum ds_err tb_broker_start(const struct tb_broker_opts *o, struct tb_broker **o
     b->exe = exe;
     b->o.max_inflight = o && o->max_inflight ? o->max_inflight : 20;
     b->o.max_queued = o && o->max_queued ? o->max_queued : 10000;
+    b->o.extra_conf = o ? o->extra_conf : NULL;
     if (!(b->dir = tu_tmpdir())) {
         free(b);
         return DS_ERR_IO;

@@ -18,6 +18,8 @@
 struct tb_broker_opts {
     uint32_t max_inflight;     /* mosquitto max_inflight_messages (default 20, its own) */
     uint32_t max_queued;       /* max_queued_messages (default 10000) */
+    const char *extra_conf;    /* lines appended to the config (a bridge...); BORROWED
+                               ** until the broker is destroyed; NULL = none */
 };
 
 struct tb_broker;

@@ -37,6 +37,8 @@ struct ds_node_model_cfg {
     int      precision;     /* enum ds_precision (default: int8 on an edge, fp32 on a center) */
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */
+    float    cascade;       /* edge: send a non-streamed answer whose mean token
+                            ** log-probability is below this to a center; 0 = off */
 };
 
 struct ds_node_config {
@@ -52,6 +54,9 @@ struct ds_node_config {
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */
     uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
+    bool     overflow;          /* [overflow] enabled (edge) */
+    uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
+    uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
 };

@@ -1,0 +1,111 @@
+/*
+** node_internal.h — what the serving node's files share (node.c: intake,
+** engine loop, replies; node_overflow.c: the edge's overflow to centers and
+** its cascade). Never installed; never used outside shared/src/node*.c.
+*/
+#ifndef DS_NODE_INTERNAL_H
+#define DS_NODE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ds/engine.h"
+#include "ds/metrics.h"
+#include "ds/model.h"
+#include "ds/mqtt.h"
+#include "ds/msg.h"
+#include "ds/node.h"
+#include "ds/sampler.h"
+#include "ds/sched.h"
+#include "ds/tok.h"
+
+#define TOPIC_CANCEL "dspark/v1/cancel/"
+#define MAX_CANCELS  256
+
+struct node_model {
+    const struct ds_node_model_cfg *cfg;
+    struct ds_model             *model;
+    struct ds_tok               *tok;
+    struct ds_engine            *eng;
+    float                       *logits;      /* (max_batch, vocab) */
+    uint32_t                     max_batch;
+};
+
+/* One accepted request, from intake to its answer. */
+struct node_req {
+    uint64_t             key;           /* scheduler id */
+    struct ds_infer_req  req;
+    char                *reply;         /* response topic */
+    void                *corr;          /* correlation data, may be NULL */
+    size_t               corr_len;
+    struct node_model   *m;
+    uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
+    /* running state (engine thread only) */
+    int32_t             *ids;           /* prompt tokens */
+    size_t               n_ids, n_fed;  /* prompt tokens in the cache */
+    struct ds_seq       *seq;
+    struct ds_sampler   *smp;
+    struct ds_tok_stream st;
+    int32_t              last;          /* token to feed next */
+    uint32_t             n_gen, n_chunks;
+    char                *text;
+    size_t               text_len, text_cap;
+    double               logprob_sum;   /* of the generated tokens (cascade) */
+    bool                 cascaded;      /* sent on to a center after a weak answer */
+};
+
+struct ds_node {
+    struct ds_node_config  *cfg;
+    const char          *cfg_path;
+    struct node_model    models[DS_NODE_MAX_MODELS];
+    unsigned             n_models;
+    struct ds_mqtt      *mqtt;
+    struct ds_sched     *sched;
+    struct ds_metrics    metrics;
+    struct ds_msg_limits limits;
+    atomic_uint_fast64_t next_key;
+    atomic_bool          stop, reload, draining;
+    struct node_req    **active;        /* max_active */
+    unsigned             n_active;
+    pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
+    char                *cancels[MAX_CANCELS];
+    unsigned             n_cancels;
+    uint64_t             start_ns;
+    char                 status_topic[160], telemetry_topic[160];
+    const char          *infer_prefix;   /* "dspark/v1/infer/" or "dspark/v1/center/infer/" */
+    const char          *share_group;    /* "$share/dspark-edge/" or "$share/dspark-center/" */
+    struct node_overflow *ovf;           /* edge only: centers, relayed requests */
+    _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
+    atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
+};
+
+#define TOPIC_RELAY  "dspark/v1/relay/"
+
+/* node.c */
+void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+                   char *json, size_t len);                  /* TAKES json */
+void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+                      const char *id, enum ds_msg_code code, const char *message);
+void node__req_free(struct node_req *r);
+void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
+/* Queue r locally; false when the tier is full. */
+bool node__enqueue(struct ds_node *a, struct node_req *r);
+
+/* node_overflow.c (edge role) */
+enum ds_err node__overflow_create(struct ds_node *a);
+void        node__overflow_destroy(struct ds_node *a);
+/* Topics the edge listens to for centers (status) and relayed answers. */
+void        node__overflow_subscribe(struct ds_node *a);
+/* A status or relay message; true when it was one. Paho's thread. */
+bool        node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg);
+/* Live centers now. */
+unsigned    node__centers_live(struct ds_node *a);
+/* Send r to the centers (TAKES r on true). */
+bool        node__overflow_send(struct ds_node *a, struct node_req *r);
+/* Engine loop: requests whose center died or never took them come back. */
+void        node__overflow_check(struct ds_node *a, uint64_t now_ns);
+/* Requests still with a center (draining waits for them). */
+unsigned    node__overflow_pending(struct ds_node *a);
+
+#endif

@@ -1,0 +1,302 @@
+/*
+** node_overflow.c — the edge's side of overflow and cascade: which centers
+** are alive (their retained status and last will), sending a request to
+** them, relaying their answer to the device, and taking a request back when
+** its center dies or nobody takes it.
+**
+** Contract with the centers: the edge republishes the request on
+** dspark/v1/center/infer/<model> (centers share it through
+** $share/dspark-center/...) with its own relay topic,
+** dspark/v1/relay/<edge node>, as Response Topic and the request's key as
+** Correlation Data, keeping the deadline as Message Expiry. A center that
+** admits it first says so on the relay topic ({"v":1,"id","accepted_by"}),
+** then sends chunks and one final or error there; the edge forwards them to
+** the device's own response topic with the device's correlation data. So
+** the edge always knows who holds a request: when that center goes offline,
+** a request that has streamed nothing yet is served locally; one that has
+** already streamed gets a clear error (its text cannot be continued).
+**
+** Owns: the center table and the table of requests at a center (both under
+** one mutex; touched from Paho's thread and the engine loop).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "node_internal.h"
+
+#define MAX_CENTERS 32
+#define MAX_PENDING 4096
+
+struct center {
+    char     name[64];
+    bool     online;
+};
+
+struct pending {
+    struct node_req *r;
+    char             center[64];   /* "" until a center accepts it */
+    uint64_t         sent_ns;
+    uint32_t         relayed;      /* chunks forwarded to the device */
+    bool             lost;         /* its center died: the engine loop takes it back */
+};
+
+struct node_overflow {
+    pthread_mutex_t mu;
+    struct center   centers[MAX_CENTERS];
+    unsigned        n_centers;
+    struct pending *p;             /* MAX_PENDING slots; r == NULL when free */
+    unsigned        n_pending;
+    char            relay_topic[128];
+};
+
+enum ds_err node__overflow_create(struct ds_node *a)
+{
+    struct node_overflow *o = calloc(1, sizeof *o);
+    if (!o) return DS_ERR_NOMEM;
+    o->p = calloc(MAX_PENDING, sizeof *o->p);
+    if (!o->p) {
+        free(o);
+        return DS_ERR_NOMEM;
+    }
+    pthread_mutex_init(&o->mu, NULL);
+    snprintf(o->relay_topic, sizeof o->relay_topic, TOPIC_RELAY "%s", a->cfg->node);
+    a->ovf = o;
+    return DS_OK;
+}
+
+void node__overflow_destroy(struct ds_node *a)
+{
+    struct node_overflow *o = a->ovf;
+    if (!o) return;
+    for (unsigned i = 0; i < MAX_PENDING; i++) node__req_free(o->p[i].r);
+    pthread_mutex_destroy(&o->mu);
+    free(o->p);
+    free(o);
+    a->ovf = NULL;
+}
+
+void node__overflow_subscribe(struct ds_node *a)
+{
+    if (ds_mqtt_subscribe(a->mqtt, "dspark/v1/status/+", 1) != DS_OK ||
+        ds_mqtt_subscribe(a->mqtt, a->ovf->relay_topic, 1) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "overflow: could not subscribe to center status or %s", a->ovf->relay_topic);
+}
+
+unsigned node__centers_live(struct ds_node *a)
+{
+    struct node_overflow *o = a->ovf;
+    unsigned n = 0;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers; i++) n += o->centers[i].online;
+    pthread_mutex_unlock(&o->mu);
+    return n;
+}
+
+unsigned node__overflow_pending(struct ds_node *a)
+{
+    pthread_mutex_lock(&a->ovf->mu);
+    unsigned n = a->ovf->n_pending;
+    pthread_mutex_unlock(&a->ovf->mu);
+    return n;
+}
+
+/* A center's status: remember it; when it goes away, mark its requests lost. */
+static void on_status(struct ds_node *a, const struct ds_mqtt_msg *msg)
+{
+    struct node_overflow *o = a->ovf;
+    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
+    if (!cJSON_IsString(node) || !cJSON_IsString(role) || !cJSON_IsString(state) ||
+        strcmp(role->valuestring, "center") != 0 || strlen(node->valuestring) >= 64) {
+        cJSON_Delete(j);
+        return;
+    }
+    bool online = strcmp(state->valuestring, "online") == 0;
+    pthread_mutex_lock(&o->mu);
+    struct center *c = NULL;
+    for (unsigned i = 0; i < o->n_centers && !c; i++)
+        if (!strcmp(o->centers[i].name, node->valuestring)) c = &o->centers[i];
+    if (!c && o->n_centers < MAX_CENTERS) {
+        c = &o->centers[o->n_centers++];
+        snprintf(c->name, sizeof c->name, "%s", node->valuestring);
+    }
+    if (c) {
+        if (c->online != online)
+            DS_LOG(online ? DS_LOG_INFO : DS_LOG_WARN, "center %s is %s", c->name, state->valuestring);
+        c->online = online;
+        if (!online)
+            for (unsigned i = 0; i < MAX_PENDING; i++)
+                if (o->p[i].r && !strcmp(o->p[i].center, c->name)) o->p[i].lost = true;
+    }
+    pthread_mutex_unlock(&o->mu);
+    cJSON_Delete(j);
+    ds_sched_wake(a->sched);
+}
+
+/* A center's message about one of our requests: record or forward it. */
+static void on_relay(struct ds_node *a, const struct ds_mqtt_msg *msg)
+{
+    struct node_overflow *o = a->ovf;
+    char key[24];
+    if (!msg->correlation.p || msg->correlation.n == 0 || msg->correlation.n >= sizeof key) return;
+    memcpy(key, msg->correlation.p, msg->correlation.n);
+    key[msg->correlation.n] = '\0';
+    unsigned long long k = strtoull(key, NULL, 10);
+    pthread_mutex_lock(&o->mu);
+    struct pending *p = NULL;
+    for (unsigned i = 0; i < MAX_PENDING && !p; i++)
+        if (o->p[i].r && o->p[i].r->key == k) p = &o->p[i];
+    if (!p || p->lost) {                       /* taken back already: the late answer is dropped */
+        pthread_mutex_unlock(&o->mu);
+        return;
+    }
+    struct node_req *r = p->r;
+    const char *body = msg->payload;
+    bool accept = msg->len < 512 && memmem(body, msg->len, "\"accepted_by\"", 13);
+    bool last = memmem(body, msg->len, "\"done\":true", 11) || memmem(body, msg->len, "\"error\"", 7);
+    if (accept) {
+        cJSON *j = cJSON_ParseWithLength(body, msg->len);
+        const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "accepted_by");
+        if (cJSON_IsString(by)) snprintf(p->center, sizeof p->center, "%s", by->valuestring);
+        cJSON_Delete(j);
+        pthread_mutex_unlock(&o->mu);
+        return;
+    }
+    if (!last) p->relayed++;
+    if (last) {
+        p->r = NULL;
+        o->n_pending--;
+    }
+    pthread_mutex_unlock(&o->mu);
+    char *copy = malloc(msg->len ? msg->len : 1);
+    if (copy) {
+        memcpy(copy, body, msg->len);
+        node__publish(a, r->reply, r->corr, r->corr_len, copy, msg->len);
+    }
+    if (last) node__req_free(r);
+}
+
+bool node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
+{
+    if (!strncmp(msg->topic, "dspark/v1/status/", 17)) {
+        on_status(a, msg);
+        return true;
+    }
+    if (!strcmp(msg->topic, a->ovf->relay_topic)) {
+        on_relay(a, msg);
+        return true;
+    }
+    return false;
+}
+
+bool node__overflow_send(struct ds_node *a, struct node_req *r)
+{
+    struct node_overflow *o = a->ovf;
+    if (node__centers_live(a) == 0) return false;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return false;
+    /* The request as the device meant it, without reply_to: answers go to
+    ** the relay topic and the edge forwards them. */
+    const struct ds_infer_req *q = &r->req;
+    cJSON_AddNumberToObject(j, "v", 1);
+    cJSON_AddStringToObject(j, "id", q->id);
+    cJSON_AddStringToObject(j, "model", q->model);
+    cJSON_AddStringToObject(j, "prompt", q->prompt);
+    cJSON_AddNumberToObject(j, "max_tokens", q->max_tokens);
+    cJSON_AddNumberToObject(j, "temperature", q->sampling.temperature);
+    cJSON_AddNumberToObject(j, "top_p", q->sampling.top_p);
+    cJSON_AddNumberToObject(j, "top_k", q->sampling.top_k);
+    if (q->has_seed) {
+        char seed[24];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)q->sampling.seed);
+        cJSON_AddStringToObject(j, "seed", seed);
+    }
+    if (q->n_stop) {
+        cJSON *st = cJSON_AddArrayToObject(j, "stop");
+        for (uint32_t i = 0; st && i < q->n_stop; i++) cJSON_AddItemToArray(st, cJSON_CreateString(q->stop[i]));
+    }
+    cJSON_AddBoolToObject(j, "stream", q->stream);
+    cJSON_AddStringToObject(j, "priority", ds_tier_name(q->priority));
+    cJSON_AddStringToObject(j, "route", "center");
+    char *json = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!json) return false;
+
+    uint64_t now = ds_now_ns();
+    uint32_t expiry_s = 0;
+    if (r->deadline_ns) {
+        if (r->deadline_ns <= now) {
+            free(json);
+            return false;                       /* let the local path answer deadline_exceeded */
+        }
+        expiry_s = (uint32_t)((r->deadline_ns - now + 999999999ull) / 1000000000ull);
+    }
+    pthread_mutex_lock(&o->mu);
+    struct pending *p = NULL;
+    for (unsigned i = 0; i < MAX_PENDING && !p; i++)
+        if (!o->p[i].r) p = &o->p[i];
+    if (p) {
+        *p = (struct pending){ .r = r, .sent_ns = now };
+        o->n_pending++;
+    }
+    pthread_mutex_unlock(&o->mu);
+    if (!p) {
+        free(json);
+        return false;
+    }
+    char topic[192], key[24];
+    snprintf(topic, sizeof topic, "dspark/v1/center/infer/%s", q->model);
+    snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
+    struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s };
+    enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);
+    free(json);
+    if (rc != DS_OK) {                          /* take it back: the caller serves it */
+        pthread_mutex_lock(&o->mu);
+        p->r = NULL;
+        o->n_pending--;
+        pthread_mutex_unlock(&o->mu);
+        return false;
+    }
+    atomic_fetch_add(&a->n_overflowed, 1);
+    return true;
+}
+
+void node__overflow_check(struct ds_node *a, uint64_t now_ns)
+{
+    struct node_overflow *o = a->ovf;
+    const uint64_t accept_ns = (uint64_t)a->cfg->accept_timeout_ms * 1000000ull;
+    for (unsigned i = 0; i < MAX_PENDING; i++) {
+        struct node_req *r = NULL;
+        uint32_t relayed = 0;
+        const char *why = NULL;
+        pthread_mutex_lock(&o->mu);
+        struct pending *p = &o->p[i];
+        if (p->r && (p->lost || (!p->center[0] && now_ns - p->sent_ns > accept_ns) ||
+                     (p->r->deadline_ns && now_ns > p->r->deadline_ns + 1000000000ull))) {
+            why = p->lost ? "its center went offline" : !p->center[0] ? "no center took it" : "its center did not answer in time";
+            r = p->r;
+            relayed = p->relayed;
+            p->r = NULL;
+            o->n_pending--;
+        }
+        pthread_mutex_unlock(&o->mu);
+        if (!r) continue;
+        if (r->deadline_ns && now_ns >= r->deadline_ns) {
+            node__req_fail(a, r, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed at the center");
+        } else if (relayed > 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "center lost after %u streamed chunks (%s); send the request again", relayed, why);
+            node__req_fail(a, r, DS_MSG_CODE_INTERNAL, msg);
+        } else {
+            DS_LOG(DS_LOG_WARN, "request %s: %s; serving it here", r->req.id, why);
+            if (!node__enqueue(a, r)) node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "center lost and this edge is full");
+        }
+    }
+}

@@ -1,0 +1,381 @@
+/*
+** test_overflow.c — overflow and cascade across two real brokers: the edge's
+** mosquitto bridged (MQTT 5) to the center's, a dspark-edge on the first,
+** two dspark-centers on the second, device clients on the edge's broker.
+** Shows: route=center is answered by a center (FP32, the reference text);
+** three times the edge's capacity is all answered, partly by both centers;
+** a weak answer cascades to a center, which says so; a center SIGKILLed
+** mid-run loses no request; with every center down the edge serves what it
+** can and says overloaded for the rest; a center back, overflow resumes.
+*/
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "ds/mqtt.h"
+#include "support/broker.h"
+#include "support/testutil.h"
+
+extern char **environ;
+
+#define MAX_MSGS 16384
+
+struct msg {
+    char  corr[48];
+    char *json;
+};
+
+static struct {
+    struct tb_broker *edge_b, *center_b;
+    char             *dir;
+    char              bridge[1024];
+    pid_t             edge, center[2];
+    struct ds_mqtt   *dev;
+    pthread_mutex_t   mu;
+    struct msg        m[MAX_MSGS];
+    int               n;
+} g;
+
+static void on_msg(void *ud, const struct ds_mqtt_msg *m)
+{
+    (void)ud;
+    pthread_mutex_lock(&g.mu);
+    if (g.n < MAX_MSGS) {
+        struct msg *x = &g.m[g.n];
+        size_t cl = m->correlation.p ? DS_MIN(m->correlation.n, sizeof x->corr - 1) : 0;
+        memcpy(x->corr, m->correlation.p ? m->correlation.p : "", cl);
+        x->corr[cl] = '\0';
+        x->json = strndup(m->payload, m->len);
+        g.n++;
+    }
+    pthread_mutex_unlock(&g.mu);
+}
+
+/* The final or error for corr (OWNED copy), waiting up to ms. */
+static char *answer(const char *corr, int ms)
+{
+    for (int t = 0; t <= ms / 10; t++) {
+        char *hit = NULL;
+        pthread_mutex_lock(&g.mu);
+        for (int i = 0; i < g.n && !hit; i++)
+            if (!strcmp(g.m[i].corr, corr) && (strstr(g.m[i].json, "\"done\":true") || strstr(g.m[i].json, "\"error\"")))
+                hit = strdup(g.m[i].json);
+        pthread_mutex_unlock(&g.mu);
+        if (hit) return hit;
+        usleep(10000);
+    }
+    return NULL;
+}
+
+static int count_answers(const char *corr)
+{
+    int n = 0;
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < g.n; i++)
+        n += !strcmp(g.m[i].corr, corr) && (strstr(g.m[i].json, "\"done\":true") || strstr(g.m[i].json, "\"error\""));
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+static bool seen(const char *needle, int ms)
+{
+    for (int t = 0; t <= ms / 10; t++) {
+        bool hit = false;
+        pthread_mutex_lock(&g.mu);
+        for (int i = g.n; i-- > 0 && !hit;) hit = strstr(g.m[i].json, needle) != NULL;
+        pthread_mutex_unlock(&g.mu);
+        if (hit) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+static void send_req(const char *id, const char *extra)
+{
+    char json[1024];
+    int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",%s}", id, extra);
+    struct ds_mqtt_props p = { "test/reply/ov", id, strlen(id), 0 };
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
+}
+
+static char *field(const char *json, const char *a, const char *b)
+{
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    char *s = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+static pid_t spawn_node(const char *bin_rel, const char *name, const char *conf_text)
+{
+    char cfg[4300], log[4300], bin[4300];
+    snprintf(cfg, sizeof cfg, "%s/%s.ini", g.dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", g.dir, name);
+    snprintf(bin, sizeof bin, "%s/%s", DS_BUILD_DIR, bin_rel);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(conf_text, f);
+    fclose(f);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    char *argv[] = { bin, "-c", cfg, NULL };
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+static pid_t start_center(int i)
+{
+    char conf[2048], name[32], want[64];
+    snprintf(name, sizeof name, "center-%d", i);
+    snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 16\n"
+             "[model stories]\npath = %s\ntokenizer = %s\n",
+             name, tb_broker_uri(g.center_b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
+    pid_t pid = spawn_node("center-node/dspark-center", name, conf);
+    snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
+    assert_true(seen(want, 20000));              /* its status crossed the bridge */
+    return pid;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    pthread_mutex_init(&g.mu, NULL);
+    enum ds_err rc = tb_broker_start(NULL, &g.center_b);
+    if (rc == DS_ERR_UNSUPPORTED) {
+        printf("mosquitto is not installed: skipped\n");
+        exit(77);
+    }
+    assert_int_equal(rc, DS_OK);
+    /* The edge box's broker, bridged to the center's (deploy/mosquitto/edge-bridge.conf). */
+    snprintf(g.bridge, sizeof g.bridge,
+             "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
+             "cleansession true\nrestart_timeout 1\n"
+             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
+             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
+             tb_broker_port(g.center_b));
+    struct tb_broker_opts bo = { .max_inflight = 100, .extra_conf = g.bridge };
+    assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
+    g.dir = tu_tmpdir();
+
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = on_msg;
+    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.edge_b), "dev-ov", &o, &g.dev), DS_OK);
+    assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/ov", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
+
+    g.center[0] = start_center(0);
+    g.center[1] = start_center(1);
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-ov\n[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n"
+             "[sched]\nqueue_high = 64\nqueue_normal = 64\nqueue_low = 64\n"
+             "[overflow]\nbudget_high_ms = 300\nbudget_normal_ms = 600\nbudget_low_ms = 1000\naccept_timeout_ms = 3000\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+             tb_broker_uri(g.edge_b), tu_model("stories260K.gguf"));
+    g.edge = spawn_node("edge-agent/dspark-edge", "edge-ov", conf);
+    assert_true(seen("\"node\":\"edge-ov\",\"state\":\"online\"", 20000));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pid_t all[3] = { g.edge, g.center[0], g.center[1] };
+    for (int i = 0; i < 3; i++)
+        if (all[i] > 0) {
+            kill(all[i], SIGKILL);
+            waitpid(all[i], NULL, 0);
+        }
+    ds_mqtt_destroy(g.dev);
+    tb_broker_destroy(g.edge_b);
+    tb_broker_destroy(g.center_b);
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "tail -n 8 '%s'/*.log", g.dir);
+    fflush(stdout);
+    if (system(cmd) != 0) printf("(no logs)\n");
+    tu_rmdir(g.dir);
+    for (int i = 0; i < g.n; i++) free(g.m[i].json);
+    return 0;
+}
+
+static void test_route_center(void **state)
+{
+    (void)state;
+    send_req("rc-1", "\"prompt\":\"Once upon a time\",\"max_tokens\":196,\"route\":\"center\"");
+    char *fin = answer("rc-1", 30000);
+    assert_non_null(fin);
+    char *tier = field(fin, "served_by", "tier"), *prec = field(fin, "served_by", "precision");
+    char *text = field(fin, "text", NULL), *ref = tu_reference_text();
+    assert_string_equal(tier, "center");
+    assert_string_equal(prec, "fp32");
+    assert_string_equal(text, ref + strlen("Once upon a time"));
+    printf("route=center: answered by %s\n", strstr(fin, "center-0") ? "center-0" : "center-1");
+    free(tier); free(prec); free(text); free(ref); free(fin);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Three times what the edge can do in time: all answered, the overflow by
+** both centers, the high tier within its deadline. */
+static void test_overload(void **state)
+{
+    (void)state;
+    enum { N = 90 };
+    static const char *tiers[3] = { "high", "normal", "low" };
+    char id[32], extra[256];
+    uint64_t t0[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "ol-%d", i);
+        snprintf(extra, sizeof extra, "\"prompt\":\"Sam had a kite %d\",\"max_tokens\":120,\"priority\":\"%s\","
+                 "\"deadline_ms\":5000,\"temperature\":0.7,\"seed\":%d", i, tiers[i % 3], i);
+        t0[i] = ds_now_ns();
+        send_req(id, extra);
+        usleep(3000);
+    }
+    int edge = 0, c0 = 0, c1 = 0, errors = 0;
+    double lat[3][N];
+    int nl[3] = { 0 };
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "ol-%d", i);
+        char *a = answer(id, 30000);
+        assert_non_null(a);
+        lat[i % 3][nl[i % 3]++] = (double)(ds_now_ns() - t0[i]) / 1e6;
+        if (strstr(a, "\"error\"")) errors++;
+        else if (strstr(a, "\"node\":\"edge-ov\"")) edge++;
+        else if (strstr(a, "\"node\":\"center-0\"")) c0++;
+        else if (strstr(a, "\"node\":\"center-1\"")) c1++;
+        free(a);
+    }
+    usleep(300000);
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "ol-%d", i);
+        assert_int_equal(count_answers(id), 1);
+    }
+    for (int t = 0; t < 3; t++) qsort(lat[t], (size_t)nl[t], sizeof(double), cmp_d);
+    printf("overload, %d requests: edge %d, center-0 %d, center-1 %d, errors %d; client latency p50/p99 ms: "
+           "high %.0f/%.0f, normal %.0f/%.0f, low %.0f/%.0f\n", N, edge, c0, c1, errors,
+           lat[0][nl[0] / 2], lat[0][nl[0] - 1], lat[1][nl[1] / 2], lat[1][nl[1] - 1], lat[2][nl[2] / 2],
+           lat[2][nl[2] - 1]);
+    assert_int_equal(errors, 0);
+    assert_true(edge > 0);
+    assert_true(c0 > 0 && c1 > 0);
+    assert_true(lat[0][nl[0] - 1] < 5000.0);
+}
+
+/* A center killed while it holds requests: each is answered once, by the
+** other center or by the edge, or gets a clear error; none is lost. */
+static void test_center_killed(void **state)
+{
+    (void)state;
+    enum { N = 24 };
+    char id[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "kill-%d", i);
+        send_req(id, "\"prompt\":\"Lily\",\"max_tokens\":400,\"route\":\"center\",\"temperature\":1");
+    }
+    usleep(150000);
+    kill(g.center[0], SIGKILL);
+    waitpid(g.center[0], NULL, 0);
+    g.center[0] = 0;
+    int by_edge = 0, by_c1 = 0, by_c0 = 0, errors = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "kill-%d", i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        if (strstr(a, "\"error\"")) errors++;
+        else if (strstr(a, "\"node\":\"edge-ov\"")) by_edge++;
+        else if (strstr(a, "\"node\":\"center-1\"")) by_c1++;
+        else by_c0++;
+        free(a);
+        assert_int_equal(count_answers(id), 1);
+    }
+    printf("center-0 SIGKILLed holding requests: %d by center-1, %d by the edge, %d by center-0 before it died, "
+           "%d errors, 0 lost\n", by_c1, by_edge, by_c0, errors);
+}
+
+/* Weak answers (a threshold every answer misses) go to a center. */
+static void test_cascade(void **state)
+{
+    (void)state;
+    kill(g.edge, SIGTERM);
+    waitpid(g.edge, NULL, 0);
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-ov\n[mqtt]\nuri = %s\n[batch]\nmax_active = 4\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\ncascade = -0.0001\n",
+             tb_broker_uri(g.edge_b), tu_model("stories260K.gguf"));
+    g.edge = spawn_node("edge-agent/dspark-edge", "edge-cascade", conf);
+    usleep(300000);
+    assert_true(seen("\"node\":\"edge-ov\",\"state\":\"online\"", 20000));
+    usleep(500000);                               /* the retained center status reaches it */
+    send_req("cas-1", "\"prompt\":\"The moon\",\"max_tokens\":20,\"temperature\":1,\"seed\":3");
+    char *a = answer("cas-1", 30000);
+    assert_non_null(a);
+    char *tier = field(a, "served_by", "tier");
+    printf("cascade: final served by %s (%s)\n", tier, strstr(a, "center-1") ? "center-1" : "?");
+    assert_string_equal(tier, "center");
+    free(tier);
+    free(a);
+}
+
+/* No center: the edge serves what it can; a center back: overflow again. */
+static void test_centers_down_and_back(void **state)
+{
+    (void)state;
+    kill(g.center[1], SIGTERM);
+    waitpid(g.center[1], NULL, 0);
+    g.center[1] = 0;
+    assert_true(seen("\"node\":\"center-1\",\"state\":\"offline\"", 10000));
+    usleep(300000);
+    send_req("down-1", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
+    char *a = answer("down-1", 30000);
+    assert_non_null(a);
+    assert_non_null(strstr(a, "\"node\":\"edge-ov\""));     /* served here */
+    free(a);
+    g.center[0] = start_center(0);
+    usleep(500000);
+    send_req("back-1", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
+    a = answer("back-1", 30000);
+    assert_non_null(a);
+    assert_non_null(strstr(a, "\"node\":\"center-0\""));    /* overflow resumed */
+    printf("no center: served by the edge; center back: served by center-0\n");
+    free(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_route_center),
+        cmocka_unit_test(test_overload),
+        cmocka_unit_test(test_center_killed),
+        cmocka_unit_test(test_cascade),
+        cmocka_unit_test(test_centers_down_and_back),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
