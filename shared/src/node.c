@@ -457,13 +457,8 @@ static void step_model(struct ds_node *a, struct node_model *m)
         r->n_fed += k;
     }
     if (n == 0) return;
-    uint64_t t0 = ds_now_ns();
     enum ds_err rc = ds_engine_forward(m->eng, rows, n, m->logits);
-    double dt = (double)(ds_now_ns() - t0) / 1e9;
-    if (rc == DS_OK && n_logits && dt > 0.0) {       /* decode throughput, for admission */
-        double inst = (double)n_logits / dt, old = atomic_load(&a->tok_rate);
-        atomic_store(&a->tok_rate, old > 0.0 ? 0.9 * old + 0.1 * inst : inst);
-    }
+    if (rc == DS_OK) a->step_tokens += n_logits;
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
@@ -579,7 +574,16 @@ enum ds_err ds_node_run(struct ds_node *a)
         while (a->n_active < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
             admit(a, it.user);
         }
+        /* Tokens per second of the whole loop (sampling and publishing
+        ** included): what admission divides queued work by. */
+        uint64_t s0 = ds_now_ns();
+        a->step_tokens = 0;
         for (unsigned i = 0; i < a->n_models; i++) step_model(a, &a->models[i]);
+        double dt = (double)(ds_now_ns() - s0) / 1e9;
+        if (a->step_tokens && dt > 0.0) {
+            double inst = (double)a->step_tokens / dt, old = atomic_load(&a->tok_rate);
+            atomic_store(&a->tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
+        }
         if (now >= next_telemetry) {
             publish_telemetry(a);
             next_telemetry = now + (uint64_t)a->cfg->telemetry_s * 1000000000ull;

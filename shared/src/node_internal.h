@@ -77,6 +77,7 @@ struct ds_node {
     const char          *share_group;    /* "$share/dspark-edge/" or "$share/dspark-center/" */
     struct node_overflow *ovf;           /* edge only: centers, relayed requests */
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
+    uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
 };
 
