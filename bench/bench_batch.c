@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
 #include "ds/log.h"
@@ -46,14 +47,9 @@ struct opts {
     const char *dir, *json, *kernel;
 };
 
-struct stats {
-    double   med, lo, hi;
-    unsigned n;
-};
-
 struct result {
     unsigned     n;                  /* streams */
-    struct stats total;              /* tokens/s, all streams */
+    struct bench_stats total;              /* tokens/s, all streams */
     double       per_stream;         /* total.med / n */
     double       speedup;            /* total.med / (N=1 total.med) */
     double       step_ms;            /* median time of one N-row step */
@@ -68,35 +64,9 @@ struct bench {
     double        load_start, load_end;
 };
 
-static double now_s(void) { return (double)ds_now_ns() / 1e9; }
 
-static double load1(void)
-{
-    double l = NAN;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = NAN;
-        fclose(f);
-    }
-    return l;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-static struct stats stats_of(double *v, unsigned n)
-{
-    struct stats s = { 0, 0, 0, n };
-    if (n == 0) return s;
-    qsort(v, n, sizeof *v, cmp_double);
-    s.lo = v[0];
-    s.hi = v[n - 1];
-    s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    return s;
-}
 
 /* ---- the model file ---- */
 
@@ -157,7 +127,7 @@ static double run_once(struct ds_engine *e, struct ds_seq **seq, unsigned n, uns
         }
         next[i] = argmax(logits, V);
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (unsigned s = 0; s < steps; s++) {
         for (unsigned i = 0; i < n; i++) rows[i] = (struct ds_batch_row){ seq[i], next[i], true };
         enum ds_err rc = ds_engine_forward(e, rows, n, logits);
@@ -167,7 +137,7 @@ static double run_once(struct ds_engine *e, struct ds_seq **seq, unsigned n, uns
         }
         for (unsigned i = 0; i < n; i++) next[i] = argmax(logits + (size_t)i * V, V);
     }
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 static enum ds_err run_all(struct bench *b, const struct ds_model *m)
@@ -225,8 +195,8 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
         }
         struct result *res = &b->res[b->n_res++];
         res->n = n;
-        res->total = stats_of(tps, o->reps);
-        res->step_ms = stats_of(step, o->reps).med;
+        res->total = bench_stats_of(tps, o->reps);
+        res->step_ms = bench_stats_of(step, o->reps).med;
         res->per_stream = res->total.med / n;
         fprintf(stderr, " %.0f tok/s\n", res->total.med);
     }
@@ -399,11 +369,11 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/random-15m-q8_0.gguf", o->dir);
     struct ds_model *m = NULL;
     if (open_or_write(path, &m) != DS_OK) return EXIT_FAILURE;
-    b.load_start = load1();
+    b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_batch: warning: load average %.2f, figures will be noisy\n", b.load_start);
     int status = run_all(&b, m) == DS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
-    b.load_end = load1();
+    b.load_end = bench_load1();
     ds_model_close(m);
     if (b.n_res) {
         print_table(&b);

@@ -32,6 +32,7 @@
 
 #include <cblas.h>                  /* openblas_get_corename(): FP32 prefill runs on its sgemm */
 
+#include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
 #include "ds/log.h"
@@ -58,11 +59,6 @@ struct opts {
     double      budget_s;            /* stop repeating a figure past this (after 2 reps) */
 };
 
-struct stats {
-    double   med, lo, hi;
-    unsigned n, discarded;       /* runs kept; runs dropped as disturbed */
-};
-
 enum variant { V_FP32, V_INT8_LOAD, V_INT8_Q8, V_COUNT };
 static const char *const k_variant_name[V_COUNT] = { "fp32", "int8-load", "int8-q8" };
 
@@ -80,7 +76,7 @@ struct result {
     const char  *model, *variant, *kernel;
     unsigned     threads;
     uint64_t     weight_bytes;
-    struct stats dec, pre;           /* tokens/s */
+    struct bench_stats dec, pre;           /* tokens/s */
     double       bw, bw_size;        /* GB/s: 1 GiB stream, and a buffer the size of the weights */
     double       ceil, ceil_size;    /* tok/s = bw / weight_bytes */
     double       pre_ratio;          /* prefill tok/s / INT8 decode tok/s (same model, threads) */
@@ -91,7 +87,7 @@ struct bench {
     const struct ds_kern_ops  *kern;
     uint64_t                  *buf;  /* bandwidth buffer, opt.bw_mib MiB */
     size_t                     buf_bytes;
-    struct stats               bw[MAX_THREAD_COUNTS];
+    struct bench_stats               bw[MAX_THREAD_COUNTS];
     struct result              res[3 * V_COUNT * MAX_THREAD_COUNTS];
     size_t                     n_res;
     int32_t                   *tokens;
@@ -99,36 +95,9 @@ struct bench {
     double                     load_start, load_end;
 };
 
-static double now_s(void) { return (double)ds_now_ns() / 1e9; }
 
-/* 1-minute load average: other work on the machine skews every figure. */
-static double load1(void)
-{
-    double l = NAN;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = NAN;
-        fclose(f);
-    }
-    return l;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
-static struct stats stats_of(double *v, unsigned n)
-{
-    struct stats s = { 0, 0, 0, n, 0 };
-    if (n == 0) return s;
-    qsort(v, n, sizeof *v, cmp_double);
-    s.lo = v[0];
-    s.hi = v[n - 1];
-    s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    return s;
-}
 
 /* The machine is shared: a run during which other processes (or the host,
 ** as steal time) took more than a sliver of CPU is dropped and repeated,
@@ -201,7 +170,7 @@ static void *bw_run(void *arg)
 /* Keeps the read loops from being optimised away. */
 static volatile uint64_t bw_sink;
 
-static struct stats bw_measure(struct bench *b, size_t bytes, unsigned threads, unsigned reps)
+static struct bench_stats bw_measure(struct bench *b, size_t bytes, unsigned threads, unsigned reps)
 {
     double v[MAX_REPS];
     struct bw_worker w[64];
@@ -222,10 +191,10 @@ static struct stats bw_measure(struct bench *b, size_t bytes, unsigned threads, 
             }
         }
         pthread_barrier_wait(&bar);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (unsigned i = 0; i < passes; i++) w[0].sum += sum_words(w[0].p, w[0].n);
         pthread_barrier_wait(&bar);
-        double t1 = now_s();
+        double t1 = bench_now_s();
         for (unsigned t = 0; t < threads; t++) {
             if (t > 0) pthread_join(w[t].tid, NULL);
             bw_sink += w[t].sum;
@@ -237,7 +206,7 @@ static struct stats bw_measure(struct bench *b, size_t bytes, unsigned threads, 
         }
         v[r++] = (double)words * 8 * passes / (t1 - t0) / 1e9;
     }
-    struct stats st = stats_of(v, reps);
+    struct bench_stats st = bench_stats_of(v, reps);
     st.discarded = dropped;
     return st;
 }
@@ -268,7 +237,7 @@ static enum ds_err open_or_write(const char *path, const struct mk_shape *shape,
                         : 0;
     mb = mb * (type == DS_GGML_TYPE_F32 ? 4 : 1) / 1000000;
     fprintf(stderr, "bench_engine: writing %s (~%llu MB)...\n", path, (unsigned long long)mb);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     enum ds_err rc = src ? mk_convert_model(src, tmp, type) : mk_random_model(tmp, shape, type, MODEL_SEED);
     if (rc == DS_OK && rename(tmp, path) != 0) rc = DS_ERR_IO;
     if (rc != DS_OK) {
@@ -276,7 +245,7 @@ static enum ds_err open_or_write(const char *path, const struct mk_shape *shape,
         unlink(tmp);
         return rc;
     }
-    fprintf(stderr, "bench_engine: wrote %s in %.1f s\n", path, now_s() - t0);
+    fprintf(stderr, "bench_engine: wrote %s in %.1f s\n", path, bench_now_s() - t0);
     return ds_model_open(path, out);
 }
 
@@ -310,37 +279,37 @@ static enum ds_err run_engine(struct bench *b, const struct ds_model *m, enum ds
 
     double dec[MAX_REPS], pre[MAX_REPS];
     unsigned nd = 0, dropped = 0;
-    double start = now_s();
+    double start = bench_now_s();
     /* The first run is the warm-up: faults in the mapping, wakes the pool. */
     for (bool warm = false; nd < o->reps;) {
-        if (nd >= 2 && now_s() - start > o->budget_s) break;
+        if (nd >= 2 && bench_now_s() - start > o->budget_s) break;
         unsigned n_steps = !warm ? DS_MIN(steps, 4u) : steps;
-        double mark = others_mark(), t_run = now_s();
+        double mark = others_mark(), t_run = bench_now_s();
         if ((rc = ds_seq_truncate(s, 0)) != DS_OK) goto done;
         if ((rc = ds_engine_eval(e, s, tok, DECODE_PROMPT, logits, false)) != DS_OK) goto done;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (unsigned i = 0; i < n_steps && rc == DS_OK; i++)
             rc = ds_engine_eval(e, s, &tok[DECODE_PROMPT + i], 1, logits, false);
-        double t1 = now_s();
+        double t1 = bench_now_s();
         if (rc != DS_OK) goto done;
         double t_dec = t1 - t0;
 
         if ((rc = ds_seq_truncate(s, 0)) != DS_OK) goto done;
-        t0 = now_s();
+        t0 = bench_now_s();
         rc = ds_engine_eval(e, s, tok + 100, prompt, logits, false);
-        t1 = now_s();
+        t1 = bench_now_s();
         if (rc != DS_OK) goto done;
         if (!warm) {
             warm = true;
-        } else if (disturbed(mark, now_s() - t_run) && dropped < 2 * o->reps) {
+        } else if (disturbed(mark, bench_now_s() - t_run) && dropped < 2 * o->reps) {
             dropped++;
         } else {
             dec[nd] = n_steps / t_dec;
             pre[nd++] = prompt / (t1 - t0);
         }
     }
-    r->dec = stats_of(dec, nd);
-    r->pre = stats_of(pre, nd);
+    r->dec = bench_stats_of(dec, nd);
+    r->pre = bench_stats_of(pre, nd);
     r->dec.discarded = r->pre.discarded = dropped;
 done:
     if (rc != DS_OK) fprintf(stderr, "bench_engine: %s %s: %s\n", r->model, r->variant, ds_strerror(rc));
@@ -450,7 +419,7 @@ static void goals_eval(const struct bench *b, struct goal g[6])
 }
 
 /* "median (min-max)", with fewer decimals for big numbers. */
-static const char *fmt_stats(char *buf, size_t cap, const struct stats *s)
+static const char *fmt_stats(char *buf, size_t cap, const struct bench_stats *s)
 {
     int d = s->med >= 1000 ? 0 : 1;
     snprintf(buf, cap, "%.*f (%.*f-%.*f)", d, s->med, d, s->lo, d, s->hi);
@@ -507,7 +476,7 @@ static void jnum(FILE *f, const char *key, double v, const char *sep)
     else fprintf(f, "\"%s\": null%s", key, sep);
 }
 
-static void jstats(FILE *f, const char *key, const struct stats *s, const char *sep)
+static void jstats(FILE *f, const char *key, const struct bench_stats *s, const char *sep)
 {
     fprintf(f, "\"%s\": {", key);
     jnum(f, "median", s->med, ", ");
@@ -732,7 +701,7 @@ int main(int argc, char **argv)
         x ^= x << 17;
         b.tokens[i] = (int32_t)(x % 32000u);
     }
-    b.load_start = load1();
+    b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_engine: warning: load average %.2f, figures will be noisy\n", b.load_start);
     memset(b.buf, 1, b.buf_bytes);              /* fault every page in before timing */
@@ -743,7 +712,7 @@ int main(int argc, char **argv)
     int status = EXIT_SUCCESS;
     for (size_t i = 0; i < 3; i++)
         if (o->want[i] && bench_model(&b, &k_models[i]) != DS_OK) status = EXIT_FAILURE;
-    b.load_end = load1();
+    b.load_end = bench_load1();
     print_table(&b);
     if (write_json(&b) != 0) status = EXIT_FAILURE;
     free(b.tokens);

@@ -54,6 +54,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/log.h"
 #include "ds/model.h"
@@ -152,31 +153,16 @@ struct bench {
     uint64_t           rng;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* q-quantile of v[0..n) (sorts v): nearest rank. */
 static double quantile(double *v, size_t n, double q)
 {
     if (n == 0) return NAN;
-    qsort(v, n, sizeof *v, cmp_double);
+    qsort(v, n, sizeof *v, bench_cmp_double);
     size_t k = (size_t)ceil(q * (double)n);
     return v[k ? k - 1 : 0];
 }
 
-static double load1(void)
-{
-    double l = NAN;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = NAN;
-        fclose(f);
-    }
-    return l;
-}
 
 /* splitmix64: the arrival RNG. */
 static uint64_t rng_next(uint64_t *s)
@@ -1008,7 +994,7 @@ int main(int argc, char **argv)
     pthread_condattr_destroy(&ca);
     b.rng = o->seed ^ 0x5eed0f10adull;
     snprintf(b.infer_topic, sizeof b.infer_topic, "dspark/v1/infer/%s", o->name);
-    b.load_start = load1();
+    b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_load: warning: load average %.2f, figures will be noisy\n", b.load_start);
 
@@ -1059,7 +1045,7 @@ int main(int argc, char **argv)
         if (b.res[b.n_res++].saturated) break;
     }
     if (b.strays) fprintf(stderr, "bench_load: %zu late answers arrived after their rate's drain time\n", b.strays);
-    b.load_end = load1();
+    b.load_end = bench_load1();
     bool alive = edge_alive(&b);
     if (!alive) edge_log_tail(&b);
     print_tables(&b);

@@ -1,0 +1,38 @@
+/* bench_util.c — helpers shared by the benchmarks (see bench_util.h). */
+#include "bench_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ds/common.h"
+
+double bench_now_s(void) { return (double)ds_now_ns() / 1e9; }
+
+double bench_load1(void)
+{
+    double l = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = NAN;
+        fclose(f);
+    }
+    return l;
+}
+
+int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+struct bench_stats bench_stats_of(double *v, unsigned n)
+{
+    struct bench_stats s = { 0, 0, 0, n, 0 };
+    if (n == 0) return s;
+    qsort(v, n, sizeof *v, bench_cmp_double);
+    s.lo = v[0];
+    s.hi = v[n - 1];
+    s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return s;
+}

@@ -1,0 +1,20 @@
+/*
+** bench_util.h — what dspark's benchmarks share: a clock in seconds, the
+** machine's load, and median/min/max of repeated runs.
+*/
+#ifndef DS_BENCH_UTIL_H
+#define DS_BENCH_UTIL_H
+
+struct bench_stats {
+    double   med, lo, hi;
+    unsigned n, discarded;       /* runs kept; runs dropped as disturbed */
+};
+
+double bench_now_s(void);
+/* 1-minute load average (NaN when unknown): other work skews every figure. */
+double bench_load1(void);
+int    bench_cmp_double(const void *a, const void *b);
+/* Median, min and max of v[0..n) (sorts v). */
+struct bench_stats bench_stats_of(double *v, unsigned n);
+
+#endif
