@@ -1,7 +1,8 @@
 /*
 ** bench_batch.c — batched decode: tokens/s of N concurrent streams against
-** one stream, on random weights in the stories15M shape, INT8 (a Q8_0 file
-** written once into --dir and reused).
+** one stream, on random weights in the stories15M or stories110M shape, INT8
+** (the edge: a Q8_0 file) or FP32 (the center: an F32 file, OpenBLAS sgemm),
+** written once into --dir and reused.
 **
 ** For each N in --streams (default 1,2,4,8,16,32): N sequences, each
 ** prefilled with a short prompt (DECODE_PROMPT tokens, not timed), then
@@ -37,7 +38,7 @@
 #define MAX_COUNTS     16
 #define MAX_REPS       64
 #define DECODE_PROMPT  8             /* prompt tokens per sequence before the timed steps */
-#define MODEL_SEED     20240601u     /* same seed (and file name) as bench_engine's 15M Q8_0 model */
+#define MODEL_SEED     20240601u     /* same seed (and file names) as bench_engine's models */
 
 struct opts {
     bool        quick;
@@ -45,6 +46,8 @@ struct opts {
     size_t      n_counts;
     unsigned    threads, reps, steps;
     const char *dir, *json, *kernel;
+    bool        fp32;               /* --precision fp32: the center's path (F32 file, sgemm) */
+    bool        big;                /* --shape 110m */
 };
 
 struct result {
@@ -78,7 +81,7 @@ static bool file_exists(const char *path)
 
 /* Open path, writing it first (to a temporary name, renamed when complete)
 ** when it is missing or unreadable. */
-static enum ds_err open_or_write(const char *path, struct ds_model **out)
+static enum ds_err open_or_write(const char *path, const struct opts *o, struct ds_model **out)
 {
     if (file_exists(path) && ds_model_open(path, out) == DS_OK) {
         fprintf(stderr, "bench_batch: reusing %s\n", path);
@@ -86,8 +89,9 @@ static enum ds_err open_or_write(const char *path, struct ds_model **out)
     }
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fprintf(stderr, "bench_batch: writing %s (~25 MB)...\n", path);
-    enum ds_err rc = mk_random_model(tmp, &mk_shape_15m, DS_GGML_TYPE_Q8_0, MODEL_SEED);
+    fprintf(stderr, "bench_batch: writing %s...\n", path);
+    enum ds_err rc = mk_random_model(tmp, o->big ? &mk_shape_110m : &mk_shape_15m,
+                                     o->fp32 ? DS_GGML_TYPE_F32 : DS_GGML_TYPE_Q8_0, MODEL_SEED);
     if (rc == DS_OK && rename(tmp, path) != 0) rc = DS_ERR_IO;
     if (rc != DS_OK) {
         fprintf(stderr, "bench_batch: cannot write %s: %s\n", path, ds_strerror(rc));
@@ -147,7 +151,7 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
     for (size_t i = 0; i < o->n_counts; i++) max_n = DS_MAX(max_n, o->streams[i]);
     struct ds_engine_opts eo;
     ds_engine_opts_init(&eo);
-    eo.precision = DS_PRECISION_INT8;
+    eo.precision = o->fp32 ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
     eo.n_threads = o->threads;
     eo.max_batch = DS_MAX(max_n, (unsigned)DECODE_PROMPT);
     eo.kv_seqs = max_n;
@@ -217,9 +221,10 @@ done:
 static void print_table(const struct bench *b)
 {
     const struct opts *o = &b->opt;
-    printf("\nbatched decode, 15M shape INT8 (Q8_0 file, %.1f MB of weights per step), kernel %s, %u thread%s;\n"
+    printf("\nbatched decode, %s shape %s (%.1f MB of weights per step), kernel %s, %u thread%s;\n"
            "%u decode steps after a %u-token prompt per stream; median of %u runs (min-max)\n"
            "load average (1 min) %.2f at start, %.2f at end\n\n",
+           o->big ? "110M" : "15M", o->fp32 ? "FP32 (F32 file)" : "INT8 (Q8_0 file)",
            (double)b->weight_bytes / 1e6, b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s",
            o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
     printf("%4s | %-24s | %12s | %9s | %8s\n", "N", "total tok/s (min-max)", "per-stream", "step ms", "speedup");
@@ -246,8 +251,9 @@ static int write_json(const struct bench *b)
         return -1;
     }
     fprintf(f, "{\n  \"bench\": \"batch\", \"version\": 1, \"quick\": %s,\n", o->quick ? "true" : "false");
-    fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"15M-shape\", \"precision\": \"int8\",\n",
-            sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "");
+    fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"%s-shape\", \"precision\": \"%s\",\n",
+            sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "", o->big ? "110M" : "15M",
+            o->fp32 ? "fp32" : "int8");
     fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"steps\": %u, \"prompt\": %u, \"reps\": %u,\n  ",
             (unsigned long long)b->weight_bytes, o->threads, o->steps, DECODE_PROMPT, o->reps);
     jnum(f, "load_start", b->load_start, ", ");
@@ -285,7 +291,9 @@ static void usage(FILE *f)
                "  --steps N          decode steps per run (default 64; --quick 16)\n"
                "  --reps N           runs per N, median reported (default 5; --quick 2)\n"
                "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
-               "  --dir DIR          where the 15M-shape Q8_0 model is written and reused\n"
+               "  --precision P      int8 (default; the edge's path) or fp32 (the center's: sgemm)\n"
+               "  --shape S          15m (default) or 110m\n"
+               "  --dir DIR          where the random-weight model is written and reused\n"
                "                     (default /tmp/dspark-bench)\n"
                "  --json PATH        JSON output (default bench-batch.json)\n"
                "  --help\n",
@@ -320,6 +328,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "threads", required_argument, NULL, 't' }, { "steps", required_argument, NULL, 's' },
         { "reps", required_argument, NULL, 'r' },    { "kernel", required_argument, NULL, 'k' },
         { "dir", required_argument, NULL, 'd' },     { "json", required_argument, NULL, 'j' },
+        { "precision", required_argument, NULL, 'p' }, { "shape", required_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
@@ -337,6 +346,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'k': o->kernel = optarg; break;
         case 'd': o->dir = optarg; break;
         case 'j': o->json = optarg; break;
+        case 'p':
+            bad = strcmp(optarg, "fp32") && strcmp(optarg, "int8");
+            o->fp32 = !strcmp(optarg, "fp32");
+            break;
+        case 'S':
+            bad = strcmp(optarg, "15m") && strcmp(optarg, "110m");
+            o->big = !strcmp(optarg, "110m");
+            break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
         }
@@ -366,9 +383,9 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     char path[4200];
-    snprintf(path, sizeof path, "%s/random-15m-q8_0.gguf", o->dir);
+    snprintf(path, sizeof path, "%s/random-%s-%s.gguf", o->dir, o->big ? "110m" : "15m", o->fp32 ? "f32" : "q8_0");
     struct ds_model *m = NULL;
-    if (open_or_write(path, &m) != DS_OK) return EXIT_FAILURE;
+    if (open_or_write(path, o, &m) != DS_OK) return EXIT_FAILURE;
     b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_batch: warning: load average %.2f, figures will be noisy\n", b.load_start);

@@ -29,7 +29,8 @@
 #define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
-#define SMALL_HEAD        32u      /* head sizes below this skip the kernel calls in attention */   /* multiply-adds below which waking the pool costs more */
+#define SMALL_HEAD        32u
+#define FP32_MATVEC_ROWS  2u       /* FP32 passes of up to this many rows use matvec, not sgemm */      /* head sizes below this skip the kernel calls in attention */   /* multiply-adds below which waking the pool costs more */
 
 const char *ds_precision_name(enum ds_precision p)
 {
@@ -349,8 +350,11 @@ static void matmul_slice(const struct matmul_job *j, const struct mat *w, float 
             k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->xq, y + r0);
         else
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->n, j->xq, y + r0, w->rows);
-    } else if (j->n == 1) {
-        k->matvec_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->x, y + r0);
+    } else if (j->n <= FP32_MATVEC_ROWS) {
+        /* OpenBLAS sgemm with one or two rows runs well below a matvec
+        ** (bench_batch --precision fp32: 0.65x at two rows). */
+        for (size_t t = 0; t < j->n; t++)
+            k->matvec_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->x + t * w->cols, y + t * w->rows + r0);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(r1 - r0), (int)w->cols,
                     1.0f, j->x, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, y + r0,
