@@ -236,12 +236,6 @@ static void print_table(const struct bench *b)
     }
 }
 
-static void jnum(FILE *f, const char *key, double v, const char *sep)
-{
-    if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
-    else fprintf(f, "\"%s\": null%s", key, sep);
-}
-
 static int write_json(const struct bench *b)
 {
     const struct opts *o = &b->opt;
@@ -256,19 +250,19 @@ static int write_json(const struct bench *b)
             o->fp32 ? "fp32" : "int8");
     fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"steps\": %u, \"prompt\": %u, \"reps\": %u,\n  ",
             (unsigned long long)b->weight_bytes, o->threads, o->steps, DECODE_PROMPT, o->reps);
-    jnum(f, "load_start", b->load_start, ", ");
-    jnum(f, "load_end", b->load_end, ",\n");
+    bench_json_num(f, "load_start", b->load_start, ", ");
+    bench_json_num(f, "load_end", b->load_end, ",\n");
     fprintf(f, "  \"results\": [\n");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
         fprintf(f, "    {\"streams\": %u, \"total_tok_s\": {", r->n);
-        jnum(f, "median", r->total.med, ", ");
-        jnum(f, "min", r->total.lo, ", ");
-        jnum(f, "max", r->total.hi, ", ");
+        bench_json_num(f, "median", r->total.med, ", ");
+        bench_json_num(f, "min", r->total.lo, ", ");
+        bench_json_num(f, "max", r->total.hi, ", ");
         fprintf(f, "\"runs\": %u}, ", r->total.n);
-        jnum(f, "per_stream_tok_s", r->per_stream, ", ");
-        jnum(f, "step_ms", r->step_ms, ", ");
-        jnum(f, "speedup_vs_1", r->speedup, "");
+        bench_json_num(f, "per_stream_tok_s", r->per_stream, ", ");
+        bench_json_num(f, "step_ms", r->step_ms, ", ");
+        bench_json_num(f, "speedup_vs_1", r->speedup, "");
         fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
     }
     fprintf(f, "  ]\n}\n");

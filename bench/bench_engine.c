@@ -469,19 +469,12 @@ static void print_table(const struct bench *b)
                fmt_num(c1, sizeof c1, i < 3 ? 100 * g[i].value : g[i].value, i < 3 ? "%" : "x"));
 }
 
-/* JSON numbers: NaN and infinities become null. */
-static void jnum(FILE *f, const char *key, double v, const char *sep)
-{
-    if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
-    else fprintf(f, "\"%s\": null%s", key, sep);
-}
-
 static void jstats(FILE *f, const char *key, const struct bench_stats *s, const char *sep)
 {
     fprintf(f, "\"%s\": {", key);
-    jnum(f, "median", s->med, ", ");
-    jnum(f, "min", s->lo, ", ");
-    jnum(f, "max", s->hi, ", ");
+    bench_json_num(f, "median", s->med, ", ");
+    bench_json_num(f, "min", s->lo, ", ");
+    bench_json_num(f, "max", s->hi, ", ");
     fprintf(f, "\"runs\": %u, \"discarded\": %u}%s", s->n, s->discarded, sep);
 }
 
@@ -498,8 +491,8 @@ static int write_json(const struct bench *b)
             sysconf(_SC_NPROCESSORS_ONLN), b->n_res ? b->res[0].kernel : b->kern ? b->kern->name : "",
             openblas_get_corename());
     fprintf(f, "  ");
-    jnum(f, "load_start", b->load_start, ", ");
-    jnum(f, "load_end", b->load_end, ",\n");
+    bench_json_num(f, "load_start", b->load_start, ", ");
+    bench_json_num(f, "load_end", b->load_end, ",\n");
     fprintf(f, "  \"config\": {\"decode_steps\": %u, \"decode_prompt\": %u, \"prefill_tokens\": %u, "
                "\"max_reps\": %u, \"budget_s\": %g, \"bw_buffer_mib\": %zu},\n",
             o->steps, DECODE_PROMPT, o->prompt, o->reps, o->budget_s, b->buf_bytes >> 20);
@@ -516,13 +509,13 @@ static int write_json(const struct bench *b)
                 r->model, r->variant, r->kernel, r->threads, (unsigned long long)r->weight_bytes);
         jstats(f, "decode_tok_s", &r->dec, ", ");
         jstats(f, "prefill_tok_s", &r->pre, ",\n     ");
-        jnum(f, "bw_gbps", r->bw, ", ");
-        jnum(f, "ceil_tok_s", r->ceil, ", ");
-        jnum(f, "ceil_frac", frac_of(r), ", ");
-        jnum(f, "bw_at_size_gbps", r->bw_size, ", ");
-        jnum(f, "ceil_at_size_tok_s", r->ceil_size, ", ");
-        jnum(f, "ceil_at_size_frac", r->dec.med / r->ceil_size, ", ");
-        jnum(f, "prefill_over_int8_decode", r->pre_ratio, "");
+        bench_json_num(f, "bw_gbps", r->bw, ", ");
+        bench_json_num(f, "ceil_tok_s", r->ceil, ", ");
+        bench_json_num(f, "ceil_frac", frac_of(r), ", ");
+        bench_json_num(f, "bw_at_size_gbps", r->bw_size, ", ");
+        bench_json_num(f, "ceil_at_size_tok_s", r->ceil_size, ", ");
+        bench_json_num(f, "ceil_at_size_frac", r->dec.med / r->ceil_size, ", ");
+        bench_json_num(f, "prefill_over_int8_decode", r->pre_ratio, "");
         fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
     }
     struct goal g[6];
@@ -530,8 +523,8 @@ static int write_json(const struct bench *b)
     fprintf(f, "  ],\n  \"goals\": [\n");
     for (int i = 0; i < 6; i++) {
         fprintf(f, "    {\"goal\": \"%s\", ", g[i].what);
-        jnum(f, "value", g[i].value, ", ");
-        jnum(f, "target", g[i].target, ", ");
+        bench_json_num(f, "value", g[i].value, ", ");
+        bench_json_num(f, "target", g[i].target, ", ");
         fprintf(f, "\"status\": \"%s\"}%s\n", g[i].status, i < 5 ? "," : "");
     }
     fprintf(f, "  ]\n}\n");

@@ -784,12 +784,6 @@ static void print_tables(const struct bench *b)
     printf("  %-58s %9.0f\n", "  outside minus the bare broker round trip", ov->outside_us - ov->echo_us);
 }
 
-static void jnum(FILE *f, const char *key, double v, const char *sep)
-{
-    if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
-    else fprintf(f, "\"%s\": null%s", key, sep);
-}
-
 static int write_json(const struct bench *b)
 {
     const struct opts *o = &b->opt;
@@ -805,45 +799,45 @@ static int write_json(const struct bench *b)
                "\"external\": %s, \"samples\": %u},\n  ",
             o->model, o->name, o->edge_threads, o->clients, o->tokens, o->seconds, o->drain_s,
             (unsigned long long)o->seed, o->broker ? "true" : "false", o->samples);
-    jnum(f, "load_start", b->load_start, ", ");
-    jnum(f, "load_end", b->load_end, ",\n");
+    bench_json_num(f, "load_start", b->load_start, ", ");
+    bench_json_num(f, "load_end", b->load_end, ",\n");
     fprintf(f, "  \"rates\": [\n");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct rate_result *r = &b->res[i];
         fprintf(f, "    {");
-        jnum(f, "offered_per_s", r->rate, ", ");
-        jnum(f, "sent_per_s", r->sent_per_s, ", ");
-        jnum(f, "answers_per_s", r->ok_per_s, ", ");
-        jnum(f, "tokens_per_s", r->tok_per_s, ", ");
+        bench_json_num(f, "offered_per_s", r->rate, ", ");
+        bench_json_num(f, "sent_per_s", r->sent_per_s, ", ");
+        bench_json_num(f, "answers_per_s", r->ok_per_s, ", ");
+        bench_json_num(f, "tokens_per_s", r->tok_per_s, ", ");
         fprintf(f, "\"sent\": %zu, \"ok\": %zu, \"tokens\": %llu,\n     \"latency_ms\": {", r->sent, r->ok,
                 (unsigned long long)r->tokens);
-        jnum(f, "p50", r->p50, ", ");
-        jnum(f, "p90", r->p90, ", ");
-        jnum(f, "p99", r->p99, ", ");
-        jnum(f, "max", r->max, "}, ");
-        jnum(f, "send_lag_p99_ms", r->lag_p99, ", ");
+        bench_json_num(f, "p50", r->p50, ", ");
+        bench_json_num(f, "p90", r->p90, ", ");
+        bench_json_num(f, "p99", r->p99, ", ");
+        bench_json_num(f, "max", r->max, "}, ");
+        bench_json_num(f, "send_lag_p99_ms", r->lag_p99, ", ");
         fprintf(f, "\"errors\": {");
         for (int k = 0; k < E_COUNT; k++) fprintf(f, "\"%s\": %zu%s", k_err_name[k], r->err[k], k + 1 < E_COUNT ? ", " : "");
         fprintf(f, "}, \"saturated\": %s}%s\n", r->saturated ? "true" : "false", i + 1 < b->n_res ? "," : "");
     }
     const struct rate_result *last = b->n_res ? &b->res[b->n_res - 1] : NULL;
     fprintf(f, "  ],\n  ");
-    jnum(f, "saturation_offered_per_s", last && last->saturated ? last->rate : NAN, ",\n");
+    bench_json_num(f, "saturation_offered_per_s", last && last->saturated ? last->rate : NAN, ",\n");
     const struct overhead *ov = &b->ovh;
     fprintf(f, "  \"overhead_one_token_us\": {\"echo_samples\": %zu, \"echo_in_process_samples\": %zu, "
                "\"edge_samples\": %zu, \"prompt_tokens\": %u,\n    ",
             ov->n_echo, ov->n_echo_in, ov->n_edge, ov->prompt_tokens);
-    jnum(f, "broker_round_trip", ov->echo_us, ", ");
-    jnum(f, "broker_round_trip_in_process", ov->echo_in_us, ", ");
-    jnum(f, "edge_round_trip", ov->rtt_us, ",\n    ");
-    jnum(f, "edge_total", ov->total_us, ", ");
-    jnum(f, "edge_queue", ov->queue_us, ", ");
-    jnum(f, "edge_ttft", ov->ttft_us, ", ");
-    jnum(f, "engine", ov->engine_us, ",\n    ");
-    jnum(f, "agent_overhead", ov->rtt_us - ov->engine_us, ", ");
-    jnum(f, "inside_edge", ov->total_us - ov->engine_us, ", ");
-    jnum(f, "outside_edge", ov->outside_us, ", ");
-    jnum(f, "outside_minus_broker", ov->outside_us - ov->echo_us, "}\n}\n");
+    bench_json_num(f, "broker_round_trip", ov->echo_us, ", ");
+    bench_json_num(f, "broker_round_trip_in_process", ov->echo_in_us, ", ");
+    bench_json_num(f, "edge_round_trip", ov->rtt_us, ",\n    ");
+    bench_json_num(f, "edge_total", ov->total_us, ", ");
+    bench_json_num(f, "edge_queue", ov->queue_us, ", ");
+    bench_json_num(f, "edge_ttft", ov->ttft_us, ", ");
+    bench_json_num(f, "engine", ov->engine_us, ",\n    ");
+    bench_json_num(f, "agent_overhead", ov->rtt_us - ov->engine_us, ", ");
+    bench_json_num(f, "inside_edge", ov->total_us - ov->engine_us, ", ");
+    bench_json_num(f, "outside_edge", ov->outside_us, ", ");
+    bench_json_num(f, "outside_minus_broker", ov->outside_us - ov->echo_us, "}\n}\n");
     if (fclose(f) != 0) {
         fprintf(stderr, "bench_load: cannot write %s\n", o->json);
         return -1;

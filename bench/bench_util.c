@@ -36,3 +36,9 @@ struct bench_stats bench_stats_of(double *v, unsigned n)
     s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     return s;
 }
+
+void bench_json_num(FILE *f, const char *key, double v, const char *sep)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
+    else fprintf(f, "\"%s\": null%s", key, sep);
+}

@@ -17,4 +17,8 @@ int    bench_cmp_double(const void *a, const void *b);
 /* Median, min and max of v[0..n) (sorts v). */
 struct bench_stats bench_stats_of(double *v, unsigned n);
 
+/* "key": v then sep, to a JSON file; null for NaN or infinity. */
+#include <stdio.h>
+void bench_json_num(FILE *f, const char *key, double v, const char *sep);
+
 #endif
