@@ -272,30 +272,35 @@ void node__overflow_check(struct ds_node *a, uint64_t now_ns)
 {
     struct node_overflow *o = a->ovf;
     const uint64_t accept_ns = (uint64_t)a->cfg->accept_timeout_ms * 1000000ull;
-    for (unsigned i = 0; i < MAX_PENDING; i++) {
-        struct node_req *r = NULL;
-        uint32_t relayed = 0;
-        const char *why = NULL;
-        pthread_mutex_lock(&o->mu);
+    enum { BATCH = 64 };
+    struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];
+    unsigned n_back = 0;
+    /* One pass under the lock (this runs every loop turn), handling after it. */
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; o->n_pending && i < MAX_PENDING && n_back < BATCH; i++) {
         struct pending *p = &o->p[i];
-        if (p->r && (p->lost || (!p->center[0] && now_ns - p->sent_ns > accept_ns) ||
-                     (p->r->deadline_ns && now_ns > p->r->deadline_ns + 1000000000ull))) {
-            why = p->lost ? "its center went offline" : !p->center[0] ? "no center took it" : "its center did not answer in time";
-            r = p->r;
-            relayed = p->relayed;
-            p->r = NULL;
-            o->n_pending--;
-        }
-        pthread_mutex_unlock(&o->mu);
-        if (!r) continue;
+        if (!p->r || !(p->lost || (!p->center[0] && now_ns - p->sent_ns > accept_ns) ||
+                       (p->r->deadline_ns && now_ns > p->r->deadline_ns + 1000000000ull)))
+            continue;
+        back[n_back].why = p->lost ? "its center went offline"
+                         : !p->center[0] ? "no center took it" : "its center did not answer in time";
+        back[n_back].r = p->r;
+        back[n_back++].relayed = p->relayed;
+        p->r = NULL;
+        o->n_pending--;
+    }
+    pthread_mutex_unlock(&o->mu);
+    for (unsigned k = 0; k < n_back; k++) {
+        struct node_req *r = back[k].r;
         if (r->deadline_ns && now_ns >= r->deadline_ns) {
             node__req_fail(a, r, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed at the center");
-        } else if (relayed > 0) {
+        } else if (back[k].relayed > 0) {
             char msg[160];
-            snprintf(msg, sizeof msg, "center lost after %u streamed chunks (%s); send the request again", relayed, why);
+            snprintf(msg, sizeof msg, "center lost after %u streamed chunks (%s); send the request again",
+                     back[k].relayed, back[k].why);
             node__req_fail(a, r, DS_MSG_CODE_INTERNAL, msg);
         } else {
-            DS_LOG(DS_LOG_WARN, "request %s: %s; serving it here", r->req.id, why);
+            DS_LOG(DS_LOG_WARN, "request %s: %s; serving it here", r->req.id, back[k].why);
             if (!node__enqueue(a, r)) node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "center lost and this edge is full");
         }
     }
