@@ -18,15 +18,12 @@
 
 #include "ds/gguf.h"
 #include "ds/log.h"
+#include "fuzz_util.h"
 #include "ds/model.h"
 #include "ds/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void quiet(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
-{
-    (void)lvl, (void)file, (void)line, (void)msg, (void)ud;
-}
 
 /* Encode and decode a little text: a hostile vocabulary must not upset either. */
 static void use_tok(const struct ds_tok *tok)
@@ -85,16 +82,9 @@ static void fuzz_mem(const uint8_t *data, size_t size)
 
 static void fuzz_file(const uint8_t *data, size_t size)
 {
-    int fd = memfd_create("fuzz_gguf", MFD_CLOEXEC);
-    if (fd < 0) return;
-    size_t done = 0;
-    while (done < size) {
-        ssize_t w = write(fd, data + done, size - done);
-        if (w <= 0) goto out;
-        done += (size_t)w;
-    }
     char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int fd = fuzz_memfd("fuzz_gguf", data, size, path, sizeof path);
+    if (fd < 0) return;
     struct ds_model *m;
     if (ds_model_open(path, &m) == DS_OK) {
         struct ds_tok *tok;
@@ -105,13 +95,12 @@ static void fuzz_file(const uint8_t *data, size_t size)
         (void)ds_model_weight_bytes(m);
         ds_model_close(m);
     }
-out:
     close(fd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ds_log_set(quiet, NULL, DS_LOG_ERROR);
+    ds_log_set(fuzz_quiet, NULL, DS_LOG_ERROR);
     fuzz_mem(data, size);
     fuzz_file(data, size);
     return 0;

@@ -16,30 +16,20 @@
 #include <unistd.h>
 
 #include "ds/log.h"
+#include "fuzz_util.h"
 #include "ds/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void quiet(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
-{
-    (void)lvl, (void)file, (void)line, (void)msg, (void)ud;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    ds_log_set(quiet, NULL, DS_LOG_ERROR);
+    ds_log_set(fuzz_quiet, NULL, DS_LOG_ERROR);
     if (size < 2) return 0;
     uint32_t n_vocab = (uint32_t)data[0] | (uint32_t)data[1] << 8;
-    int fd = memfd_create("fuzz_tok_load", MFD_CLOEXEC);
-    if (fd < 0) return 0;
-    size_t done = 2;
-    while (done < size) {
-        ssize_t w = write(fd, data + done, size - done);
-        if (w <= 0) goto out;
-        done += (size_t)w;
-    }
     char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int fd = fuzz_memfd("fuzz_tok_load", data + 2, size - 2, path, sizeof path);
+    if (fd < 0) return 0;
     struct ds_tok *tok;
     if (ds_tok_create_from_file(path, n_vocab, &tok) == DS_OK) {
         static const char text[] = "Once upon a time, \xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80 \xff\n";
@@ -60,7 +50,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)ds_tok_stream_flush(&st, buf, sizeof buf, &k);
         ds_tok_destroy(tok);
     }
-out:
     close(fd);
     return 0;
 }
