@@ -360,10 +360,16 @@ enum ds_err ds_envelope_verify(const char *wire, size_t wire_len, const char *ct
                     ctx, key->valuestring, n_trusted);
         goto done;
     }
+    /* Canonical base64 only: libsodium 1.0.18 decodes some bytes >= 0x80 as
+    ** if they were base64 letters, so a decoded signature is re-encoded and
+    ** must equal the text (no second spelling of one signature). */
     uint8_t s[DS_SIG_BYTES];
+    char canon[sodium_base64_ENCODED_LEN(DS_SIG_BYTES, sodium_base64_VARIANT_ORIGINAL)];
     size_t s_len = 0;
     if (sodium_base642bin(s, sizeof s, sig->valuestring, strlen(sig->valuestring), NULL, &s_len, NULL,
-                          sodium_base64_VARIANT_ORIGINAL) != 0 || s_len != DS_SIG_BYTES) {
+                          sodium_base64_VARIANT_ORIGINAL) != 0 || s_len != DS_SIG_BYTES ||
+        strcmp(sodium_bin2base64(canon, sizeof canon, s, sizeof s, sodium_base64_VARIANT_ORIGINAL),
+               sig->valuestring) != 0) {
         rc = DS_WHY(why, DS_ERR_AUTH, "signed %s: bad signature (not 64 bytes of base64)", ctx);
         goto done;
     }
