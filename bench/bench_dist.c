@@ -269,7 +269,9 @@ static void print_table(const struct opts *o, const struct result *res, unsigned
                 printf("%-15s %10s %10s %19s  %s\n", stage_names[s], "n/a", "n/a", "", stage_notes[s]);
                 continue;
             }
-            printf("%-15s %10.1f %10.3f %9.3f-%-9.3f  %s\n", stage_names[s], mb_s(r, s), r->s[s].med, r->s[s].lo,
+            char rate[32] = "-";                           /* install moves no bytes: no rate */
+            if (s != ST_INSTALL) snprintf(rate, sizeof rate, "%.1f", mb_s(r, s));
+            printf("%-15s %10s %10.3f %9.3f-%-9.3f  %s\n", stage_names[s], rate, r->s[s].med, r->s[s].lo,
                    r->s[s].hi, stage_notes[s]);
         }
     }
@@ -294,7 +296,7 @@ static int write_json(const struct opts *o, const struct result *res, unsigned n
             bench_json_num(f, "seconds", h ? st->med : NAN, ", ");
             bench_json_num(f, "min", h ? st->lo : NAN, ", ");
             bench_json_num(f, "max", h ? st->hi : NAN, ", ");
-            bench_json_num(f, "mb_s", h ? mb_s(&res[i], s) : NAN, "");
+            bench_json_num(f, "mb_s", h && s != ST_INSTALL ? mb_s(&res[i], s) : NAN, "");
             fprintf(f, "}%s\n", s + 1 < N_STAGES ? "," : "");
         }
         fprintf(f, "  ]}%s\n", i + 1 < n ? "," : "");
