@@ -134,6 +134,19 @@ static void reg_state(struct node_rollout *ro, const char *model, const char *ve
                ds_reg_state_name(rv.state), ds_reg_state_name(to), ds_strerror(rc));
 }
 
+/* Make model/version active; the active one before goes to prev_to. */
+static void reg_activate(struct node_rollout *ro, const char *model, const char *version, enum ds_reg_state prev_to,
+                         const char *reason)
+{
+    struct ds_reg_version rv;
+    if (!ro->reg || ds_reg_version_find(ro->reg, model, version, &rv) != DS_OK || rv.state == DS_REG_ACTIVE) return;
+    enum ds_err rc = ds_reg_activate(ro->reg, rv.id, prev_to, reason);
+    enum ds_reg_state to = DS_REG_ACTIVE;
+    if (rc != DS_OK)
+        DS_LOG(DS_LOG_WARN, "registry: %s %s: %s -> %s not recorded: %s", model, version,
+               ds_reg_state_name(rv.state), ds_reg_state_name(to), ds_strerror(rc));
+}
+
 /* The control log and the replay guard live in the registry file, in a
 ** table of their own (TODO(rollout): move into schemas/registry.sql as a
 ** numbered migration with ds_reg_control_* functions). */
@@ -409,12 +422,12 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
             snprintf(why, DS_WHY_MAX, "%s stays active; candidate %s dropped", v->version, cand->version);
             return true;
         }
-        snprintf(reason, sizeof reason, "promoted over %s (%s)", old->version, by);
+        snprintf(reason, sizeof reason, "promoted over %s (%.300s)", old->version, by);
         if (cand && cand != v) retire(ro, cand, DS_REG_RETIRED, reason, now);
         m->cand = NULL;
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
-        reg_state(ro, m->cfg->name, v->version, DS_REG_ACTIVE, reason);   /* retires the old one */
+        reg_activate(ro, m->cfg->name, v->version, DS_REG_RETIRED, reason);
         set_state(old, NODE_V_DRAINING, now);
         snprintf(m->prev, sizeof m->prev, "%s", old->version);
         m->probation_end_ns = now + (uint64_t)a->cfg->ro_probation_s * 1000000000ull;
@@ -423,7 +436,7 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
         return true;
     case OP_CANARY:
     case OP_SHADOW:
-        snprintf(reason, sizeof reason, "%s (%s)", c->op == OP_CANARY ? "canary" : "shadow", by);
+        snprintf(reason, sizeof reason, "%s (%.300s)", c->op == OP_CANARY ? "canary" : "shadow", by);
         if (cand && cand != v) retire(ro, cand, DS_REG_RETIRED, "replaced by another candidate", now);
         set_state(v, c->op == OP_CANARY ? NODE_V_CANARY : NODE_V_SHADOW, now);
         m->cand = v;
@@ -438,7 +451,7 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
         return true;
     case OP_ROLLBACK:
     default:
-        snprintf(reason, sizeof reason, "rolled back to %s (%s)", v->version, by);
+        snprintf(reason, sizeof reason, "rolled back to %s (%.300s)", v->version, by);
         if (cand && cand != v) retire(ro, cand, DS_REG_ROLLED_BACK, reason, now);
         m->cand = NULL;
         m->prev[0] = '\0';
@@ -447,10 +460,10 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
             snprintf(why, DS_WHY_MAX, "%s stays active%s", v->version, cand && cand != v ? "; candidate dropped" : "");
             return true;
         }
-        retire(ro, old, DS_REG_ROLLED_BACK, reason, now);
+        set_state(old, NODE_V_DRAINING, now);
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
-        reg_state(ro, m->cfg->name, v->version, DS_REG_ACTIVE, reason);
+        reg_activate(ro, m->cfg->name, v->version, DS_REG_ROLLED_BACK, reason);
         snprintf(why, DS_WHY_MAX, "%s active again (was %s); draining %u request(s) on %s", v->version,
                  old->version, old->refs, old->version);
         return true;
@@ -839,7 +852,7 @@ static void finish_load(struct ds_node *a, struct node_model *m)
         m->vers[m->n_vers++] = l->v;
         ok = apply_loaded(a, m, l->v, c, why);
     } else {
-        snprintf(why, sizeof why, "cannot load %s %s from %s: %s", m->cfg->name, l->version, l->path,
+        snprintf(why, sizeof why, "cannot load %s %s from %.150s: %s", m->cfg->name, l->version, l->path,
                  ds_strerror(l->rc));
     }
     free(l);
@@ -1013,7 +1026,7 @@ enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m)
     }
     m->active->delay_ms = delay_of(mc, version);
     m->vers[m->n_vers++] = m->active;
-    reg_state(ro, mc->name, version, DS_REG_ACTIVE, "active at start");
+    reg_activate(ro, mc->name, version, DS_REG_RETIRED, "active at start (config)");
     return DS_OK;
 }
 
