@@ -76,9 +76,18 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 {
     struct ds_node_model_cfg *m = model_slot(c, name, err, n);
     if (!m) return -1;
+    /* Lists may take several lines (INI lines are short): each one adds. */
+    char **list = !strcmp(key, "versions") ? &m->versions : !strcmp(key, "delay") ? &m->delay : NULL;
+    if (list) {
+        size_t old = *list ? strlen(*list) : 0;
+        char *s = realloc(*list, old + strlen(value) + 3);
+        if (!s) return snprintf(err, n, "out of memory"), -1;
+        sprintf(s + old, "%s%s", old ? ", " : "", value);
+        *list = s;
+        return 0;
+    }
     char **str = !strcmp(key, "path") ? &m->path : !strcmp(key, "tokenizer") ? &m->tokenizer
-               : !strcmp(key, "version") ? &m->version : !strcmp(key, "versions") ? &m->versions
-               : !strcmp(key, "delay") ? &m->delay : NULL;
+               : !strcmp(key, "version") ? &m->version : NULL;
     if (str) {
         char *s = strdup(value);
         if (!s) return snprintf(err, n, "out of memory"), -1;
@@ -265,6 +274,6 @@ void ds_node_config_describe(FILE *f)
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
                "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n"
-               "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"),\n"
+               "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
                "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION)\n");
 }

@@ -235,7 +235,7 @@ static void reg_local(struct node_rollout *ro, const char *model, const char *ve
     snprintf(mf.name, sizeof mf.name, "%s", model);
     snprintf(mf.version, sizeof mf.version, "%s", version);
     snprintf(mf.precision, sizeof mf.precision, "%s", precision);
-    snprintf(mf.signer, sizeof mf.signer, "local");
+    memset(mf.signer, '0', DS_KEY_ID_LEN);              /* no signer: the operator's own file */
     if (ds_file_hash(path, mf.hash, &mf.size, why) != DS_OK || mf.size == 0) goto fail;
     mf.chunk_size = DS_CHUNK_DEFAULT;
     mf.chunk_count = (uint32_t)((mf.size + DS_CHUNK_DEFAULT - 1) / DS_CHUNK_DEFAULT);
