@@ -260,7 +260,11 @@ static void event(struct ds_node *a, const char *model, const char *version, con
     snprintf(e->model, sizeof e->model, "%s", model ? model : "");
     snprintf(e->version, sizeof e->version, "%s", version ? version : "");
     snprintf(e->event, sizeof e->event, "%s", what);
-    snprintf(e->reason, sizeof e->reason, "%s", reason);
+    if (c && c->automatic && c->reason[0])               /* why it rolled back, then what it did */
+        snprintf(e->reason, sizeof e->reason, "%.300s; %s", c->reason, reason);
+    else
+        snprintf(e->reason, sizeof e->reason, "%s", reason);
+    reason = e->reason;
     DS_LOG(ok ? DS_LOG_INFO : DS_LOG_WARN, "rollout: %s %s %s: %s: %s", what, e->model, e->version,
            ok ? "done" : "refused", reason);
     cJSON *o = cJSON_CreateObject();

@@ -235,6 +235,22 @@ static char *refused(const char *payload)
     return e;
 }
 
+/* Check json against schemas/<schema>.schema.json (skipped without the validator). */
+static void validate(const char *schema, const char *json)
+{
+    char path[4300], cmd[9000];
+    snprintf(path, sizeof path, "%s/msg.json", g.dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "printf '%%s/schemas/%%s.schema.json\\t%%s\\tvalid\\n' '%s' '%s' '%s' | "
+             "'%s' '%s/tests/support/jsonschema_check.py'", DS_SOURCE_DIR, schema, path, DS_PYTHON3, DS_SOURCE_DIR);
+    int st = system(cmd);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return;   /* validator missing: shared.msg reports it */
+    assert_int_equal(st, 0);
+}
+
 /* ---- registry ---- */
 
 static int last_event(const struct ds_reg_event *e, void *ud)
@@ -388,6 +404,7 @@ static void test_rollout_refusals(void **state)
     /* Not signed, signed by a key the node does not trust, tampered. */
     char *e = refused("{\"v\":1,\"type\":\"control\",\"cmd\":\"promote\",\"model\":\"stories\",\"version\":\"1.1.0\"}");
     printf("unsigned: %s\n", e);
+    validate("rollout", e);
     free(e);
     char *env = envelope("promote", "1.1.0", g.rogue);
     e = refused(env);
@@ -524,6 +541,7 @@ static void test_rollout_hot_swaps_under_load(void **state)
                         fail_msg("request h%d-%zu sent after swap %d (-> %s) was served by %s", i, j, k, target[k],
                                  s->version);
                 }
+
         }
         free(L[i].s);
         ds_mqtt_destroy(L[i].c);
@@ -629,6 +647,7 @@ static void test_rollout_shadow(void **state)
     assert_non_null(t);
     printf("shadow: %.300s\n", strstr(t, "\"shadow\""));
     assert_non_null(strstr(t, "\"token_agreement\""));
+    validate("telemetry", t);
     assert_null(strstr(t, "\"text_equal\":24,"));            /* random weights answer otherwise */
     free(t);
     struct ds_reg *reg;
@@ -677,6 +696,7 @@ static void test_rollout_slow_version_rolled_back(void **state)
     assert_non_null(e);
     printf("%d of %d on the slow version; event: %s\n", on_slow, N, e);
     assert_non_null(strstr(e, "p99"));
+    validate("rollout", e);
     free(e);
     struct ds_reg_event ev;
     assert_int_equal(reg_latest("1.2.0", &ev), DS_REG_ROLLED_BACK);
@@ -687,6 +707,39 @@ static void test_rollout_slow_version_rolled_back(void **state)
     assert_non_null(t);
     free(t);
     char *v = ask("slow-after", "slow-client-0");
+    assert_string_equal(v, "1.0.0");
+    free(v);
+
+    /* Promoted outright, it is watched for probation_s and rolled back to
+    ** the version it replaced. */
+    from = n_msgs();
+    command("promote", "1.2.0", NULL);
+    for (int i = 0; i < N / 2; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "prom-%d", i);
+        send_req(g.dev, "main", id, NULL, 6);
+    }
+    int by_slow = 0;
+    for (int i = 0; i < N / 2; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "prom-%d", i);
+        char *a = wait_answer(id, 120000, NULL);
+        assert_non_null(a);
+        v = version_of(a);
+        assert_true(!strcmp(v, "1.0.0") || !strcmp(v, "1.2.0"));   /* none failed */
+        by_slow += !strcmp(v, "1.2.0");
+        free(v);
+        free(a);
+    }
+    e = wait_msg("dspark/v1/rollout/" NODE, from, 60000, "\"event\":\"auto-rollback\"", "promoted 1.2.0");
+    assert_non_null(e);
+    printf("probation: %d of %d answered by 1.2.0 (those in flight at the rollback included); %s\n", by_slow, N / 2, e);
+    assert_non_null(strstr(e, "\"version\":\"1.0.0\""));           /* back to the version it replaced */
+    free(e);
+    assert_int_equal(reg_latest("1.2.0", &ev), DS_REG_ROLLED_BACK);
+    assert_non_null(strstr(ev.reason, "automatic rollback of promoted 1.2.0"));
+    assert_int_equal(reg_latest("1.0.0", &ev), DS_REG_ACTIVE);
+    v = ask("prom-after", NULL);
     assert_string_equal(v, "1.0.0");
     free(v);
 }
