@@ -297,7 +297,7 @@ static void make_key(const char *prefix, char *sec, size_t n)
 {
     struct ds_key k;
     assert_int_equal(ds_key_generate(DS_KEY_SIGNER, &k), DS_OK);
-    assert_int_equal(ds_key_save(&k, prefix), DS_OK);
+    assert_int_equal(ds_key_save(&k, prefix, NULL), DS_OK);
     ds_key_wipe(&k);
     snprintf(sec, n, "%s.sec", prefix);
 }
