@@ -147,29 +147,17 @@ static void reg_activate(struct node_rollout *ro, const char *model, const char 
                ds_reg_state_name(rv.state), ds_reg_state_name(to), ds_strerror(rc));
 }
 
-/* The control log and the replay guard live in the registry file, in a
-** table of their own (TODO(rollout): move into schemas/registry.sql as a
-** numbered migration with ds_reg_control_* functions). */
+/* The control log and the replay guard: table control_log of the registry
+** (schemas/registry.sql, migration 3; ds_reg_open has created it), written
+** through a second connection (registry.h has no control-log calls yet). */
 static enum ds_err log_open(struct node_rollout *ro, const char *path)
 {
-    if (sqlite3_open_v2(path, &ro->log, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        DS_LOG(DS_LOG_ERROR, "registry %s: %s", path, ro->log ? sqlite3_errmsg(ro->log) : "cannot open");
+    if (sqlite3_open_v2(path, &ro->log, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
+        sqlite3_exec(ro->log, "PRAGMA synchronous=FULL", NULL, NULL, NULL) != SQLITE_OK) {
+        DS_LOG(DS_LOG_ERROR, "registry %s: control log: %s", path, ro->log ? sqlite3_errmsg(ro->log) : "cannot open");
         return DS_ERR_IO;
     }
     sqlite3_busy_timeout(ro->log, DS_REG_BUSY_MS);
-    char *err = NULL;
-    if (sqlite3_exec(ro->log,
-                     "PRAGMA synchronous=FULL;"
-                     "CREATE TABLE IF NOT EXISTS control_log ("
-                     " id INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, signer TEXT, seq INTEGER,"
-                     " target TEXT, cmd TEXT, model TEXT, version TEXT, pct INTEGER,"
-                     " accepted INTEGER NOT NULL, reason TEXT NOT NULL);"
-                     "CREATE INDEX IF NOT EXISTS control_log_signer ON control_log(signer, seq);",
-                     NULL, NULL, &err) != SQLITE_OK) {
-        DS_LOG(DS_LOG_ERROR, "registry %s: control log: %s", path, err ? err : "?");
-        sqlite3_free(err);
-        return DS_ERR_IO;
-    }
     return DS_OK;
 }
 
