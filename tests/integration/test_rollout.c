@@ -56,6 +56,7 @@ static struct {
     char             *dir;
     char              cfg[4200], log[4200], reg[4200], signer[4200], rogue[4200];
     pid_t             edge;
+    char             *replay;             /* a signed command the node has taken */
     struct ds_mqtt   *dev;                /* requests, events, telemetry */
     pthread_mutex_t   mu;
     struct msg        m[MAX_MSGS];
@@ -314,6 +315,34 @@ static void copy_file(const char *from, const char *to)
     free(d);
 }
 
+/* Start dspark-edge and wait for its first telemetry with versions. */
+static void start_edge(void)
+{
+    char bin[4200];
+    snprintf(bin, sizeof bin, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    char *argv[] = { bin, "-c", g.cfg, NULL };
+    int from = n_msgs();
+    assert_int_equal(posix_spawn(&g.edge, bin, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    char *t = wait_msg("dspark/v1/telemetry/" NODE, from, 30000, "\"versions\"", NULL);
+    assert_non_null(t);
+    free(t);
+}
+
+/* SIGTERM: the edge drains and exits 0. */
+static void stop_edge(void)
+{
+    kill(g.edge, SIGTERM);
+    int st;
+    waitpid(g.edge, &st, 0);
+    g.edge = 0;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -357,30 +386,14 @@ static int setup(void **state)
     assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/rollout/#", 1), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/telemetry/" NODE, 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
-    char bin[4200];
-    snprintf(bin, sizeof bin, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    char *argv[] = { bin, "-c", g.cfg, NULL };
-    assert_int_equal(posix_spawn(&g.edge, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    char *t = wait_msg("dspark/v1/telemetry/" NODE, 0, 30000, "\"versions\"", NULL);
-    assert_non_null(t);
-    free(t);
+    start_edge();
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (g.edge > 0) {
-        kill(g.edge, SIGTERM);
-        int st;
-        waitpid(g.edge, &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);     /* drained and stopped cleanly */
-    }
+    if (g.edge > 0) stop_edge();                                /* drained and stopped cleanly */
     ds_mqtt_destroy(g.dev);
     tb_broker_destroy(g.broker);
     char cmd[4400];
@@ -389,6 +402,7 @@ static int teardown(void **state)
     fflush(stdout);
     if (system(cmd) != 0) printf("(none)\n");
     for (int i = 0; i < g.n; i++) free(g.m[i].json);
+    free(g.replay);
     tu_rmdir(g.dir);
     return 0;
 }
@@ -431,6 +445,7 @@ static void test_rollout_refusals(void **state)
     assert_string_equal(v, "1.0.0");                      /* the old version kept serving */
     free(v);
     env = envelope("rollback", "0.9.0", g.signer);
+    g.replay = strdup(env);                                   /* replayed again after a restart */
     int from = n_msgs();
     assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, env, strlen(env), 1, false, NULL), DS_OK);
     char *ok = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"event\":\"rollback\"", "\"ok\":true");
@@ -744,6 +759,31 @@ static void test_rollout_slow_version_rolled_back(void **state)
     free(v);
 }
 
+/* ---- restart ---- */
+
+static void test_rollout_restart_keeps_active_and_replay_guard(void **state)
+{
+    (void)state;
+    command("promote", "1.1.0", NULL);
+    stop_edge();
+    struct ds_reg *reg;
+    struct ds_reg_version rv;
+    assert_int_equal(ds_reg_open(g.reg, &reg), DS_OK);
+    assert_int_equal(ds_reg_integrity_check(reg, NULL), DS_OK);
+    assert_int_equal(ds_reg_active_get(reg, "stories", &rv), DS_OK);
+    assert_string_equal(rv.version, "1.1.0");
+    ds_reg_close(reg);
+    start_edge();                       /* the config still says 1.0.0; the registry wins */
+    char *v = ask("restart-1", NULL);
+    assert_string_equal(v, "1.1.0");
+    free(v);
+    char *e = refused(g.replay);        /* the replay guard survived the restart */
+    printf("replay after restart: %s\n", e);
+    assert_non_null(strstr(e, "replayed"));
+    free(e);
+    assert_int_equal(reg_latest("1.1.0", &(struct ds_reg_event){ 0 }), DS_REG_ACTIVE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -752,6 +792,7 @@ int main(void)
         cmocka_unit_test(test_rollout_canary_20pct),
         cmocka_unit_test(test_rollout_shadow),
         cmocka_unit_test(test_rollout_slow_version_rolled_back),
+        cmocka_unit_test(test_rollout_restart_keeps_active_and_replay_guard),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
