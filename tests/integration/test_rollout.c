@@ -525,6 +525,7 @@ static void test_rollout_hot_swaps_under_load(void **state)
     uint64_t sent[SWAPS + 1], acked[SWAPS];
     const char *target[SWAPS];
     usleep(300000);
+    int from = n_msgs();
     for (int k = 0; k < SWAPS; k++) {
         target[k] = k % 2 == 0 ? "1.1.0" : "1.0.0";
         sent[k] = ds_now_ns();
@@ -561,6 +562,16 @@ static void test_rollout_hot_swaps_under_load(void **state)
         free(L[i].s);
         ds_mqtt_destroy(L[i].c);
     }
+    /* Requests in flight at each swap, as the node reported them. */
+    unsigned in_flight = 0;
+    pthread_mutex_lock(&g.mu);
+    for (int i = from; i < g.n; i++) {
+        const char *d = strstr(g.m[i].json, "draining ");
+        unsigned n;
+        if (!strncmp(g.m[i].topic, "dspark/v1/rollout/", 18) && d && sscanf(d, "draining %u", &n) == 1) in_flight += n;
+    }
+    pthread_mutex_unlock(&g.mu);
+    printf("hot swaps: %u requests were in flight on the version swapped out (they finished there)\n", in_flight);
     printf("hot swaps: %d swaps, %zu requests from %d clients, %zu failed, %zu by 1.0.0, %zu by 1.1.0, "
            "%zu checked against the swap times\n", SWAPS, total, N_LOADERS, failed, by[0], by[1], checked);
     assert_int_equal(failed, 0);
