@@ -505,8 +505,8 @@ static void step_version(struct ds_node *a, struct node_version *m)
 
 static void cancel_running(struct ds_node *a)
 {
-    for (unsigned i = a->n_active; i-- > 0;)
-        if (take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+    for (unsigned i = a->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
+        if (!a->active[i]->mirror && take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
 }
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
