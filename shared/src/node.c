@@ -408,7 +408,7 @@ static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
     /* A center tells the edge that relayed r who holds it. */
-    if (a->cfg->role == DS_MSG_ROLE_CENTER && r->reply && !strncmp(r->reply, TOPIC_RELAY, strlen(TOPIC_RELAY))) {
+    if (a->cfg->role == DS_MSG_ROLE_CENTER && !strncmp(r->reply, TOPIC_RELAY, strlen(TOPIC_RELAY))) {
         cJSON *acc = cJSON_CreateObject();
         cJSON_AddNumberToObject(acc, "v", 1);
         cJSON_AddStringToObject(acc, "id", r->req.id);
@@ -432,14 +432,14 @@ static void admit(struct ds_node *a, struct node_req *r)
 ** and freed) when it cannot run. */
 static bool start(struct ds_node *a, struct node_req *r)
 {
-    struct node_version *m = r->v;
+    struct node_version *v = r->v;
     size_t cap = r->req.prompt_len + 3;
     r->ids = malloc(cap * sizeof *r->ids);
-    if (!r->ids || ds_tok_encode(m->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
+    if (!r->ids || ds_tok_encode(v->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return false;
     }
-    uint32_t ctx = ds_engine_max_ctx(m->eng);
+    uint32_t ctx = ds_engine_max_ctx(v->eng);
     if (r->n_ids + 1 >= ctx) {
         char msg[160];
         snprintf(msg, sizeof msg, "prompt: %zu tokens; the context holds %u", r->n_ids, ctx);
@@ -448,8 +448,8 @@ static bool start(struct ds_node *a, struct node_req *r)
     }
     struct ds_sampler_params sp = r->req.sampling;
     if (!r->req.has_seed) sp.seed = r->key ^ r->recv_ns;
-    if (sp.top_k > ds_engine_config(m->eng)->vocab_size) sp.top_k = 0;
-    if (ds_seq_create(m->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(m->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
+    if (sp.top_k > ds_engine_config(v->eng)->vocab_size) sp.top_k = 0;
+    if (ds_seq_create(v->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(v->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
         return false;
     }
@@ -461,21 +461,21 @@ static bool start(struct ds_node *a, struct node_req *r)
 
 /* One step for one loaded version: a decode row for every sequence running
 ** on it, plus prompt chunks for those still prefilling, in one forward pass. */
-static void step_version(struct ds_node *a, struct node_version *m)
+static void step_version(struct ds_node *a, struct node_version *v)
 {
     struct ds_batch_row rows[1024];
     struct node_req *owner[1024];    /* request of each row that wants logits */
     size_t n = 0, n_logits = 0;
-    uint32_t budget = DS_MIN(m->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
+    uint32_t budget = DS_MIN(v->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->v != m || r->n_fed < r->n_ids) continue;
+        if (r->v != v || r->n_fed < r->n_ids) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->v != m || r->n_fed >= r->n_ids) continue;
+        if (r->v != v || r->n_fed >= r->n_ids) continue;
         size_t k = DS_MIN(DS_MIN(r->n_ids - r->n_fed, (size_t)a->cfg->prefill_chunk), budget - n);
         for (size_t t = 0; t < k; t++) {
             bool last = r->n_fed + t + 1 == r->n_ids;
@@ -485,13 +485,13 @@ static void step_version(struct ds_node *a, struct node_version *m)
         r->n_fed += k;
     }
     if (n == 0) return;
-    if (m->delay_ms) nanosleep(&(struct timespec){ m->delay_ms / 1000, (long)(m->delay_ms % 1000) * 1000000L }, NULL);
-    enum ds_err rc = ds_engine_forward(m->eng, rows, n, m->logits);
+    if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
+    enum ds_err rc = ds_engine_forward(v->eng, rows, n, v->logits);
     if (rc == DS_OK) a->step_tokens += n_logits;
     if (rc != DS_OK) {
-        DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", m->m->cfg->name, m->version, ds_strerror(rc));
+        DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->v == m) {
+            if (a->active[i]->v == v) {
                 struct node_req *r = a->active[i];
                 a->active[i] = a->active[--a->n_active];
                 a->n_mirrors -= r->mirror;
@@ -499,8 +499,8 @@ static void step_version(struct ds_node *a, struct node_version *m)
             }
         return;
     }
-    const uint32_t V = ds_engine_config(m->eng)->vocab_size;
-    for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], m->logits + k * V);
+    const uint32_t V = ds_engine_config(v->eng)->vocab_size;
+    for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], v->logits + k * V);
 }
 
 static void cancel_running(struct ds_node *a)
