@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "ds/bundle.h"
 #include "ds/engine.h"
 #include "ds/metrics.h"
 #include "ds/model.h"
@@ -67,6 +68,7 @@ struct node_model {
     struct node_version *cand;        /* NODE_V_CANARY or NODE_V_SHADOW, or NULL */
     uint32_t             pct;         /* canary share in percent */
     char                 prev[NODE_VERSION_MAX];  /* active before the last promote */
+    char                 reg_active[DS_SEMVER_MAX + 1];   /* the registry's active version, last seen */
     uint64_t             probation_end_ns;        /* the promoted active may still roll back */
     struct node_load    *load;        /* one at a time */
     struct node_cmd     *waiting;     /* the command the load is for */

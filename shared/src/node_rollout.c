@@ -512,13 +512,18 @@ static bool apply(struct ds_node *a, struct node_cmd *c, char *why)
     return true;
 }
 
+static const char *cmd_name(const struct node_cmd *c)
+{
+    return !c->automatic ? op_names[c->op] : c->op == OP_ROLLBACK ? "auto-rollback" : "auto-promote";
+}
+
 /* Run c to its end or to its wait; frees c unless it waits. */
 static void run_cmd(struct ds_node *a, struct node_cmd *c)
 {
     char why[DS_WHY_MAX];
     bool ok = apply(a, c, why);
     if (ok && !why[0]) return;                       /* waits for its load */
-    event(a, c->model, c->version, c->automatic ? "auto-rollback" : op_names[c->op], ok, why, c);
+    event(a, c->model, c->version, cmd_name(c), ok, why, c);
     free(c->body);
     free(c);
 }
@@ -773,6 +778,30 @@ static bool breached(struct ds_node *a, const struct node_version *v, uint64_t n
     return false;
 }
 
+/* Another writer of the registry (the fetcher's [models] auto_promote, an
+** operator's tool) made a version active: serve it, as a promote would (with
+** the same anti-rollback check). Acts once per change of the registry's
+** active version. */
+static void follow_registry(struct ds_node *a, struct node_model *m)
+{
+    struct ds_reg_version rv;
+    if (!a->ro->reg || m->load || ds_reg_active_get(a->ro->reg, m->cfg->name, &rv) != DS_OK) return;
+    if (!strcmp(rv.version, m->reg_active) || !strcmp(rv.version, m->active->version)) {
+        snprintf(m->reg_active, sizeof m->reg_active, "%s", rv.version);
+        return;
+    }
+    snprintf(m->reg_active, sizeof m->reg_active, "%s", rv.version);
+    struct node_cmd *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->automatic = true;
+    c->op = OP_PROMOTE;
+    snprintf(c->target, sizeof c->target, "%s", a->cfg->node);
+    snprintf(c->model, sizeof c->model, "%s", m->cfg->name);
+    snprintf(c->version, sizeof c->version, "%.*s", (int)sizeof c->version - 1, rv.version);
+    snprintf(c->reason, sizeof c->reason, "made active in the registry by another writer");
+    run_cmd(a, c);
+}
+
 static void check_model(struct ds_node *a, struct node_model *m, uint64_t now)
 {
     char why[DS_REG_REASON_MAX - 64];
@@ -787,7 +816,10 @@ static void check_model(struct ds_node *a, struct node_model *m, uint64_t now)
         event(a, m->cfg->name, cand->version, "auto-rollback", true, reason, &c);
         return;
     }
-    if (!m->prev[0] || now > m->probation_end_ns || m->load || !breached(a, m->active, now, why, sizeof why)) return;
+    if (!m->prev[0] || now > m->probation_end_ns || m->load || !breached(a, m->active, now, why, sizeof why)) {
+        follow_registry(a, m);
+        return;
+    }
     struct node_cmd *c = calloc(1, sizeof *c);
     if (!c) return;
     c->automatic = true;
@@ -848,7 +880,7 @@ static void finish_load(struct ds_node *a, struct node_model *m)
                  ds_strerror(l->rc));
     }
     free(l);
-    event(a, c->model, c->version, c->automatic ? "auto-rollback" : op_names[c->op], ok, why, c);
+    event(a, c->model, c->version, cmd_name(c), ok, why, c);
     free(c->body);
     free(c);
 }
@@ -1019,6 +1051,8 @@ enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m)
     m->active->delay_ms = delay_of(mc, version);
     m->vers[m->n_vers++] = m->active;
     reg_activate(ro, mc->name, version, DS_REG_RETIRED, "active at start (config)");
+    if (ro->reg && ds_reg_active_get(ro->reg, mc->name, &rv) == DS_OK)   /* follow_registry's baseline */
+        snprintf(m->reg_active, sizeof m->reg_active, "%s", rv.version);
     return DS_OK;
 }
 

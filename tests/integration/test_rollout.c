@@ -793,6 +793,21 @@ static void test_rollout_restart_keeps_active_and_replay_guard(void **state)
     assert_non_null(strstr(e, "replayed"));
     free(e);
     assert_int_equal(reg_latest("1.1.0", &(struct ds_reg_event){ 0 }), DS_REG_ACTIVE);
+
+    /* Another registry writer (the fetcher's auto_promote) activates 1.3.0:
+    ** the node follows, as a promote would. */
+    int from = n_msgs();
+    assert_int_equal(ds_reg_open(g.reg, &reg), DS_OK);
+    assert_int_equal(ds_reg_version_find(reg, "stories", "1.3.0", &rv), DS_OK);
+    assert_int_equal(ds_reg_activate(reg, rv.id, DS_REG_RETIRED, "test: activated by another writer"), DS_OK);
+    ds_reg_close(reg);
+    e = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"event\":\"auto-promote\"", "\"ok\":true");
+    assert_non_null(e);
+    printf("registry follow: %s\n", e);
+    free(e);
+    v = ask("restart-2", NULL);
+    assert_string_equal(v, "1.3.0");
+    free(v);
 }
 
 int main(void)
