@@ -59,8 +59,8 @@ struct ds_node_config {
     bool     overflow;          /* [overflow] enabled (edge) */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
     uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
-    char    *registry_path;     /* [registry] path: SQLite model registry ("" = none) */
-    char    *signer_pub;        /* [keys] signer_pub: trusted signer .pub files, comma-separated */
+    char    *registry_path;     /* [registry] path: model registry (SQLite) */
+    char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
     uint32_t ro_p99_ms;         /* [rollout] p99_ms: roll back a new version slower than this */
     float    ro_error_rate;     /* [rollout] error_rate: ... or failing more often than this */
     uint32_t ro_window_s;       /* [rollout] window_s: over this window */
