@@ -571,6 +571,14 @@ static void test_rollout_hot_swaps_under_load(void **state)
         if (!strncmp(g.m[i].topic, "dspark/v1/rollout/", 18) && d && sscanf(d, "draining %u", &n) == 1) in_flight += n;
     }
     pthread_mutex_unlock(&g.mu);
+    double sum_ms = 0, max_ms = 0;
+    for (int k = 0; k < SWAPS; k++) {
+        double ms = (double)(acked[k] - sent[k]) / 1e6;
+        sum_ms += ms;
+        max_ms = ms > max_ms ? ms : max_ms;
+    }
+    printf("hot swaps: command to answer (CLI start, sign, publish, swap, event) mean %.0f ms, max %.0f ms\n",
+           sum_ms / SWAPS, max_ms);
     printf("hot swaps: %u requests were in flight on the version swapped out (they finished there)\n", in_flight);
     printf("hot swaps: %d swaps, %zu requests from %d clients, %zu failed, %zu by 1.0.0, %zu by 1.1.0, "
            "%zu checked against the swap times\n", SWAPS, total, N_LOADERS, failed, by[0], by[1], checked);
