@@ -55,14 +55,15 @@ struct node_cmd {
     struct node_cmd *next;
     char            *body;                  /* verified body; NULL when refused at the door */
     char             signer[DS_KEY_ID_LEN + 1];
-    char             target[80];            /* topic level: this node or "all" */
+    char             target[160];           /* topic level: this node or "all" */
     char             why[DS_WHY_MAX];       /* refusal at the door */
     /* parsed */
     enum cmd_op      op;
     char             model[DS_NAME_MAX + 1], version[NODE_VERSION_MAX];
     uint32_t         pct;
     uint64_t         seq;
-    bool             automatic;             /* the node's own rollback */
+    bool             parsed;                /* the fields below are set */
+    bool             automatic;             /* the node's own rollback or promote */
     char             reason[DS_REG_REASON_MAX];
 };
 
@@ -167,7 +168,7 @@ static void log_record(struct node_rollout *ro, const struct node_cmd *c, bool a
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(ro->log, "INSERT INTO control_log(at_ms, signer, seq, target, cmd, model, version,"
                            " pct, accepted, reason) VALUES (?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL) == SQLITE_OK) {
-        bool parsed = c->body != NULL || c->automatic;
+        bool parsed = c->parsed || c->automatic;
         sqlite3_bind_int64(st, 1, (sqlite3_int64)unix_ms());
         sqlite3_bind_text(st, 2, c->automatic ? "node" : c->signer, -1, SQLITE_TRANSIENT);
         if (parsed && !c->automatic) sqlite3_bind_int64(st, 3, (sqlite3_int64)c->seq);
@@ -264,7 +265,7 @@ static void event(struct ds_node *a, const char *model, const char *version, con
     cJSON_AddStringToObject(o, "version", e->version);
     cJSON_AddBoolToObject(o, "ok", ok);
     cJSON_AddStringToObject(o, "reason", reason);
-    if (c && c->body && !c->automatic) {
+    if (c && c->parsed && !c->automatic) {
         cJSON_AddStringToObject(o, "signer", c->signer);
         cJSON_AddNumberToObject(o, "seq", (double)c->seq);
     }
@@ -384,7 +385,7 @@ static bool parse_body(struct node_cmd *c, const char *node, char *why)
         snprintf(c->version, sizeof c->version, "%s", ver->valuestring);
         c->pct = op == OP_CANARY ? (uint32_t)pct->valuedouble : 0;
         c->seq = (uint64_t)seq->valuedouble;
-        ok = true;
+        c->parsed = ok = true;
     }
     cJSON_Delete(j);
     return ok;
@@ -403,8 +404,9 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
 {
     struct node_rollout *ro = a->ro;
     uint64_t now = ds_now_ns();
-    const char *by = c->automatic ? c->reason : "signed control";
-    char reason[DS_REG_REASON_MAX];
+    char reason[DS_REG_REASON_MAX], signed_by[64];
+    snprintf(signed_by, sizeof signed_by, "signed by key %s, seq %llu", c->signer, (unsigned long long)c->seq);
+    const char *by = c->automatic ? c->reason : signed_by;
     struct node_version *old = m->active, *cand = m->cand;
     switch (c->op) {
     case OP_PROMOTE:
