@@ -369,6 +369,11 @@ static int setup(void **state)
     snprintf(rnd, sizeof rnd, "%s/stories-1.3.0.gguf", g.dir);
     const struct mk_shape shape = { 64, 172, 2, 4, 4, 512, 256 };
     assert_int_equal(mk_random_model(rnd, &shape, DS_GGML_TYPE_F32, 7), DS_OK);
+    /* 1.4.0: a broken build whose context (4 tokens) cannot hold the prompt. */
+    char tiny[4300];
+    snprintf(tiny, sizeof tiny, "%s/stories-1.4.0.gguf", g.dir);
+    const struct mk_shape short_ctx = { 64, 172, 2, 4, 4, 512, 4 };
+    assert_int_equal(mk_random_model(tiny, &short_ctx, DS_GGML_TYPE_F32, 8), DS_OK);
     snprintf(g.reg, sizeof g.reg, "%s/registry.db", g.dir);
     snprintf(g.log, sizeof g.log, "%s/edge.log", g.dir);
     snprintf(g.cfg, sizeof g.cfg, "%s/edge.ini", g.dir);
@@ -378,9 +383,10 @@ static int setup(void **state)
                "[registry]\npath = %s\n[keys]\nsigner_pub = %s/signer.pub\n"
                "[rollout]\np99_ms = 1500\nerror_rate = 0.05\nwindow_s = 60\nmin_requests = 8\nprobation_s = 600\n"
                "[model stories]\npath = %s\ntokenizer = %s\nversion = 1.0.0\nprecision = fp32\nthreads = 1\nctx = 128\n"
-               "versions = 1.1.0:%s\nversions = 1.2.0:%s\nversions = 0.9.0:%s\nversions = 1.3.0:%s\ndelay = 1.2.0:400\n",
+               "versions = 1.1.0:%s\nversions = 1.2.0:%s\nversions = 0.9.0:%s\nversions = 1.3.0:%s\nversions = 1.4.0:%s\n"
+               "delay = 1.2.0:400\n",
             tb_broker_uri(g.broker), g.reg, g.dir, tu_model("stories260K.gguf"), tu_model("tok512.bin"),
-            tu_model("stories260K.bin"), slow, old, rnd);
+            tu_model("stories260K.bin"), slow, old, rnd, tiny);
     fclose(f);
     g.dev = client("dev-main", "test/reply/main");
     assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/rollout/#", 1), DS_OK);
@@ -778,6 +784,43 @@ static void test_rollout_slow_version_rolled_back(void **state)
     free(v);
 }
 
+static void test_rollout_failing_version_rolled_back(void **state)
+{
+    (void)state;
+    int from = n_msgs();
+    command("canary", "1.4.0", "-p 50");
+    enum { N = 40 };
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        char id[32], cl[32];
+        snprintf(id, sizeof id, "bad-%d", i);
+        snprintf(cl, sizeof cl, "bad-client-%d", i);
+        send_req(g.dev, "main", id, cl, 4);
+    }
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "bad-%d", i);
+        char *a = wait_answer(id, 60000, NULL);
+        assert_non_null(a);
+        char *v = version_of(a);
+        failed += !strcmp(v, "error");                    /* the canary's share fails: that is the point */
+        if (strcmp(v, "error")) assert_string_equal(v, "1.0.0");
+        free(v);
+        free(a);
+    }
+    char *e = wait_msg("dspark/v1/rollout/" NODE, from, 30000, "\"event\":\"auto-rollback\"", "\"version\":\"1.4.0\"");
+    assert_non_null(e);
+    printf("%d of %d failed on the broken canary; event: %s\n", failed, N, e);
+    assert_non_null(strstr(e, "error rate"));
+    free(e);
+    struct ds_reg_event ev;
+    assert_int_equal(reg_latest("1.4.0", &ev), DS_REG_ROLLED_BACK);
+    assert_non_null(strstr(ev.reason, "error rate"));
+    char *v = ask("bad-after", "bad-client-0");
+    assert_string_equal(v, "1.0.0");
+    free(v);
+}
+
 /* ---- restart ---- */
 
 static void test_rollout_restart_keeps_active_and_replay_guard(void **state)
@@ -826,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_rollout_canary_20pct),
         cmocka_unit_test(test_rollout_shadow),
         cmocka_unit_test(test_rollout_slow_version_rolled_back),
+        cmocka_unit_test(test_rollout_failing_version_rolled_back),
         cmocka_unit_test(test_rollout_restart_keeps_active_and_replay_guard),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
