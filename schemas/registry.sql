@@ -72,3 +72,20 @@ CREATE TABLE metrics (
     note       TEXT                                           -- JSON (e.g. shadow comparison)
 );
 CREATE INDEX metrics_version ON metrics(version_id, id);
+
+-- migration 3: control log (every signed control message a node took or refused, and its
+-- own automatic rollbacks) and the replay guard: seq must grow per signer key
+CREATE TABLE control_log (
+    id       INTEGER PRIMARY KEY,
+    at_ms    INTEGER NOT NULL,
+    signer   TEXT,                                            -- key id; "node" for automatic
+    seq      INTEGER,                                         -- NULL when the body was unreadable
+    target   TEXT,                                            -- topic level: node name or all
+    cmd      TEXT,
+    model    TEXT,
+    version  TEXT,
+    pct      INTEGER,
+    accepted INTEGER NOT NULL CHECK (accepted IN (0, 1)),
+    reason   TEXT    NOT NULL
+);
+CREATE INDEX control_log_signer ON control_log(signer, seq);

@@ -19,6 +19,10 @@ int cmd_run(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+/* cmd_model_rollout.c: argv[0] is the subcommand (promote, canary, shadow, rollback). */
+int cmd_model_control(int argc, char **argv);
+/* `dspark model list --broker URI`: every node's versions from telemetry. */
+int cmd_model_list_telemetry(int argc, char **argv);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */

@@ -1,8 +1,9 @@
 /*
 ** cmd_model.c — `dspark model`: bundles and versions. pack (model file ->
 ** signed manifest + ciphertext), verify (a bundle, locally), list (a node's
-** registry). publish / promote / canary / shadow / rollback are added to the
-** dispatch table below by the distribution and rollout work.
+** registry; with --broker every node's, from telemetry: cmd_model_rollout.c).
+** promote / canary / shadow / rollback: cmd_model_rollout.c; publish is added
+** to the dispatch table below by the distribution work.
 */
 #include <getopt.h>
 #include <math.h>
@@ -265,6 +266,7 @@ static void list_usage(FILE *f)
 {
     fprintf(f,
         "usage: dspark model list --registry PATH [--model NAME] [--history]\n"
+        "       dspark model list --broker URI [--wait-ms MS]   (every node, from telemetry; see --broker URI --help)\n"
         "\n"
         "Show every version a node's registry holds, with its state; with --history\n"
         "also every state change with its reason, oldest first.\n"
@@ -315,6 +317,9 @@ static int model_list(int argc, char **argv)
     const char *path = NULL, *model = NULL;
     bool history = false;
     int c;
+    for (int i = 1; i < argc; i++)            /* every node's versions, from telemetry */
+        if (!strcmp(argv[i], "--broker") || !strcmp(argv[i], "-b") || !strncmp(argv[i], "--broker=", 9))
+            return cmd_model_list_telemetry(argc, argv);
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -326,7 +331,6 @@ static int model_list(int argc, char **argv)
         default: list_usage(stderr); return 2;
         }
     }
-    /* ---- listing from telemetry (every node's versions) is added here ---- */
     if (!path || optind < argc) {
         fprintf(stderr, "dspark model list: need --registry PATH\n\n");
         list_usage(stderr);
@@ -363,7 +367,11 @@ static int model_list(int argc, char **argv)
 static const struct cli_command model_commands[] = {
     { "pack", model_pack, "encrypt, seal and sign a model file into a bundle" },
     { "verify", model_verify, "check a bundle locally: signature, chunks, optionally decrypt" },
-    { "list", model_list, "versions, states and history from a node's registry" },
+    { "list", model_list, "versions, states and history from a node's registry (--broker: every node's, from telemetry)" },
+    { "promote", cmd_model_control, "make a version active on the nodes (signed control)" },
+    { "canary", cmd_model_control, "send a share of clients to a version (signed control)" },
+    { "shadow", cmd_model_control, "mirror requests to a version, answer from the active (signed control)" },
+    { "rollback", cmd_model_control, "make an earlier version active again (signed control)" },
 };
 
 static void model_usage(FILE *f)
