@@ -629,6 +629,7 @@ static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg 
     struct ds_engine_opts o;
     ds_engine_opts_init(&o);
     o.precision = (enum ds_precision)mc->precision;
+    o.backend = (enum ds_backend)mc->backend;
     o.n_threads = mc->threads;
     o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(m->model->cfg.ctx_len, 2048u);
     o.kv_seqs = a->cfg->max_active;
@@ -637,9 +638,9 @@ static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg 
     if ((rc = ds_engine_create(m->model, &o, &m->eng)) != DS_OK) return rc;
     m->logits = malloc((size_t)o.max_batch * m->model->cfg.vocab_size * sizeof *m->logits);
     if (!m->logits) return DS_ERR_NOMEM;
-    DS_LOG(DS_LOG_INFO, "model %s: %s, %s, %s kernels, %u threads, ctx %u", mc->name, mc->path,
-           ds_precision_name(o.precision), ds_engine_kernel(m->eng), ds_engine_threads(m->eng),
-           ds_engine_max_ctx(m->eng));
+    DS_LOG(DS_LOG_INFO, "model %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, mc->path,
+           ds_precision_name(ds_engine_precision(m->eng)), ds_engine_backend(m->eng), ds_engine_kernel(m->eng),
+           ds_engine_threads(m->eng), ds_engine_max_ctx(m->eng));
     return DS_OK;
 }
 
