@@ -50,12 +50,12 @@ int ds_precision_parse(const char *s)
 
 const char *ds_backend_name(enum ds_backend b)
 {
-    return b == DS_BACKEND_CPU ? "cpu" : b == DS_BACKEND_CUDA ? "cuda" : "auto";
+    return b == DS_BACKEND_AUTO ? "auto" : b == DS_BACKEND_CUDA ? "cuda" : "cpu";
 }
 
 int ds_backend_parse(const char *s)
 {
-    static const char *const names[] = { "auto", "cpu", "cuda" };
+    static const char *const names[] = { "cpu", "auto", "cuda" };   /* enum order */
     for (int i = 0; s && i < (int)DS_ARRAY_LEN(names); i++)
         if (strcmp(s, names[i]) == 0) return i;
     return -1;

@@ -54,6 +54,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     m->name = strdup(name);
     m->version = strdup("1");
     m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    m->backend = DS_BACKEND_AUTO;
     if (!m->name || !m->version) {
         free(m->name);
         free(m->version);

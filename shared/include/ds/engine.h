@@ -7,9 +7,10 @@
 ** Backends: the same API runs on the CPU or, in builds with CUDA
 ** (DS_HAVE_CUDA), on GPU 0: FP16 weights and activations, FP32 accumulation
 ** and residual stream, KV cache in GPU memory (engine_cuda.c). opts.backend
-** AUTO picks CUDA when the build has it, a device is present and FP32 was
-** asked for, else the CPU; CUDA forces it (DS_ERR_UNSUPPORTED without a
-** device or CUDA build); CPU forces the CPU. A CUDA engine reports precision
+** CPU (the default: results do not depend on the machine) never touches
+** CUDA; AUTO picks CUDA when the build has it, a device is present and FP32
+** was asked for, else the CPU (the serving node's default); CUDA forces it
+** (DS_ERR_UNSUPPORTED without a device or CUDA build). A CUDA engine reports precision
 ** DS_PRECISION_FP16 ("fp16") and kernel "cuda-f16"; ds_engine_backend()
 ** says which backend runs.
 **
@@ -46,7 +47,7 @@ const char *ds_precision_name(enum ds_precision p);
 /* "fp32" or "int8"; -1 for anything else. */
 int ds_precision_parse(const char *s);
 
-enum ds_backend { DS_BACKEND_AUTO, DS_BACKEND_CPU, DS_BACKEND_CUDA };
+enum ds_backend { DS_BACKEND_CPU, DS_BACKEND_AUTO, DS_BACKEND_CUDA };
 const char *ds_backend_name(enum ds_backend b);
 /* "auto", "cpu" or "cuda"; -1 for anything else. */
 int ds_backend_parse(const char *s);
@@ -60,7 +61,7 @@ struct ds_engine_opts {
     uint32_t  max_ctx;              /* 0 = min(model context, 4096) */
     uint32_t  kv_seqs;              /* KV pool holds this many full contexts (default 4) */
     const struct ds_kern_ops *kern; /* NULL = ds_kern_select() */
-    enum ds_backend backend;        /* default AUTO (see Backends above) */
+    enum ds_backend backend;        /* default CPU (see Backends above) */
 };
 void ds_engine_opts_init(struct ds_engine_opts *o);
 
