@@ -840,7 +840,12 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                o->max_batch, o->kv_seqs);
         return DS_ERR_RANGE;
     }
-    if ((unsigned)o->backend > DS_BACKEND_CUDA) return DS_ERR_INVAL;
+    if ((unsigned)o->backend > DS_BACKEND_CUDA ||
+        (o->precision != DS_PRECISION_FP32 && o->precision != DS_PRECISION_INT8)) {
+        DS_LOG(DS_LOG_ERROR, "engine: backend %d or precision %d unknown (fp16 is not asked for: "
+               "backend cuda runs it)", (int)o->backend, (int)o->precision);
+        return DS_ERR_INVAL;
+    }
     struct ds_engine *e = calloc(1, sizeof *e);
     if (!e) return DS_ERR_NOMEM;
     e->model = m;

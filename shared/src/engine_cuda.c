@@ -244,7 +244,12 @@ enum ds_err ds_gpu_create(const struct ds_model *m, uint32_t max_batch, uint32_t
     pthread_mutex_init(&g->mu, NULL);
     g->mu_ready = true;
     char info[160] = "";
-    enum ds_err rc = ds_cuda_create(0, &g->cu);
+    enum ds_err rc = DS_OK;
+    if (m->cfg.head_dim > 1024) {           /* ds_cuda_attention_f16's limit */
+        DS_LOG(DS_LOG_ERROR, "cuda: head_dim %u is over 1024", m->cfg.head_dim);
+        rc = DS_ERR_UNSUPPORTED;
+    }
+    if (rc == DS_OK) rc = ds_cuda_create(0, &g->cu);
     if (rc == DS_OK) {
         (void)ds_cuda_device_info(0, info, sizeof info);     /* truncated is fine */
         snprintf(g->desc, sizeof g->desc, "cuda %s", info);

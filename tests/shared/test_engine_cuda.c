@@ -10,13 +10,19 @@
 ** over 5-6 layers and the classifier the logits move by ~1e-2 of their
 ** spread at most. Checked per row:
 **   max |cuda - cpu| <= 2% of the row's logit range (max - min)
-**   top-1 agreement  >= 99% (stories260K, teacher-forced), >= 97% (random
-**                    15M shape: its 32000 near-Gaussian logits leave small
-**                    top-2 gaps, and a flip needs a gap below the error)
-** Greedy text: a flip needs a top-2 gap below ~1e-2 logits; stories260K's
-** greedy path has such near-ties rarely, so the text is expected to match
-** in full; the test reports the common prefix and requires >= 100 of the
-** 200 steps (after a flip the continuation is a different, valid story).
+**   top-1 equal      on every row whose CPU top-2 margin exceeds twice that
+**                    row's max |diff| (below it a near-tie may flip; above it
+**                    a flip can only be a bug), and overall >= 99%
+**                    (stories260K, teacher-forced) or >= 95% (random 15M
+**                    shape: 32000 near-Gaussian logits, top-2 gaps ~0.1
+**                    exponentially distributed, so ~1-2% of rows are ties
+**                    within the error)
+** Greedy: a flip needs a top-2 gap below ~1e-2 logits; stories260K's greedy
+** path has such near-ties rarely, so CUDA's tokens are expected to equal the
+** CPU's (whose text is the reference text, test_engine.c) for all 200
+** steps; the test reports the common prefix and requires >= 100 (after a
+** flip the continuation is a different, valid story), and when all are
+** equal the decoded text must be the reference text.
 ** Same backend, different batch shapes (batched vs one at a time, truncate
 ** vs fresh) differ only by cuBLAS's per-shape summation order: argmax equal
 ** and max |diff| <= 0.5% of the range.
@@ -41,7 +47,7 @@
 
 #define PROMPT          "Once upon a time"
 #define REFERENCE_STEPS 200
-#define MIN_GREEDY      100     /* tokens of the reference the CUDA greedy text must share */
+#define MIN_GREEDY      100     /* greedy tokens CUDA must share with the CPU */
 #define N_FORCED        100     /* teacher-forced tokens */
 #define TOL_RANGE       0.02
 #define TOL_SAME        0.005
@@ -72,7 +78,7 @@ static float *forced_logits(struct ds_engine *e, const int32_t *ids, size_t n)
     return lg;
 }
 
-/* Row-wise max |a - b| relative to a's range; the worst row's value. */
+/* max |a - b| of a row relative to a's range (max - min). */
 static double row_err(const float *a, const float *b, uint32_t V)
 {
     float lo = a[0], hi = a[0];
@@ -83,6 +89,23 @@ static double row_err(const float *a, const float *b, uint32_t V)
         d = fmax(d, fabs((double)a[i] - b[i]));
     }
     return d / fmax((double)hi - lo, 1e-6);
+}
+
+/* Absolute max |a - b| and a's top-1 minus top-2 margin. */
+static void row_diff_margin(const float *a, const float *b, uint32_t V, double *diff, double *margin)
+{
+    double d = 0.0, t1 = -INFINITY, t2 = -INFINITY;
+    for (uint32_t i = 0; i < V; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        if (a[i] > t1) {
+            t2 = t1;
+            t1 = a[i];
+        } else if (a[i] > t2) {
+            t2 = a[i];
+        }
+    }
+    *diff = d;
+    *margin = t1 - t2;
 }
 
 static void compare_backends(const struct ds_model *m, const int32_t *ids, size_t n, double min_agree,
@@ -99,8 +122,15 @@ static void compare_backends(const struct ds_model *m, const int32_t *ids, size_
     size_t agree = 0;
     double worst = 0.0;
     for (size_t t = 0; t < n; t++) {
-        agree += ds_argmax(a + t * V, V) == ds_argmax(b + t * V, V);
-        worst = fmax(worst, row_err(a + t * V, b + t * V, V));
+        const float *ra = a + t * V, *rb = b + t * V;
+        bool same = ds_argmax(ra, V) == ds_argmax(rb, V);
+        double diff, margin;
+        row_diff_margin(ra, rb, V, &diff, &margin);
+        if (!same && margin > 2.0 * diff)
+            fail_msg("%s row %zu: top-1 %d (cpu) vs %d (cuda) with a margin of %.4f > 2 x max|diff| %.4f",
+                     label, t, ds_argmax(ra, V), ds_argmax(rb, V), margin, diff);
+        agree += same;
+        worst = fmax(worst, row_err(ra, rb, V));
     }
     printf("%s: cuda vs cpu fp32 over %zu tokens: top-1 agreement %.1f%%, worst max|diff| %.4f of the "
            "logit range [%s]\n", label, n, 100.0 * (double)agree / (double)n, worst, ds_engine_backend(gpu));
@@ -165,10 +195,31 @@ static void test_random_15m_logits(void **state)
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             ids[t] = (int32_t)((x >> 33) % m->cfg.vocab_size);
         }
-        compare_backends(m, ids, N_FORCED, 0.97, i == 0 ? "random 15M (F32 file)" : "random 15M (F16 file)");
+        compare_backends(m, ids, N_FORCED, 0.95, i == 0 ? "random 15M (F32 file)" : "random 15M (F16 file)");
         ds_model_close(m);
     }
     tu_rmdir(dir);
+}
+
+/* Greedy ids of `steps` steps after PROMPT (BOS included) into ids; returns the count. */
+static size_t greedy_ids(struct ds_engine *e, const struct ds_tok *tok, int32_t *ids, size_t cap)
+{
+    size_t n = 0;
+    assert_int_equal(ds_tok_encode(tok, PROMPT, strlen(PROMPT), true, ids, cap, &n), DS_OK);
+    uint32_t V = ds_engine_config(e)->vocab_size;
+    float *lg = malloc(V * sizeof *lg);
+    struct ds_seq *s;
+    assert_non_null(lg);
+    assert_int_equal(ds_seq_create(e, &s), DS_OK);
+    assert_int_equal(ds_engine_eval(e, s, ids, n, lg, false), DS_OK);
+    while (n < REFERENCE_STEPS + 1 && n < cap) {
+        int32_t next = ds_argmax(lg, V);
+        ids[n++] = next;
+        if (n < REFERENCE_STEPS + 1) assert_int_equal(ds_engine_eval(e, s, &next, 1, lg, false), DS_OK);
+    }
+    ds_seq_destroy(s);
+    free(lg);
+    return n;
 }
 
 static void test_stories260k_greedy(void **state)
@@ -178,29 +229,26 @@ static void test_stories260k_greedy(void **state)
     struct ds_tok *tok;
     assert_int_equal(ds_model_open(tu_model("stories260K.bin"), &m), DS_OK);
     assert_int_equal(ds_model_tokenizer(m, tu_model("tok512.bin"), &tok), DS_OK);
-    struct ds_engine *e = open_engine(m, DS_BACKEND_CUDA, 1);
-    int32_t want[1024], ids[1024];
-    size_t n_want = reference_ids(tok, want, 1024), n = 0;
-    assert_int_equal(ds_tok_encode(tok, PROMPT, strlen(PROMPT), true, ids, 1024, &n), DS_OK);
-    uint32_t V = m->cfg.vocab_size;
-    float *lg = malloc(V * sizeof *lg);
-    struct ds_seq *s;
-    assert_non_null(lg);
-    assert_int_equal(ds_seq_create(e, &s), DS_OK);
-    assert_int_equal(ds_engine_eval(e, s, ids, n, lg, false), DS_OK);
-    while (n < REFERENCE_STEPS + 1) {
-        int32_t next = ds_argmax(lg, V);
-        ids[n++] = next;
-        if (n < REFERENCE_STEPS + 1) assert_int_equal(ds_engine_eval(e, s, &next, 1, lg, false), DS_OK);
-    }
-    size_t same = 0;
-    while (same < n && same < n_want && ids[same] == want[same]) same++;
-    printf("greedy on cuda: %zu of %zu tokens equal to the reference text%s\n", same, n_want,
-           same == n_want && n == n_want ? " (all)" : "");
+    struct ds_engine *cpu = open_engine(m, DS_BACKEND_CPU, 1), *gpu = open_engine(m, DS_BACKEND_CUDA, 1);
+    int32_t want[REFERENCE_STEPS + 1], got[REFERENCE_STEPS + 1];
+    size_t n_want = greedy_ids(cpu, tok, want, REFERENCE_STEPS + 1);
+    size_t n_got = greedy_ids(gpu, tok, got, REFERENCE_STEPS + 1), same = 0;
+    assert_int_equal(n_got, n_want);
+    while (same < n_got && got[same] == want[same]) same++;
+    printf("greedy on cuda: %zu of %zu tokens equal to the CPU FP32 engine's%s\n", same, n_want,
+           same == n_want ? " (all)" : "");
     assert_true(same >= MIN_GREEDY);
-    ds_seq_destroy(s);
-    free(lg);
-    ds_engine_destroy(e);
+    if (same == n_want) {
+        char *text, *ref = tu_reference_text();
+        size_t len;
+        assert_non_null(ref);
+        assert_int_equal(ds_tok_decode(tok, got, n_got, &text, &len), DS_OK);
+        assert_string_equal(text, ref);
+        free(text);
+        free(ref);
+    }
+    ds_engine_destroy(gpu);
+    ds_engine_destroy(cpu);
     ds_tok_destroy(tok);
     ds_model_close(m);
 }
