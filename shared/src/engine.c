@@ -840,10 +840,13 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                o->max_batch, o->kv_seqs);
         return DS_ERR_RANGE;
     }
-    if ((unsigned)o->backend > DS_BACKEND_CUDA ||
-        (o->precision != DS_PRECISION_FP32 && o->precision != DS_PRECISION_INT8)) {
-        DS_LOG(DS_LOG_ERROR, "engine: backend %d or precision %d unknown (fp16 is not asked for: "
-               "backend cuda runs it)", (int)o->backend, (int)o->precision);
+    if ((unsigned)o->backend > DS_BACKEND_CUDA) {
+        DS_LOG(DS_LOG_ERROR, "engine: backend %d is not cpu, auto or cuda", (int)o->backend);
+        return DS_ERR_INVAL;
+    }
+    if (o->precision != DS_PRECISION_FP32 && o->precision != DS_PRECISION_INT8) {
+        DS_LOG(DS_LOG_ERROR, "engine: precision %s cannot be asked for (fp32 or int8; fp16 is what "
+               "backend cuda runs)", ds_precision_name(o->precision));
         return DS_ERR_INVAL;
     }
     struct ds_engine *e = calloc(1, sizeof *e);
