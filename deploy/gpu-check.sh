@@ -13,8 +13,14 @@
 # build, a GPU test or a benchmark fails, or when no GPU is visible (then the
 # tests would only skip, which is not a check).
 #
-# Environment: DS_MODELS_DIR (default ../shared/models: stories260K.bin,
-#              tok512.bin, stories260K.gguf), DS_BENCH_DIR (default
+# Models: the tests read stories260K.bin, stories260K.gguf, tok512.bin and
+# README.md (the reference text) from DS_MODELS_DIR, default ../shared/models
+# beside the checkout, else build-gpu/models inside it. A remote GPU machine
+# that gets only the working tree: copy them there first (4 MB) and carry
+# that ignored folder along:
+#   mkdir -p build-gpu/models && cp ../shared/models/{stories260K.*,tok512.bin,README.md} build-gpu/models
+#
+# Environment: DS_MODELS_DIR (see Models), DS_BENCH_DIR (default
 #              /tmp/dspark-bench), DS_GPU_CHECK_SHAPES (default "15m 110m 1b"),
 #              CUDAARCHS (default: native, i.e. the GPU present),
 #              DS_GPU_CHECK_JOBS (build jobs, default: CPUs).
@@ -32,7 +38,8 @@ if ! nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"; then
 fi
 
 models=${DS_MODELS_DIR:-$PWD/../shared/models}
-for f in stories260K.bin tok512.bin stories260K.gguf; do
+[ -n "${DS_MODELS_DIR:-}" ] || [ -d "$models" ] || models=$PWD/build-gpu/models
+for f in stories260K.bin tok512.bin stories260K.gguf README.md; do
   if [ ! -f "$models/$f" ]; then
     log "FAIL: $models/$f is missing (set DS_MODELS_DIR to the test models)"
     exit 1
