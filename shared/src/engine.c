@@ -10,6 +10,10 @@
 ** the math is written. Matrices go through matmul(), which splits output rows
 ** across the pool and calls the selected kernel (or OpenBLAS sgemm for FP32
 ** passes of several rows).
+**
+** Backends: with the CUDA one (engine_cuda.c, builds with DS_HAVE_CUDA) this
+** file still owns the API, sequences and validation; ds_engine_forward
+** positions the rows and hands them to ds_gpu_forward.
 */
 #include "ds/engine.h"
 
@@ -816,6 +820,7 @@ static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts
     if (rc != DS_OK) return rc;
     e->prec = DS_PRECISION_FP16;
     e->backend = ds_gpu_describe(e->gpu);
+    e->weight_bytes = ds_gpu_weight_bytes(e->gpu);
     return DS_OK;
 #else
     if (o->backend != DS_BACKEND_CUDA) return DS_OK;
@@ -871,9 +876,6 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     if (!e->gpu && (rc = prepare_weights(e)) != DS_OK) goto fail;
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
     if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs)) != DS_OK) goto fail;
-#ifdef DS_HAVE_CUDA
-    if (e->gpu) e->weight_bytes = ds_gpu_weight_bytes(e->gpu);
-#endif
     DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token",
            ds_precision_name(e->prec), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool), e->max_ctx,
            (double)e->weight_bytes / 1e6);
