@@ -18,9 +18,8 @@
 **   rows of this pass stored just before) -> att; proj = att . Wo^T;
 **   add_rmsnorm(x += proj) -> xb; hb, hb2 = xb . W1^T, xb . W3^T;
 **   swiglu -> hb; proj = hb . W2^T
-** then add_rmsnorm with the output norm, the classifier for every row into
-** FP32 logits, and the rows that asked are downloaded (runs of adjacent
-** rows in one copy).
+** then, for the rows that asked for logits only, add_rmsnorm with the output
+** norm (packed), the classifier into FP32 logits and one download.
 */
 #include "engine_cuda.h"
 
@@ -370,29 +369,22 @@ enum ds_err ds_gpu_forward(struct ds_gpu *g, const struct ds_batch_row *rows, si
         TRY(ds_cuda_swiglu_f16(cu, n * hid, g->hb, g->hb2, g->hb));
         TRY(ds_cuda_gemm_f16(cu, n, dim, hid, g->hb, L->w2, g->proj, DS_CUDA_DTYPE_F16));
     }
-    size_t first = n;                       /* first row that wants logits */
-    for (size_t r = 0; r < n && first == n; r++)
-        if (rows[r].logits) first = r;
-    if (first == n) return ds_cuda_synchronize(cu);        /* KV written; report faults now */
-    /* Rows from `first` on: the classifier over them, then the wanted rows. */
-    const size_t m = n - first, V = c->vocab_size;
-    TRY(ds_cuda_add_rmsnorm_f32(cu, m, dim, x + first * dim, g->proj + first * dim, g->out_norm,
-                                DS_CUDA_DTYPE_F32, c->rms_eps, g->xb));
-    TRY(ds_cuda_gemm_f16(cu, m, V, dim, g->xb, g->w_out, g->logits, DS_CUDA_DTYPE_F32));
-#undef TRY
+    /* Final norm of the rows that want logits, packed (one call per run of
+    ** adjacent rows), then the classifier over them and one download. */
+    const size_t V = c->vocab_size;
     size_t n_out = 0;
-    for (size_t r = first; r < n;) {
-        if (!rows[r].logits) {
-            r++;
-            continue;
-        }
-        size_t run = 1;
+    for (size_t r = 0; r < n;) {
+        size_t run = 0;
         while (r + run < n && rows[r + run].logits) run++;
-        rc = ds_cuda_buf_download(cu, &(struct ds_cuda_buf){ g->logits, (size_t)m * V * sizeof(float) },
-                                  (r - first) * V * sizeof(float), logits + n_out * V, run * V * sizeof(float));
-        if (rc != DS_OK) return rc;
+        if (run)
+            TRY(ds_cuda_add_rmsnorm_f32(cu, run, dim, x + r * dim, g->proj + r * dim, g->out_norm,
+                                        DS_CUDA_DTYPE_F32, c->rms_eps, g->xb + n_out * dim));
         n_out += run;
-        r += run;
+        r += run ? run : 1;
     }
-    return DS_OK;
+    if (n_out == 0) return ds_cuda_synchronize(cu);        /* KV written; report faults now */
+    TRY(ds_cuda_gemm_f16(cu, n_out, V, dim, g->xb, g->w_out, g->logits, DS_CUDA_DTYPE_F32));
+#undef TRY
+    const size_t bytes = n_out * V * sizeof(float);
+    return ds_cuda_buf_download(cu, &(struct ds_cuda_buf){ g->logits, bytes }, 0, logits, bytes);
 }
