@@ -24,8 +24,8 @@
 ** flip the continuation is a different, valid story), and when all are
 ** equal the decoded text must be the reference text.
 ** Same backend, different batch shapes (batched vs one at a time, truncate
-** vs fresh) differ only by cuBLAS's per-shape summation order: argmax equal
-** and max |diff| <= 0.5% of the range.
+** vs fresh) differ only by cuBLAS's per-shape summation order: max |diff|
+** <= 0.5% of the range, argmax equal (same margin rule).
 */
 #include <math.h>
 #include <setjmp.h>
@@ -255,10 +255,12 @@ static void test_stories260k_greedy(void **state)
 
 static void check_same(const float *a, const float *b, uint32_t V, const char *what)
 {
-    double err = row_err(a, b, V);
-    if (ds_argmax(a, V) != ds_argmax(b, V) || err > TOL_SAME)
-        fail_msg("%s: argmax %d vs %d, max|diff| %.4f of the range", what, ds_argmax(a, V),
-                 ds_argmax(b, V), err);
+    double err = row_err(a, b, V), diff, margin;
+    row_diff_margin(a, b, V, &diff, &margin);
+    bool flip = ds_argmax(a, V) != ds_argmax(b, V) && margin > 2.0 * diff;
+    if (flip || err > TOL_SAME)
+        fail_msg("%s: argmax %d vs %d (margin %.4f), max|diff| %.4f of the range", what, ds_argmax(a, V),
+                 ds_argmax(b, V), margin, err);
 }
 
 /* Three sequences decoded in one batch == each alone; the KV slot pool. */
