@@ -670,6 +670,7 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     struct ds_engine_opts o;
     ds_engine_opts_init(&o);
     o.precision = (enum ds_precision)mc->precision;
+    o.backend = (enum ds_backend)mc->backend;
     o.n_threads = mc->threads;
     o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
     o.kv_seqs = a->cfg->max_active;
@@ -679,9 +680,9 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     rc = DS_ERR_NOMEM;
     v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
     if (!v->logits) goto fail;
-    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
-           ds_precision_name(o.precision), ds_engine_kernel(v->eng), ds_engine_threads(v->eng),
-           ds_engine_max_ctx(v->eng));
+    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
+           ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng), ds_engine_kernel(v->eng),
+           ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng));
     *out = v;
     return DS_OK;
 fail:

@@ -61,6 +61,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     m->name = strdup(name);
     m->version = strdup("1");
     m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    m->backend = DS_BACKEND_AUTO;
     if (!m->name || !m->version) {
         free(m->name);
         free(m->version);
@@ -103,13 +104,18 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
         m->cascade = f;
         return 0;
     }
+    if (!strcmp(key, "backend")) {
+        if ((m->backend = ds_backend_parse(value)) < 0)
+            return snprintf(err, n, "'%s' is not auto, cpu or cuda", value), -1;
+        return 0;
+    }
     if (!strcmp(key, "precision")) {
         if ((m->precision = ds_precision_parse(value)) < 0)
             return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
         return 0;
     }
     uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx : NULL;
-    if (!u) return snprintf(err, n, "unknown model key (path, tokenizer, version, versions, delay, precision, threads, ctx, cascade)"), -1;
+    if (!u) return snprintf(err, n, "unknown model key (path, tokenizer, version, versions, delay, precision, backend, threads, ctx, cascade)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
     if (!*value || *end || *value == '-' || v > (u == &m->threads ? 256ul : 1048576ul))
@@ -273,6 +279,8 @@ void ds_node_config_describe(FILE *f)
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
+               "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n"
                "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n"
                "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
                "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION)\n");
