@@ -152,6 +152,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         return;
     }
     if (a->ovf && node__overflow_on_message(a, msg)) return;
+    if (a->fetch && node__fetch_on_message(a, msg)) return;
     if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
     const char *model_name = msg->topic + strlen(a->infer_prefix);
 
@@ -521,6 +522,7 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
     }
     cJSON_AddNumberToObject(obj, "active", a->n_active);
+    if (a->fetch) node__fetch_telemetry(a, obj);
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
@@ -549,6 +551,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     if (rc != DS_OK) return rc;
     subscribe_all(a, true);
     if (a->ovf) node__overflow_subscribe(a);
+    if (a->fetch) node__fetch_subscribe(a);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -646,8 +649,10 @@ static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg 
 void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
+    node__fetch_stop(a);                /* its thread publishes fetch requests */
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
     node__overflow_destroy(a);
+    node__fetch_destroy(a);
     struct ds_sched_item it;
     while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
@@ -704,6 +709,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
+    if (c->registry_path && *c->registry_path && (rc = node__fetch_create(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;
