@@ -22,8 +22,8 @@
 **            rejected    -> downloading                      (fetch again)
 **            Any other transition is DS_ERR_INVAL. At most one version per
 **            model is active (a unique index enforces it): making one active
-**            retires the previous active one in the same transaction, with
-**            history "superseded by VERSION".
+**            moves the previous active one to retired (or rolled_back) in
+**            the same transaction (ds_reg_activate).
 ** Ownership: ds_reg_open() returns an OWNED handle, ds_reg_close() accepts
 **            NULL. Structs filled by the registry are caller storage.
 ** Threads:   a handle is one SQLite connection: use it from one thread at a
@@ -130,17 +130,26 @@ DS_MUST_CHECK enum ds_err ds_reg_version_find(struct ds_reg *reg, const char *mo
                                               struct ds_reg_version *out) DS_NONNULL(1, 2, 3, 4);
 
 /* Move a version to state `to`, appending history (from, to, reason, now)
-** in the same transaction; see the transition table above. */
+** in the same transaction; see the transition table above. A version
+** already in state `to` is left alone (DS_OK, no history row). to =
+** DS_REG_ACTIVE is ds_reg_activate(reg, id, DS_REG_RETIRED, reason). */
 DS_MUST_CHECK enum ds_err ds_reg_set_state(struct ds_reg *reg, int64_t id, enum ds_reg_state to,
                                            const char *reason) DS_NONNULL(1, 4);
+
+/* Make a version active and move the model's previously active version (if
+** any, and not this one) to prev_to (DS_REG_RETIRED on promote,
+** DS_REG_ROLLED_BACK on rollback), both with history and reason, in one
+** transaction: there is never a moment with zero or two active versions. */
+DS_MUST_CHECK enum ds_err ds_reg_activate(struct ds_reg *reg, int64_t id, enum ds_reg_state prev_to,
+                                          const char *reason) DS_NONNULL(1, 4);
 
 /* Record the installed file and move downloading -> verified, in one
 ** transaction (the install's commit point; call it after the rename). */
 DS_MUST_CHECK enum ds_err ds_reg_set_installed(struct ds_reg *reg, int64_t id, const char *path,
                                                const char *reason) DS_NONNULL(1, 3, 4);
 
-/* The active version of model; DS_ERR_NOT_FOUND when none. Setting it is
-** ds_reg_set_state(..., DS_REG_ACTIVE, reason). */
+/* The active version of model; DS_ERR_NOT_FOUND when none (set it with
+** ds_reg_activate). */
 DS_MUST_CHECK enum ds_err ds_reg_active_get(struct ds_reg *reg, const char *model, struct ds_reg_version *out)
     DS_NONNULL(1, 2, 3);
 
@@ -172,7 +181,8 @@ typedef int (*ds_reg_version_fn)(const struct ds_reg_version *v, void *ud);
 typedef int (*ds_reg_event_fn)(const struct ds_reg_event *e, void *ud);
 typedef int (*ds_reg_metrics_fn)(int64_t version_id, const struct ds_reg_metrics *m, void *ud);
 
-/* Versions of model (NULL = every model), by model name then semver. */
+/* Versions of model (NULL = every model), by model name then version
+** (major, minor, patch; a prerelease before its release, prereleases by text). */
 DS_MUST_CHECK enum ds_err ds_reg_versions_list(struct ds_reg *reg, const char *model, ds_reg_version_fn fn,
                                                void *ud) DS_NONNULL(1, 3);
 /* History of model (NULL = all), oldest first. */
