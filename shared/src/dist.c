@@ -25,11 +25,6 @@ static bool chars_ok(const char *s, size_t max, const char *extra)
     return true;
 }
 
-bool ds_dist_name_ok(const char *s)
-{
-    return chars_ok(s, DS_DIST_NAME_MAX, "._:-") && s[0] != '.' && s[0] != '_' && s[0] != ':' && s[0] != '-';
-}
-
 bool ds_dist_version_ok(const char *s)
 {
     return chars_ok(s, DS_DIST_VERSION_MAX, ".+-");

@@ -227,7 +227,7 @@ static enum ds_err read_all(const char *path, char **out, size_t *len, size_t ma
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(why, DS_WHY_MAX, "%s: %s", path, strerror(errno));
+        snprintf(why, DS_WHY_MAX, "%.200s: %s", path, strerror(errno));
         return DS_ERR_IO;
     }
     char *buf = malloc(max + 1);
@@ -237,7 +237,7 @@ static enum ds_err read_all(const char *path, char **out, size_t *len, size_t ma
     if (!buf) return DS_ERR_NOMEM;
     if (err || n > max) {
         free(buf);
-        snprintf(why, DS_WHY_MAX, "%s: %s", path, err ? "read error" : "larger than a manifest can be");
+        snprintf(why, DS_WHY_MAX, "%.200s: %s", path, err ? "read error" : "larger than a manifest can be");
         return err ? DS_ERR_IO : DS_ERR_FORMAT;
     }
     *out = buf;
@@ -285,7 +285,7 @@ enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, struct ds_dist_
     snprintf(path, sizeof path, "%s/%s", o->bundle_dir, DS_BUNDLE_CIPHER);
     if ((rc = ds_bundle_verify(&p->m, path, why)) != DS_OK) goto fail;
     if ((p->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        snprintf(why, DS_WHY_MAX, "%s: %s", path, strerror(errno));
+        snprintf(why, DS_WHY_MAX, "%.200s: %s", path, strerror(errno));
         rc = DS_ERR_IO;
         goto fail;
     }

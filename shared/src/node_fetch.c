@@ -444,7 +444,7 @@ static void install(struct node_fetch *f, struct download *d)
     crash_point(f, "commit_before");
     char reason[DS_REG_REASON_MAX];
     double s = (double)(ds_now_ns() - d->start_ns) / 1e9;
-    snprintf(reason, sizeof reason, "installed %s: %u chunks fetched in this run, %u held from before", d->final,
+    snprintf(reason, sizeof reason, "installed %.300s: %u chunks fetched in this run, %u held from before", d->final,
              d->n_fetched, d->m.chunk_count - d->n_fetched);
     if ((rc = ds_reg_set_installed(f->reg, d->id, d->final, reason)) != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: registry commit failed: %s (tried again later)", d->m.name, d->m.version,
@@ -458,7 +458,7 @@ static void install(struct node_fetch *f, struct download *d)
            d->m.chunk_count, s, (double)(ds_now_ns() - t0) / 1e9);
     const char *state = "verified";
     if (f->a->cfg->auto_promote) {
-        if (ds_reg_set_state(f->reg, d->id, DS_REG_ACTIVE, "auto_promote: activated when installed") == DS_OK) state = "active";
+        if (ds_reg_activate(f->reg, d->id, DS_REG_RETIRED, "auto_promote: activated when installed") == DS_OK) state = "active";
         else DS_LOG(DS_LOG_ERROR, "model %s %s: auto_promote: could not activate", d->m.name, d->m.version);
     }
     set_status(f, d->m.name, d->m.version, state, NULL);
@@ -529,11 +529,11 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
 static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume)
 {
     const char *dir = f->a->cfg->models_dir;
-    char sub[DS_REG_PATH_MAX];
-    snprintf(sub, sizeof sub, "%s/%s", dir, d->m.name);
+    char sub[DS_REG_PATH_MAX - DS_SEMVER_MAX - 16];     /* room for "/<version>.model" */
+    if (snprintf(sub, sizeof sub, "%s/%s", dir, d->m.name) >= (int)sizeof sub) return DS_ERR_RANGE;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) goto io;
     if (mkdir(sub, 0700) != 0 && errno != EEXIST) goto io;
-    if (snprintf(d->part, sizeof d->part, "%s/%s.part", sub, d->m.version) >= (int)sizeof d->part) return DS_ERR_RANGE;
+    snprintf(d->part, sizeof d->part, "%s/%s.part", sub, d->m.version);
     snprintf(d->tmp, sizeof d->tmp, "%s/%s.tmp", sub, d->m.version);
     snprintf(d->final, sizeof d->final, "%s/%s.model", sub, d->m.version);
     if (ds_dist_topic(d->fetch_topic, sizeof d->fetch_topic, d->m.name, "fetch", NULL) != DS_OK) return DS_ERR_RANGE;

@@ -30,13 +30,13 @@
 
 #include <stdbool.h>
 
+#include "ds/bundle.h"
 #include "ds/common.h"
 #include "ds/err.h"
 
 #define DS_DIST_PREFIX          "dspark/v1/models/"
-#define DS_DIST_NAME_MAX        64u     /* model name: topic level, [A-Za-z0-9._:-] */
 #define DS_DIST_NODE_MAX        64u     /* node name: topic level, no '/', '+', '#' */
-#define DS_DIST_VERSION_MAX     64u     /* semantic version text */
+#define DS_DIST_VERSION_MAX     DS_SEMVER_MAX   /* semantic version text */
 #define DS_DIST_MAX_RANGES      32u     /* ranges in one fetch request */
 #define DS_DIST_MAX_ASK         256u    /* chunks one fetch request may ask for */
 #define DS_DIST_FETCH_MAX_BYTES 4096u   /* largest fetch request payload */
@@ -66,10 +66,9 @@ struct ds_dist_frame {
     size_t              len;
 };
 
-/* Name checks: a model name ([A-Za-z0-9._:-], starts with a letter or digit,
-** 1..64 bytes), a node name (1..64 bytes, no '/', '+', '#', not starting
-** with '$', no control bytes), a version (1..64 bytes of [0-9A-Za-z.+-]). */
-bool ds_dist_name_ok(const char *s);
+/* Name checks (model names: ds_bundle_name_ok): a node name (1..64 bytes of
+** UTF-8, no '/', '+', '#', not starting with '$', no control bytes); a
+** version (1..64 bytes of [0-9A-Za-z.+-]; semver is checked by the manifest). */
 bool ds_dist_node_ok(const char *s);
 bool ds_dist_version_ok(const char *s);
 
@@ -133,7 +132,7 @@ struct ds_dist_pub_node {
 };
 
 struct ds_dist_pub_stats {
-    char     name[DS_DIST_NAME_MAX + 1], version[DS_DIST_VERSION_MAX + 1];
+    char     name[DS_NAME_MAX + 1], version[DS_DIST_VERSION_MAX + 1];
     uint32_t chunk_count;
     uint64_t cipher_size;
     uint64_t requests, bad_requests, dropped_requests;
