@@ -10,6 +10,8 @@
 
 int cmd_run(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+int cmd_model_publish(int argc, char **argv);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */

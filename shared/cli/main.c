@@ -21,6 +21,7 @@ struct command {
 static const struct command commands[] = {
     { "run", cmd_run, "generate text with a local model (no broker needed)" },
     { "infer", cmd_infer, "send inference requests to the edge/center over MQTT" },
+    { "model", cmd_model, "model bundles: publish" },
 };
 
 static void usage(FILE *f)

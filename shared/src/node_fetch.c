@@ -393,6 +393,20 @@ static uint32_t rescan(struct node_fetch *f, struct download *d)
     return bad;
 }
 
+/* [models] auto_promote: make an installed version active, unless a newer
+** one is active already. Returns the state name it is left in. */
+static const char *auto_promote(struct node_fetch *f, const char *name, const char *version, int64_t id)
+{
+    char why[DS_WHY_MAX];
+    if (!f->a->cfg->auto_promote || ds_reg_rollback_check(f->reg, name, version, false, why) != DS_OK) return "verified";
+    if (ds_reg_activate(f->reg, id, DS_REG_RETIRED, "auto_promote: activated when installed") != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "model %s %s: auto_promote: could not activate", name, version);
+        return "verified";
+    }
+    DS_LOG(DS_LOG_INFO, "model %s %s: active (auto_promote)", name, version);
+    return "active";
+}
+
 /* Every chunk held: check the whole file, decrypt, validate, install. */
 static void install(struct node_fetch *f, struct download *d)
 {
@@ -456,12 +470,7 @@ static void install(struct node_fetch *f, struct download *d)
     DS_LOG(DS_LOG_INFO, "model %s %s verified and installed at %s: fetched %u of %u chunks in this run, "
            "%.1f s since the manifest (check and decrypt %.2f s)", d->m.name, d->m.version, d->final, d->n_fetched,
            d->m.chunk_count, s, (double)(ds_now_ns() - t0) / 1e9);
-    const char *state = "verified";
-    if (f->a->cfg->auto_promote) {
-        if (ds_reg_activate(f->reg, d->id, DS_REG_RETIRED, "auto_promote: activated when installed") == DS_OK) state = "active";
-        else DS_LOG(DS_LOG_ERROR, "model %s %s: auto_promote: could not activate", d->m.name, d->m.version);
-    }
-    set_status(f, d->m.name, d->m.version, state, NULL);
+    set_status(f, d->m.name, d->m.version, auto_promote(f, d->m.name, d->m.version, d->id), NULL);
     update_progress(f, d, ds_now_ns());
     dl_free(d);
 }
@@ -525,17 +534,29 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
         crash_point(f, "download");
 }
 
-/* Open (or create) the .part file and load the chunks held. */
-static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume)
+/* The files of a version under [models] dir (buffers of DS_REG_PATH_MAX);
+** creates the model's directory when mk. */
+static enum ds_err version_paths(struct node_fetch *f, const char *name, const char *version, bool mk, char *part,
+                                 char *tmp, char *final)
 {
     const char *dir = f->a->cfg->models_dir;
     char sub[DS_REG_PATH_MAX - DS_SEMVER_MAX - 16];     /* room for "/<version>.model" */
-    if (snprintf(sub, sizeof sub, "%s/%s", dir, d->m.name) >= (int)sizeof sub) return DS_ERR_RANGE;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) goto io;
-    if (mkdir(sub, 0700) != 0 && errno != EEXIST) goto io;
-    snprintf(d->part, sizeof d->part, "%s/%s.part", sub, d->m.version);
-    snprintf(d->tmp, sizeof d->tmp, "%s/%s.tmp", sub, d->m.version);
-    snprintf(d->final, sizeof d->final, "%s/%s.model", sub, d->m.version);
+    if (snprintf(sub, sizeof sub, "%s/%s", dir, name) >= (int)sizeof sub) return DS_ERR_RANGE;
+    if (mk && ((mkdir(dir, 0700) != 0 && errno != EEXIST) || (mkdir(sub, 0700) != 0 && errno != EEXIST))) {
+        DS_LOG(DS_LOG_ERROR, "model %s: mkdir %s: %s", name, sub, strerror(errno));
+        return DS_ERR_IO;
+    }
+    snprintf(part, DS_REG_PATH_MAX, "%s/%s.part", sub, version);
+    snprintf(tmp, DS_REG_PATH_MAX, "%s/%s.tmp", sub, version);
+    snprintf(final, DS_REG_PATH_MAX, "%s/%s.model", sub, version);
+    return DS_OK;
+}
+
+/* Open (or create) the .part file and load the chunks held. */
+static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume)
+{
+    enum ds_err rc = version_paths(f, d->m.name, d->m.version, true, d->part, d->tmp, d->final);
+    if (rc != DS_OK) return rc;
     if (ds_dist_topic(d->fetch_topic, sizeof d->fetch_topic, d->m.name, "fetch", NULL) != DS_OK) return DS_ERR_RANGE;
     uint32_t n = d->m.chunk_count;
     d->held = calloc(n, 1);
@@ -547,7 +568,6 @@ static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume
     if (d->fd < 0) goto io;
     struct stat st;
     if (fstat(d->fd, &st) != 0) goto io;
-    enum ds_err rc;
     if (resume && st.st_size == (off_t)d->m.cipher_size) {
         if ((rc = ds_reg_chunks_held(f->reg, d->id, d->held, n, &d->n_held)) != DS_OK) return rc;
     } else if (resume) {
@@ -557,7 +577,7 @@ static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume
     if (ftruncate(d->fd, (off_t)d->m.cipher_size) != 0) goto io;
     return DS_OK;
 io:
-    DS_LOG(DS_LOG_ERROR, "model %s: %s: %s", d->m.name, d->part[0] ? d->part : sub, strerror(errno));
+    DS_LOG(DS_LOG_ERROR, "model %s: %s: %s", d->m.name, d->part, strerror(errno));
     return DS_ERR_IO;
 }
 
@@ -617,6 +637,15 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
         return;
     }
     struct download *cur = dl_find(f, name);
+    struct ds_reg_version v;
+    enum ds_err rc = ds_reg_version_find(f->reg, name, m.version, &v);
+    if ((cur && !strcmp(cur->m.version, m.version) && sodium_memcmp(cur->m.hash, m.hash, DS_HASH_BYTES)) ||
+        (rc == DS_OK && sodium_memcmp(v.hash, m.hash, DS_HASH_BYTES))) {
+        DS_LOG(DS_LOG_WARN, "model %s %s: manifest for another file than the one first seen under this version: "
+               "ignored (a version names one file forever; publish a new version)", name, m.version);
+        ds_manifest_cleanup(&m);
+        return;
+    }
     if (cur && strcmp(cur->m.version, m.version) == 0) {
         /* The same manifest again: after a reconnect. What was asked for
         ** on the old connection is lost; ask again now. */
@@ -626,10 +655,18 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
         ds_manifest_cleanup(&m);
         return;
     }
-    struct ds_reg_version v;
-    enum ds_err rc = ds_reg_version_find(f->reg, name, m.version, &v);
     if (rc == DS_OK && v.state != DS_REG_DOWNLOADING) {
         DS_LOG(DS_LOG_DEBUG, "model %s %s: already %s", name, m.version, ds_reg_state_name(v.state));
+        if (v.state == DS_REG_VERIFIED) {
+            /* Installed; a crash may have come between the registry commit
+            ** and the clean-up or the activation: finish those. */
+            char part[DS_REG_PATH_MAX], tmp[DS_REG_PATH_MAX], final[DS_REG_PATH_MAX];
+            if (version_paths(f, name, m.version, false, part, tmp, final) == DS_OK) {
+                unlink(part);
+                unlink(tmp);
+            }
+            set_status(f, name, m.version, auto_promote(f, name, m.version, v.id), NULL);
+        }
         ds_manifest_cleanup(&m);
         return;
     }
