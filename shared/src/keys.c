@@ -166,21 +166,22 @@ static void key_line(char *buf, size_t cap, const char *tag, const uint8_t b[32]
     sodium_memzero(b64, sizeof b64);
 }
 
-enum ds_err ds_key_save(const struct ds_key *k, const char *prefix)
+enum ds_err ds_key_save(const struct ds_key *k, const char *prefix, char *why)
 {
-    if (!k->has_secret || (k->kind != DS_KEY_SIGNER && k->kind != DS_KEY_NODE)) return DS_ERR_INVAL;
+    if (!k->has_secret || (k->kind != DS_KEY_SIGNER && k->kind != DS_KEY_NODE))
+        return DS_WHY(why, DS_ERR_INVAL, "%s: only a key with its secret can be saved", prefix);
     char sec_path[PATH_MAX], pub_path[PATH_MAX], line[KEY_FILE_MAX];
     if (snprintf(sec_path, sizeof sec_path, "%s.sec", prefix) >= (int)sizeof sec_path ||
         snprintf(pub_path, sizeof pub_path, "%s.pub", prefix) >= (int)sizeof pub_path)
-        return DS_WHY(NULL, DS_ERR_INVAL, "%s: key path too long", prefix);
+        return DS_WHY(why, DS_ERR_INVAL, "%s: key path too long", prefix);
     if (access(pub_path, F_OK) == 0)
-        return DS_WHY(NULL, DS_ERR_IO, "%s exists; nothing was overwritten", pub_path);
+        return DS_WHY(why, DS_ERR_IO, "%s exists; nothing was overwritten", pub_path);
     key_line(line, sizeof line, key_tags[k->kind][1], k->sk);     /* seed or X25519 secret: sk[0..32) */
-    enum ds_err rc = ds_io__write_file(sec_path, line, strlen(line), 0600, 1, NULL);
+    enum ds_err rc = ds_io__write_file(sec_path, line, strlen(line), 0600, 1, why);
     sodium_memzero(line, sizeof line);
     if (rc != DS_OK) return rc;
     key_line(line, sizeof line, key_tags[k->kind][0], k->pk);
-    if ((rc = ds_io__write_file(pub_path, line, strlen(line), 0644, 1, NULL)) != DS_OK) unlink(sec_path);
+    if ((rc = ds_io__write_file(pub_path, line, strlen(line), 0644, 1, why)) != DS_OK) unlink(sec_path);
     return rc;
 }
 
@@ -359,10 +360,16 @@ enum ds_err ds_envelope_verify(const char *wire, size_t wire_len, const char *ct
                     ctx, key->valuestring, n_trusted);
         goto done;
     }
+    /* Canonical base64 only: libsodium 1.0.18 decodes some bytes >= 0x80 as
+    ** if they were base64 letters, so a decoded signature is re-encoded and
+    ** must equal the text (no second spelling of one signature). */
     uint8_t s[DS_SIG_BYTES];
+    char canon[sodium_base64_ENCODED_LEN(DS_SIG_BYTES, sodium_base64_VARIANT_ORIGINAL)];
     size_t s_len = 0;
     if (sodium_base642bin(s, sizeof s, sig->valuestring, strlen(sig->valuestring), NULL, &s_len, NULL,
-                          sodium_base64_VARIANT_ORIGINAL) != 0 || s_len != DS_SIG_BYTES) {
+                          sodium_base64_VARIANT_ORIGINAL) != 0 || s_len != DS_SIG_BYTES ||
+        strcmp(sodium_bin2base64(canon, sizeof canon, s, sizeof s, sodium_base64_VARIANT_ORIGINAL),
+               sig->valuestring) != 0) {
         rc = DS_WHY(why, DS_ERR_AUTH, "signed %s: bad signature (not 64 bytes of base64)", ctx);
         goto done;
     }

@@ -66,7 +66,7 @@ DS_MUST_CHECK enum ds_err ds_key_generate(enum ds_key_kind kind, struct ds_key *
 /* Write PREFIX.sec (mode 0600, O_EXCL) and PREFIX.pub, each fsynced.
 ** DS_ERR_IO if either exists already (nothing is overwritten) or cannot be
 ** written; a half-written pair is removed. */
-DS_MUST_CHECK enum ds_err ds_key_save(const struct ds_key *k, const char *prefix) DS_NONNULL(1, 2);
+DS_MUST_CHECK enum ds_err ds_key_save(const struct ds_key *k, const char *prefix, char *why) DS_NONNULL(1, 2);
 
 /* Load a secret key file (derives the public key and id). Refused with
 ** DS_ERR_AUTH when the file's mode grants any access to group or others,
