@@ -73,7 +73,7 @@ static const char *const node_names[] = { "edge-a", "edge-b", "edge-r", "edge-x"
 static void make_key(enum ds_key_kind kind, const char *prefix, struct ds_key *out)
 {
     assert_int_equal(ds_key_generate(kind, out), DS_OK);
-    assert_int_equal(ds_key_save(out, prefix), DS_OK);
+    assert_int_equal(ds_key_save(out, prefix, NULL), DS_OK);
 }
 
 /* Pack model_path as MODEL version into g.dir/bundle-<version>-<tag>, sealed
