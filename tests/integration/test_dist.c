@@ -508,6 +508,26 @@ static void assert_same_file(const char *a, const char *b)
     assert_memory_equal(ha, hb, DS_HASH_BYTES);
 }
 
+/* A telemetry message validates against schemas/telemetry.schema.json. */
+static void check_telemetry_schema(const char *json)
+{
+    char path[4400], list[4400], cmd[9200];
+    snprintf(path, sizeof path, "%s/telemetry.json", g.dir);
+    snprintf(list, sizeof list, "%s/schema-list.tsv", g.dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    f = fopen(list, "w");
+    assert_non_null(f);
+    fprintf(f, "%s/schemas/telemetry.schema.json\t%s\tvalid\n", DS_SOURCE_DIR, path);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/support/jsonschema_check.py' < '%s'", DS_PYTHON3, DS_SOURCE_DIR, list);
+    int st = system(cmd);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) == 2) fail_msg("python3-jsonschema is needed (deploy/install-deps.sh)");
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- end to end: the real publisher, two edges ---- */
 
 static void test_dist_two_edges_fetch_and_install(void **state)
@@ -565,6 +585,7 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     assert_true(cJSON_GetObjectItemCaseSensitive(d, "bytes")->valuedouble ==
                 cJSON_GetObjectItemCaseSensitive(d, "total")->valuedouble);
     cJSON_Delete(j);
+    check_telemetry_schema(tel);
     free(tel);
     free(infer("e2e-1"));
 
