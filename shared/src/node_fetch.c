@@ -96,6 +96,8 @@ struct download {
     uint8_t           *held, *tries;
     uint64_t          *asked_ns;      /* per chunk: when asked; 0 = not outstanding */
     uint32_t           n_held, n_out, n_fetched, whole_tries;
+    uint32_t           cursor;        /* ask_more looks for missing chunks from here */
+    uint64_t           bytes_held, bytes_fetched;
     uint32_t          *marks;         /* held but not yet in the registry */
     uint32_t           n_marks;
     uint64_t           marks_ns;      /* last flush */
@@ -173,10 +175,7 @@ static void update_progress(struct node_fetch *f, struct download *d, uint64_t n
     s->chunk_count = d->m.chunk_count;
     s->chunks_fetched = d->n_fetched;
     s->total = d->m.cipher_size;
-    uint64_t b = 0;
-    if (d->n_held == d->m.chunk_count) b = d->m.cipher_size;
-    else b = (uint64_t)d->n_held * ((uint64_t)d->m.chunk_size + DS_CHUNK_ABYTES);
-    s->bytes = b;
+    s->bytes = d->bytes_held;
     if (now - d->rate_ns >= 1000000000ull) {
         double inst = (double)d->rate_bytes / ((double)(now - d->rate_ns) / 1e9);
         s->rate_bps = s->rate_bps > 0 ? 0.5 * s->rate_bps + 0.5 * inst : inst;
@@ -331,8 +330,13 @@ static void ask_more(struct node_fetch *f, struct download *d, uint64_t now)
     snprintf(req.version, sizeof req.version, "%s", d->m.version);
     snprintf(req.node, sizeof req.node, "%s", f->a->cfg->node);
     uint32_t budget = DS_MIN(window - d->n_out, DS_DIST_MAX_ASK);
-    for (uint32_t i = 0; i < d->m.chunk_count && budget; i++) {
-        if (d->held[i] || d->asked_ns[i]) continue;
+    /* From the cursor on: chunks before it are held or outstanding, so a
+    ** big download does not rescan its head on every chunk. */
+    for (uint32_t i = d->cursor; i < d->m.chunk_count && budget; i++) {
+        if (d->held[i] || d->asked_ns[i]) {
+            if (i == d->cursor) d->cursor++;
+            continue;
+        }
         struct ds_dist_range *r = req.n_ranges ? &req.ranges[req.n_ranges - 1] : NULL;
         if (r && r->last + 1 == i) {
             r->last = i;
@@ -354,11 +358,19 @@ static void ask_more(struct node_fetch *f, struct download *d, uint64_t now)
     d->progress_ns = now;
 }
 
+static void count_held_bytes(struct download *d)
+{
+    d->bytes_held = 0;
+    for (uint32_t i = 0; i < d->m.chunk_count; i++)
+        if (d->held[i]) d->bytes_held += ds_manifest_chunk_len(&d->m, i);
+}
+
 /* Forget what is outstanding (lost with a connection, or timed out). */
 static void forget_outstanding(struct download *d)
 {
     for (uint32_t i = 0; i < d->m.chunk_count; i++) d->asked_ns[i] = 0;
     d->n_out = 0;
+    d->cursor = 0;
 }
 
 /* Which chunks of the .part file do not match the manifest: clear them so
@@ -386,6 +398,7 @@ static uint32_t rescan(struct node_fetch *f, struct download *d)
     }
     d->n_held = n_good;
     d->n_marks = 0;
+    count_held_bytes(d);
     if (ds_reg_chunks_clear(f->reg, d->id) != DS_OK || (n_good && ds_reg_chunks_mark(f->reg, d->id, good, n_good) != DS_OK))
         DS_LOG(DS_LOG_ERROR, "model %s %s: could not record the chunks held", d->m.name, d->m.version);
     free(buf);
@@ -514,6 +527,7 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
         }
         DS_LOG(DS_LOG_WARN, "model %s %s: chunk %u: %s; asking again (%u/%u)", name, fr.version, i, why, d->tries[i],
                BAD_CHUNK_TRIES);
+        d->cursor = DS_MIN(d->cursor, i);
         return;
     }
     ssize_t w = pwrite(d->fd, fr.data, fr.len, (off_t)ds_manifest_chunk_offset(&d->m, i));
@@ -525,10 +539,18 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
     d->held[i] = 1;
     d->n_held++;
     d->n_fetched++;
+    d->bytes_held += fr.len;
+    d->bytes_fetched += fr.len;
     d->marks[d->n_marks++] = i;
     d->rate_bytes += fr.len;
     d->progress_ns = now;
     d->timeout_ms = f->a->cfg->fetch_timeout_ms;
+    if (d->n_held == d->m.chunk_count) {
+        double sec = (double)(now - d->start_ns) / 1e9;
+        DS_LOG(DS_LOG_INFO, "model %s %s: all %u chunks held; transfer: %u chunks, %.1f MB in %.3f s (%.1f MB/s)",
+               name, fr.version, d->m.chunk_count, d->n_fetched, (double)d->bytes_fetched / 1e6, sec,
+               sec > 0 ? (double)d->bytes_fetched / 1e6 / sec : 0.0);
+    }
     if (d->n_marks >= MARK_BATCH && flush_marks(f, d, now) != DS_OK) return;
     if (d->n_held * 2 >= d->m.chunk_count && d->n_held < d->m.chunk_count && d->n_marks == 0)
         crash_point(f, "download");
@@ -570,6 +592,7 @@ static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume
     if (fstat(d->fd, &st) != 0) goto io;
     if (resume && st.st_size == (off_t)d->m.cipher_size) {
         if ((rc = ds_reg_chunks_held(f->reg, d->id, d->held, n, &d->n_held)) != DS_OK) return rc;
+        count_held_bytes(d);
     } else if (resume) {
         /* No .part (or a wrong one): what the registry says is held is not. */
         if ((rc = ds_reg_chunks_clear(f->reg, d->id)) != DS_OK) return rc;
