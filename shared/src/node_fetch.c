@@ -236,10 +236,11 @@ bool node__fetch_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
         return true;
     }
     pthread_mutex_lock(&f->mu);
-    bool full = k == IN_CHUNK && f->in_bytes + msg->len > INBOX_BYTES;
+    bool full = f->in_bytes + msg->len > INBOX_BYTES;
     pthread_mutex_unlock(&f->mu);
-    if (full) {
-        DS_LOG(DS_LOG_DEBUG, "%s: fetch inbox full: chunk dropped (asked for again)", msg->topic);
+    if (full) {     /* a chunk is asked for again; a manifest comes back with the next connection */
+        DS_LOG(k == IN_CHUNK ? DS_LOG_DEBUG : DS_LOG_WARN, "%s: fetch inbox full (%u MiB): dropped", msg->topic,
+               INBOX_BYTES >> 20);
         return true;
     }
     struct inmsg *m = malloc(sizeof *m + msg->len);
@@ -700,6 +701,8 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
     uint8_t key[DS_CONTENT_KEYBYTES];
     if (!existed && ds_reg_rollback_check(f->reg, name, m.version, false, why) != DS_OK)
         snprintf(r, sizeof r, "%s", why);
+    else if (cur && ds_semver_cmp(&m.semver, &cur->m.semver) < 0)
+        snprintf(r, sizeof r, "%s %s is older than %s, being downloaded", name, m.version, cur->m.version);
     else if (ds_manifest_unseal(&m, &f->node_key, key, why) != DS_OK)
         snprintf(r, sizeof r, "%s", why);
     else {
