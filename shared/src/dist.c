@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/keys.h"
 #include "ds/utf8.h"
 
 static bool chars_ok(const char *s, size_t max, const char *extra)
@@ -57,6 +58,34 @@ bool ds_dist_topic_parse(const char *topic, struct ds_str *name, struct ds_str *
     *kind = (struct ds_str){ k, s2 ? (size_t)(s2 - k) : strlen(k) };
     *node = s2 ? (struct ds_str){ s2 + 1, strlen(s2 + 1) } : (struct ds_str){ NULL, 0 };
     return kind->n > 0 && (!s2 || (node->n > 0 && !strchr(node->p, '/')));
+}
+
+enum ds_err ds_dist_load_signers(const char *list, struct ds_key *keys, size_t cap, size_t *n, char *why)
+{
+    char scratch[DS_WHY_MAX];
+    if (!why) why = scratch;
+    *n = 0;
+    char *copy = strdup(list ? list : ""), *save = NULL;
+    if (!copy) return DS_ERR_NOMEM;
+    enum ds_err rc = DS_OK;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == DS_OK; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ' || *tok == '\t') tok++;
+        char *end = tok + strlen(tok);
+        while (end > tok && (end[-1] == ' ' || end[-1] == '\t')) *--end = '\0';
+        if (!*tok) continue;
+        if (*n == cap) {
+            snprintf(why, DS_WHY_MAX, "at most %zu signer keys", cap);
+            rc = DS_ERR_RANGE;
+        } else if ((rc = ds_key_load_public(tok, DS_KEY_SIGNER, &keys[*n], why)) == DS_OK) {
+            (*n)++;
+        }
+    }
+    free(copy);
+    if (rc == DS_OK && *n == 0) {
+        snprintf(why, DS_WHY_MAX, "no signer key file named");
+        rc = DS_ERR_INVAL;
+    }
+    return rc;
 }
 
 uint32_t ds_dist_fetch_count(const struct ds_dist_fetch *f)

@@ -272,11 +272,12 @@ enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, struct ds_dist_
     pthread_cond_init(&p->cv, NULL);
     enum ds_err rc = DS_ERR_NOMEM;
     char path[4096];
-    struct ds_key signer;
-    if ((rc = ds_key_load_public(o->signer_pub, DS_KEY_SIGNER, &signer, why)) != DS_OK) goto fail;
+    struct ds_key signers[DS_DIST_MAX_SIGNERS];
+    size_t n_signers;
+    if ((rc = ds_dist_load_signers(o->signer_pub, signers, DS_DIST_MAX_SIGNERS, &n_signers, why)) != DS_OK) goto fail;
     snprintf(path, sizeof path, "%s/%s", o->bundle_dir, DS_BUNDLE_MANIFEST);
     if ((rc = read_all(path, &p->manifest, &p->manifest_len, DS_ENVELOPE_MAX, why)) != DS_OK) goto fail;
-    if ((rc = ds_manifest_parse(p->manifest, p->manifest_len, &signer, 1, &p->m, why)) != DS_OK) goto fail;
+    if ((rc = ds_manifest_parse(p->manifest, p->manifest_len, signers, n_signers, &p->m, why)) != DS_OK) goto fail;
     if (o->name && strcmp(o->name, p->m.name) != 0) {
         snprintf(why, DS_WHY_MAX, "--name %s: the bundle is model %s", o->name, p->m.name);
         rc = DS_ERR_INVAL;

@@ -552,6 +552,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     subscribe_all(a, true);
     if (a->ovf) node__overflow_subscribe(a);
     if (a->fetch) node__fetch_subscribe(a);
+    if (a->pub) node__publish_start(a);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -650,6 +651,7 @@ void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
     node__fetch_stop(a);                /* its thread publishes fetch requests */
+    node__publish_destroy(a);
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
     node__overflow_destroy(a);
     node__fetch_destroy(a);
@@ -709,7 +711,8 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
-    if (c->registry_path && *c->registry_path && (rc = node__fetch_create(a)) != DS_OK) goto fail;
+    if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
+    if (c->publish_dirs && *c->publish_dirs && (rc = node__publish_create(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;

@@ -57,7 +57,7 @@
 #include "ds/registry.h"
 #include "node_internal.h"
 
-#define MAX_SIGNERS     8
+#define MAX_SIGNERS     DS_DIST_MAX_SIGNERS
 #define MAX_DOWNLOADS   DS_NODE_MAX_MODELS
 #define BAD_CHUNK_TRIES 3u            /* a chunk that fails its hash this often rejects the version */
 #define WHOLE_TRIES     2u            /* whole-file checks before the version is rejected */
@@ -591,6 +591,7 @@ static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume
     if (d->fd < 0) goto io;
     struct stat st;
     if (fstat(d->fd, &st) != 0) goto io;
+    if (!resume && ftruncate(d->fd, 0) != 0) goto io;      /* a stale file of an earlier try */
     if (resume && st.st_size == (off_t)d->m.cipher_size) {
         if ((rc = ds_reg_chunks_held(f->reg, d->id, d->held, n, &d->n_held)) != DS_OK) return rc;
         count_held_bytes(d);
@@ -798,34 +799,6 @@ static void *fetch_thread(void *p)
 
 /* ---- create / destroy ---- */
 
-static enum ds_err load_signers(struct node_fetch *f, const char *list)
-{
-    char *copy = strdup(list), *save = NULL;
-    if (!copy) return DS_ERR_NOMEM;
-    enum ds_err rc = DS_OK;
-    for (char *tok = strtok_r(copy, ",", &save); tok && rc == DS_OK; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
-        char *end = tok + strlen(tok);
-        while (end > tok && end[-1] == ' ') *--end = '\0';
-        if (!*tok) continue;
-        char why[DS_WHY_MAX] = "";
-        if (f->n_signers == MAX_SIGNERS) {
-            DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub: at most %d keys", MAX_SIGNERS);
-            rc = DS_ERR_RANGE;
-        } else if ((rc = ds_key_load_public(tok, DS_KEY_SIGNER, &f->signers[f->n_signers], why)) != DS_OK) {
-            DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub %s: %s", tok, why);
-        } else {
-            f->n_signers++;
-        }
-    }
-    free(copy);
-    if (rc == DS_OK && f->n_signers == 0) {
-        DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub names no key file");
-        rc = DS_ERR_INVAL;
-    }
-    return rc;
-}
-
 enum ds_err node__fetch_create(struct ds_node *a)
 {
     const struct ds_node_config *c = a->cfg;
@@ -842,7 +815,10 @@ enum ds_err node__fetch_create(struct ds_node *a)
     char why[DS_WHY_MAX] = "";
     enum ds_err rc;
     if ((rc = ds_crypto_init()) != DS_OK) return rc;
-    if ((rc = load_signers(f, c->signer_pub)) != DS_OK) return rc;
+    if ((rc = ds_dist_load_signers(c->signer_pub, f->signers, MAX_SIGNERS, &f->n_signers, why)) != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub: %s", why);
+        return rc;
+    }
     if ((rc = ds_key_load_secret(c->node_sec, DS_KEY_NODE, &f->node_key, why)) != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "config: [keys] node_sec %s: %s", c->node_sec, why);
         return rc;

@@ -80,6 +80,7 @@ struct ds_node {
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     struct node_fetch   *fetch;          /* model distribution; NULL when not configured */
+    struct node_publish *pub;            /* bundles offered ([publish] dirs); NULL when none */
 };
 
 #define TOPIC_RELAY  "dspark/v1/relay/"
@@ -111,7 +112,7 @@ void        node__overflow_check(struct ds_node *a, uint64_t now_ns);
 unsigned    node__overflow_pending(struct ds_node *a);
 
 /* node_fetch.c: fetch, verify and install models published on
-** dspark/v1/models/<name>/... (only with [registry] path set). Its own
+** dspark/v1/models/<name>/... (only with [keys] node_sec set). Its own
 ** thread does the work; the hooks below only queue or read a snapshot. */
 struct cJSON;
 enum ds_err node__fetch_create(struct ds_node *a);
@@ -123,5 +124,11 @@ void        node__fetch_telemetry(struct ds_node *a, struct cJSON *obj);
 /* Stop the thread (before the MQTT client goes), then free. */
 void        node__fetch_stop(struct ds_node *a);
 void        node__fetch_destroy(struct ds_node *a);
+
+/* node_publish.c: offer the bundles of [publish] dirs (one publisher thread
+** and MQTT client each). create checks the bundles; start serves. */
+enum ds_err node__publish_create(struct ds_node *a);
+void        node__publish_start(struct ds_node *a);
+void        node__publish_destroy(struct ds_node *a);
 
 #endif

@@ -6,6 +6,7 @@
 ** SQLite registries (read back here). Shows:
 **   - two edges fetch, verify and install one bundle (registry verified, or
 **     active with auto_promote; the installed file is the model byte for byte);
+**     a dspark-center with [publish] dirs serves a bundle the same way;
 **   - every refusal over the wire, with its reason in the log and the
 **     registry (or, for manifests that do not verify, the log and telemetry)
 **     while the old model keeps answering: a flipped bit in a chunk, in the
@@ -607,6 +608,51 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     edge_stop(&b);
 }
 
+/* ---- the center publishes ([publish] dirs) ---- */
+
+static void test_dist_center_publishes(void **state)
+{
+    (void)state;
+    char bdir[4400], cfg[4500], log[4500], bin[4200];
+    snprintf(bdir, sizeof bdir, "%s", pack(tu_model("stories260K.gguf"), "6.0.0", &g.sk, "center", ALL_NODES));
+    snprintf(cfg, sizeof cfg, "%s/center.ini", g.dir);
+    snprintf(log, sizeof log, "%s/center.log", g.dir);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fprintf(f, "[node]\nname = center-p\n[mqtt]\nuri = %s\n[model %s]\npath = %s\nthreads = 1\n"
+               "[keys]\nsigner_pub = %s.pub\n[publish]\ndirs = %s\n",
+            tb_broker_uri(g.broker), MODEL, tu_model("stories260K.gguf"), g.signer, bdir);
+    fclose(f);
+    snprintf(bin, sizeof bin, "%s/center-node/dspark-center", DS_BUILD_DIR);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *argv[] = { bin, "-c", cfg, NULL };
+    pid_t center;
+    assert_int_equal(posix_spawn(&center, bin, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    struct edge e;
+    edge_init(&e, 2, "center", false, 0);
+    edge_start(&e, NULL);
+    assert_string_equal(wait_state(&e, "6.0.0", "verified"), "verified");
+    char path[4500];
+    snprintf(path, sizeof path, "%s/%s/6.0.0.model", e.models, MODEL);
+    assert_same_file(path, tu_model("stories260K.gguf"));
+    edge_stop(&e);
+    kill(center, SIGTERM);
+    int st;
+    assert_int_equal(waitpid(center, &st, 0), center);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *text = tu_read_file(log, NULL);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "publishing stories 6.0.0"));
+    free(text);
+    /* The center's manifest stays retained: withdraw it for the next test. */
+    struct ds_mqtt_props none = { 0 };
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/manifest", "", 0, 1, true, &none), DS_OK);
+    assert_int_equal(ds_mqtt_flush(g.dev, 10000), DS_OK);
+}
+
 /* ---- refusals over the wire ---- */
 
 static void test_dist_refusals(void **state)
@@ -827,6 +873,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dist_two_edges_fetch_and_install),
+        cmocka_unit_test(test_dist_center_publishes),
         cmocka_unit_test(test_dist_refusals),
         cmocka_unit_test(test_dist_resume_after_kill),
         cmocka_unit_test(test_dist_crash_at_each_step),

@@ -80,6 +80,12 @@ DS_MUST_CHECK enum ds_err ds_dist_topic(char *buf, size_t cap, const char *name,
 ** BORROWED from topic; false for anything else. */
 bool ds_dist_topic_parse(const char *topic, struct ds_str *name, struct ds_str *kind, struct ds_str *node);
 
+/* Trusted signer public keys from a comma-separated list of key files
+** ([keys] signer_pub, --signer-pub): at most cap, at least one. */
+#define DS_DIST_MAX_SIGNERS 8
+DS_MUST_CHECK enum ds_err ds_dist_load_signers(const char *list, struct ds_key *keys, size_t cap, size_t *n,
+                                               char *why);
+
 /* Sum of the ranges' lengths (saturates at UINT32_MAX). */
 uint32_t ds_dist_fetch_count(const struct ds_dist_fetch *f);
 /* OWNED JSON text of f (ranges must be non-empty, first <= last). */
@@ -122,7 +128,7 @@ struct ds_dist_pub_opts {
     const char *uri;          /* broker */
     const char *client_id;    /* NULL = "dspark-publish-<name>-<pid>" */
     const char *bundle_dir;   /* DS_BUNDLE_MANIFEST + DS_BUNDLE_CIPHER */
-    const char *signer_pub;   /* signer public key file: the bundle is checked before it is offered */
+    const char *signer_pub;   /* signer public key file(s), comma-separated: the bundle must verify */
     const char *name;         /* NULL = the manifest's name; must equal it otherwise */
 };
 

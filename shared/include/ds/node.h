@@ -57,14 +57,15 @@ struct ds_node_config {
     bool     overflow;          /* [overflow] enabled (edge) */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
     uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
-    char    *registry_path;     /* [registry] path: model registry (SQLite); NULL = no distribution */
+    char    *registry_path;     /* [registry] path: model registry (SQLite) */
     char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
-    char    *node_sec, *node_pub;   /* [keys] node_sec / node_pub: this node's X25519 key files */
+    char    *node_sec, *node_pub;   /* [keys] node_sec / node_pub: this node's X25519 key files (node_sec set = fetch models) */
     char    *models_dir;        /* [models] dir: where fetched models are installed */
     uint32_t quota_mb;          /* [models] quota_mb: largest download (ciphertext + model), 0 = none */
     bool     auto_promote;      /* [models] auto_promote: make a verified version active at once */
     uint32_t fetch_window;      /* [models] fetch_window: chunks in flight per download */
     uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
+    char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
 };
