@@ -742,6 +742,22 @@ static void test_dist_refusals(void **state)
     assert_string_equal(wait_state(&e, "3.0.1", "active"), "active");
     tpub_stop(p);
 
+    /* An older manifest does not interrupt a newer download: 3.2.0 is held
+    ** at 5 chunks when 3.1.5 shows up, which is refused; then 3.2.0 finishes. */
+    p = tpub_start(pack(tu_model("stories260K.gguf"), "3.2.0", &g.sk, "r", ALL_NODES), &g.sk, MUT_NONE, NULL);
+    atomic_store(&p->allowed, 5);
+    assert_true(edge_log_has(&e, "stories 3.2.0: downloading", WAIT_MS));
+    struct tpub *old = tpub_start(pack(tu_model("stories260K.gguf"), "3.1.5", &g.sk, "r", ALL_NODES), &g.sk,
+                                  MUT_NONE, NULL);
+    expect_rejected(&e, "3.1.5", "older than 3.2.0, being downloaded");
+    atomic_store(&p->allowed, -1);
+    char topic[192];
+    assert_int_equal(ds_dist_topic(topic, sizeof topic, MODEL, "manifest", NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(p->c, topic, p->wire, p->wire_len, 1, true, NULL), DS_OK);
+    assert_string_equal(wait_state(&e, "3.2.0", "active"), "active");
+    tpub_stop(old);
+    tpub_stop(p);
+
     /* Nothing refused left a file behind; the registry is sound. */
     char dir[4500];
     snprintf(dir, sizeof dir, "%s/%s", e.models, MODEL);
@@ -752,11 +768,12 @@ static void test_dist_refusals(void **state)
     while ((de = readdir(dp)))
         if (de->d_name[0] != '.') {
             n_files++;
-            if (strcmp(de->d_name, "1.5.0.model") && strcmp(de->d_name, "3.0.0.model") && strcmp(de->d_name, "3.0.1.model"))
+            if (strcmp(de->d_name, "1.5.0.model") && strcmp(de->d_name, "3.0.0.model") &&
+                strcmp(de->d_name, "3.0.1.model") && strcmp(de->d_name, "3.2.0.model"))
                 fail_msg("left behind: %s", de->d_name);
         }
     closedir(dp);
-    assert_int_equal(n_files, 3);
+    assert_int_equal(n_files, 4);
     edge_stop(&e);
     struct ds_reg *r;
     assert_int_equal(ds_reg_open(e.reg, &r), DS_OK);
