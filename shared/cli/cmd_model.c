@@ -24,6 +24,7 @@
 struct progress {
     const char *what;
     double      t0, last;
+    int         decile;        /* not a terminal: one line per 10% */
     bool        tty;
 };
 
@@ -31,19 +32,21 @@ static void progress_cb(uint64_t done, uint64_t total, void *ud)
 {
     struct progress *p = ud;
     double now = ds_now_ms() / 1e3;
-    if (!p->tty || (now - p->last < 0.1 && done < total)) return;
+    int decile = total ? (int)(10 * done / total) : 10;
+    if (p->tty ? now - p->last < 0.1 && done < total : decile == p->decile) return;
     p->last = now;
+    p->decile = decile;
     double mb = (double)done / 1e6, rate = mb / fmax(now - p->t0, 1e-6);
     double eta = rate > 0 ? ((double)total / 1e6 - mb) / rate : 0;
-    fprintf(stderr, "\r%s: %.1f / %.1f MB (%3.0f%%)  %.1f MB/s  ETA %.0f s   ", p->what, mb, (double)total / 1e6,
-            total ? 100.0 * (double)done / (double)total : 100.0, rate, eta);
-    if (done >= total) fputc('\n', stderr);
+    fprintf(stderr, "%s%s: %.1f / %.1f MB (%3.0f%%)  %.1f MB/s  ETA %.0f s%s", p->tty ? "\r" : "", p->what, mb,
+            (double)total / 1e6, total ? 100.0 * (double)done / (double)total : 100.0, rate, eta,
+            p->tty && done < total ? "   " : "\n");
 }
 
 static struct progress progress_start(const char *what)
 {
     double now = ds_now_ms() / 1e3;
-    return (struct progress){ .what = what, .t0 = now, .last = 0, .tty = isatty(2) };
+    return (struct progress){ .what = what, .t0 = now, .last = 0, .decile = 0, .tty = isatty(2) };
 }
 
 /* ---- pack ---- */
