@@ -64,8 +64,37 @@ struct fx {
     pthread_mutex_t   mu;
     char             *inbox[4096];
     int               n_in;
+    pid_t             live[64];                         /* children not waited for yet */
 };
 static struct fx g;
+
+static void live_add(pid_t pid)
+{
+    for (size_t i = 0; i < DS_ARRAY_LEN(g.live); i++)
+        if (!g.live[i]) {
+            g.live[i] = pid;
+            return;
+        }
+    fail_msg("more than %zu children", DS_ARRAY_LEN(g.live));
+}
+
+static void live_del(pid_t pid)
+{
+    for (size_t i = 0; i < DS_ARRAY_LEN(g.live); i++)
+        if (g.live[i] == pid) g.live[i] = 0;
+}
+
+/* A failed test leaves its children running: end them before the next
+** test, whose edges and publishers they would otherwise talk to. */
+static void reap_all(void)
+{
+    for (size_t i = 0; i < DS_ARRAY_LEN(g.live); i++)
+        if (g.live[i]) {
+            kill(g.live[i], SIGKILL);
+            waitpid(g.live[i], NULL, 0);
+            g.live[i] = 0;
+        }
+}
 
 static const char *const node_names[] = { "edge-a", "edge-b", "edge-r", "edge-x" };
 
@@ -194,13 +223,18 @@ static void edge_start(struct edge *e, const char *crash_at)
     char *argv[] = { bin, "-c", e->cfg, NULL };
     assert_int_equal(posix_spawn(&e->pid, bin, &fa, NULL, argv, env), 0);
     posix_spawn_file_actions_destroy(&fa);
+    live_add(e->pid);
 }
 
 /* Wait for the edge to exit; its exit status (or 128 + signal). */
 static int edge_wait(struct edge *e)
 {
     int st;
-    assert_int_equal(waitpid(e->pid, &st, 0), e->pid);
+    pid_t got = 0;
+    for (int t = 0; t < 2 * WAIT_MS / 20 && got == 0; t++)
+        if ((got = waitpid(e->pid, &st, WNOHANG)) == 0) usleep(20000);
+    if (got != e->pid) fail_msg("%s did not exit within %d s", node_names[e->k], 2 * WAIT_MS / 1000);
+    live_del(e->pid);
     e->pid = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
@@ -469,9 +503,20 @@ static int setup(void **state)
     return 0;
 }
 
+/* Before each test: no child of an earlier (failed) test, no retained manifest. */
+static int each_setup(void **state)
+{
+    (void)state;
+    reap_all();
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/manifest", "", 0, 1, true, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_flush(g.dev, 10000), DS_OK);
+    return 0;
+}
+
 static int teardown(void **state)
 {
     (void)state;
+    reap_all();
     ds_mqtt_destroy(g.dev);
     for (int i = 0; i < g.n_in; i++) free(g.inbox[i]);
     pthread_mutex_destroy(&g.mu);
@@ -558,6 +603,7 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     pid_t pub;
     assert_int_equal(posix_spawn(&pub, bin, &fa, NULL, argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
+    live_add(pub);
 
     assert_string_equal(wait_state(&a, "1.0.0", "active"), "active");      /* auto_promote */
     assert_string_equal(wait_state(&b, "1.0.0", "verified"), "verified");
@@ -590,9 +636,30 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     free(tel);
     free(infer("e2e-1"));
 
+    /* Garbage on the publisher's and a node's topics is refused, logged, survived. */
+    static const char *const bad_fetch[] = {
+        "not json", "{\"v\":2,\"version\":\"1.0.0\",\"node\":\"x\",\"chunks\":[[0,0]]}",
+        "{\"v\":1,\"version\":\"1.0.0\",\"node\":\"x\",\"chunks\":[[99990,99999]]}",
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(bad_fetch); i++)
+        assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/fetch", bad_fetch[i], strlen(bad_fetch[i]),
+                                         1, false, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/chunk/edge-a", "DSC1\0\0", 6, 1, false, NULL),
+                     DS_OK);
+    assert_true(edge_log_has(&a, "malformed chunk frame", WAIT_MS));
+    for (int t = 0; t < WAIT_MS / 50; t++) {
+        char *txt = tu_read_file(plog, NULL);
+        bool all = txt && strstr(txt, "not a JSON object") && strstr(txt, "v: want 1") && strstr(txt, "it has");
+        free(txt);
+        if (all) break;
+        usleep(50000);
+    }
+    free(infer("e2e-2"));
+
     kill(pub, SIGTERM);
     int st;
     assert_int_equal(waitpid(pub, &st, 0), pub);
+    live_del(pub);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     char *clear[] = { bin, "model", "publish", "--clear", "--name", MODEL, "--broker", (char *)tb_broker_uri(g.broker), NULL };
     assert_int_equal(posix_spawn(&pub, bin, NULL, NULL, clear, environ), 0);
@@ -601,11 +668,58 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     char *plog_text = tu_read_file(plog, NULL);
     assert_non_null(plog_text);
     assert_non_null(strstr(plog_text, "chunks sent"));
+    assert_non_null(strstr(plog_text, "refused: fetch request is not a JSON object"));
+    assert_non_null(strstr(plog_text, "refused: v: want 1"));
+    assert_non_null(strstr(plog_text, "asks for chunks 99990..99999 of 1.0.0; it has"));
     assert_non_null(strstr(plog_text, "edge-a 100%"));
     assert_non_null(strstr(plog_text, "edge-b 100%"));
     free(plog_text);
     edge_stop(&a);
     edge_stop(&b);
+
+    /* The CLI's own checks: help, missing arguments, a bundle that does not verify. */
+    char cp[9200], bad[4500], err[4500];
+    snprintf(bad, sizeof bad, "%.4400s-tampered", bdir);
+    snprintf(cp, sizeof cp, "cp -r '%s' '%s'", bdir, bad);
+    assert_int_equal(system(cp), 0);
+    snprintf(path, sizeof path, "%.4400s/%s", bad, DS_BUNDLE_CIPHER);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 40000, SEEK_SET), 0);
+    int ch = fgetc(f);
+    assert_int_equal(fseek(f, 40000, SEEK_SET), 0);
+    fputc(ch ^ 0x01, f);
+    fclose(f);
+    snprintf(err, sizeof err, "%s/publish-err.log", g.dir);
+    static const struct { const char *args[4]; int status; const char *says; } cli[] = {
+        { { "--help" }, 0, NULL },
+        { { "--dir", "/nonexistent" }, 2, "--signer-pub are required" },
+        { { "--clear" }, 2, "--clear needs --name" },
+        { { "--bogus" }, 2, "usage:" },
+        { { NULL }, 1, "hash mismatch" },       /* --dir TAMPERED --signer-pub KEY, added below */
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cli); i++) {
+        char *args[12] = { bin, "model", "publish", "--broker", (char *)tb_broker_uri(g.broker) };
+        int n = 5;
+        for (int k = 0; k < 4 && cli[i].args[k]; k++) args[n++] = (char *)cli[i].args[k];
+        if (i == DS_ARRAY_LEN(cli) - 1) {
+            args[n++] = "--dir";
+            args[n++] = bad;
+            args[n++] = "--signer-pub";
+            args[n++] = spub;
+        }
+        args[n] = NULL;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        assert_int_equal(posix_spawn(&pub, bin, &fa, NULL, args, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+        assert_int_equal(waitpid(pub, &st, 0), pub);
+        char *txt = tu_read_file(err, NULL);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != cli[i].status || (cli[i].says && !strstr(txt, cli[i].says)))
+            fail_msg("dspark model publish case %zu: status %d, stderr: %s", i, WEXITSTATUS(st), txt);
+        free(txt);
+    }
 }
 
 /* ---- the center publishes ([publish] dirs) ---- */
@@ -631,6 +745,7 @@ static void test_dist_center_publishes(void **state)
     pid_t center;
     assert_int_equal(posix_spawn(&center, bin, &fa, NULL, argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
+    live_add(center);
     struct edge e;
     edge_init(&e, 2, "center", false, 0);
     edge_start(&e, NULL);
@@ -642,15 +757,12 @@ static void test_dist_center_publishes(void **state)
     kill(center, SIGTERM);
     int st;
     assert_int_equal(waitpid(center, &st, 0), center);
+    live_del(center);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     char *text = tu_read_file(log, NULL);
     assert_non_null(text);
     assert_non_null(strstr(text, "publishing stories 6.0.0"));
     free(text);
-    /* The center's manifest stays retained: withdraw it for the next test. */
-    struct ds_mqtt_props none = { 0 };
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/manifest", "", 0, 1, true, &none), DS_OK);
-    assert_int_equal(ds_mqtt_flush(g.dev, 10000), DS_OK);
 }
 
 /* ---- refusals over the wire ---- */
@@ -889,11 +1001,11 @@ static void test_dist_crash_at_each_step(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dist_two_edges_fetch_and_install),
-        cmocka_unit_test(test_dist_center_publishes),
-        cmocka_unit_test(test_dist_refusals),
-        cmocka_unit_test(test_dist_resume_after_kill),
-        cmocka_unit_test(test_dist_crash_at_each_step),
+        cmocka_unit_test_setup(test_dist_two_edges_fetch_and_install, each_setup),
+        cmocka_unit_test_setup(test_dist_center_publishes, each_setup),
+        cmocka_unit_test_setup(test_dist_refusals, each_setup),
+        cmocka_unit_test_setup(test_dist_resume_after_kill, each_setup),
+        cmocka_unit_test_setup(test_dist_crash_at_each_step, each_setup),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
