@@ -65,6 +65,7 @@
 #define MARK_BATCH      64u           /* chunks marked held per registry transaction (at most) */
 #define MARK_EVERY_NS   250000000ull  /* ... or this often */
 #define MAX_BACKOFF_MS  30000u
+#define RETRY_NS        5000000000ull /* an install step that failed for lack of disk, memory... */
 
 enum inbox_kind { IN_MANIFEST, IN_CHUNK };
 
@@ -105,7 +106,7 @@ struct download {
     uint32_t           timeout_ms;    /* grows while the publisher is silent */
     bool               not_served;    /* the publisher said it does not serve this version */
     uint64_t           start_ns, rate_ns, rate_bytes;
-    struct dl_status  *st;
+    uint64_t           retry_ns;      /* install failed for a passing reason: not before this */
 };
 
 struct node_fetch {
@@ -421,12 +422,27 @@ static const char *auto_promote(struct node_fetch *f, const char *name, const ch
     return "active";
 }
 
+/* An install step failed for a reason that may pass (disk full, I/O,
+** memory, a busy registry): the version is not at fault; try again later. */
+static void retry_later(struct download *d, const char *step, const char *why)
+{
+    DS_LOG(DS_LOG_ERROR, "model %s %s: %s failed: %s; trying again in %llu s", d->m.name, d->m.version, step, why,
+           RETRY_NS / 1000000000ull);
+    d->retry_ns = ds_now_ns() + RETRY_NS;
+}
+
+static bool passing(enum ds_err rc) { return rc == DS_ERR_IO || rc == DS_ERR_NOMEM || rc == DS_ERR_BUSY; }
+
 /* Every chunk held: check the whole file, decrypt, validate, install. */
 static void install(struct node_fetch *f, struct download *d)
 {
     char why[DS_WHY_MAX] = "";
     uint64_t t0 = ds_now_ns();
-    if (flush_marks(f, d, t0) != DS_OK) return;           /* retried on the next turn */
+    enum ds_err rc;
+    if ((rc = flush_marks(f, d, t0)) != DS_OK) {
+        retry_later(d, "recording the chunks held", ds_strerror(rc));
+        return;
+    }
     set_status(f, d->m.name, d->m.version, "verifying", NULL);
     update_progress(f, d, t0);
     if (ds_bundle_verify(&d->m, d->part, why) != DS_OK) {
@@ -446,7 +462,11 @@ static void install(struct node_fetch *f, struct download *d)
     crash_point(f, "verify");
     set_status(f, d->m.name, d->m.version, "installing", NULL);
     unlink(d->tmp);                                       /* a stale one from a crash */
-    if (ds_bundle_open(&d->m, d->part, &f->node_key, d->tmp, NULL, NULL, why) != DS_OK) {
+    if ((rc = ds_bundle_open(&d->m, d->part, &f->node_key, d->tmp, NULL, NULL, why)) != DS_OK) {
+        if (passing(rc)) {
+            retry_later(d, "decrypting", why);
+            return;
+        }
         char r[DS_REG_REASON_MAX];
         snprintf(r, sizeof r, "decryption failed: %s", why);
         reject(f, d, r);
@@ -454,8 +474,12 @@ static void install(struct node_fetch *f, struct download *d)
     }
     /* The file is authenticated and whole: only now may it be mapped. */
     struct ds_model *model;
-    enum ds_err rc = ds_model_open(d->tmp, &model);
-    if (rc != DS_OK) {
+    if ((rc = ds_model_open(d->tmp, &model)) != DS_OK) {
+        if (passing(rc)) {
+            unlink(d->tmp);
+            retry_later(d, "opening the model", ds_strerror(rc));
+            return;
+        }
         char r[DS_REG_REASON_MAX];
         snprintf(r, sizeof r, "the model file does not load: %s (signed, but not a usable model; details in the log)",
                  ds_strerror(rc));
@@ -465,7 +489,7 @@ static void install(struct node_fetch *f, struct download *d)
     ds_model_close(model);
     crash_point(f, "rename_before");
     if (ds_file_install(d->tmp, d->final, why) != DS_OK) {
-        DS_LOG(DS_LOG_ERROR, "model %s %s: install failed: %s (tried again later)", d->m.name, d->m.version, why);
+        retry_later(d, "installing", why);
         return;
     }
     crash_point(f, "rename_after");
@@ -475,8 +499,7 @@ static void install(struct node_fetch *f, struct download *d)
     snprintf(reason, sizeof reason, "installed %.300s: %u chunks fetched in this run, %u held from before", d->final,
              d->n_fetched, d->m.chunk_count - d->n_fetched);
     if ((rc = ds_reg_set_installed(f->reg, d->id, d->final, reason)) != DS_OK) {
-        DS_LOG(DS_LOG_ERROR, "model %s %s: registry commit failed: %s (tried again later)", d->m.name, d->m.version,
-               ds_strerror(rc));
+        retry_later(d, "the registry commit", ds_strerror(rc));
         return;
     }
     crash_point(f, "commit_after");
@@ -745,7 +768,7 @@ static void tick(struct node_fetch *f, uint64_t now)
         struct download *d = &f->dl[i];
         if (!d->used) continue;
         if (d->n_held == d->m.chunk_count) {
-            install(f, d);
+            if (now >= d->retry_ns) install(f, d);
             continue;
         }
         if (d->n_marks && now - d->marks_ns >= MARK_EVERY_NS) {
