@@ -900,6 +900,7 @@ static void test_dist_resume_after_kill(void **state)
     (void)state;
     struct edge e;
     edge_init(&e, 2, "resume", false, 0);
+    clear_inbox();
     struct tpub *p = tpub_start(pack(tu_model("stories260K.gguf"), "4.0.0", &g.sk, "resume", ALL_NODES), &g.sk,
                                 MUT_NONE, NULL);
     const uint32_t first = 30, total = p->m.chunk_count;
@@ -922,6 +923,12 @@ static void test_dist_resume_after_kill(void **state)
         usleep(50000);
     }
     assert_int_equal(held, first);
+    /* Telemetry shows the download in progress. */
+    char *tel = wait_msg(WAIT_MS, "\"node\":\"edge-r\"", "\"chunks_held\":30,");
+    assert_non_null(tel);
+    assert_non_null(strstr(tel, "\"state\":\"downloading\""));
+    assert_non_null(strstr(tel, "\"rate_bps\":"));
+    free(tel);
     kill(e.pid, SIGKILL);
     assert_int_equal(edge_wait(&e), 128 + SIGKILL);
     unsigned before = atomic_load(&p->served);
