@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,8 +28,9 @@ static void publish_usage(FILE *f)
         "chunks are sent to each node that asks (dspark/v1/models/<name>/fetch ->\n"
         "dspark/v1/models/<name>/chunk/<node>) until SIGINT or SIGTERM. The bundle is\n"
         "checked first (signature and every chunk) and refused if it does not verify.\n"
-        "Progress goes to stderr once a second. Nodes keep what they fetched: a node\n"
-        "that loses the publisher resumes when it is back.\n"
+        "Progress goes to stderr once a second while there is traffic, and at the end.\n"
+        "Nodes keep what they fetched: a node that loses the publisher resumes when it\n"
+        "is back.\n"
         "\n"
         "  -d, --dir DIR          bundle directory (%s + %s)\n"
         "  -k, --signer-pub FILE  the signer's public key (dspark keygen --signer)\n"
@@ -51,11 +53,20 @@ static void on_signal(int sig)
     if (p) ds_dist_pub_stop(p);
 }
 
+struct last_line {
+    uint64_t bytes, requests, ns;
+    bool     force;                 /* print even when nothing changed (the first and the last line) */
+};
+
+/* One progress line, when something happened since the last one. */
 static void print_progress(struct ds_dist_pub *p, void *ud)
 {
-    struct { uint64_t bytes, ns; } *last = ud;
+    struct last_line *last = ud;
     struct ds_dist_pub_stats st;
     ds_dist_pub_stats(p, &st);
+    if (!last->force && st.bytes_sent == last->bytes && st.requests == last->requests) return;
+    last->force = false;
+    last->requests = st.requests;
     uint64_t now = ds_now_ns();
     double dt = (double)(now - last->ns) / 1e9;
     double rate = dt > 0 ? (double)(st.bytes_sent - last->bytes) / dt / 1e6 : 0;
@@ -136,8 +147,9 @@ int cmd_model_publish(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    struct { uint64_t bytes, ns; } last = { 0, ds_now_ns() };
+    struct last_line last = { .ns = ds_now_ns(), .force = true };
     rc = ds_dist_pub_run(p, quiet ? NULL : print_progress, &last);
+    last.force = true;
     if (!quiet) print_progress(p, &last);
     atomic_store(&g_pub, NULL);
     ds_dist_pub_destroy(p);
