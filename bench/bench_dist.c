@@ -7,6 +7,7 @@
 ** beside them, measured in the same run: libsodium's raw speed in memory
 ** (secretstream push and pull, BLAKE2b) and a plain file copy (read, write,
 ** fsync). Medians of --reps runs (min-max beside them). MB = 10^6 bytes.
+** The transfer runs a real publisher, broker and dspark-edge (see below).
 ** The files are in the page cache (warm): the disk figures are what a node
 ** sees right after a download, not cold reads. Table on stdout, JSON (--json).
 */
@@ -20,12 +21,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <sodium.h>
 
 #include "bench_util.h"
+#include "broker.h"
 #include "ds/bundle.h"
+#include "ds/dist.h"
 #include "ds/common.h"
 #include "ds/log.h"
+
+extern char **environ;
 
 #define MAX_SIZES 8
 #define MAX_REPS  16
@@ -46,6 +56,7 @@ static const char *const stage_notes[N_STAGES] = {
 struct opts {
     unsigned    sizes_mb[MAX_SIZES], n_sizes, reps, chunk_kb;
     const char *dir, *json;
+    struct tb_broker *broker;          /* loopback mosquitto for the transfer; NULL = none */
 };
 
 struct result {
@@ -201,13 +212,98 @@ static double stage_install(struct ctx *c)
     return bench_now_s() - t0;
 }
 
-/* ---- TRANSFER HOOK (feat-fetch): publish c->bdir over a loopback broker
-** and fetch it into a node's download file; return the seconds, or NAN
-** while this build has no transfer stage (the row then reads "n/a"). ---- */
+/* ---- transfer over MQTT: the real path ----
+** A loopback mosquitto (the tests' fixture), the publisher core of `dspark
+** model publish` (dist_pub.c) on a thread, and a real dspark-edge with
+** [registry], [keys] and [models] set, which fetches the bundle as any node
+** does: fetch requests with a window of chunks in flight, every chunk's
+** hash checked on arrival, written, synced and recorded in its registry.
+** The stage's time is the node's own, from the manifest accepted to the
+** last chunk held (its log line "transfer: ... MB in S s"). What the node
+** does next (whole check, decrypt, and refusing the bench's random bytes as
+** a model) is not timed: the node is killed once the line is there.
+** No mosquitto or no dspark-edge: NAN ("n/a"). ---- */
+struct pub_thread {
+    struct ds_dist_pub *p;
+    pthread_t           th;
+};
+
+static void *pub_main(void *arg)
+{
+    struct pub_thread *t = arg;
+    if (ds_dist_pub_run(t->p, NULL, NULL) != DS_OK) fprintf(stderr, "bench_dist: the publisher stopped early\n");
+    return NULL;
+}
+
+/* Seconds in the node's "transfer: ... MB in S s" line of log; NAN until it is there. */
+static double transfer_seconds(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    double s = NAN;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *t = strstr(line, "transfer: "), *in = t ? strstr(t, " MB in ") : NULL;
+        if (in && sscanf(in, " MB in %lf s", &s) == 1) break;
+    }
+    if (f) fclose(f);
+    return s;
+}
+
 static double stage_transfer(struct ctx *c)
 {
-    DS_UNUSED(c);
-    return NAN;
+    if (!c->o->broker) return NAN;
+    char edge[1100], dir[1100], path[1200], log[1200], why[DS_WHY_MAX] = "";
+    snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
+    if (access(edge, X_OK) != 0) {
+        fprintf(stderr, "bench_dist: %s is not built: no transfer stage\n", edge);
+        return NAN;
+    }
+    snprintf(dir, sizeof dir, "%s/node-%llu", c->o->dir, (unsigned long long)c->size);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    if (system(path) != 0 || mkdir(dir, 0700) != 0) die(dir, NULL);
+    snprintf(path, sizeof path, "%s/signer", dir);
+    if (ds_key_save(&c->signer, path, why) != DS_OK) die("signer key", why);
+    snprintf(path, sizeof path, "%s/node", dir);
+    if (ds_key_save(&c->node, path, why) != DS_OK) die("node key", why);
+    snprintf(path, sizeof path, "%s/node.ini", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) die(path, NULL);
+    fprintf(f, "[node]\nname = bench-node\nlog_level = info\n[mqtt]\nuri = %s\n[overflow]\nenabled = false\n"
+               "[model stories]\npath = %s/stories260K.gguf\nthreads = 1\n[registry]\npath = %s/registry.db\n"
+               "[keys]\nsigner_pub = %s/signer.pub\nnode_sec = %s/node.sec\n[models]\ndir = %s/models\n",
+            tb_broker_uri(c->o->broker), DS_MODELS_DIR, dir, dir, dir, dir);
+    if (fclose(f) != 0) die(path, NULL);
+
+    char spub[1200];
+    snprintf(spub, sizeof spub, "%s/signer.pub", dir);
+    struct ds_dist_pub_opts po = { .uri = tb_broker_uri(c->o->broker), .bundle_dir = c->bdir, .signer_pub = spub };
+    struct pub_thread t;
+    if (ds_dist_pub_create(&po, &t.p, why) != DS_OK) die("publisher", why);
+    if (pthread_create(&t.th, NULL, pub_main, &t) != 0) die("publisher thread", NULL);
+    snprintf(log, sizeof log, "%s/node.log", dir);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *argv[] = { edge, "-c", path, NULL };
+    pid_t pid;
+    if (posix_spawn(&pid, edge, &fa, NULL, argv, environ) != 0) die(edge, NULL);
+    posix_spawn_file_actions_destroy(&fa);
+    double s = NAN;
+    for (double t0 = bench_now_s(); isnan(s) && bench_now_s() - t0 < 1800; usleep(10000)) {
+        s = transfer_seconds(log);
+        if (isnan(s) && waitpid(pid, NULL, WNOHANG) == pid) die("the node exited during the transfer; see", log);
+    }
+    if (isnan(s)) die("no transfer within 30 minutes; see", log);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ds_dist_pub_stop(t.p);
+    pthread_join(t.th, NULL);
+    ds_dist_pub_destroy(t.p);
+    if (ds_dist_unpublish(tb_broker_uri(c->o->broker), "bench", 10000) != DS_OK)
+        fprintf(stderr, "bench_dist: the retained manifest could not be cleared\n");
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    if (system(path) != 0) fprintf(stderr, "bench_dist: could not remove %s\n", dir);
+    return s;
 }
 
 static void run_size(const struct opts *o, unsigned size_mb, struct result *r)
@@ -387,10 +483,15 @@ int main(int argc, char **argv)
     if (ds_crypto_init() != DS_OK) return 1;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
     if (mkdir(o.dir, 0755) != 0 && errno != EEXIST) die(o.dir, NULL);
+    if (tb_broker_start(NULL, &o.broker) != DS_OK) {
+        fprintf(stderr, "bench_dist: no mosquitto: no transfer stage\n");
+        o.broker = NULL;
+    }
     struct result res[MAX_SIZES];
     double load0 = bench_load1();
     for (unsigned i = 0; i < o.n_sizes; i++) run_size(&o, o.sizes_mb[i], &res[i]);
     double load1 = bench_load1();
+    tb_broker_destroy(o.broker);
     print_table(&o, res, o.n_sizes);
     printf("\nload average %.2f -> %.2f (other work on this machine skews every figure)\n", load0, load1);
     return write_json(&o, res, o.n_sizes, load0, load1) == 0 ? 0 : 1;

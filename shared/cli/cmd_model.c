@@ -372,6 +372,7 @@ static const struct cli_command model_commands[] = {
     { "canary", cmd_model_control, "send a share of clients to a version (signed control)" },
     { "shadow", cmd_model_control, "mirror requests to a version, answer from the active (signed control)" },
     { "rollback", cmd_model_control, "make an earlier version active again (signed control)" },
+    { "publish", cmd_model_publish, "offer a bundle to the nodes over MQTT and serve its chunks" },
 };
 
 static void model_usage(FILE *f)

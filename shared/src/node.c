@@ -156,6 +156,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
     }
     if (node__rollout_on_message(a, msg)) return;
     if (a->ovf && node__overflow_on_message(a, msg)) return;
+    if (a->fetch && node__fetch_on_message(a, msg)) return;
     if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
     const char *model_name = msg->topic + strlen(a->infer_prefix);
 
@@ -552,6 +553,7 @@ static void publish_telemetry(struct ds_node *a)
     }
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
     node__rollout_telemetry(a, obj);
+    if (a->fetch) node__fetch_telemetry(a, obj);
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
@@ -581,6 +583,8 @@ enum ds_err ds_node_run(struct ds_node *a)
     subscribe_all(a, true);
     if (a->ovf) node__overflow_subscribe(a);
     node__rollout_subscribe(a);
+    if (a->fetch) node__fetch_subscribe(a);
+    if (a->pub) node__publish_start(a);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -703,8 +707,11 @@ void node__version_free(struct node_version *v)
 void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
+    node__fetch_stop(a);                /* its thread publishes fetch requests */
+    node__publish_destroy(a);
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
     node__overflow_destroy(a);
+    node__fetch_destroy(a);
     struct ds_sched_item it;
     while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
@@ -756,6 +763,8 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
+    if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
+    if (c->publish_dirs && *c->publish_dirs && (rc = node__publish_create(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;

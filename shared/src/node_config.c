@@ -35,6 +35,14 @@ static const struct ds_cfg_key node_keys[] = {
     { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0, "edge: serve locally what no center took within this" },
     { "registry", "path", DS_CFG_STR, O(registry_path), NULL, 0, 0, 0, "model registry (SQLite file)" },
     { "keys", "signer_pub", DS_CFG_STR, O(signer_pub), NULL, 0, 0, 0, "trusted publisher public key file(s), comma-separated" },
+    { "keys", "node_sec", DS_CFG_STR, O(node_sec), NULL, 0, 0, 0, "this node's secret key file (mode 0600): set = fetch models published on the broker" },
+    { "keys", "node_pub", DS_CFG_STR, O(node_pub), NULL, 0, 0, 0, "this node's public key file (checked against node_sec)" },
+    { "models", "dir", DS_CFG_STR, O(models_dir), NULL, 0, 0, 0, "install directory of fetched models" },
+    { "models", "quota_mb", DS_CFG_U32, O(quota_mb), "0", 0, 4194304, 0, "largest download: ciphertext + model, MiB (0 = no quota; free disk is always checked)" },
+    { "models", "auto_promote", DS_CFG_BOOL, O(auto_promote), "false", 0, 0, 0, "make a fetched, verified version active at once" },
+    { "models", "fetch_window", DS_CFG_U32, O(fetch_window), "16", 1, 256, 0, "chunks in flight per download" },
+    { "models", "fetch_timeout_ms", DS_CFG_U32, O(fetch_timeout_ms), "5000", 100, 600000, 0, "ask again for chunks after this long without one" },
+    { "publish", "dirs", DS_CFG_STR, O(publish_dirs), NULL, 0, 0, 0, "bundle directories to offer to the fleet, comma-separated (checked with [keys] signer_pub)" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
     { "rollout", "p99_ms", DS_CFG_U32, O(ro_p99_ms), "2000", 1, 3600000, DS_CFG_RELOADABLE, "roll back a canary/shadow/just-promoted version whose P99 passes this" },
     { "rollout", "error_rate", DS_CFG_F32, O(ro_error_rate), "0.05", 0, 1, DS_CFG_RELOADABLE, "... or whose share of failed requests passes this" },
@@ -127,7 +135,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 static int on_section(void *ud, const char *section, const char *key, const char *value, char *err, size_t n)
 {
     if (strncmp(section, "model ", 6) != 0) {
-        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, registry, keys, rollout or 'model NAME')");
+        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, registry, keys, models, publish, rollout or 'model NAME')");
         return -1;
     }
     return set_model_key(ud, section + 6, key, value, err, n);
@@ -241,6 +249,21 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
     }
     if (!*c->node || strpbrk(c->node, "/+#")) {
         DS_LOG(DS_LOG_ERROR, "config: [node] name '%s' must be non-empty, without '/', '+' or '#'", c->node);
+        return DS_ERR_INVAL;
+    }
+    /* Fetching models is on with [keys] node_sec or [models] dir, and then
+    ** needs all four (a registry alone may serve the rollout code). */
+    if ((c->node_sec && *c->node_sec) || (c->models_dir && *c->models_dir)) {
+        const char *need[] = { c->registry_path, c->signer_pub, c->node_sec, c->models_dir };
+        for (size_t i = 0; i < DS_ARRAY_LEN(need); i++)
+            if (!need[i] || !*need[i]) {
+                DS_LOG(DS_LOG_ERROR, "config: fetching models needs all of [registry] path, [keys] signer_pub, "
+                                     "[keys] node_sec and [models] dir");
+                return DS_ERR_INVAL;
+            }
+    }
+    if (c->publish_dirs && *c->publish_dirs && !(c->signer_pub && *c->signer_pub)) {
+        DS_LOG(DS_LOG_ERROR, "config: [publish] dirs needs [keys] signer_pub (the key the bundles are checked with)");
         return DS_ERR_INVAL;
     }
     for (unsigned i = 0; i < c->n_models; i++) {

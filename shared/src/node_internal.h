@@ -130,6 +130,8 @@ struct ds_node {
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     struct node_rollout *ro;             /* control queue, registry, events */
+    struct node_fetch   *fetch;          /* model distribution; NULL when not configured */
+    struct node_publish *pub;            /* bundles offered ([publish] dirs); NULL when none */
 };
 
 #define TOPIC_RELAY  "dspark/v1/relay/"
@@ -194,5 +196,25 @@ bool        node__overflow_send(struct ds_node *a, struct node_req *r);
 void        node__overflow_check(struct ds_node *a, uint64_t now_ns);
 /* Requests still with a center (draining waits for them). */
 unsigned    node__overflow_pending(struct ds_node *a);
+
+/* node_fetch.c: fetch, verify and install models published on
+** dspark/v1/models/<name>/... (only with [keys] node_sec set). Its own
+** thread does the work; the hooks below only queue or read a snapshot. */
+struct cJSON;
+enum ds_err node__fetch_create(struct ds_node *a);
+void        node__fetch_subscribe(struct ds_node *a);
+/* A manifest or chunk message; true when it was one. Paho's thread. */
+bool        node__fetch_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg);
+/* Adds "downloads" (progress, rate, ETA, last outcome) to a telemetry object. */
+void        node__fetch_telemetry(struct ds_node *a, struct cJSON *obj);
+/* Stop the thread (before the MQTT client goes), then free. */
+void        node__fetch_stop(struct ds_node *a);
+void        node__fetch_destroy(struct ds_node *a);
+
+/* node_publish.c: offer the bundles of [publish] dirs (one publisher thread
+** and MQTT client each). create checks the bundles; start serves. */
+enum ds_err node__publish_create(struct ds_node *a);
+void        node__publish_start(struct ds_node *a);
+void        node__publish_destroy(struct ds_node *a);
 
 #endif

@@ -38,6 +38,7 @@
 #include <sqlite3.h>
 
 #include "ds/bundle.h"
+#include "ds/dist.h"
 #include "ds/keys.h"
 #include "ds/log.h"
 #include "ds/registry.h"
@@ -980,32 +981,6 @@ void node__rollout_telemetry(struct ds_node *a, struct cJSON *obj)
 
 /* ---- create / destroy ---- */
 
-static enum ds_err load_signers(struct node_rollout *ro, const char *list)
-{
-    char path[1024];
-    for (const char *p = list; p && *p;) {
-        while (*p == ' ' || *p == ',') p++;
-        size_t n = strcspn(p, ",");
-        size_t end = n;
-        while (end > 0 && p[end - 1] == ' ') end--;
-        if (end == 0) break;
-        if (ro->n_trusted == MAX_SIGNERS || end >= sizeof path) {
-            DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub: at most %d files of < %zu bytes", MAX_SIGNERS, sizeof path);
-            return DS_ERR_INVAL;
-        }
-        memcpy(path, p, end);
-        path[end] = '\0';
-        char why[DS_WHY_MAX] = "";
-        if (ds_key_load_public(path, DS_KEY_SIGNER, &ro->trusted[ro->n_trusted], why) != DS_OK) {
-            DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub %s: %s", path, why);
-            return DS_ERR_INVAL;
-        }
-        ro->n_trusted++;
-        p += n;
-    }
-    return DS_OK;
-}
-
 enum ds_err node__rollout_create(struct ds_node *a)
 {
     struct node_rollout *ro = calloc(1, sizeof *ro);
@@ -1015,8 +990,14 @@ enum ds_err node__rollout_create(struct ds_node *a)
     snprintf(ro->topic_node, sizeof ro->topic_node, TOPIC_CONTROL "%s", a->cfg->node);
     snprintf(ro->topic_all, sizeof ro->topic_all, TOPIC_CONTROL "all");
     snprintf(ro->topic_events, sizeof ro->topic_events, TOPIC_ROLLOUT "%s", a->cfg->node);
-    enum ds_err rc = load_signers(ro, a->cfg->signer_pub);
-    if (rc != DS_OK) return rc;
+    char why[DS_WHY_MAX] = "";
+    enum ds_err rc = DS_OK;            /* no [keys] signer_pub: every control message is refused */
+    if (a->cfg->signer_pub && *a->cfg->signer_pub)
+        rc = ds_dist_load_signers(a->cfg->signer_pub, ro->trusted, MAX_SIGNERS, &ro->n_trusted, why);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub: %s", why);
+        return rc;
+    }
     if (a->cfg->registry_path && *a->cfg->registry_path) {
         if ((rc = ds_reg_open(a->cfg->registry_path, &ro->reg)) != DS_OK) {
             DS_LOG(DS_LOG_ERROR, "registry %s: cannot open: %s", a->cfg->registry_path, ds_strerror(rc));

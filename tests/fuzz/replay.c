@@ -15,6 +15,7 @@
 int ds_fuzz_gguf_one(const uint8_t *data, size_t size);
 int ds_fuzz_tok_load_one(const uint8_t *data, size_t size);
 int ds_fuzz_manifest_one(const uint8_t *data, size_t size);
+int ds_fuzz_dist_one(const uint8_t *data, size_t size);
 
 static const struct {
     const char *name;
@@ -23,6 +24,7 @@ static const struct {
     { "fuzz_gguf", ds_fuzz_gguf_one },
     { "fuzz_tok_load", ds_fuzz_tok_load_one },
     { "fuzz_manifest", ds_fuzz_manifest_one },
+    { "fuzz_dist", ds_fuzz_dist_one },
 };
 
 /* OWNED contents of path in a buffer of exactly its size (so ASan sees any

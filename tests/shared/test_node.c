@@ -79,12 +79,52 @@ static void test_config(void **state)
     tu_rmdir(dir);
 }
 
+/* Model distribution keys: fetching needs all four; publishing needs a signer key. */
+static void test_config_dist(void **state)
+{
+    (void)state;
+    struct ds_node_config c;
+    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    char set[4200];
+    snprintf(set, sizeof set, "model.a.path=%s", tu_model("stories260K.gguf"));
+    assert_int_equal(ds_node_config_set(&c, set), DS_OK);
+    assert_int_equal(c.fetch_window, 16);
+    assert_int_equal(c.fetch_timeout_ms, 5000);
+    assert_int_equal(c.quota_mb, 0);
+    assert_false(c.auto_promote);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);                  /* no distribution at all */
+    assert_int_equal(ds_node_config_set(&c, "registry.path=/tmp/r.db"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);                  /* a registry alone (rollout) */
+    assert_int_equal(ds_node_config_set(&c, "keys.node_sec=/tmp/n.sec"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* no signer_pub, no models dir */
+    assert_int_equal(ds_node_config_set(&c, "keys.signer_pub=/tmp/s.pub"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* no models dir */
+    assert_int_equal(ds_node_config_set(&c, "models.dir=/tmp/models"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "models.fetch_window=0"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "models.fetch_window=257"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "models.fetch_timeout_ms=99"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "models.quota_mb=-1"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "models.auto_promote=maybe"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "models.auto_promote=true"), DS_OK);
+    assert_true(c.auto_promote);
+    ds_node_config_cleanup(&c);
+    ds_node_config_init(&c, DS_MSG_ROLE_CENTER);
+    assert_int_equal(ds_node_config_set(&c, set), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "publish.dirs=/tmp/bundle"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* bundles are checked with signer_pub */
+    assert_int_equal(ds_node_config_set(&c, "keys.signer_pub=/tmp/s.pub"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    ds_node_config_cleanup(&c);
+}
+
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_config_dist),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

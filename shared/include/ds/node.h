@@ -67,6 +67,13 @@ struct ds_node_config {
     uint32_t ro_window_s;       /* [rollout] window_s: over this window */
     uint32_t ro_min_requests;   /* [rollout] min_requests: with at least this many requests in it */
     uint32_t ro_probation_s;    /* [rollout] probation_s: a promoted version is watched this long */
+    char    *node_sec, *node_pub;   /* [keys] node_sec / node_pub: this node's X25519 key files (node_sec set = fetch models) */
+    char    *models_dir;        /* [models] dir: where fetched models are installed */
+    uint32_t quota_mb;          /* [models] quota_mb: largest download (ciphertext + model), 0 = none */
+    bool     auto_promote;      /* [models] auto_promote: make a verified version active at once */
+    uint32_t fetch_window;      /* [models] fetch_window: chunks in flight per download */
+    uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
+    char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
 };

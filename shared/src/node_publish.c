@@ -1,0 +1,90 @@
+/*
+** node_publish.c — a node that offers bundles to the fleet ([publish] dirs,
+** the center's job): one publisher per bundle directory (dist_pub.c, the
+** core of `dspark model publish`), each with its own MQTT client and thread,
+** so serving chunks never touches the engine loop or the node's client.
+** The bundles are checked (signature against [keys] signer_pub, every
+** chunk) when the node is created: a bad one stops the node from starting.
+*/
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/dist.h"
+#include "ds/log.h"
+#include "node_internal.h"
+
+struct node_publish {
+    struct {
+        struct ds_dist_pub *p;
+        pthread_t           th;
+        bool                running;
+    } pubs[DS_NODE_MAX_MODELS];
+    unsigned n;
+};
+
+static void *pub_thread(void *arg)
+{
+    struct ds_dist_pub *p = arg;
+    if (ds_dist_pub_run(p, NULL, NULL) != DS_OK) DS_LOG(DS_LOG_ERROR, "publisher stopped: could not start");
+    return NULL;
+}
+
+enum ds_err node__publish_create(struct ds_node *a)
+{
+    const struct ds_node_config *c = a->cfg;
+    struct node_publish *np = calloc(1, sizeof *np);
+    if (!np) return DS_ERR_NOMEM;
+    a->pub = np;
+    char *list = strdup(c->publish_dirs), *save = NULL;
+    if (!list) return DS_ERR_NOMEM;
+    enum ds_err rc = DS_OK;
+    for (char *dir = strtok_r(list, ",", &save); dir && rc == DS_OK; dir = strtok_r(NULL, ",", &save)) {
+        while (*dir == ' ') dir++;
+        char *end = dir + strlen(dir);
+        while (end > dir && end[-1] == ' ') *--end = '\0';
+        if (!*dir) continue;
+        if (np->n == DS_NODE_MAX_MODELS) {
+            DS_LOG(DS_LOG_ERROR, "config: [publish] dirs: at most %d bundles", DS_NODE_MAX_MODELS);
+            rc = DS_ERR_RANGE;
+            break;
+        }
+        char why[DS_WHY_MAX] = "", cid[160];
+        snprintf(cid, sizeof cid, "dspark-publish-%s-%u", c->node, np->n);
+        struct ds_dist_pub_opts o = { .uri = c->mqtt_uri, .client_id = cid, .bundle_dir = dir,
+                                      .signer_pub = c->signer_pub };
+        if ((rc = ds_dist_pub_create(&o, &np->pubs[np->n].p, why)) != DS_OK) {
+            DS_LOG(DS_LOG_ERROR, "config: [publish] dirs: bundle %s: %s", dir, why);
+            break;
+        }
+        struct ds_dist_pub_stats st;
+        ds_dist_pub_stats(np->pubs[np->n].p, &st);
+        DS_LOG(DS_LOG_INFO, "publishing %s %s from %s (%u chunks)", st.name, st.version, dir, st.chunk_count);
+        np->n++;
+    }
+    free(list);
+    return rc;
+}
+
+void node__publish_start(struct ds_node *a)
+{
+    struct node_publish *np = a->pub;
+    for (unsigned i = 0; i < np->n; i++)
+        np->pubs[i].running = pthread_create(&np->pubs[i].th, NULL, pub_thread, np->pubs[i].p) == 0;
+}
+
+void node__publish_destroy(struct ds_node *a)
+{
+    struct node_publish *np = a->pub;
+    if (!np) return;
+    for (unsigned i = 0; i < np->n; i++) {
+        if (np->pubs[i].running) {
+            ds_dist_pub_stop(np->pubs[i].p);
+            pthread_join(np->pubs[i].th, NULL);
+        }
+        ds_dist_pub_destroy(np->pubs[i].p);
+    }
+    free(np);
+    a->pub = NULL;
+}
