@@ -623,7 +623,7 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     assert_int_equal(access(path, F_OK), -1);
     assert_true(edge_log_has(&a, "verified and installed", 1000));
     /* Telemetry: the download, finished. */
-    char *tel = wait_msg(WAIT_MS, "\"node\":\"edge-a\"", "\"state\":\"active\"");
+    char *tel = wait_msg(WAIT_MS, "\"node\":\"edge-a\"", "\"version\":\"1.0.0\",\"state\":\"active\"");
     assert_non_null(tel);
     cJSON *j = cJSON_Parse(tel);
     const cJSON *d = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "downloads"), 0);
@@ -634,7 +634,39 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     cJSON_Delete(j);
     check_telemetry_schema(tel);
     free(tel);
-    free(infer("e2e-1"));
+
+    /* Promote the installed version on edge-b with a signed command (the real
+    ** CLI); then every answer, from either edge, names the new version. */
+    char sec[4300], uri[64];
+    snprintf(sec, sizeof sec, "%s.sec", g.signer);
+    snprintf(uri, sizeof uri, "%s", tb_broker_uri(g.broker));
+    char *pargv[] = { bin, "model", "promote", "--broker", uri, "--signer", sec, "--name", MODEL,
+                      "--version", "1.0.0", "--node", "edge-b", NULL };
+    pid_t prom;
+    int pst;
+    assert_int_equal(posix_spawn(&prom, bin, NULL, NULL, pargv, environ), 0);
+    assert_int_equal(waitpid(prom, &pst, 0), prom);
+    assert_true(WIFEXITED(pst) && WEXITSTATUS(pst) == 0);
+    int by[2] = { 0, 0 };
+    for (int i = 0; i < 8; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "e2e-%d", i);
+        char *fin = infer(id);
+        char *ver = NULL, *node = NULL;
+        cJSON *fj = cJSON_Parse(fin);
+        const cJSON *sb = cJSON_GetObjectItemCaseSensitive(fj, "served_by");
+        const cJSON *jv = cJSON_GetObjectItemCaseSensitive(sb, "version"), *jn = cJSON_GetObjectItemCaseSensitive(sb, "node");
+        if (cJSON_IsString(jv)) ver = jv->valuestring;
+        if (cJSON_IsString(jn)) node = jn->valuestring;
+        assert_non_null(ver);
+        assert_non_null(node);
+        assert_string_equal(ver, "1.0.0");
+        by[strcmp(node, "edge-a") != 0]++;
+        cJSON_Delete(fj);
+        free(fin);
+    }
+    printf("after install and promote: 8 of 8 answers served by version 1.0.0 (edge-a %d, edge-b %d)\n", by[0], by[1]);
+    assert_true(by[0] > 0 && by[1] > 0);
 
     /* Garbage on the publisher's and a node's topics is refused, logged, survived. */
     static const char *const bad_fetch[] = {
