@@ -18,6 +18,7 @@
 #include "ds/node.h"
 #include "ds/sampler.h"
 #include "ds/sched.h"
+#include "ds/spec.h"
 #include "ds/tok.h"
 
 #define TOPIC_CANCEL "dspark/v1/cancel/"
@@ -30,6 +31,12 @@ struct node_model {
     struct ds_engine            *eng;
     float                       *logits;      /* (max_batch, vocab) */
     uint32_t                     max_batch;
+    /* speculative decoding (node_spec.c); spec == NULL: off */
+    struct ds_model             *draft_model; /* a separate draft file, else NULL */
+    struct ds_engine            *draft_eng;
+    struct ds_spec              *spec;
+    struct ds_seq               *draft_seq;   /* the draft cache of spec_owner */
+    uint64_t                     spec_owner;  /* key of the request it belongs to; 0 none */
 };
 
 /* One accepted request, from intake to its answer. */
@@ -42,8 +49,12 @@ struct node_req {
     struct node_model   *m;
     uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
     /* running state (engine thread only) */
-    int32_t             *ids;           /* prompt tokens */
+    int32_t             *ids;           /* prompt tokens, then (speculative models)
+                                        ** the generated ones: the history */
     size_t               n_ids, n_fed;  /* prompt tokens in the cache */
+    size_t               ids_cap;
+    struct ds_sampler_params sp;        /* effective sampling (seed filled in) */
+    struct ds_msg_spec_usage spec;      /* speculative rounds of this request */
     struct ds_seq       *seq;
     struct ds_sampler   *smp;
     struct ds_tok_stream st;
@@ -92,6 +103,18 @@ void node__req_free(struct node_req *r);
 void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Queue r locally; false when the tier is full. */
 bool node__enqueue(struct ds_node *a, struct node_req *r);
+
+/* Handle one token sampled for r (EOS, text, stop strings, stream chunk,
+** limits); true when r is finished (answered and freed). */
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob);
+
+/* node_spec.c: one-node speculative decoding */
+/* Draft engine and ds_spec for m when its config names a draft. */
+enum ds_err node__spec_load(struct ds_node *a, struct node_model *m);
+void        node__spec_unload(struct node_model *m);
+/* One speculative round for m's only running sequence, if it may take one;
+** false when m is left to the batched step. */
+bool        node__spec_step(struct ds_node *a, struct node_model *m);
 
 /* node_overflow.c (edge role) */
 enum ds_err node__overflow_create(struct ds_node *a);
