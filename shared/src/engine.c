@@ -358,7 +358,7 @@ static void matmul_slice(const struct matmul_job *j, const struct mat *w, float 
         ** that stay in cache while every input row takes its matvec, so
         ** the weights stream from memory once per pass, not once per row;
         ** each row's result is bit-identical to a one-row pass. */
-        size_t blk = DS_MAX((size_t)1, FP32_BLOCK_BYTES / (w->cols * sizeof(float)));
+        size_t blk = DS_MAX((size_t)4, FP32_BLOCK_BYTES / (w->cols * sizeof(float)) & ~(size_t)3);
         for (size_t b0 = r0; b0 < r1; b0 += blk) {
             size_t b1 = DS_MIN(r1, b0 + blk);
             for (size_t t = 0; t < j->n; t++)
