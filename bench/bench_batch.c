@@ -1,8 +1,10 @@
 /*
 ** bench_batch.c — batched decode: tokens/s of N concurrent streams against
-** one stream, on random weights in the stories15M or stories110M shape, INT8
-** (the edge: a Q8_0 file) or FP32 (the center: an F32 file, OpenBLAS sgemm),
-** written once into --dir and reused.
+** one stream, on random weights in the stories15M or stories110M shape or a
+** TinyLlama-1.1B-like one (--shape 1b), INT8 (the edge: a Q8_0 file) or FP32
+** (the center: an F32 file, OpenBLAS sgemm) on the CPU, or FP16 on CUDA
+** (--backend cuda: an F16 file; without a device it says "no CUDA device"
+** and exits 0), written once into --dir and reused.
 **
 ** For each N in --streams (default 1,2,4,8,16,32): N sequences, each
 ** prefilled with a short prompt (DECODE_PROMPT tokens, not timed), then
@@ -33,6 +35,9 @@
 #include "ds/log.h"
 #include "ds/model.h"
 #include "support/mkmodel.h"
+#ifdef DS_HAVE_CUDA
+#include "ds_cuda.h"
+#endif
 
 #define MAX_STREAMS    256
 #define MAX_COUNTS     16
@@ -47,8 +52,22 @@ struct opts {
     unsigned    threads, reps, steps;
     const char *dir, *json, *kernel;
     bool        fp32;               /* --precision fp32: the center's path (F32 file, sgemm) */
-    bool        big;                /* --shape 110m */
+    const char *shape;              /* --shape: 15m, 110m or 1b */
+    bool        cuda;               /* --backend cuda: FP16 on the GPU (F16 file) */
 };
+
+/* TinyLlama-1.1B's shape: grouped-query attention, 8 query heads per KV head. */
+static const struct mk_shape shape_1b = { 2048, 5632, 22, 32, 4, 32000, 2048 };
+
+static const struct mk_shape *shape_of(const struct opts *o)
+{
+    return !strcmp(o->shape, "110m") ? &mk_shape_110m : !strcmp(o->shape, "1b") ? &shape_1b : &mk_shape_15m;
+}
+
+static const char *file_type(const struct opts *o)
+{
+    return o->cuda ? "f16" : o->fp32 ? "f32" : "q8_0";
+}
 
 struct result {
     unsigned     n;                  /* streams */
@@ -62,7 +81,8 @@ struct bench {
     struct opts   opt;
     struct result res[MAX_COUNTS];
     size_t        n_res;
-    const char   *kernel;
+    const char   *kernel, *precision;
+    char          backend[200];
     uint64_t      weight_bytes;
     double        load_start, load_end;
 };
@@ -90,8 +110,8 @@ static enum ds_err open_or_write(const char *path, const struct opts *o, struct 
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fprintf(stderr, "bench_batch: writing %s...\n", path);
-    enum ds_err rc = mk_random_model(tmp, o->big ? &mk_shape_110m : &mk_shape_15m,
-                                     o->fp32 ? DS_GGML_TYPE_F32 : DS_GGML_TYPE_Q8_0, MODEL_SEED);
+    enum ds_err rc = mk_random_model(tmp, shape_of(o), o->cuda ? DS_GGML_TYPE_F16 : o->fp32 ? DS_GGML_TYPE_F32
+                                                                            : DS_GGML_TYPE_Q8_0, MODEL_SEED);
     if (rc == DS_OK && rename(tmp, path) != 0) rc = DS_ERR_IO;
     if (rc != DS_OK) {
         fprintf(stderr, "bench_batch: cannot write %s: %s\n", path, ds_strerror(rc));
@@ -151,7 +171,8 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
     for (size_t i = 0; i < o->n_counts; i++) max_n = DS_MAX(max_n, o->streams[i]);
     struct ds_engine_opts eo;
     ds_engine_opts_init(&eo);
-    eo.precision = o->fp32 ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    eo.precision = o->fp32 || o->cuda ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    eo.backend = o->cuda ? DS_BACKEND_CUDA : DS_BACKEND_CPU;
     eo.n_threads = o->threads;
     eo.max_batch = DS_MAX(max_n, (unsigned)DECODE_PROMPT);
     eo.kv_seqs = max_n;
@@ -173,6 +194,8 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
         goto done;
     }
     b->kernel = ds_engine_kernel(e);
+    snprintf(b->backend, sizeof b->backend, "%s", ds_engine_backend(e));
+    b->precision = ds_precision_name(ds_engine_precision(e));
     b->weight_bytes = ds_engine_weight_bytes(e);
     unsigned steps = DS_MIN(o->steps, ds_engine_max_ctx(e) - DECODE_PROMPT - 1);
     int32_t prompt[DECODE_PROMPT];
@@ -221,11 +244,12 @@ done:
 static void print_table(const struct bench *b)
 {
     const struct opts *o = &b->opt;
-    printf("\nbatched decode, %s shape %s (%.1f MB of weights per step), kernel %s, %u thread%s;\n"
+    printf("\nbatched decode, %s shape, %s (%s file, %.1f MB of weights per step), kernel %s, %u thread%s;\n"
+           "backend %s\n"
            "%u decode steps after a %u-token prompt per stream; median of %u runs (min-max)\n"
            "load average (1 min) %.2f at start, %.2f at end\n\n",
-           o->big ? "110M" : "15M", o->fp32 ? "FP32 (F32 file)" : "INT8 (Q8_0 file)",
-           (double)b->weight_bytes / 1e6, b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s",
+           o->shape, b->precision ? b->precision : "?", file_type(o), (double)b->weight_bytes / 1e6,
+           b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", b->backend,
            o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
     printf("%4s | %-24s | %12s | %9s | %8s\n", "N", "total tok/s (min-max)", "per-stream", "step ms", "speedup");
     for (size_t i = 0; i < b->n_res; i++) {
@@ -246,8 +270,9 @@ static int write_json(const struct bench *b)
     }
     fprintf(f, "{\n  \"bench\": \"batch\", \"version\": 1, \"quick\": %s,\n", o->quick ? "true" : "false");
     fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"%s-shape\", \"precision\": \"%s\",\n",
-            sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "", o->big ? "110M" : "15M",
-            o->fp32 ? "fp32" : "int8");
+            sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "", o->shape,
+            b->precision ? b->precision : "");
+    fprintf(f, "  \"backend\": \"%s\",\n", b->backend);
     fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"steps\": %u, \"prompt\": %u, \"reps\": %u,\n  ",
             (unsigned long long)b->weight_bytes, o->threads, o->steps, DECODE_PROMPT, o->reps);
     bench_json_num(f, "load_start", b->load_start, ", ");
@@ -276,6 +301,17 @@ static int write_json(const struct bench *b)
 
 /* ---- command line ---- */
 
+/* A CUDA device this build can use. */
+static bool cuda_device(void)
+{
+#ifdef DS_HAVE_CUDA
+    int n = 0;
+    return ds_cuda_device_count(&n) == DS_OK && n > 0;
+#else
+    return false;
+#endif
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_batch [options]\n"
@@ -286,7 +322,9 @@ static void usage(FILE *f)
                "  --reps N           runs per N, median reported (default 5; --quick 2)\n"
                "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
                "  --precision P      int8 (default; the edge's path) or fp32 (the center's: sgemm)\n"
-               "  --shape S          15m (default) or 110m\n"
+               "  --shape S          15m (default), 110m or 1b (dim 2048, 22 layers, 32/4 heads)\n"
+               "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
+               "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"
                "  --dir DIR          where the random-weight model is written and reused\n"
                "                     (default /tmp/dspark-bench)\n"
                "  --json PATH        JSON output (default bench-batch.json)\n"
@@ -323,17 +361,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "reps", required_argument, NULL, 'r' },    { "kernel", required_argument, NULL, 'k' },
         { "dir", required_argument, NULL, 'd' },     { "json", required_argument, NULL, 'j' },
         { "precision", required_argument, NULL, 'p' }, { "shape", required_argument, NULL, 'S' },
+        { "backend", required_argument, NULL, 'b' },
         { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
-                        .dir = "/tmp/dspark-bench", .json = "bench-batch.json" };
+                        .dir = "/tmp/dspark-bench", .json = "bench-batch.json", .shape = "15m" };
+    bool streams_set = false;
     unsigned reps = 0, steps = 0;
     int c, li = 0;
     while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
         int bad = 0;
         switch (c) {
         case 'q': o->quick = true; break;
-        case 'n': bad = parse_streams(optarg, o); break;
+        case 'n': bad = parse_streams(optarg, o), streams_set = true; break;
         case 't': bad = parse_uint(optarg, 1, 64, &o->threads); break;
         case 's': bad = parse_uint(optarg, 1, 2048, &steps); break;
         case 'r': bad = parse_uint(optarg, 1, MAX_REPS, &reps); break;
@@ -345,8 +385,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->fp32 = !strcmp(optarg, "fp32");
             break;
         case 'S':
-            bad = strcmp(optarg, "15m") && strcmp(optarg, "110m");
-            o->big = !strcmp(optarg, "110m");
+            bad = strcmp(optarg, "15m") && strcmp(optarg, "110m") && strcmp(optarg, "1b");
+            o->shape = optarg;
+            break;
+        case 'b':
+            bad = strcmp(optarg, "cpu") && strcmp(optarg, "cuda");
+            o->cuda = !strcmp(optarg, "cuda");
             break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
@@ -360,6 +404,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (optind < argc) {
         fprintf(stderr, "bench_batch: unexpected argument '%s'\n", argv[optind]);
         return -1;
+    }
+    if (o->cuda && !streams_set) {
+        static const unsigned gpu_streams[] = { 1, 2, 4, 8, 16, 32, 64 };
+        memcpy(o->streams, gpu_streams, sizeof gpu_streams);
+        o->n_counts = DS_ARRAY_LEN(gpu_streams);
     }
     o->reps = reps ? reps : o->quick ? 2 : 5;
     o->steps = steps ? steps : o->quick ? 16 : 64;
@@ -376,8 +425,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_batch: cannot create %s: %s\n", o->dir, strerror(errno));
         return EXIT_FAILURE;
     }
+    if (o->cuda && !cuda_device()) {
+        printf("bench_batch: no CUDA device: nothing measured\n");
+        return EXIT_SUCCESS;
+    }
     char path[4200];
-    snprintf(path, sizeof path, "%s/random-%s-%s.gguf", o->dir, o->big ? "110m" : "15m", o->fp32 ? "f32" : "q8_0");
+    snprintf(path, sizeof path, "%s/random-%s-%s.gguf", o->dir, o->shape, file_type(o));
     struct ds_model *m = NULL;
     if (open_or_write(path, o, &m) != DS_OK) return EXIT_FAILURE;
     b.load_start = bench_load1();

@@ -103,6 +103,14 @@ enum ds_err ds_cuda_rmsnorm_f16(struct ds_cuda *cu, size_t rows, size_t n, const
                                 const void *w, enum ds_cuda_dtype w_type, float eps,
                                 uint16_t *out);
 
+/* The residual step over an FP32 residual stream: x[r] += y[r] (skipped when
+** y is NULL), then out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w.
+** x: (rows, n) FP32, updated in place; y, out: (rows, n) FP16 (out may alias
+** y, not x); w: (n) FP32 or FP16 (w_type). */
+enum ds_err ds_cuda_add_rmsnorm_f32(struct ds_cuda *cu, size_t rows, size_t n, float *x,
+                                    const uint16_t *y, const void *w, enum ds_cuda_dtype w_type,
+                                    float eps, uint16_t *out);
+
 /* RoPE in place, as ds_engine does it: in each head of each row, rotate the
 ** pairs (x[2i], x[2i+1]) for 2i < rope_dim by the angle pos[r] * freq_i,
 ** freq_i = 1 / theta^(2i / rope_dim); dims past rope_dim are left alone.
@@ -119,6 +127,12 @@ enum ds_err ds_cuda_swiglu_f16(struct ds_cuda *cu, size_t n, const uint16_t *gat
 /* out[i] = a[i] + b[i]; n elements; out may alias a or b (residual: x += y). */
 enum ds_err ds_cuda_add_f16(struct ds_cuda *cu, size_t n, const uint16_t *a, const uint16_t *b,
                             uint16_t *out);
+
+/* KV cache store: row r's kv_dim values of k and v go to kc + dst[r] and
+** vc + dst[r] (element offsets, int64, device). k, v: (rows, kv_dim) FP16.
+** Rows must not overlap in the caches. */
+enum ds_err ds_cuda_kv_store_f16(struct ds_cuda *cu, size_t rows, size_t kv_dim, const uint16_t *k,
+                                 const uint16_t *v, const int64_t *dst, uint16_t *kc, uint16_t *vc);
 
 /* Y = X . W^T with cuBLAS GemmEx: FP16 inputs, FP32 accumulation.
 ** x: (n, cols) FP16; w: (rows, cols) FP16 as stored in the model file;

@@ -8,8 +8,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* One subcommand: its name, entry point (argv[0] = the name) and summary. */
+struct cli_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
 int cmd_run(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+/* cmd_model_rollout.c: argv[0] is the subcommand (promote, canary, shadow, rollback). */
+int cmd_model_control(int argc, char **argv);
+/* `dspark model list --broker URI`: every node's versions from telemetry. */
+int cmd_model_list_telemetry(int argc, char **argv);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */

@@ -10,6 +10,10 @@
 ** the math is written. Matrices go through matmul(), which splits output rows
 ** across the pool and calls the selected kernel (or OpenBLAS sgemm for FP32
 ** passes of several rows).
+**
+** Backends: with the CUDA one (engine_cuda.c, builds with DS_HAVE_CUDA) this
+** file still owns the API, sequences and validation; ds_engine_forward
+** positions the rows and hands them to ds_gpu_forward.
 */
 #include "ds/engine.h"
 
@@ -22,6 +26,9 @@
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/pool.h"
+#ifdef DS_HAVE_CUDA
+#include "engine_cuda.h"
+#endif
 
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
@@ -35,7 +42,7 @@
 
 const char *ds_precision_name(enum ds_precision p)
 {
-    return p == DS_PRECISION_INT8 ? "int8" : "fp32";
+    return p == DS_PRECISION_INT8 ? "int8" : p == DS_PRECISION_FP16 ? "fp16" : "fp32";
 }
 
 int ds_precision_parse(const char *s)
@@ -43,6 +50,19 @@ int ds_precision_parse(const char *s)
     if (!s) return -1;
     if (strcmp(s, "fp32") == 0) return DS_PRECISION_FP32;
     if (strcmp(s, "int8") == 0) return DS_PRECISION_INT8;
+    return -1;
+}
+
+const char *ds_backend_name(enum ds_backend b)
+{
+    return b == DS_BACKEND_AUTO ? "auto" : b == DS_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+int ds_backend_parse(const char *s)
+{
+    static const char *const names[] = { "cpu", "auto", "cuda" };   /* enum order */
+    for (int i = 0; s && i < (int)DS_ARRAY_LEN(names); i++)
+        if (strcmp(s, names[i]) == 0) return i;
     return -1;
 }
 
@@ -100,6 +120,7 @@ struct ds_seq {
     uint32_t          n_blocks, cap_blocks;
     uint32_t          len;       /* positions in the cache */
     uint32_t          pending;   /* rows of the current batch (forward only) */
+    int32_t           gpu_slot;  /* CUDA backend: its KV region, -1 = none */
 };
 
 struct ds_engine {
@@ -117,6 +138,8 @@ struct ds_engine {
     struct run_state             s;
     struct kv_pool               kv;
     uint64_t                     weight_bytes;
+    struct ds_gpu               *gpu;          /* non-NULL: the CUDA backend runs (engine_cuda.c) */
+    const char                  *backend;      /* ds_engine_backend() */
 };
 
 /* ---- weights ---- */
@@ -279,6 +302,7 @@ static enum ds_err seq_reserve(struct ds_seq *s, uint32_t n_pos)
 static void seq_release(struct ds_seq *s, uint32_t keep_blocks)
 {
     struct kv_pool *kv = &s->eng->kv;
+    if (s->n_blocks <= keep_blocks) return;
     pthread_mutex_lock(&kv->mu);
     while (s->n_blocks > keep_blocks) kv->free_list[kv->n_free++] = s->blocks[--s->n_blocks];
     pthread_mutex_unlock(&kv->mu);
@@ -290,6 +314,7 @@ enum ds_err ds_seq_create(struct ds_engine *e, struct ds_seq **out)
     struct ds_seq *s = calloc(1, sizeof *s);
     if (!s) return DS_ERR_NOMEM;
     s->eng = e;
+    s->gpu_slot = -1;
     s->cap_blocks = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
     s->blocks = malloc(s->cap_blocks * sizeof *s->blocks);
     if (!s->blocks) {
@@ -304,6 +329,9 @@ void ds_seq_destroy(struct ds_seq *s)
 {
     if (!s) return;
     seq_release(s, 0);
+#ifdef DS_HAVE_CUDA
+    if (s->eng->gpu) ds_gpu_release(s->eng->gpu, s);
+#endif
     free(s->blocks);
     free(s);
 }
@@ -315,11 +343,23 @@ enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos)
     if (n_pos > s->len) return DS_ERR_RANGE;
     s->len = n_pos;
     seq_release(s, (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
+#ifdef DS_HAVE_CUDA
+    if (s->eng->gpu && n_pos == 0) ds_gpu_release(s->eng->gpu, s);
+#endif
     return DS_OK;
 }
 
 void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks)
 {
+#ifdef DS_HAVE_CUDA
+    if (e->gpu) {               /* a slot is a whole context's worth of blocks */
+        uint32_t per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
+        ds_gpu_kv_usage(e->gpu, free_blocks, total_blocks);
+        *free_blocks *= per_seq;
+        *total_blocks *= per_seq;
+        return;
+    }
+#endif
     struct kv_pool *kv = (struct kv_pool *)&e->kv;
     pthread_mutex_lock(&kv->mu);
     *free_blocks = kv->n_free;
@@ -595,7 +635,11 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         else if (q->len + q->pending >= e->max_ctx) rc = DS_ERR_RANGE;
         else s->pos[r] = q->len + q->pending++;
     }
-    for (size_t r = 0; r < n && rc == DS_OK; r++) rc = seq_reserve(rows[r].seq, s->pos[r] + 1);
+    for (size_t r = 0; r < n && rc == DS_OK && !e->gpu; r++) rc = seq_reserve(rows[r].seq, s->pos[r] + 1);
+#ifdef DS_HAVE_CUDA
+    if (rc == DS_OK && e->gpu) rc = ds_gpu_claim(e->gpu, rows, n);
+    if (rc == DS_OK && e->gpu) rc = ds_gpu_forward(e->gpu, rows, n, s->pos, logits);
+#endif
     if (rc != DS_OK) {
         for (size_t r = 0; r < n; r++) {
             struct ds_seq *q = rows[r].seq;
@@ -604,6 +648,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         }
         return rc;
     }
+    if (e->gpu) goto done;
 
     const size_t dim = c->dim;
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
@@ -641,6 +686,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         quantize_input(e, s->lg_in, n_out, c->dim);
         matmul(e, &e->output, s->lg_in, n_out, logits);
     }
+done:
     for (size_t r = 0; r < n; r++) {
         struct ds_seq *q = rows[r].seq;
         q->len += q->pending;
@@ -736,6 +782,9 @@ void ds_engine_destroy(struct ds_engine *e)
             free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
             free(L->w1.owned); free(L->w2.owned); free(L->w3.owned);
         }
+#ifdef DS_HAVE_CUDA
+    ds_gpu_destroy(e->gpu);
+#endif
     free(e->layers);
     free(e->output.owned);
     free(e->owned_norms);
@@ -746,6 +795,48 @@ void ds_engine_destroy(struct ds_engine *e)
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
+}
+
+#ifdef DS_HAVE_CUDA
+void ds_engine__weight_row(const struct ds_weight *w, uint32_t r, float *out) { row_to_f32(w, r, out); }
+int32_t *ds_seq__gpu_slot(struct ds_seq *s) { return &s->gpu_slot; }
+#endif
+
+/* The backend (see Backends in ds/engine.h); a CUDA one is created here. */
+static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts *o)
+{
+    e->backend = "cpu";
+    if (o->backend == DS_BACKEND_CPU) return DS_OK;
+#ifdef DS_HAVE_CUDA
+    bool forced = o->backend == DS_BACKEND_CUDA;
+    int n_dev = ds_gpu_devices();
+    if (!forced && (n_dev == 0 || o->precision != DS_PRECISION_FP32)) {
+        DS_LOG(DS_LOG_DEBUG, "engine: backend auto: %s, so the CPU runs",
+               n_dev ? "int8 asked for" : "no CUDA device");
+        return DS_OK;
+    }
+    if (n_dev == 0) {
+        DS_LOG(DS_LOG_ERROR, "engine: backend cuda asked for, but no CUDA device is usable "
+               "(check nvidia-smi and the driver), or set backend = cpu");
+        return DS_ERR_UNSUPPORTED;
+    }
+    enum ds_err rc = ds_gpu_create(e->model, e->max_batch, e->max_ctx, o->kv_seqs, &e->gpu);
+    if (rc != DS_OK && !forced) {
+        DS_LOG(DS_LOG_WARN, "engine: backend auto: the CUDA backend failed (%s), so the CPU runs",
+               ds_strerror(rc));
+        return DS_OK;
+    }
+    if (rc != DS_OK) return rc;
+    e->prec = DS_PRECISION_FP16;
+    e->backend = ds_gpu_describe(e->gpu);
+    e->weight_bytes = ds_gpu_weight_bytes(e->gpu);
+    return DS_OK;
+#else
+    if (o->backend != DS_BACKEND_CUDA) return DS_OK;
+    DS_LOG(DS_LOG_ERROR, "engine: backend cuda asked for, but this build has no CUDA (configure "
+           "with -DDS_CUDA=ON where nvcc is installed), or set backend = cpu");
+    return DS_ERR_UNSUPPORTED;
+#endif
 }
 
 enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_opts *o,
@@ -763,6 +854,15 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                o->max_batch, o->kv_seqs);
         return DS_ERR_RANGE;
     }
+    if ((unsigned)o->backend > DS_BACKEND_CUDA) {
+        DS_LOG(DS_LOG_ERROR, "engine: backend %d is not cpu, auto or cuda", (int)o->backend);
+        return DS_ERR_INVAL;
+    }
+    if (o->precision != DS_PRECISION_FP32 && o->precision != DS_PRECISION_INT8) {
+        DS_LOG(DS_LOG_ERROR, "engine: precision %s cannot be asked for (fp32 or int8; fp16 is what "
+               "backend cuda runs)", ds_precision_name(o->precision));
+        return DS_ERR_INVAL;
+    }
     struct ds_engine *e = calloc(1, sizeof *e);
     if (!e) return DS_ERR_NOMEM;
     e->model = m;
@@ -774,16 +874,19 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     /* Each engine thread calls OpenBLAS on its own rows: OpenBLAS must not
     ** start threads of its own on top (process-wide setting). */
     openblas_set_num_threads(1);
-    static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
-    if (e->prec == DS_PRECISION_FP32) pthread_once(&blas_checked, check_blas_core);
     uint32_t blocks_per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
     enum ds_err rc;
-    if ((rc = ds_pool_create(o->n_threads, &e->pool)) != DS_OK) goto fail;
-    if ((rc = prepare_weights(e)) != DS_OK) goto fail;
+    if ((rc = pick_backend(e, o)) != DS_OK) goto fail;
+    static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
+    if (e->prec == DS_PRECISION_FP32) pthread_once(&blas_checked, check_blas_core);
+    /* CUDA: the CPU side only validates and positions rows (one thread, no
+    ** weights, no KV pool). */
+    if ((rc = ds_pool_create(e->gpu ? 1 : o->n_threads, &e->pool)) != DS_OK) goto fail;
+    if (!e->gpu && (rc = prepare_weights(e)) != DS_OK) goto fail;
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
-    if ((rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs)) != DS_OK) goto fail;
-    DS_LOG(DS_LOG_DEBUG, "engine: %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token",
-           ds_precision_name(e->prec), e->kern->name, ds_pool_size(e->pool), e->max_ctx,
+    if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs)) != DS_OK) goto fail;
+    DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token",
+           ds_precision_name(e->prec), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool), e->max_ctx,
            (double)e->weight_bytes / 1e6);
     *out = e;
     return DS_OK;
@@ -798,5 +901,6 @@ const struct ds_model *ds_engine_model(const struct ds_engine *e) { return e->mo
 enum ds_precision ds_engine_precision(const struct ds_engine *e) { return e->prec; }
 uint32_t ds_engine_max_ctx(const struct ds_engine *e) { return e->max_ctx; }
 unsigned ds_engine_threads(const struct ds_engine *e) { return ds_pool_size(e->pool); }
-const char *ds_engine_kernel(const struct ds_engine *e) { return e->kern->name; }
+const char *ds_engine_kernel(const struct ds_engine *e) { return e->gpu ? "cuda-f16" : e->kern->name; }
+const char *ds_engine_backend(const struct ds_engine *e) { return e->backend; }
 uint64_t ds_engine_weight_bytes(const struct ds_engine *e) { return e->weight_bytes; }

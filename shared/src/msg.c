@@ -267,11 +267,11 @@ static enum ds_err get_seed(const cJSON *it, uint64_t *out, struct ds_msg_error 
 
 enum req_field {
     F_V, F_ID, F_MODEL, F_PROMPT, F_MAX_TOKENS, F_TEMPERATURE, F_TOP_P, F_TOP_K, F_SEED,
-    F_STOP, F_STREAM, F_PRIORITY, F_DEADLINE_MS, F_ROUTE, F_REPLY_TO, F_COUNT
+    F_STOP, F_STREAM, F_PRIORITY, F_DEADLINE_MS, F_ROUTE, F_REPLY_TO, F_CLIENT, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "v", "id", "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed",
-    "stop", "stream", "priority", "deadline_ms", "route", "reply_to",
+    "stop", "stream", "priority", "deadline_ms", "route", "reply_to", "client",
 };
 
 static enum ds_err get_stop(const cJSON *it, const struct ds_msg_limits *lim,
@@ -376,6 +376,9 @@ static enum ds_err decode_fields(const cJSON *const *f, const struct ds_msg_limi
         r->route = (enum ds_msg_route)ix;
     }
     if (PRESENT(F_REPLY_TO) && (rc = get_reply_to(f[F_REPLY_TO], lim, r, err)) != DS_OK) return rc;
+    if (PRESENT(F_CLIENT) &&
+        (rc = get_str(f[F_CLIENT], "client", DS_MSG_ID_MAX_BYTES, DS_MSG_ID_MAX, false, &r->client, err)) != DS_OK)
+        return rc;
 #undef PRESENT
     return DS_OK;
 }
@@ -493,6 +496,7 @@ void ds_infer_req_cleanup(struct ds_infer_req *req)
     free(req->model);
     free(req->prompt);
     free(req->reply_to);
+    free(req->client);
     for (uint32_t i = 0; i < DS_MSG_STOP_MAX; i++) free(req->stop[i]);   /* unused ones are NULL */
     memset(req, 0, sizeof *req);
 }

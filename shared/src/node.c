@@ -64,6 +64,7 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
 void node__req_free(struct node_req *r)
 {
     if (!r) return;
+    node__rollout_release(r);
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_infer_req_cleanup(&r->req);
@@ -76,7 +77,9 @@ void node__req_free(struct node_req *r)
 
 void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
 {
-    node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+    if (r->v) node__rollout_done(a, r, true, 0.0);
+    if (r->mirror) DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
+    else node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
     node__req_free(r);
 }
 
@@ -151,6 +154,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         on_cancel(a, msg);
         return;
     }
+    if (node__rollout_on_message(a, msg)) return;
     if (a->ovf && node__overflow_on_message(a, msg)) return;
     if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
     const char *model_name = msg->topic + strlen(a->infer_prefix);
@@ -268,7 +272,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
     /* Cascade: an answer the model was not sure of goes to a center, whose
     ** answer replaces it (streamed answers have reached the device already). */
     float threshold = r->m->cfg->cascade;
-    if (a->ovf && threshold < 0.0f && !r->cascaded && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
+    if (a->ovf && threshold < 0.0f && !r->mirror && !r->cascaded && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
         r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
         a->active[slot] = a->active[--a->n_active];
         DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: asking a center", r->req.id,
@@ -282,6 +286,9 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         r->text_len = r->text_cap = 0;
         r->n_gen = 0;
         r->cascaded = true;
+        struct node_version *pv = r->v;
+        node__rollout_done(a, r, false, (double)(now - r->recv_ns) / 1e6);
+        node__rollout_release(r);           /* r may leave this thread */
         ds_seq_destroy(r->seq);
         ds_sampler_destroy(r->smp);
         free(r->ids);
@@ -294,7 +301,9 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
             free(text);
             return;
         }
-        r->text = text;                     /* no center: answer with what we have */
+        r->v = pv;                          /* no center: answer with what we have */
+        pv->refs++;
+        r->text = text;
         r->text_len = text_len;
         r->text_cap = text_cap;
         r->n_gen = n_gen;
@@ -305,16 +314,20 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         .spec = r->spec.rounds ? &r->spec : NULL,
         .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
-        .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->m->cfg->version,
-                       ds_precision_name(ds_engine_precision(r->m->eng)) },
+        .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
+                       r->v ? ds_precision_name(ds_engine_precision(r->v->eng)) : "" },
         .queue_ms = (double)(r->start_ns - r->recv_ns) / 1e6,
         .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
         .total_ms = (double)(now - r->recv_ns) / 1e6,
     };
-    char *json;
-    size_t len;
-    if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
-    ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
+    if (r->v && !r->cascaded) node__rollout_done(a, r, false, f.total_ms);
+    a->n_mirrors -= r->mirror;
+    if (!r->mirror) {
+        char *json;
+        size_t len;
+        if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+        ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
+    }
     node__req_free(r);
     a->active[slot] = a->active[--a->n_active];
 }
@@ -346,7 +359,8 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
 {
     if (!r->first_ns) r->first_ns = ds_now_ns();
     r->logprob_sum += logprob;
-    if (tok == ds_tok_eos(r->m->tok) || tok == ds_tok_bos(r->m->tok)) {
+    if (r->sh) node__rollout_token(r, tok);
+    if (tok == ds_tok_eos(r->v->tok) || tok == ds_tok_bos(r->v->tok)) {
         finish(a, r, DS_MSG_FINISH_STOP);
         return true;
     }
@@ -354,7 +368,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
     r->n_gen++;
     char piece[256];
     size_t got = 0;
-    if (ds_tok_stream_put(r->m->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
+    if (ds_tok_stream_put(r->v->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
         size_t before = r->text_len;
         if (!append_text(r, piece, got)) {
             finish(a, r, DS_MSG_FINISH_LENGTH);
@@ -385,7 +399,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
             if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
         }
     }
-    if (r->n_gen >= r->req.max_tokens || ds_seq_len(r->seq) + 1 >= ds_engine_max_ctx(r->m->eng)) {
+    if (r->n_gen >= r->req.max_tokens || ds_seq_len(r->seq) + 1 >= ds_engine_max_ctx(r->v->eng)) {
         finish(a, r, DS_MSG_FINISH_LENGTH);
         return true;
     }
@@ -393,7 +407,10 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
     return false;
 }
 
-/* Take a queued request into a running slot: tokenize, check, allocate. */
+static bool start(struct ds_node *a, struct node_req *r);
+
+/* Take a queued request into a running slot on the version chosen now (and
+** its shadow copy onto the candidate): tokenize, check, allocate. */
 static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
@@ -407,57 +424,68 @@ static void admit(struct ds_node *a, struct node_req *r)
         cJSON_Delete(acc);
         if (json) node__publish(a, r->reply, r->corr, r->corr_len, json, strlen(json));
     }
+    node__rollout_pick(a, r);
     if (take_cancel(a, r->req.id)) {
         a->active[a->n_active++] = r;
         finish(a, r, DS_MSG_FINISH_CANCELLED);
         return;
     }
-    struct node_model *m = r->m;
+    if (!start(a, r)) return;
+    struct node_req *s = node__rollout_mirror(a, r);
+    if (s && start(a, s)) a->n_mirrors++;
+}
+
+/* Tokenize, check and allocate r's run on its version; false (r answered
+** and freed) when it cannot run. */
+static bool start(struct ds_node *a, struct node_req *r)
+{
+    struct node_version *v = r->v;
     size_t cap = r->req.prompt_len + 3;
-    r->ids_cap = cap + (m->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
+    r->ids_cap = cap + (v->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
     r->ids = malloc(r->ids_cap * sizeof *r->ids);
-    if (!r->ids || ds_tok_encode(m->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
+    if (!r->ids || ds_tok_encode(v->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
-        return;
+        return false;
     }
-    uint32_t ctx = ds_engine_max_ctx(m->eng);
+    uint32_t ctx = ds_engine_max_ctx(v->eng);
     if (r->n_ids + 1 >= ctx) {
         char msg[160];
         snprintf(msg, sizeof msg, "prompt: %zu tokens; the context holds %u", r->n_ids, ctx);
         node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, msg);
-        return;
+        return false;
     }
     struct ds_sampler_params sp = r->req.sampling;
     if (!r->req.has_seed) sp.seed = r->key ^ r->recv_ns;
-    if (sp.top_k > ds_engine_config(m->eng)->vocab_size) sp.top_k = 0;
+    if (sp.top_k > ds_engine_config(v->eng)->vocab_size) sp.top_k = 0;
     r->sp = sp;
-    if (ds_seq_create(m->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(m->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
+    if (ds_seq_create(v->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(v->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
-        return;
+        return false;
     }
     ds_tok_stream_init(&r->st);
     r->st.prev = r->ids[r->n_ids - 1];
     a->active[a->n_active++] = r;
+    return true;
 }
 
-/* One step for one model: a decode row for every running sequence, plus
-** prompt chunks for those still prefilling, in one forward pass. */
-static void step_model(struct ds_node *a, struct node_model *m)
+/* One step for one loaded version: a decode row for every sequence running
+** on it, plus prompt chunks for those still prefilling, in one forward pass. */
+static void step_version(struct ds_node *a, struct node_version *v)
 {
-    if (m->spec && node__spec_step(a, m)) return;
+    if (v->spec && node__spec_step(a, v)) return;
     struct ds_batch_row rows[1024];
     struct node_req *owner[1024];    /* request of each row that wants logits */
     size_t n = 0, n_logits = 0;
-    uint32_t budget = DS_MIN(m->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
+    uint32_t budget = DS_MIN(v->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->m != m || r->n_fed < r->n_ids) continue;
+        if (r->v != v || r->n_fed < r->n_ids) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->m != m || r->n_fed >= r->n_ids) continue;
+        if (r->v != v || r->n_fed >= r->n_ids) continue;
         size_t k = DS_MIN(DS_MIN(r->n_ids - r->n_fed, (size_t)a->cfg->prefill_chunk), budget - n);
         for (size_t t = 0; t < k; t++) {
             bool last = r->n_fed + t + 1 == r->n_ids;
@@ -467,26 +495,28 @@ static void step_model(struct ds_node *a, struct node_model *m)
         r->n_fed += k;
     }
     if (n == 0) return;
-    enum ds_err rc = ds_engine_forward(m->eng, rows, n, m->logits);
+    if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
+    enum ds_err rc = ds_engine_forward(v->eng, rows, n, v->logits);
     if (rc == DS_OK) a->step_tokens += n_logits;
     if (rc != DS_OK) {
-        DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
+        DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->m == m) {
+            if (a->active[i]->v == v) {
                 struct node_req *r = a->active[i];
                 a->active[i] = a->active[--a->n_active];
+                a->n_mirrors -= r->mirror;
                 node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
             }
         return;
     }
-    const uint32_t V = ds_engine_config(m->eng)->vocab_size;
-    for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], m->logits + k * V);
+    const uint32_t V = ds_engine_config(v->eng)->vocab_size;
+    for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], v->logits + k * V);
 }
 
 static void cancel_running(struct ds_node *a)
 {
-    for (unsigned i = a->n_active; i-- > 0;)
-        if (take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+    for (unsigned i = a->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
+        if (!a->active[i]->mirror && take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
 }
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
@@ -497,8 +527,8 @@ static void publish_telemetry(struct ds_node *a)
     ds_metrics_snapshot(&a->metrics, ds_now_ns(), &s);
     struct ds_msg_model_info info[DS_NODE_MAX_MODELS];
     for (unsigned i = 0; i < a->n_models; i++)
-        info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].cfg->version,
-                                              ds_precision_name(ds_engine_precision(a->models[i].eng)) };
+        info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].active->version,
+                                              ds_precision_name(ds_engine_precision(a->models[i].active->eng)) };
     double le[DS_HIST_LE_N];
     uint64_t counts[DS_HIST_LE_N + 1];
     ds_hist_export(&s.total_ms, le, counts);
@@ -511,7 +541,7 @@ static void publish_telemetry(struct ds_node *a)
         .p50_ms = ds_hist_quantile(&s.total_ms, 0.5), .p90_ms = ds_hist_quantile(&s.total_ms, 0.9),
         .p99_ms = ds_hist_quantile(&s.total_ms, 0.99),
         .hist_le_ms = le, .hist_counts = counts, .n_hist = DS_HIST_LE_N,
-        .models = info, .n_models = a->n_models, .kernel = ds_engine_kernel(a->models[0].eng),
+        .models = info, .n_models = a->n_models, .kernel = ds_engine_kernel(a->models[0].active->eng),
     };
     for (int i = 0; i < DS_TIER_COUNT; i++) t.queue_depth[i] = ds_sched_depth(a->sched, (enum ds_tier)i);
     for (int i = 0; i < DS_MSG_CODE_COUNT && i < DS_METRICS_N_ERRORS; i++) t.errors[i] = s.errors[i];
@@ -530,7 +560,8 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(o, "p99", ds_hist_quantile(extra[i].h, 0.99));
         cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
     }
-    cJSON_AddNumberToObject(obj, "active", a->n_active);
+    cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
+    node__rollout_telemetry(a, obj);
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
@@ -559,6 +590,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     if (rc != DS_OK) return rc;
     subscribe_all(a, true);
     if (a->ovf) node__overflow_subscribe(a);
+    node__rollout_subscribe(a);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -581,14 +613,16 @@ enum ds_err ds_node_run(struct ds_node *a)
             node__req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
         cancel_running(a);
         if (a->ovf) node__overflow_check(a, now);
-        while (a->n_active < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
+        node__rollout_tick(a, now);
+        while (a->n_active - a->n_mirrors < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
             admit(a, it.user);
         }
         /* Tokens per second of the whole loop (sampling and publishing
         ** included): what admission divides queued work by. */
         uint64_t s0 = ds_now_ns();
         a->step_tokens = 0;
-        for (unsigned i = 0; i < a->n_models; i++) step_model(a, &a->models[i]);
+        for (unsigned i = 0; i < a->n_models; i++)
+            for (unsigned k = 0; k < a->models[i].n_vers; k++) step_version(a, a->models[i].vers[k]);
         double dt = (double)(ds_now_ns() - s0) / 1e9;
         if (a->step_tokens && dt > 0.0) {
             double inst = (double)a->step_tokens / dt, old = atomic_load(&a->tok_rate);
@@ -630,28 +664,52 @@ void ds_node_reload(struct ds_node *a)
 
 /* ---- create / destroy ---- */
 
-static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg *mc, struct node_model *m)
+enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
+                               const char *path, struct node_version **out)
 {
-    m->cfg = mc;
+    const struct ds_node_model_cfg *mc = m->cfg;
+    *out = NULL;
+    if (strlen(version) >= NODE_VERSION_MAX) return DS_ERR_RANGE;
+    struct node_version *v = calloc(1, sizeof *v);
+    if (!v) return DS_ERR_NOMEM;
+    v->m = m;
+    memcpy(v->version, version, strlen(version) + 1);
     enum ds_err rc;
-    if ((rc = ds_model_open(mc->path, &m->model)) != DS_OK) return rc;
-    if ((rc = ds_model_tokenizer(m->model, mc->tokenizer, &m->tok)) != DS_OK) return rc;
+    if ((rc = ds_model_open(path, &v->model)) != DS_OK) goto fail;
+    if ((rc = ds_model_tokenizer(v->model, mc->tokenizer, &v->tok)) != DS_OK) goto fail;
     struct ds_engine_opts o;
     ds_engine_opts_init(&o);
     o.precision = (enum ds_precision)mc->precision;
+    o.backend = (enum ds_backend)mc->backend;
     o.n_threads = mc->threads;
-    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(m->model->cfg.ctx_len, 2048u);
+    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
     o.kv_seqs = a->cfg->max_active;
     o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
-    m->max_batch = o.max_batch;
-    if ((rc = ds_engine_create(m->model, &o, &m->eng)) != DS_OK) return rc;
-    m->logits = malloc((size_t)o.max_batch * m->model->cfg.vocab_size * sizeof *m->logits);
-    if (!m->logits) return DS_ERR_NOMEM;
-    if (mc->draft && (rc = node__spec_load(a, m)) != DS_OK) return rc;
-    DS_LOG(DS_LOG_INFO, "model %s: %s, %s, %s kernels, %u threads, ctx %u", mc->name, mc->path,
-           ds_precision_name(o.precision), ds_engine_kernel(m->eng), ds_engine_threads(m->eng),
-           ds_engine_max_ctx(m->eng));
+    v->max_batch = o.max_batch;
+    if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
+    rc = DS_ERR_NOMEM;
+    v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
+    if (!v->logits) goto fail;
+    if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
+    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
+           ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng), ds_engine_kernel(v->eng),
+           ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng));
+    *out = v;
     return DS_OK;
+fail:
+    node__version_free(v);
+    return rc;
+}
+
+void node__version_free(struct node_version *v)
+{
+    if (!v) return;
+    node__spec_unload(v);
+    ds_engine_destroy(v->eng);
+    ds_tok_destroy(v->tok);
+    ds_model_close(v->model);
+    free(v->logits);
+    free(v);
 }
 
 void ds_node_destroy(struct ds_node *a)
@@ -664,13 +722,9 @@ void ds_node_destroy(struct ds_node *a)
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
     for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
     ds_sched_destroy(a->sched);
-    for (unsigned i = 0; i < a->n_models; i++) {
-        node__spec_unload(&a->models[i]);
-        ds_engine_destroy(a->models[i].eng);
-        ds_tok_destroy(a->models[i].tok);
-        ds_model_close(a->models[i].model);
-        free(a->models[i].logits);
-    }
+    node__rollout_destroy(a);           /* joins loads in progress */
+    for (unsigned i = 0; i < a->n_models; i++)
+        for (unsigned k = 0; k < a->models[i].n_vers; k++) node__version_free(a->models[i].vers[k]);
     for (unsigned i = 0; i < a->n_cancels; i++) free(a->cancels[i]);
     pthread_mutex_destroy(&a->cancel_mu);
     ds_metrics_cleanup(&a->metrics);
@@ -701,15 +755,13 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     a->infer_prefix = center ? "dspark/v1/center/infer/" : "dspark/v1/infer/";
     a->share_group = center ? "$share/dspark-center/" : "$share/dspark-edge/";
     enum ds_err rc = DS_ERR_NOMEM;
-    a->active = calloc(c->max_active, sizeof *a->active);
+    a->active = calloc(2 * (size_t)c->max_active, sizeof *a->active);
     if (!a->active) goto fail;
-    for (unsigned i = 0; i < c->n_models; i++, a->n_models++)
-        if ((rc = load_model(a, &c->models[i], &a->models[i])) != DS_OK) {
-            DS_LOG(DS_LOG_ERROR, "model %s: cannot load %s: %s", c->models[i].name, c->models[i].path,
-                   ds_strerror(rc));
-            a->n_models++;
-            goto fail;
-        }
+    if ((rc = node__rollout_create(a)) != DS_OK) goto fail;
+    for (unsigned i = 0; i < c->n_models; i++, a->n_models++) {
+        a->models[i].cfg = &c->models[i];
+        if ((rc = node__rollout_initial(a, &a->models[i])) != DS_OK) goto fail;
+    }
     struct ds_sched_opts so;
     ds_sched_opts_init(&so);
     memcpy(so.cap, c->queue_cap, sizeof so.cap);

@@ -33,7 +33,14 @@ static const struct ds_cfg_key node_keys[] = {
     { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for normal" },
     { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for low" },
     { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0, "edge: serve locally what no center took within this" },
+    { "registry", "path", DS_CFG_STR, O(registry_path), NULL, 0, 0, 0, "model registry (SQLite file)" },
+    { "keys", "signer_pub", DS_CFG_STR, O(signer_pub), NULL, 0, 0, 0, "trusted publisher public key file(s), comma-separated" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
+    { "rollout", "p99_ms", DS_CFG_U32, O(ro_p99_ms), "2000", 1, 3600000, DS_CFG_RELOADABLE, "roll back a canary/shadow/just-promoted version whose P99 passes this" },
+    { "rollout", "error_rate", DS_CFG_F32, O(ro_error_rate), "0.05", 0, 1, DS_CFG_RELOADABLE, "... or whose share of failed requests passes this" },
+    { "rollout", "window_s", DS_CFG_U32, O(ro_window_s), "30", 1, 3600, DS_CFG_RELOADABLE, "... over this many seconds" },
+    { "rollout", "min_requests", DS_CFG_U32, O(ro_min_requests), "20", 1, 100000, DS_CFG_RELOADABLE, "... with at least this many requests in the window" },
+    { "rollout", "probation_s", DS_CFG_U32, O(ro_probation_s), "300", 0, 86400, DS_CFG_RELOADABLE, "a promoted version rolls back automatically for this long" },
 };
 #undef O
 
@@ -54,6 +61,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     m->name = strdup(name);
     m->version = strdup("1");
     m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    m->backend = DS_BACKEND_AUTO;
     m->spec_k = 4;
     if (!m->name || !m->version) {
         free(m->name);
@@ -70,6 +78,16 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 {
     struct ds_node_model_cfg *m = model_slot(c, name, err, n);
     if (!m) return -1;
+    /* Lists may take several lines (INI lines are short): each one adds. */
+    char **list = !strcmp(key, "versions") ? &m->versions : !strcmp(key, "delay") ? &m->delay : NULL;
+    if (list) {
+        size_t old = *list ? strlen(*list) : 0;
+        char *s = realloc(*list, old + strlen(value) + 3);
+        if (!s) return snprintf(err, n, "out of memory"), -1;
+        sprintf(s + old, "%s%s", old ? ", " : "", value);
+        *list = s;
+        return 0;
+    }
     char **str = !strcmp(key, "path") ? &m->path : !strcmp(key, "tokenizer") ? &m->tokenizer
                : !strcmp(key, "version") ? &m->version : !strcmp(key, "draft") ? &m->draft : NULL;
     if (str) {
@@ -87,6 +105,11 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
         m->cascade = f;
         return 0;
     }
+    if (!strcmp(key, "backend")) {
+        if ((m->backend = ds_backend_parse(value)) < 0)
+            return snprintf(err, n, "'%s' is not auto, cpu or cuda", value), -1;
+        return 0;
+    }
     if (!strcmp(key, "precision")) {
         if ((m->precision = ds_precision_parse(value)) < 0)
             return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
@@ -95,8 +118,8 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
     uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx
                 : !strcmp(key, "spec_k") ? &m->spec_k : NULL;
     if (!u)
-        return snprintf(err, n, "unknown model key (path, tokenizer, version, precision, threads, ctx, cascade, "
-                        "draft, spec_k)"), -1;
+        return snprintf(err, n, "unknown model key (path, tokenizer, version, versions, delay, precision, backend, "
+                        "threads, ctx, cascade, draft, spec_k)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
     unsigned long lo = u == &m->spec_k ? 1 : 0, hi = u == &m->threads ? 256ul : u == &m->spec_k ? 16ul : 1048576ul;
@@ -109,7 +132,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 static int on_section(void *ud, const char *section, const char *key, const char *value, char *err, size_t n)
 {
     if (strncmp(section, "model ", 6) != 0) {
-        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow or 'model NAME')");
+        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, registry, keys, rollout or 'model NAME')");
         return -1;
     }
     return set_model_key(ud, section + 6, key, value, err, n);
@@ -137,6 +160,8 @@ void ds_node_config_cleanup(struct ds_node_config *c)
         free(c->models[i].path);
         free(c->models[i].tokenizer);
         free(c->models[i].version);
+        free(c->models[i].versions);
+        free(c->models[i].delay);
         free(c->models[i].draft);
     }
     c->n_models = 0;
@@ -159,6 +184,11 @@ enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool
         c->log_level = tmp.log_level;
         tmp.log_level = lvl;
         c->telemetry_s = tmp.telemetry_s;
+        c->ro_p99_ms = tmp.ro_p99_ms;
+        c->ro_error_rate = tmp.ro_error_rate;
+        c->ro_window_s = tmp.ro_window_s;
+        c->ro_min_requests = tmp.ro_min_requests;
+        c->ro_probation_s = tmp.ro_probation_s;
         memcpy(c->budget_ms, tmp.budget_ms, sizeof c->budget_ms);
     }
     ds_node_config_cleanup(&tmp);
@@ -186,6 +216,25 @@ enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment)
     return ds_cfg_set(&sp, c, assignment);
 }
 
+const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad)
+{
+    *bad = false;
+    while (p && (*p == ' ' || *p == ',')) p++;
+    if (!p || !*p) return NULL;
+    size_t n = strcspn(p, ","), colon = strcspn(p, ":");
+    size_t end = n;
+    while (end > 0 && p[end - 1] == ' ') end--;
+    if (colon >= end || colon == 0 || colon + 1 == end || colon >= ver_len || end - colon - 1 >= val_len) {
+        *bad = true;
+        return NULL;
+    }
+    memcpy(ver, p, colon);
+    ver[colon] = '\0';
+    memcpy(val, p + colon + 1, end - colon - 1);
+    val[end - colon - 1] = '\0';
+    return p + n;
+}
+
 enum ds_err ds_node_config_check(const struct ds_node_config *c)
 {
     if (c->n_models == 0) {
@@ -207,6 +256,23 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
                    m->path ? m->path : "");
             return DS_ERR_INVAL;
         }
+        char ver[64], val[1024];
+        bool bad = false;
+        for (const char *p = m->versions; (p = ds_node_list_next(p, ver, sizeof ver, val, sizeof val, &bad));)
+            if (access(val, R_OK) != 0) {
+                DS_LOG(DS_LOG_ERROR, "config: [model %s] versions: %s: file '%s' is missing or unreadable", m->name, ver, val);
+                return DS_ERR_INVAL;
+            }
+        for (const char *p = bad ? NULL : m->delay; (p = ds_node_list_next(p, ver, sizeof ver, val, sizeof val, &bad));) {
+            char *end;
+            unsigned long ms = strtoul(val, &end, 10);
+            if (*end || *val == '-' || ms > 60000) bad = true;
+            if (bad) break;
+        }
+        if (bad) {
+            DS_LOG(DS_LOG_ERROR, "config: [model %s] versions/delay: want \"VERSION:PATH, ...\" and \"VERSION:MS\" (MS <= 60000)", m->name);
+            return DS_ERR_INVAL;
+        }
         if (m->draft && strcmp(m->draft, "int8") != 0 && access(m->draft, R_OK) != 0) {
             DS_LOG(DS_LOG_ERROR, "config: [model %s] draft '%s' is neither int8 nor a readable model file", m->name,
                    m->draft);
@@ -224,7 +290,11 @@ void ds_node_config_describe(FILE *f)
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
+               "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n"
                "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n"
+               "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
+               "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION),\n"
                "                     draft (speculative decoding: int8 = INT8 copy of the model, or a model file with the\n"
                "                     same vocabulary; unset = off), spec_k (drafts per round 1..16, default 4, adapts)\n");
 }

@@ -1,7 +1,8 @@
 /*
 ** node_internal.h — what the serving node's files share (node.c: intake,
 ** engine loop, replies; node_overflow.c: the edge's overflow to centers and
-** its cascade). Never installed; never used outside shared/src/node*.c.
+** its cascade; node_rollout.c: model versions, canary, shadow, rollback and
+** signed control). Never installed; never used outside shared/src/node*.c.
 */
 #ifndef DS_NODE_INTERNAL_H
 #define DS_NODE_INTERNAL_H
@@ -10,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "ds/bundle.h"
 #include "ds/engine.h"
 #include "ds/metrics.h"
 #include "ds/model.h"
@@ -21,23 +23,68 @@
 #include "ds/spec.h"
 #include "ds/tok.h"
 
+struct cJSON;
+
 #define TOPIC_CANCEL "dspark/v1/cancel/"
 #define MAX_CANCELS  256
 
+#define NODE_MAX_VERSIONS 4         /* active, candidate, two draining */
+#define NODE_VERSION_MAX  32          /* bytes of a version string, NUL included */
+#define NODE_WIN_CAP      2048        /* finished requests a version's window keeps */
+
+/* What a loaded version does now (the registry's states are wider). */
+enum node_vstate { NODE_V_ACTIVE, NODE_V_CANARY, NODE_V_SHADOW, NODE_V_DRAINING };
+
+/* One loaded version of a model: its engine and the requests pinned to it.
+** Engine thread only, except while a worker builds it (node_rollout.c). */
+struct node_version {
+    struct node_model   *m;
+    char                 version[NODE_VERSION_MAX];
+    enum node_vstate     state;
+    struct ds_model     *model;
+    struct ds_tok       *tok;
+    struct ds_engine    *eng;
+    float               *logits;      /* (max_batch, vocab) */
+    uint32_t             max_batch;
+    uint32_t             delay_ms;    /* [model] delay: a drill's slowness per pass */
+    /* speculative decoding (node_spec.c); spec == NULL: off */
+    struct ds_model     *draft_model; /* a separate draft file, else NULL */
+    struct ds_engine    *draft_eng;
+    struct ds_spec      *spec;
+    struct ds_seq       *draft_seq;   /* the draft cache of spec_owner */
+    uint64_t             spec_owner;  /* key of the request it belongs to; 0 none */
+    unsigned             refs;        /* requests pinned; destroyed draining at 0 */
+    uint64_t             since_ns;    /* took its current state */
+    uint64_t             served, errors;          /* since loaded */
+    /* Rollback window: when each request finished, its latency, whether it failed. */
+    uint64_t             win_ns[NODE_WIN_CAP];
+    float                win_ms[NODE_WIN_CAP];
+    bool                 win_err[NODE_WIN_CAP];
+    unsigned             win_head, win_n;
+};
+
+struct node_load;                     /* a version being built on a worker thread */
+struct node_cmd;
+
+/* One configured model name and the versions loaded for it. */
 struct node_model {
     const struct ds_node_model_cfg *cfg;
-    struct ds_model             *model;
-    struct ds_tok               *tok;
-    struct ds_engine            *eng;
-    float                       *logits;      /* (max_batch, vocab) */
-    uint32_t                     max_batch;
-    /* speculative decoding (node_spec.c); spec == NULL: off */
-    struct ds_model             *draft_model; /* a separate draft file, else NULL */
-    struct ds_engine            *draft_eng;
-    struct ds_spec              *spec;
-    struct ds_seq               *draft_seq;   /* the draft cache of spec_owner */
-    uint64_t                     spec_owner;  /* key of the request it belongs to; 0 none */
+    struct node_version *vers[NODE_MAX_VERSIONS];
+    unsigned             n_vers;
+    struct node_version *active;      /* new requests, unless the candidate takes them */
+    struct node_version *cand;        /* NODE_V_CANARY or NODE_V_SHADOW, or NULL */
+    uint32_t             pct;         /* canary share in percent */
+    char                 prev[NODE_VERSION_MAX];  /* active before the last promote */
+    char                 reg_active[DS_SEMVER_MAX + 1];   /* the registry's active version, last seen */
+    uint64_t             probation_end_ns;        /* the promoted active may still roll back */
+    struct node_load    *load;        /* one at a time */
+    struct node_cmd     *waiting;     /* the command the load is for */
+    /* Shadow comparison since the candidate started. */
+    uint64_t             sh_n, sh_equal, sh_failed;
+    double               sh_agree_sum, sh_delta_sum;
 };
+
+struct node_shadow;                   /* a request and its mirror, compared */
 
 /* One accepted request, from intake to its answer. */
 struct node_req {
@@ -47,6 +94,9 @@ struct node_req {
     void                *corr;          /* correlation data, may be NULL */
     size_t               corr_len;
     struct node_model   *m;
+    struct node_version *v;             /* pinned at admission (engine thread); NULL before */
+    struct node_shadow  *sh;            /* shadow pair, or NULL */
+    bool                 mirror;        /* the shadow copy: never answered */
     uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
     /* running state (engine thread only) */
     int32_t             *ids;           /* prompt tokens, then (speculative models)
@@ -77,8 +127,8 @@ struct ds_node {
     struct ds_msg_limits limits;
     atomic_uint_fast64_t next_key;
     atomic_bool          stop, reload, draining;
-    struct node_req    **active;        /* max_active */
-    unsigned             n_active;
+    struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
+    unsigned             n_active, n_mirrors;
     pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
     char                *cancels[MAX_CANCELS];
     unsigned             n_cancels;
@@ -90,6 +140,7 @@ struct ds_node {
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
+    struct node_rollout *ro;             /* control queue, registry, events */
 };
 
 #define TOPIC_RELAY  "dspark/v1/relay/"
@@ -104,17 +155,53 @@ void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code
 /* Queue r locally; false when the tier is full. */
 bool node__enqueue(struct ds_node *a, struct node_req *r);
 
+/* Load a version's model file (any thread: reads only the config). */
+enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
+                               const char *path, struct node_version **out);
+void        node__version_free(struct node_version *v);
+
+/* node_rollout.c (engine thread unless said otherwise) */
+#define TOPIC_CONTROL "dspark/v1/control/"
+#define TOPIC_ROLLOUT "dspark/v1/rollout/"
+enum ds_err node__rollout_create(struct ds_node *a);      /* keys, registry */
+/* Load m's first active version: the registry's active one if it has a
+** source, else the config's; records local versions in the registry. */
+enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m);
+void        node__rollout_destroy(struct ds_node *a);
+void        node__rollout_subscribe(struct ds_node *a);
+/* A control message (Paho's thread): verified, then queued. True when it was one. */
+bool        node__rollout_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg);
+/* Once per loop turn: finished loads, queued commands, rollback checks,
+** drained versions destroyed. */
+void        node__rollout_tick(struct ds_node *a, uint64_t now_ns);
+/* Pin r to the version that serves it (canary split by client hash). */
+void        node__rollout_pick(struct ds_node *a, struct node_req *r);
+/* r was admitted on the active version with a shadow candidate: its copy for
+** the candidate (pinned, never answered), or NULL. */
+struct node_req *node__rollout_mirror(struct ds_node *a, struct node_req *r);
+/* r (pinned) is done: ok with its latency, or failed. Records the window and
+** the shadow comparison; called before node__req_free. */
+void        node__rollout_done(struct ds_node *a, struct node_req *r, bool failed, double total_ms);
+/* Drop r's pin and shadow pair (node__req_free does it; the cascade does it
+** before r leaves the engine thread). */
+void        node__rollout_release(struct node_req *r);
+/* Remember one generated token of a shadowed request (for agreement). */
+void        node__rollout_token(struct node_req *r, int32_t token);
+/* Add versions, states, shadow summary and events to a telemetry object. */
+void        node__rollout_telemetry(struct ds_node *a, struct cJSON *obj);
+
 /* Handle one token sampled for r (EOS, text, stop strings, stream chunk,
 ** limits); true when r is finished (answered and freed). */
 bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob);
 
 /* node_spec.c: one-node speculative decoding */
-/* Draft engine and ds_spec for m when its config names a draft. */
-enum ds_err node__spec_load(struct ds_node *a, struct node_model *m);
-void        node__spec_unload(struct node_model *m);
-/* One speculative round for m's only running sequence, if it may take one;
-** false when m is left to the batched step. */
-bool        node__spec_step(struct ds_node *a, struct node_model *m);
+/* Draft engine and ds_spec for a version whose model config names a draft
+** (any thread, like node__version_load). */
+enum ds_err node__spec_load(struct node_version *v);
+void        node__spec_unload(struct node_version *v);
+/* One speculative round for v's only running sequence, if it may take one;
+** false when v is left to the batched step. */
+bool        node__spec_step(struct ds_node *a, struct node_version *v);
 
 /* node_overflow.c (edge role) */
 enum ds_err node__overflow_create(struct ds_node *a);

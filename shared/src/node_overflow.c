@@ -225,6 +225,9 @@ bool node__overflow_send(struct ds_node *a, struct node_req *r)
     cJSON_AddBoolToObject(j, "stream", q->stream);
     cJSON_AddStringToObject(j, "priority", ds_tier_name(q->priority));
     cJSON_AddStringToObject(j, "route", "center");
+    /* The canary split at the center hashes the device, not the relay topic. */
+    const char *client = q->client ? q->client : r->reply && strlen(r->reply) <= DS_MSG_ID_MAX ? r->reply : NULL;
+    if (client) cJSON_AddStringToObject(j, "client", client);
     char *json = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!json) return false;

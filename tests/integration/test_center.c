@@ -74,7 +74,8 @@ static void test_center_serves_overflow_topic(void **state)
     snprintf(log, sizeof log, "%s/center.log", dir);
     FILE *f = fopen(cfg, "w");
     assert_non_null(f);
-    fprintf(f, "[node]\nname = center-t\n[mqtt]\nuri = %s\n[model stories]\npath = %s\ntokenizer = %s\n",
+    fprintf(f, "[node]\nname = center-t\n[mqtt]\nuri = %s\n[model stories]\npath = %s\ntokenizer = %s\n"
+               "backend = cpu\n",
             tb_broker_uri(b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
     fclose(f);
 

@@ -181,7 +181,7 @@ static void write_config(void)
                "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\n"
                "[batch]\nmax_active = 8\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
                "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
-               "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\n",
+               "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n",
             tb_broker_uri(g.broker), tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
     fclose(f);
 }

@@ -9,6 +9,9 @@
 ** FP32 ordering / libm differences:
 **   conversions, add      bit-exact (same IEEE operations, round-to-nearest-even)
 **   rmsnorm, swiglu       |got - ref| <= 2e-3 |ref| + 1e-6
+**   add_rmsnorm           the FP32 residual: |got - ref| <= 1e-6 |ref|; the
+**                         normed FP16 output as rmsnorm
+**   kv_store              bit-exact (a copy); untouched cache stays as it was
 **   rope                  per pair: |got - ref| <= 3e-3 |pair| + 1e-6 (angles up
 **                         to 4096 rad amplify powf's ulp); unrotated dims exact
 **   gemm                  NMSE <= 1e-6 (FP32 out), 1e-5 (FP16 out)
@@ -135,6 +138,9 @@ static void test_cuda_api_rejects_bad_arguments(void **state)
     assert_int_equal(ds_cuda_rope_f16(cu, 1, 1, 4, 3, 10000.0f, b.ptr, b.ptr), DS_ERR_INVAL);
     assert_int_equal(ds_cuda_attention_f16(cu, 1, 3, 2, 4, b.ptr, b.ptr, b.ptr, b.ptr, b.ptr,
                                            b.ptr), DS_ERR_INVAL);
+    assert_int_equal(ds_cuda_add_rmsnorm_f32(cu, 1, 0, b.ptr, NULL, b.ptr, DS_CUDA_DTYPE_F32, 1e-5f,
+                                             b.ptr), DS_ERR_INVAL);
+    assert_int_equal(ds_cuda_kv_store_f16(cu, 1, 0, b.ptr, b.ptr, b.ptr, b.ptr, b.ptr), DS_ERR_INVAL);
     ds_cuda_buf_free(cu, &b);
     assert_null(b.ptr);
     ds_cuda_buf_free(cu, &b);                                   /* freed twice: no-op */
@@ -257,6 +263,95 @@ static void test_cuda_rmsnorm_matches_ref(void **state)
             rmsnorm_case(cu, &seed, rows[ri], sizes[si], DS_CUDA_DTYPE_F16, 0);
         }
     rmsnorm_case(cu, &seed, 3, 172, DS_CUDA_DTYPE_F32, 1);      /* out aliases x */
+}
+
+/* x += y (FP32 residual), out = rmsnorm(x) * w; with and without y. */
+static void add_rmsnorm_case(struct ds_cuda *cu, uint64_t *seed, size_t rows, size_t n, int with_y)
+{
+    const float eps = 1e-5f;
+    float *x = malloc(rows * n * sizeof *x), *x2 = malloc(rows * n * sizeof *x2), *w = malloc(n * sizeof *w);
+    uint16_t *y = rand_f16(seed, rows * n, -2.0f, 2.0f), *out = malloc(rows * n * sizeof *out);
+    assert_true(x && x2 && w && out);
+    for (size_t i = 0; i < rows * n; i++) x[i] = frand(seed, -3.0f, 3.0f);
+    for (size_t i = 0; i < n; i++) w[i] = frand(seed, 0.5f, 1.5f);
+    struct ds_cuda_buf dx = dev_upload(cu, x, rows * n * sizeof *x), dy = dev_upload(cu, y, rows * n * 2);
+    struct ds_cuda_buf dw = dev_upload(cu, w, n * sizeof *w), dout = dev_alloc(cu, rows * n * 2);
+    assert_int_equal(ds_cuda_add_rmsnorm_f32(cu, rows, n, dx.ptr, with_y ? dy.ptr : NULL, dw.ptr,
+                                             DS_CUDA_DTYPE_F32, eps, dout.ptr), DS_OK);
+    dev_download(cu, &dx, x2, rows * n * sizeof *x2);
+    dev_download(cu, &dout, out, rows * n * 2);
+    for (size_t r = 0; r < rows; r++) {
+        double ss = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double v = (double)x[r * n + i] + (with_y ? ds_f16_to_f32(y[r * n + i]) : 0.0);
+            check_close("add_rmsnorm x", r * n + i, x2[r * n + i], v, 1e-6 * fabs(v) + TOL_ABS_TINY);
+            ss += v * v;
+        }
+        double inv = 1.0 / sqrt(ss / (double)n + eps);
+        for (size_t i = 0; i < n; i++) {
+            double v = (double)x[r * n + i] + (with_y ? ds_f16_to_f32(y[r * n + i]) : 0.0);
+            double ref = v * inv * w[i];
+            check_close("add_rmsnorm out", r * n + i, ds_f16_to_f32(out[r * n + i]), ref,
+                        TOL_RMSNORM_REL * fabs(ref) + TOL_ABS_TINY);
+        }
+    }
+    ds_cuda_buf_free(cu, &dx);
+    ds_cuda_buf_free(cu, &dy);
+    ds_cuda_buf_free(cu, &dw);
+    ds_cuda_buf_free(cu, &dout);
+    free(x);
+    free(x2);
+    free(w);
+    free(y);
+    free(out);
+}
+
+static void test_cuda_add_rmsnorm_matches_ref(void **state)
+{
+    struct ds_cuda *cu = *state;
+    uint64_t seed = 11;
+    static const size_t rows[] = { 1, 5 };
+    for (size_t ri = 0; ri < DS_ARRAY_LEN(rows); ri++)
+        for (size_t si = 0; si < DS_ARRAY_LEN(sizes); si++)
+            for (int with_y = 0; with_y < 2; with_y++) add_rmsnorm_case(cu, &seed, rows[ri], sizes[si], with_y);
+}
+
+/* Rows scattered to arbitrary offsets of two caches; the rest untouched. */
+static void test_cuda_kv_store_copies_rows(void **state)
+{
+    struct ds_cuda *cu = *state;
+    uint64_t seed = 13;
+    static const size_t kv_dims[] = { 1, 33, 256 };
+    for (size_t di = 0; di < DS_ARRAY_LEN(kv_dims); di++) {
+        const size_t kvd = kv_dims[di], rows = 5, cap = 40 * kvd;
+        const int64_t dst[5] = { 0, (int64_t)(7 * kvd), (int64_t)(39 * kvd), (int64_t)(8 * kvd), (int64_t)(20 * kvd) };
+        uint16_t *k = rand_f16(&seed, rows * kvd, -1.0f, 1.0f), *v = rand_f16(&seed, rows * kvd, -1.0f, 1.0f);
+        uint16_t *kc = rand_f16(&seed, cap, -1.0f, 1.0f), *vc = rand_f16(&seed, cap, -1.0f, 1.0f);
+        uint16_t *got = malloc(cap * 2);
+        assert_non_null(got);
+        struct ds_cuda_buf dk = dev_upload(cu, k, rows * kvd * 2), dv = dev_upload(cu, v, rows * kvd * 2);
+        struct ds_cuda_buf dkc = dev_upload(cu, kc, cap * 2), dvc = dev_upload(cu, vc, cap * 2);
+        struct ds_cuda_buf dd = dev_upload(cu, dst, sizeof dst);
+        assert_int_equal(ds_cuda_kv_store_f16(cu, rows, kvd, dk.ptr, dv.ptr, dd.ptr, dkc.ptr, dvc.ptr), DS_OK);
+        for (size_t r = 0; r < rows; r++) {              /* the expected caches */
+            memcpy(kc + dst[r], k + r * kvd, kvd * 2);
+            memcpy(vc + dst[r], v + r * kvd, kvd * 2);
+        }
+        dev_download(cu, &dkc, got, cap * 2);
+        for (size_t i = 0; i < cap; i++) check_bits("kv_store k", i, got[i], kc[i]);
+        dev_download(cu, &dvc, got, cap * 2);
+        for (size_t i = 0; i < cap; i++) check_bits("kv_store v", i, got[i], vc[i]);
+        ds_cuda_buf_free(cu, &dk);
+        ds_cuda_buf_free(cu, &dv);
+        ds_cuda_buf_free(cu, &dkc);
+        ds_cuda_buf_free(cu, &dvc);
+        ds_cuda_buf_free(cu, &dd);
+        free(k);
+        free(v);
+        free(kc);
+        free(vc);
+        free(got);
+    }
 }
 
 /* ---- rope ---- */
@@ -512,6 +607,8 @@ int main(void)
         cmocka_unit_test(test_cuda_convert_matches_cpu_bits),
         cmocka_unit_test(test_cuda_q8_to_f16_matches_cpu_bits),
         cmocka_unit_test(test_cuda_rmsnorm_matches_ref),
+        cmocka_unit_test(test_cuda_add_rmsnorm_matches_ref),
+        cmocka_unit_test(test_cuda_kv_store_copies_rows),
         cmocka_unit_test(test_cuda_rope_matches_ref),
         cmocka_unit_test(test_cuda_swiglu_add_match_ref),
         cmocka_unit_test(test_cuda_gemm_matches_ref),

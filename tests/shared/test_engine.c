@@ -21,6 +21,9 @@
 #include "ds/tok.h"
 #include "support/mkmodel.h"
 #include "support/testutil.h"
+#ifdef DS_HAVE_CUDA
+#include "ds_cuda.h"
+#endif
 
 #define PROMPT "Once upon a time"
 #define REFERENCE_STEPS 200   /* llama2.c's -n: prompt tokens (after BOS) + generated */
@@ -435,6 +438,50 @@ static void test_sampler(void **state)
     assert_int_equal(ds_sampler_create(100, &p, &a), DS_ERR_RANGE);
 }
 
+/* Backend choice: cpu by default, auto falls back to the CPU without a
+** device, cuda is refused without one (or without CUDA in the build). */
+static void test_backend_choice(void **state)
+{
+    (void)state;
+    int n_dev = 0;
+#ifdef DS_HAVE_CUDA
+    assert_int_equal(ds_cuda_device_count(&n_dev), DS_OK);
+#endif
+    assert_int_equal(ds_backend_parse("auto"), DS_BACKEND_AUTO);
+    assert_int_equal(ds_backend_parse("cuda"), DS_BACKEND_CUDA);
+    assert_int_equal(ds_backend_parse("gpu"), -1);
+    assert_string_equal(ds_backend_name(DS_BACKEND_CPU), "cpu");
+    struct ds_model *m;
+    struct ds_engine *e;
+    struct ds_engine_opts o;
+    assert_int_equal(ds_model_open(tu_model("stories260K.bin"), &m), DS_OK);
+    ds_engine_opts_init(&o);
+    assert_int_equal(o.backend, DS_BACKEND_CPU);
+    o.n_threads = 1;
+    o.precision = DS_PRECISION_FP16;                   /* reported by CUDA, never asked for */
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_ERR_INVAL);
+    o.precision = DS_PRECISION_FP32;
+    o.backend = DS_BACKEND_AUTO;
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    if (n_dev) {
+        assert_memory_equal(ds_engine_backend(e), "cuda ", 5);
+        assert_int_equal(ds_engine_precision(e), DS_PRECISION_FP16);
+    } else {
+        assert_string_equal(ds_engine_backend(e), "cpu");
+        assert_int_equal(ds_engine_precision(e), DS_PRECISION_FP32);
+    }
+    ds_engine_destroy(e);
+    o.backend = DS_BACKEND_CUDA;
+    enum ds_err rc = ds_engine_create(m, &o, &e);
+    assert_int_equal(rc, n_dev ? DS_OK : DS_ERR_UNSUPPORTED);
+    if (rc == DS_OK) {
+        assert_memory_equal(ds_engine_backend(e), "cuda ", 5);
+        assert_string_equal(ds_engine_kernel(e), "cuda-f16");
+        ds_engine_destroy(e);
+    }
+    ds_model_close(m);
+}
+
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
@@ -449,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_kv_rollback),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_backend_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

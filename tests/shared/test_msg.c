@@ -216,6 +216,7 @@ static void test_msg_request_values(void **state)
     assert_int_equal(r.deadline_ms, 2500);
     assert_int_equal(r.route, DS_MSG_ROUTE_EDGE);
     assert_string_equal(r.reply_to, "dev/42/replies");
+    assert_string_equal(r.client, "sensor-42");
     ds_infer_req_cleanup(&r);
     ds_infer_req_cleanup(&r);                        /* idempotent */
 
@@ -239,6 +240,7 @@ static void test_msg_request_values(void **state)
         assert_int_equal(r.deadline_ms, 0);
         assert_int_equal(r.route, DS_MSG_ROUTE_AUTO);
         assert_null(r.reply_to);
+        assert_null(r.client);
         ds_infer_req_cleanup(&r);
     }
 

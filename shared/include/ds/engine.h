@@ -1,7 +1,18 @@
 /*
 ** ds/engine.h — the Llama transformer engine: FP32 (OpenBLAS sgemm for
 ** many-row passes, SIMD matvec for single rows) and INT8 (Q8 blocks of 32,
-** activations quantized per block at run time, int32 accumulation).
+** activations quantized per block at run time, int32 accumulation) on the
+** CPU; FP16 on CUDA (see Backends).
+**
+** Backends: the same API runs on the CPU or, in builds with CUDA
+** (DS_HAVE_CUDA), on GPU 0: FP16 weights and activations, FP32 accumulation
+** and residual stream, KV cache in GPU memory (engine_cuda.c). opts.backend
+** CPU (the default: results do not depend on the machine) never touches
+** CUDA; AUTO picks CUDA when the build has it, a device is present and FP32
+** was asked for, else the CPU (the serving node's default); CUDA forces it
+** (DS_ERR_UNSUPPORTED without a device or CUDA build). A CUDA engine reports precision
+** DS_PRECISION_FP16 ("fp16") and kernel "cuda-f16"; ds_engine_backend()
+** says which backend runs.
 **
 ** One forward pass takes a batch of rows; each row is one token of one
 ** sequence. That single entry point serves prefill (many rows of one
@@ -30,10 +41,16 @@
 
 struct ds_kern_ops;
 
-enum ds_precision { DS_PRECISION_FP32, DS_PRECISION_INT8 };
+/* FP16 is what a CUDA engine runs and reports; it is never requested. */
+enum ds_precision { DS_PRECISION_FP32, DS_PRECISION_INT8, DS_PRECISION_FP16 };
 const char *ds_precision_name(enum ds_precision p);
 /* "fp32" or "int8"; -1 for anything else. */
 int ds_precision_parse(const char *s);
+
+enum ds_backend { DS_BACKEND_CPU, DS_BACKEND_AUTO, DS_BACKEND_CUDA };
+const char *ds_backend_name(enum ds_backend b);
+/* "auto", "cpu" or "cuda"; -1 for anything else. */
+int ds_backend_parse(const char *s);
 
 #define DS_KV_BLOCK 16          /* positions per KV block */
 
@@ -44,6 +61,7 @@ struct ds_engine_opts {
     uint32_t  max_ctx;              /* 0 = min(model context, 4096) */
     uint32_t  kv_seqs;              /* KV pool holds this many full contexts (default 4) */
     const struct ds_kern_ops *kern; /* NULL = ds_kern_select() */
+    enum ds_backend backend;        /* default CPU (see Backends above) */
 };
 void ds_engine_opts_init(struct ds_engine_opts *o);
 
@@ -59,11 +77,14 @@ const struct ds_model        *ds_engine_model(const struct ds_engine *e);
 enum ds_precision             ds_engine_precision(const struct ds_engine *e);
 uint32_t                      ds_engine_max_ctx(const struct ds_engine *e);
 unsigned                      ds_engine_threads(const struct ds_engine *e);
-/* Name of the kernel variant in use ("avx512vnni", ...). */
+/* "cpu", or "cuda " and the device ("cuda NVIDIA H200, sm_90, ..."). */
+const char                   *ds_engine_backend(const struct ds_engine *e);
+/* Name of the kernel variant in use ("avx512vnni", ..., "cuda-f16"). */
 const char                   *ds_engine_kernel(const struct ds_engine *e);
 /* Bytes of weights one decode step streams in this precision. */
 uint64_t                      ds_engine_weight_bytes(const struct ds_engine *e);
-/* KV blocks free / total in the engine's pool. */
+/* KV blocks free / total in the engine's pool (CUDA: a sequence holds a
+** whole context's blocks from its first token until truncated to 0). */
 void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks);
 
 /* ---- sequences (KV cache) ---- */

@@ -19,7 +19,8 @@
 **   - integers may be written 5 or 5.0 but not 5.5 or "5".
 ** Defaults (field absent): max_tokens 128, temperature 0 (greedy), top_p 1,
 **   top_k 0 (off), seed none (has_seed false), stop none, stream false,
-**   priority normal, deadline none (0), route auto, reply_to none (NULL).
+**   priority normal, deadline none (0), route auto, reply_to none (NULL),
+**   client none (NULL).
 ** Ranges: id 1..128 code points; model 1..128 bytes of [A-Za-z0-9._:-]
 **   starting with a letter or digit (it also names topics); max_tokens
 **   1..lim->max_tokens (<= 4096); temperature 0..2; top_p (0,1];
@@ -28,7 +29,8 @@
 **   clients); stop a string or an array of at most 4 strings, each
 **   1..lim->max_stop_len bytes; priority "high"|"normal"|"low"; deadline_ms
 **   1..3600000; route "auto"|"edge"|"center"; reply_to 1..lim->max_topic
-**   bytes, no '+' or '#', not starting with '$'.
+**   bytes, no '+' or '#', not starting with '$'; client 1..128 code points
+**   (the canary split hashes it; absent: the response topic is hashed).
 **
 ** Ownership: a decoded struct ds_infer_req OWNS its strings; free them with
 **            ds_infer_req_cleanup() (NULL-safe, idempotent). Encoders return
@@ -127,6 +129,7 @@ struct ds_infer_req {
     uint32_t                 deadline_ms;   /* 0 = none */
     enum ds_msg_route        route;
     char                    *reply_to;      /* OWNED topic, NULL = none */
+    char                    *client;        /* OWNED client id (canary split), NULL = none */
 };
 
 /* Decode one request. payload need not be NUL-terminated; lim may be NULL

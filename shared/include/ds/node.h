@@ -35,10 +35,13 @@ struct ds_node_model_cfg {
     char    *tokenizer;     /* tokenizer.bin (llama2.c models only) */
     char    *version;       /* reported in served_by (default "1") */
     int      precision;     /* enum ds_precision (default: int8 on an edge, fp32 on a center) */
+    int      backend;       /* enum ds_backend (default auto: CUDA for fp32 where a GPU is) */
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */
     float    cascade;       /* edge: send a non-streamed answer whose mean token
                             ** log-probability is below this to a center; 0 = off */
+    char    *versions;      /* more local versions: "1.1.0:/path/a.bin, 1.2.0:/path/b.gguf" (NULL = none) */
+    char    *delay;         /* drills and tests: "VERSION:MS" sleeps MS before each forward pass of VERSION */
     char    *draft;         /* speculative decoding: "int8" (INT8 copy of this
                             ** model) or a model file with the same vocabulary;
                             ** NULL = off */
@@ -61,6 +64,13 @@ struct ds_node_config {
     bool     overflow;          /* [overflow] enabled (edge) */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
     uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
+    char    *registry_path;     /* [registry] path: model registry (SQLite) */
+    char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
+    uint32_t ro_p99_ms;         /* [rollout] p99_ms: roll back a new version slower than this */
+    float    ro_error_rate;     /* [rollout] error_rate: ... or failing more often than this */
+    uint32_t ro_window_s;       /* [rollout] window_s: over this window */
+    uint32_t ro_min_requests;   /* [rollout] min_requests: with at least this many requests in it */
+    uint32_t ro_probation_s;    /* [rollout] probation_s: a promoted version is watched this long */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
 };
@@ -74,6 +84,11 @@ DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const cha
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
 void ds_node_config_describe(FILE *f);
+/* Walk a "VERSION:VALUE, VERSION:VALUE" list ([model] versions, delay): from
+** p, copy the next entry's version and value and return where the walk goes
+** on; NULL at the end, or with *bad set when the entry is malformed (no ':',
+** an empty side, or too long for the buffers). */
+const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad);
 
 struct ds_node;
 /* config_path (may be NULL) is re-read on ds_node_reload(). c is BORROWED

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# gpu-check.sh — everything a session on a GPU machine runs in one go: shows
+# the GPU (nvidia-smi), builds with CUDA (-DDS_CUDA=ON, only the targets the
+# checks need), runs the GPU tests (ctest -L gpu: kernels.cuda and
+# shared.engine_cuda, CUDA against the CPU FP32 engine) and a short CUDA
+# batched-decode benchmark (bench_batch --backend cuda, shapes 15m, 110m, 1b,
+# streams 1..64). Budget: about 5 minutes on an H200 box with 16 cores (the
+# 1b model file, 2.2 GB of random F16 weights, is written once into
+# $DS_BENCH_DIR and reused).
+#
+# Output: everything (logs, ctest output, bench tables and JSON) goes to
+# $OUT when set, else to build-gpu/gpu-check. Exit status: non-zero when the
+# build, a GPU test or a benchmark fails, or when no GPU is visible (then the
+# tests would only skip, which is not a check).
+#
+# Models: the tests read stories260K.bin, stories260K.gguf, tok512.bin and
+# README.md (the reference text) from DS_MODELS_DIR, default ../shared/models
+# beside the checkout, else build-gpu/models inside it. A remote GPU machine
+# that gets only the working tree: copy them there first (4 MB) and carry
+# that ignored folder along:
+#   mkdir -p build-gpu/models && cp ../shared/models/{stories260K.*,tok512.bin,README.md} build-gpu/models
+#
+# Environment: DS_MODELS_DIR (see Models), DS_BENCH_DIR (default
+#              /tmp/dspark-bench), DS_GPU_CHECK_SHAPES (default "15m 110m 1b"),
+#              CUDAARCHS (default: native, i.e. the GPU present),
+#              DS_GPU_CHECK_JOBS (build jobs, default: CPUs).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out=${OUT:-build-gpu/gpu-check}
+mkdir -p "$out"
+log() { echo "gpu-check: $*" | tee -a "$out/summary.txt"; }
+fail=0
+
+log "start $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+if ! nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"; then
+  log "FAIL: nvidia-smi does not run: no GPU or no driver here"
+  exit 1
+fi
+
+models=${DS_MODELS_DIR:-$PWD/../shared/models}
+[ -n "${DS_MODELS_DIR:-}" ] || [ -d "$models" ] || models=$PWD/build-gpu/models
+for f in stories260K.bin tok512.bin stories260K.gguf README.md; do
+  if [ ! -f "$models/$f" ]; then
+    log "FAIL: $models/$f is missing (set DS_MODELS_DIR to the test models)"
+    exit 1
+  fi
+done
+export PATH=$PATH:/usr/local/cuda/bin
+for tool in cmake nvcc; do
+  command -v "$tool" >/dev/null || { log "FAIL: $tool not found"; exit 1; }
+done
+export CUDAARCHS=${CUDAARCHS:-native}
+
+t0=$SECONDS
+if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDS_CUDA=ON -DDS_FATAL_WARNINGS=ON \
+         -DDS_MODELS_DIR="$models" &&
+       cmake --build build-gpu -j "${DS_GPU_CHECK_JOBS:-$(nproc)}" --target test_kernels_cuda test_shared_engine_cuda bench_batch
+     } >"$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"
+  log "FAIL: build (see build.log)"
+  exit 1
+fi
+log "build: $((SECONDS - t0)) s"
+
+t0=$SECONDS
+ctest --test-dir build-gpu -L gpu --output-on-failure -V >"$out/ctest-gpu.log" 2>&1
+rc=$?
+grep -E "cuda vs cpu|greedy on cuda|device 0|tests passed|Passed|Failed|Skipped|\*\*\*" "$out/ctest-gpu.log" |
+  tee -a "$out/summary.txt"
+if [ $rc -ne 0 ] || grep -q "Skipped" "$out/ctest-gpu.log"; then
+  log "FAIL: GPU tests (rc $rc; a skip counts as a failure here; see ctest-gpu.log)"
+  fail=1
+fi
+log "tests: $((SECONDS - t0)) s"
+
+for shape in ${DS_GPU_CHECK_SHAPES:-15m 110m 1b}; do
+  t0=$SECONDS
+  if timeout 240 build-gpu/bench/bench_batch --backend cuda --shape "$shape" --steps 32 --reps 3 \
+       --dir "${DS_BENCH_DIR:-/tmp/dspark-bench}" --json "$out/bench-batch-cuda-$shape.json" \
+       >"$out/bench-batch-cuda-$shape.txt" 2>"$out/bench-batch-cuda-$shape.err"; then
+    tee -a "$out/summary.txt" <"$out/bench-batch-cuda-$shape.txt"
+  else
+    tail -5 "$out/bench-batch-cuda-$shape.err"
+    log "FAIL: bench_batch --backend cuda --shape $shape"
+    fail=1
+  fi
+  log "bench $shape: $((SECONDS - t0)) s"
+done
+
+log "done $(date -u +%FT%TZ): $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail

@@ -1,0 +1,337 @@
+/*
+** cmd_model_rollout.c — `dspark model promote|canary|shadow|rollback`: sign
+** a control command with the publisher's key and send it to
+** dspark/v1/control/<node|all>, then print what each node answered on
+** dspark/v1/rollout/<node>; and `dspark model list --broker`: every node's
+** versions and their states, read from the nodes' retained telemetry.
+**
+** Replay guard: the signed body carries "seq" = Unix time in microseconds
+** (or --seq), which every node requires to grow per signer key.
+** Threads: the MQTT callback only copies messages into a locked list; the
+** main thread parses and prints.
+** Exit codes: 0 done (every node that answered accepted), 1 broker or key
+** failure, 2 bad arguments, 3 a node refused, 4 no node answered in time.
+*/
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ds/bundle.h"
+#include "ds/keys.h"
+#include "ds/log.h"
+#include "ds/mqtt.h"
+#include "ds/msg.h"
+
+#define MODEL_DEFAULT_URI "tcp://127.0.0.1:1883"
+#define MAX_INBOX         4096
+
+/* ---- an inbox of messages (topic + payload) ---- */
+
+struct inbox {
+    pthread_mutex_t mu;
+    char           *topic[MAX_INBOX], *json[MAX_INBOX];
+    size_t          n;
+};
+
+static void inbox_on_message(void *ud, const struct ds_mqtt_msg *m)
+{
+    struct inbox *b = ud;
+    pthread_mutex_lock(&b->mu);
+    if (b->n < MAX_INBOX) {
+        b->topic[b->n] = strdup(m->topic);
+        b->json[b->n] = strndup(m->payload, m->len);
+        if (b->topic[b->n] && b->json[b->n]) b->n++;
+        else free(b->topic[b->n]), free(b->json[b->n]);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void inbox_free(struct inbox *b)
+{
+    for (size_t i = 0; i < b->n; i++) free(b->topic[i]), free(b->json[i]);
+    pthread_mutex_destroy(&b->mu);
+}
+
+/* Connect to uri subscribed to filter; NULL after printing why. */
+static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const char *filter, struct inbox *b)
+{
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = inbox_on_message;
+    o.ud = b;
+    o.connect_timeout_s = 5;
+    char id[64];
+    snprintf(id, sizeof id, "dspark-model-%ld-%ld", (long)getpid(), (long)(ds_now_ns() % 1000000));
+    struct ds_mqtt *c = NULL;
+    enum ds_err rc = ds_mqtt_create(uri, id, &o, &c);
+    if (rc == DS_OK) rc = ds_mqtt_subscribe(c, filter, 1);
+    if (rc == DS_OK) rc = ds_mqtt_connect(c);
+    if (rc == DS_OK) rc = ds_mqtt_wait_connected(c, 10000);
+    if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(c, 10000);
+    if (rc != DS_OK) {
+        fprintf(stderr, "dspark model %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
+        ds_mqtt_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+static double jnum(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : 0.0;
+}
+
+/* ---- promote | canary | shadow | rollback ---- */
+
+static void control_usage(FILE *f, const char *cmd)
+{
+    fprintf(f,
+        "usage: dspark model %s --signer KEY.sec --name MODEL --version V%s [options]\n"
+        "\n"
+        "Sign a '%s' command with the publisher's key and send it to the nodes on\n"
+        "dspark/v1/control/<NODE|all>; print each node's answer (dspark/v1/rollout/<node>).\n"
+        "  promote   V becomes active; requests in flight finish on the old version\n"
+        "  canary    V serves --pct percent of clients (by a hash of the client id)\n"
+        "  shadow    V answers a mirror of every request; clients get the active's answers\n"
+        "  rollback  V becomes active again (the only way to activate a lower version)\n"
+        "\n"
+        "  -b, --broker URI       broker (default " MODEL_DEFAULT_URI ")\n"
+        "  -k, --signer FILE      signer secret key (dspark keygen; mode 0600)\n"
+        "  -n, --name MODEL       model name\n"
+        "  -V, --version V        semantic version, e.g. 1.2.0\n"
+        "  -p, --pct P            canary share of clients, 1..100\n"
+        "  -N, --node NODE        one node, or all (default all)\n"
+        "      --seq N            replay-guard sequence (default: Unix time in microseconds)\n"
+        "      --wait-ms MS       how long to wait for answers (default 15000; all: the whole time)\n"
+        "      --print            print the signed message instead of sending it\n"
+        "  -h, --help             this text\n",
+        cmd, strcmp(cmd, "canary") ? "" : " --pct P", cmd);
+}
+
+int cmd_model_control(int argc, char **argv)
+{
+    const char *cmd = argv[0];
+    enum { O_SEQ = 256, O_WAIT, O_PRINT };
+    static const struct option opts[] = {
+        { "broker", required_argument, 0, 'b' }, { "signer", required_argument, 0, 'k' },
+        { "name", required_argument, 0, 'n' },   { "version", required_argument, 0, 'V' },
+        { "pct", required_argument, 0, 'p' },    { "node", required_argument, 0, 'N' },
+        { "seq", required_argument, 0, O_SEQ },  { "wait-ms", required_argument, 0, O_WAIT },
+        { "print", no_argument, 0, O_PRINT },    { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
+    };
+    const char *uri = MODEL_DEFAULT_URI, *signer = NULL, *name = NULL, *version = NULL, *node = "all";
+    uint64_t pct = 0, seq = 0, wait_ms = 15000;
+    bool print = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:k:n:V:p:N:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': uri = optarg; break;
+        case 'k': signer = optarg; break;
+        case 'n': name = optarg; break;
+        case 'V': version = optarg; break;
+        case 'N': node = optarg; break;
+        case 'p': if (!cli_parse_u64("--pct", optarg, 1, 100, &pct)) return 2; break;
+        case O_SEQ: if (!cli_parse_u64("--seq", optarg, 1, 9007199254740991ull, &seq)) return 2; break;
+        case O_WAIT: if (!cli_parse_u64("--wait-ms", optarg, 1, 600000, &wait_ms)) return 2; break;
+        case O_PRINT: print = true; break;
+        case 'h': control_usage(stdout, cmd); return 0;
+        case ':': fprintf(stderr, "dspark model %s: %s needs a value\n", cmd, argv[optind - 1]); return 2;
+        default: fprintf(stderr, "dspark model %s: unknown option %s\n", cmd, argv[optind - 1]); return 2;
+        }
+    }
+    struct ds_semver sv;
+    const char *bad = optind < argc ? "unexpected argument"
+                    : !signer ? "--signer KEY.sec is required"
+                    : !name || !ds_bundle_name_ok(name) ? "--name MODEL is required (letters, digits, '.', '_', '-')"
+                    : !version || ds_semver_parse(version, &sv) != DS_OK ? "--version must be a semantic version (1.2.0)"
+                    : !strcmp(cmd, "canary") && !pct ? "canary needs --pct 1..100"
+                    : strcmp(cmd, "canary") && pct ? "--pct is for canary only"
+                    : !*node || strpbrk(node, "/+#") ? "--node must be a node name or all" : NULL;
+    if (bad) {
+        fprintf(stderr, "dspark model %s: %s (see --help)\n", cmd, bad);
+        return 2;
+    }
+    if (!seq) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seq = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    }
+    struct ds_key key;
+    char why[DS_WHY_MAX] = "";
+    if (ds_key_load_secret(signer, DS_KEY_SIGNER, &key, why) != DS_OK) {
+        fprintf(stderr, "dspark model %s: --signer %s: %s\n", cmd, signer, why);
+        return 1;
+    }
+    cJSON *body = cJSON_CreateObject();
+    cJSON_AddNumberToObject(body, "v", 1);
+    cJSON_AddStringToObject(body, "type", "control");
+    cJSON_AddStringToObject(body, "cmd", cmd);
+    cJSON_AddStringToObject(body, "model", name);
+    cJSON_AddStringToObject(body, "version", version);
+    if (pct) cJSON_AddNumberToObject(body, "pct", (double)pct);
+    cJSON_AddStringToObject(body, "node", node);
+    cJSON_AddNumberToObject(body, "seq", (double)seq);
+    cJSON_AddNumberToObject(body, "ts", (double)(seq / 1000u));
+    char *text = NULL, *env = NULL;
+    size_t text_len = 0, env_len = 0;
+    enum ds_err rc = ds_msg_json_print(body, &text, &text_len);
+    cJSON_Delete(body);
+    if (rc == DS_OK) rc = ds_envelope_sign(&key, DS_SIG_CTX_CONTROL, text, text_len, &env, &env_len);
+    ds_key_wipe(&key);
+    free(text);
+    if (rc != DS_OK) {
+        fprintf(stderr, "dspark model %s: cannot sign: %s\n", cmd, ds_strerror(rc));
+        return 1;
+    }
+    if (print) {
+        printf("%s\n", env);
+        free(env);
+        return 0;
+    }
+    char topic[200], filter[200];
+    snprintf(topic, sizeof topic, "dspark/v1/control/%s", node);
+    snprintf(filter, sizeof filter, "dspark/v1/rollout/%s", strcmp(node, "all") ? node : "+");
+    struct inbox b = { .n = 0 };
+    pthread_mutex_init(&b.mu, NULL);
+    int status = 1;
+    struct ds_mqtt *mq = connect_to(cmd, uri, filter, &b);
+    if (!mq) goto out;
+    if (ds_mqtt_publish(mq, topic, env, env_len, 1, false, NULL) != DS_OK || ds_mqtt_flush(mq, 5000) != DS_OK) {
+        fprintf(stderr, "dspark model %s: could not publish to %s\n", cmd, topic);
+        goto out;
+    }
+    /* Answers carrying our seq; one node: its first; all: until the time is up. */
+    status = 4;
+    size_t seen = 0, answered = 0;
+    uint64_t end = ds_now_ns() + wait_ms * 1000000ull;
+    bool one = strcmp(node, "all") != 0;
+    while (ds_now_ns() < end && !(one && answered)) {
+        pthread_mutex_lock(&b.mu);
+        for (; seen < b.n; seen++) {
+            cJSON *e = cJSON_Parse(b.json[seen]);
+            if (jnum(e, "seq") == (double)seq) {
+                bool ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "ok"));
+                printf("%s: %s %s %s: %s: %s\n", jstr(e, "node"), jstr(e, "event"), jstr(e, "model"),
+                       jstr(e, "version"), ok ? "ok" : "refused", jstr(e, "reason"));
+                if (!ok) status = 3;
+                else if (status == 4) status = 0;
+                answered++;
+            }
+            cJSON_Delete(e);
+        }
+        pthread_mutex_unlock(&b.mu);
+        usleep(20000);
+    }
+    fflush(stdout);
+    if (!answered) fprintf(stderr, "dspark model %s: no node answered within %llu ms\n", cmd, (unsigned long long)wait_ms);
+out:
+    if (mq) (void)ds_mqtt_disconnect(mq, 1000);
+    ds_mqtt_destroy(mq);
+    inbox_free(&b);
+    free(env);
+    return status;
+}
+
+/* ---- list (from telemetry) ---- */
+
+static void list_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: dspark model list --broker URI [--wait-ms MS]\n"
+        "\n"
+        "Every node's model versions and their states, from the nodes' retained\n"
+        "telemetry (dspark/v1/telemetry/+): one line per node, model and loaded\n"
+        "version (active, canary with its share, shadow, draining), then each node's\n"
+        "latest rollout events.\n"
+        "  -b, --broker URI       broker\n"
+        "      --wait-ms MS       how long to collect telemetry (default 1500)\n"
+        "  -h, --help             this text\n");
+}
+
+int cmd_model_list_telemetry(int argc, char **argv)
+{
+    enum { O_WAIT = 256 };
+    static const struct option opts[] = {
+        { "broker", required_argument, 0, 'b' }, { "wait-ms", required_argument, 0, O_WAIT },
+        { "help", no_argument, 0, 'h' },         { 0, 0, 0, 0 },
+    };
+    const char *uri = NULL;
+    uint64_t wait_ms = 1500;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': uri = optarg; break;
+        case O_WAIT: if (!cli_parse_u64("--wait-ms", optarg, 1, 600000, &wait_ms)) return 2; break;
+        case 'h': list_usage(stdout); return 0;
+        default: fprintf(stderr, "dspark model list: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        }
+    }
+    if (!uri || optind < argc) {
+        fprintf(stderr, "dspark model list: --broker URI is required (see --help)\n");
+        return 2;
+    }
+    struct inbox b = { .n = 0 };
+    pthread_mutex_init(&b.mu, NULL);
+    struct ds_mqtt *mq = connect_to("list", uri, "dspark/v1/telemetry/+", &b);
+    if (!mq) {
+        inbox_free(&b);
+        return 1;
+    }
+    usleep((useconds_t)(wait_ms * 1000u));
+    (void)ds_mqtt_disconnect(mq, 1000);
+    ds_mqtt_destroy(mq);
+    /* The newest snapshot of each node (later messages replace earlier ones). */
+    printf("%-16s %-16s %-12s %-9s %5s %9s %9s %7s %9s\n", "NODE", "MODEL", "VERSION", "STATE", "PCT", "IN_FLIGHT",
+           "SERVED", "ERRORS", "P99_MS");
+    size_t nodes = 0;
+    for (size_t i = 0; i < b.n; i++) {
+        bool newer = false;
+        for (size_t k = i + 1; k < b.n && !newer; k++) newer = !strcmp(b.topic[i], b.topic[k]);
+        cJSON *t = newer ? NULL : cJSON_Parse(b.json[i]);
+        if (!t) continue;
+        nodes++;
+        const char *node = jstr(t, "node");
+        const cJSON *m, *v, *e;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(t, "models")) {
+            const cJSON *vs = cJSON_GetObjectItemCaseSensitive(m, "versions");
+            if (!cJSON_GetArraySize(vs))                   /* a node without rollout support */
+                printf("%-16s %-16s %-12s %-9s\n", node, jstr(m, "name"), jstr(m, "version"), "active");
+            cJSON_ArrayForEach(v, vs) {
+                const cJSON *w = cJSON_GetObjectItemCaseSensitive(v, "window");
+                char pct[8] = "-";
+                if (!strcmp(jstr(v, "state"), "canary")) snprintf(pct, sizeof pct, "%.0f", jnum(v, "pct"));
+                printf("%-16s %-16s %-12s %-9s %5s %9.0f %9.0f %7.0f %9.1f\n", node, jstr(m, "name"), jstr(v, "version"),
+                       jstr(v, "state"), pct, jnum(v, "in_flight"), jnum(v, "served"), jnum(v, "errors"),
+                       jnum(w, "p99_ms"));
+            }
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(m, "shadow");
+            if (sh)
+                printf("%-16s %-16s shadow %s: %.0f compared, %.0f text equal, token agreement %.3f, latency %+.1f ms\n",
+                       node, jstr(m, "name"), jstr(sh, "version"), jnum(sh, "compared"), jnum(sh, "text_equal"),
+                       jnum(sh, "token_agreement"), jnum(sh, "latency_delta_ms"));
+        }
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(t, "rollout_events"))
+            printf("%-16s   event %s %s %s: %s\n", node, jstr(e, "event"), jstr(e, "model"), jstr(e, "version"),
+                   jstr(e, "reason"));
+        cJSON_Delete(t);
+    }
+    inbox_free(&b);
+    if (!nodes) fprintf(stderr, "dspark model list: no telemetry on %s within %llu ms\n", uri, (unsigned long long)wait_ms);
+    return nodes ? 0 : 4;
+}
