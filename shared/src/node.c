@@ -312,6 +312,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         slot = a->n_active - 1;
     }
     struct ds_msg_final f = {
+        .spec = r->spec.rounds ? &r->spec : NULL,
         .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
         .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
@@ -347,18 +348,24 @@ static bool append_text(struct node_req *r, const char *p, size_t n)
     return true;
 }
 
-/* Feed one sampled token; returns true when the request is finished. */
+/* Sample one token from logits and handle it. */
 static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 {
-    if (!r->first_ns) r->first_ns = ds_now_ns();
     float lp = 0.0f;
     int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
-    r->logprob_sum += lp;
+    return node__on_sampled(a, r, tok, lp);
+}
+
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob)
+{
+    if (!r->first_ns) r->first_ns = ds_now_ns();
+    r->logprob_sum += logprob;
     if (r->sh) node__rollout_token(r, tok);
     if (tok == ds_tok_eos(r->v->tok) || tok == ds_tok_bos(r->v->tok)) {
         finish(a, r, DS_MSG_FINISH_STOP);
         return true;
     }
+    if (r->n_ids + r->n_gen < r->ids_cap) r->ids[r->n_ids + r->n_gen] = tok;   /* the history */
     r->n_gen++;
     char piece[256];
     size_t got = 0;
@@ -435,7 +442,8 @@ static bool start(struct ds_node *a, struct node_req *r)
 {
     struct node_version *v = r->v;
     size_t cap = r->req.prompt_len + 3;
-    r->ids = malloc(cap * sizeof *r->ids);
+    r->ids_cap = cap + (v->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
+    r->ids = malloc(r->ids_cap * sizeof *r->ids);
     if (!r->ids || ds_tok_encode(v->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return false;
@@ -450,6 +458,7 @@ static bool start(struct ds_node *a, struct node_req *r)
     struct ds_sampler_params sp = r->req.sampling;
     if (!r->req.has_seed) sp.seed = r->key ^ r->recv_ns;
     if (sp.top_k > ds_engine_config(v->eng)->vocab_size) sp.top_k = 0;
+    r->sp = sp;
     if (ds_seq_create(v->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(v->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
         return false;
@@ -464,6 +473,7 @@ static bool start(struct ds_node *a, struct node_req *r)
 ** on it, plus prompt chunks for those still prefilling, in one forward pass. */
 static void step_version(struct ds_node *a, struct node_version *v)
 {
+    if (v->spec && node__spec_step(a, v)) return;
     struct ds_batch_row rows[1024];
     struct node_req *owner[1024];    /* request of each row that wants logits */
     size_t n = 0, n_logits = 0;
@@ -684,6 +694,7 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     rc = DS_ERR_NOMEM;
     v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
     if (!v->logits) goto fail;
+    if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
     DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
            ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng), ds_engine_kernel(v->eng),
            ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng));
@@ -697,6 +708,7 @@ fail:
 void node__version_free(struct node_version *v)
 {
     if (!v) return;
+    node__spec_unload(v);
     ds_engine_destroy(v->eng);
     ds_tok_destroy(v->tok);
     ds_model_close(v->model);

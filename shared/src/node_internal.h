@@ -20,6 +20,7 @@
 #include "ds/node.h"
 #include "ds/sampler.h"
 #include "ds/sched.h"
+#include "ds/spec.h"
 #include "ds/tok.h"
 
 struct cJSON;
@@ -46,6 +47,12 @@ struct node_version {
     float               *logits;      /* (max_batch, vocab) */
     uint32_t             max_batch;
     uint32_t             delay_ms;    /* [model] delay: a drill's slowness per pass */
+    /* speculative decoding (node_spec.c); spec == NULL: off */
+    struct ds_model     *draft_model; /* a separate draft file, else NULL */
+    struct ds_engine    *draft_eng;
+    struct ds_spec      *spec;
+    struct ds_seq       *draft_seq;   /* the draft cache of spec_owner */
+    uint64_t             spec_owner;  /* key of the request it belongs to; 0 none */
     unsigned             refs;        /* requests pinned; destroyed draining at 0 */
     uint64_t             since_ns;    /* took its current state */
     uint64_t             served, errors;          /* since loaded */
@@ -92,8 +99,12 @@ struct node_req {
     bool                 mirror;        /* the shadow copy: never answered */
     uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
     /* running state (engine thread only) */
-    int32_t             *ids;           /* prompt tokens */
+    int32_t             *ids;           /* prompt tokens, then (speculative models)
+                                        ** the generated ones: the history */
     size_t               n_ids, n_fed;  /* prompt tokens in the cache */
+    size_t               ids_cap;
+    struct ds_sampler_params sp;        /* effective sampling (seed filled in) */
+    struct ds_msg_spec_usage spec;      /* speculative rounds of this request */
     struct ds_seq       *seq;
     struct ds_sampler   *smp;
     struct ds_tok_stream st;
@@ -180,6 +191,19 @@ void        node__rollout_release(struct node_req *r);
 void        node__rollout_token(struct node_req *r, int32_t token);
 /* Add versions, states, shadow summary and events to a telemetry object. */
 void        node__rollout_telemetry(struct ds_node *a, struct cJSON *obj);
+
+/* Handle one token sampled for r (EOS, text, stop strings, stream chunk,
+** limits); true when r is finished (answered and freed). */
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob);
+
+/* node_spec.c: one-node speculative decoding */
+/* Draft engine and ds_spec for a version whose model config names a draft
+** (any thread, like node__version_load). */
+enum ds_err node__spec_load(struct node_version *v);
+void        node__spec_unload(struct node_version *v);
+/* One speculative round for v's only running sequence, if it may take one;
+** false when v is left to the batched step. */
+bool        node__spec_step(struct ds_node *a, struct node_version *v);
 
 /* node_overflow.c (edge role) */
 enum ds_err node__overflow_create(struct ds_node *a);

@@ -161,7 +161,16 @@ struct ds_msg_served_by {
     const char      *precision;   /* "int8" | "fp16" | "fp32" */
 };
 
+/* Speculative decoding's share of an answer (ds/spec.h): draft tokens
+** proposed and accepted, target verify passes and tokens they produced. The
+** final message's usage then adds drafted, accepted, acceptance
+** (accepted/drafted) and tokens_per_pass (emitted/rounds). */
+struct ds_msg_spec_usage {
+    uint32_t drafted, accepted, rounds, emitted;
+};
+
 struct ds_msg_final {
+    const struct ds_msg_spec_usage *spec;    /* NULL: not decoded speculatively */
     const char             *id;
     const char             *text;        /* bytes; repaired like ds_msg_chunk.delta */
     size_t                  text_len;

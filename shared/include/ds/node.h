@@ -42,6 +42,10 @@ struct ds_node_model_cfg {
                             ** log-probability is below this to a center; 0 = off */
     char    *versions;      /* more local versions: "1.1.0:/path/a.bin, 1.2.0:/path/b.gguf" (NULL = none) */
     char    *delay;         /* drills and tests: "VERSION:MS" sleeps MS before each forward pass of VERSION */
+    char    *draft;         /* speculative decoding: "int8" (INT8 copy of this
+                            ** model) or a model file with the same vocabulary;
+                            ** NULL = off */
+    uint32_t spec_k;        /* drafts per round, 1..16 (default 4; adapts within) */
 };
 
 struct ds_node_config {
