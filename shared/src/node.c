@@ -64,6 +64,7 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
 void node__req_free(struct node_req *r)
 {
     if (!r) return;
+    node__specnet_req_free(r->spec);
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_infer_req_cleanup(&r->req);
@@ -82,7 +83,7 @@ void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code
 
 /* ---- intake (Paho's thread): decode, check, queue; never compute ---- */
 
-static struct node_model *find_model(struct ds_node *a, const char *name, size_t len)
+struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len)
 {
     for (unsigned i = 0; i < a->n_models; i++)
         if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
@@ -90,7 +91,7 @@ static struct node_model *find_model(struct ds_node *a, const char *name, size_t
     return NULL;
 }
 
-static bool topic_ok(const char *t)
+bool node__topic_ok(const char *t)
 {
     return t && *t && !strpbrk(t, "+#") && t[0] != '$';
 }
@@ -151,6 +152,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         on_cancel(a, msg);
         return;
     }
+    if (a->spn && node__specnet_on_message(a, msg)) return;
     if (a->ovf && node__overflow_on_message(a, msg)) return;
     if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
     const char *model_name = msg->topic + strlen(a->infer_prefix);
@@ -171,7 +173,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         r->corr_len = r->corr ? msg->correlation.n : 0;
     }
     const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
-    if (r->reply && !topic_ok(r->reply)) {
+    if (r->reply && !node__topic_ok(r->reply)) {
         DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
                id ? id : "?", r->reply);
         ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
@@ -191,7 +193,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return;
     }
-    r->m = find_model(a, model_name, strlen(model_name));
+    r->m = node__find_model(a, model_name, strlen(model_name));
     if (!r->m) {
         node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this node");
         return;
@@ -268,7 +270,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
     /* Cascade: an answer the model was not sure of goes to a center, whose
     ** answer replaces it (streamed answers have reached the device already). */
     float threshold = r->m->cfg->cascade;
-    if (a->ovf && threshold < 0.0f && !r->cascaded && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
+    if (a->ovf && threshold < 0.0f && !r->cascaded && !r->speculate && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
         r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
         a->active[slot] = a->active[--a->n_active];
         DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: asking a center", r->req.id,
@@ -310,6 +312,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
         .total_ms = (double)(now - r->recv_ns) / 1e6,
     };
+    if (r->spec) node__specnet_final(a, r, &f);
     char *json;
     size_t len;
     if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
@@ -336,10 +339,15 @@ static bool append_text(struct node_req *r, const char *p, size_t n)
 /* Feed one sampled token; returns true when the request is finished. */
 static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 {
-    if (!r->first_ns) r->first_ns = ds_now_ns();
     float lp = 0.0f;
     int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
     r->logprob_sum += lp;
+    return node__emit_token(a, r, tok);
+}
+
+bool node__emit_token(struct ds_node *a, struct node_req *r, int32_t tok)
+{
+    if (!r->first_ns) r->first_ns = ds_now_ns();
     if (tok == ds_tok_eos(r->m->tok) || tok == ds_tok_bos(r->m->tok)) {
         finish(a, r, DS_MSG_FINISH_STOP);
         return true;
@@ -378,7 +386,7 @@ static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
             if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
         }
     }
-    if (r->n_gen >= r->req.max_tokens || ds_seq_len(r->seq) + 1 >= ds_engine_max_ctx(r->m->eng)) {
+    if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->m->eng)) {
         finish(a, r, DS_MSG_FINISH_LENGTH);
         return true;
     }
@@ -429,6 +437,7 @@ static void admit(struct ds_node *a, struct node_req *r)
     ds_tok_stream_init(&r->st);
     r->st.prev = r->ids[r->n_ids - 1];
     a->active[a->n_active++] = r;
+    if (r->speculate) node__specnet_begin(a, r);
 }
 
 /* One step for one model: a decode row for every running sequence, plus
@@ -441,7 +450,7 @@ static void step_model(struct ds_node *a, struct node_model *m)
     uint32_t budget = DS_MIN(m->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->m != m || r->n_fed < r->n_ids) continue;
+        if (r->m != m || r->n_fed < r->n_ids || r->spec) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
@@ -462,15 +471,22 @@ static void step_model(struct ds_node *a, struct node_model *m)
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->m == m) {
-                struct node_req *r = a->active[i];
-                a->active[i] = a->active[--a->n_active];
-                node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
-            }
+            if (a->active[i]->m == m && !a->active[i]->spec)
+                node__active_fail(a, a->active[i], DS_MSG_CODE_INTERNAL, "the engine failed");
         return;
     }
     const uint32_t V = ds_engine_config(m->eng)->vocab_size;
     for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], m->logits + k * V);
+}
+
+void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+{
+    for (unsigned i = 0; i < a->n_active; i++)
+        if (a->active[i] == r) {
+            a->active[i] = a->active[--a->n_active];
+            break;
+        }
+    node__req_fail(a, r, code, msg);
 }
 
 static void cancel_running(struct ds_node *a)
@@ -549,6 +565,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     if (rc != DS_OK) return rc;
     subscribe_all(a, true);
     if (a->ovf) node__overflow_subscribe(a);
+    if (a->spn) node__specnet_subscribe(a, true);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -557,6 +574,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             atomic_store(&a->draining, true);
             drain_start = ds_now_ns();
             subscribe_all(a, false);
+            if (a->spn) node__specnet_subscribe(a, false);
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
         }
         if (atomic_exchange(&a->reload, false) && a->cfg_path) {
@@ -571,6 +589,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             node__req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
         cancel_running(a);
         if (a->ovf) node__overflow_check(a, now);
+        if (a->spn) node__specnet_step(a, now);
         while (a->n_active < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
             admit(a, it.user);
         }
@@ -596,7 +615,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             bool at_center = a->ovf && node__overflow_pending(a) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !at_center) break;
         }
-        if (a->n_active == 0) ds_sched_wait(a->sched, 100);
+        if (a->n_active == 0 || (a->spn && node__specnet_idle(a))) ds_sched_wait(a->sched, a->spn ? 20 : 100);
     }
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);
@@ -631,7 +650,7 @@ static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg 
     o.precision = (enum ds_precision)mc->precision;
     o.n_threads = mc->threads;
     o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(m->model->cfg.ctx_len, 2048u);
-    o.kv_seqs = a->cfg->max_active;
+    o.kv_seqs = a->cfg->max_active + node__specnet_kv_seqs(a->cfg);
     o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
     m->max_batch = o.max_batch;
     if ((rc = ds_engine_create(m->model, &o, &m->eng)) != DS_OK) return rc;
@@ -652,6 +671,7 @@ void ds_node_destroy(struct ds_node *a)
     while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
     for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
+    node__specnet_destroy(a);            /* after the requests: they point into it */
     ds_sched_destroy(a->sched);
     for (unsigned i = 0; i < a->n_models; i++) {
         ds_engine_destroy(a->models[i].eng);
@@ -704,6 +724,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
+    if ((rc = node__specnet_create(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;

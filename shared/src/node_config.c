@@ -33,6 +33,11 @@ static const struct ds_cfg_key node_keys[] = {
     { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for normal" },
     { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for low" },
     { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0, "edge: serve locally what no center took within this" },
+    { "overflow", "speculate", DS_CFG_BOOL, O(speculate), "false", 0, 0, 0, "edge: route=center requests for a model served here too are drafted here (INT8) and verified at a center" },
+    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "4", 1, 16, 0, "edge: most draft tokens per round (k adapts to the acceptance below it)" },
+    { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0, "edge: a round unanswered this long means its center is lost (fall back)" },
+    { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "8", 0, 256, 0, "center: edge-drafted sessions verified at once, each keeping a KV sequence (0 = refuse them)" },
+    { "spec", "idle_ms", DS_CFG_U32, O(spec_idle_ms), "30000", 100, 3600000, 0, "center: forget a session (and its KV) idle this long" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
 };
 #undef O
@@ -104,7 +109,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 static int on_section(void *ud, const char *section, const char *key, const char *value, char *err, size_t n)
 {
     if (strncmp(section, "model ", 6) != 0) {
-        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow or 'model NAME')");
+        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, spec or 'model NAME')");
         return -1;
     }
     return set_model_key(ud, section + 6, key, value, err, n);

@@ -97,6 +97,16 @@ unsigned node__centers_live(struct ds_node *a)
     return n;
 }
 
+bool node__center_online(struct ds_node *a, const char *name)
+{
+    struct node_overflow *o = a->ovf;
+    bool on = false;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers && !on; i++) on = o->centers[i].online && !strcmp(o->centers[i].name, name);
+    pthread_mutex_unlock(&o->mu);
+    return on;
+}
+
 unsigned node__overflow_pending(struct ds_node *a)
 {
     pthread_mutex_lock(&a->ovf->mu);
@@ -196,15 +206,12 @@ bool node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
     return false;
 }
 
-bool node__overflow_send(struct ds_node *a, struct node_req *r)
+cJSON *node__overflow_req_json(const struct ds_infer_req *q)
 {
-    struct node_overflow *o = a->ovf;
-    if (node__centers_live(a) == 0) return false;
     cJSON *j = cJSON_CreateObject();
-    if (!j) return false;
+    if (!j) return NULL;
     /* The request as the device meant it, without reply_to: answers go to
     ** the relay topic and the edge forwards them. */
-    const struct ds_infer_req *q = &r->req;
     cJSON_AddNumberToObject(j, "v", 1);
     cJSON_AddStringToObject(j, "id", q->id);
     cJSON_AddStringToObject(j, "model", q->model);
@@ -225,6 +232,17 @@ bool node__overflow_send(struct ds_node *a, struct node_req *r)
     cJSON_AddBoolToObject(j, "stream", q->stream);
     cJSON_AddStringToObject(j, "priority", ds_tier_name(q->priority));
     cJSON_AddStringToObject(j, "route", "center");
+    return j;
+}
+
+bool node__overflow_send(struct ds_node *a, struct node_req *r)
+{
+    struct node_overflow *o = a->ovf;
+    if (a->spn && !r->cascaded && node__specnet_take(a, r)) return true;
+    if (node__centers_live(a) == 0) return false;
+    const struct ds_infer_req *q = &r->req;
+    cJSON *j = node__overflow_req_json(q);
+    if (!j) return false;
     char *json = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!json) return false;

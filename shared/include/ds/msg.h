@@ -158,6 +158,13 @@ struct ds_msg_served_by {
     const char      *precision;   /* "int8" | "fp16" | "fp32" */
 };
 
+/* Speculative decoding figures of one answer (usage.drafted ...). */
+struct ds_msg_spec_usage {
+    uint64_t rounds;          /* target verify passes */
+    uint64_t drafted;         /* draft tokens proposed */
+    uint64_t accepted;        /* draft tokens the target accepted */
+};
+
 struct ds_msg_final {
     const char             *id;
     const char             *text;        /* bytes; repaired like ds_msg_chunk.delta */
@@ -167,6 +174,8 @@ struct ds_msg_final {
     uint32_t                completion_tokens;   /* total_tokens is their sum */
     struct ds_msg_served_by served_by;
     double                  queue_ms, ttft_ms, total_ms;
+    const struct ds_msg_spec_usage *spec;  /* NULL = not speculative; else usage gets drafted,
+                                           ** accepted, acceptance, rounds, tokens_per_pass */
 };
 
 DS_MUST_CHECK enum ds_err ds_msg_chunk_encode(const struct ds_msg_chunk *c, char **out,

@@ -57,6 +57,11 @@ struct ds_node_config {
     bool     overflow;          /* [overflow] enabled (edge) */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
     uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
+    bool     speculate;         /* [overflow] speculate: draft route=center work here, verify at a center */
+    uint32_t spec_k;            /* [overflow] spec_k: most drafts per round (adaptive below it) */
+    uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms: a round unanswered this long = center lost */
+    uint32_t spec_sessions;     /* [spec] sessions (center): verify sessions kept at once; 0 = none */
+    uint32_t spec_idle_ms;      /* [spec] idle_ms (center): forget a session idle this long */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
 };
