@@ -32,6 +32,7 @@
 
 #include <cblas.h>                  /* openblas_get_corename(): FP32 prefill runs on its sgemm */
 
+#include "bench_model.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
@@ -42,7 +43,6 @@
 #define MAX_THREAD_COUNTS 8
 #define MAX_REPS          64
 #define DECODE_PROMPT     8          /* tokens before the timed decode steps */
-#define MODEL_SEED        20240601u
 #define GOAL_DECODE_FRAC  0.90
 #define GOAL_PREFILL_X    10.0
 
@@ -211,44 +211,6 @@ static struct bench_stats bw_measure(struct bench *b, size_t bytes, unsigned thr
     return st;
 }
 
-/* ---- model files ---- */
-
-static bool file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Open path; when it is missing or unreadable, write it first (to a
-** temporary name, renamed when complete, so an interrupted run leaves no
-** half file). src != NULL converts src to Q8_0, else random weights. */
-static enum ds_err open_or_write(const char *path, const struct mk_shape *shape, const struct ds_model *src,
-                                 enum ds_ggml_type type, struct ds_model **out)
-{
-    if (file_exists(path) && ds_model_open(path, out) == DS_OK) {
-        fprintf(stderr, "bench_engine: reusing %s\n", path);
-        return DS_OK;
-    }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    uint64_t mb = shape ? (uint64_t)shape->vocab_size * shape->dim * 2 +
-                              (uint64_t)shape->n_layers * (4ull * shape->dim * shape->dim +
-                                                           3ull * shape->dim * shape->hidden_dim)
-                        : 0;
-    mb = mb * (type == DS_GGML_TYPE_F32 ? 4 : 1) / 1000000;
-    fprintf(stderr, "bench_engine: writing %s (~%llu MB)...\n", path, (unsigned long long)mb);
-    double t0 = bench_now_s();
-    enum ds_err rc = src ? mk_convert_model(src, tmp, type) : mk_random_model(tmp, shape, type, MODEL_SEED);
-    if (rc == DS_OK && rename(tmp, path) != 0) rc = DS_ERR_IO;
-    if (rc != DS_OK) {
-        fprintf(stderr, "bench_engine: cannot write %s: %s\n", path, ds_strerror(rc));
-        unlink(tmp);
-        return rc;
-    }
-    fprintf(stderr, "bench_engine: wrote %s in %.1f s\n", path, bench_now_s() - t0);
-    return ds_model_open(path, out);
-}
-
 /* ---- engine runs ---- */
 
 /* Decode and prefill figures of one engine; fills r->dec and r->pre. */
@@ -328,7 +290,7 @@ static enum ds_err bench_model(struct bench *b, const struct model_spec *ms)
     enum ds_err rc;
     if (ms->shape) {
         snprintf(f32_path, sizeof f32_path, "%s/random-%s-f32.gguf", o->dir, ms->key);
-        rc = open_or_write(f32_path, ms->shape, NULL, DS_GGML_TYPE_F32, &mf);
+        rc = bench_model_open_or_write(f32_path, ms->shape, NULL, DS_GGML_TYPE_F32, &mf);
     } else {
         snprintf(f32_path, sizeof f32_path, "%s", o->stories);
         rc = ds_model_open(f32_path, &mf);
@@ -336,7 +298,7 @@ static enum ds_err bench_model(struct bench *b, const struct model_spec *ms)
     if (rc != DS_OK) goto done;
     snprintf(q8_path, sizeof q8_path, "%s/%s-%s-q8_0.gguf", o->dir, ms->shape ? "random" : "stories",
              ms->key);
-    if ((rc = open_or_write(q8_path, ms->shape, ms->shape ? NULL : mf, DS_GGML_TYPE_Q8_0, &mq)) != DS_OK)
+    if ((rc = bench_model_open_or_write(q8_path, ms->shape, ms->shape ? NULL : mf, DS_GGML_TYPE_Q8_0, &mq)) != DS_OK)
         goto done;
 
     size_t first = b->n_res;

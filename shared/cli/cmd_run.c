@@ -1,6 +1,8 @@
 /*
 ** cmd_run.c — `dspark run`: generate text with a local model, streaming it to
-** stdout, then one line of prefill and decode speed on stderr.
+** stdout, then one line of prefill and decode speed on stderr. With --draft,
+** decoding is speculative (ds/spec.h): same tokens when greedy, same
+** distribution when sampling, and the stats line adds the draft's numbers.
 */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "ds/log.h"
 #include "ds/model.h"
 #include "ds/sampler.h"
+#include "ds/spec.h"
 #include "ds/tok.h"
 
 static void run_usage(FILE *f)
@@ -35,6 +38,11 @@ static void run_usage(FILE *f)
         "      --threads N        compute threads (default: one per CPU)\n"
         "      --kernel NAME      force a kernel variant: ref, avx2, avx512vnni, neon\n"
         "      --ctx N            context length to allocate (default min(model, 4096))\n"
+        "      --draft MODEL|int8 speculative decoding with this draft: int8 = an INT8\n"
+        "                         copy of the target; or a model with the same vocabulary\n"
+        "                         (run in INT8)\n"
+        "  -k, --spec-k K         drafts per round, 1..16 (default 4; adapts within 1..K)\n"
+        "      --fixed-k          keep k at K instead of adapting it\n"
         "      --log-level L      error, warn, info or debug (default warn)\n"
         "  -h, --help             this text\n"
         "\n"
@@ -42,15 +50,16 @@ static void run_usage(FILE *f)
 }
 
 struct run_args {
-    const char *model, *tok, *prompt, *kernel;
-    uint64_t    n, threads, ctx;
+    const char *model, *tok, *prompt, *kernel, *draft;
+    uint64_t    n, threads, ctx, k;
+    bool        fixed_k;
     int         precision;
     struct ds_sampler_params sp;
 };
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
-    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG };
+    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG, O_DRAFT, O_FIXED };
     static const struct option opts[] = {
         { "model", required_argument, 0, 'm' },     { "tokenizer", required_argument, 0, 'z' },
         { "prompt", required_argument, 0, 'p' },    { "tokens", required_argument, 0, 'n' },
@@ -59,12 +68,14 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         { "precision", required_argument, 0, O_PREC }, { "threads", required_argument, 0, O_THREADS },
         { "kernel", required_argument, 0, O_KERNEL }, { "ctx", required_argument, 0, O_CTX },
         { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
+        { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, 'k' },
+        { "fixed-k", no_argument, 0, O_FIXED },
         { 0, 0, 0, 0 },
     };
     uint64_t u;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:z:p:n:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:z:p:n:k:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': a->model = optarg; break;
         case 'z': a->tok = optarg; break;
@@ -89,6 +100,9 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_KERNEL: a->kernel = optarg; break;
         case O_CTX: if (!cli_parse_u64("--ctx", optarg, 1, 1u << 20, &a->ctx)) return 2; break;
         case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
+        case O_DRAFT: a->draft = optarg; break;
+        case 'k': if (!cli_parse_u64("-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
+        case O_FIXED: a->fixed_k = true; break;
         case 'h': run_usage(stdout); return 1;
         default: run_usage(stderr); return 2;
         }
@@ -104,9 +118,30 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     return 0;
 }
 
+/* The draft engine: an INT8 copy of the target ("int8") or another model
+** (OWNED in *dm) run in INT8. The vocabulary check is ds_spec_create's. */
+static enum ds_err open_draft(const struct run_args *a, const struct ds_model *m,
+                              const struct ds_engine_opts *eo, struct ds_model **dm, struct ds_engine **de)
+{
+    struct ds_engine_opts o = *eo;
+    o.precision = DS_PRECISION_INT8;
+    const struct ds_model *src = m;
+    if (strcmp(a->draft, "int8") != 0) {
+        enum ds_err rc = ds_model_open(a->draft, dm);
+        if (rc) {
+            fprintf(stderr, "dspark run: cannot load draft model %s: %s\n", a->draft, ds_strerror(rc));
+            return rc;
+        }
+        src = *dm;
+    }
+    enum ds_err rc = ds_engine_create(src, &o, de);
+    if (rc) fprintf(stderr, "dspark run: cannot start the draft engine: %s\n", ds_strerror(rc));
+    return rc;
+}
+
 int cmd_run(int argc, char **argv)
 {
-    struct run_args a = { .n = 256, .prompt = "" };
+    struct run_args a = { .n = 256, .prompt = "", .k = 4 };
     ds_sampler_params_init(&a.sp);
     ds_log_set(NULL, NULL, DS_LOG_WARN);
     int prc = parse_args(argc, argv, &a);
@@ -128,11 +163,12 @@ int cmd_run(int argc, char **argv)
     }
 
     int status = 1;
-    struct ds_model *m = NULL;
+    struct ds_model *m = NULL, *dm = NULL;
     struct ds_tok *tok = NULL;
-    struct ds_engine *e = NULL;
-    struct ds_seq *seq = NULL;
+    struct ds_engine *e = NULL, *de = NULL;
+    struct ds_seq *seq = NULL, *dseq = NULL;
     struct ds_sampler *smp = NULL;
+    struct ds_spec *sp = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
     enum ds_err rc;
@@ -149,9 +185,22 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "dspark run: cannot start the engine: %s\n", ds_strerror(rc));
         goto done;
     }
+    if (a.draft) {
+        struct ds_spec_opts so;
+        ds_spec_opts_init(&so);
+        so.k = (uint32_t)a.k;
+        so.adaptive = !a.fixed_k;
+        if (open_draft(&a, m, &eo, &dm, &de) != DS_OK) goto done;
+        if ((rc = ds_seq_create(de, &dseq)) != DS_OK || (rc = ds_spec_create(de, e, &a.sp, &so, &sp)) != DS_OK) {
+            fprintf(stderr, "dspark run: cannot start speculative decoding with draft %s: %s\n", a.draft,
+                    ds_strerror(rc));
+            goto done;
+        }
+    }
     uint32_t ctx = ds_engine_max_ctx(e);
     size_t plen = strlen(a.prompt), n_ids = 0;
-    ids = malloc((plen + 3) * sizeof *ids);
+    /* ids: the prompt, then every generated token (the history). */
+    ids = malloc((DS_MAX(plen + 3, (size_t)ctx) + DS_SPEC_K_MAX + 2) * sizeof *ids);
     logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
     if (!ids || !logits) {
         fprintf(stderr, "dspark run: out of memory\n");
@@ -169,8 +218,16 @@ int cmd_run(int argc, char **argv)
     fputs(a.prompt, stdout);
     fflush(stdout);
 
+    /* Prefill. Speculative: both caches take all but the last prompt token,
+    ** which the first round feeds (ds/spec.h context convention). */
     uint64_t t0 = ds_now_ns();
-    if ((rc = ds_engine_eval(e, seq, ids, n_ids, logits, false)) != DS_OK) {
+    if (sp) {
+        rc = ds_engine_eval(e, seq, ids, n_ids - 1, NULL, false);
+        if (!rc) rc = ds_engine_eval(de, dseq, ids, n_ids - 1, NULL, false);
+    } else {
+        rc = ds_engine_eval(e, seq, ids, n_ids, logits, false);
+    }
+    if (rc != DS_OK) {
         fprintf(stderr, "dspark run: prefill failed: %s\n", ds_strerror(rc));
         goto done;
     }
@@ -179,48 +236,67 @@ int cmd_run(int argc, char **argv)
     ds_tok_stream_init(&st);
     st.prev = ids[n_ids - 1];
     char piece[256];
-    size_t got, n_gen = 0;
+    size_t got, n_gen = 0, n_hist = n_ids;
     const char *why = "length";
-    for (; n_gen < a.n; n_gen++) {
-        int32_t next = ds_sampler_sample(smp, logits, NULL);
-        if (next == ds_tok_eos(tok) || next == ds_tok_bos(tok)) {
-            why = "end of text";
-            break;
-        }
-        if (ds_tok_stream_put(tok, &st, next, piece, sizeof piece, &got) == DS_OK && got) {
-            fwrite(piece, 1, got, stdout);
-            fflush(stdout);
-        }
-        if (n_gen + 1 == a.n) {
-            n_gen++;
-            break;
-        }
-        if (ds_seq_len(seq) >= ctx) {
+    while (n_gen < a.n) {
+        int32_t next[DS_SPEC_K_MAX + 1];
+        uint32_t n_next = 1;
+        if (n_hist > ctx) {
             why = "context full";
-            n_gen++;
             break;
         }
-        if ((rc = ds_engine_eval(e, seq, &next, 1, logits, false)) != DS_OK) {
+        if (sp) {
+            rc = ds_spec_step(sp, dseq, seq, ids, (uint32_t)n_hist, (uint32_t)(a.n - n_gen), next, &n_next);
+        } else {
+            rc = n_hist > n_ids ? ds_engine_eval(e, seq, &ids[n_hist - 1], 1, logits, false) : DS_OK;
+            next[0] = ds_sampler_sample(smp, logits, NULL);
+        }
+        if (rc != DS_OK) {
             fprintf(stderr, "\ndspark run: decode failed: %s\n", ds_strerror(rc));
             goto done;
         }
+        for (uint32_t i = 0; i < n_next && n_gen < a.n; i++) {
+            if (next[i] == ds_tok_eos(tok) || next[i] == ds_tok_bos(tok)) {
+                why = "end of text";
+                goto out;
+            }
+            if (ds_tok_stream_put(tok, &st, next[i], piece, sizeof piece, &got) == DS_OK && got) {
+                fwrite(piece, 1, got, stdout);
+                fflush(stdout);
+            }
+            ids[n_hist++] = next[i];
+            n_gen++;
+        }
     }
+out:
     if (ds_tok_stream_flush(&st, piece, sizeof piece, &got) == DS_OK && got) fwrite(piece, 1, got, stdout);
     uint64_t t2 = ds_now_ns();
     printf("\n");
     fflush(stdout);
     double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
     fprintf(stderr, "prefill: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; stop: %s "
-            "[%s, %s kernels, %u threads]\n", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
+            "[%s, %s kernels, %u threads]", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
             dec_s > 0 ? (double)n_gen / dec_s : 0.0, why, ds_precision_name(ds_engine_precision(e)),
             ds_engine_kernel(e), ds_engine_threads(e));
+    if (sp) {
+        const struct ds_spec_stats *ss = ds_spec_stats(sp);
+        fprintf(stderr, "; speculative (draft %s): drafted %llu, accepted %llu, acceptance %.3f, "
+                "%.2f tokens per target pass, next k %u", a.draft, (unsigned long long)ss->drafted,
+                (unsigned long long)ss->accepted, ds_spec_stats_acceptance(ss),
+                ds_spec_stats_tokens_per_pass(ss), ds_spec_next_k(sp));
+    }
+    fprintf(stderr, "\n");
     status = 0;
 done:
     free(ids);
     free(logits);
+    ds_spec_destroy(sp);
     ds_sampler_destroy(smp);
+    ds_seq_destroy(dseq);
     ds_seq_destroy(seq);
+    ds_engine_destroy(de);
     ds_engine_destroy(e);
+    ds_model_close(dm);
     ds_tok_destroy(tok);
     ds_model_close(m);
     return status;

@@ -1,0 +1,23 @@
+# bench.spec_smoke: run bench_spec --quick (stories260K, k 1..8 and adaptive)
+# and check that it exits 0 (which also means speculative tokens equal plain
+# ones) and writes valid JSON with 10 results. Asserts no speed.
+# Usage: cmake -DBENCH=path/to/bench_spec -DWORK_DIR=dir -P bench_spec_smoke.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+execute_process(COMMAND ${BENCH} --quick --threads 1 --json ${WORK_DIR}/bench-spec.json RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "bench_spec exited with ${rc}")
+endif()
+file(READ ${WORK_DIR}/bench-spec.json json)
+string(JSON n ERROR_VARIABLE err LENGTH "${json}" results)
+if(err)
+  message(FATAL_ERROR "bench-spec.json is not valid JSON: ${err}")
+endif()
+if(NOT n EQUAL 10)
+  message(FATAL_ERROR "bench-spec.json has ${n} results, want 10 (plain, k 1..8, adaptive)")
+endif()
+string(JSON acc ERROR_VARIABLE err GET "${json}" results 9 acceptance)
+if(err OR NOT acc GREATER 0)
+  message(FATAL_ERROR "bench-spec.json: results[9].acceptance is '${acc}' ${err}")
+endif()
+message(STATUS "bench.spec_smoke: ${n} results, adaptive acceptance ${acc}")
