@@ -488,35 +488,34 @@ done:
 static void center_handle(struct ds_node *a, const struct spn_msg *m)
 {
     struct node_specnet *n = a->spn;
-    if (!m->reply || !node__topic_ok(m->reply)) {
-        DS_LOG(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
-        return;
-    }
-    cJSON *j = NULL;
-    const char *sid = NULL;
-    if (m->len > a->cfg->max_payload) {
-        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, a->cfg->max_payload);
-        return;
-    }
-    j = cJSON_ParseWithLength(m->payload, m->len);
+    cJSON *j = m->len <= a->cfg->max_payload ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "session");
-    if (cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX) sid = s->valuestring;
-    if (!cJSON_IsObject(j)) {
+    const char *sid = cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX ? s->valuestring : NULL;
+    bool on_session = !strcmp(m->topic, n->session_topic);
+    if (on_session && sid && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "close"))) {
+        struct spn_session *ss = session_find(n, sid);
+        if (ss) session_free(ss);                   /* closing an unknown session is fine; no answer */
+        cJSON_Delete(j);
+        return;
+    }
+    if (!m->reply || !node__topic_ok(m->reply)) {
+        DS_LOG(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
+    } else if (m->len > a->cfg->max_payload) {
+        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, a->cfg->max_payload);
+    } else if (!cJSON_IsObject(j)) {
         center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: not a JSON object");
     } else if (v && !(cJSON_IsNumber(v) && v->valuedouble == 1.0)) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
     } else if (!sid) {
         center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%d bytes", SID_MAX - 1);
-    } else if (!strncmp(m->topic, TOPIC_SPEC_OPEN, strlen(TOPIC_SPEC_OPEN))) {
+    } else if (!on_session) {
         center_open(a, m, j, sid);
     } else {
         struct spn_session *ss = session_find(n, sid);
         uint32_t pos, k;
         int32_t draft[DS_SPEC_K_MAX];
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "close"))) {
-            if (ss) session_free(ss);               /* closing an unknown session is fine */
-        } else if (!ss) {
+        if (!ss) {
             center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "session: unknown here (expired, closed or never opened): open a new one");
         } else if (!get_uint(j, "pos", UINT32_MAX - 1, &pos) ||
@@ -547,6 +546,7 @@ static void center_step(struct ds_node *a, uint64_t now)
         msg_free(&batch[i]);
     }
     if (now < n->next_sweep_ns) return;
+    now = ds_now_ns();                          /* sessions were used since the caller's now */
     n->next_sweep_ns = now + 200000000ull;
     const uint64_t idle = (uint64_t)a->cfg->spec_idle_ms * 1000000ull;
     for (unsigned i = 0; i < n->n_sess; i++) {
@@ -681,7 +681,7 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
         node__active_fail(a, r, DS_MSG_CODE_DEADLINE_EXCEEDED, msg);
         return false;
     }
-    if (ds_seq_len(r->seq) > s->n_ctx && ds_seq_truncate(r->seq, s->n_ctx) != DS_OK) {
+    if (ds_seq_len(r->seq) >= s->n_ctx && ds_seq_truncate(r->seq, s->n_ctx - 1) != DS_OK) {
         node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "draft cache rollback failed");
         return false;
     }
@@ -705,7 +705,7 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
         uint64_t t0 = ds_now_ns();
         if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx, k, s->draft, NULL) != DS_OK) {
             k = 0;                                  /* the center decodes one token plainly */
-            if (ds_seq_len(r->seq) > s->n_ctx) (void)ds_seq_truncate(r->seq, s->n_ctx);
+            if (ds_seq_len(r->seq) >= s->n_ctx) (void)ds_seq_truncate(r->seq, s->n_ctx - 1);
         }
         s->draft_ns += ds_now_ns() - t0;
     }
