@@ -115,6 +115,8 @@ bool        node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_ms
 unsigned    node__centers_live(struct ds_node *a);
 /* Whether center name is online now. */
 bool        node__center_online(struct ds_node *a, const char *name);
+/* A live center other than avoid, into out; false when there is none. */
+bool        node__center_pick(struct ds_node *a, const char *avoid, char out[64]);
 /* The request as the edge forwards it to a center (OWNED cJSON object). */
 struct cJSON *node__overflow_req_json(const struct ds_infer_req *q);
 /* Send r to the centers (TAKES r on true). */

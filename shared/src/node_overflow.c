@@ -107,6 +107,20 @@ bool node__center_online(struct ds_node *a, const char *name)
     return on;
 }
 
+bool node__center_pick(struct ds_node *a, const char *avoid, char out[64])
+{
+    struct node_overflow *o = a->ovf;
+    bool got = false;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers && !got; i++)
+        if (o->centers[i].online && strcmp(o->centers[i].name, avoid)) {
+            memcpy(out, o->centers[i].name, 64);
+            got = true;
+        }
+    pthread_mutex_unlock(&o->mu);
+    return got;
+}
+
 unsigned node__overflow_pending(struct ds_node *a)
 {
     pthread_mutex_lock(&a->ovf->mu);

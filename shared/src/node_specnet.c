@@ -18,6 +18,8 @@
 ** "spec/<session>" as Correlation Data and the deadline as Message Expiry:
 **   open    dspark/v1/center/spec/<model>, shared by the centers: the request's
 **           fields + {"session","pos","context":[ids after the prompt],"draft"}
+**           (a re-open after a failure goes to another live center's session
+**           topic below, so that it does not land on the center that failed)
 **   round   dspark/v1/center/session/<center>: {"session","pos","draft"}
 **   close   same topic: {"session","close":true}
 **   verdict dspark/v1/relay/<edge>: {"session","pos","accepted","token","node",
@@ -129,6 +131,7 @@ struct spn_req {
     uint64_t                  sent_ns;
     unsigned                  opens;
     char                      sid[SID_MAX], center[64], version[64], precision[8];
+    char                      avoid[64];     /* the center that failed this request last */
 };
 
 /* ---- helpers ---- */
@@ -413,11 +416,11 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
         return;
     }
     struct node_model *nm = node__find_model(a, req.model, strlen(req.model));
-    const char *topic_model = m->topic + strlen(TOPIC_SPEC_OPEN);
+    bool shared = !strncmp(m->topic, TOPIC_SPEC_OPEN, strlen(TOPIC_SPEC_OPEN));
     uint32_t pos = 0, k = 0, n_context = 0;
     int32_t draft[DS_SPEC_K_MAX];
     struct spn_session *ss = NULL;
-    if (strcmp(topic_model, req.model) != 0) {
+    if (shared && strcmp(m->topic + strlen(TOPIC_SPEC_OPEN), req.model) != 0) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         goto done;
     }
@@ -509,8 +512,8 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
     } else if (!sid) {
         center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%d bytes", SID_MAX - 1);
-    } else if (!on_session) {
-        center_open(a, m, j, sid);
+    } else if (!on_session || cJSON_GetObjectItemCaseSensitive(j, "prompt")) {
+        center_open(a, m, j, sid);              /* shared open, or a re-open sent to this center */
     } else {
         struct spn_session *ss = session_find(n, sid);
         uint32_t pos, k;
@@ -675,6 +678,7 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
     struct spn_req *s = r->spec;
     DS_LOG(DS_LOG_WARN, "request %s, session %s: %s", r->req.id, s->sid, why);
     if (s->center[0]) edge_send_close(a, s->center, s->sid);
+    if (s->center[0]) memcpy(s->avoid, s->center, sizeof s->avoid);
     if (r->deadline_ns && now >= r->deadline_ns) {
         char msg[200];
         snprintf(msg, sizeof msg, "deadline passed during speculation (%s; %u tokens streamed)", why, r->n_gen);
@@ -716,7 +720,11 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     char topic[192], corr[SID_MAX + 8];
     cJSON_DeleteItemFromObjectCaseSensitive(j, "session");
     cJSON_AddStringToObject(j, "session", s->sid);
-    if (open) {
+    char other[64];
+    if (open && s->avoid[0] && node__center_pick(a, s->avoid, other)) {
+        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", other);  /* a re-open: not where it failed */
+        add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
+    } else if (open) {
         snprintf(topic, sizeof topic, TOPIC_SPEC_OPEN "%s", r->req.model);
         add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else {

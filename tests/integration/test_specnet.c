@@ -394,6 +394,20 @@ static void test_greedy_identity(void **state)
            GEN, drafted, accepted, accepted / drafted, rounds, tokens / rounds);
 }
 
+/* Lines of the edge's log that contain what. */
+static int log_count(const char *what)
+{
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "grep -c '%s' '%s/edge-spec.log'", what, g.dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1) n = 0;
+        pclose(p);
+    }
+    return n;
+}
+
 /* SIGKILL a center while it verifies sessions: every request still answered
 ** once, completely and equal to plain decoding, or a clear error in time. */
 static void test_center_killed(void **state)
@@ -448,18 +462,69 @@ static void test_center_killed(void **state)
         free(plain[i]);
         assert_int_equal(count_answers(id), 1);
     }
-    char cmd[4400];
-    snprintf(cmd, sizeof cmd, "grep -c 'center-0 went offline\\|no verdict' '%s/edge-spec.log'", g.dir);
-    FILE *p = popen(cmd, "r");
-    int moved = 0;
-    if (p) {
-        if (fscanf(p, "%d", &moved) != 1) moved = 0;
-        pclose(p);
-    }
+    int moved = log_count("center-0 went offline");
     printf("center-0 SIGKILLed mid-stream: %d of %d answers complete and equal to plain decoding, %d errors; "
            "%d sessions moved to another center\n", equal, N, errors, moved);
     assert_int_equal(equal + errors, N);
     g.center[0] = start_center(0);
+}
+
+/* A center that stops answering (SIGSTOP: its status stays online): the
+** rounds it holds time out and their sessions re-open on the other center;
+** every request answered once, complete and equal, or (no center left to
+** re-open on) finished by the edge, or a clear error in time. */
+static void test_center_stuck(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    char id[32], extra[160], *plain[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "splain-%d", i);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[N + i], "\"max_tokens\":" KGEN_S);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "splain-%d", i);
+        char *a = answer(id, 30000);
+        assert_non_null(a);
+        plain[i] = field(a, "text", NULL);
+        free(a);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "stuck-%d", i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":60000");
+        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[N + i], extra);
+    }
+    int at = 0;
+    char *first = nth_msg("stuck-0", 0, 30000, &at);
+    assert_non_null(first);
+    free(first);
+    kill(g.center[0], SIGSTOP);
+    int equal = 0, local = 0, errors = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "stuck-%d", i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        char *text = field(a, "text", NULL), *s = streamed(id), *tier = field(a, "served_by", "tier");
+        if (strstr(a, "\"error\"")) {
+            errors++;
+        } else if (!strcmp(tier, "edge")) {
+            local++;                                 /* complete, its tail decoded by the edge */
+            char *fr = field(a, "finish_reason", NULL);
+            assert_non_null(fr);
+            free(fr);
+            assert_string_equal(s, text);
+        } else {
+            assert_string_equal(text, plain[i]);
+            assert_string_equal(s, text);
+            equal++;
+        }
+        free(text); free(s); free(tier); free(a); free(plain[i]);
+        assert_int_equal(count_answers(id), 1);
+    }
+    kill(g.center[0], SIGCONT);
+    printf("center-0 stopped (SIGSTOP) mid-stream: %d rounds timed out; %d of %d answers equal to plain decoding, "
+           "%d finished by the edge, %d errors\n", log_count("no verdict from center-0"), equal, N, local, errors);
+    assert_int_equal(equal + local + errors, N);
 }
 
 /* The session protocol spoken directly to center-1. */
@@ -593,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_greedy_identity),
         cmocka_unit_test(test_protocol),
         cmocka_unit_test(test_center_killed),
+        cmocka_unit_test(test_center_stuck),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
