@@ -40,6 +40,7 @@
 extern char **environ;
 
 #define MAX_KS 8
+#define MAX_MODES (1 + 2 * MAX_KS)
 #define MAX_PROMPTS 20
 
 static const char *prompts[MAX_PROMPTS] = {
@@ -51,7 +52,7 @@ static const char *prompts[MAX_PROMPTS] = {
 };
 
 struct opts {
-    bool        quick, want[2];
+    bool        quick, want[2], both_pipe;
     unsigned    n_prompts, tokens[2], ks[MAX_KS], n_ks, threads;
     const char *json, *dir;
 };
@@ -169,12 +170,12 @@ static double jnum(const cJSON *j, const char *a, const char *b)
 
 /* One mode: an edge with spec_k = k (0 = plain), the prompts one by one. */
 static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, const char *model, const char *tok,
-                    unsigned which, unsigned k, char **plain, struct result *r)
+                    unsigned which, unsigned k, bool pipe, char **plain, struct result *r)
 {
     char conf[10000];
     snprintf(conf, sizeof conf, "[node]\nname = bench-edge\nlog_level = warn\n[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n"
-             "[overflow]\nspeculate = %s\nspec_k = %u\n[model m]\npath = %s\n%s%s%sprecision = int8\nthreads = %u\nctx = 512\n",
-             uri, k ? "true" : "false", k ? k : 4, model, tok ? "tokenizer = " : "", tok ? tok : "", tok ? "\n" : "",
+             "[overflow]\nspeculate = %s\nspec_k = %u\nspec_pipeline = %s\n[model m]\npath = %s\n%s%s%sprecision = int8\nthreads = %u\nctx = 512\n",
+             uri, k ? "true" : "false", k ? k : 4, pipe ? "true" : "false", model, tok ? "tokenizer = " : "", tok ? tok : "", tok ? "\n" : "",
              o->threads);
     pthread_mutex_lock(&G.mu);
     unsigned from = G.n_online;
@@ -187,7 +188,7 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
     }
     usleep(300000);                                   /* the retained center status reaches it */
     memset(r, 0, sizeof *r);
-    snprintf(r->mode, sizeof r->mode, k ? "spec k<=%u" : "plain", k);
+    snprintf(r->mode, sizeof r->mode, k ? "spec k<=%u%s" : "plain", k, pipe ? "" : " np");
     double drafted = 0, accepted = 0, secs_all = 0;
     static unsigned seq;
     double warm;
@@ -233,6 +234,7 @@ static void usage(FILE *f)
                "  --prompts N      prompts per mode, 1..%d (default 10)\n"
                "  --tokens N       tokens per request (default 128 on 260k, 24 on 110m)\n"
                "  --ks LIST        spec_k values, e.g. 2,4,8 (default 2,4,8)\n"
+               "  --no-pipeline    also run each k with [overflow] spec_pipeline = false (mode \"np\")\n"
                "  --threads N      threads of each node (default 1)\n"
                "  --dir DIR        work dir for configs, logs, the 110m model (default /tmp/dspark-bench-specnet)\n"
                "  --json PATH      write the results as JSON\n"
@@ -248,7 +250,7 @@ static int parse(int argc, char **argv, struct opts *o)
         { "prompts", required_argument, NULL, 'p' }, { "tokens", required_argument, NULL, 'n' },
         { "ks", required_argument, NULL, 'k' }, { "threads", required_argument, NULL, 't' },
         { "dir", required_argument, NULL, 'd' }, { "json", required_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+        { "no-pipeline", no_argument, NULL, 'P' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     int c;
     long tokens = 0;
@@ -297,6 +299,7 @@ static int parse(int argc, char **argv, struct opts *o)
             }
             break;
         case 'd': o->dir = optarg; break;
+        case 'P': o->both_pipe = true; break;
         case 'j': o->json = optarg; break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
@@ -376,12 +379,14 @@ int main(int argc, char **argv)
             break;
         }
         const char *name = which ? "110M-shape (random)" : "stories260K";
-        struct result res[MAX_KS + 1];
+        struct result res[MAX_MODES];
         char *plain[MAX_PROMPTS] = { 0 };
         unsigned n_res = 0;
-        for (unsigned m = 0; m <= o.n_ks && status == 0; m++, n_res++)
-            if (run_mode(&o, c, tb_broker_uri(b), model_copy, tok, which, m ? o.ks[m - 1] : 0, plain, &res[m]) != 0)
-                status = 1;
+        for (unsigned m = 0; m <= o.n_ks && status == 0; m++)
+            for (int np = 0; np <= (m && o.both_pipe) && status == 0; np++, n_res++)
+                if (run_mode(&o, c, tb_broker_uri(b), model_copy, tok, which, m ? o.ks[m - 1] : 0, !np, plain,
+                             &res[n_res]) != 0)
+                    status = 1;
         stop_node(center);
         for (unsigned i = 0; i < MAX_PROMPTS; i++) free(plain[i]);
         if (status) break;

@@ -127,11 +127,16 @@ struct spn_req {
     uint32_t                  n_ctx, n_prompt;
     int32_t                   draft[DS_SPEC_K_MAX];
     uint32_t                  k, pos;        /* of the round in flight */
+    int32_t                   pre[DS_SPEC_K_MAX + 1];   /* pipelined: drafts after all k + pre[0] */
+    uint32_t                  n_pre;
+    bool                      ready;         /* pre[1..] is the next round's draft */
+    uint64_t                  pre_tries, pre_hits;
     bool                      waiting;
     uint64_t                  sent_ns;
     unsigned                  opens;
     char                      sid[SID_MAX], center[64], version[64], precision[8];
     char                      avoid[64];     /* the center that failed this request last */
+    char                      target[64];    /* where the open in flight went ("" = shared) */
 };
 
 /* ---- helpers ---- */
@@ -581,7 +586,8 @@ static void edge_new_session(struct ds_node *a, struct node_req *r)
     struct node_specnet *n = a->spn;
     s->opens++;
     s->center[0] = '\0';
-    s->waiting = false;
+    s->waiting = s->ready = false;
+    s->n_pre = 0;
     snprintf(s->sid, sizeof s->sid, "%.64s.%llx.%llu.%u", a->cfg->node, (unsigned long long)n->nonce,
              (unsigned long long)r->key, s->opens);
     pthread_mutex_lock(&n->mu);
@@ -678,7 +684,7 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
     struct spn_req *s = r->spec;
     DS_LOG(DS_LOG_WARN, "request %s, session %s: %s", r->req.id, s->sid, why);
     if (s->center[0]) edge_send_close(a, s->center, s->sid);
-    if (s->center[0]) memcpy(s->avoid, s->center, sizeof s->avoid);
+    if (s->center[0] || s->target[0]) memcpy(s->avoid, s->center[0] ? s->center : s->target, sizeof s->avoid);
     if (r->deadline_ns && now >= r->deadline_ns) {
         char msg[200];
         snprintf(msg, sizeof msg, "deadline passed during speculation (%s; %u tokens streamed)", why, r->n_gen);
@@ -697,6 +703,22 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
     return false;
 }
 
+/* Pipelining, while the round is out: draft k + 1 tokens after the history
+** + all k drafts. If the verdict accepts all k and its token is pre[0],
+** pre[1..] is the next round's draft, already made (the draft cache then
+** holds exactly what drafting it would have left). */
+static void edge_predraft(struct node_req *r)
+{
+    struct spn_req *s = r->spec;
+    uint32_t k = s->k;
+    s->n_pre = 0;
+    if (k == 0 || s->n_ctx + 2 * k + 2 >= ds_engine_max_ctx(r->m->eng)) return;
+    memcpy(s->ctx + s->n_ctx, s->draft, k * sizeof *s->ctx);      /* scratch past the history */
+    s->pre_tries++;
+    if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx + k, k + 1, s->pre, NULL) == DS_OK) s->n_pre = k + 1;
+    else (void)ds_seq_truncate(r->seq, DS_MIN(ds_seq_len(r->seq), s->n_ctx + k - 1));
+}
+
 /* Draft the next round and send it (an open while no center is pinned). */
 static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
 {
@@ -705,7 +727,13 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     uint32_t left = r->req.max_tokens - r->n_gen;                   /* >= 1 while running */
     uint32_t room = s->n_ctx + 1 < max_ctx ? max_ctx - s->n_ctx - 1 : 0;
     uint32_t k = DS_MIN(DS_MIN(ds_spec_adapt_k(&s->ad), left - 1), room);
-    if (k) {
+    if (s->ready) {                                 /* drafted while the last round was out */
+        s->ready = false;
+        k = DS_MIN(k, s->n_pre - 1);
+        memcpy(s->draft, s->pre + 1, k * sizeof *s->draft);
+        uint32_t keep = k ? s->n_ctx + k - 1 : DS_MIN(ds_seq_len(r->seq), s->n_ctx - 1);
+        if (ds_seq_len(r->seq) > keep) (void)ds_seq_truncate(r->seq, keep);
+    } else if (k) {
         uint64_t t0 = ds_now_ns();
         if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx, k, s->draft, NULL) != DS_OK) {
             k = 0;                                  /* the center decodes one token plainly */
@@ -720,9 +748,9 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     char topic[192], corr[SID_MAX + 8];
     cJSON_DeleteItemFromObjectCaseSensitive(j, "session");
     cJSON_AddStringToObject(j, "session", s->sid);
-    char other[64];
-    if (open && s->avoid[0] && node__center_pick(a, s->avoid, other)) {
-        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", other);  /* a re-open: not where it failed */
+    s->target[0] = '\0';
+    if (open && s->opens > 1 && node__center_pick(a, s->avoid, s->target)) {
+        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->target);  /* a re-open: not where it failed */
         add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else if (open) {
         snprintf(topic, sizeof topic, TOPIC_SPEC_OPEN "%s", r->req.model);
@@ -739,6 +767,7 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     publish_json(a, topic, &p, j);
     s->waiting = true;
     s->sent_ns = now;
+    if (a->cfg->spec_pipeline) edge_predraft(r);
 }
 
 /* One verdict: 1 applied (*gone when r finished and was freed), 0 ignored
@@ -785,7 +814,9 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
         if (s->use.drafted && s->round_ns)   /* measured cost of a draft token against a round */
             s->ad.cost = (float)(((double)s->draft_ns / (double)s->use.drafted) /
                                  ((double)s->round_ns / (double)s->use.rounds));
-        if (ds_seq_len(r->seq) > s->n_ctx + acc) (void)ds_spec_draft_rollback(r->seq, s->n_ctx, acc);
+        s->ready = s->n_pre && acc == s->k && (int32_t)tok == s->pre[0];
+        s->pre_hits += s->ready;
+        if (!s->ready) (void)ds_spec_draft_rollback(r->seq, s->n_ctx, acc);
         s->waiting = false;
         int32_t t[DS_SPEC_K_MAX + 1];
         memcpy(t, s->draft, acc * sizeof *t);
@@ -858,6 +889,9 @@ void node__specnet_final(struct ds_node *a, struct node_req *r, struct ds_msg_fi
 {
     struct spn_req *s = r->spec;
     f->spec = &s->use;
+    DS_LOG(DS_LOG_DEBUG, "request %s: %llu rounds, %llu of %llu drafts accepted, pipelined drafts used %llu of %llu",
+           r->req.id, (unsigned long long)s->use.rounds, (unsigned long long)s->use.accepted,
+           (unsigned long long)s->use.drafted, (unsigned long long)s->pre_hits, (unsigned long long)s->pre_tries);
     if (!s->center[0]) return;
     f->served_by = (struct ds_msg_served_by){ s->center, DS_MSG_ROLE_CENTER, r->m->cfg->name, s->version, s->precision };
     edge_send_close(a, s->center, s->sid);

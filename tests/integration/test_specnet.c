@@ -525,7 +525,7 @@ static void test_center_stuck(void **state)
     }
     kill(g.center[0], SIGCONT);
     printf("center-0 stopped (SIGSTOP) mid-stream: %d rounds timed out; %d of %d answers equal to plain decoding, "
-           "%d finished by the edge, %d errors\n", log_count("no verdict from center-0"), equal, N, local, errors);
+           "%d finished by the edge, %d errors\n", log_count("no verdict"), equal, N, local, errors);
     assert_int_equal(equal + local + errors, N);
 }
 
