@@ -311,7 +311,7 @@ static int parse(int argc, char **argv, struct opts *o)
     }
     if (o->quick) {
         *o = (struct opts){ .quick = true, .want = { true, false }, .n_prompts = 3, .tokens = { 40, 8 }, .ks = { 4 },
-                            .n_ks = 1, .threads = 1, .dir = o->dir, .json = o->json };
+                            .n_ks = 1, .threads = 1, .dir = o->dir, .json = o->json, .both_pipe = o->both_pipe };
     }
     if (tokens) o->tokens[0] = o->tokens[1] = (unsigned)tokens;
     return 0;

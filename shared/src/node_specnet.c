@@ -859,6 +859,8 @@ static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
             else if (now - s->sent_ns > timeout)
                 snprintf(why, sizeof why, "no verdict from %s within %u ms", s->center[0] ? s->center : "any center",
                          a->cfg->spec_timeout_ms);
+            else if (r->deadline_ns && now >= r->deadline_ns)
+                snprintf(why, sizeof why, "no verdict from %s before the deadline", s->center[0] ? s->center : "any center");
             else
                 return;
             if (!edge_fallback(a, r, now, why)) return;

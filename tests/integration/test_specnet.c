@@ -247,6 +247,32 @@ static pid_t start_center(int i)
     return pid;
 }
 
+/* The edge (again): SIGTERM the running one first. */
+static void start_edge(bool pipeline)
+{
+    if (g.edge > 0) {
+        kill(g.edge, SIGTERM);
+        waitpid(g.edge, NULL, 0);
+    }
+    int from = g.n;
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-spec\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
+             "[overflow]\nspeculate = true\nspec_k = 4\nspec_timeout_ms = 3000\nspec_pipeline = %s\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+             tb_broker_uri(g.edge_b), pipeline ? "true" : "false", tu_model("stories260K.gguf"));
+    g.edge = spawn_node("edge-agent/dspark-edge", "edge-spec", conf);
+    bool up = false;
+    for (int t = 0; t < 2000 && !up; t++) {
+        pthread_mutex_lock(&g.mu);
+        for (int i = from; i < g.n && !up; i++) up = strstr(g.m[i].json, "\"node\":\"edge-spec\",\"state\":\"online\"") != NULL;
+        pthread_mutex_unlock(&g.mu);
+        usleep(10000);
+    }
+    assert_true(up);
+    usleep(500000);                               /* the retained center status reaches it */
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -284,15 +310,7 @@ static int setup(void **state)
 
     g.center[0] = start_center(0);
     g.center[1] = start_center(1);
-    char conf[2048];
-    snprintf(conf, sizeof conf,
-             "[node]\nname = edge-spec\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
-             "[overflow]\nspeculate = true\nspec_k = 4\nspec_timeout_ms = 3000\n"
-             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
-             tb_broker_uri(g.edge_b), tu_model("stories260K.gguf"));
-    g.edge = spawn_node("edge-agent/dspark-edge", "edge-spec", conf);
-    assert_true(seen("\"node\":\"edge-spec\",\"state\":\"online\"", 20000));
-    usleep(500000);                               /* the retained center status reaches it */
+    start_edge(false);
 
     /* Plain center decoding of every prompt, asked of the centers directly. */
     char id[32];
@@ -352,19 +370,19 @@ static char *run_text(const char *prompt)
     return strdup(out);
 }
 
-static void test_greedy_identity(void **state)
+/* 20 prompts: speculative answers == plain center == dspark run. */
+static void greedy_identity(const char *tag)
 {
-    (void)state;
     char id[32], extra[160];
     for (int i = 0; i < N_PROMPTS; i++) {
-        snprintf(id, sizeof id, "spec-%d", i);
+        snprintf(id, sizeof id, "%s-%d", tag, i);
         snprintf(extra, sizeof extra, "\"max_tokens\":%d,\"route\":\"center\",\"stream\":%s", GEN,
                  i % 2 ? "true" : "false");
         send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
     }
     double drafted = 0, accepted = 0, rounds = 0, tokens = 0;
     for (int i = 0; i < N_PROMPTS; i++) {
-        snprintf(id, sizeof id, "spec-%d", i);
+        snprintf(id, sizeof id, "%s-%d", tag, i);
         char *a = answer(id, 60000);
         assert_non_null(a);
         if (i == 0) validate("final", a);
@@ -391,9 +409,23 @@ static void test_greedy_identity(void **state)
         free(text); free(tier); free(prec); free(run); free(a);
     }
     assert_true(drafted > 0);
-    printf("20 prompts x %d tokens: speculative == plain center == dspark run FP32, token for token; drafted %.0f, "
-           "accepted %.0f (acceptance %.3f), %.0f rounds, %.2f tokens per round\n",
-           GEN, drafted, accepted, accepted / drafted, rounds, tokens / rounds);
+    printf("%s: 20 prompts x %d tokens: speculative == plain center == dspark run FP32, token for token; drafted "
+           "%.0f, accepted %.0f (acceptance %.3f), %.0f rounds, %.2f tokens per round\n",
+           tag, GEN, drafted, accepted, accepted / drafted, rounds, tokens / rounds);
+}
+
+static void test_greedy_identity(void **state)
+{
+    (void)state;
+    greedy_identity("spec");
+}
+
+/* The same with pipelined drafting; the failure tests below run with it on. */
+static void test_greedy_identity_pipelined(void **state)
+{
+    (void)state;
+    start_edge(true);
+    greedy_identity("pipe");
 }
 
 /* Lines of the edge's log that contain what. */
@@ -654,6 +686,28 @@ static void test_protocol(void **state)
     ds_model_close(m);
 }
 
+/* No center answers before the deadline (both stopped): a clear
+** deadline_exceeded error, once. */
+static void test_deadline(void **state)
+{
+    (void)state;
+    kill(g.center[0], SIGSTOP);
+    kill(g.center[1], SIGSTOP);
+    send_req(g.dev, "dspark/v1/infer/stories", "late-1", prompts[0],
+             "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"deadline_ms\":1500");
+    char *a = answer("late-1", 30000);
+    kill(g.center[0], SIGCONT);
+    kill(g.center[1], SIGCONT);
+    assert_non_null(a);
+    char *code = field(a, "error", "code"), *msg = field(a, "error", "message");
+    printf("both centers stopped, deadline 1.5 s: %s: %s\n", code, msg);
+    assert_string_equal(code, "deadline_exceeded");
+    assert_non_null(strstr(msg, "speculation"));
+    usleep(300000);
+    assert_int_equal(count_answers("late-1"), 1);
+    free(code); free(msg); free(a);
+}
+
 /* SIGTERM: every node drains and exits 0, and (sanitizer builds) reports
 ** no leak or error in its log. */
 static void test_shutdown(void **state)
@@ -679,9 +733,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_greedy_identity_pipelined),
         cmocka_unit_test(test_protocol),
         cmocka_unit_test(test_center_killed),
         cmocka_unit_test(test_center_stuck),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_shutdown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
