@@ -9,7 +9,11 @@
 ** client-side tokens/s (completion tokens / wall time from publish to the
 ** final message), time per round (wall time / usage.rounds), acceptance and
 ** tokens per round; every speculative text is checked against the plain one
-** (greedy: they must be equal). Prints a table; --json writes the figures.
+** (greedy: they must be equal). On a shared machine the load moves between
+** modes, so each speculative request is paired with the same prompt sent
+** straight to the center just before it (plain center decoding without the
+** relay hop): "x paired" compares the two under the same load. Prints a
+** table; --json writes the figures.
 **
 ** Models: 260k = stories260K (real acceptance); 110m = random weights of the
 ** 110M shape with the Llama 2 tokenizer (written to --dir once).
@@ -59,7 +63,7 @@ struct opts {
 
 struct result {
     char     mode[16];
-    double   tok_s, ms_round, acceptance, tok_round, ms_total;
+    double   tok_s, ms_round, acceptance, tok_round, ms_total, paired_tok_s;
     unsigned tokens, rounds, mismatches;
 };
 
@@ -133,7 +137,7 @@ static void stop_node(pid_t pid)
 }
 
 /* One request, route=center, answered: its final (OWNED) or NULL after 120 s. */
-static char *ask(struct ds_mqtt *c, const char *prompt, unsigned tokens, unsigned seq, double *secs)
+static char *ask(struct ds_mqtt *c, const char *topic, const char *prompt, unsigned tokens, unsigned seq, double *secs)
 {
     char json[512];
     snprintf(json, sizeof json, "{\"id\":\"b%u\",\"model\":\"m\",\"prompt\":\"%s\",\"max_tokens\":%u,\"route\":\"center\"}",
@@ -145,7 +149,7 @@ static char *ask(struct ds_mqtt *c, const char *prompt, unsigned tokens, unsigne
     pthread_mutex_unlock(&G.mu);
     struct ds_mqtt_props p = { "bench/specnet/reply", G.corr, strlen(G.corr), 0 };
     double t0 = bench_now_s();
-    if (ds_mqtt_publish(c, "dspark/v1/infer/m", json, strlen(json), 1, false, &p) != DS_OK) return NULL;
+    if (ds_mqtt_publish(c, topic, json, strlen(json), 1, false, &p) != DS_OK) return NULL;
     pthread_mutex_lock(&G.mu);
     while (!G.final && bench_now_s() - t0 < 120.0) {
         struct timespec ts;
@@ -189,13 +193,18 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
     usleep(300000);                                   /* the retained center status reaches it */
     memset(r, 0, sizeof *r);
     snprintf(r->mode, sizeof r->mode, k ? "spec k<=%u%s" : "plain", k, pipe ? "" : " np");
-    double drafted = 0, accepted = 0, secs_all = 0;
+    double drafted = 0, accepted = 0, secs_all = 0, paired_all = 0;
     static unsigned seq;
     double warm;
-    free(ask(c, prompts[0], 4, seq++, &warm));       /* first-request costs out of the figures */
+    free(ask(c, "dspark/v1/infer/m", prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
     for (unsigned i = 0; i < o->n_prompts; i++) {
-        double secs = 0;
-        char *f = ask(c, prompts[i], o->tokens[which], seq++, &secs);
+        double secs = 0, paired = 0;
+        if (k) {
+            char *pf = ask(c, "dspark/v1/center/infer/m", prompts[i], o->tokens[which], seq++, &paired);
+            paired_all += paired;
+            free(pf);
+        }
+        char *f = ask(c, "dspark/v1/infer/m", prompts[i], o->tokens[which], seq++, &secs);
         cJSON *j = f ? cJSON_Parse(f) : NULL;
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
         if (!cJSON_IsString(text)) {
@@ -218,6 +227,7 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
     stop_node(edge);
     r->ms_total = secs_all * 1e3;
     r->tok_s = r->tokens / secs_all;
+    r->paired_tok_s = k ? r->tokens / paired_all : r->tok_s;
     r->ms_round = r->rounds ? secs_all * 1e3 / r->rounds : 0.0;
     r->tok_round = r->rounds ? (double)r->tokens / r->rounds : 0.0;
     r->acceptance = drafted > 0 ? accepted / drafted : 0.0;
@@ -392,11 +402,12 @@ int main(int argc, char **argv)
         if (status) break;
         printf("\n%s: %u prompts x %u tokens, one at a time, loopback broker, %u thread(s) per node\n", name, o.n_prompts,
                o.tokens[which], o.threads);
-        printf("%-12s %10s %8s %10s %10s %10s %8s\n", "mode", "tokens/s", "x plain", "ms/round", "tok/round", "acceptance",
-               "!=plain");
+        printf("%-12s %10s %8s %13s %9s %10s %10s %10s %8s\n", "mode", "tokens/s", "x plain", "paired plain", "x paired",
+               "ms/round", "tok/round", "acceptance", "!=plain");
         for (unsigned m = 0; m < n_res; m++)
-            printf("%-12s %10.1f %8.2f %10.2f %10.2f %10.3f %8u\n", res[m].mode, res[m].tok_s, res[m].tok_s / res[0].tok_s,
-                   res[m].ms_round, res[m].tok_round, res[m].acceptance, res[m].mismatches);
+            printf("%-12s %10.1f %8.2f %13.1f %9.2f %10.2f %10.2f %10.3f %8u\n", res[m].mode, res[m].tok_s,
+                   res[m].tok_s / res[0].tok_s, res[m].paired_tok_s, res[m].tok_s / res[m].paired_tok_s, res[m].ms_round,
+                   res[m].tok_round, res[m].acceptance, res[m].mismatches);
         for (unsigned m = 1; m < n_res; m++)
             if (res[m].mismatches) status = 1;       /* greedy: must equal plain */
         if (jf) {
@@ -406,6 +417,8 @@ int main(int argc, char **argv)
                 fprintf(jf, "%s{\"mode\":\"%s\",", m ? "," : "", res[m].mode);
                 bench_json_num(jf, "tokens_per_s", res[m].tok_s, ",");
                 bench_json_num(jf, "speedup", res[m].tok_s / res[0].tok_s, ",");
+                bench_json_num(jf, "paired_plain_tokens_per_s", res[m].paired_tok_s, ",");
+                bench_json_num(jf, "speedup_paired", res[m].tok_s / res[m].paired_tok_s, ",");
                 bench_json_num(jf, "ms_per_round", res[m].rounds ? res[m].ms_round : NAN, ",");
                 bench_json_num(jf, "tokens_per_round", res[m].rounds ? res[m].tok_round : NAN, ",");
                 bench_json_num(jf, "acceptance", res[m].rounds ? res[m].acceptance : NAN, ",");

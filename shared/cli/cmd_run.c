@@ -111,6 +111,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         fprintf(stderr, "dspark run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (!a->draft && (a->k || a->fixed_k)) {
+        fprintf(stderr, "dspark run: -k and --fixed-k need --draft MODEL|int8\n");
+        return 2;
+    }
     if (!a->model) {
         fprintf(stderr, "dspark run: -m MODEL is required (try ../shared/models/stories260K.gguf)\n");
         return 2;
@@ -141,7 +145,7 @@ static enum ds_err open_draft(const struct run_args *a, const struct ds_model *m
 
 int cmd_run(int argc, char **argv)
 {
-    struct run_args a = { .n = 256, .prompt = "", .k = 4 };
+    struct run_args a = { .n = 256, .prompt = "" };
     ds_sampler_params_init(&a.sp);
     ds_log_set(NULL, NULL, DS_LOG_WARN);
     int prc = parse_args(argc, argv, &a);
@@ -188,7 +192,7 @@ int cmd_run(int argc, char **argv)
     if (a.draft) {
         struct ds_spec_opts so;
         ds_spec_opts_init(&so);
-        so.k = (uint32_t)a.k;
+        if (a.k) so.k = (uint32_t)a.k;
         so.adaptive = !a.fixed_k;
         if (open_draft(&a, m, &eo, &dm, &de) != DS_OK) goto done;
         if ((rc = ds_seq_create(de, &dseq)) != DS_OK || (rc = ds_spec_create(de, e, &a.sp, &so, &sp)) != DS_OK) {

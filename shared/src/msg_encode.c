@@ -99,13 +99,12 @@ enum ds_err ds_msg_final_encode(const struct ds_msg_final *f, char **out, size_t
     ok = usage && add_num(usage, "prompt_tokens", f->prompt_tokens)
          && add_num(usage, "completion_tokens", f->completion_tokens)
          && add_num(usage, "total_tokens", (double)f->prompt_tokens + f->completion_tokens);
-    if (ok && f->spec) {
-        const struct ds_msg_spec_usage *s = f->spec;
-        ok = add_num(usage, "drafted", (double)s->drafted) && add_num(usage, "accepted", (double)s->accepted)
-             && add_num(usage, "acceptance", s->drafted ? (double)s->accepted / (double)s->drafted : 0.0)
-             && add_num(usage, "rounds", (double)s->rounds)
-             && add_num(usage, "tokens_per_pass", s->rounds ? (double)f->completion_tokens / (double)s->rounds : 0.0);
-    }
+    const struct ds_msg_spec_usage *sp = f->spec;
+    if (ok && sp)
+        ok = add_num(usage, "drafted", sp->drafted) && add_num(usage, "accepted", sp->accepted)
+             && add_num(usage, "acceptance", sp->drafted ? (double)sp->accepted / sp->drafted : 0.0)
+             && add_num(usage, "tokens_per_pass", sp->rounds ? (double)sp->emitted / sp->rounds : 0.0)
+             && add_num(usage, "rounds", sp->rounds);
     cJSON *served = ok ? cJSON_AddObjectToObject(o, "served_by") : NULL;
     ok = served && add_str(served, "node", sb->node ? sb->node : "")
          && cJSON_AddStringToObject(served, "tier", ds_msg_role_name(sb->tier))

@@ -64,7 +64,7 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
 void node__req_free(struct node_req *r)
 {
     if (!r) return;
-    node__specnet_req_free(r->spec);
+    node__specnet_req_free(r->spn);
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_infer_req_cleanup(&r->req);
@@ -304,7 +304,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         slot = a->n_active - 1;
     }
     struct ds_msg_final f = {
-        .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
+        .spec = r->spec.rounds ? &r->spec : NULL, .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
         .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->m->cfg->version,
                        ds_precision_name(ds_engine_precision(r->m->eng)) },
@@ -312,7 +312,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
         .total_ms = (double)(now - r->recv_ns) / 1e6,
     };
-    if (r->spec) node__specnet_final(a, r, &f);
+    if (r->spn) node__specnet_final(a, r, &f);
     char *json;
     size_t len;
     if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
@@ -336,22 +336,23 @@ static bool append_text(struct node_req *r, const char *p, size_t n)
     return true;
 }
 
-/* Feed one sampled token; returns true when the request is finished. */
+/* Sample one token from logits and handle it. */
 static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 {
     float lp = 0.0f;
     int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
-    r->logprob_sum += lp;
-    return node__emit_token(a, r, tok);
+    return node__on_sampled(a, r, tok, lp);
 }
 
-bool node__emit_token(struct ds_node *a, struct node_req *r, int32_t tok)
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob)
 {
     if (!r->first_ns) r->first_ns = ds_now_ns();
+    r->logprob_sum += logprob;
     if (tok == ds_tok_eos(r->m->tok) || tok == ds_tok_bos(r->m->tok)) {
         finish(a, r, DS_MSG_FINISH_STOP);
         return true;
     }
+    if (r->n_ids + r->n_gen < r->ids_cap) r->ids[r->n_ids + r->n_gen] = tok;   /* the history */
     r->n_gen++;
     char piece[256];
     size_t got = 0;
@@ -415,7 +416,8 @@ static void admit(struct ds_node *a, struct node_req *r)
     }
     struct node_model *m = r->m;
     size_t cap = r->req.prompt_len + 3;
-    r->ids = malloc(cap * sizeof *r->ids);
+    r->ids_cap = cap + (m->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
+    r->ids = malloc(r->ids_cap * sizeof *r->ids);
     if (!r->ids || ds_tok_encode(m->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return;
@@ -430,6 +432,7 @@ static void admit(struct ds_node *a, struct node_req *r)
     struct ds_sampler_params sp = r->req.sampling;
     if (!r->req.has_seed) sp.seed = r->key ^ r->recv_ns;
     if (sp.top_k > ds_engine_config(m->eng)->vocab_size) sp.top_k = 0;
+    r->sp = sp;
     if (ds_seq_create(m->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(m->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
         return;
@@ -444,13 +447,14 @@ static void admit(struct ds_node *a, struct node_req *r)
 ** prompt chunks for those still prefilling, in one forward pass. */
 static void step_model(struct ds_node *a, struct node_model *m)
 {
+    if (m->spec && node__spec_step(a, m)) return;
     struct ds_batch_row rows[1024];
     struct node_req *owner[1024];    /* request of each row that wants logits */
     size_t n = 0, n_logits = 0;
     uint32_t budget = DS_MIN(m->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->m != m || r->n_fed < r->n_ids || r->spec) continue;
+        if (r->m != m || r->n_fed < r->n_ids || r->spn) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
@@ -471,7 +475,7 @@ static void step_model(struct ds_node *a, struct node_model *m)
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s: forward pass failed: %s", m->cfg->name, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->m == m && !a->active[i]->spec)
+            if (a->active[i]->m == m && !a->active[i]->spn)
                 node__active_fail(a, a->active[i], DS_MSG_CODE_INTERNAL, "the engine failed");
         return;
     }
@@ -656,6 +660,7 @@ static enum ds_err load_model(struct ds_node *a, const struct ds_node_model_cfg 
     if ((rc = ds_engine_create(m->model, &o, &m->eng)) != DS_OK) return rc;
     m->logits = malloc((size_t)o.max_batch * m->model->cfg.vocab_size * sizeof *m->logits);
     if (!m->logits) return DS_ERR_NOMEM;
+    if (mc->draft && (rc = node__spec_load(a, m)) != DS_OK) return rc;
     DS_LOG(DS_LOG_INFO, "model %s: %s, %s, %s kernels, %u threads, ctx %u", mc->name, mc->path,
            ds_precision_name(o.precision), ds_engine_kernel(m->eng), ds_engine_threads(m->eng),
            ds_engine_max_ctx(m->eng));
@@ -674,6 +679,7 @@ void ds_node_destroy(struct ds_node *a)
     node__specnet_destroy(a);            /* after the requests: they point into it */
     ds_sched_destroy(a->sched);
     for (unsigned i = 0; i < a->n_models; i++) {
+        node__spec_unload(&a->models[i]);
         ds_engine_destroy(a->models[i].eng);
         ds_tok_destroy(a->models[i].tok);
         ds_model_close(a->models[i].model);

@@ -60,6 +60,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     m->name = strdup(name);
     m->version = strdup("1");
     m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    m->spec_k = 4;
     if (!m->name || !m->version) {
         free(m->name);
         free(m->version);
@@ -76,7 +77,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
     struct ds_node_model_cfg *m = model_slot(c, name, err, n);
     if (!m) return -1;
     char **str = !strcmp(key, "path") ? &m->path : !strcmp(key, "tokenizer") ? &m->tokenizer
-               : !strcmp(key, "version") ? &m->version : NULL;
+               : !strcmp(key, "version") ? &m->version : !strcmp(key, "draft") ? &m->draft : NULL;
     if (str) {
         char *s = strdup(value);
         if (!s) return snprintf(err, n, "out of memory"), -1;
@@ -97,12 +98,16 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
             return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
         return 0;
     }
-    uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx : NULL;
-    if (!u) return snprintf(err, n, "unknown model key (path, tokenizer, version, precision, threads, ctx, cascade)"), -1;
+    uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx
+                : !strcmp(key, "spec_k") ? &m->spec_k : NULL;
+    if (!u)
+        return snprintf(err, n, "unknown model key (path, tokenizer, version, precision, threads, ctx, cascade, "
+                        "draft, spec_k)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
-    if (!*value || *end || *value == '-' || v > (u == &m->threads ? 256ul : 1048576ul))
-        return snprintf(err, n, "'%s' is not a whole number in range", value), -1;
+    unsigned long lo = u == &m->spec_k ? 1 : 0, hi = u == &m->threads ? 256ul : u == &m->spec_k ? 16ul : 1048576ul;
+    if (!*value || *end || *value == '-' || v < lo || v > hi)
+        return snprintf(err, n, "'%s' is not a whole number in %lu..%lu", value, lo, hi), -1;
     *u = (uint32_t)v;
     return 0;
 }
@@ -138,6 +143,7 @@ void ds_node_config_cleanup(struct ds_node_config *c)
         free(c->models[i].path);
         free(c->models[i].tokenizer);
         free(c->models[i].version);
+        free(c->models[i].draft);
     }
     c->n_models = 0;
 }
@@ -207,6 +213,11 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
                    m->path ? m->path : "");
             return DS_ERR_INVAL;
         }
+        if (m->draft && strcmp(m->draft, "int8") != 0 && access(m->draft, R_OK) != 0) {
+            DS_LOG(DS_LOG_ERROR, "config: [model %s] draft '%s' is neither int8 nor a readable model file", m->name,
+                   m->draft);
+            return DS_ERR_INVAL;
+        }
     }
     return DS_OK;
 }
@@ -219,5 +230,7 @@ void ds_node_config_describe(FILE *f)
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
-               "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off)\n");
+               "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n"
+               "                     draft (speculative decoding: int8 = INT8 copy of the model, or a model file with the\n"
+               "                     same vocabulary; unset = off), spec_k (drafts per round 1..16, default 4, adapts)\n");
 }

@@ -1,7 +1,9 @@
 /*
 ** node_internal.h — what the serving node's files share (node.c: intake,
 ** engine loop, replies; node_overflow.c: the edge's overflow to centers and
-** its cascade; node_specnet.c: edge-drafted, center-verified speculation). Never installed; never used outside shared/src/node*.c.
+** its cascade; node_spec.c: one-node speculation; node_specnet.c:
+** edge-drafted, center-verified speculation). Never installed; never used
+** outside shared/src/node*.c.
 */
 #ifndef DS_NODE_INTERNAL_H
 #define DS_NODE_INTERNAL_H
@@ -18,6 +20,7 @@
 #include "ds/node.h"
 #include "ds/sampler.h"
 #include "ds/sched.h"
+#include "ds/spec.h"
 #include "ds/tok.h"
 
 #define TOPIC_CANCEL "dspark/v1/cancel/"
@@ -30,6 +33,12 @@ struct node_model {
     struct ds_engine            *eng;
     float                       *logits;      /* (max_batch, vocab) */
     uint32_t                     max_batch;
+    /* speculative decoding (node_spec.c); spec == NULL: off */
+    struct ds_model             *draft_model; /* a separate draft file, else NULL */
+    struct ds_engine            *draft_eng;
+    struct ds_spec              *spec;
+    struct ds_seq               *draft_seq;   /* the draft cache of spec_owner */
+    uint64_t                     spec_owner;  /* key of the request it belongs to; 0 none */
 };
 
 /* One accepted request, from intake to its answer. */
@@ -42,8 +51,12 @@ struct node_req {
     struct node_model   *m;
     uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
     /* running state (engine thread only) */
-    int32_t             *ids;           /* prompt tokens */
+    int32_t             *ids;           /* prompt tokens, then (speculative models)
+                                        ** the generated ones: the history */
     size_t               n_ids, n_fed;  /* prompt tokens in the cache */
+    size_t               ids_cap;
+    struct ds_sampler_params sp;        /* effective sampling (seed filled in) */
+    struct ds_msg_spec_usage spec;      /* speculative rounds of this request */
     struct ds_seq       *seq;
     struct ds_sampler   *smp;
     struct ds_tok_stream st;
@@ -54,7 +67,7 @@ struct node_req {
     double               logprob_sum;   /* of the generated tokens (cascade) */
     bool                 cascaded;      /* sent on to a center after a weak answer */
     bool                 speculate;     /* edge: draft here, verify at a center (node_specnet.c) */
-    struct spn_req      *spec;          /* its speculation state while it runs; engine thread */
+    struct spn_req      *spn;           /* its state while drafted here, verified at a center (engine thread) */
 };
 
 struct ds_node {
@@ -98,11 +111,20 @@ bool node__enqueue(struct ds_node *a, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
 bool node__topic_ok(const char *t);
 struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len);
-/* Engine loop: one new token of a running request r (text, stop strings,
-** stream chunk, limits). True when r is finished: answered and FREED. */
-bool node__emit_token(struct ds_node *a, struct node_req *r, int32_t tok);
 /* Engine loop: answer a running request with an error and free it. */
 void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
+
+/* Handle one token sampled for r (EOS, text, stop strings, stream chunk,
+** limits); true when r is finished (answered and freed). */
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob);
+
+/* node_spec.c: one-node speculative decoding */
+/* Draft engine and ds_spec for m when its config names a draft. */
+enum ds_err node__spec_load(struct ds_node *a, struct node_model *m);
+void        node__spec_unload(struct node_model *m);
+/* One speculative round for m's only running sequence, if it may take one;
+** false when m is left to the batched step. */
+bool        node__spec_step(struct ds_node *a, struct node_model *m);
 
 /* node_overflow.c (edge role) */
 enum ds_err node__overflow_create(struct ds_node *a);

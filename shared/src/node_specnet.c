@@ -115,13 +115,12 @@ struct node_specnet {
     char                session_topic[160], relay_topic[160];
 };
 
-/* Edge: the speculation state of one request (r->spec). */
+/* Edge: the speculation state of one request (r->spn). */
 struct spn_req {
     struct node_specnet      *owner;
     unsigned                  box;
     struct ds_spec_drafter   *d;
     struct ds_spec_adapt      ad;
-    struct ds_msg_spec_usage  use;
     uint64_t                  draft_ns, round_ns;
     int32_t                  *ctx;           /* history: prompt + emitted */
     uint32_t                  n_ctx, n_prompt;
@@ -582,7 +581,7 @@ static void edge_send_close(struct ds_node *a, const char *center, const char *s
 /* A new session id for r; verdicts of the old one are dropped from now on. */
 static void edge_new_session(struct ds_node *a, struct node_req *r)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     struct node_specnet *n = a->spn;
     s->opens++;
     s->center[0] = '\0';
@@ -636,7 +635,7 @@ void node__specnet_begin(struct ds_node *a, struct node_req *r)
     /* Cost of a draft token against a round (network + target pass): a
     ** guess until measured (node__specnet_step refines it). */
     ds_spec_adapt_init(&s->ad, a->cfg->spec_k, false, 0.1f);
-    r->spec = s;
+    r->spn = s;
     r->n_fed = r->n_ids;                        /* the drafter feeds the prompt itself */
     edge_new_session(a, r);
 }
@@ -661,7 +660,7 @@ void node__specnet_req_free(struct spn_req *s)
 /* No live center to continue with: plain decoding here, from the history. */
 static void edge_go_local(struct ds_node *a, struct node_req *r)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     uint32_t want = s->n_ctx - 1, have = ds_seq_len(r->seq);
     enum ds_err rc = DS_OK;
     if (have > want) rc = ds_seq_truncate(r->seq, want);
@@ -673,7 +672,7 @@ static void edge_go_local(struct ds_node *a, struct node_req *r)
     DS_LOG(DS_LOG_WARN, "request %s: no center to verify with: decoding the rest here (%u tokens done)",
            r->req.id, r->n_gen);
     r->last = s->ctx[s->n_ctx - 1];
-    r->spec = NULL;
+    r->spn = NULL;
     node__specnet_req_free(s);
 }
 
@@ -681,7 +680,7 @@ static void edge_go_local(struct ds_node *a, struct node_req *r)
 ** answered (and freed) or continues by plain decoding here. */
 static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, const char *why)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     DS_LOG(DS_LOG_WARN, "request %s, session %s: %s", r->req.id, s->sid, why);
     if (s->center[0]) edge_send_close(a, s->center, s->sid);
     if (s->center[0] || s->target[0]) memcpy(s->avoid, s->center[0] ? s->center : s->target, sizeof s->avoid);
@@ -709,7 +708,7 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
 ** holds exactly what drafting it would have left). */
 static void edge_predraft(struct node_req *r)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     uint32_t k = s->k;
     s->n_pre = 0;
     if (k == 0 || s->n_ctx + 2 * k + 2 >= ds_engine_max_ctx(r->m->eng)) return;
@@ -722,7 +721,7 @@ static void edge_predraft(struct node_req *r)
 /* Draft the next round and send it (an open while no center is pinned). */
 static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     uint32_t max_ctx = ds_engine_max_ctx(r->m->eng);
     uint32_t left = r->req.max_tokens - r->n_gen;                   /* >= 1 while running */
     uint32_t room = s->n_ctx + 1 < max_ctx ? max_ctx - s->n_ctx - 1 : 0;
@@ -775,7 +774,7 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
 static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_msg *m, bool *gone, char *why,
                         size_t why_len)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
@@ -807,13 +806,14 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
         }
         uint64_t now = ds_now_ns();
         s->round_ns += now - s->sent_ns;
-        s->use.rounds++;
-        s->use.drafted += s->k;
-        s->use.accepted += acc;
+        r->spec.rounds++;
+        r->spec.drafted += s->k;
+        r->spec.accepted += acc;
+        r->spec.emitted += acc + 1;
         if (s->k) ds_spec_adapt_update(&s->ad, s->k, acc);
-        if (s->use.drafted && s->round_ns)   /* measured cost of a draft token against a round */
-            s->ad.cost = (float)(((double)s->draft_ns / (double)s->use.drafted) /
-                                 ((double)s->round_ns / (double)s->use.rounds));
+        if (r->spec.drafted && s->round_ns)  /* measured cost of a draft token against a round */
+            s->ad.cost = (float)(((double)s->draft_ns / (double)r->spec.drafted) /
+                                 ((double)s->round_ns / (double)r->spec.rounds));
         s->ready = s->n_pre && acc == s->k && (int32_t)tok == s->pre[0];
         s->pre_hits += s->ready;
         if (!s->ready) (void)ds_spec_draft_rollback(r->seq, s->n_ctx, acc);
@@ -824,7 +824,7 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
         rc = 1;
         for (uint32_t i = 0; i <= acc && !*gone; i++) {
             s->ctx[s->n_ctx++] = t[i];
-            *gone = node__emit_token(a, r, t[i]);
+            *gone = node__on_sampled(a, r, t[i], 0.0f);
         }
     }
     cJSON_Delete(j);
@@ -833,7 +833,7 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
 
 static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
 {
-    struct spn_req *s = r->spec;
+    struct spn_req *s = r->spn;
     struct node_specnet *n = a->spn;
     if (s->waiting) {
         struct spn_msg got[MAILBOX_MAX];
@@ -876,24 +876,23 @@ void node__specnet_step(struct ds_node *a, uint64_t now)
         return;
     }
     for (unsigned i = a->n_active; i-- > 0;)
-        if (i < a->n_active && a->active[i]->spec) edge_run(a, a->active[i], now);
+        if (i < a->n_active && a->active[i]->spn) edge_run(a, a->active[i], now);
 }
 
 bool node__specnet_idle(struct ds_node *a)
 {
     if (a->spn->center) return false;
     for (unsigned i = 0; i < a->n_active; i++)
-        if (!a->active[i]->spec || !a->active[i]->spec->waiting) return false;
+        if (!a->active[i]->spn || !a->active[i]->spn->waiting) return false;
     return true;
 }
 
 void node__specnet_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f)
 {
-    struct spn_req *s = r->spec;
-    f->spec = &s->use;
-    DS_LOG(DS_LOG_DEBUG, "request %s: %llu rounds, %llu of %llu drafts accepted, pipelined drafts used %llu of %llu",
-           r->req.id, (unsigned long long)s->use.rounds, (unsigned long long)s->use.accepted,
-           (unsigned long long)s->use.drafted, (unsigned long long)s->pre_hits, (unsigned long long)s->pre_tries);
+    struct spn_req *s = r->spn;
+    DS_LOG(DS_LOG_DEBUG, "request %s: %u rounds, %u of %u drafts accepted, pipelined drafts used %llu of %llu",
+           r->req.id, r->spec.rounds, r->spec.accepted, r->spec.drafted, (unsigned long long)s->pre_hits,
+           (unsigned long long)s->pre_tries);
     if (!s->center[0]) return;
     f->served_by = (struct ds_msg_served_by){ s->center, DS_MSG_ROLE_CENTER, r->m->cfg->name, s->version, s->precision };
     edge_send_close(a, s->center, s->sid);

@@ -14,7 +14,8 @@
 
 #include "ds/log.h"
 
-#define ACCEPT0      0.8f                       /* EWMA start */
+#define N_ACC0       4.0f                       /* EWMA start: acceptance 0.8 */
+#define N_REJ0       1.0f
 #define DRAFT_SEED   0x5bd1e9955bd1e995ull      /* the drafter's RNG differs from the target's */
 
 /* ---- adaptive k ---- */
@@ -41,15 +42,20 @@ void ds_spec_adapt_init(struct ds_spec_adapt *a, uint32_t k_max, bool fixed, flo
     a->k_max = DS_MAX(1u, DS_MIN(k_max, DS_SPEC_K_MAX));
     a->fixed = fixed;
     a->cost = cost >= 0.0f && isfinite(cost) ? cost : 0.0f;
-    a->accept = ACCEPT0;
+    a->n_acc = N_ACC0;
+    a->n_rej = N_REJ0;
+    a->accept = N_ACC0 / (N_ACC0 + N_REJ0);
     a->k = fixed ? a->k_max : best_k(a->accept, a->cost, a->k_max);
 }
 
 void ds_spec_adapt_update(struct ds_spec_adapt *a, uint32_t drafted, uint32_t accepted)
 {
     if (drafted == 0) return;
-    float r = (float)DS_MIN(accepted, drafted) / (float)drafted;
-    a->accept += DS_SPEC_EWMA * (r - a->accept);
+    accepted = DS_MIN(accepted, drafted);
+    a->n_acc += DS_SPEC_EWMA * ((float)accepted - a->n_acc);
+    a->n_rej += DS_SPEC_EWMA * ((accepted < drafted ? 1.0f : 0.0f) - a->n_rej);
+    float t = a->n_acc + a->n_rej;
+    a->accept = t > 0.0f ? a->n_acc / t : a->accept;
     if (!a->fixed) a->k = best_k(a->accept, a->cost, a->k_max);
 }
 

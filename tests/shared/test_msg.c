@@ -436,6 +436,24 @@ static void test_msg_encoders(void **state)
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "served_by"), "tier")->valuestring, "edge");
     cJSON_Delete(j);
     batch_add_text(&b, "final", out, true);
+    /* Speculative usage: four more fields, schema-valid. */
+    struct ds_msg_spec_usage su = { .drafted = 40, .accepted = 30, .rounds = 12, .emitted = 42 };
+    f.spec = &su;
+    assert_int_equal(ds_msg_final_encode(&f, &out, &n), DS_OK);
+    j = parse(out);
+    const cJSON *u = cJSON_GetObjectItem(j, "usage");
+    assert_int_equal(cJSON_GetObjectItem(u, "drafted")->valueint, 40);
+    assert_int_equal(cJSON_GetObjectItem(u, "accepted")->valueint, 30);
+    assert_true(fabs(cJSON_GetObjectItem(u, "acceptance")->valuedouble - 0.75) < 1e-9);
+    assert_true(fabs(cJSON_GetObjectItem(u, "tokens_per_pass")->valuedouble - 3.5) < 1e-9);
+    cJSON_Delete(j);
+    batch_add_text(&b, "final", out, true);
+    f.spec = NULL;
+    /* Half the speculative fields: the schema refuses it. */
+    batch_add_text(&b, "final", strdup("{\"v\":1,\"id\":\"x\",\"done\":true,\"text\":\"\",\"finish_reason\":"
+                   "\"stop\",\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2,"
+                   "\"drafted\":3},\"served_by\":{\"node\":\"n\",\"tier\":\"edge\",\"model\":\"m\",\"version\":"
+                   "\"1\",\"precision\":\"fp32\"},\"timing\":{\"queue_ms\":0,\"ttft_ms\":0,\"total_ms\":0}}"), false);
     f.finish_reason = DS_MSG_FINISH_CANCELLED;
     f.served_by.tier = DS_MSG_ROLE_CENTER;
     f.served_by.precision = "fp16";

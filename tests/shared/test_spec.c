@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -234,6 +235,14 @@ static void test_cli_reference(void **state)
     out[got] = '\0';
     assert_int_not_equal(pclose(p), 0);
     assert_non_null(strstr(out, "vocabulary"));
+    /* -k without a draft, and k out of range, are refused (usage error, 2). */
+    const char *bad[] = { "-k 3", "--draft int8 -k 0", "--draft int8 -k 17" };
+    for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {
+        snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -n 4 %s 2>/dev/null >/dev/null", DS_BUILD_DIR,
+                 tu_model("stories260K.gguf"), bad[i]);
+        int st = system(cmd);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    }
 }
 
 /* ---- sampling: chi-squared against the exact plain distribution ---- */

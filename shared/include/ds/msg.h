@@ -158,14 +158,16 @@ struct ds_msg_served_by {
     const char      *precision;   /* "int8" | "fp16" | "fp32" */
 };
 
-/* Speculative decoding figures of one answer (usage.drafted ...). */
+/* Speculative decoding's share of an answer (ds/spec.h): draft tokens
+** proposed and accepted, target verify passes and tokens they produced. The
+** final message's usage then adds drafted, accepted, acceptance
+** (accepted/drafted), tokens_per_pass (emitted/rounds) and rounds. */
 struct ds_msg_spec_usage {
-    uint64_t rounds;          /* target verify passes */
-    uint64_t drafted;         /* draft tokens proposed */
-    uint64_t accepted;        /* draft tokens the target accepted */
+    uint32_t drafted, accepted, rounds, emitted;
 };
 
 struct ds_msg_final {
+    const struct ds_msg_spec_usage *spec;    /* NULL: not decoded speculatively */
     const char             *id;
     const char             *text;        /* bytes; repaired like ds_msg_chunk.delta */
     size_t                  text_len;
@@ -174,8 +176,6 @@ struct ds_msg_final {
     uint32_t                completion_tokens;   /* total_tokens is their sum */
     struct ds_msg_served_by served_by;
     double                  queue_ms, ttft_ms, total_ms;
-    const struct ds_msg_spec_usage *spec;  /* NULL = not speculative; else usage gets drafted,
-                                           ** accepted, acceptance, rounds, tokens_per_pass */
 };
 
 DS_MUST_CHECK enum ds_err ds_msg_chunk_encode(const struct ds_msg_chunk *c, char **out,

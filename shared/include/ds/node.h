@@ -39,6 +39,10 @@ struct ds_node_model_cfg {
     uint32_t ctx;           /* 0 = min(model, 2048) */
     float    cascade;       /* edge: send a non-streamed answer whose mean token
                             ** log-probability is below this to a center; 0 = off */
+    char    *draft;         /* speculative decoding: "int8" (INT8 copy of this
+                            ** model) or a model file with the same vocabulary;
+                            ** NULL = off */
+    uint32_t spec_k;        /* drafts per round, 1..16 (default 4; adapts within) */
 };
 
 struct ds_node_config {

@@ -64,17 +64,21 @@
 #define DS_SPEC_K_MAX 16u       /* most drafts per round (verify = k+1 rows) */
 
 /* ---- adaptive k ---- */
-/* Rule: a = EWMA (weight DS_SPEC_EWMA) of the per-round acceptance rate
-** accepted/drafted, starting at 0.8 (or the given a0). The next k is the one
-** in [1, k_max] that maximises the expected tokens per unit of cost,
-**     (1 - a^(k+1)) / (1 - a)  /  (1 + cost * k),
+/* Rule: a is the per-token acceptance probability estimated from recent
+** rounds: with n accepted of k drafted, a round shows n acceptances and one
+** rejection when n < k (none when n = k), so a = N / (N + R) with N and R
+** exponentially weighted (DS_SPEC_EWMA per round) averages of those counts;
+** it starts at 0.8 (N = 4, R = 1). The next k is the one in [1, k_max] that
+** maximises the expected tokens per unit of cost,
+**     (1 + a + ... + a^k)  /  (1 + cost * k),
 ** where cost is the price of one draft token relative to one target pass
 ** (ds_spec uses the ratio of the engines' streamed weight bytes: INT8 draft
 ** of an FP32 target ~ 0.27). With fixed set, k stays at k_max. Deterministic:
 ** depends on the counts only. */
 #define DS_SPEC_EWMA 0.3f
 struct ds_spec_adapt {
-    float    accept;    /* EWMA of acceptance, [0, 1] */
+    float    n_acc, n_rej;  /* EWMA of accepted drafts / rejections per round */
+    float    accept;    /* n_acc / (n_acc + n_rej), [0, 1] */
     float    cost;      /* draft token cost / target pass cost, >= 0 */
     uint32_t k_max;     /* 1..DS_SPEC_K_MAX */
     uint32_t k;         /* next k */

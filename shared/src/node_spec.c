@@ -1,0 +1,121 @@
+/*
+** node_spec.c — one-node speculative decoding in the serving node
+** (ds/spec.h): a model whose config names a draft (draft = int8 | PATH,
+** spec_k = K) gets an INT8 draft engine with one KV sequence and a ds_spec.
+**
+** Coexistence with the continuous batch: a speculative round runs only when
+** the request is its model's ONLY running sequence and its prompt is in the
+** cache; otherwise the model takes its normal batched step, which serves
+** that request too (the target cache holds the history minus the last
+** token in both paths, so a request moves between them at any step).
+** Speculation thus speeds up single-stream decode, where the node has spare
+** compute, and steps aside under load, where batching already fills each
+** pass. The draft cache belongs to one request at a time (spec_owner); a
+** round for another request truncates it and the drafter refills it from
+** that request's history.
+**
+** Which requests: any, streamed or not, greedy or sampled (rejection
+** sampling keeps the target's distribution; the request's seed seeds the
+** rounds). Not: models with cascade set (the cascade needs the per-token
+** log-probabilities of plain decoding), and the last DS_SPEC_K_MAX + 2
+** positions of the context (plain steps end the answer exactly as without
+** speculation).
+**
+** Owns: per model the draft model (a separate file only), draft engine,
+** draft sequence and ds_spec (node_model fields).
+*/
+#include <string.h>
+
+#include "ds/log.h"
+#include "node_internal.h"
+
+enum ds_err node__spec_load(struct ds_node *a, struct node_model *m)
+{
+    DS_UNUSED(a);
+    const struct ds_node_model_cfg *mc = m->cfg;
+    const struct ds_model *src = m->model;
+    enum ds_err rc;
+    if (strcmp(mc->draft, "int8") != 0) {
+        if ((rc = ds_model_open(mc->draft, &m->draft_model)) != DS_OK) {
+            DS_LOG(DS_LOG_ERROR, "model %s: cannot load draft %s: %s", mc->name, mc->draft, ds_strerror(rc));
+            return rc;
+        }
+        src = m->draft_model;
+    } else if (ds_engine_precision(m->eng) == DS_PRECISION_INT8) {
+        DS_LOG(DS_LOG_WARN, "model %s: draft = int8 on an INT8 model costs as much as the target: "
+               "use precision = fp32 or a smaller draft", mc->name);
+    }
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = DS_PRECISION_INT8;
+    o.n_threads = mc->threads;
+    o.max_ctx = DS_MIN(ds_engine_max_ctx(m->eng), src->cfg.ctx_len);
+    o.kv_seqs = 1;
+    struct ds_spec_opts so;
+    ds_spec_opts_init(&so);
+    so.k = mc->spec_k;
+    struct ds_sampler_params p;
+    ds_sampler_params_init(&p);
+    if ((rc = ds_engine_create(src, &o, &m->draft_eng)) != DS_OK || (rc = ds_seq_create(m->draft_eng, &m->draft_seq)) != DS_OK ||
+        (rc = ds_spec_create(m->draft_eng, m->eng, &p, &so, &m->spec)) != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "model %s: cannot start speculative decoding with draft %s: %s", mc->name, mc->draft,
+               ds_strerror(rc));
+        return rc;
+    }
+    DS_LOG(DS_LOG_INFO, "model %s: speculative decoding, draft %s (int8), k <= %u", mc->name, mc->draft, so.k);
+    return DS_OK;
+}
+
+void node__spec_unload(struct node_model *m)
+{
+    ds_spec_destroy(m->spec);
+    ds_seq_destroy(m->draft_seq);
+    ds_engine_destroy(m->draft_eng);
+    ds_model_close(m->draft_model);
+    m->spec = NULL;
+    m->draft_seq = NULL;
+    m->draft_eng = NULL;
+    m->draft_model = NULL;
+}
+
+bool node__spec_step(struct ds_node *a, struct node_model *m)
+{
+    struct node_req *r = NULL;
+    for (unsigned i = 0; i < a->n_active; i++) {
+        if (a->active[i]->m != m || a->active[i]->spn) continue;   /* verified at a center */
+        if (r) return false;                    /* a batch: plain batched step */
+        r = a->active[i];
+    }
+    if (!r || m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 ||
+        r->ids_cap < r->n_ids + r->req.max_tokens + 1)
+        return false;
+    uint32_t n_ctx = (uint32_t)(r->n_ids + r->n_gen);
+    if (n_ctx + DS_SPEC_K_MAX + 2 >= ds_engine_max_ctx(m->draft_eng)) return false;
+    if (m->spec_owner != r->key) {
+        if (ds_seq_truncate(m->draft_seq, 0) != DS_OK || ds_spec_reset(m->spec, &r->sp) != DS_OK) return false;
+        m->spec_owner = r->key;
+    }
+    struct ds_spec_stats st = *ds_spec_stats(m->spec);
+    int32_t out[DS_SPEC_K_MAX + 1];
+    uint32_t n_out;
+    enum ds_err rc = ds_spec_step(m->spec, m->draft_seq, r->seq, r->ids, n_ctx, r->req.max_tokens - r->n_gen,
+                                  out, &n_out);
+    if (rc != DS_OK) {
+        /* Back to a known state; the batched step serves r (and reports a
+        ** target failure itself). */
+        DS_LOG(DS_LOG_WARN, "request %s: speculative round failed (%s): plain decoding", r->req.id,
+               ds_strerror(rc));
+        m->spec_owner = 0;
+        if (ds_seq_len(r->seq) >= n_ctx) (void)ds_seq_truncate(r->seq, n_ctx - 1);
+        return false;
+    }
+    const struct ds_spec_stats *now = ds_spec_stats(m->spec);
+    r->spec.rounds += (uint32_t)(now->rounds - st.rounds);
+    r->spec.drafted += (uint32_t)(now->drafted - st.drafted);
+    r->spec.accepted += (uint32_t)(now->accepted - st.accepted);
+    r->spec.emitted += (uint32_t)(now->emitted - st.emitted);
+    a->step_tokens += n_out;
+    for (uint32_t i = 0; i < n_out; i++)
+        if (node__on_sampled(a, r, out[i], 0.0f)) break;    /* finished: r is gone */
+    return true;
+}
