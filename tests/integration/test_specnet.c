@@ -106,14 +106,14 @@ static char *answer(const char *corr, int ms)
     return NULL;
 }
 
-/* The idx-th message (any kind) for corr after message number from, waiting up to ms. */
+/* The first reply (any kind) for corr after message number from, waiting up to ms. */
 static char *nth_msg(const char *corr, int from, int ms, int *at)
 {
     for (int t = 0; t <= ms / 10; t++) {
         char *hit = NULL;
         pthread_mutex_lock(&g.mu);
         for (int i = from; i < g.n && !hit; i++)
-            if (!strcmp(g.m[i].corr, corr)) {
+            if (!strcmp(g.m[i].corr, corr) && strncmp(g.m[i].topic, "dspark/", 7)) {   /* replies, not the wire */
                 hit = strdup(g.m[i].json);
                 *at = i;
             }
@@ -306,6 +306,9 @@ static int setup(void **state)
     assert_int_equal(ds_mqtt_create(tb_broker_uri(g.center_b), "cdev-spec", &o, &g.cdev), DS_OK);
     assert_int_equal(ds_mqtt_connect(g.cdev), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.cdev, "test/creply/spec", 1), DS_OK);
+    /* The edge's opens and rounds as they reach the centers (schema checks). */
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/spec/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/session/+", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.cdev, 20000), DS_OK);
 
     g.center[0] = start_center(0);
@@ -414,10 +417,32 @@ static void greedy_identity(const char *tag)
            tag, GEN, drafted, accepted, accepted / drafted, rounds, tokens / rounds);
 }
 
+/* The first message of the edge's on a topic starting with prefix (OWNED). */
+static char *wire_msg(const char *prefix, const char *needle)
+{
+    char *hit = NULL;
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < g.n && !hit; i++)
+        if (!strncmp(g.m[i].topic, prefix, strlen(prefix)) && strstr(g.m[i].json, "\"session\":\"edge-spec.") &&
+            strstr(g.m[i].json, needle))
+            hit = strdup(g.m[i].json);
+    pthread_mutex_unlock(&g.mu);
+    return hit;
+}
+
 static void test_greedy_identity(void **state)
 {
     (void)state;
     greedy_identity("spec");
+    char *open = wire_msg("dspark/v1/center/spec/", "\"draft\""), *round = wire_msg("dspark/v1/center/session/", "\"pos\"");
+    char *close = wire_msg("dspark/v1/center/session/", "\"close\"");
+    assert_non_null(open);
+    assert_non_null(round);
+    assert_non_null(close);
+    validate("spec_open", open);
+    validate("spec_round", round);
+    validate("spec_round", close);
+    free(open); free(round); free(close);
 }
 
 /* The same with pipelined drafting; the failure tests below run with it on. */
