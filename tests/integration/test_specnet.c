@@ -12,6 +12,8 @@
 ** deadline; the session protocol spoken directly to a center: malformed,
 ** unknown, stale, out-of-range and repeated rounds are refused or answered
 ** idempotently, the verdicts follow plain greedy decoding, the center stays up;
+** sampled at temperature 1 over 600 seeds, the first token (read off the
+** wire) follows the target's plain distribution (chi-squared, alpha 0.001);
 ** a center that stops answering (SIGSTOP) costs a round timeout, not the
 ** answer; SIGTERM: every node exits 0 (sanitizer builds: no report).
 */
@@ -27,6 +29,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <math.h>
 
 #include <cmocka.h>
 #include <cjson/cJSON.h>
@@ -309,6 +313,7 @@ static int setup(void **state)
     /* The edge's opens and rounds as they reach the centers (schema checks). */
     assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/spec/+", 1), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/session/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/relay/+", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.cdev, 20000), DS_OK);
 
     g.center[0] = start_center(0);
@@ -526,6 +531,128 @@ static void test_center_killed(void **state)
            "%d sessions moved to another center\n", equal, N, errors, moved);
     assert_int_equal(equal + errors, N);
     g.center[0] = start_center(0);
+}
+
+/* Sampling over the network: the first token of requests sampled at
+** temperature 1 with seeds 0..SEEDS-1 (greedy drafts, the center accepts a
+** draft with probability p(x), else draws from p without it) follows the
+** target's plain distribution p: chi-squared at alpha = 0.001. The tokens
+** are read off the wire: each open's draft and its verdict. */
+static void test_sampled(void **state)
+{
+    (void)state;
+    enum { SEEDS = 600 };
+    struct ds_model *m;
+    struct ds_tok *tok;
+    struct ds_engine *e;
+    struct ds_seq *seq;
+    struct ds_sampler *smp;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.n_threads = 1;
+    assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
+    assert_int_equal(ds_model_tokenizer(m, NULL, &tok), DS_OK);
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    assert_int_equal(ds_seq_create(e, &seq), DS_OK);
+    const uint32_t V = ds_engine_config(e)->vocab_size;
+    struct ds_sampler_params sp;
+    ds_sampler_params_init(&sp);
+    sp.temperature = 1.0f;
+    assert_int_equal(ds_sampler_create(V, &sp, &smp), DS_OK);
+    int32_t ids[64];
+    size_t n = 0;
+    assert_int_equal(ds_tok_encode(tok, prompts[2], strlen(prompts[2]), true, ids, 64, &n), DS_OK);
+    float *lg = malloc(V * sizeof *lg), *p = malloc(V * sizeof *p);
+    double *seen_n = calloc(V, sizeof *seen_n);
+    assert_int_equal(ds_engine_eval(e, seq, ids, n, lg, false), DS_OK);
+    ds_sampler_probs(smp, lg, p);                      /* the target's plain distribution */
+    char id[32], extra[160];
+    int from;
+    pthread_mutex_lock(&g.mu);
+    from = g.n;
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < SEEDS; i++) {
+        snprintf(id, sizeof id, "smp-%d", i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":2,\"route\":\"center\",\"temperature\":1,\"seed\":%d", i);
+        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[2], extra);
+        if (i % 100 == 99) {                           /* within the edge's queue */
+            char *a = answer(id, 60000);
+            assert_non_null(a);
+            free(a);
+        }
+    }
+    int drafted_first = 0, accepted_first = 0, got = 0;
+    for (int i = 0; i < SEEDS; i++) {
+        snprintf(id, sizeof id, "smp-%d", i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        char *tier = field(a, "served_by", "tier");
+        assert_string_equal(tier, "center");
+        free(tier);
+        free(a);
+    }
+    usleep(300000);
+    pthread_mutex_lock(&g.mu);
+    for (int i = from; i < g.n; i++) {                 /* each open, then its verdict */
+        if (strncmp(g.m[i].topic, "dspark/v1/center/spec/", 22) || !strstr(g.m[i].json, "\"id\":\"smp-")) continue;
+        cJSON *op = cJSON_Parse(g.m[i].json);
+        const cJSON *draft = cJSON_GetObjectItemCaseSensitive(op, "draft");
+        const cJSON *pos = cJSON_GetObjectItemCaseSensitive(op, "pos");
+        for (int k = i + 1; k < g.n; k++) {
+            if (strcmp(g.m[k].corr, g.m[i].corr) || strncmp(g.m[k].topic, "dspark/v1/relay/", 16)) continue;
+            cJSON *v = cJSON_Parse(g.m[k].json);
+            const cJSON *vpos = cJSON_GetObjectItemCaseSensitive(v, "pos");
+            const cJSON *acc = cJSON_GetObjectItemCaseSensitive(v, "accepted");
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "token");
+            if (cJSON_IsNumber(vpos) && cJSON_IsNumber(pos) && vpos->valuedouble == pos->valuedouble &&
+                cJSON_IsNumber(acc) && cJSON_IsNumber(t)) {
+                bool has_draft = cJSON_GetArraySize(draft) > 0;
+                int first = has_draft && acc->valuedouble >= 1 ? (int)cJSON_GetArrayItem(draft, 0)->valuedouble
+                                                              : (int)t->valuedouble;
+                assert_true(first >= 0 && (uint32_t)first < V);
+                seen_n[first] += 1.0;
+                got++;
+                drafted_first += has_draft;
+                accepted_first += has_draft && acc->valuedouble >= 1;
+                k = g.n;
+            }
+            cJSON_Delete(v);
+        }
+        cJSON_Delete(op);
+    }
+    pthread_mutex_unlock(&g.mu);
+    assert_int_equal(got, SEEDS);
+    assert_true(drafted_first > SEEDS / 2);            /* the draft path, not plain steps */
+    assert_true(accepted_first < drafted_first);       /* and some rejections */
+    /* Chi-squared over tokens expected >= 5 times, the rest merged. */
+    double chi2 = 0.0, rest_e = 0.0, rest_o = 0.0;
+    int bins = 0;
+    for (uint32_t t = 0; t < V; t++) {
+        double ex = SEEDS * (double)p[t];
+        if (ex >= 5.0) {
+            chi2 += (seen_n[t] - ex) * (seen_n[t] - ex) / ex;
+            bins++;
+        } else {
+            rest_e += ex;
+            rest_o += seen_n[t];
+        }
+    }
+    if (rest_e > 0.0) {
+        chi2 += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+        bins++;
+    }
+    double df = bins - 1, z = 3.0902;                  /* alpha = 0.001; Wilson-Hilferty */
+    double crit = df * pow(1.0 - 2.0 / (9.0 * df) + z * sqrt(2.0 / (9.0 * df)), 3.0);
+    printf("sampled, %d seeds: first token's draft accepted %d of %d; chi-squared %.1f, %d bins, critical %.1f "
+           "(alpha 0.001)\n", SEEDS, accepted_first, drafted_first, chi2, bins, crit);
+    assert_true(bins >= 3);
+    assert_true(chi2 < crit);
+    free(lg); free(p); free(seen_n);
+    ds_sampler_destroy(smp);
+    ds_seq_destroy(seq);
+    ds_engine_destroy(e);
+    ds_tok_destroy(tok);
+    ds_model_close(m);
 }
 
 /* A center that stops answering (SIGSTOP: its status stays online): the
@@ -760,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_greedy_identity),
         cmocka_unit_test(test_greedy_identity_pipelined),
         cmocka_unit_test(test_protocol),
+        cmocka_unit_test(test_sampled),
         cmocka_unit_test(test_center_killed),
         cmocka_unit_test(test_center_stuck),
         cmocka_unit_test(test_deadline),
