@@ -37,8 +37,9 @@
 **
 ** Fallback (edge): the pinned center offline (its status), no verdict within
 ** [overflow] spec_timeout_ms, or an error verdict: the edge opens a new
-** session on any live center with the history so far as context (the text
-** continues exactly), at most MAX_OPENS sessions per request; with no live
+** session with the history so far as context (the text continues exactly),
+** on a live center other than the one that failed, at most MAX_OPENS
+** sessions per request; with no live
 ** center it continues by plain INT8 decoding itself (served_by: the edge);
 ** past the deadline it answers deadline_exceeded.
 **
@@ -47,8 +48,10 @@
 ** ds/spec.h), which keeps each token distributed exactly as the target's
 ** plain sampling (not the same tokens plain sampling draws from a seed).
 **
-** Pipelining (drafting the next block while a round is in flight) is not
-** done: see README.md "Edge-drafted, center-verified" for the measurement.
+** Pipelining ([overflow] spec_pipeline, off by default): while a round is
+** out, the edge drafts the next block as if all k drafts and its own guess of
+** the center's token were accepted, and sends it at once when they were
+** (README.md "Edge-drafted, center-verified" has the measurement).
 **
 ** Threads: the MQTT callback only copies messages (center inbox, edge
 ** per-session mailbox) under mu; everything else runs on the engine loop.
