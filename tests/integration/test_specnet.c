@@ -823,6 +823,43 @@ static void test_protocol(void **state)
     publish(g.cdev, topic, "test/creply/spec", "c1", "{\"v\":1,\"session\":\"t1\",\"close\":true}");
     snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[]}", n + 7);
     expect_error(topic, "r3", json, "unknown here");
+    /* A full session table: the open past the bound is refused "overloaded"
+    ** (center-1 keeps 16: [spec] sessions); closing one makes room again. */
+    for (int i = 0; i <= 16; i++) {
+        char sid[16], corr[16];
+        snprintf(sid, sizeof sid, "full-%d", i);
+        snprintf(corr, sizeof corr, "f%d", i);
+        snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"%s\","
+                 "\"pos\":%zu,\"draft\":[]}", sid, sid, n);
+        if (i < 16) {
+            a = ask("dspark/v1/center/session/center-1", corr, json);
+            assert_int_equal((int)num(a, "token", NULL), ref[0]);
+            free(a);
+        } else {
+            char *full = ask("dspark/v1/center/session/center-1", corr, json);
+            char *code = field(full, "error", "code");
+            printf("17th session on center-1: %s\n", full);
+            validate("spec_verdict", full);
+            assert_string_equal(code, "overloaded");
+            free(code);
+            free(full);
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        snprintf(json, sizeof json, "{\"v\":1,\"session\":\"full-%d\",\"close\":true}", i);
+        publish(g.cdev, "dspark/v1/center/session/center-1", "test/creply/spec", "fc", json);
+    }
+    /* Garbage on the edge's relay topic: dropped, the edge carries on. */
+    publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/edge-spec.bogus", "{\"nonsense\":");
+    publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/", "[]");
+    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", prompts[0],
+             "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
+    char *ag = answer("after-garbage", 30000);
+    assert_non_null(ag);
+    char *agt = field(ag, "text", NULL);
+    assert_string_equal(agt, g.plain[0]);
+    free(agt);
+    free(ag);
     /* Still serving plain requests. */
     send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", prompts[0], "\"max_tokens\":" GEN_S);
     char *fin = answer("after-proto", 30000);
@@ -830,7 +867,8 @@ static void test_protocol(void **state)
     char *text = field(fin, "text", NULL);
     assert_string_equal(text, g.plain[0]);
     printf("protocol: malformed, unknown, stale, ahead, out-of-range, oversized and closed rounds refused with a "
-           "reason; a repeated round answered identically; verdicts follow plain greedy; %s still serving\n", node);
+           "reason; a repeated round answered identically; verdicts follow plain greedy; a full session table "
+           "answers overloaded; garbage verdicts ignored by the edge; %s still serving\n", node);
     free(text); free(fin); free(node); free(lg);
     ds_seq_destroy(seq);
     ds_engine_destroy(e);
