@@ -21,6 +21,13 @@
 ** the drain time after the window). The sweep stops at saturation: errors,
 ** or answers/s below 90% of the rate actually sent.
 **
+** Overflow (--overflow): the sweep runs twice, first with the edge alone
+** ([overflow] enabled = false), then with overflow on (a --budget-ms
+** latency budget for every tier) and a dspark-center (FP32, --center-threads)
+** on the same broker; each row also gives the share the center served.
+** On one small box the two processes share its cores: the figures show
+** what overflow costs and buys there, not what a separate center would add.
+**
 ** Overhead (before the sweep, on an idle edge): --samples sequential
 ** one-token requests (max_tokens 1), and as many bare broker round trips
 ** (a QoS 1 publish to an echo client of this process, which publishes it
@@ -68,6 +75,7 @@ extern char **environ;
 #define MAX_RATES     24
 #define MAX_RATE      100000.0
 #define NODE_NAME     "bench-edge"
+#define CENTER_NAME   "bench-center"
 #define SAT_FRACTION  0.90          /* answered below this share of the sent rate: saturated */
 #define ONE_PROMPT    "Once upon a time"
 
@@ -80,9 +88,10 @@ struct opts {
     double      rates[MAX_RATES];
     size_t      n_rates;
     double      seconds, drain_s, max_rate;
-    unsigned    clients, tokens, samples, edge_threads;
+    unsigned    clients, tokens, samples, edge_threads, center_threads, budget_ms;
     uint64_t    seed;
-    const char *edge, *model, *broker, *name, *json;
+    bool        overflow;            /* sweep with overflow off, then on with a center */
+    const char *edge, *center, *model, *broker, *name, *json;
 };
 
 /* ---- requests and their answers ---- */
@@ -99,6 +108,7 @@ struct slot {
     uint64_t sched_ns, sent_ns, done_ns;
     uint32_t tokens, prompt_tokens;
     uint8_t  state, err;
+    bool     by_center;              /* served_by.tier == "center" */
     double   queue_ms, ttft_ms, total_ms;   /* the final's timing */
 };
 
@@ -116,9 +126,9 @@ struct phase {
 struct rate_result {
     double   rate, sent_per_s, ok_per_s, tok_per_s;
     double   p50, p90, p99, max, lag_p99;   /* ms */
-    size_t   sent, ok, err[E_COUNT], n_err;
+    size_t   sent, ok, by_center, err[E_COUNT], n_err;
     uint64_t tokens;
-    bool     saturated;
+    bool     saturated, overflow;   /* overflow: run with overflow on and a center */
 };
 
 struct overhead {
@@ -133,8 +143,8 @@ struct bench {
     struct opts        opt;
     struct tb_broker  *broker;
     char              *dir;
-    char               cfg[4300], log[4300];
-    pid_t              edge;
+    char               cfg[4300], log[4300], center_log[4300];
+    pid_t              edge, center;
     const char        *uri;
     struct ds_mqtt    *cli[MAX_CLIENTS];
     char               reply[MAX_CLIENTS][96];
@@ -227,6 +237,8 @@ static bool parse_answer(struct slot *s, const void *payload, size_t len)
         s->queue_ms = json_num(j, "timing", "queue_ms");
         s->ttft_ms = json_num(j, "timing", "ttft_ms");
         s->total_ms = json_num(j, "timing", "total_ms");
+        const cJSON *tier = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "served_by"), "tier");
+        s->by_center = cJSON_IsString(tier) && strcmp(tier->valuestring, "center") == 0;
     } else {
         answer = false;
     }
@@ -437,63 +449,94 @@ static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, c
 
 /* ---- setup: broker, edge ---- */
 
-static void edge_log_tail(const struct bench *b)
+static void log_tail(const char *path, const char *who)
 {
-    if (!b->dir) return;
     size_t n = 0;
-    char *log = tu_read_file(b->log, &n);
+    char *log = tu_read_file(path, &n);
     if (!log) return;
     const char *p = n > 2000 ? log + n - 2000 : log;
-    fprintf(stderr, "--- dspark-edge log (tail) ---\n%s\n---\n", p);
+    fprintf(stderr, "--- %s log (tail) ---\n%s\n---\n", who, p);
     free(log);
 }
 
-static enum ds_err edge_start(struct bench *b)
+static void edge_log_tail(const struct bench *b)
 {
-    const struct opts *o = &b->opt;
-    if (access(o->edge, X_OK) != 0) {
-        fprintf(stderr, "bench_load: %s is not executable (build dspark-edge, or pass --edge)\n", o->edge);
+    if (!b->dir) return;
+    log_tail(b->log, "dspark-edge");
+    if (b->opt.overflow) log_tail(b->center_log, "dspark-center");
+}
+
+/* Write ini (the config text) to DIR/name.ini and start bin -c on it, its
+** output to log. */
+static enum ds_err node_start(const struct bench *b, const char *bin, const char *name, const char *ini,
+                              char *log, size_t log_cap, pid_t *pid)
+{
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "bench_load: %s is not executable (build it, or pass --edge/--center)\n", bin);
         return DS_ERR_NOT_FOUND;
     }
-    if (access(o->model, R_OK) != 0) {
-        fprintf(stderr, "bench_load: model %s is not readable (pass --model)\n", o->model);
-        return DS_ERR_NOT_FOUND;
-    }
-    snprintf(b->cfg, sizeof b->cfg, "%s/edge.ini", b->dir);
-    snprintf(b->log, sizeof b->log, "%s/edge.log", b->dir);
-    FILE *f = fopen(b->cfg, "w");
+    char cfg[4400];
+    snprintf(cfg, sizeof cfg, "%s/%s.ini", b->dir, name);
+    snprintf(log, log_cap, "%s/%s.log", b->dir, name);
+    FILE *f = fopen(cfg, "w");
     if (!f) return DS_ERR_IO;
-    fprintf(f, "[node]\nname = " NODE_NAME "\nlog_level = warn\n[mqtt]\nuri = %s\n"
-               "[batch]\nmax_active = 16\nprefill_chunk = 32\n[telemetry]\ninterval_s = 5\n"
-               "[model %s]\npath = %s\nprecision = int8\nthreads = %u\nversion = 1\n",
-            b->uri, o->name, o->model, o->edge_threads);
+    fputs(ini, f);
     if (fclose(f) != 0) return DS_ERR_IO;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    char *argv[] = { (char *)o->edge, "-c", b->cfg, NULL };
-    int rc = posix_spawn(&b->edge, o->edge, &fa, NULL, argv, environ);
+    char *argv[] = { (char *)bin, "-c", cfg, NULL };
+    int rc = posix_spawn(pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
-        b->edge = 0;
-        fprintf(stderr, "bench_load: cannot start %s: %s\n", o->edge, strerror(rc));
+        *pid = 0;
+        fprintf(stderr, "bench_load: cannot start %s: %s\n", bin, strerror(rc));
         return DS_ERR_IO;
     }
     return DS_OK;
 }
 
-static bool edge_alive(struct bench *b)
+/* The edge, with overflow off, or on (every tier's budget --budget-ms)
+** together with a center on the same broker. */
+static enum ds_err edge_start(struct bench *b, bool overflow)
 {
-    if (b->edge <= 0) return true;        /* not ours: --broker */
+    const struct opts *o = &b->opt;
+    if (access(o->model, R_OK) != 0) {
+        fprintf(stderr, "bench_load: model %s is not readable (pass --model)\n", o->model);
+        return DS_ERR_NOT_FOUND;
+    }
+    char ini[5000], budget[200];
+    snprintf(budget, sizeof budget, "budget_high_ms = %u\nbudget_normal_ms = %u\nbudget_low_ms = %u\n",
+             o->budget_ms, o->budget_ms, o->budget_ms);
+    const char *common = "[mqtt]\nuri = %s\n[batch]\nmax_active = 16\nprefill_chunk = 32\n[telemetry]\ninterval_s = 5\n"
+                         "[model %s]\npath = %s\nprecision = %s\nthreads = %u\nversion = 1\n";
+    int n = snprintf(ini, sizeof ini, "[node]\nname = " NODE_NAME "\nlog_level = warn\n[overflow]\nenabled = %s\n%s",
+                     overflow ? "true" : "false", overflow ? budget : "");
+    snprintf(ini + n, sizeof ini - (size_t)n, common, b->uri, o->name, o->model, "int8", o->edge_threads);
+    enum ds_err rc = node_start(b, o->edge, "edge", ini, b->log, sizeof b->log, &b->edge);
+    if (rc != DS_OK || !overflow) return rc;
+    n = snprintf(ini, sizeof ini, "[node]\nname = " CENTER_NAME "\nlog_level = warn\n");
+    snprintf(ini + n, sizeof ini - (size_t)n, common, b->uri, o->name, o->model, "fp32", o->center_threads);
+    return node_start(b, o->center, "center", ini, b->center_log, sizeof b->center_log, &b->center);
+}
+
+static bool child_alive(pid_t *pid, const char *who)
+{
+    if (*pid <= 0) return true;           /* not ours (--broker), or not started */
     int st;
-    if (waitpid(b->edge, &st, WNOHANG) == b->edge) {
-        b->edge = 0;
-        fprintf(stderr, "bench_load: dspark-edge exited (status %d)\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    if (waitpid(*pid, &st, WNOHANG) == *pid) {
+        *pid = 0;
+        fprintf(stderr, "bench_load: %s exited (status %d)\n", who, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return false;
     }
     return true;
+}
+
+static bool edge_alive(struct bench *b)
+{
+    return child_alive(&b->edge, "dspark-edge") && child_alive(&b->center, "dspark-center");
 }
 
 /* One-token requests (to raw_topic, or the edge when NULL) until one is
@@ -700,6 +743,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
             r->err[s->err]++;
         } else {
             r->ok++;
+            r->by_center += s->by_center;
             if (lat) lat[n_lat++] = (double)(s->done_ns - s->sched_ns) / 1e6;
             if (s->done_ns <= t0 + win) {
                 in_win++;
@@ -729,6 +773,23 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     return true;
 }
 
+/* Rising rates until saturation, appended to b->res. */
+static void sweep(struct bench *b, bool overflow)
+{
+    const struct opts *o = &b->opt;
+    double rate = 0;
+    for (size_t i = 0; !g_stop && edge_alive(b) && b->n_res < DS_ARRAY_LEN(b->res); i++) {
+        if (i < o->n_rates) rate = o->rates[i];
+        else if (o->extend && rate * 2 <= o->max_rate) rate *= 2;
+        else break;
+        struct rate_result *r = &b->res[b->n_res];
+        if (!run_rate(b, rate, r)) break;
+        r->overflow = overflow;
+        b->n_res++;
+        if (r->saturated) break;
+    }
+}
+
 /* ---- report ---- */
 
 static void fmt_errors(char *buf, size_t cap, const struct rate_result *r)
@@ -750,22 +811,32 @@ static void print_tables(const struct bench *b)
            o->name, o->model, o->edge_threads, o->edge_threads == 1 ? "" : "s", o->clients, o->tokens,
            (unsigned long long)o->seed, o->seconds, o->broker ? "external broker and edge" : "own mosquitto + dspark-edge",
            sysconf(_SC_NPROCESSORS_ONLN), b->load_start, b->load_end);
-    printf("%8s %8s | %10s %8s | %8s %8s %8s %8s | %7s | %s\n", "offered", "sent/s", "answers/s", "tok/s", "p50 ms",
-           "p90 ms", "p99 ms", "max ms", "lag p99", "errors");
-    for (size_t i = 0; i < b->n_res; i++) {
-        const struct rate_result *r = &b->res[i];
-        char e[256];
-        fmt_errors(e, sizeof e, r);
-        printf("%8.0f %8.1f | %10.1f %8.0f | %8.2f %8.2f %8.2f %8.2f | %7.2f | %s%s\n", r->rate, r->sent_per_s,
-               r->ok_per_s, r->tok_per_s, r->p50, r->p90, r->p99, r->max, r->lag_p99, e,
-               r->saturated ? "  <- saturated" : "");
+    if (o->overflow)
+        printf("overflow: off (edge alone), then on: every tier's budget %u ms, dspark-center FP32 with %u thread%s\n"
+               "on the same broker and the same CPUs; 'center' = share of the answers served by the center\n\n",
+               o->budget_ms, o->center_threads, o->center_threads == 1 ? "" : "s");
+    for (int mode = 0; mode <= (int)o->overflow; mode++) {
+        if (o->overflow) printf("overflow %s\n", mode ? "on" : "off");
+        printf("%8s %8s | %10s %8s | %8s %8s %8s %8s | %7s | %6s | %s\n", "offered", "sent/s", "answers/s", "tok/s",
+               "p50 ms", "p90 ms", "p99 ms", "max ms", "lag p99", "center", "errors");
+        const struct rate_result *last = NULL, *prev = NULL;
+        for (size_t i = 0; i < b->n_res; i++) {
+            const struct rate_result *r = &b->res[i];
+            if (r->overflow != (mode == 1)) continue;
+            char e[256];
+            fmt_errors(e, sizeof e, r);
+            printf("%8.0f %8.1f | %10.1f %8.0f | %8.2f %8.2f %8.2f %8.2f | %7.2f | %5.1f%% | %s%s\n", r->rate,
+                   r->sent_per_s, r->ok_per_s, r->tok_per_s, r->p50, r->p90, r->p99, r->max, r->lag_p99,
+                   r->ok ? 100.0 * (double)r->by_center / (double)r->ok : 0.0, e, r->saturated ? "  <- saturated" : "");
+            prev = last;
+            last = r;
+        }
+        if (last && last->saturated)
+            printf("saturation: at %.0f req/s offered (best answered rate below it: %.1f/s)\n\n", last->rate,
+                   prev ? prev->ok_per_s : 0.0);
+        else if (last)
+            printf("saturation: not reached up to %.0f req/s\n\n", last->rate);
     }
-    const struct rate_result *last = b->n_res ? &b->res[b->n_res - 1] : NULL;
-    if (last && last->saturated)
-        printf("\nsaturation: at %.0f req/s offered (best answered rate below it: %.1f/s)\n", last->rate,
-               b->n_res > 1 ? b->res[b->n_res - 2].ok_per_s : 0.0);
-    else if (last)
-        printf("\nsaturation: not reached up to %.0f req/s\n", last->rate);
 
     const struct overhead *ov = &b->ovh;
     printf("\none-token request (max_tokens 1, prompt \"%s\" = %u tokens), medians, microseconds;\n"
@@ -796,9 +867,10 @@ static int write_json(const struct bench *b)
             sysconf(_SC_NPROCESSORS_ONLN));
     fprintf(f, "  \"config\": {\"model\": \"%s\", \"name\": \"%s\", \"precision\": \"int8\", \"edge_threads\": %u, "
                "\"clients\": %u, \"max_tokens\": %u, \"seconds\": %g, \"drain_s\": %g, \"seed\": %llu, "
-               "\"external\": %s, \"samples\": %u},\n  ",
+               "\"external\": %s, \"samples\": %u, \"overflow\": %s, \"budget_ms\": %u, \"center_threads\": %u},\n  ",
             o->model, o->name, o->edge_threads, o->clients, o->tokens, o->seconds, o->drain_s,
-            (unsigned long long)o->seed, o->broker ? "true" : "false", o->samples);
+            (unsigned long long)o->seed, o->broker ? "true" : "false", o->samples, o->overflow ? "true" : "false",
+            o->budget_ms, o->center_threads);
     bench_json_num(f, "load_start", b->load_start, ", ");
     bench_json_num(f, "load_end", b->load_end, ",\n");
     fprintf(f, "  \"rates\": [\n");
@@ -809,7 +881,8 @@ static int write_json(const struct bench *b)
         bench_json_num(f, "sent_per_s", r->sent_per_s, ", ");
         bench_json_num(f, "answers_per_s", r->ok_per_s, ", ");
         bench_json_num(f, "tokens_per_s", r->tok_per_s, ", ");
-        fprintf(f, "\"sent\": %zu, \"ok\": %zu, \"tokens\": %llu,\n     \"latency_ms\": {", r->sent, r->ok,
+        fprintf(f, "\"overflow\": %s, \"sent\": %zu, \"ok\": %zu, \"by_center\": %zu, \"tokens\": %llu,\n"
+                   "     \"latency_ms\": {", r->overflow ? "true" : "false", r->sent, r->ok, r->by_center,
                 (unsigned long long)r->tokens);
         bench_json_num(f, "p50", r->p50, ", ");
         bench_json_num(f, "p90", r->p90, ", ");
@@ -820,9 +893,11 @@ static int write_json(const struct bench *b)
         for (int k = 0; k < E_COUNT; k++) fprintf(f, "\"%s\": %zu%s", k_err_name[k], r->err[k], k + 1 < E_COUNT ? ", " : "");
         fprintf(f, "}, \"saturated\": %s}%s\n", r->saturated ? "true" : "false", i + 1 < b->n_res ? "," : "");
     }
-    const struct rate_result *last = b->n_res ? &b->res[b->n_res - 1] : NULL;
     fprintf(f, "  ],\n  ");
-    bench_json_num(f, "saturation_offered_per_s", last && last->saturated ? last->rate : NAN, ",\n");
+    const struct rate_result *sat = NULL;        /* the overflow-off sweep's last rate */
+    for (size_t i = 0; i < b->n_res; i++)
+        if (!b->res[i].overflow) sat = &b->res[i];
+    bench_json_num(f, "saturation_offered_per_s", sat && sat->saturated ? sat->rate : NAN, ",\n");
     const struct overhead *ov = &b->ovh;
     fprintf(f, "  \"overhead_one_token_us\": {\"echo_samples\": %zu, \"echo_in_process_samples\": %zu, "
                "\"edge_samples\": %zu, \"prompt_tokens\": %u,\n    ",
@@ -866,10 +941,14 @@ static void usage(FILE *f)
             "  --model PATH       model for the edge and the engine timing (default %s/stories260K.gguf)\n"
             "  --name NAME        model name in topics and requests (default stories)\n"
             "  --edge-threads N   engine threads of the edge, and of the engine timing (default 2)\n"
+            "  --overflow         sweep twice: overflow off (edge alone), then on with a dspark-center\n"
+            "  --center PATH      dspark-center binary (default %s/center-node/dspark-center)\n"
+            "  --center-threads N engine threads of the center (default 1)\n"
+            "  --budget-ms MS     with --overflow: every tier's latency budget at the edge (default 100)\n"
             "  --broker URI       use this broker, where dspark-edge already serves --name (starts nothing)\n"
             "  --json PATH        JSON output (default bench-load.json)\n"
             "  --help\n",
-            DS_BUILD_DIR, DS_MODELS_DIR);
+            DS_BUILD_DIR, DS_MODELS_DIR, DS_BUILD_DIR);
 }
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -913,14 +992,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "model", required_argument, NULL, 'm' },    { "name", required_argument, NULL, 'N' },
         { "edge-threads", required_argument, NULL, 'T' }, { "broker", required_argument, NULL, 'b' },
         { "json", required_argument, NULL, 'j' },     { "help", no_argument, NULL, 'h' },
+        { "overflow", no_argument, NULL, 'o' },       { "center", required_argument, NULL, 'C' },
+        { "center-threads", required_argument, NULL, 'U' }, { "budget-ms", required_argument, NULL, 'B' },
         { NULL, 0, NULL, 0 },
     };
-    static char edge[4096], model[4096];
+    static char edge[4096], center[4096], model[4096];
     snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
+    snprintf(center, sizeof center, "%s/center-node/dspark-center", DS_BUILD_DIR);
     snprintf(model, sizeof model, "%s/stories260K.gguf", DS_MODELS_DIR);
     *o = (struct opts){ .rates = { 20, 50, 100, 200, 400, 800 }, .n_rates = 6, .extend = true,
                         .drain_s = 10, .max_rate = 12800, .clients = 4, .tokens = 16, .seed = 1,
-                        .edge_threads = 2, .edge = edge, .model = model, .name = "stories",
+                        .edge_threads = 2, .center_threads = 1, .budget_ms = 100, .edge = edge,
+                        .center = center, .model = model, .name = "stories",
                         .json = "bench-load.json" };
     double seconds = 0;
     unsigned samples = 0, seed = 1;
@@ -944,6 +1027,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'T': bad = parse_uint(optarg, 1, 64, &o->edge_threads); break;
         case 'b': o->broker = optarg; break;
         case 'j': o->json = optarg; break;
+        case 'o': o->overflow = true; break;
+        case 'C': o->center = optarg; break;
+        case 'U': bad = parse_uint(optarg, 1, 64, &o->center_threads); break;
+        case 'B': bad = parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
         }
@@ -955,6 +1042,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (optind < argc) {
         fprintf(stderr, "bench_load: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->overflow && o->broker) {
+        fprintf(stderr, "bench_load: --overflow starts its own edge and center; it cannot use --broker\n");
         return -1;
     }
     if (rates_set) o->extend = false;
@@ -1015,7 +1106,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_load: fork: %s (no cross-process broker baseline)\n", strerror(errno));
     if (!o->broker) {
         fprintf(stderr, "bench_load: starting %s on %s...\n", o->edge, b.uri);
-        if (edge_start(&b) != DS_OK) goto fail_edge;
+        if (edge_start(&b, false) != DS_OK) goto fail_edge;
     }
     if (clients_start(&b) != DS_OK) goto fail_clients;
     if (b.echo_pid > 0 && wait_ready(&b, b.echo_proc_topic) != DS_OK) {
@@ -1030,13 +1121,17 @@ int main(int argc, char **argv)
     }
 
     measure_overhead(&b);
-    double rate = 0;
-    for (size_t i = 0; !g_stop && edge_alive(&b); i++) {
-        if (i < o->n_rates) rate = o->rates[i];
-        else if (o->extend && rate * 2 <= o->max_rate && b.n_res < DS_ARRAY_LEN(b.res)) rate *= 2;
-        else break;
-        if (!run_rate(&b, rate, &b.res[b.n_res])) break;
-        if (b.res[b.n_res++].saturated) break;
+    sweep(&b, false);
+    if (o->overflow && !g_stop && edge_alive(&b)) {
+        fprintf(stderr, "bench_load: restarting the edge with overflow on, and a center...\n");
+        child_stop(&b.edge);
+        if (edge_start(&b, true) != DS_OK || wait_ready(&b, NULL) != DS_OK) {
+            fprintf(stderr, "bench_load: the edge with overflow on does not answer\n");
+            edge_log_tail(&b);
+            goto fail_ready;
+        }
+        sleep_ms(1000);                  /* the edge hears the center's retained status */
+        sweep(&b, true);
     }
     if (b.strays) fprintf(stderr, "bench_load: %zu late answers arrived after their rate's drain time\n", b.strays);
     b.load_end = bench_load1();
@@ -1050,6 +1145,7 @@ fail_clients:
     clients_stop(&b);
 fail_edge:
     child_stop(&b.edge);                 /* SIGTERM: the edge drains and exits */
+    child_stop(&b.center);
     child_stop(&b.echo_pid);
     tu_rmdir(b.dir);
 fail_dir:

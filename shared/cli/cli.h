@@ -8,8 +8,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* One subcommand: its name, entry point (argv[0] = the name) and summary. */
+struct cli_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
 int cmd_run(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
+int cmd_model(int argc, char **argv);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */

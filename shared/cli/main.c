@@ -12,15 +12,11 @@
 #include "ds/common.h"
 #include "ds/log.h"
 
-struct command {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-    const char *summary;
-};
-
-static const struct command commands[] = {
+static const struct cli_command commands[] = {
     { "run", cmd_run, "generate text with a local model (no broker needed)" },
     { "infer", cmd_infer, "send inference requests to the edge/center over MQTT" },
+    { "keygen", cmd_keygen, "make a publisher signing key or a node key pair" },
+    { "model", cmd_model, "model bundles and versions: pack, verify, list, ..." },
 };
 
 static void usage(FILE *f)

@@ -1,15 +1,20 @@
 /*
 ** fuzz_util.h — what the fuzz targets share: a log sink that drops every
-** line, and the input as a file (a memfd) for loaders that take a path.
+** line, the input as a file (a memfd) for loaders that take a path, and
+** the fixed keys of the manifest target.
 */
 #ifndef DS_FUZZ_UTIL_H
 #define DS_FUZZ_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include "ds/keys.h"
 #include "ds/log.h"
 
 static inline void fuzz_quiet(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
@@ -33,6 +38,23 @@ static inline int fuzz_memfd(const char *name, const uint8_t *data, size_t size,
     }
     snprintf(path, cap, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* The fixed keys of fuzz_manifest and its seeds: a signer from seed 0x01...,
+** a node whose secret is 0x02.... Returns 0, or -1 if libsodium fails. */
+static inline int fuzz_keys(struct ds_key *signer, struct ds_key *node)
+{
+    uint8_t seed[32];
+    if (ds_crypto_init() != DS_OK) return -1;
+    memset(seed, 1, sizeof seed);
+    *signer = (struct ds_key){ .kind = DS_KEY_SIGNER, .has_secret = true };
+    crypto_sign_seed_keypair(signer->pk, signer->sk, seed);
+    ds_key_id(signer->pk, signer->id);
+    *node = (struct ds_key){ .kind = DS_KEY_NODE, .has_secret = true };
+    memset(node->sk, 2, 32);
+    crypto_scalarmult_base(node->pk, node->sk);
+    ds_key_id(node->pk, node->id);
+    return 0;
 }
 
 #endif

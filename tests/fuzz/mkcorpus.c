@@ -1,7 +1,7 @@
 /*
 ** mkcorpus.c — writes the seed corpora of the fuzz targets: tiny GGUF models
 ** (mkmodel and the GGUF writer), a tiny llama2.c checkpoint, cut-down real
-** files, and small tokenizer.bin files. The seeds are committed under
+** files, small tokenizer.bin files, and manifests of small bundles. The seeds are committed under
 ** tests/fuzz/corpus/; rerun this after a format change:
 **
 **   cmake --build build --target fuzz_mkcorpus
@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/bundle.h"
 #include "ds/gguf.h"
+#include "fuzz/fuzz_util.h"
 #include "support/mkmodel.h"
 #include "support/testutil.h"
 
@@ -162,6 +164,43 @@ static int tok_seeds(const char *models, const char *dir)
     return rc;
 }
 
+/* fuzz_manifest seeds: real manifests of small bundles packed with the fixed
+** keys, as wire bytes (mode 0) and as bodies (mode 1). */
+static int manifest_seeds(const char *dir)
+{
+    struct ds_key signer, node;
+    char *tmp = tu_tmpdir(), src[4200], out[4200], path[4300];
+    if (!tmp || fuzz_keys(&signer, &node) != 0) return 1;
+    static const uint8_t mode0[1] = { 0 }, mode1[1] = { 1 };
+    static const size_t sizes[] = { 1, 3000 };
+    int rc = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        snprintf(src, sizeof src, "%s/model%zu", tmp, k);
+        snprintf(out, sizeof out, "%s/bundle%zu", tmp, k);
+        FILE *f = fopen(src, "wb");
+        for (size_t i = 0; f && i < sizes[k]; i++) fputc((int)(i * 7), f);
+        if (!f || fclose(f) != 0) return 1;
+        struct ds_pack_opts o = { .model_path = src, .name = "seed", .version = "1.2.3-rc.1", .precision = "q8_0",
+                                  .chunk_size = DS_CHUNK_MIN, .signer = &signer, .nodes = &node, .n_nodes = 1,
+                                  .out_dir = out };
+        if (ds_bundle_pack(&o, NULL) != DS_OK) return 1;
+        snprintf(path, sizeof path, "%s/%s", out, DS_BUNDLE_MANIFEST);
+        size_t len, body_len;
+        char *wire = tu_read_file(path, &len), *body, name[64];
+        if (!wire || ds_envelope_verify(wire, len, DS_SIG_CTX_MANIFEST, &signer, 1, &body, &body_len, NULL,
+                                        NULL) != DS_OK)
+            return 1;
+        snprintf(name, sizeof name, "wire%zu", k);
+        rc |= write_bytes(dir, name, mode0, 1, wire, len);
+        snprintf(name, sizeof name, "body%zu", k);
+        rc |= write_bytes(dir, name, mode1, 1, body, body_len);
+        free(wire);
+        free(body);
+    }
+    tu_rmdir(tmp);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -189,5 +228,7 @@ int main(int argc, char **argv)
     rc |= copy_head(dir, "llama-2-tiny-random_head.gguf", src, 2048);
     snprintf(dir, sizeof dir, "%s/fuzz_tok_load", argv[2]);
     rc |= tok_seeds(models, dir);
+    snprintf(dir, sizeof dir, "%s/fuzz_manifest", argv[2]);
+    rc |= manifest_seeds(dir);
     return rc;
 }

@@ -14,6 +14,7 @@
 
 int ds_fuzz_gguf_one(const uint8_t *data, size_t size);
 int ds_fuzz_tok_load_one(const uint8_t *data, size_t size);
+int ds_fuzz_manifest_one(const uint8_t *data, size_t size);
 
 static const struct {
     const char *name;
@@ -21,6 +22,7 @@ static const struct {
 } targets[] = {
     { "fuzz_gguf", ds_fuzz_gguf_one },
     { "fuzz_tok_load", ds_fuzz_tok_load_one },
+    { "fuzz_manifest", ds_fuzz_manifest_one },
 };
 
 /* OWNED contents of path in a buffer of exactly its size (so ASan sees any
