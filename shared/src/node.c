@@ -619,7 +619,8 @@ enum ds_err ds_node_run(struct ds_node *a)
             bool at_center = a->ovf && node__overflow_pending(a) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !at_center) break;
         }
-        if (a->n_active == 0 || (a->spn && node__specnet_idle(a))) ds_sched_wait(a->sched, a->spn ? 20 : 100);
+        if (a->n_active == 0) ds_sched_wait(a->sched, 100);
+        else if (a->spn) node__specnet_wait(a);
     }
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);

@@ -162,8 +162,9 @@ void        node__specnet_begin(struct ds_node *a, struct node_req *r);
 /* Engine loop: edge: draft, send rounds, apply verdicts, fall back; center:
 ** open sessions, verify rounds, expire idle sessions. */
 void        node__specnet_step(struct ds_node *a, uint64_t now_ns);
-/* Edge: true when every running request waits for a center's verdict. */
-bool        node__specnet_idle(struct ds_node *a);
+/* Engine loop, nothing else to do when every running request waits for a
+** center's verdict: wait for one (or for work that can start) without spinning. */
+void        node__specnet_wait(struct ds_node *a);
 /* Edge, finish(): served_by and usage of a speculative answer; closes its
 ** center session. f's strings stay valid until r is freed. */
 void        node__specnet_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f);

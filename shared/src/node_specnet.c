@@ -882,12 +882,19 @@ void node__specnet_step(struct ds_node *a, uint64_t now)
         if (i < a->n_active && a->active[i]->spn) edge_run(a, a->active[i], now);
 }
 
-bool node__specnet_idle(struct ds_node *a)
+void node__specnet_wait(struct ds_node *a)
 {
-    if (a->spn->center) return false;
+    if (a->spn->center) return;
     for (unsigned i = 0; i < a->n_active; i++)
-        if (!a->active[i]->spn || !a->active[i]->spn->waiting) return false;
-    return true;
+        if (!a->active[i]->spn || !a->active[i]->spn->waiting) return;
+    /* Every slot taken: queued work cannot start, and ds_sched_wait would
+    ** return at once because of it; poll the verdicts each millisecond. */
+    if (a->n_active >= a->cfg->max_active) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    } else {
+        ds_sched_wait(a->sched, 20);            /* a verdict or new work wakes it */
+    }
 }
 
 void node__specnet_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f)
