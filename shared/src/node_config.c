@@ -37,7 +37,7 @@ static const struct ds_cfg_key node_keys[] = {
     { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "4", 1, 16, 0, "edge: most draft tokens per round (k adapts to the acceptance below it)" },
     { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0, "edge: a round unanswered this long means its center is lost (fall back)" },
     { "overflow", "spec_pipeline", DS_CFG_BOOL, O(spec_pipeline), "false", 0, 0, 0, "edge: while a round is at the center, draft the next block as if all were accepted (used when they were); pays only with high acceptance and the edge on its own cores" },
-    { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "8", 0, 256, 0, "center: edge-drafted sessions verified at once, each keeping a KV sequence (0 = refuse them)" },
+    { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "4", 0, 256, 0, "center: edge-drafted sessions verified at once; each reserves one more KV sequence of the context at start (0 = refuse them)" },
     { "spec", "idle_ms", DS_CFG_U32, O(spec_idle_ms), "30000", 100, 3600000, 0, "center: forget a session (and its KV) idle this long" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
 };
