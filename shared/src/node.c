@@ -304,7 +304,8 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
         slot = a->n_active - 1;
     }
     struct ds_msg_final f = {
-        .spec = r->spec.rounds ? &r->spec : NULL, .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
+        .spec = r->spec.rounds ? &r->spec : NULL,
+        .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
         .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->m->cfg->version,
                        ds_precision_name(ds_engine_precision(r->m->eng)) },
