@@ -86,7 +86,8 @@ bool node__spec_step(struct ds_node *a, struct node_model *m)
         if (r) return false;                    /* a batch: plain batched step */
         r = a->active[i];
     }
-    if (!r || m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 ||
+    /* Speculate only with room for a draft (two tokens left at least). */
+    if (!r || m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 || r->n_gen + 2 > r->req.max_tokens ||
         r->ids_cap < r->n_ids + r->req.max_tokens + 1)
         return false;
     uint32_t n_ctx = (uint32_t)(r->n_ids + r->n_gen);

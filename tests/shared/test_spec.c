@@ -10,7 +10,8 @@
 **    distribution, so it has power), at T = 1 and with top-k/top-p, for the
 **    one-node step and for greedy drafts verified with q = NULL;
 **  - KV rollback: after a run with rejections both caches continue exactly
-**    like a fresh plain run over the same history (tokens and logits);
+**    like a fresh plain run over the same history (tokens, and logits bit
+**    for bit);
 **  - adaptive k, argument checks, reproducibility of sampled runs.
 */
 #include <math.h>
@@ -457,7 +458,12 @@ static void test_sampling_reproducible(void **state)
 /* ---- KV rollback ---- */
 
 /* Continue e/s greedily for n tokens after hist[0..h) (s holds all but the
-** last), checking tokens and logits against a fresh sequence over hist. */
+** last), checking tokens and logits against a fresh sequence fed the same
+** history one token per pass, as plain decoding feeds it: every row of a
+** pass of at most 17 rows is computed exactly as a one-row pass, so the
+** logits must be bit-identical. (A fresh multi-row prefill is not: FP32
+** prefill runs sgemm, and clang Debug builds round INT8 prefill rows
+** differently; that is the engine's numerics, not rollback.) */
 static void continue_like_fresh(struct ds_engine *e, struct ds_seq *s, int32_t *hist, size_t h, size_t n)
 {
     uint32_t V = F.V;
@@ -465,16 +471,18 @@ static void continue_like_fresh(struct ds_engine *e, struct ds_seq *s, int32_t *
     assert_true(lf && lc);
     struct ds_seq *fresh;
     assert_int_equal(ds_seq_create(e, &fresh), DS_OK);
-    assert_int_equal(ds_engine_eval(e, fresh, hist, h, lf, false), DS_OK);
+    for (size_t i = 0; i < h; i++) assert_int_equal(ds_engine_eval(e, fresh, &hist[i], 1, lf, false), DS_OK);
     assert_int_equal(ds_seq_len(s), h - 1);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(ds_engine_eval(e, s, &hist[h - 1], 1, lc, false), DS_OK);
-        float worst = 0.0f;
-        for (uint32_t j = 0; j < V; j++) worst = DS_MAX(worst, fabsf(lc[j] - lf[j]));
-        if (worst > 1e-3f) fprintf(stderr, "step %zu: logits differ by %g\n", i, (double)worst);
-        assert_true(worst <= 1e-3f);
+        if (memcmp(lc, lf, V * sizeof *lc) != 0) {
+            float worst = 0.0f;
+            for (uint32_t j = 0; j < V; j++) worst = DS_MAX(worst, fabsf(lc[j] - lf[j]));
+            fprintf(stderr, "%s engine, step %zu: logits differ by %g\n", ds_precision_name(ds_engine_precision(e)),
+                    i, (double)worst);
+            fail();
+        }
         int32_t t = ds_argmax(lc, V);
-        assert_int_equal(t, ds_argmax(lf, V));
         hist[h++] = t;
         assert_int_equal(ds_engine_eval(e, fresh, &t, 1, lf, false), DS_OK);
     }
@@ -582,6 +590,7 @@ static void test_bad_args(void **state)
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));   /* one test, when debugging */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adapt),
         cmocka_unit_test(test_bad_args),
