@@ -103,7 +103,8 @@ enum ds_err ds_msg_final_encode(const struct ds_msg_final *f, char **out, size_t
     if (ok && sp)
         ok = add_num(usage, "drafted", sp->drafted) && add_num(usage, "accepted", sp->accepted)
              && add_num(usage, "acceptance", sp->drafted ? (double)sp->accepted / sp->drafted : 0.0)
-             && add_num(usage, "tokens_per_pass", sp->rounds ? (double)sp->emitted / sp->rounds : 0.0);
+             && add_num(usage, "tokens_per_pass", sp->rounds ? (double)sp->emitted / sp->rounds : 0.0)
+             && add_num(usage, "rounds", sp->rounds);
     cJSON *served = ok ? cJSON_AddObjectToObject(o, "served_by") : NULL;
     ok = served && add_str(served, "node", sb->node ? sb->node : "")
          && cJSON_AddStringToObject(served, "tier", ds_msg_role_name(sb->tier))

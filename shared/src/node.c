@@ -65,6 +65,7 @@ void node__req_free(struct node_req *r)
 {
     if (!r) return;
     node__rollout_release(r);
+    node__specnet_req_free(r->spn);
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_infer_req_cleanup(&r->req);
@@ -85,7 +86,7 @@ void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code
 
 /* ---- intake (Paho's thread): decode, check, queue; never compute ---- */
 
-static struct node_model *find_model(struct ds_node *a, const char *name, size_t len)
+struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len)
 {
     for (unsigned i = 0; i < a->n_models; i++)
         if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
@@ -93,7 +94,7 @@ static struct node_model *find_model(struct ds_node *a, const char *name, size_t
     return NULL;
 }
 
-static bool topic_ok(const char *t)
+bool node__topic_ok(const char *t)
 {
     return t && *t && !strpbrk(t, "+#") && t[0] != '$';
 }
@@ -155,6 +156,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         return;
     }
     if (node__rollout_on_message(a, msg)) return;
+    if (a->spn && node__specnet_on_message(a, msg)) return;
     if (a->ovf && node__overflow_on_message(a, msg)) return;
     if (a->fetch && node__fetch_on_message(a, msg)) return;
     if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
@@ -176,7 +178,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         r->corr_len = r->corr ? msg->correlation.n : 0;
     }
     const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
-    if (r->reply && !topic_ok(r->reply)) {
+    if (r->reply && !node__topic_ok(r->reply)) {
         DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
                id ? id : "?", r->reply);
         ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
@@ -196,7 +198,7 @@ static void on_message(void *ud, const struct ds_mqtt_msg *msg)
         node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return;
     }
-    r->m = find_model(a, model_name, strlen(model_name));
+    r->m = node__find_model(a, model_name, strlen(model_name));
     if (!r->m) {
         node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this node");
         return;
@@ -273,7 +275,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
     /* Cascade: an answer the model was not sure of goes to a center, whose
     ** answer replaces it (streamed answers have reached the device already). */
     float threshold = r->m->cfg->cascade;
-    if (a->ovf && threshold < 0.0f && !r->mirror && !r->cascaded && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
+    if (a->ovf && threshold < 0.0f && !r->mirror && !r->cascaded && !r->speculate && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
         r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
         a->active[slot] = a->active[--a->n_active];
         DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: asking a center", r->req.id,
@@ -324,6 +326,7 @@ static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why
     if (r->v && !r->cascaded) node__rollout_done(a, r, false, f.total_ms);
     a->n_mirrors -= r->mirror;
     if (!r->mirror) {
+        if (r->spn) node__specnet_final(a, r, &f);
         char *json;
         size_t len;
         if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
@@ -400,7 +403,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
             if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
         }
     }
-    if (r->n_gen >= r->req.max_tokens || ds_seq_len(r->seq) + 1 >= ds_engine_max_ctx(r->v->eng)) {
+    if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->v->eng)) {
         finish(a, r, DS_MSG_FINISH_LENGTH);
         return true;
     }
@@ -466,6 +469,7 @@ static bool start(struct ds_node *a, struct node_req *r)
     ds_tok_stream_init(&r->st);
     r->st.prev = r->ids[r->n_ids - 1];
     a->active[a->n_active++] = r;
+    if (r->speculate) node__specnet_begin(a, r);
     return true;
 }
 
@@ -480,7 +484,7 @@ static void step_version(struct ds_node *a, struct node_version *v)
     uint32_t budget = DS_MIN(v->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->v != v || r->n_fed < r->n_ids) continue;
+        if (r->v != v || r->n_fed < r->n_ids || r->spn) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
@@ -502,16 +506,23 @@ static void step_version(struct ds_node *a, struct node_version *v)
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->v == v) {
-                struct node_req *r = a->active[i];
-                a->active[i] = a->active[--a->n_active];
-                a->n_mirrors -= r->mirror;
-                node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "the engine failed");
-            }
+            if (a->active[i]->v == v && !a->active[i]->spn)
+                node__active_fail(a, a->active[i], DS_MSG_CODE_INTERNAL, "the engine failed");
         return;
     }
     const uint32_t V = ds_engine_config(v->eng)->vocab_size;
     for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], v->logits + k * V);
+}
+
+void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+{
+    for (unsigned i = 0; i < a->n_active; i++)
+        if (a->active[i] == r) {
+            a->active[i] = a->active[--a->n_active];
+            a->n_mirrors -= r->mirror;
+            break;
+        }
+    node__req_fail(a, r, code, msg);
 }
 
 static void cancel_running(struct ds_node *a)
@@ -595,6 +606,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     node__rollout_subscribe(a);
     if (a->fetch) node__fetch_subscribe(a);
     if (a->pub) node__publish_start(a);
+    if (a->spn) node__specnet_subscribe(a, true);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -603,6 +615,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             atomic_store(&a->draining, true);
             drain_start = ds_now_ns();
             subscribe_all(a, false);
+            if (a->spn) node__specnet_subscribe(a, false);
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
         }
         if (atomic_exchange(&a->reload, false) && a->cfg_path) {
@@ -618,6 +631,7 @@ enum ds_err ds_node_run(struct ds_node *a)
         cancel_running(a);
         if (a->ovf) node__overflow_check(a, now);
         node__rollout_tick(a, now);
+        if (a->spn) node__specnet_step(a, now);
         while (a->n_active - a->n_mirrors < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
             admit(a, it.user);
         }
@@ -645,6 +659,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             if (q == 0 && !at_center) break;
         }
         if (a->n_active == 0) ds_sched_wait(a->sched, 100);
+        else if (a->spn) node__specnet_wait(a);
     }
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);
@@ -687,7 +702,7 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     o.backend = (enum ds_backend)mc->backend;
     o.n_threads = mc->threads;
     o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
-    o.kv_seqs = a->cfg->max_active;
+    o.kv_seqs = a->cfg->max_active + node__specnet_kv_seqs(a->cfg);
     o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
     v->max_batch = o.max_batch;
     if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
@@ -728,6 +743,7 @@ void ds_node_destroy(struct ds_node *a)
     while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
     for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
+    node__specnet_destroy(a);            /* after the requests: they point into it */
     ds_sched_destroy(a->sched);
     node__rollout_destroy(a);           /* joins loads in progress */
     for (unsigned i = 0; i < a->n_models; i++)
@@ -777,6 +793,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
     if (c->publish_dirs && *c->publish_dirs && (rc = node__publish_create(a)) != DS_OK) goto fail;
+    if ((rc = node__specnet_create(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;

@@ -43,6 +43,12 @@ static const struct ds_cfg_key node_keys[] = {
     { "models", "fetch_window", DS_CFG_U32, O(fetch_window), "16", 1, 256, 0, "chunks in flight per download" },
     { "models", "fetch_timeout_ms", DS_CFG_U32, O(fetch_timeout_ms), "5000", 100, 600000, 0, "ask again for chunks after this long without one" },
     { "publish", "dirs", DS_CFG_STR, O(publish_dirs), NULL, 0, 0, 0, "bundle directories to offer to the fleet, comma-separated (checked with [keys] signer_pub)" },
+    { "overflow", "speculate", DS_CFG_BOOL, O(speculate), "false", 0, 0, 0, "edge: route=center requests for a model served here too are drafted here (INT8) and verified at a center" },
+    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "4", 1, 16, 0, "edge: most draft tokens per round (k adapts to the acceptance below it)" },
+    { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0, "edge: a round unanswered this long means its center is lost (fall back)" },
+    { "overflow", "spec_pipeline", DS_CFG_BOOL, O(spec_pipeline), "false", 0, 0, 0, "edge: while a round is at the center, draft the next block as if all were accepted (used when they were); pays only with high acceptance and the edge on its own cores" },
+    { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "4", 0, 256, 0, "center: edge-drafted sessions verified at once; each reserves one more KV sequence of the context at start (0 = refuse them)" },
+    { "spec", "idle_ms", DS_CFG_U32, O(spec_idle_ms), "30000", 100, 3600000, 0, "center: forget a session (and its KV) idle this long" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
     { "rollout", "p99_ms", DS_CFG_U32, O(ro_p99_ms), "2000", 1, 3600000, DS_CFG_RELOADABLE, "roll back a canary/shadow/just-promoted version whose P99 passes this" },
     { "rollout", "error_rate", DS_CFG_F32, O(ro_error_rate), "0.05", 0, 1, DS_CFG_RELOADABLE, "... or whose share of failed requests passes this" },
@@ -140,7 +146,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 static int on_section(void *ud, const char *section, const char *key, const char *value, char *err, size_t n)
 {
     if (strncmp(section, "model ", 6) != 0) {
-        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, registry, keys, models, publish, rollout or 'model NAME')");
+        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, spec, registry, keys, models, publish, rollout or 'model NAME')");
         return -1;
     }
     return set_model_key(ud, section + 6, key, value, err, n);

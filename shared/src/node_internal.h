@@ -2,7 +2,9 @@
 ** node_internal.h — what the serving node's files share (node.c: intake,
 ** engine loop, replies; node_overflow.c: the edge's overflow to centers and
 ** its cascade; node_rollout.c: model versions, canary, shadow, rollback and
-** signed control). Never installed; never used outside shared/src/node*.c.
+** signed control; node_spec.c: one-node speculation; node_specnet.c:
+** edge-drafted, center-verified speculation; node_fetch.c, node_publish.c:
+** model distribution). Never installed; never used outside shared/src/node*.c.
 */
 #ifndef DS_NODE_INTERNAL_H
 #define DS_NODE_INTERNAL_H
@@ -114,6 +116,8 @@ struct node_req {
     size_t               text_len, text_cap;
     double               logprob_sum;   /* of the generated tokens (cascade) */
     bool                 cascaded;      /* sent on to a center after a weak answer */
+    bool                 speculate;     /* edge: draft here, verify at a center (node_specnet.c) */
+    struct spn_req      *spn;           /* its state while drafted here, verified at a center (engine thread) */
 };
 
 struct ds_node {
@@ -137,6 +141,7 @@ struct ds_node {
     const char          *infer_prefix;   /* "dspark/v1/infer/" or "dspark/v1/center/infer/" */
     const char          *share_group;    /* "$share/dspark-edge/" or "$share/dspark-center/" */
     struct node_overflow *ovf;           /* edge only: centers, relayed requests */
+    struct node_specnet  *spn;           /* speculation over MQTT (either role), NULL = off */
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
@@ -156,6 +161,11 @@ void node__req_free(struct node_req *r);
 void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Queue r locally; false when the tier is full. */
 bool node__enqueue(struct ds_node *a, struct node_req *r);
+/* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
+bool node__topic_ok(const char *t);
+struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len);
+/* Engine loop: answer a running request with an error and free it. */
+void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
 
 /* Load a version's model file (any thread: reads only the config). */
 enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
@@ -214,6 +224,12 @@ void        node__overflow_subscribe(struct ds_node *a);
 bool        node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg);
 /* Live centers now. */
 unsigned    node__centers_live(struct ds_node *a);
+/* Whether center name is online now. */
+bool        node__center_online(struct ds_node *a, const char *name);
+/* A live center other than avoid, into out; false when there is none. */
+bool        node__center_pick(struct ds_node *a, const char *avoid, char out[64]);
+/* The request as the edge forwards it to a center (OWNED cJSON object). */
+struct cJSON *node__overflow_req_json(const struct node_req *r);
 /* Send r to the centers (TAKES r on true). */
 bool        node__overflow_send(struct ds_node *a, struct node_req *r);
 /* Engine loop: requests whose center died or never took them come back. */
@@ -240,5 +256,29 @@ void        node__fetch_destroy(struct ds_node *a);
 enum ds_err node__publish_create(struct ds_node *a);
 void        node__publish_start(struct ds_node *a);
 void        node__publish_destroy(struct ds_node *a);
+/* node_specnet.c (edge role: drafts; center role: verifies) */
+enum ds_err node__specnet_create(struct ds_node *a);
+void        node__specnet_destroy(struct ds_node *a);
+void        node__specnet_subscribe(struct ds_node *a, bool on);
+/* A speculation message (center: open/round/close; edge: verdict); true when
+** it was one. Paho's thread: copies it for the engine loop. */
+bool        node__specnet_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg);
+/* Edge, intake: take r for speculation (queued here); false = not eligible. */
+bool        node__specnet_take(struct ds_node *a, struct node_req *r);
+/* Edge, engine loop: r was just admitted with r->speculate set. */
+void        node__specnet_begin(struct ds_node *a, struct node_req *r);
+/* Engine loop: edge: draft, send rounds, apply verdicts, fall back; center:
+** open sessions, verify rounds, expire idle sessions. */
+void        node__specnet_step(struct ds_node *a, uint64_t now_ns);
+/* Engine loop, nothing else to do when every running request waits for a
+** center's verdict: wait for one (or for work that can start) without spinning. */
+void        node__specnet_wait(struct ds_node *a);
+/* Edge, finish(): served_by and usage of a speculative answer; closes its
+** center session. f's strings stay valid until r is freed. */
+void        node__specnet_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f);
+/* node__req_free(): the speculation state of r (NULL-safe). */
+void        node__specnet_req_free(struct spn_req *s);
+/* Extra KV sequences the engines need for center sessions. */
+uint32_t    node__specnet_kv_seqs(const struct ds_node_config *c);
 
 #endif

@@ -97,6 +97,30 @@ unsigned node__centers_live(struct ds_node *a)
     return n;
 }
 
+bool node__center_online(struct ds_node *a, const char *name)
+{
+    struct node_overflow *o = a->ovf;
+    bool on = false;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers && !on; i++) on = o->centers[i].online && !strcmp(o->centers[i].name, name);
+    pthread_mutex_unlock(&o->mu);
+    return on;
+}
+
+bool node__center_pick(struct ds_node *a, const char *avoid, char out[64])
+{
+    struct node_overflow *o = a->ovf;
+    bool got = false;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers && !got; i++)
+        if (o->centers[i].online && strcmp(o->centers[i].name, avoid)) {
+            memcpy(out, o->centers[i].name, 64);
+            got = true;
+        }
+    pthread_mutex_unlock(&o->mu);
+    return got;
+}
+
 unsigned node__overflow_pending(struct ds_node *a)
 {
     pthread_mutex_lock(&a->ovf->mu);
@@ -196,15 +220,13 @@ bool node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
     return false;
 }
 
-bool node__overflow_send(struct ds_node *a, struct node_req *r)
+cJSON *node__overflow_req_json(const struct node_req *r)
 {
-    struct node_overflow *o = a->ovf;
-    if (node__centers_live(a) == 0) return false;
+    const struct ds_infer_req *q = &r->req;
     cJSON *j = cJSON_CreateObject();
-    if (!j) return false;
+    if (!j) return NULL;
     /* The request as the device meant it, without reply_to: answers go to
     ** the relay topic and the edge forwards them. */
-    const struct ds_infer_req *q = &r->req;
     cJSON_AddNumberToObject(j, "v", 1);
     cJSON_AddStringToObject(j, "id", q->id);
     cJSON_AddStringToObject(j, "model", q->model);
@@ -228,6 +250,16 @@ bool node__overflow_send(struct ds_node *a, struct node_req *r)
     /* The canary split at the center hashes the device, not the relay topic. */
     const char *client = q->client ? q->client : r->reply && strlen(r->reply) <= DS_MSG_ID_MAX ? r->reply : NULL;
     if (client) cJSON_AddStringToObject(j, "client", client);
+    return j;
+}
+
+bool node__overflow_send(struct ds_node *a, struct node_req *r)
+{
+    struct node_overflow *o = a->ovf;
+    if (a->spn && !r->cascaded && node__specnet_take(a, r)) return true;
+    if (node__centers_live(a) == 0) return false;
+    cJSON *j = node__overflow_req_json(r);
+    if (!j) return false;
     char *json = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!json) return false;
@@ -255,7 +287,7 @@ bool node__overflow_send(struct ds_node *a, struct node_req *r)
         return false;
     }
     char topic[192], key[24];
-    snprintf(topic, sizeof topic, "dspark/v1/center/infer/%s", q->model);
+    snprintf(topic, sizeof topic, "dspark/v1/center/infer/%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s };
     enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);

@@ -85,7 +85,7 @@ bool node__spec_step(struct ds_node *a, struct node_version *v)
 {
     struct node_req *r = NULL;
     for (unsigned i = 0; i < a->n_active; i++) {
-        if (a->active[i]->v != v) continue;
+        if (a->active[i]->v != v || a->active[i]->spn) continue;   /* verified at a center */
         if (r) return false;                    /* a batch: plain batched step */
         r = a->active[i];
     }

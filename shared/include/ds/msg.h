@@ -164,7 +164,7 @@ struct ds_msg_served_by {
 /* Speculative decoding's share of an answer (ds/spec.h): draft tokens
 ** proposed and accepted, target verify passes and tokens they produced. The
 ** final message's usage then adds drafted, accepted, acceptance
-** (accepted/drafted) and tokens_per_pass (emitted/rounds). */
+** (accepted/drafted), tokens_per_pass (emitted/rounds) and rounds. */
 struct ds_msg_spec_usage {
     uint32_t drafted, accepted, rounds, emitted;
 };

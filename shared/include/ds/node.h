@@ -78,6 +78,12 @@ struct ds_node_config {
     uint32_t fetch_window;      /* [models] fetch_window: chunks in flight per download */
     uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
     char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
+    bool     speculate;         /* [overflow] speculate: draft route=center work here, verify at a center */
+    uint32_t spec_k;            /* [overflow] spec_k: most drafts per round (adaptive below it) */
+    uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms: a round unanswered this long = center lost */
+    bool     spec_pipeline;     /* [overflow] spec_pipeline: draft the next block while a round is out */
+    uint32_t spec_sessions;     /* [spec] sessions (center): verify sessions kept at once; 0 = none */
+    uint32_t spec_idle_ms;      /* [spec] idle_ms (center): forget a session idle this long */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
 };

@@ -1,0 +1,935 @@
+/*
+** test_specnet.c — edge-drafted, center-verified speculation across two real
+** brokers: the edge's mosquitto bridged (MQTT 5) to the center's, a
+** dspark-edge ([overflow] speculate = true, INT8 stories260K.gguf) on the
+** first, two dspark-centers (FP32 stories260K.bin + tok512.bin) on the
+** second; devices on both brokers.
+** Shows: on 20 prompts the speculative answers (streamed and final) equal
+** plain center decoding and `dspark run` FP32 greedy, token for token, with
+** usage.drafted/accepted/rounds and served_by the center; the center holding
+** the sessions SIGKILLed mid-stream: every request still answered once,
+** completely and equal to the plain text, or with a clear error before its
+** deadline; the session protocol spoken directly to a center: malformed,
+** unknown, stale, out-of-range and repeated rounds are refused or answered
+** idempotently, the verdicts follow plain greedy decoding, the center stays up;
+** sampled at temperature 1 over 600 seeds, the first token (read off the
+** wire) follows the target's plain distribution (chi-squared, alpha 0.001);
+** a center that stops answering (SIGSTOP) costs a round timeout, not the
+** answer; SIGTERM: every node exits 0 (sanitizer builds: no report).
+*/
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <math.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "ds/engine.h"
+#include "ds/log.h"
+#include "ds/model.h"
+#include "ds/mqtt.h"
+#include "ds/sampler.h"
+#include "ds/tok.h"
+#include "support/broker.h"
+#include "support/testutil.h"
+
+extern char **environ;
+
+#define MAX_MSGS 65536
+#define N_PROMPTS 20
+#define GEN 60
+#define GEN_S "60"
+#define KGEN_S "300"
+
+static const char *prompts[N_PROMPTS] = {
+    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
+    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
+    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
+    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
+    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
+};
+
+struct msg {
+    char     corr[64];
+    char    *topic, *json;
+};
+
+static struct {
+    struct tb_broker *edge_b, *center_b;
+    char             *dir;
+    char              bridge[1024];
+    pid_t             edge, center[2];
+    struct ds_mqtt   *dev, *cdev;      /* device on the edge's broker; one on the center's */
+    pthread_mutex_t   mu;
+    struct msg        m[MAX_MSGS];
+    int               n;
+    char             *plain[N_PROMPTS];   /* plain center decoding of each prompt */
+} g;
+
+static void on_msg(void *ud, const struct ds_mqtt_msg *m)
+{
+    (void)ud;
+    pthread_mutex_lock(&g.mu);
+    if (g.n < MAX_MSGS) {
+        struct msg *x = &g.m[g.n];
+        size_t cl = m->correlation.p ? DS_MIN(m->correlation.n, sizeof x->corr - 1) : 0;
+        memcpy(x->corr, m->correlation.p ? m->correlation.p : "", cl);
+        x->corr[cl] = '\0';
+        x->json = strndup(m->payload, m->len);
+        x->topic = strdup(m->topic);
+        g.n++;
+    }
+    pthread_mutex_unlock(&g.mu);
+}
+
+static bool is_last(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\""); }
+
+/* The final or error for corr (OWNED copy), waiting up to ms. */
+static char *answer(const char *corr, int ms)
+{
+    for (int t = 0; t <= ms / 10; t++) {
+        char *hit = NULL;
+        pthread_mutex_lock(&g.mu);
+        for (int i = 0; i < g.n && !hit; i++)
+            if (!strcmp(g.m[i].corr, corr) && is_last(g.m[i].json)) hit = strdup(g.m[i].json);
+        pthread_mutex_unlock(&g.mu);
+        if (hit) return hit;
+        usleep(10000);
+    }
+    return NULL;
+}
+
+/* The first reply (any kind) for corr after message number from, waiting up to ms. */
+static char *nth_msg(const char *corr, int from, int ms, int *at)
+{
+    for (int t = 0; t <= ms / 10; t++) {
+        char *hit = NULL;
+        pthread_mutex_lock(&g.mu);
+        for (int i = from; i < g.n && !hit; i++)
+            if (!strcmp(g.m[i].corr, corr) && strncmp(g.m[i].topic, "dspark/", 7)) {   /* replies, not the wire */
+                hit = strdup(g.m[i].json);
+                *at = i;
+            }
+        pthread_mutex_unlock(&g.mu);
+        if (hit) return hit;
+        usleep(10000);
+    }
+    return NULL;
+}
+
+static int count_answers(const char *corr)
+{
+    int n = 0;
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < g.n; i++) n += !strcmp(g.m[i].corr, corr) && is_last(g.m[i].json);
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+/* The streamed deltas for corr, concatenated (OWNED). */
+static char *streamed(const char *corr)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *s = calloc(1, cap);
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < g.n; i++) {
+        if (strcmp(g.m[i].corr, corr) || is_last(g.m[i].json)) continue;
+        cJSON *j = cJSON_Parse(g.m[i].json);
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "delta");
+        if (cJSON_IsString(d) && len + strlen(d->valuestring) < cap) {
+            memcpy(s + len, d->valuestring, strlen(d->valuestring));
+            len += strlen(d->valuestring);
+        }
+        cJSON_Delete(j);
+    }
+    pthread_mutex_unlock(&g.mu);
+    return s;
+}
+
+static bool seen(const char *needle, int ms)
+{
+    for (int t = 0; t <= ms / 10; t++) {
+        bool hit = false;
+        pthread_mutex_lock(&g.mu);
+        for (int i = g.n; i-- > 0 && !hit;) hit = strstr(g.m[i].json, needle) != NULL;
+        pthread_mutex_unlock(&g.mu);
+        if (hit) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+static void publish(struct ds_mqtt *c, const char *topic, const char *reply, const char *corr, const char *json)
+{
+    struct ds_mqtt_props p = { reply, corr, strlen(corr), 0 };
+    assert_int_equal(ds_mqtt_publish(c, topic, json, strlen(json), 1, false, &p), DS_OK);
+}
+
+static void send_req(struct ds_mqtt *c, const char *topic, const char *id, const char *prompt, const char *extra)
+{
+    char json[1024];
+    snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"%s\",%s}", id, prompt, extra);
+    publish(c, topic, c == g.dev ? "test/reply/spec" : "test/creply/spec", id, json);
+}
+
+static char *field(const char *json, const char *a, const char *b)
+{
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    char *s = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+static double num(const char *json, const char *a, const char *b)
+{
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    double v = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+    cJSON_Delete(j);
+    return v;
+}
+
+static void validate(const char *schema, const char *json)
+{
+    char path[4300], cmd[9000];
+    snprintf(path, sizeof path, "%s/msg.json", g.dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "printf '%%s/schemas/%%s.schema.json\\t%%s\\tvalid\\n' '%s' '%s' '%s' | "
+             "'%s' '%s/tests/support/jsonschema_check.py'", DS_SOURCE_DIR, schema, path, DS_PYTHON3, DS_SOURCE_DIR);
+    int st = system(cmd);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return;   /* validator missing: shared.msg reports it */
+    assert_int_equal(st, 0);
+}
+
+static pid_t spawn_node(const char *bin_rel, const char *name, const char *conf_text)
+{
+    char cfg[4300], log[4300], bin[4300];
+    snprintf(cfg, sizeof cfg, "%s/%s.ini", g.dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", g.dir, name);
+    snprintf(bin, sizeof bin, "%s/%s", DS_BUILD_DIR, bin_rel);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(conf_text, f);
+    fclose(f);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    char *argv[] = { bin, "-c", cfg, NULL };
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+static pid_t start_center(int i)
+{
+    char conf[2048], name[32], want[64];
+    snprintf(name, sizeof name, "center-%d", i);
+    snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = 16\n"
+             "[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\n",
+             name, tb_broker_uri(g.center_b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
+    pid_t pid = spawn_node("center-node/dspark-center", name, conf);
+    snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
+    assert_true(seen(want, 20000));              /* its status crossed the bridge */
+    return pid;
+}
+
+/* The edge (again): SIGTERM the running one first. */
+static void start_edge(bool pipeline)
+{
+    if (g.edge > 0) {
+        kill(g.edge, SIGTERM);
+        waitpid(g.edge, NULL, 0);
+    }
+    int from = g.n;
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-spec\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
+             "[overflow]\nspeculate = true\nspec_k = 4\nspec_timeout_ms = 3000\nspec_pipeline = %s\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+             tb_broker_uri(g.edge_b), pipeline ? "true" : "false", tu_model("stories260K.gguf"));
+    g.edge = spawn_node("edge-agent/dspark-edge", "edge-spec", conf);
+    bool up = false;
+    for (int t = 0; t < 2000 && !up; t++) {
+        pthread_mutex_lock(&g.mu);
+        for (int i = from; i < g.n && !up; i++) up = strstr(g.m[i].json, "\"node\":\"edge-spec\",\"state\":\"online\"") != NULL;
+        pthread_mutex_unlock(&g.mu);
+        usleep(10000);
+    }
+    assert_true(up);
+    usleep(500000);                               /* the retained center status reaches it */
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    pthread_mutex_init(&g.mu, NULL);
+    enum ds_err rc = tb_broker_start(NULL, &g.center_b);
+    if (rc == DS_ERR_UNSUPPORTED) {
+        printf("mosquitto is not installed: skipped\n");
+        exit(77);
+    }
+    assert_int_equal(rc, DS_OK);
+    /* deploy/mosquitto/center-bridge.conf's topic lines. */
+    snprintf(g.bridge, sizeof g.bridge,
+             "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
+             "cleansession true\nrestart_timeout 1\n"
+             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
+             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
+             tb_broker_port(g.center_b));
+    struct tb_broker_opts bo = { .max_inflight = 100, .extra_conf = g.bridge };
+    assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
+    g.dir = tu_tmpdir();
+
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = on_msg;
+    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.edge_b), "dev-spec", &o, &g.dev), DS_OK);
+    assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/spec", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
+    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.center_b), "cdev-spec", &o, &g.cdev), DS_OK);
+    assert_int_equal(ds_mqtt_connect(g.cdev), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "test/creply/spec", 1), DS_OK);
+    /* The edge's opens and rounds as they reach the centers (schema checks). */
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/spec/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/session/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/relay/+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(g.cdev, 20000), DS_OK);
+
+    g.center[0] = start_center(0);
+    g.center[1] = start_center(1);
+    start_edge(false);
+
+    /* Plain center decoding of every prompt, asked of the centers directly. */
+    char id[32];
+    for (int i = 0; i < N_PROMPTS; i++) {
+        snprintf(id, sizeof id, "plain-%d", i);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[i], "\"max_tokens\":" GEN_S);
+    }
+    for (int i = 0; i < N_PROMPTS; i++) {
+        snprintf(id, sizeof id, "plain-%d", i);
+        char *a = answer(id, 30000);
+        assert_non_null(a);
+        g.plain[i] = field(a, "text", NULL);
+        assert_non_null(g.plain[i]);
+        free(a);
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pid_t all[3] = { g.edge, g.center[0], g.center[1] };
+    for (int i = 0; i < 3; i++)
+        if (all[i] > 0) {
+            kill(all[i], SIGKILL);
+            waitpid(all[i], NULL, 0);
+        }
+    ds_mqtt_destroy(g.dev);
+    ds_mqtt_destroy(g.cdev);
+    tb_broker_destroy(g.edge_b);
+    tb_broker_destroy(g.center_b);
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "tail -n 8 '%s'/*.log", g.dir);
+    fflush(stdout);
+    if (system(cmd) != 0) printf("(no logs)\n");
+    tu_rmdir(g.dir);
+    for (int i = 0; i < g.n; i++) {
+        free(g.m[i].json);
+        free(g.m[i].topic);
+    }
+    for (int i = 0; i < N_PROMPTS; i++) free(g.plain[i]);
+    return 0;
+}
+
+/* `dspark run` FP32 greedy: prompt + GEN tokens (OWNED). */
+static char *run_text(const char *prompt)
+{
+    char cmd[8192], out[8192];
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %d 2>/dev/null", DS_BUILD_DIR,
+             tu_model("stories260K.gguf"), prompt, GEN);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = '\0';
+    assert_int_equal(pclose(p), 0);
+    while (got && out[got - 1] == '\n') out[--got] = '\0';
+    return strdup(out);
+}
+
+/* 20 prompts: speculative answers == plain center == dspark run. */
+static void greedy_identity(const char *tag)
+{
+    char id[32], extra[160];
+    for (int i = 0; i < N_PROMPTS; i++) {
+        snprintf(id, sizeof id, "%s-%d", tag, i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":%d,\"route\":\"center\",\"stream\":%s", GEN,
+                 i % 2 ? "true" : "false");
+        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
+    }
+    double drafted = 0, accepted = 0, rounds = 0, tokens = 0;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        snprintf(id, sizeof id, "%s-%d", tag, i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        if (i == 0) validate("final", a);
+        char *text = field(a, "text", NULL), *tier = field(a, "served_by", "tier");
+        char *prec = field(a, "served_by", "precision"), *run = run_text(prompts[i]);
+        assert_non_null(text);
+        if (strcmp(text, g.plain[i]) != 0) printf("prompt %d:\n spec  \"%s\"\n plain \"%s\"\n", i, text, g.plain[i]);
+        assert_string_equal(text, g.plain[i]);                       /* plain center decoding */
+        assert_true(strlen(run) >= strlen(prompts[i]));
+        assert_string_equal(text, run + strlen(prompts[i]));         /* dspark run FP32 greedy */
+        assert_string_equal(tier, "center");
+        assert_string_equal(prec, "fp32");
+        if (i % 2) {
+            char *s = streamed(id);
+            assert_string_equal(s, text);
+            free(s);
+        }
+        assert_true(num(a, "usage", "rounds") >= 1);
+        drafted += num(a, "usage", "drafted");
+        accepted += num(a, "usage", "accepted");
+        rounds += num(a, "usage", "rounds");
+        tokens += num(a, "usage", "completion_tokens");
+        assert_int_equal(count_answers(id), 1);
+        free(text); free(tier); free(prec); free(run); free(a);
+    }
+    assert_true(drafted > 0);
+    printf("%s: 20 prompts x %d tokens: speculative == plain center == dspark run FP32, token for token; drafted "
+           "%.0f, accepted %.0f (acceptance %.3f), %.0f rounds, %.2f tokens per round\n",
+           tag, GEN, drafted, accepted, accepted / drafted, rounds, tokens / rounds);
+}
+
+/* The first message of the edge's on a topic starting with prefix (OWNED). */
+static char *wire_msg(const char *prefix, const char *needle)
+{
+    char *hit = NULL;
+    pthread_mutex_lock(&g.mu);
+    for (int i = 0; i < g.n && !hit; i++)
+        if (!strncmp(g.m[i].topic, prefix, strlen(prefix)) && strstr(g.m[i].json, "\"session\":\"edge-spec.") &&
+            strstr(g.m[i].json, needle))
+            hit = strdup(g.m[i].json);
+    pthread_mutex_unlock(&g.mu);
+    return hit;
+}
+
+static void test_greedy_identity(void **state)
+{
+    (void)state;
+    greedy_identity("spec");
+    char *open = wire_msg("dspark/v1/center/spec/", "\"draft\""), *round = wire_msg("dspark/v1/center/session/", "\"pos\"");
+    char *close = wire_msg("dspark/v1/center/session/", "\"close\"");
+    assert_non_null(open);
+    assert_non_null(round);
+    assert_non_null(close);
+    validate("spec_open", open);
+    validate("spec_round", round);
+    validate("spec_round", close);
+    free(open); free(round); free(close);
+}
+
+/* The same with pipelined drafting; the failure tests below run with it on. */
+static void test_greedy_identity_pipelined(void **state)
+{
+    (void)state;
+    start_edge(true);
+    greedy_identity("pipe");
+}
+
+/* Lines of the edge's log that contain what. */
+static int log_count(const char *what)
+{
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "grep -c '%s' '%s/edge-spec.log'", what, g.dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1) n = 0;
+        pclose(p);
+    }
+    return n;
+}
+
+/* SIGKILL a center while it verifies sessions: every request still answered
+** once, completely and equal to plain decoding, or a clear error in time. */
+static void test_center_killed(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    char id[32], extra[160], *plain[N];
+    for (int i = 0; i < N; i++) {                 /* longer answers, so that sessions are mid-way */
+        snprintf(id, sizeof id, "kplain-%d", i);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[i], "\"max_tokens\":" KGEN_S);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "kplain-%d", i);
+        char *a = answer(id, 30000);
+        assert_non_null(a);
+        plain[i] = field(a, "text", NULL);
+        assert_non_null(plain[i]);
+        free(a);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "kill-%d", i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":30000");
+        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
+    }
+    int at = 0;
+    char *first = nth_msg("kill-0", 0, 30000, &at);    /* streaming has begun */
+    assert_non_null(first);
+    free(first);
+    kill(g.center[0], SIGKILL);
+    waitpid(g.center[0], NULL, 0);
+    g.center[0] = 0;
+    int equal = 0, errors = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "kill-%d", i);
+        char *a = answer(id, 40000);
+        assert_non_null(a);
+        if (strstr(a, "\"error\"")) {
+            char *code = field(a, "error", "code");
+            printf("kill-%d: error %s\n", i, code);
+            assert_non_null(code);
+            errors++;
+            free(code);
+        } else {
+            char *text = field(a, "text", NULL), *s = streamed(id);
+            assert_string_equal(text, plain[i]);
+            assert_string_equal(s, text);            /* nothing lost, nothing doubled in the stream */
+            equal++;
+            free(text);
+            free(s);
+        }
+        free(a);
+        free(plain[i]);
+        assert_int_equal(count_answers(id), 1);
+    }
+    int moved = log_count("center-0 went offline");
+    printf("center-0 SIGKILLed mid-stream: %d of %d answers complete and equal to plain decoding, %d errors; "
+           "%d sessions moved to another center\n", equal, N, errors, moved);
+    assert_int_equal(equal + errors, N);
+    g.center[0] = start_center(0);
+}
+
+/* Sampling over the network: the first token of requests sampled at
+** temperature 1 with seeds 0..SEEDS-1 (greedy drafts, the center accepts a
+** draft with probability p(x), else draws from p without it) follows the
+** target's plain distribution p: chi-squared at alpha = 0.001. The tokens
+** are read off the wire: each open's draft and its verdict. */
+static void test_sampled(void **state)
+{
+    (void)state;
+    enum { SEEDS = 600 };
+    struct ds_model *m;
+    struct ds_tok *tok;
+    struct ds_engine *e;
+    struct ds_seq *seq;
+    struct ds_sampler *smp;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.n_threads = 1;
+    assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
+    assert_int_equal(ds_model_tokenizer(m, NULL, &tok), DS_OK);
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    assert_int_equal(ds_seq_create(e, &seq), DS_OK);
+    const uint32_t V = ds_engine_config(e)->vocab_size;
+    struct ds_sampler_params sp;
+    ds_sampler_params_init(&sp);
+    sp.temperature = 1.0f;
+    assert_int_equal(ds_sampler_create(V, &sp, &smp), DS_OK);
+    int32_t ids[64];
+    size_t n = 0;
+    assert_int_equal(ds_tok_encode(tok, prompts[2], strlen(prompts[2]), true, ids, 64, &n), DS_OK);
+    float *lg = malloc(V * sizeof *lg), *p = malloc(V * sizeof *p);
+    double *seen_n = calloc(V, sizeof *seen_n);
+    assert_int_equal(ds_engine_eval(e, seq, ids, n, lg, false), DS_OK);
+    ds_sampler_probs(smp, lg, p);                      /* the target's plain distribution */
+    char id[32], extra[160];
+    int from;
+    pthread_mutex_lock(&g.mu);
+    from = g.n;
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < SEEDS; i++) {
+        snprintf(id, sizeof id, "smp-%d", i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":2,\"route\":\"center\",\"temperature\":1,\"seed\":%d", i);
+        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[2], extra);
+        if (i % 100 == 99) {                           /* within the edge's queue */
+            char *a = answer(id, 60000);
+            assert_non_null(a);
+            free(a);
+        }
+    }
+    int drafted_first = 0, accepted_first = 0, got = 0;
+    for (int i = 0; i < SEEDS; i++) {
+        snprintf(id, sizeof id, "smp-%d", i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        char *tier = field(a, "served_by", "tier");
+        assert_string_equal(tier, "center");
+        free(tier);
+        free(a);
+    }
+    usleep(300000);
+    pthread_mutex_lock(&g.mu);
+    for (int i = from; i < g.n; i++) {                 /* each open, then its verdict */
+        if (strncmp(g.m[i].topic, "dspark/v1/center/spec/", 22) || !strstr(g.m[i].json, "\"id\":\"smp-")) continue;
+        cJSON *op = cJSON_Parse(g.m[i].json);
+        const cJSON *draft = cJSON_GetObjectItemCaseSensitive(op, "draft");
+        const cJSON *pos = cJSON_GetObjectItemCaseSensitive(op, "pos");
+        for (int k = i + 1; k < g.n; k++) {
+            if (strcmp(g.m[k].corr, g.m[i].corr) || strncmp(g.m[k].topic, "dspark/v1/relay/", 16)) continue;
+            cJSON *v = cJSON_Parse(g.m[k].json);
+            const cJSON *vpos = cJSON_GetObjectItemCaseSensitive(v, "pos");
+            const cJSON *acc = cJSON_GetObjectItemCaseSensitive(v, "accepted");
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "token");
+            if (cJSON_IsNumber(vpos) && cJSON_IsNumber(pos) && vpos->valuedouble == pos->valuedouble &&
+                cJSON_IsNumber(acc) && cJSON_IsNumber(t)) {
+                bool has_draft = cJSON_GetArraySize(draft) > 0;
+                int first = has_draft && acc->valuedouble >= 1 ? (int)cJSON_GetArrayItem(draft, 0)->valuedouble
+                                                              : (int)t->valuedouble;
+                assert_true(first >= 0 && (uint32_t)first < V);
+                seen_n[first] += 1.0;
+                got++;
+                drafted_first += has_draft;
+                accepted_first += has_draft && acc->valuedouble >= 1;
+                k = g.n;
+            }
+            cJSON_Delete(v);
+        }
+        cJSON_Delete(op);
+    }
+    pthread_mutex_unlock(&g.mu);
+    assert_int_equal(got, SEEDS);
+    assert_true(drafted_first > SEEDS / 2);            /* the draft path, not plain steps */
+    assert_true(accepted_first < drafted_first);       /* and some rejections */
+    /* Chi-squared over tokens expected >= 5 times, the rest merged. */
+    double chi2 = 0.0, rest_e = 0.0, rest_o = 0.0;
+    int bins = 0;
+    for (uint32_t t = 0; t < V; t++) {
+        double ex = SEEDS * (double)p[t];
+        if (ex >= 5.0) {
+            chi2 += (seen_n[t] - ex) * (seen_n[t] - ex) / ex;
+            bins++;
+        } else {
+            rest_e += ex;
+            rest_o += seen_n[t];
+        }
+    }
+    if (rest_e > 0.0) {
+        chi2 += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+        bins++;
+    }
+    double df = bins - 1, z = 3.0902;                  /* alpha = 0.001; Wilson-Hilferty */
+    double crit = df * pow(1.0 - 2.0 / (9.0 * df) + z * sqrt(2.0 / (9.0 * df)), 3.0);
+    printf("sampled, %d seeds: first token's draft accepted %d of %d; chi-squared %.1f, %d bins, critical %.1f "
+           "(alpha 0.001)\n", SEEDS, accepted_first, drafted_first, chi2, bins, crit);
+    assert_true(bins >= 3);
+    assert_true(chi2 < crit);
+    free(lg); free(p); free(seen_n);
+    ds_sampler_destroy(smp);
+    ds_seq_destroy(seq);
+    ds_engine_destroy(e);
+    ds_tok_destroy(tok);
+    ds_model_close(m);
+}
+
+/* A center that stops answering (SIGSTOP: its status stays online): the
+** rounds it holds time out and their sessions re-open on the other center;
+** every request answered once, complete and equal, or (no center left to
+** re-open on) finished by the edge, or a clear error in time. */
+static void test_center_stuck(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    char id[32], extra[160], *plain[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "splain-%d", i);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[N + i], "\"max_tokens\":" KGEN_S);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "splain-%d", i);
+        char *a = answer(id, 30000);
+        assert_non_null(a);
+        plain[i] = field(a, "text", NULL);
+        free(a);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "stuck-%d", i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":60000");
+        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[N + i], extra);
+    }
+    int at = 0;
+    char *first = nth_msg("stuck-0", 0, 30000, &at);
+    assert_non_null(first);
+    free(first);
+    kill(g.center[0], SIGSTOP);
+    int equal = 0, local = 0, errors = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "stuck-%d", i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        char *text = field(a, "text", NULL), *s = streamed(id), *tier = field(a, "served_by", "tier");
+        if (strstr(a, "\"error\"")) {
+            errors++;
+        } else if (!strcmp(tier, "edge")) {
+            local++;                                 /* complete, its tail decoded by the edge */
+            char *fr = field(a, "finish_reason", NULL);
+            assert_non_null(fr);
+            free(fr);
+            assert_string_equal(s, text);
+        } else {
+            assert_string_equal(text, plain[i]);
+            assert_string_equal(s, text);
+            equal++;
+        }
+        free(text); free(s); free(tier); free(a); free(plain[i]);
+        assert_int_equal(count_answers(id), 1);
+    }
+    kill(g.center[0], SIGCONT);
+    printf("center-0 stopped (SIGSTOP) mid-stream: %d rounds timed out; %d of %d answers equal to plain decoding, "
+           "%d finished by the edge, %d errors\n", log_count("no verdict"), equal, N, local, errors);
+    assert_int_equal(equal + local + errors, N);
+}
+
+/* The session protocol spoken directly to center-1. */
+static char *ask(const char *topic, const char *corr, const char *json)
+{
+    static int from;
+    pthread_mutex_lock(&g.mu);
+    from = g.n;
+    pthread_mutex_unlock(&g.mu);
+    publish(g.cdev, topic, "test/creply/spec", corr, json);
+    int at = 0;
+    char *a = nth_msg(corr, from, 20000, &at);
+    assert_non_null(a);
+    return a;
+}
+
+static void expect_error(const char *topic, const char *corr, const char *json, const char *needle)
+{
+    char *a = ask(topic, corr, json);
+    char *code = field(a, "error", "code"), *msg = field(a, "error", "message");
+    if (!code || !msg || !strstr(msg, needle)) printf("want error with '%s', got %s\n", needle, a);
+    assert_non_null(code);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, needle));
+    free(code);
+    free(msg);
+    free(a);
+}
+
+static void test_protocol(void **state)
+{
+    (void)state;
+    /* The reference: plain FP32 greedy tokens after the prompt. */
+    struct ds_model *m;
+    struct ds_tok *tok;
+    struct ds_engine *e;
+    struct ds_seq *seq;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.n_threads = 1;
+    assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
+    assert_int_equal(ds_model_tokenizer(m, NULL, &tok), DS_OK);
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    assert_int_equal(ds_seq_create(e, &seq), DS_OK);
+    int32_t ids[64], ref[8];
+    size_t n = 0;
+    assert_int_equal(ds_tok_encode(tok, "Once upon a time", 16, true, ids, 64, &n), DS_OK);
+    float *lg = malloc(ds_engine_config(e)->vocab_size * sizeof *lg);
+    assert_int_equal(ds_engine_eval(e, seq, ids, n, lg, false), DS_OK);
+    for (int i = 0; i < 8; i++) {
+        ref[i] = ds_argmax(lg, ds_engine_config(e)->vocab_size);
+        assert_int_equal(ds_engine_eval(e, seq, &ref[i], 1, lg, false), DS_OK);
+    }
+    const char *rounds = "dspark/v1/center/session/center-1";
+    char json[1024];
+    /* Malformed, unknown session, wrong version: refused with a reason. */
+    expect_error(rounds, "p1", "not json", "not a JSON object");
+    expect_error(rounds, "p2", "{\"v\":1,\"pos\":3}", "session");
+    expect_error(rounds, "p3", "{\"v\":2,\"session\":\"x\"}", "version");
+    expect_error(rounds, "p4", "{\"v\":1,\"session\":\"nobody\",\"pos\":5,\"draft\":[]}", "unknown here");
+    /* Open on the shared topic with the first reference token as the draft
+    ** and a wrong one after it: 1 accepted, the correction is ref[1]. */
+    snprintf(json, sizeof json, "{\"id\":\"proto\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"t1\","
+             "\"pos\":%zu,\"draft\":[%d,%d]}", n, ref[0], (ref[1] + 1) % 512);
+    char *a = ask("dspark/v1/center/spec/stories", "o1", json);
+    validate("spec_verdict", a);
+    char *node = field(a, "node", NULL);
+    assert_non_null(node);
+    assert_int_equal((int)num(a, "accepted", NULL), 1);
+    assert_int_equal((int)num(a, "token", NULL), ref[1]);
+    assert_int_equal((int)num(a, "pos", NULL), (int)n);
+    free(a);
+    char topic[128];
+    snprintf(topic, sizeof topic, "dspark/v1/center/session/%s", node);
+    /* Next round at pos n+2, all accepted: the bonus is the target's. */
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[%d,%d]}", n + 2, ref[2], ref[3]);
+    a = ask(topic, "r1", json);
+    assert_int_equal((int)num(a, "accepted", NULL), 2);
+    assert_int_equal((int)num(a, "token", NULL), ref[4]);
+    /* The same round again (a redelivery): the same verdict, nothing applied twice. */
+    char *again = ask(topic, "r1b", json);
+    assert_string_equal(again, a);
+    free(again);
+    free(a);
+    /* Stale (an old pos with another draft), ahead, out of range, too many. */
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[%d]}", n + 2, ref[0]);
+    expect_error(topic, "s1", json, "stale or out of order");
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[]}", n + 40);
+    expect_error(topic, "s2", json, "stale or out of order");
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[99999]}", n + 5);
+    expect_error(topic, "s3", json, "draft");
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}", n + 5);
+    expect_error(topic, "s4", json, "draft");
+    expect_error(topic, "s5", "{\"v\":1,\"session\":\"t1\",\"pos\":-1,\"draft\":[]}", "pos");
+    /* The session is intact: the next round continues from ref[5]. */
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[%d]}", n + 5, ref[5]);
+    a = ask(topic, "r2", json);
+    assert_int_equal((int)num(a, "accepted", NULL), 1);
+    assert_int_equal((int)num(a, "token", NULL), ref[6]);
+    free(a);
+    /* An open whose pos does not match the center's tokenization. */
+    snprintf(json, sizeof json, "{\"id\":\"proto2\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"t2\","
+             "\"pos\":%zu,\"draft\":[]}", n + 3);
+    expect_error("dspark/v1/center/spec/stories", "o2", json, "different tokenizers");
+    snprintf(json, sizeof json, "{\"id\":\"proto3\",\"model\":\"nosuch\",\"prompt\":\"x\",\"session\":\"t3\",\"pos\":2}");
+    expect_error("dspark/v1/center/spec/nosuch", "o3", json, "not served");
+    snprintf(json, sizeof json, "{\"id\":\"proto4\",\"model\":\"stories\",\"session\":\"t4\",\"pos\":2}");
+    expect_error("dspark/v1/center/spec/stories", "o4", json, "prompt");
+    /* Closed: the session is gone. */
+    publish(g.cdev, topic, "test/creply/spec", "c1", "{\"v\":1,\"session\":\"t1\",\"close\":true}");
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[]}", n + 7);
+    expect_error(topic, "r3", json, "unknown here");
+    /* A full session table: the open past the bound is refused "overloaded"
+    ** (center-1 keeps 16: [spec] sessions); closing one makes room again. */
+    for (int i = 0; i <= 16; i++) {
+        char sid[16], corr[16];
+        snprintf(sid, sizeof sid, "full-%d", i);
+        snprintf(corr, sizeof corr, "f%d", i);
+        snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"%s\","
+                 "\"pos\":%zu,\"draft\":[]}", sid, sid, n);
+        if (i < 16) {
+            a = ask("dspark/v1/center/session/center-1", corr, json);
+            assert_int_equal((int)num(a, "token", NULL), ref[0]);
+            free(a);
+        } else {
+            char *full = ask("dspark/v1/center/session/center-1", corr, json);
+            char *code = field(full, "error", "code");
+            printf("17th session on center-1: %s\n", full);
+            validate("spec_verdict", full);
+            assert_string_equal(code, "overloaded");
+            free(code);
+            free(full);
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        snprintf(json, sizeof json, "{\"v\":1,\"session\":\"full-%d\",\"close\":true}", i);
+        publish(g.cdev, "dspark/v1/center/session/center-1", "test/creply/spec", "fc", json);
+    }
+    /* Garbage on the edge's relay topic: dropped, the edge carries on. */
+    publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/edge-spec.bogus", "{\"nonsense\":");
+    publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/", "[]");
+    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", prompts[0],
+             "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
+    char *ag = answer("after-garbage", 30000);
+    assert_non_null(ag);
+    char *agt = field(ag, "text", NULL);
+    assert_string_equal(agt, g.plain[0]);
+    free(agt);
+    free(ag);
+    /* Still serving plain requests. */
+    send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", prompts[0], "\"max_tokens\":" GEN_S);
+    char *fin = answer("after-proto", 30000);
+    assert_non_null(fin);
+    char *text = field(fin, "text", NULL);
+    assert_string_equal(text, g.plain[0]);
+    printf("protocol: malformed, unknown, stale, ahead, out-of-range, oversized and closed rounds refused with a "
+           "reason; a repeated round answered identically; verdicts follow plain greedy; a full session table "
+           "answers overloaded; garbage verdicts ignored by the edge; %s still serving\n", node);
+    free(text); free(fin); free(node); free(lg);
+    ds_seq_destroy(seq);
+    ds_engine_destroy(e);
+    ds_tok_destroy(tok);
+    ds_model_close(m);
+}
+
+/* No center answers before the deadline (both stopped): a clear
+** deadline_exceeded error, once. */
+static void test_deadline(void **state)
+{
+    (void)state;
+    kill(g.center[0], SIGSTOP);
+    kill(g.center[1], SIGSTOP);
+    send_req(g.dev, "dspark/v1/infer/stories", "late-1", prompts[0],
+             "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"deadline_ms\":1500");
+    char *a = answer("late-1", 30000);
+    kill(g.center[0], SIGCONT);
+    kill(g.center[1], SIGCONT);
+    assert_non_null(a);
+    char *code = field(a, "error", "code"), *msg = field(a, "error", "message");
+    printf("both centers stopped, deadline 1.5 s: %s: %s\n", code, msg);
+    assert_string_equal(code, "deadline_exceeded");
+    assert_non_null(strstr(msg, "speculation"));
+    usleep(300000);
+    assert_int_equal(count_answers("late-1"), 1);
+    free(code); free(msg); free(a);
+}
+
+/* SIGTERM: every node drains and exits 0, and (sanitizer builds) reports
+** no leak or error in its log. */
+static void test_shutdown(void **state)
+{
+    (void)state;
+    pid_t *all[3] = { &g.edge, &g.center[0], &g.center[1] };
+    for (int i = 0; i < 3; i++) {
+        if (*all[i] <= 0) continue;
+        kill(*all[i], SIGTERM);
+        int st = 0;
+        for (int t = 0; t < 3000 && waitpid(*all[i], &st, WNOHANG) == 0; t++) usleep(10000);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+        *all[i] = 0;
+    }
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "! grep -l 'Sanitizer\\|runtime error' '%s'/*.log", g.dir);
+    assert_int_equal(system(cmd), 0);
+    printf("SIGTERM: edge and centers exited 0, no sanitizer report in their logs\n");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_greedy_identity_pipelined),
+        cmocka_unit_test(test_protocol),
+        cmocka_unit_test(test_sampled),
+        cmocka_unit_test(test_center_killed),
+        cmocka_unit_test(test_center_stuck),
+        cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_shutdown),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
