@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # demo.sh — set up and run the main job: installs the Debian packages dspark
-# needs, builds it, starts a mosquitto broker and a dspark-edge agent serving
-# stories260K (INT8 and FP32), sends requests of each priority as a device
-# would, prints the answers, a latency summary and the edge's telemetry, then
-# stops everything it started.
+# needs, builds it, starts a mosquitto broker, a dspark-center (FP32) and a
+# dspark-edge agent serving stories260K (INT8 and FP32), then, as devices and
+# an operator would: streamed requests, a request routed to the center (the
+# edge drafts, the center verifies), requests of each priority with a latency
+# summary, a new model version packed, signed, encrypted, published over the
+# broker, fetched, verified and promoted on the edge, and the edge's
+# telemetry; then stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=$(realpath "${DS_MODELS_DIR:-../shared/models}")
@@ -13,6 +16,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" >/dev/null
 echo "built: $(./build/shared/dspark --version)"
 
+B=./build/shared/dspark
 work=$(mktemp -d /tmp/dspark-demo-XXXXXX)
 pids=()
 cleanup() {
@@ -40,6 +44,22 @@ CONF
 /usr/sbin/mosquitto -c "$work/mosquitto.conf" > "$work/mosquitto.log" 2>&1 &
 pids+=($!)
 
+# Keys: the publisher's signing key, the edge's key pair (bundles are sealed to it).
+$B keygen --signer -o "$work/signer" >/dev/null
+$B keygen --node -o "$work/edge" >/dev/null
+
+cat > "$work/center.ini" <<CONF
+[node]
+name = demo-center
+log_level = warn
+[mqtt]
+uri = $uri
+[model stories]
+path = $M/stories260K.gguf
+precision = fp32
+backend = cpu
+version = 1.0.0
+CONF
 cat > "$work/edge.ini" <<CONF
 [node]
 name = demo-edge
@@ -50,10 +70,19 @@ uri = $uri
 max_active = 16
 [telemetry]
 interval_s = 1
+[overflow]
+speculate = true
+[registry]
+path = $work/edge-registry.db
+[keys]
+signer_pub = $work/signer.pub
+node_sec = $work/edge.sec
+[models]
+dir = $work/models
 [model stories]
 path = $M/stories260K.gguf
 precision = int8
-version = 1
+version = 1.0.0
 [model stories-fp32]
 path = $M/stories260K.bin
 tokenizer = $M/tok512.bin
@@ -61,13 +90,19 @@ precision = fp32
 version = 1
 CONF
 sleep 0.3
+./build/center-node/dspark-center -c "$work/center.ini" 2> "$work/center.log" &
+center=$!
+pids+=($center)
 ./build/edge-agent/dspark-edge -c "$work/edge.ini" 2> "$work/edge.log" &
 edge=$!
 pids+=($edge)
-echo "broker on $uri; edge 'demo-edge' serving stories (int8) and stories-fp32"
-if ! timeout 15 mosquitto_sub -p "$port" -t dspark/v1/status/demo-edge -C 1 | grep -q '"online"'; then
-  echo "demo: the edge did not come online; its log:" >&2; cat "$work/edge.log" >&2; exit 1
-fi
+for node in demo-center demo-edge; do
+  if ! timeout 15 mosquitto_sub -p "$port" -t "dspark/v1/status/$node" -C 1 | grep -q '"online"'; then
+    echo "demo: $node did not come online; the logs:" >&2; cat "$work/center.log" "$work/edge.log" >&2; exit 1
+  fi
+done
+echo "broker on $uri; center 'demo-center' serving stories (fp32);"
+echo "edge 'demo-edge' serving stories (int8, version 1.0.0) and stories-fp32"
 
 echo
 echo "== one streamed request (INT8, greedy) =="
@@ -75,6 +110,17 @@ echo "== one streamed request (INT8, greedy) =="
 echo
 echo "== the same prompt on the FP32 model =="
 ./build/shared/dspark infer -H "$uri" -m stories-fp32 -p "Once upon a time" -n 60
+
+echo
+echo "== routed to the center: the edge drafts with INT8, the center verifies with FP32 =="
+$B infer -H "$uri" -m stories -p "Once upon a time" -n 60 --route center --json 2>/dev/null | python3 -c '
+import json, sys
+f = json.loads(sys.stdin.readline())
+u, s = f["usage"], f["served_by"]
+print(f["text"])
+print("served by %s (%s, %s); %d tokens in %d rounds, %d drafted, %d accepted (acceptance %.2f)" % (
+    s["node"], s["tier"], s["precision"], u["completion_tokens"], u.get("rounds", 0), u.get("drafted", 0),
+    u.get("accepted", 0), u.get("acceptance", 0)))'
 
 echo
 echo "== 48 requests at once: 16 high, 16 normal, 16 low priority =="
@@ -86,6 +132,23 @@ done > "$work/requests.jsonl"
 ./build/shared/dspark infer -H "$uri" -m stories --file "$work/requests.jsonl" --concurrency 48 > "$work/answers.txt"
 head -n 5 "$work/answers.txt"
 echo "... ($(wc -l < "$work/answers.txt") answers: id, finish, client ms, edge ms)"
+
+echo
+echo "== a new version over the bus: pack (sign, encrypt, seal to the edge), publish, fetch, promote =="
+$B model pack -m "$M/stories260K.gguf" --name stories --version 1.1.0 --signer "$work/signer.sec" \
+    --to "$work/edge.pub" --chunk-kb 64 -o "$work/bundle" 2>/dev/null
+$B model publish --dir "$work/bundle" --signer-pub "$work/signer.pub" --broker "$uri" --quiet 2>/dev/null &
+pids+=($!)
+for _ in $(seq 1 150); do
+  $B model list --registry "$work/edge-registry.db" --model stories 2>/dev/null | grep -q "1.1.0.*verified" && break
+  sleep 0.2
+done
+$B model list --registry "$work/edge-registry.db" --model stories
+$B model promote --broker "$uri" --signer "$work/signer.sec" --name stories --version 1.1.0 --node demo-edge
+$B infer -H "$uri" -m stories -p "Once upon a time" -n 20 --json | python3 -c '
+import json, sys
+s = json.loads(sys.stdin.readline())["served_by"]
+print("next request served by %s, model %s version %s" % (s["node"], s["model"], s["version"]))'
 
 echo
 echo "== the edge's telemetry (retained on dspark/v1/telemetry/demo-edge) =="
@@ -101,7 +164,8 @@ for k in ("queue_ms", "ttft_ms", "total_ms"):
 print("  errors:", {k: v for k, v in t["errors"].items() if v} or "none")'
 
 echo
-echo "== stopping: SIGTERM drains the edge =="
-kill -TERM "$edge"
+echo "== stopping: SIGTERM drains the edge and the center =="
+kill -TERM "$edge" "$center"
 wait "$edge" && echo "edge exited cleanly"
+wait "$center" && echo "center exited cleanly"
 timeout 5 mosquitto_sub -p "$port" -t dspark/v1/status/demo-edge -C 1
