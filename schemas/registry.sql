@@ -89,3 +89,14 @@ CREATE TABLE control_log (
     reason   TEXT    NOT NULL
 );
 CREATE INDEX control_log_signer ON control_log(signer, seq);
+
+-- migration 4: manifests refused before any version could be trusted (bad signature, unknown
+-- signer, a manifest on another model's topic): no version row may be made from them
+CREATE TABLE refusals (
+    id      INTEGER PRIMARY KEY,
+    at_ms   INTEGER NOT NULL,
+    model   TEXT    NOT NULL,                                 -- the topic's model name
+    version TEXT,                                             -- NULL when the manifest could not be read
+    reason  TEXT    NOT NULL
+);
+CREATE INDEX refusals_model ON refusals(model, id);

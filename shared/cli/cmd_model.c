@@ -273,7 +273,7 @@ static void list_usage(FILE *f)
         "\n"
         "      --registry PATH    the node's registry file ([registry] path)\n"
         "      --model NAME       only this model\n"
-        "      --history          also print the rollout history\n"
+        "      --history          also print the rollout history and refused manifests\n"
         "      --log-level L      error, warn, info or debug (default error)\n"
         "  -h, --help             this text\n");
 }
@@ -293,6 +293,15 @@ static int print_version(const struct ds_reg_version *v, void *ud)
     printf("%-20s %-14s %-12s %-9s %10.1f %-16s %s  %s\n", v->model, v->version, ds_reg_state_name(v->state),
            v->precision, (double)v->size / 1e6, v->signer, t, v->path[0] ? v->path : "-");
     ++*(int *)ud;
+    return 0;
+}
+
+static int print_refusal(const struct ds_reg_refusal *r, void *ud)
+{
+    (void)ud;
+    char t[32];
+    fmt_time(r->at_ms, t, sizeof t);
+    printf("%-19s  %-20s %-14s %s\n", t, r->model, r->version[0] ? r->version : "?", r->reason);
     return 0;
 }
 
@@ -353,6 +362,10 @@ static int model_list(int argc, char **argv)
     if (rc == DS_OK && history) {
         printf("\n%-19s  %-20s %-14s %-12s    %-12s %s\n", "AT_UTC", "MODEL", "VERSION", "FROM", "TO", "REASON");
         rc = ds_reg_history_list(reg, model, print_event, NULL);
+        if (rc == DS_OK) {
+            printf("\n%-19s  %-20s %-14s %s\n", "REFUSED_UTC", "MODEL", "VERSION", "REASON (manifests never trusted)");
+            rc = ds_reg_refusals_list(reg, model, print_refusal, NULL);
+        }
     }
     ds_reg_close(reg);
     if (rc != DS_OK) fprintf(stderr, "dspark model list: reading %s failed: %s\n", path, ds_strerror(rc));

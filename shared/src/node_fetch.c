@@ -673,6 +673,8 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
     if (ds_manifest_parse(wire, len, f->signers, f->n_signers, &m, why) != DS_OK) {
         char r[DS_REG_REASON_MAX];
         snprintf(r, sizeof r, "manifest refused: %s", why);
+        if (ds_reg_refusal_add(f->reg, name, NULL, r) != DS_OK)
+            DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
         DS_LOG(DS_LOG_WARN, "model %s: %s", name, r);
         set_status(f, name, "?", "rejected", r);
         return;
@@ -680,6 +682,8 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
     if (strcmp(m.name, name) != 0) {
         DS_LOG(DS_LOG_WARN, "model %s: manifest names model %s: refused (a manifest is valid on its own topic only)",
                name, m.name);
+        if (ds_reg_refusal_add(f->reg, name, m.version, "manifest names another model than its topic") != DS_OK)
+            DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
         set_status(f, name, m.version, "rejected", "manifest names another model than its topic");
         ds_manifest_cleanup(&m);
         return;

@@ -569,6 +569,28 @@ enum ds_err ds_reg_metrics_add(struct ds_reg *reg, int64_t id, const struct ds_r
     return finish(reg, step_done(reg, st, "add metrics"));
 }
 
+enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char *version, const char *reason)
+{
+    sqlite3_stmt *st;
+    enum ds_err rc = reg_exec(reg, "BEGIN IMMEDIATE", "begin");
+    if (rc != DS_OK) return rc;
+    if ((rc = prepare(reg, "INSERT INTO refusals (at_ms, model, version, reason) VALUES (?, substr(?, 1, 64), "
+                           "substr(?, 1, 64), ?)", &st)) != DS_OK)
+        return finish(reg, rc);
+    sqlite3_bind_int64(st, 1, now_ms());
+    sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
+    if (version) sqlite3_bind_text(st, 3, version, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, reason, -1, SQLITE_TRANSIENT);
+    if ((rc = step_done(reg, st, "add refusal")) != DS_OK) return finish(reg, rc);
+    /* Bounded: whoever can publish on a model's topic must not grow the file. */
+    if ((rc = prepare(reg, "DELETE FROM refusals WHERE model = substr(?1, 1, 64) AND id <= "
+                           "(SELECT max(id) FROM refusals) - ?2", &st)) != DS_OK)
+        return finish(reg, rc);
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, DS_REG_REFUSALS_KEPT);
+    return finish(reg, step_done(reg, st, "trim refusals"));
+}
+
 /* ---- listing ---- */
 
 enum ds_err ds_reg_versions_list(struct ds_reg *reg, const char *model, ds_reg_version_fn fn, void *ud)
@@ -611,6 +633,26 @@ enum ds_err ds_reg_history_list(struct ds_reg *reg, const char *model, ds_reg_ev
         if (fn(&e, ud)) break;
     }
     if (step != SQLITE_ROW && step != SQLITE_DONE) rc = reg_fail(reg, "list history");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+enum ds_err ds_reg_refusals_list(struct ds_reg *reg, const char *model, ds_reg_refusal_fn fn, void *ud)
+{
+    sqlite3_stmt *st;
+    enum ds_err rc = prepare(reg, "SELECT id, at_ms, model, version, reason FROM refusals "
+                                  "WHERE ?1 IS NULL OR model = ?1 ORDER BY id", &st);
+    if (rc != DS_OK) return rc;
+    if (model) sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        struct ds_reg_refusal r = { .id = sqlite3_column_int64(st, 0), .at_ms = sqlite3_column_int64(st, 1) };
+        copy_text(r.model, sizeof r.model, st, 2);
+        copy_text(r.version, sizeof r.version, st, 3);
+        copy_text(r.reason, sizeof r.reason, st, 4);
+        if (fn(&r, ud)) break;
+    }
+    if (step != SQLITE_ROW && step != SQLITE_DONE) rc = reg_fail(reg, "list refusals");
     sqlite3_finalize(st);
     return rc;
 }

@@ -574,6 +574,30 @@ static void check_telemetry_schema(const char *json)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+struct refusal_query {
+    const char *why;
+    bool        hit;
+};
+
+static int refusal_has(const struct ds_reg_refusal *r, void *ud)
+{
+    struct refusal_query *q = ud;
+    q->hit = strstr(r->reason, q->why) != NULL;
+    return q->hit;                         /* stop at the first match */
+}
+
+/* Whether e's registry holds a manifest refusal whose reason contains why
+** (the log already showed it: the row is written before the log line). */
+static bool reg_refused(struct edge *e, const char *why)
+{
+    struct ds_reg *r;
+    assert_int_equal(ds_reg_open(e->reg, &r), DS_OK);
+    struct refusal_query q = { why, false };
+    assert_int_equal(ds_reg_refusals_list(r, MODEL, refusal_has, &q), DS_OK);
+    ds_reg_close(r);
+    return q.hit;
+}
+
 /* ---- end to end: the real publisher, two edges ---- */
 
 static void test_dist_two_edges_fetch_and_install(void **state)
@@ -844,7 +868,8 @@ static void test_dist_refusals(void **state)
         free(tel);
         char st[32];
         reg_state(&e, man_cases[i].version, st, sizeof st);
-        assert_string_equal(st, "");
+        assert_string_equal(st, "");                  /* no version row from an untrusted manifest... */
+        assert_true(reg_refused(&e, man_cases[i].why)); /* ...but the refusal, with its reason */
         printf("  %s refused: %s\n", man_cases[i].version, man_cases[i].why);
         free(infer(man_cases[i].version));
         tpub_stop(p);

@@ -441,6 +441,45 @@ static void *write_chunks(void *arg)
     return NULL;
 }
 
+static int count_refusal(const struct ds_reg_refusal *x, void *ud)
+{
+    struct ds_reg_refusal *last = ud;
+    last->id++;                                   /* used as the count */
+    snprintf(last->reason, sizeof last->reason, "%s", x->reason);
+    snprintf(last->version, sizeof last->version, "%s", x->version);
+    return 0;
+}
+
+/* Refused manifests: recorded with their reason, per model, and bounded. */
+static void test_refusals(void **state)
+{
+    (void)state;
+    struct ds_reg *r;
+    assert_int_equal(ds_reg_open(db_path("refusals.db"), &r), DS_OK);
+    assert_int_equal(ds_reg_refusal_add(r, "tiny", NULL, "manifest refused: bad signature"), DS_OK);
+    assert_int_equal(ds_reg_refusal_add(r, "other", "1.2.0", "manifest names another model than its topic"), DS_OK);
+    struct ds_reg_refusal got = { 0 };
+    assert_int_equal(ds_reg_refusals_list(r, "tiny", count_refusal, &got), DS_OK);
+    assert_int_equal(got.id, 1);
+    assert_string_equal(got.reason, "manifest refused: bad signature");
+    assert_string_equal(got.version, "");
+    char why[64];
+    for (int i = 0; i < DS_REG_REFUSALS_KEPT + 20; i++) {
+        snprintf(why, sizeof why, "flood %d", i);
+        assert_int_equal(ds_reg_refusal_add(r, "tiny", NULL, why), DS_OK);
+    }
+    got = (struct ds_reg_refusal){ 0 };
+    assert_int_equal(ds_reg_refusals_list(r, "tiny", count_refusal, &got), DS_OK);
+    assert_true(got.id <= DS_REG_REFUSALS_KEPT);
+    snprintf(why, sizeof why, "flood %d", DS_REG_REFUSALS_KEPT + 19);
+    assert_string_equal(got.reason, why);          /* the newest kept */
+    got = (struct ds_reg_refusal){ 0 };
+    assert_int_equal(ds_reg_refusals_list(r, "other", count_refusal, &got), DS_OK);
+    assert_int_equal(got.id, 1);                   /* another model's refusal untouched */
+    assert_string_equal(got.version, "1.2.0");
+    ds_reg_close(r);
+}
+
 static void test_concurrent_writers(void **state)
 {
     (void)state;
@@ -528,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_anti_rollback),
         cmocka_unit_test(test_chunks_survive_kill),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_concurrent_writers),
         cmocka_unit_test(test_integrity_detects_damage),
     };

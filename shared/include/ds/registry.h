@@ -179,6 +179,24 @@ DS_MUST_CHECK enum ds_err ds_reg_metrics_add(struct ds_reg *reg, int64_t id, con
 /* Listing callbacks: return non-zero to stop early (the list call returns DS_OK). */
 typedef int (*ds_reg_version_fn)(const struct ds_reg_version *v, void *ud);
 typedef int (*ds_reg_event_fn)(const struct ds_reg_event *e, void *ud);
+
+/* A manifest refused before any version could be trusted. */
+struct ds_reg_refusal {
+    int64_t id, at_ms;
+    char    model[DS_NAME_MAX + 1];
+    char    version[DS_SEMVER_MAX + 1];          /* "" when unknown */
+    char    reason[DS_REG_REASON_MAX];
+};
+typedef int (*ds_reg_refusal_fn)(const struct ds_reg_refusal *r, void *ud);
+/* Record a refused manifest of model (the topic's name; truncated to fit)
+** and, when it could be read, its version (NULL otherwise). Rows older
+** than the last DS_REG_REFUSALS_KEPT (of all models) are dropped for model. */
+#define DS_REG_REFUSALS_KEPT 1000
+DS_MUST_CHECK enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char *version,
+                                             const char *reason) DS_NONNULL(1, 2, 4);
+/* Refusals of model (NULL = all), oldest first. */
+DS_MUST_CHECK enum ds_err ds_reg_refusals_list(struct ds_reg *reg, const char *model, ds_reg_refusal_fn fn,
+                                               void *ud) DS_NONNULL(1, 3);
 typedef int (*ds_reg_metrics_fn)(int64_t version_id, const struct ds_reg_metrics *m, void *ud);
 
 /* Versions of model (NULL = every model), by model name then version
