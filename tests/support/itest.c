@@ -156,6 +156,15 @@ int it_inbox_len(struct it_inbox *ib)
     return n;
 }
 
+const struct it_msg *it_inbox_lock(struct it_inbox *ib, int *n)
+{
+    pthread_mutex_lock(&ib->mu);
+    *n = ib->n;
+    return ib->m;
+}
+
+void it_inbox_unlock(struct it_inbox *ib) { pthread_mutex_unlock(&ib->mu); }
+
 bool it_is_answer(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\""); }
 
 static bool matches(const struct it_msg *x, const struct it_match *m)

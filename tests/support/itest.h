@@ -63,6 +63,11 @@ void it_inbox_on_msg(void *ud, const struct ds_mqtt_msg *m);
 int  it_inbox_len(struct it_inbox *ib);
 void it_inbox_clear(struct it_inbox *ib);
 
+/* Direct access for scans the helpers below do not cover: the messages and
+** their count, with the inbox locked until it_inbox_unlock (keep it short). */
+const struct it_msg *it_inbox_lock(struct it_inbox *ib, int *n);
+void it_inbox_unlock(struct it_inbox *ib);
+
 /* A final ("done":true) or an error reply. */
 bool it_is_answer(const char *json);
 
