@@ -165,7 +165,15 @@ const struct it_msg *it_inbox_lock(struct it_inbox *ib, int *n)
 
 void it_inbox_unlock(struct it_inbox *ib) { pthread_mutex_unlock(&ib->mu); }
 
-bool it_is_answer(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\""); }
+const char *it_inbox_json(struct it_inbox *ib, int i)
+{
+    pthread_mutex_lock(&ib->mu);
+    const char *j = i >= 0 && i < ib->n ? ib->m[i].json : NULL;
+    pthread_mutex_unlock(&ib->mu);
+    return j;
+}
+
+bool it_is_answer(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\":"); }
 
 static bool matches(const struct it_msg *x, const struct it_match *m)
 {

@@ -68,7 +68,11 @@ void it_inbox_clear(struct it_inbox *ib);
 const struct it_msg *it_inbox_lock(struct it_inbox *ib, int *n);
 void it_inbox_unlock(struct it_inbox *ib);
 
-/* A final ("done":true) or an error reply. */
+/* The payload of message i (NULL when there is none): it stays put until
+** it_inbox_clear/free, so it can be read without the lock. */
+const char *it_inbox_json(struct it_inbox *ib, int i);
+
+/* A final ("done":true) or an error reply ("error":{...}). */
 bool it_is_answer(const char *json);
 
 /* What it_inbox_find looks for; NULL/false fields match anything. */
