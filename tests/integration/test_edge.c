@@ -167,7 +167,7 @@ static bool wait_status(const char *state, int ms)
 
 static void start_edge(void)
 {
-    g.edge = it_spawn_cfg("edge-agent/dspark-edge", g.cfg, g.log, IT_STDOUT_TOO);
+    g.edge = it_spawn_cfg("edge-agent/dspark-edge", g.cfg, g.log, IT_STDOUT_TOO, NULL);
     assert_true(g.edge > 0);
     assert_true(wait_status("online", 20000));
 }

@@ -242,7 +242,7 @@ static void copy_file(const char *from, const char *to)
 static void start_edge(void)
 {
     int from = n_msgs();
-    g.edge = it_spawn_cfg("edge-agent/dspark-edge", g.cfg, g.log, IT_STDOUT_TOO);
+    g.edge = it_spawn_cfg("edge-agent/dspark-edge", g.cfg, g.log, IT_STDOUT_TOO, NULL);
     assert_true(g.edge > 0);
     char *t = wait_msg("dspark/v1/telemetry/" NODE, from, 30000, "\"versions\"", NULL);
     assert_non_null(t);

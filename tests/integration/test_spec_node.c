@@ -115,7 +115,7 @@ static void validate_final(const char *json)
 /* Start dspark-edge on cfg, stdout and stderr to log. */
 static pid_t start_node(const char *cfg, const char *log)
 {
-    pid_t pid = it_spawn_cfg("edge-agent/dspark-edge", cfg, log, IT_STDOUT_TOO);
+    pid_t pid = it_spawn_cfg("edge-agent/dspark-edge", cfg, log, IT_STDOUT_TOO, NULL);
     assert_true(pid > 0);
     return pid;
 }

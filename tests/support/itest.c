@@ -25,17 +25,18 @@ extern char **environ;
 
 /* ---- processes ---- */
 
-pid_t it_spawn_cfg(const char *bin_rel, const char *cfg, const char *log, int flags)
+pid_t it_spawn_cfg(const char *bin_rel, const char *cfg, const char *log, int flags, char *const envp[])
 {
     char bin[4300];
     snprintf(bin, sizeof bin, "%s/%s", DS_BUILD_DIR, bin_rel);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (flags & IT_STDOUT_TOO) posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int mode = O_WRONLY | O_CREAT | (flags & IT_TRUNCATE ? O_TRUNC : O_APPEND);
+    posix_spawn_file_actions_addopen(&fa, 2, log, mode, 0644);
+    if (flags & IT_STDOUT_TOO) posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_APPEND, 0644);
     char *argv[] = { bin, "-c", (char *)cfg, NULL };
     pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
+    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, envp ? envp : environ);
     posix_spawn_file_actions_destroy(&fa);
     return rc == 0 ? pid : -1;
 }
@@ -49,7 +50,7 @@ pid_t it_spawn(const char *dir, const char *bin_rel, const char *name, const cha
     if (!f) return -1;
     bool ok = fputs(conf_text, f) >= 0;
     if (fclose(f) != 0 || !ok) return -1;
-    return it_spawn_cfg(bin_rel, cfg, log, flags);
+    return it_spawn_cfg(bin_rel, cfg, log, flags, NULL);
 }
 
 int it_stop(pid_t pid, int sig, int timeout_ms)
