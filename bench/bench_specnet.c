@@ -268,14 +268,7 @@ static int parse(int argc, char **argv, struct opts *o)
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
         case 'q': o->quick = true; break;
-        case 'm':
-            o->want[0] = strstr(optarg, "260k") != NULL;
-            o->want[1] = strstr(optarg, "110m") != NULL;
-            if (!o->want[0] && !o->want[1]) {
-                fprintf(stderr, "bench_specnet: --models '%s' names neither 260k nor 110m\n", optarg);
-                return -1;
-            }
-            break;
+        case 'm': if (!bench_models_arg("bench_specnet", optarg, o->want)) return -1; break;
         case 'p':
             o->n_prompts = (unsigned)strtoul(optarg, &end, 10);
             if (*end || o->n_prompts < 1 || o->n_prompts > MAX_PROMPTS) {
