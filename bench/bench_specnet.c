@@ -45,15 +45,7 @@ extern char **environ;
 
 #define MAX_KS 8
 #define MAX_MODES (1 + 2 * MAX_KS)
-#define MAX_PROMPTS 20
-
-static const char *prompts[MAX_PROMPTS] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
+#define MAX_PROMPTS TU_N_PROMPTS
 
 struct opts {
     bool        quick, want[2], both_pipe;
@@ -196,15 +188,15 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
     double drafted = 0, accepted = 0, secs_all = 0, paired_all = 0;
     static unsigned seq;
     double warm;
-    free(ask(c, "dspark/v1/infer/m", prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
+    free(ask(c, "dspark/v1/infer/m", tu_prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
     for (unsigned i = 0; i < o->n_prompts; i++) {
         double secs = 0, paired = 0;
         if (k) {
-            char *pf = ask(c, "dspark/v1/center/infer/m", prompts[i], o->tokens[which], seq++, &paired);
+            char *pf = ask(c, "dspark/v1/center/infer/m", tu_prompts[i], o->tokens[which], seq++, &paired);
             paired_all += paired;
             free(pf);
         }
-        char *f = ask(c, "dspark/v1/infer/m", prompts[i], o->tokens[which], seq++, &secs);
+        char *f = ask(c, "dspark/v1/infer/m", tu_prompts[i], o->tokens[which], seq++, &secs);
         cJSON *j = f ? cJSON_Parse(f) : NULL;
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
         if (!cJSON_IsString(text)) {

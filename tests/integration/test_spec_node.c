@@ -38,14 +38,6 @@
 #define MAX_MSGS 4096
 #define TOKENS   48
 
-static const char *prompts[20] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
-
 /* Every reply with its correlation data. */
 static struct {
     struct tb_broker *broker;
@@ -206,7 +198,7 @@ static char *ask(const char *model, size_t i, const char *tag, const char *extra
 {
     char corr[64];
     snprintf(corr, sizeof corr, "%s-%s-%zu", tag, model, i);
-    send_req(model, corr, prompts[i], extra);
+    send_req(model, corr, tu_prompts[i], extra);
     char *fin = wait_final(corr, 60000);
     assert_non_null(fin);
     return fin;
@@ -260,7 +252,7 @@ static void test_concurrent_equals_plain(void **state)
     char corr[4][64];
     for (size_t i = 0; i < 4; i++) {
         snprintf(corr[i], sizeof corr[i], "c-spec-%zu", i);
-        send_req("spec", corr[i], prompts[i + 4], "");
+        send_req("spec", corr[i], tu_prompts[i + 4], "");
     }
     for (size_t i = 0; i < 4; i++) {
         char *fs = wait_final(corr[i], 60000);

@@ -46,18 +46,10 @@
 #include "support/testutil.h"
 
 #define MAX_MSGS 65536
-#define N_PROMPTS 20
+#define N_PROMPTS TU_N_PROMPTS
 #define GEN 60
 #define GEN_S "60"
 #define KGEN_S "300"
-
-static const char *prompts[N_PROMPTS] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
 
 static struct {
     struct tb_broker *edge_b, *center_b;
@@ -191,7 +183,7 @@ static int setup(void **state)
     char id[32];
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(id, sizeof id, "plain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[i], "\"max_tokens\":" GEN_S);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S);
     }
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(id, sizeof id, "plain-%d", i);
@@ -243,7 +235,7 @@ static void greedy_identity(const char *tag)
         snprintf(id, sizeof id, "%s-%d", tag, i);
         snprintf(extra, sizeof extra, "\"max_tokens\":%d,\"route\":\"center\",\"stream\":%s", GEN,
                  i % 2 ? "true" : "false");
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], extra);
     }
     double drafted = 0, accepted = 0, rounds = 0, tokens = 0;
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -252,12 +244,12 @@ static void greedy_identity(const char *tag)
         assert_non_null(a);
         if (i == 0) validate("final", a);
         char *text = field(a, "text", NULL), *tier = field(a, "served_by", "tier");
-        char *prec = field(a, "served_by", "precision"), *run = run_text(prompts[i]);
+        char *prec = field(a, "served_by", "precision"), *run = run_text(tu_prompts[i]);
         assert_non_null(text);
         if (strcmp(text, g.plain[i]) != 0) printf("prompt %d:\n spec  \"%s\"\n plain \"%s\"\n", i, text, g.plain[i]);
         assert_string_equal(text, g.plain[i]);                       /* plain center decoding */
-        assert_true(strlen(run) >= strlen(prompts[i]));
-        assert_string_equal(text, run + strlen(prompts[i]));         /* dspark run FP32 greedy */
+        assert_true(strlen(run) >= strlen(tu_prompts[i]));
+        assert_string_equal(text, run + strlen(tu_prompts[i]));         /* dspark run FP32 greedy */
         assert_string_equal(tier, "center");
         assert_string_equal(prec, "fp32");
         if (i % 2) {
@@ -332,7 +324,7 @@ static void test_center_killed(void **state)
     char id[32], extra[160], *plain[N];
     for (int i = 0; i < N; i++) {                 /* longer answers, so that sessions are mid-way */
         snprintf(id, sizeof id, "kplain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[i], "\"max_tokens\":" KGEN_S);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[i], "\"max_tokens\":" KGEN_S);
     }
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "kplain-%d", i);
@@ -345,7 +337,7 @@ static void test_center_killed(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "kill-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":30000");
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], extra);
     }
     int at = 0;
     char *first = nth_msg("kill-0", 0, 30000, &at);    /* streaming has begun */
@@ -412,7 +404,7 @@ static void test_sampled(void **state)
     assert_int_equal(ds_sampler_create(V, &sp, &smp), DS_OK);
     int32_t ids[64];
     size_t n = 0;
-    assert_int_equal(ds_tok_encode(tok, prompts[2], strlen(prompts[2]), true, ids, 64, &n), DS_OK);
+    assert_int_equal(ds_tok_encode(tok, tu_prompts[2], strlen(tu_prompts[2]), true, ids, 64, &n), DS_OK);
     float *lg = malloc(V * sizeof *lg), *p = malloc(V * sizeof *p);
     double *seen_n = calloc(V, sizeof *seen_n);
     assert_int_equal(ds_engine_eval(e, seq, ids, n, lg, false), DS_OK);
@@ -422,7 +414,7 @@ static void test_sampled(void **state)
     for (int i = 0; i < SEEDS; i++) {
         snprintf(id, sizeof id, "smp-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":2,\"route\":\"center\",\"temperature\":1,\"seed\":%d", i);
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[2], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[2], extra);
         if (i % 100 == 99) {                           /* within the edge's queue */
             char *a = answer(id, 60000);
             assert_non_null(a);
@@ -515,7 +507,7 @@ static void test_center_stuck(void **state)
     char id[32], extra[160], *plain[N];
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "splain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[N + i], "\"max_tokens\":" KGEN_S);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[N + i], "\"max_tokens\":" KGEN_S);
     }
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "splain-%d", i);
@@ -527,7 +519,7 @@ static void test_center_stuck(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "stuck-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":60000");
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[N + i], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[N + i], extra);
     }
     int at = 0;
     char *first = nth_msg("stuck-0", 0, 30000, &at);
@@ -698,7 +690,7 @@ static void test_protocol(void **state)
     /* Garbage on the edge's relay topic: dropped, the edge carries on. */
     publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/edge-spec.bogus", "{\"nonsense\":");
     publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/", "[]");
-    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", prompts[0],
+    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", tu_prompts[0],
              "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
     char *ag = answer("after-garbage", 30000);
     assert_non_null(ag);
@@ -707,7 +699,7 @@ static void test_protocol(void **state)
     free(agt);
     free(ag);
     /* Still serving plain requests. */
-    send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", prompts[0], "\"max_tokens\":" GEN_S);
+    send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", tu_prompts[0], "\"max_tokens\":" GEN_S);
     char *fin = answer("after-proto", 30000);
     assert_non_null(fin);
     char *text = field(fin, "text", NULL);
@@ -729,7 +721,7 @@ static void test_deadline(void **state)
     (void)state;
     kill(g.center[0], SIGSTOP);
     kill(g.center[1], SIGSTOP);
-    send_req(g.dev, "dspark/v1/infer/stories", "late-1", prompts[0],
+    send_req(g.dev, "dspark/v1/infer/stories", "late-1", tu_prompts[0],
              "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"deadline_ms\":1500");
     char *a = answer("late-1", 30000);
     kill(g.center[0], SIGCONT);

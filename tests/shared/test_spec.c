@@ -39,14 +39,6 @@
 #define CHI_Z    3.0902   /* standard normal quantile of 1 - alpha, alpha = 0.001 */
 #define MIN_EXP  5.0      /* bins expected below this are merged */
 
-static const char *prompts[20] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
-
 struct fx {
     struct ds_model  *m, *bad_m;
     struct ds_tok    *tok;
@@ -153,7 +145,7 @@ static struct ds_spec_stats greedy_identity(struct ds_engine *draft, uint32_t k,
     struct ds_spec_stats tot = { 0 };
     for (size_t i = 0; i < n_prompts; i++) {
         int32_t want[256], got[256 + DS_SPEC_K_MAX];
-        size_t n = encode(prompts[i], want, 64);
+        size_t n = encode(tu_prompts[i], want, 64);
         memcpy(got, want, n * sizeof *want);
         plain_greedy(want, n, GEN);
         struct ds_seq *ds, *ts;

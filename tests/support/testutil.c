@@ -85,3 +85,11 @@ bool tu_valid_utf8(const char *str, size_t n)
     }
     return true;
 }
+
+const char *const tu_prompts[TU_N_PROMPTS] = {
+    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
+    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
+    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
+    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
+    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
+};
