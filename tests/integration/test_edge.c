@@ -213,14 +213,14 @@ static void validate(const char *schema, const char *json)
 static void test_same_text_as_run(void **state)
 {
     (void)state;
-    char cmd[8192], out[8192];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p 'Once upon a time' -n 40 --precision int8 2>/dev/null",
              DS_BUILD_DIR, tu_model("stories260K.gguf"));
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_equal(pclose(p), 0);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    size_t got = strlen(out);
+    assert_int_equal(rc, 0);
     assert_true(got > strlen("Once upon a time") + 1);
     out[got - 1] = '\0';                                   /* trailing newline */
     const char *want = out + strlen("Once upon a time");
@@ -253,7 +253,7 @@ static void test_same_text_as_run(void **state)
     assert_string_equal(streamed, want);
     assert_string_equal(node, "edge-t");
     assert_string_equal(ver, "7");
-    free(text); free(node); free(ver); free(final);
+    free(text); free(node); free(ver); free(final); free(out);
 }
 
 static double median(double *v, size_t n)

@@ -215,16 +215,15 @@ static int teardown(void **state)
 /* `dspark run` FP32 greedy: prompt + GEN tokens (OWNED). */
 static char *run_text(const char *prompt)
 {
-    char cmd[8192], out[8192];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %d 2>/dev/null", DS_BUILD_DIR,
              tu_model("stories260K.gguf"), prompt, GEN);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_equal(pclose(p), 0);
-    while (got && out[got - 1] == '\n') out[--got] = '\0';
-    return strdup(out);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_equal(rc, 0);
+    for (size_t got = strlen(out); got && out[got - 1] == '\n';) out[--got] = '\0';
+    return out;
 }
 
 /* 20 prompts: speculative answers == plain center == dspark run. */

@@ -209,25 +209,24 @@ static void test_cli_reference(void **state)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p 'Once upon a time' -n %zu --draft int8 -k 3 "
              "--threads 1", DS_BUILD_DIR, tu_model("stories260K.gguf"), (size_t)200 - n_prompt);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char out[8192];
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_equal(pclose(p), 0);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    size_t got = strlen(out);
+    assert_int_equal(rc, 0);
     assert_true(got > 0 && out[got - 1] == '\n');
     out[got - 1] = '\0';
     assert_string_equal(out, want);
     free(want);
+    free(out);
     /* A draft with another vocabulary is refused with a clear exit. */
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -n 4 --draft '%s' 2>&1", DS_BUILD_DIR,
              tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
-    p = popen(cmd, "r");
-    assert_non_null(p);
-    got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_not_equal(pclose(p), 0);
+    out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_not_equal(rc, 0);
     assert_non_null(strstr(out, "vocabulary"));
+    free(out);
     /* -k without a draft, and k out of range, are refused (usage error, 2). */
     const char *bad[] = { "-k 3", "--draft int8 -k 0", "--draft int8 -k 17" };
     for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {

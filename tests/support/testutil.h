@@ -24,5 +24,8 @@ extern const char *const tu_prompts[TU_N_PROMPTS];
 char *tu_tmpdir(void);
 void  tu_rmdir(char *dir);
 bool  tu_valid_utf8(const char *s, size_t n);
+/* Run cmd with /bin/sh: its stdout, OWNED (NULL when it cannot be started);
+** *status = its exit status, -1 when it did not exit normally. */
+char *tu_run(const char *cmd, int *status);
 
 #endif
