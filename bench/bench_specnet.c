@@ -39,9 +39,8 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
-
-extern char **environ;
 
 #define MAX_KS 8
 #define MAX_MODES (1 + 2 * MAX_KS)
@@ -102,31 +101,12 @@ static bool wait_online(const char *node, unsigned from, int ms)
 
 static pid_t spawn_node(const char *dir, const char *bin, const char *name, const char *conf)
 {
-    char cfg[4200], log[4200];
-    snprintf(cfg, sizeof cfg, "%s/%s.ini", dir, name);
-    snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    FILE *f = fopen(cfg, "w");
-    if (!f) return -1;
-    fputs(conf, f);
-    fclose(f);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    char *argv[] = { (char *)bin, "-c", cfg, NULL };
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) fprintf(stderr, "bench_specnet: cannot start %s: %s\n", bin, strerror(rc));
-    return rc ? -1 : pid;
+    pid_t pid = it_spawn(dir, bin, name, conf, 0);
+    if (pid < 0) fprintf(stderr, "bench_specnet: cannot start %s: %s\n", bin, strerror(errno));
+    return pid;
 }
 
-static void stop_node(pid_t pid)
-{
-    if (pid <= 0) return;
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-}
+static void stop_node(pid_t pid) { it_stop(pid, SIGTERM, 60000); }
 
 /* One request, route=center, answered: its final (OWNED) or NULL after 120 s. */
 static char *ask(struct ds_mqtt *c, const char *topic, const char *prompt, unsigned tokens, unsigned seq, double *secs)

@@ -23,25 +23,32 @@
 
 extern char **environ;
 
+#ifndef DS_PYTHON3            /* benches built without the tests */
+#define DS_PYTHON3 "python3"
+#endif
+
 /* ---- processes ---- */
 
-pid_t it_spawn_cfg(const char *bin_rel, const char *cfg, const char *log, int flags, char *const envp[])
+pid_t it_spawn_cfg(const char *bin, const char *cfg, const char *log, int flags, char *const envp[])
 {
-    char bin[4300];
-    snprintf(bin, sizeof bin, "%s/%s", DS_BUILD_DIR, bin_rel);
+    char path[4300];
+    if (bin[0] == '/') snprintf(path, sizeof path, "%s", bin);
+    else snprintf(path, sizeof path, "%s/%s", DS_BUILD_DIR, bin);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     int mode = O_WRONLY | O_CREAT | (flags & IT_TRUNCATE ? O_TRUNC : O_APPEND);
     posix_spawn_file_actions_addopen(&fa, 2, log, mode, 0644);
     if (flags & IT_STDOUT_TOO) posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_APPEND, 0644);
-    char *argv[] = { bin, "-c", (char *)cfg, NULL };
+    char *argv[] = { path, "-c", (char *)cfg, NULL };
     pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, envp ? envp : environ);
+    int rc = posix_spawn(&pid, path, &fa, NULL, argv, envp ? envp : environ);
     posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) errno = rc;
     return rc == 0 ? pid : -1;
 }
 
-pid_t it_spawn(const char *dir, const char *bin_rel, const char *name, const char *conf_text, int flags)
+pid_t it_spawn(const char *dir, const char *bin, const char *name, const char *conf_text, int flags)
 {
     char cfg[4300], log[4300];
     snprintf(cfg, sizeof cfg, "%s/%s.ini", dir, name);
@@ -50,7 +57,7 @@ pid_t it_spawn(const char *dir, const char *bin_rel, const char *name, const cha
     if (!f) return -1;
     bool ok = fputs(conf_text, f) >= 0;
     if (fclose(f) != 0 || !ok) return -1;
-    return it_spawn_cfg(bin_rel, cfg, log, flags, NULL);
+    return it_spawn_cfg(bin, cfg, log, flags, NULL);
 }
 
 int it_stop(pid_t pid, int sig, int timeout_ms)

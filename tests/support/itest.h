@@ -24,13 +24,15 @@
 ** (else it is appended to, so a restarted node's log keeps the first run). */
 enum { IT_STDOUT_TOO = 1, IT_TRUNCATE = 2 };
 
-/* Write conf_text to <dir>/<name>.ini and start <build dir>/<bin_rel> -c on it,
-** stderr appended to <dir>/<name>.log. Returns the pid, -1 on failure. */
-pid_t it_spawn(const char *dir, const char *bin_rel, const char *name, const char *conf_text, int flags);
+/* Write conf_text to <dir>/<name>.ini and start bin -c on it, stdin from
+** /dev/null, stderr appended to <dir>/<name>.log. bin is an absolute path or
+** one relative to the build directory ("edge-agent/dspark-edge"). Returns the
+** pid; -1 on failure, with errno set. */
+pid_t it_spawn(const char *dir, const char *bin, const char *name, const char *conf_text, int flags);
 
-/* Start <build dir>/<bin_rel> -c cfg (an existing file), stderr to log, with
-** the environment envp (NULL: this process's). */
-pid_t it_spawn_cfg(const char *bin_rel, const char *cfg, const char *log, int flags, char *const envp[]);
+/* Start bin -c cfg (an existing file) like it_spawn, stderr to log, with the
+** environment envp (NULL: this process's). */
+pid_t it_spawn_cfg(const char *bin, const char *cfg, const char *log, int flags, char *const envp[]);
 
 /* Send sig (SIGTERM usually) and wait up to timeout_ms; SIGKILL then if it is
 ** still running. Returns the wait status, -1 when pid <= 0 or not a child. */
