@@ -34,13 +34,8 @@ static void test_center_serves_overflow_topic(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    struct tb_broker *b;
-    enum ds_err rc = tb_broker_start(NULL, &b);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    struct tb_broker *b = tb_broker_start_or_skip(NULL);
+    assert_non_null(b);
     char *dir = tu_tmpdir();
     char conf[2048];
     snprintf(conf, sizeof conf, "[node]\nname = center-t\n[mqtt]\nuri = %s\n[model stories]\npath = %s\ntokenizer = %s\n"

@@ -116,12 +116,8 @@ static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    enum ds_err rc = tb_broker_start(NULL, &g.broker);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    g.broker = tb_broker_start_or_skip(NULL);
+    assert_non_null(g.broker);
     g.dir = tu_tmpdir();
     assert_non_null(g.dir);
     /* The bad draft: random weights in stories260K's shape and vocabulary. */

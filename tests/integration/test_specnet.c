@@ -140,19 +140,10 @@ static int setup(void **state)
     ds_log_set(NULL, NULL, DS_LOG_WARN);
     g.in = it_inbox_new(MAX_MSGS);
     assert_non_null(g.in);
-    enum ds_err rc = tb_broker_start(NULL, &g.center_b);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    g.center_b = tb_broker_start_or_skip(NULL);
+    assert_non_null(g.center_b);
     /* deploy/mosquitto/center-bridge.conf's topic lines. */
-    snprintf(g.bridge, sizeof g.bridge,
-             "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
-             "cleansession true\nrestart_timeout 1\n"
-             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
-             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
-             tb_broker_port(g.center_b));
+    tb_bridge_conf(g.bridge, sizeof g.bridge, tb_broker_port(g.center_b));
     struct tb_broker_opts bo = { .max_inflight = 100, .extra_conf = g.bridge };
     assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
     g.dir = tu_tmpdir();
