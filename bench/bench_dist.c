@@ -23,7 +23,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <sodium.h>

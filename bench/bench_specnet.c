@@ -19,12 +19,10 @@
 ** 110M shape with the Llama 2 tokenizer (written to --dir once).
 */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,11 +8,9 @@
 ** mid-run loses no request; with every center down the edge serves what it
 ** can and says overloaded for the rest; a center back, overflow resumes.
 */
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -13,11 +13,9 @@
 ** registry; a version slowed on purpose ([model] delay) is rolled back
 ** automatically with its reason in the registry and telemetry.
 */
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>

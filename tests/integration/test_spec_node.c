@@ -11,12 +11,10 @@
 **  - a sampled request is answered and the same seed gives the same text;
 **  - a draft with another vocabulary stops the daemon with a clear error.
 */
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

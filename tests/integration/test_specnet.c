@@ -17,11 +17,9 @@
 ** a center that stops answering (SIGSTOP) costs a round timeout, not the
 ** answer; SIGTERM: every node exits 0 (sanitizer builds: no report).
 */
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
