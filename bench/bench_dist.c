@@ -23,19 +23,17 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <sodium.h>
 
 #include "bench_util.h"
 #include "broker.h"
+#include "itest.h"
 #include "ds/bundle.h"
 #include "ds/dist.h"
 #include "ds/common.h"
 #include "ds/log.h"
-
-extern char **environ;
 
 #define MAX_SIZES 8
 #define MAX_REPS  16
@@ -281,21 +279,15 @@ static double stage_transfer(struct ctx *c)
     if (ds_dist_pub_create(&po, &t.p, why) != DS_OK) die("publisher", why);
     if (pthread_create(&t.th, NULL, pub_main, &t) != 0) die("publisher thread", NULL);
     snprintf(log, sizeof log, "%s/node.log", dir);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    char *argv[] = { edge, "-c", path, NULL };
-    pid_t pid;
-    if (posix_spawn(&pid, edge, &fa, NULL, argv, environ) != 0) die(edge, NULL);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t pid = it_spawn_cfg(edge, path, log, IT_TRUNCATE, NULL);
+    if (pid < 0) die(edge, NULL);
     double s = NAN;
     for (double t0 = bench_now_s(); isnan(s) && bench_now_s() - t0 < 1800; usleep(10000)) {
         s = transfer_seconds(log);
         if (isnan(s) && waitpid(pid, NULL, WNOHANG) == pid) die("the node exited during the transfer; see", log);
     }
     if (isnan(s)) die("no transfer within 30 minutes; see", log);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    it_stop(pid, SIGKILL, 0);
     ds_dist_pub_stop(t.p);
     pthread_join(t.th, NULL);
     ds_dist_pub_destroy(t.p);

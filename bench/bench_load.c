@@ -43,12 +43,10 @@
 ** end, on errors and on SIGINT/SIGTERM as well.
 */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,9 +65,9 @@
 #include "ds/model.h"
 #include "ds/mqtt.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
 
-extern char **environ;
 
 #define MAX_CLIENTS   64
 #define MAX_RATES     24
@@ -352,17 +350,7 @@ static pid_t echo_proc_start(const char *uri, const char *topic)
 
 static void child_stop(pid_t *pid)
 {
-    if (*pid <= 0) return;
-    kill(*pid, SIGTERM);
-    for (int i = 0; i < 500; i++) {
-        if (waitpid(*pid, NULL, WNOHANG) == *pid) {
-            *pid = 0;
-            return;
-        }
-        sleep_ms(10);
-    }
-    kill(*pid, SIGKILL);
-    waitpid(*pid, NULL, 0);
+    it_stop(*pid, SIGTERM, 5000);
     *pid = 0;
 }
 
@@ -475,24 +463,11 @@ static enum ds_err node_start(const struct bench *b, const char *bin, const char
         fprintf(stderr, "bench_load: %s is not executable (build it, or pass --edge/--center)\n", bin);
         return DS_ERR_NOT_FOUND;
     }
-    char cfg[4400];
-    snprintf(cfg, sizeof cfg, "%s/%s.ini", b->dir, name);
     snprintf(log, log_cap, "%s/%s.log", b->dir, name);
-    FILE *f = fopen(cfg, "w");
-    if (!f) return DS_ERR_IO;
-    fputs(ini, f);
-    if (fclose(f) != 0) return DS_ERR_IO;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    char *argv[] = { (char *)bin, "-c", cfg, NULL };
-    int rc = posix_spawn(pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
+    *pid = it_spawn(b->dir, bin, name, ini, IT_STDOUT_TOO);
+    if (*pid < 0) {
         *pid = 0;
-        fprintf(stderr, "bench_load: cannot start %s: %s\n", bin, strerror(rc));
+        fprintf(stderr, "bench_load: cannot start %s: %s\n", bin, strerror(errno));
         return DS_ERR_IO;
     }
     return DS_OK;

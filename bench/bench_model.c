@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,3 +45,11 @@ enum ds_err bench_model_open_or_write(const char *path, const struct mk_shape *s
     return ds_model_open(path, out);
 }
 
+
+bool bench_models_arg(const char *prog, const char *arg, bool want[2])
+{
+    want[0] = strstr(arg, "260k") != NULL;
+    want[1] = strstr(arg, "110m") != NULL;
+    if (!want[0] && !want[1]) fprintf(stderr, "%s: --models '%s' names neither 260k nor 110m\n", prog, arg);
+    return want[0] || want[1];
+}

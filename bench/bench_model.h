@@ -6,6 +6,8 @@
 #ifndef DS_BENCH_MODEL_H
 #define DS_BENCH_MODEL_H
 
+#include <stdbool.h>
+
 #include "ds/model.h"
 #include "support/mkmodel.h"
 
@@ -16,5 +18,10 @@
 ** half file). src != NULL converts src to type, else random weights. */
 enum ds_err bench_model_open_or_write(const char *path, const struct mk_shape *shape, const struct ds_model *src,
                                       enum ds_ggml_type type, struct ds_model **out);
+
+/* --models: want[0] (stories260K) when arg names "260k", want[1] (stories110M)
+** when it names "110m"; false, having said so on stderr as prog, when it
+** names neither. */
+bool bench_models_arg(const char *prog, const char *arg, bool want[2]);
 
 #endif

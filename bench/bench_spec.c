@@ -327,14 +327,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
         case 'q': o->quick = true; break;
-        case 'm':
-            o->want[0] = strstr(optarg, "260k") != NULL;
-            o->want[1] = strstr(optarg, "110m") != NULL;
-            if (!o->want[0] && !o->want[1]) {
-                fprintf(stderr, "bench_spec: --models '%s' names neither 260k nor 110m\n", optarg);
-                return 2;
-            }
-            break;
+        case 'm': if (!bench_models_arg("bench_spec", optarg, o->want)) return 2; break;
         case 'k': if (!parse_uint("--k-max", optarg, 1, DS_SPEC_K_MAX, &o->k_max)) return 2; break;
         case 's': if (!parse_uint("--steps", optarg, 1, 100000, &steps)) return 2; break;
         case 'r': if (!parse_uint("--reps", optarg, 1, MAX_REPS, &o->reps)) return 2; reps_set = true; break;

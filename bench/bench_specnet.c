@@ -19,12 +19,10 @@
 ** 110M shape with the Llama 2 tokenizer (written to --dir once).
 */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,21 +37,12 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
-
-extern char **environ;
 
 #define MAX_KS 8
 #define MAX_MODES (1 + 2 * MAX_KS)
-#define MAX_PROMPTS 20
-
-static const char *prompts[MAX_PROMPTS] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
+#define MAX_PROMPTS TU_N_PROMPTS
 
 struct opts {
     bool        quick, want[2], both_pipe;
@@ -110,31 +99,12 @@ static bool wait_online(const char *node, unsigned from, int ms)
 
 static pid_t spawn_node(const char *dir, const char *bin, const char *name, const char *conf)
 {
-    char cfg[4200], log[4200];
-    snprintf(cfg, sizeof cfg, "%s/%s.ini", dir, name);
-    snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    FILE *f = fopen(cfg, "w");
-    if (!f) return -1;
-    fputs(conf, f);
-    fclose(f);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    char *argv[] = { (char *)bin, "-c", cfg, NULL };
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) fprintf(stderr, "bench_specnet: cannot start %s: %s\n", bin, strerror(rc));
-    return rc ? -1 : pid;
+    pid_t pid = it_spawn(dir, bin, name, conf, 0);
+    if (pid < 0) fprintf(stderr, "bench_specnet: cannot start %s: %s\n", bin, strerror(errno));
+    return pid;
 }
 
-static void stop_node(pid_t pid)
-{
-    if (pid <= 0) return;
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-}
+static void stop_node(pid_t pid) { it_stop(pid, SIGTERM, 60000); }
 
 /* One request, route=center, answered: its final (OWNED) or NULL after 120 s. */
 static char *ask(struct ds_mqtt *c, const char *topic, const char *prompt, unsigned tokens, unsigned seq, double *secs)
@@ -196,15 +166,15 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
     double drafted = 0, accepted = 0, secs_all = 0, paired_all = 0;
     static unsigned seq;
     double warm;
-    free(ask(c, "dspark/v1/infer/m", prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
+    free(ask(c, "dspark/v1/infer/m", tu_prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
     for (unsigned i = 0; i < o->n_prompts; i++) {
         double secs = 0, paired = 0;
         if (k) {
-            char *pf = ask(c, "dspark/v1/center/infer/m", prompts[i], o->tokens[which], seq++, &paired);
+            char *pf = ask(c, "dspark/v1/center/infer/m", tu_prompts[i], o->tokens[which], seq++, &paired);
             paired_all += paired;
             free(pf);
         }
-        char *f = ask(c, "dspark/v1/infer/m", prompts[i], o->tokens[which], seq++, &secs);
+        char *f = ask(c, "dspark/v1/infer/m", tu_prompts[i], o->tokens[which], seq++, &secs);
         cJSON *j = f ? cJSON_Parse(f) : NULL;
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
         if (!cJSON_IsString(text)) {
@@ -268,14 +238,7 @@ static int parse(int argc, char **argv, struct opts *o)
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
         case 'q': o->quick = true; break;
-        case 'm':
-            o->want[0] = strstr(optarg, "260k") != NULL;
-            o->want[1] = strstr(optarg, "110m") != NULL;
-            if (!o->want[0] && !o->want[1]) {
-                fprintf(stderr, "bench_specnet: --models '%s' names neither 260k nor 110m\n", optarg);
-                return -1;
-            }
-            break;
+        case 'm': if (!bench_models_arg("bench_specnet", optarg, o->want)) return -1; break;
         case 'p':
             o->n_prompts = (unsigned)strtoul(optarg, &end, 10);
             if (*end || o->n_prompts < 1 || o->n_prompts > MAX_PROMPTS) {

@@ -5,11 +5,8 @@
 ** FP32 model, and its greedy text equals `dspark run --precision fp32`, which
 ** for stories260K is the reference text of ../shared/models/README.md.
 */
-#include <fcntl.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,67 +21,32 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
 
-extern char **environ;
-
-struct inbox {
-    pthread_mutex_t mu;
-    char           *msgs[64];
-    int             n;
-};
-
-static void on_msg(void *ud, const struct ds_mqtt_msg *m)
-{
-    struct inbox *in = ud;
-    pthread_mutex_lock(&in->mu);
-    if (in->n < 64) in->msgs[in->n++] = strndup(m->payload, m->len);
-    pthread_mutex_unlock(&in->mu);
-}
-
 /* The first message containing needle, OWNED; NULL after ms. */
-static char *wait_for(struct inbox *in, const char *needle, int ms)
+static char *wait_for(struct it_inbox *in, const char *needle, int ms)
 {
-    for (int t = 0; t < ms / 10; t++) {
-        char *hit = NULL;
-        pthread_mutex_lock(&in->mu);
-        for (int i = 0; i < in->n && !hit; i++)
-            if (strstr(in->msgs[i], needle)) hit = strdup(in->msgs[i]);
-        pthread_mutex_unlock(&in->mu);
-        if (hit) return hit;
-        usleep(10000);
-    }
-    return NULL;
+    return it_inbox_find(in, &(struct it_match){ .needle = needle }, 0, ms, NULL, NULL);
 }
 
 static void test_center_serves_overflow_topic(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    struct tb_broker *b;
-    enum ds_err rc = tb_broker_start(NULL, &b);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    struct tb_broker *b = tb_broker_start_or_skip(NULL);
+    assert_non_null(b);
     char *dir = tu_tmpdir();
-    char cfg[4200], log[4200], bin[4200];
-    snprintf(cfg, sizeof cfg, "%s/center.ini", dir);
-    snprintf(log, sizeof log, "%s/center.log", dir);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fprintf(f, "[node]\nname = center-t\n[mqtt]\nuri = %s\n[model stories]\npath = %s\ntokenizer = %s\n"
-               "backend = cpu\n",
-            tb_broker_uri(b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
-    fclose(f);
+    char conf[2048];
+    snprintf(conf, sizeof conf, "[node]\nname = center-t\n[mqtt]\nuri = %s\n[model stories]\npath = %s\ntokenizer = %s\n"
+             "backend = cpu\n", tb_broker_uri(b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
 
-    struct inbox in = { .n = 0 };
-    pthread_mutex_init(&in.mu, NULL);
+    struct it_inbox *in = it_inbox_new(64);
+    assert_non_null(in);
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
-    o.on_message = on_msg;
-    o.ud = &in;
+    o.on_message = it_inbox_on_msg;
+    o.ud = in;
     struct ds_mqtt *dev;
     assert_int_equal(ds_mqtt_create(tb_broker_uri(b), "dev-center-test", &o, &dev), DS_OK);
     assert_int_equal(ds_mqtt_connect(dev), DS_OK);
@@ -92,15 +54,9 @@ static void test_center_serves_overflow_topic(void **state)
     assert_int_equal(ds_mqtt_subscribe(dev, "dspark/v1/status/center-t", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(dev, 20000), DS_OK);
 
-    snprintf(bin, sizeof bin, "%s/center-node/dspark-center", DS_BUILD_DIR);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    char *argv[] = { bin, "-c", cfg, NULL };
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    char *online = wait_for(&in, "\"online\"", 20000);
+    pid_t pid = it_spawn(dir, "center-node/dspark-center", "center", conf, 0);
+    assert_true(pid > 0);
+    char *online = wait_for(in, "\"online\"", 20000);
     assert_non_null(online);
     assert_non_null(strstr(online, "\"role\":\"center\""));
     free(online);
@@ -108,7 +64,7 @@ static void test_center_serves_overflow_topic(void **state)
     const char *req = "{\"id\":\"ov-1\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":196}";
     struct ds_mqtt_props p = { "test/reply/center", "ov-1", 4, 30 };
     assert_int_equal(ds_mqtt_publish(dev, "dspark/v1/center/infer/stories", req, strlen(req), 1, false, &p), DS_OK);
-    char *fin = wait_for(&in, "\"done\":true", 30000);
+    char *fin = wait_for(in, "\"done\":true", 30000);
     assert_non_null(fin);
     cJSON *j = cJSON_Parse(fin);
     const cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "served_by");
@@ -124,15 +80,10 @@ static void test_center_serves_overflow_topic(void **state)
     cJSON_Delete(j);
     free(fin);
 
-    kill(pid, SIGTERM);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int st = it_stop(pid, SIGTERM, 60000);              /* SIGKILLed (a failure) after 60 s */
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     ds_mqtt_destroy(dev);
-    pthread_mutex_lock(&in.mu);
-    for (int i = 0; i < in.n; i++) free(in.msgs[i]);
-    pthread_mutex_unlock(&in.mu);
-    pthread_mutex_destroy(&in.mu);
+    it_inbox_free(in);
     tb_broker_destroy(b);
     tu_rmdir(dir);
 }

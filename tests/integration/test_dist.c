@@ -45,6 +45,7 @@
 #include "ds/mqtt.h"
 #include "ds/registry.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
 
 extern char **environ;
@@ -61,9 +62,7 @@ struct fx {
     struct ds_key     node_pub[4];                      /* edge-a, edge-b, edge-r, edge-x (never runs) */
     char              node_prefix[4][4200];
     struct ds_mqtt   *dev;                              /* device: requests, telemetry */
-    pthread_mutex_t   mu;
-    char             *inbox[4096];
-    int               n_in;
+    struct it_inbox  *in;                               /* what the device received */
     pid_t             live[64];                         /* children not waited for yet */
 };
 static struct fx g;
@@ -130,27 +129,11 @@ static const int ALL_NODES[] = { 0, 1, 2, -1 };
 
 /* ---- the device: requests and telemetry ---- */
 
-static void dev_on_msg(void *ud, const struct ds_mqtt_msg *m)
-{
-    (void)ud;
-    pthread_mutex_lock(&g.mu);
-    if (g.n_in < 4096) g.inbox[g.n_in++] = strndup(m->payload, m->len);
-    pthread_mutex_unlock(&g.mu);
-}
-
-/* The newest message holding every needle (NULL-terminated list), OWNED; NULL after ms. */
+/* The newest message holding both needles (n2 may be NULL), OWNED; NULL after ms. */
 static char *wait_msg(int ms, const char *n1, const char *n2)
 {
-    for (int t = 0; t < ms / 20; t++) {
-        char *hit = NULL;
-        pthread_mutex_lock(&g.mu);
-        for (int i = g.n_in; i-- > 0 && !hit;)
-            if (strstr(g.inbox[i], n1) && (!n2 || strstr(g.inbox[i], n2))) hit = strdup(g.inbox[i]);
-        pthread_mutex_unlock(&g.mu);
-        if (hit) return hit;
-        usleep(20000);
-    }
-    return NULL;
+    const struct it_match m = { .needle = n1, .needle2 = n2, .newest_first = true };
+    return it_inbox_find(g.in, &m, 0, ms, NULL, NULL);
 }
 
 /* One request to MODEL; its final answer (OWNED). The old model keeps serving. */
@@ -204,8 +187,7 @@ static void edge_init(struct edge *e, int k, const char *tag, bool auto_promote,
 
 static void edge_start(struct edge *e, const char *crash_at)
 {
-    char bin[4200], log[4500];
-    snprintf(bin, sizeof bin, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
+    char log[4500];
     edge_log_path(e, ++e->run, log, sizeof log);
     char *env[512];
     int n = 0;
@@ -217,12 +199,8 @@ static void edge_start(struct edge *e, const char *crash_at)
         env[n++] = crash;
     }
     env[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    char *argv[] = { bin, "-c", e->cfg, NULL };
-    assert_int_equal(posix_spawn(&e->pid, bin, &fa, NULL, argv, env), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    e->pid = it_spawn_cfg("edge-agent/dspark-edge", e->cfg, log, IT_TRUNCATE, env);
+    assert_true(e->pid > 0);
     live_add(e->pid);
 }
 
@@ -470,12 +448,8 @@ static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    enum ds_err rc = tb_broker_start(NULL, &g.broker);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    g.broker = tb_broker_start_or_skip(NULL);
+    assert_non_null(g.broker);
     g.dir = tu_tmpdir();
     snprintf(g.signer, sizeof g.signer, "%s/signer", g.dir);
     snprintf(g.signer2, sizeof g.signer2, "%s/signer2", g.dir);
@@ -490,10 +464,12 @@ static int setup(void **state)
         g.node_pub[i].has_secret = false;
         ds_key_wipe(&k);
     }
-    pthread_mutex_init(&g.mu, NULL);
+    g.in = it_inbox_new(4096);
+    assert_non_null(g.in);
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
-    o.on_message = dev_on_msg;
+    o.on_message = it_inbox_on_msg;
+    o.ud = g.in;
     assert_int_equal(ds_mqtt_create(tb_broker_uri(g.broker), "test-dist-device", &o, &g.dev), DS_OK);
     assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.dev, "test/dist/reply", 1), DS_OK);
@@ -518,8 +494,7 @@ static int teardown(void **state)
     (void)state;
     reap_all();
     ds_mqtt_destroy(g.dev);
-    for (int i = 0; i < g.n_in; i++) free(g.inbox[i]);
-    pthread_mutex_destroy(&g.mu);
+    it_inbox_free(g.in);
     ds_key_wipe(&g.sk);
     ds_key_wipe(&g.sk2);
     tb_broker_destroy(g.broker);
@@ -536,13 +511,7 @@ static void wait_online(const struct edge *e)
     free(m);
 }
 
-static void clear_inbox(void)
-{
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n_in; i++) free(g.inbox[i]);
-    g.n_in = 0;
-    pthread_mutex_unlock(&g.mu);
-}
+static void clear_inbox(void) { it_inbox_clear(g.in); }
 
 static void assert_same_file(const char *a, const char *b)
 {
@@ -557,21 +526,9 @@ static void assert_same_file(const char *a, const char *b)
 /* A telemetry message validates against schemas/telemetry.schema.json. */
 static void check_telemetry_schema(const char *json)
 {
-    char path[4400], list[4400], cmd[9200];
-    snprintf(path, sizeof path, "%s/telemetry.json", g.dir);
-    snprintf(list, sizeof list, "%s/schema-list.tsv", g.dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(json, f);
-    fclose(f);
-    f = fopen(list, "w");
-    assert_non_null(f);
-    fprintf(f, "%s/schemas/telemetry.schema.json\t%s\tvalid\n", DS_SOURCE_DIR, path);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/support/jsonschema_check.py' < '%s'", DS_PYTHON3, DS_SOURCE_DIR, list);
-    int st = system(cmd);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) == 2) fail_msg("python3-jsonschema is needed (deploy/install-deps.sh)");
-    assert_int_equal(WEXITSTATUS(st), 0);
+    enum it_valid v = it_validate(g.dir, "telemetry", json);
+    if (v == IT_NO_VALIDATOR) fail_msg("python3-jsonschema is needed (deploy/install-deps.sh)");
+    assert_int_equal(v, IT_VALID);
 }
 
 struct refusal_query {
@@ -783,7 +740,7 @@ static void test_dist_two_edges_fetch_and_install(void **state)
 static void test_dist_center_publishes(void **state)
 {
     (void)state;
-    char bdir[4400], cfg[4500], log[4500], bin[4200];
+    char bdir[4400], cfg[4500], log[4500];
     snprintf(bdir, sizeof bdir, "%s", pack(tu_model("stories260K.gguf"), "6.0.0", &g.sk, "center", ALL_NODES));
     snprintf(cfg, sizeof cfg, "%s/center.ini", g.dir);
     snprintf(log, sizeof log, "%s/center.log", g.dir);
@@ -793,14 +750,8 @@ static void test_dist_center_publishes(void **state)
                "[keys]\nsigner_pub = %s.pub\n[publish]\ndirs = %s\n",
             tb_broker_uri(g.broker), MODEL, tu_model("stories260K.gguf"), g.signer, bdir);
     fclose(f);
-    snprintf(bin, sizeof bin, "%s/center-node/dspark-center", DS_BUILD_DIR);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    char *argv[] = { bin, "-c", cfg, NULL };
-    pid_t center;
-    assert_int_equal(posix_spawn(&center, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t center = it_spawn_cfg("center-node/dspark-center", cfg, log, IT_TRUNCATE, NULL);
+    assert_true(center > 0);
     live_add(center);
     struct edge e;
     edge_init(&e, 2, "center", false, 0);
@@ -810,9 +761,7 @@ static void test_dist_center_publishes(void **state)
     snprintf(path, sizeof path, "%s/%s/6.0.0.model", e.models, MODEL);
     assert_same_file(path, tu_model("stories260K.gguf"));
     edge_stop(&e);
-    kill(center, SIGTERM);
-    int st;
-    assert_int_equal(waitpid(center, &st, 0), center);
+    int st = it_stop(center, SIGTERM, 60000);            /* SIGKILLed (a failure) after 60 s */
     live_del(center);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     char *text = tu_read_file(log, NULL);

@@ -8,11 +8,9 @@
 ** mid-run loses no request; with every center down the edge serves what it
 ** can and says overloaded for the rest; a center back, overflow resumes.
 */
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -27,17 +25,10 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
 
-extern char **environ;
-
 #define MAX_MSGS 65536
-
-struct msg {
-    char     corr[48];
-    char    *json;
-    uint64_t at_ns;        /* arrival */
-};
 
 static struct {
     struct tb_broker *edge_b, *center_b;
@@ -45,70 +36,13 @@ static struct {
     char              bridge[1024];
     pid_t             edge, center[2];
     struct ds_mqtt   *dev;
-    pthread_mutex_t   mu;
-    struct msg        m[MAX_MSGS];
-    int               n;
+    struct it_inbox  *in;
 } g;
 
-static void on_msg(void *ud, const struct ds_mqtt_msg *m)
-{
-    (void)ud;
-    pthread_mutex_lock(&g.mu);
-    if (g.n < MAX_MSGS) {
-        struct msg *x = &g.m[g.n];
-        size_t cl = m->correlation.p ? DS_MIN(m->correlation.n, sizeof x->corr - 1) : 0;
-        memcpy(x->corr, m->correlation.p ? m->correlation.p : "", cl);
-        x->corr[cl] = '\0';
-        x->json = strndup(m->payload, m->len);
-        x->at_ns = ds_now_ns();
-        g.n++;
-    }
-    pthread_mutex_unlock(&g.mu);
-}
-
-/* The final or error for corr (OWNED copy), waiting up to ms; its arrival
-** time in *at_ns when at_ns is not NULL. */
-static char *answer_at(const char *corr, int ms, uint64_t *at_ns)
-{
-    for (int t = 0; t <= ms / 10; t++) {
-        char *hit = NULL;
-        pthread_mutex_lock(&g.mu);
-        for (int i = 0; i < g.n && !hit; i++)
-            if (!strcmp(g.m[i].corr, corr) && (strstr(g.m[i].json, "\"done\":true") || strstr(g.m[i].json, "\"error\""))) {
-                hit = strdup(g.m[i].json);
-                if (at_ns) *at_ns = g.m[i].at_ns;
-            }
-        pthread_mutex_unlock(&g.mu);
-        if (hit) return hit;
-        usleep(10000);
-    }
-    return NULL;
-}
-
+static char *answer_at(const char *corr, int ms, uint64_t *at_ns) { return it_inbox_answer(g.in, corr, ms, at_ns); }
 static char *answer(const char *corr, int ms) { return answer_at(corr, ms, NULL); }
-
-static int count_answers(const char *corr)
-{
-    int n = 0;
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n; i++)
-        n += !strcmp(g.m[i].corr, corr) && (strstr(g.m[i].json, "\"done\":true") || strstr(g.m[i].json, "\"error\""));
-    pthread_mutex_unlock(&g.mu);
-    return n;
-}
-
-static bool seen(const char *needle, int ms)
-{
-    for (int t = 0; t <= ms / 10; t++) {
-        bool hit = false;
-        pthread_mutex_lock(&g.mu);
-        for (int i = g.n; i-- > 0 && !hit;) hit = strstr(g.m[i].json, needle) != NULL;
-        pthread_mutex_unlock(&g.mu);
-        if (hit) return true;
-        usleep(10000);
-    }
-    return false;
-}
+static int count_answers(const char *corr) { return it_inbox_count_answers(g.in, corr); }
+static bool seen(const char *needle, int ms) { return it_inbox_seen(g.in, needle, ms); }
 
 static void send_req(const char *id, const char *extra)
 {
@@ -118,33 +52,12 @@ static void send_req(const char *id, const char *extra)
     assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
 }
 
-static char *field(const char *json, const char *a, const char *b)
-{
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
-    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
-    char *s = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
-    cJSON_Delete(j);
-    return s;
-}
+#define field it_json_str
 
 static pid_t spawn_node(const char *bin_rel, const char *name, const char *conf_text)
 {
-    char cfg[4300], log[4300], bin[4300];
-    snprintf(cfg, sizeof cfg, "%s/%s.ini", g.dir, name);
-    snprintf(log, sizeof log, "%s/%s.log", g.dir, name);
-    snprintf(bin, sizeof bin, "%s/%s", DS_BUILD_DIR, bin_rel);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fputs(conf_text, f);
-    fclose(f);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    char *argv[] = { bin, "-c", cfg, NULL };
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t pid = it_spawn(g.dir, bin_rel, name, conf_text, 0);
+    assert_true(pid > 0);
     return pid;
 }
 
@@ -165,27 +78,20 @@ static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    pthread_mutex_init(&g.mu, NULL);
-    enum ds_err rc = tb_broker_start(NULL, &g.center_b);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
-    /* The edge box's broker, bridged to the center's (deploy/mosquitto/edge-bridge.conf). */
-    snprintf(g.bridge, sizeof g.bridge,
-             "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
-             "cleansession true\nrestart_timeout 1\n"
-             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
-             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
-             tb_broker_port(g.center_b));
+    g.in = it_inbox_new(MAX_MSGS);
+    assert_non_null(g.in);
+    g.center_b = tb_broker_start_or_skip(NULL);
+    assert_non_null(g.center_b);
+    /* The edge box's broker, bridged to the center's. */
+    tb_bridge_conf(g.bridge, sizeof g.bridge, tb_broker_port(g.center_b));
     struct tb_broker_opts bo = { .max_inflight = 100, .extra_conf = g.bridge };
     assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
     g.dir = tu_tmpdir();
 
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
-    o.on_message = on_msg;
+    o.on_message = it_inbox_on_msg;
+    o.ud = g.in;
     assert_int_equal(ds_mqtt_create(tb_broker_uri(g.edge_b), "dev-ov", &o, &g.dev), DS_OK);
     assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/ov", 1), DS_OK);
@@ -218,12 +124,9 @@ static int teardown(void **state)
     ds_mqtt_destroy(g.dev);
     tb_broker_destroy(g.edge_b);
     tb_broker_destroy(g.center_b);
-    char cmd[4400];
-    snprintf(cmd, sizeof cmd, "tail -n 8 '%s'/*.log", g.dir);
-    fflush(stdout);
-    if (system(cmd) != 0) printf("(no logs)\n");
+    it_log_tail(g.dir, 8);
     tu_rmdir(g.dir);
-    for (int i = 0; i < g.n; i++) free(g.m[i].json);
+    it_inbox_free(g.in);
     return 0;
 }
 
@@ -311,34 +214,7 @@ static void test_overload(void **state)
     assert_true(lat[0][nl[0] - 1] < 20000.0);
 }
 
-/* The deltas streamed for corr, concatenated (OWNED). */
-static char *streamed_text(const char *corr, int *n_chunks)
-{
-    size_t len = 0;
-    char *out = calloc(1, 1);
-    *n_chunks = 0;
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n && out; i++) {
-        if (strcmp(g.m[i].corr, corr) != 0) continue;
-        cJSON *j = cJSON_Parse(g.m[i].json);
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "delta");
-        if (cJSON_IsString(d) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "done"))) {
-            size_t dl = strlen(d->valuestring);
-            char *bigger = realloc(out, len + dl + 1);
-            if (bigger) {
-                memcpy(bigger + len, d->valuestring, dl + 1);
-                len += dl;
-                (*n_chunks)++;
-            } else {
-                free(out);
-            }
-            out = bigger;
-        }
-        cJSON_Delete(j);
-    }
-    pthread_mutex_unlock(&g.mu);
-    return out;
-}
+static char *streamed_text(const char *corr, int *n_chunks) { return it_inbox_streamed(g.in, corr, n_chunks); }
 
 /* Two requests of every four are streamed: mosquitto hands shared
 ** subscription messages out in turn, so both centers get some of each. */

@@ -13,11 +13,9 @@
 ** registry; a version slowed on purpose ([model] delay) is rolled back
 ** automatically with its reason in the registry and telemetry.
 */
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -36,20 +34,13 @@
 #include "ds/mqtt.h"
 #include "ds/registry.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/mkmodel.h"
 #include "support/testutil.h"
-
-extern char **environ;
 
 #define MAX_MSGS  32768
 #define NODE      "edge-r"
 #define N_LOADERS 4
-
-struct msg {
-    char     topic[96], corr[64];
-    char    *json;
-    uint64_t at_ns;
-};
 
 static struct {
     struct tb_broker *broker;
@@ -58,35 +49,17 @@ static struct {
     pid_t             edge;
     char             *replay;             /* a signed command the node has taken */
     struct ds_mqtt   *dev;                /* requests, events, telemetry */
-    pthread_mutex_t   mu;
-    struct msg        m[MAX_MSGS];
-    int               n;
+    struct it_inbox  *in;                 /* what every client here received */
 } g;
 
 /* ---- messages ---- */
-
-static void on_msg(void *ud, const struct ds_mqtt_msg *m)
-{
-    (void)ud;
-    pthread_mutex_lock(&g.mu);
-    if (g.n < MAX_MSGS) {
-        struct msg *x = &g.m[g.n];
-        snprintf(x->topic, sizeof x->topic, "%s", m->topic);
-        size_t cl = m->correlation.p ? DS_MIN(m->correlation.n, sizeof x->corr - 1) : 0;
-        memcpy(x->corr, m->correlation.p ? m->correlation.p : "", cl);
-        x->corr[cl] = '\0';
-        x->json = strndup(m->payload, m->len);
-        x->at_ns = ds_now_ns();
-        g.n++;
-    }
-    pthread_mutex_unlock(&g.mu);
-}
 
 static struct ds_mqtt *client(const char *id, const char *filter)
 {
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
-    o.on_message = on_msg;
+    o.on_message = it_inbox_on_msg;
+    o.ud = g.in;
     struct ds_mqtt *c;
     assert_int_equal(ds_mqtt_create(tb_broker_uri(g.broker), id, &o, &c), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(c, filter, 1), DS_OK);
@@ -108,61 +81,19 @@ static void send_req(struct ds_mqtt *c, const char *who, const char *id, const c
     assert_int_equal(ds_mqtt_publish(c, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
 }
 
-static bool is_answer(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\":"); }
-
-/* OWNED copy of the answer (final or error) for corr; NULL after ms. */
-static char *wait_answer(const char *corr, int ms, uint64_t *at_ns)
-{
-    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
-    for (;;) {
-        char *hit = NULL;
-        pthread_mutex_lock(&g.mu);
-        for (int i = 0; i < g.n && !hit; i++)
-            if (!strcmp(g.m[i].corr, corr) && is_answer(g.m[i].json)) {
-                hit = strdup(g.m[i].json);
-                if (at_ns) *at_ns = g.m[i].at_ns;
-            }
-        pthread_mutex_unlock(&g.mu);
-        if (hit || ds_now_ns() >= end) return hit;
-        usleep(5000);
-    }
-}
+static char *wait_answer(const char *corr, int ms, uint64_t *at_ns) { return it_inbox_answer(g.in, corr, ms, at_ns); }
 
 /* OWNED newest message on a topic starting with prefix, from index `from`,
 ** that contains every needle; NULL after ms. */
 static char *wait_msg(const char *prefix, int from, int ms, const char *n1, const char *n2)
 {
-    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
-    for (;;) {
-        char *hit = NULL;
-        pthread_mutex_lock(&g.mu);
-        for (int i = g.n; i-- > from && !hit;)
-            if (!strncmp(g.m[i].topic, prefix, strlen(prefix)) && (!n1 || strstr(g.m[i].json, n1)) &&
-                (!n2 || strstr(g.m[i].json, n2)))
-                hit = strdup(g.m[i].json);
-        pthread_mutex_unlock(&g.mu);
-        if (hit || ds_now_ns() >= end) return hit;
-        usleep(20000);
-    }
+    const struct it_match m = { .topic_prefix = prefix, .needle = n1, .needle2 = n2, .newest_first = true };
+    return it_inbox_find(g.in, &m, from, ms, NULL, NULL);
 }
 
-static int n_msgs(void)
-{
-    pthread_mutex_lock(&g.mu);
-    int n = g.n;
-    pthread_mutex_unlock(&g.mu);
-    return n;
-}
+static int n_msgs(void) { return it_inbox_len(g.in); }
 
-static char *jpath(const char *json, const char *a, const char *b)
-{
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
-    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
-    char *s = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
-    cJSON_Delete(j);
-    return s;
-}
+#define jpath it_json_str
 
 /* served_by.version of a final answer; "error" for an error. OWNED. */
 static char *version_of(const char *answer)
@@ -239,17 +170,7 @@ static char *refused(const char *payload)
 /* Check json against schemas/<schema>.schema.json (skipped without the validator). */
 static void validate(const char *schema, const char *json)
 {
-    char path[4300], cmd[9000];
-    snprintf(path, sizeof path, "%s/msg.json", g.dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(json, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "printf '%%s/schemas/%%s.schema.json\\t%%s\\tvalid\\n' '%s' '%s' '%s' | "
-             "'%s' '%s/tests/support/jsonschema_check.py'", DS_SOURCE_DIR, schema, path, DS_PYTHON3, DS_SOURCE_DIR);
-    int st = system(cmd);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return;   /* validator missing: shared.msg reports it */
-    assert_int_equal(st, 0);
+    assert_int_not_equal(it_validate(g.dir, schema, json), IT_INVALID);   /* missing validator: shared.msg reports it */
 }
 
 /* ---- registry ---- */
@@ -318,16 +239,9 @@ static void copy_file(const char *from, const char *to)
 /* Start dspark-edge and wait for its first telemetry with versions. */
 static void start_edge(void)
 {
-    char bin[4200];
-    snprintf(bin, sizeof bin, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, g.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    char *argv[] = { bin, "-c", g.cfg, NULL };
     int from = n_msgs();
-    assert_int_equal(posix_spawn(&g.edge, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    g.edge = it_spawn_cfg("edge-agent/dspark-edge", g.cfg, g.log, IT_STDOUT_TOO, NULL);
+    assert_true(g.edge > 0);
     char *t = wait_msg("dspark/v1/telemetry/" NODE, from, 30000, "\"versions\"", NULL);
     assert_non_null(t);
     free(t);
@@ -336,9 +250,7 @@ static void start_edge(void)
 /* SIGTERM: the edge drains and exits 0. */
 static void stop_edge(void)
 {
-    kill(g.edge, SIGTERM);
-    int st;
-    waitpid(g.edge, &st, 0);
+    int st = it_stop(g.edge, SIGTERM, 120000);   /* SIGKILLed (a failure) after 2 min */
     g.edge = 0;
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
@@ -347,13 +259,10 @@ static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    pthread_mutex_init(&g.mu, NULL);
-    enum ds_err rc = tb_broker_start(NULL, &g.broker);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    g.in = it_inbox_new(MAX_MSGS);
+    assert_non_null(g.in);
+    g.broker = tb_broker_start_or_skip(NULL);
+    assert_non_null(g.broker);
     g.dir = tu_tmpdir();
     char p[4000], slow[4300], old[4300], rnd[4300];
     snprintf(p, sizeof p, "%s/signer", g.dir);
@@ -407,7 +316,7 @@ static int teardown(void **state)
     printf("--- edge log (rollout lines, tail) ---\n");
     fflush(stdout);
     if (system(cmd) != 0) printf("(none)\n");
-    for (int i = 0; i < g.n; i++) free(g.m[i].json);
+    it_inbox_free(g.in);
     free(g.replay);
     tu_rmdir(g.dir);
     return 0;
@@ -570,13 +479,14 @@ static void test_rollout_hot_swaps_under_load(void **state)
     }
     /* Requests in flight at each swap, as the node reported them. */
     unsigned in_flight = 0;
-    pthread_mutex_lock(&g.mu);
-    for (int i = from; i < g.n; i++) {
-        const char *d = strstr(g.m[i].json, "draining ");
+    int nm;
+    const struct it_msg *msg = it_inbox_lock(g.in, &nm);
+    for (int i = from; i < nm; i++) {
+        const char *d = strstr(msg[i].json, "draining ");
         unsigned n;
-        if (!strncmp(g.m[i].topic, "dspark/v1/rollout/", 18) && d && sscanf(d, "draining %u", &n) == 1) in_flight += n;
+        if (!strncmp(msg[i].topic, "dspark/v1/rollout/", 18) && d && sscanf(d, "draining %u", &n) == 1) in_flight += n;
     }
-    pthread_mutex_unlock(&g.mu);
+    it_inbox_unlock(g.in);
     double sum_ms = 0, max_ms = 0;
     for (int k = 0; k < SWAPS; k++) {
         double ms = (double)(acked[k] - sent[k]) / 1e6;

@@ -17,11 +17,9 @@
 ** a center that stops answering (SIGSTOP) costs a round timeout, not the
 ** answer; SIGTERM: every node exits 0 (sanitizer builds: no report).
 */
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -42,28 +40,14 @@
 #include "ds/sampler.h"
 #include "ds/tok.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
 
-extern char **environ;
-
 #define MAX_MSGS 65536
-#define N_PROMPTS 20
+#define N_PROMPTS TU_N_PROMPTS
 #define GEN 60
 #define GEN_S "60"
 #define KGEN_S "300"
-
-static const char *prompts[N_PROMPTS] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
-
-struct msg {
-    char     corr[64];
-    char    *topic, *json;
-};
 
 static struct {
     struct tb_broker *edge_b, *center_b;
@@ -71,104 +55,22 @@ static struct {
     char              bridge[1024];
     pid_t             edge, center[2];
     struct ds_mqtt   *dev, *cdev;      /* device on the edge's broker; one on the center's */
-    pthread_mutex_t   mu;
-    struct msg        m[MAX_MSGS];
-    int               n;
+    struct it_inbox  *in;
     char             *plain[N_PROMPTS];   /* plain center decoding of each prompt */
 } g;
 
-static void on_msg(void *ud, const struct ds_mqtt_msg *m)
-{
-    (void)ud;
-    pthread_mutex_lock(&g.mu);
-    if (g.n < MAX_MSGS) {
-        struct msg *x = &g.m[g.n];
-        size_t cl = m->correlation.p ? DS_MIN(m->correlation.n, sizeof x->corr - 1) : 0;
-        memcpy(x->corr, m->correlation.p ? m->correlation.p : "", cl);
-        x->corr[cl] = '\0';
-        x->json = strndup(m->payload, m->len);
-        x->topic = strdup(m->topic);
-        g.n++;
-    }
-    pthread_mutex_unlock(&g.mu);
-}
-
-static bool is_last(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\""); }
-
-/* The final or error for corr (OWNED copy), waiting up to ms. */
-static char *answer(const char *corr, int ms)
-{
-    for (int t = 0; t <= ms / 10; t++) {
-        char *hit = NULL;
-        pthread_mutex_lock(&g.mu);
-        for (int i = 0; i < g.n && !hit; i++)
-            if (!strcmp(g.m[i].corr, corr) && is_last(g.m[i].json)) hit = strdup(g.m[i].json);
-        pthread_mutex_unlock(&g.mu);
-        if (hit) return hit;
-        usleep(10000);
-    }
-    return NULL;
-}
+static char *answer(const char *corr, int ms) { return it_inbox_answer(g.in, corr, ms, NULL); }
 
 /* The first reply (any kind) for corr after message number from, waiting up to ms. */
 static char *nth_msg(const char *corr, int from, int ms, int *at)
 {
-    for (int t = 0; t <= ms / 10; t++) {
-        char *hit = NULL;
-        pthread_mutex_lock(&g.mu);
-        for (int i = from; i < g.n && !hit; i++)
-            if (!strcmp(g.m[i].corr, corr) && strncmp(g.m[i].topic, "dspark/", 7)) {   /* replies, not the wire */
-                hit = strdup(g.m[i].json);
-                *at = i;
-            }
-        pthread_mutex_unlock(&g.mu);
-        if (hit) return hit;
-        usleep(10000);
-    }
-    return NULL;
+    const struct it_match m = { .corr = corr, .not_topic_prefix = "dspark/" };   /* replies, not the wire */
+    return it_inbox_find(g.in, &m, from, ms, at, NULL);
 }
 
-static int count_answers(const char *corr)
-{
-    int n = 0;
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n; i++) n += !strcmp(g.m[i].corr, corr) && is_last(g.m[i].json);
-    pthread_mutex_unlock(&g.mu);
-    return n;
-}
-
-/* The streamed deltas for corr, concatenated (OWNED). */
-static char *streamed(const char *corr)
-{
-    size_t cap = 1 << 16, len = 0;
-    char *s = calloc(1, cap);
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n; i++) {
-        if (strcmp(g.m[i].corr, corr) || is_last(g.m[i].json)) continue;
-        cJSON *j = cJSON_Parse(g.m[i].json);
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "delta");
-        if (cJSON_IsString(d) && len + strlen(d->valuestring) < cap) {
-            memcpy(s + len, d->valuestring, strlen(d->valuestring));
-            len += strlen(d->valuestring);
-        }
-        cJSON_Delete(j);
-    }
-    pthread_mutex_unlock(&g.mu);
-    return s;
-}
-
-static bool seen(const char *needle, int ms)
-{
-    for (int t = 0; t <= ms / 10; t++) {
-        bool hit = false;
-        pthread_mutex_lock(&g.mu);
-        for (int i = g.n; i-- > 0 && !hit;) hit = strstr(g.m[i].json, needle) != NULL;
-        pthread_mutex_unlock(&g.mu);
-        if (hit) return true;
-        usleep(10000);
-    }
-    return false;
-}
+static int count_answers(const char *corr) { return it_inbox_count_answers(g.in, corr); }
+static char *streamed(const char *corr) { return it_inbox_streamed(g.in, corr, NULL); }
+static bool seen(const char *needle, int ms) { return it_inbox_seen(g.in, needle, ms); }
 
 static void publish(struct ds_mqtt *c, const char *topic, const char *reply, const char *corr, const char *json)
 {
@@ -183,58 +85,18 @@ static void send_req(struct ds_mqtt *c, const char *topic, const char *id, const
     publish(c, topic, c == g.dev ? "test/reply/spec" : "test/creply/spec", id, json);
 }
 
-static char *field(const char *json, const char *a, const char *b)
-{
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
-    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
-    char *s = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
-    cJSON_Delete(j);
-    return s;
-}
-
-static double num(const char *json, const char *a, const char *b)
-{
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, a);
-    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
-    double v = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
-    cJSON_Delete(j);
-    return v;
-}
+#define field it_json_str
+#define num   it_json_num
 
 static void validate(const char *schema, const char *json)
 {
-    char path[4300], cmd[9000];
-    snprintf(path, sizeof path, "%s/msg.json", g.dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(json, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "printf '%%s/schemas/%%s.schema.json\\t%%s\\tvalid\\n' '%s' '%s' '%s' | "
-             "'%s' '%s/tests/support/jsonschema_check.py'", DS_SOURCE_DIR, schema, path, DS_PYTHON3, DS_SOURCE_DIR);
-    int st = system(cmd);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return;   /* validator missing: shared.msg reports it */
-    assert_int_equal(st, 0);
+    assert_int_not_equal(it_validate(g.dir, schema, json), IT_INVALID);   /* missing validator: shared.msg reports it */
 }
 
 static pid_t spawn_node(const char *bin_rel, const char *name, const char *conf_text)
 {
-    char cfg[4300], log[4300], bin[4300];
-    snprintf(cfg, sizeof cfg, "%s/%s.ini", g.dir, name);
-    snprintf(log, sizeof log, "%s/%s.log", g.dir, name);
-    snprintf(bin, sizeof bin, "%s/%s", DS_BUILD_DIR, bin_rel);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fputs(conf_text, f);
-    fclose(f);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    char *argv[] = { bin, "-c", cfg, NULL };
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t pid = it_spawn(g.dir, bin_rel, name, conf_text, 0);
+    assert_true(pid > 0);
     return pid;
 }
 
@@ -254,11 +116,8 @@ static pid_t start_center(int i)
 /* The edge (again): SIGTERM the running one first. */
 static void start_edge(bool pipeline)
 {
-    if (g.edge > 0) {
-        kill(g.edge, SIGTERM);
-        waitpid(g.edge, NULL, 0);
-    }
-    int from = g.n;
+    if (g.edge > 0) it_stop(g.edge, SIGTERM, 30000);
+    int from = it_inbox_len(g.in);
     char conf[2048];
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-spec\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
@@ -266,14 +125,10 @@ static void start_edge(bool pipeline)
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
              tb_broker_uri(g.edge_b), pipeline ? "true" : "false", tu_model("stories260K.gguf"));
     g.edge = spawn_node("edge-agent/dspark-edge", "edge-spec", conf);
-    bool up = false;
-    for (int t = 0; t < 2000 && !up; t++) {
-        pthread_mutex_lock(&g.mu);
-        for (int i = from; i < g.n && !up; i++) up = strstr(g.m[i].json, "\"node\":\"edge-spec\",\"state\":\"online\"") != NULL;
-        pthread_mutex_unlock(&g.mu);
-        usleep(10000);
-    }
-    assert_true(up);
+    char *up = it_inbox_find(g.in, &(struct it_match){ .needle = "\"node\":\"edge-spec\",\"state\":\"online\"" },
+                             from, 20000, NULL, NULL);
+    assert_non_null(up);
+    free(up);
     usleep(500000);                               /* the retained center status reaches it */
 }
 
@@ -281,27 +136,20 @@ static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_WARN);
-    pthread_mutex_init(&g.mu, NULL);
-    enum ds_err rc = tb_broker_start(NULL, &g.center_b);
-    if (rc == DS_ERR_UNSUPPORTED) {
-        printf("mosquitto is not installed: skipped\n");
-        exit(77);
-    }
-    assert_int_equal(rc, DS_OK);
+    g.in = it_inbox_new(MAX_MSGS);
+    assert_non_null(g.in);
+    g.center_b = tb_broker_start_or_skip(NULL);
+    assert_non_null(g.center_b);
     /* deploy/mosquitto/center-bridge.conf's topic lines. */
-    snprintf(g.bridge, sizeof g.bridge,
-             "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
-             "cleansession true\nrestart_timeout 1\n"
-             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
-             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
-             tb_broker_port(g.center_b));
+    tb_bridge_conf(g.bridge, sizeof g.bridge, tb_broker_port(g.center_b));
     struct tb_broker_opts bo = { .max_inflight = 100, .extra_conf = g.bridge };
     assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
     g.dir = tu_tmpdir();
 
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
-    o.on_message = on_msg;
+    o.on_message = it_inbox_on_msg;
+    o.ud = g.in;
     assert_int_equal(ds_mqtt_create(tb_broker_uri(g.edge_b), "dev-spec", &o, &g.dev), DS_OK);
     assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/spec", 1), DS_OK);
@@ -324,7 +172,7 @@ static int setup(void **state)
     char id[32];
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(id, sizeof id, "plain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[i], "\"max_tokens\":" GEN_S);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S);
     }
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(id, sizeof id, "plain-%d", i);
@@ -341,24 +189,14 @@ static int teardown(void **state)
 {
     (void)state;
     pid_t all[3] = { g.edge, g.center[0], g.center[1] };
-    for (int i = 0; i < 3; i++)
-        if (all[i] > 0) {
-            kill(all[i], SIGKILL);
-            waitpid(all[i], NULL, 0);
-        }
+    for (int i = 0; i < 3; i++) it_stop(all[i], SIGKILL, 0);
     ds_mqtt_destroy(g.dev);
     ds_mqtt_destroy(g.cdev);
     tb_broker_destroy(g.edge_b);
     tb_broker_destroy(g.center_b);
-    char cmd[4400];
-    snprintf(cmd, sizeof cmd, "tail -n 8 '%s'/*.log", g.dir);
-    fflush(stdout);
-    if (system(cmd) != 0) printf("(no logs)\n");
+    it_log_tail(g.dir, 8);
     tu_rmdir(g.dir);
-    for (int i = 0; i < g.n; i++) {
-        free(g.m[i].json);
-        free(g.m[i].topic);
-    }
+    it_inbox_free(g.in);
     for (int i = 0; i < N_PROMPTS; i++) free(g.plain[i]);
     return 0;
 }
@@ -366,16 +204,15 @@ static int teardown(void **state)
 /* `dspark run` FP32 greedy: prompt + GEN tokens (OWNED). */
 static char *run_text(const char *prompt)
 {
-    char cmd[8192], out[8192];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %d 2>/dev/null", DS_BUILD_DIR,
              tu_model("stories260K.gguf"), prompt, GEN);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_equal(pclose(p), 0);
-    while (got && out[got - 1] == '\n') out[--got] = '\0';
-    return strdup(out);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_equal(rc, 0);
+    for (size_t got = strlen(out); got && out[got - 1] == '\n';) out[--got] = '\0';
+    return out;
 }
 
 /* 20 prompts: speculative answers == plain center == dspark run. */
@@ -386,7 +223,7 @@ static void greedy_identity(const char *tag)
         snprintf(id, sizeof id, "%s-%d", tag, i);
         snprintf(extra, sizeof extra, "\"max_tokens\":%d,\"route\":\"center\",\"stream\":%s", GEN,
                  i % 2 ? "true" : "false");
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], extra);
     }
     double drafted = 0, accepted = 0, rounds = 0, tokens = 0;
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -395,12 +232,12 @@ static void greedy_identity(const char *tag)
         assert_non_null(a);
         if (i == 0) validate("final", a);
         char *text = field(a, "text", NULL), *tier = field(a, "served_by", "tier");
-        char *prec = field(a, "served_by", "precision"), *run = run_text(prompts[i]);
+        char *prec = field(a, "served_by", "precision"), *run = run_text(tu_prompts[i]);
         assert_non_null(text);
         if (strcmp(text, g.plain[i]) != 0) printf("prompt %d:\n spec  \"%s\"\n plain \"%s\"\n", i, text, g.plain[i]);
         assert_string_equal(text, g.plain[i]);                       /* plain center decoding */
-        assert_true(strlen(run) >= strlen(prompts[i]));
-        assert_string_equal(text, run + strlen(prompts[i]));         /* dspark run FP32 greedy */
+        assert_true(strlen(run) >= strlen(tu_prompts[i]));
+        assert_string_equal(text, run + strlen(tu_prompts[i]));         /* dspark run FP32 greedy */
         assert_string_equal(tier, "center");
         assert_string_equal(prec, "fp32");
         if (i % 2) {
@@ -425,14 +262,8 @@ static void greedy_identity(const char *tag)
 /* The first message of the edge's on a topic starting with prefix (OWNED). */
 static char *wire_msg(const char *prefix, const char *needle)
 {
-    char *hit = NULL;
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n && !hit; i++)
-        if (!strncmp(g.m[i].topic, prefix, strlen(prefix)) && strstr(g.m[i].json, "\"session\":\"edge-spec.") &&
-            strstr(g.m[i].json, needle))
-            hit = strdup(g.m[i].json);
-    pthread_mutex_unlock(&g.mu);
-    return hit;
+    const struct it_match m = { .topic_prefix = prefix, .needle = "\"session\":\"edge-spec.", .needle2 = needle };
+    return it_inbox_find(g.in, &m, 0, 0, NULL, NULL);
 }
 
 static void test_greedy_identity(void **state)
@@ -481,7 +312,7 @@ static void test_center_killed(void **state)
     char id[32], extra[160], *plain[N];
     for (int i = 0; i < N; i++) {                 /* longer answers, so that sessions are mid-way */
         snprintf(id, sizeof id, "kplain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[i], "\"max_tokens\":" KGEN_S);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[i], "\"max_tokens\":" KGEN_S);
     }
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "kplain-%d", i);
@@ -494,7 +325,7 @@ static void test_center_killed(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "kill-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":30000");
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[i], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], extra);
     }
     int at = 0;
     char *first = nth_msg("kill-0", 0, 30000, &at);    /* streaming has begun */
@@ -561,20 +392,17 @@ static void test_sampled(void **state)
     assert_int_equal(ds_sampler_create(V, &sp, &smp), DS_OK);
     int32_t ids[64];
     size_t n = 0;
-    assert_int_equal(ds_tok_encode(tok, prompts[2], strlen(prompts[2]), true, ids, 64, &n), DS_OK);
+    assert_int_equal(ds_tok_encode(tok, tu_prompts[2], strlen(tu_prompts[2]), true, ids, 64, &n), DS_OK);
     float *lg = malloc(V * sizeof *lg), *p = malloc(V * sizeof *p);
     double *seen_n = calloc(V, sizeof *seen_n);
     assert_int_equal(ds_engine_eval(e, seq, ids, n, lg, false), DS_OK);
     ds_sampler_probs(smp, lg, p);                      /* the target's plain distribution */
     char id[32], extra[160];
-    int from;
-    pthread_mutex_lock(&g.mu);
-    from = g.n;
-    pthread_mutex_unlock(&g.mu);
+    int from = it_inbox_len(g.in);
     for (int i = 0; i < SEEDS; i++) {
         snprintf(id, sizeof id, "smp-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":2,\"route\":\"center\",\"temperature\":1,\"seed\":%d", i);
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[2], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[2], extra);
         if (i % 100 == 99) {                           /* within the edge's queue */
             char *a = answer(id, 60000);
             assert_non_null(a);
@@ -592,15 +420,16 @@ static void test_sampled(void **state)
         free(a);
     }
     usleep(300000);
-    pthread_mutex_lock(&g.mu);
-    for (int i = from; i < g.n; i++) {                 /* each open, then its verdict */
-        if (strncmp(g.m[i].topic, "dspark/v1/center/spec/", 22) || !strstr(g.m[i].json, "\"id\":\"smp-")) continue;
-        cJSON *op = cJSON_Parse(g.m[i].json);
+    int nm;
+    const struct it_msg *msg = it_inbox_lock(g.in, &nm);
+    for (int i = from; i < nm; i++) {                   /* each open, then its verdict */
+        if (strncmp(msg[i].topic, "dspark/v1/center/spec/", 22) || !strstr(msg[i].json, "\"id\":\"smp-")) continue;
+        cJSON *op = cJSON_Parse(msg[i].json);
         const cJSON *draft = cJSON_GetObjectItemCaseSensitive(op, "draft");
         const cJSON *pos = cJSON_GetObjectItemCaseSensitive(op, "pos");
-        for (int k = i + 1; k < g.n; k++) {
-            if (strcmp(g.m[k].corr, g.m[i].corr) || strncmp(g.m[k].topic, "dspark/v1/relay/", 16)) continue;
-            cJSON *v = cJSON_Parse(g.m[k].json);
+        for (int k = i + 1; k < nm; k++) {
+            if (strcmp(msg[k].corr, msg[i].corr) || strncmp(msg[k].topic, "dspark/v1/relay/", 16)) continue;
+            cJSON *v = cJSON_Parse(msg[k].json);
             const cJSON *vpos = cJSON_GetObjectItemCaseSensitive(v, "pos");
             const cJSON *acc = cJSON_GetObjectItemCaseSensitive(v, "accepted");
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "token");
@@ -614,13 +443,13 @@ static void test_sampled(void **state)
                 got++;
                 drafted_first += has_draft;
                 accepted_first += has_draft && acc->valuedouble >= 1;
-                k = g.n;
+                k = nm;
             }
             cJSON_Delete(v);
         }
         cJSON_Delete(op);
     }
-    pthread_mutex_unlock(&g.mu);
+    it_inbox_unlock(g.in);
     assert_int_equal(got, SEEDS);
     assert_true(drafted_first > SEEDS / 2);            /* the draft path, not plain steps */
     assert_true(accepted_first < drafted_first);       /* and some rejections */
@@ -666,7 +495,7 @@ static void test_center_stuck(void **state)
     char id[32], extra[160], *plain[N];
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "splain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, prompts[N + i], "\"max_tokens\":" KGEN_S);
+        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[N + i], "\"max_tokens\":" KGEN_S);
     }
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "splain-%d", i);
@@ -678,7 +507,7 @@ static void test_center_stuck(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "stuck-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":60000");
-        send_req(g.dev, "dspark/v1/infer/stories", id, prompts[N + i], extra);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[N + i], extra);
     }
     int at = 0;
     char *first = nth_msg("stuck-0", 0, 30000, &at);
@@ -716,10 +545,7 @@ static void test_center_stuck(void **state)
 /* The session protocol spoken directly to center-1. */
 static char *ask(const char *topic, const char *corr, const char *json)
 {
-    static int from;
-    pthread_mutex_lock(&g.mu);
-    from = g.n;
-    pthread_mutex_unlock(&g.mu);
+    int from = it_inbox_len(g.in);
     publish(g.cdev, topic, "test/creply/spec", corr, json);
     int at = 0;
     char *a = nth_msg(corr, from, 20000, &at);
@@ -852,7 +678,7 @@ static void test_protocol(void **state)
     /* Garbage on the edge's relay topic: dropped, the edge carries on. */
     publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/edge-spec.bogus", "{\"nonsense\":");
     publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/", "[]");
-    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", prompts[0],
+    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", tu_prompts[0],
              "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
     char *ag = answer("after-garbage", 30000);
     assert_non_null(ag);
@@ -861,7 +687,7 @@ static void test_protocol(void **state)
     free(agt);
     free(ag);
     /* Still serving plain requests. */
-    send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", prompts[0], "\"max_tokens\":" GEN_S);
+    send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", tu_prompts[0], "\"max_tokens\":" GEN_S);
     char *fin = answer("after-proto", 30000);
     assert_non_null(fin);
     char *text = field(fin, "text", NULL);
@@ -883,7 +709,7 @@ static void test_deadline(void **state)
     (void)state;
     kill(g.center[0], SIGSTOP);
     kill(g.center[1], SIGSTOP);
-    send_req(g.dev, "dspark/v1/infer/stories", "late-1", prompts[0],
+    send_req(g.dev, "dspark/v1/infer/stories", "late-1", tu_prompts[0],
              "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"deadline_ms\":1500");
     char *a = answer("late-1", 30000);
     kill(g.center[0], SIGCONT);
@@ -906,9 +732,7 @@ static void test_shutdown(void **state)
     pid_t *all[3] = { &g.edge, &g.center[0], &g.center[1] };
     for (int i = 0; i < 3; i++) {
         if (*all[i] <= 0) continue;
-        kill(*all[i], SIGTERM);
-        int st = 0;
-        for (int t = 0; t < 3000 && waitpid(*all[i], &st, WNOHANG) == 0; t++) usleep(10000);
+        int st = it_stop(*all[i], SIGTERM, 30000);   /* SIGKILLed (a failure) after 30 s */
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
         *all[i] = 0;

@@ -31,21 +31,13 @@ static int dspark(char **out, const char *fmt, ...)
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s/shared/dspark' %s 2>&1", g_dir, DS_BUILD_DIR, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t len = 0, cap = 4096;
-    char *buf = malloc(cap);
-    size_t n;
-    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += n;
-        if (cap - len < 1024) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = 0;
-    int st = pclose(p);
-    if (getenv("DS_TEST_DEBUG")) fprintf(stderr, "--- dspark %s -> %d\n%s", args, WEXITSTATUS(st), buf);
+    int st;
+    char *buf = tu_run(cmd, &st);
+    assert_non_null(buf);
+    if (getenv("DS_TEST_DEBUG")) fprintf(stderr, "--- dspark %s -> %d\n%s", args, st, buf);
     if (out) *out = buf;
     else free(buf);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return st;
 }
 
 static void expect(int rc_want, const char *needle, const char *fmt, const char *arg)

@@ -131,15 +131,15 @@ static void test_reference_text_cli(void **state)
         int k = snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %zu", DS_BUILD_DIR,
                          tu_model(forms[i][0]), PROMPT, (size_t)REFERENCE_STEPS - n_prompt);
         if (forms[i][1]) snprintf(cmd + k, sizeof cmd - (size_t)k, " -z '%s'", tu_model(forms[i][1]));
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        char out[8192];
-        size_t got = fread(out, 1, sizeof out - 1, p);
-        out[got] = '\0';
-        assert_int_equal(pclose(p), 0);
+        int rc;
+        char *out = tu_run(cmd, &rc);
+        assert_non_null(out);
+        size_t got = strlen(out);
+        assert_int_equal(rc, 0);
         assert_true(got > 0 && out[got - 1] == '\n');
         if (got > 0) out[got - 1] = '\0';
         assert_string_equal(out, want);
+        free(out);
     }
     free(want);
 }

@@ -39,14 +39,6 @@
 #define CHI_Z    3.0902   /* standard normal quantile of 1 - alpha, alpha = 0.001 */
 #define MIN_EXP  5.0      /* bins expected below this are merged */
 
-static const char *prompts[20] = {
-    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
-    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
-    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
-    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
-    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
-};
-
 struct fx {
     struct ds_model  *m, *bad_m;
     struct ds_tok    *tok;
@@ -153,7 +145,7 @@ static struct ds_spec_stats greedy_identity(struct ds_engine *draft, uint32_t k,
     struct ds_spec_stats tot = { 0 };
     for (size_t i = 0; i < n_prompts; i++) {
         int32_t want[256], got[256 + DS_SPEC_K_MAX];
-        size_t n = encode(prompts[i], want, 64);
+        size_t n = encode(tu_prompts[i], want, 64);
         memcpy(got, want, n * sizeof *want);
         plain_greedy(want, n, GEN);
         struct ds_seq *ds, *ts;
@@ -217,25 +209,24 @@ static void test_cli_reference(void **state)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p 'Once upon a time' -n %zu --draft int8 -k 3 "
              "--threads 1", DS_BUILD_DIR, tu_model("stories260K.gguf"), (size_t)200 - n_prompt);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char out[8192];
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_equal(pclose(p), 0);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    size_t got = strlen(out);
+    assert_int_equal(rc, 0);
     assert_true(got > 0 && out[got - 1] == '\n');
     out[got - 1] = '\0';
     assert_string_equal(out, want);
     free(want);
+    free(out);
     /* A draft with another vocabulary is refused with a clear exit. */
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -n 4 --draft '%s' 2>&1", DS_BUILD_DIR,
              tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
-    p = popen(cmd, "r");
-    assert_non_null(p);
-    got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    assert_int_not_equal(pclose(p), 0);
+    out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_not_equal(rc, 0);
     assert_non_null(strstr(out, "vocabulary"));
+    free(out);
     /* -k without a draft, and k out of range, are refused (usage error, 2). */
     const char *bad[] = { "-k 3", "--draft int8 -k 0", "--draft int8 -k 17" };
     for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {

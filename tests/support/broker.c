@@ -216,3 +216,24 @@ void tb_broker_destroy(struct tb_broker *b)
 
 uint16_t tb_broker_port(const struct tb_broker *b) { return b->port; }
 const char *tb_broker_uri(const struct tb_broker *b) { return b->uri; }
+
+struct tb_broker *tb_broker_start_or_skip(const struct tb_broker_opts *o)
+{
+    struct tb_broker *b = NULL;
+    enum ds_err rc = tb_broker_start(o, &b);
+    if (rc == DS_ERR_UNSUPPORTED) {
+        printf("mosquitto is not installed: skipped\n");
+        exit(77);
+    }
+    return rc == DS_OK ? b : NULL;
+}
+
+void tb_bridge_conf(char *buf, size_t n, uint16_t center_port)
+{
+    snprintf(buf, n,
+             "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
+             "cleansession true\nrestart_timeout 1\n"
+             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
+             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
+             center_port);
+}

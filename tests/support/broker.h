@@ -11,6 +11,7 @@
 #define DS_TEST_BROKER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ds/err.h"
@@ -27,6 +28,12 @@ struct tb_broker;
 /* DS_ERR_UNSUPPORTED when mosquitto is not installed (tests then skip, 77);
 ** DS_ERR_TIMEOUT when it does not accept connections within 10 s. */
 enum ds_err tb_broker_start(const struct tb_broker_opts *o, struct tb_broker **out);
+/* tb_broker_start, or, when mosquitto is not installed, say so and exit 77
+** (the test is reported skipped). NULL on any other failure. */
+struct tb_broker *tb_broker_start_or_skip(const struct tb_broker_opts *o);
+/* The bridge lines (deploy/mosquitto/center-bridge.conf) of an edge box's
+** broker to the center's on center_port, into buf, for tb_broker_opts.extra_conf. */
+void tb_bridge_conf(char *buf, size_t n, uint16_t center_port);
 /* SIGTERM, wait up to 5 s, then SIGKILL. The port and the dir are kept. */
 void tb_broker_stop(struct tb_broker *b);
 /* Start again on the same port (after tb_broker_stop). */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 const char *tu_model(const char *name)
 {
@@ -84,4 +85,34 @@ bool tu_valid_utf8(const char *str, size_t n)
         i += len;
     }
     return true;
+}
+
+const char *const tu_prompts[TU_N_PROMPTS] = {
+    "Once upon a time",      "Lily went to the park",   "The cat sat",          "Tom had a big red ball",
+    "One day, a little bird", "The sun was hot",        "Sam and Amy",          "There was a dog named Max",
+    "Mom said",              "In the forest",           "The boy was sad",      "A girl found a box",
+    "The fish swam",         "They played in the sand", "It was a rainy day",   "Ben liked to eat",
+    "The old tree",          "She saw a shiny star",    "Tim wanted a toy",     "The little car",
+};
+
+char *tu_run(const char *cmd, int *status)
+{
+    *status = -1;
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t len = 0, cap = 4096, n;
+    char *buf = malloc(cap);
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger) free(buf);
+            buf = bigger;
+        }
+    }
+    int st = pclose(p);
+    if (!buf) return NULL;
+    buf[len] = '\0';
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return buf;
 }

@@ -15,9 +15,17 @@ char *tu_read_file(const char *path, size_t *len);
 /* OWNED: the greedy reference text of stories260K from the models README
 ** (prompt included, trailing newline removed), or NULL if it is not found. */
 char *tu_reference_text(void);
+
+/* Twenty short story openings (the speculation tests and bench_specnet
+** decode each; stories260K continues every one of them). */
+#define TU_N_PROMPTS 20
+extern const char *const tu_prompts[TU_N_PROMPTS];
 /* A fresh temporary directory (OWNED path); removed by tu_rmdir. */
 char *tu_tmpdir(void);
 void  tu_rmdir(char *dir);
 bool  tu_valid_utf8(const char *s, size_t n);
+/* Run cmd with /bin/sh: its stdout, OWNED (NULL when it cannot be started);
+** *status = its exit status, -1 when it did not exit normally. */
+char *tu_run(const char *cmd, int *status);
 
 #endif
