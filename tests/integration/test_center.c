@@ -43,16 +43,9 @@ static void test_center_serves_overflow_topic(void **state)
 
     struct it_inbox *in = it_inbox_new(64);
     assert_non_null(in);
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = it_inbox_on_msg;
-    o.ud = in;
-    struct ds_mqtt *dev;
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(b), "dev-center-test", &o, &dev), DS_OK);
-    assert_int_equal(ds_mqtt_connect(dev), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(dev, "test/reply/center", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(dev, "dspark/v1/status/center-t", 1), DS_OK);
-    assert_int_equal(ds_mqtt_wait_subscribed(dev, 20000), DS_OK);
+    struct ds_mqtt *dev = it_device(tb_broker_uri(b), "dev-center-test", in,
+                                    (const char *const[]){ "test/reply/center", "dspark/v1/status/center-t", NULL });
+    assert_non_null(dev);
 
     pid_t pid = it_spawn(dir, "center-node/dspark-center", "center", conf, 0);
     assert_true(pid > 0);

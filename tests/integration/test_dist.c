@@ -466,15 +466,10 @@ static int setup(void **state)
     }
     g.in = it_inbox_new(4096);
     assert_non_null(g.in);
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = it_inbox_on_msg;
-    o.ud = g.in;
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.broker), "test-dist-device", &o, &g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "test/dist/reply", 1), DS_OK);
+    g.dev = it_device(tb_broker_uri(g.broker), "test-dist-device", g.in,
+                      (const char *const[]){ "test/dist/reply", "dspark/v1/status/+", NULL });
+    assert_non_null(g.dev);
     assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/telemetry/+", 0), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
     return 0;
 }

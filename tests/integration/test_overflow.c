@@ -88,15 +88,9 @@ static int setup(void **state)
     assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
     g.dir = tu_tmpdir();
 
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = it_inbox_on_msg;
-    o.ud = g.in;
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.edge_b), "dev-ov", &o, &g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/ov", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1), DS_OK);
-    assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
+    g.dev = it_device(tb_broker_uri(g.edge_b), "dev-ov", g.in,
+                      (const char *const[]){ "test/reply/ov", "dspark/v1/status/+", NULL });
+    assert_non_null(g.dev);
 
     g.center[0] = start_center(0);
     g.center[1] = start_center(1);

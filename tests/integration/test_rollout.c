@@ -56,16 +56,8 @@ static struct {
 
 static struct ds_mqtt *client(const char *id, const char *filter)
 {
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = it_inbox_on_msg;
-    o.ud = g.in;
-    struct ds_mqtt *c;
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.broker), id, &o, &c), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(c, filter, 1), DS_OK);
-    assert_int_equal(ds_mqtt_connect(c), DS_OK);
-    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
-    assert_int_equal(ds_mqtt_wait_subscribed(c, 20000), DS_OK);
+    struct ds_mqtt *c = it_device(tb_broker_uri(g.broker), id, g.in, (const char *const[]){ filter, NULL });
+    assert_non_null(c);
     return c;
 }
 

@@ -143,15 +143,9 @@ static int setup(void **state)
 
     g.in = it_inbox_new(MAX_MSGS);
     assert_non_null(g.in);
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = it_inbox_on_msg;
-    o.ud = g.in;
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.broker), "dev-spec-test", &o, &g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/spec", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/spec-t", 1), DS_OK);
-    assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
+    g.dev = it_device(tb_broker_uri(g.broker), "dev-spec-test", g.in,
+                      (const char *const[]){ "test/reply/spec", "dspark/v1/status/spec-t", NULL });
+    assert_non_null(g.dev);
     g.pid = start_node(g.cfg, g.log);
     it_inbox_seen(g.in, "\"state\":\"online\"", 20000);   /* then warm up, below */
     /* "online" is published on connect, possibly before the node's

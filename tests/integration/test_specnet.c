@@ -146,23 +146,14 @@ static int setup(void **state)
     assert_int_equal(tb_broker_start(&bo, &g.edge_b), DS_OK);
     g.dir = tu_tmpdir();
 
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = it_inbox_on_msg;
-    o.ud = g.in;
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.edge_b), "dev-spec", &o, &g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "test/reply/spec", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1), DS_OK);
-    assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
-    assert_int_equal(ds_mqtt_create(tb_broker_uri(g.center_b), "cdev-spec", &o, &g.cdev), DS_OK);
-    assert_int_equal(ds_mqtt_connect(g.cdev), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.cdev, "test/creply/spec", 1), DS_OK);
-    /* The edge's opens and rounds as they reach the centers (schema checks). */
-    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/spec/+", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/center/session/+", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.cdev, "dspark/v1/relay/+", 1), DS_OK);
-    assert_int_equal(ds_mqtt_wait_subscribed(g.cdev, 20000), DS_OK);
+    g.dev = it_device(tb_broker_uri(g.edge_b), "dev-spec", g.in,
+                      (const char *const[]){ "test/reply/spec", "dspark/v1/status/+", NULL });
+    assert_non_null(g.dev);
+    /* Also the edge's opens and rounds as they reach the centers (schema checks). */
+    g.cdev = it_device(tb_broker_uri(g.center_b), "cdev-spec", g.in,
+                       (const char *const[]){ "test/creply/spec", "dspark/v1/center/spec/+",
+                                              "dspark/v1/center/session/+", "dspark/v1/relay/+", NULL });
+    assert_non_null(g.cdev);
 
     g.center[0] = start_center(0);
     g.center[1] = start_center(1);

@@ -139,6 +139,27 @@ void it_inbox_free(struct it_inbox *ib)
     free(ib);
 }
 
+struct ds_mqtt *it_device(const char *uri, const char *client_id, struct it_inbox *in,
+                          const char *const *filters)
+{
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = it_inbox_on_msg;
+    o.ud = in;
+    struct ds_mqtt *c = NULL;
+    enum ds_err rc = ds_mqtt_create(uri, client_id, &o, &c);
+    if (rc == DS_OK) rc = ds_mqtt_connect(c);
+    for (size_t i = 0; rc == DS_OK && filters[i]; i++) rc = ds_mqtt_subscribe(c, filters[i], 1);
+    if (rc == DS_OK) rc = ds_mqtt_wait_connected(c, 20000);
+    if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(c, 20000);
+    if (rc != DS_OK) {
+        fprintf(stderr, "itest: device %s on %s: %s\n", client_id, uri, ds_strerror(rc));
+        ds_mqtt_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
 void it_inbox_on_msg(void *ud, const struct ds_mqtt_msg *m)
 {
     struct it_inbox *ib = ud;

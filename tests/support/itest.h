@@ -65,6 +65,11 @@ struct it_inbox *it_inbox_new(int cap);
 void it_inbox_free(struct it_inbox *ib);
 /* ds_mqtt_opts.on_message with ud = the inbox. */
 void it_inbox_on_msg(void *ud, const struct ds_mqtt_msg *m);
+/* A device client on uri that records into in: connected, subscribed at
+** QoS 1 to each filter of the NULL-terminated list, both waited for (20 s).
+** OWNED (ds_mqtt_destroy); NULL, with the reason on stderr, on failure. */
+struct ds_mqtt *it_device(const char *uri, const char *client_id, struct it_inbox *in,
+                          const char *const *filters);
 int  it_inbox_len(struct it_inbox *ib);
 void it_inbox_clear(struct it_inbox *ib);
 
