@@ -33,7 +33,9 @@
 ** Center: a bounded session table ([spec] sessions; a full table answers the
 ** open "overloaded") keeps each session's target KV and history between
 ** rounds; idle sessions ([spec] idle_ms) and those past their deadline are
-** dropped.
+** dropped. A session stays on the model version that was active when it
+** opened (it holds a reference, as a running request does), so a hot swap
+** never moves its KV cache.
 **
 ** Fallback (edge): the pinned center offline (its status), no verdict within
 ** [overflow] spec_timeout_ms, or an error verdict: the edge opens a new
