@@ -257,7 +257,8 @@ static void list_usage(FILE *f)
         "Every node's model versions and their states, from the nodes' retained\n"
         "telemetry (dspark/v1/telemetry/+): one line per node, model and loaded\n"
         "version (active, canary with its share, shadow, draining), then each node's\n"
-        "latest rollout events.\n"
+        "downloads (state, bytes, rate and ETA while downloading) and its latest\n"
+        "rollout events.\n"
         "  -b, --broker URI       broker\n"
         "      --wait-ms MS       how long to collect telemetry (default 1500)\n"
         "  -h, --help             this text\n");
@@ -325,6 +326,18 @@ int cmd_model_list_telemetry(int argc, char **argv)
                 printf("%-16s %-16s shadow %s: %.0f compared, %.0f text equal, token agreement %.3f, latency %+.1f ms\n",
                        node, jstr(m, "name"), jstr(sh, "version"), jnum(sh, "compared"), jnum(sh, "text_equal"),
                        jnum(sh, "token_agreement"), jnum(sh, "latency_delta_ms"));
+        }
+        /* Downloads in progress or just ended (node_fetch.c): bytes, rate, ETA. */
+        const cJSON *d;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(t, "downloads")) {
+            printf("%-16s %-16s %-12s download: %s, %.1f of %.1f MB", node, jstr(d, "model"), jstr(d, "version"),
+                   jstr(d, "state"), jnum(d, "bytes") / 1e6, jnum(d, "total") / 1e6);
+            if (!strcmp(jstr(d, "state"), "downloading")) {
+                printf(", %.1f MB/s", jnum(d, "rate_bps") / 1e6);
+                if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(d, "eta_s"))) printf(", ETA %.0f s", jnum(d, "eta_s"));
+            }
+            const char *why = jstr(d, "reason");
+            printf("%s%s\n", *why ? ": " : "", why);
         }
         cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(t, "rollout_events"))
             printf("%-16s   event %s %s %s: %s\n", node, jstr(e, "event"), jstr(e, "model"), jstr(e, "version"),

@@ -644,6 +644,30 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     printf("after install and promote: 8 of 8 answers served by version 1.0.0 (edge-a %d, edge-b %d)\n", by[0], by[1]);
     assert_true(by[0] > 0 && by[1] > 0);
 
+    /* `dspark model list --broker`: every node's versions and downloads, read
+    ** from their retained telemetry. */
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "'%s' model list --broker '%s' --wait-ms 2500", bin, uri);
+    int lst;
+    char *out = tu_run(cmd, &lst);
+    assert_non_null(out);
+    printf("%s", out);
+    assert_int_equal(lst, 0);
+    for (int k = 0; k < 2; k++) {
+        bool version_line = false, download_line = false;
+        for (char *line = out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            size_t n = strcspn(line, "\n");
+            char l[512];
+            snprintf(l, sizeof l, "%.*s", (int)DS_MIN(n, sizeof l - 1), line);
+            if (strncmp(l, node_names[k], strlen(node_names[k])) || !strstr(l, " 1.0.0 ")) continue;
+            version_line |= strstr(l, " active ") && !strstr(l, " MB");
+            download_line |= strstr(l, "1.2 of 1.2 MB") != NULL;
+        }
+        assert_true(version_line);
+        assert_true(download_line);
+    }
+    free(out);
+
     /* Garbage on the publisher's and a node's topics is refused, logged, survived. */
     static const char *const bad_fetch[] = {
         "not json", "{\"v\":2,\"version\":\"1.0.0\",\"node\":\"x\",\"chunks\":[[0,0]]}",
