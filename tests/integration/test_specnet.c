@@ -105,7 +105,7 @@ static pid_t start_center(int i)
     char conf[2048], name[32], want[64];
     snprintf(name, sizeof name, "center-%d", i);
     snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = 16\n"
-             "[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\n",
+             "[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
              name, tb_broker_uri(g.center_b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
     pid_t pid = spawn_node("center-node/dspark-center", name, conf);
     snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
