@@ -20,6 +20,23 @@ extern const struct ds_kern_ops ds_kern_neon;         /* src/arm/kern_neon.c */
 extern const struct ds_kern_ops ds_kern_neondot;      /* src/arm/kern_neondot.c */
 #endif
 
+/* matmul_f32 built from a variant's matvec_f32, for variants without a
+** register-tiled kernel: weight rows go in blocks of about 16 KB (a
+** multiple of 4 rows, so each row takes the same path as in one whole
+** matvec) that stay in cache while every input takes its matvec. */
+static inline void ds_kern__matmul_f32_blocked(void (*matvec)(size_t, size_t, const float *,
+                                                              const float *, float *),
+                                               size_t rows, size_t cols, const float *w,
+                                               size_t n_tok, const float *x, float *y, size_t ldy)
+{
+    size_t blk = cols ? 16384 / (cols * sizeof(float)) & ~(size_t)3 : rows;
+    if (blk < 4) blk = 4;
+    for (size_t b0 = 0; b0 < rows; b0 += blk) {
+        size_t bn = rows - b0 < blk ? rows - b0 : blk;
+        for (size_t t = 0; t < n_tok; t++) matvec(bn, cols, w + b0 * cols, x + t * cols, y + t * ldy + b0);
+    }
+}
+
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 

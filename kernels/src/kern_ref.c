@@ -4,7 +4,7 @@
 */
 #include <math.h>
 
-#include "ds/kern.h"
+#include "kern_internal.h"
 
 static void quantize_q8_ref(size_t n, const float *x, struct ds_q8_block *out)
 {
@@ -71,6 +71,12 @@ static void matvec_f32_ref(size_t rows, size_t cols, const float *w, const float
     for (size_t r = 0; r < rows; r++) y[r] = dot_f32_ref(cols, w + r * cols, x);
 }
 
+static void matmul_f32_ref(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
+                          float *y, size_t ldy)
+{
+    ds_kern__matmul_f32_blocked(matvec_f32_ref, rows, cols, w, n_tok, x, y, ldy);
+}
+
 static void axpy_f32_ref(size_t n, float a, const float *x, float *y)
 {
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
@@ -92,6 +98,7 @@ const struct ds_kern_ops ds_kern_ref = {
     .matvec_q8   = matvec_q8_ref,
     .matmul_q8   = matmul_q8_ref,
     .matvec_f32  = matvec_f32_ref,
+    .matmul_f32  = matmul_f32_ref,
     .dot_f32     = dot_f32_ref,
     .axpy_f32    = axpy_f32_ref,
     .rmsnorm_f32 = rmsnorm_f32_ref,

@@ -37,8 +37,7 @@
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define SMALL_HEAD        32u
-#define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use blocked matvec, not sgemm */
-#define FP32_BLOCK_BYTES  16384u   /* weight bytes per cache block of the blocked matvec */      /* head sizes below this skip the kernel calls in attention */   /* multiply-adds below which waking the pool costs more */
+#define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
 
 const char *ds_precision_name(enum ds_precision p)
 {
@@ -393,17 +392,10 @@ static void matmul_slice(const struct matmul_job *j, const struct mat *w, float 
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->n, j->xq, y + r0, w->rows);
     } else if (j->n <= FP32_MATVEC_ROWS) {
         /* Few rows (decode, batched decode, draft verification): OpenBLAS
-        ** sgemm runs well below a matvec there (it packs the whole weight
-        ** matrix first). Weight rows go in blocks of about FP32_BLOCK_BYTES
-        ** that stay in cache while every input row takes its matvec, so
-        ** the weights stream from memory once per pass, not once per row;
-        ** each row's result is bit-identical to a one-row pass. */
-        size_t blk = DS_MAX((size_t)4, FP32_BLOCK_BYTES / (w->cols * sizeof(float)) & ~(size_t)3);
-        for (size_t b0 = r0; b0 < r1; b0 += blk) {
-            size_t b1 = DS_MIN(r1, b0 + blk);
-            for (size_t t = 0; t < j->n; t++)
-                k->matvec_f32(b1 - b0, w->cols, w->f + b0 * w->cols, j->x + t * w->cols, y + t * w->rows + b0);
-        }
+        ** sgemm runs well below the kernel there (it packs the whole weight
+        ** matrix first). matmul_f32 streams the weights once for all rows,
+        ** and each row's result is bit-identical to a one-row pass. */
+        k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->n, j->x, y + r0, w->rows);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(r1 - r0), (int)w->cols,
                     1.0f, j->x, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, y + r0,

@@ -353,6 +353,50 @@ static void test_matvec_f32(void **state)
     }
 }
 
+/* matmul_f32: every input row bit-identical to matvec_f32 of that row (the
+** engine relies on it: a verification pass must give the same logits as
+** plain decoding), and near the reference. Output rows are strided. */
+static void test_matmul_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t cols_list[] = { 1, 3, 17, 33, 64, 172, 1000 };
+    for (size_t s = 0; s < N_OF(cols_list); s++) {
+        size_t cols = cols_list[s];
+        for (size_t ri = 0; ri < N_OF(g_rows); ri++) {
+            size_t rows = g_rows[ri];
+            for (size_t ti = 0; ti < N_OF(g_ntok); ti++) {
+                size_t n_tok = g_ntok[ti], ldy = rows + 3;
+                float *w = xmalloc((rows * cols + 1) * sizeof *w), *x = xmalloc(n_tok * cols * sizeof *x);
+                float *y = xmalloc(n_tok * ldy * sizeof *y), *y1 = xmalloc(rows * sizeof *y1);
+                float *yr = xmalloc(rows * sizeof *yr);
+                fill_f(w, rows * cols + 1, 1.0f);
+                fill_f(x, n_tok * cols, 1.0f);
+                for (size_t i = 0; i < n_tok * ldy; i++) y[i] = -7.0f;   /* the gaps must survive */
+                k->matmul_f32(rows, cols, w + 1, n_tok, x, y, ldy);
+                for (size_t t = 0; t < n_tok; t++) {
+                    const float *xt = x + t * cols;
+                    k->matvec_f32(rows, cols, w + 1, xt, y1);
+                    ds_kern_ref.matvec_f32(rows, cols, w + 1, xt, yr);
+                    for (size_t r = 0; r < rows; r++) {
+                        if (memcmp(&y[t * ldy + r], &y1[r], sizeof(float)) != 0)
+                            fail_msg("matmul_f32 rows %zu cols %zu n_tok %zu: y[%zu][%zu] = %.9g, "
+                                     "matvec_f32 gives %.9g", rows, cols, n_tok, t, r,
+                                     (double)y[t * ldy + r], (double)y1[r]);
+                        check_near("matmul_f32", r, y[t * ldy + r], yr[r],
+                                   f32_mag(cols, w + 1 + r * cols, 1, xt), DS_TOL_SUM);
+                    }
+                    for (size_t r = rows; r < ldy; r++) assert_true(y[t * ldy + r] == -7.0f);
+                }
+                free(w);
+                free(x);
+                free(y);
+                free(y1);
+                free(yr);
+            }
+        }
+    }
+}
+
 static void test_axpy_f32(void **state)
 {
     const struct ds_kern_ops *k = variant(state);
@@ -536,7 +580,8 @@ static void test_cpu_features(void **state)
 static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "dot_i8", test_dot_i8 }, { "quantize_q8", test_quantize_q8 },
     { "matvec_q8", test_matvec_q8 }, { "matmul_q8", test_matmul_q8 },
-    { "matvec_f32", test_matvec_f32 }, { "dot_f32", test_dot_f32 },
+    { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
+    { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
 };
 

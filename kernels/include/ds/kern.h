@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 1u
+#define DS_KERN_ABI 2u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -52,6 +52,11 @@ struct ds_kern_ops {
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* y = W x; W is rows x cols FP32, row-major. */
     void (*matvec_f32)(size_t rows, size_t cols, const float *w, const float *x, float *y);
+    /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok
+    ** (batched decode, draft verification). Row t is bit-identical to
+    ** matvec_f32 of x row t; the weights stream from memory once. */
+    void (*matmul_f32)(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
+                       float *y, size_t ldy);
     float (*dot_f32)(size_t n, const float *a, const float *b);
     /* y += a * x */
     void (*axpy_f32)(size_t n, float a, const float *x, float *y);

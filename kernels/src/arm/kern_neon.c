@@ -253,6 +253,12 @@ static void matvec_f32_neon(size_t rows, size_t cols, const float *w, const floa
     for (; r < rows; r++) y[r] = dot_f32_neon(cols, w + r * cols, x);
 }
 
+static void matmul_f32_neon(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
+                          float *y, size_t ldy)
+{
+    ds_kern__matmul_f32_blocked(matvec_f32_neon, rows, cols, w, n_tok, x, y, ldy);
+}
+
 static void axpy_f32_neon(size_t n, float a, const float *x, float *y)
 {
     size_t i = 0;
@@ -281,6 +287,7 @@ const struct ds_kern_ops NEON_OPS = {
     .matvec_q8   = matvec_q8_neon,
     .matmul_q8   = matmul_q8_neon,
     .matvec_f32  = matvec_f32_neon,
+    .matmul_f32  = matmul_f32_neon,
     .dot_f32     = dot_f32_neon,
     .axpy_f32    = axpy_f32_neon,
     .rmsnorm_f32 = rmsnorm_f32_neon,

@@ -410,6 +410,12 @@ static void matvec_f32_avx2(size_t rows, size_t cols, const float *w, const floa
     for (; r < rows; r++) y[r] = dot_f32_avx2(cols, w + r * cols, x);
 }
 
+static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
+                          float *y, size_t ldy)
+{
+    ds_kern__matmul_f32_blocked(matvec_f32_avx2, rows, cols, w, n_tok, x, y, ldy);
+}
+
 static void axpy_f32_avx2(size_t n, float a, const float *x, float *y)
 {
     __m256 av = _mm256_set1_ps(a);
@@ -448,6 +454,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .matvec_q8   = matvec_q8_avx2,
     .matmul_q8   = matmul_q8_avx2,
     .matvec_f32  = matvec_f32_avx2,
+    .matmul_f32  = matmul_f32_avx2,
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
