@@ -261,6 +261,7 @@ static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
 #define MM_KB 32                /* blocks per K chunk */
 #define MM_TT 32                /* tokens per tile */
 #define MM_RW 4                 /* rows per register tile */
+#define MM_TILES 4              /* token tiles packed at once */
 
 struct mm_pack {                /* one token tile x one K chunk: 36 KB */
     uint32_t q[MM_KB][8][MM_TT];    /* (x ^ 0x80) dwords: [block][dword][token] */
@@ -390,29 +391,42 @@ static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m512 f[MM_RW]
             y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
 }
 
+/* Every row of w against ntile packed token tiles (tile i holds nt[i]
+** tokens, its results at y + i * MM_TT * ldy). A row tile's corrections
+** and scales are prepared once for all token tiles, and its weights stay
+** in L1 while the tiles pass over them. */
 static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
-                         const struct mm_pack *p, size_t kb0, size_t kn, size_t nt,
-                         float *y, size_t ldy, bool add)
+                         const struct mm_pack *p, size_t ntile, const size_t *nt, size_t kb0,
+                         size_t kn, float *y, size_t ldy, bool add)
 {
     struct mm_rows rp;
     size_t r = 0;
     for (; r + MM_RW <= rows; r += MM_RW) {
         const struct ds_q8_block *wr = w + r * nb + kb0;
-        __m512 f[MM_RW][2];
-        for (int i = 0; i < MM_RW; i++) f[i][0] = f[i][1] = _mm512_setzero_ps();
+        if (r + 2 * MM_RW <= rows)      /* the next row tile, from L3 or memory */
+            for (size_t j = 0; j < MM_RW; j++) {
+                const char *nx = (const char *)(wr + (MM_RW + j) * nb);
+                for (size_t b = 0; b < kn * sizeof *wr; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
+            }
         mm_rows_prep(&rp, wr, nb, MM_RW, kn);
-        if (nt > 16) mm_kernel(MM_RW, 2, wr, nb, p, &rp, kn, f);
-        else         mm_kernel(MM_RW, 1, wr, nb, p, &rp, kn, f);
-        mm_store(y + r, ldy, MM_RW, nt, f, add);
+        for (size_t i = 0; i < ntile; i++) {
+            __m512 f[MM_RW][2];
+            for (int j = 0; j < MM_RW; j++) f[j][0] = f[j][1] = _mm512_setzero_ps();
+            if (nt[i] > 16) mm_kernel(MM_RW, 2, wr, nb, &p[i], &rp, kn, f);
+            else            mm_kernel(MM_RW, 1, wr, nb, &p[i], &rp, kn, f);
+            mm_store(y + i * MM_TT * ldy + r, ldy, MM_RW, nt[i], f, add);
+        }
     }
     for (; r < rows; r++) {
         const struct ds_q8_block *wr = w + r * nb + kb0;
-        __m512 f[MM_RW][2];
-        f[0][0] = f[0][1] = _mm512_setzero_ps();
         mm_rows_prep(&rp, wr, nb, 1, kn);
-        if (nt > 16) mm_kernel(1, 2, wr, nb, p, &rp, kn, f);
-        else         mm_kernel(1, 1, wr, nb, p, &rp, kn, f);
-        mm_store(y + r, ldy, 1, nt, f, add);
+        for (size_t i = 0; i < ntile; i++) {
+            __m512 f[MM_RW][2];
+            f[0][0] = f[0][1] = _mm512_setzero_ps();
+            if (nt[i] > 16) mm_kernel(1, 2, wr, nb, &p[i], &rp, kn, f);
+            else            mm_kernel(1, 1, wr, nb, &p[i], &rp, kn, f);
+            mm_store(y + i * MM_TT * ldy + r, ldy, 1, nt[i], f, add);
+        }
     }
 }
 
@@ -477,21 +491,24 @@ static void matvec_multi(size_t rows, size_t n_blocks, const struct ds_q8_block 
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                              size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
+    static _Thread_local struct mm_pack pack[MM_TILES] __attribute__((aligned(64)));
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
     size_t tiled = n_tok;
     if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
-    if (tiled) {
-        struct mm_pack p __attribute__((aligned(64)));
+    /* Up to MM_TILES token tiles (128 tokens) at a time: 144 KB of packed
+    ** x, which stays in L2 while every row passes over it. */
+    for (size_t g0 = 0; g0 < tiled; g0 += MM_TILES * MM_TT) {
+        size_t gn = tiled - g0 < MM_TILES * MM_TT ? tiled - g0 : MM_TILES * MM_TT;
+        size_t ntile = (gn + MM_TT - 1) / MM_TT, nt[MM_TILES];
+        for (size_t i = 0; i < ntile; i++) nt[i] = gn - i * MM_TT < MM_TT ? gn - i * MM_TT : MM_TT;
         for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
             size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
-            for (size_t t0 = 0; t0 < tiled; t0 += MM_TT) {
-                size_t nt = tiled - t0 < MM_TT ? tiled - t0 : MM_TT;
-                mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
-                mm_tile_rows(rows, n_blocks, w, &p, kb0, kn, nt, y + t0 * ldy, ldy, kb0 > 0);
-            }
+            for (size_t i = 0; i < ntile; i++)
+                mm_pack_tile(&pack[i], x + (g0 + i * MM_TT) * n_blocks, n_blocks, kb0, kn, nt[i]);
+            mm_tile_rows(rows, n_blocks, w, pack, ntile, nt, kb0, kn, y + g0 * ldy, ldy, kb0 > 0);
         }
     }
     for (size_t t = tiled; t < n_tok; t += MV_MAXT) {   /* a few leftover tokens */
