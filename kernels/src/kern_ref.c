@@ -4,6 +4,7 @@
 */
 #include <math.h>
 
+#include "kern_generic.h"
 #include "kern_internal.h"
 
 static void quantize_q8_ref(size_t n, const float *x, struct ds_q8_block *out)
@@ -102,4 +103,8 @@ const struct ds_kern_ops ds_kern_ref = {
     .dot_f32     = dot_f32_ref,
     .axpy_f32    = axpy_f32_ref,
     .rmsnorm_f32 = rmsnorm_f32_ref,
+    .attn_scores_f32 = attn_scores_generic,
+    .attn_values_f32 = attn_values_generic,
+    .softmax_f32     = softmax_generic,
+    .silu_mul_f32    = silu_mul_generic,
 };

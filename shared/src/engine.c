@@ -36,7 +36,8 @@
 #define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
-#define SMALL_HEAD        32u
+#define ATT_ROWS          8u       /* query rows of one sequence scored together */
+_Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
 
 const char *ds_precision_name(enum ds_precision p)
@@ -95,14 +96,18 @@ struct run_state {
     float              *q;       /* (B, dim) */
     float              *k, *v;   /* (B, kv_dim) */
     float              *hb, *hb2;/* (B, hidden) */
-    float              *att;     /* (n_threads, max_ctx) attention scores */
+    float              *att;     /* (n_threads, ATT_ROWS, max_ctx) attention scores */
     float              *lg_in;   /* (B, dim) normed rows that want logits */
     struct ds_q8_block *xq;      /* (B, blocks of max(dim, hidden)) quantized input */
     uint32_t           *pos;     /* (B) position of each row */
+    uint32_t           *grp;     /* (B + 1) first row of each attention group */
+    uint32_t            n_grp;
 };
 
 /* KV blocks: each holds DS_KV_BLOCK positions of K and V for every layer,
-** laid out [layer][k|v][position in block][kv_dim]. */
+** laid out [layer][k|v] and then K transposed, [kv_dim][position in block],
+** so that attention scores run over positions in SIMD lanes
+** (attn_scores_f32), and V as [position in block][kv_dim]. */
 struct kv_pool {
     float          *mem;
     uint32_t        n_blocks;
@@ -274,12 +279,17 @@ static void kv_cleanup(struct kv_pool *kv)
     free(kv->free_list);
 }
 
-/* K (which = 0) or V (which = 1) of layer l at position pos of s. */
-static inline float *kv_at(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, int which,
-                           uint32_t pos)
+/* Layer l's keys in KV block b of s: [kv_dim][DS_KV_BLOCK]. */
+static inline float *k_block(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t b)
 {
-    const float *blk = e->kv.mem + (size_t)s->blocks[pos / DS_KV_BLOCK] * e->kv.block_floats;
-    return (float *)blk + (((size_t)l * 2 + (size_t)which) * DS_KV_BLOCK + pos % DS_KV_BLOCK) * e->cfg.kv_dim;
+    return e->kv.mem + (size_t)s->blocks[b] * e->kv.block_floats + (size_t)l * 2 * DS_KV_BLOCK * e->cfg.kv_dim;
+}
+
+/* Layer l's values at position pos of s: kv_dim floats; the block's next
+** positions follow at a stride of kv_dim. */
+static inline float *v_at(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t pos)
+{
+    return k_block(e, s, l, pos / DS_KV_BLOCK) + (DS_KV_BLOCK + (size_t)(pos % DS_KV_BLOCK)) * e->cfg.kv_dim;
 }
 
 /* Make room for n_pos positions in s; all or nothing. */
@@ -451,8 +461,8 @@ struct swiglu_job {
 static void swiglu_span(struct ds_engine *e, size_t row, size_t c0, size_t c1)
 {
     const size_t hid = e->cfg.hidden_dim;
-    float *h = e->s.hb + row * hid, *u = e->s.hb2 + row * hid;
-    for (size_t i = c0; i < c1; i++) h[i] = h[i] * (1.0f / (1.0f + expf(-h[i]))) * u[i];
+    float *h = e->s.hb + row * hid;
+    e->kern->silu_mul_f32(c1 - c0, h + c0, e->s.hb2 + row * hid + c0);
     if (e->prec == DS_PRECISION_INT8)
         e->kern->quantize_q8(c1 - c0, h + c0, e->s.xq + row * ds_q8_blocks(hid) + c0 / DS_Q8_BLOCK);
 }
@@ -514,8 +524,10 @@ static void rows_task(void *p, unsigned task, unsigned n_tasks)
         if (j->ops & ROW_ROPE_KV) {
             rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
             rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
-            memcpy(kv_at(e, j->rows[r].seq, j->layer, 0, s->pos[r]), s->k + r * kvd, kvd * sizeof(float));
-            memcpy(kv_at(e, j->rows[r].seq, j->layer, 1, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
+            const struct ds_seq *q = j->rows[r].seq;
+            float *kt = k_block(e, q, j->layer, s->pos[r] / DS_KV_BLOCK) + s->pos[r] % DS_KV_BLOCK;
+            for (size_t d = 0; d < kvd; d++) kt[d * DS_KV_BLOCK] = s->k[r * kvd + d];
+            memcpy(v_at(e, q, j->layer, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
         }
     }
 }
@@ -528,62 +540,69 @@ static void rows_run(struct ds_engine *e, const struct ds_batch_row *rows, size_
     else ds_pool_run(e->pool, rows_task, &j);
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+** Work items are (group, head): a group is up to ATT_ROWS consecutive rows
+** of one sequence at consecutive positions (a prefill chunk, a draft
+** verification), so each key block is scored against all of them at once.
+** Per item: scores block by block, a softmax per row over its own causal
+** range (later keys get weight 0), then the weighted values. */
 
 struct attn_job {
     struct ds_engine          *e;
     const struct ds_batch_row *rows;
-    size_t                     n;
     uint32_t                   layer;
 };
+
+/* Split rows into groups (s->grp, s->n_grp); the same for every layer. */
+static void attn_groups(struct ds_engine *e, const struct ds_batch_row *rows, size_t n)
+{
+    struct run_state *s = &e->s;
+    s->n_grp = 0;
+    for (size_t r = 0; r < n; r++) {
+        uint32_t g0 = s->n_grp ? s->grp[s->n_grp - 1] : 0;
+        if (!s->n_grp || r - g0 >= ATT_ROWS || rows[r].seq != rows[r - 1].seq || s->pos[r] != s->pos[r - 1] + 1)
+            s->grp[s->n_grp++] = (uint32_t)r;
+    }
+    s->grp[s->n_grp] = (uint32_t)n;
+}
+
+static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint32_t l, uint32_t g,
+                      uint32_t h, float *att)
+{
+    const struct ds_model_config *c = &e->cfg;
+    const struct ds_kern_ops *k = e->kern;
+    struct run_state *s = &e->s;
+    const uint32_t hd = c->head_dim, r0 = s->grp[g], nq = s->grp[g + 1] - r0;
+    const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * hd, lda = e->max_ctx;
+    const struct ds_seq *seq = rows[r0].seq;
+    const uint32_t n_keys = s->pos[r0 + nq - 1] + 1;
+    const float *q = s->q + (size_t)r0 * c->dim + (size_t)h * hd;
+    float *out = s->xb + (size_t)r0 * c->dim + (size_t)h * hd;
+
+    for (uint32_t t0 = 0; t0 < n_keys; t0 += DS_KV_BLOCK)
+        k->attn_scores_f32(nq, hd, DS_MIN(DS_KV_BLOCK, n_keys - t0), q, c->dim,
+                           k_block(e, seq, l, t0 / DS_KV_BLOCK) + kv_off * DS_KV_BLOCK,
+                           1.0f / sqrtf((float)hd), att + t0, lda);
+    for (uint32_t i = 0; i < nq; i++) {
+        uint32_t mine = s->pos[r0 + i] + 1;
+        k->softmax_f32(mine, att + i * lda);
+        memset(att + i * lda + mine, 0, (n_keys - mine) * sizeof *att);
+        memset(out + (size_t)i * c->dim, 0, hd * sizeof *out);
+    }
+    for (uint32_t t0 = 0; t0 < n_keys; t0 += DS_KV_BLOCK)
+        k->attn_values_f32(nq, hd, DS_MIN(DS_KV_BLOCK, n_keys - t0), att + t0, lda,
+                           v_at(e, seq, l, t0) + kv_off, c->kv_dim, out, c->dim);
+}
 
 static void attn_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct attn_job *j = p;
     struct ds_engine *e = j->e;
-    const struct ds_model_config *c = &e->cfg;
-    const struct ds_kern_ops *k = e->kern;
-    float *att = e->s.att + (size_t)task * e->max_ctx;
-    const uint32_t hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    const float scale = 1.0f / sqrtf((float)hd);
-    /* Strided items: in a causal prefill later rows cost more, so contiguous
-    ** ranges would leave the first thread idle while the last one works. */
-    for (size_t item = task; item < j->n * c->n_heads; item += n_tasks) {
-        size_t r = item / c->n_heads;
-        uint32_t h = (uint32_t)(item % c->n_heads);
-        const struct ds_seq *s = j->rows[r].seq;
-        uint32_t pos = e->s.pos[r];
-        const float *q = e->s.q + r * c->dim + (size_t)h * hd;
-        size_t kv_off = (size_t)(h / group) * hd;
-        float maxv = -INFINITY;
-        for (uint32_t t = 0; t <= pos; t++) {
-            const float *kt = kv_at(e, s, j->layer, 0, t) + kv_off;
-            float sc;
-            if (hd >= SMALL_HEAD) {
-                sc = k->dot_f32(hd, q, kt);
-            } else {                    /* tiny heads: a call costs more than the math */
-                sc = 0.0f;
-                for (uint32_t d = 0; d < hd; d++) sc += q[d] * kt[d];
-            }
-            att[t] = sc * scale;
-            if (att[t] > maxv) maxv = att[t];
-        }
-        float sum = 0.0f;
-        for (uint32_t t = 0; t <= pos; t++) {
-            att[t] = expf(att[t] - maxv);
-            sum += att[t];
-        }
-        float inv = 1.0f / sum;
-        float *out = e->s.xb + r * c->dim + (size_t)h * hd;
-        memset(out, 0, hd * sizeof *out);
-        for (uint32_t t = 0; t <= pos; t++) {
-            const float *vt = kv_at(e, s, j->layer, 1, t) + kv_off;
-            float a = att[t] * inv;
-            if (hd >= SMALL_HEAD) k->axpy_f32(hd, a, vt, out);
-            else
-                for (uint32_t d = 0; d < hd; d++) out[d] += a * vt[d];
-        }
-    }
+    float *att = e->s.att + (size_t)task * ATT_ROWS * e->max_ctx;
+    /* Strided items: in a causal prefill later groups cost more, so
+    ** contiguous ranges would leave the first thread idle at the end. */
+    for (size_t item = task; item < (size_t)e->s.n_grp * e->cfg.n_heads; item += n_tasks)
+        attn_item(e, j->rows, j->layer, (uint32_t)(item / e->cfg.n_heads), (uint32_t)(item % e->cfg.n_heads), att);
 }
 
 /* Rotate pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head. */
@@ -644,6 +663,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
 
     const size_t dim = c->dim;
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
+    attn_groups(e, rows, n);
 
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct layer *L = &e->layers[l];
@@ -653,7 +673,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         rows_run(e, rows, n, (l ? ROW_ADD : 0) | ROW_NORM | ROW_QUANT, L->attn_norm, l, s->xb, c->dim);
         matmul_n(e, s->xb, n, 3, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
         rows_run(e, rows, n, ROW_ROPE_KV, NULL, l, NULL, 0);
-        struct attn_job aj = { e, rows, n, l };
+        struct attn_job aj = { e, rows, l };
         size_t attn_work = 0;
         for (size_t r = 0; r < n; r++) attn_work += (size_t)(s->pos[r] + 1) * dim;
         if (attn_work < ATTN_MIN_WORK) attn_task(&aj, 0, 1);
@@ -745,11 +765,12 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->hb = malloc(B * c->hidden_dim * sizeof(float));
     s->hb2 = malloc(B * c->hidden_dim * sizeof(float));
     s->lg_in = malloc(B * c->dim * sizeof(float));
-    s->att = malloc((size_t)ds_pool_size(e->pool) * e->max_ctx * sizeof(float));
+    s->att = malloc((size_t)ds_pool_size(e->pool) * ATT_ROWS * e->max_ctx * sizeof(float));
+    s->grp = malloc((B + 1) * sizeof *s->grp);
     s->xq = malloc(B * ds_q8_blocks(widest) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
-        !s->lg_in || !s->att || !s->xq || !s->pos)
+        !s->lg_in || !s->att || !s->xq || !s->pos || !s->grp)
         return DS_ERR_NOMEM;
     /* RoPE table, computed the way llama2.c does, in float. */
     size_t half = c->rope_dim / 2;
@@ -783,7 +804,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->rope);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->xq); free(s->pos);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->xq); free(s->pos); free(s->grp);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);

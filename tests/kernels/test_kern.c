@@ -575,6 +575,123 @@ static void test_cpu_features(void **state)
 #endif
 }
 
+/* ---- attention and activations ---- */
+
+/* exp against expf: the SIMD exp is a polynomial within a few ulp; the
+** tolerance is 4 ulp of each result (softmax adds a sum and a division). */
+#define DS_TOL_EXP (4.0 * FLT_EPSILON)
+
+static void test_attn_scores_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t hds[] = { 1, 7, 8, 33, 64, 128 }, nqs[] = { 1, 2, 3, 7, 8, 9, 17 };
+    for (size_t a = 0; a < N_OF(hds); a++)
+        for (size_t b = 0; b < N_OF(nqs); b++)
+            for (size_t nk = 1; nk <= DS_KERN_KT; nk += 5) {
+                size_t hd = hds[a], nq = nqs[b], ldq = hd + 5, lds = DS_KERN_KT + 3;
+                float *q = xmalloc(nq * ldq * sizeof *q), *kt = xmalloc(hd * DS_KERN_KT * sizeof *kt);
+                float *sc = xmalloc(nq * lds * sizeof *sc), *sr = xmalloc(nq * lds * sizeof *sr);
+                fill_f(q, nq * ldq, 1.0f);
+                fill_f(kt, hd * DS_KERN_KT, 1.0f);
+                for (size_t i = 0; i < nq * lds; i++) sc[i] = sr[i] = -7.0f;
+                k->attn_scores_f32(nq, hd, nk, q, ldq, kt, 0.125f, sc, lds);
+                ds_kern_ref.attn_scores_f32(nq, hd, nk, q, ldq, kt, 0.125f, sr, lds);
+                for (size_t i = 0; i < nq; i++)
+                    for (size_t j = 0; j < lds; j++) {
+                        if (j >= nk) {          /* past the keys: untouched */
+                            assert_true(sc[i * lds + j] == -7.0f);
+                            continue;
+                        }
+                        double mag = 0.125 * f32_mag(hd, kt + j, DS_KERN_KT, q + i * ldq);
+                        check_near("attn_scores_f32", i * lds + j, sc[i * lds + j], sr[i * lds + j], mag,
+                                   DS_TOL_SUM);
+                    }
+                free(q);
+                free(kt);
+                free(sc);
+                free(sr);
+            }
+}
+
+static void test_attn_values_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t hds[] = { 1, 8, 17, 64, 100, 128 }, nqs[] = { 1, 3, 4, 5, 9 };
+    for (size_t a = 0; a < N_OF(hds); a++)
+        for (size_t b = 0; b < N_OF(nqs); b++)
+            for (size_t nk = 1; nk <= DS_KERN_KT; nk += 3) {
+                size_t hd = hds[a], nq = nqs[b], ldp = DS_KERN_KT + 1, ldv = hd + 3, ldo = hd + 2;
+                float *p = xmalloc(nq * ldp * sizeof *p), *v = xmalloc(nk * ldv * sizeof *v);
+                float *o = xmalloc(nq * ldo * sizeof *o), *orf = xmalloc(nq * ldo * sizeof *orf);
+                fill_f(p, nq * ldp, 1.0f);
+                fill_f(v, nk * ldv, 1.0f);
+                fill_f(o, nq * ldo, 1.0f);
+                memcpy(orf, o, nq * ldo * sizeof *o);
+                k->attn_values_f32(nq, hd, nk, p, ldp, v, ldv, o, ldo);
+                ds_kern_ref.attn_values_f32(nq, hd, nk, p, ldp, v, ldv, orf, ldo);
+                for (size_t i = 0; i < nq; i++)
+                    for (size_t d = 0; d < ldo; d++) {
+                        size_t at = i * ldo + d;
+                        if (d >= hd) {          /* past the head: untouched */
+                            assert_true(o[at] == orf[at]);
+                            continue;
+                        }
+                        double mag = 1.0 + f32_mag(nk, v + d, ldv, p + i * ldp);
+                        check_near("attn_values_f32", at, o[at], orf[at], mag, DS_TOL_SUM);
+                    }
+                free(p);
+                free(v);
+                free(o);
+                free(orf);
+            }
+}
+
+static void test_softmax_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    float *x = xmalloc(4097 * sizeof *x), *xr = xmalloc(4097 * sizeof *xr);
+    static const float amps[] = { 1.0f, 30.0f, 200.0f };
+    for (size_t s = 0; s < N_OF(g_sizes); s++)
+        for (size_t ai = 0; ai < N_OF(amps); ai++) {
+            size_t n = g_sizes[s];
+            fill_f(x, n, amps[ai]);
+            if (n > 2) x[n / 2] = -INFINITY;                /* a masked score gives 0 */
+            memcpy(xr, x, n * sizeof *x);
+            k->softmax_f32(n, x);
+            ds_kern_ref.softmax_f32(n, xr);
+            double sum = 0;
+            for (size_t i = 0; i < n; i++) {
+                check_near("softmax_f32", i, x[i], xr[i], fabs(xr[i]) + 1e-38, DS_TOL_EXP * 4);
+                sum += x[i];
+            }
+            if (n > 2) assert_true(x[n / 2] == 0.0f);
+            check_near("softmax_f32 sum", n, sum, 1.0, 1.0, 1e-5);
+        }
+    free(x);
+    free(xr);
+}
+
+static void test_silu_mul_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    float *h = xmalloc(4097 * sizeof *h), *hr = xmalloc(4097 * sizeof *hr), *u = xmalloc(4097 * sizeof *u);
+    static const float amps[] = { 1.0f, 20.0f, 150.0f };       /* 150: exp(-h) overflows */
+    for (size_t s = 0; s < N_OF(g_sizes); s++)
+        for (size_t ai = 0; ai < N_OF(amps); ai++) {
+            size_t n = g_sizes[s];
+            fill_f(h, n, amps[ai]);
+            fill_f(u, n, 2.0f);
+            memcpy(hr, h, n * sizeof *h);
+            k->silu_mul_f32(n, h, u);
+            ds_kern_ref.silu_mul_f32(n, hr, u);
+            for (size_t i = 0; i < n; i++)
+                check_near("silu_mul_f32", i, h[i], hr[i], fabs(hr[i]) + 1e-38, DS_TOL_EXP);
+        }
+    free(h);
+    free(hr);
+    free(u);
+}
+
 /* ---- runner ---- */
 
 static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
@@ -583,6 +700,8 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
+    { "attn_scores_f32", test_attn_scores_f32 }, { "attn_values_f32", test_attn_values_f32 },
+    { "softmax_f32", test_softmax_f32 }, { "silu_mul_f32", test_silu_mul_f32 },
 };
 
 int main(void)

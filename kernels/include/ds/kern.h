@@ -62,7 +62,24 @@ struct ds_kern_ops {
     void (*axpy_f32)(size_t n, float a, const float *x, float *y);
     /* out = x / sqrt(mean(x^2) + eps) * w (out may alias x) */
     void (*rmsnorm_f32)(size_t n, const float *x, const float *w, float eps, float *out);
+
+    /* ---- attention and activations ---- */
+    /* Scores of nq query rows against one block of nk <= DS_KERN_KT keys:
+    ** s[i*lds + j] = scale * (q row i . key j). The keys come transposed,
+    ** kt[d*DS_KERN_KT + j] for d < hd, so that the lanes run over keys. */
+    void (*attn_scores_f32)(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
+                            const float *kt, float scale, float *s, size_t lds);
+    /* out[i*ldo + d] += sum over j < nk of p[i*ldp + j] * v[j*ldv + d], d < hd. */
+    void (*attn_values_f32)(size_t nq, size_t hd, size_t nk, const float *p, size_t ldp,
+                            const float *v, size_t ldv, float *out, size_t ldo);
+    /* x = exp(x - max x) / sum of those, n >= 1. */
+    void (*softmax_f32)(size_t n, float *x);
+    /* h = silu(h) * u = h / (1 + exp(-h)) * u (SwiGLU). */
+    void (*silu_mul_f32)(size_t n, float *h, const float *u);
 };
+
+/* Keys per transposed key block of attn_scores_f32 (the engine's KV block). */
+#define DS_KERN_KT 16
 
 extern const struct ds_kern_ops ds_kern_ref;          /* the oracle, always built */
 

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kern_generic.h"
 #include "kern_internal.h"
 
 #define DS_INLINE static inline __attribute__((always_inline))
@@ -458,4 +459,8 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
+    .attn_scores_f32 = attn_scores_generic,
+    .attn_values_f32 = attn_values_generic,
+    .softmax_f32     = softmax_generic,
+    .silu_mul_f32    = silu_mul_generic,
 };

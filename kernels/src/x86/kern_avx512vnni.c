@@ -720,6 +720,142 @@ static void rmsnorm_f32_avx512(size_t n, const float *x, const float *w, float e
     }
 }
 
+/* ---- attention and activations ---- */
+
+/* e^x in 16 lanes: x = n ln2 + r with |r| <= ln2/2, Cephes' degree-6
+** polynomial for e^r, scalef for 2^n. Within 2 ulp of expf; inputs are
+** clamped to [-104, 88.8], so e^x underflows to 0 and overflows to +inf as
+** expf does (and -inf, a masked score, gives 0). */
+DS_INLINE __m512 exp_ps(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.8f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Lanes are keys: each step broadcasts one query value and multiplies it
+** with DS_KERN_KT keys at once, so no horizontal sums are needed. Even and
+** odd dimensions go to separate accumulators (two FMA chains per row). */
+DS_INLINE void scores_tile(int NQ, size_t hd, __mmask16 m, const float *q, size_t ldq, const float *kt,
+                           float scale, float *s, size_t lds)
+{
+    __m512 a[8][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
+    size_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+        __m512 k0 = _mm512_loadu_ps(kt + d * DS_KERN_KT), k1 = _mm512_loadu_ps(kt + (d + 1) * DS_KERN_KT);
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) {
+            a[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * ldq + d]), k0, a[i][0]);
+            a[i][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * ldq + d + 1]), k1, a[i][1]);
+        }
+    }
+    if (d < hd) {
+        __m512 k0 = _mm512_loadu_ps(kt + d * DS_KERN_KT);
+#pragma GCC unroll 8
+        for (int i = 0; i < NQ; i++) a[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * ldq + d]), k0, a[i][0]);
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; i++)
+        _mm512_mask_storeu_ps(s + i * lds, m, _mm512_mul_ps(_mm512_add_ps(a[i][0], a[i][1]), sc));
+}
+
+static void attn_scores_avx512(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
+                               const float *kt, float scale, float *s, size_t lds)
+{
+    __mmask16 m = nk >= 16 ? 0xffff : tail_mask(nk);
+    size_t i = 0;
+    for (; i + 8 <= nq; i += 8) scores_tile(8, hd, m, q + i * ldq, ldq, kt, scale, s + i * lds, lds);
+    for (; i + 2 <= nq; i += 2) scores_tile(2, hd, m, q + i * ldq, ldq, kt, scale, s + i * lds, lds);
+    if (i < nq) scores_tile(1, hd, m, q + i * ldq, ldq, kt, scale, s + i * lds, lds);
+}
+
+/* Lanes are head dimensions: 4 query rows x 64 dimensions in 16
+** accumulators; each value vector serves the 4 rows. */
+DS_INLINE void values_tile(int NQ, size_t nk, const __mmask16 m[4], const float *p, size_t ldp,
+                           const float *v, size_t ldv, float *out, size_t ldo)
+{
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) a[i][c] = _mm512_maskz_loadu_ps(m[c], out + i * ldo + 16 * c);
+    for (size_t j = 0; j < nk; j++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], v + j * ldv + 16 * c);
+#pragma GCC unroll 4
+        for (int i = 0; i < NQ; i++) {
+            __m512 pj = _mm512_set1_ps(p[i * ldp + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) a[i][c] = _mm512_fmadd_ps(pj, vv[c], a[i][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * ldo + 16 * c, m[c], a[i][c]);
+}
+
+static void attn_values_avx512(size_t nq, size_t hd, size_t nk, const float *p, size_t ldp,
+                               const float *v, size_t ldv, float *out, size_t ldo)
+{
+    for (size_t d0 = 0; d0 < hd; d0 += 64) {
+        __mmask16 m[4];
+        for (size_t c = 0; c < 4; c++) {
+            size_t lo = d0 + 16 * c;
+            m[c] = lo >= hd ? 0 : hd - lo >= 16 ? 0xffff : tail_mask(hd - lo);
+        }
+        size_t i = 0;
+        for (; i + 4 <= nq; i += 4) values_tile(4, nk, m, p + i * ldp, ldp, v + d0, ldv, out + i * ldo + d0, ldo);
+        for (; i < nq; i++) values_tile(1, nk, m, p + i * ldp, ldp, v + d0, ldv, out + i * ldo + d0, ldo);
+    }
+}
+
+static void softmax_avx512(size_t n, float *x)
+{
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i));
+    }
+    __m512 maxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx)), sum = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), maxv));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+    }
+}
+
+static void silu_mul_avx512(size_t n, float *h, const float *u)
+{
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __m512 x = _mm512_maskz_loadu_ps(m, h + i);
+        __m512 sig = _mm512_div_ps(x, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(sig, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
@@ -732,4 +868,8 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .dot_f32     = dot_f32_avx512,
     .axpy_f32    = axpy_f32_avx512,
     .rmsnorm_f32 = rmsnorm_f32_avx512,
+    .attn_scores_f32 = attn_scores_avx512,
+    .attn_values_f32 = attn_values_avx512,
+    .softmax_f32     = softmax_avx512,
+    .silu_mul_f32    = silu_mul_avx512,
 };
