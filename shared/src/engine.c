@@ -516,8 +516,7 @@ static void rows_task(void *p, unsigned task, unsigned n_tasks)
     ds_pool_split(j->n, task, n_tasks, 1, &lo, &hi);
     for (size_t r = lo; r < hi; r++) {
         float *x = s->x + r * dim;
-        if (j->ops & ROW_ADD)
-            for (size_t i = 0; i < dim; i++) x[i] += s->xb2[r * dim + i];
+        if (j->ops & ROW_ADD) e->kern->axpy_f32(dim, 1.0f, s->xb2 + r * dim, x);   /* exact: 1 * a + b */
         if (j->ops & ROW_NORM) e->kern->rmsnorm_f32(dim, x, j->norm, c->rms_eps, s->xb + r * dim);
         if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8)
             e->kern->quantize_q8(j->qcols, j->qsrc + r * j->qcols, s->xq + r * ds_q8_blocks(j->qcols));
