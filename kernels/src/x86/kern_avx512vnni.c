@@ -273,19 +273,50 @@ struct mm_rows {                /* one row tile x one K chunk */
     float   dw[MM_RW][MM_KB];
 };
 
+/* 16 tokens (rows of x, nb blocks apart; absent ones read as zero) of block
+** kb into p: 16 ymm rows of 8 dwords become 8 zmm of 16 tokens with a
+** 16x8 dword transpose in registers (one scatter per token was 2x slower). */
+DS_INLINE void mm_pack16(struct mm_pack *p, const struct ds_q8_block *const xs[16], size_t kb, int v)
+{
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    __m512i z[8], t[8];
+    for (int i = 0; i < 8; i++)         /* lanes 0-1: token i, lanes 2-3: token i + 8 */
+        z[i] = _mm512_xor_si512(load2(xs[i] + kb, xs[i + 8] + kb), off);
+    for (int h = 0; h < 8; h += 4) {    /* 4x4 transposes inside each 128-bit lane */
+        __m512i a0 = _mm512_unpacklo_epi32(z[h], z[h + 1]), a1 = _mm512_unpackhi_epi32(z[h], z[h + 1]);
+        __m512i a2 = _mm512_unpacklo_epi32(z[h + 2], z[h + 3]), a3 = _mm512_unpackhi_epi32(z[h + 2], z[h + 3]);
+        t[h + 0] = _mm512_unpacklo_epi64(a0, a2);
+        t[h + 1] = _mm512_unpackhi_epi64(a0, a2);
+        t[h + 2] = _mm512_unpacklo_epi64(a1, a3);
+        t[h + 3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    /* t[k] (k < 4): lane 0 = dword k of tokens 0-3, lane 1 = dword 4+k of
+    ** tokens 0-3, lanes 2-3 the same for tokens 8-11; t[4+k]: tokens 4-7, 12-15. */
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int k = 0; k < 4; k++) {
+        _mm512_store_si512(&p->q[kb][k][16 * v], _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
+        _mm512_store_si512(&p->q[kb][4 + k][16 * v], _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
+    }
+}
+
+/* Token tile of nt (<= MM_TT) tokens, blocks kb0 .. kb0+kn-1. Absent
+** tokens read zero blocks: scale 0, so their lanes add nothing. */
 static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
                          size_t kb0, size_t kn, size_t nt)
 {
-    const __m256i off = _mm256_set1_epi8((char)0x80);
-    const __m256i idx = _mm256_setr_epi32(0, MM_TT, 2 * MM_TT, 3 * MM_TT, 4 * MM_TT,
-                                          5 * MM_TT, 6 * MM_TT, 7 * MM_TT);
-    if (nt < MM_TT) memset(p, 0, sizeof *p);
-    for (size_t t = 0; t < nt; t++) {
-        const struct ds_q8_block *xb = x + t * nb + kb0;
+    static const struct ds_q8_block zero[MM_KB];
+    for (int v = 0; 16 * v < (int)nt; v++) {
+        const struct ds_q8_block *xs[16];
+        for (size_t i = 0; i < 16; i++) {
+            size_t t = 16 * (size_t)v + i;
+            xs[i] = t < nt ? x + t * nb + kb0 : zero;
+        }
         for (size_t kb = 0; kb < kn; kb++) {
-            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const void *)xb[kb].qs), off);
-            _mm256_i32scatter_epi32(&p->q[kb][0][t], idx, v, 4);
-            p->dx[kb][t] = f16(xb[kb].d);
+            uint16_t h[16];
+            for (int i = 0; i < 16; i++) h[i] = xs[i][kb].d;
+            _mm512_store_ps(&p->dx[kb][16 * v], _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h)));
+            mm_pack16(p, xs, kb, v);
         }
     }
 }
