@@ -378,86 +378,106 @@ DS_INLINE void mm_kernel(int RW, int NT, const struct ds_q8_block *w, size_t nb,
     }
 }
 
-/* y[t*ldy + r .. r+3] (+)= 4 rows of 16 tokens (t0 .. t0+nt-1): a 4x16
-** transpose in registers, then one 4-float store per token. */
-DS_INLINE void mm_store4x16(float *y, size_t ldy, size_t nt, __m512 f0, __m512 f1, __m512 f2,
-                            __m512 f3, bool add)
+/* Results go to y a block of MM_SR rows at a time: each register tile
+** stores its rows x tokens into a row-major scratch, and once the block's
+** rows are done a 16x16 transpose writes every token's MM_SR rows with one
+** 64-byte store. Writing each 4-row tile straight to y took 32 16-byte
+** stores to 32 lines; with y's token stride (ldy) a multiple of 1-2 KB
+** those lines share a few L1 sets and kept evicting each other (~12%). */
+#define MM_SR 16
+
+/* Rows 0..15 of 16 tokens (r[i]: row i, lanes = tokens) to 16 tokens
+** (r[t]: lanes = rows), in place. */
+DS_INLINE void mm_transpose16(__m512 r[16])
 {
-    __m512 t0 = _mm512_unpacklo_ps(f0, f1), t1 = _mm512_unpackhi_ps(f0, f1);
-    __m512 t2 = _mm512_unpacklo_ps(f2, f3), t3 = _mm512_unpackhi_ps(f2, f3);
-    __m512 u[4];                    /* u[k], 128-bit lane l: token 4l+k, rows 0..3 */
-    u[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
-    u[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
-    u[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
-    u[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
-    for (size_t t = 0; t < nt; t++) {
-        __m128 v;
-        switch (t >> 2) {
-        case 0:  v = _mm512_castps512_ps128(u[t & 3]); break;
-        case 1:  v = _mm512_extractf32x4_ps(u[t & 3], 1); break;
-        case 2:  v = _mm512_extractf32x4_ps(u[t & 3], 2); break;
-        default: v = _mm512_extractf32x4_ps(u[t & 3], 3); break;
-        }
-        if (add) v = _mm_add_ps(v, _mm_loadu_ps(y + t * ldy));
-        _mm_storeu_ps(y + t * ldy, v);
+    __m512 a[16], b[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {   /* b[j+k], 128-bit lane L: token 4L+k, rows j..j+3 */
+        __m512d a0 = _mm512_castps_pd(a[j]), a1 = _mm512_castps_pd(a[j + 1]);
+        __m512d a2 = _mm512_castps_pd(a[j + 2]), a3 = _mm512_castps_pd(a[j + 3]);
+        b[j + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        b[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        b[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        b[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+    for (int k = 0; k < 4; k++) {       /* 4x4 transpose of 128-bit lanes */
+        __m512 c0 = _mm512_shuffle_f32x4(b[k], b[4 + k], 0x44);
+        __m512 c1 = _mm512_shuffle_f32x4(b[k], b[4 + k], 0xEE);
+        __m512 c2 = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0x44);
+        __m512 c3 = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0xEE);
+        r[k] = _mm512_shuffle_f32x4(c0, c2, 0x88);
+        r[4 + k] = _mm512_shuffle_f32x4(c0, c2, 0xDD);
+        r[8 + k] = _mm512_shuffle_f32x4(c1, c3, 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(c1, c3, 0xDD);
     }
 }
 
-/* y[t*ldy + r] (+)= f for nr rows and nt tokens of the tile. */
-static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m512 f[MM_RW][2], bool add)
+/* y[t*ldy + r] (+)= s[r][t] for r < nr (<= MM_SR), t < nt. */
+static void mm_flush(float *y, size_t ldy, const float (*s)[MM_TILES * MM_TT], size_t nr,
+                     size_t nt, bool add)
 {
-    if (nr == MM_RW) {
-        mm_store4x16(y, ldy, nt < 16 ? nt : 16, f[0][0], f[1][0], f[2][0], f[3][0], add);
-        if (nt > 16)
-            mm_store4x16(y + 16 * ldy, ldy, nt - 16, f[0][1], f[1][1], f[2][1], f[3][1], add);
-        return;
+    __mmask16 m = (__mmask16)((1u << nr) - 1);
+    for (size_t t0 = 0; t0 < nt; t0 += 16) {
+        __m512 v[16];
+        for (size_t i = 0; i < 16; i++) v[i] = i < nr ? _mm512_load_ps(&s[i][t0]) : _mm512_setzero_ps();
+        mm_transpose16(v);
+        size_t n = nt - t0 < 16 ? nt - t0 : 16;
+        for (size_t t = 0; t < n; t++) {
+            float *yt = y + (t0 + t) * ldy;
+            __m512 o = add ? _mm512_add_ps(v[t], _mm512_maskz_loadu_ps(m, yt)) : v[t];
+            _mm512_mask_storeu_ps(yt, m, o);
+        }
     }
-    float buf[MM_RW][MM_TT];
-    for (size_t r = 0; r < nr; r++) {
-        _mm512_storeu_ps(&buf[r][0], f[r][0]);
-        _mm512_storeu_ps(&buf[r][16], f[r][1]);
-    }
-    for (size_t t = 0; t < nt; t++)
-        for (size_t r = 0; r < nr; r++)
-            y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
 }
 
 /* Every row of w against ntile packed token tiles (tile i holds nt[i]
-** tokens, its results at y + i * MM_TT * ldy). A row tile's corrections
-** and scales are prepared once for all token tiles, and its weights stay
-** in L1 while the tiles pass over them. */
+** tokens; all but the last hold MM_TT). A row tile's corrections and
+** scales are prepared once for all token tiles, and its weights stay in L1
+** while the tiles pass over them. */
 static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
                          const struct mm_pack *p, size_t ntile, const size_t *nt, size_t kb0,
                          size_t kn, float *y, size_t ldy, bool add)
 {
+    float s[MM_SR][MM_TILES * MM_TT] __attribute__((aligned(64)));
     struct mm_rows rp;
-    size_t r = 0;
-    for (; r + MM_RW <= rows; r += MM_RW) {
-        const struct ds_q8_block *wr = w + r * nb + kb0;
-        if (r + 2 * MM_RW <= rows)      /* the next row tile, from L3 or memory */
-            for (size_t j = 0; j < MM_RW; j++) {
-                const char *nx = (const char *)(wr + (MM_RW + j) * nb);
-                for (size_t b = 0; b < kn * sizeof *wr; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
+    size_t ntok = (ntile - 1) * MM_TT + nt[ntile - 1];
+    for (size_t r0 = 0; r0 < rows; r0 += MM_SR) {
+        size_t nr = rows - r0 < MM_SR ? rows - r0 : MM_SR, r = 0;
+        for (; r + MM_RW <= nr; r += MM_RW) {
+            const struct ds_q8_block *wr = w + (r0 + r) * nb + kb0;
+            if (r0 + r + 2 * MM_RW <= rows)  /* the next row tile, from L3 or memory */
+                for (size_t j = 0; j < MM_RW; j++) {
+                    const char *nx = (const char *)(wr + (MM_RW + j) * nb);
+                    for (size_t b = 0; b < kn * sizeof *wr; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
+                }
+            mm_rows_prep(&rp, wr, nb, MM_RW, kn);
+            for (size_t i = 0; i < ntile; i++) {
+                __m512 f[MM_RW][2];
+                for (int j = 0; j < MM_RW; j++) f[j][0] = f[j][1] = _mm512_setzero_ps();
+                if (nt[i] > 16) mm_kernel(MM_RW, 2, wr, nb, &p[i], &rp, kn, f);
+                else            mm_kernel(MM_RW, 1, wr, nb, &p[i], &rp, kn, f);
+                for (int j = 0; j < MM_RW; j++) {
+                    _mm512_store_ps(&s[r + j][i * MM_TT], f[j][0]);
+                    _mm512_store_ps(&s[r + j][i * MM_TT + 16], f[j][1]);
+                }
             }
-        mm_rows_prep(&rp, wr, nb, MM_RW, kn);
-        for (size_t i = 0; i < ntile; i++) {
-            __m512 f[MM_RW][2];
-            for (int j = 0; j < MM_RW; j++) f[j][0] = f[j][1] = _mm512_setzero_ps();
-            if (nt[i] > 16) mm_kernel(MM_RW, 2, wr, nb, &p[i], &rp, kn, f);
-            else            mm_kernel(MM_RW, 1, wr, nb, &p[i], &rp, kn, f);
-            mm_store(y + i * MM_TT * ldy + r, ldy, MM_RW, nt[i], f, add);
         }
-    }
-    for (; r < rows; r++) {
-        const struct ds_q8_block *wr = w + r * nb + kb0;
-        mm_rows_prep(&rp, wr, nb, 1, kn);
-        for (size_t i = 0; i < ntile; i++) {
-            __m512 f[MM_RW][2];
-            f[0][0] = f[0][1] = _mm512_setzero_ps();
-            if (nt[i] > 16) mm_kernel(1, 2, wr, nb, &p[i], &rp, kn, f);
-            else            mm_kernel(1, 1, wr, nb, &p[i], &rp, kn, f);
-            mm_store(y + i * MM_TT * ldy + r, ldy, 1, nt[i], f, add);
+        for (; r < nr; r++) {
+            const struct ds_q8_block *wr = w + (r0 + r) * nb + kb0;
+            mm_rows_prep(&rp, wr, nb, 1, kn);
+            for (size_t i = 0; i < ntile; i++) {
+                __m512 f[MM_RW][2];
+                f[0][0] = f[0][1] = _mm512_setzero_ps();
+                if (nt[i] > 16) mm_kernel(1, 2, wr, nb, &p[i], &rp, kn, f);
+                else            mm_kernel(1, 1, wr, nb, &p[i], &rp, kn, f);
+                _mm512_store_ps(&s[r][i * MM_TT], f[0][0]);
+                _mm512_store_ps(&s[r][i * MM_TT + 16], f[0][1]);
+            }
         }
+        mm_flush(y + r0, ldy, (const float (*)[MM_TILES * MM_TT])s, nr, ntok, add);
     }
 }
 
