@@ -454,11 +454,6 @@ static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
         size_t nr = rows - r0 < MM_SR ? rows - r0 : MM_SR, r = 0;
         for (; r + MM_RW <= nr; r += MM_RW) {
             const struct ds_q8_block *wr = w + (r0 + r) * nb + kb0;
-            if (r0 + r + 2 * MM_RW <= rows)  /* the next row tile, from L3 or memory */
-                for (size_t j = 0; j < MM_RW; j++) {
-                    const char *nx = (const char *)(wr + (MM_RW + j) * nb);
-                    for (size_t b = 0; b < kn * sizeof *wr; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
-                }
             mm_rows_prep(&rp, wr, nb, MM_RW, kn);
             for (size_t i = 0; i < ntile; i++) {
                 __m512 f[MM_RW][2];
