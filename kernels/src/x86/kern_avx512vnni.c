@@ -250,44 +250,49 @@ static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
 }
 
 /* ---- matmul_q8 (prefill) ----
-** Tokens are the SIMD lanes: x is repacked per tile of 32 tokens so that
-** one zmm holds dword k of one block for 16 tokens (as x+128, unsigned),
-** and each weight dword is broadcast (signed). vpdpbusd then accumulates the
-** whole block dot of 16 (row, token) pairs in 16 lanes after 8 steps, with
-** no horizontal sums; the accumulator starts at -128 * sum(w block) so the
-** int32 per block is exact. 8 rows x 32 tokens (16 accumulators) share each
-** loaded x vector and each broadcast weight dword.
+** Rows are the SIMD lanes: per tile of 32 rows and K chunk the weights are
+** repacked so that one zmm holds dword k of one block for 16 rows (as
+** w+128, unsigned), and each token's x dword is broadcast (signed).
+** vpdpbusd then accumulates the whole block dot of 16 (row, token) pairs
+** in 16 lanes after 8 steps, with no horizontal sums; the accumulator
+** starts at -128 * sum(x block), so the int32 per block is exact. A
+** register tile of 32 rows x 8 tokens (16 accumulators) shares each loaded
+** weight vector and each broadcast x dword; its float sums are 16 rows of
+** one token, stored to y as they are.
 **
 ** Per block the 16 accumulators take 128 vpdpbusd and 48 conversions (cvt,
-** *dx, fma *dw into the float sums), all on the two 512-bit ports, so ~73%
-** of the vpdpbusd peak is the ceiling. The packed x (up to 144 KB) is read
-** from L2 once per row tile; 8 rows halve that traffic against 4 (+8%),
-** though GCC then spills a few of the 16 float sums. */
+** *dw, fma *dx into the float sums), all on the two 512-bit ports, so ~73%
+** of the vpdpbusd peak is the ceiling. Against tokens as lanes (x packed,
+** weights broadcast) this reads a third as much from L2 per MAC (the 36 KB
+** weight tile stays in L1 while up to 128 tokens' x streams past it), needs
+** no transpose of the results, and the -128 * sum correction is computed
+** once per token instead of once per row; any token count fills the lanes. */
 
 #define MM_KB 32                /* blocks per K chunk */
-#define MM_TT 32                /* tokens per tile */
-#define MM_RW 8                 /* rows per register tile */
-#define MM_TILES 4              /* token tiles packed at once */
+#define MM_RT 32                /* rows per tile (two vectors) */
+#define MM_TT 8                 /* tokens per register tile */
+#define MM_NT 128               /* tokens prepared at once */
 
-struct mm_pack {                /* one token tile x one K chunk: 36 KB */
-    uint32_t q[MM_KB][8][MM_TT];    /* (x ^ 0x80) dwords: [block][dword][token] */
-    float    dx[MM_KB][MM_TT];      /* token scales, 0 for absent tokens */
+struct mm_wtile {               /* MM_RT rows x one K chunk: 36 KB */
+    uint32_t q[MM_KB][8][MM_RT];    /* (w ^ 0x80) dwords: [block][dword][row] */
+    float    dw[MM_KB][MM_RT];      /* row scales, 0 for absent rows */
 };
 
-struct mm_rows {                /* one row tile x one K chunk */
-    int32_t corr[MM_RW][MM_KB];     /* -128 * sum(w qs) */
-    float   dw[MM_RW][MM_KB];
+struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
+    int32_t q[MM_TT][MM_KB][8];     /* x qs dwords */
+    int32_t corr[MM_TT][MM_KB];     /* -128 * sum(x qs) */
+    float   dx[MM_TT][MM_KB];
 };
 
-/* 16 tokens (rows of x, nb blocks apart; absent ones read as zero) of block
-** kb into p: 16 ymm rows of 8 dwords become 8 zmm of 16 tokens with a
-** 16x8 dword transpose in registers (one scatter per token was 2x slower). */
-DS_INLINE void mm_pack16(struct mm_pack *p, const struct ds_q8_block *const xs[16], size_t kb, int v)
+/* Block kb of 16 rows (src[i] + kb; absent rows point at zero blocks) into
+** out[k * MM_RT + i] (k = dword): 16 ymm rows of 8 dwords become 8 zmm of
+** 16 rows with a 16x8 transpose in registers, flipped to unsigned. */
+DS_INLINE void mm_pack16(uint32_t *out, const struct ds_q8_block *const src[16], size_t kb)
 {
     const __m512i off = _mm512_set1_epi8((char)0x80);
     __m512i z[8], t[8];
-    for (int i = 0; i < 8; i++)         /* lanes 0-1: token i, lanes 2-3: token i + 8 */
-        z[i] = _mm512_xor_si512(load2(xs[i] + kb, xs[i + 8] + kb), off);
+    for (int i = 0; i < 8; i++)         /* lanes 0-1: row i, lanes 2-3: row i + 8 */
+        z[i] = _mm512_xor_si512(load2(src[i] + kb, src[i + 8] + kb), off);
     for (int h = 0; h < 8; h += 4) {    /* 4x4 transposes inside each 128-bit lane */
         __m512i a0 = _mm512_unpacklo_epi32(z[h], z[h + 1]), a1 = _mm512_unpackhi_epi32(z[h], z[h + 1]);
         __m512i a2 = _mm512_unpacklo_epi32(z[h + 2], z[h + 3]), a3 = _mm512_unpackhi_epi32(z[h + 2], z[h + 3]);
@@ -296,190 +301,123 @@ DS_INLINE void mm_pack16(struct mm_pack *p, const struct ds_q8_block *const xs[1
         t[h + 2] = _mm512_unpacklo_epi64(a1, a3);
         t[h + 3] = _mm512_unpackhi_epi64(a1, a3);
     }
-    /* t[k] (k < 4): lane 0 = dword k of tokens 0-3, lane 1 = dword 4+k of
-    ** tokens 0-3, lanes 2-3 the same for tokens 8-11; t[4+k]: tokens 4-7, 12-15. */
+    /* t[k] (k < 4): lane 0 = dword k of rows 0-3, lane 1 = dword 4+k of
+    ** rows 0-3, lanes 2-3 the same for rows 8-11; t[4+k]: rows 4-7, 12-15. */
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     for (int k = 0; k < 4; k++) {
-        _mm512_store_si512(&p->q[kb][k][16 * v], _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
-        _mm512_store_si512(&p->q[kb][4 + k][16 * v], _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
+        _mm512_store_si512(out + k * MM_RT, _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
+        _mm512_store_si512(out + (4 + k) * MM_RT, _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
     }
 }
 
-/* Token tile of nt (<= MM_TT) tokens, blocks kb0 .. kb0+kn-1. Absent
-** tokens read zero blocks: scale 0, so their lanes add nothing. */
-static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
-                         size_t kb0, size_t kn, size_t nt)
+/* nr (<= MM_RT) rows of w, blocks kb0 .. kb0+kn-1. */
+static void mm_wtile_pack(struct mm_wtile *p, const struct ds_q8_block *w, size_t nb, size_t nr,
+                          size_t kb0, size_t kn)
 {
     static const struct ds_q8_block zero[MM_KB];
-    for (int v = 0; 16 * v < (int)nt; v++) {
-        const struct ds_q8_block *xs[16];
-        for (size_t i = 0; i < 16; i++) {
-            size_t t = 16 * (size_t)v + i;
-            xs[i] = t < nt ? x + t * nb + kb0 : zero;
-        }
+    for (size_t v = 0; 16 * v < nr; v++) {
+        const struct ds_q8_block *src[16];
+        for (size_t i = 0; i < 16; i++)
+            src[i] = 16 * v + i < nr ? w + (16 * v + i) * nb + kb0 : zero;
         for (size_t kb = 0; kb < kn; kb++) {
             uint16_t h[16];
-            for (int i = 0; i < 16; i++) h[i] = xs[i][kb].d;
-            _mm512_store_ps(&p->dx[kb][16 * v], _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h)));
-            mm_pack16(p, xs, kb, v);
+            for (int i = 0; i < 16; i++) h[i] = src[i][kb].d;
+            _mm512_store_ps(&p->dw[kb][16 * v], _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h)));
+            mm_pack16(&p->q[kb][0][16 * v], src, kb);
         }
     }
 }
 
-static void mm_rows_prep(struct mm_rows *rp, const struct ds_q8_block *w, size_t nb,
-                         size_t nr, size_t kn)
+/* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
+static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_t nb, size_t nt,
+                          size_t kb0, size_t kn)
 {
-    for (size_t r = 0; r < nr; r++) {
-        const struct ds_q8_block *wr = w + r * nb;
+    for (size_t t = 0; t < nt; t++) {
+        const struct ds_q8_block *xt = x + t * nb + kb0;
         size_t kb = 0;
         for (; kb + 8 <= kn; kb += 8) {
-            __m256i s = _mm256_slli_epi32(qsum8(wr + kb), 7);
-            _mm256_storeu_si256((void *)&rp->corr[r][kb], _mm256_sub_epi32(_mm256_setzero_si256(), s));
-            _mm256_storeu_ps(&rp->dw[r][kb], scales8(wr + kb));
+            __m256i s = _mm256_slli_epi32(qsum8(xt + kb), 7);
+            _mm256_storeu_si256((void *)&p->corr[t][kb], _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            _mm256_storeu_ps(&p->dx[t][kb], scales8(xt + kb));
         }
         for (; kb < kn; kb++) {
-            rp->corr[r][kb] = -128 * block_sum(wr + kb);
-            rp->dw[r][kb] = f16(wr[kb].d);
+            p->corr[t][kb] = -128 * block_sum(xt + kb);
+            p->dx[t][kb] = f16(xt[kb].d);
         }
+        for (kb = 0; kb < kn; kb++)
+            _mm256_store_si256((void *)p->q[t][kb], _mm256_loadu_si256((const void *)xt[kb].qs));
     }
 }
 
-/* f[r][v] += sum over kn blocks for RW rows x NT token vectors. */
-DS_INLINE void mm_kernel(int RW, int NT, const struct ds_q8_block *w, size_t nb,
-                         const struct mm_pack *p, const struct mm_rows *rp, size_t kn,
-                         __m512 f[MM_RW][2])
+/* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
+** over kn blocks. */
+DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_xtile *xp,
+                       size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add)
 {
-    for (size_t kb = 0; kb < kn; kb++) {
-        __m512i acc[MM_RW][2];
-#pragma GCC unroll 8
-        for (int r = 0; r < RW; r++) {
-            __m512i c = _mm512_set1_epi32(rp->corr[r][kb]);
+    __m512 f[2][MM_TT];
 #pragma GCC unroll 2
-            for (int v = 0; v < NT; v++) acc[r][v] = c;
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) f[r][t] = _mm512_setzero_ps();
+    for (size_t kb = 0; kb < kn; kb++) {
+        __m512i acc[2][MM_TT];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i c = _mm512_set1_epi32(xp->corr[t][kb]);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) acc[r][t] = c;
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            __m512i xv[2];
+            __m512i wv[2];
 #pragma GCC unroll 2
-            for (int v = 0; v < NT; v++) xv[v] = _mm512_load_si512(&p->q[kb][k][16 * v]);
+            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512(&wp->q[kb][k][16 * r]);
 #pragma GCC unroll 8
-            for (int r = 0; r < RW; r++) {
-                int32_t wd;
-                memcpy(&wd, w[(size_t)r * nb + kb].qs + 4 * k, sizeof wd);
-                __m512i wv = _mm512_set1_epi32(wd);
+            for (int t = 0; t < T; t++) {
+                __m512i xb = _mm512_set1_epi32(xp->q[t][kb][k]);
 #pragma GCC unroll 2
-                for (int v = 0; v < NT; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], wv);
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xb);
             }
         }
 #pragma GCC unroll 2
-        for (int v = 0; v < NT; v++) {
-            __m512 dx = _mm512_load_ps(&p->dx[kb][16 * v]);
+        for (int r = 0; r < R; r++) {
+            __m512 dw = _mm512_load_ps(&wp->dw[kb][16 * r]);
 #pragma GCC unroll 8
-            for (int r = 0; r < RW; r++) {
-                __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), dx);
-                f[r][v] = _mm512_fmadd_ps(t, _mm512_set1_ps(rp->dw[r][kb]), f[r][v]);
+            for (int t = 0; t < T; t++) {
+                __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][t]), dw);
+                f[r][t] = _mm512_fmadd_ps(s, _mm512_set1_ps(xp->dx[t][kb]), f[r][t]);
             }
         }
     }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            float *yt = y + (size_t)t * ldy + 16 * r;
+            __m512 o = add ? _mm512_add_ps(f[r][t], _mm512_maskz_loadu_ps(m[r], yt)) : f[r][t];
+            _mm512_mask_storeu_ps(yt, m[r], o);
+        }
 }
 
-/* Results go to y a block of MM_SR rows at a time: each register tile
-** stores its rows x tokens into a row-major scratch, and once the block's
-** rows are done a 16x16 transpose writes every token's MM_SR rows with one
-** 64-byte store. Writing each 4-row tile straight to y took 32 16-byte
-** stores to 32 lines; with y's token stride (ldy) a multiple of 1-2 KB
-** those lines share a few L1 sets and kept evicting each other (~12%). */
-#define MM_SR 16
-
-/* Rows 0..15 of 16 tokens (r[i]: row i, lanes = tokens) to 16 tokens
-** (r[t]: lanes = rows), in place. */
-DS_INLINE void mm_transpose16(__m512 r[16])
+/* mm_tile for a run-time token count (1 .. MM_TT) and nr rows. */
+static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const struct mm_xtile *xp,
+                        size_t kn, float *y, size_t ldy, bool add)
 {
-    __m512 a[16], b[16];
-    for (int i = 0; i < 16; i += 2) {
-        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    __mmask16 m[2];
+    for (size_t r = 0; r < 2; r++) {
+        size_t n = nr > 16 * r ? nr - 16 * r : 0;
+        m[r] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
     }
-    for (int j = 0; j < 16; j += 4) {   /* b[j+k], 128-bit lane L: token 4L+k, rows j..j+3 */
-        __m512d a0 = _mm512_castps_pd(a[j]), a1 = _mm512_castps_pd(a[j + 1]);
-        __m512d a2 = _mm512_castps_pd(a[j + 2]), a3 = _mm512_castps_pd(a[j + 3]);
-        b[j + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-        b[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-        b[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-        b[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+#define MM_CASE(T)                                                  \
+    case T:                                                         \
+        if (nr > 16) mm_tile(2, T, wp, xp, kn, y, ldy, m, add);     \
+        else         mm_tile(1, T, wp, xp, kn, y, ldy, m, add);     \
+        break;
+    switch (nt) {
+    MM_CASE(1) MM_CASE(2) MM_CASE(3) MM_CASE(4) MM_CASE(5) MM_CASE(6) MM_CASE(7) MM_CASE(8)
     }
-    for (int k = 0; k < 4; k++) {       /* 4x4 transpose of 128-bit lanes */
-        __m512 c0 = _mm512_shuffle_f32x4(b[k], b[4 + k], 0x44);
-        __m512 c1 = _mm512_shuffle_f32x4(b[k], b[4 + k], 0xEE);
-        __m512 c2 = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0x44);
-        __m512 c3 = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0xEE);
-        r[k] = _mm512_shuffle_f32x4(c0, c2, 0x88);
-        r[4 + k] = _mm512_shuffle_f32x4(c0, c2, 0xDD);
-        r[8 + k] = _mm512_shuffle_f32x4(c1, c3, 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(c1, c3, 0xDD);
-    }
-}
-
-/* y[t*ldy + r] (+)= s[r][t] for r < nr (<= MM_SR), t < nt. */
-static void mm_flush(float *y, size_t ldy, const float (*s)[MM_TILES * MM_TT], size_t nr,
-                     size_t nt, bool add)
-{
-    __mmask16 m = (__mmask16)((1u << nr) - 1);
-    for (size_t t0 = 0; t0 < nt; t0 += 16) {
-        __m512 v[16];
-        for (size_t i = 0; i < 16; i++) v[i] = i < nr ? _mm512_load_ps(&s[i][t0]) : _mm512_setzero_ps();
-        mm_transpose16(v);
-        size_t n = nt - t0 < 16 ? nt - t0 : 16;
-        for (size_t t = 0; t < n; t++) {
-            float *yt = y + (t0 + t) * ldy;
-            __m512 o = add ? _mm512_add_ps(v[t], _mm512_maskz_loadu_ps(m, yt)) : v[t];
-            _mm512_mask_storeu_ps(yt, m, o);
-        }
-    }
-}
-
-/* Every row of w against ntile packed token tiles (tile i holds nt[i]
-** tokens; all but the last hold MM_TT). A row tile's corrections and
-** scales are prepared once for all token tiles, and its weights stay in L1
-** while the tiles pass over them. */
-static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
-                         const struct mm_pack *p, size_t ntile, const size_t *nt, size_t kb0,
-                         size_t kn, float *y, size_t ldy, bool add)
-{
-    float s[MM_SR][MM_TILES * MM_TT] __attribute__((aligned(64)));
-    struct mm_rows rp;
-    size_t ntok = (ntile - 1) * MM_TT + nt[ntile - 1];
-    for (size_t r0 = 0; r0 < rows; r0 += MM_SR) {
-        size_t nr = rows - r0 < MM_SR ? rows - r0 : MM_SR, r = 0;
-        for (; r + MM_RW <= nr; r += MM_RW) {
-            const struct ds_q8_block *wr = w + (r0 + r) * nb + kb0;
-            mm_rows_prep(&rp, wr, nb, MM_RW, kn);
-            for (size_t i = 0; i < ntile; i++) {
-                __m512 f[MM_RW][2];
-                for (int j = 0; j < MM_RW; j++) f[j][0] = f[j][1] = _mm512_setzero_ps();
-                if (nt[i] > 16) mm_kernel(MM_RW, 2, wr, nb, &p[i], &rp, kn, f);
-                else            mm_kernel(MM_RW, 1, wr, nb, &p[i], &rp, kn, f);
-                for (int j = 0; j < MM_RW; j++) {
-                    _mm512_store_ps(&s[r + j][i * MM_TT], f[j][0]);
-                    _mm512_store_ps(&s[r + j][i * MM_TT + 16], f[j][1]);
-                }
-            }
-        }
-        for (; r < nr; r++) {
-            const struct ds_q8_block *wr = w + (r0 + r) * nb + kb0;
-            mm_rows_prep(&rp, wr, nb, 1, kn);
-            for (size_t i = 0; i < ntile; i++) {
-                __m512 f[MM_RW][2];
-                f[0][0] = f[0][1] = _mm512_setzero_ps();
-                if (nt[i] > 16) mm_kernel(1, 2, wr, nb, &p[i], &rp, kn, f);
-                else            mm_kernel(1, 1, wr, nb, &p[i], &rp, kn, f);
-                _mm512_store_ps(&s[r][i * MM_TT], f[0][0]);
-                _mm512_store_ps(&s[r][i * MM_TT + 16], f[0][1]);
-            }
-        }
-        mm_flush(y + r0, ldy, (const float (*)[MM_TILES * MM_TT])s, nr, ntok, add);
-    }
+#undef MM_CASE
 }
 
 /* ---- matmul_q8 for a few tokens (batched decode of 2..4 sequences) ----
@@ -536,37 +474,41 @@ static void matvec_multi(size_t rows, size_t n_blocks, const struct ds_q8_block 
     }
 }
 
-/* Token tiles of 32 (16 for a last tile of 5..16 tokens); fewer than 5
-** tokens cannot fill the lanes and are streamed through matvec instead. */
-#define MM_MIN_TILE 5
+/* Fewer than MM_MIN_TOK tokens would not repay packing the weights: they
+** stream through matvec instead. */
+#define MM_MIN_TOK 5
 
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                              size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    static _Thread_local struct mm_pack pack[MM_TILES] __attribute__((aligned(64)));
+    static _Thread_local struct mm_wtile wt __attribute__((aligned(64)));
+    static _Thread_local struct mm_xtile xt[MM_NT / MM_TT] __attribute__((aligned(64)));
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
-    size_t tiled = n_tok;
-    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
-    /* Up to MM_TILES token tiles (128 tokens) at a time: 144 KB of packed
-    ** x, which stays in L2 while every row passes over it. */
-    for (size_t g0 = 0; g0 < tiled; g0 += MM_TILES * MM_TT) {
-        size_t gn = tiled - g0 < MM_TILES * MM_TT ? tiled - g0 : MM_TILES * MM_TT;
-        size_t ntile = (gn + MM_TT - 1) / MM_TT, nt[MM_TILES];
-        for (size_t i = 0; i < ntile; i++) nt[i] = gn - i * MM_TT < MM_TT ? gn - i * MM_TT : MM_TT;
+    if (n_tok < MM_MIN_TOK) {
+        if (n_tok == 1) matvec_q8_avx512(rows, n_blocks, w, x, y);
+        else if (n_tok > 1) matvec_multi(rows, n_blocks, w, n_tok, x, y, ldy);
+        return;
+    }
+    /* Up to MM_NT tokens at a time: 160 KB of prepared x, which stays in L2
+    ** while each weight tile, in L1, meets all of it. */
+    for (size_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
+        size_t nt = n_tok - t0 < MM_NT ? n_tok - t0 : MM_NT, ntile = (nt + MM_TT - 1) / MM_TT;
         for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
             size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
             for (size_t i = 0; i < ntile; i++)
-                mm_pack_tile(&pack[i], x + (g0 + i * MM_TT) * n_blocks, n_blocks, kb0, kn, nt[i]);
-            mm_tile_rows(rows, n_blocks, w, pack, ntile, nt, kb0, kn, y + g0 * ldy, ldy, kb0 > 0);
+                mm_xtile_prep(&xt[i], x + (t0 + i * MM_TT) * n_blocks, n_blocks,
+                              nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, kb0, kn);
+            for (size_t r0 = 0; r0 < rows; r0 += MM_RT) {
+                size_t nr = rows - r0 < MM_RT ? rows - r0 : MM_RT;
+                mm_wtile_pack(&wt, w + r0 * n_blocks, n_blocks, nr, kb0, kn);
+                for (size_t i = 0; i < ntile; i++)
+                    mm_tile_any(nr, nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, &wt, &xt[i], kn,
+                                y + (t0 + i * MM_TT) * ldy + r0, ldy, kb0 > 0);
+            }
         }
-    }
-    for (size_t t = tiled; t < n_tok; t += MV_MAXT) {   /* a few leftover tokens */
-        size_t k = n_tok - t < MV_MAXT ? n_tok - t : MV_MAXT;
-        if (k == 1) matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
-        else matvec_multi(rows, n_blocks, w, k, x + t * n_blocks, y + t * ldy, ldy);
     }
 }
 
