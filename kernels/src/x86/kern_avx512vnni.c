@@ -11,8 +11,9 @@
 ** no int16 saturation anywhere). Only the float sums over blocks differ in
 ** order from ds_kern_ref.
 **
-** Stack: matvec_q8 uses ~10 KB and matmul_q8 ~38 KB of stack (x prepared
-** per call; 2..4 leftover tokens ~35 KB); nothing is allocated.
+** Stack: matvec_q8 uses ~10 KB and matmul_q8 up to ~35 KB of stack (2..3
+** tokens; a partial row tile ~17 KB), plus ~200 KB of thread-local packed
+** operands; nothing is allocated.
 */
 #include <immintrin.h>
 #include <math.h>
@@ -262,16 +263,19 @@ static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
 **
 ** Per block the 16 accumulators take 128 vpdpbusd and 48 conversions (cvt,
 ** *dw, fma *dx into the float sums), all on the two 512-bit ports, so ~73%
-** of the vpdpbusd peak is the ceiling. Against tokens as lanes (x packed,
-** weights broadcast) this reads a third as much from L2 per MAC (the 36 KB
-** weight tile stays in L1 while up to 128 tokens' x streams past it), needs
-** no transpose of the results, and the -128 * sum correction is computed
-** once per token instead of once per row; any token count fills the lanes. */
+** of the vpdpbusd peak is the ceiling (GCC spills a few of the 16 float
+** sums; smaller tiles measured slower). Against tokens as lanes (x packed,
+** weights broadcast) this reads a
+** quarter as much from L2 per MAC (the 36 KB weight tile stays in L1 while
+** up to 128 tokens' x streams past it), needs no transpose of the results,
+** computes the -128 * sum correction once per token instead of once per
+** row, and fills the lanes for any token count (17 tokens: 1.6x). */
 
 #define MM_KB 32                /* blocks per K chunk */
 #define MM_RT 32                /* rows per tile (two vectors) */
 #define MM_TT 8                 /* tokens per register tile */
 #define MM_NT 128               /* tokens prepared at once */
+_Static_assert(MM_NT % MM_TT == 0, "whole token tiles per pass");
 
 struct mm_wtile {               /* MM_RT rows x one K chunk: 36 KB */
     uint32_t q[MM_KB][8][MM_RT];    /* (w ^ 0x80) dwords: [block][dword][row] */
@@ -284,15 +288,15 @@ struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
     float   dx[MM_TT][MM_KB];
 };
 
-/* Block kb of 16 rows (src[i] + kb; absent rows point at zero blocks) into
-** out[k * MM_RT + i] (k = dword): 16 ymm rows of 8 dwords become 8 zmm of
-** 16 rows with a 16x8 transpose in registers, flipped to unsigned. */
-DS_INLINE void mm_pack16(uint32_t *out, const struct ds_q8_block *const src[16], size_t kb)
+/* One block of 16 rows (row i at b[i * stride]) into out[k * MM_RT + i]
+** (k = dword): 16 ymm rows of 8 dwords become 8 zmm of 16 rows with a
+** 16x8 transpose in registers, flipped to unsigned; the scales to dw. */
+DS_INLINE void mm_pack16(uint32_t *out, float *dw, const struct ds_q8_block *b, size_t stride)
 {
     const __m512i off = _mm512_set1_epi8((char)0x80);
     __m512i z[8], t[8];
     for (int i = 0; i < 8; i++)         /* lanes 0-1: row i, lanes 2-3: row i + 8 */
-        z[i] = _mm512_xor_si512(load2(src[i] + kb, src[i + 8] + kb), off);
+        z[i] = _mm512_xor_si512(load2(b + i * stride, b + (i + 8) * stride), off);
     for (int h = 0; h < 8; h += 4) {    /* 4x4 transposes inside each 128-bit lane */
         __m512i a0 = _mm512_unpacklo_epi32(z[h], z[h + 1]), a1 = _mm512_unpackhi_epi32(z[h], z[h + 1]);
         __m512i a2 = _mm512_unpacklo_epi32(z[h + 2], z[h + 3]), a3 = _mm512_unpackhi_epi32(z[h + 2], z[h + 3]);
@@ -309,23 +313,28 @@ DS_INLINE void mm_pack16(uint32_t *out, const struct ds_q8_block *const src[16],
         _mm512_store_si512(out + k * MM_RT, _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
         _mm512_store_si512(out + (4 + k) * MM_RT, _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
     }
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)(stride * sizeof *b)));
+    __m512i d = _mm512_i32gather_epi32(idx, (const void *)&b->d, 1);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
 }
 
-/* nr (<= MM_RT) rows of w, blocks kb0 .. kb0+kn-1. */
+/* nr (<= MM_RT) rows of w, blocks kb0 .. kb0+kn-1. A partial vector of
+** rows is packed from a zero-padded copy (scale 0, so its lanes add 0). */
 static void mm_wtile_pack(struct mm_wtile *p, const struct ds_q8_block *w, size_t nb, size_t nr,
                           size_t kb0, size_t kn)
 {
-    static const struct ds_q8_block zero[MM_KB];
     for (size_t v = 0; 16 * v < nr; v++) {
-        const struct ds_q8_block *src[16];
-        for (size_t i = 0; i < 16; i++)
-            src[i] = 16 * v + i < nr ? w + (16 * v + i) * nb + kb0 : zero;
-        for (size_t kb = 0; kb < kn; kb++) {
-            uint16_t h[16];
-            for (int i = 0; i < 16; i++) h[i] = src[i][kb].d;
-            _mm512_store_ps(&p->dw[kb][16 * v], _mm512_cvtph_ps(_mm256_loadu_si256((const void *)h)));
-            mm_pack16(&p->q[kb][0][16 * v], src, kb);
+        const struct ds_q8_block *b = w + 16 * v * nb + kb0;
+        size_t stride = nb;
+        struct ds_q8_block pad[16][MM_KB];
+        if (nr < 16 * (v + 1)) {
+            memset(pad, 0, sizeof pad);
+            for (size_t i = 0; i < nr - 16 * v; i++) memcpy(pad[i], b + i * nb, kn * sizeof *b);
+            b = pad[0];
+            stride = MM_KB;
         }
+        for (size_t kb = 0; kb < kn; kb++) mm_pack16(&p->q[kb][0][16 * v], &p->dw[kb][16 * v], b + kb, stride);
     }
 }
 
@@ -474,9 +483,9 @@ static void matvec_multi(size_t rows, size_t n_blocks, const struct ds_q8_block 
     }
 }
 
-/* Fewer than MM_MIN_TOK tokens would not repay packing the weights: they
-** stream through matvec instead. */
-#define MM_MIN_TOK 5
+/* Fewer than MM_MIN_TOK tokens do not repay packing the weights: they
+** stream through matvec instead (4 tokens: 64 against 54 GMAC/s tiled). */
+#define MM_MIN_TOK 4
 
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                              size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
