@@ -429,7 +429,7 @@ static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const s
 #undef MM_CASE
 }
 
-/* ---- matmul_q8 for a few tokens (batched decode of 2..4 sequences) ----
+/* ---- matmul_q8 for a few tokens (batched decode of 2..3 sequences) ----
 ** Like matvec, but each weight group is loaded, flipped and its scales
 ** converted once for up to MV_MAXT tokens: the weights stream once for all
 ** of them instead of once per token. */
