@@ -297,6 +297,15 @@ static void test_matmul_q8(void **state)
             free(x);
         }
     }
+    {   /* more tokens than one pass (128), rows and blocks past whole tiles */
+        size_t rows = 45, nb = 40, nt = 137;
+        struct ds_q8_block *w = xmalloc(rows * nb * sizeof *w), *x = xmalloc(nt * nb * sizeof *x);
+        fill_q8(w, rows * nb);
+        fill_q8(x, nt * nb);
+        check_matmul_q8(k, rows, nb, nt, w, x);
+        free(w);
+        free(x);
+    }
     static const size_t nts[] = { 3, 40 };               /* no blocks: empty sums are 0 */
     for (size_t i = 0; i < N_OF(nts); i++) {
         float y[40 * 8];

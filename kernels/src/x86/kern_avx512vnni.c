@@ -11,8 +11,9 @@
 ** no int16 saturation anywhere). Only the float sums over blocks differ in
 ** order from ds_kern_ref.
 **
-** Stack: matvec_q8 uses ~10 KB and matmul_q8 ~38 KB of stack (x prepared
-** per call; 2..4 leftover tokens ~35 KB); nothing is allocated.
+** Stack: matvec_q8 uses ~10 KB and matmul_q8 up to ~35 KB of stack (2..3
+** tokens; a partial row tile ~17 KB), plus ~200 KB of thread-local packed
+** operands; nothing is allocated.
 */
 #include <immintrin.h>
 #include <math.h>
@@ -250,187 +251,185 @@ static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
 }
 
 /* ---- matmul_q8 (prefill) ----
-** Tokens are the SIMD lanes: x is repacked per tile of 32 tokens so that
-** one zmm holds dword k of one block for 16 tokens (as x+128, unsigned),
-** and each weight dword is broadcast (signed). vpdpbusd then accumulates the
-** whole block dot of 16 (row, token) pairs in 16 lanes after 8 steps, with
-** no horizontal sums; the accumulator starts at -128 * sum(w block) so the
-** int32 per block is exact. 4 rows x 32 tokens (16 accumulators) share each
-** loaded x vector and each broadcast weight dword. */
+** Rows are the SIMD lanes: per tile of 32 rows and K chunk the weights are
+** repacked so that one zmm holds dword k of one block for 16 rows (as
+** w+128, unsigned), and each token's x dword is broadcast (signed).
+** vpdpbusd then accumulates the whole block dot of 16 (row, token) pairs
+** in 16 lanes after 8 steps, with no horizontal sums; the accumulator
+** starts at -128 * sum(x block), so the int32 per block is exact. A
+** register tile of 32 rows x 8 tokens (16 accumulators) shares each loaded
+** weight vector and each broadcast x dword; its float sums are 16 rows of
+** one token, stored to y as they are.
+**
+** Per block the 16 accumulators take 128 vpdpbusd and 48 conversions (cvt,
+** *dw, fma *dx into the float sums), all on the two 512-bit ports, so ~73%
+** of the vpdpbusd peak is the ceiling (GCC spills a few of the 16 float
+** sums; smaller tiles measured slower). Against tokens as lanes (x packed,
+** weights broadcast) this reads a
+** quarter as much from L2 per MAC (the 36 KB weight tile stays in L1 while
+** up to 128 tokens' x streams past it), needs no transpose of the results,
+** computes the -128 * sum correction once per token instead of once per
+** row, and fills the lanes for any token count (17 tokens: 1.6x). */
 
 #define MM_KB 32                /* blocks per K chunk */
-#define MM_TT 32                /* tokens per tile */
-#define MM_RW 4                 /* rows per register tile */
-#define MM_TILES 4              /* token tiles packed at once */
+#define MM_RT 32                /* rows per tile (two vectors) */
+#define MM_TT 8                 /* tokens per register tile */
+#define MM_NT 128               /* tokens prepared at once */
+_Static_assert(MM_NT % MM_TT == 0, "whole token tiles per pass");
 
-struct mm_pack {                /* one token tile x one K chunk: 36 KB */
-    uint32_t q[MM_KB][8][MM_TT];    /* (x ^ 0x80) dwords: [block][dword][token] */
-    float    dx[MM_KB][MM_TT];      /* token scales, 0 for absent tokens */
+struct mm_wtile {               /* MM_RT rows x one K chunk: 36 KB */
+    uint32_t q[MM_KB][8][MM_RT];    /* (w ^ 0x80) dwords: [block][dword][row] */
+    float    dw[MM_KB][MM_RT];      /* row scales, 0 for absent rows */
 };
 
-struct mm_rows {                /* one row tile x one K chunk */
-    int32_t corr[MM_RW][MM_KB];     /* -128 * sum(w qs) */
-    float   dw[MM_RW][MM_KB];
+struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
+    int32_t q[MM_TT][MM_KB][8];     /* x qs dwords */
+    int32_t corr[MM_TT][MM_KB];     /* -128 * sum(x qs) */
+    float   dx[MM_TT][MM_KB];
 };
 
-static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
-                         size_t kb0, size_t kn, size_t nt)
+/* One block of 16 rows (row i at b[i * stride]) into out[k * MM_RT + i]
+** (k = dword): 16 ymm rows of 8 dwords become 8 zmm of 16 rows with a
+** 16x8 transpose in registers, flipped to unsigned; the scales to dw. */
+DS_INLINE void mm_pack16(uint32_t *out, float *dw, const struct ds_q8_block *b, size_t stride)
 {
-    const __m256i off = _mm256_set1_epi8((char)0x80);
-    const __m256i idx = _mm256_setr_epi32(0, MM_TT, 2 * MM_TT, 3 * MM_TT, 4 * MM_TT,
-                                          5 * MM_TT, 6 * MM_TT, 7 * MM_TT);
-    if (nt < MM_TT) memset(p, 0, sizeof *p);
-    for (size_t t = 0; t < nt; t++) {
-        const struct ds_q8_block *xb = x + t * nb + kb0;
-        for (size_t kb = 0; kb < kn; kb++) {
-            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const void *)xb[kb].qs), off);
-            _mm256_i32scatter_epi32(&p->q[kb][0][t], idx, v, 4);
-            p->dx[kb][t] = f16(xb[kb].d);
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    __m512i z[8], t[8];
+    for (int i = 0; i < 8; i++)         /* lanes 0-1: row i, lanes 2-3: row i + 8 */
+        z[i] = _mm512_xor_si512(load2(b + i * stride, b + (i + 8) * stride), off);
+    for (int h = 0; h < 8; h += 4) {    /* 4x4 transposes inside each 128-bit lane */
+        __m512i a0 = _mm512_unpacklo_epi32(z[h], z[h + 1]), a1 = _mm512_unpackhi_epi32(z[h], z[h + 1]);
+        __m512i a2 = _mm512_unpacklo_epi32(z[h + 2], z[h + 3]), a3 = _mm512_unpackhi_epi32(z[h + 2], z[h + 3]);
+        t[h + 0] = _mm512_unpacklo_epi64(a0, a2);
+        t[h + 1] = _mm512_unpackhi_epi64(a0, a2);
+        t[h + 2] = _mm512_unpacklo_epi64(a1, a3);
+        t[h + 3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    /* t[k] (k < 4): lane 0 = dword k of rows 0-3, lane 1 = dword 4+k of
+    ** rows 0-3, lanes 2-3 the same for rows 8-11; t[4+k]: rows 4-7, 12-15. */
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int k = 0; k < 4; k++) {
+        _mm512_store_si512(out + k * MM_RT, _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
+        _mm512_store_si512(out + (4 + k) * MM_RT, _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
+    }
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)(stride * sizeof *b)));
+    __m512i d = _mm512_i32gather_epi32(idx, (const void *)&b->d, 1);
+    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+}
+
+/* nr (<= MM_RT) rows of w, blocks kb0 .. kb0+kn-1. A partial vector of
+** rows is packed from a zero-padded copy (scale 0, so its lanes add 0). */
+static void mm_wtile_pack(struct mm_wtile *p, const struct ds_q8_block *w, size_t nb, size_t nr,
+                          size_t kb0, size_t kn)
+{
+    for (size_t v = 0; 16 * v < nr; v++) {
+        const struct ds_q8_block *b = w + 16 * v * nb + kb0;
+        size_t stride = nb;
+        struct ds_q8_block pad[16][MM_KB];
+        if (nr < 16 * (v + 1)) {
+            memset(pad, 0, sizeof pad);
+            for (size_t i = 0; i < nr - 16 * v; i++) memcpy(pad[i], b + i * nb, kn * sizeof *b);
+            b = pad[0];
+            stride = MM_KB;
         }
+        for (size_t kb = 0; kb < kn; kb++) mm_pack16(&p->q[kb][0][16 * v], &p->dw[kb][16 * v], b + kb, stride);
     }
 }
 
-static void mm_rows_prep(struct mm_rows *rp, const struct ds_q8_block *w, size_t nb,
-                         size_t nr, size_t kn)
+/* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
+static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_t nb, size_t nt,
+                          size_t kb0, size_t kn)
 {
-    for (size_t r = 0; r < nr; r++) {
-        const struct ds_q8_block *wr = w + r * nb;
+    for (size_t t = 0; t < nt; t++) {
+        const struct ds_q8_block *xt = x + t * nb + kb0;
         size_t kb = 0;
         for (; kb + 8 <= kn; kb += 8) {
-            __m256i s = _mm256_slli_epi32(qsum8(wr + kb), 7);
-            _mm256_storeu_si256((void *)&rp->corr[r][kb], _mm256_sub_epi32(_mm256_setzero_si256(), s));
-            _mm256_storeu_ps(&rp->dw[r][kb], scales8(wr + kb));
+            __m256i s = _mm256_slli_epi32(qsum8(xt + kb), 7);
+            _mm256_storeu_si256((void *)&p->corr[t][kb], _mm256_sub_epi32(_mm256_setzero_si256(), s));
+            _mm256_storeu_ps(&p->dx[t][kb], scales8(xt + kb));
         }
         for (; kb < kn; kb++) {
-            rp->corr[r][kb] = -128 * block_sum(wr + kb);
-            rp->dw[r][kb] = f16(wr[kb].d);
+            p->corr[t][kb] = -128 * block_sum(xt + kb);
+            p->dx[t][kb] = f16(xt[kb].d);
         }
+        for (kb = 0; kb < kn; kb++)
+            _mm256_store_si256((void *)p->q[t][kb], _mm256_loadu_si256((const void *)xt[kb].qs));
     }
 }
 
-/* f[r][v] += sum over kn blocks for RW rows x NT token vectors. */
-DS_INLINE void mm_kernel(int RW, int NT, const struct ds_q8_block *w, size_t nb,
-                         const struct mm_pack *p, const struct mm_rows *rp, size_t kn,
-                         __m512 f[MM_RW][2])
+/* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
+** over kn blocks. */
+DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_xtile *xp,
+                       size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add)
 {
-    for (size_t kb = 0; kb < kn; kb++) {
-        __m512i acc[MM_RW][2];
-#pragma GCC unroll 4
-        for (int r = 0; r < RW; r++) {
-            __m512i c = _mm512_set1_epi32(rp->corr[r][kb]);
+    __m512 f[2][MM_TT];
 #pragma GCC unroll 2
-            for (int v = 0; v < NT; v++) acc[r][v] = c;
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) f[r][t] = _mm512_setzero_ps();
+    for (size_t kb = 0; kb < kn; kb++) {
+        __m512i acc[2][MM_TT];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i c = _mm512_set1_epi32(xp->corr[t][kb]);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) acc[r][t] = c;
         }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            __m512i xv[2];
+            __m512i wv[2];
 #pragma GCC unroll 2
-            for (int v = 0; v < NT; v++) xv[v] = _mm512_load_si512(&p->q[kb][k][16 * v]);
-#pragma GCC unroll 4
-            for (int r = 0; r < RW; r++) {
-                int32_t wd;
-                memcpy(&wd, w[(size_t)r * nb + kb].qs + 4 * k, sizeof wd);
-                __m512i wv = _mm512_set1_epi32(wd);
+            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512(&wp->q[kb][k][16 * r]);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                __m512i xb = _mm512_set1_epi32(xp->q[t][kb][k]);
 #pragma GCC unroll 2
-                for (int v = 0; v < NT; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], wv);
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], wv[r], xb);
             }
         }
 #pragma GCC unroll 2
-        for (int v = 0; v < NT; v++) {
-            __m512 dx = _mm512_load_ps(&p->dx[kb][16 * v]);
-#pragma GCC unroll 4
-            for (int r = 0; r < RW; r++) {
-                __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), dx);
-                f[r][v] = _mm512_fmadd_ps(t, _mm512_set1_ps(rp->dw[r][kb]), f[r][v]);
+        for (int r = 0; r < R; r++) {
+            __m512 dw = _mm512_load_ps(&wp->dw[kb][16 * r]);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][t]), dw);
+                f[r][t] = _mm512_fmadd_ps(s, _mm512_set1_ps(xp->dx[t][kb]), f[r][t]);
             }
         }
     }
-}
-
-/* y[t*ldy + r .. r+3] (+)= 4 rows of 16 tokens (t0 .. t0+nt-1): a 4x16
-** transpose in registers, then one 4-float store per token. */
-DS_INLINE void mm_store4x16(float *y, size_t ldy, size_t nt, __m512 f0, __m512 f1, __m512 f2,
-                            __m512 f3, bool add)
-{
-    __m512 t0 = _mm512_unpacklo_ps(f0, f1), t1 = _mm512_unpackhi_ps(f0, f1);
-    __m512 t2 = _mm512_unpacklo_ps(f2, f3), t3 = _mm512_unpackhi_ps(f2, f3);
-    __m512 u[4];                    /* u[k], 128-bit lane l: token 4l+k, rows 0..3 */
-    u[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
-    u[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
-    u[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
-    u[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
-    for (size_t t = 0; t < nt; t++) {
-        __m128 v;
-        switch (t >> 2) {
-        case 0:  v = _mm512_castps512_ps128(u[t & 3]); break;
-        case 1:  v = _mm512_extractf32x4_ps(u[t & 3], 1); break;
-        case 2:  v = _mm512_extractf32x4_ps(u[t & 3], 2); break;
-        default: v = _mm512_extractf32x4_ps(u[t & 3], 3); break;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            float *yt = y + (size_t)t * ldy + 16 * r;
+            __m512 o = add ? _mm512_add_ps(f[r][t], _mm512_maskz_loadu_ps(m[r], yt)) : f[r][t];
+            _mm512_mask_storeu_ps(yt, m[r], o);
         }
-        if (add) v = _mm_add_ps(v, _mm_loadu_ps(y + t * ldy));
-        _mm_storeu_ps(y + t * ldy, v);
-    }
 }
 
-/* y[t*ldy + r] (+)= f for nr rows and nt tokens of the tile. */
-static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m512 f[MM_RW][2], bool add)
+/* mm_tile for a run-time token count (1 .. MM_TT) and nr rows. */
+static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const struct mm_xtile *xp,
+                        size_t kn, float *y, size_t ldy, bool add)
 {
-    if (nr == MM_RW) {
-        mm_store4x16(y, ldy, nt < 16 ? nt : 16, f[0][0], f[1][0], f[2][0], f[3][0], add);
-        if (nt > 16)
-            mm_store4x16(y + 16 * ldy, ldy, nt - 16, f[0][1], f[1][1], f[2][1], f[3][1], add);
-        return;
+    __mmask16 m[2];
+    for (size_t r = 0; r < 2; r++) {
+        size_t n = nr > 16 * r ? nr - 16 * r : 0;
+        m[r] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
     }
-    float buf[MM_RW][MM_TT];
-    for (size_t r = 0; r < nr; r++) {
-        _mm512_storeu_ps(&buf[r][0], f[r][0]);
-        _mm512_storeu_ps(&buf[r][16], f[r][1]);
+#define MM_CASE(T)                                                  \
+    case T:                                                         \
+        if (nr > 16) mm_tile(2, T, wp, xp, kn, y, ldy, m, add);     \
+        else         mm_tile(1, T, wp, xp, kn, y, ldy, m, add);     \
+        break;
+    switch (nt) {
+    MM_CASE(1) MM_CASE(2) MM_CASE(3) MM_CASE(4) MM_CASE(5) MM_CASE(6) MM_CASE(7) MM_CASE(8)
     }
-    for (size_t t = 0; t < nt; t++)
-        for (size_t r = 0; r < nr; r++)
-            y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
+#undef MM_CASE
 }
 
-/* Every row of w against ntile packed token tiles (tile i holds nt[i]
-** tokens, its results at y + i * MM_TT * ldy). A row tile's corrections
-** and scales are prepared once for all token tiles, and its weights stay
-** in L1 while the tiles pass over them. */
-static void mm_tile_rows(size_t rows, size_t nb, const struct ds_q8_block *w,
-                         const struct mm_pack *p, size_t ntile, const size_t *nt, size_t kb0,
-                         size_t kn, float *y, size_t ldy, bool add)
-{
-    struct mm_rows rp;
-    size_t r = 0;
-    for (; r + MM_RW <= rows; r += MM_RW) {
-        const struct ds_q8_block *wr = w + r * nb + kb0;
-        if (r + 2 * MM_RW <= rows)      /* the next row tile, from L3 or memory */
-            for (size_t j = 0; j < MM_RW; j++) {
-                const char *nx = (const char *)(wr + (MM_RW + j) * nb);
-                for (size_t b = 0; b < kn * sizeof *wr; b += 64) _mm_prefetch(nx + b, _MM_HINT_T0);
-            }
-        mm_rows_prep(&rp, wr, nb, MM_RW, kn);
-        for (size_t i = 0; i < ntile; i++) {
-            __m512 f[MM_RW][2];
-            for (int j = 0; j < MM_RW; j++) f[j][0] = f[j][1] = _mm512_setzero_ps();
-            if (nt[i] > 16) mm_kernel(MM_RW, 2, wr, nb, &p[i], &rp, kn, f);
-            else            mm_kernel(MM_RW, 1, wr, nb, &p[i], &rp, kn, f);
-            mm_store(y + i * MM_TT * ldy + r, ldy, MM_RW, nt[i], f, add);
-        }
-    }
-    for (; r < rows; r++) {
-        const struct ds_q8_block *wr = w + r * nb + kb0;
-        mm_rows_prep(&rp, wr, nb, 1, kn);
-        for (size_t i = 0; i < ntile; i++) {
-            __m512 f[MM_RW][2];
-            f[0][0] = f[0][1] = _mm512_setzero_ps();
-            if (nt[i] > 16) mm_kernel(1, 2, wr, nb, &p[i], &rp, kn, f);
-            else            mm_kernel(1, 1, wr, nb, &p[i], &rp, kn, f);
-            mm_store(y + i * MM_TT * ldy + r, ldy, 1, nt[i], f, add);
-        }
-    }
-}
-
-/* ---- matmul_q8 for a few tokens (batched decode of 2..4 sequences) ----
+/* ---- matmul_q8 for a few tokens (batched decode of 2..3 sequences) ----
 ** Like matvec, but each weight group is loaded, flipped and its scales
 ** converted once for up to MV_MAXT tokens: the weights stream once for all
 ** of them instead of once per token. */
@@ -484,37 +483,41 @@ static void matvec_multi(size_t rows, size_t n_blocks, const struct ds_q8_block 
     }
 }
 
-/* Token tiles of 32 (16 for a last tile of 5..16 tokens); fewer than 5
-** tokens cannot fill the lanes and are streamed through matvec instead. */
-#define MM_MIN_TILE 5
+/* Fewer than MM_MIN_TOK tokens do not repay packing the weights: they
+** stream through matvec instead (4 tokens: 64 against 54 GMAC/s tiled). */
+#define MM_MIN_TOK 4
 
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                              size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    static _Thread_local struct mm_pack pack[MM_TILES] __attribute__((aligned(64)));
+    static _Thread_local struct mm_wtile wt __attribute__((aligned(64)));
+    static _Thread_local struct mm_xtile xt[MM_NT / MM_TT] __attribute__((aligned(64)));
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
-    size_t tiled = n_tok;
-    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
-    /* Up to MM_TILES token tiles (128 tokens) at a time: 144 KB of packed
-    ** x, which stays in L2 while every row passes over it. */
-    for (size_t g0 = 0; g0 < tiled; g0 += MM_TILES * MM_TT) {
-        size_t gn = tiled - g0 < MM_TILES * MM_TT ? tiled - g0 : MM_TILES * MM_TT;
-        size_t ntile = (gn + MM_TT - 1) / MM_TT, nt[MM_TILES];
-        for (size_t i = 0; i < ntile; i++) nt[i] = gn - i * MM_TT < MM_TT ? gn - i * MM_TT : MM_TT;
+    if (n_tok < MM_MIN_TOK) {
+        if (n_tok == 1) matvec_q8_avx512(rows, n_blocks, w, x, y);
+        else if (n_tok > 1) matvec_multi(rows, n_blocks, w, n_tok, x, y, ldy);
+        return;
+    }
+    /* Up to MM_NT tokens at a time: 160 KB of prepared x, which stays in L2
+    ** while each weight tile, in L1, meets all of it. */
+    for (size_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
+        size_t nt = n_tok - t0 < MM_NT ? n_tok - t0 : MM_NT, ntile = (nt + MM_TT - 1) / MM_TT;
         for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
             size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
             for (size_t i = 0; i < ntile; i++)
-                mm_pack_tile(&pack[i], x + (g0 + i * MM_TT) * n_blocks, n_blocks, kb0, kn, nt[i]);
-            mm_tile_rows(rows, n_blocks, w, pack, ntile, nt, kb0, kn, y + g0 * ldy, ldy, kb0 > 0);
+                mm_xtile_prep(&xt[i], x + (t0 + i * MM_TT) * n_blocks, n_blocks,
+                              nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, kb0, kn);
+            for (size_t r0 = 0; r0 < rows; r0 += MM_RT) {
+                size_t nr = rows - r0 < MM_RT ? rows - r0 : MM_RT;
+                mm_wtile_pack(&wt, w + r0 * n_blocks, n_blocks, nr, kb0, kn);
+                for (size_t i = 0; i < ntile; i++)
+                    mm_tile_any(nr, nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, &wt, &xt[i], kn,
+                                y + (t0 + i * MM_TT) * ldy + r0, ldy, kb0 > 0);
+            }
         }
-    }
-    for (size_t t = tiled; t < n_tok; t += MV_MAXT) {   /* a few leftover tokens */
-        size_t k = n_tok - t < MV_MAXT ? n_tok - t : MV_MAXT;
-        if (k == 1) matvec_q8_avx512(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
-        else matvec_multi(rows, n_blocks, w, k, x + t * n_blocks, y + t * ldy, ldy);
     }
 }
 
