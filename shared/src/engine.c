@@ -37,6 +37,7 @@
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define ATT_ROWS          8u       /* query rows of one sequence scored together */
+#define ATT_LD(n)         (((size_t)(n) + 15) / 16 * 16 | 16)   /* floats per row of scores, n keys */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
 
@@ -96,7 +97,7 @@ struct run_state {
     float              *q;       /* (B, dim) */
     float              *k, *v;   /* (B, kv_dim) */
     float              *hb, *hb2;/* (B, hidden) */
-    float              *att;     /* (n_threads, ATT_ROWS, max_ctx) attention scores */
+    float              *att;     /* (n_threads, ATT_ROWS, ATT_LD(max_ctx)) attention scores */
     float              *lg_in;   /* (B, dim) normed rows that want logits */
     struct ds_q8_block *xq;      /* (B, blocks of max(dim, hidden)) quantized input */
     uint32_t           *pos;     /* (B) position of each row */
@@ -523,12 +524,19 @@ static void rows_task(void *p, unsigned task, unsigned n_tasks)
         if (j->ops & ROW_ROPE_KV) {
             rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
             rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
-            const struct ds_seq *q = j->rows[r].seq;
-            float *kt = k_block(e, q, j->layer, s->pos[r] / DS_KV_BLOCK) + s->pos[r] % DS_KV_BLOCK;
-            for (size_t d = 0; d < kvd; d++) kt[d * DS_KV_BLOCK] = s->k[r * kvd + d];
-            memcpy(v_at(e, q, j->layer, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
+            memcpy(v_at(e, j->rows[r].seq, j->layer, s->pos[r]), s->v + r * kvd, kvd * sizeof(float));
         }
     }
+    /* Keys go in transposed: dimension by dimension over the rows, so the
+    ** consecutive positions of a block fill one cache line while it is in
+    ** L1 (row by row, each of a row's kv_dim stores lands on another line). */
+    if (j->ops & ROW_ROPE_KV)
+        for (size_t d = 0; d < kvd; d++)
+            for (size_t r = lo; r < hi; r++) {
+                uint32_t pos = s->pos[r];
+                k_block(e, j->rows[r].seq, j->layer, pos / DS_KV_BLOCK)[d * DS_KV_BLOCK + pos % DS_KV_BLOCK] =
+                    s->k[r * kvd + d];
+            }
 }
 
 static void rows_run(struct ds_engine *e, const struct ds_batch_row *rows, size_t n, unsigned ops,
@@ -572,9 +580,12 @@ static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint
     const struct ds_kern_ops *k = e->kern;
     struct run_state *s = &e->s;
     const uint32_t hd = c->head_dim, r0 = s->grp[g], nq = s->grp[g + 1] - r0;
-    const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * hd, lda = e->max_ctx;
+    const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * hd;
     const struct ds_seq *seq = rows[r0].seq;
     const uint32_t n_keys = s->pos[r0 + nq - 1] + 1;
+    /* Rows of scores packed tight (a stride of max_ctx would put them all in
+    ** one L1 set), with an odd number of 16-float steps between them. */
+    const size_t lda = ATT_LD(n_keys);
     const float *q = s->q + (size_t)r0 * c->dim + (size_t)h * hd;
     float *out = s->xb + (size_t)r0 * c->dim + (size_t)h * hd;
 
@@ -597,7 +608,7 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct attn_job *j = p;
     struct ds_engine *e = j->e;
-    float *att = e->s.att + (size_t)task * ATT_ROWS * e->max_ctx;
+    float *att = e->s.att + (size_t)task * ATT_ROWS * ATT_LD(e->max_ctx);
     /* Strided items: in a causal prefill later groups cost more, so
     ** contiguous ranges would leave the first thread idle at the end. */
     for (size_t item = task; item < (size_t)e->s.n_grp * e->cfg.n_heads; item += n_tasks)
@@ -764,7 +775,7 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->hb = malloc(B * c->hidden_dim * sizeof(float));
     s->hb2 = malloc(B * c->hidden_dim * sizeof(float));
     s->lg_in = malloc(B * c->dim * sizeof(float));
-    s->att = malloc((size_t)ds_pool_size(e->pool) * ATT_ROWS * e->max_ctx * sizeof(float));
+    s->att = malloc((size_t)ds_pool_size(e->pool) * ATT_ROWS * ATT_LD(e->max_ctx) * sizeof(float));
     s->grp = malloc((B + 1) * sizeof *s->grp);
     s->xq = malloc(B * ds_q8_blocks(widest) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
