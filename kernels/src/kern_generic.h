@@ -1,6 +1,6 @@
 /*
-** kern_generic.h — portable C versions of the attention, softmax and SwiGLU
-** kernels. The reference compiles them as the oracle; a variant without a
+** kern_generic.h — portable C versions of the attention, softmax, SwiGLU
+** and RoPE kernels. The reference compiles them as the oracle; a variant without a
 ** hand-written version includes this file too, so the compiler vectorizes
 ** the loops under that variant's own ISA flags. Module-internal.
 **
@@ -54,6 +54,18 @@ static void softmax_generic(size_t n, float *x)
 static void silu_mul_generic(size_t n, float *h, const float *u)
 {
     for (size_t i = 0; i < n; i++) h[i] = h[i] / (1.0f + expf(-h[i])) * u[i];
+}
+
+static void rope_generic(size_t n_heads, size_t head_dim, size_t rope_dim, float *x, const float *cs)
+{
+    for (size_t h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (size_t i = 0; i < rope_dim; i += 2) {
+            float v0 = v[i], v1 = v[i + 1];
+            v[i] = v0 * cs[i] - v1 * cs[i + 1];
+            v[i + 1] = v0 * cs[i + 1] + v1 * cs[i];
+        }
+    }
 }
 
 #endif

@@ -619,16 +619,7 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
 static void rope(const struct ds_engine *e, float *x, uint32_t n_heads, uint32_t pos)
 {
     const struct ds_model_config *c = &e->cfg;
-    const float *cs = e->rope + (size_t)pos * c->rope_dim;
-    for (uint32_t h = 0; h < n_heads; h++) {
-        float *v = x + (size_t)h * c->head_dim;
-        for (uint32_t i = 0; i < c->rope_dim; i += 2) {
-            float fcr = cs[i], fci = cs[i + 1];
-            float v0 = v[i], v1 = v[i + 1];
-            v[i] = v0 * fcr - v1 * fci;
-            v[i + 1] = v0 * fci + v1 * fcr;
-        }
-    }
+    e->kern->rope_f32(n_heads, c->head_dim, c->rope_dim, x, e->rope + (size_t)pos * c->rope_dim);
 }
 
 /* ---- forward ---- */

@@ -701,6 +701,40 @@ static void test_silu_mul_f32(void **state)
     free(u);
 }
 
+static void test_rope_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t shapes[][3] = { { 1, 2, 2 }, { 3, 8, 8 }, { 2, 64, 64 }, { 12, 64, 32 },
+                                        { 4, 34, 18 }, { 2, 128, 128 } };
+    for (size_t si = 0; si < N_OF(shapes); si++) {
+        size_t nh = shapes[si][0], hd = shapes[si][1], rd = shapes[si][2];
+        float *x = xmalloc(nh * hd * sizeof *x), *xr = xmalloc(nh * hd * sizeof *xr);
+        float *cs = xmalloc(rd * sizeof *cs);
+        fill_f(x, nh * hd, 3.0f);
+        for (size_t i = 0; i < rd; i += 2) {
+            float a = rnd_f(-100.0f, 100.0f);
+            cs[i] = cosf(a);
+            cs[i + 1] = sinf(a);
+        }
+        memcpy(xr, x, nh * hd * sizeof *x);
+        k->rope_f32(nh, hd, rd, x, cs);
+        ds_kern_ref.rope_f32(nh, hd, rd, xr, cs);
+        for (size_t h = 0; h < nh; h++)
+            for (size_t i = 0; i < hd; i++) {
+                size_t at = h * hd + i, p0 = at & ~(size_t)1;
+                if (i >= rd) {                  /* past rope_dim: untouched */
+                    assert_true(memcmp(&x[at], &xr[at], sizeof *x) == 0);
+                    continue;
+                }
+                double mag = fabs(xr[p0]) + fabs(xr[p0 + 1]) + 1e-30;
+                check_near("rope_f32", at, x[at], xr[at], mag, 4.0 * FLT_EPSILON);
+            }
+        free(x);
+        free(xr);
+        free(cs);
+    }
+}
+
 /* ---- runner ---- */
 
 static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
@@ -711,6 +745,7 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
     { "attn_scores_f32", test_attn_scores_f32 }, { "attn_values_f32", test_attn_values_f32 },
     { "softmax_f32", test_softmax_f32 }, { "silu_mul_f32", test_silu_mul_f32 },
+    { "rope_f32", test_rope_f32 },
 };
 
 int main(void)

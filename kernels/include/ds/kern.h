@@ -76,6 +76,10 @@ struct ds_kern_ops {
     void (*softmax_f32)(size_t n, float *x);
     /* h = silu(h) * u = h / (1 + exp(-h)) * u (SwiGLU). */
     void (*silu_mul_f32)(size_t n, float *h, const float *u);
+    /* RoPE: in each of n_heads heads (head_dim floats apart), rotate the
+    ** pairs (x[2i], x[2i+1]) of the first rope_dim (even) floats by the
+    ** angle whose (cos, sin) are cs[2i], cs[2i+1]. */
+    void (*rope_f32)(size_t n_heads, size_t head_dim, size_t rope_dim, float *x, const float *cs);
 };
 
 /* Keys per transposed key block of attn_scores_f32 (the engine's KV block). */

@@ -296,4 +296,5 @@ const struct ds_kern_ops NEON_OPS = {
     .attn_values_f32 = attn_values_generic,
     .softmax_f32     = softmax_generic,
     .silu_mul_f32    = silu_mul_generic,
+    .rope_f32        = rope_generic,
 };

@@ -859,6 +859,22 @@ static void silu_mul_avx512(size_t n, float *h, const float *u)
     }
 }
 
+/* 8 pairs a step: even lanes v0 c - v1 s, odd lanes v1 c + v0 s, which is
+** fmaddsub(v, c, swapped v * s) with c and s duplicated across each pair. */
+static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float *x, const float *cs)
+{
+    for (size_t h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (size_t i = 0; i < rope_dim; i += 16) {
+            __mmask16 m = rope_dim - i >= 16 ? 0xffff : tail_mask(rope_dim - i);
+            __m512 a = _mm512_maskz_loadu_ps(m, v + i), t = _mm512_maskz_loadu_ps(m, cs + i);
+            __m512 sw = _mm512_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1));
+            __m512 r = _mm512_fmaddsub_ps(a, _mm512_moveldup_ps(t), _mm512_mul_ps(sw, _mm512_movehdup_ps(t)));
+            _mm512_mask_storeu_ps(v + i, m, r);
+        }
+    }
+}
+
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
@@ -875,4 +891,5 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .attn_values_f32 = attn_values_avx512,
     .softmax_f32     = softmax_avx512,
     .silu_mul_f32    = silu_mul_avx512,
+    .rope_f32        = rope_avx512,
 };
