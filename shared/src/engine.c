@@ -99,7 +99,8 @@ struct run_state {
     float              *hb, *hb2;/* (B, hidden) */
     float              *att;     /* (n_threads, ATT_ROWS, ATT_LD(max_ctx)) attention scores */
     float              *lg_in;   /* (B, dim) normed rows that want logits */
-    struct ds_q8_block *xq;      /* (B, blocks of max(dim, hidden)) quantized input */
+    struct ds_q8_block *xq;      /* (B, blocks of dim) quantized input (INT8) */
+    struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
     uint32_t           *pos;     /* (B) position of each row */
     uint32_t           *grp;     /* (B + 1) first row of each attention group */
     uint32_t            n_grp;
@@ -380,7 +381,10 @@ void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32
 /* ---- parallel matrix multiply ---- */
 
 /* Up to three matrices that read the same input (q/k/v, gate/up) run in one
-** pool dispatch: each thread takes its slice of rows of every matrix. */
+** pool dispatch: each thread takes its slice of rows of every matrix. With
+** swiglu set (gate and up), each thread then applies SwiGLU to its own
+** slice of the hidden rows, still in its cache, and quantizes it for the
+** down projection (INT8): the slices are whole Q8 blocks. */
 #define MATMUL_MAX 3
 
 struct matmul_job {
@@ -391,7 +395,10 @@ struct matmul_job {
     const float              *x;      /* (n, cols) FP32 input */
     const struct ds_q8_block *xq;     /* (n, nb) quantized input (INT8) */
     size_t                    n;
+    bool                      swiglu; /* w[0] = gate into hb, w[1] = up into hb2 */
 };
+
+static void swiglu_span(const struct ds_engine *e, size_t row, size_t c0, size_t c1);
 
 static void matmul_slice(const struct matmul_job *j, const struct mat *w, float *y, size_t r0, size_t r1)
 {
@@ -417,11 +424,14 @@ static void matmul_slice(const struct matmul_job *j, const struct mat *w, float 
 static void matmul_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct matmul_job *j = p;
+    const size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, DS_Q8_BLOCK) : ROW_ALIGN;
+    size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
-        size_t r0, r1;
-        ds_pool_split(j->w[m]->rows, task, n_tasks, ROW_ALIGN, &r0, &r1);
+        ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);
         if (r0 < r1) matmul_slice(j, j->w[m], j->y[m], r0, r1);
     }
+    if (j->swiglu && r0 < r1)
+        for (size_t t = 0; t < j->n; t++) swiglu_span(j->e, t, r0, r1);
 }
 
 /* INT8: quantize n rows of cols floats into the shared input buffer. Every
@@ -436,15 +446,20 @@ static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32
 /* y_i (n, w_i->rows) = x (n, cols) . w_i^T for each of n_mat matrices (NULL
 ** ends the list early); for INT8 the input must already be quantized by
 ** quantize_input(). */
+static void matmul_run(struct ds_engine *e, struct matmul_job *j)
+{
+    size_t work = 0;
+    for (unsigned m = 0; m < j->n_mat; m++) work += (size_t)j->w[m]->rows * j->w[m]->cols * j->n;
+    if (work < PARALLEL_MIN_WORK) matmul_task(j, 0, 1);
+    else ds_pool_run(e->pool, matmul_task, j);
+}
+
 static void matmul_n(struct ds_engine *e, const float *x, size_t n, unsigned n_mat,
                      const struct mat *w0, float *y0, const struct mat *w1, float *y1,
                      const struct mat *w2, float *y2)
 {
-    struct matmul_job j = { e, { w0, w1, w2 }, { y0, y1, y2 }, n_mat, x, e->s.xq, n };
-    size_t work = 0;
-    for (unsigned m = 0; m < n_mat; m++) work += (size_t)j.w[m]->rows * j.w[m]->cols * n;
-    if (work < PARALLEL_MIN_WORK) matmul_task(&j, 0, 1);
-    else ds_pool_run(e->pool, matmul_task, &j);
+    struct matmul_job j = { e, { w0, w1, w2 }, { y0, y1, y2 }, n_mat, x, e->s.xq, n, false };
+    matmul_run(e, &j);
 }
 
 static void matmul(struct ds_engine *e, const struct mat *w, const float *x, size_t n, float *y)
@@ -452,40 +467,26 @@ static void matmul(struct ds_engine *e, const struct mat *w, const float *x, siz
     matmul_n(e, x, n, 1, w, y, NULL, NULL, NULL, NULL);
 }
 
-/* hb = silu(hb) * hb2, then (INT8) quantize hb for the down projection: one
-** pool dispatch, split by rows in a batch, by whole blocks for a single row. */
-struct swiglu_job {
-    struct ds_engine *e;
-    size_t            n;
-};
+/* Feed-forward: hb = silu(gate xb) * (up xb), quantized into hq (INT8; not
+** into xq, which the other thread may still be reading), then the down
+** projection into xb2. */
+static void ffn(struct ds_engine *e, const struct layer *L, size_t n)
+{
+    struct matmul_job up = { e, { &L->w1, &L->w3 }, { e->s.hb, e->s.hb2 }, 2, e->s.xb, e->s.xq, n, true };
+    matmul_run(e, &up);
+    struct matmul_job down = { e, { &L->w2 }, { e->s.xb2 }, 1, e->s.hb, e->s.hq, n, false };
+    matmul_run(e, &down);
+}
 
-static void swiglu_span(struct ds_engine *e, size_t row, size_t c0, size_t c1)
+/* hb = silu(hb) * hb2 over hidden columns c0 .. c1 of one row, then (INT8)
+** those columns quantized for the down projection; c0 is a block boundary. */
+static void swiglu_span(const struct ds_engine *e, size_t row, size_t c0, size_t c1)
 {
     const size_t hid = e->cfg.hidden_dim;
     float *h = e->s.hb + row * hid;
     e->kern->silu_mul_f32(c1 - c0, h + c0, e->s.hb2 + row * hid + c0);
     if (e->prec == DS_PRECISION_INT8)
-        e->kern->quantize_q8(c1 - c0, h + c0, e->s.xq + row * ds_q8_blocks(hid) + c0 / DS_Q8_BLOCK);
-}
-
-static void swiglu_task(void *p, unsigned task, unsigned n_tasks)
-{
-    const struct swiglu_job *j = p;
-    size_t lo, hi;
-    if (j->n > 1) {
-        ds_pool_split(j->n, task, n_tasks, 1, &lo, &hi);
-        for (size_t r = lo; r < hi; r++) swiglu_span(j->e, r, 0, j->e->cfg.hidden_dim);
-    } else {
-        ds_pool_split(j->e->cfg.hidden_dim, task, n_tasks, DS_Q8_BLOCK, &lo, &hi);
-        if (lo < hi) swiglu_span(j->e, 0, lo, hi);
-    }
-}
-
-static void swiglu(struct ds_engine *e, size_t n)
-{
-    struct swiglu_job j = { e, n };
-    if (n * e->cfg.hidden_dim < PARALLEL_MIN_WORK / 16) swiglu_task(&j, 0, 1);
-    else ds_pool_run(e->pool, swiglu_task, &j);
+        e->kern->quantize_q8(c1 - c0, h + c0, e->s.hq + row * ds_q8_blocks(hid) + c0 / DS_Q8_BLOCK);
 }
 
 /* ---- per-row steps between the matrix multiplies ----
@@ -684,9 +685,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
 
         /* feed-forward: residual, rmsnorm, SwiGLU, down projection */
         rows_run(e, rows, n, ROW_ADD | ROW_NORM | ROW_QUANT, L->ffn_norm, l, s->xb, c->dim);
-        matmul_n(e, s->xb, n, 2, &L->w1, s->hb, &L->w3, s->hb2, NULL, NULL);
-        swiglu(e, n);
-        matmul(e, &L->w2, s->hb, n, s->xb2);
+        ffn(e, L, n);
     }
     rows_run(e, rows, n, ROW_ADD, NULL, 0, NULL, 0);
 
@@ -756,7 +755,6 @@ static enum ds_err alloc_state(struct ds_engine *e)
     const struct ds_model_config *c = &e->cfg;
     struct run_state *s = &e->s;
     size_t B = e->max_batch;
-    size_t widest = DS_MAX(c->dim, c->hidden_dim);
     s->x = malloc(B * c->dim * sizeof(float));
     s->xb = malloc(B * c->dim * sizeof(float));
     s->xb2 = malloc(B * c->dim * sizeof(float));
@@ -768,10 +766,11 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->lg_in = malloc(B * c->dim * sizeof(float));
     s->att = malloc((size_t)ds_pool_size(e->pool) * ATT_ROWS * ATT_LD(e->max_ctx) * sizeof(float));
     s->grp = malloc((B + 1) * sizeof *s->grp);
-    s->xq = malloc(B * ds_q8_blocks(widest) * sizeof(struct ds_q8_block));
+    s->xq = malloc(B * ds_q8_blocks(c->dim) * sizeof(struct ds_q8_block));
+    s->hq = malloc(B * ds_q8_blocks(c->hidden_dim) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
-        !s->lg_in || !s->att || !s->xq || !s->pos || !s->grp)
+        !s->lg_in || !s->att || !s->xq || !s->hq || !s->pos || !s->grp)
         return DS_ERR_NOMEM;
     /* RoPE table, computed the way llama2.c does, in float. */
     size_t half = c->rope_dim / 2;
@@ -805,7 +804,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->rope);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->xq); free(s->pos); free(s->grp);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->xq); free(s->hq); free(s->pos); free(s->grp);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
