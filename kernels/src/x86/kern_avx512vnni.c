@@ -361,8 +361,18 @@ static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_
 
 /* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
 ** over kn blocks. */
+/* Weight rows to bring into L2 while a tile computes, one line of each row
+** per block step: the next weight tile, from L3 or memory, so that packing
+** it does not wait (issued all at once, they stalled on full fill buffers). */
+struct mm_pf {
+    const char *p;              /* first row's first line */
+    size_t      stride;         /* bytes between rows */
+    size_t      rows, lines;    /* rows to fetch, lines per row */
+};
+
 DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_xtile *xp,
-                       size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add)
+                       size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add,
+                       const struct mm_pf *pf)
 {
     __m512 f[2][MM_TT];
 #pragma GCC unroll 2
@@ -370,6 +380,8 @@ DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) f[r][t] = _mm512_setzero_ps();
     for (size_t kb = 0; kb < kn; kb++) {
+        if (kb < pf->lines)
+            for (size_t i = 0; i < pf->rows; i++) _mm_prefetch(pf->p + i * pf->stride + 64 * kb, _MM_HINT_T1);
         __m512i acc[2][MM_TT];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
@@ -411,7 +423,7 @@ DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_
 
 /* mm_tile for a run-time token count (1 .. MM_TT) and nr rows. */
 static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const struct mm_xtile *xp,
-                        size_t kn, float *y, size_t ldy, bool add)
+                        size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
 {
     __mmask16 m[2];
     for (size_t r = 0; r < 2; r++) {
@@ -420,8 +432,8 @@ static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const s
     }
 #define MM_CASE(T)                                                  \
     case T:                                                         \
-        if (nr > 16) mm_tile(2, T, wp, xp, kn, y, ldy, m, add);     \
-        else         mm_tile(1, T, wp, xp, kn, y, ldy, m, add);     \
+        if (nr > 16) mm_tile(2, T, wp, xp, kn, y, ldy, m, add, pf); \
+        else         mm_tile(1, T, wp, xp, kn, y, ldy, m, add, pf); \
         break;
     switch (nt) {
     MM_CASE(1) MM_CASE(2) MM_CASE(3) MM_CASE(4) MM_CASE(5) MM_CASE(6) MM_CASE(7) MM_CASE(8)
@@ -513,9 +525,15 @@ static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
             for (size_t r0 = 0; r0 < rows; r0 += MM_RT) {
                 size_t nr = rows - r0 < MM_RT ? rows - r0 : MM_RT;
                 mm_wtile_pack(&wt, w + r0 * n_blocks, n_blocks, nr, kb0, kn);
-                for (size_t i = 0; i < ntile; i++)
+                for (size_t i = 0; i < ntile; i++) {
+                    /* this token tile's share of the next weight tile's rows */
+                    size_t p0 = r0 + MM_RT + i * MM_RT / ntile, p1 = r0 + MM_RT + (i + 1) * MM_RT / ntile;
+                    struct mm_pf pf = { (const char *)(w + p0 * n_blocks + kb0), n_blocks * sizeof *w,
+                                        p1 < rows ? p1 - p0 : p0 < rows ? rows - p0 : 0,
+                                        (kn * sizeof *w + 63) / 64 };
                     mm_tile_any(nr, nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, &wt, &xt[i], kn,
-                                y + (t0 + i * MM_TT) * ldy + r0, ldy, kb0 > 0);
+                                y + (t0 + i * MM_TT) * ldy + r0, ldy, kb0 > 0, &pf);
+                }
             }
         }
     }
