@@ -443,9 +443,7 @@ static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32
     for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
 }
 
-/* y_i (n, w_i->rows) = x (n, cols) . w_i^T for each of n_mat matrices (NULL
-** ends the list early); for INT8 the input must already be quantized by
-** quantize_input(). */
+/* One job on the pool, or inline when it is too small to share. */
 static void matmul_run(struct ds_engine *e, struct matmul_job *j)
 {
     size_t work = 0;
@@ -454,6 +452,9 @@ static void matmul_run(struct ds_engine *e, struct matmul_job *j)
     else ds_pool_run(e->pool, matmul_task, j);
 }
 
+/* y_i (n, w_i->rows) = x (n, cols) . w_i^T for each of n_mat matrices (NULL
+** ends the list early); for INT8 the input must already be quantized by
+** quantize_input(). */
 static void matmul_n(struct ds_engine *e, const float *x, size_t n, unsigned n_mat,
                      const struct mat *w0, float *y0, const struct mat *w1, float *y1,
                      const struct mat *w2, float *y2)
