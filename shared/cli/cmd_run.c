@@ -41,7 +41,7 @@ static void run_usage(FILE *f)
         "      --draft MODEL|int8 speculative decoding with this draft: int8 = an INT8\n"
         "                         copy of the target; or a model with the same vocabulary\n"
         "                         (run in INT8)\n"
-        "  -k, --spec-k K         drafts per round, 1..16 (default 4; adapts within 1..K)\n"
+        "  -k, --spec-k K         drafts per round, 1..16 (default 8; adapts within 1..K)\n"
         "      --fixed-k          keep k at K instead of adapting it\n"
         "      --log-level L      error, warn, info or debug (default warn)\n"
         "  -h, --help             this text\n"

@@ -14,21 +14,22 @@
 
 #include "ds/log.h"
 
-#define N_ACC0       4.0f                       /* EWMA start: acceptance 0.8 */
-#define N_REJ0       1.0f
+#define S_PRIOR      0.8f                       /* S(j) / S(j-1) before two lengths are seen */
 #define DRAFT_SEED   0x5bd1e9955bd1e995ull      /* the drafter's RNG differs from the target's */
 
 /* ---- adaptive k ---- */
 
-static uint32_t best_k(float a, float cost, uint32_t k_max)
+static uint32_t best_k(const struct ds_spec_adapt *a)
 {
-    /* Expected tokens of a round: 1 + a + ... + a^k (independent acceptances). */
-    double best = 0.0, tokens = 1.0, ak = 1.0;
+    uint32_t last = 0;              /* longest observed length */
+    while (last < a->k_max && a->seen[last + 1]) last++;
+    double ratio = last >= 2 && a->surv[last - 1] > 0.0f ? a->surv[last] / a->surv[last - 1] : S_PRIOR;
+    double best = 0.0, tokens = 1.0, sj = 1.0;
     uint32_t k_best = 1;
-    for (uint32_t k = 1; k <= k_max; k++) {
-        ak *= a;
-        tokens += ak;
-        double gain = tokens / (1.0 + (double)cost * k);
+    for (uint32_t k = 1; k <= a->k_max; k++) {
+        sj = DS_MIN(sj, a->seen[k] ? (double)a->surv[k] : sj * DS_MIN(ratio, 1.0));
+        tokens += sj;
+        double gain = tokens / (1.0 + (double)a->cost * k);
         if (gain > best + 1e-9) {
             best = gain;
             k_best = k;
@@ -39,24 +40,28 @@ static uint32_t best_k(float a, float cost, uint32_t k_max)
 
 void ds_spec_adapt_init(struct ds_spec_adapt *a, uint32_t k_max, bool fixed, float cost)
 {
+    memset(a, 0, sizeof *a);
     a->k_max = DS_MAX(1u, DS_MIN(k_max, DS_SPEC_K_MAX));
     a->fixed = fixed;
     a->cost = cost >= 0.0f && isfinite(cost) ? cost : 0.0f;
-    a->n_acc = N_ACC0;
-    a->n_rej = N_REJ0;
-    a->accept = N_ACC0 / (N_ACC0 + N_REJ0);
-    a->k = fixed ? a->k_max : best_k(a->accept, a->cost, a->k_max);
+    a->surv[0] = 1.0f;
+    a->seen[0] = true;
+    a->k = fixed ? a->k_max : best_k(a);
 }
 
 void ds_spec_adapt_update(struct ds_spec_adapt *a, uint32_t drafted, uint32_t accepted)
 {
+    drafted = DS_MIN(drafted, DS_SPEC_K_MAX);
     if (drafted == 0) return;
-    accepted = DS_MIN(accepted, drafted);
-    a->n_acc += DS_SPEC_EWMA * ((float)accepted - a->n_acc);
-    a->n_rej += DS_SPEC_EWMA * ((accepted < drafted ? 1.0f : 0.0f) - a->n_rej);
-    float t = a->n_acc + a->n_rej;
-    a->accept = t > 0.0f ? a->n_acc / t : a->accept;
-    if (!a->fixed) a->k = best_k(a->accept, a->cost, a->k_max);
+    for (uint32_t j = 1; j <= drafted; j++) {
+        float hit = accepted >= j ? 1.0f : 0.0f;
+        a->surv[j] = a->seen[j] ? a->surv[j] + DS_SPEC_EWMA * (hit - a->surv[j]) : hit;
+        a->seen[j] = true;
+    }
+    a->rounds++;
+    if (a->fixed) return;
+    a->k = best_k(a);
+    if (a->rounds % DS_SPEC_PROBE == DS_SPEC_PROBE - 1 && a->k < a->k_max) a->k++;
 }
 
 uint32_t ds_spec_adapt_k(const struct ds_spec_adapt *a)
@@ -327,7 +332,7 @@ struct ds_spec {
 
 void ds_spec_opts_init(struct ds_spec_opts *o)
 {
-    o->k = 4;
+    o->k = 8;
     o->adaptive = true;
 }
 

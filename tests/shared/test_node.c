@@ -70,12 +70,12 @@ static void test_config(void **state)
     assert_int_equal(ds_node_config_set(&c, "model.a.colour=red"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "batch.max_active=0"), DS_ERR_INVAL);
     /* Speculative decoding keys. */
-    assert_int_equal(c.models[0].spec_k, 4);
+    assert_int_equal(c.models[0].spec_k, 8);
     assert_null(c.models[0].draft);
     assert_int_equal(ds_node_config_set(&c, "model.a.draft=int8"), DS_OK);
-    assert_int_equal(ds_node_config_set(&c, "model.a.spec_k=8"), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "model.a.spec_k=6"), DS_OK);
     assert_string_equal(c.models[0].draft, "int8");
-    assert_int_equal(c.models[0].spec_k, 8);
+    assert_int_equal(c.models[0].spec_k, 6);
     assert_int_equal(ds_node_config_set(&c, "model.a.spec_k=0"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a.spec_k=17"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_check(&c), DS_OK);

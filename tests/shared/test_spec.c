@@ -525,6 +525,18 @@ static void test_adapt(void **state)
     assert_int_equal(ds_spec_adapt_k(&a), 8);   /* all accepted: longest drafts */
     for (int i = 0; i < 40; i++) ds_spec_adapt_update(&a, ds_spec_adapt_k(&a), 0);
     assert_int_equal(ds_spec_adapt_k(&a), 1);   /* nothing accepted: shortest */
+    /* Runs that always end after 5 accepted drafts (position-dependent
+    ** acceptance, as a draft that loses track at a fixed point): k settles
+    ** at 5, where one per-token acceptance rate (5 / 6 = 0.83) would have
+    ** predicted that 4 pays best; every DS_SPEC_PROBE-th round tries one more. */
+    ds_spec_adapt_init(&a, 8, false, 0.25f);
+    unsigned at5 = 0;
+    for (int i = 0; i < 64; i++) {
+        uint32_t k = ds_spec_adapt_k(&a);
+        if (i >= 16) at5 += k == 5;
+        ds_spec_adapt_update(&a, k, k < 5 ? k : 5);
+    }
+    assert_true(at5 >= 48 - 48 / DS_SPEC_PROBE);
     ds_spec_adapt_init(&a, 40, true, 0.25f);
     assert_int_equal(ds_spec_adapt_k(&a), DS_SPEC_K_MAX);
     ds_spec_adapt_update(&a, 5, 0);

@@ -64,22 +64,30 @@
 #define DS_SPEC_K_MAX 16u       /* most drafts per round (verify = k+1 rows) */
 
 /* ---- adaptive k ---- */
-/* Rule: a is the per-token acceptance probability estimated from recent
-** rounds: with n accepted of k drafted, a round shows n acceptances and one
-** rejection when n < k (none when n = k), so a = N / (N + R) with N and R
-** exponentially weighted (DS_SPEC_EWMA per round) averages of those counts;
-** it starts at 0.8 (N = 4, R = 1). The next k is the one in [1, k_max] that
-** maximises the expected tokens per unit of cost,
-**     (1 + a + ... + a^k)  /  (1 + cost * k),
+/* Rule: S(j), the probability that a round accepts at least j drafts when
+** it drafts j or more, is estimated for j = 1..k_max from the rounds seen:
+** a round that drafted k and accepted n shows "n >= j" for every j <= k;
+** the first observation of S(j) sets it, later ones move it by DS_SPEC_EWMA.
+** A length never drafted yet continues the longest one observed with its
+** last ratio S(j) / S(j-1) (0.8 before two lengths are known), so a draft
+** that keeps being accepted is tried longer; S never grows with j. The next
+** k is the one in [1, k_max] that maximises the expected tokens per unit of
+** cost,
+**     (1 + S(1) + ... + S(k))  /  (1 + cost * k),
 ** where cost is the price of one draft token relative to one target pass
 ** (ds_spec uses the ratio of the engines' streamed weight bytes: INT8 draft
-** of an FP32 target ~ 0.27). With fixed set, k stays at k_max. Deterministic:
-** depends on the counts only. */
-#define DS_SPEC_EWMA 0.3f
+** of an FP32 target ~ 0.27), except that every DS_SPEC_PROBE-th round
+** drafts one more than that, to keep S fresh just beyond the chosen k.
+** Measuring runs rather than one acceptance rate matters when acceptance
+** depends on the position in the draft. With fixed set, k stays at k_max.
+** Deterministic: depends on the counts only. */
+#define DS_SPEC_EWMA  0.3f
+#define DS_SPEC_PROBE 16u
 struct ds_spec_adapt {
-    float    n_acc, n_rej;  /* EWMA of accepted drafts / rejections per round */
-    float    accept;    /* n_acc / (n_acc + n_rej), [0, 1] */
+    float    surv[DS_SPEC_K_MAX + 1];  /* S(j), j >= 1; valid where seen[j] */
+    bool     seen[DS_SPEC_K_MAX + 1];
     float    cost;      /* draft token cost / target pass cost, >= 0 */
+    uint32_t rounds;
     uint32_t k_max;     /* 1..DS_SPEC_K_MAX */
     uint32_t k;         /* next k */
     bool     fixed;
@@ -146,7 +154,7 @@ DS_MUST_CHECK enum ds_err ds_spec_verify(struct ds_spec_verifier *v, struct ds_s
 
 /* ---- one node: both models ---- */
 struct ds_spec_opts {
-    uint32_t k;          /* k_max (1..DS_SPEC_K_MAX); default 4 */
+    uint32_t k;          /* k_max (1..DS_SPEC_K_MAX); default 8 */
     bool     adaptive;   /* adapt k in [1, k] (default true) */
 };
 void ds_spec_opts_init(struct ds_spec_opts *o);
