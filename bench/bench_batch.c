@@ -35,9 +35,6 @@
 #include "ds/log.h"
 #include "ds/model.h"
 #include "support/mkmodel.h"
-#ifdef DS_HAVE_CUDA
-#include "ds_cuda.h"
-#endif
 
 #define MAX_STREAMS    256
 #define MAX_COUNTS     16
@@ -301,17 +298,6 @@ static int write_json(const struct bench *b)
 
 /* ---- command line ---- */
 
-/* A CUDA device this build can use. */
-static bool cuda_device(void)
-{
-#ifdef DS_HAVE_CUDA
-    int n = 0;
-    return ds_cuda_device_count(&n) == DS_OK && n > 0;
-#else
-    return false;
-#endif
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_batch [options]\n"
@@ -425,7 +411,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_batch: cannot create %s: %s\n", o->dir, strerror(errno));
         return EXIT_FAILURE;
     }
-    if (o->cuda && !cuda_device()) {
+    if (o->cuda && !bench_cuda_device()) {
         printf("bench_batch: no CUDA device: nothing measured\n");
         return EXIT_SUCCESS;
     }

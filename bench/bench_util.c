@@ -6,6 +6,9 @@
 #include <stdlib.h>
 
 #include "ds/common.h"
+#ifdef DS_HAVE_CUDA
+#include "ds_cuda.h"
+#endif
 
 double bench_now_s(void) { return (double)ds_now_ns() / 1e9; }
 
@@ -41,4 +44,14 @@ void bench_json_num(FILE *f, const char *key, double v, const char *sep)
 {
     if (isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
     else fprintf(f, "\"%s\": null%s", key, sep);
+}
+
+bool bench_cuda_device(void)
+{
+#ifdef DS_HAVE_CUDA
+    int n = 0;
+    return ds_cuda_device_count(&n) == DS_OK && n > 0;
+#else
+    return false;
+#endif
 }

@@ -17,6 +17,11 @@ int    bench_cmp_double(const void *a, const void *b);
 /* Median, min and max of v[0..n) (sorts v). */
 struct bench_stats bench_stats_of(double *v, unsigned n);
 
+/* Whether this build has CUDA and sees a device (benches with --backend cuda
+** say "no CUDA device" and measure nothing otherwise). */
+#include <stdbool.h>
+bool bench_cuda_device(void);
+
 /* "key": v then sep, to a JSON file; null for NaN or infinity. */
 #include <stdio.h>
 void bench_json_num(FILE *f, const char *key, double v, const char *sep);

@@ -4,7 +4,8 @@
 # checks need), runs the GPU tests (ctest -L gpu: kernels.cuda and
 # shared.engine_cuda, CUDA against the CPU FP32 engine) and a short CUDA
 # batched-decode benchmark (bench_batch --backend cuda, shapes 15m, 110m, 1b,
-# streams 1..64). Budget: about 5 minutes on an H200 box with 16 cores (the
+# streams 1..64) and speculative decoding with an FP16 CUDA target and the
+# INT8 CPU draft (bench_spec --backend cuda, 110M shape). Budget: about 5 minutes on an H200 box with 16 cores (the
 # 1b model file, 2.2 GB of random F16 weights, is written once into
 # $DS_BENCH_DIR and reused).
 #
@@ -54,7 +55,7 @@ export CUDAARCHS=${CUDAARCHS:-native}
 t0=$SECONDS
 if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDS_CUDA=ON -DDS_FATAL_WARNINGS=ON \
          -DDS_MODELS_DIR="$models" &&
-       cmake --build build-gpu -j "${DS_GPU_CHECK_JOBS:-$(nproc)}" --target test_kernels_cuda test_shared_engine_cuda bench_batch
+       cmake --build build-gpu -j "${DS_GPU_CHECK_JOBS:-$(nproc)}" --target test_kernels_cuda test_shared_engine_cuda bench_batch bench_spec
      } >"$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
   log "FAIL: build (see build.log)"
@@ -86,6 +87,20 @@ for shape in ${DS_GPU_CHECK_SHAPES:-15m 110m 1b}; do
   fi
   log "bench $shape: $((SECONDS - t0)) s"
 done
+
+# Speculative decoding with the target in FP16 on the GPU and the INT8 draft
+# on the CPU (110M shape, random weights, k = 1..8 and adaptive).
+t0=$SECONDS
+if timeout 300 build-gpu/bench/bench_spec --backend cuda --models 110m --reps 2 \
+     --dir "${DS_BENCH_DIR:-/tmp/dspark-bench}" --json "$out/bench-spec-cuda.json" \
+     >"$out/bench-spec-cuda.txt" 2>"$out/bench-spec-cuda.err"; then
+  tee -a "$out/summary.txt" <"$out/bench-spec-cuda.txt"
+else
+  tail -5 "$out/bench-spec-cuda.err"
+  log "FAIL: bench_spec --backend cuda"
+  fail=1
+fi
+log "bench spec: $((SECONDS - t0)) s"
 
 log "done $(date -u +%FT%TZ): $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
