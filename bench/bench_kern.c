@@ -2,8 +2,10 @@
 ** bench_kern.c — throughput of the CPU kernels (not a test).
 **
 ** For every variant this CPU supports: matvec_q8 and matvec_f32 (decode:
-** GB/s of weights read) and matmul_q8 with 128 tokens (prefill: G int8
-** MAC/s) on the model's matrix shapes (dim 768, hidden 2048, vocab 32000).
+** GB/s of weights read), matmul_f32 with 7 rows (a k = 6 draft
+** verification: GB/s, and its time in one-row passes) and matmul_q8 with
+** 128 tokens (prefill: G int8 MAC/s) on the model's matrix shapes (dim 768,
+** hidden 2048, vocab 32000).
 **   hot:    one matrix called again and again (stays in L2/L3);
 **   stream: a ring of copies of the matrix, >= 512 MiB in all, so every
 **           call reads from DRAM, as a decode step over a whole model does.
@@ -30,6 +32,7 @@
 #define MIN_SECONDS  0.15
 #define MAX_REPEATS  100
 #define N_TOK        128
+#define N_VERIFY     7                  /* rows of a k = 6 verification pass */
 #define MAX_THREADS  16
 
 static double now_s(void)
@@ -41,7 +44,7 @@ static double now_s(void)
 
 /* ---- one job split over threads: rows [lo, hi) per thread ---- */
 
-enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_Q8 };
+enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_Q8 };
 
 struct job {
     const struct ds_kern_ops *k;
@@ -82,6 +85,10 @@ static void run_part(struct job *j, size_t id, size_t call)
     case OP_MV_F32:
         j->k->matvec_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols,
                          j->x, j->y + lo);
+        break;
+    case OP_MM_F32:
+        j->k->matmul_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols, N_VERIFY,
+                         j->x, j->y + lo, j->rows);
         break;
     case OP_MM_Q8:
         j->k->matmul_q8(hi - lo, nb, (const struct ds_q8_block *)(const void *)base + lo * nb,
@@ -277,6 +284,15 @@ int main(int argc, char **argv)
                    dims, gbs / 1e9, gbs / mem_f32_hot, gbs / ref_f32, gbs_s / 1e9,
                    stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9);
 
+            double t1 = stream ? (double)f32_bytes / gbs_s : t;    /* one row, as the decode reads it */
+            t = measure(k, OP_MM_F32, sh, &f32_hot, xf, y, &o);
+            gbs = (double)f32_bytes / t;
+            double t_s = stream ? measure(k, OP_MM_F32, sh, &f32_str, xf, y, &o) : t;
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f  (%d rows: %.2f one-row passes)\n",
+                   k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "",
+                   stream ? (double)f32_bytes / t_s / 1e9 : 0.0, stream ? (double)f32_bytes / t_s / mem_f32_str : 0.0,
+                   2.0 * macs * N_VERIFY / t_s / 1e9, N_VERIFY, t_s / t1);
+
             t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, &o);
             double mm = macs * N_TOK / t;
             if (k == &ds_kern_ref) ref_mm = mm;
@@ -289,7 +305,8 @@ int main(int argc, char **argv)
         free(q8_hot.mem); free(f32_hot.mem); free(q8_str.mem); free(f32_str.mem);
         free(wf); free(xf); free(wq); free(xq); free(y);
     }
-    printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 GFLOP/s, matmul_q8 (n_tok %d) "
-           "G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC rate\n", N_TOK);
+    printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "
+           "when streaming), matmul_q8 (n_tok %d) G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC "
+           "rate\n", N_TOK);
     return 0;
 }
