@@ -9,7 +9,8 @@
 ** The forward pass reads like llama2.c's: one loop over layers in the order
 ** the math is written. Matrices go through matmul(), which splits output rows
 ** across the pool and calls the selected kernel (or OpenBLAS sgemm for FP32
-** passes of several rows).
+** passes of more than 17 rows); attention, RoPE, norms, SwiGLU and the
+** activations' quantization go through kernels too.
 **
 ** Backends: with the CUDA one (engine_cuda.c, builds with DS_HAVE_CUDA) this
 ** file still owns the API, sequences and validation; ds_engine_forward

@@ -4,6 +4,8 @@
 ** chosen once at start from the CPU's features.
 **
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
+**            A variant may keep fixed thread-local scratch (avx512vnni:
+**            ~200 KB per thread of packed matmul_q8 operands).
 ** Threads:   every kernel is reentrant. Kernels are single-threaded: the
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
