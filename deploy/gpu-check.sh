@@ -74,33 +74,28 @@ if [ $rc -ne 0 ] || grep -q "Skipped" "$out/ctest-gpu.log"; then
 fi
 log "tests: $((SECONDS - t0)) s"
 
-for shape in ${DS_GPU_CHECK_SHAPES:-15m 110m 1b}; do
-  t0=$SECONDS
-  if timeout 240 build-gpu/bench/bench_batch --backend cuda --shape "$shape" --steps 32 --reps 3 \
-       --dir "${DS_BENCH_DIR:-/tmp/dspark-bench}" --json "$out/bench-batch-cuda-$shape.json" \
-       >"$out/bench-batch-cuda-$shape.txt" 2>"$out/bench-batch-cuda-$shape.err"; then
-    tee -a "$out/summary.txt" <"$out/bench-batch-cuda-$shape.txt"
+# bench NAME TIMEOUT ARGS...: build-gpu/bench/ARGS under a time limit, its
+# table to the summary and $out/NAME.{txt,json,err}.
+bench() {
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  if timeout "$limit" "build-gpu/bench/$1" "${@:2}" --dir "${DS_BENCH_DIR:-/tmp/dspark-bench}" \
+       --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err"; then
+    tee -a "$out/summary.txt" <"$out/$name.txt"
   else
-    tail -5 "$out/bench-batch-cuda-$shape.err"
-    log "FAIL: bench_batch --backend cuda --shape $shape"
+    tail -5 "$out/$name.err"
+    log "FAIL: $*"
     fail=1
   fi
-  log "bench $shape: $((SECONDS - t0)) s"
-done
+  log "$name: $((SECONDS - t0)) s"
+}
 
+for shape in ${DS_GPU_CHECK_SHAPES:-15m 110m 1b}; do
+  bench "bench-batch-cuda-$shape" 240 bench_batch --backend cuda --shape "$shape" --steps 32 --reps 3
+done
 # Speculative decoding with the target in FP16 on the GPU and the INT8 draft
 # on the CPU (110M shape, random weights, k = 1..8 and adaptive).
-t0=$SECONDS
-if timeout 300 build-gpu/bench/bench_spec --backend cuda --models 110m --reps 2 \
-     --dir "${DS_BENCH_DIR:-/tmp/dspark-bench}" --json "$out/bench-spec-cuda.json" \
-     >"$out/bench-spec-cuda.txt" 2>"$out/bench-spec-cuda.err"; then
-  tee -a "$out/summary.txt" <"$out/bench-spec-cuda.txt"
-else
-  tail -5 "$out/bench-spec-cuda.err"
-  log "FAIL: bench_spec --backend cuda"
-  fail=1
-fi
-log "bench spec: $((SECONDS - t0)) s"
+bench bench-spec-cuda 300 bench_spec --backend cuda --models 110m --reps 2
 
 log "done $(date -u +%FT%TZ): $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
