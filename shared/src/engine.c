@@ -534,12 +534,15 @@ static void rows_task(void *p, unsigned task, unsigned n_tasks)
     ** consecutive positions of a block fill one cache line while it is in
     ** L1 (row by row, each of a row's kv_dim stores lands on another line). */
     if (j->ops & ROW_ROPE_KV)
-        for (size_t d = 0; d < kvd; d++)
-            for (size_t r = lo; r < hi; r++) {
-                uint32_t pos = s->pos[r];
-                k_block(e, j->rows[r].seq, j->layer, pos / DS_KV_BLOCK)[d * DS_KV_BLOCK + pos % DS_KV_BLOCK] =
-                    s->k[r * kvd + d];
-            }
+        for (size_t r0 = lo; r0 < hi; r0 += 32) {
+            float *dst[32];             /* each row's first key slot */
+            size_t n = DS_MIN((size_t)32, hi - r0);
+            for (size_t i = 0; i < n; i++)
+                dst[i] = k_block(e, j->rows[r0 + i].seq, j->layer, s->pos[r0 + i] / DS_KV_BLOCK) +
+                         s->pos[r0 + i] % DS_KV_BLOCK;
+            for (size_t d = 0; d < kvd; d++)
+                for (size_t i = 0; i < n; i++) dst[i][d * DS_KV_BLOCK] = s->k[(r0 + i) * kvd + d];
+        }
 }
 
 static void rows_run(struct ds_engine *e, const struct ds_batch_row *rows, size_t n, unsigned ops,
