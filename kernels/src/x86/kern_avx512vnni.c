@@ -528,9 +528,9 @@ static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
                 for (size_t i = 0; i < ntile; i++) {
                     /* this token tile's share of the next weight tile's rows */
                     size_t p0 = r0 + MM_RT + i * MM_RT / ntile, p1 = r0 + MM_RT + (i + 1) * MM_RT / ntile;
-                    struct mm_pf pf = { (const char *)(w + p0 * n_blocks + kb0), n_blocks * sizeof *w,
-                                        p1 < rows ? p1 - p0 : p0 < rows ? rows - p0 : 0,
-                                        (kn * sizeof *w + 63) / 64 };
+                    size_t np = p0 >= rows ? 0 : (p1 < rows ? p1 : rows) - p0;
+                    struct mm_pf pf = { np ? (const char *)(w + p0 * n_blocks + kb0) : NULL,
+                                        n_blocks * sizeof *w, np, (kn * sizeof *w + 63) / 64 };
                     mm_tile_any(nr, nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, &wt, &xt[i], kn,
                                 y + (t0 + i * MM_TT) * ldy + r0, ldy, kb0 > 0, &pf);
                 }
