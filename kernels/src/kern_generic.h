@@ -1,8 +1,8 @@
 /*
 ** kern_generic.h — portable C versions of the attention, softmax, SwiGLU
-** and RoPE kernels. The reference compiles them as the oracle; a variant without a
-** hand-written version includes this file too, so the compiler vectorizes
-** the loops under that variant's own ISA flags. Module-internal.
+** and RoPE kernels. The reference compiles them as the oracle; a variant
+** without a hand-written version includes this file too, so the compiler
+** vectorizes the loops under that variant's own ISA flags. Module-internal.
 **
 ** The loops run over the contiguous index (keys for the scores, head
 ** dimensions for the values) so that they vectorize without reductions.
