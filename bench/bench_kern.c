@@ -288,10 +288,10 @@ int main(int argc, char **argv)
             t = measure(k, OP_MM_F32, sh, &f32_hot, xf, y, &o);
             gbs = (double)f32_bytes / t;
             double t_s = stream ? measure(k, OP_MM_F32, sh, &f32_str, xf, y, &o) : t;
+            double gbs_v = stream ? (double)f32_bytes / t_s : 0.0;
             printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f  (%d rows: %.2f one-row passes)\n",
-                   k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "",
-                   stream ? (double)f32_bytes / t_s / 1e9 : 0.0, stream ? (double)f32_bytes / t_s / mem_f32_str : 0.0,
-                   2.0 * macs * N_VERIFY / t_s / 1e9, N_VERIFY, t_s / t1);
+                   k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "", gbs_v / 1e9,
+                   stream ? gbs_v / mem_f32_str : 0.0, 2.0 * macs * N_VERIFY / t_s / 1e9, N_VERIFY, t_s / t1);
 
             t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, &o);
             double mm = macs * N_TOK / t;

@@ -271,7 +271,8 @@ static int write_json(const struct bench *b)
         return -1;
     }
     fprintf(f, "{\n  \"bench\": \"spec\", \"version\": 1, \"quick\": %s, \"threads\": %u, \"reps\": %u, "
-            "\"target_backend\": \"%s\",\n  ", o->quick ? "true" : "false", o->threads, o->reps, o->cuda ? "cuda" : "cpu");
+            "\"target_backend\": \"%s\",\n  ",
+            o->quick ? "true" : "false", o->threads, o->reps, o->cuda ? "cuda" : "cpu");
     bench_json_num(f, "load_start", b->load_start, ", ");
     bench_json_num(f, "load_end", b->load_end, ",\n  \"results\": [\n");
     for (size_t i = 0; i < b->n_rows; i++) {

@@ -573,13 +573,16 @@ static float dot_f32_avx512(size_t n, const float *a, const float *b)
 #define F32_RMAX 8              /* rows per tile when T == 1 (8 FMA chains) */
 #define F32_TMAX 8              /* inputs per tile (R x T <= 24 accumulators) */
 
+/* The two 256-bit halves of v added. */
+DS_INLINE __m256 fold_ps(__m512 v)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 /* Lane sums of v0..v3 as [s0 s1 s2 s3]; one fixed tree per vector. */
 DS_INLINE __m128 reduce4_ps(__m512 v0, __m512 v1, __m512 v2, __m512 v3)
 {
-    __m256 a0 = _mm256_add_ps(_mm512_castps512_ps256(v0), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v0), 1)));
-    __m256 a1 = _mm256_add_ps(_mm512_castps512_ps256(v1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v1), 1)));
-    __m256 a2 = _mm256_add_ps(_mm512_castps512_ps256(v2), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v2), 1)));
-    __m256 a3 = _mm256_add_ps(_mm512_castps512_ps256(v3), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v3), 1)));
+    __m256 a0 = fold_ps(v0), a1 = fold_ps(v1), a2 = fold_ps(v2), a3 = fold_ps(v3);
     __m128 b0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
     __m128 b1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
     __m128 b2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
