@@ -94,6 +94,7 @@ static void rmsnorm_f32_ref(size_t n, const float *x, const float *w, float eps,
 const struct ds_kern_ops ds_kern_ref = {
     .abi_version = DS_KERN_ABI,
     .name        = "ref",
+    .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .quantize_q8 = quantize_q8_ref,
     .dot_i8      = dot_i8_ref,
     .matvec_q8   = matvec_q8_ref,

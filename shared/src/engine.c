@@ -1,8 +1,9 @@
 /*
 ** engine.c — the Llama forward pass over a batch of rows, in FP32 or INT8.
 **
-** Owns: prepared weight matrices (converted copies, or borrowed from the
-** model's mapping when the file already holds the needed type), the scratch
+** Owns: prepared weight matrices (converted or packed copies, or borrowed
+** from the model's mapping when the kernel reads the file's type as it is:
+** F32, or Q8_0 for a variant without a packed layout), the scratch
 ** buffers of struct run_state, the RoPE table, the thread pool and the KV
 ** block pool that every struct ds_seq of this engine draws from.
 **
@@ -34,13 +35,15 @@
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
 #define DEFAULT_KV_SEQS   4u
-#define ROW_ALIGN         16u      /* output rows per thread are a multiple of this */
+#define ROW_ALIGN         16u      /* output rows per thread are a multiple of this (INT8: and
+                                   ** of the kernel's packed tile) */
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define ATT_ROWS          8u       /* query rows of one sequence scored together */
 #define ATT_LD(n)         (((size_t)(n) + 15) / 16 * 16 | 16)   /* floats per row of scores, n keys */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
+#define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
 
 const char *ds_precision_name(enum ds_precision p)
 {
@@ -195,24 +198,37 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
         m->f = m->owned = f;
         return DS_OK;
     }
-    if (w->type == DS_DTYPE_Q8_0) {       /* the file's blocks, as they are */
-        m->q = w->data;
+    /* INT8: the file's Q8_0 blocks, or the rows quantized here; then, for a
+    ** kernel variant with a packed layout, packed once into its tiles. */
+    const struct ds_q8_block *src = w->type == DS_DTYPE_Q8_0 ? w->data : NULL;
+    struct ds_q8_block *quant = NULL;
+    if (!src) {
+        float *row = malloc((size_t)w->cols * sizeof *row);
+        quant = malloc((size_t)w->rows * m->nb * sizeof *quant);
+        if (!quant || !row) {
+            free(quant);
+            free(row);
+            return DS_ERR_NOMEM;
+        }
+        for (uint32_t r = 0; r < w->rows; r++) {
+            row_to_f32(w, r, row);
+            ds_kern_ref.quantize_q8(w->cols, row, quant + (size_t)r * m->nb);
+        }
+        free(row);
+        src = quant;
+    }
+    if (!e->kern->q8_pack) {
+        m->q = src;
+        m->owned = quant;
         return DS_OK;
     }
-    struct ds_q8_block *q = malloc((size_t)w->rows * m->nb * sizeof *q);
-    float *row = malloc((size_t)w->cols * sizeof *row);
-    if (!q || !row) {
-        free(q);
-        free(row);
-        return DS_ERR_NOMEM;
-    }
-    for (uint32_t r = 0; r < w->rows; r++) {
-        row_to_f32(w, r, row);
-        ds_kern_ref.quantize_q8(w->cols, row, q + (size_t)r * m->nb);
-    }
-    free(row);
-    m->q = q;
-    m->owned = q;
+    size_t bytes = ds_q8_packed_blocks(e->kern, w->rows, m->nb) * sizeof(struct ds_q8_block);
+    struct ds_q8_block *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (packed) e->kern->q8_pack(w->rows, m->nb, src, packed);
+    free(quant);
+    if (!packed) return DS_ERR_NOMEM;
+    m->q = packed;
+    m->owned = packed;
     return DS_OK;
 }
 
@@ -381,11 +397,12 @@ void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32
 
 /* ---- parallel matrix multiply ---- */
 
-/* Up to three matrices that read the same input (q/k/v, gate/up) run in one
-** pool dispatch: each thread takes its slice of rows of every matrix. With
-** swiglu set (gate and up), each thread then applies SwiGLU to its own
-** slice of the hidden rows, still in its cache, and quantizes it for the
-** down projection (INT8): the slices are whole Q8 blocks. */
+/* Up to three matrices that read the same input (q/k/v, gate/up) make one
+** job. Split by rows, each thread takes its slice of rows of every matrix;
+** with swiglu set (gate and up) it then applies SwiGLU to its own slice of
+** the hidden rows, still in its cache, and quantizes it for the down
+** projection (INT8): the slices are whole Q8 blocks. Split by tokens, each
+** thread does the same for its own tokens over whole matrices. */
 #define MATMUL_MAX 3
 
 struct matmul_job {
@@ -401,23 +418,28 @@ struct matmul_job {
 
 static void swiglu_span(const struct ds_engine *e, size_t row, size_t c0, size_t c1);
 
-static void matmul_slice(const struct matmul_job *j, const struct mat *w, float *y, size_t r0, size_t r1)
+/* Output rows r0 .. r1 of w for input tokens t0 .. t1. */
+static void matmul_part(const struct matmul_job *j, const struct mat *w, float *y, size_t t0, size_t t1,
+                        size_t r0, size_t r1)
 {
     const struct ds_kern_ops *k = j->e->kern;
+    const size_t n = t1 - t0;
+    y += t0 * w->rows + r0;
     if (j->e->prec == DS_PRECISION_INT8) {
-        if (j->n == 1)
-            k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->xq, y + r0);
+        const struct ds_q8_block *xq = j->xq + t0 * w->nb;
+        if (n == 1)
+            k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, xq, y);
         else
-            k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, j->n, j->xq, y + r0, w->rows);
-    } else if (j->n <= FP32_MATVEC_ROWS) {
+            k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, n, xq, y, w->rows);
+    } else if (n <= FP32_MATVEC_ROWS) {
         /* Few rows (decode, batched decode, draft verification): OpenBLAS
         ** sgemm runs well below the kernel there (it packs the whole weight
         ** matrix first). matmul_f32 streams the weights once for all rows,
         ** and each row's result is bit-identical to a one-row pass. */
-        k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, j->n, j->x, y + r0, w->rows);
+        k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, n, j->x + t0 * w->cols, y, w->rows);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->n, (int)(r1 - r0), (int)w->cols,
-                    1.0f, j->x, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, y + r0,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(r1 - r0), (int)w->cols, 1.0f,
+                    j->x + t0 * w->cols, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, y,
                     (int)w->rows);
     }
 }
@@ -425,14 +447,23 @@ static void matmul_slice(const struct matmul_job *j, const struct mat *w, float 
 static void matmul_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct matmul_job *j = p;
-    const size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, DS_Q8_BLOCK) : ROW_ALIGN;
+    size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, DS_Q8_BLOCK) : ROW_ALIGN;
+    if (j->e->prec == DS_PRECISION_INT8) align = DS_MAX(align, j->e->kern->q8_pack_rows);
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
         ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);
-        if (r0 < r1) matmul_slice(j, j->w[m], j->y[m], r0, r1);
+        if (r0 < r1) matmul_part(j, j->w[m], j->y[m], 0, j->n, r0, r1);
     }
     if (j->swiglu && r0 < r1)
         for (size_t t = 0; t < j->n; t++) swiglu_span(j->e, t, r0, r1);
+}
+
+/* Tokens t0 .. t1 of the job, every row (split by tokens). */
+static void matmul_tokens(const struct matmul_job *j, size_t t0, size_t t1)
+{
+    for (unsigned m = 0; m < j->n_mat; m++) matmul_part(j, j->w[m], j->y[m], t0, t1, 0, j->w[m]->rows);
+    if (j->swiglu)
+        for (size_t t = t0; t < t1; t++) swiglu_span(j->e, t, 0, j->e->cfg.hidden_dim);
 }
 
 /* INT8: quantize n rows of cols floats into the shared input buffer. Every
@@ -453,31 +484,12 @@ static void matmul_run(struct ds_engine *e, struct matmul_job *j)
     else ds_pool_run(e->pool, matmul_task, j);
 }
 
-/* y_i (n, w_i->rows) = x (n, cols) . w_i^T for each of n_mat matrices (NULL
-** ends the list early); for INT8 the input must already be quantized by
-** quantize_input(). */
-static void matmul_n(struct ds_engine *e, const float *x, size_t n, unsigned n_mat,
-                     const struct mat *w0, float *y0, const struct mat *w1, float *y1,
-                     const struct mat *w2, float *y2)
-{
-    struct matmul_job j = { e, { w0, w1, w2 }, { y0, y1, y2 }, n_mat, x, e->s.xq, n, false };
-    matmul_run(e, &j);
-}
-
+/* y (n, w->rows) = x (n, cols) . w^T; for INT8 the input must already be
+** quantized by quantize_input(). */
 static void matmul(struct ds_engine *e, const struct mat *w, const float *x, size_t n, float *y)
 {
-    matmul_n(e, x, n, 1, w, y, NULL, NULL, NULL, NULL);
-}
-
-/* Feed-forward: hb = silu(gate xb) * (up xb), quantized into hq (INT8; not
-** into xq, which the other thread may still be reading), then the down
-** projection into xb2. */
-static void ffn(struct ds_engine *e, const struct layer *L, size_t n)
-{
-    struct matmul_job up = { e, { &L->w1, &L->w3 }, { e->s.hb, e->s.hb2 }, 2, e->s.xb, e->s.xq, n, true };
-    matmul_run(e, &up);
-    struct matmul_job down = { e, { &L->w2 }, { e->s.xb2 }, 1, e->s.hb, e->s.hq, n, false };
-    matmul_run(e, &down);
+    struct matmul_job j = { e, { w }, { y }, 1, x, e->s.xq, n, false };
+    matmul_run(e, &j);
 }
 
 /* hb = silu(hb) * hb2 over hidden columns c0 .. c1 of one row, then (INT8)
@@ -509,15 +521,13 @@ struct rows_job {
 
 static void rope(const struct ds_engine *e, float *x, uint32_t n_heads, uint32_t pos);
 
-static void rows_task(void *p, unsigned task, unsigned n_tasks)
+/* Rows lo .. hi of the job. */
+static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
 {
-    const struct rows_job *j = p;
     struct ds_engine *e = j->e;
     struct run_state *s = &e->s;
     const struct ds_model_config *c = &e->cfg;
     const size_t dim = c->dim, kvd = c->kv_dim;
-    size_t lo, hi;
-    ds_pool_split(j->n, task, n_tasks, 1, &lo, &hi);
     for (size_t r = lo; r < hi; r++) {
         float *x = s->x + r * dim;
         if (j->ops & ROW_ADD) e->kern->axpy_f32(dim, 1.0f, s->xb2 + r * dim, x);   /* exact: 1 * a + b */
@@ -545,12 +555,18 @@ static void rows_task(void *p, unsigned task, unsigned n_tasks)
         }
 }
 
-static void rows_run(struct ds_engine *e, const struct ds_batch_row *rows, size_t n, unsigned ops,
-                     const float *norm, uint32_t layer, const float *qsrc, uint32_t qcols)
+static void rows_task(void *p, unsigned task, unsigned n_tasks)
 {
-    struct rows_job j = { e, rows, n, ops, norm, layer, qsrc, qcols };
-    if (n < 4) rows_task(&j, 0, 1);
-    else ds_pool_run(e->pool, rows_task, &j);
+    const struct rows_job *j = p;
+    size_t lo, hi;
+    ds_pool_split(j->n, task, n_tasks, 1, &lo, &hi);
+    rows_span(j, lo, hi);
+}
+
+static void rows_run(struct rows_job *j)
+{
+    if (j->n < 4) rows_span(j, 0, j->n);
+    else ds_pool_run(j->e->pool, rows_task, j);
 }
 
 /* ---- attention ----
@@ -628,6 +644,104 @@ static void rope(const struct ds_engine *e, float *x, uint32_t n_heads, uint32_t
     e->kern->rope_f32(n_heads, c->head_dim, c->rope_dim, x, e->rope + (size_t)pos * c->rope_dim);
 }
 
+/* ---- a layer as a list of steps, and its two schedules ----
+** layer_steps() lists a layer's steps once, in the order the math is
+** written; one of two schedules runs them:
+**   by rows (decode, batches, short prompts): each step over the whole
+**     batch, its matrices split by output rows across the pool, so each
+**     weight streams from memory once for all the rows;
+**   by tokens (prefill, TOKEN_SPLIT_MIN tokens or more per thread): each
+**     thread runs every step between two attentions for its own tokens,
+**     through whole matrices, with no sync in between. The work is
+**     compute-bound there, so reading each weight once per thread costs
+**     little, while the threads stop waiting on each other at every step
+**     and prepare each activation once instead of once per thread. */
+enum step_kind { STEP_ROWS, STEP_MATMUL, STEP_ATTN };
+
+struct step {
+    enum step_kind    kind;
+    struct rows_job   rows;     /* STEP_ROWS */
+    struct matmul_job mm;       /* STEP_MATMUL */
+    struct attn_job   attn;     /* STEP_ATTN */
+};
+
+#define LAYER_STEPS 9
+
+static size_t layer_steps(struct ds_engine *e, const struct ds_batch_row *rows, size_t n, uint32_t l,
+                          struct step st[LAYER_STEPS])
+{
+    const struct layer *L = &e->layers[l];
+    struct run_state *s = &e->s;
+    const uint32_t dim = e->cfg.dim;
+#define ROWS(ops, norm, qsrc) (struct step){ STEP_ROWS, .rows = { e, rows, n, (ops), (norm), l, (qsrc), dim } }
+#define MATMUL(...)           (struct step){ STEP_MATMUL, .mm = { e, __VA_ARGS__ } }
+    size_t i = 0;
+    /* attention: (previous layer's residual,) rmsnorm, q k v, rope, cache,
+    ** scores, output projection */
+    st[i++] = ROWS((l ? ROW_ADD : 0) | ROW_NORM | ROW_QUANT, L->attn_norm, s->xb);
+    st[i++] = MATMUL({ &L->wq, &L->wk, &L->wv }, { s->q, s->k, s->v }, 3, s->xb, s->xq, n, false);
+    st[i++] = ROWS(ROW_ROPE_KV, NULL, NULL);
+    st[i++] = (struct step){ STEP_ATTN, .attn = { e, rows, l } };
+    st[i++] = ROWS(ROW_QUANT, NULL, s->xb);
+    st[i++] = MATMUL({ &L->wo }, { s->xb2 }, 1, s->xb, s->xq, n, false);
+    /* feed-forward: residual, rmsnorm, hb = silu(gate xb) * (up xb) quantized
+    ** into hq (by rows not into xq, which another thread may still read),
+    ** down projection */
+    st[i++] = ROWS(ROW_ADD | ROW_NORM | ROW_QUANT, L->ffn_norm, s->xb);
+    st[i++] = MATMUL({ &L->w1, &L->w3 }, { s->hb, s->hb2 }, 2, s->xb, s->xq, n, true);
+    st[i++] = MATMUL({ &L->w2 }, { s->xb2 }, 1, s->hb, s->hq, n, false);
+#undef ROWS
+#undef MATMUL
+    return i;
+}
+
+static void attn_run(struct ds_engine *e, struct attn_job *j, size_t n)
+{
+    size_t work = 0;
+    for (size_t r = 0; r < n; r++) work += (size_t)(e->s.pos[r] + 1) * e->cfg.dim;
+    if (work < ATTN_MIN_WORK) attn_task(j, 0, 1);
+    else ds_pool_run(e->pool, attn_task, j);
+}
+
+static void run_by_rows(struct ds_engine *e, struct step *st, size_t n_steps, size_t n)
+{
+    for (size_t i = 0; i < n_steps; i++) {
+        if (st[i].kind == STEP_ROWS) rows_run(&st[i].rows);
+        else if (st[i].kind == STEP_MATMUL) matmul_run(e, &st[i].mm);
+        else attn_run(e, &st[i].attn, n);
+    }
+}
+
+struct tokens_job {
+    const struct step *st;
+    size_t             n_steps, n;
+};
+
+static void tokens_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct tokens_job *j = p;
+    size_t lo, hi;
+    /* whole KV blocks each, so no two threads write keys into one line */
+    ds_pool_split(j->n, task, n_tasks, DS_KV_BLOCK, &lo, &hi);
+    for (size_t i = 0; i < j->n_steps && lo < hi; i++) {
+        if (j->st[i].kind == STEP_ROWS) rows_span(&j->st[i].rows, lo, hi);
+        else matmul_tokens(&j->st[i].mm, lo, hi);
+    }
+}
+
+static void run_by_tokens(struct ds_engine *e, struct step *st, size_t n_steps, size_t n)
+{
+    for (size_t i = 0; i < n_steps;) {
+        if (st[i].kind == STEP_ATTN) {
+            attn_run(e, &st[i++].attn, n);
+            continue;
+        }
+        struct tokens_job j = { st + i, 0, n };
+        while (i < n_steps && st[i].kind != STEP_ATTN) i++, j.n_steps++;
+        ds_pool_run(e->pool, tokens_task, &j);
+    }
+}
+
 /* ---- forward ---- */
 
 static void embed(const struct ds_engine *e, int32_t tok, float *out)
@@ -672,27 +786,15 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
     attn_groups(e, rows, n);
 
+    const bool by_tokens = ds_pool_size(e->pool) > 1 && n >= TOKEN_SPLIT_MIN * ds_pool_size(e->pool);
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        const struct layer *L = &e->layers[l];
-
-        /* attention: (previous layer's residual,) rmsnorm, q k v, rope, cache,
-        ** scores, output projection */
-        rows_run(e, rows, n, (l ? ROW_ADD : 0) | ROW_NORM | ROW_QUANT, L->attn_norm, l, s->xb, c->dim);
-        matmul_n(e, s->xb, n, 3, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
-        rows_run(e, rows, n, ROW_ROPE_KV, NULL, l, NULL, 0);
-        struct attn_job aj = { e, rows, l };
-        size_t attn_work = 0;
-        for (size_t r = 0; r < n; r++) attn_work += (size_t)(s->pos[r] + 1) * dim;
-        if (attn_work < ATTN_MIN_WORK) attn_task(&aj, 0, 1);
-        else ds_pool_run(e->pool, attn_task, &aj);
-        rows_run(e, rows, n, ROW_QUANT, NULL, l, s->xb, c->dim);
-        matmul(e, &L->wo, s->xb, n, s->xb2);
-
-        /* feed-forward: residual, rmsnorm, SwiGLU, down projection */
-        rows_run(e, rows, n, ROW_ADD | ROW_NORM | ROW_QUANT, L->ffn_norm, l, s->xb, c->dim);
-        ffn(e, L, n);
+        struct step st[LAYER_STEPS];
+        size_t n_steps = layer_steps(e, rows, n, l, st);
+        if (by_tokens) run_by_tokens(e, st, n_steps, n);
+        else run_by_rows(e, st, n_steps, n);
     }
-    rows_run(e, rows, n, ROW_ADD, NULL, 0, NULL, 0);
+    struct rows_job last = { e, rows, n, ROW_ADD, NULL, 0, NULL, 0 };
+    rows_run(&last);
 
     /* Logits only for the rows that want them. */
     size_t n_out = 0;

@@ -208,16 +208,35 @@ static void fill_q8_extreme(struct ds_q8_block *b, size_t n, int mode)
     }
 }
 
+/* w (rows x nb, row-major) in k's packed layout, 2 bytes past an
+** allocation's alignment (*base is the allocation, to free). */
+static struct ds_q8_block *pack_for(const struct ds_kern_ops *k, size_t rows, size_t nb,
+                                    const struct ds_q8_block *w, void **base)
+{
+    *base = xmalloc((ds_q8_packed_blocks(k, rows, nb) + 1) * sizeof(struct ds_q8_block));
+    struct ds_q8_block *p = (struct ds_q8_block *)(void *)((char *)*base + 2);
+    ds_q8_pack(k, rows, nb, w, p);
+    return p;
+}
+
+/* matvec_q8 of k on w packed, against ref on w; then of the rows from the
+** second tile on, as the engine's threads call it. */
 static void check_matvec_q8(const struct ds_kern_ops *k, size_t rows, size_t nb,
                             const struct ds_q8_block *w, const struct ds_q8_block *x)
 {
+    void *base;
+    const struct ds_q8_block *p = pack_for(k, rows, nb, w, &base);
     float *y = xmalloc(rows * sizeof *y), *yr = xmalloc(rows * sizeof *yr);
-    k->matvec_q8(rows, nb, w, x, y);
-    ds_kern_ref.matvec_q8(rows, nb, w, x, yr);
-    for (size_t r = 0; r < rows; r++)
-        check_near("matvec_q8", r, y[r], yr[r], q8_mag(nb, w + r * nb, x), DS_TOL_SUM);
+    for (size_t r0 = 0; r0 < rows; r0 += rows > k->q8_pack_rows ? k->q8_pack_rows : rows) {
+        k->matvec_q8(rows - r0, nb, p + r0 * nb, x, y);
+        ds_kern_ref.matvec_q8(rows - r0, nb, w + r0 * nb, x, yr);
+        for (size_t r = 0; r < rows - r0; r++)
+            check_near("matvec_q8", r0 + r, y[r], yr[r], q8_mag(nb, w + (r0 + r) * nb, x), DS_TOL_SUM);
+        if (r0 > 0) break;
+    }
     free(y);
     free(yr);
+    free(base);
 }
 
 static void test_matvec_q8(void **state)
@@ -257,7 +276,9 @@ static void check_matmul_q8(const struct ds_kern_ops *k, size_t rows, size_t nb,
     size_t ldy = rows + 3, ny = nt * ldy;                /* ldy > rows: gaps must stay untouched */
     float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
-    k->matmul_q8(rows, nb, w, nt, x, y, ldy);
+    void *base;
+    k->matmul_q8(rows, nb, pack_for(k, rows, nb, w, &base), nt, x, y, ldy);
+    free(base);
     ds_kern_ref.matmul_q8(rows, nb, w, nt, x, yr, ldy);
     for (size_t t = 0; t < nt; t++) {
         for (size_t r = 0; r < rows; r++)

@@ -5,7 +5,10 @@
 **
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
-**            ~200 KB per thread of packed matmul_q8 operands).
+**            160 KB per thread of prepared matmul_q8 activations).
+** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
+**            variant's packed layout: q8_pack's output, made once at load
+**            (ds_q8_pack below); plain Q8_0 rows where a variant has none.
 ** Threads:   every kernel is reentrant. Kernels are single-threaded: the
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
@@ -21,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 2u
+#define DS_KERN_ABI 3u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -39,17 +42,27 @@ struct ds_kern_ops {
     uint32_t    abi_version;    /* DS_KERN_ABI */
     const char *name;           /* "ref", "avx2", "avx512vnni", "neon", "neondot" */
 
+    /* Packed INT8 weights. q8_pack lays out a rows x n_blocks Q8_0 matrix
+    ** (row-major) in tiles of q8_pack_rows rows, into ds_q8_packed_blocks()
+    ** blocks' worth of bytes; the last tile is padded. A tile holds the same
+    ** bytes as its rows do in Q8_0, so the rows from r0 (a multiple of
+    ** q8_pack_rows) start at out + r0 * n_blocks. NULL: the variant reads
+    ** plain Q8_0 rows (q8_pack_rows is 1). Output 64-byte aligned for speed. */
+    uint32_t q8_pack_rows;
+    void (*q8_pack)(size_t rows, size_t n_blocks, const struct ds_q8_block *w, struct ds_q8_block *out);
+
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
     ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
     void (*quantize_q8)(size_t n, const float *x, struct ds_q8_block *out);
     /* Exact integer dot product of n int8 pairs (|sum| < 2^31 for n < 2^17). */
     int32_t (*dot_i8)(size_t n, const int8_t *a, const int8_t *b);
     /* y[r] = sum over blocks b of d_w*d_x*dot(w[r][b].qs, x[b].qs),
-    ** w: rows x n_blocks blocks, row-major. */
+    ** w: rows x n_blocks blocks, packed (q8_pack), starting at a tile. */
     void (*matvec_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                       const struct ds_q8_block *x, float *y);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok.
-    ** x: n_tok rows of n_blocks blocks (prefill / batched decode). */
+    ** w packed as for matvec_q8; x: n_tok rows of n_blocks blocks
+    ** (prefill, batched decode, draft verification). */
     void (*matmul_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* y = W x; W is rows x cols FP32, row-major. */
@@ -83,6 +96,21 @@ struct ds_kern_ops {
     ** angle whose (cos, sin) are cs[2i], cs[2i+1]. */
     void (*rope_f32)(size_t n_heads, size_t head_dim, size_t rope_dim, float *x, const float *cs);
 };
+
+/* Blocks to allocate for a rows x n_blocks INT8 matrix packed for k. */
+static inline size_t ds_q8_packed_blocks(const struct ds_kern_ops *k, size_t rows, size_t n_blocks)
+{
+    size_t t = k->q8_pack_rows > 1 ? k->q8_pack_rows : 1;
+    return (rows + t - 1) / t * t * n_blocks;
+}
+
+/* w (rows x n_blocks, row-major Q8_0) into k's packed layout at out. */
+static inline void ds_q8_pack(const struct ds_kern_ops *k, size_t rows, size_t n_blocks,
+                              const struct ds_q8_block *w, struct ds_q8_block *out)
+{
+    if (k->q8_pack) k->q8_pack(rows, n_blocks, w, out);
+    else memcpy(out, w, rows * n_blocks * sizeof *w);
+}
 
 /* Keys per transposed key block of attn_scores_f32 (the engine's KV block). */
 #define DS_KERN_KT 16

@@ -283,6 +283,7 @@ static void rmsnorm_f32_neon(size_t n, const float *x, const float *w, float eps
 const struct ds_kern_ops NEON_OPS = {
     .abi_version = DS_KERN_ABI,
     .name        = NEON_NAME,
+    .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .quantize_q8 = quantize_q8_neon,
     .dot_i8      = dot_i8_neon,
     .matvec_q8   = matvec_q8_neon,

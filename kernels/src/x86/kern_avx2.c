@@ -450,6 +450,7 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
 const struct ds_kern_ops ds_kern_avx2 = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx2",
+    .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .quantize_q8 = quantize_q8_avx2,
     .dot_i8      = dot_i8_avx2,
     .matvec_q8   = matvec_q8_avx2,

@@ -11,9 +11,9 @@
 ** no int16 saturation anywhere). Only the float sums over blocks differ in
 ** order from ds_kern_ref.
 **
-** Stack: matvec_q8 uses ~10 KB and matmul_q8 up to ~35 KB of stack (2..3
-** tokens; a partial row tile ~17 KB), plus ~200 KB of thread-local packed
-** operands; nothing is allocated.
+** INT8 weights come packed by q8_pack in 32-row tiles (see below).
+** Stack: small; matmul_q8 keeps 160 KB of thread-local prepared
+** activations. Nothing is allocated.
 */
 #include <immintrin.h>
 #include <math.h>
@@ -61,14 +61,6 @@ DS_INLINE __m256i qsum8(const struct ds_q8_block *x)
                    _mm512_dpbusd_epi32(z, ones, load2(x + 1, x + 5)),
                    _mm512_dpbusd_epi32(z, ones, load2(x + 2, x + 6)),
                    _mm512_dpbusd_epi32(z, ones, load2(x + 3, x + 7)));
-}
-
-/* Exact int32 dot of one block pair (tails; sign-extends to int16). */
-DS_INLINE int32_t block_dot(const struct ds_q8_block *w, const struct ds_q8_block *x)
-{
-    __m512i a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)w->qs));
-    __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const void *)x->qs));
-    return _mm512_reduce_add_epi32(_mm512_madd_epi16(a, b));
 }
 
 DS_INLINE int32_t block_sum(const struct ds_q8_block *w)
@@ -133,154 +125,45 @@ static int32_t dot_i8_avx512(size_t n, const int8_t *a, const int8_t *b)
     return _mm512_reduce_add_epi32(s);
 }
 
-/* ---- matvec_q8 (decode) ---- */
-
-/* x prepared once per call for each group of 8 blocks. */
-struct xgroup {
-    __m512i q[4];               /* x qs as [b0|b4], [b1|b5], [b2|b6], [b3|b7] */
-    __m512i bias[4];            /* per lane: -128 * (sum of its 4 x bytes); the
-                                ** dpbusd accumulators start here, which cancels
-                                ** the +128 of the unsigned w operand exactly */
-    __m256  dx;                 /* x scales */
-};
-#define XCHUNK_GROUPS 16        /* 128 blocks (4096 columns) of x per pass: 9 KB */
-
-static void xgroup_prep(struct xgroup *g, const struct ds_q8_block *x)
-{
-    const __m512i c128 = _mm512_set1_epi8((char)0x80);
-    for (int k = 0; k < 4; k++) {
-        g->q[k] = load2(x + k, x + k + 4);
-        g->bias[k] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, g->q[k]));
-    }
-    g->dx = scales8(x);
-}
-
-/* Decode streams the weights from DRAM once per token: the hardware
-** prefetcher alone left the kernel at ~70% of a memcpy's read bandwidth, so
-** each 8-block group (272 bytes) of a row asks for the lines PF_DIST bytes
-** ahead (one to a few row tiles), into L2. No effect on cache-hot data. */
-#define PF_DIST 8192
-
-DS_INLINE void prefetch_group(const struct ds_q8_block *w)
-{
-    const char *p = (const char *)w + PF_DIST;
-    for (int i = 0; i < 5; i++) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
-}
-
-/* acc += the 8 block products of one row with one x group. */
-DS_INLINE __m256 row_group(__m256 acc, const struct ds_q8_block *w, const struct xgroup *g)
-{
-    const __m512i off = _mm512_set1_epi8((char)0x80);
-    __m512i a = _mm512_dpbusd_epi32(g->bias[0], _mm512_xor_si512(load2(w + 0, w + 4), off), g->q[0]);
-    __m512i b = _mm512_dpbusd_epi32(g->bias[1], _mm512_xor_si512(load2(w + 1, w + 5), off), g->q[1]);
-    __m512i c = _mm512_dpbusd_epi32(g->bias[2], _mm512_xor_si512(load2(w + 2, w + 6), off), g->q[2]);
-    __m512i d = _mm512_dpbusd_epi32(g->bias[3], _mm512_xor_si512(load2(w + 3, w + 7), off), g->q[3]);
-    __m256 sc = _mm256_mul_ps(scales8(w), g->dx);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4(a, b, c, d)), sc, acc);
-}
-
-DS_INLINE float tail_dot(const struct ds_q8_block *w, const struct ds_q8_block *x, size_t n)
-{
-    float s = 0.0f;
-    for (size_t b = 0; b < n; b++) s += (float)block_dot(w + b, x + b) * (f16(w[b].d) * f16(x[b].d));
-    return s;
-}
-
-DS_INLINE float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* y[r] (+)= row r of w (blocks c0 .. c0+cn) . x (same blocks). */
-static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
-                            const struct ds_q8_block *x, float *y, size_t c0, size_t cn,
-                            bool add)
-{
-    struct xgroup xg[XCHUNK_GROUPS];
-    size_t ng = cn / 8, nt = cn - ng * 8;
-    for (size_t g = 0; g < ng; g++) xgroup_prep(&xg[g], x + c0 + 8 * g);
-    const struct ds_q8_block *xt = x + c0 + 8 * ng;
-
-    size_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        const struct ds_q8_block *w0 = w + r * nb + c0;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t g = 0; g < ng; g++) {
-            const struct ds_q8_block *wg = w0 + 8 * g;
-            for (size_t k = 0; k < 4; k++) prefetch_group(wg + k * nb);
-            a0 = row_group(a0, wg, &xg[g]);
-            a1 = row_group(a1, wg + nb, &xg[g]);
-            a2 = row_group(a2, wg + 2 * nb, &xg[g]);
-            a3 = row_group(a3, wg + 3 * nb, &xg[g]);
-        }
-        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        if (nt) {
-            const struct ds_q8_block *wt = w0 + 8 * ng;
-            s = _mm_add_ps(s, _mm_setr_ps(tail_dot(wt, xt, nt), tail_dot(wt + nb, xt, nt),
-                                          tail_dot(wt + 2 * nb, xt, nt),
-                                          tail_dot(wt + 3 * nb, xt, nt)));
-        }
-        if (add) s = _mm_add_ps(s, _mm_loadu_ps(y + r));
-        _mm_storeu_ps(y + r, s);
-    }
-    for (; r < rows; r++) {
-        const struct ds_q8_block *w0 = w + r * nb + c0;
-        __m256 a0 = _mm256_setzero_ps();
-        for (size_t g = 0; g < ng; g++) a0 = row_group(a0, w0 + 8 * g, &xg[g]);
-        float s = hsum256(a0) + tail_dot(w0 + 8 * ng, xt, nt);
-        y[r] = add ? y[r] + s : s;
-    }
-}
-
-static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
-                             const struct ds_q8_block *x, float *y)
-{
-    const size_t chunk = XCHUNK_GROUPS * 8;
-    if (n_blocks == 0) {
-        memset(y, 0, rows * sizeof *y);
-        return;
-    }
-    for (size_t c0 = 0; c0 < n_blocks; c0 += chunk) {
-        size_t cn = n_blocks - c0 < chunk ? n_blocks - c0 : chunk;
-        matvec_q8_chunk(rows, n_blocks, w, x, y, c0, cn, c0 > 0);
-    }
-}
-
-/* ---- matmul_q8 (prefill) ----
-** Rows are the SIMD lanes: per tile of 32 rows and K chunk the weights are
-** repacked so that one zmm holds dword k of one block for 16 rows (as
-** w+128, unsigned), and each token's x dword is broadcast (signed).
-** vpdpbusd then accumulates the whole block dot of 16 (row, token) pairs
-** in 16 lanes after 8 steps, with no horizontal sums; the accumulator
-** starts at -128 * sum(x block), so the int32 per block is exact. A
-** register tile of 32 rows x 8 tokens (16 accumulators) shares each loaded
-** weight vector and each broadcast x dword; its float sums are 16 rows of
-** one token, stored to y as they are.
+/* ---- INT8 weights: packed tiles; matvec_q8 and matmul_q8 ----
+** Rows are the SIMD lanes. q8_pack lays a weight matrix out in tiles of
+** MM_RT rows, and each tile block by block: one struct pk_block holds
+** dword k of the block for the tile's 32 rows (as w+128, unsigned), then
+** their FP16 scales. That is 34 bytes per block and row, as in Q8_0, so the
+** tile of row r0 (a multiple of MM_RT) starts r0 * n_blocks blocks in, and
+** a tile is one contiguous stream.
+**
+** Each token's x dword is broadcast (signed); vpdpbusd then accumulates the
+** whole block dot of 16 (row, token) pairs in 16 lanes after 8 steps, with
+** no horizontal sums; the accumulator starts at -128 * sum(x block), so the
+** int32 per block is exact. A register tile of 32 rows x up to 8 tokens
+** (16 accumulators) shares each loaded weight vector and each broadcast x
+** dword; its float sums are 16 rows of one token, stored to y as they are.
+** Every (row, token) sum takes the same steps whatever the token count, so
+** a row of a batch equals the same row computed alone, bit for bit.
 **
 ** Per block the 16 accumulators take 128 vpdpbusd and 48 conversions (cvt,
 ** *dw, fma *dx into the float sums), all on the two 512-bit ports, so ~73%
 ** of the vpdpbusd peak is the ceiling (GCC spills a few of the 16 float
 ** sums; smaller tiles measured slower). Against tokens as lanes (x packed,
-** weights broadcast) this reads a
-** quarter as much from L2 per MAC (the 36 KB weight tile stays in L1 while
-** up to 128 tokens' x streams past it), needs no transpose of the results,
-** computes the -128 * sum correction once per token instead of once per
-** row, and fills the lanes for any token count (17 tokens: 1.6x). */
+** weights broadcast) this reads a quarter as much from L2 per MAC (a 34 KB
+** weight tile chunk stays in L1 while up to 128 tokens' x streams past it),
+** needs no transpose of the results, computes the -128 * sum correction once
+** per token instead of once per row, and fills the lanes for any token
+** count. Packing once at load instead of per call saved ~3% of a prefill. */
 
 #define MM_KB 32                /* blocks per K chunk */
 #define MM_RT 32                /* rows per tile (two vectors) */
 #define MM_TT 8                 /* tokens per register tile */
 #define MM_NT 128               /* tokens prepared at once */
+#define MM_MIN(a, b) ((a) < (b) ? (a) : (b))
 _Static_assert(MM_NT % MM_TT == 0, "whole token tiles per pass");
 
-struct mm_wtile {               /* MM_RT rows x one K chunk: 36 KB */
-    uint32_t q[MM_KB][8][MM_RT];    /* (w ^ 0x80) dwords: [block][dword][row] */
-    float    dw[MM_KB][MM_RT];      /* row scales, 0 for absent rows */
+struct pk_block {               /* one block of a 32-row tile: 1088 bytes */
+    uint32_t q[8][MM_RT];       /* (w ^ 0x80) dwords: [dword][row] */
+    uint16_t d[MM_RT];          /* FP16 row scales, 0 for absent rows */
 };
+_Static_assert(sizeof(struct pk_block) == MM_RT * sizeof(struct ds_q8_block), "packed = Q8_0 bytes");
 
 struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
     int32_t q[MM_TT][MM_KB][8];     /* x qs dwords */
@@ -290,8 +173,8 @@ struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
 
 /* One block of 16 rows (row i at b[i * stride]) into out[k * MM_RT + i]
 ** (k = dword): 16 ymm rows of 8 dwords become 8 zmm of 16 rows with a
-** 16x8 transpose in registers, flipped to unsigned; the scales to dw. */
-DS_INLINE void mm_pack16(uint32_t *out, float *dw, const struct ds_q8_block *b, size_t stride)
+** 16x8 transpose in registers, flipped to unsigned. */
+DS_INLINE void mm_pack16(uint32_t *out, const struct ds_q8_block *b, size_t stride)
 {
     const __m512i off = _mm512_set1_epi8((char)0x80);
     __m512i z[8], t[8];
@@ -310,32 +193,33 @@ DS_INLINE void mm_pack16(uint32_t *out, float *dw, const struct ds_q8_block *b, 
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
     const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
     for (int k = 0; k < 4; k++) {
-        _mm512_store_si512(out + k * MM_RT, _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
-        _mm512_store_si512(out + (4 + k) * MM_RT, _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
+        _mm512_storeu_si512(out + k * MM_RT, _mm512_permutex2var_epi64(t[k], lo, t[4 + k]));
+        _mm512_storeu_si512(out + (4 + k) * MM_RT, _mm512_permutex2var_epi64(t[k], hi, t[4 + k]));
     }
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)(stride * sizeof *b)));
-    __m512i d = _mm512_i32gather_epi32(idx, (const void *)&b->d, 1);
-    _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
 }
 
-/* nr (<= MM_RT) rows of w, blocks kb0 .. kb0+kn-1. A partial vector of
-** rows is packed from a zero-padded copy (scale 0, so its lanes add 0). */
-static void mm_wtile_pack(struct mm_wtile *p, const struct ds_q8_block *w, size_t nb, size_t nr,
-                          size_t kb0, size_t kn)
+/* Rows past the end of the last tile are packed from zero blocks (scale 0,
+** so their lanes add 0). */
+static void q8_pack_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w, struct ds_q8_block *out)
 {
-    for (size_t v = 0; 16 * v < nr; v++) {
-        const struct ds_q8_block *b = w + 16 * v * nb + kb0;
-        size_t stride = nb;
-        struct ds_q8_block pad[16][MM_KB];
-        if (nr < 16 * (v + 1)) {
-            memset(pad, 0, sizeof pad);
-            for (size_t i = 0; i < nr - 16 * v; i++) memcpy(pad[i], b + i * nb, kn * sizeof *b);
-            b = pad[0];
-            stride = MM_KB;
+    struct pk_block *p = (struct pk_block *)(void *)out;
+    for (size_t r0 = 0; r0 < rows; r0 += MM_RT, p += n_blocks)
+        for (size_t v = 0; v < MM_RT / 16; v++) {
+            size_t first = r0 + 16 * v, n = first < rows ? rows - first : 0;
+            for (size_t kb = 0; kb < n_blocks; kb++) {
+                const struct ds_q8_block *b = w + first * n_blocks + kb;
+                size_t stride = n_blocks;
+                struct ds_q8_block pad[16];
+                if (n < 16) {
+                    memset(pad, 0, sizeof pad);
+                    for (size_t i = 0; i < n; i++) pad[i] = b[i * n_blocks];
+                    b = pad;
+                    stride = 1;
+                }
+                mm_pack16(&p[kb].q[0][16 * v], b, stride);
+                for (size_t i = 0; i < 16; i++) p[kb].d[16 * v + i] = b[i * stride].d;
+            }
         }
-        for (size_t kb = 0; kb < kn; kb++) mm_pack16(&p->q[kb][0][16 * v], &p->dw[kb][16 * v], b + kb, stride);
-    }
 }
 
 /* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
@@ -359,18 +243,17 @@ static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_
     }
 }
 
-/* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
-** over kn blocks. */
-/* Weight rows to bring into L2 while a tile computes, one line of each row
-** per block step: the next weight tile, from L3 or memory, so that packing
-** it does not wait (issued all at once, they stalled on full fill buffers). */
+/* Lines to bring into L2 while a tile computes, a few per block step: a
+** share of the next weight tile, from L3 or memory (issued all at once,
+** the prefetches stalled on full fill buffers). */
 struct mm_pf {
-    const char *p;              /* first row's first line */
-    size_t      stride;         /* bytes between rows */
-    size_t      rows, lines;    /* rows to fetch, lines per row */
+    const char *p;              /* first line */
+    size_t      lines, step;    /* lines in all, lines per block step */
 };
 
-DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_xtile *xp,
+/* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
+** over kn blocks. */
+DS_INLINE void mm_tile(int R, int T, const struct pk_block *wp, const struct mm_xtile *xp,
                        size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add,
                        const struct mm_pf *pf)
 {
@@ -380,8 +263,8 @@ DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) f[r][t] = _mm512_setzero_ps();
     for (size_t kb = 0; kb < kn; kb++) {
-        if (kb < pf->lines)
-            for (size_t i = 0; i < pf->rows; i++) _mm_prefetch(pf->p + i * pf->stride + 64 * kb, _MM_HINT_T1);
+        for (size_t l = kb * pf->step; l < (kb + 1) * pf->step && l < pf->lines; l++)
+            _mm_prefetch(pf->p + 64 * l, _MM_HINT_T1);
         __m512i acc[2][MM_TT];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
@@ -393,7 +276,7 @@ DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_
         for (int k = 0; k < 8; k++) {
             __m512i wv[2];
 #pragma GCC unroll 2
-            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512(&wp->q[kb][k][16 * r]);
+            for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(&wp[kb].q[k][16 * r]);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512i xb = _mm512_set1_epi32(xp->q[t][kb][k]);
@@ -403,7 +286,7 @@ DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_
         }
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            __m512 dw = _mm512_load_ps(&wp->dw[kb][16 * r]);
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)&wp[kb].d[16 * r]));
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][t]), dw);
@@ -422,7 +305,7 @@ DS_INLINE void mm_tile(int R, int T, const struct mm_wtile *wp, const struct mm_
 }
 
 /* mm_tile for a run-time token count (1 .. MM_TT) and nr rows. */
-static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const struct mm_xtile *xp,
+static void mm_tile_any(size_t nr, size_t nt, const struct pk_block *wp, const struct mm_xtile *xp,
                         size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
 {
     __mmask16 m[2];
@@ -441,102 +324,77 @@ static void mm_tile_any(size_t nr, size_t nt, const struct mm_wtile *wp, const s
 #undef MM_CASE
 }
 
-/* ---- matmul_q8 for a few tokens (batched decode of 2..3 sequences) ----
-** Like matvec, but each weight group is loaded, flipped and its scales
-** converted once for up to MV_MAXT tokens: the weights stream once for all
-** of them instead of once per token. */
-#define MV_MAXT 4
-
-static void matvec_multi_chunk(size_t rows, size_t nb, const struct ds_q8_block *w, size_t nt_tok,
-                               const struct ds_q8_block *x, float *y, size_t ldy, size_t c0, size_t cn,
-                               bool add)
+/* The prefetch share i of n: lines [i*L/n, (i+1)*L/n) of the K chunk
+** (kn blocks) of the tile at next, spread over kn block steps. */
+static struct mm_pf mm_pf_share(const struct pk_block *next, size_t kn, size_t i, size_t n)
 {
-    struct xgroup xg[MV_MAXT][XCHUNK_GROUPS];
-    size_t ng = cn / 8, nt = cn - ng * 8;
-    for (size_t t = 0; t < nt_tok; t++)
-        for (size_t g = 0; g < ng; g++) xgroup_prep(&xg[t][g], x + t * nb + c0 + 8 * g);
-    const __m512i off = _mm512_set1_epi8((char)0x80);
-    for (size_t r = 0; r < rows; r++) {
-        const struct ds_q8_block *w0 = w + r * nb + c0;
-        __m256 acc[MV_MAXT];
-        for (size_t t = 0; t < MV_MAXT; t++) acc[t] = _mm256_setzero_ps();
-        for (size_t g = 0; g < ng; g++) {
-            const struct ds_q8_block *wg = w0 + 8 * g;
-            prefetch_group(wg);
-            __m512i w0x = _mm512_xor_si512(load2(wg + 0, wg + 4), off);
-            __m512i w1x = _mm512_xor_si512(load2(wg + 1, wg + 5), off);
-            __m512i w2x = _mm512_xor_si512(load2(wg + 2, wg + 6), off);
-            __m512i w3x = _mm512_xor_si512(load2(wg + 3, wg + 7), off);
-            __m256 sw = scales8(wg);
-            for (size_t t = 0; t < nt_tok; t++) {
-                const struct xgroup *q = &xg[t][g];
-                __m512i a = _mm512_dpbusd_epi32(q->bias[0], w0x, q->q[0]);
-                __m512i b = _mm512_dpbusd_epi32(q->bias[1], w1x, q->q[1]);
-                __m512i c = _mm512_dpbusd_epi32(q->bias[2], w2x, q->q[2]);
-                __m512i d = _mm512_dpbusd_epi32(q->bias[3], w3x, q->q[3]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4(a, b, c, d)), _mm256_mul_ps(sw, q->dx), acc[t]);
-            }
-        }
-        for (size_t t = 0; t < nt_tok; t++) {
-            float s = hsum256(acc[t]) + tail_dot(w0 + 8 * ng, x + t * nb + c0 + 8 * ng, nt);
-            float *yt = y + t * ldy + r;
-            *yt = add ? *yt + s : s;
+    struct mm_pf pf = { NULL, 0, 0 };
+    if (!next) return pf;
+    size_t lines = kn * sizeof *next / 64, l0 = i * lines / n, l1 = (i + 1) * lines / n;
+    pf.p = (const char *)next + 64 * l0;
+    pf.lines = l1 - l0;
+    pf.step = (pf.lines + kn - 1) / kn;
+    return pf;
+}
+
+/* Up to one token tile (decode, batched decode, draft verification) with
+** all of x prepared up front: each weight tile then streams through whole,
+** in memory order, while the next one is prefetched. */
+static void mm_one_ttile(size_t rows, size_t nb, const struct pk_block *pw, size_t n_tok,
+                         const struct ds_q8_block *x, float *y, size_t ldy, struct mm_xtile *xt)
+{
+    size_t nc = (nb + MM_KB - 1) / MM_KB, ntr = (rows + MM_RT - 1) / MM_RT;
+    for (size_t c = 0; c < nc; c++) mm_xtile_prep(&xt[c], x, nb, n_tok, c * MM_KB, MM_MIN(MM_KB, nb - c * MM_KB));
+    for (size_t rt = 0; rt < ntr; rt++) {
+        const struct pk_block *tile = pw + rt * nb;
+        for (size_t c = 0; c < nc; c++) {
+            size_t kn = MM_MIN(MM_KB, nb - c * MM_KB);
+            struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + nb + c * MM_KB : NULL, kn, 0, 1);
+            mm_tile_any(MM_MIN(MM_RT, rows - rt * MM_RT), n_tok, tile + c * MM_KB, &xt[c], kn,
+                        y + rt * MM_RT, ldy, c > 0, &pf);
         }
     }
 }
-
-static void matvec_multi(size_t rows, size_t n_blocks, const struct ds_q8_block *w, size_t n_tok,
-                         const struct ds_q8_block *x, float *y, size_t ldy)
-{
-    const size_t chunk = XCHUNK_GROUPS * 8;
-    for (size_t c0 = 0; c0 < n_blocks; c0 += chunk) {
-        size_t cn = n_blocks - c0 < chunk ? n_blocks - c0 : chunk;
-        matvec_multi_chunk(rows, n_blocks, w, n_tok, x, y, ldy, c0, cn, c0 > 0);
-    }
-}
-
-/* Fewer than MM_MIN_TOK tokens do not repay packing the weights: they
-** stream through matvec instead (4 tokens: 64 against 54 GMAC/s tiled). */
-#define MM_MIN_TOK 4
 
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                              size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    static _Thread_local struct mm_wtile wt __attribute__((aligned(64)));
     static _Thread_local struct mm_xtile xt[MM_NT / MM_TT] __attribute__((aligned(64)));
+    const struct pk_block *pw = (const struct pk_block *)(const void *)w;
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
-    if (n_tok < MM_MIN_TOK) {
-        if (n_tok == 1) matvec_q8_avx512(rows, n_blocks, w, x, y);
-        else if (n_tok > 1) matvec_multi(rows, n_blocks, w, n_tok, x, y, ldy);
+    if (n_tok <= MM_TT && n_blocks <= MM_KB * (MM_NT / MM_TT)) {
+        mm_one_ttile(rows, n_blocks, pw, n_tok, x, y, ldy, xt);
         return;
     }
     /* Up to MM_NT tokens at a time: 160 KB of prepared x, which stays in L2
-    ** while each weight tile, in L1, meets all of it. */
+    ** while each weight tile's K chunk, in L1, meets all of it. */
+    size_t ntr = (rows + MM_RT - 1) / MM_RT;
     for (size_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
-        size_t nt = n_tok - t0 < MM_NT ? n_tok - t0 : MM_NT, ntile = (nt + MM_TT - 1) / MM_TT;
+        size_t nt = MM_MIN(MM_NT, n_tok - t0), ntile = (nt + MM_TT - 1) / MM_TT;
         for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
-            size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
+            size_t kn = MM_MIN(MM_KB, n_blocks - kb0);
             for (size_t i = 0; i < ntile; i++)
-                mm_xtile_prep(&xt[i], x + (t0 + i * MM_TT) * n_blocks, n_blocks,
-                              nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, kb0, kn);
-            for (size_t r0 = 0; r0 < rows; r0 += MM_RT) {
-                size_t nr = rows - r0 < MM_RT ? rows - r0 : MM_RT;
-                mm_wtile_pack(&wt, w + r0 * n_blocks, n_blocks, nr, kb0, kn);
+                mm_xtile_prep(&xt[i], x + (t0 + i * MM_TT) * n_blocks, n_blocks, MM_MIN(MM_TT, nt - i * MM_TT),
+                              kb0, kn);
+            for (size_t rt = 0; rt < ntr; rt++) {
+                const struct pk_block *tile = pw + rt * n_blocks + kb0;
                 for (size_t i = 0; i < ntile; i++) {
-                    /* this token tile's share of the next weight tile's rows */
-                    size_t p0 = r0 + MM_RT + i * MM_RT / ntile, p1 = r0 + MM_RT + (i + 1) * MM_RT / ntile;
-                    size_t np = p0 >= rows ? 0 : (p1 < rows ? p1 : rows) - p0;
-                    struct mm_pf pf = { np ? (const char *)(w + p0 * n_blocks + kb0) : NULL,
-                                        n_blocks * sizeof *w, np, (kn * sizeof *w + 63) / 64 };
-                    mm_tile_any(nr, nt - i * MM_TT < MM_TT ? nt - i * MM_TT : MM_TT, &wt, &xt[i], kn,
-                                y + (t0 + i * MM_TT) * ldy + r0, ldy, kb0 > 0, &pf);
+                    struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + n_blocks : NULL, kn, i, ntile);
+                    mm_tile_any(MM_MIN(MM_RT, rows - rt * MM_RT), MM_MIN(MM_TT, nt - i * MM_TT), tile,
+                                &xt[i], kn, y + (t0 + i * MM_TT) * ldy + rt * MM_RT, ldy, kb0 > 0, &pf);
                 }
             }
         }
     }
+}
+
+static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                             const struct ds_q8_block *x, float *y)
+{
+    matmul_q8_avx512(rows, n_blocks, w, 1, x, y, rows);
 }
 
 /* ---- FP32 ---- */
@@ -899,6 +757,8 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
+    .q8_pack_rows = MM_RT,
+    .q8_pack     = q8_pack_avx512,
     .quantize_q8 = quantize_q8_avx512,
     .dot_i8      = dot_i8_avx512,
     .matvec_q8   = matvec_q8_avx512,
