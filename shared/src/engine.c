@@ -631,10 +631,13 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
     const struct attn_job *j = p;
     struct ds_engine *e = j->e;
     float *att = e->s.att + (size_t)task * ATT_ROWS * ATT_LD(e->max_ctx);
-    /* Strided items: in a causal prefill later groups cost more, so
-    ** contiguous ranges would leave the first thread idle at the end. */
-    for (size_t item = task; item < (size_t)e->s.n_grp * e->cfg.n_heads; item += n_tasks)
-        attn_item(e, j->rows, j->layer, (uint32_t)(item / e->cfg.n_heads), (uint32_t)(item % e->cfg.n_heads), att);
+    /* A contiguous run of the items taken head by head: each thread reads
+    ** whole heads of q, K and V, and the causal cost of a head's groups
+    ** evens out over whole heads. (Items dealt out in turn had the threads
+    ** read every other head's 256 bytes of each row: 20% slower.) */
+    const size_t n_grp = e->s.n_grp, n_items = n_grp * e->cfg.n_heads;
+    for (size_t item = n_items * task / n_tasks; item < n_items * (task + 1) / n_tasks; item++)
+        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), att);
 }
 
 /* Rotate pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head. */
