@@ -75,28 +75,89 @@ DS_INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 /* Same arithmetic as the reference (max|x|, /127, RNE to FP16, 1/d, x*id,
 ** lrintf == cvtps2dq under the same MXCSR rounding), so blocks are equal. */
+static void quantize_block(const float *x, size_t len, struct ds_q8_block *out)
+{
+    __mmask16 m0 = len >= 16 ? 0xffff : (__mmask16)((1u << len) - 1);
+    __mmask16 m1 = len >= 32 ? 0xffff : len <= 16 ? 0 : (__mmask16)((1u << (len - 16)) - 1);
+    __m512 v0 = _mm512_maskz_loadu_ps(m0, x);
+    __m512 v1 = _mm512_maskz_loadu_ps(m1, x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out->d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    if (!isfinite(id)) {                /* d subnormal: keep the reference's lrintf */
+        for (size_t i = 0; i < DS_Q8_BLOCK; i++) out->qs[i] = (int8_t)lrintf(i < len ? x[i] * id : 0.0f);
+        return;
+    }
+    __m512 s = _mm512_set1_ps(id);
+    __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, s)));
+    __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, s)));
+    _mm256_storeu_si256((void *)out->qs, _mm256_set_m128i(q1, q0));
+}
+
+/* Lane b = max over the lanes of m[b]: a transposing tree (46 operations
+** for 16 blocks, against 8 shuffles and maxes per block reduced alone). */
+DS_INLINE __m512 max_16x16(const __m512 m[16])
+{
+    __m512 a[8], b[4];
+    for (int i = 0; i < 8; i++)         /* 128-bit lanes 0-1: m[2i], 2-3: m[2i+1] */
+        a[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)         /* 128-bit lane k: 4 partial maxes of m[4i+k] */
+        b[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+    __m512 c01 = _mm512_max_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
+    __m512 c23 = _mm512_max_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
+    __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(c01), _mm512_castps_pd(c23));
+    __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(c01), _mm512_castps_pd(c23));
+    __m512 d = _mm512_max_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));   /* lane 4k+i: m[4i+k] */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, d);
+}
+
+/* Whole blocks 16 at a time: their maxima, scales and reciprocals as
+** vectors (two divisions for 16 blocks), then two blocks per int8 pack. */
 static void quantize_q8_avx512(size_t n, const float *x, struct ds_q8_block *out)
 {
-    size_t nb = ds_q8_blocks(n);
-    for (size_t b = 0; b < nb; b++) {
-        size_t base = b * DS_Q8_BLOCK, len = n - base < DS_Q8_BLOCK ? n - base : DS_Q8_BLOCK;
-        __mmask16 m0 = len >= 16 ? 0xffff : (__mmask16)((1u << len) - 1);
-        __mmask16 m1 = len >= 32 ? 0xffff : len <= 16 ? 0 : (__mmask16)((1u << (len - 16)) - 1);
-        __m512 v0 = _mm512_maskz_loadu_ps(m0, x + base);
-        __m512 v1 = _mm512_maskz_loadu_ps(m1, x + base + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        out[b].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        if (!isfinite(id)) {                /* d subnormal: keep the reference's lrintf */
-            for (size_t i = 0; i < DS_Q8_BLOCK; i++)
-                out[b].qs[i] = (int8_t)lrintf(i < len ? x[base + i] * id : 0.0f);
+    size_t nb = ds_q8_blocks(n), b = 0;
+    for (; (b + 16) * DS_Q8_BLOCK <= n; b += 16) {
+        const float *xb = x + b * DS_Q8_BLOCK;
+        __m512 m[16];
+        for (int i = 0; i < 16; i++)
+            m[i] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + 32 * i)),
+                                 _mm512_abs_ps(_mm512_loadu_ps(xb + 32 * i + 16)));
+        __m512 d = _mm512_div_ps(max_16x16(m), _mm512_set1_ps(127.0f));
+        __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ),
+                                        _mm512_set1_ps(1.0f), d);
+        if (_mm512_cmp_ps_mask(id, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ)) {   /* a subnormal d */
+            for (int i = 0; i < 16; i++) quantize_block(xb + 32 * i, DS_Q8_BLOCK, out + b + i);
             continue;
         }
-        __m512 s = _mm512_set1_ps(id);
-        __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, s)));
-        __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, s)));
-        _mm256_storeu_si256((void *)out[b].qs, _mm256_set_m128i(q1, q0));
+        uint16_t dh[16];
+        float ids[16];
+        _mm256_storeu_si256((void *)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+        _mm512_storeu_ps(ids, id);
+        /* packs leave dword l of 128-bit lane k at 4k+l: A = first block's
+        ** low half, B its high half, C and D the second block's */
+        const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        for (int i = 0; i < 16; i += 2) {
+            const float *p = xb + 32 * i;
+            __m512 s0 = _mm512_set1_ps(ids[i]), s1 = _mm512_set1_ps(ids[i + 1]);
+            __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p), s0));
+            __m512i bq = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + 16), s0));
+            __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + 32), s1));
+            __m512i dq = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + 48), s1));
+            __m512i q = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(_mm512_packs_epi32(a, bq),
+                                                                           _mm512_packs_epi32(c, dq)));
+            out[b + i].d = dh[i];
+            out[b + i + 1].d = dh[i + 1];
+            _mm256_storeu_si256((void *)out[b + i].qs, _mm512_castsi512_si256(q));
+            _mm256_storeu_si256((void *)out[b + i + 1].qs, _mm512_extracti64x4_epi64(q, 1));
+        }
+    }
+    for (; b < nb; b++) {
+        size_t base = b * DS_Q8_BLOCK;
+        quantize_block(x + base, n - base < DS_Q8_BLOCK ? n - base : DS_Q8_BLOCK, out + b);
     }
 }
 
