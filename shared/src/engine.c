@@ -172,10 +172,11 @@ static void row_to_f32(const struct ds_weight *w, uint32_t r, float *out)
     }
     case DS_DTYPE_Q8_0: {
         const struct ds_q8_block *b = (const struct ds_q8_block *)w->data + (size_t)r * (c / DS_Q8_BLOCK);
-        for (size_t i = 0; i < c; i++) {
-            uint16_t d;
-            memcpy(&d, &b[i / DS_Q8_BLOCK].d, 2);
-            out[i] = ds_f16_to_f32(d) * (float)b[i / DS_Q8_BLOCK].qs[i % DS_Q8_BLOCK];
+        for (size_t k = 0; k < c / DS_Q8_BLOCK; k++) {
+            uint16_t dh;
+            memcpy(&dh, &b[k].d, 2);
+            const float d = ds_f16_to_f32(dh);
+            for (size_t i = 0; i < DS_Q8_BLOCK; i++) out[k * DS_Q8_BLOCK + i] = d * (float)b[k].qs[i];
         }
         break;
     }
