@@ -1,6 +1,6 @@
 /*
-** kern_generic.h — portable C versions of the attention, softmax, SwiGLU
-** and RoPE kernels. The reference compiles them as the oracle; a variant
+** kern_generic.h — portable C versions of the attention, SwiGLU and RoPE
+** kernels. The reference compiles them as the oracle; a variant
 ** without a hand-written version includes this file too, so the compiler
 ** vectorizes the loops under that variant's own ISA flags. Module-internal.
 **
@@ -11,9 +11,11 @@
 #define DS_KERN_GENERIC_H
 
 #include <math.h>
+#include <string.h>
 
 #include "ds/kern.h"
 
+/* s[i*lds + j] = scale * (q row i . key j), j < nk. */
 static void attn_scores_generic(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
                                 const float *kt, float scale, float *s, size_t lds)
 {
@@ -26,6 +28,7 @@ static void attn_scores_generic(size_t nq, size_t hd, size_t nk, const float *q,
     }
 }
 
+/* out[i*ldo + d] += sum over j < nk of p[i*ldp + j] * v[j*ldv + d]. */
 static void attn_values_generic(size_t nq, size_t hd, size_t nk, const float *p, size_t ldp,
                                 const float *v, size_t ldv, float *out, size_t ldo)
 {
@@ -49,6 +52,30 @@ static void softmax_generic(size_t n, float *x)
     }
     float inv = 1.0f / sum;
     for (size_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* kern.h attn_f32: every block's scores, an exact softmax per row over its
+** own keys (later keys weigh 0), then the weighted values. */
+static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                         const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
+                         size_t ldo, float *scratch)
+{
+    const size_t lds = (n_blk | 1) * DS_KERN_KT;      /* odd multiple of 16: rows in different L1 sets */
+    size_t n_keys = 0;
+    for (size_t i = 0; i < nq; i++) n_keys = lim[i] > n_keys ? lim[i] : n_keys;
+    for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
+        size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
+        attn_scores_generic(nq, hd, nk, q, ldq, kt[b], scale, scratch + b * DS_KERN_KT, lds);
+    }
+    for (size_t i = 0; i < nq; i++) {
+        softmax_generic(lim[i], scratch + i * lds);
+        memset(scratch + i * lds + lim[i], 0, (n_keys - lim[i]) * sizeof *scratch);
+        memset(out + i * ldo, 0, hd * sizeof *out);
+    }
+    for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
+        size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
+        attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, v[b], ldv, out, ldo);
+    }
 }
 
 static void silu_mul_generic(size_t n, float *h, const float *u)

@@ -40,7 +40,8 @@
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define ATT_ROWS          8u       /* query rows of one sequence scored together */
-#define ATT_LD(n)         (((size_t)(n) + 15) / 16 * 16 | 16)   /* floats per row of scores, n keys */
+#define ATT_BLOCKS(e)     (((e)->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK)  /* KV blocks of a full context */
+#define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT) /* attn_f32 floats per thread */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
@@ -101,7 +102,8 @@ struct run_state {
     float              *q;       /* (B, dim) */
     float              *k, *v;   /* (B, kv_dim) */
     float              *hb, *hb2;/* (B, hidden) */
-    float              *att;     /* (n_threads, ATT_ROWS, ATT_LD(max_ctx)) attention scores */
+    float              *att;     /* (n_threads, ATT_SCRATCH) attention scores */
+    const float       **att_kv;  /* (n_threads, 2, ATT_BLOCKS) an item's key and value blocks */
     float              *lg_in;   /* (B, dim) normed rows that want logits */
     struct ds_q8_block *xq;      /* (B, blocks of dim) quantized input (INT8) */
     struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
@@ -574,8 +576,8 @@ static void rows_run(struct rows_job *j)
 ** Work items are (group, head): a group is up to ATT_ROWS consecutive rows
 ** of one sequence at consecutive positions (a prefill chunk, a draft
 ** verification), so each key block is scored against all of them at once.
-** Per item: scores block by block, a softmax per row over its own causal
-** range (later keys get weight 0), then the weighted values. */
+** Per item, one attn_f32 call over the sequence's KV blocks: scores, a
+** softmax per row over its own causal range, the weighted values. */
 
 struct attn_job {
     struct ds_engine          *e;
@@ -597,48 +599,37 @@ static void attn_groups(struct ds_engine *e, const struct ds_batch_row *rows, si
 }
 
 static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint32_t l, uint32_t g,
-                      uint32_t h, float *att)
+                      uint32_t h, unsigned task)
 {
     const struct ds_model_config *c = &e->cfg;
-    const struct ds_kern_ops *k = e->kern;
     struct run_state *s = &e->s;
     const uint32_t hd = c->head_dim, r0 = s->grp[g], nq = s->grp[g + 1] - r0;
     const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * hd;
     const struct ds_seq *seq = rows[r0].seq;
-    const uint32_t n_keys = s->pos[r0 + nq - 1] + 1;
-    /* Rows of scores packed tight (a stride of max_ctx would put them all in
-    ** one L1 set), with an odd number of 16-float steps between them. */
-    const size_t lda = ATT_LD(n_keys);
-    const float *q = s->q + (size_t)r0 * c->dim + (size_t)h * hd;
-    float *out = s->xb + (size_t)r0 * c->dim + (size_t)h * hd;
-
-    for (uint32_t t0 = 0; t0 < n_keys; t0 += DS_KV_BLOCK)
-        k->attn_scores_f32(nq, hd, DS_MIN(DS_KV_BLOCK, n_keys - t0), q, c->dim,
-                           k_block(e, seq, l, t0 / DS_KV_BLOCK) + kv_off * DS_KV_BLOCK,
-                           1.0f / sqrtf((float)hd), att + t0, lda);
-    for (uint32_t i = 0; i < nq; i++) {
-        uint32_t mine = s->pos[r0 + i] + 1;
-        k->softmax_f32(mine, att + i * lda);
-        memset(att + i * lda + mine, 0, (n_keys - mine) * sizeof *att);
-        memset(out + (size_t)i * c->dim, 0, hd * sizeof *out);
+    const uint32_t n_blk = (s->pos[r0 + nq - 1] + DS_KV_BLOCK) / DS_KV_BLOCK;   /* keys: last row's pos + 1 */
+    const float **kt = s->att_kv + (size_t)task * 2 * ATT_BLOCKS(e), **vb = kt + ATT_BLOCKS(e);
+    uint32_t lim[ATT_ROWS];
+    for (uint32_t i = 0; i < nq; i++) lim[i] = s->pos[r0 + i] + 1;
+    for (uint32_t b = 0; b < n_blk; b++) {
+        kt[b] = k_block(e, seq, l, b) + kv_off * DS_KV_BLOCK;
+        vb[b] = v_at(e, seq, l, b * DS_KV_BLOCK) + kv_off;
     }
-    for (uint32_t t0 = 0; t0 < n_keys; t0 += DS_KV_BLOCK)
-        k->attn_values_f32(nq, hd, DS_MIN(DS_KV_BLOCK, n_keys - t0), att + t0, lda,
-                           v_at(e, seq, l, t0) + kv_off, c->kv_dim, out, c->dim);
+    e->kern->attn_f32(nq, hd, n_blk, lim, s->q + (size_t)r0 * c->dim + (size_t)h * hd, c->dim, kt, vb, c->kv_dim,
+                      1.0f / sqrtf((float)hd), s->xb + (size_t)r0 * c->dim + (size_t)h * hd, c->dim,
+                      s->att + task * ATT_SCRATCH(e));
 }
 
 static void attn_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct attn_job *j = p;
     struct ds_engine *e = j->e;
-    float *att = e->s.att + (size_t)task * ATT_ROWS * ATT_LD(e->max_ctx);
     /* A contiguous run of the items taken head by head: each thread reads
     ** whole heads of q, K and V, and the causal cost of a head's groups
     ** evens out over whole heads. (Items dealt out in turn had the threads
     ** read every other head's 256 bytes of each row: 20% slower.) */
     const size_t n_grp = e->s.n_grp, n_items = n_grp * e->cfg.n_heads;
     for (size_t item = n_items * task / n_tasks; item < n_items * (task + 1) / n_tasks; item++)
-        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), att);
+        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), task);
 }
 
 /* Rotate pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head. */
@@ -875,13 +866,14 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->hb = malloc(B * c->hidden_dim * sizeof(float));
     s->hb2 = malloc(B * c->hidden_dim * sizeof(float));
     s->lg_in = malloc(B * c->dim * sizeof(float));
-    s->att = malloc((size_t)ds_pool_size(e->pool) * ATT_ROWS * ATT_LD(e->max_ctx) * sizeof(float));
+    s->att = malloc(ds_pool_size(e->pool) * ATT_SCRATCH(e) * sizeof(float));
+    s->att_kv = malloc((size_t)ds_pool_size(e->pool) * 2 * ATT_BLOCKS(e) * sizeof *s->att_kv);
     s->grp = malloc((B + 1) * sizeof *s->grp);
     s->xq = malloc(B * ds_q8_blocks(c->dim) * sizeof(struct ds_q8_block));
     s->hq = malloc(B * ds_q8_blocks(c->hidden_dim) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
-        !s->lg_in || !s->att || !s->xq || !s->hq || !s->pos || !s->grp)
+        !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp)
         return DS_ERR_NOMEM;
     /* RoPE table, computed the way llama2.c does, in float. */
     size_t half = c->rope_dim / 2;
@@ -915,7 +907,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->rope);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->xq); free(s->hq); free(s->pos); free(s->grp);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);

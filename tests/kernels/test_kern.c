@@ -608,97 +608,78 @@ static void test_cpu_features(void **state)
 /* ---- attention and activations ---- */
 
 /* exp against expf: the SIMD exp is a polynomial within a few ulp; the
-** tolerance is 4 ulp of each result (softmax adds a sum and a division). */
+** tolerance is 4 ulp of each result (attention: 8 ulp of its largest value,
+** for the softmax's sum and division and the weighted sum). */
 #define DS_TOL_EXP (4.0 * FLT_EPSILON)
 
-static void test_attn_scores_f32(void **state)
+/* attn_f32 on one item against ref: blocks allocated one by one, key and
+** value slots past the last row's limit hold NaN (never read, or the
+** output turns NaN), rows that see fewer keys (causal) or any number. */
+static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t n_keys, bool causal, float amp)
 {
-    const struct ds_kern_ops *k = variant(state);
-    static const size_t hds[] = { 1, 7, 8, 33, 64, 128 }, nqs[] = { 1, 2, 3, 7, 8, 9, 17 };
-    for (size_t a = 0; a < N_OF(hds); a++)
-        for (size_t b = 0; b < N_OF(nqs); b++)
-            for (size_t nk = 1; nk <= DS_KERN_KT; nk += 5) {
-                size_t hd = hds[a], nq = nqs[b], ldq = hd + 5, lds = DS_KERN_KT + 3;
-                float *q = xmalloc(nq * ldq * sizeof *q), *kt = xmalloc(hd * DS_KERN_KT * sizeof *kt);
-                float *sc = xmalloc(nq * lds * sizeof *sc), *sr = xmalloc(nq * lds * sizeof *sr);
-                fill_f(q, nq * ldq, 1.0f);
-                fill_f(kt, hd * DS_KERN_KT, 1.0f);
-                for (size_t i = 0; i < nq * lds; i++) sc[i] = sr[i] = -7.0f;
-                k->attn_scores_f32(nq, hd, nk, q, ldq, kt, 0.125f, sc, lds);
-                ds_kern_ref.attn_scores_f32(nq, hd, nk, q, ldq, kt, 0.125f, sr, lds);
-                for (size_t i = 0; i < nq; i++)
-                    for (size_t j = 0; j < lds; j++) {
-                        if (j >= nk) {          /* past the keys: untouched */
-                            assert_true(sc[i * lds + j] == -7.0f);
-                            continue;
-                        }
-                        double mag = 0.125 * f32_mag(hd, kt + j, DS_KERN_KT, q + i * ldq);
-                        check_near("attn_scores_f32", i * lds + j, sc[i * lds + j], sr[i * lds + j], mag,
-                                   DS_TOL_SUM);
-                    }
-                free(q);
-                free(kt);
-                free(sc);
-                free(sr);
-            }
-}
-
-static void test_attn_values_f32(void **state)
-{
-    const struct ds_kern_ops *k = variant(state);
-    static const size_t hds[] = { 1, 8, 17, 64, 100, 128 }, nqs[] = { 1, 3, 4, 5, 9 };
-    for (size_t a = 0; a < N_OF(hds); a++)
-        for (size_t b = 0; b < N_OF(nqs); b++)
-            for (size_t nk = 1; nk <= DS_KERN_KT; nk += 3) {
-                size_t hd = hds[a], nq = nqs[b], ldp = DS_KERN_KT + 1, ldv = hd + 3, ldo = hd + 2;
-                float *p = xmalloc(nq * ldp * sizeof *p), *v = xmalloc(nk * ldv * sizeof *v);
-                float *o = xmalloc(nq * ldo * sizeof *o), *orf = xmalloc(nq * ldo * sizeof *orf);
-                fill_f(p, nq * ldp, 1.0f);
-                fill_f(v, nk * ldv, 1.0f);
-                fill_f(o, nq * ldo, 1.0f);
-                memcpy(orf, o, nq * ldo * sizeof *o);
-                k->attn_values_f32(nq, hd, nk, p, ldp, v, ldv, o, ldo);
-                ds_kern_ref.attn_values_f32(nq, hd, nk, p, ldp, v, ldv, orf, ldo);
-                for (size_t i = 0; i < nq; i++)
-                    for (size_t d = 0; d < ldo; d++) {
-                        size_t at = i * ldo + d;
-                        if (d >= hd) {          /* past the head: untouched */
-                            assert_true(o[at] == orf[at]);
-                            continue;
-                        }
-                        double mag = 1.0 + f32_mag(nk, v + d, ldv, p + i * ldp);
-                        check_near("attn_values_f32", at, o[at], orf[at], mag, DS_TOL_SUM);
-                    }
-                free(p);
-                free(v);
-                free(o);
-                free(orf);
-            }
-}
-
-static void test_softmax_f32(void **state)
-{
-    const struct ds_kern_ops *k = variant(state);
-    float *x = xmalloc(4097 * sizeof *x), *xr = xmalloc(4097 * sizeof *xr);
-    static const float amps[] = { 1.0f, 30.0f, 200.0f };
-    for (size_t s = 0; s < N_OF(g_sizes); s++)
-        for (size_t ai = 0; ai < N_OF(amps); ai++) {
-            size_t n = g_sizes[s];
-            fill_f(x, n, amps[ai]);
-            if (n > 2) x[n / 2] = -INFINITY;                /* a masked score gives 0 */
-            memcpy(xr, x, n * sizeof *x);
-            k->softmax_f32(n, x);
-            ds_kern_ref.softmax_f32(n, xr);
-            double sum = 0;
-            for (size_t i = 0; i < n; i++) {
-                check_near("softmax_f32", i, x[i], xr[i], fabs(xr[i]) + 1e-38, DS_TOL_EXP * 4);
-                sum += x[i];
-            }
-            if (n > 2) assert_true(x[n / 2] == 0.0f);
-            check_near("softmax_f32 sum", n, sum, 1.0, 1.0, 1e-5);
+    const size_t n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT, ldq = hd + 5, ldv = hd + 3, ldo = hd + 2;
+    float *q = xmalloc(nq * ldq * sizeof *q), *o = xmalloc(nq * ldo * sizeof *o), *orf = xmalloc(nq * ldo * sizeof *o);
+    float *scratch = xmalloc(nq * (n_blk + 1) * DS_KERN_KT * sizeof *scratch);
+    const float **kt = xmalloc(n_blk * sizeof *kt), **v = xmalloc(n_blk * sizeof *v);
+    uint32_t lim[64];
+    unsigned seed = (unsigned)(nq * 131 + hd * 17 + n_keys);
+    for (size_t i = 0; i < nq; i++) {
+        seed = seed * 1103515245u + 12345u;
+        lim[i] = causal ? (uint32_t)(n_keys > nq - 1 - i ? n_keys - (nq - 1 - i) : 1)
+                        : (uint32_t)(1 + (seed >> 8) % n_keys);
+    }
+    lim[nq - 1] = (uint32_t)n_keys;                 /* the last row sees them all */
+    fill_f(q, nq * ldq, amp);
+    for (size_t b = 0; b < n_blk; b++) {
+        float *kb = xmalloc(hd * DS_KERN_KT * sizeof *kb), *vb = xmalloc(DS_KERN_KT * ldv * sizeof *vb);
+        fill_f(kb, hd * DS_KERN_KT, amp);
+        fill_f(vb, DS_KERN_KT * ldv, 1.0f);
+        for (size_t j = n_keys - b * DS_KERN_KT; j < DS_KERN_KT && b * DS_KERN_KT + j >= n_keys; j++) {
+            for (size_t d = 0; d < hd; d++) kb[d * DS_KERN_KT + j] = NAN;
+            for (size_t d = 0; d < ldv; d++) vb[j * ldv + d] = NAN;
         }
-    free(x);
-    free(xr);
+        kt[b] = kb;
+        v[b] = vb;
+    }
+    for (size_t i = 0; i < nq * ldo; i++) o[i] = orf[i] = -7.0f;
+    k->attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, o, ldo, scratch);
+    ds_kern_ref.attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, orf, ldo, scratch);
+    for (size_t i = 0; i < nq; i++)
+        for (size_t d = 0; d < ldo; d++) {
+            size_t at = i * ldo + d;
+            if (d >= hd) {                          /* past the head: untouched */
+                assert_true(o[at] == -7.0f);
+                continue;
+            }
+            double mag = 0;                         /* out is a weighted mean of the values */
+            for (size_t j = 0; j < lim[i]; j++) mag = fmax(mag, fabs(v[j / DS_KERN_KT][j % DS_KERN_KT * ldv + d]));
+            check_near("attn_f32", at, o[at], orf[at], mag, DS_TOL_EXP * 8);
+        }
+    for (size_t b = 0; b < n_blk; b++) {
+        free((void *)kt[b]);
+        free((void *)v[b]);
+    }
+    free(kt);
+    free(v);
+    free(q);
+    free(o);
+    free(orf);
+    free(scratch);
+}
+
+static void test_attn_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t hds[] = { 1, 7, 8, 33, 64, 100, 128 }, nqs[] = { 1, 2, 3, 5, 8, 9, 17 };
+    static const size_t keys[] = { 1, 5, 16, 17, 40, 100 };
+    for (size_t a = 0; a < N_OF(hds); a++)
+        for (size_t b = 0; b < N_OF(nqs); b++)
+            for (size_t c = 0; c < N_OF(keys); c++)
+                if (keys[c] >= nqs[b]) {
+                    check_attn(k, nqs[b], hds[a], keys[c], true, 1.0f);
+                    check_attn(k, nqs[b], hds[a], keys[c], false, 1.0f);
+                }
+    check_attn(k, 8, 64, 100, true, 6.0f);            /* scores far apart: weights near 0 and 1 */
 }
 
 static void test_silu_mul_f32(void **state)
@@ -764,8 +745,7 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
-    { "attn_scores_f32", test_attn_scores_f32 }, { "attn_values_f32", test_attn_values_f32 },
-    { "softmax_f32", test_softmax_f32 }, { "silu_mul_f32", test_silu_mul_f32 },
+    { "attn_f32", test_attn_f32 }, { "silu_mul_f32", test_silu_mul_f32 },
     { "rope_f32", test_rope_f32 },
 };
 

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 3u
+#define DS_KERN_ABI 4u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -79,16 +79,17 @@ struct ds_kern_ops {
     void (*rmsnorm_f32)(size_t n, const float *x, const float *w, float eps, float *out);
 
     /* ---- attention and activations ---- */
-    /* Scores of nq query rows against one block of nk <= DS_KERN_KT keys:
-    ** s[i*lds + j] = scale * (q row i . key j). The keys come transposed,
-    ** kt[d*DS_KERN_KT + j] for d < hd, so that the lanes run over keys. */
-    void (*attn_scores_f32)(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
-                            const float *kt, float scale, float *s, size_t lds);
-    /* out[i*ldo + d] += sum over j < nk of p[i*ldp + j] * v[j*ldv + d], d < hd. */
-    void (*attn_values_f32)(size_t nq, size_t hd, size_t nk, const float *p, size_t ldp,
-                            const float *v, size_t ldv, float *out, size_t ldo);
-    /* x = exp(x - max x) / sum of those, n >= 1. */
-    void (*softmax_f32)(size_t n, float *x);
+    /* Causal attention of nq query rows of one head over the keys of n_blk
+    ** blocks of DS_KERN_KT: row i sees the first lim[i] keys (1 <= lim[i]
+    ** <= n_blk * DS_KERN_KT), and
+    **   out[i*ldo + d] = sum over j < lim[i] of softmax_j(scale * q_i . k_j) v_j[d]
+    ** for d < hd. Block b's keys come transposed, kt[b][d*DS_KERN_KT + j],
+    ** so that lanes run over keys; its values row by row, key j at
+    ** v[b] + j*ldv. Keys at or past max lim[i] are never read (their slots
+    ** may hold anything). scratch: nq * (n_blk + 1) * DS_KERN_KT floats. */
+    void (*attn_f32)(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                     const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
+                     size_t ldo, float *scratch);
     /* h = silu(h) * u = h / (1 + exp(-h)) * u (SwiGLU). */
     void (*silu_mul_f32)(size_t n, float *h, const float *u);
     /* RoPE: in each of n_heads heads (head_dim floats apart), rotate the
@@ -112,7 +113,7 @@ static inline void ds_q8_pack(const struct ds_kern_ops *k, size_t rows, size_t n
     else memcpy(out, w, rows * n_blocks * sizeof *w);
 }
 
-/* Keys per transposed key block of attn_scores_f32 (the engine's KV block). */
+/* Keys per transposed key block of attn_f32 (the engine's KV block). */
 #define DS_KERN_KT 16
 
 extern const struct ds_kern_ops ds_kern_ref;          /* the oracle, always built */

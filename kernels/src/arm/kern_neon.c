@@ -293,9 +293,7 @@ const struct ds_kern_ops NEON_OPS = {
     .dot_f32     = dot_f32_neon,
     .axpy_f32    = axpy_f32_neon,
     .rmsnorm_f32 = rmsnorm_f32_neon,
-    .attn_scores_f32 = attn_scores_generic,
-    .attn_values_f32 = attn_values_generic,
-    .softmax_f32     = softmax_generic,
+    .attn_f32        = attn_generic,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,
 };

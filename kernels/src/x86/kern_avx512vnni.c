@@ -686,11 +686,28 @@ DS_INLINE __m512 exp_ps(__m512 x)
     return _mm512_scalef_ps(p, n);
 }
 
-/* Lanes are keys: each step broadcasts one query value and multiplies it
-** with DS_KERN_KT keys at once, so no horizontal sums are needed. Even and
-** odd dimensions go to separate accumulators (two FMA chains per row). */
-DS_INLINE void scores_tile(int NQ, size_t hd, __mmask16 m, const float *q, size_t ldq, const float *kt,
-                           float scale, float *s, size_t lds)
+/* ---- attention ----
+** Three passes over one item's keys, each vectorized on its own axis:
+**   scores  lanes are keys: each step broadcasts one query value against
+**           DS_KERN_KT transposed keys (no horizontal sums); keys past a
+**           row's limit become -inf, and each row's lane maxima run along;
+**   exp     per row: p = exp(s - max), zero past the limit; lane sums;
+**   values  lanes are head dimensions: 4 rows x 64 dimensions stay in 16
+**           accumulators over all the blocks, and are scaled by 1 / sum
+**           once at the end. */
+
+/* Valid keys of block b for a row that sees lim keys, as a lane mask. */
+DS_INLINE __mmask16 keys_mask(uint32_t lim, size_t b)
+{
+    size_t n = lim > b * DS_KERN_KT ? lim - b * DS_KERN_KT : 0;
+    return n >= 16 ? 0xffff : tail_mask(n);
+}
+
+/* NQ rows x one block of scores into s (stride lds), masked, and the rows'
+** running lane maxima. Even and odd dimensions go to separate accumulators
+** (two FMA chains per row). */
+DS_INLINE void att_scores(int NQ, size_t hd, const float *q, size_t ldq, const float *kt, float scale,
+                          const uint32_t *lim, size_t b, float *s, size_t lds, __m512 *mx)
 {
     __m512 a[8][2];
 #pragma GCC unroll 8
@@ -709,82 +726,99 @@ DS_INLINE void scores_tile(int NQ, size_t hd, __mmask16 m, const float *q, size_
 #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) a[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * ldq + d]), k0, a[i][0]);
     }
-    const __m512 sc = _mm512_set1_ps(scale);
+    const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
 #pragma GCC unroll 8
-    for (int i = 0; i < NQ; i++)
-        _mm512_mask_storeu_ps(s + i * lds, m, _mm512_mul_ps(_mm512_add_ps(a[i][0], a[i][1]), sc));
+    for (int i = 0; i < NQ; i++) {
+        __m512 r = _mm512_mask_mov_ps(ninf, keys_mask(lim[i], b), _mm512_mul_ps(_mm512_add_ps(a[i][0], a[i][1]), sc));
+        _mm512_storeu_ps(s + i * lds, r);
+        mx[i] = _mm512_max_ps(mx[i], r);
+    }
 }
 
-static void attn_scores_avx512(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
-                               const float *kt, float scale, float *s, size_t lds)
-{
-    __mmask16 m = nk >= 16 ? 0xffff : tail_mask(nk);
-    size_t i = 0;
-    for (; i + 8 <= nq; i += 8) scores_tile(8, hd, m, q + i * ldq, ldq, kt, scale, s + i * lds, lds);
-    for (; i + 2 <= nq; i += 2) scores_tile(2, hd, m, q + i * ldq, ldq, kt, scale, s + i * lds, lds);
-    if (i < nq) scores_tile(1, hd, m, q + i * ldq, ldq, kt, scale, s + i * lds, lds);
-}
-
-/* Lanes are head dimensions: 4 query rows x 64 dimensions in 16
-** accumulators; each value vector serves the 4 rows. */
-DS_INLINE void values_tile(int NQ, size_t nk, const __mmask16 m[4], const float *p, size_t ldp,
-                           const float *v, size_t ldv, float *out, size_t ldo)
+/* NQ rows' weighted values over nblk blocks (row i's weights at p +
+** i*ldp, scaled by inv[i] at the end), dimensions d0 .. d0+63 (masks m). */
+DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m[4], const float *p, size_t ldp,
+                          const float *const *v, size_t ldv, size_t d0, const float *inv, float *out, size_t ldo)
 {
     __m512 a[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < NQ; i++)
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) a[i][c] = _mm512_maskz_loadu_ps(m[c], out + i * ldo + 16 * c);
-    for (size_t j = 0; j < nk; j++) {
-        __m512 vv[4];
+        for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();
+    for (size_t b = 0; b < n_blk; b++) {
+        const float *vb = v[b] + d0, *pb = p + b * DS_KERN_KT;
+        size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
+        for (size_t j = 0; j < nk; j++) {
+            __m512 vv[4];
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], v + j * ldv + 16 * c);
+            for (int c = 0; c < 4; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], vb + j * ldv + 16 * c);
 #pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) {
-            __m512 pj = _mm512_set1_ps(p[i * ldp + j]);
+            for (int i = 0; i < NQ; i++) {
+                __m512 pj = _mm512_set1_ps(pb[i * ldp + j]);
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) a[i][c] = _mm512_fmadd_ps(pj, vv[c], a[i][c]);
+                for (int c = 0; c < 4; c++) a[i][c] = _mm512_fmadd_ps(pj, vv[c], a[i][c]);
+            }
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < NQ; i++)
+    for (int i = 0; i < NQ; i++) {
+        __m512 s = _mm512_set1_ps(inv[i]);
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * ldo + 16 * c, m[c], a[i][c]);
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(out + i * ldo + d0 + 16 * c, m[c], _mm512_mul_ps(a[i][c], s));
+    }
 }
 
-static void attn_values_avx512(size_t nq, size_t hd, size_t nk, const float *p, size_t ldp,
-                               const float *v, size_t ldv, float *out, size_t ldo)
+static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                        const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
+                        size_t ldo, float *scratch)
 {
-    for (size_t d0 = 0; d0 < hd; d0 += 64) {
-        __mmask16 m[4];
-        for (size_t c = 0; c < 4; c++) {
-            size_t lo = d0 + 16 * c;
-            m[c] = lo >= hd ? 0 : hd - lo >= 16 ? 0xffff : tail_mask(hd - lo);
+    const size_t lds = (n_blk | 1) * DS_KERN_KT;    /* odd multiple of 16: rows in different L1 sets */
+    size_t n_keys = 0;
+    for (size_t i = 0; i < nq; i++) n_keys = lim[i] > n_keys ? lim[i] : n_keys;
+    n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t i0 = 0; i0 < nq; i0 += 8) {
+        size_t nr = nq - i0 < 8 ? nq - i0 : 8;
+        const float *qi = q + i0 * ldq;
+        float *si = scratch + i0 * lds;
+        __m512 mx[8];
+        for (size_t i = 0; i < 8; i++) mx[i] = _mm512_set1_ps(-INFINITY);
+        for (size_t b = 0; b < n_blk; b++) {
+            size_t i = 0;
+            for (; i + 8 <= nr; i += 8)
+                att_scores(8, hd, qi + i * ldq, ldq, kt[b], scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+            for (; i + 2 <= nr; i += 2)
+                att_scores(2, hd, qi + i * ldq, ldq, kt[b], scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+            if (i < nr)
+                att_scores(1, hd, qi + i * ldq, ldq, kt[b], scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
         }
-        size_t i = 0;
-        for (; i + 4 <= nq; i += 4) values_tile(4, nk, m, p + i * ldp, ldp, v + d0, ldv, out + i * ldo + d0, ldo);
-        for (; i < nq; i++) values_tile(1, nk, m, p + i * ldp, ldp, v + d0, ldv, out + i * ldo + d0, ldo);
-    }
-}
-
-static void softmax_avx512(size_t n, float *x)
-{
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
-        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i));
-    }
-    __m512 maxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx)), sum = _mm512_setzero_ps();
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
-        __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), maxv));
-        _mm512_mask_storeu_ps(x + i, m, e);
-        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
-    }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
-        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+        float inv[8];
+        for (size_t i = 0; i < nr; i++) {
+            float *row = si + i * lds;
+            const __m512 maxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx[i]));
+            __m512 sum = _mm512_setzero_ps();
+            for (size_t b = 0; b < n_blk; b++) {
+                /* masked keys: exp(0), then 0 (exp(-inf) went through
+                ** subnormal intermediates, ~10x slower) */
+                __mmask16 km = keys_mask(lim[i0 + i], b);
+                __m512 e = _mm512_maskz_mov_ps(km, exp_ps(_mm512_maskz_sub_ps(km, _mm512_loadu_ps(row + b * DS_KERN_KT), maxv)));
+                _mm512_storeu_ps(row + b * DS_KERN_KT, e);
+                sum = _mm512_add_ps(sum, e);
+            }
+            inv[i] = 1.0f / _mm512_reduce_add_ps(sum);
+        }
+        float *oi = out + i0 * ldo;
+        for (size_t d0 = 0; d0 < hd; d0 += 64) {
+            __mmask16 m[4];
+            for (size_t c = 0; c < 4; c++) {
+                size_t lo = d0 + 16 * c;
+                m[c] = lo >= hd ? 0 : hd - lo >= 16 ? 0xffff : tail_mask(hd - lo);
+            }
+            size_t i = 0;
+            for (; i + 4 <= nr; i += 4)
+                att_values(4, n_blk, n_keys, m, si + i * lds, lds, v, ldv, d0, inv + i, oi + i * ldo, ldo);
+            for (; i < nr; i++)
+                att_values(1, n_blk, n_keys, m, si + i * lds, lds, v, ldv, d0, inv + i, oi + i * ldo, ldo);
+        }
     }
 }
 
@@ -829,9 +863,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .dot_f32     = dot_f32_avx512,
     .axpy_f32    = axpy_f32_avx512,
     .rmsnorm_f32 = rmsnorm_f32_avx512,
-    .attn_scores_f32 = attn_scores_avx512,
-    .attn_values_f32 = attn_values_avx512,
-    .softmax_f32     = softmax_avx512,
+    .attn_f32        = attn_avx512,
     .silu_mul_f32    = silu_mul_avx512,
     .rope_f32        = rope_avx512,
 };
