@@ -109,6 +109,7 @@ struct run_state {
     struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
     uint32_t           *pos;     /* (B) position of each row */
     uint32_t           *grp;     /* (B + 1) first row of each attention group */
+    struct ds_batch_row *out_rows;/* (B) the rows that want logits, for the last layer's end */
     uint32_t            n_grp;
 };
 
@@ -737,6 +738,32 @@ static void run_by_tokens(struct ds_engine *e, struct step *st, size_t n_steps, 
     }
 }
 
+static void run_steps(struct ds_engine *e, struct step *st, size_t n_steps, size_t n)
+{
+    if (ds_pool_size(e->pool) > 1 && n >= TOKEN_SPLIT_MIN * ds_pool_size(e->pool)) run_by_tokens(e, st, n_steps, n);
+    else run_by_rows(e, st, n_steps, n);
+}
+
+/* The rows that want logits, in order, moved to the front of the batch
+** (residual, query, position); returns them as rows of s->out_rows. */
+static const struct ds_batch_row *keep_logit_rows(struct ds_engine *e, const struct ds_batch_row *rows,
+                                                  size_t n)
+{
+    struct run_state *s = &e->s;
+    const size_t dim = e->cfg.dim;
+    size_t m = 0;
+    for (size_t r = 0; r < n; r++) {
+        if (!rows[r].logits) continue;
+        if (m != r) {
+            memcpy(s->x + m * dim, s->x + r * dim, dim * sizeof *s->x);
+            memcpy(s->q + m * dim, s->q + r * dim, dim * sizeof *s->q);
+            s->pos[m] = s->pos[r];
+        }
+        s->out_rows[m++] = rows[r];
+    }
+    return s->out_rows;
+}
+
 /* ---- forward ---- */
 
 static void embed(const struct ds_engine *e, int32_t tok, float *out)
@@ -781,22 +808,30 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
     attn_groups(e, rows, n);
 
-    const bool by_tokens = ds_pool_size(e->pool) > 1 && n >= TOKEN_SPLIT_MIN * ds_pool_size(e->pool);
+    /* In the last layer, rows that want no logits only need their keys and
+    ** values (later tokens attend to them): after the cache write the
+    ** batch shrinks to the rows that do (a prefill: its last row). */
+    size_t n_out = 0;
+    for (size_t r = 0; r < n; r++) n_out += rows[r].logits;
+    const struct ds_batch_row *out_rows = rows;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         struct step st[LAYER_STEPS];
-        size_t n_steps = layer_steps(e, rows, n, l, st);
-        if (by_tokens) run_by_tokens(e, st, n_steps, n);
-        else run_by_rows(e, st, n_steps, n);
+        size_t n_steps = layer_steps(e, rows, n, l, st), split = n_steps;
+        if (l + 1 == c->n_layers && n_out < n)
+            for (split = 0; st[split].kind != STEP_ATTN; split++) {}
+        run_steps(e, st, split, n);
+        if (split < n_steps && n_out > 0) {
+            out_rows = keep_logit_rows(e, rows, n);
+            attn_groups(e, out_rows, n_out);
+            layer_steps(e, out_rows, n_out, l, st);
+            run_steps(e, st + split, n_steps - split, n_out);
+        }
     }
-    struct rows_job last = { e, rows, n, ROW_ADD, NULL, 0, NULL, 0 };
-    rows_run(&last);
-
-    /* Logits only for the rows that want them. */
-    size_t n_out = 0;
-    for (size_t r = 0; r < n; r++)
-        if (rows[r].logits)
-            e->kern->rmsnorm_f32(dim, s->x + r * dim, e->out_norm, c->rms_eps, s->lg_in + n_out++ * dim);
     if (n_out > 0) {
+        struct rows_job last = { e, out_rows, n_out, ROW_ADD, NULL, 0, NULL, 0 };
+        rows_run(&last);
+        for (size_t r = 0; r < n_out; r++)
+            e->kern->rmsnorm_f32(dim, s->x + r * dim, e->out_norm, c->rms_eps, s->lg_in + r * dim);
         quantize_input(e, s->lg_in, n_out, c->dim);
         matmul(e, &e->output, s->lg_in, n_out, logits);
     }
@@ -869,11 +904,12 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->att = malloc(ds_pool_size(e->pool) * ATT_SCRATCH(e) * sizeof(float));
     s->att_kv = malloc((size_t)ds_pool_size(e->pool) * 2 * ATT_BLOCKS(e) * sizeof *s->att_kv);
     s->grp = malloc((B + 1) * sizeof *s->grp);
+    s->out_rows = malloc(B * sizeof *s->out_rows);
     s->xq = malloc(B * ds_q8_blocks(c->dim) * sizeof(struct ds_q8_block));
     s->hq = malloc(B * ds_q8_blocks(c->hidden_dim) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
-        !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp)
+        !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows)
         return DS_ERR_NOMEM;
     /* RoPE table, computed the way llama2.c does, in float. */
     size_t half = c->rope_dim / 2;
@@ -907,7 +943,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->rope);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp); free(s->out_rows);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
