@@ -110,6 +110,7 @@ struct run_state {
     uint32_t           *pos;     /* (B) position of each row */
     uint32_t           *grp;     /* (B + 1) first row of each attention group */
     struct ds_batch_row *out_rows;/* (B) the rows that want logits, for the last layer's end */
+    struct step         *steps;   /* (n_layers * LAYER_STEPS) a forward pass's steps */
     uint32_t            n_grp;
 };
 
@@ -813,19 +814,21 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
     ** batch shrinks to the rows that do (a prefill: its last row). */
     size_t n_out = 0;
     for (size_t r = 0; r < n; r++) n_out += rows[r].logits;
+    /* Every layer's steps in one list, so that split by tokens, the steps
+    ** from one attention to the next (across layers) make one dispatch. */
+    struct step *st = s->steps;
+    size_t n_steps = 0, top = 0;              /* top: the last layer's first step */
+    for (uint32_t l = 0; l < c->n_layers; l++) n_steps += layer_steps(e, rows, n, l, st + (top = n_steps));
+    size_t split = n_steps;
+    if (n_out < n)
+        for (split = top; st[split].kind != STEP_ATTN; split++) {}
+    run_steps(e, st, split, n);
     const struct ds_batch_row *out_rows = rows;
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        struct step st[LAYER_STEPS];
-        size_t n_steps = layer_steps(e, rows, n, l, st), split = n_steps;
-        if (l + 1 == c->n_layers && n_out < n)
-            for (split = 0; st[split].kind != STEP_ATTN; split++) {}
-        run_steps(e, st, split, n);
-        if (split < n_steps && n_out > 0) {
-            out_rows = keep_logit_rows(e, rows, n);
-            attn_groups(e, out_rows, n_out);
-            layer_steps(e, out_rows, n_out, l, st);
-            run_steps(e, st + split, n_steps - split, n_out);
-        }
+    if (split < n_steps && n_out > 0) {
+        out_rows = keep_logit_rows(e, rows, n);
+        attn_groups(e, out_rows, n_out);
+        layer_steps(e, out_rows, n_out, c->n_layers - 1, st + top);
+        run_steps(e, st + split, n_steps - split, n_out);
     }
     if (n_out > 0) {
         struct rows_job last = { e, out_rows, n_out, ROW_ADD, NULL, 0, NULL, 0 };
@@ -905,11 +908,12 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->att_kv = malloc((size_t)ds_pool_size(e->pool) * 2 * ATT_BLOCKS(e) * sizeof *s->att_kv);
     s->grp = malloc((B + 1) * sizeof *s->grp);
     s->out_rows = malloc(B * sizeof *s->out_rows);
+    s->steps = malloc((size_t)c->n_layers * LAYER_STEPS * sizeof *s->steps);
     s->xq = malloc(B * ds_q8_blocks(c->dim) * sizeof(struct ds_q8_block));
     s->hq = malloc(B * ds_q8_blocks(c->hidden_dim) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
-        !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows)
+        !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows || !s->steps)
         return DS_ERR_NOMEM;
     /* RoPE table, computed the way llama2.c does, in float. */
     size_t half = c->rope_dim / 2;
@@ -943,7 +947,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->rope);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp); free(s->out_rows);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
