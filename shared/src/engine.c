@@ -7,11 +7,12 @@
 ** buffers of struct run_state, the RoPE table, the thread pool and the KV
 ** block pool that every struct ds_seq of this engine draws from.
 **
-** The forward pass reads like llama2.c's: one loop over layers in the order
-** the math is written. Matrices go through matmul(), which splits output rows
-** across the pool and calls the selected kernel (or OpenBLAS sgemm for FP32
-** passes of more than 17 rows); attention, RoPE, norms, SwiGLU and the
-** activations' quantization go through kernels too.
+** The forward pass reads like llama2.c's: layer_steps() lists a layer's
+** steps in the order the math is written, and one of two schedules runs them
+** on the pool (by output rows for decode and batches, by tokens for long
+** prompts; see there). Matrices go to the selected kernel (or OpenBLAS sgemm
+** for FP32 passes of more than 17 rows); attention, RoPE, norms, SwiGLU and
+** the activations' quantization go through kernels too.
 **
 ** Backends: with the CUDA one (engine_cuda.c, builds with DS_HAVE_CUDA) this
 ** file still owns the API, sequences and validation; ds_engine_forward
@@ -117,7 +118,7 @@ struct run_state {
 /* KV blocks: each holds DS_KV_BLOCK positions of K and V for every layer,
 ** laid out [layer][k|v] and then K transposed, [kv_dim][position in block],
 ** so that attention scores run over positions in SIMD lanes
-** (attn_scores_f32), and V as [position in block][kv_dim]. */
+** (attn_f32), and V as [position in block][kv_dim]. */
 struct kv_pool {
     float          *mem;
     uint32_t        n_blocks;
