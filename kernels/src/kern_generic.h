@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ds/kern.h"
+#include "kern_internal.h"
 
 /* s[i*lds + j] = scale * (q row i . key j), j < nk. */
 static void attn_scores_generic(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
@@ -60,9 +60,7 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
                          const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
                          size_t ldo, float *scratch)
 {
-    const size_t lds = (n_blk | 1) * DS_KERN_KT;      /* odd multiple of 16: rows in different L1 sets */
-    size_t n_keys = 0;
-    for (size_t i = 0; i < nq; i++) n_keys = lim[i] > n_keys ? lim[i] : n_keys;
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
         size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
         attn_scores_generic(nq, hd, nk, q, ldq, kt[b], scale, scratch + b * DS_KERN_KT, lds);

@@ -37,6 +37,18 @@ static inline void ds_kern__matmul_f32_blocked(void (*matvec)(size_t, size_t, co
     }
 }
 
+/* attn_f32's keys: the most that any of the nq rows sees. */
+static inline size_t ds_kern__attn_keys(size_t nq, const uint32_t *lim)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nq; i++) n = lim[i] > n ? lim[i] : n;
+    return n;
+}
+
+/* attn_f32's floats between rows of scores in its scratch: an odd multiple
+** of DS_KERN_KT, so that the rows fall in different L1 sets. */
+static inline size_t ds_kern__attn_lds(size_t n_blk) { return (n_blk | 1) * DS_KERN_KT; }
+
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 

@@ -772,9 +772,7 @@ static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
                         const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
                         size_t ldo, float *scratch)
 {
-    const size_t lds = (n_blk | 1) * DS_KERN_KT;    /* odd multiple of 16: rows in different L1 sets */
-    size_t n_keys = 0;
-    for (size_t i = 0; i < nq; i++) n_keys = lim[i] > n_keys ? lim[i] : n_keys;
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
     for (size_t i0 = 0; i0 < nq; i0 += 8) {
         size_t nr = nq - i0 < 8 ? nq - i0 : 8;
