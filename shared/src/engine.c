@@ -719,7 +719,8 @@ static void tokens_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct tokens_job *j = p;
     size_t lo, hi;
-    /* whole KV blocks each, so no two threads write keys into one line */
+    /* whole KV blocks each: in a prefill from a block boundary no two
+    ** threads write keys into one line */
     ds_pool_split(j->n, task, n_tasks, DS_KV_BLOCK, &lo, &hi);
     for (size_t i = 0; i < j->n_steps && lo < hi; i++) {
         if (j->st[i].kind == STEP_ROWS) rows_span(&j->st[i].rows, lo, hi);
@@ -819,7 +820,10 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
     ** from one attention to the next (across layers) make one dispatch. */
     struct step *st = s->steps;
     size_t n_steps = 0, top = 0;              /* top: the last layer's first step */
-    for (uint32_t l = 0; l < c->n_layers; l++) n_steps += layer_steps(e, rows, n, l, st + (top = n_steps));
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        top = n_steps;
+        n_steps += layer_steps(e, rows, n, l, st + top);
+    }
     size_t split = n_steps;
     if (n_out < n)
         for (split = top; st[split].kind != STEP_ATTN; split++) {}
