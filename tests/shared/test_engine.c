@@ -338,6 +338,42 @@ static void test_batched_rows_match_single(void **state)
     }
 }
 
+/* A 128-token prompt in two passes of 64 rows, split across the two threads
+** by tokens (the first pass wants no logits and stops at the last layer's
+** KV write, the second finishes only its last row), gives the logits of the
+** same tokens fed one at a time, and the cache that follows agrees too. */
+static void test_long_prompt_matches_steps(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        struct lm lm;
+        lm_open(&lm, tu_model("stories260K.bin"), tu_model("tok512.bin"), (enum ds_precision)p);
+        const uint32_t V = lm.m->cfg.vocab_size;
+        int32_t ids[200];
+        size_t n = reference_tokens(lm.tok, ids, 129);
+        assert_int_equal(n, 129);
+        float *whole = malloc(V * sizeof *whole), *steps = malloc(V * sizeof *steps);
+        assert_non_null(whole);
+        assert_non_null(steps);
+        struct ds_seq *a, *b;
+        assert_int_equal(ds_seq_create(lm.e, &a), DS_OK);
+        assert_int_equal(ds_seq_create(lm.e, &b), DS_OK);
+        assert_int_equal(ds_engine_eval(lm.e, a, ids, 128, whole, false), DS_OK);
+        for (size_t i = 0; i < 128; i++) assert_int_equal(ds_engine_eval(lm.e, b, &ids[i], 1, steps, false), DS_OK);
+        assert_close(whole, steps, V, 1e-4f);
+        assert_int_equal(ds_engine_eval(lm.e, a, &ids[128], 1, whole, false), DS_OK);   /* one more */
+        assert_int_equal(ds_engine_eval(lm.e, b, &ids[128], 1, steps, false), DS_OK);
+        assert_close(whole, steps, V, 1e-4f);
+        printf("128-token prompt by tokens = one at a time (%s, %s kernels)\n",
+               ds_precision_name((enum ds_precision)p), ds_engine_kernel(lm.e));
+        ds_seq_destroy(a);
+        ds_seq_destroy(b);
+        free(whole);
+        free(steps);
+        lm_close(&lm);
+    }
+}
+
 /* Truncating the KV cache and going on equals never having gone past it. */
 static void test_kv_rollback(void **state)
 {
@@ -493,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_converted_gguf),
         cmocka_unit_test(test_tiny_random_generates),
         cmocka_unit_test(test_batched_rows_match_single),
+        cmocka_unit_test(test_long_prompt_matches_steps),
         cmocka_unit_test(test_kv_rollback),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_sampler),
