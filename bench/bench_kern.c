@@ -249,7 +249,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "out of memory\n");
             return 1;
         }
-        struct ds_q8_block *wpk = malloc(q8_bytes);
+        struct ds_q8_block *wpk = aligned_alloc(64, (q8_bytes + 63) / 64 * 64);   /* q8_pack wants 64 */
         if (!wpk) { fprintf(stderr, "out of memory\n"); return 1; }
         double mem_q8_hot = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_hot, NULL, y, &o);
         double mem_f32_hot = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_hot, NULL, y, &o);

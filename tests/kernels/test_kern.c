@@ -208,13 +208,16 @@ static void fill_q8_extreme(struct ds_q8_block *b, size_t n, int mode)
     }
 }
 
-/* w (rows x nb, row-major) in k's packed layout, 2 bytes past an
-** allocation's alignment (*base is the allocation, to free). */
+/* w (rows x nb, row-major) in k's packed layout: 64-byte aligned as q8_pack
+** wants, or, plain Q8_0, 2 bytes past an allocation's alignment (*base is
+** the allocation, to free). */
 static struct ds_q8_block *pack_for(const struct ds_kern_ops *k, size_t rows, size_t nb,
                                     const struct ds_q8_block *w, void **base)
 {
-    *base = xmalloc((ds_q8_packed_blocks(k, rows, nb) + 1) * sizeof(struct ds_q8_block));
-    struct ds_q8_block *p = (struct ds_q8_block *)(void *)((char *)*base + 2);
+    size_t bytes = (ds_q8_packed_blocks(k, rows, nb) + 1) * sizeof(struct ds_q8_block);
+    *base = k->q8_pack ? aligned_alloc(64, (bytes + 63) / 64 * 64) : xmalloc(bytes);
+    assert_non_null(*base);
+    struct ds_q8_block *p = (struct ds_q8_block *)(void *)((char *)*base + (k->q8_pack ? 0 : 2));
     ds_q8_pack(k, rows, nb, w, p);
     return p;
 }

@@ -46,8 +46,9 @@ struct ds_kern_ops {
     ** (row-major) in tiles of q8_pack_rows rows, into ds_q8_packed_blocks()
     ** blocks' worth of bytes; the last tile is padded. A tile holds the same
     ** bytes as its rows do in Q8_0, so the rows from r0 (a multiple of
-    ** q8_pack_rows) start at out + r0 * n_blocks. NULL: the variant reads
-    ** plain Q8_0 rows (q8_pack_rows is 1). Output 64-byte aligned for speed. */
+    ** q8_pack_rows) start at out + r0 * n_blocks. out must be 64-byte
+    ** aligned (so are the tiles then). NULL: the variant reads plain Q8_0
+    ** rows (q8_pack_rows is 1), 2-byte aligned like any Q8_0 block. */
     uint32_t q8_pack_rows;
     void (*q8_pack)(size_t rows, size_t n_blocks, const struct ds_q8_block *w, struct ds_q8_block *out);
 
