@@ -95,6 +95,13 @@ static void quantize_block(const float *x, size_t len, struct ds_q8_block *out)
     _mm256_storeu_si256((void *)out->qs, _mm256_set_m128i(q1, q0));
 }
 
+/* The 4x4 transpose of a vector's dwords: dword l of 128-bit lane k goes to
+** 4l + k (and back). */
+DS_INLINE __m512i dword_transpose4x4(void)
+{
+    return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+}
+
 /* Lane b = max over the lanes of m[b]: a transposing tree (46 operations
 ** for 16 blocks, against 8 shuffles and maxes per block reduced alone). */
 DS_INLINE __m512 max_16x16(const __m512 m[16])
@@ -111,8 +118,7 @@ DS_INLINE __m512 max_16x16(const __m512 m[16])
     __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(c01), _mm512_castps_pd(c23));
     __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(c01), _mm512_castps_pd(c23));
     __m512 d = _mm512_max_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));   /* lane 4k+i: m[4i+k] */
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, d);
+    return _mm512_permutexvar_ps(dword_transpose4x4(), d);
 }
 
 /* Whole blocks 16 at a time: their maxima, scales and reciprocals as
@@ -137,9 +143,9 @@ static void quantize_q8_avx512(size_t n, const float *x, struct ds_q8_block *out
         float ids[16];
         _mm256_storeu_si256((void *)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
         _mm512_storeu_ps(ids, id);
-        /* packs leave dword l of 128-bit lane k at 4k+l: A = first block's
-        ** low half, B its high half, C and D the second block's */
-        const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        /* the packs leave dword l of 128-bit lane k at 4k+l: A = the first
+        ** block's low half, B its high half, C and D the second block's */
+        const __m512i order = dword_transpose4x4();
         for (int i = 0; i < 16; i += 2) {
             const float *p = xb + 32 * i;
             __m512 s0 = _mm512_set1_ps(ids[i]), s1 = _mm512_set1_ps(ids[i + 1]);
