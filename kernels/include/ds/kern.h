@@ -86,8 +86,9 @@ struct ds_kern_ops {
     **   out[i*ldo + d] = sum over j < lim[i] of softmax_j(scale * q_i . k_j) v_j[d]
     ** for d < hd. Block b's keys come transposed, kt[b][d*DS_KERN_KT + j],
     ** so that lanes run over keys; its values row by row, key j at
-    ** v[b] + j*ldv. Keys at or past max lim[i] are never read (their slots
-    ** may hold anything). scratch: nq * (n_blk + 1) * DS_KERN_KT floats. */
+    ** v[b] + j*ldv. Slots at or past max lim[i] (inside the last block)
+    ** may hold anything, NaN included: they do not reach the result.
+    ** scratch: nq * (n_blk + 1) * DS_KERN_KT floats. */
     void (*attn_f32)(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
                      const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
                      size_t ldo, float *scratch);
