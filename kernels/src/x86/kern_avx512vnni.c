@@ -71,14 +71,16 @@ DS_INLINE int32_t block_sum(const struct ds_q8_block *w)
 
 DS_INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
 
+/* The first min(n, 16) lanes, as a mask. */
+DS_INLINE __mmask16 first_lanes(size_t n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
+
 /* ---- quantize ---- */
 
 /* Same arithmetic as the reference (max|x|, /127, RNE to FP16, 1/d, x*id,
 ** lrintf == cvtps2dq under the same MXCSR rounding), so blocks are equal. */
 static void quantize_block(const float *x, size_t len, struct ds_q8_block *out)
 {
-    __mmask16 m0 = len >= 16 ? 0xffff : (__mmask16)((1u << len) - 1);
-    __mmask16 m1 = len >= 32 ? 0xffff : len <= 16 ? 0 : (__mmask16)((1u << (len - 16)) - 1);
+    __mmask16 m0 = first_lanes(len), m1 = first_lanes(len > 16 ? len - 16 : 0);
     __m512 v0 = _mm512_maskz_loadu_ps(m0, x);
     __m512 v1 = _mm512_maskz_loadu_ps(m1, x + 16);
     float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -376,10 +378,7 @@ static void mm_tile_any(size_t nr, size_t nt, const struct pk_block *wp, const s
                         size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
 {
     __mmask16 m[2];
-    for (size_t r = 0; r < 2; r++) {
-        size_t n = nr > 16 * r ? nr - 16 * r : 0;
-        m[r] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
-    }
+    for (size_t r = 0; r < 2; r++) m[r] = first_lanes(nr > 16 * r ? nr - 16 * r : 0);
 #define MM_CASE(T)                                                  \
     case T:                                                         \
         if (nr > 16) mm_tile(2, T, wp, xp, kn, y, ldy, m, add, pf); \
@@ -466,8 +465,6 @@ static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
 
 /* ---- FP32 ---- */
 
-DS_INLINE __mmask16 tail_mask(size_t left) { return (__mmask16)((1u << left) - 1); }
-
 static float dot_f32_avx512(size_t n, const float *a, const float *b)
 {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -481,7 +478,7 @@ static float dot_f32_avx512(size_t n, const float *a, const float *b)
     for (; i + 16 <= n; i += 16)
         s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
     if (i < n) {
-        __mmask16 m = tail_mask(n - i);
+        __mmask16 m = first_lanes(n - i);
         s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
@@ -544,7 +541,7 @@ DS_INLINE void f32_tile(int R, int T, size_t cols, const float *w, const float *
         }
     }
     if (i < cols) {             /* the same step on zero-padded lanes */
-        __mmask16 m = tail_mask(cols - i);
+        __mmask16 m = first_lanes(cols - i);
         __m512 wv[F32_RMAX];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) wv[r] = _mm512_maskz_loadu_ps(m, w + (size_t)r * cols + i);
@@ -650,7 +647,7 @@ static void axpy_f32_avx512(size_t n, float a, const float *x, float *y)
         _mm512_storeu_ps(y + i + 16, y1);
     }
     for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __mmask16 m = first_lanes(n - i);
         __m512 v = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
         _mm512_mask_storeu_ps(y + i, m, v);
     }
@@ -662,7 +659,7 @@ static void rmsnorm_f32_avx512(size_t n, const float *x, const float *w, float e
     ss = 1.0f / sqrtf(ss / (float)n + eps);
     __m512 s = _mm512_set1_ps(ss);
     for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __mmask16 m = first_lanes(n - i);
         __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i),
                                  _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, x + i)));
         _mm512_mask_storeu_ps(out + i, m, v);
@@ -706,7 +703,7 @@ DS_INLINE __m512 exp_ps(__m512 x)
 DS_INLINE __mmask16 keys_mask(uint32_t lim, size_t b)
 {
     size_t n = lim > b * DS_KERN_KT ? lim - b * DS_KERN_KT : 0;
-    return n >= 16 ? 0xffff : tail_mask(n);
+    return first_lanes(n);
 }
 
 /* NQ rows x one block of scores into s (stride lds), masked, and the rows'
@@ -815,7 +812,7 @@ static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
             __mmask16 m[4];
             for (size_t c = 0; c < 4; c++) {
                 size_t lo = d0 + 16 * c;
-                m[c] = lo >= hd ? 0 : hd - lo >= 16 ? 0xffff : tail_mask(hd - lo);
+                m[c] = first_lanes(lo < hd ? hd - lo : 0);
             }
             size_t i = 0;
             for (; i + 4 <= nr; i += 4)
@@ -830,7 +827,7 @@ static void silu_mul_avx512(size_t n, float *h, const float *u)
 {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        __mmask16 m = first_lanes(n - i);
         __m512 x = _mm512_maskz_loadu_ps(m, h + i);
         __m512 sig = _mm512_div_ps(x, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x))));
         _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(sig, _mm512_maskz_loadu_ps(m, u + i)));
@@ -844,7 +841,7 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
     for (size_t h = 0; h < n_heads; h++) {
         float *v = x + h * head_dim;
         for (size_t i = 0; i < rope_dim; i += 16) {
-            __mmask16 m = rope_dim - i >= 16 ? 0xffff : tail_mask(rope_dim - i);
+            __mmask16 m = first_lanes(rope_dim - i);
             __m512 a = _mm512_maskz_loadu_ps(m, v + i), t = _mm512_maskz_loadu_ps(m, cs + i);
             __m512 sw = _mm512_permute_ps(a, _MM_SHUFFLE(2, 3, 0, 1));
             __m512 r = _mm512_fmaddsub_ps(a, _mm512_moveldup_ps(t), _mm512_mul_ps(sw, _mm512_movehdup_ps(t)));
