@@ -62,7 +62,7 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
 {
     const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
-        size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
+        size_t nk = ds_kern__attn_block_keys(n_keys, b);
         attn_scores_generic(nq, hd, nk, q, ldq, kt[b], scale, scratch + b * DS_KERN_KT, lds);
     }
     for (size_t i = 0; i < nq; i++) {
@@ -71,7 +71,7 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
         memset(out + i * ldo, 0, hd * sizeof *out);
     }
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
-        size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
+        size_t nk = ds_kern__attn_block_keys(n_keys, b);
         attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, v[b], ldv, out, ldo);
     }
 }

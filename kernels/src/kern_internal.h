@@ -45,6 +45,13 @@ static inline size_t ds_kern__attn_keys(size_t nq, const uint32_t *lim)
     return n;
 }
 
+/* Keys of block b (b * DS_KERN_KT < n_keys) that attn_f32 reads. */
+static inline size_t ds_kern__attn_block_keys(size_t n_keys, size_t b)
+{
+    size_t left = n_keys - b * DS_KERN_KT;
+    return left < DS_KERN_KT ? left : DS_KERN_KT;
+}
+
 /* attn_f32's floats between rows of scores in its scratch: an odd multiple
 ** of DS_KERN_KT, so that the rows fall in different L1 sets. */
 static inline size_t ds_kern__attn_lds(size_t n_blk) { return (n_blk | 1) * DS_KERN_KT; }

@@ -750,7 +750,7 @@ DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m
         for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();
     for (size_t b = 0; b < n_blk; b++) {
         const float *vb = v[b] + d0, *pb = p + b * DS_KERN_KT;
-        size_t nk = n_keys - b * DS_KERN_KT < DS_KERN_KT ? n_keys - b * DS_KERN_KT : DS_KERN_KT;
+        size_t nk = ds_kern__attn_block_keys(n_keys, b);
         for (size_t j = 0; j < nk; j++) {
             __m512 vv[4];
 #pragma GCC unroll 4
