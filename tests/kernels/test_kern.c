@@ -638,7 +638,7 @@ static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t
         float *kb = xmalloc(hd * DS_KERN_KT * sizeof *kb), *vb = xmalloc(DS_KERN_KT * ldv * sizeof *vb);
         fill_f(kb, hd * DS_KERN_KT, amp);
         fill_f(vb, DS_KERN_KT * ldv, 1.0f);
-        for (size_t j = n_keys - b * DS_KERN_KT; j < DS_KERN_KT && b * DS_KERN_KT + j >= n_keys; j++) {
+        for (size_t j = n_keys - b * DS_KERN_KT; j < DS_KERN_KT; j++) {  /* slots past the last key */
             for (size_t d = 0; d < hd; d++) kb[d * DS_KERN_KT + j] = NAN;
             for (size_t d = 0; d < ldv; d++) vb[j * ldv + d] = NAN;
         }
