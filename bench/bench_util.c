@@ -7,6 +7,7 @@
 
 #include "ds/common.h"
 #ifdef DS_HAVE_CUDA
+#include "ds/engine_cuda.h"
 #include "ds_cuda.h"
 #endif
 
@@ -50,7 +51,9 @@ bool bench_cuda_device(void)
 {
 #ifdef DS_HAVE_CUDA
     int n = 0;
-    return ds_cuda_device_count(&n) == DS_OK && n > 0;
+    if (ds_cuda_device_count(&n) != DS_OK || n == 0) return false;
+    ds_engine_cuda_register();
+    return true;
 #else
     return false;
 #endif

@@ -22,6 +22,7 @@
 #include "support/mkmodel.h"
 #include "support/testutil.h"
 #ifdef DS_HAVE_CUDA
+#include "ds/engine_cuda.h"
 #include "ds_cuda.h"
 #endif
 
@@ -521,6 +522,9 @@ static void test_backend_choice(void **state)
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
+#ifdef DS_HAVE_CUDA
+    ds_engine_cuda_register();          /* as dspark-center does */
+#endif
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_text_llama2c),
         cmocka_unit_test(test_reference_text_gguf),

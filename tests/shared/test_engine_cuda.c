@@ -41,6 +41,7 @@
 #include "ds/model.h"
 #include "ds/sampler.h"
 #include "ds/tok.h"
+#include "ds/engine_cuda.h"
 #include "ds_cuda.h"
 #include "support/mkmodel.h"
 #include "support/testutil.h"
@@ -361,6 +362,7 @@ int main(void)
         printf("no CUDA device: skipped\n");
         return 77;
     }
+    ds_engine_cuda_register();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k_logits),
         cmocka_unit_test(test_random_15m_logits),

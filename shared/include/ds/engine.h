@@ -4,13 +4,14 @@
 ** activations quantized per block at run time, int32 accumulation) on the
 ** CPU; FP16 on CUDA (see Backends).
 **
-** Backends: the same API runs on the CPU or, in builds with CUDA
-** (DS_HAVE_CUDA), on GPU 0: FP16 weights and activations, FP32 accumulation
-** and residual stream, KV cache in GPU memory (engine_cuda.c). opts.backend
+** Backends: the same API runs on the CPU or, in a program that registered
+** a GPU backend (ds_engine_gpu_register; the CUDA one, ds/engine_cuda.h, is
+** linked by dspark-center only), on GPU 0: FP16 weights and activations,
+** FP32 accumulation and residual stream, KV cache in GPU memory. opts.backend
 ** CPU (the default: results do not depend on the machine) never touches
-** CUDA; AUTO picks CUDA when the build has it, a device is present and FP32
-** was asked for, else the CPU (the serving node's default); CUDA forces it
-** (DS_ERR_UNSUPPORTED without a device or CUDA build). A CUDA engine reports precision
+** the GPU; AUTO picks it when one is registered, a device is present and
+** FP32 was asked for, else the CPU (the serving node's default); CUDA forces
+** it (DS_ERR_UNSUPPORTED without a device or a registered backend). A CUDA engine reports precision
 ** DS_PRECISION_FP16 ("fp16") and kernel "cuda-f16"; ds_engine_backend()
 ** says which backend runs.
 **
@@ -48,6 +49,36 @@ const char *ds_precision_name(enum ds_precision p);
 int ds_precision_parse(const char *s);
 
 enum ds_backend { DS_BACKEND_CPU, DS_BACKEND_AUTO, DS_BACKEND_CUDA };
+
+/* A GPU backend, as a table of operations (ggml's backend interface is the
+** model): the engine keeps the API, validation, positions and which KV slot
+** each sequence holds; the backend owns device memory and runs passes. */
+struct ds_gpu;
+struct ds_gpu_row {             /* one row of a GPU pass */
+    int32_t  slot;              /* the sequence's KV slot (claimed) */
+    int32_t  token;
+    uint32_t pos;               /* its position; the slot holds 0..pos-1 */
+    bool     logits;
+};
+struct ds_gpu_ops {
+    const char *name;
+    int         (*devices)(void);                      /* usable devices; 0 = none (never an error) */
+    /* Weights of m on device 0, KV for n_slots x max_ctx positions, scratch for max_batch rows. */
+    enum ds_err (*create)(const struct ds_model *m, uint32_t max_batch, uint32_t max_ctx,
+                          uint32_t n_slots, struct ds_gpu **out);
+    void        (*destroy)(struct ds_gpu *g);
+    const char *(*describe)(const struct ds_gpu *g);   /* "cuda <device>" */
+    uint64_t    (*weight_bytes)(const struct ds_gpu *g);   /* read by one decode step */
+    void        (*kv_usage)(const struct ds_gpu *g, uint32_t *free_slots, uint32_t *total_slots);
+    /* A free KV slot into *slot (any thread); DS_ERR_BUSY when none is free. */
+    enum ds_err (*claim)(struct ds_gpu *g, int32_t *slot);
+    void        (*release)(struct ds_gpu *g, int32_t slot);
+    /* One pass over n rows; logits (vocab floats) of the rows that want them, packed. */
+    enum ds_err (*forward)(struct ds_gpu *g, const struct ds_gpu_row *rows, size_t n, float *logits);
+};
+/* Make ops the GPU backend of engines created from now on (process-wide;
+** NULL: CPU only). ops is BORROWED for the life of the process. */
+void ds_engine_gpu_register(const struct ds_gpu_ops *ops);
 const char *ds_backend_name(enum ds_backend b);
 /* "auto", "cpu" or "cuda"; -1 for anything else. */
 int ds_backend_parse(const char *s);

@@ -28,6 +28,9 @@ enum ds_err {
 #undef X
 };
 
+/* Bytes of a reason buffer ("why") that a failing function fills (NUL included). */
+#define DS_WHY_MAX 256u
+
 /* Static text for e; never NULL ("unknown error" for values not in the list). */
 const char *ds_strerror(enum ds_err e);
 

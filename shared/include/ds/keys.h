@@ -38,7 +38,6 @@
 #define DS_KEY_ID_BYTES  8u
 #define DS_KEY_ID_LEN    16u     /* hex chars; buffers are DS_KEY_ID_LEN + 1 */
 #define DS_SIG_BYTES     64u
-#define DS_WHY_MAX       256u    /* reason buffers filled on failure */
 #define DS_ENVELOPE_MAX  (8u << 20)  /* largest envelope accepted (bytes) */
 
 #define DS_SIG_CTX_MANIFEST "manifest"

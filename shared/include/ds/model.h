@@ -51,6 +51,9 @@ struct ds_weight {
     const void   *data;     /* BORROWED from the mapping */
 };
 
+/* Row r of w as cols FP32 values (F32 copied, F16 and Q8_0 converted). */
+void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out);
+
 struct ds_layer_weights {
     struct ds_weight attn_norm;        /* (dim) */
     struct ds_weight wq;               /* (dim, dim) */

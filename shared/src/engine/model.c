@@ -450,3 +450,32 @@ enum ds_err ds_model_open(const char *path, struct ds_model **out)
     *out = m;
     return DS_OK;
 }
+
+void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out)
+{
+    size_t c = w->cols;
+    switch (w->type) {
+    case DS_DTYPE_F32:
+        memcpy(out, (const float *)w->data + (size_t)r * c, c * sizeof *out);
+        break;
+    case DS_DTYPE_F16: {
+        const uint8_t *p = (const uint8_t *)w->data + (size_t)r * c * 2;
+        for (size_t i = 0; i < c; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = ds_f16_to_f32(h);
+        }
+        break;
+    }
+    case DS_DTYPE_Q8_0: {
+        const struct ds_q8_block *b = (const struct ds_q8_block *)w->data + (size_t)r * (c / DS_Q8_BLOCK);
+        for (size_t k = 0; k < c / DS_Q8_BLOCK; k++) {
+            uint16_t dh;
+            memcpy(&dh, &b[k].d, 2);
+            const float d = ds_f16_to_f32(dh);
+            for (size_t i = 0; i < DS_Q8_BLOCK; i++) out[k * DS_Q8_BLOCK + i] = d * (float)b[k].qs[i];
+        }
+        break;
+    }
+    }
+}

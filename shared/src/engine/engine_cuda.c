@@ -1,8 +1,11 @@
 /*
 ** engine_cuda.c — the CUDA backend of ds_engine: FP16 weights, FP16
 ** activations between ops, FP32 accumulation (cuBLAS GemmEx) and an FP32
-** residual stream, KV cache in device memory. Compiled only when
-** DS_HAVE_CUDA; see engine_cuda.h for the contract with engine.c.
+** residual stream, KV cache in device memory. Built only where nvcc is
+** found, as its own library (ds_engine_cuda) that dspark-center links; it
+** plugs into engine.c through struct ds_gpu_ops (ds/engine.h, registered by
+** ds_engine_cuda_register in ds/engine_cuda.h). It sees the model and
+** struct ds_gpu_row, never a sequence or the engine's internals.
 **
 ** Device memory, all allocated at create:
 **   weights  every matrix converted to FP16 once (F32 and Q8_0 go through a
@@ -21,7 +24,7 @@
 ** then, for the rows that asked for logits only, add_rmsnorm with the output
 ** norm (packed), the classifier into FP32 logits and one download.
 */
-#include "engine_cuda.h"
+#include "ds/engine_cuda.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -62,7 +65,7 @@ struct ds_gpu {
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-int ds_gpu_devices(void)
+static int gpu_devices(void)
 {
     int n = 0;
     return ds_cuda_device_count(&n) == DS_OK ? n : 0;
@@ -147,10 +150,10 @@ static enum ds_err prepare_weights(struct ds_gpu *g, const struct ds_model *m)
     const size_t dim = c->dim;
     if (rc == DS_OK) {
         for (uint32_t l = 0; l < c->n_layers; l++) {
-            ds_engine__weight_row(&m->layers[l].attn_norm, 0, host_norms + (2 * (size_t)l) * dim);
-            ds_engine__weight_row(&m->layers[l].ffn_norm, 0, host_norms + (2 * (size_t)l + 1) * dim);
+            ds_weight_row_f32(&m->layers[l].attn_norm, 0, host_norms + (2 * (size_t)l) * dim);
+            ds_weight_row_f32(&m->layers[l].ffn_norm, 0, host_norms + (2 * (size_t)l + 1) * dim);
         }
-        ds_engine__weight_row(&m->out_norm, 0, host_norms + 2 * (size_t)c->n_layers * dim);
+        ds_weight_row_f32(&m->out_norm, 0, host_norms + 2 * (size_t)c->n_layers * dim);
         size_t bytes = ((size_t)c->n_layers * 2 + 1) * dim * sizeof(float);
         rc = ds_cuda_buf_alloc(g->cu, bytes, &g->norms);
         if (rc == DS_OK) rc = ds_cuda_buf_upload(g->cu, &g->norms, 0, host_norms, bytes);
@@ -213,7 +216,7 @@ static enum ds_err alloc_scratch(struct ds_gpu *g)
 
 /* ---- create / destroy ---- */
 
-void ds_gpu_destroy(struct ds_gpu *g)
+static void gpu_destroy(struct ds_gpu *g)
 {
     if (!g) return;
     ds_cuda_buf_free(g->cu, &g->weights);
@@ -229,7 +232,7 @@ void ds_gpu_destroy(struct ds_gpu *g)
     free(g);
 }
 
-enum ds_err ds_gpu_create(const struct ds_model *m, uint32_t max_batch, uint32_t max_ctx,
+static enum ds_err gpu_create(const struct ds_model *m, uint32_t max_batch, uint32_t max_ctx,
                           uint32_t n_slots, struct ds_gpu **out)
 {
     *out = NULL;
@@ -257,17 +260,17 @@ enum ds_err ds_gpu_create(const struct ds_model *m, uint32_t max_batch, uint32_t
     if (rc == DS_OK) rc = alloc_scratch(g);
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "cuda: cannot prepare %s on the GPU: %s", m->path, ds_strerror(rc));
-        ds_gpu_destroy(g);
+        gpu_destroy(g);
         return rc;
     }
     *out = g;
     return DS_OK;
 }
 
-const char *ds_gpu_describe(const struct ds_gpu *g) { return g->desc; }
-uint64_t ds_gpu_weight_bytes(const struct ds_gpu *g) { return g->weight_bytes; }
+static const char *gpu_describe(const struct ds_gpu *g) { return g->desc; }
+static uint64_t gpu_weight_bytes(const struct ds_gpu *g) { return g->weight_bytes; }
 
-void ds_gpu_kv_usage(const struct ds_gpu *g, uint32_t *free_slots, uint32_t *total_slots)
+static void gpu_kv_usage(const struct ds_gpu *g, uint32_t *free_slots, uint32_t *total_slots)
 {
     pthread_mutex_lock((pthread_mutex_t *)&g->mu);
     *free_slots = g->n_free;
@@ -277,48 +280,28 @@ void ds_gpu_kv_usage(const struct ds_gpu *g, uint32_t *free_slots, uint32_t *tot
 
 /* ---- KV slots ---- */
 
-enum ds_err ds_gpu_claim(struct ds_gpu *g, const struct ds_batch_row *rows, size_t n)
+static enum ds_err gpu_claim(struct ds_gpu *g, int32_t *slot)
 {
-    enum ds_err rc = DS_OK;
-    size_t r = 0;
+    enum ds_err rc = DS_ERR_BUSY;
     pthread_mutex_lock(&g->mu);
-    for (; r < n; r++) {
-        int32_t *slot = ds_seq__gpu_slot(rows[r].seq);
-        if (*slot >= 0) continue;
-        if (g->n_free == 0) {
-            rc = DS_ERR_BUSY;
-            break;
-        }
+    if (g->n_free) {
         *slot = (int32_t)g->free_slots[--g->n_free];
+        rc = DS_OK;
     }
-    /* Busy: give back what this call claimed (sequences that had no slot
-    ** before are those with no positions yet). */
-    if (rc != DS_OK)
-        for (size_t i = 0; i < r; i++) {
-            int32_t *slot = ds_seq__gpu_slot(rows[i].seq);
-            if (*slot >= 0 && ds_seq_len(rows[i].seq) == 0) {
-                g->free_slots[g->n_free++] = (uint32_t)*slot;
-                *slot = -1;
-            }
-        }
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
 
-void ds_gpu_release(struct ds_gpu *g, struct ds_seq *s)
+static void gpu_release(struct ds_gpu *g, int32_t slot)
 {
-    int32_t *slot = ds_seq__gpu_slot(s);
-    if (*slot < 0) return;
     pthread_mutex_lock(&g->mu);
-    g->free_slots[g->n_free++] = (uint32_t)*slot;
-    *slot = -1;
+    g->free_slots[g->n_free++] = (uint32_t)slot;
     pthread_mutex_unlock(&g->mu);
 }
 
 /* ---- forward ---- */
 
-enum ds_err ds_gpu_forward(struct ds_gpu *g, const struct ds_batch_row *rows, size_t n,
-                           const uint32_t *pos, float *logits)
+static enum ds_err gpu_forward(struct ds_gpu *g, const struct ds_gpu_row *rows, size_t n, float *logits)
 {
     const struct ds_model_config *c = &g->c;
     struct ds_cuda *cu = g->cu;
@@ -332,12 +315,11 @@ enum ds_err ds_gpu_forward(struct ds_gpu *g, const struct ds_batch_row *rows, si
     int32_t *pos32 = (int32_t *)(kv_dst + n), *kv_len = pos32 + n;
     float *emb = (float *)(kv_len + n);
     for (size_t r = 0; r < n; r++) {
-        int32_t slot = *ds_seq__gpu_slot(rows[r].seq);
-        kv_off[r] = (int64_t)slot * (int64_t)slot_elems;
-        kv_dst[r] = kv_off[r] + (int64_t)pos[r] * (int64_t)kvd;
-        pos32[r] = (int32_t)pos[r];
-        kv_len[r] = (int32_t)pos[r] + 1;
-        ds_engine__weight_row(&g->m->tok_embd, (uint32_t)rows[r].token, emb + r * dim);
+        kv_off[r] = (int64_t)rows[r].slot * (int64_t)slot_elems;
+        kv_dst[r] = kv_off[r] + (int64_t)rows[r].pos * (int64_t)kvd;
+        pos32[r] = (int32_t)rows[r].pos;
+        kv_len[r] = (int32_t)rows[r].pos + 1;
+        ds_weight_row_f32(&g->m->tok_embd, (uint32_t)rows[r].token, emb + r * dim);
     }
     enum ds_err rc = ds_cuda_buf_upload(cu, &g->io, 0, h, io_bytes(g, n));
     if (rc != DS_OK) return rc;
@@ -388,3 +370,11 @@ enum ds_err ds_gpu_forward(struct ds_gpu *g, const struct ds_batch_row *rows, si
     const size_t bytes = n_out * V * sizeof(float);
     return ds_cuda_buf_download(cu, &(struct ds_cuda_buf){ g->logits, bytes }, 0, logits, bytes);
 }
+
+static const struct ds_gpu_ops cuda_ops = {
+    .name = "cuda", .devices = gpu_devices, .create = gpu_create, .destroy = gpu_destroy,
+    .describe = gpu_describe, .weight_bytes = gpu_weight_bytes, .kv_usage = gpu_kv_usage,
+    .claim = gpu_claim, .release = gpu_release, .forward = gpu_forward,
+};
+
+void ds_engine_cuda_register(void) { ds_engine_gpu_register(&cuda_ops); }

@@ -1,16 +1,15 @@
 /*
-** bundle_internal.h — what keys.c, bundle.c and registry.c share: reasons
-** that are both logged and handed back (why buffers), and whole-buffer file
-** I/O. Never installed.
+** io.h — internal to dspark's libraries (never installed): reasons that
+** are both logged and handed back (why buffers), and whole-buffer file I/O,
+** for every layer above base (io.c).
 */
-#ifndef DS_BUNDLE_INTERNAL_H
-#define DS_BUNDLE_INTERNAL_H
+#ifndef DS_BASE_IO_H
+#define DS_BASE_IO_H
 
 #include <sys/types.h>
 
 #include "ds/common.h"
 #include "ds/err.h"
-#include "ds/keys.h"
 #include "ds/log.h"
 
 /* Log fmt at lvl (with the caller's file:line) and copy it to why[DS_WHY_MAX]

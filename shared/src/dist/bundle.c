@@ -18,7 +18,7 @@
 #include <cjson/cJSON.h>
 #include <sodium.h>
 
-#include "bundle_internal.h"
+#include "base/io.h"
 #include "ds/bundle.h"
 
 _Static_assert(DS_CHUNK_ABYTES == crypto_secretstream_xchacha20poly1305_ABYTES, "chunk overhead");

@@ -12,7 +12,7 @@
 
 #include <sqlite3.h>
 
-#include "bundle_internal.h"
+#include "base/io.h"
 #include "ds/registry.h"
 
 extern const unsigned char ds_reg__sql[];   /* generated from schemas/registry.sql */

@@ -14,24 +14,24 @@
 ** for FP32 passes of more than 17 rows); attention, RoPE, norms, SwiGLU and
 ** the activations' quantization go through kernels too.
 **
-** Backends: with the CUDA one (engine_cuda.c, builds with DS_HAVE_CUDA) this
-** file still owns the API, sequences and validation; ds_engine_forward
-** positions the rows and hands them to ds_gpu_forward.
+** Backends: a GPU backend plugs in through struct ds_gpu_ops
+** (ds_engine_gpu_register; the CUDA one is engine_cuda.c, linked by
+** dspark-center only). This file still owns the API, sequences, their KV
+** slots and validation; ds_engine_forward positions the rows and hands them
+** to the backend's forward.
 */
 #include "ds/engine.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/pool.h"
-#ifdef DS_HAVE_CUDA
-#include "engine_cuda.h"
-#endif
 
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
@@ -156,40 +156,13 @@ struct ds_engine {
     struct run_state             s;
     struct kv_pool               kv;
     uint64_t                     weight_bytes;
-    struct ds_gpu               *gpu;          /* non-NULL: the CUDA backend runs (engine_cuda.c) */
+    struct ds_gpu               *gpu;          /* non-NULL: the GPU backend runs (gpu_ops) */
+    const struct ds_gpu_ops     *gpu_ops;
+    struct ds_gpu_row           *gpu_rows;     /* max_batch rows of a GPU pass */
     const char                  *backend;      /* ds_engine_backend() */
 };
 
 /* ---- weights ---- */
-
-static void row_to_f32(const struct ds_weight *w, uint32_t r, float *out)
-{
-    size_t c = w->cols;
-    switch (w->type) {
-    case DS_DTYPE_F32:
-        memcpy(out, (const float *)w->data + (size_t)r * c, c * sizeof *out);
-        break;
-    case DS_DTYPE_F16: {
-        const uint8_t *p = (const uint8_t *)w->data + (size_t)r * c * 2;
-        for (size_t i = 0; i < c; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = ds_f16_to_f32(h);
-        }
-        break;
-    }
-    case DS_DTYPE_Q8_0: {
-        const struct ds_q8_block *b = (const struct ds_q8_block *)w->data + (size_t)r * (c / DS_Q8_BLOCK);
-        for (size_t k = 0; k < c / DS_Q8_BLOCK; k++) {
-            uint16_t dh;
-            memcpy(&dh, &b[k].d, 2);
-            const float d = ds_f16_to_f32(dh);
-            for (size_t i = 0; i < DS_Q8_BLOCK; i++) out[k * DS_Q8_BLOCK + i] = d * (float)b[k].qs[i];
-        }
-        break;
-    }
-    }
-}
 
 static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
@@ -203,7 +176,7 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
         }
         float *f = malloc((size_t)w->rows * w->cols * sizeof *f);
         if (!f) return DS_ERR_NOMEM;
-        for (uint32_t r = 0; r < w->rows; r++) row_to_f32(w, r, f + (size_t)r * w->cols);
+        for (uint32_t r = 0; r < w->rows; r++) ds_weight_row_f32(w, r, f + (size_t)r * w->cols);
         m->f = m->owned = f;
         return DS_OK;
     }
@@ -220,7 +193,7 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
             return DS_ERR_NOMEM;
         }
         for (uint32_t r = 0; r < w->rows; r++) {
-            row_to_f32(w, r, row);
+            ds_weight_row_f32(w, r, row);
             ds_kern_ref.quantize_q8(w->cols, row, quant + (size_t)r * m->nb);
         }
         free(row);
@@ -251,7 +224,7 @@ static uint64_t mat_bytes(const struct ds_engine *e, const struct mat *m)
 static const float *norm_f32(const struct ds_weight *w, float *dst)
 {
     if (w->type == DS_DTYPE_F32) return w->data;
-    row_to_f32(w, 0, dst);
+    ds_weight_row_f32(w, 0, dst);
     return dst;
 }
 
@@ -361,13 +334,38 @@ enum ds_err ds_seq_create(struct ds_engine *e, struct ds_seq **out)
     return DS_OK;
 }
 
+/* ---- the GPU backend's KV slots and passes ---- */
+
+static void gpu_release(struct ds_seq *s)
+{
+    if (!s->eng->gpu || s->gpu_slot < 0) return;
+    s->eng->gpu_ops->release(s->eng->gpu, s->gpu_slot);
+    s->gpu_slot = -1;
+}
+
+/* Give a slot to every sequence of rows that has none (all or nothing:
+** DS_ERR_BUSY with none claimed when too few are free), then run the rows. */
+static enum ds_err gpu_forward(struct ds_engine *e, const struct ds_batch_row *rows, size_t n, float *logits)
+{
+    enum ds_err rc = DS_OK;
+    size_t r = 0;
+    for (; r < n && rc == DS_OK; r++)
+        if (rows[r].seq->gpu_slot < 0) rc = e->gpu_ops->claim(e->gpu, &rows[r].seq->gpu_slot);
+    if (rc != DS_OK) {          /* sequences with no positions yet had no slot before */
+        for (size_t i = 0; i < r; i++)
+            if (ds_seq_len(rows[i].seq) == 0) gpu_release(rows[i].seq);
+        return rc;
+    }
+    for (r = 0; r < n; r++)
+        e->gpu_rows[r] = (struct ds_gpu_row){ rows[r].seq->gpu_slot, rows[r].token, e->s.pos[r], rows[r].logits };
+    return e->gpu_ops->forward(e->gpu, e->gpu_rows, n, logits);
+}
+
 void ds_seq_destroy(struct ds_seq *s)
 {
     if (!s) return;
     seq_release(s, 0);
-#ifdef DS_HAVE_CUDA
-    if (s->eng->gpu) ds_gpu_release(s->eng->gpu, s);
-#endif
+    gpu_release(s);
     free(s->blocks);
     free(s);
 }
@@ -379,23 +377,19 @@ enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos)
     if (n_pos > s->len) return DS_ERR_RANGE;
     s->len = n_pos;
     seq_release(s, (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
-#ifdef DS_HAVE_CUDA
-    if (s->eng->gpu && n_pos == 0) ds_gpu_release(s->eng->gpu, s);
-#endif
+    if (n_pos == 0) gpu_release(s);
     return DS_OK;
 }
 
 void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks)
 {
-#ifdef DS_HAVE_CUDA
     if (e->gpu) {               /* a slot is a whole context's worth of blocks */
         uint32_t per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
-        ds_gpu_kv_usage(e->gpu, free_blocks, total_blocks);
+        e->gpu_ops->kv_usage(e->gpu, free_blocks, total_blocks);
         *free_blocks *= per_seq;
         *total_blocks *= per_seq;
         return;
     }
-#endif
     struct kv_pool *kv = (struct kv_pool *)&e->kv;
     pthread_mutex_lock(&kv->mu);
     *free_blocks = kv->n_free;
@@ -776,7 +770,7 @@ static const struct ds_batch_row *keep_logit_rows(struct ds_engine *e, const str
 
 static void embed(const struct ds_engine *e, int32_t tok, float *out)
 {
-    row_to_f32(&e->model->tok_embd, (uint32_t)tok, out);
+    ds_weight_row_f32(&e->model->tok_embd, (uint32_t)tok, out);
 }
 
 enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *rows, size_t n,
@@ -798,10 +792,7 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         else s->pos[r] = q->len + q->pending++;
     }
     for (size_t r = 0; r < n && rc == DS_OK && !e->gpu; r++) rc = seq_reserve(rows[r].seq, s->pos[r] + 1);
-#ifdef DS_HAVE_CUDA
-    if (rc == DS_OK && e->gpu) rc = ds_gpu_claim(e->gpu, rows, n);
-    if (rc == DS_OK && e->gpu) rc = ds_gpu_forward(e->gpu, rows, n, s->pos, logits);
-#endif
+    if (rc == DS_OK && e->gpu) rc = gpu_forward(e, rows, n, logits);
     if (rc != DS_OK) {
         for (size_t r = 0; r < n; r++) {
             struct ds_seq *q = rows[r].seq;
@@ -948,9 +939,8 @@ void ds_engine_destroy(struct ds_engine *e)
             free(L->wq.owned); free(L->wk.owned); free(L->wv.owned); free(L->wo.owned);
             free(L->w1.owned); free(L->w2.owned); free(L->w3.owned);
         }
-#ifdef DS_HAVE_CUDA
-    ds_gpu_destroy(e->gpu);
-#endif
+    if (e->gpu) e->gpu_ops->destroy(e->gpu);
+    free(e->gpu_rows);
     free(e->layers);
     free(e->output.owned);
     free(e->owned_norms);
@@ -963,19 +953,26 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e);
 }
 
-#ifdef DS_HAVE_CUDA
-void ds_engine__weight_row(const struct ds_weight *w, uint32_t r, float *out) { row_to_f32(w, r, out); }
-int32_t *ds_seq__gpu_slot(struct ds_seq *s) { return &s->gpu_slot; }
-#endif
 
-/* The backend (see Backends in ds/engine.h); a CUDA one is created here. */
+/* The GPU backend of this process (ds_engine_gpu_register), or NULL. */
+static _Atomic(const struct ds_gpu_ops *) gpu_registered;
+
+void ds_engine_gpu_register(const struct ds_gpu_ops *ops) { atomic_store(&gpu_registered, ops); }
+
+/* The backend (see Backends in ds/engine.h); a GPU one is created here. */
 static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts *o)
 {
     e->backend = "cpu";
     if (o->backend == DS_BACKEND_CPU) return DS_OK;
-#ifdef DS_HAVE_CUDA
+    const struct ds_gpu_ops *ops = atomic_load(&gpu_registered);
     bool forced = o->backend == DS_BACKEND_CUDA;
-    int n_dev = ds_gpu_devices();
+    if (!ops) {
+        if (!forced) return DS_OK;
+        DS_LOG(DS_LOG_ERROR, "engine: backend cuda asked for, but this program has no GPU backend "
+               "(dspark-center has it in builds configured where nvcc is installed), or set backend = cpu");
+        return DS_ERR_UNSUPPORTED;
+    }
+    int n_dev = ops->devices();
     if (!forced && (n_dev == 0 || o->precision != DS_PRECISION_FP32)) {
         DS_LOG(DS_LOG_DEBUG, "engine: backend auto: %s, so the CPU runs",
                n_dev ? "int8 asked for" : "no CUDA device");
@@ -986,23 +983,20 @@ static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts
                "(check nvidia-smi and the driver), or set backend = cpu");
         return DS_ERR_UNSUPPORTED;
     }
-    enum ds_err rc = ds_gpu_create(e->model, e->max_batch, e->max_ctx, o->kv_seqs, &e->gpu);
+    e->gpu_rows = malloc((size_t)e->max_batch * sizeof *e->gpu_rows);
+    if (!e->gpu_rows) return DS_ERR_NOMEM;
+    enum ds_err rc = ops->create(e->model, e->max_batch, e->max_ctx, o->kv_seqs, &e->gpu);
     if (rc != DS_OK && !forced) {
         DS_LOG(DS_LOG_WARN, "engine: backend auto: the CUDA backend failed (%s), so the CPU runs",
                ds_strerror(rc));
         return DS_OK;
     }
     if (rc != DS_OK) return rc;
+    e->gpu_ops = ops;
     e->prec = DS_PRECISION_FP16;
-    e->backend = ds_gpu_describe(e->gpu);
-    e->weight_bytes = ds_gpu_weight_bytes(e->gpu);
+    e->backend = ops->describe(e->gpu);
+    e->weight_bytes = ops->weight_bytes(e->gpu);
     return DS_OK;
-#else
-    if (o->backend != DS_BACKEND_CUDA) return DS_OK;
-    DS_LOG(DS_LOG_ERROR, "engine: backend cuda asked for, but this build has no CUDA (configure "
-           "with -DDS_CUDA=ON where nvcc is installed), or set backend = cpu");
-    return DS_ERR_UNSUPPORTED;
-#endif
 }
 
 enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_opts *o,
