@@ -1,10 +1,12 @@
 /*
-** node_publish.c — a node that offers bundles to the fleet ([publish] dirs,
-** the center's job): one publisher per bundle directory (dist_pub.c, the
+** center_publish.c — a center that offers bundles to the fleet ([publish]
+** dirs): one publisher per bundle directory (dist_pub.c, the
 ** core of `dspark model publish`), each with its own MQTT client and thread,
 ** so serving chunks never touches the engine loop or the node's client.
 ** The bundles are checked (signature against [keys] signer_pub, every
 ** chunk) when the node is created: a bad one stops the node from starting.
+**
+** Owns: the publishers and their threads (started when the node starts).
 */
 #include <pthread.h>
 #include <stdio.h>
@@ -13,7 +15,7 @@
 
 #include "ds/dist.h"
 #include "ds/log.h"
-#include "node_internal.h"
+#include "center.h"
 
 struct node_publish {
     struct {
@@ -31,12 +33,13 @@ static void *pub_thread(void *arg)
     return NULL;
 }
 
-enum ds_err node__publish_create(struct ds_node *a)
+static enum ds_err create(struct ds_node *a, void **st)
 {
     const struct ds_node_config *c = a->cfg;
+    if (!c->publish_dirs || !*c->publish_dirs) return DS_OK;   /* off */
     struct node_publish *np = calloc(1, sizeof *np);
     if (!np) return DS_ERR_NOMEM;
-    a->pub = np;
+    *st = np;                                               /* destroy frees a partial one */
     char *list = strdup(c->publish_dirs), *save = NULL;
     if (!list) return DS_ERR_NOMEM;
     enum ds_err rc = DS_OK;
@@ -58,26 +61,25 @@ enum ds_err node__publish_create(struct ds_node *a)
             DS_LOG(DS_LOG_ERROR, "config: [publish] dirs: bundle %s: %s", dir, why);
             break;
         }
-        struct ds_dist_pub_stats st;
-        ds_dist_pub_stats(np->pubs[np->n].p, &st);
-        DS_LOG(DS_LOG_INFO, "publishing %s %s from %s (%u chunks)", st.name, st.version, dir, st.chunk_count);
+        struct ds_dist_pub_stats ps;
+        ds_dist_pub_stats(np->pubs[np->n].p, &ps);
+        DS_LOG(DS_LOG_INFO, "publishing %s %s from %s (%u chunks)", ps.name, ps.version, dir, ps.chunk_count);
         np->n++;
     }
     free(list);
     return rc;
 }
 
-void node__publish_start(struct ds_node *a)
+static void start(struct ds_node *a, void *st)
 {
-    struct node_publish *np = a->pub;
+    struct node_publish *np = st;
     for (unsigned i = 0; i < np->n; i++)
         np->pubs[i].running = pthread_create(&np->pubs[i].th, NULL, pub_thread, np->pubs[i].p) == 0;
 }
 
-void node__publish_destroy(struct ds_node *a)
+static void destroy(struct ds_node *a, void *st)
 {
-    struct node_publish *np = a->pub;
-    if (!np) return;
+    struct node_publish *np = st;
     for (unsigned i = 0; i < np->n; i++) {
         if (np->pubs[i].running) {
             ds_dist_pub_stop(np->pubs[i].p);
@@ -86,5 +88,6 @@ void node__publish_destroy(struct ds_node *a)
         ds_dist_pub_destroy(np->pubs[i].p);
     }
     free(np);
-    a->pub = NULL;
 }
+
+const struct node_ext center_publish_ext = { .name = "center_publish", .create = create, .destroy = destroy, .start = start };

@@ -1,4 +1,39 @@
-/* main.c — dspark-center: the center daemon is the shared serving node (ds/node.h) in its center role. */
+/*
+** main.c — dspark-center: the serving node (shared/src/node) in the center's
+** role. It takes what edges overflow on dspark/v1/center/infer/<model>
+** (shared by every center) and runs the full-precision model: FP16 on the
+** GPU where this build has CUDA and a device is present, else FP32 on the
+** CPU. The table below is everything the center adds to the node, in the
+** order the node calls it.
+*/
+#include "center.h"
 #include "ds/node.h"
+#ifdef DS_HAVE_CUDA
+#include "ds/engine_cuda.h"
+#endif
 
-int main(int argc, char **argv) { return ds_node_main(argc, argv, DS_MSG_ROLE_CENTER); }
+static const struct node_ext *const center_exts[] = {
+    &center_overflow_ext,   /* tell the relaying edge who took its request */
+    &center_specnet_ext,    /* verify edges' drafts ([spec] sessions) */
+    &center_publish_ext,    /* serve model bundles ([publish] dirs) */
+    NULL,
+};
+
+static const struct ds_node_role center_role = {
+    .role = DS_MSG_ROLE_CENTER,
+    .program = "dspark-center",
+    .infer_prefix = "dspark/v1/center/infer/",
+    .share_group = "$share/dspark-center/",
+    .about = "The center daemon: serves what edges overflow (requests on\n"
+             "dspark/v1/center/infer/<model>, shared by every center) with the full-precision\n"
+             "model, answering the device directly; publishes status and telemetry.\n",
+    .exts = center_exts,
+};
+
+int main(int argc, char **argv)
+{
+#ifdef DS_HAVE_CUDA
+    ds_engine_cuda_register();          /* FP16 on the GPU where one is present */
+#endif
+    return ds_node_main(argc, argv, &center_role);
+}

@@ -1,5 +1,5 @@
 /*
-** node_overflow.c — the edge's side of overflow and cascade: which centers
+** edge_overflow.c — the edge's side of overflow and cascade: which centers
 ** are alive (their retained status and last will), sending a request to
 ** them, relaying their answer to the device, and taking a request back when
 ** its center dies or nobody takes it.
@@ -16,6 +16,10 @@
 ** a request that has streamed nothing yet is served locally; one that has
 ** already streamed gets a clear error (its text cannot be continued).
 **
+** Hooks (node_ext.h): take sends a request the node offers (route, full
+** queue, weak answer) to a live center; tick takes back what a dead or
+** silent center holds; pending makes draining wait for them.
+**
 ** Owns: the center table and the table of requests at a center (both under
 ** one mutex; touched from Paho's thread and the engine loop).
 */
@@ -27,7 +31,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
-#include "node_internal.h"
+#include "edge.h"
 
 #define MAX_CENTERS 32
 #define MAX_PENDING 4096
@@ -54,8 +58,11 @@ struct node_overflow {
     char            relay_topic[128];
 };
 
-enum ds_err node__overflow_create(struct ds_node *a)
+static struct node_overflow *state(struct ds_node *a) { return node__ext_state(a, &edge_overflow_ext); }
+
+static enum ds_err create(struct ds_node *a, void **st)
 {
+    if (!a->cfg->overflow) return DS_OK;                   /* off */
     struct node_overflow *o = calloc(1, sizeof *o);
     if (!o) return DS_ERR_NOMEM;
     o->p = calloc(MAX_PENDING, sizeof *o->p);
@@ -65,31 +72,23 @@ enum ds_err node__overflow_create(struct ds_node *a)
     }
     pthread_mutex_init(&o->mu, NULL);
     snprintf(o->relay_topic, sizeof o->relay_topic, TOPIC_RELAY "%s", a->cfg->node);
-    a->ovf = o;
+    *st = o;
     return DS_OK;
 }
 
-void node__overflow_destroy(struct ds_node *a)
+static void destroy(struct ds_node *a, void *st)
 {
-    struct node_overflow *o = a->ovf;
-    if (!o) return;
+    struct node_overflow *o = st;
     for (unsigned i = 0; i < MAX_PENDING; i++) node__req_free(o->p[i].r);
     pthread_mutex_destroy(&o->mu);
     free(o->p);
     free(o);
-    a->ovf = NULL;
 }
 
-void node__overflow_subscribe(struct ds_node *a)
+unsigned edge__centers_live(struct ds_node *a)
 {
-    if (ds_mqtt_subscribe(a->mqtt, "dspark/v1/status/+", 1) != DS_OK ||
-        ds_mqtt_subscribe(a->mqtt, a->ovf->relay_topic, 1) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "overflow: could not subscribe to center status or %s", a->ovf->relay_topic);
-}
-
-unsigned node__centers_live(struct ds_node *a)
-{
-    struct node_overflow *o = a->ovf;
+    struct node_overflow *o = state(a);
+    if (!o) return 0;
     unsigned n = 0;
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; i < o->n_centers; i++) n += o->centers[i].online;
@@ -97,20 +96,22 @@ unsigned node__centers_live(struct ds_node *a)
     return n;
 }
 
-bool node__center_online(struct ds_node *a, const char *name)
+bool edge__center_online(struct ds_node *a, const char *name)
 {
-    struct node_overflow *o = a->ovf;
+    struct node_overflow *o = state(a);
     bool on = false;
+    if (!o) return false;
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; i < o->n_centers && !on; i++) on = o->centers[i].online && !strcmp(o->centers[i].name, name);
     pthread_mutex_unlock(&o->mu);
     return on;
 }
 
-bool node__center_pick(struct ds_node *a, const char *avoid, char out[64])
+bool edge__center_pick(struct ds_node *a, const char *avoid, char out[64])
 {
-    struct node_overflow *o = a->ovf;
+    struct node_overflow *o = state(a);
     bool got = false;
+    if (!o) return false;
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; i < o->n_centers && !got; i++)
         if (o->centers[i].online && strcmp(o->centers[i].name, avoid)) {
@@ -121,18 +122,20 @@ bool node__center_pick(struct ds_node *a, const char *avoid, char out[64])
     return got;
 }
 
-unsigned node__overflow_pending(struct ds_node *a)
+/* Requests still with a center (draining waits for them). */
+static unsigned pending(struct ds_node *a, void *st)
 {
-    pthread_mutex_lock(&a->ovf->mu);
-    unsigned n = a->ovf->n_pending;
-    pthread_mutex_unlock(&a->ovf->mu);
+    struct node_overflow *o = st;
+    pthread_mutex_lock(&o->mu);
+    unsigned n = o->n_pending;
+    pthread_mutex_unlock(&o->mu);
     return n;
 }
 
 /* A center's status: remember it; when it goes away, mark its requests lost. */
-static void on_status(struct ds_node *a, const struct ds_mqtt_msg *msg)
+static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
-    struct node_overflow *o = a->ovf;
+    struct node_overflow *o = st;
     cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
@@ -140,7 +143,7 @@ static void on_status(struct ds_node *a, const struct ds_mqtt_msg *msg)
     if (!cJSON_IsString(node) || !cJSON_IsString(role) || !cJSON_IsString(state) ||
         strcmp(role->valuestring, "center") != 0 || strlen(node->valuestring) >= 64) {
         cJSON_Delete(j);
-        return;
+        return true;
     }
     bool online = strcmp(state->valuestring, "online") == 0;
     pthread_mutex_lock(&o->mu);
@@ -162,14 +165,15 @@ static void on_status(struct ds_node *a, const struct ds_mqtt_msg *msg)
     pthread_mutex_unlock(&o->mu);
     cJSON_Delete(j);
     ds_sched_wake(a->sched);
+    return true;
 }
 
 /* A center's message about one of our requests: record or forward it. */
-static void on_relay(struct ds_node *a, const struct ds_mqtt_msg *msg)
+static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
-    struct node_overflow *o = a->ovf;
+    struct node_overflow *o = st;
     char key[24];
-    if (!msg->correlation.p || msg->correlation.n == 0 || msg->correlation.n >= sizeof key) return;
+    if (!msg->correlation.p || msg->correlation.n == 0 || msg->correlation.n >= sizeof key) return true;
     memcpy(key, msg->correlation.p, msg->correlation.n);
     key[msg->correlation.n] = '\0';
     unsigned long long k = strtoull(key, NULL, 10);
@@ -179,7 +183,7 @@ static void on_relay(struct ds_node *a, const struct ds_mqtt_msg *msg)
         if (o->p[i].r && o->p[i].r->key == k) p = &o->p[i];
     if (!p || p->lost) {                       /* taken back already: the late answer is dropped */
         pthread_mutex_unlock(&o->mu);
-        return;
+        return true;
     }
     struct node_req *r = p->r;
     const char *body = msg->payload;
@@ -191,7 +195,7 @@ static void on_relay(struct ds_node *a, const struct ds_mqtt_msg *msg)
         if (cJSON_IsString(by)) snprintf(p->center, sizeof p->center, "%s", by->valuestring);
         cJSON_Delete(j);
         pthread_mutex_unlock(&o->mu);
-        return;
+        return true;
     }
     if (!last) p->relayed++;
     if (last) {
@@ -205,22 +209,18 @@ static void on_relay(struct ds_node *a, const struct ds_mqtt_msg *msg)
         node__publish(a, r->reply, r->corr, r->corr_len, copy, msg->len);
     }
     if (last) node__req_free(r);
+    return true;
 }
 
-bool node__overflow_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
+/* Centers' status (retained, and their last will) and the relay topic. */
+static void start(struct ds_node *a, void *st)
 {
-    if (!strncmp(msg->topic, "dspark/v1/status/", 17)) {
-        on_status(a, msg);
-        return true;
-    }
-    if (!strcmp(msg->topic, a->ovf->relay_topic)) {
-        on_relay(a, msg);
-        return true;
-    }
-    return false;
+    struct node_overflow *o = st;
+    node__listen(a, "dspark/v1/status/+", false, on_status, o);
+    node__listen(a, o->relay_topic, false, on_relay, o);
 }
 
-cJSON *node__overflow_req_json(const struct node_req *r)
+cJSON *edge__overflow_req_json(const struct node_req *r)
 {
     const struct ds_infer_req *q = &r->req;
     cJSON *j = cJSON_CreateObject();
@@ -253,12 +253,13 @@ cJSON *node__overflow_req_json(const struct node_req *r)
     return j;
 }
 
-bool node__overflow_send(struct ds_node *a, struct node_req *r)
+/* Send r to the centers; true (r is held here until answered) or false. */
+static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
 {
-    struct node_overflow *o = a->ovf;
-    if (a->spn && !r->cascaded && node__specnet_take(a, r)) return true;
-    if (node__centers_live(a) == 0) return false;
-    cJSON *j = node__overflow_req_json(r);
+    (void)why;                                  /* any reason: a center serves it */
+    struct node_overflow *o = st;
+    if (edge__centers_live(a) == 0) return false;
+    cJSON *j = edge__overflow_req_json(r);
     if (!j) return false;
     char *json = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
@@ -303,9 +304,10 @@ bool node__overflow_send(struct ds_node *a, struct node_req *r)
     return true;
 }
 
-void node__overflow_check(struct ds_node *a, uint64_t now_ns)
+/* Engine loop: requests whose center died or never took them come back. */
+static void tick(struct ds_node *a, void *st, uint64_t now_ns)
 {
-    struct node_overflow *o = a->ovf;
+    struct node_overflow *o = st;
     const uint64_t accept_ns = (uint64_t)a->cfg->accept_timeout_ms * 1000000ull;
     enum { BATCH = 64 };
     struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];
@@ -340,3 +342,8 @@ void node__overflow_check(struct ds_node *a, uint64_t now_ns)
         }
     }
 }
+
+const struct node_ext edge_overflow_ext = {
+    .name = "edge_overflow", .create = create, .destroy = destroy, .start = start, .take = take,
+    .tick = tick, .pending = pending,
+};

@@ -3,7 +3,7 @@
 ** launch helpers and the block reductions the op files share. Never installed.
 **
 ** Errors: DS_CUDA_CHECK(expr) runs a cuda* or cublas* call; on failure it
-** logs "#expr: name (text)" at the caller's file and line through ds/log.h,
+** logs "#expr: name (text)" at the caller's file and line (ds_cuda_set_log),
 ** and returns the mapped DS_ERR_ value from the enclosing function.
 ** DS_CUDA_ERR(expr) is the same as an expression (DS_OK or the error), for
 ** cleanup ladders. The library never aborts and never prints.
@@ -22,7 +22,6 @@
 extern "C" {
 #include "ds/err.h"
 #include "ds/kern.h"
-#include "ds/log.h"
 }
 #undef _Noreturn
 #undef _Static_assert
@@ -38,6 +37,12 @@ struct ds_cuda {
     cudaStream_t   stream;
     cublasHandle_t blas;
 };
+
+/* Format a message for the sink of ds_cuda_set_log (level 0 error .. 3 debug). */
+void ds_cuda__log(int level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define DS_CUDA_LOG(level, ...) ds_cuda__log((level), __FILE__, __LINE__, __VA_ARGS__)
+enum { DS_CUDA_LOG_ERROR, DS_CUDA_LOG_WARN, DS_CUDA_LOG_INFO, DS_CUDA_LOG_DEBUG };
 
 /* Log a failed call (expr at file:line) and map it to a DS_ERR_ value.
 ** DS_OK when the status is success; nothing is logged then. */

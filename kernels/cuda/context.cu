@@ -2,6 +2,7 @@
 ** context.cu — devices, contexts (stream + cuBLAS handle), device buffers,
 ** and the mapping of CUDA and cuBLAS statuses to enum ds_err.
 */
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 
@@ -43,22 +44,35 @@ static enum ds_err map_cublas(cublasStatus_t s)
     }
 }
 
+static ds_cuda_log_fn log_sink;      /* process-wide, set once at start (ds_cuda_set_log) */
+
+void ds_cuda_set_log(ds_cuda_log_fn fn) { log_sink = fn; }
+
+void ds_cuda__log(int level, const char *file, int line, const char *fmt, ...)
+{
+    if (!log_sink && level != DS_CUDA_LOG_ERROR) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (log_sink) log_sink(level, file, line, msg);
+    else fprintf(stderr, "cuda: %s (%s:%d)\n", msg, file, line);
+}
+
 enum ds_err ds_cuda__status(cudaError_t e, const char *expr, const char *file, int line)
 {
     if (e == cudaSuccess) return DS_OK;
     (void)cudaGetLastError();          /* clear a non-sticky error so later checks are clean */
-    if (DS_LOG_ERROR <= ds_log__max)
-        ds_log__write(DS_LOG_ERROR, file, line, "%s: %s (%s)", expr, cudaGetErrorName(e),
-                      cudaGetErrorString(e));
+    ds_cuda__log(DS_CUDA_LOG_ERROR, file, line, "%s: %s (%s)", expr, cudaGetErrorName(e), cudaGetErrorString(e));
     return map_cuda(e);
 }
 
 enum ds_err ds_cuda__status(cublasStatus_t s, const char *expr, const char *file, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return DS_OK;
-    if (DS_LOG_ERROR <= ds_log__max)
-        ds_log__write(DS_LOG_ERROR, file, line, "%s: %s (%s)", expr, cublasGetStatusName(s),
-                      cublasGetStatusString(s));
+    ds_cuda__log(DS_CUDA_LOG_ERROR, file, line, "%s: %s (%s)", expr, cublasGetStatusName(s),
+                 cublasGetStatusString(s));
     return map_cublas(s);
 }
 
@@ -80,7 +94,7 @@ enum ds_err ds_cuda_device_count(int *n)
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorStubLibrary) {
         (void)cudaGetLastError();
-        DS_LOG(DS_LOG_DEBUG, "cuda: no usable device: %s", cudaGetErrorString(e));
+        DS_CUDA_LOG(DS_CUDA_LOG_DEBUG, "cuda: no usable device: %s", cudaGetErrorString(e));
         return DS_OK;
     }
     DS_CUDA_CHECK(e);
@@ -118,7 +132,7 @@ static enum ds_err check_arch(int dev)
         int major = 0, minor = 0;
         (void)DS_CUDA_ERR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         (void)DS_CUDA_ERR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        DS_LOG(DS_LOG_ERROR, "cuda: device %d is sm_%d%d, which this build has no code for; "
+        DS_CUDA_LOG(DS_CUDA_LOG_ERROR, "cuda: device %d is sm_%d%d, which this build has no code for; "
                "rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d", dev, major, minor, major, minor);
     }
     return rc;
@@ -132,7 +146,7 @@ enum ds_err ds_cuda_create(int dev, struct ds_cuda **out)
     enum ds_err rc = ds_cuda_device_count(&n);
     if (rc != DS_OK) return rc;
     if (dev < 0 || dev >= n) {
-        DS_LOG(DS_LOG_ERROR, "cuda: device %d does not exist (%d devices)", dev, n);
+        DS_CUDA_LOG(DS_CUDA_LOG_ERROR, "cuda: device %d does not exist (%d devices)", dev, n);
         return n == 0 ? DS_ERR_UNSUPPORTED : DS_ERR_INVAL;
     }
     struct ds_cuda *cu = (struct ds_cuda *)calloc(1, sizeof *cu);   /* no C++ runtime */

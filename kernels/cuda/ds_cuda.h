@@ -20,7 +20,9 @@
 ** Threads:   a context is used by one host thread at a time; any thread may
 **            use it (each call selects the context's device first).
 ** Errors:    every function returns enum ds_err and logs the failing CUDA
-**            or cuBLAS call with its file and line (ds/log.h). Bad
+**            or cuBLAS call with its file and line through the sink set by
+**            ds_cuda_set_log (the engine's CUDA backend passes ds/log.h's),
+**            so this library calls nothing of dspark's. Bad
 **            arguments (NULL, zero or oversized dims) give DS_ERR_INVAL or
 **            DS_ERR_RANGE before anything is queued. Device-side out-of-
 **            range reads are the caller's contract: dims must match buffers.
@@ -40,6 +42,12 @@ extern "C" {
 #include "ds/err.h"
 
 struct ds_cuda;            /* opaque: device, stream, cuBLAS handle */
+
+/* Where messages go: level as ds/log.h's enum (0 error .. 3 debug), the
+** caller's file and line, the text. Process-wide; NULL (the default): errors
+** to stderr, nothing else. Set once before the first call. */
+typedef void (*ds_cuda_log_fn)(int level, const char *file, int line, const char *msg);
+void ds_cuda_set_log(ds_cuda_log_fn fn);
 struct ds_q8_block;        /* ds/kern.h: the layout is shared with the CPU kernels */
 
 /* Element types of weights and outputs that may be FP32 or FP16. */

@@ -65,17 +65,7 @@ static void edge_conf(char *buf, size_t cap, unsigned high_ms, unsigned normal_m
              tb_broker_uri(g.edge_b), high_ms, normal_ms, low_ms, tu_model("stories260K.gguf"));
 }
 
-static int count_in_log(const char *name, const char *needle)
-{
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s.log", g.dir, name);
-    size_t len;
-    char *log = tu_read_file(path, &len);
-    int n = 0;
-    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p++) n++;
-    free(log);
-    return n;
-}
+static int count_in_log(const char *name, const char *needle) { return it_log_count(g.dir, name, needle); }
 
 /* New budgets for the edge: its config rewritten, SIGHUP, and the reload
 ** seen in its log. */
@@ -331,9 +321,8 @@ static void test_cascade(void **state)
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\ncascade = -0.0001\n",
              tb_broker_uri(g.edge_b), tu_model("stories260K.gguf"));
     g.edge = spawn_node("edge-agent/dspark-edge", "edge-cascade", conf);
-    usleep(300000);
-    assert_true(seen("\"node\":\"edge-ov\",\"state\":\"online\"", 20000));
-    usleep(500000);                               /* the retained center status reaches it */
+    /* The new edge has seen center-1's retained status (center-0 is down). */
+    assert_true(it_log_wait(g.dir, "edge-cascade", "center center-1 is online", 1, 20000));
     send_req("cas-1", "\"prompt\":\"The moon\",\"max_tokens\":20,\"temperature\":1,\"seed\":3");
     char *a = answer("cas-1", 30000);
     assert_non_null(a);
@@ -351,15 +340,17 @@ static void test_centers_down_and_back(void **state)
     kill(g.center[1], SIGTERM);
     waitpid(g.center[1], NULL, 0);
     g.center[1] = 0;
-    assert_true(seen("\"node\":\"center-1\",\"state\":\"offline\"", 10000));
-    usleep(300000);
+    assert_true(it_log_wait(g.dir, "edge-cascade", "center center-1 is offline", 1, 10000));   /* the edge knows */
     send_req("down-1", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
     char *a = answer("down-1", 30000);
     assert_non_null(a);
     assert_non_null(strstr(a, "\"node\":\"edge-ov\""));     /* served here */
     free(a);
+    int seen_c0 = count_in_log("edge-cascade", "center center-0 is online");
     g.center[0] = start_center(0);
-    usleep(500000);
+    /* The edge must have seen center-0 online (a sanitized center takes a
+    ** while); the device's inbox still holds its online status of before. */
+    assert_true(it_log_wait(g.dir, "edge-cascade", "center center-0 is online", seen_c0 + 1, 30000));
     send_req("back-1", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
     a = answer("back-1", 30000);
     assert_non_null(a);

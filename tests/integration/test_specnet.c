@@ -124,12 +124,14 @@ static void start_edge(bool pipeline)
              "[overflow]\nspeculate = true\nspec_k = 4\nspec_timeout_ms = 3000\nspec_pipeline = %s\n"
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
              tb_broker_uri(g.edge_b), pipeline ? "true" : "false", tu_model("stories260K.gguf"));
+    int centers_seen = it_log_count(g.dir, "edge-spec", " is online");   /* its log is appended to */
     g.edge = spawn_node("edge-agent/dspark-edge", "edge-spec", conf);
     char *up = it_inbox_find(g.in, &(struct it_match){ .needle = "\"node\":\"edge-spec\",\"state\":\"online\"" },
                              from, 20000, NULL, NULL);
     assert_non_null(up);
     free(up);
-    usleep(500000);                               /* the retained center status reaches it */
+    /* It has seen a center's retained status: it can draft for one. */
+    assert_true(it_log_wait(g.dir, "edge-spec", " is online", centers_seen + 1, 20000));
 }
 
 static int setup(void **state)

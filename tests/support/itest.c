@@ -3,6 +3,7 @@
 ** integration tests; see itest.h.
 */
 #include "support/itest.h"
+#include "support/testutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +74,28 @@ int it_stop(pid_t pid, int sig, int timeout_ms)
     }
     kill(pid, SIGKILL);
     return waitpid(pid, &st, 0) == pid ? st : -1;
+}
+
+int it_log_count(const char *dir, const char *name, const char *needle)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    size_t len;
+    char *log = tu_read_file(path, &len);
+    int n = 0;
+    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    free(log);
+    return n;
+}
+
+bool it_log_wait(const char *dir, const char *name, const char *needle, int n, int ms)
+{
+    uint64_t until = ds_now_ns() + (uint64_t)ms * 1000000u;
+    while (it_log_count(dir, name, needle) < n) {
+        if (ds_now_ns() > until) return false;
+        usleep(10000);
+    }
+    return true;
 }
 
 void it_log_tail(const char *dir, int lines)

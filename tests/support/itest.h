@@ -40,6 +40,12 @@ int it_stop(pid_t pid, int sig, int timeout_ms);
 
 /* Print the last lines of every .log file in dir (for a failed test's output). */
 void it_log_tail(const char *dir, int lines);
+/* Lines of <dir>/<name>.log (a daemon it_spawn started) that contain needle. */
+int  it_log_count(const char *dir, const char *name, const char *needle);
+/* Wait (polling every 10 ms, up to ms) until that count reaches at least n:
+** the way to wait for an event only a daemon's log shows (a reload, a
+** center it saw come online). True when it did. */
+bool it_log_wait(const char *dir, const char *name, const char *needle, int n, int ms);
 
 /* ---- schemas ---- */
 

@@ -3,11 +3,14 @@
 ** serves requests from MQTT with the engine, its run loop, and the daemon
 ** main both dspark-edge and dspark-center are thin shells over.
 **
-** Roles: an edge takes requests on $share/dspark-edge/dspark/v1/infer/+ and
-**        defaults to INT8; a center takes overflow on
+** Roles: a daemon passes its role table (struct ds_node_role, node_ext.h:
+**        where its requests arrive and the hooks of its role code, listed
+**        in edge-agent/src/main.c or center-node/src/main.c). An edge takes
+**        requests on $share/dspark-edge/dspark/v1/infer/+ and defaults to
+**        INT8; a center takes overflow on
 **        $share/dspark-center/dspark/v1/center/infer/+ and defaults to FP32.
 **        Everything else (validation, scheduling, batching, replies,
-**        telemetry, drain) is the same code.
+**        telemetry, drain, versions, distribution) is the same code.
 ** Threads:   ds_node_run() runs the engine loop on the calling thread;
 **            MQTT callbacks arrive on Paho's thread and only decode, check
 **            and queue (they never compute). ds_node_stop() and
@@ -104,10 +107,11 @@ void ds_node_config_describe(FILE *f);
 const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad);
 
 struct ds_node;
+struct ds_node_role;
 /* config_path (may be NULL) is re-read on ds_node_reload(). c is BORROWED
-** and updated in place by reloads. */
+** and updated in place by reloads; role is BORROWED (static in a main.c). */
 DS_MUST_CHECK enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path,
-                                            struct ds_node **out);
+                                         const struct ds_node_role *role, struct ds_node **out);
 void ds_node_destroy(struct ds_node *a);
 /* Connect, serve until ds_node_stop(), then drain: stop taking requests,
 ** answer every accepted one, publish "offline", disconnect. */
@@ -123,6 +127,6 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
 
 /* The whole daemon: command line, config, signals (SIGTERM/SIGINT drain,
 ** SIGHUP reloads), run. Returns the process exit status. */
-int ds_node_main(int argc, char **argv, enum ds_msg_role role);
+int ds_node_main(int argc, char **argv, const struct ds_node_role *role);
 
 #endif

@@ -194,6 +194,22 @@ typedef int (*ds_reg_refusal_fn)(const struct ds_reg_refusal *r, void *ud);
 #define DS_REG_REFUSALS_KEPT 1000
 DS_MUST_CHECK enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char *version,
                                              const char *reason) DS_NONNULL(1, 2, 4);
+/* One signed control message a node took or refused, or its own automatic
+** rollback (signer "node"): table control_log, the replay guard's memory.
+** Strings may be NULL where the body could not be read (parsed = false). */
+struct ds_reg_control {
+    const char *signer;           /* key id, or "node" */
+    uint64_t    seq;              /* the signer's sequence number (has_seq) */
+    bool        has_seq, parsed;
+    const char *target, *cmd, *model, *version;
+    int64_t     pct;
+    bool        accepted;
+    const char *reason;
+};
+DS_MUST_CHECK enum ds_err ds_reg_control_log(struct ds_reg *reg, const struct ds_reg_control *c) DS_NONNULL(1, 2);
+/* Highest seq recorded for signer into *seq (0 = none). */
+DS_MUST_CHECK enum ds_err ds_reg_control_last_seq(struct ds_reg *reg, const char *signer, uint64_t *seq)
+    DS_NONNULL(1, 2, 3);
 /* Refusals of model (NULL = all), oldest first. */
 DS_MUST_CHECK enum ds_err ds_reg_refusals_list(struct ds_reg *reg, const char *model, ds_reg_refusal_fn fn,
                                                void *ud) DS_NONNULL(1, 3);

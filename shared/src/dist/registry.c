@@ -593,6 +593,40 @@ enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char
 
 /* ---- listing ---- */
 
+enum ds_err ds_reg_control_log(struct ds_reg *reg, const struct ds_reg_control *c)
+{
+    sqlite3_stmt *st;
+    enum ds_err rc = prepare(reg, "INSERT INTO control_log (at_ms, signer, seq, target, cmd, model, version, pct,"
+                                  " accepted, reason) VALUES (?,?,?,?,?,?,?,?,?,?)", &st);
+    if (rc != DS_OK) return rc;
+    sqlite3_bind_int64(st, 1, now_ms());
+    sqlite3_bind_text(st, 2, c->signer, -1, SQLITE_TRANSIENT);
+    if (c->has_seq) sqlite3_bind_int64(st, 3, (sqlite3_int64)c->seq);
+    sqlite3_bind_text(st, 4, c->target, -1, SQLITE_TRANSIENT);
+    if (c->parsed) {
+        sqlite3_bind_text(st, 5, c->cmd, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 6, c->model, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 7, c->version, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 8, c->pct);
+    }
+    sqlite3_bind_int(st, 9, c->accepted);
+    sqlite3_bind_text(st, 10, c->reason ? c->reason : "", -1, SQLITE_TRANSIENT);
+    return step_done(reg, st, "write the control log");
+}
+
+enum ds_err ds_reg_control_last_seq(struct ds_reg *reg, const char *signer, uint64_t *seq)
+{
+    sqlite3_stmt *st;
+    *seq = 0;
+    enum ds_err rc = prepare(reg, "SELECT max(seq) FROM control_log WHERE signer = ?", &st);
+    if (rc != DS_OK) return rc;
+    sqlite3_bind_text(st, 1, signer, -1, SQLITE_TRANSIENT);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) *seq = (uint64_t)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return s == SQLITE_ROW ? DS_OK : reg_fail(reg, "read the control log");
+}
+
 enum ds_err ds_reg_versions_list(struct ds_reg *reg, const char *model, ds_reg_version_fn fn, void *ud)
 {
     sqlite3_stmt *st;

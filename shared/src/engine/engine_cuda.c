@@ -377,4 +377,14 @@ static const struct ds_gpu_ops cuda_ops = {
     .claim = gpu_claim, .release = gpu_release, .forward = gpu_forward,
 };
 
-void ds_engine_cuda_register(void) { ds_engine_gpu_register(&cuda_ops); }
+/* The CUDA kernels' messages into dspark's log (the kernels call nothing of ours). */
+static void cuda_log(int level, const char *file, int line, const char *msg)
+{
+    if (level <= (int)ds_log__max) ds_log__write((enum ds_log_level)level, file, line, "%s", msg);
+}
+
+void ds_engine_cuda_register(void)
+{
+    ds_cuda_set_log(cuda_log);
+    ds_engine_gpu_register(&cuda_ops);
+}

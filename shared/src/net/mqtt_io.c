@@ -314,16 +314,6 @@ bool ds_mqtt__subs_unsent(const struct ds_mqtt *c)
     return false;
 }
 
-static bool subs_settled(const struct ds_mqtt *c)
-{
-    if (c->state != ST_CONNECTED) return false;
-    for (size_t i = 0; i < c->n_subs; i++) {
-        const struct sub *s = &c->subs[i];
-        if (s->acked_conn != c->conn && !(s->refused && s->sent_conn == c->conn)) return false;
-    }
-    return true;
-}
-
 enum ds_err ds_mqtt_subscribe(struct ds_mqtt *c, const char *filter, int qos)
 {
     if (!c || !filter || !*filter || qos < 0 || qos > 2) return DS_ERR_INVAL;
@@ -379,17 +369,6 @@ enum ds_err ds_mqtt_unsubscribe(struct ds_mqtt *c, const char *filter)
         return DS_ERR_MQTT;
     }
     return DS_OK;
-}
-
-enum ds_err ds_mqtt_wait_subscribed(struct ds_mqtt *c, uint32_t timeout_ms)
-{
-    if (!c) return DS_ERR_INVAL;
-    pthread_mutex_lock(&c->mu);
-    bool ok = ds_mqtt__wait_for(c, subs_settled, timeout_ms);
-    bool refused = false;
-    for (size_t i = 0; ok && i < c->n_subs; i++) refused |= c->subs[i].refused;
-    pthread_mutex_unlock(&c->mu);
-    return !ok ? DS_ERR_TIMEOUT : refused ? DS_ERR_MQTT : DS_OK;
 }
 
 enum ds_err ds_mqtt_publish(struct ds_mqtt *c, const char *topic, const void *payload, size_t len,

@@ -1,13 +1,16 @@
 /*
-** node.c — serve requests from MQTT with the engine: intake on Paho's
-** thread (decode, check, queue), and one engine loop that admits queued work,
+** node.c — the serving node's engine loop, which admits queued work,
 ** interleaves prompt chunks with one batched decode step for every running
-** sequence, streams tokens and answers every request exactly once.
+** sequence and publishes status and telemetry; and the node's creation,
+** where the role's extensions (node_ext.h) are created in the order the
+** daemon lists them. Intake is node_intake.c, answers node_answer.c.
 **
 ** Owns: the models, tokenizers and engines; the MQTT client; the scheduler;
-** every accepted request from intake until its answer is published.
+** every accepted request from intake until its answer is published; each
+** extension's state, from its create to its destroy.
 */
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -28,205 +31,58 @@
 #include "ds/node.h"
 #include "node_internal.h"
 
-/* ---- answers ---- */
+/* ---- the role's extensions ---- */
+
+static unsigned ext_count(const struct ds_node *a)
+{
+    unsigned n = 0;
+    while (a->role->exts[n]) n++;
+    return n;
+}
+
+void *node__ext_state(struct ds_node *a, const struct node_ext *ext)
+{
+    for (unsigned i = 0; a->role->exts[i]; i++)
+        if (a->role->exts[i] == ext && a->ext_on[i]) return a->ext_state[i];
+    return NULL;
+}
+
+static unsigned role_pending(struct ds_node *a)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; a->role->exts[i]; i++)
+        if (a->ext_on[i] && a->role->exts[i]->pending) n += a->role->exts[i]->pending(a, a->ext_state[i]);
+    return n;
+}
+
+/* Every running request waits for the role (nothing to compute): let it
+** wait without spinning. */
+static void role_idle(struct ds_node *a)
+{
+    for (unsigned i = 0; i < a->n_active; i++)
+        if (!a->active[i]->role) return;
+    for (unsigned i = 0; a->role->exts[i]; i++)
+        if (a->ext_on[i] && a->role->exts[i]->idle) a->role->exts[i]->idle(a, a->ext_state[i]);
+}
+
+/* Subscribe every route (on), or unsubscribe those that stop when draining. */
+static void listen_all(struct ds_node *a, bool on)
+{
+    for (unsigned i = 0; i < a->n_routes; i++) {
+        const struct node_route *rt = &a->routes[i];
+        if (!on && !rt->drain_stop) continue;
+        enum ds_err rc = on ? ds_mqtt_subscribe(a->mqtt, rt->filter, 1) : ds_mqtt_unsubscribe(a->mqtt, rt->filter);
+        if (rc != DS_OK) DS_LOG(DS_LOG_WARN, "%s %s failed", on ? "subscribe" : "unsubscribe", rt->filter);
+    }
+}
+
+/* ---- status ---- */
 
 static uint64_t unix_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
-                    char *json, size_t len)
-{
-    struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
-    if (ds_mqtt_publish(a->mqtt, topic, json, len, 1, false, &p) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "could not publish the answer to %s", topic);
-    free(json);
-}
-
-void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
-                       const char *id, enum ds_msg_code code, const char *message)
-{
-    ds_metrics_record_error(&a->metrics, (unsigned)code);
-    if (!topic) {
-        DS_LOG(DS_LOG_WARN, "request %s: %s: %s (no response topic: not answered)", id ? id : "?",
-               ds_msg_code_name(code), message);
-        return;
-    }
-    char *json;
-    size_t len;
-    if (ds_msg_error_encode(id, code, message, &json, &len) == DS_OK)
-        node__publish(a, topic, corr, corr_len, json, len);
-}
-
-void node__req_free(struct node_req *r)
-{
-    if (!r) return;
-    node__rollout_release(r);
-    node__specnet_req_free(r->spn);
-    ds_seq_destroy(r->seq);
-    ds_sampler_destroy(r->smp);
-    ds_infer_req_cleanup(&r->req);
-    free(r->reply);
-    free(r->corr);
-    free(r->ids);
-    free(r->text);
-    free(r);
-}
-
-void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
-{
-    if (r->v) node__rollout_done(a, r, true, 0.0);
-    if (r->mirror) DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
-    else node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
-    node__req_free(r);
-}
-
-/* ---- intake (Paho's thread): decode, check, queue; never compute ---- */
-
-struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len)
-{
-    for (unsigned i = 0; i < a->n_models; i++)
-        if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
-            return &a->models[i];
-    return NULL;
-}
-
-bool node__topic_ok(const char *t)
-{
-    return t && *t && !strpbrk(t, "+#") && t[0] != '$';
-}
-
-static void on_cancel(struct ds_node *a, const struct ds_mqtt_msg *msg)
-{
-    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
-    if (cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES) {
-        pthread_mutex_lock(&a->cancel_mu);
-        if (a->n_cancels == MAX_CANCELS) {           /* forget the oldest */
-            free(a->cancels[0]);
-            memmove(a->cancels, a->cancels + 1, (MAX_CANCELS - 1) * sizeof *a->cancels);
-            a->n_cancels--;
-        }
-        char *s = strdup(id->valuestring);
-        if (s) a->cancels[a->n_cancels++] = s;
-        pthread_mutex_unlock(&a->cancel_mu);
-        ds_sched_wake(a->sched);
-    } else {
-        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"}", msg->topic);
-    }
-    cJSON_Delete(j);
-}
-
-uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms)
-{
-    uint64_t d = has_expiry ? now_ns + (uint64_t)expiry_s * 1000000000ull : 0;
-    if (deadline_ms) {
-        uint64_t e = now_ns + (uint64_t)deadline_ms * 1000000ull;
-        if (!d || e < d) d = e;
-    }
-    return d;
-}
-
-/* Admission by estimated finish time: the work queued ahead of r plus r's own,
-** at the decode rate measured so far, against r's deadline and its tier's
-** latency budget. */
-static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t now)
-{
-    double rate = atomic_load(&a->tok_rate);
-    if (!(rate > 0.0)) return false;              /* nothing measured yet */
-    double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
-    double finish_ms = ((double)ds_sched_backlog(a->sched) + own) / rate * 1000.0;
-    double budget_ms = a->cfg->budget_ms[r->req.priority];
-    if (r->deadline_ns) {
-        double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
-        if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
-    }
-    return budget_ms > 0.0 && finish_ms > budget_ms;
-}
-
-static void on_message(void *ud, const struct ds_mqtt_msg *msg)
-{
-    struct ds_node *a = ud;
-    uint64_t now = ds_now_ns();
-    if (strncmp(msg->topic, TOPIC_CANCEL, strlen(TOPIC_CANCEL)) == 0) {
-        on_cancel(a, msg);
-        return;
-    }
-    if (node__rollout_on_message(a, msg)) return;
-    if (a->spn && node__specnet_on_message(a, msg)) return;
-    if (a->ovf && node__overflow_on_message(a, msg)) return;
-    if (a->fetch && node__fetch_on_message(a, msg)) return;
-    if (strncmp(msg->topic, a->infer_prefix, strlen(a->infer_prefix)) != 0) return;
-    const char *model_name = msg->topic + strlen(a->infer_prefix);
-
-    struct node_req *r = calloc(1, sizeof *r);
-    if (!r) return;
-    r->recv_ns = now;
-    struct ds_msg_error err;
-    enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &a->limits, &r->req, &err);
-    /* Where to answer: the MQTT 5 Response Topic, else the JSON reply_to. */
-    if (msg->response_topic.p)
-        r->reply = strndup(msg->response_topic.p, msg->response_topic.n);
-    else if (rc == DS_OK && r->req.reply_to)
-        r->reply = strdup(r->req.reply_to);
-    if (msg->correlation.p && msg->correlation.n) {
-        r->corr = malloc(msg->correlation.n);
-        if (r->corr) memcpy(r->corr, msg->correlation.p, msg->correlation.n);
-        r->corr_len = r->corr ? msg->correlation.n : 0;
-    }
-    const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
-    if (r->reply && !node__topic_ok(r->reply)) {
-        DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
-               id ? id : "?", r->reply);
-        ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
-        node__req_free(r);
-        return;
-    }
-    if (rc != DS_OK) {
-        node__send_error(a, r->reply, r->corr, r->corr_len, id, err.code, err.message);
-        node__req_free(r);
-        return;
-    }
-    if (!r->reply) {
-        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
-        return;
-    }
-    if (strcmp(r->req.model, model_name) != 0) {
-        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
-        return;
-    }
-    r->m = node__find_model(a, model_name, strlen(model_name));
-    if (!r->m) {
-        node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this node");
-        return;
-    }
-    if (atomic_load(&a->draining)) {
-        node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
-        return;
-    }
-    r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
-    r->key = atomic_fetch_add(&a->next_key, 1);
-    atomic_fetch_add(&a->n_taken, 1);
-    /* The edge's choice: here, or a center (route, or a finish it cannot
-    ** make in time); with no live center it serves what it can itself. */
-    if (a->ovf && r->req.route != DS_MSG_ROUTE_EDGE &&
-        (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__overflow_send(a, r))
-        return;
-    if (node__enqueue(a, r)) return;
-    if (a->ovf && r->req.route != DS_MSG_ROUTE_EDGE && node__overflow_send(a, r)) return;
-    node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
-}
-
-bool node__enqueue(struct ds_node *a, struct node_req *r)
-{
-    struct ds_sched_item it = {
-        .id = r->key, .tier = r->req.priority, .enqueued_ns = ds_now_ns(), .deadline_ns = r->deadline_ns,
-        .cost = r->req.max_tokens + (uint32_t)(r->req.prompt_len / 4), .user = r,
-    };
-    return ds_sched_push(a->sched, &it) == DS_OK;
 }
 
 static void publish_status(struct ds_node *a, enum ds_msg_state state)
@@ -250,165 +106,12 @@ static void on_connection(void *ud, bool connected)
 
 /* ---- engine loop ---- */
 
-static bool take_cancel(struct ds_node *a, const char *id)
-{
-    bool hit = false;
-    pthread_mutex_lock(&a->cancel_mu);
-    for (unsigned i = 0; i < a->n_cancels; i++)
-        if (strcmp(a->cancels[i], id) == 0) {
-            free(a->cancels[i]);
-            a->cancels[i] = a->cancels[--a->n_cancels];
-            hit = true;
-            break;
-        }
-    pthread_mutex_unlock(&a->cancel_mu);
-    return hit;
-}
-
-/* Answer r (a running request) with its final message and free its slot. */
-static void finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
-{
-    unsigned slot = 0;
-    while (slot < a->n_active && a->active[slot] != r) slot++;
-    DS_ASSERT(slot < a->n_active);
-    uint64_t now = ds_now_ns();
-    /* Cascade: an answer the model was not sure of goes to a center, whose
-    ** answer replaces it (streamed answers have reached the device already). */
-    float threshold = r->m->cfg->cascade;
-    if (a->ovf && threshold < 0.0f && !r->mirror && !r->cascaded && !r->speculate && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
-        r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
-        a->active[slot] = a->active[--a->n_active];
-        DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: asking a center", r->req.id,
-               r->logprob_sum / r->n_gen, (double)threshold);
-        /* Detach the edge's run before r changes hands: once sent, the
-        ** relay (Paho's thread) may answer and free r at any moment. */
-        char *text = r->text;
-        size_t text_len = r->text_len, text_cap = r->text_cap;
-        uint32_t n_gen = r->n_gen;
-        r->text = NULL;
-        r->text_len = r->text_cap = 0;
-        r->n_gen = 0;
-        r->cascaded = true;
-        struct node_version *pv = r->v;
-        node__rollout_done(a, r, false, (double)(now - r->recv_ns) / 1e6);
-        node__rollout_release(r);           /* r may leave this thread */
-        ds_seq_destroy(r->seq);
-        ds_sampler_destroy(r->smp);
-        free(r->ids);
-        r->seq = NULL;
-        r->smp = NULL;
-        r->ids = NULL;
-        r->n_ids = r->n_fed = 0;
-        if (node__overflow_send(a, r)) {
-            atomic_fetch_add(&a->n_cascaded, 1);
-            free(text);
-            return;
-        }
-        r->v = pv;                          /* no center: answer with what we have */
-        pv->refs++;
-        r->text = text;
-        r->text_len = text_len;
-        r->text_cap = text_cap;
-        r->n_gen = n_gen;
-        a->active[a->n_active++] = r;
-        slot = a->n_active - 1;
-    }
-    struct ds_msg_final f = {
-        .spec = r->spec.rounds ? &r->spec : NULL,
-        .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
-        .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
-        .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
-                       r->v ? ds_precision_name(ds_engine_precision(r->v->eng)) : "" },
-        .queue_ms = (double)(r->start_ns - r->recv_ns) / 1e6,
-        .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
-        .total_ms = (double)(now - r->recv_ns) / 1e6,
-    };
-    if (r->v && !r->cascaded) node__rollout_done(a, r, false, f.total_ms);
-    a->n_mirrors -= r->mirror;
-    if (!r->mirror) {
-        if (r->spn) node__specnet_final(a, r, &f);
-        char *json;
-        size_t len;
-        if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
-        ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
-    }
-    node__req_free(r);
-    a->active[slot] = a->active[--a->n_active];
-}
-
-static bool append_text(struct node_req *r, const char *p, size_t n)
-{
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = DS_MAX(r->text_cap * 2, r->text_len + n + 256);
-        char *t = realloc(r->text, cap);
-        if (!t) return false;
-        r->text = t;
-        r->text_cap = cap;
-    }
-    memcpy(r->text + r->text_len, p, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
-    return true;
-}
-
 /* Sample one token from logits and handle it. */
 static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
 {
     float lp = 0.0f;
     int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
     return node__on_sampled(a, r, tok, lp);
-}
-
-bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob)
-{
-    if (!r->first_ns) r->first_ns = ds_now_ns();
-    r->logprob_sum += logprob;
-    if (r->sh) node__rollout_token(r, tok);
-    if (tok == ds_tok_eos(r->v->tok) || tok == ds_tok_bos(r->v->tok)) {
-        finish(a, r, DS_MSG_FINISH_STOP);
-        return true;
-    }
-    if (r->n_ids + r->n_gen < r->ids_cap) r->ids[r->n_ids + r->n_gen] = tok;   /* the history */
-    r->n_gen++;
-    char piece[256];
-    size_t got = 0;
-    if (ds_tok_stream_put(r->v->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
-        size_t before = r->text_len;
-        if (!append_text(r, piece, got)) {
-            finish(a, r, DS_MSG_FINISH_LENGTH);
-            return true;
-        }
-        /* A stop string ends the answer before it. */
-        for (uint32_t i = 0; i < r->req.n_stop; i++) {
-            size_t sl = strlen(r->req.stop[i]);
-            size_t from = before > sl ? before - sl : 0;
-            char *hit = memmem(r->text + from, r->text_len - from, r->req.stop[i], sl);
-            if (hit) {
-                r->text_len = (size_t)(hit - r->text);
-                r->text[r->text_len] = '\0';
-                if (r->req.stream && r->text_len > before) {
-                    struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
-                    char *json;
-                    size_t len;
-                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
-                }
-                finish(a, r, DS_MSG_FINISH_STOP);
-                return true;
-            }
-        }
-        if (r->req.stream) {
-            struct ds_msg_chunk c = { r->req.id, piece, got, r->n_chunks++ };
-            char *json;
-            size_t len;
-            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
-        }
-    }
-    if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->v->eng)) {
-        finish(a, r, DS_MSG_FINISH_LENGTH);
-        return true;
-    }
-    r->last = tok;
-    return false;
 }
 
 static bool start(struct ds_node *a, struct node_req *r);
@@ -418,20 +121,10 @@ static bool start(struct ds_node *a, struct node_req *r);
 static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
-    /* A center tells the edge that relayed r who holds it. */
-    if (a->cfg->role == DS_MSG_ROLE_CENTER && !strncmp(r->reply, TOPIC_RELAY, strlen(TOPIC_RELAY))) {
-        cJSON *acc = cJSON_CreateObject();
-        cJSON_AddNumberToObject(acc, "v", 1);
-        cJSON_AddStringToObject(acc, "id", r->req.id);
-        cJSON_AddStringToObject(acc, "accepted_by", a->cfg->node);
-        char *json = cJSON_PrintUnformatted(acc);
-        cJSON_Delete(acc);
-        if (json) node__publish(a, r->reply, r->corr, r->corr_len, json, strlen(json));
-    }
     node__rollout_pick(a, r);
-    if (take_cancel(a, r->req.id)) {
+    if (node__take_cancel(a, r->req.id)) {
         a->active[a->n_active++] = r;
-        finish(a, r, DS_MSG_FINISH_CANCELLED);
+        node__finish(a, r, DS_MSG_FINISH_CANCELLED);
         return;
     }
     if (!start(a, r)) return;
@@ -469,7 +162,10 @@ static bool start(struct ds_node *a, struct node_req *r)
     ds_tok_stream_init(&r->st);
     r->st.prev = r->ids[r->n_ids - 1];
     a->active[a->n_active++] = r;
-    if (r->speculate) node__specnet_begin(a, r);
+    /* The role hears of it: a center tells the relaying edge, an edge
+    ** starts drafting a request it queued for speculation. */
+    for (unsigned i = 0; !r->mirror && a->role->exts[i]; i++)
+        if (a->ext_on[i] && a->role->exts[i]->admitted) a->role->exts[i]->admitted(a, a->ext_state[i], r);
     return true;
 }
 
@@ -484,7 +180,7 @@ static void step_version(struct ds_node *a, struct node_version *v)
     uint32_t budget = DS_MIN(v->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
     for (unsigned i = 0; i < a->n_active && n < budget; i++) {
         struct node_req *r = a->active[i];
-        if (r->v != v || r->n_fed < r->n_ids || r->spn) continue;
+        if (r->v != v || r->n_fed < r->n_ids || r->role) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
@@ -506,7 +202,7 @@ static void step_version(struct ds_node *a, struct node_version *v)
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
         for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->v == v && !a->active[i]->spn)
+            if (a->active[i]->v == v && !a->active[i]->role)
                 node__active_fail(a, a->active[i], DS_MSG_CODE_INTERNAL, "the engine failed");
         return;
     }
@@ -514,21 +210,10 @@ static void step_version(struct ds_node *a, struct node_version *v)
     for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], v->logits + k * V);
 }
 
-void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
-{
-    for (unsigned i = 0; i < a->n_active; i++)
-        if (a->active[i] == r) {
-            a->active[i] = a->active[--a->n_active];
-            a->n_mirrors -= r->mirror;
-            break;
-        }
-    node__req_fail(a, r, code, msg);
-}
-
 static void cancel_running(struct ds_node *a)
 {
     for (unsigned i = a->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
-        if (!a->active[i]->mirror && take_cancel(a, a->active[i]->req.id)) finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+        if (!a->active[i]->mirror && node__take_cancel(a, a->active[i]->req.id)) node__finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
 }
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
@@ -575,6 +260,8 @@ static void publish_telemetry(struct ds_node *a)
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
     node__rollout_telemetry(a, obj);
     if (a->fetch) node__fetch_telemetry(a, obj);
+    for (unsigned i = 0; a->role->exts[i]; i++)
+        if (a->ext_on[i] && a->role->exts[i]->telemetry) a->role->exts[i]->telemetry(a, a->ext_state[i], obj);
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
@@ -585,28 +272,17 @@ static void publish_telemetry(struct ds_node *a)
     cJSON_Delete(obj);
 }
 
-/* Every model's topic (so an unknown model is answered model_not_found), in
-** the role's shared group, so that nodes on one broker split the work. */
-static void subscribe_all(struct ds_node *a, bool on)
-{
-    char filter[128];
-    snprintf(filter, sizeof filter, "%s%s+", a->share_group, a->infer_prefix);
-    enum ds_err rc = on ? ds_mqtt_subscribe(a->mqtt, filter, 1) : ds_mqtt_unsubscribe(a->mqtt, filter);
-    if (rc != DS_OK) DS_LOG(DS_LOG_WARN, "%s %s failed", on ? "subscribe" : "unsubscribe", filter);
-    if (on && ds_mqtt_subscribe(a->mqtt, TOPIC_CANCEL "#", 1) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "subscribe " TOPIC_CANCEL "# failed");
-}
-
 enum ds_err ds_node_run(struct ds_node *a)
 {
+    /* Who handles what, fixed before the first message can arrive. */
+    node__intake_listen(a);
+    node__rollout_listen(a);
+    if (a->fetch) node__fetch_listen(a);
+    for (unsigned i = 0; a->role->exts[i]; i++)
+        if (a->ext_on[i] && a->role->exts[i]->start) a->role->exts[i]->start(a, a->ext_state[i]);
     enum ds_err rc = ds_mqtt_connect(a->mqtt);
     if (rc != DS_OK) return rc;
-    subscribe_all(a, true);
-    if (a->ovf) node__overflow_subscribe(a);
-    node__rollout_subscribe(a);
-    if (a->fetch) node__fetch_subscribe(a);
-    if (a->pub) node__publish_start(a);
-    if (a->spn) node__specnet_subscribe(a, true);
+    listen_all(a, true);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
@@ -614,8 +290,7 @@ enum ds_err ds_node_run(struct ds_node *a)
         if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
             atomic_store(&a->draining, true);
             drain_start = ds_now_ns();
-            subscribe_all(a, false);
-            if (a->spn) node__specnet_subscribe(a, false);
+            listen_all(a, false);
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
         }
         if (atomic_exchange(&a->reload, false) && a->cfg_path) {
@@ -629,9 +304,9 @@ enum ds_err ds_node_run(struct ds_node *a)
         while (ds_sched_pop_expired(a->sched, now, &it))
             node__req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
         cancel_running(a);
-        if (a->ovf) node__overflow_check(a, now);
         node__rollout_tick(a, now);
-        if (a->spn) node__specnet_step(a, now);
+        for (unsigned i = 0; a->role->exts[i]; i++)
+            if (a->ext_on[i] && a->role->exts[i]->tick) a->role->exts[i]->tick(a, a->ext_state[i], now);
         while (a->n_active - a->n_mirrors < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
             admit(a, it.user);
         }
@@ -653,13 +328,13 @@ enum ds_err ds_node_run(struct ds_node *a)
         if (atomic_load(&a->draining) && a->n_active == 0) {
             uint32_t q = 0;
             for (int t = 0; t < DS_TIER_COUNT; t++) q += ds_sched_depth(a->sched, (enum ds_tier)t);
-            /* Requests at a center are waited for (bounded: their deadlines
-            ** and the accept timeout hand them back to this loop). */
-            bool at_center = a->ovf && node__overflow_pending(a) > 0 && now - drain_start < 60000000000ull;
-            if (q == 0 && !at_center) break;
+            /* Requests the role holds (at a center) are waited for (bounded:
+            ** their deadlines and the accept timeout hand them back here). */
+            bool held = role_pending(a) > 0 && now - drain_start < 60000000000ull;
+            if (q == 0 && !held) break;
         }
         if (a->n_active == 0) ds_sched_wait(a->sched, 100);
-        else if (a->spn) node__specnet_wait(a);
+        else role_idle(a);
     }
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);
@@ -683,67 +358,18 @@ void ds_node_reload(struct ds_node *a)
 
 /* ---- create / destroy ---- */
 
-enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
-                               const char *path, struct node_version **out)
-{
-    const struct ds_node_model_cfg *mc = m->cfg;
-    *out = NULL;
-    if (strlen(version) >= NODE_VERSION_MAX) return DS_ERR_RANGE;
-    struct node_version *v = calloc(1, sizeof *v);
-    if (!v) return DS_ERR_NOMEM;
-    v->m = m;
-    memcpy(v->version, version, strlen(version) + 1);
-    enum ds_err rc;
-    if ((rc = ds_model_open(path, &v->model)) != DS_OK) goto fail;
-    if ((rc = ds_model_tokenizer(v->model, mc->tokenizer, &v->tok)) != DS_OK) goto fail;
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = (enum ds_precision)mc->precision;
-    o.backend = (enum ds_backend)mc->backend;
-    o.n_threads = mc->threads;
-    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
-    o.kv_seqs = a->cfg->max_active + node__specnet_kv_seqs(a->cfg);
-    o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
-    v->max_batch = o.max_batch;
-    if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
-    rc = DS_ERR_NOMEM;
-    v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
-    if (!v->logits) goto fail;
-    if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
-    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
-           ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng), ds_engine_kernel(v->eng),
-           ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng));
-    *out = v;
-    return DS_OK;
-fail:
-    node__version_free(v);
-    return rc;
-}
-
-void node__version_free(struct node_version *v)
-{
-    if (!v) return;
-    node__spec_unload(v);
-    ds_engine_destroy(v->eng);
-    ds_tok_destroy(v->tok);
-    ds_model_close(v->model);
-    free(v->logits);
-    free(v);
-}
-
 void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
     node__fetch_stop(a);                /* its thread publishes fetch requests */
-    node__publish_destroy(a);
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
-    node__overflow_destroy(a);
     node__fetch_destroy(a);
     struct ds_sched_item it;
     while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
     for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
-    node__specnet_destroy(a);            /* after the requests: they point into it */
+    for (unsigned i = a->role ? ext_count(a) : 0; i-- > 0;)     /* after the requests: they point into them */
+        if (a->ext_state[i] && a->role->exts[i]->destroy) a->role->exts[i]->destroy(a, a->ext_state[i]);
     ds_sched_destroy(a->sched);
     node__rollout_destroy(a);           /* joins loads in progress */
     for (unsigned i = 0; i < a->n_models; i++)
@@ -755,13 +381,16 @@ void ds_node_destroy(struct ds_node *a)
     free(a);
 }
 
-enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, struct ds_node **out)
+enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, const struct ds_node_role *role,
+                           struct ds_node **out)
 {
     *out = NULL;
     struct ds_node *a = calloc(1, sizeof *a);
     if (!a) return DS_ERR_NOMEM;
     a->cfg = c;
     a->cfg_path = config_path;
+    a->role = role;
+    DS_ASSERT(ext_count(a) <= NODE_MAX_EXTS);     /* a main.c's table, not input */
     a->start_ns = ds_now_ns();
     pthread_mutex_init(&a->cancel_mu, NULL);
     if (ds_metrics_init(&a->metrics, a->start_ns) != DS_OK) {
@@ -774,9 +403,6 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     a->limits.max_prompt = c->max_prompt;
     snprintf(a->status_topic, sizeof a->status_topic, "dspark/v1/status/%s", c->node);
     snprintf(a->telemetry_topic, sizeof a->telemetry_topic, "dspark/v1/telemetry/%s", c->node);
-    bool center = c->role == DS_MSG_ROLE_CENTER;
-    a->infer_prefix = center ? "dspark/v1/center/infer/" : "dspark/v1/infer/";
-    a->share_group = center ? "$share/dspark-center/" : "$share/dspark-edge/";
     enum ds_err rc = DS_ERR_NOMEM;
     a->active = calloc(2 * (size_t)c->max_active, sizeof *a->active);
     if (!a->active) goto fail;
@@ -790,10 +416,14 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     memcpy(so.cap, c->queue_cap, sizeof so.cap);
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
-    if (c->role == DS_MSG_ROLE_EDGE && c->overflow && (rc = node__overflow_create(a)) != DS_OK) goto fail;
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
-    if (c->publish_dirs && *c->publish_dirs && (rc = node__publish_create(a)) != DS_OK) goto fail;
-    if ((rc = node__specnet_create(a)) != DS_OK) goto fail;
+    for (unsigned i = 0; i < ext_count(a); i++)     /* in the role's order: later ones may look up earlier ones */
+        if (!role->exts[i]->create) {
+            a->ext_on[i] = true;                    /* no state, always on */
+        } else {
+            if ((rc = role->exts[i]->create(a, &a->ext_state[i])) != DS_OK) goto fail;
+            a->ext_on[i] = a->ext_state[i] != NULL;
+        }
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
     char *will;
     size_t will_len;
@@ -806,7 +436,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     mo.will_qos = 1;
     mo.will_retained = true;
     mo.keepalive_s = c->keepalive_s;
-    mo.on_message = on_message;
+    mo.on_message = node__on_message;
     mo.on_connection = on_connection;
     mo.ud = a;
     char client_id[128];

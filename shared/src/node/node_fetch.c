@@ -218,9 +218,9 @@ void node__fetch_telemetry(struct ds_node *a, cJSON *obj)
 
 /* ---- intake (Paho's thread): copy into the inbox, nothing else ---- */
 
-bool node__fetch_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
+static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
-    struct node_fetch *f = a->fetch;
+    struct node_fetch *f = st;
     struct ds_str name, kind, node;
     if (!ds_dist_topic_parse(msg->topic, &name, &kind, &node)) return false;
     enum inbox_kind k;
@@ -262,12 +262,10 @@ bool node__fetch_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
     return true;
 }
 
-void node__fetch_subscribe(struct ds_node *a)
+void node__fetch_listen(struct ds_node *a)
 {
-    struct node_fetch *f = a->fetch;
-    if (ds_mqtt_subscribe(a->mqtt, DS_DIST_PREFIX "+/manifest", 1) != DS_OK ||
-        ds_mqtt_subscribe(a->mqtt, f->chunk_filter, 1) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "model distribution: subscribe failed");
+    node__listen(a, DS_DIST_PREFIX "+/manifest", false, on_dist, a->fetch);
+    node__listen(a, a->fetch->chunk_filter, false, on_dist, a->fetch);
 }
 
 /* ---- downloads (fetch thread) ---- */

@@ -21,20 +21,12 @@
 
 #include "ds/log.h"
 #include "ds/node.h"
+#include "node_ext.h"
 
-static void usage(FILE *f, enum ds_msg_role role)
+static void usage(FILE *f, const struct ds_node_role *role)
 {
-    bool center = role == DS_MSG_ROLE_CENTER;
-    const char *bin = center ? "dspark-center" : "dspark-edge";
-    fprintf(f, "usage: %s -c CONFIG [options]\n\n", bin);
-    if (center)
-        fprintf(f, "The center daemon: serves what edges overflow (requests on\n"
-                   "dspark/v1/center/infer/<model>, shared by every center) with the full-precision\n"
-                   "model, answering the device directly; publishes status and telemetry.\n");
-    else
-        fprintf(f, "The edge daemon: serves INT8/FP32 models to devices over MQTT (requests on\n"
-                   "dspark/v1/infer/<model>), with priorities, deadlines and dynamic batching,\n"
-                   "and publishes status and telemetry.\n");
+    bool center = role->role == DS_MSG_ROLE_CENTER;
+    fprintf(f, "usage: %s -c CONFIG [options]\n\n%s", role->program, role->about);
     fprintf(f,
         "SIGTERM drains and exits; SIGHUP reloads.\n"
         "\n"
@@ -72,9 +64,9 @@ static void *signal_thread(void *p)
     return NULL;
 }
 
-int ds_node_main(int argc, char **argv, enum ds_msg_role role)
+int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
 {
-    const char *bin = role == DS_MSG_ROLE_CENTER ? "dspark-center" : "dspark-edge";
+    const char *bin = role->program;
     enum { O_CHECK = 256, O_LOG, O_VERSION };
     static const struct option opts[] = {
         { "config", required_argument, 0, 'c' }, { "set", required_argument, 0, 's' },
@@ -83,7 +75,7 @@ int ds_node_main(int argc, char **argv, enum ds_msg_role role)
         { 0, 0, 0, 0 },
     };
     struct ds_node_config cfg;
-    ds_node_config_init(&cfg, role);
+    ds_node_config_init(&cfg, role->role);
     const char *path = NULL, *log_level = NULL;
     char *sets[64];
     int n_sets = 0, check_only = 0, c, status = 2;
@@ -139,7 +131,7 @@ int ds_node_main(int argc, char **argv, enum ds_msg_role role)
     signal(SIGPIPE, SIG_IGN);
 
     struct ds_node *agent;
-    if (ds_node_create(&cfg, path, &agent) != DS_OK) {
+    if (ds_node_create(&cfg, path, role, &agent) != DS_OK) {
         fprintf(stderr, "%s: could not start (see above)\n", bin);
         status = 1;
         goto out;

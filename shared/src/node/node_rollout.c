@@ -23,7 +23,7 @@
 ** Sources:  a version's file comes from [model] path/versions in the config,
 **           else from the registry (installed, state verified or later).
 ** Threads:  everything here runs on the engine thread except
-**           node__rollout_on_message (Paho's thread: verify and queue, under
+**           on_control (Paho's thread: verify and queue, under
 **           ro->mu) and the load workers (build one version, touch nothing
 **           shared). The registry handle is used by the engine thread only.
 */
@@ -35,7 +35,6 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
 
 #include "ds/bundle.h"
 #include "ds/dist.h"
@@ -98,7 +97,6 @@ struct node_rollout {
     struct ds_key        trusted[MAX_SIGNERS];
     size_t               n_trusted;
     struct ds_reg       *reg;               /* NULL: [registry] path = "" */
-    sqlite3             *log;               /* control log in the registry file */
     char                 topic_node[160], topic_all[160], topic_events[160];
     struct { char id[DS_KEY_ID_LEN + 1]; uint64_t seq; } seen[MAX_SIGNERS];   /* replay guard in memory */
     struct rollout_event events[MAX_EVENTS];
@@ -150,58 +148,24 @@ static void reg_activate(struct node_rollout *ro, const char *model, const char 
 }
 
 /* The control log and the replay guard: table control_log of the registry
-** (schemas/registry.sql, migration 3; ds_reg_open has created it), written
-** through a second connection (registry.h has no control-log calls yet). */
-static enum ds_err log_open(struct node_rollout *ro, const char *path)
-{
-    if (sqlite3_open_v2(path, &ro->log, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
-        sqlite3_exec(ro->log, "PRAGMA synchronous=FULL", NULL, NULL, NULL) != SQLITE_OK) {
-        DS_LOG(DS_LOG_ERROR, "registry %s: control log: %s", path, ro->log ? sqlite3_errmsg(ro->log) : "cannot open");
-        return DS_ERR_IO;
-    }
-    sqlite3_busy_timeout(ro->log, DS_REG_BUSY_MS);
-    return DS_OK;
-}
-
+** (schemas/registry.sql, migration 3), through the registry's calls. */
 static void log_record(struct node_rollout *ro, const struct node_cmd *c, bool accepted, const char *reason)
 {
-    if (!ro->log) return;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(ro->log, "INSERT INTO control_log(at_ms, signer, seq, target, cmd, model, version,"
-                           " pct, accepted, reason) VALUES (?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL) == SQLITE_OK) {
-        bool parsed = c->parsed || c->automatic;
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)unix_ms());
-        sqlite3_bind_text(st, 2, c->automatic ? "node" : c->signer, -1, SQLITE_TRANSIENT);
-        if (parsed && !c->automatic) sqlite3_bind_int64(st, 3, (sqlite3_int64)c->seq);
-        sqlite3_bind_text(st, 4, c->target, -1, SQLITE_TRANSIENT);
-        if (parsed) {
-            sqlite3_bind_text(st, 5, op_names[c->op], -1, SQLITE_TRANSIENT);
-            sqlite3_bind_text(st, 6, c->model, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_text(st, 7, c->version, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_int64(st, 8, c->pct);
-        }
-        sqlite3_bind_int(st, 9, accepted);
-        sqlite3_bind_text(st, 10, reason, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_DONE) {
-            sqlite3_finalize(st);
-            return;
-        }
-    }
-    DS_LOG(DS_LOG_WARN, "registry: control log not written: %s", sqlite3_errmsg(ro->log));
-    sqlite3_finalize(st);
+    if (!ro->reg) return;
+    bool parsed = c->parsed || c->automatic;
+    struct ds_reg_control e = {
+        .signer = c->automatic ? "node" : c->signer, .seq = c->seq, .has_seq = parsed && !c->automatic,
+        .parsed = parsed, .target = c->target, .cmd = parsed ? op_names[c->op] : NULL,
+        .model = c->model, .version = c->version, .pct = c->pct, .accepted = accepted, .reason = reason,
+    };
+    if (ds_reg_control_log(ro->reg, &e) != DS_OK) DS_LOG(DS_LOG_WARN, "registry: control log not written");
 }
 
 /* Highest seq seen from signer (0 = none). */
 static uint64_t log_last_seq(struct node_rollout *ro, const char *signer)
 {
-    sqlite3_stmt *st = NULL;
     uint64_t seq = 0;
-    if (ro->log && sqlite3_prepare_v2(ro->log, "SELECT max(seq) FROM control_log WHERE signer = ?", -1, &st,
-                                      NULL) == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, signer, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) seq = (uint64_t)sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
+    if (ro->reg && ds_reg_control_last_seq(ro->reg, signer, &seq) != DS_OK) seq = 0;
     return seq;
 }
 
@@ -560,10 +524,10 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
 
 /* ---- intake (Paho's thread) ---- */
 
-bool node__rollout_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
+/* A control message (Paho's thread): verified, then queued. */
+static bool on_control(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
-    struct node_rollout *ro = a->ro;
-    if (strncmp(msg->topic, TOPIC_CONTROL, strlen(TOPIC_CONTROL)) != 0) return false;
+    struct node_rollout *ro = st;
     const char *target = msg->topic + strlen(TOPIC_CONTROL);
     if (strcmp(msg->topic, ro->topic_node) && strcmp(msg->topic, ro->topic_all)) return true;
     struct node_cmd *c = calloc(1, sizeof *c);
@@ -584,11 +548,10 @@ bool node__rollout_on_message(struct ds_node *a, const struct ds_mqtt_msg *msg)
     return true;
 }
 
-void node__rollout_subscribe(struct ds_node *a)
+void node__rollout_listen(struct ds_node *a)
 {
-    struct node_rollout *ro = a->ro;
-    if (ds_mqtt_subscribe(a->mqtt, ro->topic_node, 1) != DS_OK || ds_mqtt_subscribe(a->mqtt, ro->topic_all, 1) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "subscribe %s / %s failed: rollout control is off", ro->topic_node, ro->topic_all);
+    node__listen(a, a->ro->topic_node, false, on_control, a->ro);
+    node__listen(a, a->ro->topic_all, false, on_control, a->ro);
 }
 
 /* ---- requests ---- */
@@ -1003,7 +966,6 @@ enum ds_err node__rollout_create(struct ds_node *a)
             DS_LOG(DS_LOG_ERROR, "registry %s: cannot open: %s", a->cfg->registry_path, ds_strerror(rc));
             return rc;
         }
-        if ((rc = log_open(ro, a->cfg->registry_path)) != DS_OK) return rc;
     }
     return DS_OK;
 }
@@ -1060,7 +1022,6 @@ void node__rollout_destroy(struct ds_node *a)
         free(c);
     }
     for (size_t i = 0; i < ro->n_trusted; i++) ds_key_wipe(&ro->trusted[i]);
-    sqlite3_close(ro->log);
     ds_reg_close(ro->reg);
     pthread_mutex_destroy(&ro->mu);
     free(ro);

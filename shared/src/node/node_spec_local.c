@@ -1,5 +1,5 @@
 /*
-** node_spec.c — one-node speculative decoding in the serving node
+** node_spec_local.c — one-node speculative decoding in the serving node
 ** (ds/spec.h): each loaded version of a model whose config names a draft
 ** (draft = int8 | PATH, spec_k = K) gets an INT8 draft engine (on the CPU)
 ** with one KV sequence and a ds_spec.
@@ -85,7 +85,7 @@ bool node__spec_step(struct ds_node *a, struct node_version *v)
 {
     struct node_req *r = NULL;
     for (unsigned i = 0; i < a->n_active; i++) {
-        if (a->active[i]->v != v || a->active[i]->spn) continue;   /* verified at a center */
+        if (a->active[i]->v != v || a->active[i]->role) continue;  /* the role decodes it */
         if (r) return false;                    /* a batch: plain batched step */
         r = a->active[i];
     }

@@ -1,0 +1,14 @@
+/*
+** center.h — the center's role code (center-node/src): the extensions its
+** main.c lists. Each file owns its state; they share nothing else.
+*/
+#ifndef DS_CENTER_H
+#define DS_CENTER_H
+
+#include "node_ext.h"
+
+extern const struct node_ext center_overflow_ext;   /* center_overflow.c: tells the relaying edge who took its request */
+extern const struct node_ext center_specnet_ext;    /* center_specnet.c: verifies edges' drafts */
+extern const struct node_ext center_publish_ext;    /* center_publish.c: serves model bundles */
+
+#endif

@@ -1,0 +1,363 @@
+/*
+** center_specnet.c — the center's side of edge-drafted speculation: it
+** verifies the drafts an edge sends (ds_spec_verify, one target pass per
+** round) and answers each round with how many it accepted and its own next
+** token. The wire is in shared/src/node/specnet_wire.h; the edge's side is
+** edge-agent/src/edge_specnet.c.
+**
+** Center: a bounded session table ([spec] sessions; a full table answers the
+** open "overloaded") keeps each session's target KV and history between
+** rounds; idle sessions ([spec] idle_ms) and those past their deadline are
+** dropped. A session stays on the model version that was active when it
+** opened (it holds a reference, as a running request does), so a hot swap
+** never moves its KV cache.
+**
+**
+** Threads: on_message only copies messages into the inbox under mu; the
+** engine loop (tick) handles them.
+**
+** Owns: the session table (engine thread) and the inbox (mu).
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "center.h"
+#include "ds/log.h"
+#include "ds/spec.h"
+#include "specnet_wire.h"
+
+#define INBOX_MAX 256              /* messages waiting for the engine loop */
+
+struct spn_session {               /* one edge's sequence */
+    char                     sid[SID_MAX];   /* "" = free */
+    struct node_version     *ver;            /* pinned while the session lives */
+    struct ds_seq           *seq;
+    struct ds_spec_verifier *v;
+    int32_t                 *ctx;            /* history, max_ctx room */
+    uint32_t                 n_ctx;
+    uint64_t                 used_ns, deadline_ns;
+    uint32_t                 last_pos, last_k;
+    int32_t                  last_draft[DS_SPEC_K_MAX];
+    char                    *last_verdict;   /* for an exact repeat */
+};
+
+struct center_specnet {
+    pthread_mutex_t     mu;
+    struct spn_msg      inbox[INBOX_MAX];
+    unsigned            n_in;
+    struct spn_session *sess;                /* [spec] sessions (engine thread) */
+    unsigned            n_sess;
+    uint64_t            next_sweep_ns;
+    char                session_topic[160];
+};
+
+static void session_free(struct spn_session *ss)
+{
+    ds_spec_verifier_destroy(ss->v);
+    ds_seq_destroy(ss->seq);
+    if (ss->ver) ss->ver->refs--;
+    free(ss->ctx);
+    free(ss->last_verdict);
+    memset(ss, 0, sizeof *ss);
+}
+
+/* ---- create / destroy ---- */
+
+static uint32_t kv_seqs(const struct ds_node_config *c) { return c->spec_sessions; }
+
+static enum ds_err create(struct ds_node *a, void **st)
+{
+    if (a->cfg->spec_sessions == 0) return DS_OK;         /* off */
+    struct center_specnet *n = calloc(1, sizeof *n);
+    if (!n || !(n->sess = calloc(n->n_sess = a->cfg->spec_sessions, sizeof *n->sess))) {
+        free(n);
+        return DS_ERR_NOMEM;
+    }
+    pthread_mutex_init(&n->mu, NULL);
+    snprintf(n->session_topic, sizeof n->session_topic, TOPIC_SPEC_SESSION "%s", a->cfg->node);
+    *st = n;
+    return DS_OK;
+}
+
+static void destroy(struct ds_node *a, void *st)
+{
+    struct center_specnet *n = st;
+    for (unsigned i = 0; i < n->n_in; i++) specnet__msg_free(&n->inbox[i]);
+    for (unsigned i = 0; i < n->n_sess; i++)
+        if (n->sess[i].sid[0]) session_free(&n->sess[i]);
+    pthread_mutex_destroy(&n->mu);
+    free(n->sess);
+    free(n);
+}
+
+/* ---- Paho's thread: copy, wake the loop ---- */
+
+static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+{
+    struct center_specnet *n = st;
+    pthread_mutex_lock(&n->mu);
+    bool ok = n->n_in < INBOX_MAX && specnet__msg_copy(&n->inbox[n->n_in], msg, true);
+    if (ok) n->n_in++;
+    pthread_mutex_unlock(&n->mu);
+    if (!ok) DS_LOG(DS_LOG_WARN, "speculation: %u messages waiting or out of memory: one on %s dropped", INBOX_MAX, msg->topic);
+    ds_sched_wake(a->sched);
+    return true;
+}
+
+/* Opens are shared by the centers; draining takes no new sessions, while
+** open ones keep their rounds until the loop ends. */
+static void start(struct ds_node *a, void *st)
+{
+    struct center_specnet *n = st;
+    node__listen(a, "$share/dspark-center/" TOPIC_SPEC_OPEN "+", true, on_message, n);
+    node__listen(a, n->session_topic, false, on_message, n);
+}
+
+/* ---- sessions, verification (engine loop) ---- */
+
+static void center_reply(struct ds_node *a, const struct spn_msg *m, cJSON *j)
+{
+    struct ds_mqtt_props p = { .correlation = m->corr, .correlation_len = m->corr_len };
+    specnet__publish(a, m->reply, &p, j);
+}
+
+static void center_error(struct ds_node *a, const struct spn_msg *m, const char *sid, enum ds_msg_code code,
+                         const char *fmt, ...) DS_PRINTF(5, 6);
+static void center_error(struct ds_node *a, const struct spn_msg *m, const char *sid, enum ds_msg_code code,
+                         const char *fmt, ...)
+{
+    char text[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    DS_LOG(DS_LOG_INFO, "speculation session %s: %s", sid ? sid : "?", text);
+    ds_metrics_record_error(&a->metrics, (unsigned)code);
+    cJSON *j = specnet__new_msg(sid);
+    cJSON_AddStringToObject(j, "node", a->cfg->node);
+    cJSON *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "code", ds_msg_code_name(code));
+    cJSON_AddStringToObject(e, "message", text);
+    center_reply(a, m, j);
+}
+
+static struct spn_session *session_find(struct center_specnet *n, const char *sid)
+{
+    for (unsigned i = 0; i < n->n_sess; i++)
+        if (n->sess[i].sid[0] && !strcmp(n->sess[i].sid, sid)) return &n->sess[i];
+    return NULL;
+}
+
+/* Verify one round of ss at pos and answer it. */
+static void center_apply(struct ds_node *a, const struct spn_msg *m, struct spn_session *ss, uint32_t pos,
+                         const int32_t *draft, uint32_t k)
+{
+    ss->used_ns = ds_now_ns();
+    if (ss->last_verdict && pos == ss->last_pos && k == ss->last_k && !memcmp(draft, ss->last_draft, k * sizeof *draft)) {
+        center_reply(a, m, cJSON_Parse(ss->last_verdict));            /* an exact repeat: same answer */
+        return;
+    }
+    if (pos != ss->n_ctx) {
+        center_error(a, m, ss->sid, DS_MSG_CODE_INVALID_REQUEST,
+                     "pos: %u is stale or out of order; the session is at %u (refused, nothing applied)", pos, ss->n_ctx);
+        return;
+    }
+    uint32_t max_ctx = ds_engine_max_ctx(ss->ver->eng);
+    if (ss->n_ctx + k + 1 > max_ctx) {
+        center_error(a, m, ss->sid, DS_MSG_CODE_INVALID_REQUEST, "context full: %u + %u drafts + 1 > %u tokens",
+                     ss->n_ctx, k, max_ctx);
+        return;
+    }
+    int32_t out[DS_SPEC_K_MAX + 1];
+    uint32_t acc = 0;
+    enum ds_err rc = ds_spec_verify(ss->v, ss->seq, ss->ctx, ss->n_ctx, draft, k, NULL, out, &acc);
+    if (rc != DS_OK) {
+        center_error(a, m, ss->sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
+                     "verification failed: %s; session closed", ds_strerror(rc));
+        session_free(ss);
+        return;
+    }
+    memcpy(ss->ctx + ss->n_ctx, out, (acc + 1) * sizeof *out);
+    ss->n_ctx += acc + 1;
+    cJSON *j = specnet__new_msg(ss->sid);
+    cJSON_AddNumberToObject(j, "pos", pos);
+    cJSON_AddNumberToObject(j, "accepted", acc);
+    cJSON_AddNumberToObject(j, "token", out[acc]);
+    cJSON_AddStringToObject(j, "node", a->cfg->node);
+    cJSON_AddStringToObject(j, "version", ss->ver->version);
+    cJSON_AddStringToObject(j, "precision", ds_precision_name(ds_engine_precision(ss->ver->eng)));
+    free(ss->last_verdict);
+    ss->last_verdict = cJSON_PrintUnformatted(j);
+    ss->last_pos = pos;
+    ss->last_k = k;
+    memcpy(ss->last_draft, draft, k * sizeof *draft);
+    center_reply(a, m, j);
+}
+
+static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON *j, const char *sid)
+{
+    struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
+    struct ds_infer_req req;
+    struct ds_msg_error err;
+    if (ds_msg_infer_req_decode(m->payload, m->len, &a->limits, &req, &err) != DS_OK) {
+        center_error(a, m, sid, err.code, "%s", err.message);
+        return;
+    }
+    struct node_model *nm = node__find_model(a, req.model, strlen(req.model));
+    struct node_version *nv = nm ? nm->active : NULL;      /* the session stays on it */
+    bool shared = !strncmp(m->topic, TOPIC_SPEC_OPEN, strlen(TOPIC_SPEC_OPEN));
+    uint32_t pos = 0, k = 0, n_context = 0;
+    int32_t draft[DS_SPEC_K_MAX];
+    struct spn_session *ss = NULL;
+    if (shared && strcmp(m->topic + strlen(TOPIC_SPEC_OPEN), req.model) != 0) {
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
+        goto done;
+    }
+    if (!nv) {
+        center_error(a, m, sid, DS_MSG_CODE_MODEL_NOT_FOUND, "model: %s is not served by this center", req.model);
+        goto done;
+    }
+    uint32_t vocab = ds_engine_config(nv->eng)->vocab_size, max_ctx = ds_engine_max_ctx(nv->eng);
+    if (!specnet__get_uint(j, "pos", max_ctx, &pos) || !specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, vocab, draft, &k)) {
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                     "pos: want an integer 0..%u; draft: want at most %u token ids below %u", max_ctx, DS_SPEC_K_MAX, vocab);
+        goto done;
+    }
+    if ((ss = session_find(n, sid))) {                 /* a repeated open: a round of its session */
+        center_apply(a, m, ss, pos, draft, k);
+        goto done;
+    }
+    if (atomic_load(&a->draining)) {
+        center_error(a, m, sid, DS_MSG_CODE_OVERLOADED, "center is shutting down");
+        goto done;
+    }
+    for (unsigned i = 0; i < n->n_sess && !ss; i++)
+        if (!n->sess[i].sid[0]) ss = &n->sess[i];
+    if (!ss) {
+        center_error(a, m, sid, DS_MSG_CODE_OVERLOADED, "all %u speculation sessions of this center are in use: "
+                     "decode plainly or open again later", n->n_sess);
+        goto done;
+    }
+    size_t n_prompt = 0;
+    if (!(ss->ctx = malloc(max_ctx * sizeof *ss->ctx)) ||
+        ds_tok_encode(nv->tok, req.prompt, req.prompt_len, true, ss->ctx, max_ctx, &n_prompt) != DS_OK) {
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "prompt: does not fit the %u-token context", max_ctx);
+        goto fail;
+    }
+    if (!specnet__get_tokens(j, "context", max_ctx - (uint32_t)n_prompt, vocab, ss->ctx + n_prompt, &n_context)) {
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                     "context: want at most %u token ids below %u", max_ctx - (uint32_t)n_prompt, vocab);
+        goto fail;
+    }
+    ss->n_ctx = (uint32_t)n_prompt + n_context;
+    if (ss->n_ctx == 0 || pos != ss->n_ctx) {
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "pos: %u, but the prompt is %zu tokens here and the "
+                     "context %u (different tokenizers?)", pos, n_prompt, n_context);
+        goto fail;
+    }
+    struct ds_sampler_params sp = req.sampling;
+    if (!req.has_seed) sp.seed = ds_now_ns();
+    if (sp.top_k > vocab) sp.top_k = 0;
+    enum ds_err rc;
+    if ((rc = ds_seq_create(nv->eng, &ss->seq)) != DS_OK || (rc = ds_spec_verifier_create(nv->eng, &sp, &ss->v)) != DS_OK) {
+        center_error(a, m, sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
+                     "session not opened: %s", ds_strerror(rc));
+        goto fail;
+    }
+    snprintf(ss->sid, sizeof ss->sid, "%s", sid);
+    ss->ver = nv;
+    nv->refs++;
+    ss->deadline_ns = m->deadline_ns;
+    ss->last_pos = UINT32_MAX;
+    DS_LOG(DS_LOG_DEBUG, "speculation session %s opened for request %s (%u tokens)", sid, req.id, ss->n_ctx);
+    center_apply(a, m, ss, pos, draft, k);
+    goto done;
+fail:
+    session_free(ss);
+done:
+    ds_infer_req_cleanup(&req);
+}
+
+static void center_handle(struct ds_node *a, const struct spn_msg *m)
+{
+    struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
+    cJSON *j = m->len <= a->cfg->max_payload ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "session");
+    const char *sid = cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX ? s->valuestring : NULL;
+    bool on_session = !strcmp(m->topic, n->session_topic);
+    if (on_session && sid && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "close"))) {
+        struct spn_session *ss = session_find(n, sid);
+        if (ss) session_free(ss);                   /* closing an unknown session is fine; no answer */
+        cJSON_Delete(j);
+        return;
+    }
+    if (!m->reply || !node__topic_ok(m->reply)) {
+        DS_LOG(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
+    } else if (m->len > a->cfg->max_payload) {
+        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, a->cfg->max_payload);
+    } else if (!cJSON_IsObject(j)) {
+        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: not a JSON object");
+    } else if (v && !(cJSON_IsNumber(v) && v->valuedouble == 1.0)) {
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
+    } else if (!sid) {
+        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%d bytes", SID_MAX - 1);
+    } else if (!on_session || cJSON_GetObjectItemCaseSensitive(j, "prompt")) {
+        center_open(a, m, j, sid);              /* shared open, or a re-open sent to this center */
+    } else {
+        struct spn_session *ss = session_find(n, sid);
+        uint32_t pos, k;
+        int32_t draft[DS_SPEC_K_MAX];
+        if (!ss) {
+            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                         "session: unknown here (expired, closed or never opened): open a new one");
+        } else if (!specnet__get_uint(j, "pos", UINT32_MAX - 1, &pos) ||
+                   !specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size, draft, &k) ||
+                   !cJSON_GetObjectItemCaseSensitive(j, "draft")) {
+            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                         "round: want {\"session\", \"pos\": integer, \"draft\": [at most %u token ids below %u]}",
+                         DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);
+        } else {
+            center_apply(a, m, ss, pos, draft, k);
+        }
+    }
+    cJSON_Delete(j);
+}
+
+static void center_tick(struct ds_node *a, void *st, uint64_t now)
+{
+    struct center_specnet *n = st;
+    _Static_assert(INBOX_MAX <= 256, "inbox copied on the stack");
+    struct spn_msg batch[INBOX_MAX];
+    pthread_mutex_lock(&n->mu);
+    unsigned cnt = n->n_in;
+    memcpy(batch, n->inbox, cnt * sizeof *batch);
+    n->n_in = 0;
+    pthread_mutex_unlock(&n->mu);
+    for (unsigned i = 0; i < cnt; i++) {
+        center_handle(a, &batch[i]);
+        specnet__msg_free(&batch[i]);
+    }
+    if (now < n->next_sweep_ns) return;
+    now = ds_now_ns();                          /* sessions were used since the caller's now */
+    n->next_sweep_ns = now + 200000000ull;
+    const uint64_t idle = (uint64_t)a->cfg->spec_idle_ms * 1000000ull;
+    for (unsigned i = 0; i < n->n_sess; i++) {
+        struct spn_session *ss = &n->sess[i];
+        if (!ss->sid[0]) continue;
+        bool late = ss->deadline_ns && now > ss->deadline_ns + 1000000000ull;
+        if (now - ss->used_ns > idle || late) {
+            DS_LOG(DS_LOG_INFO, "speculation session %s dropped: %s", ss->sid, late ? "past its deadline" : "idle");
+            session_free(ss);
+        }
+    }
+}
+
+const struct node_ext center_specnet_ext = {
+    .name = "center_specnet", .create = create, .destroy = destroy, .start = start,
+    .tick = center_tick, .kv_seqs = kv_seqs,
+};

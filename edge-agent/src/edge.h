@@ -1,0 +1,26 @@
+/*
+** edge.h — the edge's role code (edge-agent/src): the extensions its main.c
+** lists, and what edge_specnet.c asks edge_overflow.c (which centers are
+** alive, the request as a center receives it).
+*/
+#ifndef DS_EDGE_H
+#define DS_EDGE_H
+
+#include "node_ext.h"
+
+struct cJSON;
+
+extern const struct node_ext edge_specnet_ext;    /* edge_specnet.c: draft here, verify at a center */
+extern const struct node_ext edge_overflow_ext;   /* edge_overflow.c: overflow, cascade, take-back */
+
+/* edge_overflow.c (any thread; 0 / false while overflow is off) */
+/* Live centers now. */
+unsigned edge__centers_live(struct ds_node *a);
+/* Whether center name is online now. */
+bool     edge__center_online(struct ds_node *a, const char *name);
+/* A live center other than avoid, into out; false when there is none. */
+bool     edge__center_pick(struct ds_node *a, const char *avoid, char out[64]);
+/* The request as the edge forwards it to a center (OWNED cJSON object). */
+struct cJSON *edge__overflow_req_json(const struct node_req *r);
+
+#endif

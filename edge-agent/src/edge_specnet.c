@@ -1,0 +1,523 @@
+/*
+** edge_specnet.c — the edge's side of edge-drafted, center-verified
+** speculation: the edge's INT8 model drafts, a center's full-precision model
+** verifies (center-node/src/center_specnet.c); greedy output is the
+** center's own plain decoding, token for token. The wire is in
+** shared/src/node/specnet_wire.h.
+**
+** Edge: a route=center request for a model this edge also serves (and
+** [overflow] speculate = true) is queued here instead of being relayed. In
+** the engine loop its draft model proposes k tokens (ds_spec_draft), the
+** edge sends them to a center, which checks them in one target pass
+** (ds_spec_verify) and answers how many it accepted plus its own next token.
+** The edge rolls its draft KV back to the accepted prefix, streams the new
+** tokens to the device (the usual chunk/final contract; served_by names the
+** center; usage adds drafted/accepted/rounds) and drafts the next round,
+** until max_tokens, EOS or a stop string.
+**
+** Fallback (edge): the pinned center offline (its status), no verdict within
+** [overflow] spec_timeout_ms, or an error verdict: the edge opens a new
+** session with the history so far as context (the text continues exactly),
+** on a live center other than the one that failed, at most MAX_OPENS
+** sessions per request; with no live
+** center it continues by plain INT8 decoding itself (served_by: the edge);
+** past the deadline it answers deadline_exceeded.
+**
+** Sampling (temperature > 0): drafts are greedy and the center verifies with
+** the request's sampling parameters and q = NULL (a deterministic draft:
+** ds/spec.h), which keeps each token distributed exactly as the target's
+** plain sampling (not the same tokens plain sampling draws from a seed).
+**
+** Pipelining ([overflow] spec_pipeline, off by default): while a round is
+** out, the edge drafts the next block as if all k drafts and its own guess of
+** the center's token were accepted, and sends it at once when they were
+** (README.md "Edge-drafted, center-verified" has the measurement).
+**
+** Threads: on_message only copies verdicts into the request's mailbox
+** under mu; everything else runs on the engine loop.
+**
+** Owns: the mailboxes (mu) and each drafted request's state (r->role, from
+** admission until spn_free).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "ds/spec.h"
+#include "edge.h"
+#include "specnet_wire.h"
+
+#define MAX_OPENS          3       /* sessions one request may open: the first + fallbacks */
+#define MAILBOX_MAX        4       /* verdicts waiting, per session */
+
+struct spn_box {                   /* one running speculative request */
+    bool           used;
+    char           sid[SID_MAX];
+    struct spn_msg m[MAILBOX_MAX];
+    unsigned       n;
+};
+
+struct edge_specnet {
+    pthread_mutex_t     mu;
+    struct spn_box     *box;                 /* max_active */
+    unsigned            n_box;
+    uint64_t            nonce;               /* makes session ids unique across restarts */
+    char                relay_topic[160];
+};
+
+/* The speculation state of one request (r->role). */
+struct spn_req {
+    struct edge_specnet      *owner;
+    unsigned                  box;
+    struct ds_spec_drafter   *d;
+    struct ds_spec_adapt      ad;
+    uint64_t                  draft_ns, round_ns;
+    int32_t                  *ctx;           /* history: prompt + emitted */
+    uint32_t                  n_ctx, n_prompt;
+    int32_t                   draft[DS_SPEC_K_MAX];
+    uint32_t                  k, pos;        /* of the round in flight */
+    int32_t                   pre[DS_SPEC_K_MAX + 1];   /* pipelined: drafts after all k + pre[0] */
+    uint32_t                  n_pre;
+    bool                      ready;         /* pre[1..] is the next round's draft */
+    uint64_t                  pre_tries, pre_hits;
+    bool                      waiting;
+    uint64_t                  sent_ns;
+    unsigned                  opens;
+    char                      sid[SID_MAX], center[64], version[64], precision[8];
+    char                      avoid[64];     /* the center that failed this request last */
+    char                      target[64];    /* where the open in flight went ("" = shared) */
+};
+
+/* ---- create / destroy ---- */
+
+static enum ds_err create(struct ds_node *a, void **st)
+{
+    const struct ds_node_config *c = a->cfg;
+    if (!c->speculate) return DS_OK;                       /* off */
+    if (!c->overflow) {
+        DS_LOG(DS_LOG_WARN, "[overflow] speculate needs [overflow] enabled = true: speculation off");
+        return DS_OK;
+    }
+    struct edge_specnet *n = calloc(1, sizeof *n);
+    if (!n || !(n->box = calloc(n->n_box = c->max_active, sizeof *n->box))) {
+        free(n);
+        return DS_ERR_NOMEM;
+    }
+    pthread_mutex_init(&n->mu, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    n->nonce = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    snprintf(n->relay_topic, sizeof n->relay_topic, TOPIC_RELAY "%s", c->node);
+    *st = n;
+    return DS_OK;
+}
+
+static void destroy(struct ds_node *a, void *st)
+{
+    struct edge_specnet *n = st;
+    for (unsigned i = 0; i < n->n_box; i++)
+        for (unsigned k = 0; k < n->box[i].n; k++) specnet__msg_free(&n->box[i].m[k]);
+    pthread_mutex_destroy(&n->mu);
+    free(n->box);
+    free(n);
+}
+
+/* Paho's thread: a verdict on the relay topic (Correlation Data
+** "spec/<session>") into its session's mailbox; anything else is the
+** overflow's (false). */
+static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+{
+    struct edge_specnet *n = st;
+    size_t pl = strlen(CORR_PREFIX);
+    if (!msg->correlation.p || msg->correlation.n <= pl ||
+        msg->correlation.n >= pl + SID_MAX || memcmp(msg->correlation.p, CORR_PREFIX, pl))
+        return false;
+    char sid[SID_MAX];
+    memcpy(sid, (const char *)msg->correlation.p + pl, msg->correlation.n - pl);
+    sid[msg->correlation.n - pl] = '\0';
+    pthread_mutex_lock(&n->mu);
+    for (unsigned i = 0; i < n->n_box; i++) {
+        struct spn_box *b = &n->box[i];
+        if (b->used && !strcmp(b->sid, sid)) {
+            if (b->n < MAILBOX_MAX && specnet__msg_copy(&b->m[b->n], msg, false)) b->n++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&n->mu);               /* unknown session: a late verdict, dropped */
+    ds_sched_wake(a->sched);
+    return true;
+}
+
+/* The relay topic is shared with edge_overflow.c: listed first, this side
+** takes the messages of speculation sessions. */
+static void start(struct ds_node *a, void *st)
+{
+    struct edge_specnet *n = st;
+    node__listen(a, n->relay_topic, false, on_message, n);
+}
+
+static void spn_free(struct spn_req *s);
+
+static void req_free(struct node_req *r)
+{
+    spn_free(r->role);
+    r->role = NULL;
+}
+
+/* ---- edge: draft, send, apply, fall back ---- */
+
+static void edge_send_close(struct ds_node *a, const char *center, const char *sid)
+{
+    char topic[192];
+    snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", center);
+    cJSON *j = specnet__new_msg(sid);
+    cJSON_AddTrueToObject(j, "close");
+    specnet__publish(a, topic, NULL, j);
+}
+
+/* A new session id for r; verdicts of the old one are dropped from now on. */
+static void edge_new_session(struct ds_node *a, struct node_req *r)
+{
+    struct spn_req *s = r->role;
+    struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
+    s->opens++;
+    s->center[0] = '\0';
+    s->waiting = s->ready = false;
+    s->n_pre = 0;
+    snprintf(s->sid, sizeof s->sid, "%.64s.%llx.%llu.%u", a->cfg->node, (unsigned long long)n->nonce,
+             (unsigned long long)r->key, s->opens);
+    pthread_mutex_lock(&n->mu);
+    struct spn_box *b = &n->box[s->box];
+    for (unsigned k = 0; k < b->n; k++) specnet__msg_free(&b->m[k]);
+    b->n = 0;
+    snprintf(b->sid, sizeof b->sid, "%s", s->sid);
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* Intake: a route=center request is queued here to be drafted (not relayed)
+** while a center is live to verify. */
+static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
+{
+    (void)st;
+    if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner || edge__centers_live(a) == 0)
+        return false;
+    r->owner = &edge_specnet_ext;
+    if (node__enqueue(a, r)) return true;
+    r->owner = NULL;
+    return false;
+}
+
+/* Engine loop: r (taken above) was admitted: set up its drafting. */
+static void admitted(struct ds_node *a, void *st, struct node_req *r)
+{
+    struct edge_specnet *n = st;
+    if (r->owner != &edge_specnet_ext) return;
+    struct spn_req *s = calloc(1, sizeof *s);
+    struct ds_sampler_params greedy;
+    ds_sampler_params_init(&greedy);
+    uint32_t cap = (uint32_t)r->n_ids + r->req.max_tokens + DS_SPEC_K_MAX + 2;
+    bool boxed = false;
+    if (s) {
+        pthread_mutex_lock(&n->mu);
+        for (unsigned i = 0; i < n->n_box && !boxed; i++)
+            if (!n->box[i].used) {
+                n->box[i].used = boxed = true;
+                s->box = i;
+                s->owner = n;
+            }
+        pthread_mutex_unlock(&n->mu);
+    }
+    if (!s || !boxed || !(s->ctx = malloc(cap * sizeof *s->ctx)) ||
+        ds_spec_drafter_create(r->v->eng, &greedy, &s->d) != DS_OK) {
+        DS_LOG(DS_LOG_WARN, "request %s: no memory to speculate: decoding it here", r->req.id);
+        spn_free(s);
+        return;                                 /* plain decoding from its prompt */
+    }
+    memcpy(s->ctx, r->ids, r->n_ids * sizeof *s->ctx);
+    s->n_ctx = s->n_prompt = (uint32_t)r->n_ids;
+    /* Cost of a draft token against a round (network + target pass): a
+    ** guess until measured (edge_verdict refines it). */
+    ds_spec_adapt_init(&s->ad, a->cfg->spec_k, false, 0.1f);
+    r->role = s;
+    r->n_fed = r->n_ids;                        /* the drafter feeds the prompt itself */
+    edge_new_session(a, r);
+}
+
+static void spn_free(struct spn_req *s)
+{
+    if (!s) return;
+    if (s->owner) {
+        pthread_mutex_lock(&s->owner->mu);
+        struct spn_box *b = &s->owner->box[s->box];
+        for (unsigned k = 0; k < b->n; k++) specnet__msg_free(&b->m[k]);
+        b->n = 0;
+        b->used = false;
+        b->sid[0] = '\0';
+        pthread_mutex_unlock(&s->owner->mu);
+    }
+    ds_spec_drafter_destroy(s->d);
+    free(s->ctx);
+    free(s);
+}
+
+/* No live center to continue with: plain decoding here, from the history. */
+static void edge_go_local(struct ds_node *a, struct node_req *r)
+{
+    struct spn_req *s = r->role;
+    uint32_t want = s->n_ctx - 1, have = ds_seq_len(r->seq);
+    enum ds_err rc = DS_OK;
+    if (have > want) rc = ds_seq_truncate(r->seq, want);
+    else if (have < want) rc = ds_engine_eval(r->v->eng, r->seq, s->ctx + have, want - have, NULL, false);
+    if (rc != DS_OK) {
+        node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "center lost and the edge could not continue the text");
+        return;
+    }
+    DS_LOG(DS_LOG_WARN, "request %s: no center to verify with: decoding the rest here (%u tokens done)",
+           r->req.id, r->n_gen);
+    r->last = s->ctx[s->n_ctx - 1];
+    r->role = NULL;
+    spn_free(s);
+}
+
+/* True when r goes on speculating (a new session); false when it was
+** answered (and freed) or continues by plain decoding here. */
+static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, const char *why)
+{
+    struct spn_req *s = r->role;
+    DS_LOG(DS_LOG_WARN, "request %s, session %s: %s", r->req.id, s->sid, why);
+    if (s->center[0]) edge_send_close(a, s->center, s->sid);
+    if (s->center[0] || s->target[0]) memcpy(s->avoid, s->center[0] ? s->center : s->target, sizeof s->avoid);
+    if (r->deadline_ns && now >= r->deadline_ns) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "deadline passed during speculation (%s; %u tokens streamed)", why, r->n_gen);
+        node__active_fail(a, r, DS_MSG_CODE_DEADLINE_EXCEEDED, msg);
+        return false;
+    }
+    if (ds_seq_len(r->seq) >= s->n_ctx && ds_seq_truncate(r->seq, s->n_ctx - 1) != DS_OK) {
+        node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "draft cache rollback failed");
+        return false;
+    }
+    if (s->opens < MAX_OPENS && edge__centers_live(a) > 0) {
+        edge_new_session(a, r);
+        return true;
+    }
+    edge_go_local(a, r);
+    return false;
+}
+
+/* Pipelining, while the round is out: draft k + 1 tokens after the history
+** + all k drafts. If the verdict accepts all k and its token is pre[0],
+** pre[1..] is the next round's draft, already made (the draft cache then
+** holds exactly what drafting it would have left). */
+static void edge_predraft(struct node_req *r)
+{
+    struct spn_req *s = r->role;
+    uint32_t k = s->k;
+    s->n_pre = 0;
+    if (k == 0 || s->n_ctx + 2 * k + 2 >= ds_engine_max_ctx(r->v->eng)) return;
+    memcpy(s->ctx + s->n_ctx, s->draft, k * sizeof *s->ctx);      /* scratch past the history */
+    s->pre_tries++;
+    if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx + k, k + 1, s->pre, NULL) == DS_OK) s->n_pre = k + 1;
+    else (void)ds_seq_truncate(r->seq, DS_MIN(ds_seq_len(r->seq), s->n_ctx + k - 1));
+}
+
+/* Draft the next round and send it (an open while no center is pinned). */
+static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
+{
+    struct spn_req *s = r->role;
+    struct edge_specnet *n = s->owner;
+    uint32_t max_ctx = ds_engine_max_ctx(r->v->eng);
+    uint32_t left = r->req.max_tokens - r->n_gen;                   /* >= 1 while running */
+    uint32_t room = s->n_ctx + 1 < max_ctx ? max_ctx - s->n_ctx - 1 : 0;
+    uint32_t k = DS_MIN(DS_MIN(ds_spec_adapt_k(&s->ad), left - 1), room);
+    if (s->ready) {                                 /* drafted while the last round was out */
+        s->ready = false;
+        k = DS_MIN(k, s->n_pre - 1);
+        memcpy(s->draft, s->pre + 1, k * sizeof *s->draft);
+        uint32_t keep = k ? s->n_ctx + k - 1 : DS_MIN(ds_seq_len(r->seq), s->n_ctx - 1);
+        if (ds_seq_len(r->seq) > keep) (void)ds_seq_truncate(r->seq, keep);
+    } else if (k) {
+        uint64_t t0 = ds_now_ns();
+        if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx, k, s->draft, NULL) != DS_OK) {
+            k = 0;                                  /* the center decodes one token plainly */
+            if (ds_seq_len(r->seq) >= s->n_ctx) (void)ds_seq_truncate(r->seq, s->n_ctx - 1);
+        }
+        s->draft_ns += ds_now_ns() - t0;
+    }
+    s->k = k;
+    s->pos = s->n_ctx;
+    bool open = !s->center[0];
+    cJSON *j = open ? edge__overflow_req_json(r) : specnet__new_msg(NULL);
+    char topic[192], corr[SID_MAX + 8];
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "session");
+    cJSON_AddStringToObject(j, "session", s->sid);
+    s->target[0] = '\0';
+    if (open && s->opens > 1 && edge__center_pick(a, s->avoid, s->target)) {
+        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->target);  /* a re-open: not where it failed */
+        specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
+    } else if (open) {
+        snprintf(topic, sizeof topic, TOPIC_SPEC_OPEN "%s", r->req.model);
+        specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
+    } else {
+        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->center);
+    }
+    cJSON_AddNumberToObject(j, "pos", s->pos);
+    specnet__add_tokens(j, "draft", s->draft, k);
+    uint32_t expiry_s = 0;
+    if (r->deadline_ns) expiry_s = (uint32_t)((r->deadline_ns - DS_MIN(r->deadline_ns, now) + 999999999ull) / 1000000000ull);
+    int cl = snprintf(corr, sizeof corr, CORR_PREFIX "%s", s->sid);
+    struct ds_mqtt_props p = { n->relay_topic, corr, (size_t)cl, expiry_s };
+    specnet__publish(a, topic, &p, j);
+    s->waiting = true;
+    s->sent_ns = now;
+    if (a->cfg->spec_pipeline) edge_predraft(r);
+}
+
+/* One verdict: 1 applied (*gone when r finished and was freed), 0 ignored
+** (stale, or another center's answer to a repeated open), -1 failed (why). */
+static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_msg *m, bool *gone, char *why,
+                        size_t why_len)
+{
+    struct spn_req *s = r->role;
+    cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(j, "precision");
+    uint32_t pos, acc, tok, vocab = ds_engine_config(r->v->eng)->vocab_size;
+    int rc = -1;
+    if (!cJSON_IsString(node) || strlen(node->valuestring) >= sizeof s->center) {
+        snprintf(why, why_len, "malformed verdict (no node)");
+    } else if (s->center[0] && strcmp(node->valuestring, s->center)) {
+        if (!err) edge_send_close(a, node->valuestring, s->sid);      /* took a repeated open */
+        rc = 0;
+    } else if (err) {
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        snprintf(why, why_len, "center %s refused: %s", node->valuestring,
+                 cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+    } else if (!specnet__get_uint(j, "pos", UINT32_MAX - 1, &pos) || pos != s->pos) {
+        rc = 0;                                                        /* a stale repeat */
+    } else if (!specnet__get_uint(j, "accepted", s->k, &acc) || !specnet__get_uint(j, "token", vocab - 1, &tok)) {
+        snprintf(why, why_len, "center %s: verdict out of range (accepted <= %u, token < %u)", node->valuestring,
+                 s->k, vocab);
+    } else {
+        if (!s->center[0]) {
+            snprintf(s->center, sizeof s->center, "%s", node->valuestring);
+            snprintf(s->version, sizeof s->version, "%s", cJSON_IsString(ver) ? ver->valuestring : "?");
+            const char *p = cJSON_IsString(prec) ? prec->valuestring : "";
+            snprintf(s->precision, sizeof s->precision, "%s",
+                     !strcmp(p, "fp16") || !strcmp(p, "int8") ? p : "fp32");
+        }
+        uint64_t now = ds_now_ns();
+        s->round_ns += now - s->sent_ns;
+        r->spec.rounds++;
+        r->spec.drafted += s->k;
+        r->spec.accepted += acc;
+        r->spec.emitted += acc + 1;
+        if (s->k) ds_spec_adapt_update(&s->ad, s->k, acc);
+        if (r->spec.drafted && s->round_ns)  /* measured cost of a draft token against a round */
+            s->ad.cost = (float)(((double)s->draft_ns / (double)r->spec.drafted) /
+                                 ((double)s->round_ns / (double)r->spec.rounds));
+        s->ready = s->n_pre && acc == s->k && (int32_t)tok == s->pre[0];
+        s->pre_hits += s->ready;
+        if (!s->ready) (void)ds_spec_draft_rollback(r->seq, s->n_ctx, acc);
+        s->waiting = false;
+        int32_t t[DS_SPEC_K_MAX + 1];
+        memcpy(t, s->draft, acc * sizeof *t);
+        t[acc] = (int32_t)tok;
+        rc = 1;
+        for (uint32_t i = 0; i <= acc && !*gone; i++) {
+            s->ctx[s->n_ctx++] = t[i];
+            *gone = node__on_sampled(a, r, t[i], 0.0f);
+        }
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
+{
+    struct spn_req *s = r->role;
+    struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
+    if (s->waiting) {
+        struct spn_msg got[MAILBOX_MAX];
+        pthread_mutex_lock(&n->mu);
+        struct spn_box *b = &n->box[s->box];
+        unsigned cnt = b->n;
+        memcpy(got, b->m, cnt * sizeof *got);
+        b->n = 0;
+        pthread_mutex_unlock(&n->mu);
+        int res = 0;
+        bool gone = false;
+        char why[400] = "";
+        for (unsigned i = 0; i < cnt; i++) {
+            if (res == 0) res = edge_verdict(a, r, &got[i], &gone, why, sizeof why);
+            specnet__msg_free(&got[i]);
+        }
+        if (gone) return;
+        if (res < 0 && !edge_fallback(a, r, now, why)) return;
+        if (res == 0) {
+            uint64_t timeout = (uint64_t)a->cfg->spec_timeout_ms * 1000000ull;
+            if (s->center[0] && !edge__center_online(a, s->center))
+                snprintf(why, sizeof why, "center %s went offline", s->center);
+            else if (now - s->sent_ns > timeout)
+                snprintf(why, sizeof why, "no verdict from %s within %u ms", s->center[0] ? s->center : "any center",
+                         a->cfg->spec_timeout_ms);
+            else if (r->deadline_ns && now >= r->deadline_ns)
+                snprintf(why, sizeof why, "no verdict from %s before the deadline", s->center[0] ? s->center : "any center");
+            else
+                return;
+            if (!edge_fallback(a, r, now, why)) return;
+        }
+    }
+    if (!s->waiting) edge_send(a, r, now);
+}
+
+static void tick(struct ds_node *a, void *st, uint64_t now)
+{
+    (void)st;
+    for (unsigned i = a->n_active; i-- > 0;)
+        if (i < a->n_active && a->active[i]->owner == &edge_specnet_ext && a->active[i]->role)
+            edge_run(a, a->active[i], now);
+}
+
+/* Engine loop, every running request drafted here: wait for a verdict. */
+static void idle(struct ds_node *a, void *st)
+{
+    (void)st;
+    for (unsigned i = 0; i < a->n_active; i++) {
+        const struct node_req *r = a->active[i];
+        if (r->owner != &edge_specnet_ext || !((const struct spn_req *)r->role)->waiting) return;
+    }
+    /* Every slot taken: queued work cannot start, and ds_sched_wait would
+    ** return at once because of it; poll the verdicts each millisecond. */
+    if (a->n_active >= a->cfg->max_active) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    } else {
+        ds_sched_wait(a->sched, 20);            /* a verdict or new work wakes it */
+    }
+}
+
+/* finish(): served_by and usage of a speculative answer; closes its center session. */
+static void final(struct ds_node *a, void *st, struct node_req *r, struct ds_msg_final *f)
+{
+    (void)st;
+    struct spn_req *s = r->role;
+    if (!s) return;                             /* it went on by plain decoding here */
+    DS_LOG(DS_LOG_DEBUG, "request %s: %u rounds, %u of %u drafts accepted, pipelined drafts used %llu of %llu",
+           r->req.id, r->spec.rounds, r->spec.accepted, r->spec.drafted, (unsigned long long)s->pre_hits,
+           (unsigned long long)s->pre_tries);
+    if (!s->center[0]) return;
+    f->served_by = (struct ds_msg_served_by){ s->center, DS_MSG_ROLE_CENTER, r->m->cfg->name, s->version, s->precision };
+    edge_send_close(a, s->center, s->sid);
+}
+
+const struct node_ext edge_specnet_ext = {
+    .name = "edge_specnet", .create = create, .destroy = destroy, .start = start,
+    .take = take, .admitted = admitted, .tick = tick, .idle = idle, .final = final, .req_free = req_free,
+};

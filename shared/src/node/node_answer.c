@@ -1,0 +1,218 @@
+/*
+** node_answer.c — everything a request gets back: stream chunks, the one
+** final message (or the cascade's offer of a weak answer to the role), the
+** one error, and the handling of each sampled token (EOS, stop strings,
+** limits). Every accepted request leaves through here exactly once.
+**
+** Owns: nothing beyond the request it answers, which it frees.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/log.h"
+#include "node_internal.h"
+
+void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+                    char *json, size_t len)
+{
+    struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
+    if (ds_mqtt_publish(a->mqtt, topic, json, len, 1, false, &p) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "could not publish the answer to %s", topic);
+    free(json);
+}
+
+void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+                       const char *id, enum ds_msg_code code, const char *message)
+{
+    ds_metrics_record_error(&a->metrics, (unsigned)code);
+    if (!topic) {
+        DS_LOG(DS_LOG_WARN, "request %s: %s: %s (no response topic: not answered)", id ? id : "?",
+               ds_msg_code_name(code), message);
+        return;
+    }
+    char *json;
+    size_t len;
+    if (ds_msg_error_encode(id, code, message, &json, &len) == DS_OK)
+        node__publish(a, topic, corr, corr_len, json, len);
+}
+
+void node__req_free(struct node_req *r)
+{
+    if (!r) return;
+    node__rollout_release(r);
+    if (r->owner && r->owner->req_free) r->owner->req_free(r);
+    ds_seq_destroy(r->seq);
+    ds_sampler_destroy(r->smp);
+    ds_infer_req_cleanup(&r->req);
+    free(r->reply);
+    free(r->corr);
+    free(r->ids);
+    free(r->text);
+    free(r);
+}
+
+void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+{
+    if (r->v) node__rollout_done(a, r, true, 0.0);
+    if (r->mirror) DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
+    else node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+    node__req_free(r);
+}
+
+void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+{
+    for (unsigned i = 0; i < a->n_active; i++)
+        if (a->active[i] == r) {
+            a->active[i] = a->active[--a->n_active];
+            a->n_mirrors -= r->mirror;
+            break;
+        }
+    node__req_fail(a, r, code, msg);
+}
+
+/* The role's last word on r's final (edge speculation: served_by). */
+static void role_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f)
+{
+    for (unsigned i = 0; r->owner && a->role->exts[i]; i++)
+        if (a->role->exts[i] == r->owner && a->ext_on[i] && r->owner->final)
+            r->owner->final(a, a->ext_state[i], r, f);
+}
+
+void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
+{
+    unsigned slot = 0;
+    while (slot < a->n_active && a->active[slot] != r) slot++;
+    DS_ASSERT(slot < a->n_active);
+    uint64_t now = ds_now_ns();
+    /* Cascade: an answer the model was not sure of is offered to the role
+    ** (an edge asks a center), whose answer replaces it (streamed answers
+    ** have reached the device already). */
+    float threshold = r->m->cfg->cascade;
+    if (threshold < 0.0f && !r->mirror && !r->cascaded && !r->owner && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
+        r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
+        a->active[slot] = a->active[--a->n_active];
+        DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: offering it on", r->req.id,
+               r->logprob_sum / r->n_gen, (double)threshold);
+        /* Detach the edge's run before r changes hands: once sent, the
+        ** relay (Paho's thread) may answer and free r at any moment. */
+        char *text = r->text;
+        size_t text_len = r->text_len, text_cap = r->text_cap;
+        uint32_t n_gen = r->n_gen;
+        r->text = NULL;
+        r->text_len = r->text_cap = 0;
+        r->n_gen = 0;
+        r->cascaded = true;
+        struct node_version *pv = r->v;
+        node__rollout_done(a, r, false, (double)(now - r->recv_ns) / 1e6);
+        node__rollout_release(r);           /* r may leave this thread */
+        ds_seq_destroy(r->seq);
+        ds_sampler_destroy(r->smp);
+        free(r->ids);
+        r->seq = NULL;
+        r->smp = NULL;
+        r->ids = NULL;
+        r->n_ids = r->n_fed = 0;
+        if (node__offer(a, r, NODE_TAKE_LOW_CONFIDENCE)) {
+            atomic_fetch_add(&a->n_cascaded, 1);
+            free(text);
+            return;
+        }
+        r->v = pv;                          /* nobody took it: answer with what we have */
+        pv->refs++;
+        r->text = text;
+        r->text_len = text_len;
+        r->text_cap = text_cap;
+        r->n_gen = n_gen;
+        a->active[a->n_active++] = r;
+        slot = a->n_active - 1;
+    }
+    struct ds_msg_final f = {
+        .spec = r->spec.rounds ? &r->spec : NULL,
+        .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
+        .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
+        .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
+                       r->v ? ds_precision_name(ds_engine_precision(r->v->eng)) : "" },
+        .queue_ms = (double)(r->start_ns - r->recv_ns) / 1e6,
+        .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
+        .total_ms = (double)(now - r->recv_ns) / 1e6,
+    };
+    if (r->v && !r->cascaded) node__rollout_done(a, r, false, f.total_ms);
+    a->n_mirrors -= r->mirror;
+    if (!r->mirror) {
+        role_final(a, r, &f);
+        char *json;
+        size_t len;
+        if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+        ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
+    }
+    node__req_free(r);
+    a->active[slot] = a->active[--a->n_active];
+}
+
+static bool append_text(struct node_req *r, const char *p, size_t n)
+{
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = DS_MAX(r->text_cap * 2, r->text_len + n + 256);
+        char *t = realloc(r->text, cap);
+        if (!t) return false;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, p, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    return true;
+}
+
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob)
+{
+    if (!r->first_ns) r->first_ns = ds_now_ns();
+    r->logprob_sum += logprob;
+    if (r->sh) node__rollout_token(r, tok);
+    if (tok == ds_tok_eos(r->v->tok) || tok == ds_tok_bos(r->v->tok)) {
+        node__finish(a, r, DS_MSG_FINISH_STOP);
+        return true;
+    }
+    if (r->n_ids + r->n_gen < r->ids_cap) r->ids[r->n_ids + r->n_gen] = tok;   /* the history */
+    r->n_gen++;
+    char piece[256];
+    size_t got = 0;
+    if (ds_tok_stream_put(r->v->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
+        size_t before = r->text_len;
+        if (!append_text(r, piece, got)) {
+            node__finish(a, r, DS_MSG_FINISH_LENGTH);
+            return true;
+        }
+        /* A stop string ends the answer before it. */
+        for (uint32_t i = 0; i < r->req.n_stop; i++) {
+            size_t sl = strlen(r->req.stop[i]);
+            size_t from = before > sl ? before - sl : 0;
+            char *hit = memmem(r->text + from, r->text_len - from, r->req.stop[i], sl);
+            if (hit) {
+                r->text_len = (size_t)(hit - r->text);
+                r->text[r->text_len] = '\0';
+                if (r->req.stream && r->text_len > before) {
+                    struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
+                    char *json;
+                    size_t len;
+                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+                }
+                node__finish(a, r, DS_MSG_FINISH_STOP);
+                return true;
+            }
+        }
+        if (r->req.stream) {
+            struct ds_msg_chunk c = { r->req.id, piece, got, r->n_chunks++ };
+            char *json;
+            size_t len;
+            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+        }
+    }
+    if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->v->eng)) {
+        node__finish(a, r, DS_MSG_FINISH_LENGTH);
+        return true;
+    }
+    r->last = tok;
+    return false;
+}

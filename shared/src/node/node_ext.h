@@ -1,0 +1,109 @@
+/*
+** node_ext.h — how role code plugs into the serving node: the hook table
+** (struct node_ext), the role table each daemon's main.c lists
+** (struct ds_node_role), and the calls role code may make down into the
+** node (intake, answers, versions). Never installed.
+**
+** The node core never names an edge or a center function: it calls role
+** code only through these hooks, in the order the role lists them, like
+** ggml's backend interface or ds_kern_ops. Role code calls only what this
+** header declares (and ds/ headers).
+**
+** Hooks (each may be NULL). st is what create() stored; an extension whose
+** create() left it NULL is off, and none of its other hooks is called. One
+** without create is always on, with st NULL.
+**   create     ds_node_create, after the models are loaded: *st = state
+**              (NULL: off by configuration).
+**   destroy    after every request has been freed.
+**   start      ds_node_run, before it connects: declare the topics it
+**              listens to (node__listen) and start its threads.
+**   (messages) Paho's thread: start gives node__listen a handler per topic
+**              filter; it returns true when the message was its (the next
+**              route that matches is tried otherwise). The node dispatches
+**              every message from its one route table.
+**   take       intake or finish: offered r for `why`; true = the hook owns
+**              r now (sent it on, or queued it with node__enqueue after
+**              setting r->owner). Paho's thread for ROUTE and QUEUE_FULL,
+**              the engine loop for LOW_CONFIDENCE (r's run detached).
+**   admitted   engine loop: r was admitted. Every extension is told; the
+**              center's overflow side answers the relaying edge here.
+**   tick       engine loop, once per turn.
+**   idle       engine loop, when every running request is waiting for the
+**              role (nothing to compute): wait without spinning.
+**   final      engine loop: r (r->owner is this extension) is answered now;
+**              may change f (served_by, usage).
+**   req_free   r is freed (r->owner is this extension).
+**   telemetry  add fields to the telemetry object.
+**   pending    requests it still holds; draining waits for them.
+**   kv_seqs    extra KV sequences the engines need (from the config only).
+*/
+#ifndef DS_NODE_EXT_H
+#define DS_NODE_EXT_H
+
+#include "node_types.h"
+
+struct cJSON;
+
+/* Why a request is offered to the role. */
+enum node_take {
+    NODE_TAKE_ROUTE,            /* route=center, or this node cannot finish it in time */
+    NODE_TAKE_QUEUE_FULL,       /* its tier's queue is full here */
+    NODE_TAKE_LOW_CONFIDENCE,   /* answered here, but below the model's cascade threshold */
+};
+
+struct node_ext {
+    const char  *name;
+    enum ds_err (*create)(struct ds_node *a, void **st);
+    void        (*destroy)(struct ds_node *a, void *st);
+    void        (*start)(struct ds_node *a, void *st);
+    bool        (*take)(struct ds_node *a, void *st, struct node_req *r, enum node_take why);
+    void        (*admitted)(struct ds_node *a, void *st, struct node_req *r);
+    void        (*tick)(struct ds_node *a, void *st, uint64_t now_ns);
+    void        (*idle)(struct ds_node *a, void *st);
+    void        (*final)(struct ds_node *a, void *st, struct node_req *r, struct ds_msg_final *f);
+    void        (*req_free)(struct node_req *r);
+    void        (*telemetry)(struct ds_node *a, void *st, struct cJSON *obj);
+    unsigned    (*pending)(struct ds_node *a, void *st);
+    uint32_t    (*kv_seqs)(const struct ds_node_config *c);
+};
+
+/* A daemon: its role, where its requests arrive, and its extensions. */
+struct ds_node_role {
+    enum ds_msg_role              role;
+    const char                   *program;       /* "dspark-edge" */
+    const char                   *infer_prefix;  /* "dspark/v1/infer/" */
+    const char                   *share_group;   /* "$share/dspark-edge/" */
+    const char                   *about;         /* --help's paragraph */
+    const struct node_ext *const *exts;          /* NULL-terminated, in call order */
+};
+
+/* ---- what role code may call ---- */
+
+/* The state ext's create() stored, or NULL (off, or not listed). */
+void *node__ext_state(struct ds_node *a, const struct node_ext *ext);
+/* Subscribe filter (QoS 1) once connected and route what matches it to fn
+** with st. Before ds_node_run connects only (ext->start). drain_stop: the
+** node unsubscribes it when it starts draining. */
+void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st);
+
+/* node_answer.c */
+void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+                   char *json, size_t len);                  /* TAKES json */
+void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+                      const char *id, enum ds_msg_code code, const char *message);
+void node__req_free(struct node_req *r);
+void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
+/* Engine loop: answer a running request with an error and free it. */
+void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
+/* Handle one token sampled for r (EOS, text, stop strings, stream chunk,
+** limits); true when r is finished (answered and freed). */
+bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob);
+
+/* node_intake.c */
+/* Queue r locally; false when the tier is full. */
+bool node__enqueue(struct ds_node *a, struct node_req *r);
+/* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
+bool node__topic_ok(const char *t);
+struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len);
+
+#endif

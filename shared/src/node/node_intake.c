@@ -1,0 +1,228 @@
+/*
+** node_intake.c — the node's side of Paho's thread: one dispatch over the
+** routes every listener declared (node__listen), requests decoded, checked
+** and queued or offered to the role, and cancellations. Nothing here
+** computes: the engine loop (node.c) does.
+**
+** Owns: the route table (written before the node connects, read-only
+** after) and the ids cancelled while queued or running (cancel_mu).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "node_internal.h"
+
+/* ---- routes ---- */
+
+void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st)
+{
+    if (a->n_routes == NODE_MAX_ROUTES || strlen(filter) >= sizeof a->routes[0].filter) {
+        DS_LOG(DS_LOG_ERROR, "%s: not subscribed (at most %d filters of %zu bytes)", filter, NODE_MAX_ROUTES,
+               sizeof a->routes[0].filter - 1);
+        return;
+    }
+    struct node_route *rt = &a->routes[a->n_routes++];
+    snprintf(rt->filter, sizeof rt->filter, "%s", filter);
+    const char *t = filter;
+    if (!strncmp(t, "$share/", 7)) {                  /* messages arrive without $share/<group>/ */
+        t = strchr(t + 7, '/');
+        t = t ? t + 1 : "";
+    }
+    size_t n = strcspn(t, "+#");
+    memcpy(rt->prefix, t, n);
+    rt->prefix[n] = '\0';
+    rt->exact = t[n] == '\0';
+    rt->drain_stop = drain_stop;
+    rt->fn = fn;
+    rt->st = st;
+}
+
+void node__on_message(void *ud, const struct ds_mqtt_msg *msg)
+{
+    struct ds_node *a = ud;
+    for (unsigned i = 0; i < a->n_routes; i++) {
+        const struct node_route *rt = &a->routes[i];
+        bool hit = rt->exact ? !strcmp(msg->topic, rt->prefix) : !strncmp(msg->topic, rt->prefix, strlen(rt->prefix));
+        if (hit && rt->fn(a, rt->st, msg)) return;
+    }
+    DS_LOG(DS_LOG_DEBUG, "message on %s: nobody here takes it", msg->topic);
+}
+
+bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why)
+{
+    for (unsigned i = 0; a->role->exts[i]; i++) {
+        const struct node_ext *x = a->role->exts[i];
+        if (a->ext_on[i] && x->take && x->take(a, a->ext_state[i], r, why)) return true;
+    }
+    return false;
+}
+
+/* ---- requests ---- */
+
+struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len)
+{
+    for (unsigned i = 0; i < a->n_models; i++)
+        if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
+            return &a->models[i];
+    return NULL;
+}
+
+bool node__topic_ok(const char *t)
+{
+    return t && *t && !strpbrk(t, "+#") && t[0] != '$';
+}
+
+uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms)
+{
+    uint64_t d = has_expiry ? now_ns + (uint64_t)expiry_s * 1000000000ull : 0;
+    if (deadline_ms) {
+        uint64_t e = now_ns + (uint64_t)deadline_ms * 1000000ull;
+        if (!d || e < d) d = e;
+    }
+    return d;
+}
+
+/* Admission by estimated finish time: the work queued ahead of r plus r's own,
+** at the decode rate measured so far, against r's deadline and its tier's
+** latency budget. */
+static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t now)
+{
+    double rate = atomic_load(&a->tok_rate);
+    if (!(rate > 0.0)) return false;              /* nothing measured yet */
+    double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
+    double finish_ms = ((double)ds_sched_backlog(a->sched) + own) / rate * 1000.0;
+    double budget_ms = a->cfg->budget_ms[r->req.priority];
+    if (r->deadline_ns) {
+        double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
+        if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
+    }
+    return budget_ms > 0.0 && finish_ms > budget_ms;
+}
+
+/* A request on <infer prefix><model>: decode, check, then queue it or offer
+** it to the role. Always true: every message here is answered or logged. */
+static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+{
+    (void)st;
+    uint64_t now = ds_now_ns();
+    const char *model_name = msg->topic + strlen(a->role->infer_prefix);
+
+    struct node_req *r = calloc(1, sizeof *r);
+    if (!r) return true;
+    r->recv_ns = now;
+    struct ds_msg_error err;
+    enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &a->limits, &r->req, &err);
+    /* Where to answer: the MQTT 5 Response Topic, else the JSON reply_to. */
+    if (msg->response_topic.p)
+        r->reply = strndup(msg->response_topic.p, msg->response_topic.n);
+    else if (rc == DS_OK && r->req.reply_to)
+        r->reply = strdup(r->req.reply_to);
+    if (msg->correlation.p && msg->correlation.n) {
+        r->corr = malloc(msg->correlation.n);
+        if (r->corr) memcpy(r->corr, msg->correlation.p, msg->correlation.n);
+        r->corr_len = r->corr ? msg->correlation.n : 0;
+    }
+    const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
+    if (r->reply && !node__topic_ok(r->reply)) {
+        DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
+               id ? id : "?", r->reply);
+        ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
+        node__req_free(r);
+        return true;
+    }
+    if (rc != DS_OK) {
+        node__send_error(a, r->reply, r->corr, r->corr_len, id, err.code, err.message);
+        node__req_free(r);
+        return true;
+    }
+    if (!r->reply) {
+        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
+        return true;
+    }
+    if (strcmp(r->req.model, model_name) != 0) {
+        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
+        return true;
+    }
+    r->m = node__find_model(a, model_name, strlen(model_name));
+    if (!r->m) {
+        node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this node");
+        return true;
+    }
+    if (atomic_load(&a->draining)) {
+        node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
+        return true;
+    }
+    r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
+    r->key = atomic_fetch_add(&a->next_key, 1);
+    atomic_fetch_add(&a->n_taken, 1);
+    /* Here, or the role's (an edge's centers) when route says so or this
+    ** node cannot finish it in time; what nobody takes is served here. */
+    bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
+    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__offer(a, r, NODE_TAKE_ROUTE))
+        return true;
+    if (node__enqueue(a, r)) return true;
+    if (may_go && node__offer(a, r, NODE_TAKE_QUEUE_FULL)) return true;
+    node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
+    return true;
+}
+
+bool node__enqueue(struct ds_node *a, struct node_req *r)
+{
+    struct ds_sched_item it = {
+        .id = r->key, .tier = r->req.priority, .enqueued_ns = ds_now_ns(), .deadline_ns = r->deadline_ns,
+        .cost = r->req.max_tokens + (uint32_t)(r->req.prompt_len / 4), .user = r,
+    };
+    return ds_sched_push(a->sched, &it) == DS_OK;
+}
+
+/* ---- cancellation ---- */
+
+static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+{
+    (void)st;
+    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+    if (cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES) {
+        pthread_mutex_lock(&a->cancel_mu);
+        if (a->n_cancels == MAX_CANCELS) {           /* forget the oldest */
+            free(a->cancels[0]);
+            memmove(a->cancels, a->cancels + 1, (MAX_CANCELS - 1) * sizeof *a->cancels);
+            a->n_cancels--;
+        }
+        char *s = strdup(id->valuestring);
+        if (s) a->cancels[a->n_cancels++] = s;
+        pthread_mutex_unlock(&a->cancel_mu);
+        ds_sched_wake(a->sched);
+    } else {
+        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"}", msg->topic);
+    }
+    cJSON_Delete(j);
+    return true;
+}
+
+bool node__take_cancel(struct ds_node *a, const char *id)
+{
+    bool hit = false;
+    pthread_mutex_lock(&a->cancel_mu);
+    for (unsigned i = 0; i < a->n_cancels; i++)
+        if (strcmp(a->cancels[i], id) == 0) {
+            free(a->cancels[i]);
+            a->cancels[i] = a->cancels[--a->n_cancels];
+            hit = true;
+            break;
+        }
+    pthread_mutex_unlock(&a->cancel_mu);
+    return hit;
+}
+
+void node__intake_listen(struct ds_node *a)
+{
+    char filter[160];
+    snprintf(filter, sizeof filter, "%s%s+", a->role->share_group, a->role->infer_prefix);
+    node__listen(a, filter, true, on_infer, NULL);      /* every model: an unknown one gets model_not_found */
+    node__listen(a, TOPIC_CANCEL "#", false, on_cancel, NULL);
+}

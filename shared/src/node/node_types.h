@@ -1,0 +1,175 @@
+/*
+** node_types.h — the serving node's data: loaded model versions, accepted
+** requests, the node itself. Shared by the node's files and by role code
+** (edge-agent/, center-node/), which reach it through node_ext.h. Never
+** installed.
+**
+** Threads: fields are the engine loop's unless a comment says otherwise;
+**          Paho's thread touches only what intake takes (node_intake.c).
+*/
+#ifndef DS_NODE_TYPES_H
+#define DS_NODE_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ds/bundle.h"
+#include "ds/engine.h"
+#include "ds/metrics.h"
+#include "ds/model.h"
+#include "ds/mqtt.h"
+#include "ds/msg.h"
+#include "ds/node.h"
+#include "ds/sampler.h"
+#include "ds/sched.h"
+#include "ds/spec.h"
+#include "ds/tok.h"
+
+struct cJSON;
+struct node_ext;
+
+#define TOPIC_CANCEL "dspark/v1/cancel/"
+#define TOPIC_RELAY  "dspark/v1/relay/"
+#define MAX_CANCELS  256
+#define NODE_MAX_EXTS   8             /* extensions a role lists */
+#define NODE_MAX_ROUTES 16            /* topic filters a node listens to */
+
+#define NODE_MAX_VERSIONS 4         /* active, candidate, two draining */
+#define NODE_VERSION_MAX  32          /* bytes of a version string, NUL included */
+#define NODE_WIN_CAP      2048        /* finished requests a version's window keeps */
+
+/* What a loaded version does now (the registry's states are wider). */
+enum node_vstate { NODE_V_ACTIVE, NODE_V_CANARY, NODE_V_SHADOW, NODE_V_DRAINING };
+
+/* One loaded version of a model: its engine and the requests pinned to it.
+** Engine thread only, except while a worker builds it (node_rollout.c). */
+struct node_version {
+    struct node_model   *m;
+    char                 version[NODE_VERSION_MAX];
+    enum node_vstate     state;
+    struct ds_model     *model;
+    struct ds_tok       *tok;
+    struct ds_engine    *eng;
+    float               *logits;      /* (max_batch, vocab) */
+    uint32_t             max_batch;
+    uint32_t             delay_ms;    /* [model] delay: a drill's slowness per pass */
+    /* speculative decoding (node_spec.c); spec == NULL: off */
+    struct ds_model     *draft_model; /* a separate draft file, else NULL */
+    struct ds_engine    *draft_eng;
+    struct ds_spec      *spec;
+    struct ds_seq       *draft_seq;   /* the draft cache of spec_owner */
+    uint64_t             spec_owner;  /* key of the request it belongs to; 0 none */
+    unsigned             refs;        /* requests pinned; destroyed draining at 0 */
+    uint64_t             since_ns;    /* took its current state */
+    uint64_t             served, errors;          /* since loaded */
+    /* Rollback window: when each request finished, its latency, whether it failed. */
+    uint64_t             win_ns[NODE_WIN_CAP];
+    float                win_ms[NODE_WIN_CAP];
+    bool                 win_err[NODE_WIN_CAP];
+    unsigned             win_head, win_n;
+};
+
+struct node_load;                     /* a version being built on a worker thread */
+struct node_cmd;
+
+/* One configured model name and the versions loaded for it. */
+struct node_model {
+    const struct ds_node_model_cfg *cfg;
+    struct node_version *vers[NODE_MAX_VERSIONS];
+    unsigned             n_vers;
+    struct node_version *active;      /* new requests, unless the candidate takes them */
+    struct node_version *cand;        /* NODE_V_CANARY or NODE_V_SHADOW, or NULL */
+    uint32_t             pct;         /* canary share in percent */
+    char                 prev[NODE_VERSION_MAX];  /* active before the last promote */
+    char                 reg_active[DS_SEMVER_MAX + 1];   /* the registry's active version, last seen */
+    uint64_t             probation_end_ns;        /* the promoted active may still roll back */
+    struct node_load    *load;        /* one at a time */
+    struct node_cmd     *waiting;     /* the command the load is for */
+    /* Shadow comparison since the candidate started. */
+    uint64_t             sh_n, sh_equal, sh_failed;
+    double               sh_agree_sum, sh_delta_sum;
+};
+
+struct node_shadow;                   /* a request and its mirror, compared */
+
+/* A message handler: true when the message was its (node_intake.c walks the
+** routes in order and stops there). Paho's thread. */
+typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
+
+/* One topic filter the node subscribed to and who handles what matches it. */
+struct node_route {
+    char        filter[160];           /* as subscribed ($share/... included) */
+    char        prefix[160];           /* the topic part before the first wildcard */
+    bool        exact;                 /* no wildcard: the topic must equal prefix */
+    bool        drain_stop;            /* unsubscribed when the node drains */
+    node_msg_fn fn;
+    void       *st;
+};
+
+/* One accepted request, from intake to its answer. */
+struct node_req {
+    uint64_t             key;           /* scheduler id */
+    struct ds_infer_req  req;
+    char                *reply;         /* response topic */
+    void                *corr;          /* correlation data, may be NULL */
+    size_t               corr_len;
+    struct node_model   *m;
+    struct node_version *v;             /* pinned at admission (engine thread); NULL before */
+    struct node_shadow  *sh;            /* shadow pair, or NULL */
+    bool                 mirror;        /* the shadow copy: never answered */
+    uint64_t             recv_ns, deadline_ns, start_ns, first_ns;
+    /* running state (engine thread only) */
+    int32_t             *ids;           /* prompt tokens, then (speculative models)
+                                        ** the generated ones: the history */
+    size_t               n_ids, n_fed;  /* prompt tokens in the cache */
+    size_t               ids_cap;
+    struct ds_sampler_params sp;        /* effective sampling (seed filled in) */
+    struct ds_msg_spec_usage spec;      /* speculative rounds of this request */
+    struct ds_seq       *seq;
+    struct ds_sampler   *smp;
+    struct ds_tok_stream st;
+    int32_t              last;          /* token to feed next */
+    uint32_t             n_gen, n_chunks;
+    char                *text;
+    size_t               text_len, text_cap;
+    double               logprob_sum;   /* of the generated tokens (cascade) */
+    bool                 cascaded;      /* offered to the role after a weak answer (NODE_TAKE_LOW_CONFIDENCE) */
+    /* A role's hold on r: the extension that took r and queued it here (edge
+    ** speculation), told at admission; while role is set, that extension
+    ** decodes r (the batched step skips it). Freed by owner->req_free. */
+    const struct node_ext *owner;
+    void                *role;
+};
+
+struct ds_node {
+    struct ds_node_config  *cfg;
+    const char          *cfg_path;
+    struct node_model    models[DS_NODE_MAX_MODELS];
+    unsigned             n_models;
+    struct ds_mqtt      *mqtt;
+    struct ds_sched     *sched;
+    struct ds_metrics    metrics;
+    struct ds_msg_limits limits;
+    atomic_uint_fast64_t next_key;
+    atomic_bool          stop, reload, draining;
+    struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
+    unsigned             n_active, n_mirrors;
+    pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
+    char                *cancels[MAX_CANCELS];
+    unsigned             n_cancels;
+    uint64_t             start_ns;
+    char                 status_topic[160], telemetry_topic[160];
+    const struct ds_node_role *role;     /* the daemon's hook table (node_ext.h) */
+    void                *ext_state[NODE_MAX_EXTS];   /* each extension's state (its create's) */
+    bool                 ext_on[NODE_MAX_EXTS];      /* created and not off by config */
+    struct node_route    routes[NODE_MAX_ROUTES];    /* topic prefix -> handler (node_intake.c) */
+    unsigned             n_routes;
+    _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
+    uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
+    atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
+    struct node_rollout *ro;             /* control queue, registry, events */
+    struct node_fetch   *fetch;          /* model distribution; NULL when not configured */
+};
+
+#endif

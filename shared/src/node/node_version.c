@@ -1,0 +1,61 @@
+/*
+** node_version.c — one loaded version of a model: its file, tokenizer and
+** engine (and draft engine for one-node speculation), sized for the node's
+** batch and the KV sequences its role needs. Any thread may load (it reads
+** only the config); the engine loop owns what it returns.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds/log.h"
+#include "node_internal.h"
+
+enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
+                               const char *path, struct node_version **out)
+{
+    const struct ds_node_model_cfg *mc = m->cfg;
+    *out = NULL;
+    if (strlen(version) >= NODE_VERSION_MAX) return DS_ERR_RANGE;
+    struct node_version *v = calloc(1, sizeof *v);
+    if (!v) return DS_ERR_NOMEM;
+    v->m = m;
+    memcpy(v->version, version, strlen(version) + 1);
+    enum ds_err rc;
+    if ((rc = ds_model_open(path, &v->model)) != DS_OK) goto fail;
+    if ((rc = ds_model_tokenizer(v->model, mc->tokenizer, &v->tok)) != DS_OK) goto fail;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = (enum ds_precision)mc->precision;
+    o.backend = (enum ds_backend)mc->backend;
+    o.n_threads = mc->threads;
+    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
+    o.kv_seqs = a->cfg->max_active;
+    for (unsigned i = 0; a->role->exts[i]; i++)         /* e.g. a center's speculation sessions */
+        if (a->role->exts[i]->kv_seqs) o.kv_seqs += a->role->exts[i]->kv_seqs(a->cfg);
+    o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
+    v->max_batch = o.max_batch;
+    if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
+    rc = DS_ERR_NOMEM;
+    v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
+    if (!v->logits) goto fail;
+    if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
+    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
+           ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng), ds_engine_kernel(v->eng),
+           ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng));
+    *out = v;
+    return DS_OK;
+fail:
+    node__version_free(v);
+    return rc;
+}
+
+void node__version_free(struct node_version *v)
+{
+    if (!v) return;
+    node__spec_unload(v);
+    ds_engine_destroy(v->eng);
+    ds_tok_destroy(v->tok);
+    ds_model_close(v->model);
+    free(v->logits);
+    free(v);
+}

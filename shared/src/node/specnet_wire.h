@@ -1,0 +1,61 @@
+/*
+** specnet_wire.h — what both sides of edge-drafted, center-verified
+** speculation share (edge-agent/src/edge_specnet.c drafts,
+** center-node/src/center_specnet.c verifies): topics, message copies taken
+** off Paho's thread, and the JSON helpers of the wire. Never installed.
+**
+** Wire (schemas/README.md, schemas/spec_*.schema.json; JSON, "v":1). Every
+** edge->center message carries the edge's relay topic as Response Topic,
+** "spec/<session>" as Correlation Data and the deadline as Message Expiry:
+**   open    dspark/v1/center/spec/<model>, shared by the centers: the request's
+**           fields + {"session","pos","context":[ids after the prompt],"draft"}
+**           (a re-open after a failure goes to another live center's session
+**           topic below, so that it does not land on the center that failed)
+**   round   dspark/v1/center/session/<center>: {"session","pos","draft"}
+**   close   same topic: {"session","close":true}
+**   verdict dspark/v1/relay/<edge>: {"session","pos","accepted","token","node",
+**           "version","precision"} or {"session","node","error":{"code","message"}}
+** pos counts the history (prompt tokens + tokens emitted) before the round's
+** drafts. A center applies a round only at its own history length, answers
+** an exact repeat of its last round with the same verdict (QoS 1
+** redelivery) and refuses anything else; the edge applies a verdict only for
+** its current session and the pos in flight: no token lost or doubled.
+**
+*/
+#ifndef DS_SPECNET_WIRE_H
+#define DS_SPECNET_WIRE_H
+
+#include "node_ext.h"
+
+struct cJSON;
+
+#define TOPIC_SPEC_OPEN    "dspark/v1/center/spec/"
+#define TOPIC_SPEC_SESSION "dspark/v1/center/session/"
+#define CORR_PREFIX        "spec/"
+#define SID_MAX            128     /* session id bytes, NUL included */
+
+/* A message copied off Paho's thread. */
+struct spn_msg {
+    char    *topic, *payload, *reply;
+    void    *corr;
+    size_t   len, corr_len;
+    uint64_t deadline_ns;
+};
+
+void specnet__msg_free(struct spn_msg *m);
+/* Copy m's payload (NUL-terminated) and, with props, its topic, Response
+** Topic, Correlation Data and deadline; false (nothing kept) without memory. */
+bool specnet__msg_copy(struct spn_msg *d, const struct ds_mqtt_msg *m, bool props);
+/* j[key] as an integer 0..max into *out. */
+bool specnet__get_uint(const struct cJSON *j, const char *key, double max, uint32_t *out);
+/* j[key]: an array of at most max_n token ids below vocab into out (absent
+** and n given: none). */
+bool specnet__get_tokens(const struct cJSON *j, const char *key, uint32_t max_n, uint32_t vocab, int32_t *out,
+                         uint32_t *n);
+void specnet__add_tokens(struct cJSON *j, const char *key, const int32_t *t, uint32_t n);
+/* Publish j (TAKES it) at QoS 1 with props p (may be NULL). */
+void specnet__publish(struct ds_node *a, const char *topic, const struct ds_mqtt_props *p, struct cJSON *j);
+/* {"v":1,"session":sid} (sid NULL: null), OWNED. */
+struct cJSON *specnet__new_msg(const char *sid);
+
+#endif
