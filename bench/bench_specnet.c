@@ -147,20 +147,25 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
                     unsigned which, unsigned k, bool pipe, char **plain, struct result *r)
 {
     char conf[10000];
-    snprintf(conf, sizeof conf, "[node]\nname = bench-edge\nlog_level = warn\n[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n"
+    snprintf(conf, sizeof conf, "[node]\nname = bench-edge\nlog_level = info\n[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n"
              "[overflow]\nspeculate = %s\nspec_k = %u\nspec_pipeline = %s\n[model m]\npath = %s\n%s%s%sprecision = int8\nthreads = %u\nctx = 512\n",
              uri, k ? "true" : "false", k ? k : 4, pipe ? "true" : "false", model, tok ? "tokenizer = " : "", tok ? tok : "", tok ? "\n" : "",
              o->threads);
     pthread_mutex_lock(&G.mu);
     unsigned from = G.n_online;
     pthread_mutex_unlock(&G.mu);
+    int centers_seen = it_log_count(o->dir, "bench-edge", " is online");     /* the log is appended to */
     pid_t edge = spawn_node(o->dir, DS_BUILD_DIR "/edge-agent/dspark-edge", "bench-edge", conf);
     if (edge < 0 || !wait_online("bench-edge", from, 30000)) {
         fprintf(stderr, "bench_specnet: the edge did not come up (see %s/bench-edge.log)\n", o->dir);
         stop_node(edge);
         return -1;
     }
-    usleep(300000);                                   /* the retained center status reaches it */
+    if (!it_log_wait(o->dir, "bench-edge", " is online", centers_seen + 1, 30000)) {   /* a center to verify with */
+        fprintf(stderr, "bench_specnet: the edge never saw a center online (see %s/bench-edge.log)\n", o->dir);
+        stop_node(edge);
+        return -1;
+    }
     memset(r, 0, sizeof *r);
     snprintf(r->mode, sizeof r->mode, k ? "spec k<=%u%s" : "plain", k, pipe ? "" : " np");
     double drafted = 0, accepted = 0, secs_all = 0, paired_all = 0;

@@ -17,7 +17,7 @@
 #include "ds/log.h"
 #include "center.h"
 
-struct node_publish {
+struct center_publish {
     struct {
         struct ds_dist_pub *p;
         pthread_t           th;
@@ -37,7 +37,7 @@ static enum ds_err create(struct ds_node *a, void **st)
 {
     const struct ds_node_config *c = a->cfg;
     if (!c->publish_dirs || !*c->publish_dirs) return DS_OK;   /* off */
-    struct node_publish *np = calloc(1, sizeof *np);
+    struct center_publish *np = calloc(1, sizeof *np);
     if (!np) return DS_ERR_NOMEM;
     *st = np;                                               /* destroy frees a partial one */
     char *list = strdup(c->publish_dirs), *save = NULL;
@@ -72,14 +72,14 @@ static enum ds_err create(struct ds_node *a, void **st)
 
 static void start(struct ds_node *a, void *st)
 {
-    struct node_publish *np = st;
+    struct center_publish *np = st;
     for (unsigned i = 0; i < np->n; i++)
         np->pubs[i].running = pthread_create(&np->pubs[i].th, NULL, pub_thread, np->pubs[i].p) == 0;
 }
 
 static void destroy(struct ds_node *a, void *st)
 {
-    struct node_publish *np = st;
+    struct center_publish *np = st;
     for (unsigned i = 0; i < np->n; i++) {
         if (np->pubs[i].running) {
             ds_dist_pub_stop(np->pubs[i].p);

@@ -49,7 +49,7 @@ struct pending {
     bool             lost;         /* its center died: the engine loop takes it back */
 };
 
-struct node_overflow {
+struct edge_overflow {
     pthread_mutex_t mu;
     struct center   centers[MAX_CENTERS];
     unsigned        n_centers;
@@ -58,12 +58,12 @@ struct node_overflow {
     char            relay_topic[128];
 };
 
-static struct node_overflow *state(struct ds_node *a) { return node__ext_state(a, &edge_overflow_ext); }
+static struct edge_overflow *state(struct ds_node *a) { return node__ext_state(a, &edge_overflow_ext); }
 
 static enum ds_err create(struct ds_node *a, void **st)
 {
     if (!a->cfg->overflow) return DS_OK;                   /* off */
-    struct node_overflow *o = calloc(1, sizeof *o);
+    struct edge_overflow *o = calloc(1, sizeof *o);
     if (!o) return DS_ERR_NOMEM;
     o->p = calloc(MAX_PENDING, sizeof *o->p);
     if (!o->p) {
@@ -78,7 +78,7 @@ static enum ds_err create(struct ds_node *a, void **st)
 
 static void destroy(struct ds_node *a, void *st)
 {
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     for (unsigned i = 0; i < MAX_PENDING; i++) node__req_free(o->p[i].r);
     pthread_mutex_destroy(&o->mu);
     free(o->p);
@@ -87,7 +87,7 @@ static void destroy(struct ds_node *a, void *st)
 
 unsigned edge__centers_live(struct ds_node *a)
 {
-    struct node_overflow *o = state(a);
+    struct edge_overflow *o = state(a);
     if (!o) return 0;
     unsigned n = 0;
     pthread_mutex_lock(&o->mu);
@@ -98,7 +98,7 @@ unsigned edge__centers_live(struct ds_node *a)
 
 bool edge__center_online(struct ds_node *a, const char *name)
 {
-    struct node_overflow *o = state(a);
+    struct edge_overflow *o = state(a);
     bool on = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
@@ -109,7 +109,7 @@ bool edge__center_online(struct ds_node *a, const char *name)
 
 bool edge__center_pick(struct ds_node *a, const char *avoid, char out[64])
 {
-    struct node_overflow *o = state(a);
+    struct edge_overflow *o = state(a);
     bool got = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
@@ -125,7 +125,7 @@ bool edge__center_pick(struct ds_node *a, const char *avoid, char out[64])
 /* Requests still with a center (draining waits for them). */
 static unsigned pending(struct ds_node *a, void *st)
 {
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     pthread_mutex_lock(&o->mu);
     unsigned n = o->n_pending;
     pthread_mutex_unlock(&o->mu);
@@ -135,7 +135,7 @@ static unsigned pending(struct ds_node *a, void *st)
 /* A center's status: remember it; when it goes away, mark its requests lost. */
 static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
@@ -171,7 +171,7 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
 /* A center's message about one of our requests: record or forward it. */
 static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     char key[24];
     if (!msg->correlation.p || msg->correlation.n == 0 || msg->correlation.n >= sizeof key) return true;
     memcpy(key, msg->correlation.p, msg->correlation.n);
@@ -215,7 +215,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 /* Centers' status (retained, and their last will) and the relay topic. */
 static void start(struct ds_node *a, void *st)
 {
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     node__listen(a, "dspark/v1/status/+", false, on_status, o);
     node__listen(a, o->relay_topic, false, on_relay, o);
 }
@@ -257,7 +257,7 @@ cJSON *edge__overflow_req_json(const struct node_req *r)
 static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
 {
     (void)why;                                  /* any reason: a center serves it */
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     if (edge__centers_live(a) == 0) return false;
     cJSON *j = edge__overflow_req_json(r);
     if (!j) return false;
@@ -307,7 +307,7 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
 /* Engine loop: requests whose center died or never took them come back. */
 static void tick(struct ds_node *a, void *st, uint64_t now_ns)
 {
-    struct node_overflow *o = st;
+    struct edge_overflow *o = st;
     const uint64_t accept_ns = (uint64_t)a->cfg->accept_timeout_ms * 1000000ull;
     enum { BATCH = 64 };
     struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];

@@ -54,7 +54,7 @@ struct node_version {
     float               *logits;      /* (max_batch, vocab) */
     uint32_t             max_batch;
     uint32_t             delay_ms;    /* [model] delay: a drill's slowness per pass */
-    /* speculative decoding (node_spec.c); spec == NULL: off */
+    /* speculative decoding (node_spec_local.c); spec == NULL: off */
     struct ds_model     *draft_model; /* a separate draft file, else NULL */
     struct ds_engine    *draft_eng;
     struct ds_spec      *spec;
