@@ -469,11 +469,23 @@ static void test_malformed(void **state)
                       "\"reply_to\":\"%s\"}", g.dev->topic);
     struct ds_mqtt_props no_rt = { NULL, "rt-1", 4, 0 };
     assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt), DS_OK);
-    long kt = dev_wait(g.dev, "tiny-1", 30000), kr = dev_wait(g.dev, "rt-1", 30000);
-    assert_true(kt >= 0 && kr >= 0);
+    /* The same device with a request that does not decode (max_tokens 0):
+    ** its reply_to still gets the error, as a Response Topic would. */
+    rl = snprintf(rt, sizeof rt, "{\"id\":\"rtbad\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":0,"
+                  "\"reply_to\":\"%s\"}", g.dev->topic);
+    struct ds_mqtt_props no_rt_bad = { NULL, "rt-2", 4, 0 };
+    assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt_bad), DS_OK);
+    long kt = dev_wait(g.dev, "tiny-1", 30000), kr = dev_wait(g.dev, "rt-1", 30000), kb = dev_wait(g.dev, "rt-2", 30000);
+    assert_true(kt >= 0 && kr >= 0 && kb >= 0);
     assert_non_null(strstr(dev_json(g.dev, kt), "\"model\":\"tiny\""));
     assert_non_null(strstr(dev_json(g.dev, kt), "\"done\":true"));
     assert_non_null(strstr(dev_json(g.dev, kr), "\"done\":true"));
+    char *bad_code = json_str(dev_json(g.dev, kb), "error", "code");
+    char *bad_msg = json_str(dev_json(g.dev, kb), "error", "message");
+    assert_string_equal(bad_code, "invalid_request");
+    assert_non_null(strstr(bad_msg, "max_tokens"));
+    free(bad_code);
+    free(bad_msg);
     static const char *const want[3][2] = { { "topic-1", "model_not_found" }, { "topic-2", "invalid_request" },
                                             { "topic-3", "invalid_request" } };
     for (int i = 0; i < 3; i++) {
@@ -481,6 +493,12 @@ static void test_malformed(void **state)
         assert_true(k >= 0);
         char *code = json_str(dev_json(g.dev, k), "error", "code");
         assert_string_equal(code, want[i][1]);
+        if (i == 0) {                   /* model_not_found says what is served here */
+            char *msg = json_str(dev_json(g.dev, k), "error", "message");
+            assert_non_null(strstr(msg, "'nope'"));
+            assert_non_null(strstr(msg, "stories, tiny"));
+            free(msg);
+        }
         free(code);
     }
     printf("%d malformed requests (+3 model/context errors) each answered with their error, %d naming the field; "

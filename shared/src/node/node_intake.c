@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/utf8.h"
 #include "node_internal.h"
 
 /* ---- routes ---- */
@@ -103,6 +104,31 @@ static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t no
     return budget_ms > 0.0 && finish_ms > budget_ms;
 }
 
+/* A request that failed to decode may still say where to answer: an MQTT
+** 3.1.1 device has no Response Topic, only the reply_to field. A usable one
+** (valid UTF-8, within the topic limit, no wildcard, not a $ topic) gets the
+** error; OWNED copy, or NULL. */
+static char *salvage_reply_to(const struct ds_node *a, const struct ds_mqtt_msg *msg)
+{
+    if (msg->len > a->limits.max_payload) return NULL;
+    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
+    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(j, "reply_to");
+    char *out = NULL;
+    if (cJSON_IsString(rt) && strlen(rt->valuestring) <= a->limits.max_topic &&
+        ds_utf8_valid(rt->valuestring, strlen(rt->valuestring), NULL) && node__topic_ok(rt->valuestring))
+        out = strdup(rt->valuestring);
+    cJSON_Delete(j);
+    return out;
+}
+
+/* "model: x is not served by this node; it serves a, b" into buf. */
+static void not_served(const struct ds_node *a, const char *model, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "model: '%.64s' is not served by this node; it serves", model);
+    for (unsigned i = 0; i < a->n_models && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s %s", i ? "," : "", a->models[i].cfg->name);
+}
+
 /* A request on <infer prefix><model>: decode, check, then queue it or offer
 ** it to the role. Always true: every message here is answered or logged. */
 static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
@@ -121,6 +147,8 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         r->reply = strndup(msg->response_topic.p, msg->response_topic.n);
     else if (rc == DS_OK && r->req.reply_to)
         r->reply = strdup(r->req.reply_to);
+    else if (rc != DS_OK)
+        r->reply = salvage_reply_to(a, msg);
     if (msg->correlation.p && msg->correlation.n) {
         r->corr = malloc(msg->correlation.n);
         if (r->corr) memcpy(r->corr, msg->correlation.p, msg->correlation.n);
@@ -149,7 +177,9 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     r->m = node__find_model(a, model_name, strlen(model_name));
     if (!r->m) {
-        node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, "model: not served by this node");
+        char why[400];
+        not_served(a, model_name, why, sizeof why);
+        node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, why);
         return true;
     }
     if (atomic_load(&a->draining)) {
