@@ -61,6 +61,11 @@ char *tu_tmpdir(void)
 void tu_rmdir(char *dir)
 {
     if (!dir) return;
+    if (getenv("DS_TEST_KEEP")) {                   /* debugging: keep logs and files */
+        fprintf(stderr, "kept %s (DS_TEST_KEEP)\n", dir);
+        free(dir);
+        return;
+    }
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);

@@ -370,8 +370,8 @@ void ds_node_destroy(struct ds_node *a)
     for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
     for (unsigned i = a->role ? ext_count(a) : 0; i-- > 0;)     /* after the requests: they point into them */
         if (a->ext_state[i] && a->role->exts[i]->destroy) a->role->exts[i]->destroy(a, a->ext_state[i]);
+    node__rollout_destroy(a);           /* joins loads in progress, which wake the scheduler */
     ds_sched_destroy(a->sched);
-    node__rollout_destroy(a);           /* joins loads in progress */
     for (unsigned i = 0; i < a->n_models; i++)
         for (unsigned k = 0; k < a->models[i].n_vers; k++) node__version_free(a->models[i].vers[k]);
     for (unsigned i = 0; i < a->n_cancels; i++) free(a->cancels[i]);
