@@ -156,6 +156,40 @@ static void test_vocab_every_file_matches_llama_cpp(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Flags and the end-of-generation set of the real files, as llama.cpp sets them. */
+static void test_vocab_real_flags(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file;
+        bool        add_bos;
+        int32_t     bos, eos, eot;
+    } cases[] = {
+        { "ggml-vocab-gpt-2.gguf", false, 50256, 50256, 50256 },              /* <|endoftext|> */
+        { "ggml-vocab-gpt-2-pre-llama-bpe.gguf", true, 50256, 50256, 50256 }, /* llama3: BOS */
+        { "ggml-vocab-gpt-2-pre-qwen2.gguf", false, 50256, 50256, 50256 },
+        { "ggml-vocab-deepseek-llm.gguf", true, 100000, 100001, 100001 },     /* add_bos_token */
+        { "ggml-vocab-llama-spm.gguf", true, 1, 2, -1 },
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", VOCAB_DIR, cases[i].file);
+        struct ds_gguf *g;
+        struct ds_tok *t = load(path, &g);
+        if (ds_tok_add_bos(t) != cases[i].add_bos || ds_tok_bos(t) != cases[i].bos ||
+            ds_tok_eos(t) != cases[i].eos || ds_tok_eot(t) != cases[i].eot)
+            fail_msg("%s: add_bos %d bos %d eos %d eot %d", cases[i].file, ds_tok_add_bos(t),
+                     ds_tok_bos(t), ds_tok_eos(t), ds_tok_eot(t));
+        assert_true(ds_tok_is_eog(t, cases[i].eos));
+        assert_false(ds_tok_is_eog(t, cases[i].bos == cases[i].eos ? 0 : cases[i].bos));
+        uint32_t n_eog = 0;
+        for (uint32_t id = 0; id < ds_tok_n_vocab(t); id++) n_eog += ds_tok_is_eog(t, (int32_t)id);
+        assert_int_equal(n_eog, 1);
+        ds_tok_destroy(t);
+        ds_gguf_close(g);
+    }
+}
+
 /* ---- vocabularies built in memory ---- */
 
 /* A small gpt2-type vocabulary: the 256 byte characters, a few merges and
@@ -344,6 +378,7 @@ int main(void)
     ds_log_set(capture_log, NULL, DS_LOG_DEBUG);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_every_file_matches_llama_cpp),
+        cmocka_unit_test(test_vocab_real_flags),
         cmocka_unit_test(test_vocab_mini_bpe_encodes_and_flags),
         cmocka_unit_test(test_vocab_smollm_and_default_pre),
         cmocka_unit_test(test_vocab_refusals),

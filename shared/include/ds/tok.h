@@ -62,7 +62,8 @@ bool     ds_tok_is_eog(const struct ds_tok *tok, int32_t id);
 const char *ds_tok_kind(const struct ds_tok *tok);
 
 /* Encode len bytes of text (need not be NUL-terminated; invalid UTF-8 is
-** encoded byte by byte through the byte-fallback tokens). Writes at most cap
+** encoded byte by byte: SentencePiece through the byte-fallback tokens, BPE
+** as U+FFFD per byte, as llama.cpp does, so up to 3 ids per input byte). Writes at most cap
 ** ids to ids and the total count to *n_out; DS_ERR_RANGE if cap was too
 ** small (then *n_out says how many are needed). */
 DS_MUST_CHECK enum ds_err ds_tok_encode(const struct ds_tok *tok, const char *text, size_t len,
