@@ -369,13 +369,16 @@ static enum ds_err gguf_specials(const struct ds_gguf *g, struct ds_tok *t)
                                       (int32_t *)(void *)((char *)t + keys[i].off));
         if (rc != DS_OK) return rc;
     }
-    enum ds_err rc = ds_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
-    if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
-    if (t->add_bos && t->bos < 0) {
-        DS_LOG(DS_LOG_ERROR, "tokenizer %s: add_bos_token is true but there is no BOS token",
-               ds_gguf_name(g));
+    bool add;
+    enum ds_err rc = ds_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add);
+    if (rc == DS_ERR_NOT_FOUND) return DS_OK;        /* the model type's default */
+    if (rc != DS_OK) return rc;
+    if (add && t->bos < 0) {
+        DS_LOG(DS_LOG_ERROR, "tokenizer %s: tokenizer.ggml.add_bos_token is true but there is "
+               "no BOS token", ds_gguf_name(g));
         return DS_ERR_FORMAT;
     }
+    t->add_bos = add;
     return DS_OK;
 }
 
