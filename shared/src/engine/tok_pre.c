@@ -265,8 +265,10 @@ struct run_pass {
     bool at_end;                /* the run must end the segment ($) */
 };
 
-/* The end of the match of rp starting at p, or p if none starts there. */
-static uint32_t run_at(const struct seg *g, const struct run_pass *rp, uint32_t p)
+/* The end of the match of rp starting at p, or p if none starts there;
+** *next is where to look next after a miss (past a run that cannot reach
+** the segment's end, so a long run is scanned once, not once per start). */
+static uint32_t run_at(const struct seg *g, const struct run_pass *rp, uint32_t p, uint32_t *next)
 {
     uint32_t q = p;
     if (rp->space_prefix && (g->cls[p] & DS_TOK__CL_WS) && p + 1 < g->e &&
@@ -275,6 +277,7 @@ static uint32_t run_at(const struct seg *g, const struct run_pass *rp, uint32_t 
     uint32_t first = q;
     while (q < g->e && (!rp->max_len || q - first < rp->max_len) && in_set(rp->set, g->cp[q], g->cls[q]))
         q++;
+    *next = q > p ? q : p + 1;
     if (q == first || (rp->at_end && q != g->e)) return p;
     return q;
 }
@@ -283,10 +286,10 @@ static uint32_t run_at(const struct seg *g, const struct run_pass *rp, uint32_t 
 static uint32_t pass_runs(const struct seg *g, const struct run_pass *rp, uint32_t *out)
 {
     uint32_t n = 0, gap = g->s;
-    for (uint32_t p = g->s; p < g->e;) {
-        uint32_t q = run_at(g, rp, p);
+    for (uint32_t p = g->s, next; p < g->e;) {
+        uint32_t q = run_at(g, rp, p, &next);
         if (q == p) {
-            p++;
+            p = rp->at_end ? next : p + 1;
             continue;
         }
         if (p > gap) out[n++] = p;
