@@ -15,6 +15,7 @@ pkgs=(
   libsodium-dev                          # signatures and encryption of model bundles
   libcjson-dev                           # JSON messages
   libinih-dev                            # INI config files
+  libutf8proc-dev                        # Unicode categories for the BPE pre-tokenizers
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/
 )

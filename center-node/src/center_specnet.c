@@ -244,7 +244,7 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
     }
     size_t n_prompt = 0;
     if (!(ss->ctx = malloc(max_ctx * sizeof *ss->ctx)) ||
-        ds_tok_encode(nv->tok, req.prompt, req.prompt_len, true, ss->ctx, max_ctx, &n_prompt) != DS_OK) {
+        ds_tok_encode(nv->tok, req.prompt, req.prompt_len, ds_tok_add_bos(nv->tok), ss->ctx, max_ctx, &n_prompt) != DS_OK) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "prompt: does not fit the %u-token context", max_ctx);
         goto fail;
     }

@@ -28,7 +28,7 @@ static void run_usage(FILE *f)
         "\n"
         "  -m, --model PATH       GGUF (F32/F16/Q8_0) or llama2.c checkpoint\n"
         "  -z, --tokenizer PATH   llama2.c tokenizer.bin (needed for llama2.c checkpoints)\n"
-        "  -p, --prompt TEXT      prompt (default: empty)\n"
+        "  -p, --prompt TEXT      prompt (default: empty); BOS first if the model wants it\n"
         "  -n, --tokens N         tokens to generate after the prompt (default 256)\n"
         "      --temp T           temperature, 0 = greedy (default 0)\n"
         "      --top-p P          nucleus sampling cut, (0, 1] (default 1 = off)\n"
@@ -204,14 +204,21 @@ int cmd_run(int argc, char **argv)
     uint32_t ctx = ds_engine_max_ctx(e);
     size_t plen = strlen(a.prompt), n_ids = 0;
     /* ids: the prompt, then every generated token (the history). */
-    ids = malloc((DS_MAX(plen + 3, (size_t)ctx) + DS_SPEC_K_MAX + 2) * sizeof *ids);
+    /* A prompt byte is at most 3 ids (BPE spells an invalid byte as U+FFFD). */
+    size_t pcap = 3 * plen + 3;
+    ids = malloc((DS_MAX(pcap, (size_t)ctx) + DS_SPEC_K_MAX + 2) * sizeof *ids);
     logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
     if (!ids || !logits) {
         fprintf(stderr, "dspark run: out of memory\n");
         goto done;
     }
-    if ((rc = ds_tok_encode(tok, a.prompt, plen, true, ids, plen + 3, &n_ids)) != DS_OK) {
+    /* BOS as the model wants it (SentencePiece and Llama 3 yes, GPT-2 style no). */
+    if ((rc = ds_tok_encode(tok, a.prompt, plen, ds_tok_add_bos(tok), ids, pcap, &n_ids)) != DS_OK) {
         fprintf(stderr, "dspark run: cannot encode the prompt: %s\n", ds_strerror(rc));
+        goto done;
+    }
+    if (n_ids == 0) {
+        fprintf(stderr, "dspark run: the prompt is empty and this model starts without BOS; give -p TEXT\n");
         goto done;
     }
     if (n_ids >= ctx) {
@@ -260,7 +267,7 @@ int cmd_run(int argc, char **argv)
             goto done;
         }
         for (uint32_t i = 0; i < n_next && n_gen < a.n; i++) {
-            if (next[i] == ds_tok_eos(tok) || next[i] == ds_tok_bos(tok)) {
+            if (ds_tok_is_eog(tok, next[i]) || next[i] == ds_tok_bos(tok)) {
                 why = "end of text";
                 goto out;
             }

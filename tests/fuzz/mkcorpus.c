@@ -164,6 +164,58 @@ static int tok_seeds(const char *models, const char *dir)
     return rc;
 }
 
+/* A byte-level BPE vocabulary (Llama 3 pre-tokenizer): the 256 byte
+** characters, three merges, control and user-defined tokens; as a
+** fuzz_tok_load seed (u16 0, then the GGUF). */
+static int bpe_seed(const char *dir)
+{
+    static const char *const extra[] = { "\xc4\xa0t", "he", "\xc4\xa0the", "<|begin_of_text|>",
+                                         "<|eot_id|>", "<tool>" };
+    static const int32_t extra_type[] = { 1, 1, 1, 3, 3, 4 };
+    static const char *const merges[] = { "\xc4\xa0 t", "h e", "\xc4\xa0t he" };
+    enum { N = 256 + 6 };
+    static char chars[256][3];
+    struct ds_str items[N], mg[3];
+    int32_t types[N];
+    for (int b = 0, n = 0; b < 256; b++) {
+        bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        int cp = self ? b : 256 + n++;
+        size_t k = cp < 0x80 ? 1 : 2;
+        if (k == 1) chars[b][0] = (char)cp;
+        else {
+            chars[b][0] = (char)(0xC0 | (cp >> 6));
+            chars[b][1] = (char)(0x80 | (cp & 0x3F));
+        }
+        items[b] = (struct ds_str){ chars[b], k };
+        types[b] = 1;
+    }
+    for (int i = 0; i < 6; i++) {
+        items[256 + i] = (struct ds_str){ extra[i], strlen(extra[i]) };
+        types[256 + i] = extra_type[i];
+    }
+    for (int i = 0; i < 3; i++) mg[i] = (struct ds_str){ merges[i], strlen(merges[i]) };
+    struct ds_gguf_writer *w;
+    if (ds_gguf_writer_create(&w) != DS_OK) return 1;
+    enum ds_err rc = ds_gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+    if (rc == DS_OK) rc = ds_gguf_writer_str(w, "tokenizer.ggml.pre", "llama-bpe");
+    if (rc == DS_OK) rc = ds_gguf_writer_str_arr(w, "tokenizer.ggml.tokens", items, N);
+    if (rc == DS_OK) rc = ds_gguf_writer_arr(w, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, types, N);
+    if (rc == DS_OK) rc = ds_gguf_writer_str_arr(w, "tokenizer.ggml.merges", mg, 3);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 256 + 3);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 256 + 4);
+    char *tmp = tu_tmpdir(), path[4200];
+    snprintf(path, sizeof path, "%s/bpe.gguf", tmp);
+    if (rc == DS_OK) rc = ds_gguf_writer_save(w, path);
+    ds_gguf_writer_destroy(w);
+    size_t len;
+    char *p = rc == DS_OK ? tu_read_file(path, &len) : NULL;
+    static const uint8_t zero[2] = { 0, 0 };
+    int ret = p ? write_bytes(dir, "bpe_llama3.gguf", zero, 2, p, len) : 1;
+    free(p);
+    tu_rmdir(tmp);
+    return ret;
+}
+
 /* fuzz_manifest seeds: real manifests of small bundles packed with the fixed
 ** keys, as wire bytes (mode 0) and as bodies (mode 1). */
 static int manifest_seeds(const char *dir)
@@ -228,6 +280,7 @@ int main(int argc, char **argv)
     rc |= copy_head(dir, "llama-2-tiny-random_head.gguf", src, 2048);
     snprintf(dir, sizeof dir, "%s/fuzz_tok_load", argv[2]);
     rc |= tok_seeds(models, dir);
+    rc |= bpe_seed(dir);
     snprintf(dir, sizeof dir, "%s/fuzz_manifest", argv[2]);
     rc |= manifest_seeds(dir);
     return rc;

@@ -1076,8 +1076,10 @@ static void test_gguf_tokenizer(void **state)
             "tokenizer.ggml.tokens must be a string array", NULL);
     TB_CASE("no tokens", (o.n_tokens = 0, o.n_scores = 0, o.n_types = 0), AT_TOK, DS_ERR_FORMAT,
             "tokenizer.ggml.tokens must be a string array of 1..", NULL);
-    TB_CASE("tokenizer model gpt2", o.tok_model = "gpt2", AT_TOK, DS_ERR_UNSUPPORTED,
-            "tokenizer.ggml.model 'gpt2' is not supported", NULL);
+    TB_CASE("tokenizer model gpt2 without merges", o.tok_model = "gpt2", AT_TOK, DS_ERR_FORMAT,
+            "a gpt2 vocabulary needs tokenizer.ggml.merges", NULL);
+    TB_CASE("tokenizer model t5", o.tok_model = "t5", AT_TOK, DS_ERR_UNSUPPORTED,
+            "tokenizer.ggml.model 't5' is not supported", NULL);
     TB_CASE("63 tokens for a 64-row model", (o.n_tokens = o.n_scores = o.n_types = VOCAB - 1),
             AT_MODEL_TOK, DS_ERR_FORMAT, "tokenizer has 63 tokens but the model has 64", NULL);
     TB_CASE("65 tokens for a 64-row model", (o.n_tokens = o.n_scores = o.n_types = VOCAB + 1),

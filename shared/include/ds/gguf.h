@@ -24,6 +24,8 @@
 #ifndef DS_GGUF_H
 #define DS_GGUF_H
 
+#include <stdbool.h>
+
 #include "ds/common.h"
 #include "ds/err.h"
 
@@ -73,6 +75,8 @@ enum ds_gguf_type ds_gguf_key_type(const struct ds_gguf *g, const char *key);
 ** does not convert (integers of any width convert if in range). */
 enum ds_err ds_gguf_get_u32(const struct ds_gguf *g, const char *key, uint32_t *out);
 enum ds_err ds_gguf_get_f32(const struct ds_gguf *g, const char *key, float *out);
+/* A bool (GGUF type 7 only; DS_ERR_FORMAT for any other type). */
+enum ds_err ds_gguf_get_bool(const struct ds_gguf *g, const char *key, bool *out);
 /* out is BORROWED, not NUL-terminated. */
 enum ds_err ds_gguf_get_str(const struct ds_gguf *g, const char *key, struct ds_str *out);
 /* A numeric array of element type want: *data BORROWED (maybe unaligned). */

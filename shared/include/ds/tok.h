@@ -1,11 +1,18 @@
 /*
-** ds/tok.h — SentencePiece-style BPE tokenizer with byte fallback (Llama 2
-** family), loaded from a llama2.c tokenizer.bin or from a GGUF vocabulary.
+** ds/tok.h — the tokenizers of Llama-family models, loaded from a llama2.c
+** tokenizer.bin or from a GGUF vocabulary:
 **
-** Encoding follows SentencePiece/llama2.c: optional BOS, a dummy-prefix
-** space, then every UTF-8 character mapped to its piece (or to <0xXX> byte
-** tokens when the vocabulary lacks it), then greedy merges of the adjacent
-** pair whose merged piece has the highest score.
+** - SentencePiece-style BPE with byte fallback (tokenizer.ggml.model =
+**   "llama"; Llama 2): optional BOS, a dummy-prefix space, then every UTF-8
+**   character mapped to its piece (or to <0xXX> byte tokens when the
+**   vocabulary lacks it), then greedy merges of the adjacent pair whose
+**   merged piece has the highest score.
+** - Byte-level BPE (model "gpt2": GPT-2, Llama 3, Qwen2, DeepSeek, SmolLM,
+**   ...): user-defined tokens split out, the pre-tokenizer named by
+**   tokenizer.ggml.pre cuts the rest into words, each word's bytes become
+**   GPT-2's byte characters, and the merges of tokenizer.ggml.merges join
+**   them, lowest rank first. Same ids as llama.cpp. Special (control)
+**   tokens are never parsed from text: "<|endoftext|>" encodes as text.
 ** Decoding goes through struct ds_tok_stream, which always yields valid
 ** UTF-8: a character split across tokens is emitted whole, once complete;
 ** invalid bytes become U+FFFD.
@@ -30,25 +37,45 @@ struct ds_tok;
 ** bytes. n_vocab is the model's vocabulary size (the file holds no count). */
 DS_MUST_CHECK enum ds_err ds_tok_create_from_file(const char *path, uint32_t n_vocab,
                                                   struct ds_tok **out);
-/* From tokenizer.ggml.{model,tokens,scores,token_type,bos_token_id,
-** eos_token_id}. Only model "llama" (SentencePiece) is supported; others
-** give DS_ERR_UNSUPPORTED. The GGUF must outlive nothing: strings are copied. */
+/* From tokenizer.ggml.{model,tokens,scores,token_type,merges,pre,
+** bos/eos/eot/eom/unknown_token_id,add_bos_token}. Model "llama"
+** (SentencePiece) or "gpt2" (byte-level BPE, which needs merges and a known
+** pre-tokenizer: default, gpt-2, llama-bpe, qwen2, deepseek-llm, smollm and
+** their aliases). Another model or pre-tokenizer gives DS_ERR_UNSUPPORTED,
+** a malformed vocabulary DS_ERR_FORMAT, each with a log line naming it.
+** The GGUF must outlive nothing: strings are copied. */
 DS_MUST_CHECK enum ds_err ds_tok_create_from_gguf(const struct ds_gguf *g, struct ds_tok **out);
 void ds_tok_destroy(struct ds_tok *tok);
 
 uint32_t ds_tok_n_vocab(const struct ds_tok *tok);
 int32_t  ds_tok_bos(const struct ds_tok *tok);
 int32_t  ds_tok_eos(const struct ds_tok *tok);
+int32_t  ds_tok_eot(const struct ds_tok *tok);     /* end of turn, -1 if none */
+/* Whether prompts should start with BOS: tokenizer.ggml.add_bos_token, else
+** the model type's default (SentencePiece and Llama 3: yes; other BPE: no). */
+bool     ds_tok_add_bos(const struct ds_tok *tok);
+/* Whether id ends generation: EOS, EOT, EOM, and the tokens llama.cpp
+** recognises by their text (<|eot_id|>, <|im_end|>, <|end|>,
+** <|endoftext|>, <end_of_turn>, ...). False for ids out of range. */
+bool     ds_tok_is_eog(const struct ds_tok *tok, int32_t id);
+/* "spm" or "bpe". */
+const char *ds_tok_kind(const struct ds_tok *tok);
 
 /* Encode len bytes of text (need not be NUL-terminated; invalid UTF-8 is
-** encoded byte by byte through the byte-fallback tokens). Writes at most cap
+** encoded byte by byte: SentencePiece through the byte-fallback tokens, BPE
+** as U+FFFD per byte, as llama.cpp does, so up to 3 ids per input byte). Writes at most cap
 ** ids to ids and the total count to *n_out; DS_ERR_RANGE if cap was too
 ** small (then *n_out says how many are needed). */
 DS_MUST_CHECK enum ds_err ds_tok_encode(const struct ds_tok *tok, const char *text, size_t len,
                                         bool add_bos, int32_t *ids, size_t cap, size_t *n_out);
 
-/* The raw piece of id (byte tokens as "<0x0A>"), BORROWED; NULL if out of range. */
+/* The raw piece of id (byte tokens as "<0x0A>", BPE pieces in GPT-2's byte
+** characters: "Ġthe"), BORROWED; NULL if out of range. */
 const char *ds_tok_piece(const struct ds_tok *tok, int32_t id);
+/* The bytes id stands for on its own (*len of them; not NUL-terminated and
+** maybe part of a UTF-8 character), BORROWED; control tokens give their raw
+** piece. NULL if out of range. */
+const char *ds_tok_token_bytes(const struct ds_tok *tok, int32_t id, size_t *len);
 
 /* Streaming decoder state for one sequence. */
 struct ds_tok_stream {
@@ -60,7 +87,7 @@ void ds_tok_stream_init(struct ds_tok_stream *st);
 /* Append the text of token id to out (cap bytes, NUL-terminated); *n_out is
 ** the number of bytes written (0 when the character is not yet complete).
 ** Special tokens (BOS/EOS/control) yield nothing. Leading space after BOS is
-** dropped, as SentencePiece does. cap >= 64 suffices for any piece of up to
+** dropped, as SentencePiece does (SentencePiece only; BPE keeps every byte). cap >= 64 suffices for any piece of up to
 ** 60 bytes of valid UTF-8 (every Llama 2 piece); when cap is too small the
 ** result is DS_ERR_RANGE, *n_out is the cap needed and st is unchanged. */
 enum ds_err ds_tok_stream_put(const struct ds_tok *tok, struct ds_tok_stream *st, int32_t id,

@@ -225,6 +225,18 @@ range:
     return DS_ERR_FORMAT;
 }
 
+enum ds_err ds_gguf_get_bool(const struct ds_gguf *g, const char *key, bool *out)
+{
+    const struct gguf_kv *kv = find_kv(g, key);
+    if (!kv) return DS_ERR_NOT_FOUND;
+    if (kv->type != DS_GGUF_TYPE_BOOL) {
+        DS_LOG(DS_LOG_ERROR, "%s: '%s' is not a bool (type %d)", g->name, key, (int)kv->type);
+        return DS_ERR_FORMAT;
+    }
+    *out = ((const uint8_t *)kv->val)[0] != 0;
+    return DS_OK;
+}
+
 enum ds_err ds_gguf_get_f32(const struct ds_gguf *g, const char *key, float *out)
 {
     const struct gguf_kv *kv = find_kv(g, key);
@@ -482,6 +494,9 @@ static enum ds_err parse(struct ds_gguf *g)
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if ((rc = parse_tensor(&c, g, &g->tensors[i])) != DS_OK) return rc;
     size_t data_off = (c.off + g->alignment - 1) / g->alignment * g->alignment;
+    /* A file with no tensors (llama.cpp's vocabulary-only files) may end
+    ** right after its metadata, without the padding. */
+    if (g->n_tensors == 0 && data_off > g->size) data_off = g->size;
     if (data_off > g->size) {
         DS_LOG(DS_LOG_ERROR, "%s: truncated before the tensor data", g->name);
         return DS_ERR_FORMAT;

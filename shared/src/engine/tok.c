@@ -1,7 +1,9 @@
 /*
-** tok.c — the SentencePiece-style BPE tokenizer of ds/tok.h (Llama 2 family):
-** loading from a llama2.c tokenizer.bin or a GGUF vocabulary, encoding, and
-** UTF-8-safe streaming decoding.
+** tok.c — the tokenizers of ds/tok.h: loading (llama2.c tokenizer.bin, GGUF
+** "llama" and "gpt2" vocabularies), special tokens and the end-of-generation
+** set, the SentencePiece-style encoder, and UTF-8-safe streaming decoding
+** for both kinds. Byte-level BPE's own parts are in tok_bpe.c and
+** tok_pre.c. The SentencePiece notes:
 **
 ** Pieces:    stored once in an arena, NUL-terminated, with SentencePiece's
 **            "▁" (U+2581) mapped to ' ' at load, so both sources share one
@@ -35,11 +37,7 @@
 
 #include "ds/gguf.h"
 #include "ds/log.h"
-
-/* GGUF tokenizer.ggml.token_type values (0, "undefined", is read as normal). */
-enum tok_type {
-    TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER = 4, TOK_UNUSED = 5, TOK_BYTE = 6
-};
+#include "tok_internal.h"
 
 /* Longest text ds_tok_encode accepts: 64 MiB (its work arrays take ~45 bytes
 ** per input byte). */
@@ -47,29 +45,11 @@ enum tok_type {
 /* Largest vocabulary accepted (ids are int32; the hash map takes 2x slots). */
 #define TOK_MAX_VOCAB ((uint32_t)1 << 24)
 
-struct piece {
-    uint32_t off, len;          /* text + off, len bytes (NUL after them) */
-    float    score;             /* merge priority: higher merges first */
-    uint8_t  type;              /* enum tok_type */
-};
-
-struct ds_tok {
-    uint32_t      n_vocab;
-    int32_t       bos, eos, unk;        /* -1 when the vocabulary has none */
-    uint32_t      max_len;              /* longest lookup-able piece, bytes */
-    struct piece *pc;                   /* (n_vocab) */
-    char         *text;                 /* every piece, NUL-terminated, back to back */
-    size_t        text_used;
-    int32_t      *slot;                 /* (n_slot) open addressing, piece -> id, -1 empty */
-    uint32_t      n_slot;               /* power of two, >= 2 * n_vocab */
-    int32_t       byte_id[256];         /* byte value -> its <0xXX> token (or unk) */
-};
-
 /* ---- tokenizer: construction ---- */
 
-static uint32_t hash_bytes(const char *p, size_t n)
+uint32_t ds_tok__hash(const char *p, size_t n, uint32_t h)
 {
-    uint32_t h = 2166136261u;                       /* FNV-1a */
+    /* FNV-1a, continued from h (DS_TOK__HASH_SEED to start) */
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 16777619u;
     return h;
 }
@@ -78,13 +58,13 @@ static uint32_t hash_bytes(const char *p, size_t n)
 ** empty slot where it would go. */
 static uint32_t tok_slot(const struct ds_tok *t, const char *p, size_t n)
 {
-    uint32_t mask = t->n_slot - 1, h = hash_bytes(p, n) & mask;
+    uint32_t mask = t->n_slot - 1, h = ds_tok__hash(p, n, DS_TOK__HASH_SEED) & mask;
     for (int32_t id; (id = t->slot[h]) >= 0; h = (h + 1) & mask)
         if (t->pc[id].len == n && memcmp(t->text + t->pc[id].off, p, n) == 0) break;
     return h;
 }
 
-static int32_t tok_lookup(const struct ds_tok *t, const char *p, size_t n)
+int32_t ds_tok__lookup(const struct ds_tok *t, const char *p, size_t n)
 {
     return n == 0 || n > t->max_len ? -1 : t->slot[tok_slot(t, p, n)];
 }
@@ -111,9 +91,12 @@ static enum ds_err tok_alloc(uint32_t n_vocab, size_t text_cap, struct ds_tok **
     struct ds_tok *t = calloc(1, sizeof *t);
     if (!t) return DS_ERR_NOMEM;
     t->n_vocab = n_vocab;
+    t->kind = DS_TOK__SPM;
+    t->add_bos = true;
     t->unk = 0;
     t->bos = n_vocab > 1 ? 1 : -1;
     t->eos = n_vocab > 2 ? 2 : -1;
+    t->eot = t->eom = -1;
     for (t->n_slot = 1; t->n_slot < 2 * (uint64_t)n_vocab;) t->n_slot *= 2;
     t->pc = malloc(n_vocab * sizeof *t->pc);
     t->text = malloc(text_cap);
@@ -127,49 +110,67 @@ static enum ds_err tok_alloc(uint32_t n_vocab, size_t text_cap, struct ds_tok **
     return DS_OK;
 }
 
-/* Append piece id (n bytes at p) to the arena, "▁" mapped to ' ' (the arena
-** was sized for every piece). type 0 means "infer it", as llama2.c assumes:
-** the special ids, then "<0xXX>" = byte, else normal. */
+/* Append piece id (n bytes at p) to the arena, "▁" mapped to ' ' for
+** SentencePiece (the arena was sized for every piece; BPE pieces are kept
+** as they are). type 0 means "infer it", as llama2.c assumes: the special
+** ids, then "<0xXX>" = byte, else normal. */
 static void tok_set_piece(struct ds_tok *t, uint32_t id, const char *p, size_t n, float score,
                           int32_t type)
 {
     char *dst = t->text + t->text_used;
     size_t k = 0;
     for (size_t i = 0; i < n; k++) {
-        bool space = n - i >= 3 && memcmp(p + i, "\xE2\x96\x81", 3) == 0;
+        bool space = t->kind == DS_TOK__SPM && n - i >= 3 && memcmp(p + i, "\xE2\x96\x81", 3) == 0;
         dst[k] = space ? ' ' : p[i];
         i += space ? 3 : 1;
     }
     dst[k] = '\0';
     if (type == 0)
-        type = (int32_t)id == t->unk ? TOK_UNKNOWN
-             : (int32_t)id == t->bos || (int32_t)id == t->eos ? TOK_CONTROL
-             : byte_piece_value(dst, k) >= 0 ? TOK_BYTE : TOK_NORMAL;
-    t->pc[id] = (struct piece){ (uint32_t)t->text_used, (uint32_t)k, score, (uint8_t)type };
+        type = (int32_t)id == t->unk ? DS_TOK__UNKNOWN
+             : (int32_t)id == t->bos || (int32_t)id == t->eos ? DS_TOK__CONTROL
+             : byte_piece_value(dst, k) >= 0 ? DS_TOK__BYTE : DS_TOK__NORMAL;
+    t->pc[id] = (struct ds_tok__piece){ (uint32_t)t->text_used, (uint32_t)k, 0, 0, score,
+                                        (uint8_t)type };
     t->text_used += k + 1;
 }
 
+/* Whether pieces of this type can be looked up: SentencePiece normal and
+** user-defined ones only (see the file comment); every BPE piece, as
+** llama.cpp's text_to_token finds them all. */
+static bool tok_indexed(const struct ds_tok *t, uint8_t type)
+{
+    return t->kind == DS_TOK__BPE || type == DS_TOK__NORMAL || type == DS_TOK__USER;
+}
+
 /* With every piece set: check the byte tokens, build the hash map and the
-** byte table. name is for messages. */
+** byte table (SPM; tok_bpe.c makes BPE's). name is for messages. */
 static enum ds_err tok_index(struct ds_tok *t, const char *name)
 {
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     for (uint32_t id = 0; id < t->n_vocab; id++) {
-        const struct piece *pc = &t->pc[id];
+        const struct ds_tok__piece *pc = &t->pc[id];
         const char *p = t->text + pc->off;
-        int v = pc->type == TOK_BYTE ? byte_piece_value(p, pc->len) : -1;
-        if (pc->type == TOK_BYTE && v < 0) {
+        if (t->kind == DS_TOK__BPE) {
+            if (pc->len == 0) continue;
+            uint32_t h = tok_slot(t, p, pc->len);
+            if (t->slot[h] < 0) t->slot[h] = (int32_t)id;
+            t->max_len = DS_MAX(t->max_len, pc->len);
+            continue;
+        }
+        int v = pc->type == DS_TOK__BYTE ? byte_piece_value(p, pc->len) : -1;
+        if (pc->type == DS_TOK__BYTE && v < 0) {
             DS_LOG(DS_LOG_ERROR, "tokenizer %s: token %u is a byte token but its piece '%.16s' "
                    "is not <0xXX>", name, id, p);
             return DS_ERR_FORMAT;
         }
         if (v >= 0 && t->byte_id[v] < 0) t->byte_id[v] = (int32_t)id;
-        if ((pc->type != TOK_NORMAL && pc->type != TOK_USER) || pc->len == 0) continue;
+        if (!tok_indexed(t, pc->type) || pc->len == 0) continue;
         uint32_t h = tok_slot(t, p, pc->len);
         if (t->slot[h] >= 0) continue;               /* a duplicate: the lowest id wins */
         t->slot[h] = (int32_t)id;
         t->max_len = DS_MAX(t->max_len, pc->len);
     }
+    if (t->kind == DS_TOK__BPE) return DS_OK;
     int missing = 0;
     for (int b = 0; b < 256; b++) {
         if (t->byte_id[b] >= 0) continue;
@@ -184,6 +185,46 @@ static enum ds_err tok_index(struct ds_tok *t, const char *name)
     if (missing)
         DS_LOG(DS_LOG_WARN, "tokenizer %s: %d byte values have no <0xXX> token; they encode "
                "as <unk> (%d)", name, missing, t->unk);
+    return DS_OK;
+}
+
+/* Texts of the tokens that end generation, as llama.cpp recognises them
+** (its llama-vocab.cpp: models mark turn ends with these whatever their
+** eos_token_id says). */
+static const char *const k_eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+};
+/* The subset that names the end of a turn (llama.cpp's EOT guess). */
+static const char *const k_eot_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+    "<end_of_utterance>",
+};
+
+/* The id of the lowest token whose piece is one of texts, or -1. */
+static int32_t tok_find_text(const struct ds_tok *t, const char *const *texts, size_t n)
+{
+    for (uint32_t id = 0; id < t->n_vocab; id++)
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(t->text + t->pc[id].off, texts[i]) == 0) return (int32_t)id;
+    return -1;
+}
+
+/* With pieces and specials set: the end-of-generation set. */
+static enum ds_err tok_eog(struct ds_tok *t)
+{
+    t->eog = calloc(t->n_vocab, 1);
+    if (!t->eog) return DS_ERR_NOMEM;
+    if (t->eot < 0) t->eot = tok_find_text(t, k_eot_texts, DS_ARRAY_LEN(k_eot_texts));
+    if (t->eom < 0) t->eom = tok_find_text(t, (const char *const[]){ "<|eom_id|>" }, 1);
+    for (uint32_t id = 0; id < t->n_vocab; id++)
+        for (size_t i = 0; i < DS_ARRAY_LEN(k_eog_texts); i++)
+            if (strcmp(t->text + t->pc[id].off, k_eog_texts[i]) == 0) t->eog[id] = 1;
+    const int32_t named[] = { t->eos, t->eot, t->eom };
+    for (size_t i = 0; i < DS_ARRAY_LEN(named); i++)
+        if (named[i] >= 0) t->eog[named[i]] = 1;
     return DS_OK;
 }
 
@@ -270,7 +311,7 @@ static enum ds_err parse_bin(const char *path, const char *buf, size_t size, uin
     if (pos != size)
         DS_LOG(DS_LOG_WARN, "tokenizer %s: %zu bytes left after %u tokens; does n_vocab match "
                "the model?", path, size - pos, n_vocab);
-    if ((rc = tok_index(t, path)) != DS_OK) goto fail_parse;
+    if ((rc = tok_index(t, path)) != DS_OK || (rc = tok_eog(t)) != DS_OK) goto fail_parse;
     *out = t;
     return DS_OK;
 fail_parse:
@@ -313,11 +354,37 @@ static enum ds_err gguf_special(const struct ds_gguf *g, const char *key, uint32
     return DS_OK;
 }
 
-enum ds_err ds_tok_create_from_gguf(const struct ds_gguf *g, struct ds_tok **out)
+/* The special ids and flags a GGUF names. */
+static enum ds_err gguf_specials(const struct ds_gguf *g, struct ds_tok *t)
 {
-    if (!out) return DS_ERR_INVAL;
-    *out = NULL;
-    if (!g) return DS_ERR_INVAL;
+    static const struct { const char *key; size_t off; } keys[] = {
+        { "tokenizer.ggml.bos_token_id", offsetof(struct ds_tok, bos) },
+        { "tokenizer.ggml.eos_token_id", offsetof(struct ds_tok, eos) },
+        { "tokenizer.ggml.unknown_token_id", offsetof(struct ds_tok, unk) },
+        { "tokenizer.ggml.eot_token_id", offsetof(struct ds_tok, eot) },
+        { "tokenizer.ggml.eom_token_id", offsetof(struct ds_tok, eom) },
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(keys); i++) {
+        enum ds_err rc = gguf_special(g, keys[i].key, t->n_vocab,
+                                      (int32_t *)(void *)((char *)t + keys[i].off));
+        if (rc != DS_OK) return rc;
+    }
+    bool add;
+    enum ds_err rc = ds_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add);
+    if (rc == DS_ERR_NOT_FOUND) return DS_OK;        /* the model type's default */
+    if (rc != DS_OK) return rc;
+    if (add && t->bos < 0) {
+        DS_LOG(DS_LOG_ERROR, "tokenizer %s: tokenizer.ggml.add_bos_token is true but there is "
+               "no BOS token", ds_gguf_name(g));
+        return DS_ERR_FORMAT;
+    }
+    t->add_bos = add;
+    return DS_OK;
+}
+
+/* tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE). */
+static enum ds_err gguf_kind(const struct ds_gguf *g, enum ds_tok__kind *kind)
+{
     const char *name = ds_gguf_name(g);
     struct ds_str model;
     enum ds_err rc = ds_gguf_get_str(g, "tokenizer.ggml.model", &model);
@@ -325,34 +392,84 @@ enum ds_err ds_tok_create_from_gguf(const struct ds_gguf *g, struct ds_tok **out
         DS_LOG(DS_LOG_ERROR, "tokenizer %s: no string tokenizer.ggml.model", name);
         return rc == DS_ERR_NOT_FOUND ? DS_ERR_NOT_FOUND : DS_ERR_FORMAT;
     }
-    if (model.n != 5 || memcmp(model.p, "llama", 5) != 0) {
+    if (model.n == 5 && memcmp(model.p, "llama", 5) == 0) *kind = DS_TOK__SPM;
+    else if (model.n == 4 && memcmp(model.p, "gpt2", 4) == 0) *kind = DS_TOK__BPE;
+    else {
         DS_LOG(DS_LOG_ERROR, "tokenizer %s: tokenizer.ggml.model '%.*s' is not supported "
-               "(want llama)", name, (int)DS_MIN(model.n, 64), model.p);
+               "(want llama or gpt2)", name, (int)DS_MIN(model.n, 64), model.p);
         return DS_ERR_UNSUPPORTED;
     }
-    const struct ds_str *tokens;
-    const void *scores, *types;
-    uint64_t n, n_scores, n_types;
-    if (ds_gguf_get_str_arr(g, "tokenizer.ggml.tokens", &tokens, &n) != DS_OK ||
-        n == 0 || n > TOK_MAX_VOCAB) {
+    return DS_OK;
+}
+
+/* The token arrays: tokens (required), scores (required for SentencePiece,
+** whose merges they drive; BPE has merge ranks instead) and types. */
+static enum ds_err gguf_arrays(const struct ds_gguf *g, enum ds_tok__kind kind,
+                               const struct ds_str **tokens, const void **scores,
+                               const void **types, uint64_t *n)
+{
+    const char *name = ds_gguf_name(g);
+    uint64_t n_scores, n_types;
+    if (ds_gguf_get_str_arr(g, "tokenizer.ggml.tokens", tokens, n) != DS_OK ||
+        *n == 0 || *n > TOK_MAX_VOCAB) {
         DS_LOG(DS_LOG_ERROR, "tokenizer %s: tokenizer.ggml.tokens must be a string array of "
                "1..%u tokens", name, TOK_MAX_VOCAB);
         return DS_ERR_FORMAT;
     }
-    if (ds_gguf_get_arr(g, "tokenizer.ggml.scores", DS_GGUF_TYPE_FLOAT32, &scores,
-                        &n_scores) != DS_OK || n_scores != n) {
+    enum ds_err rc = ds_gguf_get_arr(g, "tokenizer.ggml.scores", DS_GGUF_TYPE_FLOAT32, scores,
+                                     &n_scores);
+    if (rc == DS_ERR_NOT_FOUND && kind == DS_TOK__BPE) {
+        *scores = NULL;
+    } else if (rc != DS_OK || n_scores != *n) {
         DS_LOG(DS_LOG_ERROR, "tokenizer %s: tokenizer.ggml.scores must be an f32 array of %llu "
-               "scores", name, (unsigned long long)n);
+               "scores", name, (unsigned long long)*n);
         return DS_ERR_FORMAT;
     }
-    rc = ds_gguf_get_arr(g, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, &types, &n_types);
+    rc = ds_gguf_get_arr(g, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, types, &n_types);
     if (rc == DS_ERR_NOT_FOUND) {
-        types = NULL;                                /* inferred, as for tokenizer.bin */
-    } else if (rc != DS_OK || n_types != n) {
+        *types = NULL;                               /* inferred, as for tokenizer.bin */
+    } else if (rc != DS_OK || n_types != *n) {
         DS_LOG(DS_LOG_ERROR, "tokenizer %s: tokenizer.ggml.token_type must be an i32 array of "
-               "%llu types", name, (unsigned long long)n);
+               "%llu types", name, (unsigned long long)*n);
         return DS_ERR_FORMAT;
     }
+    return DS_OK;
+}
+
+/* Set every piece from the arrays. */
+static enum ds_err gguf_pieces(struct ds_tok *t, const char *name, const struct ds_str *tokens,
+                               const void *scores, const void *types)
+{
+    for (uint32_t id = 0; id < t->n_vocab; id++) {
+        float score = 0.0f;
+        int32_t type = 0;
+        if (scores) memcpy(&score, (const char *)scores + 4 * (size_t)id, 4);
+        if (types) memcpy(&type, (const char *)types + 4 * (size_t)id, 4);
+        if (isnan(score) || type < 0 || type > DS_TOK__BYTE) {
+            DS_LOG(DS_LOG_ERROR, "tokenizer %s: token %u has score %g and type %d (want a "
+                   "number and 0..6)", name, id, (double)score, type);
+            return DS_ERR_FORMAT;
+        }
+        if (t->kind == DS_TOK__BPE && type == 0) type = DS_TOK__NORMAL;
+        tok_set_piece(t, id, tokens[id].p, tokens[id].n, score,
+                      types && type == 0 ? DS_TOK__NORMAL : type);
+    }
+    return DS_OK;
+}
+
+enum ds_err ds_tok_create_from_gguf(const struct ds_gguf *g, struct ds_tok **out)
+{
+    if (!out) return DS_ERR_INVAL;
+    *out = NULL;
+    if (!g) return DS_ERR_INVAL;
+    const char *name = ds_gguf_name(g);
+    enum ds_tok__kind kind;
+    const struct ds_str *tokens;
+    const void *scores, *types;
+    uint64_t n;
+    enum ds_err rc;
+    if ((rc = gguf_kind(g, &kind)) != DS_OK) return rc;
+    if ((rc = gguf_arrays(g, kind, &tokens, &scores, &types, &n)) != DS_OK) return rc;
     size_t text_cap = (size_t)n;
     for (uint64_t i = 0; i < n; i++) {
         if (tokens[i].n > UINT32_MAX - text_cap) {
@@ -363,25 +480,19 @@ enum ds_err ds_tok_create_from_gguf(const struct ds_gguf *g, struct ds_tok **out
     }
     struct ds_tok *t;
     if ((rc = tok_alloc((uint32_t)n, text_cap, &t)) != DS_OK) return rc;
-    if ((rc = gguf_special(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos)) != DS_OK ||
-        (rc = gguf_special(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos)) != DS_OK ||
-        (rc = gguf_special(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &t->unk)) != DS_OK)
-        goto fail_parse;
-    rc = DS_ERR_FORMAT;
-    for (uint32_t id = 0; id < t->n_vocab; id++) {
-        float score;
-        int32_t type = 0;
-        memcpy(&score, (const char *)scores + 4 * (size_t)id, 4);
-        if (types) memcpy(&type, (const char *)types + 4 * (size_t)id, 4);
-        if (isnan(score) || type < 0 || type > TOK_BYTE) {
-            DS_LOG(DS_LOG_ERROR, "tokenizer %s: token %u has score %g and type %d (want a "
-                   "number and 0..6)", name, id, (double)score, type);
-            goto fail_parse;
-        }
-        tok_set_piece(t, id, tokens[id].p, tokens[id].n, score,
-                      types && type == 0 ? TOK_NORMAL : type);
+    t->kind = kind;
+    if (kind == DS_TOK__BPE) {
+        /* llama.cpp's BPE defaults: no unknown token, no BOS unless the
+        ** pre-tokenizer or the file asks (its fallback ids 11 are Falcon's;
+        ** here a BPE file without bos/eos ids simply has none). */
+        t->unk = t->bos = t->eos = -1;
+        t->add_bos = false;
     }
+    if ((rc = gguf_pieces(t, name, tokens, scores, types)) != DS_OK) goto fail_parse;
     if ((rc = tok_index(t, name)) != DS_OK) goto fail_parse;
+    if (kind == DS_TOK__BPE && (rc = ds_tok__bpe_load(t, g, name)) != DS_OK) goto fail_parse;
+    if ((rc = gguf_specials(g, t)) != DS_OK) goto fail_parse;
+    if ((rc = tok_eog(t)) != DS_OK) goto fail_parse;
     *out = t;
     return DS_OK;
 fail_parse:
@@ -395,12 +506,55 @@ void ds_tok_destroy(struct ds_tok *tok)
     free(tok->pc);
     free(tok->text);
     free(tok->slot);
+    free(tok->eog);
+    ds_tok__bpe_free(tok);
     free(tok);
 }
 
 uint32_t ds_tok_n_vocab(const struct ds_tok *tok) { return tok ? tok->n_vocab : 0; }
 int32_t  ds_tok_bos(const struct ds_tok *tok) { return tok ? tok->bos : -1; }
 int32_t  ds_tok_eos(const struct ds_tok *tok) { return tok ? tok->eos : -1; }
+int32_t  ds_tok_eot(const struct ds_tok *tok) { return tok ? tok->eot : -1; }
+bool     ds_tok_add_bos(const struct ds_tok *tok) { return tok && tok->add_bos && tok->bos >= 0; }
+
+bool ds_tok_is_eog(const struct ds_tok *tok, int32_t id)
+{
+    return tok && id >= 0 && (uint32_t)id < tok->n_vocab && tok->eog[id];
+}
+
+const char *ds_tok_kind(const struct ds_tok *tok)
+{
+    return !tok ? "none" : tok->kind == DS_TOK__BPE ? "bpe" : "spm";
+}
+
+/* Every byte value once, so a byte token's text can be BORROWED too. */
+static const uint8_t k_bytes[256] = {
+#define B4(x) x, x + 1, x + 2, x + 3
+#define B16(x) B4(x), B4(x + 4), B4(x + 8), B4(x + 12)
+#define B64(x) B16(x), B16(x + 16), B16(x + 32), B16(x + 48)
+    B64(0), B64(64), B64(128), B64(192)
+#undef B64
+#undef B16
+#undef B4
+};
+
+const char *ds_tok_token_bytes(const struct ds_tok *tok, int32_t id, size_t *len)
+{
+    if (len) *len = 0;
+    if (!tok || id < 0 || (uint32_t)id >= tok->n_vocab) return NULL;
+    const struct ds_tok__piece *pc = &tok->pc[id];
+    const char *p = tok->text + pc->off;
+    size_t n = pc->len;
+    if (tok->kind == DS_TOK__BPE && (pc->type == DS_TOK__NORMAL || pc->type == DS_TOK__USER)) {
+        p = tok->dec + pc->doff;
+        n = pc->dlen;
+    } else if (pc->type == DS_TOK__BYTE && tok->kind == DS_TOK__SPM) {
+        p = (const char *)&k_bytes[byte_piece_value(p, n)];
+        n = 1;
+    }
+    if (len) *len = n;
+    return p;
+}
 
 const char *ds_tok_piece(const struct ds_tok *tok, int32_t id)
 {
@@ -445,34 +599,21 @@ static size_t utf8_char_len(const uint8_t *s, size_t n)
 
 /* ---- tokenizer: encode ---- */
 
-struct sym {
-    int32_t  id;
-    int32_t  prev, next;        /* neighbours in the list, -1 at the ends */
-    uint32_t start, n;          /* the bytes of buf it covers; n = 0 once merged away */
-    bool     can_merge;         /* false for byte-fallback symbols */
-};
-
-struct pair {                   /* a candidate merge of sym[left] and sym[right] */
-    float    score;
-    int32_t  left, right, id;
-    uint32_t n;                 /* bytes covered when queued; a mismatch means stale */
-};
-
 struct merge_state {
     const struct ds_tok *tok;
-    const char  *buf;
-    struct sym  *sym;
-    struct pair *heap;
-    size_t       n_heap;
+    const char          *buf;
+    struct ds_tok__sym  *sym;
+    struct ds_tok__pair *heap;
+    size_t               n_heap;
 };
 
 /* Heap order: highest score first, then leftmost. */
-static bool pair_before(const struct pair *a, const struct pair *b)
+static bool pair_before(const struct ds_tok__pair *a, const struct ds_tok__pair *b)
 {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(struct merge_state *ms, struct pair p)
+static void heap_push(struct merge_state *ms, struct ds_tok__pair p)
 {
     size_t i = ms->n_heap++;
     while (i > 0) {
@@ -484,9 +625,9 @@ static void heap_push(struct merge_state *ms, struct pair p)
     ms->heap[i] = p;
 }
 
-static struct pair heap_pop(struct merge_state *ms)
+static struct ds_tok__pair heap_pop(struct merge_state *ms)
 {
-    struct pair top = ms->heap[0], last = ms->heap[--ms->n_heap];
+    struct ds_tok__pair top = ms->heap[0], last = ms->heap[--ms->n_heap];
     size_t i = 0, n = ms->n_heap;
     for (;;) {
         size_t c = 2 * i + 1;
@@ -500,16 +641,42 @@ static struct pair heap_pop(struct merge_state *ms)
     return top;
 }
 
-/* Queue the merge of symbols a and b (adjacent, or -1) if it makes a piece. */
+/* Queue the merge of symbols a and b (adjacent, or -1) if the vocabulary
+** has it: SentencePiece, when the concatenation is a piece (its score);
+** BPE, when a merge rule joins them (-rank; the piece is found at the end). */
 static void try_pair(struct merge_state *ms, int32_t a, int32_t b)
 {
     if (a < 0 || b < 0) return;
-    const struct sym *sa = &ms->sym[a], *sb = &ms->sym[b];
+    const struct ds_tok__sym *sa = &ms->sym[a], *sb = &ms->sym[b];
     if (!sa->can_merge || !sb->can_merge) return;
     uint32_t n = sa->n + sb->n;
-    int32_t id = tok_lookup(ms->tok, ms->buf + sa->start, n);
+    if (ms->tok->kind == DS_TOK__BPE) {
+        int32_t rank = ds_tok__bpe_rank(ms->tok, ms->buf + sa->start, sa->n, sb->n);
+        if (rank >= 0) heap_push(ms, (struct ds_tok__pair){ -(float)rank, a, b, -1, n });
+        return;
+    }
+    int32_t id = ds_tok__lookup(ms->tok, ms->buf + sa->start, n);
     if (id < 0) return;
-    heap_push(ms, (struct pair){ ms->tok->pc[id].score, a, b, id, n });
+    heap_push(ms, (struct ds_tok__pair){ ms->tok->pc[id].score, a, b, id, n });
+}
+
+void ds_tok__merge(const struct ds_tok *t, const char *buf, struct ds_tok__sym *sym, int32_t first,
+                   int32_t n, struct ds_tok__pair *heap)
+{
+    struct merge_state ms = { t, buf, sym, heap, 0 };
+    for (int32_t i = first; i + 1 < first + n; i++) try_pair(&ms, i, i + 1);
+    while (ms.n_heap > 0) {
+        struct ds_tok__pair p = heap_pop(&ms);
+        struct ds_tok__sym *l = &sym[p.left], *r = &sym[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.n) continue;    /* stale */
+        l->id = p.id;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (l->next >= 0) sym[l->next].prev = p.left;
+        try_pair(&ms, l->prev, p.left);
+        try_pair(&ms, p.left, l->next);
+    }
 }
 
 /* Encode len > 0 bytes of text (after the dummy prefix) and append the ids
@@ -521,9 +688,9 @@ static enum ds_err encode_text(const struct ds_tok *tok, const char *text, size_
     size_t n_buf = len + 1;                                 /* ' ', then text */
     char *buf = malloc(n_buf);
     if (!buf) goto fail_buf;
-    struct sym *sym = malloc(n_buf * sizeof *sym);
+    struct ds_tok__sym *sym = malloc(n_buf * sizeof *sym);
     if (!sym) goto fail_sym;
-    struct pair *heap = malloc(3 * n_buf * sizeof *heap);   /* n-1 initial + 2 per merge */
+    struct ds_tok__pair *heap = malloc(3 * n_buf * sizeof *heap);   /* n-1 initial + 2 per merge */
     if (!heap) goto fail_heap;
     buf[0] = ' ';
     memcpy(buf + 1, text, len);
@@ -531,30 +698,17 @@ static enum ds_err encode_text(const struct ds_tok *tok, const char *text, size_
     int32_t n_sym = 0;
     for (size_t i = 0; i < n_buf;) {
         size_t cl = utf8_char_len((const uint8_t *)buf + i, n_buf - i);
-        int32_t id = tok_lookup(tok, buf + i, cl);
+        int32_t id = ds_tok__lookup(tok, buf + i, cl);
         size_t n_new = id >= 0 ? 1 : cl;            /* one symbol, or one per byte */
         for (size_t k = 0; k < n_new; k++, n_sym++)
-            sym[n_sym] = (struct sym){ id >= 0 ? id : tok->byte_id[(uint8_t)buf[i + k]],
-                                       n_sym - 1, n_sym + 1, (uint32_t)(i + k),
-                                       id >= 0 ? (uint32_t)cl : 1, id >= 0 };
+            sym[n_sym] = (struct ds_tok__sym){ id >= 0 ? id : tok->byte_id[(uint8_t)buf[i + k]],
+                                              n_sym - 1, n_sym + 1, (uint32_t)(i + k),
+                                              id >= 0 ? (uint32_t)cl : 1, id >= 0 };
         i += cl;
     }
     sym[n_sym - 1].next = -1;
 
-    struct merge_state ms = { tok, buf, sym, heap, 0 };
-    for (int32_t i = 0; i + 1 < n_sym; i++) try_pair(&ms, i, i + 1);
-    while (ms.n_heap > 0) {
-        struct pair p = heap_pop(&ms);
-        struct sym *l = &sym[p.left], *r = &sym[p.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != p.n) continue;    /* stale */
-        l->id = p.id;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (l->next >= 0) sym[l->next].prev = p.left;
-        try_pair(&ms, l->prev, p.left);
-        try_pair(&ms, p.left, l->next);
-    }
+    ds_tok__merge(tok, buf, sym, 0, n_sym, heap);
     for (int32_t i = 0; i >= 0; i = sym[i].next) {
         if (*n_ids < cap) ids[*n_ids] = sym[i].id;
         ++*n_ids;
@@ -585,7 +739,9 @@ enum ds_err ds_tok_encode(const struct ds_tok *tok, const char *text, size_t len
         n_ids = 1;
     }
     if (len > 0) {
-        enum ds_err rc = encode_text(tok, text, len, ids, cap, &n_ids);
+        enum ds_err rc = tok->kind == DS_TOK__BPE
+                       ? ds_tok__bpe_encode(tok, text, len, ids, cap, &n_ids)
+                       : encode_text(tok, text, len, ids, cap, &n_ids);
         if (rc != DS_OK) return rc;
     }
     *n_out = n_ids;
@@ -637,19 +793,26 @@ static void stream_byte(struct ds_tok_stream *st, uint8_t b, struct sink *s)
 static void token_bytes(const struct ds_tok *tok, int32_t prev, int32_t id, const char **p,
                         size_t *n, char *byte)
 {
-    const struct piece *pc = &tok->pc[id];
+    const struct ds_tok__piece *pc = &tok->pc[id];
     *p = tok->text + pc->off;
     *n = 0;
+    if (tok->kind == DS_TOK__BPE) {                /* decoded at load */
+        if (pc->type == DS_TOK__NORMAL || pc->type == DS_TOK__USER) {
+            *p = tok->dec + pc->doff;
+            *n = pc->dlen;
+        }
+        return;
+    }
     switch (pc->type) {
-    case TOK_NORMAL:
-    case TOK_USER:
+    case DS_TOK__NORMAL:
+    case DS_TOK__USER:
         *n = pc->len;
         if (prev >= 0 && prev == tok->bos && *n > 0 && **p == ' ') {
             ++*p;
             --*n;
         }
         break;
-    case TOK_BYTE:
+    case DS_TOK__BYTE:
         *byte = (char)byte_piece_value(*p, pc->len);
         *p = byte;
         *n = 1;

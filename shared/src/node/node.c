@@ -140,8 +140,13 @@ static bool start(struct ds_node *a, struct node_req *r)
     size_t cap = r->req.prompt_len + 3;
     r->ids_cap = cap + (v->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
     r->ids = malloc(r->ids_cap * sizeof *r->ids);
-    if (!r->ids || ds_tok_encode(v->tok, r->req.prompt, r->req.prompt_len, true, r->ids, cap, &r->n_ids) != DS_OK) {
+    if (!r->ids || ds_tok_encode(v->tok, r->req.prompt, r->req.prompt_len, ds_tok_add_bos(v->tok), r->ids, cap,
+                                 &r->n_ids) != DS_OK) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
+        return false;
+    }
+    if (r->n_ids == 0) {                        /* a model that adds no BOS, and an empty prompt */
+        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "prompt: empty, and this model starts from no BOS token");
         return false;
     }
     uint32_t ctx = ds_engine_max_ctx(v->eng);

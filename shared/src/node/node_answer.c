@@ -170,7 +170,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
     if (!r->first_ns) r->first_ns = ds_now_ns();
     r->logprob_sum += logprob;
     if (r->sh) node__rollout_token(r, tok);
-    if (tok == ds_tok_eos(r->v->tok) || tok == ds_tok_bos(r->v->tok)) {
+    if (ds_tok_is_eog(r->v->tok, tok) || tok == ds_tok_bos(r->v->tok)) {   /* EOS, EOT, <|im_end|>... */
         node__finish(a, r, DS_MSG_FINISH_STOP);
         return true;
     }
