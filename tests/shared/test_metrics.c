@@ -1,7 +1,8 @@
 /*
 ** test_metrics.c — latency histograms and node metrics: quantiles of known
 ** distributions within DS_HIST_REL_ERR, bucket-exact merges, exports that
-** sum to the count, clamping of bad samples, windowed rates, and a record /
+** sum to the count, clamping of bad samples, windowed rates, the recent-window
+** ring, and a record /
 ** snapshot race between two threads.
 */
 #include <math.h>
@@ -253,6 +254,54 @@ static void test_metrics_rates_from_snapshots(void **state)
     ds_metrics_cleanup(NULL);
 }
 
+/* The recent window: a ring of DS_METRICS_SLOT_S-second slots. Samples
+** age out once their slot is DS_METRICS_WIN_SLOTS slots old, the window
+** merges bucket for bucket with the cumulative histogram, and a sample
+** stamped in the future (clock misuse) is left out. */
+static void test_metrics_recent_window_ages_out(void **state)
+{
+    (void)state;
+    const uint64_t s_ns = 1000000000ull;
+    const uint64_t slot = (uint64_t)DS_METRICS_SLOT_S * s_ns;
+    const uint64_t t0 = 1000 * slot;            // slot-aligned origin
+    struct ds_metrics m;
+    assert_int_equal(ds_metrics_init(&m, t0), DS_OK);
+    // 10 samples of 100 ms at t0, 5 of 2000 ms one slot later.
+    for (int i = 0; i < 10; i++) ds_metrics_record_done_at(&m, t0, 1, 10, 100, 1);
+    for (int i = 0; i < 5; i++) ds_metrics_record_done_at(&m, t0 + slot, 2, NAN, 2000, 1);
+
+    struct ds_metrics_snap s;
+    ds_metrics_snapshot(&m, t0 + slot + s_ns, &s);
+    assert_int_equal(s.recent_total_ms.count, 15);
+    assert_int_equal(s.recent_queue_ms.count, 15);
+    assert_int_equal(s.recent_ttft_ms.count, 10);
+    assert_memory_equal(s.recent_total_ms.buckets, s.total_ms.buckets, sizeof s.total_ms.buckets);
+    assert_memory_equal(s.recent_total_ms.le, s.total_ms.le, sizeof s.total_ms.le);
+
+    // The last instant at which the t0 slot is still in the window.
+    ds_metrics_snapshot(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot - 1, &s);
+    assert_int_equal(s.recent_total_ms.count, 15);
+    // One slot further: the first 10 samples aged out, p50 is now 2000 ms.
+    ds_metrics_snapshot(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 5);
+    assert_int_equal(s.recent_ttft_ms.count, 0);
+    assert_true(ds_hist_quantile(&s.recent_total_ms, 0.5) == 2000);
+    assert_int_equal(s.total_ms.count, 15);     // cumulative keeps them
+
+    // A new sample reuses the ring slot of t0 and clears it first.
+    ds_metrics_record_done_at(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot, 1, 1, 7, 1);
+    ds_metrics_snapshot(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 6);
+    assert_true(s.recent_total_ms.min_ms == 7);
+
+    // Far later: everything aged out; a snapshot before the samples sees none of them.
+    ds_metrics_snapshot(&m, t0 + 100 * slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 0);
+    ds_metrics_snapshot(&m, t0 - slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 0);
+    ds_metrics_cleanup(&m);
+}
+
 /* ---- two threads: the engine records while the publisher snapshots ---- */
 
 enum { RACE_N = 200000 };
@@ -316,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_metrics_export_sums_to_count),
         cmocka_unit_test(test_metrics_clamps_bad_samples),
         cmocka_unit_test(test_metrics_rates_from_snapshots),
+        cmocka_unit_test(test_metrics_recent_window_ages_out),
         cmocka_unit_test(test_metrics_record_snapshot_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
