@@ -183,7 +183,12 @@ void ds_metrics_window_reset(struct ds_metrics *m, uint64_t now_ns) DS_NONNULL(1
 
 struct cJSON;
 
-/* Adds "window" to a telemetry object (schemas/telemetry.schema.json):
+/* Adds "hist" and "window" to a telemetry object (schemas/telemetry.schema.json).
+** "hist": {"queue_ms"|"ttft_ms"|"total_ms": {"count", "sum", "le", "counts"}}
+** since start, with the coarse bounds ds_hist_le_ms as le and their
+** DS_HIST_LE_N + 1 exact non-cumulative counts (what Prometheus histograms
+** need: fixed bounds, _count and _sum).
+** "window":
 ** {"s": DS_METRICS_WIN_S, "queue_ms"|"ttft_ms"|"total_ms": {"count", "sum",
 ** "p50", "p90", "p99", "le": [...], "counts": [...]}} from the recent
 ** histograms of s. "le"/"counts" list the non-empty fine buckets only,
@@ -191,9 +196,9 @@ struct cJSON;
 ** bucket's as DS_HIST_CLAMP_MS, since samples are clamped there) and its
 ** non-cumulative count, so consumers merge nodes by adding the counts of
 ** equal bounds. obj is BORROWED. Returns DS_ERR_NOMEM if cJSON fails (obj
-** may then hold part of "window"). */
-DS_MUST_CHECK enum ds_err ds_metrics_telemetry_window(const struct ds_metrics_snap *s,
-                                                      struct cJSON *obj) DS_NONNULL(1, 2);
+** may then hold part of them). */
+DS_MUST_CHECK enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s,
+                                                   struct cJSON *obj) DS_NONNULL(1, 2);
 
 /* Rounds every non-integer number in the tree to 6 significant digits,
 ** what a person reads (no 17-digit values on the wire); integers, such as

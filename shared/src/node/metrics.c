@@ -297,9 +297,37 @@ static bool add_window_hist(cJSON *win, const char *name, const struct ds_hist *
     return true;
 }
 
-enum ds_err ds_metrics_telemetry_window(const struct ds_metrics_snap *s, cJSON *obj)
+static bool add_numbers(cJSON *o, const char *name, const double *v, size_t n)
 {
-    cJSON *win = cJSON_AddObjectToObject(obj, "window");
+    cJSON *arr = cJSON_AddArrayToObject(o, name);
+    for (size_t i = 0; arr && i < n; i++) {
+        cJSON *x = cJSON_CreateNumber(v[i]);
+        if (!x || !cJSON_AddItemToArray(arr, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+    }
+    return arr != NULL;
+}
+
+static bool add_cumulative_hist(cJSON *hist, const char *name, const struct ds_hist *h)
+{
+    cJSON *o = cJSON_AddObjectToObject(hist, name);
+    double counts[DS_HIST_LE_N + 1];
+    for (size_t i = 0; i <= DS_HIST_LE_N; i++) counts[i] = (double)h->le[i];
+    return o && cJSON_AddNumberToObject(o, "count", (double)h->count)
+           && cJSON_AddNumberToObject(o, "sum", h->sum_ms)
+           && add_numbers(o, "le", ds_hist_le_ms, DS_HIST_LE_N)
+           && add_numbers(o, "counts", counts, DS_HIST_LE_N + 1);
+}
+
+enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s, cJSON *obj)
+{
+    cJSON *hist = cJSON_AddObjectToObject(obj, "hist");
+    cJSON *win = hist && add_cumulative_hist(hist, "queue_ms", &s->queue_ms)
+                 && add_cumulative_hist(hist, "ttft_ms", &s->ttft_ms)
+                 && add_cumulative_hist(hist, "total_ms", &s->total_ms)
+                 ? cJSON_AddObjectToObject(obj, "window") : NULL;
     bool ok = win && cJSON_AddNumberToObject(win, "s", DS_METRICS_WIN_S)
               && add_window_hist(win, "queue_ms", &s->recent_queue_ms)
               && add_window_hist(win, "ttft_ms", &s->recent_ttft_ms)

@@ -575,7 +575,7 @@ static void publish_telemetry(struct ds_node *a)
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
     node__rollout_telemetry(a, obj);
     if (a->fetch) node__fetch_telemetry(a, obj);
-    if (ds_metrics_telemetry_window(&s, obj) != DS_OK) DS_LOG(DS_LOG_DEBUG, "telemetry: no window (out of memory)");
+    if (ds_metrics_telemetry_add(&s, obj) != DS_OK) DS_LOG(DS_LOG_DEBUG, "telemetry: histograms left out (out of memory)");
     ds_metrics_json_round(obj);
     char *json;
     size_t len;
