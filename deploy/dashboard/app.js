@@ -54,9 +54,11 @@ function num(o, path) {
 /* Merge window histograms {le: [...], counts: [...], count} into one map. */
 function mergeHists(hists) {
   const m = new Map();
-  let count = 0;
+  let count = 0, min = Infinity, max = -Infinity;
   for (const h of hists) {
     if (!h || !Array.isArray(h.le) || !Array.isArray(h.counts)) continue;
+    if (h.count > 0 && typeof h.min === 'number') min = Math.min(min, h.min);
+    if (h.count > 0 && typeof h.max === 'number') max = Math.max(max, h.max);
     for (let i = 0; i < h.le.length && i < h.counts.length; i++) {
       const k = String(h.le[i]);
       m.set(k, (m.get(k) || 0) + h.counts[i]);
@@ -64,11 +66,12 @@ function mergeHists(hists) {
     }
   }
   const buckets = [...m.entries()].map(([le, c]) => ({ hi: Number(le), c })).sort((a, b) => a.hi - b.hi);
-  return { buckets, count };
+  return { buckets, count, min: isFinite(min) ? min : 0, max: isFinite(max) ? max : Infinity };
 }
 
-/* The q-quantile of merged buckets: the bucket holding rank q*count, linear
- * inside it; a bucket's lower bound is its upper bound / 2^(1/8) (0 for the
+/* The q-quantile of merged buckets, as ds_hist_quantile: the bucket holding
+ * rank q*count, linear inside it, its bounds narrowed to the fleet's
+ * [min, max]; a bucket's lower bound is its upper bound / 2^(1/8) (0 for the
  * first fine bucket, whose upper bound is 0.01 ms). */
 function quantile(merged, q) {
   if (!merged.count) return null;
@@ -76,9 +79,12 @@ function quantile(merged, q) {
   let cum = 0;
   for (const b of merged.buckets) {
     if (cum + b.c < rank) { cum += b.c; continue; }
-    const lo = b.hi <= 0.01 ? 0 : b.hi / STEP;
+    let lo = b.hi <= 0.01 ? 0 : b.hi / STEP, hi = b.hi;
+    lo = Math.max(lo, merged.min);
+    hi = Math.min(hi, merged.max);
+    if (hi < lo) hi = lo;
     const f = Math.min(1, Math.max(0, (rank - cum) / b.c));
-    return lo + f * (b.hi - lo);
+    return Math.min(Math.max(lo + f * (hi - lo), merged.min), merged.max);
   }
   const last = merged.buckets[merged.buckets.length - 1];
   return last ? last.hi : null;
@@ -132,7 +138,7 @@ function drawLines(canvas, lines, unit) {
     const n = l.data.length;
     l.data.forEach((v, i) => {
       if (v == null) { started = false; return; }
-      const x = n > 1 ? (i / (KEEP - 1)) * w + (KEEP - n) / (KEEP - 1) * w : w - 1;
+      const x = n > 1 ? (i / (n - 1)) * (w - 1) : w - 1;
       const y = h - 2 - (v / max) * (h - 14);
       if (started) g.lineTo(x, y); else g.moveTo(x, y);
       started = true;

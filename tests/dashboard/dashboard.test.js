@@ -6,7 +6,8 @@
 //   RATES            both nodes showed non-zero requests/s: stop sending
 //   (waits for OUT/expect.json: {"node": published window p99, ...})
 //   STOP center-ops  p99s and a model version checked: stop the center
-//   PASS             the center shown offline; screenshot saved
+//   PASS             the center shown offline, the fleet p99 then the edge's
+//                    own (merged buckets); screenshot saved
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -79,6 +80,12 @@ async function waitFile(p, ms) {
       const r = document.querySelector('#nodes tr[data-node="center-ops"]');
       return r && r.dataset.state === 'offline' && r.querySelector('.state').textContent === 'offline';
     }, { timeout: T });
+    // With the edge alone up, the fleet p99 merged from its buckets is its own p99 (within rounding).
+    await page.waitForFunction((want) => {
+      const shown = parseFloat(document.getElementById('k-p99').textContent);
+      return Math.abs(shown - want) <= 0.01 * want + 0.06;
+    }, { timeout: T }, expect['edge-ops']);
+    log('fleet p99 with the edge alone', await page.$eval('#k-p99', (e) => e.textContent));
     const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
     if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
     await page.screenshot({ path: path.join(out, 'dashboard.png') });

@@ -190,7 +190,7 @@ struct cJSON;
 ** need: fixed bounds, _count and _sum).
 ** "window":
 ** {"s": DS_METRICS_WIN_S, "queue_ms"|"ttft_ms"|"total_ms": {"count", "sum",
-** "p50", "p90", "p99", "le": [...], "counts": [...]}} from the recent
+** "min", "max", "p50", "p90", "p99", "le": [...], "counts": [...]}} from the recent
 ** histograms of s. "le"/"counts" list the non-empty fine buckets only,
 ** each as its real upper bound in ms (ds_hist_bucket_bounds' hi, the last
 ** bucket's as DS_HIST_CLAMP_MS, since samples are clamped there) and its

@@ -271,6 +271,8 @@ static bool add_window_hist(cJSON *win, const char *name, const struct ds_hist *
     cJSON *o = cJSON_AddObjectToObject(win, name);
     if (!o || !cJSON_AddNumberToObject(o, "count", (double)h->count)
         || !cJSON_AddNumberToObject(o, "sum", h->sum_ms)
+        || !cJSON_AddNumberToObject(o, "min", h->min_ms)
+        || !cJSON_AddNumberToObject(o, "max", h->max_ms)
         || !cJSON_AddNumberToObject(o, "p50", ds_hist_quantile(h, 0.5))
         || !cJSON_AddNumberToObject(o, "p90", ds_hist_quantile(h, 0.9))
         || !cJSON_AddNumberToObject(o, "p99", ds_hist_quantile(h, 0.99)))
