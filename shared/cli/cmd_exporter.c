@@ -112,12 +112,14 @@ static void gauge_each(struct buf *b, const struct fleet_node *nodes, int n, con
 /* The whole page, OWNED (free); NULL when out of memory. */
 static char *render(struct fleet *f, size_t *len)
 {
-    struct buf b = { .ok = true };
+    struct buf b = { .cap = 16384, .ok = true };
+    if (!(b.p = malloc(b.cap))) return NULL;
     int n;
     struct fleet_node *nodes = fleet_lock(f, &n);
     struct lbl *l = calloc((size_t)n + 1, sizeof *l);
     if (!l) {
         fleet_unlock(f);
+        free(b.p);
         return NULL;
     }
     for (int i = 0; i < n; i++) {

@@ -279,8 +279,8 @@ static int test_top(void)
     snprintf(g.tmux, sizeof g.tmux, "dstop%d", (int)getpid());
     char cmd[2048];
     int st;
-    snprintf(cmd, sizeof cmd, "tmux new-session -d -s %s -x 160 -y 20 '%s/shared/dspark top -b %s; echo TOP-EXITED $?; sleep 30'",
-             g.tmux, DS_BUILD_DIR, tb_broker_uri(g.b));
+    snprintf(cmd, sizeof cmd, "tmux new-session -d -s %s -x 160 -y 20 '%s/shared/dspark top -b %s 2>>%s/top.log; echo TOP-EXITED $?; sleep 30'",
+             g.tmux, DS_BUILD_DIR, tb_broker_uri(g.b), g.dir);
     free(tu_run(cmd, &st));
     if (st != 0) FAIL("tmux new-session");
     if (!pane_has("edge-ops", "center-ops", 20000)) FAIL("top does not list both nodes");
@@ -326,7 +326,9 @@ static int test_exporter(void)
     if (g.tool == 0) {
         char listen[32];
         snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
-        if (!freopen(path, "w", stdout)) _exit(127);
+        char errlog[4300];
+        snprintf(errlog, sizeof errlog, "%s/exporter.log", g.dir);
+        if (!freopen(path, "w", stdout) || !freopen(errlog, "a", stderr)) _exit(127);
         char bin[1200];
         snprintf(bin, sizeof bin, "%s/shared/dspark", DS_BUILD_DIR);
         execl(bin, bin, "exporter", "--listen", listen, "-b", tb_broker_uri(g.b), (char *)NULL);
@@ -379,7 +381,23 @@ int main(int argc, char **argv)
     int rc = !strcmp(argv[1], "dashboard") ? test_dashboard()
              : !strcmp(argv[1], "top")     ? test_top()
              : !strcmp(argv[1], "exporter") ? test_exporter() : 2;
+    if (rc == 0 && g.tool > 0) {
+        it_stop(g.tool, SIGTERM, 5000);
+        g.tool = 0;
+    }
     cleanup();
+    // A sanitizer report in any process's log (nodes, exporter) fails the test.
+    if (rc == 0 && g.dir) {
+        char cmd[4300];
+        int st;
+        snprintf(cmd, sizeof cmd, "grep -l 'Sanitizer\\|runtime error' '%s'/*.log", g.dir);
+        char *o = tu_run(cmd, &st);
+        if (st == 0) {
+            fprintf(stderr, "FAIL: sanitizer report in %s\n", o ? o : "?");
+            rc = 1;
+        }
+        free(o);
+    }
     if (rc == 0) printf("PASS %s\n", argv[1]);
     return rc;
 }
