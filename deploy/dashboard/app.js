@@ -188,6 +188,19 @@ function nodeOf(name) {
   return n;
 }
 
+const seenEvents = new Set();
+
+/* A rollout event from the rollout topic or from a node's telemetry
+ * (rollout_events, so a page opened later still shows recent ones); each once. */
+function addRollout(node, j) {
+  const key = [node, j.ts, j.event, j.model, j.version, j.reason].join('|');
+  if (seenEvents.has(key)) return;
+  seenEvents.add(key);
+  const t = j.ts ? new Date(j.ts).toISOString().slice(11, 19) : '';
+  const ok = j.ok !== false;
+  addEvent(`${t} ${node} ${j.event} ${j.model} ${j.version}: ${ok ? 'ok' : 'refused'}: ${j.reason}`, !ok);
+}
+
 function addEvent(text, bad) {
   events.push({ text, bad });
   if (events.length > 200) events.shift();
@@ -213,9 +226,9 @@ function onMessage(topic, payload) {
     n.tel = j;
     n.role = j.role || n.role;
     n.seen = Date.now();
+    if (Array.isArray(j.rollout_events)) for (const e of j.rollout_events) addRollout(name, e);
   } else if (kind === 'rollout') {
-    const t = j.ts ? new Date(j.ts).toISOString().slice(11, 19) : '';
-    addEvent(`${t} ${j.node || name} ${j.event} ${j.model} ${j.version}: ${j.ok ? 'ok' : 'refused'}: ${j.reason}`, !j.ok);
+    addRollout(j.node || name, j);
   } else if (kind === 'alert') {
     addEvent(`${new Date().toISOString().slice(11, 19)} alert ${name}: ${j.message || JSON.stringify(j)}`, true);
   }
