@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "ds/metrics.h"
 
@@ -302,6 +303,50 @@ static void test_metrics_recent_window_ages_out(void **state)
     ds_metrics_cleanup(&m);
 }
 
+/* Telemetry JSON: window buckets sum to the count with real bounds, and
+** numbers come out rounded (no 17-digit values), integers exact. */
+static void test_metrics_telemetry_json(void **state)
+{
+    (void)state;
+    struct ds_metrics m;
+    assert_int_equal(ds_metrics_init(&m, 0), DS_OK);
+    const uint64_t t = 5000000000ull;
+    ds_metrics_record_done_at(&m, t, 0.3, 1.0 / 3, 10.0 / 3, 1);
+    ds_metrics_record_done_at(&m, t, 0.3, 2.0 / 3, 20.0 / 3, 1);
+    ds_metrics_record_done_at(&m, t, 0.3, 1, 123456.789012345, 1);
+    struct ds_metrics_snap s;
+    ds_metrics_snapshot(&m, t, &s);
+    cJSON *o = cJSON_CreateObject();
+    assert_non_null(o);
+    assert_int_equal(ds_metrics_telemetry_add(&s, o), DS_OK);
+    cJSON_AddNumberToObject(o, "ts", 1764584495123.0);
+    ds_metrics_json_round(o);
+    char *txt = cJSON_PrintUnformatted(o);
+    assert_non_null(txt);
+    assert_null(strstr(txt, "3333333"));                 // 10/3 rounded
+    assert_non_null(strstr(txt, "\"ts\":1764584495123"));
+    assert_non_null(strstr(txt, "123456.789"));          // 3 decimals from 1000 up
+    assert_null(strstr(txt, "123456.78901"));
+    const cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "window"), "total_ms");
+    assert_non_null(w);
+    assert_int_equal(cJSON_GetObjectItem(w, "count")->valueint, 3);
+    const cJSON *le = cJSON_GetObjectItem(w, "le"), *c;
+    int sum = 0, i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(w, "counts")) {
+        double hi = cJSON_GetArrayItem(le, i++)->valuedouble;
+        assert_true(hi > 0);
+        sum += c->valueint;
+    }
+    assert_int_equal(sum, 3);
+    assert_int_equal(i, cJSON_GetArraySize(le));
+    const cJSON *h = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "hist"), "queue_ms");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(h, "le")), DS_HIST_LE_N);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(h, "counts")), DS_HIST_LE_N + 1);
+    cJSON_free(txt);
+    cJSON_Delete(o);
+    ds_metrics_cleanup(&m);
+}
+
 /* ---- two threads: the engine records while the publisher snapshots ---- */
 
 enum { RACE_N = 200000 };
@@ -366,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_metrics_clamps_bad_samples),
         cmocka_unit_test(test_metrics_rates_from_snapshots),
         cmocka_unit_test(test_metrics_recent_window_ages_out),
+        cmocka_unit_test(test_metrics_telemetry_json),
         cmocka_unit_test(test_metrics_record_snapshot_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

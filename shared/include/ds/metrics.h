@@ -200,8 +200,9 @@ struct cJSON;
 DS_MUST_CHECK enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s,
                                                    struct cJSON *obj) DS_NONNULL(1, 2);
 
-/* Rounds every non-integer number in the tree to 6 significant digits,
-** what a person reads (no 17-digit values on the wire); integers, such as
+/* Rounds every non-integer number in the tree to what a person reads (no
+** 17-digit values on the wire): 6 significant digits below 1000, 3 decimals
+** from 1000 up (so cumulative sums keep their rate); integers, such as
 ** counts and timestamps, stay exact. */
 void ds_metrics_json_round(struct cJSON *obj) DS_NONNULL(1);
 

@@ -344,7 +344,9 @@ void ds_metrics_json_round(cJSON *obj)
             double v = it->valuedouble;
             if (isfinite(v) && v != floor(v)) {
                 char buf[32];
-                snprintf(buf, sizeof buf, "%.6g", v);
+                // Large figures (a cumulative sum in ms, uptime) keep ms/1000:
+                // a counter rounded to 6 digits would lose its rate.
+                snprintf(buf, sizeof buf, fabs(v) >= 1000 ? "%.3f" : "%.6g", v);
                 cJSON_SetNumberValue(it, strtod(buf, NULL));
             }
         } else if (it->child) {
