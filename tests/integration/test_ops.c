@@ -12,6 +12,8 @@
 **              request-duration histogram counts equal the requests answered.
 ** A missing tool (chromium, node, tmux, promtool) fails the test: CI must
 ** install it (deploy/install-deps.sh). Everything waits for events.
+** The dashboard mode also checks that `dspark dashboard` serves the page's
+** files as they are in deploy/dashboard/ and nothing outside it.
 ** Output (screenshots, captures, /metrics) goes to DS_TEST_OUT/<mode>/.
 */
 #include <arpa/inet.h>
@@ -194,15 +196,60 @@ static double p99_after(const char *node, int from)
     return v;
 }
 
+/* `dspark dashboard --listen 127.0.0.1:0` serves the embedded files byte for
+** byte, prints its URL with the broker, and refuses paths outside its root. */
+static void check_dashboard_server(void)
+{
+    char outp[1300], cmd[4096];
+    snprintf(outp, sizeof outp, "%s/dashboard-server.out", g.out);
+    unlink(outp);
+    g.tool = fork();
+    if (g.tool == 0) {
+        char errlog[4300], bin[1200];
+        snprintf(errlog, sizeof errlog, "%s/dashboard-server.log", g.dir);
+        if (!freopen(outp, "w", stdout) || !freopen(errlog, "a", stderr)) _exit(127);
+        snprintf(bin, sizeof bin, "%s/shared/dspark", DS_BUILD_DIR);
+        execl(bin, bin, "dashboard", "--listen", "127.0.0.1:0", "--broker", "ws://127.0.0.1:9", (char *)NULL);
+        _exit(127);
+    }
+    char url[256] = "";
+    for (int t = 0; t < 200 && !url[0]; t++) {
+        size_t len;
+        char *o = tu_read_file(outp, &len);
+        const char *u = o ? strstr(o, "http://") : NULL;
+        if (u && strchr(u, '\n')) sscanf(u, "%255s", url);
+        free(o);
+        if (!url[0]) usleep(50000);
+    }
+    if (!strstr(url, "/?broker=ws://127.0.0.1:9")) FAIL("dspark dashboard printed no URL with the broker (%s)", url);
+    *strstr(url, "?") = 0;
+    static const char *const files[] = { "index.html", "app.js", "style.css", "vendor/mqtt.min.js" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(cmd, sizeof cmd, "curl -sf '%s%s' | cmp -s - '%s/deploy/dashboard/%s'", url, files[i], DS_SOURCE_DIR, files[i]);
+        int st;
+        free(tu_run(cmd, &st));
+        if (st != 0) FAIL("dspark dashboard: %s differs from deploy/dashboard/%s", files[i], files[i]);
+    }
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' --path-as-is '%s../CMakeLists.txt'", url);
+    int st;
+    char *code = tu_run(cmd, &st);
+    if (!code || strcmp(code, "404") != 0) FAIL("dspark dashboard served a path outside its root (%s)", code ? code : "?");
+    free(code);
+    it_stop(g.tool, SIGTERM, 5000);
+    g.tool = 0;
+}
+
 static int test_dashboard(void)
 {
     need_tool("node");
     need_tool("chromium");
+    need_tool("curl");
     char mods[1200];
     snprintf(mods, sizeof mods, "%s/tests/dashboard/node_modules/puppeteer-core", DS_SOURCE_DIR);
     struct stat st;
     if (stat(mods, &st) != 0) FAIL("%s missing: run 'npm ci' in tests/dashboard (deploy/test.sh does)", mods);
     start_fleet();
+    check_dashboard_server();
     serve_requests();
     char cmd[4096], expect[1200];
     snprintf(expect, sizeof expect, "%s/expect.json", g.out);
