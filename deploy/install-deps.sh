@@ -18,6 +18,13 @@ pkgs=(
   libutf8proc-dev                        # Unicode categories for the BPE pre-tokenizers
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/
+  libmicrohttpd-dev                      # dspark exporter / dspark dashboard (HTTP)
+  libncurses-dev                         # terminal handling headers (dspark top draws with plain ANSI)
+  tmux                                   # integration.top drives dspark top in a pane
+  prometheus                             # integration.exporter: promtool check metrics
+  chromium                               # integration.dashboard: the page in headless Chromium
+  nodejs npm                             # puppeteer-core (tests/dashboard), mqtt.js refresh (deploy/dashboard)
+  curl                                   # integration.exporter fetches /metrics
 )
 
 missing=()

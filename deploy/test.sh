@@ -16,6 +16,10 @@ if [ ! -f ../shared/models/stories260K.bin ]; then
   exit 1
 fi
 
+# integration.dashboard drives Chromium with puppeteer-core (pinned in
+# tests/dashboard/package-lock.json).
+(cd tests/dashboard && npm ci --no-audit --no-fund)
+
 echo "== Release build (gcc, -Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDS_FATAL_WARNINGS=ON >/dev/null
 cmake --build build -j "$jobs"

@@ -25,6 +25,9 @@ int cmd_model_control(int argc, char **argv);
 /* `dspark model list --broker URI`: every node's versions from telemetry. */
 int cmd_model_list_telemetry(int argc, char **argv);
 int cmd_model_publish(int argc, char **argv);   /* cmd_publish.c */
+int cmd_top(int argc, char **argv);
+int cmd_exporter(int argc, char **argv);
+int cmd_dashboard(int argc, char **argv);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */

@@ -18,6 +18,9 @@ static const struct cli_command commands[] = {
     { "infer", cmd_infer, "send inference requests to the edge/center over MQTT" },
     { "keygen", cmd_keygen, "make a publisher signing key or a node key pair" },
     { "model", cmd_model, "model bundles and versions: pack, verify, list, promote, canary, shadow, rollback" },
+    { "top", cmd_top, "live view of the fleet in the terminal" },
+    { "dashboard", cmd_dashboard, "serve the web dashboard and print its URL" },
+    { "exporter", cmd_exporter, "serve the fleet's telemetry as Prometheus /metrics" },
 };
 
 static void usage(FILE *f)
@@ -25,6 +28,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: dspark COMMAND [OPTIONS]\n\ncommands:\n");
     for (size_t i = 0; i < DS_ARRAY_LEN(commands); i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\noptions before COMMAND:\n  --log-format text|json   log lines as text (default) or one JSON object each\n");
     fprintf(f, "\n'dspark COMMAND --help' shows a command's options.\n"
                "'dspark --version' prints the version.\n");
 }
@@ -72,6 +76,16 @@ bool cli_set_log_level(const char *s)
 
 int main(int argc, char **argv)
 {
+    int fmt = ds_log_format_parse(getenv("DS_LOG_FORMAT"));
+    if (argc >= 3 && strcmp(argv[1], "--log-format") == 0) {
+        if ((fmt = ds_log_format_parse(argv[2])) < 0) {
+            fprintf(stderr, "dspark: --log-format: '%s' is not text or json\n", argv[2]);
+            return 2;
+        }
+        argc -= 2;
+        argv += 2;
+    }
+    ds_log_set_format(fmt < 0 ? DS_LOG_FORMAT_TEXT : (enum ds_log_format)fmt, "dspark", NULL);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -1,7 +1,8 @@
 /*
 ** test_metrics.c — latency histograms and node metrics: quantiles of known
 ** distributions within DS_HIST_REL_ERR, bucket-exact merges, exports that
-** sum to the count, clamping of bad samples, windowed rates, and a record /
+** sum to the count, clamping of bad samples, windowed rates, the recent-window
+** ring, and a record /
 ** snapshot race between two threads.
 */
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "ds/metrics.h"
 
@@ -253,6 +255,98 @@ static void test_metrics_rates_from_snapshots(void **state)
     ds_metrics_cleanup(NULL);
 }
 
+/* The recent window: a ring of DS_METRICS_SLOT_S-second slots. Samples
+** age out once their slot is DS_METRICS_WIN_SLOTS slots old, the window
+** merges bucket for bucket with the cumulative histogram, and a sample
+** stamped in the future (clock misuse) is left out. */
+static void test_metrics_recent_window_ages_out(void **state)
+{
+    (void)state;
+    const uint64_t s_ns = 1000000000ull;
+    const uint64_t slot = (uint64_t)DS_METRICS_SLOT_S * s_ns;
+    const uint64_t t0 = 1000 * slot;            // slot-aligned origin
+    struct ds_metrics m;
+    assert_int_equal(ds_metrics_init(&m, t0), DS_OK);
+    // 10 samples of 100 ms at t0, 5 of 2000 ms one slot later.
+    for (int i = 0; i < 10; i++) ds_metrics_record_done_at(&m, t0, 1, 10, 100, 1);
+    for (int i = 0; i < 5; i++) ds_metrics_record_done_at(&m, t0 + slot, 2, NAN, 2000, 1);
+
+    struct ds_metrics_snap s;
+    ds_metrics_snapshot(&m, t0 + slot + s_ns, &s);
+    assert_int_equal(s.recent_total_ms.count, 15);
+    assert_int_equal(s.recent_queue_ms.count, 15);
+    assert_int_equal(s.recent_ttft_ms.count, 10);
+    assert_memory_equal(s.recent_total_ms.buckets, s.total_ms.buckets, sizeof s.total_ms.buckets);
+    assert_memory_equal(s.recent_total_ms.le, s.total_ms.le, sizeof s.total_ms.le);
+
+    // The last instant at which the t0 slot is still in the window.
+    ds_metrics_snapshot(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot - 1, &s);
+    assert_int_equal(s.recent_total_ms.count, 15);
+    // One slot further: the first 10 samples aged out, p50 is now 2000 ms.
+    ds_metrics_snapshot(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 5);
+    assert_int_equal(s.recent_ttft_ms.count, 0);
+    assert_true(ds_hist_quantile(&s.recent_total_ms, 0.5) == 2000);
+    assert_int_equal(s.total_ms.count, 15);     // cumulative keeps them
+
+    // A new sample reuses the ring slot of t0 and clears it first.
+    ds_metrics_record_done_at(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot, 1, 1, 7, 1);
+    ds_metrics_snapshot(&m, t0 + (uint64_t)DS_METRICS_WIN_SLOTS * slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 6);
+    assert_true(s.recent_total_ms.min_ms == 7);
+
+    // Far later: everything aged out; a snapshot before the samples sees none of them.
+    ds_metrics_snapshot(&m, t0 + 100 * slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 0);
+    ds_metrics_snapshot(&m, t0 - slot, &s);
+    assert_int_equal(s.recent_total_ms.count, 0);
+    ds_metrics_cleanup(&m);
+}
+
+/* Telemetry JSON: window buckets sum to the count with real bounds, and
+** numbers come out rounded (no 17-digit values), integers exact. */
+static void test_metrics_telemetry_json(void **state)
+{
+    (void)state;
+    struct ds_metrics m;
+    assert_int_equal(ds_metrics_init(&m, 0), DS_OK);
+    const uint64_t t = 5000000000ull;
+    ds_metrics_record_done_at(&m, t, 0.3, 1.0 / 3, 10.0 / 3, 1);
+    ds_metrics_record_done_at(&m, t, 0.3, 2.0 / 3, 20.0 / 3, 1);
+    ds_metrics_record_done_at(&m, t, 0.3, 1, 123456.789012345, 1);
+    struct ds_metrics_snap s;
+    ds_metrics_snapshot(&m, t, &s);
+    cJSON *o = cJSON_CreateObject();
+    assert_non_null(o);
+    assert_int_equal(ds_metrics_telemetry_add(&s, o), DS_OK);
+    cJSON_AddNumberToObject(o, "ts", 1764584495123.0);
+    ds_metrics_json_round(o);
+    char *txt = cJSON_PrintUnformatted(o);
+    assert_non_null(txt);
+    assert_null(strstr(txt, "3333333"));                 // 10/3 rounded
+    assert_non_null(strstr(txt, "\"ts\":1764584495123"));
+    assert_non_null(strstr(txt, "123456.789"));          // 3 decimals from 1000 up
+    assert_null(strstr(txt, "123456.78901"));
+    const cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "window"), "total_ms");
+    assert_non_null(w);
+    assert_int_equal(cJSON_GetObjectItem(w, "count")->valueint, 3);
+    const cJSON *le = cJSON_GetObjectItem(w, "le"), *c;
+    int sum = 0, i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(w, "counts")) {
+        double hi = cJSON_GetArrayItem(le, i++)->valuedouble;
+        assert_true(hi > 0);
+        sum += c->valueint;
+    }
+    assert_int_equal(sum, 3);
+    assert_int_equal(i, cJSON_GetArraySize(le));
+    const cJSON *h = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "hist"), "queue_ms");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(h, "le")), DS_HIST_LE_N);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(h, "counts")), DS_HIST_LE_N + 1);
+    cJSON_free(txt);
+    cJSON_Delete(o);
+    ds_metrics_cleanup(&m);
+}
+
 /* ---- two threads: the engine records while the publisher snapshots ---- */
 
 enum { RACE_N = 200000 };
@@ -316,6 +410,8 @@ int main(void)
         cmocka_unit_test(test_metrics_export_sums_to_count),
         cmocka_unit_test(test_metrics_clamps_bad_samples),
         cmocka_unit_test(test_metrics_rates_from_snapshots),
+        cmocka_unit_test(test_metrics_recent_window_ages_out),
+        cmocka_unit_test(test_metrics_telemetry_json),
         cmocka_unit_test(test_metrics_record_snapshot_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

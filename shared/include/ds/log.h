@@ -22,6 +22,22 @@ void ds_log_set(ds_log_fn fn, void *ud, enum ds_log_level max);
 /* Parse "error|warn|info|debug"; returns -1 for anything else. */
 int  ds_log_level_parse(const char *s);
 
+/* The default sink's line format. Text:
+**   2026-12-01T10:21:35.123Z dspark-edge[edge-a] info: model stories loaded
+** JSON (one object per line, for journald/Loki/jq):
+**   {"ts":"2026-12-01T10:21:35.123Z","level":"info","prog":"dspark-edge",
+**    "node":"edge-a","msg":"model stories loaded"}
+** Timestamps are UTC wall-clock time with milliseconds. */
+enum ds_log_format { DS_LOG_FORMAT_TEXT, DS_LOG_FORMAT_JSON };
+/* Parse "text|json"; returns -1 for anything else. */
+int  ds_log_format_parse(const char *s);
+/* Set the format and the program and node names the lines carry (either
+** name may be NULL: the program defaults to the executable's name, the
+** node is left out). Both strings are copied (truncated to 63 bytes).
+** Call from main before threads start. The environment variable
+** DS_LOG_FORMAT=json|text sets the format of a process that never calls this. */
+void ds_log_set_format(enum ds_log_format fmt, const char *prog, const char *node);
+
 extern enum ds_log_level ds_log__max;
 void ds_log__write(enum ds_log_level lvl, const char *file, int line,
                    const char *fmt, ...) DS_PRINTF(4, 5);

@@ -27,6 +27,14 @@
 **   Histograms and counters are CUMULATIVE since ds_metrics_init().
 **   Rates (requests/s, tokens/s) are WINDOWED: over the interval since the
 **   previous ds_metrics_snapshot() or ds_metrics_window_reset() (or init).
+**   Recent histograms (struct ds_metrics_snap's recent_*) cover the last
+**   DS_METRICS_WIN_S seconds: a ring of DS_METRICS_WIN_SLOTS histograms, one
+**   per DS_METRICS_SLOT_S-second slot of the ds_now_ns() clock. A snapshot
+**   merges the current (partial) slot and the DS_METRICS_WIN_SLOTS - 1 before
+**   it, so the window spans between WIN_S - SLOT_S and WIN_S seconds. Slots
+**   are per time interval, not per snapshot, so the window does not depend
+**   on how often telemetry is published, and every node's window merges
+**   bucket for bucket with every other's.
 **
 ** Ownership: caller-allocated; nothing here allocates. ds_hist needs no
 **            cleanup; ds_metrics_cleanup() accepts NULL.
@@ -103,6 +111,17 @@ void ds_hist_export(const struct ds_hist *h, double le_ms[DS_HIST_LE_N],
 /* ---- node metrics ---- */
 
 #define DS_METRICS_N_ERRORS 8      /* error slots, by enum ds_msg_code (0..5 today) */
+#define DS_METRICS_SLOT_S    5     /* seconds per ring slot */
+#define DS_METRICS_WIN_SLOTS 12    /* ring length: a 60 s window */
+#define DS_METRICS_WIN_S     (DS_METRICS_SLOT_S * DS_METRICS_WIN_SLOTS)
+
+/* One ring slot: the requests that completed during slot number epoch
+** (ds_now_ns() / (DS_METRICS_SLOT_S s)); epoch 0 with empty histograms is an
+** unused slot. */
+struct ds_metrics_slot {
+    uint64_t       epoch;
+    struct ds_hist queue_ms, ttft_ms, total_ms;
+};
 
 struct ds_metrics {
     pthread_mutex_t mu;
@@ -115,6 +134,7 @@ struct ds_metrics {
     uint64_t start_ns;             /* ds_metrics_init's now_ns */
     uint64_t win_ns;               /* start of the current rate window */
     uint64_t win_requests, win_tokens;   /* counters at that start */
+    struct ds_metrics_slot ring[DS_METRICS_WIN_SLOTS];   /* recent window, by epoch % N */
 };
 
 /* A consistent copy, taken under the lock. */
@@ -125,6 +145,8 @@ struct ds_metrics_snap {
     double   uptime_s;                            /* now_ns - init's now_ns */
     double   interval_s;                          /* length of the rate window */
     double   requests_per_s, tokens_per_s;        /* over that window; 0 if it is empty */
+    /* The last DS_METRICS_WIN_S seconds (see the file header). */
+    struct ds_hist recent_queue_ms, recent_ttft_ms, recent_total_ms;
 };
 
 /* Zeroed metrics; now_ns (ds_now_ns()) starts uptime and the first rate
@@ -138,12 +160,17 @@ void ds_metrics_cleanup(struct ds_metrics *m);
 ** is left out of ttft_ms) and its generated token count. */
 void ds_metrics_record_done(struct ds_metrics *m, double queue_ms, double ttft_ms,
                             double total_ms, uint64_t n_tokens) DS_NONNULL(1);
+/* The same, at now_ns on the ds_now_ns() clock (which picks the ring slot);
+** ds_metrics_record_done() passes ds_now_ns(). Tests pass their own clock. */
+void ds_metrics_record_done_at(struct ds_metrics *m, uint64_t now_ns, double queue_ms,
+                               double ttft_ms, double total_ms, uint64_t n_tokens) DS_NONNULL(1);
 /* One request failed with code (an enum ds_msg_code); codes outside
 ** 0..DS_METRICS_N_ERRORS-1 count in the last slot. */
 void ds_metrics_record_error(struct ds_metrics *m, unsigned code) DS_NONNULL(1);
 
-/* Copy everything into *out and compute the rates over [window start,
-** now_ns); then start a new window at now_ns. A now_ns before the window
+/* Copy everything into *out, compute the rates over [window start,
+** now_ns) and merge the recent histograms of the slots that are inside
+** the last DS_METRICS_WIN_S seconds at now_ns; then start a new rate window at now_ns. A now_ns before the window
 ** start (clock misuse) gives an empty window and zero rates. */
 void ds_metrics_snapshot(struct ds_metrics *m, uint64_t now_ns,
                          struct ds_metrics_snap *out) DS_NONNULL(1, 3);
@@ -151,5 +178,32 @@ void ds_metrics_snapshot(struct ds_metrics *m, uint64_t now_ns,
 ** publishing pause, so the next rate does not average over the gap).
 ** Histograms and counters are untouched: they stay cumulative. */
 void ds_metrics_window_reset(struct ds_metrics *m, uint64_t now_ns) DS_NONNULL(1);
+
+/* ---- telemetry ---- */
+
+struct cJSON;
+
+/* Adds "hist" and "window" to a telemetry object (schemas/telemetry.schema.json).
+** "hist": {"queue_ms"|"ttft_ms"|"total_ms": {"count", "sum", "le", "counts"}}
+** since start, with the coarse bounds ds_hist_le_ms as le and their
+** DS_HIST_LE_N + 1 exact non-cumulative counts (what Prometheus histograms
+** need: fixed bounds, _count and _sum).
+** "window":
+** {"s": DS_METRICS_WIN_S, "queue_ms"|"ttft_ms"|"total_ms": {"count", "sum",
+** "min", "max", "p50", "p90", "p99", "le": [...], "counts": [...]}} from the recent
+** histograms of s. "le"/"counts" list the non-empty fine buckets only,
+** each as its real upper bound in ms (ds_hist_bucket_bounds' hi, the last
+** bucket's as DS_HIST_CLAMP_MS, since samples are clamped there) and its
+** non-cumulative count, so consumers merge nodes by adding the counts of
+** equal bounds. obj is BORROWED. Returns DS_ERR_NOMEM if cJSON fails (obj
+** may then hold part of them). */
+DS_MUST_CHECK enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s,
+                                                   struct cJSON *obj) DS_NONNULL(1, 2);
+
+/* Rounds every non-integer number in the tree to what a person reads (no
+** 17-digit values on the wire): 6 significant digits below 1000, 3 decimals
+** from 1000 up (so cumulative sums keep their rate); integers, such as
+** counts and timestamps, stay exact. */
+void ds_metrics_json_round(struct cJSON *obj) DS_NONNULL(1);
 
 #endif

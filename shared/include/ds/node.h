@@ -55,6 +55,7 @@ struct ds_node_config {
     enum ds_msg_role role;      /* set by the binary, not by the file */
     char    *node;              /* [node] name */
     char    *log_level;         /* [node] log_level */
+    char    *log_format;        /* [node] log_format: text or json */
     char    *mqtt_uri;          /* [mqtt] uri */
     uint32_t keepalive_s;       /* [mqtt] keepalive_s */
     uint32_t queue_cap[DS_TIER_COUNT];   /* [sched] queue_high, queue_normal, queue_low */

@@ -2,8 +2,12 @@
 ** log.c — the process-wide log sink (one of the three documented globals),
 ** the default stderr sink, the monotonic clock and DS_ASSERT's failure path.
 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   // program_invocation_short_name
+#endif
 #include "ds/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,89 @@ static ds_log_fn g_sink;      /* NULL = stderr */
 static void     *g_sink_ud;
 
 static const char *const level_name[] = { "error", "warn", "info", "debug" };
+
+/* Line format and names, set once by main (part of the log-sink global). */
+static int  g_format = -1;    /* -1: not set, read DS_LOG_FORMAT on first use */
+static char g_prog[64], g_node[64];
+
+int ds_log_format_parse(const char *s)
+{
+    if (s && strcmp(s, "text") == 0) return DS_LOG_FORMAT_TEXT;
+    if (s && strcmp(s, "json") == 0) return DS_LOG_FORMAT_JSON;
+    return -1;
+}
+
+void ds_log_set_format(enum ds_log_format fmt, const char *prog, const char *node)
+{
+    g_format = (int)fmt;
+    snprintf(g_prog, sizeof g_prog, "%s", prog ? prog : "");
+    snprintf(g_node, sizeof g_node, "%s", node ? node : "");
+}
+
+/* Appends s to out[*n..cap) as the inside of a JSON string. */
+static void json_escape(char *out, size_t cap, size_t *n, const char *s)
+{
+    for (; *s && *n + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[(*n)++] = '\\';
+            out[(*n)++] = (char)c;
+        } else if (c < 0x20) {
+            *n += (size_t)snprintf(out + *n, cap - *n, "\\u%04x", c);
+        } else {
+            out[(*n)++] = (char)c;
+        }
+    }
+    out[*n] = 0;
+}
+
+static void append(char *out, size_t cap, size_t *n, const char *s)
+{
+    while (*s && *n + 1 < cap) out[(*n)++] = *s++;
+    out[*n] = 0;
+}
+
+/* One formatted line, newline included, into out (cap > 64); its length. */
+static size_t format_line(char *out, size_t cap, enum ds_log_level lvl, const char *msg)
+{
+    if (g_format < 0) {
+        int f = ds_log_format_parse(getenv("DS_LOG_FORMAT"));
+        g_format = f < 0 ? DS_LOG_FORMAT_TEXT : f;
+    }
+    const char *prog = g_prog[0] ? g_prog : program_invocation_short_name;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[40];
+    size_t w = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + w, sizeof when - w, ".%03dZ", (int)(ts.tv_nsec / 1000000));
+    size_t n = 0;
+    out[0] = 0;
+    if (g_format == DS_LOG_FORMAT_JSON) {
+        append(out, cap - 2, &n, "{\"ts\":\"");
+        append(out, cap - 2, &n, when);
+        append(out, cap - 2, &n, "\",\"level\":\"");
+        append(out, cap - 2, &n, level_name[lvl]);
+        append(out, cap - 2, &n, "\",\"prog\":\"");
+        json_escape(out, cap - 2, &n, prog);
+        if (g_node[0]) {
+            append(out, cap - 2, &n, "\",\"node\":\"");
+            json_escape(out, cap - 2, &n, g_node);
+        }
+        append(out, cap - 2, &n, "\",\"msg\":\"");
+        json_escape(out, cap - 3, &n, msg);
+        append(out, cap, &n, "\"}");
+    } else {
+        int k = snprintf(out, cap, "%s %s%s%s%s %s: ", when, prog, g_node[0] ? "[" : "", g_node,
+                         g_node[0] ? "]" : "", level_name[lvl]);
+        n = k > 0 ? DS_MIN((size_t)k, cap - 2) : 0;
+        append(out, cap - 1, &n, msg);
+    }
+    out[n++] = '\n';
+    out[n] = 0;
+    return n;
+}
 
 void ds_log_set(ds_log_fn fn, void *ud, enum ds_log_level max)
 {
@@ -42,13 +129,12 @@ void ds_log__write(enum ds_log_level lvl, const char *file, int line, const char
         g_sink(lvl, file, line, msg, g_sink_ud);
         return;
     }
-    char out[1200];
-    int n = snprintf(out, sizeof out, "dspark: %s: %s\n", level_name[lvl], msg);
-    if (n > 0) {
-        size_t len = (size_t)n < sizeof out ? (size_t)n : sizeof out - 1;
-        ssize_t w = write(STDERR_FILENO, out, len);
-        (void)w;
-    }
+    char out[2048];
+    int saved = errno;
+    size_t len = format_line(out, sizeof out, lvl, msg);
+    ssize_t w = write(STDERR_FILENO, out, len);
+    (void)w;
+    errno = saved;
 }
 
 void ds_log__assert_fail(const char *expr, const char *file, int line)

@@ -5,8 +5,13 @@
 #include "ds/metrics.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
 #include "ds/msg.h"
 
 _Static_assert(DS_MSG_CODE_COUNT <= DS_METRICS_N_ERRORS, "an error slot per wire code");
@@ -163,13 +168,42 @@ void ds_metrics_cleanup(struct ds_metrics *m)
     pthread_mutex_destroy(&m->mu);
 }
 
+#define SLOT_NS ((uint64_t)DS_METRICS_SLOT_S * 1000000000ull)
+
+/* The ring slot of now_ns's epoch, emptied first if it still holds an
+** older epoch. Caller holds the lock. */
+static struct ds_metrics_slot *slot_at(struct ds_metrics *m, uint64_t now_ns)
+{
+    uint64_t epoch = now_ns / SLOT_NS;
+    struct ds_metrics_slot *s = &m->ring[epoch % DS_METRICS_WIN_SLOTS];
+    if (s->epoch != epoch) {
+        ds_hist_init(&s->queue_ms);
+        ds_hist_init(&s->ttft_ms);
+        ds_hist_init(&s->total_ms);
+        s->epoch = epoch;
+    }
+    return s;
+}
+
 void ds_metrics_record_done(struct ds_metrics *m, double queue_ms, double ttft_ms,
                             double total_ms, uint64_t n_tokens)
 {
+    ds_metrics_record_done_at(m, ds_now_ns(), queue_ms, ttft_ms, total_ms, n_tokens);
+}
+
+void ds_metrics_record_done_at(struct ds_metrics *m, uint64_t now_ns, double queue_ms,
+                               double ttft_ms, double total_ms, uint64_t n_tokens)
+{
     pthread_mutex_lock(&m->mu);
+    struct ds_metrics_slot *s = slot_at(m, now_ns);
     ds_hist_record(&m->queue_ms, queue_ms);
-    if (!isnan(ttft_ms)) ds_hist_record(&m->ttft_ms, ttft_ms);
+    ds_hist_record(&s->queue_ms, queue_ms);
+    if (!isnan(ttft_ms)) {
+        ds_hist_record(&m->ttft_ms, ttft_ms);
+        ds_hist_record(&s->ttft_ms, ttft_ms);
+    }
     ds_hist_record(&m->total_ms, total_ms);
+    ds_hist_record(&s->total_ms, total_ms);
     m->requests++;
     m->tokens += n_tokens;
     pthread_mutex_unlock(&m->mu);
@@ -203,6 +237,18 @@ void ds_metrics_snapshot(struct ds_metrics *m, uint64_t now_ns, struct ds_metric
     out->interval_s     = (double)dt / 1e9;
     out->requests_per_s = per_s(m->requests - m->win_requests, dt);
     out->tokens_per_s   = per_s(m->tokens - m->win_tokens, dt);
+    ds_hist_init(&out->recent_queue_ms);
+    ds_hist_init(&out->recent_ttft_ms);
+    ds_hist_init(&out->recent_total_ms);
+    uint64_t epoch = now_ns / SLOT_NS;
+    for (size_t i = 0; i < DS_METRICS_WIN_SLOTS; i++) {
+        const struct ds_metrics_slot *s = &m->ring[i];
+        // Slots of the last N epochs (a slot from the future, clock misuse, is left out).
+        if (s->epoch > epoch || epoch - s->epoch >= DS_METRICS_WIN_SLOTS) continue;
+        ds_hist_merge(&out->recent_queue_ms, &s->queue_ms);
+        ds_hist_merge(&out->recent_ttft_ms, &s->ttft_ms);
+        ds_hist_merge(&out->recent_total_ms, &s->total_ms);
+    }
     m->win_ns       = now_ns;
     m->win_requests = m->requests;
     m->win_tokens   = m->tokens;
@@ -216,4 +262,95 @@ void ds_metrics_window_reset(struct ds_metrics *m, uint64_t now_ns)
     m->win_requests = m->requests;
     m->win_tokens   = m->tokens;
     pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- telemetry ---- */
+
+static bool add_window_hist(cJSON *win, const char *name, const struct ds_hist *h)
+{
+    cJSON *o = cJSON_AddObjectToObject(win, name);
+    if (!o || !cJSON_AddNumberToObject(o, "count", (double)h->count)
+        || !cJSON_AddNumberToObject(o, "sum", h->sum_ms)
+        || !cJSON_AddNumberToObject(o, "min", h->min_ms)
+        || !cJSON_AddNumberToObject(o, "max", h->max_ms)
+        || !cJSON_AddNumberToObject(o, "p50", ds_hist_quantile(h, 0.5))
+        || !cJSON_AddNumberToObject(o, "p90", ds_hist_quantile(h, 0.9))
+        || !cJSON_AddNumberToObject(o, "p99", ds_hist_quantile(h, 0.99)))
+        return false;
+    cJSON *le = cJSON_AddArrayToObject(o, "le");
+    cJSON *counts = le ? cJSON_AddArrayToObject(o, "counts") : NULL;
+    if (!counts) return false;
+    for (size_t i = 0; i < DS_HIST_N_BUCKETS; i++) {
+        if (h->buckets[i] == 0) continue;
+        double lo, hi;
+        ds_hist_bucket_bounds(i, &lo, &hi);
+        if (!isfinite(hi)) hi = DS_HIST_CLAMP_MS;
+        cJSON *b = cJSON_CreateNumber(hi), *c = cJSON_CreateNumber((double)h->buckets[i]);
+        if (!b || !c || !cJSON_AddItemToArray(le, b)) {
+            cJSON_Delete(b);
+            cJSON_Delete(c);
+            return false;
+        }
+        if (!cJSON_AddItemToArray(counts, c)) {
+            cJSON_Delete(c);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool add_numbers(cJSON *o, const char *name, const double *v, size_t n)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, name);
+    for (size_t i = 0; arr && i < n; i++) {
+        cJSON *x = cJSON_CreateNumber(v[i]);
+        if (!x || !cJSON_AddItemToArray(arr, x)) {
+            cJSON_Delete(x);
+            return false;
+        }
+    }
+    return arr != NULL;
+}
+
+static bool add_cumulative_hist(cJSON *hist, const char *name, const struct ds_hist *h)
+{
+    cJSON *o = cJSON_AddObjectToObject(hist, name);
+    double counts[DS_HIST_LE_N + 1];
+    for (size_t i = 0; i <= DS_HIST_LE_N; i++) counts[i] = (double)h->le[i];
+    return o && cJSON_AddNumberToObject(o, "count", (double)h->count)
+           && cJSON_AddNumberToObject(o, "sum", h->sum_ms)
+           && add_numbers(o, "le", ds_hist_le_ms, DS_HIST_LE_N)
+           && add_numbers(o, "counts", counts, DS_HIST_LE_N + 1);
+}
+
+enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s, cJSON *obj)
+{
+    cJSON *hist = cJSON_AddObjectToObject(obj, "hist");
+    cJSON *win = hist && add_cumulative_hist(hist, "queue_ms", &s->queue_ms)
+                 && add_cumulative_hist(hist, "ttft_ms", &s->ttft_ms)
+                 && add_cumulative_hist(hist, "total_ms", &s->total_ms)
+                 ? cJSON_AddObjectToObject(obj, "window") : NULL;
+    bool ok = win && cJSON_AddNumberToObject(win, "s", DS_METRICS_WIN_S)
+              && add_window_hist(win, "queue_ms", &s->recent_queue_ms)
+              && add_window_hist(win, "ttft_ms", &s->recent_ttft_ms)
+              && add_window_hist(win, "total_ms", &s->recent_total_ms);
+    return ok ? DS_OK : DS_ERR_NOMEM;
+}
+
+void ds_metrics_json_round(cJSON *obj)
+{
+    for (cJSON *it = obj; it; it = it->next) {
+        if (cJSON_IsNumber(it)) {
+            double v = it->valuedouble;
+            if (isfinite(v) && v != floor(v)) {
+                char buf[32];
+                // Large figures (a cumulative sum in ms, uptime) keep ms/1000:
+                // a counter rounded to 6 digits would lose its rate.
+                snprintf(buf, sizeof buf, fabs(v) >= 1000 ? "%.3f" : "%.6g", v);
+                cJSON_SetNumberValue(it, strtod(buf, NULL));
+            }
+        } else if (it->child) {
+            ds_metrics_json_round(it->child);
+        }
+    }
 }

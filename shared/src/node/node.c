@@ -267,6 +267,8 @@ static void publish_telemetry(struct ds_node *a)
     if (a->fetch) node__fetch_telemetry(a, obj);
     for (unsigned i = 0; a->role->exts[i]; i++)
         if (a->ext_on[i] && a->role->exts[i]->telemetry) a->role->exts[i]->telemetry(a, a->ext_state[i], obj);
+    if (ds_metrics_telemetry_add(&s, obj) != DS_OK) DS_LOG(DS_LOG_DEBUG, "telemetry: histograms left out (out of memory)");
+    ds_metrics_json_round(obj);
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {

@@ -18,6 +18,7 @@
 static const struct ds_cfg_key node_keys[] = {
     { "node", "name", DS_CFG_STR, O(node), "node-1", 0, 0, 0, "node name: topics, served_by, telemetry" },
     { "node", "log_level", DS_CFG_STR, O(log_level), "info", 0, 0, DS_CFG_RELOADABLE, "error, warn, info or debug" },
+    { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
     { "sched", "queue_high", DS_CFG_U32, O(queue_cap[DS_TIER_HIGH]), "256", 1, 65536, 0, "queued high requests before 'overloaded'" },
@@ -257,6 +258,10 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
     }
     if (ds_log_level_parse(c->log_level) < 0) {
         DS_LOG(DS_LOG_ERROR, "config: [node] log_level '%s' is not error, warn, info or debug", c->log_level);
+        return DS_ERR_INVAL;
+    }
+    if (ds_log_format_parse(c->log_format) < 0) {
+        DS_LOG(DS_LOG_ERROR, "config: [node] log_format '%s' is not text or json", c->log_format);
         return DS_ERR_INVAL;
     }
     if (!*c->node || strpbrk(c->node, "/+#")) {

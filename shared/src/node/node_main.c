@@ -114,6 +114,7 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
         goto out;
     }
     ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(cfg.log_level));
+    ds_log_set_format((enum ds_log_format)ds_log_format_parse(cfg.log_format), bin, cfg.node);
 
     if (pipe(g_sig_pipe) != 0) {
         fprintf(stderr, "%s: pipe: %s\n", bin, strerror(errno));

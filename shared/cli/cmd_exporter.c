@@ -1,0 +1,273 @@
+/*
+** cmd_exporter.c — `dspark exporter`: the fleet's telemetry as a Prometheus
+** /metrics page (text format 0.0.4), served with libmicrohttpd.
+**
+** Every figure comes from the newest retained telemetry/status of each node
+** (fleet.c); nothing is estimated. Histograms use the nodes' fixed coarse
+** bounds ("hist" in telemetry.schema.json) as le labels, converted to
+** seconds as Prometheus' base unit wants, with exact _count and _sum.
+*/
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "ds/common.h"
+#include "fleet.h"
+#include "httpd.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { (void)sig; g_stop = 1; }
+
+/* A growing text buffer; on allocation failure it stops growing and ok turns false. */
+struct buf {
+    char  *p;
+    size_t n, cap;
+    bool   ok;
+};
+
+static void bprintf(struct buf *b, const char *fmt, ...) DS_PRINTF(2, 3);
+static void bprintf(struct buf *b, const char *fmt, ...)
+{
+    for (int tries = 0; b->ok && tries < 2; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) break;
+        if ((size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)k + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) break;
+        b->p = p;
+        b->cap = cap;
+    }
+    b->ok = false;
+}
+
+/* A label value escaped as the text format wants (\\, \", \n). */
+static const char *esc(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 3 < cap; s++) {
+        if (*s == '\\' || *s == '"') out[n++] = '\\', out[n++] = *s;
+        else if (*s == '\n') out[n++] = '\\', out[n++] = 'n';
+        else out[n++] = *s;
+    }
+    out[n] = 0;
+    return out;
+}
+
+struct lbl { char node[260], role[40]; };
+
+static void metric_head(struct buf *b, const char *name, const char *type, const char *help)
+{
+    bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One histogram family for every node: telemetry "hist.<key>". */
+static void histogram(struct buf *b, const struct fleet_node *nodes, int n, const struct lbl *l, const char *key,
+                      const char *name, const char *help)
+{
+    metric_head(b, name, "histogram", help);
+    char path[64];
+    snprintf(path, sizeof path, "hist.%s", key);
+    for (int i = 0; i < n; i++) {
+        const cJSON *h = fleet_get(nodes[i].tel, path);
+        const cJSON *le = fleet_get(h, "le"), *counts = fleet_get(h, "counts");
+        int nle = cJSON_GetArraySize(le);
+        if (!h || nle <= 0 || cJSON_GetArraySize(counts) != nle + 1) continue;
+        double cum = 0;
+        for (int k = 0; k < nle; k++) {
+            cum += cJSON_GetArrayItem(counts, k)->valuedouble;
+            bprintf(b, "%s_bucket{node=\"%s\",role=\"%s\",le=\"%g\"} %.0f\n", name, l[i].node, l[i].role,
+                    cJSON_GetArrayItem(le, k)->valuedouble / 1000.0, cum);
+        }
+        bprintf(b, "%s_bucket{node=\"%s\",role=\"%s\",le=\"+Inf\"} %.0f\n", name, l[i].node, l[i].role,
+                fleet_num(h, "count"));
+        bprintf(b, "%s_sum{node=\"%s\",role=\"%s\"} %g\n", name, l[i].node, l[i].role, fleet_num(h, "sum") / 1000.0);
+        bprintf(b, "%s_count{node=\"%s\",role=\"%s\"} %.0f\n", name, l[i].node, l[i].role, fleet_num(h, "count"));
+    }
+}
+
+static void gauge_each(struct buf *b, const struct fleet_node *nodes, int n, const struct lbl *l, const char *name,
+                       const char *type, const char *help, const char *path)
+{
+    metric_head(b, name, type, help);
+    for (int i = 0; i < n; i++)
+        if (cJSON_IsNumber(fleet_get(nodes[i].tel, path)))
+            bprintf(b, "%s{node=\"%s\",role=\"%s\"} %g\n", name, l[i].node, l[i].role, fleet_num(nodes[i].tel, path));
+}
+
+/* The whole page, OWNED (free); NULL when out of memory. */
+static char *render(struct fleet *f, size_t *len)
+{
+    struct buf b = { .cap = 16384, .ok = true };
+    if (!(b.p = malloc(b.cap))) return NULL;
+    int n;
+    struct fleet_node *nodes = fleet_lock(f, &n);
+    struct lbl *l = calloc((size_t)n + 1, sizeof *l);
+    if (!l) {
+        fleet_unlock(f);
+        free(b.p);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        esc(nodes[i].name, l[i].node, sizeof l[i].node);
+        esc(nodes[i].role, l[i].role, sizeof l[i].role);
+    }
+    metric_head(&b, "dspark_node_up", "gauge", "1 while the node's retained status is online or draining.");
+    for (int i = 0; i < n; i++)
+        bprintf(&b, "dspark_node_up{node=\"%s\",role=\"%s\"} %d\n", l[i].node, l[i].role,
+                !strcmp(nodes[i].state, "online") || !strcmp(nodes[i].state, "draining"));
+    metric_head(&b, "dspark_node_draining", "gauge", "1 while the node drains before stopping.");
+    for (int i = 0; i < n; i++)
+        bprintf(&b, "dspark_node_draining{node=\"%s\",role=\"%s\"} %d\n", l[i].node, l[i].role,
+                !strcmp(nodes[i].state, "draining"));
+    metric_head(&b, "dspark_node_last_seen_seconds", "gauge", "Unix time of the node's last status or telemetry.");
+    for (int i = 0; i < n; i++)
+        bprintf(&b, "dspark_node_last_seen_seconds{node=\"%s\",role=\"%s\"} %.3f\n", l[i].node, l[i].role,
+                (double)nodes[i].seen_ms / 1000.0);
+    gauge_each(&b, nodes, n, l, "dspark_uptime_seconds", "gauge", "Seconds since the node started.", "uptime_s");
+    gauge_each(&b, nodes, n, l, "dspark_requests_per_second", "gauge", "Completed requests per second over the last telemetry interval.", "rates.requests_per_s");
+    gauge_each(&b, nodes, n, l, "dspark_tokens_per_second", "gauge", "Generated tokens per second over the last telemetry interval.", "rates.tokens_per_s");
+    gauge_each(&b, nodes, n, l, "dspark_overflow_ratio", "gauge", "Share of an edge's requests sent to a center.", "rates.overflow_ratio");
+    gauge_each(&b, nodes, n, l, "dspark_cascade_ratio", "gauge", "Share of an edge's results escalated for low confidence.", "rates.cascade_ratio");
+    gauge_each(&b, nodes, n, l, "dspark_active_requests", "gauge", "Requests being computed now.", "active");
+    gauge_each(&b, nodes, n, l, "dspark_requests_total", "counter", "Requests completed without error since start.", "hist.total_ms.count");
+
+    metric_head(&b, "dspark_queue_depth", "gauge", "Queued requests per priority tier.");
+    static const char *const tiers[] = { "high", "normal", "low" };
+    for (int i = 0; i < n; i++)
+        for (size_t t = 0; t < 3; t++) {
+            const cJSON *q = fleet_get(fleet_get(nodes[i].tel, "queues"), tiers[t]);
+            if (cJSON_IsNumber(q))
+                bprintf(&b, "dspark_queue_depth{node=\"%s\",role=\"%s\",tier=\"%s\"} %g\n", l[i].node, l[i].role,
+                        tiers[t], q->valuedouble);
+        }
+    metric_head(&b, "dspark_errors_total", "counter", "Error replies since start, by code.");
+    for (int i = 0; i < n; i++) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, fleet_get(nodes[i].tel, "errors")) {
+            char code[64];
+            if (cJSON_IsNumber(e))
+                bprintf(&b, "dspark_errors_total{node=\"%s\",role=\"%s\",code=\"%s\"} %g\n", l[i].node, l[i].role,
+                        esc(e->string, code, sizeof code), e->valuedouble);
+        }
+    }
+    metric_head(&b, "dspark_model_info", "gauge", "1 for every loaded model version, with its precision and state.");
+    for (int i = 0; i < n; i++) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, fleet_get(nodes[i].tel, "models")) {
+            char mn[160], mv[80], mp[16], vs[80], st[16];
+            esc(fleet_str(m, "name"), mn, sizeof mn);
+            esc(fleet_str(m, "precision"), mp, sizeof mp);
+            const cJSON *v, *vers = fleet_get(m, "versions");
+            if (!cJSON_GetArraySize(vers))
+                bprintf(&b, "dspark_model_info{node=\"%s\",role=\"%s\",model=\"%s\",version=\"%s\",precision=\"%s\",state=\"active\"} 1\n",
+                        l[i].node, l[i].role, mn, esc(fleet_str(m, "version"), mv, sizeof mv), mp);
+            cJSON_ArrayForEach(v, vers)
+                bprintf(&b, "dspark_model_info{node=\"%s\",role=\"%s\",model=\"%s\",version=\"%s\",precision=\"%s\",state=\"%s\"} 1\n",
+                        l[i].node, l[i].role, mn, esc(fleet_str(v, "version"), vs, sizeof vs), mp,
+                        esc(fleet_str(v, "state"), st, sizeof st));
+        }
+    }
+    metric_head(&b, "dspark_model_served_total", "counter", "Requests served by a model version since it was loaded.");
+    for (int i = 0; i < n; i++) {
+        const cJSON *m, *v;
+        cJSON_ArrayForEach(m, fleet_get(nodes[i].tel, "models")) {
+            char mn[160], vs[80];
+            esc(fleet_str(m, "name"), mn, sizeof mn);
+            cJSON_ArrayForEach(v, fleet_get(m, "versions"))
+                if (cJSON_IsNumber(fleet_get(v, "served")))
+                    bprintf(&b, "dspark_model_served_total{node=\"%s\",role=\"%s\",model=\"%s\",version=\"%s\"} %g\n",
+                            l[i].node, l[i].role, mn, esc(fleet_str(v, "version"), vs, sizeof vs), fleet_num(v, "served"));
+        }
+    }
+    histogram(&b, nodes, n, l, "queue_ms", "dspark_queue_seconds", "Time from submission to scheduling.");
+    histogram(&b, nodes, n, l, "ttft_ms", "dspark_ttft_seconds", "Time from submission to the first token.");
+    histogram(&b, nodes, n, l, "total_ms", "dspark_request_duration_seconds", "Time from submission to the final answer.");
+    fleet_unlock(f);
+    free(l);
+    if (!b.ok) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.n;
+    return b.p;
+}
+
+static int serve(void *ud, const char *url, struct httpd_reply *r)
+{
+    struct fleet *f = ud;
+    if (strcmp(url, "/metrics") != 0) {
+        r->body = strdup("dspark exporter: see /metrics\n");
+        r->len = r->body ? strlen(r->body) : 0;
+        r->type = "text/plain";
+        return strcmp(url, "/") ? 404 : 200;
+    }
+    r->body = render(f, &r->len);
+    r->type = "text/plain; version=0.0.4; charset=utf-8";
+    return r->body ? 200 : 500;
+}
+
+static void exporter_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: dspark exporter -b BROKER [--listen ADDR:PORT] [-u USER] [-P PASSWORD]\n"
+        "\n"
+        "Serves the fleet's telemetry as Prometheus metrics on http://ADDR:PORT/metrics\n"
+        "(default 127.0.0.1:9464). Reads dspark/v1/status/+ and dspark/v1/telemetry/+;\n"
+        "publishes nothing.\n");
+}
+
+int cmd_exporter(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "broker", required_argument, 0, 'b' },   { "listen", required_argument, 0, 'l' },
+        { "user", required_argument, 0, 'u' },     { "password", required_argument, 0, 'P' },
+        { "help", no_argument, 0, 'h' },           { 0, 0, 0, 0 },
+    };
+    const char *uri = NULL, *listen = "127.0.0.1:9464", *user = NULL, *pw = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:l:u:P:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': uri = optarg; break;
+        case 'l': listen = optarg; break;
+        case 'u': user = optarg; break;
+        case 'P': pw = optarg; break;
+        case 'h': exporter_usage(stdout); return 0;
+        default: fprintf(stderr, "dspark exporter: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        }
+    }
+    if (!uri || optind < argc) {
+        fprintf(stderr, "dspark exporter: -b BROKER is required (see --help)\n");
+        return 2;
+    }
+    struct fleet *f = fleet_open("exporter", uri, user, pw);
+    if (!f) return 1;
+    struct httpd *h = httpd_start("exporter", listen, serve, f);
+    if (!h) {
+        fleet_close(f);
+        return 1;
+    }
+    printf("dspark exporter: http://%s/metrics\n", httpd_addr(h));
+    fflush(stdout);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    while (!g_stop) pause();
+    httpd_stop(h);
+    fleet_close(f);
+    return 0;
+}

@@ -1,0 +1,206 @@
+/*
+** cmd_top.c — `dspark top`: the fleet in a terminal, one line per node,
+** redrawn every second from the retained status and telemetry topics.
+**
+** Plain ANSI escapes over termios rather than ncurses: the screen is one
+** table redrawn whole, which needs only "home, clear to end"; this keeps
+** the binary free of a terminfo dependency and works over any ssh session.
+*/
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "fleet.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { (void)sig; g_stop = 1; }
+
+static void top_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: dspark top -b BROKER [-u USER] [-P PASSWORD] [--interval-ms MS]\n"
+        "\n"
+        "A live view of the fleet: one line per node (role, state, requests/s,\n"
+        "tokens/s, queue per tier, p50/p99 total latency over the last 60 s,\n"
+        "errors, models), from dspark/v1/status/+ and dspark/v1/telemetry/+.\n"
+        "\n"
+        "keys:  n sort by name   r by requests/s   t by tokens/s   p by p99\n"
+        "       e edges only     c centers only    a all roles     q quit\n"
+        "\n"
+        "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://)\n"
+        "  -u, --user USER      broker user name\n"
+        "  -P, --password PW    broker password\n"
+        "      --interval-ms MS redraw period (default 1000)\n");
+}
+
+enum sort_key { SORT_NAME, SORT_REQ, SORT_TOK, SORT_P99 };
+
+struct row {
+    char   name[128], role[16], state[16], models[96];
+    double req, tok, p50, p99, seen_s;
+    double q[3], errors;
+};
+
+static enum sort_key g_sort;   // read by cmp_rows only (qsort has no user data)
+
+static int cmp_rows(const void *a, const void *b)
+{
+    const struct row *x = a, *y = b;
+    double dx = 0, dy = 0;
+    switch (g_sort) {
+    case SORT_NAME: return strcmp(x->name, y->name);
+    case SORT_REQ: dx = x->req; dy = y->req; break;
+    case SORT_TOK: dx = x->tok; dy = y->tok; break;
+    case SORT_P99: dx = x->p99; dy = y->p99; break;
+    }
+    if (dx != dy) return dx < dy ? 1 : -1;   // descending
+    return strcmp(x->name, y->name);
+}
+
+static void fill_row(const struct fleet_node *nd, uint64_t now_ms, struct row *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", nd->name);
+    snprintf(r->role, sizeof r->role, "%s", nd->role[0] ? nd->role : "?");
+    snprintf(r->state, sizeof r->state, "%s", nd->state[0] ? nd->state : "?");
+    r->seen_s = nd->seen_ms && now_ms > nd->seen_ms ? (double)(now_ms - nd->seen_ms) / 1000 : 0;
+    const cJSON *t = nd->tel;
+    if (!t) return;
+    bool live = strcmp(nd->state, "offline") != 0;
+    r->req = live ? fleet_num(t, "rates.requests_per_s") : 0;
+    r->tok = live ? fleet_num(t, "rates.tokens_per_s") : 0;
+    r->q[0] = fleet_num(t, "queues.high");
+    r->q[1] = fleet_num(t, "queues.normal");
+    r->q[2] = fleet_num(t, "queues.low");
+    // The recent window when it has samples, else since start.
+    if (fleet_num(t, "window.total_ms.count") > 0) {
+        r->p50 = fleet_num(t, "window.total_ms.p50");
+        r->p99 = fleet_num(t, "window.total_ms.p99");
+    } else {
+        r->p50 = fleet_num(t, "latency_ms.p50");
+        r->p99 = fleet_num(t, "latency_ms.p99");
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, fleet_get(t, "errors")) r->errors += cJSON_IsNumber(e) ? e->valuedouble : 0;
+    size_t n = 0;
+    cJSON_ArrayForEach(e, fleet_get(t, "models")) {
+        int k = snprintf(r->models + n, sizeof r->models - n, "%s%s@%s/%s", n ? " " : "", fleet_str(e, "name"),
+                         fleet_str(e, "version"), fleet_str(e, "precision"));
+        if (k < 0 || (size_t)k >= sizeof r->models - n) break;
+        n += (size_t)k;
+    }
+}
+
+static void draw(struct fleet *f, char role_filter)
+{
+    static struct row rows[FLEET_MAX_NODES];
+    int n, shown = 0;
+    uint64_t now = fleet_unix_ms();
+    struct fleet_node *nodes = fleet_lock(f, &n);
+    for (int i = 0; i < n; i++) {
+        if (role_filter && nodes[i].role[0] != role_filter) continue;
+        fill_row(&nodes[i], now, &rows[shown++]);
+    }
+    fleet_unlock(f);
+    qsort(rows, (size_t)shown, sizeof rows[0], cmp_rows);
+    static const char *const sort_name[] = { "name", "req/s", "tok/s", "p99" };
+    double req = 0, tok = 0;
+    int online = 0;
+    for (int i = 0; i < shown; i++) {
+        req += rows[i].req;
+        tok += rows[i].tok;
+        online += strcmp(rows[i].state, "offline") != 0;
+    }
+    printf("\033[H\033[2J");
+    printf("dspark top  %d nodes (%d up)  %.1f req/s  %.1f tok/s   sort: %s  role: %s   [n r t p  e c a  q]\r\n\r\n",
+           shown, online, req, tok, sort_name[g_sort], role_filter == 'e' ? "edge" : role_filter == 'c' ? "center" : "all");
+    printf("\033[7m%-16s %-6s %-8s %7s %8s %11s %8s %8s %5s %5s  %-s\033[0m\r\n", "NODE", "ROLE", "STATE", "REQ/S",
+           "TOK/S", "QUEUE h/n/l", "P50_MS", "P99_MS", "ERR", "SEEN", "MODELS");
+    for (int i = 0; i < shown; i++) {
+        const struct row *r = &rows[i];
+        char q[24];
+        snprintf(q, sizeof q, "%.0f/%.0f/%.0f", r->q[0], r->q[1], r->q[2]);
+        const char *color = !strcmp(r->state, "online") ? "" : !strcmp(r->state, "draining") ? "\033[33m" : "\033[31m";
+        printf("%s%-16.16s %-6s %-8s %7.1f %8.1f %11s %8.1f %8.1f %5.0f %4.0fs  %s\033[0m\r\n", color, r->name,
+               r->role, r->state, r->req, r->tok, q, r->p50, r->p99, r->errors, r->seen_s, r->models);
+    }
+    if (!shown) printf("(waiting for status and telemetry...)\r\n");
+    fflush(stdout);
+}
+
+int cmd_top(int argc, char **argv)
+{
+    enum { O_INTERVAL = 256 };
+    static const struct option opts[] = {
+        { "broker", required_argument, 0, 'b' },      { "user", required_argument, 0, 'u' },
+        { "password", required_argument, 0, 'P' },    { "interval-ms", required_argument, 0, O_INTERVAL },
+        { "help", no_argument, 0, 'h' },              { 0, 0, 0, 0 },
+    };
+    const char *uri = NULL, *user = NULL, *pw = NULL;
+    uint64_t interval_ms = 1000;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:u:P:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': uri = optarg; break;
+        case 'u': user = optarg; break;
+        case 'P': pw = optarg; break;
+        case O_INTERVAL: if (!cli_parse_u64("--interval-ms", optarg, 100, 60000, &interval_ms)) return 2; break;
+        case 'h': top_usage(stdout); return 0;
+        default: fprintf(stderr, "dspark top: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        }
+    }
+    if (!uri || optind < argc) {
+        fprintf(stderr, "dspark top: -b BROKER is required (see --help)\n");
+        return 2;
+    }
+    struct fleet *f = fleet_open("top", uri, user, pw);
+    if (!f) return 1;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    struct termios saved;
+    bool tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved) == 0;
+    if (tty) {
+        struct termios raw = saved;
+        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+        raw.c_cc[VMIN] = 0;
+        raw.c_cc[VTIME] = 0;
+        tcsetattr(STDIN_FILENO, TCSANOW, &raw);
+    }
+    printf("\033[?25l");   // hide the cursor
+    char role = 0;
+    while (!g_stop) {
+        draw(f, role);
+        struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+        if (poll(&p, 1, (int)interval_ms) <= 0) continue;
+        char k;
+        if (read(STDIN_FILENO, &k, 1) != 1) {
+            if (!tty) break;   // stdin closed
+            continue;
+        }
+        switch (k) {
+        case 'q': case 'Q': g_stop = 1; break;
+        case 'n': g_sort = SORT_NAME; break;
+        case 'r': g_sort = SORT_REQ; break;
+        case 't': g_sort = SORT_TOK; break;
+        case 'p': g_sort = SORT_P99; break;
+        case 'e': role = 'e'; break;
+        case 'c': role = 'c'; break;
+        case 'a': role = 0; break;
+        default: break;
+        }
+    }
+    printf("\033[?25h\r\n");
+    fflush(stdout);
+    if (tty) tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+    fleet_close(f);
+    return 0;
+}

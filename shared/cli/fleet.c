@@ -1,0 +1,155 @@
+/*
+** fleet.c — the fleet's status and telemetry, kept from the broker's
+** retained messages (contract in fleet.h).
+*/
+#include "fleet.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "ds/mqtt.h"
+
+#define TOPIC_STATUS    "dspark/v1/status/"
+#define TOPIC_TELEMETRY "dspark/v1/telemetry/"
+
+struct fleet {
+    pthread_mutex_t   mu;
+    struct ds_mqtt   *mq;
+    int               n;
+    struct fleet_node nodes[FLEET_MAX_NODES];
+};
+
+uint64_t fleet_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+const struct cJSON *fleet_get(const struct cJSON *o, const char *path)
+{
+    char key[64];
+    while (o && *path) {
+        const char *dot = strchr(path, '.');
+        size_t len = dot ? (size_t)(dot - path) : strlen(path);
+        if (len >= sizeof key) return NULL;
+        memcpy(key, path, len);
+        key[len] = 0;
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        path += len + (dot ? 1 : 0);
+    }
+    return o;
+}
+
+const char *fleet_str(const struct cJSON *o, const char *path)
+{
+    const cJSON *x = fleet_get(o, path);
+    return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+double fleet_num(const struct cJSON *o, const char *path)
+{
+    const cJSON *x = fleet_get(o, path);
+    return cJSON_IsNumber(x) ? x->valuedouble : 0.0;
+}
+
+/* The node named name, added when new; NULL when the table is full. Locked. */
+static struct fleet_node *node_of(struct fleet *f, const char *name)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->nodes[i].name, name)) return &f->nodes[i];
+    if (f->n == FLEET_MAX_NODES || strlen(name) >= sizeof f->nodes[0].name) return NULL;
+    struct fleet_node *nd = &f->nodes[f->n++];
+    memset(nd, 0, sizeof *nd);
+    memcpy(nd->name, name, strlen(name) + 1);
+    return nd;
+}
+
+static void copy_field(char *dst, size_t cap, const char *s)
+{
+    snprintf(dst, cap, "%s", s);
+}
+
+static void on_message(void *ud, const struct ds_mqtt_msg *m)
+{
+    struct fleet *f = ud;
+    bool status = !strncmp(m->topic, TOPIC_STATUS, strlen(TOPIC_STATUS));
+    const char *name = m->topic + strlen(status ? TOPIC_STATUS : TOPIC_TELEMETRY);
+    if (!m->len) return;   // a cleared retained message
+    cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return;
+    }
+    pthread_mutex_lock(&f->mu);
+    struct fleet_node *nd = node_of(f, name);
+    if (nd) {
+        nd->seen_ms = fleet_unix_ms();
+        if (*fleet_str(j, "role")) copy_field(nd->role, sizeof nd->role, fleet_str(j, "role"));
+        if (status) {
+            copy_field(nd->state, sizeof nd->state, fleet_str(j, "state"));
+        } else {
+            cJSON_Delete(nd->tel);
+            nd->tel = j;
+            j = NULL;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    cJSON_Delete(j);
+}
+
+struct fleet *fleet_open(const char *cmd, const char *uri, const char *user, const char *password)
+{
+    struct fleet *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    pthread_mutex_init(&f->mu, NULL);
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = on_message;
+    o.ud = f;
+    o.connect_timeout_s = 5;
+    o.username = user;
+    o.password = password;
+    char id[64];
+    snprintf(id, sizeof id, "dspark-%s-%ld-%ld", cmd, (long)getpid(), (long)(ds_now_ns() % 1000000));
+    enum ds_err rc = ds_mqtt_create(uri, id, &o, &f->mq);
+    if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_STATUS "+", 1);
+    if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_TELEMETRY "+", 0);
+    if (rc == DS_OK) rc = ds_mqtt_connect(f->mq);
+    if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(f->mq, 10000);
+    if (rc != DS_OK) {
+        fprintf(stderr, "dspark %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
+        fleet_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+void fleet_close(struct fleet *f)
+{
+    if (!f) return;
+    if (f->mq) (void)ds_mqtt_disconnect(f->mq, 1000);
+    ds_mqtt_destroy(f->mq);
+    for (int i = 0; i < f->n; i++) cJSON_Delete(f->nodes[i].tel);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+struct fleet_node *fleet_lock(struct fleet *f, int *n)
+{
+    pthread_mutex_lock(&f->mu);
+    *n = f->n;
+    return f->nodes;
+}
+
+void fleet_unlock(struct fleet *f)
+{
+    pthread_mutex_unlock(&f->mu);
+}

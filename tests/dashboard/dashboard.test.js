@@ -1,0 +1,97 @@
+// dashboard.test.js: integration.dashboard's browser half (test_ops.c runs it).
+// Opens the real dashboard in headless Chromium and checks what a user sees.
+// argv: page URL, broker ws:// URL, output folder.
+// Protocol with test_ops.c over stdout lines / files in the output folder:
+//   READY            both nodes listed online: start sending requests
+//   RATES            both nodes showed non-zero requests/s: stop sending
+//   (waits for OUT/expect.json: {"node": published window p99, ...})
+//   STOP center-ops  p99s and a model version checked: stop the center
+//   PASS             the center shown offline, the fleet p99 then the edge's
+//                    own (merged buckets); screenshot saved
+'use strict';
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const puppeteer = require('puppeteer-core');
+
+const [url, broker, out] = process.argv.slice(2);
+const NODES = ['edge-ops', 'center-ops'];
+const T = 60000;
+
+function log(...a) { process.stdout.write(a.join(' ') + '\n'); }
+
+async function waitFile(p, ms) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (fs.existsSync(p)) return JSON.parse(fs.readFileSync(p, 'utf8'));
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('no ' + p);
+}
+
+(async () => {
+  const udd = fs.mkdtempSync(path.join(os.tmpdir(), 'dspark-chromium-'));
+  const browser = await puppeteer.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    userDataDir: udd,
+    args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--allow-file-access-from-files'],
+    defaultViewport: { width: 1500, height: 900 },
+  });
+  try {
+    const page = await browser.newPage();
+    page.on('console', (m) => log('console:', m.text()));
+    page.on('pageerror', (e) => log('pageerror:', e.message));
+    await page.goto(url + '?broker=' + encodeURIComponent(broker));
+    await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'connected', { timeout: T });
+    await page.waitForFunction((nodes) => nodes.every((n) => {
+      const r = document.querySelector(`#nodes tr[data-node="${n}"]`);
+      return r && r.dataset.state === 'online' && r.querySelector('.state').textContent === 'online';
+    }), { timeout: T }, NODES);
+    log('READY');
+    await page.waitForFunction((nodes) => nodes.every((n) => {
+      const r = document.querySelector(`#nodes tr[data-node="${n}"]`);
+      return r && parseFloat(r.querySelector('.req').textContent) > 0;
+    }), { timeout: T, polling: 50 }, NODES);
+    const fleetReq = await page.$eval('#k-req', (e) => e.textContent);
+    log('RATES fleet req/s shown', fleetReq);
+    const expect = await waitFile(path.join(out, 'expect.json'), T);
+    // The third figure of "total p50/p90/p99" as shown, equal within rounding to the node's.
+    await page.waitForFunction((exp) => Object.entries(exp).every(([n, want]) => {
+      const r = document.querySelector(`#nodes tr[data-node="${n}"]`);
+      if (!r) return false;
+      const shown = parseFloat(r.querySelector('.lat-total').textContent.split('/')[2]);
+      return Math.abs(shown - want) <= 0.006 * want + 0.006;
+    }), { timeout: T }, expect);
+    for (const n of Object.keys(expect)) {
+      const shown = await page.$eval(`#nodes tr[data-node="${n}"] .lat-total`, (e) => e.textContent);
+      log(`p99 ${n}: shown "${shown}", published ${expect[n]}`);
+    }
+    const fleetP99 = await page.$eval('#k-p99', (e) => e.textContent);
+    if (!/\d/.test(fleetP99)) throw new Error('no fleet p99: ' + fleetP99);
+    const version = await page.waitForFunction(() => {
+      const c = document.querySelector('#models tr[data-model="stories"] .version');
+      return c && c.textContent ? c.textContent : false;
+    }, { timeout: T });
+    log('model version shown', await version.jsonValue(), '; fleet p99', fleetP99);
+    log('STOP center-ops');
+    await page.waitForFunction(() => {
+      const r = document.querySelector('#nodes tr[data-node="center-ops"]');
+      return r && r.dataset.state === 'offline' && r.querySelector('.state').textContent === 'offline';
+    }, { timeout: T });
+    // With the edge alone up, the fleet p99 merged from its buckets is its own p99 (within rounding).
+    await page.waitForFunction((want) => {
+      const shown = parseFloat(document.getElementById('k-p99').textContent);
+      return Math.abs(shown - want) <= 0.01 * want + 0.06;
+    }, { timeout: T }, expect['edge-ops']);
+    log('fleet p99 with the edge alone', await page.$eval('#k-p99', (e) => e.textContent));
+    const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
+    if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
+    await page.screenshot({ path: path.join(out, 'dashboard.png') });
+    log('PASS');
+  } finally {
+    await browser.close();
+    fs.rmSync(udd, { recursive: true, force: true });
+  }
+})().catch((e) => { log('ERROR', e && e.stack || e); process.exit(1); });

@@ -1,0 +1,450 @@
+/*
+** test_ops.c — the ops view against a real fleet: mosquitto with an MQTT
+** listener and a websockets listener on a free port, a dspark-edge and a
+** dspark-center (telemetry every second) serving requests, then one of:
+**   dashboard  the page in headless Chromium (tests/dashboard/dashboard.test.js,
+**              puppeteer-core): both nodes with their state, non-zero rates,
+**              P99 equal to what the node published, a model version, the
+**              center turning offline when stopped; screenshot saved.
+**   top        `dspark top` in tmux: both nodes listed, the p sort key shown
+**              in the header, q quits.
+**   exporter   `dspark exporter`: promtool check metrics passes, and the
+**              request-duration histogram counts equal the requests answered.
+** A missing tool (chromium, node, tmux, promtool) fails the test: CI must
+** install it (deploy/install-deps.sh). Everything waits for events.
+** The dashboard mode also checks that `dspark dashboard` serves the page's
+** files as they are in deploy/dashboard/ and nothing outside it.
+** Output (screenshots, captures, /metrics) goes to DS_TEST_OUT/<mode>/.
+*/
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ds/log.h"
+#include "ds/mqtt.h"
+#include "support/broker.h"
+#include "support/itest.h"
+#include "support/testutil.h"
+
+#define N_REQ 12
+#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); cleanup(); exit(1); } while (0)
+
+static struct {
+    struct tb_broker *b;
+    char             *dir;
+    char              out[1024], extra[256];
+    uint16_t          ws_port;
+    pid_t             edge, center, tool;
+    struct ds_mqtt   *dev;
+    struct it_inbox  *in;
+    char              tmux[64];
+} g;
+
+static void cleanup(void)
+{
+    if (g.tmux[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "tmux kill-session -t %s 2>/dev/null", g.tmux);
+        int st;
+        free(tu_run(cmd, &st));
+    }
+    if (g.tool > 0) it_stop(g.tool, SIGTERM, 5000);
+    if (g.edge > 0) it_stop(g.edge, SIGTERM, 10000);
+    if (g.center > 0) it_stop(g.center, SIGTERM, 10000);
+    if (g.dir) it_log_tail(g.dir, 5);
+    if (g.dev) ds_mqtt_destroy(g.dev);
+    tb_broker_destroy(g.b);
+}
+
+static uint16_t free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    uint16_t port = 0;
+    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (s >= 0) close(s);
+    return port;
+}
+
+static void need_tool(const char *tool)
+{
+    char cmd[256];
+    int st;
+    snprintf(cmd, sizeof cmd, "command -v %s", tool);
+    free(tu_run(cmd, &st));
+    if (st != 0) FAIL("%s is not installed (deploy/install-deps.sh installs it)", tool);
+}
+
+/* The newest telemetry of node (OWNED), waiting up to ms for one containing needle. */
+static char *telemetry_of(const char *node, const char *needle, int ms)
+{
+    char topic[128];
+    snprintf(topic, sizeof topic, "dspark/v1/telemetry/%s", node);
+    struct it_match m = { .topic_prefix = topic, .needle = needle, .newest_first = true };
+    return it_inbox_find(g.in, &m, 0, ms, NULL, NULL);
+}
+
+static void start_fleet(void)
+{
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    g.in = it_inbox_new(65536);
+    g.ws_port = free_port();
+    snprintf(g.extra, sizeof g.extra, "listener %u\nprotocol websockets\n", g.ws_port);
+    struct tb_broker_opts bo = { .max_inflight = 100, .extra_conf = g.extra };
+    if (tb_broker_start(&bo, &g.b) != DS_OK) FAIL("mosquitto with a websockets listener did not start");
+    g.dir = tu_tmpdir();
+    g.dev = it_device(tb_broker_uri(g.b), "dev-ops", g.in,
+                      (const char *const[]){ "test/reply/ops", "dspark/v1/status/+", "dspark/v1/telemetry/+", NULL });
+    if (!g.dev) FAIL("device client");
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = center-ops\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[batch]\nmax_active = 8\n"
+             "[model stories]\npath = %s\ntokenizer = %s\nbackend = cpu\n",
+             tb_broker_uri(g.b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
+    g.center = it_spawn(g.dir, "center-node/dspark-center", "center-ops", conf, 0);
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-ops\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[batch]\nmax_active = 2\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+             tb_broker_uri(g.b), tu_model("stories260K.gguf"));
+    g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-ops", conf, 0);
+    if (g.center <= 0 || g.edge <= 0) FAIL("spawn");
+    if (!it_inbox_seen(g.in, "\"node\":\"center-ops\",\"state\":\"online\"", 30000)) FAIL("center not online");
+    if (!it_inbox_seen(g.in, "\"node\":\"edge-ops\",\"state\":\"online\"", 30000)) FAIL("edge not online");
+}
+
+/* N_REQ requests, every other one routed to the center; all answered. */
+static void serve_requests(void)
+{
+    char id[32], json[256];
+    for (int i = 0; i < N_REQ; i++) {
+        snprintf(id, sizeof id, "ops-%d", i);
+        int n = snprintf(json, sizeof json,
+                         "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":16%s}", id,
+                         i % 2 ? ",\"route\":\"center\"" : ",\"route\":\"edge\"");
+        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0 };
+        if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) != DS_OK) FAIL("publish");
+    }
+    for (int i = 0; i < N_REQ; i++) {
+        snprintf(id, sizeof id, "ops-%d", i);
+        char *a = it_inbox_answer(g.in, id, 60000, NULL);
+        if (!a || !strstr(a, "\"done\":true")) FAIL("request %s: %s", id, a ? a : "no answer");
+        free(a);
+    }
+}
+
+static void out_dir(const char *mode)
+{
+    snprintf(g.out, sizeof g.out, "%s/%s", DS_TEST_OUT, mode);
+    char cmd[1200];
+    int st;
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g.out);
+    free(tu_run(cmd, &st));
+}
+
+/* ---- dashboard ---- */
+
+/* Requests sent by the load thread while the page watches. */
+static struct {
+    pthread_t        th;
+    volatile int     stop;
+    int              sent;
+} load;
+
+static void *load_main(void *ud)
+{
+    (void)ud;
+    char id[32], json[256];
+    while (!load.stop) {
+        snprintf(id, sizeof id, "load-%d", load.sent);
+        int n = snprintf(json, sizeof json,
+                         "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":8,\"route\":\"%s\"}",
+                         id, load.sent % 2 ? "center" : "edge");
+        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0 };
+        if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) == DS_OK) load.sent++;
+        usleep(100000);
+    }
+    return NULL;
+}
+
+/* The window p99 of node's telemetry published after inbox index from (the
+** second one, so it was snapshotted after everything before from). */
+static double p99_after(const char *node, int from)
+{
+    char topic[128];
+    snprintf(topic, sizeof topic, "dspark/v1/telemetry/%s", node);
+    struct it_match m = { .topic_prefix = topic };
+    int at;
+    char *t = it_inbox_find(g.in, &m, from, 20000, &at, NULL);
+    free(t);
+    t = t ? it_inbox_find(g.in, &m, at + 1, 20000, NULL, NULL) : NULL;
+    const char *w = t ? strstr(t, "\"window\"") : NULL;
+    const char *tot = w ? strstr(w, "\"total_ms\"") : NULL;
+    const char *p99 = tot ? strstr(tot, "\"p99\":") : NULL;
+    double v = p99 ? strtod(p99 + 6, NULL) : -1;
+    free(t);
+    return v;
+}
+
+/* `dspark dashboard --listen 127.0.0.1:0` serves the embedded files byte for
+** byte, prints its URL with the broker, and refuses paths outside its root. */
+static void check_dashboard_server(void)
+{
+    char outp[1300], cmd[4096];
+    snprintf(outp, sizeof outp, "%s/dashboard-server.out", g.out);
+    unlink(outp);
+    g.tool = fork();
+    if (g.tool == 0) {
+        char errlog[4300], bin[1200];
+        snprintf(errlog, sizeof errlog, "%s/dashboard-server.log", g.dir);
+        if (!freopen(outp, "w", stdout) || !freopen(errlog, "a", stderr)) _exit(127);
+        snprintf(bin, sizeof bin, "%s/shared/dspark", DS_BUILD_DIR);
+        execl(bin, bin, "dashboard", "--listen", "127.0.0.1:0", "--broker", "ws://127.0.0.1:9", (char *)NULL);
+        _exit(127);
+    }
+    char url[256] = "";
+    for (int t = 0; t < 200 && !url[0]; t++) {
+        size_t len;
+        char *o = tu_read_file(outp, &len);
+        const char *u = o ? strstr(o, "http://") : NULL;
+        if (u && strchr(u, '\n')) sscanf(u, "%255s", url);
+        free(o);
+        if (!url[0]) usleep(50000);
+    }
+    if (!strstr(url, "/?broker=ws://127.0.0.1:9")) FAIL("dspark dashboard printed no URL with the broker (%s)", url);
+    *strstr(url, "?") = 0;
+    static const char *const files[] = { "index.html", "app.js", "style.css", "vendor/mqtt.min.js" };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(cmd, sizeof cmd, "curl -sf '%s%s' | cmp -s - '%s/deploy/dashboard/%s'", url, files[i], DS_SOURCE_DIR, files[i]);
+        int st;
+        free(tu_run(cmd, &st));
+        if (st != 0) FAIL("dspark dashboard: %s differs from deploy/dashboard/%s", files[i], files[i]);
+    }
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' --path-as-is '%s../CMakeLists.txt'", url);
+    int st;
+    char *code = tu_run(cmd, &st);
+    if (!code || strcmp(code, "404") != 0) FAIL("dspark dashboard served a path outside its root (%s)", code ? code : "?");
+    free(code);
+    it_stop(g.tool, SIGTERM, 5000);
+    g.tool = 0;
+}
+
+static int test_dashboard(void)
+{
+    need_tool("node");
+    need_tool("chromium");
+    need_tool("curl");
+    char mods[1200];
+    snprintf(mods, sizeof mods, "%s/tests/dashboard/node_modules/puppeteer-core", DS_SOURCE_DIR);
+    struct stat st;
+    if (stat(mods, &st) != 0) FAIL("%s missing: run 'npm ci' in tests/dashboard (deploy/test.sh does)", mods);
+    start_fleet();
+    check_dashboard_server();
+    serve_requests();
+    char cmd[4096], expect[1200];
+    snprintf(expect, sizeof expect, "%s/expect.json", g.out);
+    unlink(expect);
+    snprintf(cmd, sizeof cmd, "cd '%s/tests/dashboard' && exec node dashboard.test.js 'file://%s/deploy/dashboard/index.html' "
+             "'ws://127.0.0.1:%u' '%s'", DS_SOURCE_DIR, DS_SOURCE_DIR, g.ws_port, g.out);
+    FILE *p = popen(cmd, "r");
+    if (!p) FAIL("popen node");
+    char line[4096];
+    bool ok = false;
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stderr);
+        if (!strncmp(line, "READY", 5)) {
+            load.stop = 0;
+            if (pthread_create(&load.th, NULL, load_main, NULL) != 0) FAIL("thread");
+        } else if (!strncmp(line, "RATES", 5)) {
+            load.stop = 1;
+            pthread_join(load.th, NULL);
+            char id[32];
+            for (int i = 0; i < load.sent; i++) {
+                snprintf(id, sizeof id, "load-%d", i);
+                free(it_inbox_answer(g.in, id, 60000, NULL));
+            }
+            int from = it_inbox_len(g.in);
+            double e = p99_after("edge-ops", from), c = p99_after("center-ops", from);
+            if (e <= 0 || c <= 0) FAIL("no window p99 published (edge %g, center %g)", e, c);
+            char tmp[1300];
+            snprintf(tmp, sizeof tmp, "%s.tmp", expect);
+            FILE *f = fopen(tmp, "w");
+            if (!f) FAIL("%s", tmp);
+            fprintf(f, "{\"edge-ops\": %.17g, \"center-ops\": %.17g}\n", e, c);
+            fclose(f);
+            rename(tmp, expect);
+        } else if (!strncmp(line, "STOP center-ops", 15)) {
+            it_stop(g.center, SIGTERM, 20000);
+            g.center = 0;
+        } else if (!strncmp(line, "PASS", 4)) {
+            ok = true;
+        }
+    }
+    int rc = pclose(p);
+    if (!ok || rc != 0) FAIL("dashboard.test.js failed (exit %d)", rc);
+    return 0;
+}
+
+/* ---- top ---- */
+
+static char *capture(void)
+{
+    char cmd[128];
+    int st;
+    snprintf(cmd, sizeof cmd, "tmux capture-pane -p -t %s", g.tmux);
+    return tu_run(cmd, &st);
+}
+
+static bool pane_has(const char *a, const char *b, int ms)
+{
+    for (int t = 0; t < ms / 50; t++) {
+        char *c = capture();
+        bool yes = c && strstr(c, a) && (!b || strstr(c, b));
+        free(c);
+        if (yes) return true;
+        usleep(50000);
+    }
+    return false;
+}
+
+static int test_top(void)
+{
+    need_tool("tmux");
+    start_fleet();
+    serve_requests();
+    free(telemetry_of("edge-ops", "\"window\":{\"s\":60", 20000));
+    snprintf(g.tmux, sizeof g.tmux, "dstop%d", (int)getpid());
+    char cmd[2048];
+    int st;
+    snprintf(cmd, sizeof cmd, "tmux new-session -d -s %s -x 160 -y 20 '%s/shared/dspark top -b %s 2>>%s/top.log; echo TOP-EXITED $?; sleep 30'",
+             g.tmux, DS_BUILD_DIR, tb_broker_uri(g.b), g.dir);
+    free(tu_run(cmd, &st));
+    if (st != 0) FAIL("tmux new-session");
+    if (!pane_has("edge-ops", "center-ops", 20000)) FAIL("top does not list both nodes");
+    if (!pane_has("sort: name", NULL, 5000)) FAIL("top header");
+    // Rates arrive with the next telemetry: wait for a non-zero total p99 column.
+    snprintf(cmd, sizeof cmd, "tmux send-keys -t %s p", g.tmux);
+    free(tu_run(cmd, &st));
+    if (!pane_has("sort: p99", NULL, 5000)) FAIL("top did not react to the p key");
+    snprintf(cmd, sizeof cmd, "tmux send-keys -t %s e", g.tmux);
+    free(tu_run(cmd, &st));
+    if (!pane_has("role: edge", NULL, 5000)) FAIL("top did not react to the e key");
+    char *c = capture();
+    if (c && strstr(c, "center-ops")) FAIL("e filter still shows the center:\n%s", c);
+    free(c);
+    snprintf(cmd, sizeof cmd, "tmux send-keys -t %s a", g.tmux);
+    free(tu_run(cmd, &st));
+    if (!pane_has("edge-ops", "center-ops", 5000)) FAIL("a did not show every role again");
+    c = capture();
+    char path[1200];
+    snprintf(path, sizeof path, "%s/top.txt", g.out);
+    FILE *f = fopen(path, "w");
+    if (f && c) fputs(c, f);
+    if (f) fclose(f);
+    free(c);
+    snprintf(cmd, sizeof cmd, "tmux send-keys -t %s q", g.tmux);
+    free(tu_run(cmd, &st));
+    if (!pane_has("TOP-EXITED 0", NULL, 5000)) FAIL("q did not quit top");
+    return 0;
+}
+
+/* ---- exporter ---- */
+
+static int test_exporter(void)
+{
+    need_tool("promtool");
+    need_tool("curl");
+    start_fleet();
+    serve_requests();
+    char path[1200], cmd[4096];
+    snprintf(path, sizeof path, "%s/exporter.out", g.out);
+    uint16_t port = free_port();
+    g.tool = fork();
+    if (g.tool == 0) {
+        char listen[32];
+        snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
+        char errlog[4300];
+        snprintf(errlog, sizeof errlog, "%s/exporter.log", g.dir);
+        if (!freopen(path, "w", stdout) || !freopen(errlog, "a", stderr)) _exit(127);
+        char bin[1200];
+        snprintf(bin, sizeof bin, "%s/shared/dspark", DS_BUILD_DIR);
+        execl(bin, bin, "exporter", "--listen", listen, "-b", tb_broker_uri(g.b), (char *)NULL);
+        _exit(127);
+    }
+    // Wait until the exporter's histograms count every request answered.
+    char metrics[1200];
+    snprintf(metrics, sizeof metrics, "%s/metrics.txt", g.out);
+    double total = -1;
+    for (int t = 0; t < 300 && total != N_REQ; t++) {
+        snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics -o '%s'", port, metrics);
+        int st;
+        free(tu_run(cmd, &st));
+        size_t len;
+        char *m = st == 0 ? tu_read_file(metrics, &len) : NULL;
+        total = 0;
+        for (const char *p = m; p && (p = strstr(p, "\ndspark_request_duration_seconds_count{")) != NULL; p++) {
+            const char *sp = strchr(p, '}');
+            total += sp ? strtod(sp + 1, NULL) : 0;
+        }
+        free(m);
+        if (total != N_REQ) usleep(100000);
+    }
+    if (total != N_REQ) FAIL("histogram counts %g, want %d", total, N_REQ);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < '%s' 2>&1", metrics);
+    int st;
+    char *o = tu_run(cmd, &st);
+    fprintf(stderr, "promtool: %s\n", o ? o : "");
+    if (st != 0) FAIL("promtool check metrics: %s", o ? o : "");
+    free(o);
+    // The +Inf bucket equals _count for every series, and le bounds are real.
+    size_t len;
+    char *m = tu_read_file(metrics, &len);
+    if (!m || !strstr(m, "dspark_request_duration_seconds_bucket{node=\"edge-ops\",role=\"edge\",le=\"0.001\"}")
+        || !strstr(m, "dspark_node_up{node=\"center-ops\",role=\"center\"} 1")
+        || !strstr(m, "dspark_model_info{node=\"edge-ops\""))
+        FAIL("expected series missing:\n%s", m ? m : "");
+    free(m);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s dashboard|top|exporter\n", argv[0]);
+        return 2;
+    }
+    out_dir(argv[1]);
+    int rc = !strcmp(argv[1], "dashboard") ? test_dashboard()
+             : !strcmp(argv[1], "top")     ? test_top()
+             : !strcmp(argv[1], "exporter") ? test_exporter() : 2;
+    if (rc == 0 && g.tool > 0) {
+        it_stop(g.tool, SIGTERM, 5000);
+        g.tool = 0;
+    }
+    cleanup();
+    // A sanitizer report in any process's log (nodes, exporter) fails the test.
+    if (rc == 0 && g.dir) {
+        char cmd[4300];
+        int st;
+        snprintf(cmd, sizeof cmd, "grep -l 'Sanitizer\\|runtime error' '%s'/*.log", g.dir);
+        char *o = tu_run(cmd, &st);
+        if (st == 0) {
+            fprintf(stderr, "FAIL: sanitizer report in %s\n", o ? o : "?");
+            rc = 1;
+        }
+        free(o);
+    }
+    if (rc == 0) printf("PASS %s\n", argv[1]);
+    return rc;
+}
