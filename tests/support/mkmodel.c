@@ -92,20 +92,7 @@ static float *values(struct src s, uint32_t rows, uint32_t cols)
         }
         return x;
     }
-    const uint8_t *p = s.w->data;
-    for (size_t i = 0; i < n; i++) {
-        switch (s.w->type) {
-        case DS_DTYPE_F32: memcpy(&x[i], p + 4 * i, 4); break;
-        case DS_DTYPE_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); x[i] = ds_f16_to_f32(h); break; }
-        case DS_DTYPE_Q8_0: {
-            const struct ds_q8_block *b = (const struct ds_q8_block *)p + i / DS_Q8_BLOCK;
-            uint16_t d;
-            memcpy(&d, &b->d, 2);
-            x[i] = ds_f16_to_f32(d) * (float)b->qs[i % DS_Q8_BLOCK];
-            break;
-        }
-        }
-    }
+    for (uint32_t r = 0; r < rows; r++) ds_weight_row_f32(s.w, r, x + (size_t)r * cols);
     return x;
 }
 

@@ -1,6 +1,7 @@
 /*
 ** ds/model.h — open, validate and memory-map Llama-family model files:
-** GGUF v2/v3 (F32, F16, Q8_0 tensors) and llama2.c legacy (v0) checkpoints.
+** GGUF v2/v3 (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+** Q6_K tensors; architectures llama and qwen2) and llama2.c legacy (v0) checkpoints.
 **
 ** Ownership: ds_model_open() returns an OWNED model; ds_model_close() accepts
 **            NULL. Every struct ds_weight points into the mapping (BORROWED,
@@ -24,7 +25,13 @@
 
 struct ds_gguf;
 
-enum ds_dtype { DS_DTYPE_F32, DS_DTYPE_F16, DS_DTYPE_Q8_0 };
+/* Weight types, each the ggml layout of the same name (ds/gguf.h). */
+enum ds_dtype {
+    DS_DTYPE_F32, DS_DTYPE_F16, DS_DTYPE_Q8_0,
+    DS_DTYPE_BF16, DS_DTYPE_Q4_0, DS_DTYPE_Q4_1, DS_DTYPE_Q5_0, DS_DTYPE_Q5_1,
+    DS_DTYPE_Q4_K, DS_DTYPE_Q5_K, DS_DTYPE_Q6_K,
+    DS_DTYPE_COUNT
+};
 
 enum ds_model_format { DS_MODEL_FORMAT_GGUF, DS_MODEL_FORMAT_LLAMA2C };
 
@@ -51,8 +58,12 @@ struct ds_weight {
     const void   *data;     /* BORROWED from the mapping */
 };
 
-/* Row r of w as cols FP32 values (F32 copied, F16 and Q8_0 converted). */
+/* Row r of w as cols FP32 values (F32 copied, every other type converted). */
 void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out);
+/* Bytes of one row of w in its file type. */
+size_t ds_weight_row_bytes(const struct ds_weight *w);
+/* The ggml type of a dtype (DS_GGML_TYPE_*). */
+uint32_t ds_dtype_ggml(enum ds_dtype t);
 
 struct ds_layer_weights {
     struct ds_weight attn_norm;        /* (dim) */

@@ -21,6 +21,7 @@
 #include "ds/gguf.h"
 #include "ds/kern.h"
 #include "ds/log.h"
+#include "quant_internal.h"
 
 /* Bounds that no real Llama-family model exceeds; past them a header lies. */
 #define MAX_DIM     65536u
@@ -30,25 +31,9 @@
 #define MAX_VOCAB   1048576u
 #define MAX_CTX     1048576u
 
-const char *ds_dtype_name(enum ds_dtype t)
-{
-    switch (t) {
-    case DS_DTYPE_F32:  return "f32";
-    case DS_DTYPE_F16:  return "f16";
-    case DS_DTYPE_Q8_0: return "q8_0";
-    }
-    return "?";
-}
-
 static size_t weight_bytes(const struct ds_weight *w)
 {
-    size_t n = (size_t)w->rows * w->cols;
-    switch (w->type) {
-    case DS_DTYPE_F32:  return n * 4;
-    case DS_DTYPE_F16:  return n * 2;
-    case DS_DTYPE_Q8_0: return n / DS_Q8_BLOCK * sizeof(struct ds_q8_block);
-    }
-    return 0;
+    return w->data ? (size_t)w->rows * ds_weight_row_bytes(w) : 0;
 }
 
 uint64_t ds_model_weight_bytes(const struct ds_model *m)
@@ -120,17 +105,24 @@ static enum ds_err check_values(const char *path, const char *name, const struct
             if ((u & 0x7c00u) == 0x7c00u) { bad = i; nan = (u & 0x03ffu) != 0; }
         }
         break;
-    case DS_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / DS_Q8_BLOCK && bad == SIZE_MAX; b++) {
+    case DS_DTYPE_BF16:
+        for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
             uint16_t u;
-            memcpy(&u, p + b * sizeof(struct ds_q8_block), 2);
-            if ((u & 0x7c00u) == 0x7c00u) { bad = b * DS_Q8_BLOCK; nan = (u & 0x03ffu) != 0; }
+            memcpy(&u, p + 2 * i, 2);
+            if ((u & 0x7f80u) == 0x7f80u) { bad = i; nan = (u & 0x007fu) != 0; }
         }
         break;
+    default: {
+        const size_t block = ds_ggml_type_block(ds_dtype_ggml(w->type));
+        size_t b = ds_dtype__bad_scale(w->type, p, n / block, &nan);
+        if (b != SIZE_MAX) bad = b * block;
+        break;
+    }
     }
     if (bad != SIZE_MAX) {
         DS_LOG(DS_LOG_ERROR, "%s: tensor '%s' holds %s %s at element %zu", path, name,
-               nan ? "a NaN" : "an infinite", w->type == DS_DTYPE_Q8_0 ? "block scale" : "value",
+               nan ? "a NaN" : "an infinite",
+               ds_ggml_type_block(ds_dtype_ggml(w->type)) > 1 ? "block scale" : "value",
                bad);
         return DS_ERR_FORMAT;
     }
@@ -196,14 +188,12 @@ static enum ds_err gguf_weight(struct ds_model *m, const char *name, uint32_t ro
                (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], cols, rows);
         return DS_ERR_FORMAT;
     }
-    switch (t->type) {
-    case DS_GGML_TYPE_F32:  w->type = DS_DTYPE_F32; break;
-    case DS_GGML_TYPE_F16:  w->type = DS_DTYPE_F16; break;
-    case DS_GGML_TYPE_Q8_0: w->type = DS_DTYPE_Q8_0; break;
-    default: return DS_ERR_UNSUPPORTED;     /* ds_gguf refuses other types at open */
-    }
-    if (rows == 1 && w->type == DS_DTYPE_Q8_0) {
-        DS_LOG(DS_LOG_ERROR, "%s: norm tensor '%s' is Q8_0; norms must be F32 or F16", m->path, name);
+    int dt = ds_dtype__from_ggml(t->type);
+    if (dt < 0) return DS_ERR_UNSUPPORTED;     /* ds_gguf refuses other types at open */
+    w->type = (enum ds_dtype)dt;
+    if (rows == 1 && ds_ggml_type_block(t->type) > 1) {
+        DS_LOG(DS_LOG_ERROR, "%s: norm tensor '%s' is %s; norms must be F32, F16 or BF16", m->path,
+               name, ds_ggml_type_name(t->type));
         return DS_ERR_UNSUPPORTED;
     }
     w->rows = rows;
@@ -449,33 +439,4 @@ enum ds_err ds_model_open(const char *path, struct ds_model **out)
            m->cfg.vocab_size, m->cfg.ctx_len);
     *out = m;
     return DS_OK;
-}
-
-void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out)
-{
-    size_t c = w->cols;
-    switch (w->type) {
-    case DS_DTYPE_F32:
-        memcpy(out, (const float *)w->data + (size_t)r * c, c * sizeof *out);
-        break;
-    case DS_DTYPE_F16: {
-        const uint8_t *p = (const uint8_t *)w->data + (size_t)r * c * 2;
-        for (size_t i = 0; i < c; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = ds_f16_to_f32(h);
-        }
-        break;
-    }
-    case DS_DTYPE_Q8_0: {
-        const struct ds_q8_block *b = (const struct ds_q8_block *)w->data + (size_t)r * (c / DS_Q8_BLOCK);
-        for (size_t k = 0; k < c / DS_Q8_BLOCK; k++) {
-            uint16_t dh;
-            memcpy(&dh, &b[k].d, 2);
-            const float d = ds_f16_to_f32(dh);
-            for (size_t i = 0; i < DS_Q8_BLOCK; i++) out[k * DS_Q8_BLOCK + i] = d * (float)b[k].qs[i];
-        }
-        break;
-    }
-    }
 }
