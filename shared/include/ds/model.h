@@ -74,6 +74,8 @@ struct ds_layer_weights {
     struct ds_weight w1;               /* gate (hidden, dim) */
     struct ds_weight w2;               /* down (dim, hidden) */
     struct ds_weight w3;               /* up   (hidden, dim) */
+    struct ds_weight bq, bk, bv;       /* qwen2: Q/K/V biases (dim), (kv_dim), (kv_dim);
+                                       ** data NULL when the model has none */
 };
 
 struct ds_model {
@@ -83,6 +85,9 @@ struct ds_model {
     struct ds_weight        out_norm;  /* (dim) */
     struct ds_weight        output;    /* (vocab, dim); == tok_embd when tied */
     bool                    tied_output;
+    bool                    rope_neox; /* RoPE rotates (i, i + rope_dim/2), not (2i, 2i+1) (qwen2) */
+    struct ds_weight        rope_freqs;/* (rope_dim/2) F32 divisors of each RoPE frequency
+                                       ** (Llama 3.x), all > 0; data NULL when absent */
     struct ds_layer_weights *layers;   /* n_layers */
     struct ds_gguf         *gguf;      /* GGUF models: metadata and vocabulary */
     char                   *path;

@@ -107,6 +107,12 @@ static enum ds_err prepare_weights(struct ds_gpu *g, const struct ds_model *m)
     const struct ds_model_config *c = &g->c;
     const size_t n_mats = (size_t)c->n_layers * MATS_PER_LAYER + 1;
     size_t total = 0, stage = 0;
+    if (m->rope_neox || m->rope_freqs.data || m->layers[0].bq.data || m->layers[0].bk.data ||
+        m->layers[0].bv.data) {
+        DS_LOG(DS_LOG_ERROR, "cuda: the CUDA backend runs Llama 1/2-style models only (no NEOX "
+               "RoPE, RoPE frequency factors or Q/K/V biases)");
+        return DS_ERR_UNSUPPORTED;
+    }
     for (size_t i = 0; i < n_mats; i++) {
         const struct ds_weight *w = mat_at(m, i);
         if (w->type != DS_DTYPE_F32 && w->type != DS_DTYPE_F16 && w->type != DS_DTYPE_Q8_0) {

@@ -162,6 +162,25 @@ static enum ds_err check_all_values(struct ds_model *m)
     return DS_OK;
 }
 
+/* Llama 3.x frequency divisors: finite and positive (a zero or negative
+** one would send RoPE angles to infinity or backwards). */
+static enum ds_err check_rope_freqs(const struct ds_model *m)
+{
+    const struct ds_weight *w = &m->rope_freqs;
+    float *f = malloc(w->cols * sizeof *f);
+    if (!f) return DS_ERR_NOMEM;
+    ds_weight_row_f32(w, 0, f);
+    enum ds_err rc = DS_OK;
+    for (uint32_t i = 0; i < w->cols && rc == DS_OK; i++)
+        if (!(f[i] > 0.0f) || !isfinite(f[i])) {
+            DS_LOG(DS_LOG_ERROR, "%s: tensor 'rope_freqs.weight' holds %g at element %u; RoPE "
+                   "frequency factors must be positive numbers", m->path, (double)f[i], i);
+            rc = DS_ERR_FORMAT;
+        }
+    free(f);
+    return rc;
+}
+
 static void set_name_from_path(struct ds_model *m)
 {
     const char *b = strrchr(m->path, '/');
@@ -221,26 +240,34 @@ static enum ds_err open_gguf(struct ds_model *m)
         DS_LOG(DS_LOG_ERROR, "%s: general.architecture is missing", m->path);
         return DS_ERR_FORMAT;
     }
-    if (arch.n != 5 || memcmp(arch.p, "llama", 5) != 0) {
-        DS_LOG(DS_LOG_ERROR, "%s: architecture '%.*s' is not supported (dspark runs 'llama')",
-               m->path, (int)DS_MIN(arch.n, 64), arch.p);
+    /* llama (Llama 1-3.x: interleaved RoPE, optional rope_freqs) and qwen2
+    ** (Q/K/V biases, NEOX RoPE); the same keys under the arch's prefix. */
+    const bool qwen2 = arch.n == 5 && memcmp(arch.p, "qwen2", 5) == 0;
+    if (!qwen2 && (arch.n != 5 || memcmp(arch.p, "llama", 5) != 0)) {
+        DS_LOG(DS_LOG_ERROR, "%s: architecture '%.*s' is not supported (dspark runs 'llama' and "
+               "'qwen2')", m->path, (int)DS_MIN(arch.n, 64), arch.p);
         return DS_ERR_UNSUPPORTED;
     }
+    m->rope_neox = qwen2;
+    const char *pre = qwen2 ? "qwen2" : "llama";
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s.%s", pre, k), key)
     struct ds_model_config *c = &m->cfg;
     c->rope_theta = 10000.0f;
     c->rms_eps = 1e-5f;
-    if ((rc = gguf_u32(m, "llama.embedding_length", false, &c->dim)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.feed_forward_length", false, &c->hidden_dim)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.block_count", false, &c->n_layers)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.attention.head_count", false, &c->n_heads)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("embedding_length"), false, &c->dim)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("feed_forward_length"), false, &c->hidden_dim)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("block_count"), false, &c->n_layers)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("attention.head_count"), false, &c->n_heads)) != DS_OK) return rc;
     c->n_kv_heads = c->n_heads;
-    if ((rc = gguf_u32(m, "llama.attention.head_count_kv", true, &c->n_kv_heads)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.context_length", false, &c->ctx_len)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.rope.dimension_count", true, &c->rope_dim)) != DS_OK) return rc;
-    rc = ds_gguf_get_f32(m->gguf, "llama.rope.freq_base", &c->rope_theta);
+    if ((rc = gguf_u32(m, KEY("attention.head_count_kv"), true, &c->n_kv_heads)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("context_length"), false, &c->ctx_len)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("rope.dimension_count"), true, &c->rope_dim)) != DS_OK) return rc;
+    rc = ds_gguf_get_f32(m->gguf, KEY("rope.freq_base"), &c->rope_theta);
     if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
-    rc = ds_gguf_get_f32(m->gguf, "llama.attention.layer_norm_rms_epsilon", &c->rms_eps);
+    rc = ds_gguf_get_f32(m->gguf, KEY("attention.layer_norm_rms_epsilon"), &c->rms_eps);
     if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
+#undef KEY
     const struct ds_gguf_tensor *emb = ds_gguf_tensor_find(m->gguf, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[1] > UINT32_MAX) {
         DS_LOG(DS_LOG_ERROR, "%s: tensor 'token_embd.weight' is missing or not 2-D", m->path);
@@ -265,10 +292,26 @@ static enum ds_err open_gguf(struct ds_model *m)
     } else if (rc != DS_OK) {
         return rc;
     }
+    rc = gguf_weight(m, "rope_freqs.weight", 1, c->rope_dim / 2, true, &m->rope_freqs);
+    if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
+    if (rc == DS_OK && (rc = check_rope_freqs(m)) != DS_OK) return rc;
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) return DS_ERR_NOMEM;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         struct ds_layer_weights *L = &m->layers[l];
+        if (qwen2) {
+            struct { const char *suffix; uint32_t n; struct ds_weight *w; } bias[] = {
+                { "attn_q.bias", c->dim, &L->bq }, { "attn_k.bias", c->kv_dim, &L->bk },
+                { "attn_v.bias", c->kv_dim, &L->bv },
+            };
+            for (size_t i = 0; i < DS_ARRAY_LEN(bias); i++) {
+                char tname[96];
+                snprintf(tname, sizeof tname, "blk.%u.%s", l, bias[i].suffix);
+                rc = gguf_weight(m, tname, 1, bias[i].n, true, bias[i].w);
+                if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
+                if (rc == DS_OK && (rc = check_values(m->path, tname, bias[i].w)) != DS_OK) return rc;
+            }
+        }
         struct { const char *suffix; uint32_t rows, cols; struct ds_weight *w; } spec[] = {
             { "attn_norm.weight",   1,             c->dim,        &L->attn_norm },
             { "attn_q.weight",      c->dim,        c->dim,        &L->wq },
