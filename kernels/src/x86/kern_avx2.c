@@ -455,6 +455,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .dot_i8      = dot_i8_avx2,
     .matvec_q8   = matvec_q8_avx2,
     .matmul_q8   = matmul_q8_avx2,
+    .matmul_qx   = ds_kern__matmul_qx_ref,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,
     .dot_f32     = dot_f32_avx2,

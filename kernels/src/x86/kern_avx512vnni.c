@@ -859,6 +859,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .dot_i8      = dot_i8_avx512,
     .matvec_q8   = matvec_q8_avx512,
     .matmul_q8   = matmul_q8_avx512,
+    .matmul_qx   = ds_kern__matmul_qx_ref,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
     .dot_f32     = dot_f32_avx512,

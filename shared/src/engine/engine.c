@@ -87,6 +87,9 @@ struct mat {
     uint32_t                  nb;        /* Q8 blocks per row (cols rounded up) */
     const float              *f;         /* FP32: rows x cols */
     const struct ds_q8_block *q;         /* INT8: rows x nb */
+    const uint8_t            *qx;        /* INT8, 4/5/6-bit types: the file's rows, for matmul_qx */
+    enum ds_kern_qtype        qt;        /* their type */
+    size_t                    qx_row;    /* bytes per row */
     void                     *owned;     /* converted copy, if any */
 };
 
@@ -193,7 +196,9 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
     struct ds_weight pw = *w;
     pw.data = copy;
     enum ds_err rc = mat_prepare_rows(e, &pw, m);
-    if (rc == DS_OK && ((const void *)m->f == copy || (const void *)m->q == copy)) m->owned = copy;
+    if (rc == DS_OK && ((const void *)m->f == copy || (const void *)m->q == copy ||
+                        (const void *)m->qx == copy))
+        m->owned = copy;
     else free(copy);
     return rc;
 }
@@ -214,8 +219,21 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         m->f = m->owned = f;
         return DS_OK;
     }
-    /* INT8: the file's Q8_0 blocks, or the rows quantized here; then, for a
-    ** kernel variant with a packed layout, packed once into its tiles. */
+    /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx
+    ** streams them); Q8_0 blocks, or other rows quantized here, are then
+    ** packed once into the tiles of a kernel variant that has a layout. */
+    static const int qtypes[DS_DTYPE_COUNT] = {
+        [DS_DTYPE_F32] = -1, [DS_DTYPE_F16] = -1, [DS_DTYPE_Q8_0] = -1, [DS_DTYPE_BF16] = -1,
+        [DS_DTYPE_Q4_0] = DS_KQ_Q4_0, [DS_DTYPE_Q4_1] = DS_KQ_Q4_1, [DS_DTYPE_Q5_0] = DS_KQ_Q5_0,
+        [DS_DTYPE_Q5_1] = DS_KQ_Q5_1, [DS_DTYPE_Q4_K] = DS_KQ_Q4_K, [DS_DTYPE_Q5_K] = DS_KQ_Q5_K,
+        [DS_DTYPE_Q6_K] = DS_KQ_Q6_K,
+    };
+    if (qtypes[w->type] >= 0) {
+        m->qx = w->data;
+        m->qt = (enum ds_kern_qtype)qtypes[w->type];
+        m->qx_row = ds_weight_row_bytes(w);
+        return DS_OK;
+    }
     const struct ds_q8_block *src = w->type == DS_DTYPE_Q8_0 ? w->data : NULL;
     struct ds_q8_block *quant = NULL;
     if (!src) {
@@ -250,6 +268,7 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
 
 static uint64_t mat_bytes(const struct ds_engine *e, const struct mat *m)
 {
+    if (m->qx) return (uint64_t)m->rows * m->qx_row;
     return e->prec == DS_PRECISION_FP32 ? (uint64_t)m->rows * m->cols * 4
                                         : (uint64_t)m->rows * m->nb * sizeof(struct ds_q8_block);
 }
@@ -483,7 +502,9 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
     y += t0 * w->rows + r0;
     if (j->e->prec == DS_PRECISION_INT8) {
         const struct ds_q8_block *xq = j->xq + t0 * w->nb;
-        if (n == 1)
+        if (w->qx)
+            k->matmul_qx(w->qt, r1 - r0, w->nb, w->qx + r0 * w->qx_row, n, xq, y, w->rows);
+        else if (n == 1)
             k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, xq, y);
         else
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, n, xq, y, w->rows);
