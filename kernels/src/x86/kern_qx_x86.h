@@ -23,7 +23,7 @@ static inline float qx_f16(const uint8_t *p)
 {
     uint16_t h;
     memcpy(&h, p, 2);
-    return ds_f16_to_f32(h);
+    return _cvtsh_ss(h);        /* F16C: both including files have it */
 }
 
 /* Group g of a row: codes into *u, scales, min, offset. */
@@ -118,7 +118,7 @@ static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const
                 }
                 xs[t][2 * g] = a;
                 xs[t][2 * g + 1] = c;
-                xd[t][g] = ds_f16_to_f32(b->d);
+                xd[t][g] = _cvtsh_ss(b->d);
             }
         for (size_t r = 0; r < rows; r++) {
             const uint8_t *row = (const uint8_t *)w + r * rb;

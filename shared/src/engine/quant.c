@@ -26,6 +26,7 @@
 **         2, 4, 6) & 3; value = d*scales[8h + l/16 + 2k]*(q - 32), k the
 **         quarter. Sixteen sub-blocks of 16 values, one int8 scale each.
 */
+#include <math.h>
 #include <string.h>
 
 #include "ds/gguf.h"
@@ -246,4 +247,120 @@ void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out)
         return;
     }
     }
+}
+
+/* ---- quantization (writers: benchmarks, tests, conversion tools) ----
+** Plain round-to-nearest with each block's own range; llama.cpp's
+** quantizers search scales more carefully, so its files are a little more
+** accurate, but the layouts are the same. */
+
+static void put_f16(uint8_t *p, float f)
+{
+    uint16_t h = ds_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* The value of largest magnitude among n, with its sign. */
+static float signed_max(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i]) > fabsf(m)) m = x[i];
+    return m;
+}
+
+static void quant_q4_0(const float *x, uint8_t *b)
+{
+    const float d = signed_max(x, 32) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, d);
+    for (int j = 0; j < 16; j++) {
+        int lo = clampi((int)lrintf(x[j] * id) + 8, 0, 15);
+        int hi = clampi((int)lrintf(x[j + 16] * id) + 8, 0, 15);
+        b[2 + j] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+static void quant_q4_k(const float *x, uint8_t *b)
+{
+    float sc[8], mn[8], max_sc = 0.0f, max_mn = 0.0f;
+    for (int s = 0; s < 8; s++) {
+        float lo = x[32 * s], hi = x[32 * s];
+        for (int l = 1; l < 32; l++) {
+            lo = fminf(lo, x[32 * s + l]);
+            hi = fmaxf(hi, x[32 * s + l]);
+        }
+        lo = fminf(lo, 0.0f);
+        sc[s] = (hi - lo) / 15.0f;
+        mn[s] = -lo;
+        max_sc = fmaxf(max_sc, sc[s]);
+        max_mn = fmaxf(max_mn, mn[s]);
+    }
+    const float d = max_sc / 63.0f, dmin = max_mn / 63.0f;
+    put_f16(b, d);
+    put_f16(b + 2, dmin);
+    const float dr = ds_f16_to_f32(ds_f32_to_f16(d)), mr = ds_f16_to_f32(ds_f32_to_f16(dmin));
+    uint8_t *scales = b + 4, *qs = b + 16, L[8], M[8];
+    for (int s = 0; s < 8; s++) {
+        L[s] = (uint8_t)clampi(dr > 0.0f ? (int)lrintf(sc[s] / dr) : 0, 0, 63);
+        M[s] = (uint8_t)clampi(mr > 0.0f ? (int)lrintf(mn[s] / mr) : 0, 0, 63);
+    }
+    for (int j = 0; j < 4; j++) {
+        scales[j] = (uint8_t)(L[j] | (L[j + 4] >> 4) << 6);
+        scales[j + 4] = (uint8_t)(M[j] | (M[j + 4] >> 4) << 6);
+        scales[j + 8] = (uint8_t)((L[j + 4] & 15) | (M[j + 4] & 15) << 4);
+    }
+    for (int s = 0; s < 8; s++) {
+        const float step = dr * L[s], off = mr * M[s];
+        for (int l = 0; l < 32; l++) {
+            int q = step > 0.0f ? clampi((int)lrintf((x[32 * s + l] + off) / step), 0, 15) : 0;
+            uint8_t *p = &qs[32 * (s / 2) + l];
+            *p = (uint8_t)(s % 2 ? (*p & 15) | q << 4 : q);
+        }
+    }
+}
+
+static void quant_q6_k(const float *x, uint8_t *b)
+{
+    float sc[16], max_sc = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        sc[i] = signed_max(x + 16 * i, 16) / -32.0f;
+        if (fabsf(sc[i]) > fabsf(max_sc)) max_sc = sc[i];
+    }
+    const float d = max_sc / -128.0f;
+    put_f16(b + 208, d);
+    const float dr = ds_f16_to_f32(ds_f32_to_f16(d));
+    int8_t *scales = (int8_t *)(b + 192);
+    for (int i = 0; i < 16; i++) scales[i] = (int8_t)clampi(dr != 0.0f ? (int)lrintf(sc[i] / dr) : 0, -128, 127);
+    memset(b, 0, 192);
+    for (int e = 0; e < 256; e++) {
+        const int h = e / 128, k = e % 128 / 32, l = e % 32;
+        const float step = dr * scales[e / 16];
+        const int q = step != 0.0f ? clampi((int)lrintf(x[e] / step) + 32, 0, 63) : 32;
+        uint8_t *ql = b + 64 * h + 32 * (k & 1) + l, *qh = b + 128 + 32 * h + l;
+        *ql |= (uint8_t)((q & 15) << (4 * (k / 2)));
+        *qh |= (uint8_t)((q >> 4) << (2 * k));
+    }
+}
+
+enum ds_err ds_quantize_row(enum ds_dtype type, size_t cols, const float *x, void *out)
+{
+    const struct type_info *t = (unsigned)type < DS_DTYPE_COUNT ? &types[type] : NULL;
+    if (!t || cols % t->block != 0) return DS_ERR_INVAL;
+    uint8_t *o = out;
+    for (size_t k = 0; k < cols / t->block; k++) {
+        const float *xb = x + k * t->block;
+        uint8_t *b = o + k * t->bytes;
+        switch (type) {
+        case DS_DTYPE_Q4_0: quant_q4_0(xb, b); break;
+        case DS_DTYPE_Q4_K: quant_q4_k(xb, b); break;
+        case DS_DTYPE_Q6_K: quant_q6_k(xb, b); break;
+        case DS_DTYPE_Q8_0: ds_kern_ref.quantize_q8(32, xb, (struct ds_q8_block *)(void *)b); break;
+        case DS_DTYPE_F16: put_f16(b, xb[0]); break;
+        case DS_DTYPE_F32: memcpy(b, xb, 4); break;
+        default: return DS_ERR_UNSUPPORTED;
+        }
+    }
+    return DS_OK;
 }
