@@ -26,8 +26,9 @@ static inline float qx_f16(const uint8_t *p)
     return _cvtsh_ss(h);        /* F16C: both including files have it */
 }
 
-/* Group g of a row: codes into *u, scales, min, offset. */
-static inline __m256i qx_decode(enum ds_kern_qtype t, const uint8_t *row, size_t g, float *s0, float *s1,
+/* Group g of a row: codes into *u, scales, min, offset. Always inlined, so
+** that each type's loop (qx_rows with a constant type) drops the switch. */
+static inline __attribute__((always_inline)) __m256i qx_decode(enum ds_kern_qtype t, const uint8_t *row, size_t g, float *s0, float *s1,
                                 float *mn, int *off)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -96,6 +97,41 @@ static inline float qx_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* Rows of w against tokens t0 .. t0 + nt, with the activation sums ready. */
+static inline __attribute__((always_inline)) void
+qx_rows(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const uint8_t *w, size_t rb, size_t t0,
+        size_t nt, const struct ds_q8_block *x, const int32_t (*xs)[2 * QX_MAX_NB],
+        const float (*xd)[QX_MAX_NB], float *y, size_t ldy)
+{
+    const bool one_scale = type != DS_KQ_Q6_K;      /* s0 == s1 */
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *row = w + r * rb;
+        __m256 acc[QX_TOK];
+        float corr[QX_TOK];
+        for (size_t t = 0; t < nt; t++) {
+            acc[t] = _mm256_setzero_ps();
+            corr[t] = 0.0f;
+        }
+        for (size_t g = 0; g < n_blocks; g++) {
+            float s0, s1, mn;
+            int off;
+            const __m256i u = qx_decode(type, row, g, &s0, &s1, &mn, &off);
+            const __m256 sv = one_scale ? _mm256_set1_ps(s0) : _mm256_set_ps(s1, s1, s1, s1, s0, s0, s0, s0);
+            const float c0 = mn - (float)off * s0, c1 = mn - (float)off * s1;
+            for (size_t t = 0; t < nt; t++) {
+                const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + g];
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
+                __m256i p = _mm256_setzero_si256();
+                QX_DOT(p, u, xv);
+                const float dx = xd[t][g];
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(p), acc[t]);
+                corr[t] += dx * (c0 * (float)xs[t][2 * g] + c1 * (float)xs[t][2 * g + 1]);
+            }
+        }
+        for (size_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r] = qx_hsum(acc[t]) + corr[t];
+    }
+}
+
 static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                     const struct ds_q8_block *x, float *y, size_t ldy)
 {
@@ -120,31 +156,13 @@ static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const
                 xs[t][2 * g + 1] = c;
                 xd[t][g] = _cvtsh_ss(b->d);
             }
-        for (size_t r = 0; r < rows; r++) {
-            const uint8_t *row = (const uint8_t *)w + r * rb;
-            __m256 acc[QX_TOK];
-            float corr[QX_TOK];
-            for (size_t t = 0; t < nt; t++) {
-                acc[t] = _mm256_setzero_ps();
-                corr[t] = 0.0f;
-            }
-            for (size_t g = 0; g < n_blocks; g++) {
-                float s0, s1, mn;
-                int off;
-                const __m256i u = qx_decode(type, row, g, &s0, &s1, &mn, &off);
-                const __m256 sv = _mm256_set_ps(s1, s1, s1, s1, s0, s0, s0, s0);
-                const float c0 = mn - (float)off * s0, c1 = mn - (float)off * s1;
-                for (size_t t = 0; t < nt; t++) {
-                    const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + g];
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
-                    __m256i p = _mm256_setzero_si256();
-                    QX_DOT(p, u, xv);
-                    const float dx = xd[t][g];
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(p), acc[t]);
-                    corr[t] += dx * (c0 * (float)xs[t][2 * g] + c1 * (float)xs[t][2 * g + 1]);
-                }
-            }
-            for (size_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r] = qx_hsum(acc[t]) + corr[t];
+        const uint8_t *wb = w;
+        switch (type) {
+        case DS_KQ_Q4_0: qx_rows(DS_KQ_Q4_0, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
+        case DS_KQ_Q4_K: qx_rows(DS_KQ_Q4_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
+        case DS_KQ_Q5_K: qx_rows(DS_KQ_Q5_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
+        case DS_KQ_Q6_K: qx_rows(DS_KQ_Q6_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
+        default: break;
         }
     }
 }
