@@ -56,6 +56,14 @@ static inline size_t ds_kern__attn_block_keys(size_t n_keys, size_t b)
 ** of DS_KERN_KT, so that the rows fall in different L1 sets. */
 static inline size_t ds_kern__attn_lds(size_t n_blk) { return (n_blk | 1) * DS_KERN_KT; }
 
+/* Group g (32 values) of a row of type t's blocks: value j = scale * c[j]
+** + *mn, scale *s0 for j < 16 and *s1 for j >= 16 (kern_qx_ref.c). */
+void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_t c[32], float *s0,
+                       float *s1, float *mn);
+/* The scalar matmul_qx (kern_qx_ref.c); variants use it for types they lack. */
+void ds_kern__matmul_qx_ref(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w,
+                            size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
+
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 

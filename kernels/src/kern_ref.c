@@ -99,6 +99,7 @@ const struct ds_kern_ops ds_kern_ref = {
     .dot_i8      = dot_i8_ref,
     .matvec_q8   = matvec_q8_ref,
     .matmul_q8   = matmul_q8_ref,
+    .matmul_qx   = ds_kern__matmul_qx_ref,
     .matvec_f32  = matvec_f32_ref,
     .matmul_f32  = matmul_f32_ref,
     .dot_f32     = dot_f32_ref,

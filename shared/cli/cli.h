@@ -17,6 +17,7 @@ struct cli_command {
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);           /* cmd_tokenize.c */
+int cmd_perplexity(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_model(int argc, char **argv);

@@ -26,7 +26,7 @@ static void run_usage(FILE *f)
         "Generate text with a local model and print it as it is produced; then one\n"
         "line on stderr with the prefill and decode speed.\n"
         "\n"
-        "  -m, --model PATH       GGUF (F32/F16/Q8_0) or llama2.c checkpoint\n"
+        "  -m, --model PATH       GGUF (llama, qwen2; F32 ... Q6_K) or llama2.c checkpoint\n"
         "  -z, --tokenizer PATH   llama2.c tokenizer.bin (needed for llama2.c checkpoints)\n"
         "  -p, --prompt TEXT      prompt (default: empty); BOS first if the model wants it\n"
         "  -n, --tokens N         tokens to generate after the prompt (default 256)\n"

@@ -15,6 +15,7 @@
 static const struct cli_command commands[] = {
     { "run", cmd_run, "generate text with a local model (no broker needed)" },
     { "tokenize", cmd_tokenize, "print the token ids a model's vocabulary gives a text" },
+    { "perplexity", cmd_perplexity, "teacher-forced perplexity (and logits) of a model over a text" },
     { "infer", cmd_infer, "send inference requests to the edge/center over MQTT" },
     { "keygen", cmd_keygen, "make a publisher signing key or a node key pair" },
     { "model", cmd_model, "model bundles and versions: pack, verify, list, promote, canary, shadow, rollback" },

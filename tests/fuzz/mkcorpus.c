@@ -253,6 +253,33 @@ static int manifest_seeds(const char *dir)
     return rc;
 }
 
+/* One tensor of each block type dspark reads, one or two rows of whole
+** blocks with finite scales: the parser's sizes for every type. */
+static int quant_types(const char *dir)
+{
+    static const enum ds_ggml_type types[] = { DS_GGML_TYPE_BF16, DS_GGML_TYPE_Q4_0, DS_GGML_TYPE_Q4_1,
+                                               DS_GGML_TYPE_Q5_0, DS_GGML_TYPE_Q5_1, DS_GGML_TYPE_Q4_K,
+                                               DS_GGML_TYPE_Q5_K, DS_GGML_TYPE_Q6_K };
+    struct ds_gguf_writer *w;
+    if (ds_gguf_writer_create(&w) != DS_OK) return 1;
+    enum ds_err rc = ds_gguf_writer_str(w, "general.architecture", "llama");
+    uint8_t bytes[2 * 256 * 4];
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(i * 37 % 61);   /* no 0x7c in a high byte */
+    for (size_t i = 0; i < DS_ARRAY_LEN(types) && rc == DS_OK; i++) {
+        uint32_t block = ds_ggml_type_block(types[i]), cols = block == 1 ? 16 : block;
+        uint64_t ne[2] = { cols, 2 };
+        char name[32];
+        snprintf(name, sizeof name, "t.%s", ds_ggml_type_name(types[i]));
+        rc = ds_gguf_writer_tensor(w, name, types[i], 2, ne, bytes,
+                                   2 * (size_t)cols / block * ds_ggml_type_block_bytes(types[i]));
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/quant_types.gguf", dir);
+    if (rc == DS_OK) rc = ds_gguf_writer_save(w, path);
+    ds_gguf_writer_destroy(w);
+    return rc != DS_OK;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -273,6 +300,7 @@ int main(int argc, char **argv)
     rc |= mk_random_model(path, &tiny32, DS_GGML_TYPE_Q8_0, 3) != DS_OK;
     snprintf(path, sizeof path, "%s/tiny_vocab.gguf", dir);
     rc |= vocab_model(path);
+    rc |= quant_types(dir);
     rc |= llama2c_model(dir);
     snprintf(src, sizeof src, "%s/stories260K.gguf", models);
     rc |= copy_head(dir, "stories260K_head.gguf", src, 4096);

@@ -342,6 +342,91 @@ static void test_matmul_q8(void **state)
     }
 }
 
+/* ---- matmul_qx: 4-, 5- and 6-bit ggml blocks ---- */
+
+/* Random rows of type t's blocks: random bytes, then finite FP16 scales
+** and mins (Q6_K's int8 sub-block scales stay random, -128 included). */
+static void fill_qx(enum ds_kern_qtype t, uint8_t *w, size_t n_bytes)
+{
+    for (size_t i = 0; i < n_bytes; i++) w[i] = (uint8_t)(rnd() >> 56);
+    const size_t bb = ds_kq_block_bytes(t);
+    for (size_t b = 0; b + bb <= n_bytes; b += bb) {
+        uint16_t d = ds_f32_to_f16(rnd_f(-0.05f, 0.1f)), m = ds_f32_to_f16(rnd_f(-0.1f, 0.1f));
+        if (t == DS_KQ_Q6_K) {
+            memcpy(w + b + 208, &d, 2);
+        } else {
+            memcpy(w + b, &d, 2);
+            if (t != DS_KQ_Q4_0 && t != DS_KQ_Q5_0) memcpy(w + b + 2, &m, 2);
+        }
+    }
+}
+
+static double qx_mag(enum ds_kern_qtype t, size_t nb, const uint8_t *row, const struct ds_q8_block *x)
+{
+    double m = 0;
+    for (size_t g = 0; g < nb; g++) {
+        int8_t c[32];
+        float s0, s1, mn;
+        ds_kern__qx_group(t, row, g, c, &s0, &s1, &mn);
+        double s = 0;
+        for (int j = 0; j < 32; j++)
+            s += fabs((double)(j < 16 ? s0 : s1) * c[j] * x[g].qs[j]) + fabs((double)mn * x[g].qs[j]);
+        m += s * fabs((double)ds_f16_to_f32(x[g].d));
+    }
+    return m + 1e-30;
+}
+
+static void check_matmul_qx(const struct ds_kern_ops *k, enum ds_kern_qtype t, size_t rows, size_t nb,
+                            size_t nt, const uint8_t *w, const struct ds_q8_block *x)
+{
+    const size_t rb = nb * 32 / ds_kq_block(t) * ds_kq_block_bytes(t);
+    size_t ldy = rows + 3, ny = nt * ldy;
+    float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
+    for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
+    k->matmul_qx(t, rows, nb, w, nt, x, y, ldy);
+    ds_kern_ref.matmul_qx(t, rows, nb, w, nt, x, yr, ldy);
+    for (size_t tk = 0; tk < nt; tk++) {
+        for (size_t r = 0; r < rows; r++)
+            check_near("matmul_qx", tk * ldy + r, y[tk * ldy + r], yr[tk * ldy + r],
+                       qx_mag(t, nb, w + r * rb, x + tk * nb), DS_TOL_SUM);
+        for (size_t r = rows; r < ldy; r++)
+            if (y[tk * ldy + r] != -777.0f) {
+                print_error("matmul_qx wrote y[%zu] outside rows\n", tk * ldy + r);
+                fail();
+            }
+    }
+    free(y);
+    free(yr);
+}
+
+static void test_matmul_qx(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t legacy_nb[] = { 1, 2, 3, 5, 8, 17, 40 }, k_nb[] = { 8, 16, 24, 48 };
+    static const size_t rows_of[] = { 1, 3, 7, 16, 17, 33 }, ntok[] = { 1, 2, 5, 17 };
+    for (int ti = 0; ti < DS_KQ_COUNT; ti++) {
+        const enum ds_kern_qtype t = (enum ds_kern_qtype)ti;
+        const bool kq = ds_kq_block(t) == 256;
+        for (size_t bi = 0; bi < (kq ? N_OF(k_nb) : N_OF(legacy_nb)); bi++) {
+            const size_t nb = kq ? k_nb[bi] : legacy_nb[bi];
+            const size_t rb = nb * 32 / ds_kq_block(t) * ds_kq_block_bytes(t);
+            for (size_t ri = 0; ri < N_OF(rows_of); ri++) {
+                const size_t rows = rows_of[ri];
+                /* the matrix starts 2 bytes past an allocation's alignment */
+                uint8_t *wbuf = xmalloc(rows * rb + 2), *w = wbuf + 2;
+                struct ds_q8_block *x = xmalloc(17 * nb * sizeof *x);
+                fill_qx(t, w, rows * rb);
+                fill_q8(x, 17 * nb);
+                for (size_t i = 0; i < N_OF(ntok); i++) check_matmul_qx(k, t, rows, nb, ntok[i], w, x);
+                fill_q8_extreme(x, 17 * nb, 0);                  /* -128 activations */
+                check_matmul_qx(k, t, rows, nb, 5, w, x);
+                free(wbuf);
+                free(x);
+            }
+        }
+    }
+}
+
 /* ---- FP32 ---- */
 
 static void test_dot_f32(void **state)
@@ -746,6 +831,7 @@ static void test_rope_f32(void **state)
 static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "dot_i8", test_dot_i8 }, { "quantize_q8", test_quantize_q8 },
     { "matvec_q8", test_matvec_q8 }, { "matmul_q8", test_matmul_q8 },
+    { "matmul_qx", test_matmul_qx },
     { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },

@@ -149,8 +149,8 @@ static void walk(const uint8_t *b, size_t n, struct layout *L)
         t->offset_at = o + 4;
         t->offset = get64(b + o + 4);
         o += 12;
-        t->size = t->type == DS_GGML_TYPE_F32 ? ne * 4 : t->type == DS_GGML_TYPE_F16 ? ne * 2
-                                                                                 : ne / 32 * 34;
+        t->size = ds_ggml_type_block(t->type)
+                      ? ne / ds_ggml_type_block(t->type) * ds_ggml_type_block_bytes(t->type) : 0;
         assert_true(o <= n);
     }
     L->infos_end = o;
@@ -876,6 +876,50 @@ static void test_values_nan_inf(void **state)
 
 /* ---- duplicates, tensor types, dims and shapes, architecture ---- */
 
+/* The real 4-, 5- and 6-bit files (DS_MODELS_DIR/formats): NaN and infinite
+** block scales and mins, rows that are not whole blocks, truncated data. */
+static void test_quant_formats(void **state)
+{
+    struct fx *f = *state;
+    struct img q40 = { 0 }, q4k = { 0 };
+    load_img(&q40, tu_model("formats/r12M-Q4_0.gguf"), true);
+    load_img(&q4k, tu_model("formats/r12M-Q4_K_M.gguf"), true);   /* Q4_K, Q6_K output */
+    refuse_value(f, "NaN Q4_0 scale", &q40, "blk.0.attn_q.weight", 0, 0x7e00u, 2,
+                 "'blk.0.attn_q.weight' holds a NaN block scale", NULL);
+    const struct ti_at *k = ti_of(&q40.L, "blk.2.ffn_down.weight");
+    refuse_value(f, "Inf Q4_0 scale (last block)", &q40, "blk.2.ffn_down.weight", k->size - 18,
+                 0xfc00u, 2, "'blk.2.ffn_down.weight' holds an infinite block scale", NULL);
+    refuse_value(f, "NaN Q4_K scale", &q4k, "blk.1.attn_q.weight", 144 * 3, 0x7e01u, 2,
+                 "'blk.1.attn_q.weight' holds a NaN block scale at element 768", NULL);
+    refuse_value(f, "Inf Q4_K min", &q4k, "blk.0.ffn_up.weight", 2, 0x7c00u, 2,
+                 "'blk.0.ffn_up.weight' holds an infinite block scale", NULL);
+    refuse_value(f, "NaN Q6_K scale", &q4k, "output.weight", 210 + 208, 0x7e00u, 2,
+                 "'output.weight' holds a NaN block scale at element 256", NULL);
+    refuse64(f, "Q4_K row length 128 (not a multiple of 256)", &q4k,
+             ti_of(&q4k.L, "blk.0.attn_q.weight")->ne_at, 128, AT_GGUF, DS_ERR_FORMAT,
+             "Q4_K tensor 'blk.0.attn_q.weight' has row length 128, not a multiple of 256", NULL);
+    refuse64(f, "Q6_K row length 64 (not a multiple of 256)", &q4k,
+             ti_of(&q4k.L, "output.weight")->ne_at, 64, AT_GGUF, DS_ERR_FORMAT,
+             "row length 64, not a multiple of 256", NULL);
+    refuse64(f, "Q4_0 row length 48 (not a multiple of 32)", &q40,
+             ti_of(&q40.L, "blk.0.attn_k.weight")->ne_at, 48, AT_GGUF, DS_ERR_FORMAT,
+             "Q4_0 tensor 'blk.0.attn_k.weight' has row length 48, not a multiple of 32", NULL);
+    refuse32(f, "Q4_K norm", &q4k, ti_of(&q4k.L, "blk.0.attn_norm.weight")->type_at,
+             DS_GGML_TYPE_Q4_K, AT_MODEL, DS_ERR_UNSUPPORTED, "'blk.0.attn_norm.weight' is Q4_K",
+             NULL);
+    /* The last tensor's data cut short by one byte, and by one block. */
+    const struct img *ims[] = { &q40, &q4k };
+    for (size_t i = 0; i < DS_ARRAY_LEN(ims); i++)
+        for (size_t cut = 1; cut <= 144; cut += 143) {
+            uint8_t *b = dup_img(ims[i]);
+            char name[96];
+            snprintf(name, sizeof name, "%s data truncated by %zu bytes", i ? "Q4_K_M" : "Q4_0", cut);
+            refuse(f, name, b, ims[i]->n - cut, AT_GGUF, DS_ERR_FORMAT, "runs past the end", NULL);
+        }
+    free(q40.b);
+    free(q4k.b);
+}
+
 static void test_gguf_tensors_arch(void **state)
 {
     struct fx *f = *state;
@@ -896,8 +940,8 @@ static void test_gguf_tensors_arch(void **state)
                   "duplicate metadata key 'tokenizer.ggml.bos_token_id'", NULL);
 
     const struct ti_at *v = ti_of(L, "blk.0.attn_v.weight");
-    refuse32(f, "unsupported tensor type Q4_0", im, v->type_at, 2, AT_GGUF, DS_ERR_UNSUPPORTED,
-             "'blk.0.attn_v.weight' has ggml type 2", NULL);
+    refuse32(f, "unsupported tensor type Q2_K", im, v->type_at, 10, AT_GGUF, DS_ERR_UNSUPPORTED,
+             "'blk.0.attn_v.weight' has ggml type 10", NULL);
     refuse32(f, "unknown tensor type 2^32-1", im, v->type_at, UINT32_MAX, AT_GGUF,
              DS_ERR_UNSUPPORTED, "ggml type 4294967295", NULL);
     refuse32(f, "Q8_0 norm", im, ti_of(L, "blk.1.attn_norm.weight")->type_at, DS_GGML_TYPE_Q8_0,
@@ -1112,6 +1156,7 @@ int main(void)
         cmocka_unit_test(test_gguf_offsets_counts),
         cmocka_unit_test(test_gguf_strings_arrays),
         cmocka_unit_test(test_values_nan_inf),
+        cmocka_unit_test(test_quant_formats),
         cmocka_unit_test(test_gguf_tensors_arch),
         cmocka_unit_test(test_llama2c),
         cmocka_unit_test(test_gguf_tokenizer),

@@ -37,6 +37,19 @@ static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_t
         for (size_t i = 0; p && i < n; i++) p[i] = ds_f32_to_f16(x[i]);
         return p;
     }
+    if (type == DS_GGML_TYPE_Q4_0 || type == DS_GGML_TYPE_Q4_K || type == DS_GGML_TYPE_Q6_K) {
+        const enum ds_dtype dt = type == DS_GGML_TYPE_Q4_0 ? DS_DTYPE_Q4_0
+                               : type == DS_GGML_TYPE_Q4_K ? DS_DTYPE_Q4_K : DS_DTYPE_Q6_K;
+        const size_t rb = cols / ds_ggml_type_block(type) * ds_ggml_type_block_bytes(type);
+        *size = rows * rb;
+        uint8_t *q = malloc(*size);
+        for (uint32_t r = 0; q && r < rows; r++)
+            if (ds_quantize_row(dt, cols, x + (size_t)r * cols, q + r * rb) != DS_OK) {
+                free(q);
+                return NULL;
+            }
+        return q;
+    }
     *size = n / DS_Q8_BLOCK * sizeof(struct ds_q8_block);
     struct ds_q8_block *q = malloc(*size);
     for (uint32_t r = 0; q && r < rows; r++)
@@ -44,10 +57,25 @@ static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_t
     return q;
 }
 
+/* MK_TYPE_Q4_K_M: llama.cpp's Q4_K_M mix: Q6_K for the classifier and for
+** attn_v and ffn_down in the layers its use_more_bits picks, Q4_K elsewhere. */
+static enum ds_ggml_type mix_type(enum ds_ggml_type type, const char *name, uint32_t n_layers)
+{
+    if (type != MK_TYPE_Q4_K_M) return type;
+    if (strcmp(name, "output.weight") == 0) return DS_GGML_TYPE_Q6_K;
+    unsigned l;
+    if ((strstr(name, "attn_v") || strstr(name, "ffn_down")) && sscanf(name, "blk.%u.", &l) == 1) {
+        const unsigned n = n_layers;
+        if (l < n / 8 || l >= 7 * n / 8 || (l >= n / 8 && (l - n / 8) % 3 == 2)) return DS_GGML_TYPE_Q6_K;
+    }
+    return DS_GGML_TYPE_Q4_K;
+}
+
 static enum ds_err add_mat(struct ds_gguf_writer *w, const char *name, const float *x, uint32_t rows,
                            uint32_t cols, enum ds_ggml_type type)
 {
-    if (type == DS_GGML_TYPE_Q8_0 && cols % DS_Q8_BLOCK != 0) type = DS_GGML_TYPE_F16;
+    if (type == MK_TYPE_Q4_K_M) type = DS_GGML_TYPE_Q4_K;
+    if (ds_ggml_type_block(type) > 1 && cols % ds_ggml_type_block(type) != 0) type = DS_GGML_TYPE_F16;
     size_t size;
     void *p = encode(x, rows, cols, type, &size);
     if (!p) return DS_ERR_NOMEM;
@@ -92,20 +120,7 @@ static float *values(struct src s, uint32_t rows, uint32_t cols)
         }
         return x;
     }
-    const uint8_t *p = s.w->data;
-    for (size_t i = 0; i < n; i++) {
-        switch (s.w->type) {
-        case DS_DTYPE_F32: memcpy(&x[i], p + 4 * i, 4); break;
-        case DS_DTYPE_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); x[i] = ds_f16_to_f32(h); break; }
-        case DS_DTYPE_Q8_0: {
-            const struct ds_q8_block *b = (const struct ds_q8_block *)p + i / DS_Q8_BLOCK;
-            uint16_t d;
-            memcpy(&d, &b->d, 2);
-            x[i] = ds_f16_to_f32(d) * (float)b->qs[i % DS_Q8_BLOCK];
-            break;
-        }
-        }
-    }
+    for (uint32_t r = 0; r < rows; r++) ds_weight_row_f32(s.w, r, x + (size_t)r * cols);
     return x;
 }
 
@@ -178,7 +193,8 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
             rc = DS_ERR_NOMEM;
             break;
         }
-        rc = add_mat(w, t[i].name, x, t[i].rows, t[i].cols, t[i].is_norm ? DS_GGML_TYPE_F32 : mat_type);
+        rc = add_mat(w, t[i].name, x, t[i].rows, t[i].cols,
+                     t[i].is_norm ? DS_GGML_TYPE_F32 : mix_type(mat_type, t[i].name, c->n_layers));
         free(x);
     }
     free(t);

@@ -17,9 +17,14 @@ struct mk_shape {
 extern const struct mk_shape mk_shape_15m;    /* dim 288, hidden 768, 6 layers, 6 heads, vocab 32000 */
 extern const struct mk_shape mk_shape_110m;   /* dim 768, hidden 2048, 12 layers, 12 heads, vocab 32000 */
 
+/* mat_type beyond ggml's numbers: llama.cpp's Q4_K_M mix (Q4_K, with Q6_K
+** for the classifier and some attn_v / ffn_down). */
+#define MK_TYPE_Q4_K_M ((enum ds_ggml_type)1000)
+
 /* Random weights (uniform, scaled by 1/sqrt(fan-in)), unit norms, separate
-** output head, no vocabulary. mat_type: F32, F16 or Q8_0 for the matrices
-** (Q8_0 needs rows that are a multiple of 32). */
+** output head, no vocabulary. mat_type: F32, F16, Q8_0, Q4_0, Q4_K, Q6_K or
+** MK_TYPE_Q4_K_M for the matrices (a matrix whose rows are not whole blocks
+** falls back to F16). */
 enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                             uint64_t seed);
 

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 4u
+#define DS_KERN_ABI 5u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -37,6 +37,20 @@ struct ds_q8_block {
 _Static_assert(sizeof(struct ds_q8_block) == 2 + DS_Q8_BLOCK, "q8 block padding");
 
 static inline size_t ds_q8_blocks(size_t n) { return (n + DS_Q8_BLOCK - 1) / DS_Q8_BLOCK; }
+
+/* 4-, 5- and 6-bit weight blocks in ggml's layouts (the engine's quant.c
+** states them): legacy types hold 32 values a block, K-quants 256. */
+enum ds_kern_qtype {
+    DS_KQ_Q4_0, DS_KQ_Q4_1, DS_KQ_Q5_0, DS_KQ_Q5_1, DS_KQ_Q4_K, DS_KQ_Q5_K, DS_KQ_Q6_K,
+    DS_KQ_COUNT
+};
+/* Values and bytes per block of t. */
+static inline size_t ds_kq_block(enum ds_kern_qtype t) { return t >= DS_KQ_Q4_K ? 256 : 32; }
+static inline size_t ds_kq_block_bytes(enum ds_kern_qtype t)
+{
+    static const unsigned char b[DS_KQ_COUNT] = { 18, 20, 22, 24, 144, 176, 210 };
+    return t == DS_KQ_Q6_K ? 210 : b[t];
+}
 
 struct ds_kern_ops {
     uint32_t    abi_version;    /* DS_KERN_ABI */
@@ -65,6 +79,15 @@ struct ds_kern_ops {
     ** w packed as for matvec_q8; x: n_tok rows of n_blocks blocks
     ** (prefill, batched decode, draft verification). */
     void (*matmul_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
+                      size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
+    /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
+    ** w holds rows of n_blocks * 32 values in type's blocks, as the file
+    ** stores them (row after row; 2-byte aligned), and x holds n_tok rows of
+    ** n_blocks Q8_0 activation blocks. Each 32 values of a weight row meet
+    ** one activation block: their integer dot products are exact, and
+    ** scales and mins apply per block (per 16 values for Q6_K).
+    ** n_blocks is a multiple of 8 for the K-quants. */
+    void (*matmul_qx)(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w,
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* y = W x; W is rows x cols FP32, row-major. */
     void (*matvec_f32)(size_t rows, size_t cols, const float *w, const float *x, float *y);

@@ -288,6 +288,7 @@ const struct ds_kern_ops NEON_OPS = {
     .dot_i8      = dot_i8_neon,
     .matvec_q8   = matvec_q8_neon,
     .matmul_q8   = matmul_q8_neon,
+    .matmul_qx   = ds_kern__matmul_qx_ref,
     .matvec_f32  = matvec_f32_neon,
     .matmul_f32  = matmul_f32_neon,
     .dot_f32     = dot_f32_neon,

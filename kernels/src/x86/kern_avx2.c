@@ -447,6 +447,14 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
     }
 }
 
+/* ---- matmul_qx: 4/5/6-bit ggml rows (kern_qx_x86.h) ---- */
+
+#define QX_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
+#define QX_NAME matmul_qx_avx2
+#include "kern_qx_x86.h"
+#undef QX_DOT
+#undef QX_NAME
+
 const struct ds_kern_ops ds_kern_avx2 = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx2",
@@ -455,6 +463,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .dot_i8      = dot_i8_avx2,
     .matvec_q8   = matvec_q8_avx2,
     .matmul_q8   = matmul_q8_avx2,
+    .matmul_qx   = matmul_qx_avx2,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,
     .dot_f32     = dot_f32_avx2,

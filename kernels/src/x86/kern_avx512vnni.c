@@ -850,6 +850,14 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
     }
 }
 
+/* ---- matmul_qx: 4/5/6-bit ggml rows (kern_qx_x86.h) ---- */
+
+#define QX_DOT(acc, u, s) (acc = _mm256_dpbusd_epi32(acc, u, s))
+#define QX_NAME matmul_qx_avx512
+#include "kern_qx_x86.h"
+#undef QX_DOT
+#undef QX_NAME
+
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
@@ -859,6 +867,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .dot_i8      = dot_i8_avx512,
     .matvec_q8   = matvec_q8_avx512,
     .matmul_q8   = matmul_q8_avx512,
+    .matmul_qx   = matmul_qx_avx512,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
     .dot_f32     = dot_f32_avx512,

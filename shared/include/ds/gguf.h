@@ -38,8 +38,21 @@ enum ds_gguf_type {
     DS_GGUF_TYPE_COUNT
 };
 
-/* ggml tensor types dspark reads; any other type is refused as unsupported. */
-enum ds_ggml_type { DS_GGML_TYPE_F32 = 0, DS_GGML_TYPE_F16 = 1, DS_GGML_TYPE_Q8_0 = 8 };
+/* ggml tensor types dspark reads (ggml's numbering); any other type is
+** refused as unsupported. Legacy blocks hold 32 values, K-quant super-blocks
+** 256; a row must be a whole number of blocks. */
+enum ds_ggml_type {
+    DS_GGML_TYPE_F32 = 0, DS_GGML_TYPE_F16 = 1,
+    DS_GGML_TYPE_Q4_0 = 2, DS_GGML_TYPE_Q4_1 = 3, DS_GGML_TYPE_Q5_0 = 6, DS_GGML_TYPE_Q5_1 = 7,
+    DS_GGML_TYPE_Q8_0 = 8,
+    DS_GGML_TYPE_Q4_K = 12, DS_GGML_TYPE_Q5_K = 13, DS_GGML_TYPE_Q6_K = 14,
+    DS_GGML_TYPE_BF16 = 30
+};
+
+/* Values per block and bytes per block of a type dspark reads; 0 for others. */
+uint32_t ds_ggml_type_block(uint32_t type);
+uint32_t ds_ggml_type_block_bytes(uint32_t type);
+const char *ds_ggml_type_name(uint32_t type);
 
 #define DS_GGUF_MAX_DIMS 4
 

@@ -1,6 +1,7 @@
 /*
 ** ds/model.h — open, validate and memory-map Llama-family model files:
-** GGUF v2/v3 (F32, F16, Q8_0 tensors) and llama2.c legacy (v0) checkpoints.
+** GGUF v2/v3 (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+** Q6_K tensors; architectures llama and qwen2) and llama2.c legacy (v0) checkpoints.
 **
 ** Ownership: ds_model_open() returns an OWNED model; ds_model_close() accepts
 **            NULL. Every struct ds_weight points into the mapping (BORROWED,
@@ -24,7 +25,13 @@
 
 struct ds_gguf;
 
-enum ds_dtype { DS_DTYPE_F32, DS_DTYPE_F16, DS_DTYPE_Q8_0 };
+/* Weight types, each the ggml layout of the same name (ds/gguf.h). */
+enum ds_dtype {
+    DS_DTYPE_F32, DS_DTYPE_F16, DS_DTYPE_Q8_0,
+    DS_DTYPE_BF16, DS_DTYPE_Q4_0, DS_DTYPE_Q4_1, DS_DTYPE_Q5_0, DS_DTYPE_Q5_1,
+    DS_DTYPE_Q4_K, DS_DTYPE_Q5_K, DS_DTYPE_Q6_K,
+    DS_DTYPE_COUNT
+};
 
 enum ds_model_format { DS_MODEL_FORMAT_GGUF, DS_MODEL_FORMAT_LLAMA2C };
 
@@ -51,8 +58,16 @@ struct ds_weight {
     const void   *data;     /* BORROWED from the mapping */
 };
 
-/* Row r of w as cols FP32 values (F32 copied, F16 and Q8_0 converted). */
+/* Row r of w as cols FP32 values (F32 copied, every other type converted). */
 void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out);
+/* Bytes of one row of w in its file type. */
+size_t ds_weight_row_bytes(const struct ds_weight *w);
+/* Quantize cols floats (a whole number of blocks) into type's layout at out
+** (ds_weight_row_bytes of such a row): F32, F16, Q8_0, Q4_0, Q4_K, Q6_K by
+** round-to-nearest; DS_ERR_UNSUPPORTED for the other types. */
+DS_MUST_CHECK enum ds_err ds_quantize_row(enum ds_dtype type, size_t cols, const float *x, void *out);
+/* The ggml type of a dtype (DS_GGML_TYPE_*). */
+uint32_t ds_dtype_ggml(enum ds_dtype t);
 
 struct ds_layer_weights {
     struct ds_weight attn_norm;        /* (dim) */
@@ -63,6 +78,8 @@ struct ds_layer_weights {
     struct ds_weight w1;               /* gate (hidden, dim) */
     struct ds_weight w2;               /* down (dim, hidden) */
     struct ds_weight w3;               /* up   (hidden, dim) */
+    struct ds_weight bq, bk, bv;       /* qwen2: Q/K/V biases (dim), (kv_dim), (kv_dim);
+                                       ** data NULL when the model has none */
 };
 
 struct ds_model {
@@ -72,6 +89,9 @@ struct ds_model {
     struct ds_weight        out_norm;  /* (dim) */
     struct ds_weight        output;    /* (vocab, dim); == tok_embd when tied */
     bool                    tied_output;
+    bool                    rope_neox; /* RoPE rotates (i, i + rope_dim/2), not (2i, 2i+1) (qwen2) */
+    struct ds_weight        rope_freqs;/* (rope_dim/2) F32 divisors of each RoPE frequency
+                                       ** (Llama 3.x), all > 0; data NULL when absent */
     struct ds_layer_weights *layers;   /* n_layers */
     struct ds_gguf         *gguf;      /* GGUF models: metadata and vocabulary */
     char                   *path;

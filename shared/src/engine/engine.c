@@ -87,12 +87,16 @@ struct mat {
     uint32_t                  nb;        /* Q8 blocks per row (cols rounded up) */
     const float              *f;         /* FP32: rows x cols */
     const struct ds_q8_block *q;         /* INT8: rows x nb */
+    const uint8_t            *qx;        /* INT8, 4/5/6-bit types: the file's rows, for matmul_qx */
+    enum ds_kern_qtype        qt;        /* their type */
+    size_t                    qx_row;    /* bytes per row */
     void                     *owned;     /* converted copy, if any */
 };
 
 struct layer {
     const float *attn_norm, *ffn_norm;   /* (dim) */
     struct mat   wq, wk, wv, wo, w1, w2, w3;
+    const float *bq, *bk, *bv;           /* biases (qwen2) or NULL; bq, bk in wq, wk's row order */
 };
 
 /* Scratch for max_batch rows; allocated once at create. */
@@ -152,6 +156,7 @@ struct ds_engine {
     const float                 *out_norm;
     struct mat                   output;
     float                       *owned_norms;  /* F16 norms converted to F32 */
+    float                       *owned_bias;   /* Q/K/V biases, 2 * (dim + 2 kv_dim) per layer */
     float                       *rope;         /* (max_ctx, rope_dim/2, 2) cos, sin */
     struct run_state             s;
     struct kv_pool               kv;
@@ -164,7 +169,41 @@ struct ds_engine {
 
 /* ---- weights ---- */
 
-static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
+/* NEOX RoPE (qwen2) rotates dims (i, i + rope_dim/2) of a head; the kernels
+** rotate (2i, 2i+1). Q and K rows are reordered at load, head by head, so
+** that row 2i holds dim i and row 2i+1 dim i + rope_dim/2: scores q.k are
+** the same in any order both share, and V keeps the file's order. Returns
+** the source row of row r. */
+static uint32_t neox_row(const struct ds_model_config *c, uint32_t r)
+{
+    const uint32_t h = r / c->head_dim, i = r % c->head_dim, half = c->rope_dim / 2;
+    if (i >= c->rope_dim) return r;
+    return h * c->head_dim + (i % 2 ? i / 2 + half : i / 2);
+}
+
+static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_weight *w, struct mat *m);
+
+/* As mat_prepare_rows, with Q/K rows reordered first for NEOX RoPE. */
+static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
+                               bool neox)
+{
+    if (!neox) return mat_prepare_rows(e, w, m);
+    const size_t rb = ds_weight_row_bytes(w);
+    uint8_t *copy = malloc((size_t)w->rows * rb);
+    if (!copy) return DS_ERR_NOMEM;
+    for (uint32_t r = 0; r < w->rows; r++)
+        memcpy(copy + (size_t)r * rb, (const uint8_t *)w->data + (size_t)neox_row(&e->cfg, r) * rb, rb);
+    struct ds_weight pw = *w;
+    pw.data = copy;
+    enum ds_err rc = mat_prepare_rows(e, &pw, m);
+    if (rc == DS_OK && ((const void *)m->f == copy || (const void *)m->q == copy ||
+                        (const void *)m->qx == copy))
+        m->owned = copy;
+    else free(copy);
+    return rc;
+}
+
+static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     m->rows = w->rows;
     m->cols = w->cols;
@@ -180,8 +219,21 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
         m->f = m->owned = f;
         return DS_OK;
     }
-    /* INT8: the file's Q8_0 blocks, or the rows quantized here; then, for a
-    ** kernel variant with a packed layout, packed once into its tiles. */
+    /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx
+    ** streams them); Q8_0 blocks, or other rows quantized here, are then
+    ** packed once into the tiles of a kernel variant that has a layout. */
+    static const int qtypes[DS_DTYPE_COUNT] = {
+        [DS_DTYPE_F32] = -1, [DS_DTYPE_F16] = -1, [DS_DTYPE_Q8_0] = -1, [DS_DTYPE_BF16] = -1,
+        [DS_DTYPE_Q4_0] = DS_KQ_Q4_0, [DS_DTYPE_Q4_1] = DS_KQ_Q4_1, [DS_DTYPE_Q5_0] = DS_KQ_Q5_0,
+        [DS_DTYPE_Q5_1] = DS_KQ_Q5_1, [DS_DTYPE_Q4_K] = DS_KQ_Q4_K, [DS_DTYPE_Q5_K] = DS_KQ_Q5_K,
+        [DS_DTYPE_Q6_K] = DS_KQ_Q6_K,
+    };
+    if (qtypes[w->type] >= 0) {
+        m->qx = w->data;
+        m->qt = (enum ds_kern_qtype)qtypes[w->type];
+        m->qx_row = ds_weight_row_bytes(w);
+        return DS_OK;
+    }
     const struct ds_q8_block *src = w->type == DS_DTYPE_Q8_0 ? w->data : NULL;
     struct ds_q8_block *quant = NULL;
     if (!src) {
@@ -216,6 +268,7 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
 
 static uint64_t mat_bytes(const struct ds_engine *e, const struct mat *m)
 {
+    if (m->qx) return (uint64_t)m->rows * m->qx_row;
     return e->prec == DS_PRECISION_FP32 ? (uint64_t)m->rows * m->cols * 4
                                         : (uint64_t)m->rows * m->nb * sizeof(struct ds_q8_block);
 }
@@ -237,9 +290,28 @@ static enum ds_err prepare_weights(struct ds_engine *e)
     e->owned_norms = malloc(((size_t)c->n_layers * 2 + 1) * c->dim * sizeof(float));
     if (!e->layers || !e->owned_norms) return DS_ERR_NOMEM;
     float *nb = e->owned_norms;
+    const size_t bias_floats = (size_t)c->dim + 2 * (size_t)c->kv_dim;
+    if (m->layers[0].bq.data || m->layers[0].bk.data || m->layers[0].bv.data) {
+        e->owned_bias = malloc((size_t)c->n_layers * 2 * bias_floats * sizeof(float));
+        if (!e->owned_bias) return DS_ERR_NOMEM;
+    }
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct ds_layer_weights *W = &m->layers[l];
         struct layer *L = &e->layers[l];
+        if (e->owned_bias) {
+            /* [q k v] as read, then q and k in their matrices' row order. */
+            float *raw = e->owned_bias + (size_t)l * 2 * bias_floats, *ord = raw + bias_floats;
+            const struct ds_weight *bw[3] = { &W->bq, &W->bk, &W->bv };
+            const uint32_t bn[3] = { c->dim, c->kv_dim, c->kv_dim };
+            const float **dst[3] = { &L->bq, &L->bk, &L->bv };
+            for (int i = 0, off = 0; i < 3; off += (int)bn[i], i++) {
+                if (!bw[i]->data) continue;
+                ds_weight_row_f32(bw[i], 0, raw + off);
+                for (uint32_t r = 0; r < bn[i]; r++)
+                    ord[off + r] = raw[off + (m->rope_neox && i < 2 ? neox_row(c, r) : r)];
+                *dst[i] = ord + off;
+            }
+        }
         L->attn_norm = norm_f32(&W->attn_norm, nb + (size_t)(2 * l) * c->dim);
         L->ffn_norm = norm_f32(&W->ffn_norm, nb + (size_t)(2 * l + 1) * c->dim);
         struct { const struct ds_weight *w; struct mat *m; } ms[] = {
@@ -247,12 +319,13 @@ static enum ds_err prepare_weights(struct ds_engine *e)
             { &W->w1, &L->w1 }, { &W->w2, &L->w2 }, { &W->w3, &L->w3 },
         };
         for (size_t i = 0; i < DS_ARRAY_LEN(ms); i++) {
-            if ((rc = mat_prepare(e, ms[i].w, ms[i].m)) != DS_OK) return rc;
+            const bool neox = m->rope_neox && (ms[i].m == &L->wq || ms[i].m == &L->wk);
+            if ((rc = mat_prepare(e, ms[i].w, ms[i].m, neox)) != DS_OK) return rc;
             e->weight_bytes += mat_bytes(e, ms[i].m);
         }
     }
     e->out_norm = norm_f32(&m->out_norm, nb + (size_t)2 * c->n_layers * c->dim);
-    if ((rc = mat_prepare(e, &m->output, &e->output)) != DS_OK) return rc;
+    if ((rc = mat_prepare(e, &m->output, &e->output, false)) != DS_OK) return rc;
     e->weight_bytes += mat_bytes(e, &e->output);
     return DS_OK;
 }
@@ -429,7 +502,9 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
     y += t0 * w->rows + r0;
     if (j->e->prec == DS_PRECISION_INT8) {
         const struct ds_q8_block *xq = j->xq + t0 * w->nb;
-        if (n == 1)
+        if (w->qx)
+            k->matmul_qx(w->qt, r1 - r0, w->nb, w->qx + r0 * w->qx_row, n, xq, y, w->rows);
+        else if (n == 1)
             k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, xq, y);
         else
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, n, xq, y, w->rows);
@@ -537,6 +612,10 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
         if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8)
             e->kern->quantize_q8(j->qcols, j->qsrc + r * j->qcols, s->xq + r * ds_q8_blocks(j->qcols));
         if (j->ops & ROW_ROPE_KV) {
+            const struct layer *L = &e->layers[j->layer];
+            if (L->bq) e->kern->axpy_f32(dim, 1.0f, L->bq, s->q + r * dim);
+            if (L->bk) e->kern->axpy_f32(kvd, 1.0f, L->bk, s->k + r * kvd);
+            if (L->bv) e->kern->axpy_f32(kvd, 1.0f, L->bv, s->v + r * kvd);
             rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
             rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
             const size_t hd = c->head_dim;
@@ -916,17 +995,26 @@ static enum ds_err alloc_state(struct ds_engine *e)
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
         !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows || !s->steps)
         return DS_ERR_NOMEM;
-    /* RoPE table, computed the way llama2.c does, in float. */
+    /* RoPE table, computed the way llama2.c does, in float; Llama 3.x
+    ** divides each frequency by its factor from rope_freqs.weight. */
     size_t half = c->rope_dim / 2;
     e->rope = malloc((size_t)e->max_ctx * c->rope_dim * sizeof(float));
-    if (!e->rope) return DS_ERR_NOMEM;
+    float *factor = malloc(half * sizeof *factor);
+    if (!e->rope || !factor) {
+        free(factor);
+        return DS_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < half; i++) factor[i] = 1.0f;
+    if (e->model->rope_freqs.data) ds_weight_row_f32(&e->model->rope_freqs, 0, factor);
     for (uint32_t pos = 0; pos < e->max_ctx; pos++)
         for (size_t i = 0; i < half; i++) {
             float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+            if (e->model->rope_freqs.data) freq /= factor[i];
             float val = (float)pos * freq;
             e->rope[(size_t)pos * c->rope_dim + 2 * i] = cosf(val);
             e->rope[(size_t)pos * c->rope_dim + 2 * i + 1] = sinf(val);
         }
+    free(factor);
     return DS_OK;
 }
 
@@ -945,6 +1033,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->output.owned);
     free(e->owned_norms);
     free(e->rope);
+    free(e->owned_bias);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
     free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);

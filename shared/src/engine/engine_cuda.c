@@ -75,13 +75,7 @@ static int gpu_devices(void)
 
 static size_t raw_bytes(const struct ds_weight *w)
 {
-    size_t n = (size_t)w->rows * w->cols;
-    switch (w->type) {
-    case DS_DTYPE_F32: return n * 4;
-    case DS_DTYPE_F16: return n * 2;
-    case DS_DTYPE_Q8_0: return ds_q8_blocks(n) * sizeof(struct ds_q8_block);
-    }
-    return 0;
+    return (size_t)w->rows * ds_weight_row_bytes(w);
 }
 
 /* The model's matrices in a fixed order: per layer wq wk wv wo w1 w2 w3,
@@ -113,8 +107,19 @@ static enum ds_err prepare_weights(struct ds_gpu *g, const struct ds_model *m)
     const struct ds_model_config *c = &g->c;
     const size_t n_mats = (size_t)c->n_layers * MATS_PER_LAYER + 1;
     size_t total = 0, stage = 0;
+    if (m->rope_neox || m->rope_freqs.data || m->layers[0].bq.data || m->layers[0].bk.data ||
+        m->layers[0].bv.data) {
+        DS_LOG(DS_LOG_ERROR, "cuda: the CUDA backend runs Llama 1/2-style models only (no NEOX "
+               "RoPE, RoPE frequency factors or Q/K/V biases)");
+        return DS_ERR_UNSUPPORTED;
+    }
     for (size_t i = 0; i < n_mats; i++) {
         const struct ds_weight *w = mat_at(m, i);
+        if (w->type != DS_DTYPE_F32 && w->type != DS_DTYPE_F16 && w->type != DS_DTYPE_Q8_0) {
+            DS_LOG(DS_LOG_ERROR, "cuda: a %s matrix; the CUDA backend reads F32, F16 and Q8_0",
+                   ds_dtype_name(w->type));
+            return DS_ERR_UNSUPPORTED;
+        }
         if (w->type == DS_DTYPE_Q8_0 && w->cols % DS_Q8_BLOCK) {
             DS_LOG(DS_LOG_ERROR, "cuda: a Q8_0 matrix of %u columns (not a multiple of %d)", w->cols,
                    DS_Q8_BLOCK);

@@ -357,22 +357,20 @@ static enum ds_err tensor_bytes(const struct ds_gguf *g, struct ds_gguf_tensor *
         n *= t->ne[d];
     }
     t->n_elements = n;
-    switch (t->type) {
-    case DS_GGML_TYPE_F32: t->size = (size_t)n * 4; break;
-    case DS_GGML_TYPE_F16: t->size = (size_t)n * 2; break;
-    case DS_GGML_TYPE_Q8_0:
-        if (t->ne[0] % 32 != 0) {
-            DS_LOG(DS_LOG_ERROR, "%s: Q8_0 tensor '%.*s' has row length %llu, not a multiple of 32",
-                   g->name, (int)t->name.n, t->name.p, (unsigned long long)t->ne[0]);
-            return DS_ERR_FORMAT;
-        }
-        t->size = (size_t)(n / 32) * 34;
-        break;
-    default:
-        DS_LOG(DS_LOG_ERROR, "%s: tensor '%.*s' has ggml type %u; dspark reads F32, F16 and Q8_0 "
-               "(requantize the model to one of them)", g->name, (int)t->name.n, t->name.p, t->type);
+    const uint32_t block = ds_ggml_type_block(t->type);
+    if (block == 0) {
+        DS_LOG(DS_LOG_ERROR, "%s: tensor '%.*s' has ggml type %u; dspark reads F32, F16, BF16, "
+               "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (requantize the model to one "
+               "of them)", g->name, (int)t->name.n, t->name.p, t->type);
         return DS_ERR_UNSUPPORTED;
     }
+    if (t->ne[0] % block != 0) {
+        DS_LOG(DS_LOG_ERROR, "%s: %s tensor '%.*s' has row length %llu, not a multiple of %u",
+               g->name, ds_ggml_type_name(t->type), (int)t->name.n, t->name.p,
+               (unsigned long long)t->ne[0], block);
+        return DS_ERR_FORMAT;
+    }
+    t->size = (size_t)(n / block) * ds_ggml_type_block_bytes(t->type);
     return DS_OK;
 }
 

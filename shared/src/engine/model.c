@@ -21,6 +21,7 @@
 #include "ds/gguf.h"
 #include "ds/kern.h"
 #include "ds/log.h"
+#include "quant_internal.h"
 
 /* Bounds that no real Llama-family model exceeds; past them a header lies. */
 #define MAX_DIM     65536u
@@ -30,25 +31,9 @@
 #define MAX_VOCAB   1048576u
 #define MAX_CTX     1048576u
 
-const char *ds_dtype_name(enum ds_dtype t)
-{
-    switch (t) {
-    case DS_DTYPE_F32:  return "f32";
-    case DS_DTYPE_F16:  return "f16";
-    case DS_DTYPE_Q8_0: return "q8_0";
-    }
-    return "?";
-}
-
 static size_t weight_bytes(const struct ds_weight *w)
 {
-    size_t n = (size_t)w->rows * w->cols;
-    switch (w->type) {
-    case DS_DTYPE_F32:  return n * 4;
-    case DS_DTYPE_F16:  return n * 2;
-    case DS_DTYPE_Q8_0: return n / DS_Q8_BLOCK * sizeof(struct ds_q8_block);
-    }
-    return 0;
+    return w->data ? (size_t)w->rows * ds_weight_row_bytes(w) : 0;
 }
 
 uint64_t ds_model_weight_bytes(const struct ds_model *m)
@@ -120,17 +105,24 @@ static enum ds_err check_values(const char *path, const char *name, const struct
             if ((u & 0x7c00u) == 0x7c00u) { bad = i; nan = (u & 0x03ffu) != 0; }
         }
         break;
-    case DS_DTYPE_Q8_0:
-        for (size_t b = 0; b < n / DS_Q8_BLOCK && bad == SIZE_MAX; b++) {
+    case DS_DTYPE_BF16:
+        for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
             uint16_t u;
-            memcpy(&u, p + b * sizeof(struct ds_q8_block), 2);
-            if ((u & 0x7c00u) == 0x7c00u) { bad = b * DS_Q8_BLOCK; nan = (u & 0x03ffu) != 0; }
+            memcpy(&u, p + 2 * i, 2);
+            if ((u & 0x7f80u) == 0x7f80u) { bad = i; nan = (u & 0x007fu) != 0; }
         }
         break;
+    default: {
+        const size_t block = ds_ggml_type_block(ds_dtype_ggml(w->type));
+        size_t b = ds_dtype__bad_scale(w->type, p, n / block, &nan);
+        if (b != SIZE_MAX) bad = b * block;
+        break;
+    }
     }
     if (bad != SIZE_MAX) {
         DS_LOG(DS_LOG_ERROR, "%s: tensor '%s' holds %s %s at element %zu", path, name,
-               nan ? "a NaN" : "an infinite", w->type == DS_DTYPE_Q8_0 ? "block scale" : "value",
+               nan ? "a NaN" : "an infinite",
+               ds_ggml_type_block(ds_dtype_ggml(w->type)) > 1 ? "block scale" : "value",
                bad);
         return DS_ERR_FORMAT;
     }
@@ -170,6 +162,25 @@ static enum ds_err check_all_values(struct ds_model *m)
     return DS_OK;
 }
 
+/* Llama 3.x frequency divisors: finite and positive (a zero or negative
+** one would send RoPE angles to infinity or backwards). */
+static enum ds_err check_rope_freqs(const struct ds_model *m)
+{
+    const struct ds_weight *w = &m->rope_freqs;
+    float *f = malloc(w->cols * sizeof *f);
+    if (!f) return DS_ERR_NOMEM;
+    ds_weight_row_f32(w, 0, f);
+    enum ds_err rc = DS_OK;
+    for (uint32_t i = 0; i < w->cols && rc == DS_OK; i++)
+        if (!(f[i] > 0.0f) || !isfinite(f[i])) {
+            DS_LOG(DS_LOG_ERROR, "%s: tensor 'rope_freqs.weight' holds %g at element %u; RoPE "
+                   "frequency factors must be positive numbers", m->path, (double)f[i], i);
+            rc = DS_ERR_FORMAT;
+        }
+    free(f);
+    return rc;
+}
+
 static void set_name_from_path(struct ds_model *m)
 {
     const char *b = strrchr(m->path, '/');
@@ -196,14 +207,12 @@ static enum ds_err gguf_weight(struct ds_model *m, const char *name, uint32_t ro
                (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], cols, rows);
         return DS_ERR_FORMAT;
     }
-    switch (t->type) {
-    case DS_GGML_TYPE_F32:  w->type = DS_DTYPE_F32; break;
-    case DS_GGML_TYPE_F16:  w->type = DS_DTYPE_F16; break;
-    case DS_GGML_TYPE_Q8_0: w->type = DS_DTYPE_Q8_0; break;
-    default: return DS_ERR_UNSUPPORTED;     /* ds_gguf refuses other types at open */
-    }
-    if (rows == 1 && w->type == DS_DTYPE_Q8_0) {
-        DS_LOG(DS_LOG_ERROR, "%s: norm tensor '%s' is Q8_0; norms must be F32 or F16", m->path, name);
+    int dt = ds_dtype__from_ggml(t->type);
+    if (dt < 0) return DS_ERR_UNSUPPORTED;     /* ds_gguf refuses other types at open */
+    w->type = (enum ds_dtype)dt;
+    if (rows == 1 && ds_ggml_type_block(t->type) > 1) {
+        DS_LOG(DS_LOG_ERROR, "%s: norm tensor '%s' is %s; norms must be F32, F16 or BF16", m->path,
+               name, ds_ggml_type_name(t->type));
         return DS_ERR_UNSUPPORTED;
     }
     w->rows = rows;
@@ -231,26 +240,34 @@ static enum ds_err open_gguf(struct ds_model *m)
         DS_LOG(DS_LOG_ERROR, "%s: general.architecture is missing", m->path);
         return DS_ERR_FORMAT;
     }
-    if (arch.n != 5 || memcmp(arch.p, "llama", 5) != 0) {
-        DS_LOG(DS_LOG_ERROR, "%s: architecture '%.*s' is not supported (dspark runs 'llama')",
-               m->path, (int)DS_MIN(arch.n, 64), arch.p);
+    /* llama (Llama 1-3.x: interleaved RoPE, optional rope_freqs) and qwen2
+    ** (Q/K/V biases, NEOX RoPE); the same keys under the arch's prefix. */
+    const bool qwen2 = arch.n == 5 && memcmp(arch.p, "qwen2", 5) == 0;
+    if (!qwen2 && (arch.n != 5 || memcmp(arch.p, "llama", 5) != 0)) {
+        DS_LOG(DS_LOG_ERROR, "%s: architecture '%.*s' is not supported (dspark runs 'llama' and "
+               "'qwen2')", m->path, (int)DS_MIN(arch.n, 64), arch.p);
         return DS_ERR_UNSUPPORTED;
     }
+    m->rope_neox = qwen2;
+    const char *pre = qwen2 ? "qwen2" : "llama";
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s.%s", pre, k), key)
     struct ds_model_config *c = &m->cfg;
     c->rope_theta = 10000.0f;
     c->rms_eps = 1e-5f;
-    if ((rc = gguf_u32(m, "llama.embedding_length", false, &c->dim)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.feed_forward_length", false, &c->hidden_dim)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.block_count", false, &c->n_layers)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.attention.head_count", false, &c->n_heads)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("embedding_length"), false, &c->dim)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("feed_forward_length"), false, &c->hidden_dim)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("block_count"), false, &c->n_layers)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("attention.head_count"), false, &c->n_heads)) != DS_OK) return rc;
     c->n_kv_heads = c->n_heads;
-    if ((rc = gguf_u32(m, "llama.attention.head_count_kv", true, &c->n_kv_heads)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.context_length", false, &c->ctx_len)) != DS_OK) return rc;
-    if ((rc = gguf_u32(m, "llama.rope.dimension_count", true, &c->rope_dim)) != DS_OK) return rc;
-    rc = ds_gguf_get_f32(m->gguf, "llama.rope.freq_base", &c->rope_theta);
+    if ((rc = gguf_u32(m, KEY("attention.head_count_kv"), true, &c->n_kv_heads)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("context_length"), false, &c->ctx_len)) != DS_OK) return rc;
+    if ((rc = gguf_u32(m, KEY("rope.dimension_count"), true, &c->rope_dim)) != DS_OK) return rc;
+    rc = ds_gguf_get_f32(m->gguf, KEY("rope.freq_base"), &c->rope_theta);
     if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
-    rc = ds_gguf_get_f32(m->gguf, "llama.attention.layer_norm_rms_epsilon", &c->rms_eps);
+    rc = ds_gguf_get_f32(m->gguf, KEY("attention.layer_norm_rms_epsilon"), &c->rms_eps);
     if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
+#undef KEY
     const struct ds_gguf_tensor *emb = ds_gguf_tensor_find(m->gguf, "token_embd.weight");
     if (!emb || emb->n_dims != 2 || emb->ne[1] > UINT32_MAX) {
         DS_LOG(DS_LOG_ERROR, "%s: tensor 'token_embd.weight' is missing or not 2-D", m->path);
@@ -275,10 +292,26 @@ static enum ds_err open_gguf(struct ds_model *m)
     } else if (rc != DS_OK) {
         return rc;
     }
+    rc = gguf_weight(m, "rope_freqs.weight", 1, c->rope_dim / 2, true, &m->rope_freqs);
+    if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
+    if (rc == DS_OK && (rc = check_rope_freqs(m)) != DS_OK) return rc;
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     if (!m->layers) return DS_ERR_NOMEM;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         struct ds_layer_weights *L = &m->layers[l];
+        if (qwen2) {
+            struct { const char *suffix; uint32_t n; struct ds_weight *w; } bias[] = {
+                { "attn_q.bias", c->dim, &L->bq }, { "attn_k.bias", c->kv_dim, &L->bk },
+                { "attn_v.bias", c->kv_dim, &L->bv },
+            };
+            for (size_t i = 0; i < DS_ARRAY_LEN(bias); i++) {
+                char tname[96];
+                snprintf(tname, sizeof tname, "blk.%u.%s", l, bias[i].suffix);
+                rc = gguf_weight(m, tname, 1, bias[i].n, true, bias[i].w);
+                if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
+                if (rc == DS_OK && (rc = check_values(m->path, tname, bias[i].w)) != DS_OK) return rc;
+            }
+        }
         struct { const char *suffix; uint32_t rows, cols; struct ds_weight *w; } spec[] = {
             { "attn_norm.weight",   1,             c->dim,        &L->attn_norm },
             { "attn_q.weight",      c->dim,        c->dim,        &L->wq },
@@ -449,33 +482,4 @@ enum ds_err ds_model_open(const char *path, struct ds_model **out)
            m->cfg.vocab_size, m->cfg.ctx_len);
     *out = m;
     return DS_OK;
-}
-
-void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out)
-{
-    size_t c = w->cols;
-    switch (w->type) {
-    case DS_DTYPE_F32:
-        memcpy(out, (const float *)w->data + (size_t)r * c, c * sizeof *out);
-        break;
-    case DS_DTYPE_F16: {
-        const uint8_t *p = (const uint8_t *)w->data + (size_t)r * c * 2;
-        for (size_t i = 0; i < c; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = ds_f16_to_f32(h);
-        }
-        break;
-    }
-    case DS_DTYPE_Q8_0: {
-        const struct ds_q8_block *b = (const struct ds_q8_block *)w->data + (size_t)r * (c / DS_Q8_BLOCK);
-        for (size_t k = 0; k < c / DS_Q8_BLOCK; k++) {
-            uint16_t dh;
-            memcpy(&dh, &b[k].d, 2);
-            const float d = ds_f16_to_f32(dh);
-            for (size_t i = 0; i < DS_Q8_BLOCK; i++) out[k * DS_Q8_BLOCK + i] = d * (float)b[k].qs[i];
-        }
-        break;
-    }
-    }
 }

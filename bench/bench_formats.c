@@ -1,0 +1,159 @@
+/*
+** bench_formats.c — INT8 decode tokens/s of one 110M-shape model (random
+** weights) written as Q8_0, Q4_0, Q4_K_M and Q6_K, each against the
+** bandwidth ceiling for its own bytes per token (read bandwidth of the
+** same thread count / weight bytes one decode step reads).
+**
+** Usage: bench_formats [--dir DIR] [--threads N] [--steps N] [--reps N]
+** Models are written once into DIR (default bench-models) and reused.
+** Goals (reported, never asserted): Q4_K_M decode >= 1.6x Q8_0's, and
+** >= 85% of its ceiling.
+*/
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench_model.h"
+#include "bench_util.h"
+#include "ds/engine.h"
+#include "ds/log.h"
+
+#define BW_BYTES (512u << 20)
+#define MAX_REPS 16
+
+struct bw_job {
+    const uint64_t *p;
+    size_t          n;
+    uint64_t        sum;
+};
+
+static void *bw_run(void *arg)
+{
+    struct bw_job *j = arg;
+    uint64_t s = 0;
+    for (size_t i = 0; i < j->n; i++) s += j->p[i];
+    j->sum = s;
+    return NULL;
+}
+
+/* Best of 5 reads of a 512 MiB buffer split over threads, GB/s. */
+static double bandwidth(unsigned threads)
+{
+    size_t words = BW_BYTES / 8;
+    uint64_t *buf = malloc(BW_BYTES);
+    if (!buf) return 0;
+    for (size_t i = 0; i < words; i++) buf[i] = i;
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < 5; r++) {
+        pthread_t tid[64];
+        struct bw_job jobs[64];
+        double t0 = bench_now_s();
+        for (unsigned t = 0; t < threads; t++) {
+            jobs[t] = (struct bw_job){ buf + words * t / threads, words / threads, 0 };
+            pthread_create(&tid[t], NULL, bw_run, &jobs[t]);
+        }
+        for (unsigned t = 0; t < threads; t++) {
+            pthread_join(tid[t], NULL);
+            sink += jobs[t].sum;
+        }
+        double gbs = (double)BW_BYTES / (bench_now_s() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    (void)sink;
+    free(buf);
+    return best;
+}
+
+/* Median decode tok/s over reps runs of steps single-token steps. */
+static enum ds_err decode(const struct ds_model *m, unsigned threads, unsigned steps, unsigned reps,
+                          double *tok_s, uint64_t *bytes, const char **kernel)
+{
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = DS_PRECISION_INT8;
+    o.n_threads = threads;
+    o.kv_seqs = 1;
+    o.max_ctx = 512;
+    struct ds_engine *e = NULL;
+    struct ds_seq *s = NULL;
+    float *lg = malloc((size_t)m->cfg.vocab_size * sizeof *lg);
+    enum ds_err rc = lg ? ds_engine_create(m, &o, &e) : DS_ERR_NOMEM;
+    if (rc == DS_OK) rc = ds_seq_create(e, &s);
+    double v[MAX_REPS];
+    for (unsigned r = 0; rc == DS_OK && r <= reps; r++) {
+        if ((rc = ds_seq_truncate(s, 0)) != DS_OK) break;
+        double t0 = bench_now_s();
+        for (unsigned i = 0; i < steps && rc == DS_OK; i++) {
+            int32_t tok = (int32_t)((i * 7919u + 13u) % m->cfg.vocab_size);
+            rc = ds_engine_eval(e, s, &tok, 1, lg, false);
+        }
+        if (r > 0) v[r - 1] = steps / (bench_now_s() - t0);      /* run 0 warms up */
+    }
+    if (rc == DS_OK) {
+        *tok_s = bench_stats_of(v, reps).med;
+        *bytes = ds_engine_weight_bytes(e);
+        *kernel = ds_engine_kernel(e);
+    }
+    ds_seq_destroy(s);
+    ds_engine_destroy(e);
+    free(lg);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = "bench-models";
+    unsigned threads = 2, steps = 64, reps = 5;
+    static const struct option lo[] = { { "dir", 1, 0, 'd' }, { "threads", 1, 0, 't' },
+                                        { "steps", 1, 0, 's' }, { "reps", 1, 0, 'r' }, { 0, 0, 0, 0 } };
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        if (c == 'd') dir = optarg;
+        else if (c == 't') threads = (unsigned)atoi(optarg);
+        else if (c == 's') steps = (unsigned)atoi(optarg);
+        else if (c == 'r') reps = (unsigned)atoi(optarg);
+        else {
+            fprintf(stderr, "usage: %s [--dir DIR] [--threads N] [--steps N] [--reps N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (threads < 1 || threads > 64 || steps < 1 || steps > 400 || reps < 1 || reps > MAX_REPS) {
+        fprintf(stderr, "%s: threads 1..64, steps 1..400, reps 1..%d\n", argv[0], MAX_REPS);
+        return 2;
+    }
+    mkdir(dir, 0755);
+    static const struct { const char *name, *file; enum ds_ggml_type type; } fmts[] = {
+        { "Q8_0", "q8_0", DS_GGML_TYPE_Q8_0 }, { "Q4_0", "q4_0", DS_GGML_TYPE_Q4_0 },
+        { "Q4_K_M", "q4_k_m", MK_TYPE_Q4_K_M }, { "Q6_K", "q6_k", DS_GGML_TYPE_Q6_K },
+    };
+    double bw = bandwidth(threads), tok_s[4] = { 0 }, ceil[4] = { 0 };
+    printf("read bandwidth, %u threads: %.2f GB/s\n\n", threads, bw);
+    printf("%-8s %-11s %12s %12s %10s %8s\n", "format", "kernel", "bytes/token", "decode tok/s", "ceiling",
+           "%ceil");
+    for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/random-110m-%s.gguf", dir, fmts[i].file);
+        struct ds_model *m = NULL;
+        uint64_t bytes = 0;
+        const char *kernel = "?";
+        enum ds_err rc = bench_model_open_or_write(path, &mk_shape_110m, NULL, fmts[i].type, &m);
+        if (rc == DS_OK) rc = decode(m, threads, steps, reps, &tok_s[i], &bytes, &kernel);
+        ds_model_close(m);
+        if (rc != DS_OK) {
+            fprintf(stderr, "bench_formats: %s: %s\n", fmts[i].name, ds_strerror(rc));
+            return 1;
+        }
+        ceil[i] = bw * 1e9 / (double)bytes;
+        printf("%-8s %-11s %12llu %12.1f %10.1f %7.0f%%\n", fmts[i].name, kernel, (unsigned long long)bytes,
+               tok_s[i], ceil[i], 100 * tok_s[i] / ceil[i]);
+        fflush(stdout);
+    }
+    printf("\nQ4_K_M / Q8_0 decode: %.2fx (goal >= 1.6x: %s)\n", tok_s[2] / tok_s[0],
+           tok_s[2] / tok_s[0] >= 1.6 ? "PASS" : "MISS");
+    printf("Q4_K_M %% of ceiling: %.0f%% (goal >= 85%%: %s)\n", 100 * tok_s[2] / ceil[2],
+           tok_s[2] / ceil[2] >= 0.85 ? "PASS" : "MISS");
+    return 0;
+}

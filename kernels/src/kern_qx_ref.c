@@ -1,0 +1,125 @@
+/*
+** kern_qx_ref.c — the scalar reference of matmul_qx: 4-, 5- and 6-bit ggml
+** weight blocks against Q8_0 activations. Each group of 32 weight values is
+** decoded to small signed integers c, two scales (one per 16 values) and a
+** min, so that value j = scale * c[j] + min; its dot product with one
+** activation block is then
+**   d_x * (s0 * sum_{j<16} c[j] q[j] + s1 * sum_{j>=16} c[j] q[j] + min * sum q),
+** with exact integer sums. The SIMD variants compute the same sums.
+*/
+#include "kern_internal.h"
+
+static float f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return ds_f16_to_f32(h);
+}
+
+/* Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from scales[12]. */
+static void k_scale_min(const uint8_t *q, unsigned j, unsigned *sc, unsigned *mn)
+{
+    if (j < 4) {
+        *sc = q[j] & 63u;
+        *mn = q[j + 4] & 63u;
+    } else {
+        *sc = (q[j + 4] & 15u) | ((unsigned)(q[j - 4] >> 6) << 4);
+        *mn = (unsigned)(q[j + 4] >> 4) | ((unsigned)(q[j] >> 6) << 4);
+    }
+}
+
+void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_t c[32], float *s0,
+                       float *s1, float *mn)
+{
+    *mn = 0.0f;
+    switch (t) {
+    case DS_KQ_Q4_0:
+    case DS_KQ_Q4_1: {
+        const bool one = t == DS_KQ_Q4_1;
+        const uint8_t *b = row + g * (one ? 20 : 18), *qs = b + (one ? 4 : 2);
+        *s0 = *s1 = f16(b);
+        if (one) *mn = f16(b + 2);
+        const int off = one ? 0 : 8;
+        for (int j = 0; j < 16; j++) {
+            c[j] = (int8_t)((qs[j] & 15) - off);
+            c[j + 16] = (int8_t)((qs[j] >> 4) - off);
+        }
+        return;
+    }
+    case DS_KQ_Q5_0:
+    case DS_KQ_Q5_1: {
+        const bool one = t == DS_KQ_Q5_1;
+        const uint8_t *b = row + g * (one ? 24 : 22), *qs = b + (one ? 8 : 6);
+        *s0 = *s1 = f16(b);
+        if (one) *mn = f16(b + 2);
+        uint32_t qh;
+        memcpy(&qh, b + (one ? 4 : 2), 4);
+        const int off = one ? 0 : 16;
+        for (int j = 0; j < 16; j++) {
+            c[j] = (int8_t)(((qs[j] & 15) | (int)(((qh >> j) & 1) << 4)) - off);
+            c[j + 16] = (int8_t)(((qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - off);
+        }
+        return;
+    }
+    case DS_KQ_Q4_K:
+    case DS_KQ_Q5_K: {
+        const bool five = t == DS_KQ_Q5_K;
+        const uint8_t *b = row + g / 8 * (five ? 176 : 144);
+        const unsigned s = (unsigned)(g % 8);
+        unsigned sc, m;
+        k_scale_min(b + 4, s, &sc, &m);
+        *s0 = *s1 = f16(b) * (float)sc;
+        *mn = -f16(b + 2) * (float)m;
+        const uint8_t *q = b + (five ? 48 : 16) + 32 * (s / 2), *qh = b + 16;
+        for (unsigned l = 0; l < 32; l++) {
+            unsigned v = (q[l] >> (4 * (s & 1))) & 15u;
+            if (five) v |= ((qh[l] >> s) & 1u) << 4;
+            c[l] = (int8_t)v;
+        }
+        return;
+    }
+    case DS_KQ_Q6_K: {
+        const uint8_t *b = row + g / 8 * 210;
+        const unsigned s = (unsigned)(g % 8), h = s / 4, k = s % 4;
+        const uint8_t *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = f16(b + 208);
+        *s0 = d * (float)sc[8 * h + 2 * k];
+        *s1 = d * (float)sc[8 * h + 2 * k + 1];
+        for (unsigned l = 0; l < 32; l++) {
+            unsigned lo = (ql[l] >> (4 * (k / 2))) & 15u, hi = (qh[l] >> (2 * k)) & 3u;
+            c[l] = (int8_t)((int)(lo | hi << 4) - 32);
+        }
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+static float dot_row(enum ds_kern_qtype t, size_t n_blocks, const uint8_t *row, const struct ds_q8_block *x)
+{
+    float sum = 0.0f;
+    for (size_t g = 0; g < n_blocks; g++) {
+        int8_t c[32];
+        float s0, s1, mn;
+        ds_kern__qx_group(t, row, g, c, &s0, &s1, &mn);
+        int32_t a = 0, b = 0, sx = 0;
+        for (int j = 0; j < 16; j++) {
+            a += c[j] * x[g].qs[j];
+            b += c[j + 16] * x[g].qs[j + 16];
+        }
+        for (int j = 0; j < 32; j++) sx += x[g].qs[j];
+        sum += ds_f16_to_f32(x[g].d) * (s0 * (float)a + s1 * (float)b + mn * (float)sx);
+    }
+    return sum;
+}
+
+void ds_kern__matmul_qx_ref(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w,
+                            size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    const size_t rb = n_blocks * 32 / ds_kq_block(type) * ds_kq_block_bytes(type);
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t r = 0; r < rows; r++)
+            y[t * ldy + r] = dot_row(type, n_blocks, (const uint8_t *)w + r * rb, x + t * n_blocks);
+}
