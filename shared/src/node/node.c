@@ -800,6 +800,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, st
     if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
+    mo.tls = c->mqtt_tls;
     mo.will_topic = a->status_topic;
     mo.will_payload = will;
     mo.will_len = will_len;
