@@ -207,23 +207,26 @@ static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
     (void)retry_later(c);
     /* A refusal by the broker carries a CONNACK reason; a network failure only a Paho code. */
     char why[DS_WHY_MAX];
-    if (r->reasonCode) {
-        snprintf(why, sizeof why, "refused by the broker: %s%s",
-                 MQTTReasonCode_toString(r->reasonCode),
-                 r->reasonCode == MQTTREASONCODE_BAD_USER_NAME_OR_PASSWORD ? " (check username and password_file)"
-                 : r->reasonCode == MQTTREASONCODE_NOT_AUTHORIZED ? " (this identity may not connect)"
-                                                                  : "");
+    /* Paho 1.3 puts a CONNACK refusal's reason code in r->code (positive,
+    ** >= 0x80) and leaves reasonCode 0; its own failures are negative. */
+    enum MQTTReasonCodes reason = r->reasonCode ? r->reasonCode
+                                  : r->code >= 0x80 ? (enum MQTTReasonCodes)r->code : MQTTREASONCODE_SUCCESS;
+    if (reason) {
+        snprintf(why, sizeof why, "refused by the broker: %s%s", MQTTReasonCode_toString(reason),
+                 reason == MQTTREASONCODE_BAD_USER_NAME_OR_PASSWORD ? " (check username and password_file)"
+                 : reason == MQTTREASONCODE_NOT_AUTHORIZED ? " (wrong password, or this identity may not connect)"
+                                                           : "");
     } else {
         snprintf(why, sizeof why, "%s%s%s", ds_mqtt__paho_err(r->code), r->message ? ": " : "",
                  r->message ? r->message : "");
     }
     pthread_mutex_lock(&c->mu);
-    if (!r->reasonCode && c->tls) {
+    if (!reason && c->tls) {
         c->probe_pending = true;               /* the worker finds out why (mqtt_tls.c) */
-        snprintf(c->last_err, sizeof c->last_err, "%s", why);
+        snprintf(c->paho_err, sizeof c->paho_err, "%s", why);
         pthread_cond_broadcast(&c->cv);
     } else {
-        failed_locked(c, r->reasonCode && refusal_is_final(r->reasonCode), why);
+        failed_locked(c, reason && refusal_is_final(reason), why);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -292,7 +295,7 @@ static void *worker_main(void *arg)
             c->probe_pending = false;
             struct ds_mqtt__peer peer = c->peer;
             char paho[DS_WHY_MAX], why[DS_WHY_MAX];
-            snprintf(paho, sizeof paho, "%s", c->last_err);
+            snprintf(paho, sizeof paho, "%s", c->paho_err);
             pthread_mutex_unlock(&c->mu);
             enum ds_mqtt__probe pr = ds_mqtt__tls_probe(c, &peer, why, sizeof why);
             pthread_mutex_lock(&c->mu);

@@ -93,6 +93,7 @@ struct ds_mqtt {
     bool                 probe_pending;  /* a TLS attempt failed: the worker diagnoses it */
     bool                 fatal;      /* the last attempt failed for a reason retrying cannot fix */
     char                 last_err[DS_WHY_MAX];
+    char                 paho_err[DS_WHY_MAX];   /* Paho's words for a failure being probed */
     void                *will_payload;
     struct ds_mqtt_opts  o;          /* strings point at the copies above */
     struct ds_mqtt__peer peer;

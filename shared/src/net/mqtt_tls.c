@@ -192,22 +192,22 @@ enum ds_mqtt__probe ds_mqtt__tls_probe(const struct ds_mqtt *c, const struct ds_
     if (!ctx) goto out;
     SSL_CTX_set_min_proto_version(ctx, c->tls_min);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    if (SSL_CTX_load_verify_locations(ctx, c->o.tls.cafile, c->o.tls.capath) != 1) {
-        snprintf(why, cap, "TLS: cannot load the CA (%s)", c->o.tls.cafile ? c->o.tls.cafile
-                                                                         : c->o.tls.capath);
+    if (SSL_CTX_load_verify_locations(ctx, c->cafile, c->capath) != 1) {
+        snprintf(why, cap, "TLS: cannot load the CA (%s)", c->cafile ? c->cafile
+                                                                         : c->capath);
         res = DS_MQTT__PROBE_FATAL;
         goto out;
     }
-    if (c->o.tls.certfile) {
+    if (c->certfile) {
         SSL_CTX_set_default_passwd_cb(ctx, pw_cb);
         SSL_CTX_set_default_passwd_cb_userdata(ctx, c->keypass);
-        if (SSL_CTX_use_certificate_chain_file(ctx, c->o.tls.certfile) != 1 ||
-            SSL_CTX_use_PrivateKey_file(ctx, c->o.tls.keyfile, SSL_FILETYPE_PEM) != 1 ||
+        if (SSL_CTX_use_certificate_chain_file(ctx, c->certfile) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, c->keyfile, SSL_FILETYPE_PEM) != 1 ||
             SSL_CTX_check_private_key(ctx) != 1) {
             char e[160];
             last_ssl_error(e, sizeof e);
-            snprintf(why, cap, "TLS: cannot load certfile %s / keyfile %s: %s", c->o.tls.certfile,
-                     c->o.tls.keyfile, e);
+            snprintf(why, cap, "TLS: cannot load certfile %s / keyfile %s: %s", c->certfile,
+                     c->keyfile, e);
             res = DS_MQTT__PROBE_FATAL;
             goto out;
         }
@@ -224,7 +224,8 @@ enum ds_mqtt__probe ds_mqtt__tls_probe(const struct ds_mqtt *c, const struct ds_
     if (vr != X509_V_OK) {
         snprintf(why, cap, "TLS: broker certificate refused: %s%s",
                  X509_verify_cert_error_string(vr),
-                 vr == X509_V_ERR_HOSTNAME_MISMATCH ? " (it does not name this host)"
+                 vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH
+                     ? " (the certificate does not name this host; verify_hostname)"
                  : vr == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
                          vr == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
                          vr == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT
