@@ -15,6 +15,7 @@ pkgs=(
   libsodium-dev                          # signatures and encryption of model bundles
   libcjson-dev                           # JSON messages
   libinih-dev                            # INI config files
+  libssl-dev openssl                     # the MQTT wrapper's TLS diagnosis; deploy/pki/mkpki.sh
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/
 )
