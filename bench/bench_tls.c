@@ -33,7 +33,8 @@ struct pingpong {
 static void on_req(void *ud, const struct ds_mqtt_msg *m)
 {
     struct pingpong *p = ud;
-    (void)ds_mqtt_publish(p->responder, "bench/rsp", m->payload, m->len, 1, false, NULL);
+    if (ds_mqtt_publish(p->responder, "bench/rsp", m->payload, m->len, 1, false, NULL) != DS_OK)
+        fprintf(stderr, "bench_tls: echo refused\n");
 }
 
 static void on_rsp(void *ud, const struct ds_mqtt_msg *m)
