@@ -136,7 +136,7 @@ for node in demo-center demo-edge; do
     echo "demo: $node did not come online; the logs:" >&2; cat "$work/center.log" "$work/edge.log" >&2; exit 1
   fi
 done
-echo "broker on $uri (${DEMO_TLS:-1}: 1 = mutual TLS + ACL); center 'demo-center' serving stories (fp32);"
+echo "broker on $uri ($([ "${DEMO_TLS:-1}" = 1 ] && echo "mutual TLS, ACL" || echo "plain, anonymous")); center 'demo-center' serving stories (fp32);"
 echo "edge 'demo-edge' serving stories (int8, version 1.0.0) and stories-fp32"
 
 echo
