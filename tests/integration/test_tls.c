@@ -11,6 +11,7 @@
 */
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include "support/itest.h"
 
 static struct sec_env g_env;
+static pid_t          g_edge;
 static char           g_ca[600], g_other_ca[600];
 
 /* Run `dspark infer ARGS` with stderr captured; returns its exit status, the
@@ -169,7 +171,54 @@ static void test_edge_wrong_ca(void **state)
     free(text);
 }
 
-static pid_t g_edge;
+
+/* Wait for edge-1's status "online" (retained), read as ops over mTLS. */
+static bool edge_online(void)
+{
+    char ca[600], cert[600], key[600];
+    struct it_inbox *in = it_inbox_new(64);
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(&g_env, "ops", ca, cert, key);
+    o.on_message = it_inbox_on_msg;
+    o.ud = in;
+    struct ds_mqtt *c = NULL;
+    bool ok = ds_mqtt_create(g_env.mtls_uri, "tls-ops", &o, &c) == DS_OK &&
+              ds_mqtt_subscribe(c, "dspark/v1/status/edge-1", 1) == DS_OK && ds_mqtt_connect(c) == DS_OK &&
+              ds_mqtt_wait_connected(c, 20000) == DS_OK && it_inbox_seen(in, "online", 60000);
+    ds_mqtt_destroy(c);
+    it_inbox_free(in);
+    if (!ok) it_log_tail(g_env.dir, 30);
+    return ok;
+}
+
+/* dspark-edge with username + password file over server-verified TLS (the
+** mTLS edge of setup stopped first: same node name, same client id). */
+static void test_edge_password(void **state)
+{
+    (void)state;
+    assert_true(WIFEXITED(it_stop(g_edge, SIGTERM, 10000)));
+    g_edge = 0;
+    char conf[4096], epw[700], pw[700], args[4096];
+    snprintf(epw, sizeof epw, "%s/edge-1.pw", g_env.dir);
+    sec_write_secret(epw, "pw-edge-1");
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-1\n[mqtt]\nuri = %s\ncafile = %s\nusername = edge-1\npassword_file = %s\n"
+             "[overflow]\nenabled = false\n[model stories]\npath = %s\nprecision = int8\nctx = 256\n",
+             g_env.tls_uri, g_ca, epw, tu_model("stories260K.gguf"));
+    g_edge = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-pw", conf, IT_TRUNCATE);
+    assert_true(g_edge > 0);
+    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
+    sec_write_secret(pw, "pw-dev-1");
+    assert_true(edge_online());
+    snprintf(args, sizeof args, "-H %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
+    char *err;
+    double ms;
+    int st = infer(args, &err, &ms);
+    printf("edge by password: exit %d in %.0f ms: %s", st, ms, err);
+    free(err);
+    assert_int_equal(st, 0);
+}
 
 static int setup(void **state)
 {
@@ -187,22 +236,7 @@ static int setup(void **state)
              g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
     g_edge = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge", conf, IT_TRUNCATE);
     if (g_edge <= 0) return -1;
-    /* Wait for its retained online status, read as ops over mTLS. */
-    char ca[600], cert[600], key[600];
-    struct it_inbox *in = it_inbox_new(64);
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, "ops", ca, cert, key);
-    o.on_message = it_inbox_on_msg;
-    o.ud = in;
-    struct ds_mqtt *c = NULL;
-    bool ok = ds_mqtt_create(g_env.mtls_uri, "tls-ops", &o, &c) == DS_OK &&
-              ds_mqtt_subscribe(c, "dspark/v1/status/edge-1", 1) == DS_OK && ds_mqtt_connect(c) == DS_OK &&
-              ds_mqtt_wait_connected(c, 20000) == DS_OK && it_inbox_seen(in, "online", 60000);
-    ds_mqtt_destroy(c);
-    it_inbox_free(in);
-    if (!ok) it_log_tail(g_env.dir, 30);
-    return ok ? 0 : -1;
+    return edge_online() ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -219,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_infer_ok),
         cmocka_unit_test(test_infer_failures),
         cmocka_unit_test(test_edge_wrong_ca),
+        cmocka_unit_test(test_edge_password),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
