@@ -291,7 +291,7 @@ static double stage_transfer(struct ctx *c)
     ds_dist_pub_stop(t.p);
     pthread_join(t.th, NULL);
     ds_dist_pub_destroy(t.p);
-    if (ds_dist_unpublish(tb_broker_uri(c->o->broker), "bench", 10000) != DS_OK)
+    if (ds_dist_unpublish(tb_broker_uri(c->o->broker), NULL, "bench", 10000) != DS_OK)
         fprintf(stderr, "bench_dist: the retained manifest could not be cleared\n");
     snprintf(path, sizeof path, "rm -rf '%s'", dir);
     if (system(path) != 0) fprintf(stderr, "bench_dist: could not remove %s\n", dir);

@@ -7,6 +7,9 @@
 # summary, a new model version packed, signed, encrypted, published over the
 # broker, fetched, verified and promoted on the edge, and the edge's
 # telemetry; then stops everything it started.
+# The broker runs with TLS and the ACL (README "Security"): a lab PKI made by
+# deploy/pki/mkpki.sh in the temp dir, every client by its certificate (mutual
+# TLS, CN = username). DEMO_TLS=0 runs it on plain anonymous TCP instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=$(realpath "${DS_MODELS_DIR:-../shared/models}")
@@ -32,15 +35,45 @@ for p in $(shuf -i 20000-60000 -n 50); do
   if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
 done
 [ -n "$port" ] || { echo "demo: no free port found" >&2; exit 1; }
-uri="tcp://127.0.0.1:$port"
-
-cat > "$work/mosquitto.conf" <<CONF
+if [ "${DEMO_TLS:-1}" = 1 ]; then
+  uri="ssl://127.0.0.1:$port"
+  P=$work/pki
+  sh deploy/pki/mkpki.sh "$P" demo-edge:edge demo-center:center demo-device:device ops:ops \
+      publisher:publisher >/dev/null
+  sh deploy/mosquitto/mkacl.sh demo-edge:edge demo-center:center demo-device:device ops:ops \
+      publisher:publisher > "$work/dspark.acl"
+  # client flags by identity (dspark CLI), and mosquitto_sub's as ops
+  tls() { echo "--cafile $P/ca.crt --certfile $P/$1.crt --keyfile $P/$1.key"; }
+  DEV=$(tls demo-device) PUBL=$(tls publisher)
+  SUB="--cafile $P/ca.crt --cert $P/ops.crt --key $P/ops.key"
+  node_tls() { printf 'cafile = %s\ncertfile = %s\nkeyfile = %s\n' "$P/ca.crt" "$P/$1.crt" "$P/$1.key"; }
+  cat > "$work/mosquitto.conf" <<CONF
+user $(id -un)
+allow_anonymous false
+acl_file $work/dspark.acl
+listener $port 127.0.0.1
+cafile $P/ca.crt
+certfile $P/broker.crt
+keyfile $P/broker.key
+tls_version tlsv1.2
+require_certificate true
+use_identity_as_username true
+set_tcp_nodelay true
+max_inflight_messages 100
+max_queued_messages 10000
+CONF
+else
+  uri="tcp://127.0.0.1:$port"
+  DEV="" PUBL="" SUB=""
+  node_tls() { :; }
+  cat > "$work/mosquitto.conf" <<CONF
 listener $port 127.0.0.1
 allow_anonymous true
 set_tcp_nodelay true
 max_inflight_messages 100
 max_queued_messages 10000
 CONF
+fi
 /usr/sbin/mosquitto -c "$work/mosquitto.conf" > "$work/mosquitto.log" 2>&1 &
 pids+=($!)
 
@@ -54,6 +87,7 @@ name = demo-center
 log_level = warn
 [mqtt]
 uri = $uri
+$(node_tls demo-center)
 [model stories]
 path = $M/stories260K.gguf
 precision = fp32
@@ -66,6 +100,7 @@ name = demo-edge
 log_level = warn
 [mqtt]
 uri = $uri
+$(node_tls demo-edge)
 [batch]
 max_active = 16
 [telemetry]
@@ -97,23 +132,23 @@ pids+=($center)
 edge=$!
 pids+=($edge)
 for node in demo-center demo-edge; do
-  if ! timeout 15 mosquitto_sub -p "$port" -t "dspark/v1/status/$node" -C 1 | grep -q '"online"'; then
+  if ! timeout 15 mosquitto_sub -p "$port" -h 127.0.0.1 $SUB -t "dspark/v1/status/$node" -C 1 | grep -q '"online"'; then
     echo "demo: $node did not come online; the logs:" >&2; cat "$work/center.log" "$work/edge.log" >&2; exit 1
   fi
 done
-echo "broker on $uri; center 'demo-center' serving stories (fp32);"
+echo "broker on $uri ($([ "${DEMO_TLS:-1}" = 1 ] && echo "mutual TLS, ACL" || echo "plain, anonymous")); center 'demo-center' serving stories (fp32);"
 echo "edge 'demo-edge' serving stories (int8, version 1.0.0) and stories-fp32"
 
 echo
 echo "== one streamed request (INT8, greedy) =="
-./build/shared/dspark infer -H "$uri" -m stories -p "Once upon a time" -n 60 --stream
+./build/shared/dspark infer -H "$uri" $DEV -m stories -p "Once upon a time" -n 60 --stream
 echo
 echo "== the same prompt on the FP32 model =="
-./build/shared/dspark infer -H "$uri" -m stories-fp32 -p "Once upon a time" -n 60
+./build/shared/dspark infer -H "$uri" $DEV -m stories-fp32 -p "Once upon a time" -n 60
 
 echo
 echo "== routed to the center: the edge drafts with INT8, the center verifies with FP32 =="
-$B infer -H "$uri" -m stories -p "Once upon a time" -n 60 --route center --json 2>/dev/null | python3 -c '
+$B infer -H "$uri" $DEV -m stories -p "Once upon a time" -n 60 --route center --json 2>/dev/null | python3 -c '
 import json, sys
 f = json.loads(sys.stdin.readline())
 u, s = f["usage"], f["served_by"]
@@ -129,7 +164,7 @@ for i in $(seq 1 48); do
   printf '{"prompt":"One day, a little %s","max_tokens":48,"priority":"%s","temperature":0.8,"seed":%d}\n' \
     "$(echo cat dog bird fox bear frog | cut -d' ' -f$(( i % 6 + 1 )))" "$t" "$i"
 done > "$work/requests.jsonl"
-./build/shared/dspark infer -H "$uri" -m stories --file "$work/requests.jsonl" --concurrency 48 > "$work/answers.txt"
+./build/shared/dspark infer -H "$uri" $DEV -m stories --file "$work/requests.jsonl" --concurrency 48 > "$work/answers.txt"
 head -n 5 "$work/answers.txt"
 echo "... ($(wc -l < "$work/answers.txt") answers: id, finish, client ms, edge ms)"
 
@@ -137,15 +172,15 @@ echo
 echo "== a new version over the bus: pack (sign, encrypt, seal to the edge), publish, fetch, promote =="
 $B model pack -m "$M/stories260K.gguf" --name stories --version 1.1.0 --signer "$work/signer.sec" \
     --to "$work/edge.pub" --chunk-kb 64 -o "$work/bundle" 2>/dev/null
-$B model publish --dir "$work/bundle" --signer-pub "$work/signer.pub" --broker "$uri" --quiet 2>/dev/null &
+$B model publish --dir "$work/bundle" --signer-pub "$work/signer.pub" --broker "$uri" $PUBL --quiet 2>/dev/null &
 pids+=($!)
 for _ in $(seq 1 150); do
   $B model list --registry "$work/edge-registry.db" --model stories 2>/dev/null | grep -q "1.1.0.*verified" && break
   sleep 0.2
 done
 $B model list --registry "$work/edge-registry.db" --model stories
-$B model promote --broker "$uri" --signer "$work/signer.sec" --name stories --version 1.1.0 --node demo-edge
-$B infer -H "$uri" -m stories -p "Once upon a time" -n 20 --json | python3 -c '
+$B model promote --broker "$uri" $PUBL --signer "$work/signer.sec" --name stories --version 1.1.0 --node demo-edge
+$B infer -H "$uri" $DEV -m stories -p "Once upon a time" -n 20 --json | python3 -c '
 import json, sys
 s = json.loads(sys.stdin.readline())["served_by"]
 print("next request served by %s, model %s version %s" % (s["node"], s["model"], s["version"]))'
@@ -153,7 +188,7 @@ print("next request served by %s, model %s version %s" % (s["node"], s["model"],
 echo
 echo "== the edge's telemetry (retained on dspark/v1/telemetry/demo-edge) =="
 sleep 1.2
-timeout 5 mosquitto_sub -p "$port" -t dspark/v1/telemetry/demo-edge -C 1 | python3 -c '
+timeout 5 mosquitto_sub -p "$port" -h 127.0.0.1 $SUB -t dspark/v1/telemetry/demo-edge -C 1 | python3 -c '
 import json, sys
 t = json.load(sys.stdin)
 lat = t.get("latency", {})
@@ -168,4 +203,4 @@ echo "== stopping: SIGTERM drains the edge and the center =="
 kill -TERM "$edge" "$center"
 wait "$edge" && echo "edge exited cleanly"
 wait "$center" && echo "center exited cleanly"
-timeout 5 mosquitto_sub -p "$port" -t dspark/v1/status/demo-edge -C 1
+timeout 5 mosquitto_sub -p "$port" -h 127.0.0.1 $SUB -t dspark/v1/status/demo-edge -C 1

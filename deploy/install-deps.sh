@@ -16,6 +16,7 @@ pkgs=(
   libcjson-dev                           # JSON messages
   libinih-dev                            # INI config files
   libutf8proc-dev                        # Unicode categories for the BPE pre-tokenizers
+  libssl-dev openssl                     # the MQTT wrapper's TLS diagnosis; deploy/pki/mkpki.sh
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/
   libmicrohttpd-dev                      # dspark exporter / dspark dashboard (HTTP)

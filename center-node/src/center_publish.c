@@ -56,7 +56,7 @@ static enum ds_err create(struct ds_node *a, void **st)
         char why[DS_WHY_MAX] = "", cid[160];
         snprintf(cid, sizeof cid, "dspark-publish-%s-%u", c->node, np->n);
         struct ds_dist_pub_opts o = { .uri = c->mqtt_uri, .client_id = cid, .bundle_dir = dir,
-                                      .signer_pub = c->signer_pub };
+                                      .signer_pub = c->signer_pub, .tls = &c->mqtt_tls };
         if ((rc = ds_dist_pub_create(&o, &np->pubs[np->n].p, why)) != DS_OK) {
             DS_LOG(DS_LOG_ERROR, "config: [publish] dirs: bundle %s: %s", dir, why);
             break;

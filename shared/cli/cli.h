@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ds/mqtt.h"
+
 /* One subcommand: its name, entry point (argv[0] = the name) and summary. */
 struct cli_command {
     const char *name;
@@ -36,5 +38,39 @@ bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, ui
 /* Apply "--log-level s" (error, warn, info, debug); false after printing why. */
 bool cli_set_log_level(const char *s);
 bool cli_parse_f32(const char *name, const char *s, float lo, float hi, float *out);
+
+/* Broker security flags, the same in every subcommand that connects: add
+** CLI_MQTT_LONG_OPTS to the getopt_long table, hand every option code to
+** cli_mqtt_opt (1 = taken, 0 = not a security flag, -1 = bad value, printed),
+** print CLI_MQTT_HELP in the usage, and call cli_mqtt_check before
+** connecting (prints "dspark PROG: reason" once). Start from a
+** ds_mqtt_opts_init'ed .tls (verify_hostname on). */
+enum { CLI_O_CAFILE = 900, CLI_O_CAPATH, CLI_O_CERTFILE, CLI_O_KEYFILE, CLI_O_KEYPASS, CLI_O_TLSVER,
+       CLI_O_VERIFY, CLI_O_USERNAME, CLI_O_PASSFILE };
+#define CLI_MQTT_LONG_OPTS                                                                     \
+    { "cafile", required_argument, 0, CLI_O_CAFILE },                                          \
+    { "capath", required_argument, 0, CLI_O_CAPATH },                                          \
+    { "certfile", required_argument, 0, CLI_O_CERTFILE },                                      \
+    { "keyfile", required_argument, 0, CLI_O_KEYFILE },                                        \
+    { "keyfile-password-file", required_argument, 0, CLI_O_KEYPASS },                          \
+    { "keyfile_password_file", required_argument, 0, CLI_O_KEYPASS },                          \
+    { "tls-version", required_argument, 0, CLI_O_TLSVER },                                     \
+    { "tls_version", required_argument, 0, CLI_O_TLSVER },                                     \
+    { "verify-hostname", required_argument, 0, CLI_O_VERIFY },                                 \
+    { "verify_hostname", required_argument, 0, CLI_O_VERIFY },                                 \
+    { "username", required_argument, 0, CLI_O_USERNAME },                                      \
+    { "password-file", required_argument, 0, CLI_O_PASSFILE },                                 \
+    { "password_file", required_argument, 0, CLI_O_PASSFILE }
+#define CLI_MQTT_HELP                                                                          \
+    "broker security (the daemons' [mqtt] keys; README \"Security\"):\n"                    \
+    "  --cafile FILE          CA certificate(s), PEM; required by ssl:// mqtts:// wss://\n"   \
+    "  --capath DIR           hashed CA directory instead of --cafile\n"                      \
+    "  --certfile FILE        client certificate (mutual TLS), with --keyfile FILE (mode 0600)\n" \
+    "  --keyfile-password-file FILE  passphrase of an encrypted --keyfile\n"                  \
+    "  --tls-version 1.2|1.3  lowest TLS version accepted (default 1.2)\n"                    \
+    "  --verify-hostname on|off  the broker certificate must name the host (default on)\n"    \
+    "  --username NAME        MQTT username; --password-file FILE (mode 0600) holds the password\n"
+int cli_mqtt_opt(int c, const char *arg, struct ds_mqtt_tls *t);
+enum ds_err cli_mqtt_check(const char *prog, const char *uri, const struct ds_mqtt_tls *t);
 
 #endif

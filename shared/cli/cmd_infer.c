@@ -82,7 +82,8 @@ static void infer_usage(FILE *f)
         "the client-side latency of answered requests, in all and per priority.\n"
         "\n"
         "Exit status: 0 all answered, 1 no connection to the broker, 2 bad arguments,\n"
-        "3 an error reply, 4 no answer within --timeout-ms (4 wins over 3).\n");
+        "3 an error reply, 4 no answer within --timeout-ms (4 wins over 3).\n"
+        "\n" CLI_MQTT_HELP);
 }
 
 /* ---- arguments ---- */
@@ -93,6 +94,7 @@ struct infer_args {
     float       temp, top_p;
     bool        has_n, has_top_k, has_seed, has_deadline, has_temp, has_top_p;
     bool        stream, json;
+    struct ds_mqtt_tls tls;   /* broker security flags (cli.h) */
 };
 
 /* The request schema's model pattern: it names a topic level. */
@@ -123,12 +125,16 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         { "connect-timeout-ms", required_argument, 0, O_CONNECT },
         { "json", no_argument, 0, O_JSON },           { "file", required_argument, 0, 'f' },
         { "concurrency", required_argument, 0, 'c' }, { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },              { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },              CLI_MQTT_LONG_OPTS,
+        { 0, 0, 0, 0 },
     };
     int c;
     bool has_conc = false;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":H:m:p:n:f:c:h", opts, NULL)) != -1) {
+        int t = cli_mqtt_opt(c, optarg, &a->tls);
+        if (t < 0) return 2;
+        if (t > 0) continue;
         switch (c) {
         case 'H': a->uri = optarg; break;
         case 'm': a->model = optarg; break;
@@ -205,6 +211,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         fprintf(stderr, "dspark infer: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (cli_mqtt_check("infer", a->uri, &a->tls) != DS_OK) return 2;
     if (a->model && !model_name_ok(a->model)) {
         fprintf(stderr, "dspark infer: -m: '%s' is not a model name (1..128 of A-Z a-z 0-9 . _ : -, "
                 "starting with a letter or digit)\n", a->model);
@@ -861,12 +868,21 @@ int cmd_infer(int argc, char **argv)
     struct infer_args a = { .uri = INFER_DEFAULT_URI, .timeout_ms = 30000, .connect_ms = 10000,
                             .concurrency = 1 };
     ds_log_set(NULL, NULL, DS_LOG_WARN);
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    a.tls = o.tls;
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc == 1 ? 0 : prc;
 
-    char client_id[64], reply_topic[sizeof INFER_REPLY_PREFIX + 64];
+    // Replies come on dspark/v1/reply/<identity>/<client id> when the broker
+    // knows us by a username or certificate (the ACL lets a device read only
+    // its own dspark/v1/reply/<username>/#), else dspark/v1/reply/<client id>.
+    char client_id[64], ident[128], reply_topic[sizeof INFER_REPLY_PREFIX + 64 + 128];
     make_client_id(client_id, sizeof client_id);
-    snprintf(reply_topic, sizeof reply_topic, INFER_REPLY_PREFIX "%s", client_id);
+    if (ds_mqtt_identity(&a.tls, ident, sizeof ident) && !strpbrk(ident, "/+#"))
+        snprintf(reply_topic, sizeof reply_topic, INFER_REPLY_PREFIX "%s/%s", ident, client_id);
+    else
+        snprintf(reply_topic, sizeof reply_topic, INFER_REPLY_PREFIX "%s", client_id);
 
     struct session s = { .a = &a, .reply_topic = reply_topic, .single = !a.file };
     int status;
@@ -891,8 +907,7 @@ int cmd_infer(int argc, char **argv)
     enum ds_err rc;
     size_t live_n = (size_t)DS_MIN(a.concurrency, (uint64_t)s.n_reqs);
     if (!(s.live = calloc(live_n, sizeof *s.live))) goto done;
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
+    o.tls = a.tls;
     o.on_message = inbox_on_message;
     o.ud = &s.inbox;
     o.connect_timeout_s = (uint32_t)DS_MAX(1, (a.connect_ms + 999) / 1000);
@@ -908,7 +923,9 @@ int cmd_infer(int argc, char **argv)
         goto done;
     }
     double t0 = ds_now_ms();
-    if ((rc = ds_mqtt_wait_connected(s.mqtt, (uint32_t)a.connect_ms)) != DS_OK) {
+    if ((rc = ds_mqtt_wait_connected(s.mqtt, (uint32_t)a.connect_ms)) == DS_ERR_AUTH)
+        goto done;   // the wrapper logged the one line saying why (ds/mqtt.h)
+    if (rc != DS_OK) {
         fprintf(stderr, "dspark infer: cannot connect to %s within %llu ms\n", a.uri,
                 (unsigned long long)a.connect_ms);
         goto done;

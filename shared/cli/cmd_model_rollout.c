@@ -59,10 +59,12 @@ static void inbox_free(struct inbox *b)
 }
 
 /* Connect to uri subscribed to filter; NULL after printing why. */
-static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const char *filter, struct inbox *b)
+static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const struct ds_mqtt_tls *tls,
+                                  const char *filter, struct inbox *b)
 {
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
+    o.tls = *tls;
     o.on_message = inbox_on_message;
     o.ud = b;
     o.connect_timeout_s = 5;
@@ -75,7 +77,8 @@ static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const char *
     if (rc == DS_OK) rc = ds_mqtt_wait_connected(c, 10000);
     if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(c, 10000);
     if (rc != DS_OK) {
-        fprintf(stderr, "dspark model %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
+        if (rc != DS_ERR_AUTH)   /* else the wrapper logged the one line saying why */
+            fprintf(stderr, "dspark model %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
         ds_mqtt_destroy(c);
         return NULL;
     }
@@ -117,7 +120,8 @@ static void control_usage(FILE *f, const char *cmd)
         "      --seq N            replay-guard sequence (default: Unix time in microseconds)\n"
         "      --wait-ms MS       how long to wait for answers (default 15000; all: the whole time)\n"
         "      --print            print the signed message instead of sending it\n"
-        "  -h, --help             this text\n",
+        "  -h, --help             this text\n"
+        "\n" CLI_MQTT_HELP,
         cmd, strcmp(cmd, "canary") ? "" : " --pct P", cmd);
 }
 
@@ -131,14 +135,20 @@ int cmd_model_control(int argc, char **argv)
         { "pct", required_argument, 0, 'p' },    { "node", required_argument, 0, 'N' },
         { "seq", required_argument, 0, O_SEQ },  { "wait-ms", required_argument, 0, O_WAIT },
         { "print", no_argument, 0, O_PRINT },    { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 },
+        CLI_MQTT_LONG_OPTS,                      { 0, 0, 0, 0 },
     };
     const char *uri = MODEL_DEFAULT_URI, *signer = NULL, *name = NULL, *version = NULL, *node = "all";
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    struct ds_mqtt_tls tls = mo.tls;
     uint64_t pct = 0, seq = 0, wait_ms = 15000;
     bool print = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:k:n:V:p:N:h", opts, NULL)) != -1) {
+        int t = cli_mqtt_opt(c, optarg, &tls);
+        if (t < 0) return 2;
+        if (t > 0) continue;
         switch (c) {
         case 'b': uri = optarg; break;
         case 'k': signer = optarg; break;
@@ -166,6 +176,9 @@ int cmd_model_control(int argc, char **argv)
         fprintf(stderr, "dspark model %s: %s (see --help)\n", cmd, bad);
         return 2;
     }
+    char prog[48];
+    snprintf(prog, sizeof prog, "model %s", cmd);
+    if (cli_mqtt_check(prog, uri, &tls) != DS_OK) return 2;
     if (!seq) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -209,7 +222,7 @@ int cmd_model_control(int argc, char **argv)
     struct inbox b = { .n = 0 };
     pthread_mutex_init(&b.mu, NULL);
     int status = 1;
-    struct ds_mqtt *mq = connect_to(cmd, uri, filter, &b);
+    struct ds_mqtt *mq = connect_to(cmd, uri, &tls, filter, &b);
     if (!mq) goto out;
     if (ds_mqtt_publish(mq, topic, env, env_len, 1, false, NULL) != DS_OK || ds_mqtt_flush(mq, 5000) != DS_OK) {
         fprintf(stderr, "dspark model %s: could not publish to %s\n", cmd, topic);
@@ -261,7 +274,8 @@ static void list_usage(FILE *f)
         "rollout events.\n"
         "  -b, --broker URI       broker\n"
         "      --wait-ms MS       how long to collect telemetry (default 1500)\n"
-        "  -h, --help             this text\n");
+        "  -h, --help             this text\n"
+        "\n" CLI_MQTT_HELP);
 }
 
 int cmd_model_list_telemetry(int argc, char **argv)
@@ -269,13 +283,20 @@ int cmd_model_list_telemetry(int argc, char **argv)
     enum { O_WAIT = 256 };
     static const struct option opts[] = {
         { "broker", required_argument, 0, 'b' }, { "wait-ms", required_argument, 0, O_WAIT },
-        { "help", no_argument, 0, 'h' },         { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },         CLI_MQTT_LONG_OPTS,
+        { 0, 0, 0, 0 },
     };
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    struct ds_mqtt_tls tls = mo.tls;
     const char *uri = NULL;
     uint64_t wait_ms = 1500;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:h", opts, NULL)) != -1) {
+        int t = cli_mqtt_opt(c, optarg, &tls);
+        if (t < 0) return 2;
+        if (t > 0) continue;
         switch (c) {
         case 'b': uri = optarg; break;
         case O_WAIT: if (!cli_parse_u64("--wait-ms", optarg, 1, 600000, &wait_ms)) return 2; break;
@@ -289,7 +310,8 @@ int cmd_model_list_telemetry(int argc, char **argv)
     }
     struct inbox b = { .n = 0 };
     pthread_mutex_init(&b.mu, NULL);
-    struct ds_mqtt *mq = connect_to("list", uri, "dspark/v1/telemetry/+", &b);
+    if (cli_mqtt_check("model list", uri, &tls) != DS_OK) return 2;
+    struct ds_mqtt *mq = connect_to("list", uri, &tls, "dspark/v1/telemetry/+", &b);
     if (!mq) {
         inbox_free(&b);
         return 1;

@@ -40,7 +40,8 @@ static void publish_usage(FILE *f)
         "      --clear            remove the retained manifest of --name and exit\n"
         "      --quiet            no progress lines\n"
         "      --log-level L      error, warn, info or debug (default info)\n"
-        "  -h, --help             this text\n",
+        "  -h, --help             this text\n"
+        "\n" CLI_MQTT_HELP,
         DS_BUNDLE_MANIFEST, DS_BUNDLE_CIPHER);
 }
 
@@ -90,14 +91,21 @@ int cmd_model_publish(int argc, char **argv)
         { "broker", required_argument, 0, 'b' }, { "name", required_argument, 0, 'n' },
         { "client-id", required_argument, 0, O_CLIENT }, { "clear", no_argument, 0, O_CLEAR },
         { "quiet", no_argument, 0, O_QUIET },   { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },         { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },         CLI_MQTT_LONG_OPTS,
+        { 0, 0, 0, 0 },
     };
-    struct ds_dist_pub_opts o = { .uri = "tcp://127.0.0.1:1883" };
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    struct ds_mqtt_tls tls = mo.tls;
+    struct ds_dist_pub_opts o = { .uri = "tcp://127.0.0.1:1883", .tls = &tls };
     bool clear = false, quiet = false;
     int c;
     optind = 1;
     ds_log_set(NULL, NULL, DS_LOG_INFO);
     while ((c = getopt_long(argc, argv, "d:k:b:n:h", opts, NULL)) != -1) {
+        int t = cli_mqtt_opt(c, optarg, &tls);
+        if (t < 0) return 2;
+        if (t > 0) continue;
         switch (c) {
         case 'd': o.bundle_dir = optarg; break;
         case 'k': o.signer_pub = optarg; break;
@@ -115,12 +123,13 @@ int cmd_model_publish(int argc, char **argv)
         fprintf(stderr, "dspark model publish: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (cli_mqtt_check("model publish", o.uri, &tls) != DS_OK) return 2;
     if (clear) {
         if (!o.name || !ds_bundle_name_ok(o.name)) {
             fprintf(stderr, "dspark model publish: --clear needs --name NAME (a model name)\n");
             return 2;
         }
-        enum ds_err rc = ds_dist_unpublish(o.uri, o.name, 10000);
+        enum ds_err rc = ds_dist_unpublish(o.uri, &tls, o.name, 10000);
         if (rc != DS_OK) {
             fprintf(stderr, "dspark model publish: could not clear the manifest of %s on %s: %s\n", o.name, o.uri,
                     ds_strerror(rc));

@@ -326,12 +326,14 @@ static void test_200_concurrent(void **state)
     for (int c = 0; c < CLIENTS; c++) dev_free(d[c]);
 }
 
-static void send_cancel(const char *id)
+static void send_cancel_on(const char *topic, const char *id)
 {
     char cj[96];
     int n = snprintf(cj, sizeof cj, "{\"id\":\"%s\"}", id);
-    assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/cancel/test", cj, (size_t)n, 1, false, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev->c, topic, cj, (size_t)n, 1, false, NULL), DS_OK);
 }
+
+static void send_cancel(const char *id) { send_cancel_on("dspark/v1/cancel/test", id); }
 
 /* Long requests fill every slot; a short deadline expires in the queue; a
 ** queued request is cancelled; a flood past the bound is refused. */
@@ -355,6 +357,16 @@ static void test_deadline_overload_cancel(void **state)
     dev_send(g.dev, "late-1", "\"prompt\":\"Hi\",\"max_tokens\":5,\"priority\":\"low\",\"deadline_ms\":20");
     dev_send(g.dev, "victim", "\"prompt\":\"Hi\",\"max_tokens\":4096,\"priority\":\"low\"");
     send_cancel("victim");
+    /* A device on the secured scheme's reply topic: only a cancel under its
+    ** own identity (dspark/v1/cancel/alice/...) stops its request. */
+    struct dev *alice = dev_new(tb_broker_uri(g.broker), "alice");
+    snprintf(alice->topic, sizeof alice->topic, "dspark/v1/reply/alice/t");
+    assert_int_equal(ds_mqtt_subscribe(alice->c, alice->topic, 1), DS_OK);
+    dev_ready(alice);
+    dev_send(alice, "owned-1", "\"prompt\":\"Hi\",\"max_tokens\":3,\"priority\":\"low\"");
+    dev_send(alice, "owned-2", "\"prompt\":\"Hi\",\"max_tokens\":4096,\"priority\":\"low\"");
+    send_cancel_on("dspark/v1/cancel/mallory/x", "owned-1");     /* not hers to cancel */
+    send_cancel_on("dspark/v1/cancel/alice/x", "owned-2");
     for (int i = 0; i < 150; i++) {                     /* 150 normal against a bound of 100 */
         snprintf(id, sizeof id, "flood-%d", i);
         dev_send(g.dev, id, "\"prompt\":\"A\",\"max_tokens\":2,\"priority\":\"normal\"");
@@ -371,6 +383,19 @@ static void test_deadline_overload_cancel(void **state)
     assert_non_null(why);
     assert_string_equal(why, "cancelled");
     free(why);
+    k = dev_wait(alice, "owned-1", 60000);
+    assert_true(k >= 0);
+    why = json_str(dev_json(alice, k), "finish_reason", NULL);
+    assert_non_null(why);
+    assert_string_not_equal(why, "cancelled");              /* mallory's cancel was ignored */
+    free(why);
+    k = dev_wait(alice, "owned-2", 60000);
+    assert_true(k >= 0);
+    why = json_str(dev_json(alice, k), "finish_reason", NULL);
+    assert_non_null(why);
+    assert_string_equal(why, "cancelled");
+    free(why);
+    dev_free(alice);
     int overloaded = 0, served = 0;
     for (int i = 0; i < 150; i++) {
         snprintf(id, sizeof id, "flood-%d", i);

@@ -21,7 +21,12 @@ struct tb_broker_opts {
     uint32_t max_queued;       /* max_queued_messages (default 10000) */
     const char *extra_conf;    /* lines appended to the config (a bridge...); BORROWED
                                ** until the broker is destroyed; NULL = none */
+    bool no_anonymous;         /* allow_anonymous false (with a password_file/acl_file in
+                               ** extra_conf); mosquitto then runs as this user */
 };
+
+/* A loopback port free right now (for extra listeners in extra_conf). */
+uint16_t tb_free_port(void);
 
 struct tb_broker;
 

@@ -33,6 +33,7 @@
 #include "ds/bundle.h"
 #include "ds/common.h"
 #include "ds/err.h"
+#include "ds/mqtt.h"
 
 #define DS_DIST_PREFIX          "dspark/v1/models/"
 #define DS_DIST_NODE_MAX        64u     /* node name: topic level, no '/', '+', '#' */
@@ -130,6 +131,7 @@ struct ds_dist_pub_opts {
     const char *bundle_dir;   /* DS_BUNDLE_MANIFEST + DS_BUNDLE_CIPHER */
     const char *signer_pub;   /* signer public key file(s), comma-separated: the bundle must verify */
     const char *name;         /* NULL = the manifest's name; must equal it otherwise */
+    const struct ds_mqtt_tls *tls;   /* broker TLS and identity (ds/mqtt.h); NULL = none */
 };
 
 struct ds_dist_pub_node {
@@ -162,6 +164,7 @@ void ds_dist_pub_stop(struct ds_dist_pub *p);
 void ds_dist_pub_stats(struct ds_dist_pub *p, struct ds_dist_pub_stats *out);
 /* Remove the retained manifest of name (an empty retained publish) and wait
 ** until the broker has it; for `dspark model publish --clear`. */
-DS_MUST_CHECK enum ds_err ds_dist_unpublish(const char *uri, const char *name, uint32_t timeout_ms);
+DS_MUST_CHECK enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls,
+                                            const char *name, uint32_t timeout_ms);
 
 #endif

@@ -92,14 +92,31 @@ typedef void (*ds_mqtt_msg_fn)(void *ud, const struct ds_mqtt_msg *msg);
 /* connected: true after each successful (re)connect, false when it is lost. */
 typedef void (*ds_mqtt_conn_fn)(void *ud, bool connected);
 
+/* Transport security and identity (README "Security"). Every path is
+** BORROWED by ds_mqtt_create, which reads the secret files at once.
+** An ssl://, mqtts:// or wss:// URI needs cafile or capath (no system trust
+** store: the fleet brings its own CA); ds_mqtt_check_security says why not. */
+struct ds_mqtt_tls {
+    const char *cafile;              /* PEM CA certificate(s) the broker's chain must end in */
+    const char *capath;              /* directory of hashed CA certificates (c_rehash) */
+    const char *certfile;            /* client certificate chain (PEM): mutual TLS */
+    const char *keyfile;             /* its private key (PEM); mode checked: no group/other access */
+    const char *keyfile_password_file;   /* passphrase of an encrypted keyfile (first line) */
+    const char *tls_version;         /* minimum: "1.2" (default, NULL) or "1.3" */
+    bool        verify_hostname;     /* check the broker certificate names the URI's host (default on) */
+    const char *username;            /* NULL = none (with mTLS the broker may take the certificate CN) */
+    const char *password_file;       /* password (first line); mode checked like keyfile */
+};
+
 struct ds_mqtt_opts {
+    struct ds_mqtt_tls tls;          /* ds_mqtt_opts_init: verify_hostname on, rest unset */
     const char     *will_topic;      /* NULL = no last will */
     const void     *will_payload;
     size_t          will_len;
     int             will_qos;
     bool            will_retained;
-    const char     *username;        /* NULL = none */
-    const char     *password;
+    const char     *username;        /* NULL = tls.username; overrides it when set */
+    const char     *password;        /* NULL = read from tls.password_file if set */
     uint32_t        keepalive_s;     /* default 30 */
     uint32_t        connect_timeout_s;   /* default 10 */
     uint32_t        reconnect_min_ms;    /* default 100 */
@@ -134,6 +151,18 @@ struct ds_mqtt_stats {
     uint32_t nodelay_sockets;        /* sockets given TCP_NODELAY at the last connect */
 };
 
+/* Check uri and t together before connecting: a TLS URI without a CA, a
+** certificate without its key, an unknown tls_version, unreadable files, a
+** password or key file readable by group or others. DS_OK, or DS_ERR_INVAL /
+** DS_ERR_IO / DS_ERR_AUTH with the reason in why (DS_WHY_MAX bytes). */
+DS_MUST_CHECK enum ds_err ds_mqtt_check_security(const char *uri, const struct ds_mqtt_tls *t,
+                                                 char *why);
+
+/* The identity the broker knows this client by (its ACL's username): the
+** username if set, else the CN of certfile (mosquitto use_identity_as_username).
+** False (buf "") when neither is set. */
+bool ds_mqtt_identity(const struct ds_mqtt_tls *t, char *buf, size_t cap);
+
 /* uri: tcp://host[:port] (also mqtt://, ssl://, mqtts://, ws://, wss://; IPv6
 ** as [addr]). client_id: non-empty, unique per broker. o may be NULL (defaults). */
 DS_MUST_CHECK enum ds_err ds_mqtt_create(const char *uri, const char *client_id,
@@ -143,7 +172,13 @@ void ds_mqtt_destroy(struct ds_mqtt *c);
 
 /* Start connecting; returns at once. Retries forever until ds_mqtt_disconnect. */
 DS_MUST_CHECK enum ds_err ds_mqtt_connect(struct ds_mqtt *c);
-/* Blocks until connected: DS_OK, or DS_ERR_TIMEOUT. For tests and the CLI. */
+/* Blocks until connected: DS_OK, or DS_ERR_TIMEOUT. For tests and the CLI.
+** Returns DS_ERR_AUTH at once when the last attempt failed for a reason that
+** retrying cannot fix (the broker refused the credentials or the identity,
+** or the TLS handshake failed: wrong CA, expired certificate, wrong host);
+** that reason was logged once at DS_LOG_ERROR and is in ds_mqtt_last_error.
+** The wrapper keeps retrying such failures only every reconnect_max_ms,
+** logging them again only when the reason changes. */
 DS_MUST_CHECK enum ds_err ds_mqtt_wait_connected(struct ds_mqtt *c, uint32_t timeout_ms);
 /* Waits until nothing is queued or in flight (DS_ERR_TIMEOUT otherwise), then
 ** sends DISCONNECT (the broker drops the last will) and stops reconnecting.
@@ -168,5 +203,7 @@ DS_MUST_CHECK enum ds_err ds_mqtt_publish(struct ds_mqtt *c, const char *topic,
 DS_MUST_CHECK enum ds_err ds_mqtt_flush(struct ds_mqtt *c, uint32_t timeout_ms);
 
 void ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out);
+/* The reason of the last failed connect attempt ("" if none), copied into buf. */
+void ds_mqtt_last_error(struct ds_mqtt *c, char *buf, size_t cap);
 
 #endif

@@ -27,6 +27,7 @@
 
 #include "ds/common.h"
 #include "ds/err.h"
+#include "ds/mqtt.h"
 #include "ds/msg.h"
 #include "ds/sched.h"
 
@@ -58,6 +59,9 @@ struct ds_node_config {
     char    *log_format;        /* [node] log_format: text or json */
     char    *mqtt_uri;          /* [mqtt] uri */
     uint32_t keepalive_s;       /* [mqtt] keepalive_s */
+    struct ds_mqtt_tls mqtt_tls;   /* [mqtt] cafile, capath, certfile, keyfile, keyfile_password_file,
+                                   ** tls_version, verify_hostname, username, password_file
+                                   ** (strings owned by the config, freed by cleanup) */
     uint32_t queue_cap[DS_TIER_COUNT];   /* [sched] queue_high, queue_normal, queue_low */
     uint32_t age_ms;            /* [sched] age_ms */
     uint32_t max_active;        /* [batch] max_active: sequences decoded together */

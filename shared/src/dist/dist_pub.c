@@ -303,6 +303,7 @@ enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, struct ds_dist_
     p->st.cipher_size = p->m.cipher_size;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
+    if (o->tls) mo.tls = *o->tls;
     mo.on_message = on_message;
     mo.on_connection = on_connection;
     mo.ud = p;
@@ -320,13 +321,17 @@ fail:
     return rc;
 }
 
-enum ds_err ds_dist_unpublish(const char *uri, const char *name, uint32_t timeout_ms)
+enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls, const char *name,
+                              uint32_t timeout_ms)
 {
     char topic[192], cid[96];
     if (ds_dist_topic(topic, sizeof topic, name, "manifest", NULL) != DS_OK) return DS_ERR_RANGE;
     snprintf(cid, sizeof cid, "dspark-unpublish-%ld", (long)getpid());
     struct ds_mqtt *c;
-    enum ds_err rc = ds_mqtt_create(uri, cid, NULL, &c);
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    if (tls) mo.tls = *tls;
+    enum ds_err rc = ds_mqtt_create(uri, cid, &mo, &c);
     if (rc != DS_OK) return rc;
     if ((rc = ds_mqtt_connect(c)) == DS_OK && (rc = ds_mqtt_wait_connected(c, timeout_ms)) == DS_OK &&
         (rc = ds_mqtt_publish(c, topic, "", 0, 1, true, NULL)) == DS_OK)

@@ -16,6 +16,7 @@
 
 #include <MQTTAsync.h>
 #include <errno.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,8 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     c->backoff_ms = c->o.reconnect_min_ms;
     c->st.connected = true;
     c->st.connects++;
+    c->fatal = false;
+    c->last_err[0] = '\0';
     c->st.receive_max = recv_max;
     c->st.nodelay_sockets = nodelay;
     uncount_locked(c);
@@ -157,16 +160,75 @@ static uint64_t retry_later(struct ds_mqtt *c)
     return delay;
 }
 
+/* CONNACK reasons that the same credentials will get again. */
+static bool refusal_is_final(int reason)
+{
+    switch (reason) {
+    case MQTTREASONCODE_BAD_USER_NAME_OR_PASSWORD:
+    case MQTTREASONCODE_NOT_AUTHORIZED:
+    case MQTTREASONCODE_BANNED:
+    case MQTTREASONCODE_BAD_AUTHENTICATION_METHOD:
+    case MQTTREASONCODE_CLIENT_IDENTIFIER_NOT_VALID:
+    case MQTTREASONCODE_UNSUPPORTED_PROTOCOL_VERSION:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Record why an attempt failed (c->mu held). A final failure is logged once
+** at ERROR (again only if the reason changes) and retried every
+** reconnect_max_ms; a transient one at WARN with the usual backoff. */
+static void failed_locked(struct ds_mqtt *c, bool final, const char *why)
+{
+    bool repeat = c->fatal && final && strcmp(c->last_err, why) == 0;
+    c->fatal = final;
+    snprintf(c->last_err, sizeof c->last_err, "%s", why);
+    if (final && c->state == ST_WAITING) {
+        c->backoff_ms = c->o.reconnect_max_ms;
+        c->next_attempt_ns = ds_now_ns() + (uint64_t)c->o.reconnect_max_ms * 1000000ull;
+    }
+    uint64_t delay = c->next_attempt_ns > ds_now_ns() ? (c->next_attempt_ns - ds_now_ns()) / 1000000u
+                                                      : 0;
+    pthread_cond_broadcast(&c->cv);
+    if (final && !repeat)
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot connect to %s: %s", c->client_id, c->uri, why);
+    else if (!final)
+        DS_LOG(DS_LOG_WARN, "mqtt %s: cannot connect to %s: %s; retry in %llu ms", c->client_id,
+               c->uri, why, (unsigned long long)delay);
+    else
+        DS_LOG(DS_LOG_DEBUG, "mqtt %s: cannot connect to %s: %s (again)", c->client_id, c->uri,
+               why);
+}
+
 static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
 {
     struct ds_mqtt *c = ctx;
-    uint64_t delay = retry_later(c);
+    (void)retry_later(c);
     /* A refusal by the broker carries a CONNACK reason; a network failure only a Paho code. */
-    const char *why = r->reasonCode ? MQTTReasonCode_toString(r->reasonCode)
-                                    : ds_mqtt__paho_err(r->code);
-    DS_LOG(DS_LOG_WARN, "mqtt %s: cannot connect to %s: %s%s%s; retry in %llu ms", c->client_id,
-           c->uri, why, r->message ? ": " : "", r->message ? r->message : "",
-           (unsigned long long)delay);
+    char why[DS_WHY_MAX];
+    /* Paho 1.3 puts a CONNACK refusal's reason code in r->code (positive,
+    ** >= 0x80) and leaves reasonCode 0; its own failures are negative. */
+    enum MQTTReasonCodes reason = r->reasonCode ? r->reasonCode
+                                  : r->code >= 0x80 ? (enum MQTTReasonCodes)r->code : MQTTREASONCODE_SUCCESS;
+    if (reason) {
+        snprintf(why, sizeof why, "refused by the broker: %s%s", MQTTReasonCode_toString(reason),
+                 reason == MQTTREASONCODE_BAD_USER_NAME_OR_PASSWORD ? " (check username and password_file)"
+                 : reason == MQTTREASONCODE_NOT_AUTHORIZED ? " (wrong password, or this identity may not connect)"
+                                                           : "");
+    } else {
+        snprintf(why, sizeof why, "%s%s%s", ds_mqtt__paho_err(r->code), r->message ? ": " : "",
+                 r->message ? r->message : "");
+    }
+    pthread_mutex_lock(&c->mu);
+    if (!reason && c->tls) {
+        c->probe_pending = true;               /* the worker finds out why (mqtt_tls.c) */
+        snprintf(c->paho_err, sizeof c->paho_err, "%s", why);
+        pthread_cond_broadcast(&c->cv);
+    } else {
+        failed_locked(c, reason && refusal_is_final(reason), why);
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Issue one connect (worker thread, c->mu not held). */
@@ -192,6 +254,19 @@ static void start_connect(struct ds_mqtt *c)
     co.onSuccess5 = on_connect_ok;
     co.onFailure5 = on_connect_fail;
     co.context = c;
+    MQTTAsync_SSLOptions ssl = MQTTAsync_SSLOptions_initializer;
+    if (c->tls) {
+        ssl.trustStore = c->cafile;
+        ssl.CApath = c->capath;
+        ssl.keyStore = c->certfile;
+        ssl.privateKey = c->keyfile;
+        ssl.privateKeyPassword = c->keypass;
+        ssl.enableServerCertAuth = 1;
+        ssl.sslVersion = MQTT_SSL_VERSION_TLS_1_2;   /* a minimum: 1.3 is negotiated when both can */
+        ssl.verify = c->o.tls.verify_hostname ? 1 : 0;
+        ssl.disableDefaultTrustStore = 1;            /* the fleet's own CA only */
+        co.ssl = &ssl;
+    }
     if (c->will_topic) {
         will.topicName = c->will_topic;
         will.payload.data = c->will_payload;
@@ -216,6 +291,18 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
         uint64_t now = ds_now_ns();
+        if (c->probe_pending) {
+            c->probe_pending = false;
+            struct ds_mqtt__peer peer = c->peer;
+            char paho[DS_WHY_MAX], why[DS_WHY_MAX];
+            snprintf(paho, sizeof paho, "%s", c->paho_err);
+            pthread_mutex_unlock(&c->mu);
+            enum ds_mqtt__probe pr = ds_mqtt__tls_probe(c, &peer, why, sizeof why);
+            pthread_mutex_lock(&c->mu);
+            if (pr == DS_MQTT__PROBE_FATAL) failed_locked(c, true, why);
+            else failed_locked(c, false, paho);
+            continue;
+        }
         if (c->state == ST_WAITING && now >= c->next_attempt_ns) {
             c->state = ST_CONNECTING;
             pthread_mutex_unlock(&c->mu);
@@ -255,6 +342,13 @@ void ds_mqtt_opts_init(struct ds_mqtt_opts *o)
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 10000;
     o->max_queued = 100000;
+    o->tls.verify_hostname = true;
+}
+
+static void free_secret(char *s)
+{
+    if (s) explicit_bzero(s, strlen(s));
+    free(s);
 }
 
 static char *dup_opt(const char *s, bool *ok)
@@ -278,6 +372,12 @@ enum ds_err ds_mqtt_create(const char *uri, const char *client_id, const struct 
     if (o->will_topic && (!ds_mqtt__topic_ok(o->will_topic) || o->will_qos < 0 || o->will_qos > 2 ||
                           o->will_len > DS_MQTT_MAX_PAYLOAD || (!o->will_payload && o->will_len)))
         return DS_ERR_INVAL;
+    char why[DS_WHY_MAX];
+    enum ds_err crc = ds_mqtt_check_security(uri, &o->tls, why);
+    if (crc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: %s", client_id, why);
+        return crc;
+    }
     struct ds_mqtt *c = calloc(1, sizeof *c);
     if (!c) return DS_ERR_NOMEM;
     enum ds_err rc = ds_mqtt__parse_uri(uri, &c->peer);
@@ -292,14 +392,37 @@ enum ds_err ds_mqtt_create(const char *uri, const char *client_id, const struct 
     c->uri = dup_opt(uri, &ok);
     c->client_id = dup_opt(client_id, &ok);
     c->will_topic = dup_opt(o->will_topic, &ok);
-    c->username = dup_opt(o->username, &ok);
+    c->username = dup_opt(o->username ? o->username : o->tls.username, &ok);
     c->password = dup_opt(o->password, &ok);
+    c->cafile = dup_opt(o->tls.cafile, &ok);
+    c->capath = dup_opt(o->tls.capath, &ok);
+    c->certfile = dup_opt(o->tls.certfile, &ok);
+    c->keyfile = dup_opt(o->tls.keyfile, &ok);
+    c->tls = ds_mqtt__uri_is_tls(uri);
+    c->tls_min = o->tls.tls_version && strcmp(o->tls.tls_version, "1.3") == 0 ? TLS1_3_VERSION
+                                                                              : TLS1_2_VERSION;
+    if (ok && !o->password && o->tls.password_file &&
+        (crc = ds_mqtt__read_secret("password_file", o->tls.password_file, &c->password, why)) != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: %s", client_id, why);
+        rc = crc;
+        goto fail_strings;
+    }
+    if (ok && o->tls.keyfile_password_file &&
+        (crc = ds_mqtt__read_secret("keyfile_password_file", o->tls.keyfile_password_file,
+                                    &c->keypass, why)) != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: %s", client_id, why);
+        rc = crc;
+        goto fail_strings;
+    }
     if (c->will_topic && o->will_len) {
         c->will_payload = malloc(o->will_len);
         if (c->will_payload) memcpy(c->will_payload, o->will_payload, o->will_len);
         else ok = false;
     }
     c->o.will_topic = c->o.username = c->o.password = NULL;   /* use the copies */
+    c->o.tls.cafile = c->o.tls.capath = c->o.tls.certfile = c->o.tls.keyfile = NULL;
+    c->o.tls.keyfile_password_file = c->o.tls.password_file = c->o.tls.username = NULL;
+    c->o.tls.tls_version = NULL;
     c->o.will_payload = NULL;
     rc = DS_ERR_NOMEM;
     if (!ok) goto fail_strings;
@@ -356,7 +479,12 @@ fail_strings:
     free(c->client_id);
     free(c->will_topic);
     free(c->username);
-    free(c->password);
+    free_secret(c->password);
+    free_secret(c->keypass);
+    free(c->cafile);
+    free(c->capath);
+    free(c->certfile);
+    free(c->keyfile);
     free(c->will_payload);
 fail_uri:
     free(c);
@@ -391,7 +519,7 @@ bool ds_mqtt__wait_for(struct ds_mqtt *c, bool (*pred)(const struct ds_mqtt *),
     return true;
 }
 
-static bool is_connected(const struct ds_mqtt *c) { return c->state == ST_CONNECTED; }
+static bool connected_or_fatal(const struct ds_mqtt *c) { return c->state == ST_CONNECTED || c->fatal; }
 
 static bool is_drained(const struct ds_mqtt *c)
 {
@@ -402,9 +530,10 @@ enum ds_err ds_mqtt_wait_connected(struct ds_mqtt *c, uint32_t timeout_ms)
 {
     if (!c) return DS_ERR_INVAL;
     pthread_mutex_lock(&c->mu);
-    bool ok = ds_mqtt__wait_for(c, is_connected, timeout_ms);
+    bool ok = ds_mqtt__wait_for(c, connected_or_fatal, timeout_ms);
+    enum ds_err rc = !ok ? DS_ERR_TIMEOUT : c->state == ST_CONNECTED ? DS_OK : DS_ERR_AUTH;
     pthread_mutex_unlock(&c->mu);
-    return ok ? DS_OK : DS_ERR_TIMEOUT;
+    return rc;
 }
 
 /* Every subscription acknowledged (or refused) on the current connection. */
@@ -527,7 +656,12 @@ void ds_mqtt_destroy(struct ds_mqtt *c)
     free(c->client_id);
     free(c->will_topic);
     free(c->username);
-    free(c->password);
+    free_secret(c->password);
+    free_secret(c->keypass);
+    free(c->cafile);
+    free(c->capath);
+    free(c->certfile);
+    free(c->keyfile);
     free(c->will_payload);
     free(c);
 }
@@ -536,5 +670,13 @@ void ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out)
 {
     pthread_mutex_lock(&c->mu);
     *out = c->st;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ds_mqtt_last_error(struct ds_mqtt *c, char *buf, size_t cap)
+{
+    if (!cap) return;
+    pthread_mutex_lock(&c->mu);
+    snprintf(buf, cap, "%s", c->last_err);
     pthread_mutex_unlock(&c->mu);
 }

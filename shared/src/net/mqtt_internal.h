@@ -87,6 +87,13 @@ struct sub {
 struct ds_mqtt {
     MQTTAsync            h;
     char                *uri, *client_id, *will_topic, *username, *password;
+    char                *cafile, *capath, *certfile, *keyfile, *keypass;   /* TLS (copies) */
+    bool                 tls;        /* a TLS URI */
+    int                  tls_min;    /* TLS1_2_VERSION or TLS1_3_VERSION */
+    bool                 probe_pending;  /* a TLS attempt failed: the worker diagnoses it */
+    bool                 fatal;      /* the last attempt failed for a reason retrying cannot fix */
+    char                 last_err[DS_WHY_MAX];
+    char                 paho_err[DS_WHY_MAX];   /* Paho's words for a failure being probed */
     void                *will_payload;
     struct ds_mqtt_opts  o;          /* strings point at the copies above */
     struct ds_mqtt__peer peer;
@@ -140,6 +147,17 @@ static inline bool ds_mqtt__topic_ok(const char *t)
 {
     return t && *t && !strpbrk(t, "+#");
 }
+
+/* mqtt_tls.c */
+enum ds_mqtt__probe { DS_MQTT__PROBE_TRANSIENT, DS_MQTT__PROBE_FATAL };
+bool ds_mqtt__uri_is_tls(const char *uri);
+/* Read the first line of a secret file after checking its mode. */
+DS_MUST_CHECK enum ds_err ds_mqtt__read_secret(const char *what, const char *path, char **out,
+                                               char *why);
+/* Repeat a failed TLS handshake with OpenSSL (blocking; worker only) and
+** say why it fails; FATAL when the reason is a certificate or a refusal. */
+enum ds_mqtt__probe ds_mqtt__tls_probe(const struct ds_mqtt *c, const struct ds_mqtt__peer *peer,
+                                       char *why, size_t cap);
 
 /* mqtt.c */
 /* Waits (c->mu held) until pred(c) or timeout_ms; true if pred holds. */

@@ -122,7 +122,7 @@ static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
     node__rollout_pick(a, r);
-    if (node__take_cancel(a, r->req.id)) {
+    if (node__take_cancel(a, r)) {
         a->active[a->n_active++] = r;
         node__finish(a, r, DS_MSG_FINISH_CANCELLED);
         return;
@@ -218,7 +218,7 @@ static void step_version(struct ds_node *a, struct node_version *v)
 static void cancel_running(struct ds_node *a)
 {
     for (unsigned i = a->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
-        if (!a->active[i]->mirror && node__take_cancel(a, a->active[i]->req.id)) node__finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+        if (!a->active[i]->mirror && node__take_cancel(a, a->active[i])) node__finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
 }
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
@@ -437,6 +437,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
+    mo.tls = c->mqtt_tls;
     mo.will_topic = a->status_topic;
     mo.will_payload = will;
     mo.will_len = will_len;

@@ -21,6 +21,15 @@ static const struct ds_cfg_key node_keys[] = {
     { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
+    { "mqtt", "cafile", DS_CFG_STR, O(mqtt_tls.cafile), NULL, 0, 0, 0, "CA certificate(s) (PEM) the broker's must chain to; needed by ssl://, mqtts://, wss://" },
+    { "mqtt", "capath", DS_CFG_STR, O(mqtt_tls.capath), NULL, 0, 0, 0, "directory of hashed CA certificates (instead of cafile)" },
+    { "mqtt", "certfile", DS_CFG_STR, O(mqtt_tls.certfile), NULL, 0, 0, 0, "this node's certificate (PEM): mutual TLS" },
+    { "mqtt", "keyfile", DS_CFG_STR, O(mqtt_tls.keyfile), NULL, 0, 0, 0, "its private key (PEM, mode 0600)" },
+    { "mqtt", "keyfile_password_file", DS_CFG_STR, O(mqtt_tls.keyfile_password_file), NULL, 0, 0, 0, "passphrase of an encrypted keyfile (file, mode 0600)" },
+    { "mqtt", "tls_version", DS_CFG_STR, O(mqtt_tls.tls_version), "1.2", 0, 0, 0, "lowest TLS version accepted: 1.2 or 1.3" },
+    { "mqtt", "verify_hostname", DS_CFG_BOOL, O(mqtt_tls.verify_hostname), "true", 0, 0, 0, "the broker certificate must name the URI's host" },
+    { "mqtt", "username", DS_CFG_STR, O(mqtt_tls.username), NULL, 0, 0, 0, "MQTT username (with mTLS the broker may take the certificate CN instead)" },
+    { "mqtt", "password_file", DS_CFG_STR, O(mqtt_tls.password_file), NULL, 0, 0, 0, "file holding the password (first line, mode 0600); never the password itself" },
     { "sched", "queue_high", DS_CFG_U32, O(queue_cap[DS_TIER_HIGH]), "256", 1, 65536, 0, "queued high requests before 'overloaded'" },
     { "sched", "queue_normal", DS_CFG_U32, O(queue_cap[DS_TIER_NORMAL]), "256", 1, 65536, 0, "queued normal requests" },
     { "sched", "queue_low", DS_CFG_U32, O(queue_cap[DS_TIER_LOW]), "256", 1, 65536, 0, "queued low requests" },
@@ -262,6 +271,11 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
     }
     if (ds_log_format_parse(c->log_format) < 0) {
         DS_LOG(DS_LOG_ERROR, "config: [node] log_format '%s' is not text or json", c->log_format);
+        return DS_ERR_INVAL;
+    }
+    char why[DS_WHY_MAX];
+    if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "config: [mqtt] %s", why);
         return DS_ERR_INVAL;
     }
     if (!*c->node || strpbrk(c->node, "/+#")) {

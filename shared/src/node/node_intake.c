@@ -216,34 +216,55 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
     (void)st;
     cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
-    if (cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES) {
+    const char *owner = msg->topic + strlen(TOPIC_CANCEL);
+    size_t owner_len = strcspn(owner, "/");
+    struct node_cancel *c = NULL;
+    if (cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES &&
+        owner_len < sizeof c->owner && (c = calloc(1, sizeof *c))) {
+        memcpy(c->id, id->valuestring, strlen(id->valuestring) + 1);
+        memcpy(c->owner, owner, owner_len);
         pthread_mutex_lock(&a->cancel_mu);
         if (a->n_cancels == MAX_CANCELS) {           /* forget the oldest */
             free(a->cancels[0]);
             memmove(a->cancels, a->cancels + 1, (MAX_CANCELS - 1) * sizeof *a->cancels);
             a->n_cancels--;
         }
-        char *s = strdup(id->valuestring);
-        if (s) a->cancels[a->n_cancels++] = s;
+        a->cancels[a->n_cancels++] = c;
         pthread_mutex_unlock(&a->cancel_mu);
         ds_sched_wake(a->sched);
     } else {
-        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"}", msg->topic);
+        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on dspark/v1/cancel/<sender>/...", msg->topic);
     }
     cJSON_Delete(j);
     return true;
 }
 
-bool node__take_cancel(struct ds_node *a, const char *id)
+/* Whether c may cancel r. Where r answers on the secured deployment's reply
+** topics, dspark/v1/reply/<identity>/..., only a cancel sent on
+** dspark/v1/cancel/<the same identity>/... may (the broker's ACL lets each
+** device publish only under its own cancel topic). A center judges a
+** relayed request by the device topic the edge passed on as its client.
+** Reply topics outside that scheme (an open lab broker) keep the id alone. */
+static bool cancel_owns(const struct node_cancel *c, const struct node_req *r)
+{
+    static const char scheme[] = "dspark/v1/reply/";
+    const char *topic = r->reply;
+    if (topic && !strncmp(topic, TOPIC_RELAY, strlen(TOPIC_RELAY)) && r->req.client) topic = r->req.client;
+    if (!topic || strncmp(topic, scheme, strlen(scheme)) != 0) return true;
+    const char *who = topic + strlen(scheme);
+    size_t n = strcspn(who, "/");
+    return strlen(c->owner) == n && memcmp(c->owner, who, n) == 0;
+}
+
+bool node__take_cancel(struct ds_node *a, const struct node_req *r)
 {
     bool hit = false;
     pthread_mutex_lock(&a->cancel_mu);
-    for (unsigned i = 0; i < a->n_cancels; i++)
-        if (strcmp(a->cancels[i], id) == 0) {
+    for (unsigned i = 0; i < a->n_cancels && !hit; i++)
+        if (strcmp(a->cancels[i]->id, r->req.id) == 0 && cancel_owns(a->cancels[i], r)) {
             free(a->cancels[i]);
             a->cancels[i] = a->cancels[--a->n_cancels];
             hit = true;
-            break;
         }
     pthread_mutex_unlock(&a->cancel_mu);
     return hit;

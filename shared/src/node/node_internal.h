@@ -17,8 +17,8 @@
 void node__on_message(void *ud, const struct ds_mqtt_msg *msg);
 /* The node's own topics: cancels, and requests for its role. */
 void node__intake_listen(struct ds_node *a);
-/* Whether id was cancelled (and forget it). */
-bool node__take_cancel(struct ds_node *a, const char *id);
+/* Whether r was cancelled by its sender (and forget that cancel). */
+bool node__take_cancel(struct ds_node *a, const struct node_req *r);
 /* Offer r to the role's take hooks in order; true when one took it. */
 bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 

@@ -93,6 +93,14 @@ struct node_model {
 
 struct node_shadow;                   /* a request and its mirror, compared */
 
+/* A cancel not yet matched: the id it names and who sent it (the first topic
+** level after dspark/v1/cancel/, which the broker's ACL makes the sender's
+** identity). */
+struct node_cancel {
+    char id[DS_MSG_ID_MAX_BYTES + 1];
+    char owner[128];
+};
+
 /* A message handler: true when the message was its (node_intake.c walks the
 ** routes in order and stops there). Paho's thread. */
 typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
@@ -156,7 +164,7 @@ struct ds_node {
     struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
     unsigned             n_active, n_mirrors;
     pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
-    char                *cancels[MAX_CANCELS];
+    struct node_cancel  *cancels[MAX_CANCELS];
     unsigned             n_cancels;
     uint64_t             start_ns;
     char                 status_topic[160], telemetry_topic[160];

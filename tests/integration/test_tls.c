@@ -1,0 +1,259 @@
+/*
+** test_tls.c — integration.tls: the real dspark-edge (mutual TLS, its
+** certificate CN edge-1 is its node name) and the real `dspark infer` on a
+** mosquitto with TLS listeners, a password file and the ACL (sec_env.h):
+** infer over server-verified TLS with username + password file, and over
+** mutual TLS, each answered by the edge. Then the failures: wrong CA,
+** expired broker certificate, wrong host name, wrong password, a TLS URI
+** without a CA, a password file readable by others: each exactly one line
+** on stderr naming the reason and a non-zero exit within the connect
+** timeout; and dspark-edge with a wrong CA logs one line, not a retry storm.
+*/
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ds/common.h"
+#include "ds/log.h"
+#include "ds/mqtt.h"
+#include "sec_env.h"
+#include "support/itest.h"
+
+static struct sec_env g_env;
+static pid_t          g_edge;
+static char           g_ca[600], g_other_ca[600];
+
+/* Run `dspark infer ARGS` with stderr captured; returns its exit status, the
+** stderr text (OWNED) in *err and the wall time in *ms. */
+static int infer(const char *args, char **err, double *ms)
+{
+    char errpath[700], cmd[8192];
+    snprintf(errpath, sizeof errpath, "%s/infer.err", g_env.dir);
+    snprintf(cmd, sizeof cmd, "%s/shared/dspark infer -m stories -p 'Once upon a time' -n 8 --timeout-ms 60000 "
+             "--connect-timeout-ms 8000 %s 2>%s", DS_BUILD_DIR, args, errpath);
+    int st = -1;
+    double t0 = ds_now_ms();
+    char *out = tu_run(cmd, &st);
+    *ms = ds_now_ms() - t0;
+    free(out);
+    size_t n = 0;
+    *err = tu_read_file(errpath, &n);
+    if (!*err) *err = strdup("");
+    return st;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* A failure case: non-zero exit, exactly one stderr line containing want,
+** within the connect timeout. */
+static void expect_one_line(const char *what, const char *args, const char *want)
+{
+    char *err;
+    double ms;
+    int st = infer(args, &err, &ms);
+    printf("%-22s exit %d in %4.0f ms: %s", what, st, ms, err);
+    assert_int_not_equal(st, 0);
+    assert_int_equal(count_lines(err), 1);
+    assert_non_null(strstr(err, want));
+    assert_true(ms < 8000);
+    free(err);
+}
+
+static void test_infer_ok(void **state)
+{
+    (void)state;
+    char args[4096], pw[700];
+    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
+    sec_write_secret(pw, "pw-dev-1");
+    /* Server-verified TLS, username + password file. */
+    snprintf(args, sizeof args, "-H %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
+    char *err;
+    double ms;
+    int st = infer(args, &err, &ms);
+    printf("TLS + password: exit %d in %.0f ms: %s", st, ms, err);
+    assert_int_equal(st, 0);
+    free(err);
+    /* Mutual TLS: dev-2's certificate is its identity. */
+    snprintf(args, sizeof args, "-H %s --cafile %s --certfile %s/dev-2.crt --keyfile %s/dev-2.key", g_env.mtls_uri,
+             g_ca, g_env.pki, g_env.pki);
+    st = infer(args, &err, &ms);
+    printf("mutual TLS:     exit %d in %.0f ms: %s", st, ms, err);
+    assert_int_equal(st, 0);
+    free(err);
+}
+
+static void test_infer_failures(void **state)
+{
+    (void)state;
+    char args[4096], pw[700], badpw[700], openpw[700];
+    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
+    snprintf(badpw, sizeof badpw, "%s/wrong.pw", g_env.dir);
+    snprintf(openpw, sizeof openpw, "%s/open.pw", g_env.dir);
+    sec_write_secret(pw, "pw-dev-1");
+    sec_write_secret(badpw, "not-the-password");
+    sec_write_secret(openpw, "pw-dev-1");
+    chmod(openpw, 0644);
+    const char *login = "--username dev-1 --password-file";
+
+    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.tls_uri, g_other_ca, login, pw);
+    expect_one_line("wrong CA", args, "(wrong cafile?)");
+    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.expired_uri, g_ca, login, pw);
+    expect_one_line("expired certificate", args, "certificate has expired");
+    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.wronghost_uri, g_ca, login, pw);
+    expect_one_line("wrong hostname", args, "does not name this host");
+    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.tls_uri, g_ca, login, badpw);
+    expect_one_line("wrong password", args, "refused by the broker");
+    snprintf(args, sizeof args, "-H %s %s %s", g_env.tls_uri, login, pw);
+    expect_one_line("TLS URI without CA", args, "no CA is set");
+    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.tls_uri, g_ca, login, openpw);
+    expect_one_line("password file 0644", args, "readable or writable by group or others");
+    /* mTLS with a certificate from another CA: the broker refuses it. */
+    snprintf(args, sizeof args, "-H %s --cafile %s --certfile %s/other-ca.crt --keyfile %s/other-ca.key",
+             g_env.mtls_uri, g_ca, g_env.pki, g_env.pki);
+    expect_one_line("unknown client cert", args, "TLS");
+}
+
+/* dspark-edge with a wrong CA: exactly one "cannot connect" line (the
+** wrapper retries every reconnect_max_ms without repeating it). */
+static void test_edge_wrong_ca(void **state)
+{
+    (void)state;
+    char conf[4096], log[700];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-1\nlog_level = debug\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-1.crt\n"
+             "keyfile = %s/edge-1.key\n[model stories]\npath = %s\nctx = 256\n",
+             g_env.mtls_uri, g_other_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
+    pid_t pid = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-badca", conf, IT_TRUNCATE);
+    assert_true(pid > 0);
+    snprintf(log, sizeof log, "%s/edge-badca.log", g_env.dir);
+    /* Wait for the next attempt's debug line "(again)" (reconnect_max_ms,
+    ** 10 s, later): by then a retry storm would have printed many lines. */
+    int n = 0;
+    char *text = NULL;
+    for (int i = 0; i < 3000 && n == 0; i++) {
+        free(text);
+        size_t len = 0;
+        text = tu_read_file(log, &len);
+        n = text && strstr(text, "(again)") ? 1 : 0;
+        if (!n) {
+            struct timespec ts = { 0, 10000000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    int st = it_stop(pid, SIGTERM, 5000);
+    (void)st;
+    free(text);
+    size_t len = 0;
+    text = tu_read_file(log, &len);
+    n = 0;
+    const char *line = NULL;
+    for (const char *p = text; p && (p = strstr(p, "cannot connect")); p++) {
+        size_t l = strcspn(p, "\n");
+        if (!memmem(p, l, "(again)", 7)) n++, line = p;
+    }
+    printf("dspark-edge wrong CA: %d line(s): %.*s\n", n, line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+    if (n != 1) printf("%s", text);
+    assert_int_equal(n, 1);
+    assert_non_null(strstr(line, "(wrong cafile?)"));
+    free(text);
+}
+
+
+/* Wait for edge-1's status "online" (retained), read as ops over mTLS. */
+static bool edge_online(void)
+{
+    char ca[600], cert[600], key[600];
+    struct it_inbox *in = it_inbox_new(64);
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(&g_env, "ops", ca, cert, key);
+    o.on_message = it_inbox_on_msg;
+    o.ud = in;
+    struct ds_mqtt *c = NULL;
+    bool ok = ds_mqtt_create(g_env.mtls_uri, "tls-ops", &o, &c) == DS_OK &&
+              ds_mqtt_subscribe(c, "dspark/v1/status/edge-1", 1) == DS_OK && ds_mqtt_connect(c) == DS_OK &&
+              ds_mqtt_wait_connected(c, 20000) == DS_OK && it_inbox_seen(in, "online", 60000);
+    ds_mqtt_destroy(c);
+    it_inbox_free(in);
+    if (!ok) it_log_tail(g_env.dir, 30);
+    return ok;
+}
+
+/* dspark-edge with username + password file over server-verified TLS (the
+** mTLS edge of setup stopped first: same node name, same client id). */
+static void test_edge_password(void **state)
+{
+    (void)state;
+    assert_true(WIFEXITED(it_stop(g_edge, SIGTERM, 10000)));
+    g_edge = 0;
+    char conf[4096], epw[700], pw[700], args[4096];
+    snprintf(epw, sizeof epw, "%s/edge-1.pw", g_env.dir);
+    sec_write_secret(epw, "pw-edge-1");
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-1\n[mqtt]\nuri = %s\ncafile = %s\nusername = edge-1\npassword_file = %s\n"
+             "[overflow]\nenabled = false\n[model stories]\npath = %s\nprecision = int8\nctx = 256\n",
+             g_env.tls_uri, g_ca, epw, tu_model("stories260K.gguf"));
+    g_edge = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-pw", conf, IT_TRUNCATE);
+    assert_true(g_edge > 0);
+    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
+    sec_write_secret(pw, "pw-dev-1");
+    assert_true(edge_online());
+    snprintf(args, sizeof args, "-H %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
+    char *err;
+    double ms;
+    int st = infer(args, &err, &ms);
+    printf("edge by password: exit %d in %.0f ms: %s", st, ms, err);
+    free(err);
+    assert_int_equal(st, 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    ds_log_set(NULL, NULL, DS_LOG_ERROR);
+    if (!sec_env_start(&g_env, NULL, NULL)) return -1;
+    snprintf(g_ca, sizeof g_ca, "%s/ca.crt", g_env.pki);
+    snprintf(g_other_ca, sizeof g_other_ca, "%s/other-ca.crt", g_env.pki);
+    /* The edge: mutual TLS as edge-1 (its node name, the ACL's identity). */
+    char conf[4096];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-1\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-1.crt\n"
+             "keyfile = %s/edge-1.key\n[overflow]\nenabled = false\n"
+             "[model stories]\npath = %s\nprecision = int8\nctx = 256\n",
+             g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
+    g_edge = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge", conf, IT_TRUNCATE);
+    if (g_edge <= 0) return -1;
+    return edge_online() ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_edge > 0) it_stop(g_edge, SIGTERM, 10000);
+    sec_env_stop(&g_env);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_infer_ok),
+        cmocka_unit_test(test_infer_failures),
+        cmocka_unit_test(test_edge_wrong_ca),
+        cmocka_unit_test(test_edge_password),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
