@@ -17,6 +17,9 @@ pkgs=(
   libinih-dev                            # INI config files
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/
+  dpkg-dev fakeroot adduser              # deploy/package.sh: cpack -G DEB, dpkg-shlibdeps; postinst
+  systemd                                # deploy.units: systemd-analyze verify / security --offline
+  stress-ng                              # loading the CPUs by hand next to bench_busy (optional)
 )
 
 missing=()
