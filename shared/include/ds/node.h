@@ -106,6 +106,8 @@ DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const cha
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
 void ds_node_config_describe(FILE *f);
+/* The keys of one role only, with that role's defaults (the daemons' --help). */
+void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
 /* Walk a "VERSION:VALUE, VERSION:VALUE" list ([model] versions, delay): from
 ** p, copy the next entry's version and value and return where the walk goes
 ** on; NULL at the end, or with *bad set when the entry is malformed (no ':',

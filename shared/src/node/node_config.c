@@ -406,16 +406,31 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
 
 void ds_node_config_describe(FILE *f)
 {
-    struct ds_node_config c;
-    memset(&c, 0, sizeof c);
-    struct ds_cfg_spec sp = spec_for(&c);
+    ds_node_config_describe_role(f, DS_MSG_ROLE_EDGE);
+}
+
+/* Only the role's own keys (help texts start "edge:" or "center:" for the
+** role-specific ones) and the role's true defaults. */
+void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)
+{
+    bool center = role == DS_MSG_ROLE_CENTER;
+    struct ds_cfg_key keys[DS_ARRAY_LEN(node_keys)];
+    size_t n = 0;
+    for (size_t i = 0; i < DS_ARRAY_LEN(node_keys); i++) {
+        const char *h = node_keys[i].help ? node_keys[i].help : "";
+        if (!strncmp(h, center ? "edge:" : "center:", center ? 5 : 7)) continue;
+        keys[n++] = node_keys[i];
+    }
+    struct ds_cfg_spec sp = { keys, n, NULL, NULL, NULL, NULL };
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
-               "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     precision (int8|fp32, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
                "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
-               "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n"
-               "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n"
-               "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
+               "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n",
+            center ? "fp32" : "int8");
+    if (!center)
+        fprintf(f, "                     cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n");
+    fprintf(f, "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
                "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION),\n"
                "                     draft (speculative decoding: int8 = INT8 copy of the model, or a model file with the\n"
                "                     same vocabulary; unset = off), spec_k (drafts per round 1..16, default 8, adapts)\n");

@@ -38,7 +38,7 @@ static void usage(FILE *f, const struct ds_node_role *role)
         "  -h, --help             this text and the configuration keys\n"
         "      --version          print the version\n"
         "\nconfiguration keys:\n", center ? "center" : "edge");
-    ds_node_config_describe(f);
+    ds_node_config_describe_role(f, role->role);
 }
 
 static int g_sig_pipe[2] = { -1, -1 };     /* the daemon's signal channel (documented global) */
