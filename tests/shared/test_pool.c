@@ -62,7 +62,10 @@ static void test_sleeps_counted(void **state)
     assert_int_equal(ds_pool_create(2, &pool), DS_OK);
     struct job j = { 0 };
     ds_pool_run(pool, count_task, &j);
-    nanosleep(&(struct timespec){ 0, 5000000 }, NULL);    /* 5 ms idle: the worker sleeps */
+    /* Idle: the worker spins 50 us, then sleeps (on a loaded box it may
+    ** take a while to be scheduled at all: wait up to 2 s). */
+    for (int i = 0; i < 400 && ds_pool_sleeps(pool) == 0; i++)
+        nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
     assert_true(ds_pool_sleeps(pool) > 0);
     ds_pool_destroy(pool);
 }
@@ -92,6 +95,8 @@ static void test_slow_task_sleeps(void **state)
             ds_pool_run(pool, slow_task, &j);
             for (unsigned t = 0; t < threads; t++) assert_int_equal(atomic_load(&j.hits[t]), 1);
         }
+        for (int i = 0; i < 400 && ds_pool_sleeps(pool) == 0; i++)    /* a worker never scheduled */
+            nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
         assert_true(ds_pool_sleeps(pool) > 0);
         ds_pool_destroy(pool);
     }
