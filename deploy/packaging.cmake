@@ -40,13 +40,18 @@ foreach(role edge center)
           RENAME dspark-${role} COMPONENT ${role})
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/dspark-${role}.service DESTINATION /lib/systemd/system
           COMPONENT ${role})
-  install(FILES ${PROJECT_SOURCE_DIR}/deploy/${role}.example.ini DESTINATION /etc/dspark RENAME ${role}.ini
-          COMPONENT ${role})
+  set(ctl ${CMAKE_BINARY_DIR}/debian/${role})
+  file(MAKE_DIRECTORY ${ctl})
+  # The example config, its model under /var/lib/dspark/models instead of the source tree's.
+  file(READ ${PROJECT_SOURCE_DIR}/deploy/${role}.example.ini ini)
+  string(REPLACE "../../shared/models/" "/var/lib/dspark/models/" ini "${ini}")
+  string(REPLACE "relative paths are relative to this file's folder" "relative paths are relative to /etc/dspark" ini "${ini}")
+  file(WRITE ${CMAKE_BINARY_DIR}/debian/${role}.ini "${ini}")
+  install(FILES ${CMAKE_BINARY_DIR}/debian/${role}.ini DESTINATION /etc/dspark COMPONENT ${role})
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/mosquitto/${role}.conf DESTINATION /etc/dspark/mosquitto
           RENAME dspark-${role}.conf COMPONENT ${role})
   # maintainer scripts and conffiles, per package
   set(ctl ${CMAKE_BINARY_DIR}/debian/${role})
-  file(MAKE_DIRECTORY ${ctl})
   configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/postinst ${ctl}/postinst COPYONLY)
   configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/prerm ${ctl}/prerm COPYONLY)
   set(conf "/etc/dspark/${role}.ini\n/etc/dspark/mosquitto/dspark-${role}.conf\n")
