@@ -26,6 +26,9 @@ pkgs=(
   chromium                               # integration.dashboard: the page in headless Chromium
   nodejs npm                             # puppeteer-core (tests/dashboard), mqtt.js refresh (deploy/dashboard)
   curl                                   # integration.exporter fetches /metrics
+  dpkg-dev fakeroot adduser              # deploy/package.sh: cpack -G DEB, dpkg-shlibdeps; postinst
+  systemd                                # deploy.units: systemd-analyze verify / security --offline
+  stress-ng                              # loading the CPUs by hand next to bench_busy (optional)
 )
 
 missing=()

@@ -44,15 +44,15 @@
 static void infer_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark infer [-H URI] -m MODEL -p PROMPT [options]\n"
-        "       dspark infer [-H URI] [-m MODEL] --file REQUESTS.jsonl [--concurrency N] [options]\n"
+        "usage: dspark infer [-b URI] -m MODEL -p PROMPT [options]\n"
+        "       dspark infer [-b URI] [-m MODEL] --file REQUESTS.jsonl [--concurrency N] [options]\n"
         "\n"
         "Send inference requests to dspark/v1/infer/<MODEL> over MQTT 5 and print the\n"
         "answers. One request: its text on stdout (as it streams with --stream), then\n"
         "one summary line on stderr (finish reason, tokens, who served it, the node's\n"
         "queue/ttft/total ms and the client-side round trip).\n"
         "\n"
-        "  -H, --host URI         broker (default " INFER_DEFAULT_URI ")\n"
+        "  -b, --broker URI       broker (default " INFER_DEFAULT_URI ")\n"
         "  -m, --model NAME       model name; also the default for --file lines without one\n"
         "  -p, --prompt TEXT      prompt\n"
         "  -n, --tokens N         max_tokens, 1..4096 (default: the node's, 128)\n"
@@ -115,7 +115,8 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
     enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PRIO, O_DEADLINE, O_ROUTE, O_STREAM, O_ID,
            O_TIMEOUT, O_CONNECT, O_JSON, O_LOG };
     static const struct option opts[] = {
-        { "host", required_argument, 0, 'H' },        { "model", required_argument, 0, 'm' },
+        { "broker", required_argument, 0, 'b' },
+        { "host", required_argument, 0, 'H' },      /* hidden alias of --broker (older scripts) */        { "model", required_argument, 0, 'm' },
         { "prompt", required_argument, 0, 'p' },      { "tokens", required_argument, 0, 'n' },
         { "temp", required_argument, 0, O_TEMP },     { "top-p", required_argument, 0, O_TOPP },
         { "top-k", required_argument, 0, O_TOPK },    { "seed", required_argument, 0, O_SEED },
@@ -131,11 +132,12 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
     int c;
     bool has_conc = false;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":H:m:p:n:f:c:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:H:m:p:n:f:c:h", opts, NULL)) != -1) {
         int t = cli_mqtt_opt(c, optarg, &a->tls);
         if (t < 0) return 2;
         if (t > 0) continue;
         switch (c) {
+        case 'b':
         case 'H': a->uri = optarg; break;
         case 'm': a->model = optarg; break;
         case 'p': a->prompt = optarg; break;
@@ -912,7 +914,7 @@ int cmd_infer(int argc, char **argv)
     o.ud = &s.inbox;
     o.connect_timeout_s = (uint32_t)DS_MAX(1, (a.connect_ms + 999) / 1000);
     if ((rc = ds_mqtt_create(a.uri, client_id, &o, &s.mqtt)) != DS_OK) {
-        fprintf(stderr, "dspark infer: -H %s: %s\n", a.uri, ds_strerror(rc));
+        fprintf(stderr, "dspark infer: --broker %s: %s\n", a.uri, ds_strerror(rc));
         status = rc == DS_ERR_INVAL ? INFER_EXIT_ARGS : INFER_EXIT_CONN;
         goto done;
     }
@@ -923,8 +925,15 @@ int cmd_infer(int argc, char **argv)
         goto done;
     }
     double t0 = ds_now_ms();
-    if ((rc = ds_mqtt_wait_connected(s.mqtt, (uint32_t)a.connect_ms)) == DS_ERR_AUTH)
-        goto done;   // the wrapper logged the one line saying why (ds/mqtt.h)
+    /* One clear line when the broker cannot be reached, not a warning per
+    ** retry: the wrapper's retry warnings are hidden while we wait (they
+    ** show with --log-level info or debug). A refusal retrying cannot fix
+    ** (TLS, credentials) is logged by the wrapper as its one line. */
+    enum ds_log_level lvl = ds_log__max;
+    if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, DS_LOG_ERROR);
+    rc = ds_mqtt_wait_connected(s.mqtt, (uint32_t)a.connect_ms);
+    if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, lvl);
+    if (rc == DS_ERR_AUTH) goto done;
     if (rc != DS_OK) {
         fprintf(stderr, "dspark infer: cannot connect to %s within %llu ms\n", a.uri,
                 (unsigned long long)a.connect_ms);

@@ -43,7 +43,7 @@ static const struct ds_cfg_key keys[] = {
     { "cascade", "threshold", DS_CFG_F32, offsetof(struct conf, threshold), "-1.5", -100, 0, DS_CFG_RELOADABLE, "min mean logprob" },
     { "infer", "stream", DS_CFG_BOOL, offsetof(struct conf, stream), "false", 0, 0, 0, "stream by default" },
 };
-static const struct ds_cfg_spec spec = { keys, 4, on_model, &g_conf };
+static const struct ds_cfg_spec spec = { keys, 4, on_model, &g_conf, NULL, NULL };
 
 static char g_log[4096];
 static void capture(enum ds_log_level l, const char *f, int line, const char *msg, void *ud)

@@ -413,10 +413,11 @@ static void test_cli_infer_no_answer(void **state)
 static void test_cli_infer_no_broker(void **state)
 {
     (void)state;
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", "tcp://127.0.0.1:1", "-m", "tiny", "-p",
+    struct cli_out o = run_cli((const char *[]){ "infer", "--broker", "tcp://127.0.0.1:1", "-m", "tiny", "-p",
                                                  "x", "--connect-timeout-ms", "300", NULL });
     assert_int_equal(o.rc, 1);
     ASSERT_CONTAINS(o.err, "cannot connect to tcp://127.0.0.1:1 within 300 ms");
+    assert_null(strstr(o.err, "retry in"));          /* one clear line, no warning per retry */
     cli_out_free(&o);
 }
 
@@ -538,7 +539,7 @@ static void test_cli_infer_bad_args(void **state)
         { { "infer", "-m", "t", "-p", "x", "extra", NULL }, "unexpected argument 'extra'" },
         { { "infer", "-m", "t", "-p", NULL }, "-p needs a value" },
         { { "infer", "-m", "t", "-p", "x", "--id", "", NULL }, "id" },
-        { { "infer", "-H", "bogus://x", "-m", "t", "-p", "x", NULL }, "-H bogus://x" },
+        { { "infer", "-b", "bogus://x", "-m", "t", "-p", "x", NULL }, "--broker bogus://x" },
         { { "infer", "-m", "t", "-f", "/nonexistent/r.jsonl", NULL }, "cannot open" },
         { { "infer", "-m", "t", "-f", bad_line, "-p", "x", NULL }, "drop -p" },
         { { "infer", "-m", "t", "-f", bad_line, "-c", "0", NULL }, "--concurrency" },

@@ -1,7 +1,8 @@
 /*
 ** test_pool.c — the fork-join pool: every task index runs exactly once per
 ** run, across fast back-to-back runs (workers spinning) and runs after idle
-** gaps (workers asleep), and ds_pool_split covers ranges exactly.
+** gaps (workers asleep), runs where one task is slow (the caller sleeps
+** instead of spinning), and ds_pool_split covers ranges exactly.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,6 +55,53 @@ static void test_after_sleep(void **state)
     check_runs(3, 100, 3000000);
 }
 
+static void test_sleeps_counted(void **state)
+{
+    (void)state;
+    struct ds_pool *pool;
+    assert_int_equal(ds_pool_create(2, &pool), DS_OK);
+    struct job j = { 0 };
+    ds_pool_run(pool, count_task, &j);
+    /* Idle: the worker spins 50 us, then sleeps (on a loaded box it may
+    ** take a while to be scheduled at all: wait up to 2 s). */
+    for (int i = 0; i < 400 && ds_pool_sleeps(pool) == 0; i++)
+        nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
+    assert_true(ds_pool_sleeps(pool) > 0);
+    ds_pool_destroy(pool);
+}
+
+/* Task 1 (whoever runs it) takes 3 ms: the other thread runs out of spin and
+** sleeps; every task still runs once and the caller wakes when it ends. */
+struct slow_job {
+    atomic_uint hits[4];
+};
+
+static void slow_task(void *p, unsigned task, unsigned n_tasks)
+{
+    struct slow_job *j = p;
+    (void)n_tasks;
+    if (task == 1) nanosleep(&(struct timespec){ 0, 3000000 }, NULL);
+    atomic_fetch_add(&j->hits[task], 1);
+}
+
+static void test_slow_task_sleeps(void **state)
+{
+    (void)state;
+    for (unsigned threads = 2; threads <= 4; threads++) {
+        struct ds_pool *pool;
+        assert_int_equal(ds_pool_create(threads, &pool), DS_OK);
+        for (int r = 0; r < 20; r++) {
+            struct slow_job j = { 0 };
+            ds_pool_run(pool, slow_task, &j);
+            for (unsigned t = 0; t < threads; t++) assert_int_equal(atomic_load(&j.hits[t]), 1);
+        }
+        for (int i = 0; i < 400 && ds_pool_sleeps(pool) == 0; i++)    /* a worker never scheduled */
+            nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
+        assert_true(ds_pool_sleeps(pool) > 0);
+        ds_pool_destroy(pool);
+    }
+}
+
 static void test_create_destroy_at_once(void **state)
 {
     (void)state;
@@ -89,6 +137,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_back_to_back),
         cmocka_unit_test(test_after_sleep),
+        cmocka_unit_test(test_sleeps_counted),
+        cmocka_unit_test(test_slow_task_sleeps),
         cmocka_unit_test(test_create_destroy_at_once),
         cmocka_unit_test(test_split),
     };

@@ -46,6 +46,8 @@ struct ds_cfg_spec {
     size_t                   n_keys;
     ds_cfg_section_fn        on_other;   /* NULL: unknown sections are errors */
     void                    *ud;
+    int                     *key_lines;  /* optional, n_keys entries: line of each key's last assignment */
+    int                     *line;       /* optional: the line being handled (for on_other) */
 };
 
 /* Set every key of the table to its default. */

@@ -50,6 +50,7 @@ struct ds_node_model_cfg {
                             ** model) or a model file with the same vocabulary;
                             ** NULL = off */
     uint32_t spec_k;        /* drafts per round, 1..16 (default 4; adapts within) */
+    int      line;          /* config line of its path key (else its first key); 0 = not from a file */
 };
 
 struct ds_node_config {
@@ -94,6 +95,11 @@ struct ds_node_config {
     uint32_t spec_idle_ms;      /* [spec] idle_ms (center): forget a session idle this long */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
+    /* Where each key came from, for check messages (file:line). Relative
+    ** paths in the file are resolved against the file's folder at load. */
+    char    *file;              /* OWNED: the config file loaded, NULL if none */
+    int      key_lines[64];     /* line per entry of the key table (0 = default) */
+    int      cur_line;          /* scratch: the line being parsed */
 };
 
 void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role);   /* defaults */
@@ -105,6 +111,8 @@ DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const cha
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
 void ds_node_config_describe(FILE *f);
+/* The keys of one role only, with that role's defaults (the daemons' --help). */
+void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
 /* Walk a "VERSION:VALUE, VERSION:VALUE" list ([model] versions, delay): from
 ** p, copy the next entry's version and value and return where the walk goes
 ** on; NULL at the end, or with *bad set when the entry is malformed (no ':',

@@ -144,6 +144,8 @@ static int on_ini(void *user, const char *section, const char *name, const char 
     char err[256] = "";
     int r;
     const struct ds_cfg_key *k = find(c->sp, section, name);
+    if (c->sp->line) *c->sp->line = line;
+    if (k && c->sp->key_lines) c->sp->key_lines[k - c->sp->keys] = line;
     if (k) {
         r = assign(k, c->obj, value, c->reload, err, sizeof err);
     } else if (!section_known(c->sp, section) && c->sp->on_other) {

@@ -1,6 +1,20 @@
 /*
-** pool.c — fork-join thread pool: a generation counter that workers spin on
-** for a short while, then a condition variable to sleep on.
+** pool.c — fork-join thread pool whose waits never outlast a short spin.
+**
+** A run publishes one 64-bit claim word, (generation << 32) | next task.
+** Every thread, the caller included, claims tasks from it with a CAS until
+** none are left, so the caller runs the tasks of a worker that has not been
+** scheduled yet instead of waiting for it. Each wait (a worker for the next
+** run, the caller for tasks still running elsewhere) spins SPIN_NS, then
+** sleeps on a condition variable. On a box where another process holds a
+** core, a spinning waiter would burn the time slice that the thread it waits
+** for needs; this way decode with the default threads stays close to one
+** thread there (bench/bench_busy.c), and an idle pool costs no CPU.
+**
+** Sleep/wake uses the Dekker pattern on seq_cst atomics: the sleeper
+** announces itself (sleepers, caller_waiting) before it re-checks the
+** condition under the mutex, and the waker changes the condition before it
+** reads the announcement, so one of the two always sees the other.
 **
 ** Owns: the worker threads and the synchronisation state.
 */
@@ -10,6 +24,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -17,17 +32,21 @@
 
 #define SPIN_NS 50000           /* poll this long (50 us) before sleeping */
 #define MAX_THREADS 256
+#define TASK_MASK 0xffffffffu
 
 struct ds_pool {
     unsigned         n;
     pthread_t       *threads;
     pthread_mutex_t  mu;
-    pthread_cond_t   cv;
-    atomic_uint      gen;       /* bumped once per run */
-    atomic_uint      pending;   /* workers still running the current task */
-    atomic_uint      sleepers;
+    pthread_cond_t   cv;        /* workers: a new run or stop */
+    pthread_cond_t   done_cv;   /* caller: the last task of a run finished */
+    _Atomic uint64_t claim;     /* (gen << 32) | next unclaimed task */
+    atomic_uint      done;      /* tasks of the current run finished */
+    atomic_uint      sleepers;  /* workers asleep on cv */
+    atomic_bool      caller_waiting;
     atomic_bool      stop;
-    ds_pool_fn       fn;
+    atomic_uint      sleeps;    /* times any thread slept (tests, diagnostics) */
+    ds_pool_fn       fn;        /* written by the caller before the claim word */
     void            *ctx;
 };
 
@@ -45,34 +64,60 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Spin helper: true while the spin budget lasts. Time-based, since a PAUSE
+** costs 10 to 140 cycles depending on the CPU; the clock is read every 64. */
+static inline bool spin_more(unsigned *spins, uint64_t *end)
+{
+    if ((++*spins & 63) != 0) return true;
+    uint64_t now = ds_now_ns();
+    if (!*end) *end = now + SPIN_NS;
+    return now < *end;
+}
+
+/* Claim and run tasks of generation gen until none are left. */
+static void run_tasks(struct ds_pool *pool, uint32_t gen)
+{
+    uint64_t w = atomic_load(&pool->claim);
+    for (;;) {
+        if ((uint32_t)(w >> 32) != gen || (w & TASK_MASK) >= pool->n) return;
+        if (!atomic_compare_exchange_weak(&pool->claim, &w, w + 1)) continue;
+        unsigned task = (unsigned)(w & TASK_MASK);
+        pool->fn(pool->ctx, task, pool->n);
+        if (atomic_fetch_add(&pool->done, 1) + 1 == pool->n && atomic_load(&pool->caller_waiting)) {
+            pthread_mutex_lock(&pool->mu);
+            pthread_cond_signal(&pool->done_cv);
+            pthread_mutex_unlock(&pool->mu);
+        }
+        w = atomic_load(&pool->claim);
+    }
+}
+
 static void *worker(void *p)
 {
     struct worker_arg a = *(struct worker_arg *)p;
     free(p);
     struct ds_pool *pool = a.pool;
-    unsigned seen = 0;          /* gen starts at 0 and only runs bump it */
+    uint32_t seen = 0;          /* gen starts at 0 and only runs bump it */
     for (;;) {
-        unsigned g;
         unsigned spins = 0;
         uint64_t spin_end = 0;
-        while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
-               !atomic_load(&pool->stop)) {
-            /* Time-based: a PAUSE costs 10 to 140 cycles depending on the CPU. */
-            if ((++spins & 63) != 0 || (spin_end ? ds_now_ns() < spin_end : (spin_end = ds_now_ns() + SPIN_NS))) {
+        while ((uint32_t)(atomic_load(&pool->claim) >> 32) == seen && !atomic_load(&pool->stop)) {
+            if (spin_more(&spins, &spin_end)) {
                 cpu_relax();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->sleepers, 1);
-            while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
+            while ((uint32_t)(atomic_load(&pool->claim) >> 32) == seen && !atomic_load(&pool->stop)) {
+                atomic_fetch_add_explicit(&pool->sleeps, 1, memory_order_relaxed);
                 pthread_cond_wait(&pool->cv, &pool->mu);
+            }
             atomic_fetch_sub(&pool->sleepers, 1);
             pthread_mutex_unlock(&pool->mu);
         }
         if (atomic_load(&pool->stop)) return NULL;
-        seen = g;
-        pool->fn(pool->ctx, a.idx, pool->n);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+        seen = (uint32_t)(atomic_load(&pool->claim) >> 32);
+        run_tasks(pool, seen);
     }
 }
 
@@ -82,20 +127,39 @@ void ds_pool_run(struct ds_pool *pool, ds_pool_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
+    /* The previous run is complete (done == n): no thread reads fn or ctx. */
     pool->fn = fn;
     pool->ctx = ctx;
-    atomic_store(&pool->pending, pool->n - 1);
-    atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
+    atomic_store(&pool->done, 0);
+    uint32_t gen = (uint32_t)(atomic_load(&pool->claim) >> 32) + 1;
+    atomic_store(&pool->claim, (uint64_t)gen << 32);
     if (atomic_load(&pool->sleepers) > 0) {
         pthread_mutex_lock(&pool->mu);
         pthread_cond_broadcast(&pool->cv);
         pthread_mutex_unlock(&pool->mu);
     }
-    fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) != 0) cpu_relax();
+    run_tasks(pool, gen);
+    unsigned spins = 0;
+    uint64_t spin_end = 0;
+    while (atomic_load(&pool->done) != pool->n) {
+        if (spin_more(&spins, &spin_end)) {
+            cpu_relax();
+            continue;
+        }
+        pthread_mutex_lock(&pool->mu);
+        atomic_store(&pool->caller_waiting, true);
+        while (atomic_load(&pool->done) != pool->n) {
+            atomic_fetch_add_explicit(&pool->sleeps, 1, memory_order_relaxed);
+            pthread_cond_wait(&pool->done_cv, &pool->mu);
+        }
+        atomic_store(&pool->caller_waiting, false);
+        pthread_mutex_unlock(&pool->mu);
+    }
 }
 
 unsigned ds_pool_size(const struct ds_pool *pool) { return pool->n; }
+
+unsigned ds_pool_sleeps(const struct ds_pool *pool) { return atomic_load(&((struct ds_pool *)pool)->sleeps); }
 
 void ds_pool_split(size_t n, unsigned part, unsigned parts, size_t align, size_t *lo, size_t *hi)
 {
@@ -114,6 +178,7 @@ void ds_pool_destroy(struct ds_pool *pool)
     pthread_mutex_unlock(&pool->mu);
     for (unsigned i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
     pthread_cond_destroy(&pool->cv);
+    pthread_cond_destroy(&pool->done_cv);
     pthread_mutex_destroy(&pool->mu);
     free(pool->threads);
     free(pool);
@@ -139,6 +204,7 @@ enum ds_err ds_pool_create(unsigned n_threads, struct ds_pool **out)
     }
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
+    pthread_cond_init(&pool->done_cv, NULL);
     pool->n = 1;
     for (unsigned i = 1; i < n_threads; i++) {
         struct worker_arg *a = malloc(sizeof *a);

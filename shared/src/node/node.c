@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -30,6 +31,7 @@
 #include "ds/tok.h"
 #include "ds/node.h"
 #include "node_internal.h"
+#include "node_notify.h"
 
 /* ---- the role's extensions ---- */
 
@@ -292,19 +294,36 @@ enum ds_err ds_node_run(struct ds_node *a)
     listen_all(a, true);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
            a->n_models, a->cfg->mqtt_uri);
+    /* READY=1 once the models are loaded (ds_node_create) and the broker has
+    ** accepted us (ds_mqtt_connect returns at once and connects in the
+    ** background). The loop feeds the watchdog, so a wedged engine stops the
+    ** pings and systemd restarts the daemon. */
+    struct node_notify nfy;
+    node_notify_init(&nfy);
+    bool ready = false;
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
     for (;;) {
+        if (!ready) {
+            struct ds_mqtt_stats ms;
+            ds_mqtt_stats(a->mqtt, &ms);
+            if (ms.connected) ready = node_notify_send(&nfy, "READY=1\nSTATUS=serving") || true;
+        }
+        while (ready && nfy.wedge && !atomic_load(&a->stop)) usleep(100000);   /* test hook: no pings */
+        node_notify_tick(&nfy, ds_now_ns());
         if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
+            node_notify_send(&nfy, "STOPPING=1");
             atomic_store(&a->draining, true);
             drain_start = ds_now_ns();
             listen_all(a, false);
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
         }
         if (atomic_exchange(&a->reload, false) && a->cfg_path) {
+            node_notify_send(&nfy, "RELOADING=1");
             if (ds_node_config_load(a->cfg, a->cfg_path, true) == DS_OK) {
                 ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(a->cfg->log_level));
                 DS_LOG(DS_LOG_INFO, "config reloaded from %s", a->cfg_path);
             }
+            if (ready) node_notify_send(&nfy, "READY=1");
         }
         uint64_t now = ds_now_ns();
         struct ds_sched_item it;
@@ -347,6 +366,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     publish_status(a, DS_MSG_STATE_OFFLINE);
     if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
     ds_mqtt_disconnect(a->mqtt, 2000);
+    node_notify_cleanup(&nfy);
     DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(a->cfg->role), a->cfg->node);
     return DS_OK;
 }

@@ -4,7 +4,9 @@
 **
 ** Owns: the strings inside struct ds_node_config.
 */
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -102,6 +104,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
 {
     struct ds_node_model_cfg *m = model_slot(c, name, err, n);
     if (!m) return -1;
+    if (!m->line || !strcmp(key, "path")) m->line = c->cur_line;
     /* Lists may take several lines (INI lines are short): each one adds. */
     char **list = !strcmp(key, "versions") ? &m->versions : !strcmp(key, "delay") ? &m->delay : NULL;
     if (list) {
@@ -164,7 +167,9 @@ static int on_section(void *ud, const char *section, const char *key, const char
 
 static struct ds_cfg_spec spec_for(struct ds_node_config *c)
 {
-    return (struct ds_cfg_spec){ node_keys, DS_ARRAY_LEN(node_keys), on_section, c };
+    _Static_assert(DS_ARRAY_LEN(node_keys) <= DS_ARRAY_LEN(((struct ds_node_config *)0)->key_lines),
+                   "key_lines holds a line per key");
+    return (struct ds_cfg_spec){ node_keys, DS_ARRAY_LEN(node_keys), on_section, c, c->key_lines, &c->cur_line };
 }
 
 void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role)
@@ -189,13 +194,86 @@ void ds_node_config_cleanup(struct ds_node_config *c)
         free(c->models[i].draft);
     }
     c->n_models = 0;
+    free(c->file);
+    c->file = NULL;
+}
+
+/* ---- paths relative to the config file's folder ---- */
+
+/* One path: absolute (or empty) as is, else dir/path. OWNED result. */
+static char *join_dir(const char *dir, const char *p, size_t len)
+{
+    while (len && (*p == ' ' || *p == '\t')) p++, len--;
+    while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    char *out = malloc(strlen(dir) + len + 2);
+    if (!out) return NULL;
+    if (len == 0 || p[0] == '/' || !*dir) sprintf(out, "%.*s", (int)len, p);
+    else sprintf(out, "%s/%.*s", dir, (int)len, p);
+    return out;
+}
+
+/* Rewrite *s in place: a comma-separated list of paths, or with pairs, of
+** "TAG:PATH" items whose PATH part is resolved. NULL stays NULL. */
+static enum ds_err resolve_list(char **s, const char *dir, bool pairs)
+{
+    if (!*s || !**s) return DS_OK;
+    size_t cap = strlen(*s) * 2 + strlen(dir) * 16 + 16, used = 0;
+    char *out = malloc(cap);
+    if (!out) return DS_ERR_NOMEM;
+    out[0] = '\0';
+    for (const char *p = *s; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *colon = pairs ? memchr(p, ':', len) : NULL;
+        size_t tag = colon ? (size_t)(colon - p) + 1 : 0;
+        char *j = join_dir(dir, p + tag, len - tag);
+        if (!j || used + tag + strlen(j) + 3 > cap) {
+            free(j);
+            free(out);
+            return DS_ERR_NOMEM;
+        }
+        used += (size_t)sprintf(out + used, "%s%.*s%s", used ? ", " : "", (int)tag, p, j);
+        free(j);
+        p += len + (comma ? 1 : 0);
+    }
+    free(*s);
+    *s = out;
+    return DS_OK;
+}
+
+/* Every path key of the file, resolved against the folder of path: a config
+** and the models, keys and registry next to it move together. */
+static enum ds_err resolve_paths(struct ds_node_config *c, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path) snprintf(dir, sizeof dir, "/");
+    char **one[] = { &c->registry_path, &c->node_sec, &c->node_pub, &c->models_dir };
+    char **many[] = { &c->signer_pub, &c->publish_dirs };
+    enum ds_err rc = DS_OK;
+    for (size_t i = 0; i < DS_ARRAY_LEN(one) && rc == DS_OK; i++) rc = resolve_list(one[i], dir, false);
+    for (size_t i = 0; i < DS_ARRAY_LEN(many) && rc == DS_OK; i++) rc = resolve_list(many[i], dir, false);
+    for (unsigned i = 0; i < c->n_models && rc == DS_OK; i++) {
+        struct ds_node_model_cfg *m = &c->models[i];
+        rc = resolve_list(&m->path, dir, false);
+        if (rc == DS_OK) rc = resolve_list(&m->tokenizer, dir, false);
+        if (rc == DS_OK && m->draft && strcmp(m->draft, "int8") != 0) rc = resolve_list(&m->draft, dir, false);
+        if (rc == DS_OK) rc = resolve_list(&m->versions, dir, true);
+    }
+    return rc;
 }
 
 enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload)
 {
     if (!reload) {
         struct ds_cfg_spec sp = spec_for(c);
-        return ds_cfg_load(&sp, c, path, false);
+        enum ds_err rc = ds_cfg_load(&sp, c, path, false);
+        free(c->file);
+        c->file = strdup(path);
+        if (rc != DS_ERR_NOT_FOUND && rc != DS_ERR_IO && resolve_paths(c, path) != DS_OK && rc == DS_OK)
+            rc = DS_ERR_NOMEM;
+        return rc;
     }
     /* A reload parses into a scratch copy (models are not reloadable) and
     ** takes over the reloadable keys only. */
@@ -259,89 +337,115 @@ const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *va
     return p + n;
 }
 
+/* "file:line" of key section.name, or of a model (line > 0), else "config". */
+static const char *where(const struct ds_node_config *c, const char *section, const char *name, int line,
+                         char *buf, size_t n)
+{
+    for (size_t i = 0; section && i < DS_ARRAY_LEN(node_keys); i++)
+        if (!strcmp(node_keys[i].section, section) && !strcmp(node_keys[i].name, name)) line = c->key_lines[i];
+    if (c->file && line > 0) snprintf(buf, n, "%s:%d", c->file, line);
+    else snprintf(buf, n, "%s", c->file ? c->file : "config");
+    return buf;
+}
+
+DS_PRINTF(2, 3) static void log_at(const char *loc, const char *fmt, ...)
+{
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    DS_LOG(DS_LOG_ERROR, "%s: %s", loc, msg);
+}
+
+/* Every problem is reported (file:line: what), not only the first: an
+** operator fixes the whole file in one go. */
 enum ds_err ds_node_config_check(const struct ds_node_config *c)
 {
-    if (c->n_models == 0) {
-        DS_LOG(DS_LOG_ERROR, "config: no model: add a [model NAME] section with path = FILE");
-        return DS_ERR_INVAL;
-    }
-    if (ds_log_level_parse(c->log_level) < 0) {
-        DS_LOG(DS_LOG_ERROR, "config: [node] log_level '%s' is not error, warn, info or debug", c->log_level);
-        return DS_ERR_INVAL;
-    }
-    if (ds_log_format_parse(c->log_format) < 0) {
-        DS_LOG(DS_LOG_ERROR, "config: [node] log_format '%s' is not text or json", c->log_format);
-        return DS_ERR_INVAL;
-    }
+    char at[4200];
+    int bad_count = 0;
+#define BAD(loc, ...) do { log_at(loc, __VA_ARGS__); bad_count++; } while (0)
+#define AT(sec, key, line) where(c, sec, key, line, at, sizeof at)
+    if (c->n_models == 0)
+        BAD(AT(NULL, NULL, 0), "no model: add a [model NAME] section with path = FILE");
+    if (ds_log_level_parse(c->log_level) < 0)
+        BAD(AT("node", "log_level", 0), "[node] log_level '%s' is not error, warn, info or debug",
+            c->log_level);
+    if (ds_log_format_parse(c->log_format) < 0)
+        BAD(AT("node", "log_format", 0), "[node] log_format '%s' is not text or json", c->log_format);
     char why[DS_WHY_MAX];
-    if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK) {
-        DS_LOG(DS_LOG_ERROR, "config: [mqtt] %s", why);
-        return DS_ERR_INVAL;
-    }
-    if (!*c->node || strpbrk(c->node, "/+#")) {
-        DS_LOG(DS_LOG_ERROR, "config: [node] name '%s' must be non-empty, without '/', '+' or '#'", c->node);
-        return DS_ERR_INVAL;
-    }
+    if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK)
+        BAD(AT("mqtt", "uri", 0), "[mqtt] %s", why);
+    if (!*c->node || strpbrk(c->node, "/+#"))
+        BAD(AT("node", "name", 0), "[node] name '%s' must be non-empty, without '/', '+' or '#'", c->node);
     /* Fetching models is on with [keys] node_sec or [models] dir, and then
     ** needs all four (a registry alone may serve the rollout code). */
     if ((c->node_sec && *c->node_sec) || (c->models_dir && *c->models_dir)) {
         const char *need[] = { c->registry_path, c->signer_pub, c->node_sec, c->models_dir };
-        for (size_t i = 0; i < DS_ARRAY_LEN(need); i++)
-            if (!need[i] || !*need[i]) {
-                DS_LOG(DS_LOG_ERROR, "config: fetching models needs all of [registry] path, [keys] signer_pub, "
-                                     "[keys] node_sec and [models] dir");
-                return DS_ERR_INVAL;
-            }
+        bool missing = false;
+        for (size_t i = 0; i < DS_ARRAY_LEN(need); i++) missing |= !need[i] || !*need[i];
+        if (missing)
+            BAD(AT(c->node_sec && *c->node_sec ? "keys" : "models", c->node_sec && *c->node_sec ? "node_sec" : "dir", 0),
+                "fetching models needs all of [registry] path, [keys] signer_pub, [keys] node_sec and [models] dir");
     }
-    if (c->publish_dirs && *c->publish_dirs && !(c->signer_pub && *c->signer_pub)) {
-        DS_LOG(DS_LOG_ERROR, "config: [publish] dirs needs [keys] signer_pub (the key the bundles are checked with)");
-        return DS_ERR_INVAL;
-    }
+    if (c->publish_dirs && *c->publish_dirs && !(c->signer_pub && *c->signer_pub))
+        BAD(AT("publish", "dirs", 0), "[publish] dirs needs [keys] signer_pub (the key the bundles are checked with)");
     for (unsigned i = 0; i < c->n_models; i++) {
         const struct ds_node_model_cfg *m = &c->models[i];
-        if (!m->path || access(m->path, R_OK) != 0) {
-            DS_LOG(DS_LOG_ERROR, "config: [model %s] path '%s' is missing or unreadable", m->name,
-                   m->path ? m->path : "");
-            return DS_ERR_INVAL;
-        }
+        if (!m->path || access(m->path, R_OK) != 0)
+            BAD(AT(NULL, NULL, m->line), "[model %s] path '%s' is missing or unreadable", m->name,
+                m->path ? m->path : "");
         char ver[64], val[1024];
         bool bad = false;
         for (const char *p = m->versions; (p = ds_node_list_next(p, ver, sizeof ver, val, sizeof val, &bad));)
-            if (access(val, R_OK) != 0) {
-                DS_LOG(DS_LOG_ERROR, "config: [model %s] versions: %s: file '%s' is missing or unreadable", m->name, ver, val);
-                return DS_ERR_INVAL;
-            }
+            if (access(val, R_OK) != 0)
+                BAD(AT(NULL, NULL, m->line), "[model %s] versions: %s: file '%s' is missing or unreadable",
+                    m->name, ver, val);
         for (const char *p = bad ? NULL : m->delay; (p = ds_node_list_next(p, ver, sizeof ver, val, sizeof val, &bad));) {
             char *end;
             unsigned long ms = strtoul(val, &end, 10);
             if (*end || *val == '-' || ms > 60000) bad = true;
             if (bad) break;
         }
-        if (bad) {
-            DS_LOG(DS_LOG_ERROR, "config: [model %s] versions/delay: want \"VERSION:PATH, ...\" and \"VERSION:MS\" (MS <= 60000)", m->name);
-            return DS_ERR_INVAL;
-        }
-        if (m->draft && strcmp(m->draft, "int8") != 0 && access(m->draft, R_OK) != 0) {
-            DS_LOG(DS_LOG_ERROR, "config: [model %s] draft '%s' is neither int8 nor a readable model file", m->name,
-                   m->draft);
-            return DS_ERR_INVAL;
-        }
+        if (bad)
+            BAD(AT(NULL, NULL, m->line),
+                "[model %s] versions/delay: want \"VERSION:PATH, ...\" and \"VERSION:MS\" (MS <= 60000)", m->name);
+        if (m->draft && strcmp(m->draft, "int8") != 0 && access(m->draft, R_OK) != 0)
+            BAD(AT(NULL, NULL, m->line), "[model %s] draft '%s' is neither int8 nor a readable model file",
+                m->name, m->draft);
     }
-    return DS_OK;
+#undef AT
+#undef BAD
+    return bad_count ? DS_ERR_INVAL : DS_OK;
 }
 
 void ds_node_config_describe(FILE *f)
 {
-    struct ds_node_config c;
-    memset(&c, 0, sizeof c);
-    struct ds_cfg_spec sp = spec_for(&c);
+    ds_node_config_describe_role(f, DS_MSG_ROLE_EDGE);
+}
+
+/* Only the role's own keys (help texts start "edge:" or "center:" for the
+** role-specific ones) and the role's true defaults. */
+void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)
+{
+    bool center = role == DS_MSG_ROLE_CENTER;
+    struct ds_cfg_key keys[DS_ARRAY_LEN(node_keys)];
+    size_t n = 0;
+    for (size_t i = 0; i < DS_ARRAY_LEN(node_keys); i++) {
+        const char *h = node_keys[i].help ? node_keys[i].help : "";
+        if (!strncmp(h, center ? "edge:" : "center:", center ? 5 : 7)) continue;
+        keys[n++] = node_keys[i];
+    }
+    struct ds_cfg_spec sp = { keys, n, NULL, NULL, NULL, NULL };
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
-               "                     precision (int8|fp32, default int8), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     precision (int8|fp32, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
                "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
-               "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n"
-               "                     cascade (edge: mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n"
-               "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
+               "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n",
+            center ? "fp32" : "int8");
+    if (!center)
+        fprintf(f, "                     cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n");
+    fprintf(f, "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
                "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION),\n"
                "                     draft (speculative decoding: int8 = INT8 copy of the model, or a model file with the\n"
                "                     same vocabulary; unset = off), spec_k (drafts per round 1..16, default 8, adapts)\n");

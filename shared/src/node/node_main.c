@@ -30,14 +30,15 @@ static void usage(FILE *f, const struct ds_node_role *role)
     fprintf(f,
         "SIGTERM drains and exits; SIGHUP reloads.\n"
         "\n"
-        "  -c, --config FILE      INI configuration (see deploy/%s.example.ini)\n"
+        "  -c, --config FILE      INI configuration (default /etc/dspark/%s.ini; relative paths\n"
+        "                         in it are relative to its folder)\n"
         "  -s, --set KEY=VALUE    override one key: section.key=value or model.NAME.key=value\n"
         "      --check            load and check the config and the models, then exit\n"
         "      --log-level L      error, warn, info or debug (overrides [node] log_level)\n"
         "  -h, --help             this text and the configuration keys\n"
         "      --version          print the version\n"
         "\nconfiguration keys:\n", center ? "center" : "edge");
-    ds_node_config_describe(f);
+    ds_node_config_describe_role(f, role->role);
 }
 
 static int g_sig_pipe[2] = { -1, -1 };     /* the daemon's signal channel (documented global) */
@@ -67,6 +68,7 @@ static void *signal_thread(void *p)
 int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
 {
     const char *bin = role->program;
+    bool center = role->role == DS_MSG_ROLE_CENTER;
     enum { O_CHECK = 256, O_LOG, O_VERSION };
     static const struct option opts[] = {
         { "config", required_argument, 0, 'c' }, { "set", required_argument, 0, 's' },
@@ -97,20 +99,29 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
         fprintf(stderr, "%s: unexpected argument '%s'\n", bin, argv[optind]);
         goto out;
     }
-    if (path && ds_node_config_load(&cfg, path, false) != DS_OK) {
-        fprintf(stderr, "%s: fix the config file %s (errors above)\n", bin, path);
+    /* Without -c: the packaged config, /etc/dspark/<role>.ini. */
+    char def_path[64];
+    snprintf(def_path, sizeof def_path, "/etc/dspark/%s.ini", center ? "center" : "edge");
+    if (!path) path = def_path;
+    /* Every problem in one pass: parse errors, bad overrides and the checks
+    ** below are all reported before anything heavy (models) is loaded. */
+    enum ds_err lrc = ds_node_config_load(&cfg, path, false);
+    if (lrc == DS_ERR_NOT_FOUND || lrc == DS_ERR_IO) {
+        fprintf(stderr, "%s: cannot read the config file %s (-c FILE)\n", bin, path);
         goto out;
     }
+    bool bad = lrc != DS_OK;
     for (int i = 0; i < n_sets; i++)
-        if (ds_node_config_set(&cfg, sets[i]) != DS_OK) goto out;
+        if (ds_node_config_set(&cfg, sets[i]) != DS_OK) bad = true;
     if (log_level) {
         char *s = strdup(log_level);
         if (!s) goto out;
         free(cfg.log_level);
         cfg.log_level = s;
     }
-    if (ds_node_config_check(&cfg) != DS_OK) {
-        fprintf(stderr, "%s: the configuration is not usable (see above; --help lists the keys)\n", bin);
+    if (ds_node_config_check(&cfg) != DS_OK || bad) {
+        fprintf(stderr, "%s: fix the config file %s (every problem is listed above; --help lists the keys)\n",
+                bin, path);
         goto out;
     }
     ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(cfg.log_level));

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# deploy.packages — build the .deb packages (deploy/package.sh), unpack each
+# with dpkg -x into a scratch root and check: the files in FHS places, the
+# conffiles, the Depends (dpkg-shlibdeps; nothing CUDA for the edge or the
+# CLI), the units and man pages; then run the postinst with stub commands
+# (getent, adduser, chown, ... log what they are asked) to check that it
+# creates the dspark system user and /var/lib/dspark, and does so once.
+# Skips (77) without dpkg-deb / cpack. Usage: packages.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1 build=$2
+for t in dpkg-deb cpack dpkg-shlibdeps; do command -v $t >/dev/null || { echo "no $t: skipped"; exit 77; }; done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+bash "$src/deploy/package.sh" "$build" "$tmp/pkgs" || fail "package.sh"
+root=$tmp/root
+for p in dspark dspark-edge dspark-center; do
+  deb=$(ls "$tmp"/pkgs/${p}_*.deb 2>/dev/null) || fail "no $p package"
+  echo "== $p: $(dpkg-deb -f "$deb" Depends)"
+  dpkg-deb -x "$deb" "$root" || fail "dpkg -x $p"
+  dpkg-deb -e "$deb" "$tmp/ctl-$p" || fail "dpkg -e $p"
+  dpkg-deb -c "$deb" | awk '{print $6}' | grep -vE '^\./(usr/(bin|share/(man|doc|bash-completion))|etc/dspark|lib/systemd/system)(/|$)|^\./(usr/share|usr|etc|lib|lib/systemd)?/?$' \
+    && fail "$p installs outside the FHS places above"
+done
+for f in usr/bin/dspark usr/bin/dspark-edge usr/bin/dspark-center usr/share/man/man1/dspark.1 \
+         usr/share/man/man8/dspark-edge.8 usr/share/man/man8/dspark-center.8 \
+         usr/share/bash-completion/completions/dspark etc/dspark/edge.ini etc/dspark/center.ini \
+         lib/systemd/system/dspark-edge.service lib/systemd/system/dspark-center.service; do
+  [ -e "$root/$f" ] || fail "missing /$f"
+done
+bash -n "$root/usr/share/bash-completion/completions/dspark" || fail "completion syntax"
+grep -qx /etc/dspark/edge.ini "$tmp/ctl-dspark-edge/conffiles" || fail "edge.ini is not a conffile"
+grep -qx /etc/dspark/center.ini "$tmp/ctl-dspark-center/conffiles" || fail "center.ini is not a conffile"
+for p in dspark dspark-edge; do
+  dpkg-deb -f "$tmp"/pkgs/${p}_*.deb Depends | grep -qi cuda && fail "$p depends on CUDA"
+done
+dpkg-deb -f "$tmp"/pkgs/dspark-edge_*.deb Depends | grep -q libpaho-mqtt || fail "edge Depends lack libpaho-mqtt (shlibdeps)"
+"$root/usr/bin/dspark-edge" --version || fail "installed dspark-edge does not run"
+# The postinst against stubs: nothing touches this machine's users.
+stub=$tmp/stub log=$tmp/calls
+mkdir -p "$stub"
+for c in addgroup adduser chown chgrp chmod mkdir systemctl; do
+  printf '#!/bin/sh\necho "%s $*" >> %s\n' "$c" "$log" > "$stub/$c"
+done
+printf '#!/bin/sh\ngrep -q "^$2:" %s/db 2>/dev/null\n' "$tmp" > "$stub/getent"
+chmod +x "$stub"/*
+PATH=$stub:/usr/bin:/bin sh "$tmp/ctl-dspark-edge/postinst" configure || fail "postinst"
+cat "$log"
+grep -q '^addgroup --system --quiet dspark' "$log" || fail "no system group"
+grep -q '^adduser --system .*--home /var/lib/dspark .*dspark$' "$log" || fail "no system user"
+grep -q '^chown dspark:dspark /var/lib/dspark' "$log" || fail "/var/lib/dspark not owned by dspark"
+printf 'dspark:x\n' > "$tmp/db"; : > "$log"
+PATH=$stub:/usr/bin:/bin sh "$tmp/ctl-dspark-center/postinst" configure || fail "postinst (again)"
+grep -q adduser "$log" && fail "postinst creates the user twice"
+echo PASS
