@@ -24,12 +24,16 @@ pkgs=(
   tmux                                   # integration.top drives dspark top in a pane
   prometheus                             # integration.exporter: promtool check metrics
   chromium                               # integration.dashboard: the page in headless Chromium
-  nodejs npm                             # puppeteer-core (tests/dashboard), mqtt.js refresh (deploy/dashboard)
   curl                                   # integration.exporter fetches /metrics
   dpkg-dev fakeroot adduser              # deploy/package.sh: cpack -G DEB, dpkg-shlibdeps; postinst
   systemd                                # deploy.units: systemd-analyze verify / security --offline
   stress-ng                              # loading the CPUs by hand next to bench_busy (optional)
 )
+
+# Node.js and npm (puppeteer-core for integration.dashboard, the mqtt.js
+# refresh of deploy/dashboard): Debian's, unless the machine already has a
+# node and an npm (an image's own Node.js would conflict with Debian's npm).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 
 missing=()
 for p in "${pkgs[@]}"; do
