@@ -450,7 +450,7 @@ static int count_refusal(const struct ds_reg_refusal *x, void *ud)
     return 0;
 }
 
-/* Refused manifests: recorded with their reason, per model, and bounded. */
+/* Refused manifests: recorded with their reason, per model, and bounded in all. */
 static void test_refusals(void **state)
 {
     (void)state;
@@ -477,6 +477,15 @@ static void test_refusals(void **state)
     assert_int_equal(ds_reg_refusals_list(r, "other", count_refusal, &got), DS_OK);
     assert_int_equal(got.id, 1);                   /* another model's refusal untouched */
     assert_string_equal(got.version, "1.2.0");
+    /* The cap is global: junk manifests under ever new names do not grow it. */
+    for (int i = 0; i < DS_REG_REFUSALS_KEPT + 300; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "junk-%d", i);
+        assert_int_equal(ds_reg_refusal_add(r, name, NULL, "manifest refused: bad signature"), DS_OK);
+    }
+    got = (struct ds_reg_refusal){ 0 };
+    assert_int_equal(ds_reg_refusals_list(r, NULL, count_refusal, &got), DS_OK);
+    if (got.id > DS_REG_REFUSALS_KEPT) fail_msg("%lld refusals kept, cap %d", (long long)got.id, DS_REG_REFUSALS_KEPT);
     ds_reg_close(r);
 }
 

@@ -190,7 +190,8 @@ struct ds_reg_refusal {
 typedef int (*ds_reg_refusal_fn)(const struct ds_reg_refusal *r, void *ud);
 /* Record a refused manifest of model (the topic's name; truncated to fit)
 ** and, when it could be read, its version (NULL otherwise). Rows older
-** than the last DS_REG_REFUSALS_KEPT (of all models) are dropped for model. */
+** than the last DS_REG_REFUSALS_KEPT (of all models) are dropped, whatever
+** their model: the table holds at most DS_REG_REFUSALS_KEPT rows. */
 #define DS_REG_REFUSALS_KEPT 1000
 DS_MUST_CHECK enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char *version,
                                              const char *reason) DS_NONNULL(1, 2, 4);

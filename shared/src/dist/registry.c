@@ -582,12 +582,11 @@ enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char
     if (version) sqlite3_bind_text(st, 3, version, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_TRANSIENT);
     if ((rc = step_done(reg, st, "add refusal")) != DS_OK) return finish(reg, rc);
-    /* Bounded: whoever can publish on a model's topic must not grow the file. */
-    if ((rc = prepare(reg, "DELETE FROM refusals WHERE model = substr(?1, 1, 64) AND id <= "
-                           "(SELECT max(id) FROM refusals) - ?2", &st)) != DS_OK)
+    /* Bounded in all, not per model: whoever can publish on any topic (under
+    ** ever new model names) must not grow the file. */
+    if ((rc = prepare(reg, "DELETE FROM refusals WHERE id <= (SELECT max(id) FROM refusals) - ?1", &st)) != DS_OK)
         return finish(reg, rc);
-    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 2, DS_REG_REFUSALS_KEPT);
+    sqlite3_bind_int(st, 1, DS_REG_REFUSALS_KEPT);
     return finish(reg, step_done(reg, st, "trim refusals"));
 }
 
