@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -143,6 +144,20 @@ static void command(const char *cmd, const char *version, const char *extra)
 static char *envelope(const char *cmd, const char *version, const char *key)
 {
     assert_int_equal(cli("%s -k '%s' -n stories -V %s -N " NODE " --print", cmd, key, version), 0);
+    char *s = cli_out();
+    s[strcspn(s, "\n")] = '\0';
+    return s;
+}
+
+/* The signed envelope of a command whose "ts" says it was signed
+** at now + offset_s (a captured command replayed later). OWNED. */
+static char *envelope_at(const char *cmd, const char *version, const char *target, long offset_s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + (long long)offset_s * 1000;
+    assert_int_equal(cli("%s -k '%s' -n stories -V %s -N %s --ts %lld --print", cmd, g.signer, version, target, ms),
+                     0);
     char *s = cli_out();
     s[strcspn(s, "\n")] = '\0';
     return s;
@@ -341,6 +356,30 @@ static void test_rollout_refusals(void **state)
     assert_non_null(strstr(e, "signature"));
     free(e);
     free(env);
+    /* Signed commands expire: one captured an hour ago (say, a rollback to
+    ** all nodes) and replayed now, and one dated an hour ahead. */
+    env = envelope_at("rollback", "0.9.0", "all", -3600);
+    int from0 = n_msgs();
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/all", env, strlen(env), 1, false, NULL), DS_OK);
+    e = wait_msg("dspark/v1/rollout/" NODE, from0, 20000, "\"ok\":false", NULL);
+    assert_non_null(e);
+    printf("an hour old: %s\n", e);
+    assert_non_null(strstr(e, "expired: signed 3600 s ago"));
+    free(e);
+    free(env);
+    env = envelope_at("promote", "1.1.0", NODE, 3600);
+    e = refused(env);
+    printf("an hour ahead: %s\n", e);
+    assert_non_null(strstr(e, "in the future"));
+    free(e);
+    free(env);
+    /* The topic's target must be the body's: a command to all is not taken on a node's topic. */
+    env = envelope_at("promote", "1.1.0", "all", 0);
+    e = refused(env);
+    printf("other target: %s\n", e);
+    assert_non_null(strstr(e, "differs from the topic"));
+    free(e);
+    free(env);
     /* A lower version: refused by promote, accepted by a signed rollback. */
     env = envelope("promote", "0.9.0", g.signer);
     e = refused(env);
@@ -376,6 +415,7 @@ static void test_rollout_refusals(void **state)
     assert_true(log_refusals("signature") >= 1);
     assert_true(log_refusals("older than the active") >= 1);
     assert_true(log_refusals("replayed") >= 1);
+    assert_true(log_refusals("expired") >= 2);
     assert_true(log_refusals("") >= 5);
     struct ds_reg_event ev;
     assert_int_equal(reg_latest("0.9.0", &ev), DS_REG_RETIRED);

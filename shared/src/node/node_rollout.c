@@ -15,7 +15,8 @@
 **           {"v":1,"type":"control","cmd":"promote|canary|shadow|rollback",
 **            "model","version","pct","node":"<node>|all","seq":N,"ts":ms}.
 **           The signature is checked on Paho's thread against [keys]
-**           signer_pub; everything else (replay: seq must grow per signer;
+**           signer_pub; everything else (replay: seq must grow per signer
+**           and "ts" be within [rollout] control_max_age_s of the node's clock;
 **           anti-rollback: a lower version needs "rollback"; the registry)
 **           happens on the engine thread. Every outcome is published on
 **           dspark/v1/rollout/<node> and written to the registry's control
@@ -312,14 +313,15 @@ static void *load_worker(void *p)
 
 /* ---- commands ---- */
 
-static bool parse_body(struct node_cmd *c, const char *node, char *why)
+static bool parse_body(struct node_cmd *c, const char *node, uint32_t max_age_s, char *why)
 {
     cJSON *j = cJSON_Parse(c->body);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type"), *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmd"),
                 *model = cJSON_GetObjectItemCaseSensitive(j, "model"),
                 *ver = cJSON_GetObjectItemCaseSensitive(j, "version"), *pct = cJSON_GetObjectItemCaseSensitive(j, "pct"),
                 *tgt = cJSON_GetObjectItemCaseSensitive(j, "node"), *seq = cJSON_GetObjectItemCaseSensitive(j, "seq"),
-                *v = cJSON_GetObjectItemCaseSensitive(j, "v");
+                *v = cJSON_GetObjectItemCaseSensitive(j, "v"), *ts = cJSON_GetObjectItemCaseSensitive(j, "ts");
+    double age_ms = cJSON_IsNumber(ts) ? (double)unix_ms() - ts->valuedouble : 0;
     bool ok = false;
     int op = -1;
     for (int i = 0; cJSON_IsString(cmd) && i < OP_COUNT; i++)
@@ -341,6 +343,12 @@ static bool parse_body(struct node_cmd *c, const char *node, char *why)
     else if (!cJSON_IsNumber(seq) || seq->valuedouble < 1 || seq->valuedouble > 9007199254740991.0 ||
              seq->valuedouble != floor(seq->valuedouble))
         snprintf(why, DS_WHY_MAX, "body: \"seq\" must be a whole number >= 1");
+    else if (!cJSON_IsNumber(ts) || ts->valuedouble < 1 || ts->valuedouble != floor(ts->valuedouble))
+        snprintf(why, DS_WHY_MAX, "body: \"ts\" must be the signing time, Unix ms");
+    else if (fabs(age_ms) > (double)max_age_s * 1000.0)
+        snprintf(why, DS_WHY_MAX, "expired: signed %.0f s %s by this node's clock, outside [rollout] "
+                 "control_max_age_s = %u (a replay, or clocks that disagree)", fabs(age_ms) / 1000.0,
+                 age_ms > 0 ? "ago" : "in the future", max_age_s);
     else if (op == OP_CANARY && (!cJSON_IsNumber(pct) || pct->valuedouble < 1 || pct->valuedouble > 100 ||
                                  pct->valuedouble != floor(pct->valuedouble)))
         snprintf(why, DS_WHY_MAX, "body: canary needs \"pct\" 1..100");
@@ -502,7 +510,7 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
     char why[DS_WHY_MAX];
     if (!c->body) {
         event(a, NULL, NULL, "control", false, c->why, c);
-    } else if (!parse_body(c, a->cfg->node, why)) {
+    } else if (!parse_body(c, a->cfg->node, a->cfg->ro_control_max_age_s, why)) {
         event(a, NULL, NULL, "control", false, why, c);
     } else {
         unsigned s = 0;                              /* trusted key ids index seen[] */
