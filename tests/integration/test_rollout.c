@@ -420,6 +420,28 @@ static void test_rollout_refusals(void **state)
     struct ds_reg_event ev;
     assert_int_equal(reg_latest("0.9.0", &ev), DS_REG_RETIRED);
     assert_int_equal(reg_latest("1.0.0", &ev), DS_REG_ACTIVE);
+    /* A flood of unsigned control messages is refused on the MQTT thread and
+    ** reported at most once a second, one row with a count, not one insert
+    ** each on the engine thread; the request after it is answered at once. */
+    int rows0 = log_refusals("");
+    const char *junk = "{\"v\":1,\"type\":\"control\",\"cmd\":\"rollback\"}";
+    for (int i = 0; i < 5000; i++)
+        assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, junk, strlen(junk), 0, false, NULL), DS_OK);
+    env = envelope("promote", "1.1.0", g.rogue);          /* the last one: its reason ends the flood */
+    from = n_msgs();
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, env, strlen(env), 1, false, NULL), DS_OK);
+    free(env);
+    e = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"ok\":false", "unknown key");
+    assert_non_null(e);
+    printf("flood: %s\n", e);
+    free(e);
+    uint64_t t0 = ds_now_ns();
+    v = ask("r-flood", NULL);
+    printf("flood: answered %.1f ms after the last refusal; %d control_log rows for 5001 refusals\n",
+           (double)(ds_now_ns() - t0) / 1e6, log_refusals("") - rows0);
+    free(v);
+    assert_true(log_refusals("") - rows0 <= 40);
+    assert_true(log_refusals("control messages refused at the door") >= 1);
 }
 
 /* ---- hot swaps under load ---- */

@@ -207,6 +207,8 @@ struct ds_reg_control {
     bool        accepted;
     const char *reason;
 };
+/* The table keeps the last DS_REG_CONTROL_KEPT rows and each signer's highest seq. */
+#define DS_REG_CONTROL_KEPT 10000
 DS_MUST_CHECK enum ds_err ds_reg_control_log(struct ds_reg *reg, const struct ds_reg_control *c) DS_NONNULL(1, 2);
 /* Highest seq recorded for signer into *seq (0 = none). */
 DS_MUST_CHECK enum ds_err ds_reg_control_last_seq(struct ds_reg *reg, const char *signer, uint64_t *seq)

@@ -610,7 +610,16 @@ enum ds_err ds_reg_control_log(struct ds_reg *reg, const struct ds_reg_control *
     }
     sqlite3_bind_int(st, 9, c->accepted);
     sqlite3_bind_text(st, 10, c->reason ? c->reason : "", -1, SQLITE_TRANSIENT);
-    return step_done(reg, st, "write the control log");
+    if ((rc = step_done(reg, st, "write the control log")) != DS_OK) return rc;
+    /* Bounded: every 64th row, rows older than the last DS_REG_CONTROL_KEPT
+    ** go, except each signer's highest seq (the replay guard's memory). */
+    if (sqlite3_last_insert_rowid(reg->db) % 64 != 0) return DS_OK;
+    if ((rc = prepare(reg, "DELETE FROM control_log WHERE id <= (SELECT max(id) FROM control_log) - ?1 AND id NOT IN "
+                           "(SELECT (SELECT id FROM control_log c WHERE c.signer = s.signer ORDER BY seq DESC LIMIT 1) "
+                           "FROM (SELECT DISTINCT signer FROM control_log WHERE seq IS NOT NULL) s)", &st)) != DS_OK)
+        return rc;
+    sqlite3_bind_int(st, 1, DS_REG_CONTROL_KEPT);
+    return step_done(reg, st, "trim the control log");
 }
 
 enum ds_err ds_reg_control_last_seq(struct ds_reg *reg, const char *signer, uint64_t *seq)

@@ -47,6 +47,8 @@
 #define MAX_SIGNERS 8
 #define MAX_EVENTS  8
 #define CHECK_NS    250000000ull        /* rollback checks: four times a second */
+#define QUEUE_MAX   64u                 /* verified commands waiting for the engine loop */
+#define DOOR_NS     1000000000ull       /* refusals at the door: reported at most once a second */
 
 enum cmd_op { OP_PROMOTE, OP_CANARY, OP_SHADOW, OP_ROLLBACK, OP_COUNT };
 static const char *const op_names[OP_COUNT] = { "promote", "canary", "shadow", "rollback" };
@@ -103,6 +105,13 @@ struct node_rollout {
     struct rollout_event events[MAX_EVENTS];
     unsigned             n_events;          /* total; the last MAX_EVENTS are kept */
     uint64_t             next_check_ns, next_snap_ns;
+    /* Refused on Paho's thread (unsigned, bad signature, unknown key, queue
+    ** full): counted there with no I/O, reported by the engine loop as one
+    ** event and one control_log row per DOOR_NS. Under mu except door_ns. */
+    unsigned             n_queued;
+    uint64_t             door_refused;
+    char                 door_why[DS_WHY_MAX], door_target[160];
+    uint64_t             door_ns;           /* engine: next report not before */
 };
 
 static uint64_t unix_ms(void)
@@ -539,20 +548,39 @@ static bool on_control(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
     const char *target = msg->topic + strlen(TOPIC_CONTROL);
     if (strcmp(msg->topic, ro->topic_node) && strcmp(msg->topic, ro->topic_all)) return true;
     struct node_cmd *c = calloc(1, sizeof *c);
-    if (!c) return true;
-    snprintf(c->target, sizeof c->target, "%s", target);
+    char why[DS_WHY_MAX] = "";
     size_t body_len;
-    if (ro->n_trusted == 0)
-        snprintf(c->why, sizeof c->why, "no trusted signer key: set [keys] signer_pub");
+    if (!c)
+        snprintf(why, sizeof why, "out of memory");
+    else if (ro->n_trusted == 0)
+        snprintf(why, sizeof why, "no trusted signer key: set [keys] signer_pub");
     else if (ds_envelope_verify(msg->payload, msg->len, DS_SIG_CTX_CONTROL, ro->trusted, ro->n_trusted, &c->body,
-                                &body_len, c->signer, c->why) != DS_OK)
+                                &body_len, c->signer, why) != DS_OK)
         c->body = NULL;
+    if (c && c->body) snprintf(c->target, sizeof c->target, "%s", target);
+    /* Unverified messages never reach the queue (anyone can send them, as
+    ** fast as they like): counted here, no I/O, reported once a second. The
+    ** queue of verified ones is bounded too. */
     pthread_mutex_lock(&ro->mu);
-    if (ro->tail) ro->tail->next = c;
-    else ro->head = c;
-    ro->tail = c;
+    bool queued = c && c->body && ro->n_queued < QUEUE_MAX;
+    bool first = false;
+    if (queued) {
+        if (ro->tail) ro->tail->next = c;
+        else ro->head = c;
+        ro->tail = c;
+        ro->n_queued++;
+    } else {
+        if (c && c->body) snprintf(why, sizeof why, "%u control messages waiting already: dropped", QUEUE_MAX);
+        first = ro->door_refused++ == 0;
+        snprintf(ro->door_why, sizeof ro->door_why, "%s", why);
+        snprintf(ro->door_target, sizeof ro->door_target, "%s", target);
+    }
     pthread_mutex_unlock(&ro->mu);
-    ds_sched_wake(a->sched);
+    if (!queued && c) {
+        free(c->body);
+        free(c);
+    }
+    if (queued || first) ds_sched_wake(a->sched);
     return true;
 }
 
@@ -867,7 +895,26 @@ void node__rollout_tick(struct ds_node *a, uint64_t now)
     pthread_mutex_lock(&ro->mu);
     struct node_cmd *c = ro->head;
     ro->head = ro->tail = NULL;
+    ro->n_queued = 0;
+    struct node_cmd door = { .next = NULL };
+    uint64_t n_door = 0;
+    if (ro->door_refused && now >= ro->door_ns) {
+        n_door = ro->door_refused;
+        ro->door_refused = 0;
+        snprintf(door.target, sizeof door.target, "%s", ro->door_target);
+        snprintf(door.why, sizeof door.why, "%s", ro->door_why);
+    }
     pthread_mutex_unlock(&ro->mu);
+    if (n_door) {                                    /* one event, one row, for all of them */
+        char why[DS_REG_REASON_MAX];
+        if (n_door == 1)
+            snprintf(why, sizeof why, "%s", door.why);
+        else
+            snprintf(why, sizeof why, "%llu control messages refused at the door since the last report; the last: %s",
+                     (unsigned long long)n_door, door.why);
+        event(a, NULL, NULL, "control", false, why, &door);
+        ro->door_ns = now + DOOR_NS;
+    }
     while (c) {
         struct node_cmd *next = c->next;
         take_cmd(a, c);
