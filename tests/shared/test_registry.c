@@ -549,6 +549,19 @@ static void test_integrity_detects_damage(void **state)
         ds_reg_close(r);
     }
     assert_int_not_equal(rc, DS_OK);
+    /* Opened checked: the damaged file is moved aside (kept) and a new one made. */
+    char aside[4300];
+    assert_int_equal(ds_reg_open_checked(p, &r, aside, sizeof aside), DS_OK);
+    assert_non_null(strstr(aside, "damaged.db.damaged-"));
+    assert_int_equal(access(aside, F_OK), 0);
+    struct ds_reg_version v;
+    assert_int_not_equal(ds_reg_version_find(r, "m", "1.0.0", &v), DS_OK);   /* a fresh registry */
+    assert_int_equal(ds_reg_integrity_check(r, NULL), DS_OK);
+    ds_reg_close(r);
+    /* A sound one is opened as it is. */
+    assert_int_equal(ds_reg_open_checked(p, &r, aside, sizeof aside), DS_OK);
+    assert_string_equal(aside, "");
+    ds_reg_close(r);
 }
 
 static int setup(void **state)

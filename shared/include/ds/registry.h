@@ -114,6 +114,12 @@ void ds_reg_close(struct ds_reg *reg);
 int ds_reg_schema_version(void);
 
 /* PRAGMA integrity_check; DS_ERR_FORMAT with its first line in why if not "ok". */
+/* ds_reg_open, then PRAGMA quick_check. A damaged file (and its -wal/-shm)
+** is renamed to PATH.damaged-<UTC time>, kept, logged, and a new registry
+** is made at path; *aside (aside_cap bytes) then holds the moved file's
+** path, else "". Other failures (busy, I/O, newer schema) are returned. */
+DS_MUST_CHECK enum ds_err ds_reg_open_checked(const char *path, struct ds_reg **out, char *aside, size_t aside_cap)
+    DS_NONNULL(1, 2);
 DS_MUST_CHECK enum ds_err ds_reg_integrity_check(struct ds_reg *reg, char *why) DS_NONNULL(1);
 
 /* Record a version from a verified manifest, state downloading, with a

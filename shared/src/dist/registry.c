@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -70,7 +71,8 @@ static enum ds_err reg_fail(struct ds_reg *r, const char *what)
 {
     int ec = sqlite3_extended_errcode(r->db) & 0xff;
     DS_LOG(DS_LOG_ERROR, "registry %s: %s: %s", r->path, what, sqlite3_errmsg(r->db));
-    return ec == SQLITE_BUSY || ec == SQLITE_LOCKED ? DS_ERR_BUSY : DS_ERR_IO;
+    return ec == SQLITE_BUSY || ec == SQLITE_LOCKED ? DS_ERR_BUSY
+         : ec == SQLITE_CORRUPT || ec == SQLITE_NOTADB ? DS_ERR_FORMAT : DS_ERR_IO;
 }
 
 static enum ds_err reg_exec(struct ds_reg *r, const char *sql, const char *what)
@@ -211,6 +213,58 @@ void ds_reg_close(struct ds_reg *reg)
     sqlite3_close(reg->db);
     free(reg->path);
     free(reg);
+}
+
+/* PRAGMA quick_check: DS_ERR_FORMAT with why when the file is damaged. */
+static enum ds_err quick_check(struct ds_reg *reg, char *why)
+{
+    sqlite3_stmt *st;
+    enum ds_err rc = prepare(reg, "PRAGMA quick_check", &st);
+    if (rc != DS_OK) return rc;
+    if (sqlite3_step(st) != SQLITE_ROW) rc = reg_fail(reg, "quick_check");
+    else if (strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0)
+        rc = DS_WHY(why, DS_ERR_FORMAT, "quick_check: %.200s", sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (rc == DS_ERR_FORMAT && !why[0]) snprintf(why, DS_WHY_MAX, "%s", sqlite3_errmsg(reg->db));
+    return rc;
+}
+
+enum ds_err ds_reg_open_checked(const char *path, struct ds_reg **out, char *aside, size_t aside_cap)
+{
+    *out = NULL;
+    if (aside_cap) aside[0] = '\0';
+    if (access(path, F_OK) != 0) return ds_reg_open(path, out);
+    char why[DS_WHY_MAX] = "";
+    struct ds_reg *r = NULL;
+    enum ds_err rc = ds_reg_open(path, &r);
+    if (rc == DS_OK) rc = quick_check(r, why);
+    if (rc == DS_OK) {
+        *out = r;
+        return DS_OK;
+    }
+    ds_reg_close(r);
+    if (rc != DS_ERR_FORMAT) return rc;                   /* busy, I/O, newer schema: not damage */
+    /* Damaged: keep it for whoever wants to look, start afresh. */
+    char stamp[32], moved[4200], from[4200], to[4200];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    if (snprintf(moved, sizeof moved, "%s.damaged-%s", path, stamp) >= (int)sizeof moved) return DS_ERR_RANGE;
+    if (rename(path, moved) != 0) {
+        DS_LOG(DS_LOG_ERROR, "registry %s is damaged (%s) and could not be moved aside: %s", path, why, strerror(errno));
+        return DS_ERR_IO;
+    }
+    static const char *const side[] = { "-wal", "-shm" };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s%s", path, side[i]);
+        snprintf(to, sizeof to, "%s%s", moved, side[i]);
+        if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
+    }
+    DS_LOG(DS_LOG_ERROR, "registry %s is damaged (%s): moved aside to %s; starting a new one from the configured models",
+           path, why, moved);
+    if (aside_cap) snprintf(aside, aside_cap, "%s", moved);
+    return ds_reg_open(path, out);
 }
 
 enum ds_err ds_reg_integrity_check(struct ds_reg *reg, char *why)

@@ -112,6 +112,7 @@ struct node_rollout {
     uint64_t             door_refused;
     char                 door_why[DS_WHY_MAX], door_target[160];
     uint64_t             door_ns;           /* engine: next report not before */
+    char                 reg_damaged[4300]; /* where a damaged registry was moved at start ("" = sound) */
 };
 
 static uint64_t unix_ms(void)
@@ -947,6 +948,7 @@ void node__rollout_telemetry(struct ds_node *a, struct cJSON *obj)
 {
     struct node_rollout *ro = a->ro;
     uint64_t now = ds_now_ns();
+    if (ro->reg_damaged[0]) cJSON_AddStringToObject(obj, "registry_damaged", ro->reg_damaged);
     cJSON *models = cJSON_GetObjectItemCaseSensitive(obj, "models"), *it;
     cJSON_ArrayForEach(it, models) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
@@ -1017,7 +1019,10 @@ enum ds_err node__rollout_create(struct ds_node *a)
         return rc;
     }
     if (a->cfg->registry_path && *a->cfg->registry_path) {
-        if ((rc = ds_reg_open(a->cfg->registry_path, &ro->reg)) != DS_OK) {
+        /* Damage found at open: the file is moved aside and a new registry
+        ** is filled from the configured models; telemetry says so. */
+        if ((rc = ds_reg_open_checked(a->cfg->registry_path, &ro->reg, ro->reg_damaged, sizeof ro->reg_damaged)) !=
+            DS_OK) {
             DS_LOG(DS_LOG_ERROR, "registry %s: cannot open: %s", a->cfg->registry_path, ds_strerror(rc));
             return rc;
         }
