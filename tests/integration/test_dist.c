@@ -972,6 +972,17 @@ static void test_dist_garbage_frames(void **state)
     atomic_store(&p->allowed, -1);                /* the real chunks come */
     assert_string_equal(wait_state(&e, "5.0.0", "active"), "active");
     tpub_stop(p);
+    /* Junk manifests under more names than telemetry has slots: the newest
+    ** is reported under its own name (the last slot was reused unrenamed). */
+    for (int i = 0; i < 12; i++) {
+        char jt[192];
+        snprintf(jt, sizeof jt, "dspark/v1/models/junk-%d/manifest", i);
+        assert_int_equal(ds_mqtt_publish(g.dev, jt, "junk", 4, 1, false, NULL), DS_OK);
+    }
+    char *tel = wait_msg(WAIT_MS, "\"node\":\"edge-b\"", "\"model\":\"junk-11\"");
+    if (!tel) fail_msg("telemetry never named junk-11 in downloads");
+    assert_non_null(strstr(tel, "\"model\":\"stories\""));   /* the real model's entry kept */
+    free(tel);
     edge_stop(&e);
 }
 

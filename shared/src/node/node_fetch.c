@@ -143,8 +143,22 @@ static struct dl_status *status_for(struct node_fetch *f, const char *name)
 {
     for (unsigned i = 0; i < f->n_st; i++)
         if (strcmp(f->st[i].name, name) == 0) return &f->st[i];
-    if (f->n_st == MAX_DOWNLOADS) return &f->st[MAX_DOWNLOADS - 1];
-    struct dl_status *s = &f->st[f->n_st++];
+    struct dl_status *s = NULL;
+    if (f->n_st < MAX_DOWNLOADS) {
+        s = &f->st[f->n_st++];
+    } else {
+        /* Full: the oldest refused entry makes room (anyone can make those),
+        ** else the oldest finished one, else the last; renamed and reset. */
+        for (unsigned i = 0; i < MAX_DOWNLOADS && !s; i++)
+            if (!strcmp(f->st[i].state, "rejected")) s = &f->st[i];
+        for (unsigned i = 0; i < MAX_DOWNLOADS && !s; i++)
+            if (strcmp(f->st[i].state, "downloading") && strcmp(f->st[i].state, "verifying") &&
+                strcmp(f->st[i].state, "installing"))
+                s = &f->st[i];
+        if (!s) s = &f->st[MAX_DOWNLOADS - 1];
+        memmove(s, s + 1, (size_t)(&f->st[MAX_DOWNLOADS - 1] - s) * sizeof *s);   /* keep the order: newest last */
+        s = &f->st[MAX_DOWNLOADS - 1];
+    }
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name);
     return s;
