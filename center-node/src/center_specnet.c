@@ -10,7 +10,9 @@
 ** rounds; idle sessions ([spec] idle_ms) and those past their deadline are
 ** dropped. A session stays on the model version that was active when it
 ** opened (it holds a reference, as a running request does), so a hot swap
-** never moves its KV cache.
+** never moves its KV cache. A session belongs to the Response Topic that
+** opened it (the edge's relay topic): rounds and closes from any other are
+** refused, so nobody else can end or steer it.
 **
 **
 ** Threads: on_message only copies messages into the inbox under mu; the
@@ -43,6 +45,7 @@ struct spn_session {               /* one edge's sequence */
     uint32_t                 last_pos, last_k;
     int32_t                  last_draft[DS_SPEC_K_MAX];
     char                    *last_verdict;   /* for an exact repeat */
+    char                    *owner;          /* the opener's Response Topic: only it may send rounds or close */
 };
 
 struct center_specnet {
@@ -62,6 +65,7 @@ static void session_free(struct spn_session *ss)
     if (ss->ver) ss->ver->refs--;
     free(ss->ctx);
     free(ss->last_verdict);
+    free(ss->owner);
     memset(ss, 0, sizeof *ss);
 }
 
@@ -228,7 +232,11 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
         goto done;
     }
     if ((ss = session_find(n, sid))) {                 /* a repeated open: a round of its session */
-        center_apply(a, m, ss, pos, draft, k);
+        if (strcmp(ss->owner, m->reply) != 0)
+            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
+        else
+            center_apply(a, m, ss, pos, draft, k);
+        ss = NULL;
         goto done;
     }
     if (atomic_load(&a->draining)) {
@@ -268,6 +276,10 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
                      "session not opened: %s", ds_strerror(rc));
         goto fail;
     }
+    if (!(ss->owner = strdup(m->reply))) {
+        center_error(a, m, sid, DS_MSG_CODE_INTERNAL, "session not opened: out of memory");
+        goto fail;
+    }
     snprintf(ss->sid, sizeof ss->sid, "%s", sid);
     ss->ver = nv;
     nv->refs++;
@@ -292,7 +304,13 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
     bool on_session = !strcmp(m->topic, n->session_topic);
     if (on_session && sid && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "close"))) {
         struct spn_session *ss = session_find(n, sid);
-        if (ss) session_free(ss);                   /* closing an unknown session is fine; no answer */
+        /* Only the opener (its Response Topic, the edge's relay topic) may
+        ** close; anyone else's close is dropped. Unknown: fine, no answer. */
+        if (ss && (!m->reply || strcmp(m->reply, ss->owner) != 0))
+            DS_LOG(DS_LOG_WARN, "speculation session %s: close from %s, not its owner: ignored", sid,
+                   m->reply ? m->reply : "(no Response Topic)");
+        else if (ss)
+            session_free(ss);
         cJSON_Delete(j);
         return;
     }
@@ -315,6 +333,8 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
         if (!ss) {
             center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "session: unknown here (expired, closed or never opened): open a new one");
+        } else if (strcmp(m->reply, ss->owner) != 0) {
+            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
         } else if (!specnet__get_uint(j, "pos", UINT32_MAX - 1, &pos) ||
                    !specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size, draft, &k) ||
                    !cJSON_GetObjectItemCaseSensitive(j, "draft")) {

@@ -35,10 +35,17 @@
 
 #define MAX_CENTERS 32
 #define MAX_PENDING 4096
+#define RELAY_MAX   (1u << 20)      /* largest relay message forwarded (a final with its text) */
+#define TOPIC_STATUS "dspark/v1/status/"
 
+/* A center seen online. Offline ones leave the table at once; when it is
+** full, the one seen longest ago that never took a request of ours makes
+** room, so retained statuses from strangers cannot lock out a real center. */
 struct center {
     char     name[64];
     bool     online;
+    bool     proven;       /* accepted a request of ours */
+    uint64_t seen_ns;      /* last status */
 };
 
 struct pending {
@@ -145,22 +152,44 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         cJSON_Delete(j);
         return true;
     }
+    /* A status speaks only for the node of its own topic. */
+    if (strncmp(msg->topic, TOPIC_STATUS, strlen(TOPIC_STATUS)) != 0 ||
+        strcmp(msg->topic + strlen(TOPIC_STATUS), node->valuestring) != 0) {
+        DS_LOG(DS_LOG_WARN, "status on %s names node %.64s: ignored", msg->topic, node->valuestring);
+        cJSON_Delete(j);
+        return true;
+    }
     bool online = strcmp(state->valuestring, "online") == 0;
+    uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
     struct center *c = NULL;
     for (unsigned i = 0; i < o->n_centers && !c; i++)
         if (!strcmp(o->centers[i].name, node->valuestring)) c = &o->centers[i];
-    if (!c && o->n_centers < MAX_CENTERS) {
+    if (!c && online) {
+        if (o->n_centers == MAX_CENTERS) {              /* full: the stalest stranger goes */
+            unsigned v = 0;
+            for (unsigned i = 1; i < o->n_centers; i++) {
+                const struct center *a_ = &o->centers[i], *b_ = &o->centers[v];
+                if (a_->proven < b_->proven || (a_->proven == b_->proven && a_->seen_ns < b_->seen_ns)) v = i;
+            }
+            DS_LOG(DS_LOG_WARN, "center table full (%u): %s, seen longest ago, makes room for %s", MAX_CENTERS,
+                   o->centers[v].name, node->valuestring);
+            o->centers[v] = o->centers[--o->n_centers];
+        }
         c = &o->centers[o->n_centers++];
+        memset(c, 0, sizeof *c);
         snprintf(c->name, sizeof c->name, "%s", node->valuestring);
     }
     if (c) {
         if (c->online != online)
             DS_LOG(online ? DS_LOG_INFO : DS_LOG_WARN, "center %s is %s", c->name, state->valuestring);
         c->online = online;
-        if (!online)
+        c->seen_ns = now;
+        if (!online) {
             for (unsigned i = 0; i < MAX_PENDING; i++)
                 if (o->p[i].r && !strcmp(o->p[i].center, c->name)) o->p[i].lost = true;
+            *c = o->centers[--o->n_centers];            /* offline: out of the table */
+        }
     }
     pthread_mutex_unlock(&o->mu);
     cJSON_Delete(j);
@@ -168,7 +197,47 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
     return true;
 }
 
-/* A center's message about one of our requests: record or forward it. */
+/* What a relay message is, once checked against the wire contract. */
+enum relay_kind { RELAY_BAD, RELAY_ACCEPT, RELAY_CHUNK, RELAY_LAST, RELAY_ERROR };
+
+/* Classify j (a relay message for request id): {"v":1,"id","accepted_by"},
+** a chunk, a final or an error of the schema; RELAY_BAD for anything else.
+** *by: the accepting center, or the final's served_by.node (NULL if none). */
+static enum relay_kind relay_kind(const cJSON *j, const char *id, const char **by)
+{
+    *by = NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v"), *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    if (!cJSON_IsObject(j) || !cJSON_IsNumber(v) || v->valuedouble != 1 || !cJSON_IsString(jid) ||
+        strcmp(jid->valuestring, id) != 0)
+        return RELAY_BAD;
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "accepted_by");
+    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(j, "delta"), *idx = cJSON_GetObjectItemCaseSensitive(j, "index");
+    const cJSON *done = cJSON_GetObjectItemCaseSensitive(j, "done"), *text = cJSON_GetObjectItemCaseSensitive(j, "text");
+    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "served_by");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (cJSON_IsString(acc) && *acc->valuestring && strlen(acc->valuestring) < 64 && !delta && !done && !err) {
+        *by = acc->valuestring;
+        return RELAY_ACCEPT;
+    }
+    if (cJSON_IsString(delta) && cJSON_IsNumber(idx) && idx->valuedouble >= 0 && !done && !err && !acc)
+        return RELAY_CHUNK;
+    if (cJSON_IsTrue(done) && cJSON_IsString(text) && cJSON_IsObject(sb) && !err && !acc) {
+        const cJSON *node = cJSON_GetObjectItemCaseSensitive(sb, "node");
+        if (!cJSON_IsString(node)) return RELAY_BAD;
+        *by = node->valuestring;
+        return RELAY_LAST;
+    }
+    if (cJSON_IsObject(err) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "code")) && !done && !acc &&
+        !delta)
+        return RELAY_ERROR;
+    return RELAY_BAD;
+}
+
+/* A center's message about one of our requests: record or forward it.
+** Taken only for a request this edge sent, from the center that accepted
+** it (an accept names an online center; later ones are ignored), and only
+** when it is a message of the wire contract, bounded in size: anyone may
+** publish on our relay topic, and the device must get nothing else. */
 static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_overflow *o = st;
@@ -176,36 +245,69 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     if (!msg->correlation.p || msg->correlation.n == 0 || msg->correlation.n >= sizeof key) return true;
     memcpy(key, msg->correlation.p, msg->correlation.n);
     key[msg->correlation.n] = '\0';
-    unsigned long long k = strtoull(key, NULL, 10);
+    char *kend;
+    unsigned long long k = strtoull(key, &kend, 10);
+    if (*kend || kend == key) return true;     /* not one of ours (speculation uses "spec/...") */
+    if (msg->len > RELAY_MAX) {
+        DS_LOG(DS_LOG_WARN, "relay message of %zu bytes (at most %u): dropped", msg->len, RELAY_MAX);
+        return true;
+    }
+    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
     pthread_mutex_lock(&o->mu);
     struct pending *p = NULL;
     for (unsigned i = 0; i < MAX_PENDING && !p; i++)
         if (o->p[i].r && o->p[i].r->key == k) p = &o->p[i];
     if (!p || p->lost) {                       /* taken back already: the late answer is dropped */
         pthread_mutex_unlock(&o->mu);
+        cJSON_Delete(j);
         return true;
     }
     struct node_req *r = p->r;
-    const char *body = msg->payload;
-    bool accept = msg->len < 512 && memmem(body, msg->len, "\"accepted_by\"", 13);
-    bool last = memmem(body, msg->len, "\"done\":true", 11) || memmem(body, msg->len, "\"error\"", 7);
-    if (accept) {
-        cJSON *j = cJSON_ParseWithLength(body, msg->len);
-        const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "accepted_by");
-        if (cJSON_IsString(by)) snprintf(p->center, sizeof p->center, "%s", by->valuestring);
-        cJSON_Delete(j);
+    const char *by;
+    enum relay_kind kind = relay_kind(j, r->req.id, &by);
+    if (kind == RELAY_ERROR && !p->center[0]) {
+        /* A refusal before any center took it (or a stranger's error): not
+        ** forwarded; the engine loop serves the request here instead. */
+        p->lost = true;
         pthread_mutex_unlock(&o->mu);
+        DS_LOG(DS_LOG_INFO, "request %s: refused before any center accepted it: served here", r->req.id);
+        cJSON_Delete(j);
+        ds_sched_wake(a->sched);
         return true;
     }
+    const char *bad = kind == RELAY_BAD ? "not an accept, chunk, final or error of the schema for this request"
+                    : kind != RELAY_ACCEPT && !p->center[0] ? "before any center accepted the request"
+                    : kind == RELAY_ACCEPT && p->center[0] ? "a second accept"
+                    : kind == RELAY_LAST && by && strcmp(by, p->center) ? "a final from another center"
+                    : NULL;
+    if (!bad && kind == RELAY_ACCEPT) {
+        struct center *c = NULL;
+        for (unsigned i = 0; i < o->n_centers && !c; i++)
+            if (o->centers[i].online && !strcmp(o->centers[i].name, by)) c = &o->centers[i];
+        if (!c) {
+            bad = "accepted by a center that is not online";
+        } else {
+            c->proven = true;
+            snprintf(p->center, sizeof p->center, "%s", by);
+        }
+    }
+    if (bad || kind == RELAY_ACCEPT) {
+        pthread_mutex_unlock(&o->mu);
+        if (bad) DS_LOG(DS_LOG_WARN, "relay message for request %s: %s: dropped", r->req.id, bad);
+        cJSON_Delete(j);
+        return true;
+    }
+    bool last = kind == RELAY_LAST || kind == RELAY_ERROR;
     if (!last) p->relayed++;
     if (last) {
         p->r = NULL;
         o->n_pending--;
     }
     pthread_mutex_unlock(&o->mu);
+    cJSON_Delete(j);
     char *copy = malloc(msg->len ? msg->len : 1);
     if (copy) {
-        memcpy(copy, body, msg->len);
+        memcpy(copy, msg->payload, msg->len);
         node__publish(a, r->reply, r->corr, r->corr_len, copy, msg->len);
     }
     if (last) node__req_free(r);

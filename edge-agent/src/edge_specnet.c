@@ -170,13 +170,17 @@ static void req_free(struct node_req *r)
 
 /* ---- edge: draft, send, apply, fall back ---- */
 
+/* The close names our relay topic as Response Topic: the center takes a
+** close only from the topic that opened the session. */
 static void edge_send_close(struct ds_node *a, const char *center, const char *sid)
 {
+    struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
     char topic[192];
     snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", center);
     cJSON *j = specnet__new_msg(sid);
     cJSON_AddTrueToObject(j, "close");
-    specnet__publish(a, topic, NULL, j);
+    struct ds_mqtt_props p = { .response_topic = n->relay_topic };
+    specnet__publish(a, topic, &p, j);
 }
 
 /* A new session id for r; verdicts of the old one are dropped from now on. */

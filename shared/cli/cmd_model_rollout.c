@@ -118,6 +118,8 @@ static void control_usage(FILE *f, const char *cmd)
         "  -p, --pct P            canary share of clients, 1..100\n"
         "  -N, --node NODE        one node, or all (default all)\n"
         "      --seq N            replay-guard sequence (default: Unix time in microseconds)\n"
+        "      --ts MS            signing time, Unix ms (default: now; nodes refuse one outside\n"
+        "                         their [rollout] control_max_age_s)\n"
         "      --wait-ms MS       how long to wait for answers (default 15000; all: the whole time)\n"
         "      --print            print the signed message instead of sending it\n"
         "  -h, --help             this text\n"
@@ -128,20 +130,21 @@ static void control_usage(FILE *f, const char *cmd)
 int cmd_model_control(int argc, char **argv)
 {
     const char *cmd = argv[0];
-    enum { O_SEQ = 256, O_WAIT, O_PRINT };
+    enum { O_SEQ = 256, O_WAIT, O_PRINT, O_TS };
     static const struct option opts[] = {
         { "broker", required_argument, 0, 'b' }, { "signer", required_argument, 0, 'k' },
         { "name", required_argument, 0, 'n' },   { "version", required_argument, 0, 'V' },
         { "pct", required_argument, 0, 'p' },    { "node", required_argument, 0, 'N' },
         { "seq", required_argument, 0, O_SEQ },  { "wait-ms", required_argument, 0, O_WAIT },
         { "print", no_argument, 0, O_PRINT },    { "help", no_argument, 0, 'h' },
+        { "ts", required_argument, 0, O_TS },
         CLI_MQTT_LONG_OPTS,                      { 0, 0, 0, 0 },
     };
     const char *uri = MODEL_DEFAULT_URI, *signer = NULL, *name = NULL, *version = NULL, *node = "all";
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     struct ds_mqtt_tls tls = mo.tls;
-    uint64_t pct = 0, seq = 0, wait_ms = 15000;
+    uint64_t pct = 0, seq = 0, wait_ms = 15000, ts_ms = 0;
     bool print = false;
     int c;
     optind = 1;
@@ -157,6 +160,7 @@ int cmd_model_control(int argc, char **argv)
         case 'N': node = optarg; break;
         case 'p': if (!cli_parse_u64("--pct", optarg, 1, 100, &pct)) return 2; break;
         case O_SEQ: if (!cli_parse_u64("--seq", optarg, 1, 9007199254740991ull, &seq)) return 2; break;
+        case O_TS: if (!cli_parse_u64("--ts", optarg, 1, 9007199254740991ull, &ts_ms)) return 2; break;
         case O_WAIT: if (!cli_parse_u64("--wait-ms", optarg, 1, 600000, &wait_ms)) return 2; break;
         case O_PRINT: print = true; break;
         case 'h': control_usage(stdout, cmd); return 0;
@@ -179,11 +183,10 @@ int cmd_model_control(int argc, char **argv)
     char prog[48];
     snprintf(prog, sizeof prog, "model %s", cmd);
     if (cli_mqtt_check(prog, uri, &tls) != DS_OK) return 2;
-    if (!seq) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        seq = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (!seq) seq = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+    if (!ts_ms) ts_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
     struct ds_key key;
     char why[DS_WHY_MAX] = "";
     if (ds_key_load_secret(signer, DS_KEY_SIGNER, &key, why) != DS_OK) {
@@ -199,7 +202,7 @@ int cmd_model_control(int argc, char **argv)
     if (pct) cJSON_AddNumberToObject(body, "pct", (double)pct);
     cJSON_AddStringToObject(body, "node", node);
     cJSON_AddNumberToObject(body, "seq", (double)seq);
-    cJSON_AddNumberToObject(body, "ts", (double)(seq / 1000u));
+    cJSON_AddNumberToObject(body, "ts", (double)ts_ms);
     char *text = NULL, *env = NULL;
     size_t text_len = 0, env_len = 0;
     enum ds_err rc = ds_msg_json_print(body, &text, &text_len);

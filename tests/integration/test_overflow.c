@@ -359,6 +359,103 @@ static void test_centers_down_and_back(void **state)
     free(a);
 }
 
+static void publish_raw(const char *topic, const char *corr, const char *json)
+{
+    struct ds_mqtt_props p = { NULL, corr, corr ? strlen(corr) : 0, 0 };
+    assert_int_equal(ds_mqtt_publish(g.dev, topic, json, strlen(json), 1, false, corr ? &p : NULL), DS_OK);
+}
+
+/* A fresh edge (plain config) logging to name; waits until it sees center-0. */
+static void restart_edge(const char *name)
+{
+    kill(g.edge, SIGTERM);
+    waitpid(g.edge, NULL, 0);
+    char conf[2048];
+    edge_conf(conf, sizeof conf, 100, 150, 200);
+    g.edge = spawn_node("edge-agent/dspark-edge", name, conf);
+    assert_true(it_log_wait(g.dir, name, "center center-0 is online", 1, 20000));
+}
+
+/* Retained statuses of 40 strangers fill the edge's center table (32): a
+** real center that comes online later is still taken in (the stalest
+** stranger makes room), and an offline center leaves the table. */
+static void test_center_table_strangers(void **state)
+{
+    (void)state;
+    restart_edge("edge-table");
+    for (int i = 0; i < 40; i++) {
+        char topic[64], json[128];
+        snprintf(topic, sizeof topic, "dspark/v1/status/fake-%d", i);
+        snprintf(json, sizeof json, "{\"v\":1,\"node\":\"fake-%d\",\"role\":\"center\",\"state\":\"online\"}", i);
+        struct ds_mqtt_props p = { 0 };
+        assert_int_equal(ds_mqtt_publish(g.dev, topic, json, strlen(json), 1, true, &p), DS_OK);
+    }
+    assert_true(it_log_wait(g.dir, "edge-table", "center fake-30 is online", 1, 10000));
+    g.center[1] = start_center(1);
+    assert_true(it_log_wait(g.dir, "edge-table", "center center-1 is online", 1, 20000));
+    kill(g.center[1], SIGTERM);
+    waitpid(g.center[1], NULL, 0);
+    g.center[1] = 0;
+    assert_true(it_log_wait(g.dir, "edge-table", "center center-1 is offline", 1, 10000));
+    for (int i = 0; i < 40; i++) {                 /* the retained strangers go */
+        char topic[64];
+        snprintf(topic, sizeof topic, "dspark/v1/status/fake-%d", i);
+        struct ds_mqtt_props p = { 0 };
+        assert_int_equal(ds_mqtt_publish(g.dev, topic, "", 0, 1, true, &p), DS_OK);
+    }
+    printf("40 fake centers online: center-1 still taken in when it came online\n");
+}
+
+/* A status names the node of its topic; relay messages are taken only for
+** a request a center accepted, and only when they are of the wire contract:
+** a stranger's forged final never reaches the device. */
+static void test_forged_status_and_relay(void **state)
+{
+    (void)state;
+    restart_edge("edge-forged");
+    publish_raw("dspark/v1/status/evil",
+                NULL, "{\"v\":1,\"node\":\"center-0\",\"role\":\"center\",\"state\":\"offline\"}");
+    assert_true(it_log_wait(g.dir, "edge-forged", "names node center-0: ignored", 1, 10000));
+    send_req("hc-1", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
+    char *a = answer("hc-1", 30000);
+    assert_non_null(a);
+    assert_non_null(strstr(a, "\"node\":\"center-0\""));    /* center-0 still known online */
+    free(a);
+    /* Only a stranger "online" now: a request sent to the centers waits for
+    ** an accept that never comes, while forged finals arrive for it. */
+    publish_raw("dspark/v1/status/fake-x", NULL, "{\"v\":1,\"node\":\"fake-x\",\"role\":\"center\",\"state\":\"online\"}");
+    assert_true(it_log_wait(g.dir, "edge-forged", "center fake-x is online", 1, 10000));
+    kill(g.center[0], SIGTERM);
+    waitpid(g.center[0], NULL, 0);
+    g.center[0] = 0;
+    assert_true(it_log_wait(g.dir, "edge-forged", "center center-0 is offline", 1, 10000));
+    struct ds_mqtt *spy = it_device(tb_broker_uri(g.edge_b), "spy-ov", g.in,
+                                    (const char *const[]){ "dspark/v1/center/infer/+", NULL });
+    assert_non_null(spy);
+    send_req("hc-2", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
+    assert_true(seen("\"id\":\"hc-2\"", 10000));             /* it went to the centers */
+    for (int k = 1; k <= 64; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", k);
+        publish_raw("dspark/v1/relay/edge-ov", key, "{\"v\":1,\"id\":\"hc-2\",\"done\":true,\"text\":\"FORGED\","
+                    "\"finish_reason\":\"stop\",\"usage\":{},\"served_by\":{\"node\":\"fake-x\"},\"timing\":{}}");
+        publish_raw("dspark/v1/relay/edge-ov", key, "{\"v\":1,\"id\":\"hc-2\",\"delta\":\"FORGED\",\"index\":0}");
+    }
+    a = answer("hc-2", 30000);
+    assert_non_null(a);
+    if (strstr(a, "FORGED")) fail_msg("a forged relay message reached the device: %s", a);
+    assert_non_null(strstr(a, "\"node\":\"edge-ov\""));       /* nobody took it: served here */
+    assert_true(it_log_count(g.dir, "edge-forged", "before any center accepted the request: dropped") >= 1);
+    char *text = NULL;
+    int n_chunks = 0;
+    text = streamed_text("hc-2", &n_chunks);
+    assert_int_equal(n_chunks, 0);
+    free(text);
+    free(a);
+    ds_mqtt_destroy(spy);
+    printf("forged status and relay messages: ignored; hc-2 served by the edge\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +464,8 @@ int main(void)
         cmocka_unit_test(test_center_killed),
         cmocka_unit_test(test_cascade),
         cmocka_unit_test(test_centers_down_and_back),
+        cmocka_unit_test(test_center_table_strangers),
+        cmocka_unit_test(test_forged_status_and_relay),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

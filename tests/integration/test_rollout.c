@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -143,6 +144,20 @@ static void command(const char *cmd, const char *version, const char *extra)
 static char *envelope(const char *cmd, const char *version, const char *key)
 {
     assert_int_equal(cli("%s -k '%s' -n stories -V %s -N " NODE " --print", cmd, key, version), 0);
+    char *s = cli_out();
+    s[strcspn(s, "\n")] = '\0';
+    return s;
+}
+
+/* The signed envelope of a command whose "ts" says it was signed
+** at now + offset_s (a captured command replayed later). OWNED. */
+static char *envelope_at(const char *cmd, const char *version, const char *target, long offset_s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + (long long)offset_s * 1000;
+    assert_int_equal(cli("%s -k '%s' -n stories -V %s -N %s --ts %lld --print", cmd, g.signer, version, target, ms),
+                     0);
     char *s = cli_out();
     s[strcspn(s, "\n")] = '\0';
     return s;
@@ -341,6 +356,30 @@ static void test_rollout_refusals(void **state)
     assert_non_null(strstr(e, "signature"));
     free(e);
     free(env);
+    /* Signed commands expire: one captured an hour ago (say, a rollback to
+    ** all nodes) and replayed now, and one dated an hour ahead. */
+    env = envelope_at("rollback", "0.9.0", "all", -3600);
+    int from0 = n_msgs();
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/all", env, strlen(env), 1, false, NULL), DS_OK);
+    e = wait_msg("dspark/v1/rollout/" NODE, from0, 20000, "\"ok\":false", NULL);
+    assert_non_null(e);
+    printf("an hour old: %s\n", e);
+    assert_non_null(strstr(e, "expired: signed 3600 s ago"));
+    free(e);
+    free(env);
+    env = envelope_at("promote", "1.1.0", NODE, 3600);
+    e = refused(env);
+    printf("an hour ahead: %s\n", e);
+    assert_non_null(strstr(e, "in the future"));
+    free(e);
+    free(env);
+    /* The topic's target must be the body's: a command to all is not taken on a node's topic. */
+    env = envelope_at("promote", "1.1.0", "all", 0);
+    e = refused(env);
+    printf("other target: %s\n", e);
+    assert_non_null(strstr(e, "differs from the topic"));
+    free(e);
+    free(env);
     /* A lower version: refused by promote, accepted by a signed rollback. */
     env = envelope("promote", "0.9.0", g.signer);
     e = refused(env);
@@ -376,10 +415,33 @@ static void test_rollout_refusals(void **state)
     assert_true(log_refusals("signature") >= 1);
     assert_true(log_refusals("older than the active") >= 1);
     assert_true(log_refusals("replayed") >= 1);
+    assert_true(log_refusals("expired") >= 2);
     assert_true(log_refusals("") >= 5);
     struct ds_reg_event ev;
     assert_int_equal(reg_latest("0.9.0", &ev), DS_REG_RETIRED);
     assert_int_equal(reg_latest("1.0.0", &ev), DS_REG_ACTIVE);
+    /* A flood of unsigned control messages is refused on the MQTT thread and
+    ** reported at most once a second, one row with a count, not one insert
+    ** each on the engine thread; the request after it is answered at once. */
+    int rows0 = log_refusals("");
+    const char *junk = "{\"v\":1,\"type\":\"control\",\"cmd\":\"rollback\"}";
+    for (int i = 0; i < 5000; i++)
+        assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, junk, strlen(junk), 0, false, NULL), DS_OK);
+    env = envelope("promote", "1.1.0", g.rogue);          /* the last one: its reason ends the flood */
+    from = n_msgs();
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, env, strlen(env), 1, false, NULL), DS_OK);
+    free(env);
+    e = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"ok\":false", "unknown key");
+    assert_non_null(e);
+    printf("flood: %s\n", e);
+    free(e);
+    uint64_t t0 = ds_now_ns();
+    v = ask("r-flood", NULL);
+    printf("flood: answered %.1f ms after the last refusal; %d control_log rows for 5001 refusals\n",
+           (double)(ds_now_ns() - t0) / 1e6, log_refusals("") - rows0);
+    free(v);
+    assert_true(log_refusals("") - rows0 <= 40);
+    assert_true(log_refusals("control messages refused at the door") >= 1);
 }
 
 /* ---- hot swaps under load ---- */

@@ -638,9 +638,22 @@ static void test_protocol(void **state)
     expect_error("dspark/v1/center/spec/nosuch", "o3", json, "not served");
     snprintf(json, sizeof json, "{\"id\":\"proto4\",\"model\":\"stories\",\"session\":\"t4\",\"pos\":2}");
     expect_error("dspark/v1/center/spec/stories", "o4", json, "prompt");
-    /* Closed: the session is gone. */
-    publish(g.cdev, topic, "test/creply/spec", "c1", "{\"v\":1,\"session\":\"t1\",\"close\":true}");
+    /* Only the session's owner (the Response Topic that opened it) may close
+    ** it or send rounds: a close from another topic or from none is ignored,
+    ** and a round from another topic refused. */
+    publish(g.cdev, topic, "test/creply/evil", "c0", "{\"v\":1,\"session\":\"t1\",\"close\":true}");
+    const char *close_t1 = "{\"v\":1,\"session\":\"t1\",\"close\":true}";
+    assert_int_equal(ds_mqtt_publish(g.cdev, topic, close_t1, strlen(close_t1), 1, false, NULL), DS_OK);
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[%d]}", n + 7, ref[7]);
+    publish(g.cdev, topic, "test/creply/evil", "e1", json);
     snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[]}", n + 7);
+    a = ask(topic, "r2b", json);
+    if (!strstr(a, "\"token\"")) fail_msg("the owner's round after foreign closes: %s", a);
+    assert_int_equal((int)num(a, "token", NULL), ref[7]);
+    free(a);
+    /* Closed by its owner: the session is gone. */
+    publish(g.cdev, topic, "test/creply/spec", "c1", "{\"v\":1,\"session\":\"t1\",\"close\":true}");
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[]}", n + 8);
     expect_error(topic, "r3", json, "unknown here");
     /* A full session table: the open past the bound is refused "overloaded"
     ** (center-1 keeps 16: [spec] sessions); closing one makes room again. */

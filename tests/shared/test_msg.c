@@ -384,6 +384,40 @@ static void test_msg_utf8(void **state)
     free(out);
 }
 
+/* Bad \u escapes: cJSON turns them into NUL (cutting the string short) or
+** into lone surrogates. Each is refused, naming the field that holds it. */
+static void test_msg_bad_unicode_escapes(void **state)
+{
+    (void)state;
+    static const struct { const char *esc; bool ok; } cases[] = {
+        { "\\uZZZZ", false }, { "\\u12", false }, { "\\u00G1", false }, { "\\u", false },
+        { "\\u0000", false }, { "\\uD800", false }, { "\\uDC00", false },
+        { "\\uD83D\\u0041", false }, { "\\uD83Dx", false }, { "\\uDBFF\\uE000", false },
+        { "\\u0041", true }, { "\\u00e9", true }, { "\\uD83D\\uDE42", true },
+        { "\\uFFFF", true }, { "\\n\\\\u0000", true },
+    };
+    static const char *fields[] = { "id", "model", "prompt" };
+    for (size_t f = 0; f < DS_ARRAY_LEN(fields); f++) {
+        for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+            char p[512];
+            snprintf(p, sizeof p, "{\"v\":1,\"id\":\"%s%s\",\"model\":\"%s%s\","
+                     "\"prompt\":\"%s%s\",\"max_tokens\":4,\"reply_to\":\"r/x\"}",
+                     "a", f == 0 ? cases[i].esc : "", "m", f == 1 ? cases[i].esc : "",
+                     "p", f == 2 ? cases[i].esc : "");
+            if (cases[i].ok && f == 1) continue;    /* model names are ASCII: valid escapes checked elsewhere */
+            if (cases[i].ok) {
+                struct ds_infer_req r;
+                struct ds_msg_error e;
+                enum ds_err rc = ds_msg_infer_req_decode(p, strlen(p), NULL, &r, &e);
+                if (rc != DS_OK) fail_msg("%s: %s", p, e.message);
+                ds_infer_req_cleanup(&r);
+            } else {
+                expect_fail(p, strlen(p), DS_ERR_FORMAT, fields[f]);
+            }
+        }
+    }
+}
+
 /* ---- encoders ---- */
 
 static cJSON *parse(const char *text)
@@ -561,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_msg_request_limits_and_id),
         cmocka_unit_test(test_msg_request_mutations),
         cmocka_unit_test(test_msg_utf8),
+        cmocka_unit_test(test_msg_bad_unicode_escapes),
         cmocka_unit_test(test_msg_encoders),
         cmocka_unit_test(test_msg_encoders_reject_bad_input),
     };

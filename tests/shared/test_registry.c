@@ -450,7 +450,7 @@ static int count_refusal(const struct ds_reg_refusal *x, void *ud)
     return 0;
 }
 
-/* Refused manifests: recorded with their reason, per model, and bounded. */
+/* Refused manifests: recorded with their reason, per model, and bounded in all. */
 static void test_refusals(void **state)
 {
     (void)state;
@@ -475,8 +475,16 @@ static void test_refusals(void **state)
     assert_string_equal(got.reason, why);          /* the newest kept */
     got = (struct ds_reg_refusal){ 0 };
     assert_int_equal(ds_reg_refusals_list(r, "other", count_refusal, &got), DS_OK);
-    assert_int_equal(got.id, 1);                   /* another model's refusal untouched */
-    assert_string_equal(got.version, "1.2.0");
+    assert_int_equal(got.id, 0);                   /* the cap is for all models: the oldest went too */
+    /* The cap is global: junk manifests under ever new names do not grow it. */
+    for (int i = 0; i < DS_REG_REFUSALS_KEPT + 300; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "junk-%d", i);
+        assert_int_equal(ds_reg_refusal_add(r, name, NULL, "manifest refused: bad signature"), DS_OK);
+    }
+    got = (struct ds_reg_refusal){ 0 };
+    assert_int_equal(ds_reg_refusals_list(r, NULL, count_refusal, &got), DS_OK);
+    if (got.id > DS_REG_REFUSALS_KEPT) fail_msg("%lld refusals kept, cap %d", (long long)got.id, DS_REG_REFUSALS_KEPT);
     ds_reg_close(r);
 }
 
@@ -541,6 +549,19 @@ static void test_integrity_detects_damage(void **state)
         ds_reg_close(r);
     }
     assert_int_not_equal(rc, DS_OK);
+    /* Opened checked: the damaged file is moved aside (kept) and a new one made. */
+    char aside[4300];
+    assert_int_equal(ds_reg_open_checked(p, &r, aside, sizeof aside), DS_OK);
+    assert_non_null(strstr(aside, "damaged.db.damaged-"));
+    assert_int_equal(access(aside, F_OK), 0);
+    struct ds_reg_version v;
+    assert_int_not_equal(ds_reg_version_find(r, "m", "1.0.0", &v), DS_OK);   /* a fresh registry */
+    assert_int_equal(ds_reg_integrity_check(r, NULL), DS_OK);
+    ds_reg_close(r);
+    /* A sound one is opened as it is. */
+    assert_int_equal(ds_reg_open_checked(p, &r, aside, sizeof aside), DS_OK);
+    assert_string_equal(aside, "");
+    ds_reg_close(r);
 }
 
 static int setup(void **state)

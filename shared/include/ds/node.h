@@ -80,6 +80,7 @@ struct ds_node_config {
     uint32_t ro_window_s;       /* [rollout] window_s: over this window */
     uint32_t ro_min_requests;   /* [rollout] min_requests: with at least this many requests in it */
     uint32_t ro_probation_s;    /* [rollout] probation_s: a promoted version is watched this long */
+    uint32_t ro_control_max_age_s;  /* [rollout] control_max_age_s: a control command's "ts" must be this near */
     char    *node_sec, *node_pub;   /* [keys] node_sec / node_pub: this node's X25519 key files (node_sec set = fetch models) */
     char    *models_dir;        /* [models] dir: where fetched models are installed */
     uint32_t quota_mb;          /* [models] quota_mb: largest download (ciphertext + model), 0 = none */

@@ -114,6 +114,12 @@ void ds_reg_close(struct ds_reg *reg);
 int ds_reg_schema_version(void);
 
 /* PRAGMA integrity_check; DS_ERR_FORMAT with its first line in why if not "ok". */
+/* ds_reg_open, then PRAGMA quick_check. A damaged file (and its -wal/-shm)
+** is renamed to PATH.damaged-<UTC time>, kept, logged, and a new registry
+** is made at path; *aside (aside_cap bytes) then holds the moved file's
+** path, else "". Other failures (busy, I/O, newer schema) are returned. */
+DS_MUST_CHECK enum ds_err ds_reg_open_checked(const char *path, struct ds_reg **out, char *aside, size_t aside_cap)
+    DS_NONNULL(1, 2);
 DS_MUST_CHECK enum ds_err ds_reg_integrity_check(struct ds_reg *reg, char *why) DS_NONNULL(1);
 
 /* Record a version from a verified manifest, state downloading, with a
@@ -190,7 +196,8 @@ struct ds_reg_refusal {
 typedef int (*ds_reg_refusal_fn)(const struct ds_reg_refusal *r, void *ud);
 /* Record a refused manifest of model (the topic's name; truncated to fit)
 ** and, when it could be read, its version (NULL otherwise). Rows older
-** than the last DS_REG_REFUSALS_KEPT (of all models) are dropped for model. */
+** than the last DS_REG_REFUSALS_KEPT (of all models) are dropped, whatever
+** their model: the table holds at most DS_REG_REFUSALS_KEPT rows. */
 #define DS_REG_REFUSALS_KEPT 1000
 DS_MUST_CHECK enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char *version,
                                              const char *reason) DS_NONNULL(1, 2, 4);
@@ -206,6 +213,8 @@ struct ds_reg_control {
     bool        accepted;
     const char *reason;
 };
+/* The table keeps the last DS_REG_CONTROL_KEPT rows and each signer's highest seq. */
+#define DS_REG_CONTROL_KEPT 10000
 DS_MUST_CHECK enum ds_err ds_reg_control_log(struct ds_reg *reg, const struct ds_reg_control *c) DS_NONNULL(1, 2);
 /* Highest seq recorded for signer into *seq (0 = none). */
 DS_MUST_CHECK enum ds_err ds_reg_control_last_seq(struct ds_reg *reg, const char *signer, uint64_t *seq)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -70,7 +71,8 @@ static enum ds_err reg_fail(struct ds_reg *r, const char *what)
 {
     int ec = sqlite3_extended_errcode(r->db) & 0xff;
     DS_LOG(DS_LOG_ERROR, "registry %s: %s: %s", r->path, what, sqlite3_errmsg(r->db));
-    return ec == SQLITE_BUSY || ec == SQLITE_LOCKED ? DS_ERR_BUSY : DS_ERR_IO;
+    return ec == SQLITE_BUSY || ec == SQLITE_LOCKED ? DS_ERR_BUSY
+         : ec == SQLITE_CORRUPT || ec == SQLITE_NOTADB ? DS_ERR_FORMAT : DS_ERR_IO;
 }
 
 static enum ds_err reg_exec(struct ds_reg *r, const char *sql, const char *what)
@@ -211,6 +213,58 @@ void ds_reg_close(struct ds_reg *reg)
     sqlite3_close(reg->db);
     free(reg->path);
     free(reg);
+}
+
+/* PRAGMA quick_check: DS_ERR_FORMAT with why when the file is damaged. */
+static enum ds_err quick_check(struct ds_reg *reg, char *why)
+{
+    sqlite3_stmt *st;
+    enum ds_err rc = prepare(reg, "PRAGMA quick_check", &st);
+    if (rc != DS_OK) return rc;
+    if (sqlite3_step(st) != SQLITE_ROW) rc = reg_fail(reg, "quick_check");
+    else if (strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0)
+        rc = DS_WHY(why, DS_ERR_FORMAT, "quick_check: %.200s", sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (rc == DS_ERR_FORMAT && !why[0]) snprintf(why, DS_WHY_MAX, "%s", sqlite3_errmsg(reg->db));
+    return rc;
+}
+
+enum ds_err ds_reg_open_checked(const char *path, struct ds_reg **out, char *aside, size_t aside_cap)
+{
+    *out = NULL;
+    if (aside_cap) aside[0] = '\0';
+    if (access(path, F_OK) != 0) return ds_reg_open(path, out);
+    char why[DS_WHY_MAX] = "";
+    struct ds_reg *r = NULL;
+    enum ds_err rc = ds_reg_open(path, &r);
+    if (rc == DS_OK) rc = quick_check(r, why);
+    if (rc == DS_OK) {
+        *out = r;
+        return DS_OK;
+    }
+    ds_reg_close(r);
+    if (rc != DS_ERR_FORMAT) return rc;                   /* busy, I/O, newer schema: not damage */
+    /* Damaged: keep it for whoever wants to look, start afresh. */
+    char stamp[32], moved[4200], from[4200], to[4200];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    if (snprintf(moved, sizeof moved, "%s.damaged-%s", path, stamp) >= (int)sizeof moved) return DS_ERR_RANGE;
+    if (rename(path, moved) != 0) {
+        DS_LOG(DS_LOG_ERROR, "registry %s is damaged (%s) and could not be moved aside: %s", path, why, strerror(errno));
+        return DS_ERR_IO;
+    }
+    static const char *const side[] = { "-wal", "-shm" };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s%s", path, side[i]);
+        snprintf(to, sizeof to, "%s%s", moved, side[i]);
+        if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
+    }
+    DS_LOG(DS_LOG_ERROR, "registry %s is damaged (%s): moved aside to %s; starting a new one from the configured models",
+           path, why, moved);
+    if (aside_cap) snprintf(aside, aside_cap, "%s", moved);
+    return ds_reg_open(path, out);
 }
 
 enum ds_err ds_reg_integrity_check(struct ds_reg *reg, char *why)
@@ -582,12 +636,11 @@ enum ds_err ds_reg_refusal_add(struct ds_reg *reg, const char *model, const char
     if (version) sqlite3_bind_text(st, 3, version, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_TRANSIENT);
     if ((rc = step_done(reg, st, "add refusal")) != DS_OK) return finish(reg, rc);
-    /* Bounded: whoever can publish on a model's topic must not grow the file. */
-    if ((rc = prepare(reg, "DELETE FROM refusals WHERE model = substr(?1, 1, 64) AND id <= "
-                           "(SELECT max(id) FROM refusals) - ?2", &st)) != DS_OK)
+    /* Bounded in all, not per model: whoever can publish on any topic (under
+    ** ever new model names) must not grow the file. */
+    if ((rc = prepare(reg, "DELETE FROM refusals WHERE id <= (SELECT max(id) FROM refusals) - ?1", &st)) != DS_OK)
         return finish(reg, rc);
-    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 2, DS_REG_REFUSALS_KEPT);
+    sqlite3_bind_int(st, 1, DS_REG_REFUSALS_KEPT);
     return finish(reg, step_done(reg, st, "trim refusals"));
 }
 
@@ -611,7 +664,16 @@ enum ds_err ds_reg_control_log(struct ds_reg *reg, const struct ds_reg_control *
     }
     sqlite3_bind_int(st, 9, c->accepted);
     sqlite3_bind_text(st, 10, c->reason ? c->reason : "", -1, SQLITE_TRANSIENT);
-    return step_done(reg, st, "write the control log");
+    if ((rc = step_done(reg, st, "write the control log")) != DS_OK) return rc;
+    /* Bounded: every 64th row, rows older than the last DS_REG_CONTROL_KEPT
+    ** go, except each signer's highest seq (the replay guard's memory). */
+    if (sqlite3_last_insert_rowid(reg->db) % 64 != 0) return DS_OK;
+    if ((rc = prepare(reg, "DELETE FROM control_log WHERE id <= (SELECT max(id) FROM control_log) - ?1 AND id NOT IN "
+                           "(SELECT (SELECT id FROM control_log c WHERE c.signer = s.signer ORDER BY seq DESC LIMIT 1) "
+                           "FROM (SELECT DISTINCT signer FROM control_log WHERE seq IS NOT NULL) s)", &st)) != DS_OK)
+        return rc;
+    sqlite3_bind_int(st, 1, DS_REG_CONTROL_KEPT);
+    return step_done(reg, st, "trim the control log");
 }
 
 enum ds_err ds_reg_control_last_seq(struct ds_reg *reg, const char *signer, uint64_t *seq)

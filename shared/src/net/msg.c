@@ -90,7 +90,23 @@ static const char *type_name(const cJSON *it)
 
 /* ---- raw scan: what cJSON would accept silently ---- */
 
-/* Rejects raw control characters inside strings and "\u0000" escapes, which
+/* The value of the four hex digits at s[at], or -1 when they are not four hex digits. */
+static long hex4(const uint8_t *s, size_t n, size_t at)
+{
+    if (at + 4 > n) return -1;
+    long v = 0;
+    for (size_t k = 0; k < 4; k++) {
+        uint8_t c = s[at + k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Rejects raw control characters inside strings, "\u0000" escapes and \u escapes
+** that are not four hex digits or not a valid surrogate pair, which
 ** cJSON would turn into C strings cut short. Names the top-level key whose
 ** value holds the offence. Runs on valid UTF-8, so bytes >= 0x80 are text. */
 static enum ds_err scan_raw(const uint8_t *s, size_t n, struct ds_msg_error *err)
@@ -129,9 +145,29 @@ static enum ds_err scan_raw(const uint8_t *s, size_t n, struct ds_msg_error *err
             continue;
         }
         if (c == '\\') {
-            if (i + 5 < n && s[i + 1] == 'u' && memcmp(s + i + 2, "0000", 4) == 0)
-                return fail(err, DS_ERR_FORMAT, where, "contains an escaped NUL (\\u0000) at "
-                            "offset %zu; expected text without U+0000", i);
+            if (i + 1 < n && s[i + 1] == 'u') {
+                long u = hex4(s, n, i + 2);
+                if (u < 0)
+                    return fail(err, DS_ERR_FORMAT, where, "bad \\u escape at offset %zu; "
+                                "expected four hex digits", i);
+                if (u == 0)
+                    return fail(err, DS_ERR_FORMAT, where, "contains an escaped NUL (\\u0000) "
+                                "at offset %zu; expected text without U+0000", i);
+                if (u >= 0xdc00 && u <= 0xdfff)
+                    return fail(err, DS_ERR_FORMAT, where, "lone low surrogate \\u%04lX at "
+                                "offset %zu", (unsigned long)u, i);
+                if (u >= 0xd800 && u <= 0xdbff) {
+                    long lo = i + 7 < n && s[i + 6] == '\\' && s[i + 7] == 'u'
+                                  ? hex4(s, n, i + 8) : -1;
+                    if (lo < 0xdc00 || lo > 0xdfff)
+                        return fail(err, DS_ERR_FORMAT, where, "high surrogate \\u%04lX at "
+                                    "offset %zu without a low surrogate after it",
+                                    (unsigned long)u, i);
+                    i += 6;                        /* the low half is checked here */
+                }
+                i += 5;                            /* the escape and its four digits */
+                continue;
+            }
             i++;                                   /* skip the escaped char */
         } else if (c == '"') {
             in_str = false;

@@ -67,6 +67,7 @@ static const struct ds_cfg_key node_keys[] = {
     { "rollout", "window_s", DS_CFG_U32, O(ro_window_s), "30", 1, 3600, DS_CFG_RELOADABLE, "... over this many seconds" },
     { "rollout", "min_requests", DS_CFG_U32, O(ro_min_requests), "20", 1, 100000, DS_CFG_RELOADABLE, "... with at least this many requests in the window" },
     { "rollout", "probation_s", DS_CFG_U32, O(ro_probation_s), "300", 0, 86400, DS_CFG_RELOADABLE, "a promoted version rolls back automatically for this long" },
+    { "rollout", "control_max_age_s", DS_CFG_U32, O(ro_control_max_age_s), "300", 1, 86400, 0, "refuse a signed control command whose \"ts\" is further than this from the node's clock (clocks must agree within it: run NTP)" },
 };
 #undef O
 

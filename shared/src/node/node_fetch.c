@@ -59,7 +59,7 @@
 
 #define MAX_SIGNERS     DS_DIST_MAX_SIGNERS
 #define MAX_DOWNLOADS   DS_NODE_MAX_MODELS
-#define BAD_CHUNK_TRIES 3u            /* a chunk that fails its hash this often rejects the version */
+#define BAD_CHUNK_LOGGED 3u           /* bad frames logged per chunk; later ones are dropped quietly */
 #define WHOLE_TRIES     2u            /* whole-file checks before the version is rejected */
 #define INBOX_BYTES     (96u << 20)   /* chunk bytes waiting for the fetch thread */
 #define MARK_BATCH      64u           /* chunks marked held per registry transaction (at most) */
@@ -143,8 +143,22 @@ static struct dl_status *status_for(struct node_fetch *f, const char *name)
 {
     for (unsigned i = 0; i < f->n_st; i++)
         if (strcmp(f->st[i].name, name) == 0) return &f->st[i];
-    if (f->n_st == MAX_DOWNLOADS) return &f->st[MAX_DOWNLOADS - 1];
-    struct dl_status *s = &f->st[f->n_st++];
+    struct dl_status *s = NULL;
+    if (f->n_st < MAX_DOWNLOADS) {
+        s = &f->st[f->n_st++];
+    } else {
+        /* Full: the oldest refused entry makes room (anyone can make those),
+        ** else the oldest finished one, else the last; renamed and reset. */
+        for (unsigned i = 0; i < MAX_DOWNLOADS && !s; i++)
+            if (!strcmp(f->st[i].state, "rejected")) s = &f->st[i];
+        for (unsigned i = 0; i < MAX_DOWNLOADS && !s; i++)
+            if (strcmp(f->st[i].state, "downloading") && strcmp(f->st[i].state, "verifying") &&
+                strcmp(f->st[i].state, "installing"))
+                s = &f->st[i];
+        if (!s) s = &f->st[MAX_DOWNLOADS - 1];
+        memmove(s, s + 1, (size_t)(&f->st[MAX_DOWNLOADS - 1] - s) * sizeof *s);   /* keep the order: newest last */
+        s = &f->st[MAX_DOWNLOADS - 1];
+    }
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name);
     return s;
@@ -534,23 +548,26 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
         return;
     }
     uint32_t i = fr.index;
-    if (d->asked_ns[i]) {
-        d->asked_ns[i] = 0;
-        d->n_out--;
-    }
     if (d->held[i]) return;                                      /* a duplicate */
     char why[DS_WHY_MAX];
     if (ds_manifest_chunk_check(&d->m, i, fr.data, fr.len, why) != DS_OK) {
-        if (++d->tries[i] >= BAD_CHUNK_TRIES) {
+        /* Anyone may publish on our chunk topic: a bad frame says nothing
+        ** about the signed version. Drop it and leave the chunk outstanding,
+        ** so the real frame is still taken; silence re-asks with backoff. */
+        if (d->tries[i] < UINT8_MAX) d->tries[i]++;
+        if (d->tries[i] <= BAD_CHUNK_LOGGED)
+            DS_LOG(DS_LOG_WARN, "model %s %s: chunk %u: %s; frame dropped, waiting for a good one (%u bad)", name,
+                   fr.version, i, why, d->tries[i]);
+        if (d->tries[i] == BAD_CHUNK_LOGGED) {
             char r[DS_REG_REASON_MAX];
-            snprintf(r, sizeof r, "chunk %u failed its check %u times: %s", i, d->tries[i], why);
-            reject(f, d, r);
-            return;
+            snprintf(r, sizeof r, "chunk %u failed its check %u times: %s; still trying", i, d->tries[i], why);
+            set_status(f, d->m.name, d->m.version, "downloading", r);
         }
-        DS_LOG(DS_LOG_WARN, "model %s %s: chunk %u: %s; asking again (%u/%u)", name, fr.version, i, why, d->tries[i],
-               BAD_CHUNK_TRIES);
-        d->cursor = DS_MIN(d->cursor, i);
         return;
+    }
+    if (d->asked_ns[i]) {
+        d->asked_ns[i] = 0;
+        d->n_out--;
     }
     ssize_t w = pwrite(d->fd, fr.data, fr.len, (off_t)ds_manifest_chunk_offset(&d->m, i));
     if (w != (ssize_t)fr.len) {

@@ -15,7 +15,8 @@
 **           {"v":1,"type":"control","cmd":"promote|canary|shadow|rollback",
 **            "model","version","pct","node":"<node>|all","seq":N,"ts":ms}.
 **           The signature is checked on Paho's thread against [keys]
-**           signer_pub; everything else (replay: seq must grow per signer;
+**           signer_pub; everything else (replay: seq must grow per signer
+**           and "ts" be within [rollout] control_max_age_s of the node's clock;
 **           anti-rollback: a lower version needs "rollback"; the registry)
 **           happens on the engine thread. Every outcome is published on
 **           dspark/v1/rollout/<node> and written to the registry's control
@@ -46,6 +47,8 @@
 #define MAX_SIGNERS 8
 #define MAX_EVENTS  8
 #define CHECK_NS    250000000ull        /* rollback checks: four times a second */
+#define QUEUE_MAX   64u                 /* verified commands waiting for the engine loop */
+#define DOOR_NS     1000000000ull       /* refusals at the door: reported at most once a second */
 
 enum cmd_op { OP_PROMOTE, OP_CANARY, OP_SHADOW, OP_ROLLBACK, OP_COUNT };
 static const char *const op_names[OP_COUNT] = { "promote", "canary", "shadow", "rollback" };
@@ -102,6 +105,14 @@ struct node_rollout {
     struct rollout_event events[MAX_EVENTS];
     unsigned             n_events;          /* total; the last MAX_EVENTS are kept */
     uint64_t             next_check_ns, next_snap_ns;
+    /* Refused on Paho's thread (unsigned, bad signature, unknown key, queue
+    ** full): counted there with no I/O, reported by the engine loop as one
+    ** event and one control_log row per DOOR_NS. Under mu except door_ns. */
+    unsigned             n_queued;
+    uint64_t             door_refused;
+    char                 door_why[DS_WHY_MAX], door_target[160];
+    uint64_t             door_ns;           /* engine: next report not before */
+    char                 reg_damaged[4300]; /* where a damaged registry was moved at start ("" = sound) */
 };
 
 static uint64_t unix_ms(void)
@@ -312,14 +323,15 @@ static void *load_worker(void *p)
 
 /* ---- commands ---- */
 
-static bool parse_body(struct node_cmd *c, const char *node, char *why)
+static bool parse_body(struct node_cmd *c, const char *node, uint32_t max_age_s, char *why)
 {
     cJSON *j = cJSON_Parse(c->body);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type"), *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmd"),
                 *model = cJSON_GetObjectItemCaseSensitive(j, "model"),
                 *ver = cJSON_GetObjectItemCaseSensitive(j, "version"), *pct = cJSON_GetObjectItemCaseSensitive(j, "pct"),
                 *tgt = cJSON_GetObjectItemCaseSensitive(j, "node"), *seq = cJSON_GetObjectItemCaseSensitive(j, "seq"),
-                *v = cJSON_GetObjectItemCaseSensitive(j, "v");
+                *v = cJSON_GetObjectItemCaseSensitive(j, "v"), *ts = cJSON_GetObjectItemCaseSensitive(j, "ts");
+    double age_ms = cJSON_IsNumber(ts) ? (double)unix_ms() - ts->valuedouble : 0;
     bool ok = false;
     int op = -1;
     for (int i = 0; cJSON_IsString(cmd) && i < OP_COUNT; i++)
@@ -341,6 +353,12 @@ static bool parse_body(struct node_cmd *c, const char *node, char *why)
     else if (!cJSON_IsNumber(seq) || seq->valuedouble < 1 || seq->valuedouble > 9007199254740991.0 ||
              seq->valuedouble != floor(seq->valuedouble))
         snprintf(why, DS_WHY_MAX, "body: \"seq\" must be a whole number >= 1");
+    else if (!cJSON_IsNumber(ts) || ts->valuedouble < 1 || ts->valuedouble != floor(ts->valuedouble))
+        snprintf(why, DS_WHY_MAX, "body: \"ts\" must be the signing time, Unix ms");
+    else if (fabs(age_ms) > (double)max_age_s * 1000.0)
+        snprintf(why, DS_WHY_MAX, "expired: signed %.0f s %s by this node's clock, outside [rollout] "
+                 "control_max_age_s = %u (a replay, or clocks that disagree)", fabs(age_ms) / 1000.0,
+                 age_ms > 0 ? "ago" : "in the future", max_age_s);
     else if (op == OP_CANARY && (!cJSON_IsNumber(pct) || pct->valuedouble < 1 || pct->valuedouble > 100 ||
                                  pct->valuedouble != floor(pct->valuedouble)))
         snprintf(why, DS_WHY_MAX, "body: canary needs \"pct\" 1..100");
@@ -502,7 +520,7 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
     char why[DS_WHY_MAX];
     if (!c->body) {
         event(a, NULL, NULL, "control", false, c->why, c);
-    } else if (!parse_body(c, a->cfg->node, why)) {
+    } else if (!parse_body(c, a->cfg->node, a->cfg->ro_control_max_age_s, why)) {
         event(a, NULL, NULL, "control", false, why, c);
     } else {
         unsigned s = 0;                              /* trusted key ids index seen[] */
@@ -531,20 +549,39 @@ static bool on_control(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
     const char *target = msg->topic + strlen(TOPIC_CONTROL);
     if (strcmp(msg->topic, ro->topic_node) && strcmp(msg->topic, ro->topic_all)) return true;
     struct node_cmd *c = calloc(1, sizeof *c);
-    if (!c) return true;
-    snprintf(c->target, sizeof c->target, "%s", target);
+    char why[DS_WHY_MAX] = "";
     size_t body_len;
-    if (ro->n_trusted == 0)
-        snprintf(c->why, sizeof c->why, "no trusted signer key: set [keys] signer_pub");
+    if (!c)
+        snprintf(why, sizeof why, "out of memory");
+    else if (ro->n_trusted == 0)
+        snprintf(why, sizeof why, "no trusted signer key: set [keys] signer_pub");
     else if (ds_envelope_verify(msg->payload, msg->len, DS_SIG_CTX_CONTROL, ro->trusted, ro->n_trusted, &c->body,
-                                &body_len, c->signer, c->why) != DS_OK)
+                                &body_len, c->signer, why) != DS_OK)
         c->body = NULL;
+    if (c && c->body) snprintf(c->target, sizeof c->target, "%s", target);
+    /* Unverified messages never reach the queue (anyone can send them, as
+    ** fast as they like): counted here, no I/O, reported once a second. The
+    ** queue of verified ones is bounded too. */
     pthread_mutex_lock(&ro->mu);
-    if (ro->tail) ro->tail->next = c;
-    else ro->head = c;
-    ro->tail = c;
+    bool queued = c && c->body && ro->n_queued < QUEUE_MAX;
+    bool first = false;
+    if (queued) {
+        if (ro->tail) ro->tail->next = c;
+        else ro->head = c;
+        ro->tail = c;
+        ro->n_queued++;
+    } else {
+        if (c && c->body) snprintf(why, sizeof why, "%u control messages waiting already: dropped", QUEUE_MAX);
+        first = ro->door_refused++ == 0;
+        snprintf(ro->door_why, sizeof ro->door_why, "%s", why);
+        snprintf(ro->door_target, sizeof ro->door_target, "%s", target);
+    }
     pthread_mutex_unlock(&ro->mu);
-    ds_sched_wake(a->sched);
+    if (!queued && c) {
+        free(c->body);
+        free(c);
+    }
+    if (queued || first) ds_sched_wake(a->sched);
     return true;
 }
 
@@ -859,7 +896,26 @@ void node__rollout_tick(struct ds_node *a, uint64_t now)
     pthread_mutex_lock(&ro->mu);
     struct node_cmd *c = ro->head;
     ro->head = ro->tail = NULL;
+    ro->n_queued = 0;
+    struct node_cmd door = { .next = NULL };
+    uint64_t n_door = 0;
+    if (ro->door_refused && now >= ro->door_ns) {
+        n_door = ro->door_refused;
+        ro->door_refused = 0;
+        snprintf(door.target, sizeof door.target, "%s", ro->door_target);
+        snprintf(door.why, sizeof door.why, "%s", ro->door_why);
+    }
     pthread_mutex_unlock(&ro->mu);
+    if (n_door) {                                    /* one event, one row, for all of them */
+        char why[DS_REG_REASON_MAX];
+        if (n_door == 1)
+            snprintf(why, sizeof why, "%s", door.why);
+        else
+            snprintf(why, sizeof why, "%llu control messages refused at the door since the last report; the last: %s",
+                     (unsigned long long)n_door, door.why);
+        event(a, NULL, NULL, "control", false, why, &door);
+        ro->door_ns = now + DOOR_NS;
+    }
     while (c) {
         struct node_cmd *next = c->next;
         take_cmd(a, c);
@@ -892,6 +948,7 @@ void node__rollout_telemetry(struct ds_node *a, struct cJSON *obj)
 {
     struct node_rollout *ro = a->ro;
     uint64_t now = ds_now_ns();
+    if (ro->reg_damaged[0]) cJSON_AddStringToObject(obj, "registry_damaged", ro->reg_damaged);
     cJSON *models = cJSON_GetObjectItemCaseSensitive(obj, "models"), *it;
     cJSON_ArrayForEach(it, models) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
@@ -962,7 +1019,10 @@ enum ds_err node__rollout_create(struct ds_node *a)
         return rc;
     }
     if (a->cfg->registry_path && *a->cfg->registry_path) {
-        if ((rc = ds_reg_open(a->cfg->registry_path, &ro->reg)) != DS_OK) {
+        /* Damage found at open: the file is moved aside and a new registry
+        ** is filled from the configured models; telemetry says so. */
+        if ((rc = ds_reg_open_checked(a->cfg->registry_path, &ro->reg, ro->reg_damaged, sizeof ro->reg_damaged)) !=
+            DS_OK) {
             DS_LOG(DS_LOG_ERROR, "registry %s: cannot open: %s", a->cfg->registry_path, ds_strerror(rc));
             return rc;
         }
