@@ -351,6 +351,22 @@ static void free_secret(char *s)
     free(s);
 }
 
+/* The copies ds_mqtt_create made of its options (secrets wiped). */
+static void free_strings(struct ds_mqtt *c)
+{
+    free(c->uri);
+    free(c->client_id);
+    free(c->will_topic);
+    free(c->username);
+    free_secret(c->password);
+    free_secret(c->keypass);
+    free(c->cafile);
+    free(c->capath);
+    free(c->certfile);
+    free(c->keyfile);
+    free(c->will_payload);
+}
+
 static char *dup_opt(const char *s, bool *ok)
 {
     if (!s) return NULL;
@@ -475,17 +491,7 @@ fail_paho:
 fail_mutex:
     pthread_cond_destroy(&c->cv);
 fail_strings:
-    free(c->uri);
-    free(c->client_id);
-    free(c->will_topic);
-    free(c->username);
-    free_secret(c->password);
-    free_secret(c->keypass);
-    free(c->cafile);
-    free(c->capath);
-    free(c->certfile);
-    free(c->keyfile);
-    free(c->will_payload);
+    free_strings(c);
 fail_uri:
     free(c);
     return rc;
@@ -652,17 +658,7 @@ void ds_mqtt_destroy(struct ds_mqtt *c)
     free(c->subs);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    free(c->uri);
-    free(c->client_id);
-    free(c->will_topic);
-    free(c->username);
-    free_secret(c->password);
-    free_secret(c->keypass);
-    free(c->cafile);
-    free(c->capath);
-    free(c->certfile);
-    free(c->keyfile);
-    free(c->will_payload);
+    free_strings(c);
     free(c);
 }
 
