@@ -347,8 +347,11 @@ static void tpub_send(struct tpub *p, const char *node, uint32_t i)
     if (p->mut == MUT_FLIP && i == 3) buf[hl + len / 2] ^= 0x10;
     char topic[192];
     assert_int_equal(ds_dist_topic(topic, sizeof topic, MODEL, "chunk", node), DS_OK);
+    /* Paho's thread: no cmocka assert here (one failing outside the test's
+    ** thread ends the process with its output unflushed). A publisher being
+    ** stopped may fail to send; the node asks again, as it would in the field. */
     for (int k = 0; k < (p->mut == MUT_DOUBLE ? 2 : 1); k++)
-        assert_int_equal(ds_mqtt_publish(p->c, topic, buf, hl + len, 1, false, NULL), DS_OK);
+        if (ds_mqtt_publish(p->c, topic, buf, hl + len, 1, false, NULL) != DS_OK) break;
     free(buf);
     atomic_fetch_add(&p->served, 1);
 }
