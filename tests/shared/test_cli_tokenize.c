@@ -138,23 +138,6 @@ static void test_cli_tokenize_usage_and_errors(void **state)
 enum { M_DIM = 8, M_HIDDEN = 16, M_VOCAB = 256 + 6, M_THE = 258, M_EOS = 259, M_IM_END = 260,
        M_BOS = 261 };
 
-static size_t byte_char(int b, char *out)
-{
-    int cp = b;
-    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
-        int n = 0;
-        for (int k = 0; k < b; k++) n += !((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || k >= 0xAE);
-        cp = 256 + n;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
 static void put_vocab(struct ds_gguf_writer *w, const char *pre)
 {
     static const char *const extra[] = { "\xc4\xa0t", "he", "\xc4\xa0the", "<|endoftext|>", "<|im_end|>",
@@ -164,7 +147,7 @@ static void put_vocab(struct ds_gguf_writer *w, const char *pre)
     struct ds_str items[M_VOCAB], mg[3];
     int32_t types[M_VOCAB];
     for (int b = 0; b < 256; b++) {
-        items[b] = (struct ds_str){ chars[b], byte_char(b, chars[b]) };
+        items[b] = (struct ds_str){ chars[b], tu_gpt2_byte_char(b, chars[b]) };
         types[b] = 1;
     }
     for (int i = 0; i < 6; i++) {

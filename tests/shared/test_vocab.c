@@ -201,24 +201,6 @@ struct mini {
     uint32_t     eos;           /* UINT32_MAX: key left out */
 };
 
-/* GPT-2's byte character of b, UTF-8, in out (3 bytes room). */
-static size_t byte_char(int b, char *out)
-{
-    int cp = b;
-    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
-        int n = 0;
-        for (int k = 0; k < b; k++) n += !((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || k >= 0xAE);
-        cp = 256 + n;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
 static const char *const k_extra[] = { "Ġt", "he", "Ġthe", "<|endoftext|>", "<|im_end|>", "<user>" };
 enum { MINI_N = 256 + 6, MINI_EOT = 256 + 3, MINI_IM_END = 256 + 4, MINI_USER = 256 + 5 };
 
@@ -228,7 +210,7 @@ static enum ds_err mini_tok(const struct mini *m, struct ds_tok **out)
     struct ds_str items[MINI_N];
     int32_t types[MINI_N];
     for (int b = 0; b < 256; b++) {
-        items[b] = (struct ds_str){ chars[b], byte_char(b, chars[b]) };
+        items[b] = (struct ds_str){ chars[b], tu_gpt2_byte_char(b, chars[b]) };
         types[b] = 1;
     }
     for (int i = 0; i < 6; i++) {

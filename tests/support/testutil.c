@@ -121,3 +121,20 @@ char *tu_run(const char *cmd, int *status)
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return buf;
 }
+
+size_t tu_gpt2_byte_char(int b, char *out)
+{
+    int cp = b;
+    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
+        int n = 0;
+        for (int k = 0; k < b; k++) n += !((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || k >= 0xAE);
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}

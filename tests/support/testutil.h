@@ -12,6 +12,9 @@
 const char *tu_model(const char *name);
 /* OWNED contents of path (NUL-terminated), or NULL; *len gets the size. */
 char *tu_read_file(const char *path, size_t *len);
+/* GPT-2's byte-level BPE character for byte b, as UTF-8 in out (3 bytes of
+** room); returns its length. For tests that write BPE vocabularies. */
+size_t tu_gpt2_byte_char(int b, char *out);
 /* OWNED: the greedy reference text of stories260K from the models README
 ** (prompt included, trailing newline removed), or NULL if it is not found. */
 char *tu_reference_text(void);
