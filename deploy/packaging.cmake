@@ -2,11 +2,14 @@
 #   dspark         the CLI (+ man page, bash completion)
 #   dspark-edge    the edge daemon, its unit, /etc/dspark/edge.ini, mosquitto snippets
 #   dspark-center  the center daemon, its unit, /etc/dspark/center.ini, mosquitto snippets
-# The CUDA backend (ds_engine_cuda) is linked statically into dspark-center
-# only (the layers.no_cuda test keeps the edge and the CLI free of it), so
-# the center package carries it and its libcudart dependency comes from
-# dpkg-shlibdeps; the edge package never depends on CUDA. A build with
-# -DDS_CUDA=OFF makes a CPU-only center package.
+#   dspark-center-cuda  the CUDA FP16 backend, the module dspark-cuda.so in
+#                  /usr/lib/<arch>/dspark that dspark-center loads at start
+#                  (shared/src/node/node_gpu.c); only where nvcc was found
+# No program links CUDA (layers.no_cuda checks it): dspark-center recommends
+# the CUDA package and runs FP32 on the CPU without it, and the edge and the
+# CLI never depend on it. cuBLAS (libcublas.so.13) is not a Debian package:
+# it comes with NVIDIA's CUDA runtime, so dpkg-shlibdeps cannot name it and
+# the package description says so.
 # Build: deploy/package.sh BUILD_DIR  (runs cpack -G DEB)
 include(GNUInstallDirs)
 
@@ -85,10 +88,22 @@ set(CPACK_DEBIAN_EDGE_PACKAGE_DEPENDS "adduser")
 set(CPACK_DEBIAN_CENTER_PACKAGE_DEPENDS "adduser")
 set(CPACK_DEBIAN_EDGE_PACKAGE_RECOMMENDS "mosquitto, dspark")
 set(CPACK_DEBIAN_CENTER_PACKAGE_RECOMMENDS "mosquitto, dspark")
+# The CUDA module, where this build has it.
+if(TARGET dspark-cuda)
+  install(TARGETS dspark-cuda LIBRARY DESTINATION ${DS_GPU_MODULE_DIR} COMPONENT cuda)
+  set(CPACK_DEBIAN_CUDA_PACKAGE_NAME dspark-center-cuda)
+  set(CPACK_COMPONENT_CUDA_DESCRIPTION "dspark center node: FP16 inference on NVIDIA GPUs (CUDA backend module)\n"
+      "Needs the NVIDIA driver and the CUDA runtime's cuBLAS (libcublas.so.13) from NVIDIA's repository.")
+  set(CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS "dspark-center (= ${PROJECT_VERSION})")
+  set(CPACK_DEBIAN_CENTER_PACKAGE_RECOMMENDS "mosquitto, dspark, dspark-center-cuda")
+endif()
 set(CPACK_COMPONENTS_ALL cli)
 foreach(role edge center)
   if(TARGET dspark-${role})
     list(APPEND CPACK_COMPONENTS_ALL ${role})
   endif()
 endforeach()
+if(TARGET dspark-cuda)
+  list(APPEND CPACK_COMPONENTS_ALL cuda)
+endif()
 include(CPack)

@@ -2,15 +2,12 @@
 ** main.c — dspark-center: the serving node (shared/src/node) in the center's
 ** role. It takes what edges overflow on dspark/v1/center/infer/<model>
 ** (shared by every center) and runs the full-precision model: FP16 on the
-** GPU where this build has CUDA and a device is present, else FP32 on the
-** CPU. The table below is everything the center adds to the node, in the
+** GPU where the CUDA module (dspark-cuda.so, node_gpu.c) is installed and a
+** device is present, else FP32 on the CPU. The table below is everything the center adds to the node, in the
 ** order the node calls it.
 */
 #include "center.h"
 #include "ds/node.h"
-#ifdef DS_HAVE_CUDA
-#include "ds/engine_cuda.h"
-#endif
 
 static const struct node_ext *const center_exts[] = {
     &center_overflow_ext,   /* tell the relaying edge who took its request */
@@ -28,12 +25,10 @@ static const struct ds_node_role center_role = {
              "dspark/v1/center/infer/<model>, shared by every center) with the full-precision\n"
              "model, answering the device directly; publishes status and telemetry.\n",
     .exts = center_exts,
+    .gpu_module = "dspark-cuda.so",     /* FP16 on the GPU where it and a device are present */
 };
 
 int main(int argc, char **argv)
 {
-#ifdef DS_HAVE_CUDA
-    ds_engine_cuda_register();          /* FP16 on the GPU where one is present */
-#endif
     return ds_node_main(argc, argv, &center_role);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy.packages — build the .deb packages (deploy/package.sh), unpack each
 # with dpkg -x into a scratch root and check: the files in FHS places, the
-# conffiles, the Depends (dpkg-shlibdeps; nothing CUDA for the edge or the
-# CLI), the units and man pages; then run the postinst with stub commands
+# conffiles, the Depends (dpkg-shlibdeps; nothing CUDA for the edge, the CLI
+# or the center), the CUDA module in its own package (in a build with CUDA)
+# found by the unpacked dspark-center, the units and man pages; then run the postinst with stub commands
 # (getent, adduser, chown, ... log what they are asked) to check that it
 # creates the dspark system user and /var/lib/dspark, and does so once.
 # Skips (77) without dpkg-deb / cpack. Usage: packages.sh SOURCE_DIR BUILD_DIR
@@ -22,6 +23,24 @@ for p in dspark dspark-edge dspark-center; do
   dpkg-deb -c "$deb" | awk '{print $6}' | grep -vE '^\./(usr/(bin|share/(man|doc|bash-completion))|etc/dspark|lib/systemd/system)(/|$)|^\./(usr/share|usr|etc|lib|lib/systemd)?/?$' \
     && fail "$p installs outside the FHS places above"
 done
+# The CUDA backend: its own package, one module under /usr/lib/<arch>/dspark,
+# tied to the center's version; the center only recommends it.
+cuda=$(ls "$tmp"/pkgs/dspark-center-cuda_*.deb 2>/dev/null)
+if [ -n "$cuda" ]; then
+  echo "== dspark-center-cuda: $(dpkg-deb -f "$cuda" Depends)"
+  dpkg-deb -c "$cuda" | awk '{print $6}' | grep -vE '^\./usr/lib/[a-z0-9_-]+/dspark/dspark-cuda\.so$|^\./(usr|usr/lib|usr/lib/[a-z0-9_-]+|usr/lib/[a-z0-9_-]+/dspark)?/?$' \
+    && fail "dspark-center-cuda installs more than its module"
+  dpkg-deb -f "$cuda" Depends | grep -q 'dspark-center (= ' || fail "dspark-center-cuda does not depend on its dspark-center"
+  dpkg-deb -f "$tmp"/pkgs/dspark-center_*.deb Recommends | grep -q dspark-center-cuda || fail "dspark-center does not recommend dspark-center-cuda"
+  dpkg-deb -x "$cuda" "$root" || fail "dpkg -x dspark-center-cuda"
+  v=$(DSPARK_GPU_MODULE= "$root/usr/bin/dspark-center" --version) || fail "installed dspark-center --version"
+  echo "$v"
+  echo "$v" | grep -q "GPU module $root/usr/bin/../lib/[a-z0-9_-]*/dspark/dspark-cuda.so (cuda)" \
+    || fail "the unpacked dspark-center does not load the unpacked module"
+else
+  echo "== no dspark-center-cuda (this build has no CUDA)"
+  "$root/usr/bin/dspark-center" --version | grep -q "no GPU module" || fail "dspark-center --version without the module"
+fi
 for f in usr/bin/dspark usr/bin/dspark-edge usr/bin/dspark-center usr/share/man/man1/dspark.1 \
          usr/share/man/man8/dspark-edge.8 usr/share/man/man8/dspark-center.8 \
          usr/share/bash-completion/completions/dspark etc/dspark/edge.ini etc/dspark/center.ini \
@@ -31,8 +50,8 @@ done
 bash -n "$root/usr/share/bash-completion/completions/dspark" || fail "completion syntax"
 grep -qx /etc/dspark/edge.ini "$tmp/ctl-dspark-edge/conffiles" || fail "edge.ini is not a conffile"
 grep -qx /etc/dspark/center.ini "$tmp/ctl-dspark-center/conffiles" || fail "center.ini is not a conffile"
-for p in dspark dspark-edge; do
-  dpkg-deb -f "$tmp"/pkgs/${p}_*.deb Depends | grep -qi cuda && fail "$p depends on CUDA"
+for p in dspark dspark-edge dspark-center; do
+  dpkg-deb -f "$tmp"/pkgs/${p}_*.deb Depends | grep -qiE 'cuda|cublas' && fail "$p depends on CUDA"
 done
 dpkg-deb -f "$tmp"/pkgs/dspark-edge_*.deb Depends | grep -q libpaho-mqtt || fail "edge Depends lack libpaho-mqtt (shlibdeps)"
 "$root/usr/bin/dspark-edge" --version || fail "installed dspark-edge does not run"

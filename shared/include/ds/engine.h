@@ -79,6 +79,17 @@ struct ds_gpu_ops {
 /* Make ops the GPU backend of engines created from now on (process-wide;
 ** NULL: CPU only). ops is BORROWED for the life of the process. */
 void ds_engine_gpu_register(const struct ds_gpu_ops *ops);
+/* The registered GPU backend, or NULL. */
+const struct ds_gpu_ops *ds_engine_gpu(void);
+/* A GPU backend built as a loadable module (dspark-cuda.so, dlopened by
+** dspark-center) exports DS_GPU_MODULE_INIT: it returns 0 and registers its
+** ops when abi and version are the ones it was built with, else -1 (the
+** module and the program come from different builds: the struct layouts
+** it reads may differ). Bump DS_GPU_ABI when struct ds_gpu_ops, ds_gpu_row
+** or what a backend reads of struct ds_model changes. */
+#define DS_GPU_ABI         1
+#define DS_GPU_MODULE_INIT "ds_gpu_module_init"
+typedef int (*ds_gpu_module_init_fn)(int abi, const char *version);
 const char *ds_backend_name(enum ds_backend b);
 /* "auto", "cpu" or "cuda"; -1 for anything else. */
 int ds_backend_parse(const char *s);

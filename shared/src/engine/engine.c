@@ -1047,6 +1047,7 @@ void ds_engine_destroy(struct ds_engine *e)
 static _Atomic(const struct ds_gpu_ops *) gpu_registered;
 
 void ds_engine_gpu_register(const struct ds_gpu_ops *ops) { atomic_store(&gpu_registered, ops); }
+const struct ds_gpu_ops *ds_engine_gpu(void) { return atomic_load(&gpu_registered); }
 
 /* The backend (see Backends in ds/engine.h); a GPU one is created here. */
 static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts *o)
@@ -1058,7 +1059,7 @@ static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts
     if (!ops) {
         if (!forced) return DS_OK;
         DS_LOG(DS_LOG_ERROR, "engine: backend cuda asked for, but this program has no GPU backend "
-               "(dspark-center has it in builds configured where nvcc is installed), or set backend = cpu");
+               "(dspark-center loads it from the package dspark-center-cuda), or set backend = cpu");
         return DS_ERR_UNSUPPORTED;
     }
     int n_dev = ops->devices();

@@ -2,9 +2,11 @@
 ** engine_cuda.c — the CUDA backend of ds_engine: FP16 weights, FP16
 ** activations between ops, FP32 accumulation (cuBLAS GemmEx) and an FP32
 ** residual stream, KV cache in device memory. Built only where nvcc is
-** found, as its own library (ds_engine_cuda) that dspark-center links; it
-** plugs into engine.c through struct ds_gpu_ops (ds/engine.h, registered by
-** ds_engine_cuda_register in ds/engine_cuda.h). It sees the model and
+** found, twice: the static library ds_engine_cuda (GPU tests, benchmarks)
+** and the module dspark-cuda.so that dspark-center loads at start (package
+** dspark-center-cuda; node_gpu.c). It plugs into engine.c through struct
+** ds_gpu_ops (ds/engine.h, registered by ds_engine_cuda_register in
+** ds/engine_cuda.h, or by the module's ds_gpu_module_init). It sees the model and
 ** struct ds_gpu_row, never a sequence or the engine's internals.
 **
 ** Device memory, all allocated at create:
@@ -393,3 +395,15 @@ void ds_engine_cuda_register(void)
     ds_cuda_set_log(cuda_log);
     ds_engine_gpu_register(&cuda_ops);
 }
+
+#ifdef DS_GPU_MODULE
+/* The entry point of dspark-cuda.so (ds/engine.h, DS_GPU_MODULE_INIT): the
+** engine functions this file calls resolve against dspark-center itself. */
+__attribute__((visibility("default"))) int ds_gpu_module_init(int abi, const char *version);
+int ds_gpu_module_init(int abi, const char *version)
+{
+    if (abi != DS_GPU_ABI || !version || strcmp(version, DS_VERSION) != 0) return -1;
+    ds_engine_cuda_register();
+    return 0;
+}
+#endif

@@ -75,6 +75,7 @@ struct ds_node_role {
     const char                   *share_group;   /* "$share/dspark-edge/" */
     const char                   *about;         /* --help's paragraph */
     const struct node_ext *const *exts;          /* NULL-terminated, in call order */
+    const char                   *gpu_module;    /* "dspark-cuda.so" (node_gpu.c); NULL = none */
 };
 
 /* ---- what role code may call ---- */

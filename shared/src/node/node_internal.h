@@ -27,6 +27,11 @@ bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 ** unless the role takes a weak answer on (cascade). */
 void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why);
 
+/* node_gpu.c: load the GPU backend module NAME (dspark-cuda.so); desc says
+** what happened, for the log and --version. */
+enum node_gpu { NODE_GPU_NONE, NODE_GPU_LOADED, NODE_GPU_FAILED };
+enum node_gpu node__gpu_load(const char *name, char *desc, size_t n);
+
 /* node_version.c */
 /* Load a version's model file (any thread: reads only the config). */
 enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,

@@ -11,6 +11,7 @@
 */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -21,7 +22,7 @@
 
 #include "ds/log.h"
 #include "ds/node.h"
-#include "node_ext.h"
+#include "node_internal.h"
 
 static void usage(FILE *f, const struct ds_node_role *role)
 {
@@ -91,7 +92,15 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
         case O_CHECK: check_only = 1; break;
         case O_LOG: log_level = optarg; break;
         case 'h': usage(stdout, role); status = 0; goto out;
-        case O_VERSION: printf("%s %s\n", bin, DS_VERSION); status = 0; goto out;
+        case O_VERSION:
+            printf("%s %s\n", bin, DS_VERSION);
+            if (role->gpu_module) {
+                char desc[PATH_MAX + 200];
+                node__gpu_load(role->gpu_module, desc, sizeof desc);
+                printf("%s\n", desc);
+            }
+            status = 0;
+            goto out;
         default: usage(stderr, role); goto out;
         }
     }
@@ -126,6 +135,12 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
     }
     ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(cfg.log_level));
     ds_log_set_format((enum ds_log_format)ds_log_format_parse(cfg.log_format), bin, cfg.node);
+    if (role->gpu_module) {
+        char desc[PATH_MAX + 200];
+        enum node_gpu g = node__gpu_load(role->gpu_module, desc, sizeof desc);
+        DS_LOG(g == NODE_GPU_FAILED ? DS_LOG_WARN : DS_LOG_INFO, "%s%s", desc,
+               g == NODE_GPU_FAILED ? "; FP32 on the CPU" : "");
+    }
 
     if (pipe(g_sig_pipe) != 0) {
         fprintf(stderr, "%s: pipe: %s\n", bin, strerror(errno));
