@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh — everything a session on a GPU machine runs in one go: shows
 # the GPU (nvidia-smi), builds with CUDA (-DDS_CUDA=ON, only the targets the
-# checks need), runs the GPU tests (ctest -L gpu: kernels.cuda and
+# checks need), checks that dspark-center loads its CUDA module
+# (dspark-cuda.so) and sees the GPU, runs the GPU tests (ctest -L gpu: kernels.cuda and
 # shared.engine_cuda, CUDA against the CPU FP32 engine) and a short CUDA
 # batched-decode benchmark (bench_batch --backend cuda, shapes 15m, 110m, 1b,
 # streams 1..64) and speculative decoding with an FP16 CUDA target and the
@@ -55,13 +56,20 @@ export CUDAARCHS=${CUDAARCHS:-native}
 t0=$SECONDS
 if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDS_CUDA=ON -DDS_FATAL_WARNINGS=ON \
          -DDS_MODELS_DIR="$models" &&
-       cmake --build build-gpu -j "${DS_GPU_CHECK_JOBS:-$(nproc)}" --target test_kernels_cuda test_shared_engine_cuda bench_batch bench_spec
+       cmake --build build-gpu -j "${DS_GPU_CHECK_JOBS:-$(nproc)}" --target test_kernels_cuda test_shared_engine_cuda bench_batch bench_spec dspark-center dspark-cuda
      } >"$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
   log "FAIL: build (see build.log)"
   exit 1
 fi
 log "build: $((SECONDS - t0)) s"
+# The center's module, as a packaged center would load it: it must see the GPU.
+v=$(build-gpu/center-node/dspark-center --version 2>&1)
+log "$v"
+if ! echo "$v" | grep -qE '\(cuda\): [1-9][0-9]* device'; then
+  log "FAIL: dspark-center does not see the GPU through dspark-cuda.so"
+  fail=1
+fi
 
 t0=$SECONDS
 ctest --test-dir build-gpu -L gpu --output-on-failure -V >"$out/ctest-gpu.log" 2>&1
