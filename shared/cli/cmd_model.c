@@ -69,19 +69,20 @@ static void pack_usage(FILE *f)
         "      --signer KEY.sec   publisher's signing key (dspark keygen --signer)\n"
         "      --to NODE.pub      a node allowed to open the bundle (repeat for more)\n"
         "      --chunk-kb K       chunk size in KiB, 1..4096 (default %u)\n"
-        "      --precision P      precision label; default: read from the model file\n"
+        "      --precision P      precision label; default: the model file's (GGUF general.file_type as\n"
+        "                         llama.cpp names it, e.g. q4_k_m, else its matrices' type)\n"
         "                         (required when FILE is not a model dspark can open)\n"
         "  -o, --out DIR          output directory (created; must not hold a bundle)\n"
         "      --log-level L      error, warn, info or debug (default error)\n"
         "  -h, --help             this text\n", DS_CHUNK_DEFAULT >> 10);
 }
 
-/* Precision of the model's matrices, e.g. "q8_0"; false if it cannot be opened. */
+/* The model's precision name, e.g. "q4_k_m"; false if it cannot be opened. */
 static bool model_precision(const char *path, char *out, size_t cap)
 {
     struct ds_model *m;
     if (ds_model_open(path, &m) != DS_OK) return false;
-    snprintf(out, cap, "%s", ds_dtype_name(m->cfg.n_layers ? m->layers[0].wq.type : m->tok_embd.type));
+    ds_model_precision_name(m, out, cap);
     ds_model_close(m);
     return true;
 }

@@ -118,6 +118,11 @@ static void test_pack_verify(void **state)
            "b2");
     expect(0, "packed h 1.0.0 (raw)", "model pack -m blob.bin --precision raw --name h --version 1.0.0 "
            "--signer pub.sec --to n1.pub -o %s", "b2");
+    /* The precision people call a file by, from its general.file_type. */
+    expect(0, "packed r12m 1.0.0 (q4_k_m)", "model pack -m %s --name r12m --version 1.0.0 --signer pub.sec "
+           "--to n1.pub -o b4", tu_model("formats/r12M-Q4_K_M.gguf"));
+    expect(0, "packed r12m 1.0.1 (q6_k)", "model pack -m %s --name r12m --version 1.0.1 --signer pub.sec "
+           "--to n1.pub -o b5", tu_model("formats/r12M-Q6_K.gguf"));
     expect(1, "semantic version", "model pack -m blob.bin --precision raw --name h --version 1.0 "
            "--signer pub.sec --to n1.pub -o %s", "b3");
     expect(1, "is a node key, want a signer key", "model pack -m blob.bin --precision raw --name h "

@@ -113,5 +113,9 @@ DS_MUST_CHECK enum ds_err ds_model_tokenizer(const struct ds_model *m, const cha
 /* Bytes of weights one decode step reads (all matrices + one embedding row). */
 uint64_t ds_model_weight_bytes(const struct ds_model *m);
 const char *ds_dtype_name(enum ds_dtype t);
+/* The precision people call the file by: GGUF general.file_type as llama.cpp
+** names its mixes ("q4_k_m", "q6_k", "q8_0", "f16"), else the type of the
+** first layer's matrices ("q8_0", "f32"). Into buf (>= 16 bytes); returns buf. */
+const char *ds_model_precision_name(const struct ds_model *m, char *buf, size_t n);
 
 #endif

@@ -483,3 +483,23 @@ enum ds_err ds_model_open(const char *path, struct ds_model **out)
     *out = m;
     return DS_OK;
 }
+
+/* llama.cpp's llama_ftype values (general.file_type) and their names. */
+static const char *const file_types[] = {
+    [0] = "f32",     [1] = "f16",     [2] = "q4_0",    [3] = "q4_1",    [7] = "q8_0",
+    [8] = "q5_0",    [9] = "q5_1",    [10] = "q2_k",   [11] = "q3_k_s", [12] = "q3_k_m",
+    [13] = "q3_k_l", [14] = "q4_k_s", [15] = "q4_k_m", [16] = "q5_k_s", [17] = "q5_k_m",
+    [18] = "q6_k",   [32] = "bf16",
+};
+
+const char *ds_model_precision_name(const struct ds_model *m, char *buf, size_t n)
+{
+    uint32_t ft;
+    if (m->gguf && ds_gguf_get_u32(m->gguf, "general.file_type", &ft) == DS_OK &&
+        ft < sizeof file_types / sizeof *file_types && file_types[ft]) {
+        snprintf(buf, n, "%s", file_types[ft]);
+        return buf;
+    }
+    snprintf(buf, n, "%s", ds_dtype_name(m->cfg.n_layers ? m->layers[0].wq.type : m->tok_embd.type));
+    return buf;
+}
