@@ -129,6 +129,7 @@ struct it_inbox {
     pthread_mutex_t mu;
     struct it_msg  *m;
     int             n, cap;
+    bool            overflowed;     /* said so once */
 };
 
 struct it_inbox *it_inbox_new(int cap)
@@ -196,6 +197,10 @@ void it_inbox_on_msg(void *ud, const struct ds_mqtt_msg *m)
         x->json = strndup(m->payload, m->len);
         x->at_ns = ds_now_ns();
         if (x->json) ib->n++;
+    } else if (!ib->overflowed) {           /* say so once: a dropped answer looks like a lost one */
+        ib->overflowed = true;
+        fprintf(stderr, "itest: inbox full (%d messages): dropping what follows, from %s on\n", ib->cap,
+                m->topic ? m->topic : "?");
     }
     pthread_mutex_unlock(&ib->mu);
 }
