@@ -785,6 +785,39 @@ static void test_rollout_failing_version_rolled_back(void **state)
     free(v);
 }
 
+/* ---- a registry that cannot be written ---- */
+
+/* Another writer holds the registry's write lock (as a full disk or a wedged
+** tool would make every write fail): a signed promote is refused with
+** nothing changed, in memory as on disk, and goes through once the
+** registry is writable again. */
+static void test_rollout_promote_refused_when_registry_unwritable(void **state)
+{
+    (void)state;
+    char *before = ask("unwritable-0", NULL);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(g.reg, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    int st = cli("promote -b %s -k '%s' -n stories -V 1.1.0 -N " NODE, tb_broker_uri(g.broker), g.signer);
+    char *out = cli_out();
+    printf("promote with the registry locked: exit %d: %s", st, out);
+    assert_int_equal(st, 3);                                 /* a node refused */
+    assert_non_null(strstr(out, "registry did not record stories 1.1.0"));
+    free(out);
+    char *v = ask("unwritable-1", NULL);                    /* still the version before */
+    assert_string_equal(v, before);
+    free(v);
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    struct ds_reg *reg;
+    struct ds_reg_version rv;
+    assert_int_equal(ds_reg_open(g.reg, &reg), DS_OK);
+    assert_int_equal(ds_reg_active_get(reg, "stories", &rv), DS_OK);
+    assert_string_equal(rv.version, before);
+    ds_reg_close(reg);
+    free(before);
+}
+
 /* ---- restart ---- */
 
 static void test_rollout_restart_keeps_active_and_replay_guard(void **state)
@@ -834,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_rollout_shadow),
         cmocka_unit_test(test_rollout_slow_version_rolled_back),
         cmocka_unit_test(test_rollout_failing_version_rolled_back),
+        cmocka_unit_test(test_rollout_promote_refused_when_registry_unwritable),
         cmocka_unit_test(test_rollout_restart_keeps_active_and_replay_guard),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -130,32 +130,29 @@ static const char *vstate_name(enum node_vstate s)
 
 /* ---- registry: states, history and the control log ---- */
 
-/* Move model/version to `to` in the registry, with reason. Quiet when the
-** registry is off or does not know the version (a config-only version that
-** could not be recorded). */
+/* Move model/version to `to` in the registry, with reason (to =
+** DS_REG_ACTIVE: make it active, the active one before goes to prev_to).
+** DS_OK when recorded, or when the registry is off or does not know the
+** version (a config-only version that could not be recorded); a failed
+** write is logged and returned, so that a signed command is refused rather
+** than applied in memory only (it would be undone by the next restart). */
+static enum ds_err reg_move(struct node_rollout *ro, const char *model, const char *version, enum ds_reg_state to,
+                            enum ds_reg_state prev_to, const char *reason)
+{
+    struct ds_reg_version rv;
+    if (!ro->reg || ds_reg_version_find(ro->reg, model, version, &rv) != DS_OK || rv.state == to) return DS_OK;
+    enum ds_err rc = to == DS_REG_ACTIVE ? ds_reg_activate(ro->reg, rv.id, prev_to, reason)
+                                         : ds_reg_set_state(ro->reg, rv.id, to, reason);
+    if (rc != DS_OK)
+        DS_LOG(DS_LOG_WARN, "registry: %s %s: %s -> %s not recorded: %s", model, version,
+               ds_reg_state_name(rv.state), ds_reg_state_name(to), ds_strerror(rc));
+    return rc;
+}
+
 static void reg_state(struct node_rollout *ro, const char *model, const char *version, enum ds_reg_state to,
                       const char *reason)
 {
-    struct ds_reg_version rv;
-    if (!ro->reg || ds_reg_version_find(ro->reg, model, version, &rv) != DS_OK) return;
-    if (rv.state == to) return;
-    enum ds_err rc = ds_reg_set_state(ro->reg, rv.id, to, reason);
-    if (rc != DS_OK)
-        DS_LOG(DS_LOG_WARN, "registry: %s %s: %s -> %s not recorded: %s", model, version,
-               ds_reg_state_name(rv.state), ds_reg_state_name(to), ds_strerror(rc));
-}
-
-/* Make model/version active; the active one before goes to prev_to. */
-static void reg_activate(struct node_rollout *ro, const char *model, const char *version, enum ds_reg_state prev_to,
-                         const char *reason)
-{
-    struct ds_reg_version rv;
-    if (!ro->reg || ds_reg_version_find(ro->reg, model, version, &rv) != DS_OK || rv.state == DS_REG_ACTIVE) return;
-    enum ds_err rc = ds_reg_activate(ro->reg, rv.id, prev_to, reason);
-    enum ds_reg_state to = DS_REG_ACTIVE;
-    if (rc != DS_OK)
-        DS_LOG(DS_LOG_WARN, "registry: %s %s: %s -> %s not recorded: %s", model, version,
-               ds_reg_state_name(rv.state), ds_reg_state_name(to), ds_strerror(rc));
+    (void)reg_move(ro, model, version, to, DS_REG_RETIRED, reason);
 }
 
 /* The control log and the replay guard: table control_log of the registry
@@ -381,6 +378,29 @@ static void retire(struct node_rollout *ro, struct node_version *v, enum ds_reg_
     reg_state(ro, v->m->cfg->name, v->version, to, reason);
 }
 
+/* Record v's move to `to` before the node acts on it: a signed command whose
+** registry write fails (disk full, the file locked by another writer) is
+** refused with nothing changed, since a change held only in memory would be
+** undone by the next restart. The node's own rollback is applied whatever
+** the registry says (it protects the clients now; the log says it is not
+** durable, and the same check rolls back again after a restart). */
+static bool durable(struct ds_node *a, const struct node_cmd *c, struct node_model *m, struct node_version *v,
+                    enum ds_reg_state to, enum ds_reg_state prev_to, const char *reason, char *why)
+{
+    struct node_rollout *ro = a->ro;
+    enum ds_err rc = reg_move(ro, m->cfg->name, v->version, to, prev_to, reason);
+    if (rc == DS_OK) return true;
+    if (c->automatic) {
+        DS_LOG(DS_LOG_WARN, "rollout: %s %s applied in memory only: the registry write failed", m->cfg->name,
+               v->version);
+        return true;
+    }
+    snprintf(why, DS_WHY_MAX, "the registry did not record %s %s -> %s (%s): nothing changed; make %s writable "
+             "(disk space, another writer holding it) and send the command again",
+             m->cfg->name, v->version, ds_reg_state_name(to), ds_strerror(rc), a->cfg->registry_path);
+    return false;
+}
+
 /* Apply c to m with version v loaded. Returns the outcome in why. */
 static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_version *v, struct node_cmd *c,
                          char *why)
@@ -400,11 +420,11 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
             return true;
         }
         snprintf(reason, sizeof reason, "promoted over %s (%.300s)", old->version, by);
+        if (!durable(a, c, m, v, DS_REG_ACTIVE, DS_REG_RETIRED, reason, why)) return false;
         if (cand && cand != v) retire(ro, cand, DS_REG_RETIRED, reason, now);
         m->cand = NULL;
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
-        reg_activate(ro, m->cfg->name, v->version, DS_REG_RETIRED, reason);
         set_state(old, NODE_V_DRAINING, now);
         snprintf(m->prev, sizeof m->prev, "%s", old->version);
         m->probation_end_ns = now + (uint64_t)a->cfg->ro_probation_s * 1000000000ull;
@@ -414,13 +434,14 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
     case OP_CANARY:
     case OP_SHADOW:
         snprintf(reason, sizeof reason, "%s (%.300s)", c->op == OP_CANARY ? "canary" : "shadow", by);
+        if (!durable(a, c, m, v, c->op == OP_CANARY ? DS_REG_CANARY : DS_REG_SHADOW, DS_REG_RETIRED, reason, why))
+            return false;
         if (cand && cand != v) retire(ro, cand, DS_REG_RETIRED, "replaced by another candidate", now);
         set_state(v, c->op == OP_CANARY ? NODE_V_CANARY : NODE_V_SHADOW, now);
         m->cand = v;
         m->pct = c->pct;
         m->sh_n = m->sh_equal = m->sh_failed = 0;
         m->sh_agree_sum = m->sh_delta_sum = 0.0;
-        reg_state(ro, m->cfg->name, v->version, c->op == OP_CANARY ? DS_REG_CANARY : DS_REG_SHADOW, reason);
         if (c->op == OP_CANARY)
             snprintf(why, DS_WHY_MAX, "%s takes %u%% of clients; %s the rest", v->version, c->pct, old->version);
         else
@@ -429,6 +450,7 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
     case OP_ROLLBACK:
     default:
         snprintf(reason, sizeof reason, "rolled back to %s (%.300s)", v->version, by);
+        if (v != old && !durable(a, c, m, v, DS_REG_ACTIVE, DS_REG_ROLLED_BACK, reason, why)) return false;
         if (cand && cand != v) retire(ro, cand, DS_REG_ROLLED_BACK, reason, now);
         m->cand = NULL;
         m->prev[0] = '\0';
@@ -440,7 +462,6 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
         set_state(old, NODE_V_DRAINING, now);
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
-        reg_activate(ro, m->cfg->name, v->version, DS_REG_ROLLED_BACK, reason);
         snprintf(why, DS_WHY_MAX, "%s active again (was %s); draining %u request(s) on %s", v->version,
                  old->version, old->refs, old->version);
         return true;
@@ -1055,7 +1076,7 @@ enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m)
     }
     m->active->delay_ms = delay_of(mc, version);
     m->vers[m->n_vers++] = m->active;
-    reg_activate(ro, mc->name, version, DS_REG_RETIRED, "active at start (config)");
+    (void)reg_move(ro, mc->name, version, DS_REG_ACTIVE, DS_REG_RETIRED, "active at start (config)");
     if (ro->reg && ds_reg_active_get(ro->reg, mc->name, &rv) == DS_OK)   /* follow_registry's baseline */
         snprintf(m->reg_active, sizeof m->reg_active, "%s", rv.version);
     return DS_OK;
