@@ -120,18 +120,31 @@ struct fx {
 };
 static struct fx g;
 
-static void write_config(void)
+/* The edge's config; client_max (reloadable) is 200 but in the quota test. */
+static void write_config_quota(unsigned client_max)
 {
     snprintf(g.cfg, sizeof g.cfg, "%s/edge.ini", g.dir);
     FILE *f = fopen(g.cfg, "w");
     assert_non_null(f);
     fprintf(f, "[node]\nname = edge-t\nlog_level = info\n[mqtt]\nuri = %s\n"
-               "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\n"
-               "[batch]\nmax_active = 8\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
+               "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\nclient_max = %u\n"
+               "[batch]\nmax_active = 8\nreserve_high = 1\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
                "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
                "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n",
-            tb_broker_uri(g.broker), tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
+            tb_broker_uri(g.broker), client_max, tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
     fclose(f);
+}
+
+static void write_config(void) { write_config_quota(200); }
+
+/* Rewrite the config with client_max and reload it (SIGHUP); wait until
+** the edge says it reloaded. */
+static void reload_quota(unsigned client_max)
+{
+    int n = it_log_count(g.dir, "edge", "config reloaded");
+    write_config_quota(client_max);
+    kill(g.edge, SIGHUP);
+    assert_true(it_log_wait(g.dir, "edge", "config reloaded", n + 1, 20000));
 }
 
 /* The newest message on topic (subscribed for the call) that contains
@@ -438,6 +451,94 @@ static void test_deadline_overload_cancel(void **state)
     assert_int_equal(overloaded + served, 150);
 }
 
+/* Long low-priority streams take every slot they may (max_active 8 less the
+** one reserve_high keeps): a high request is answered while all of them
+** still run. Then one client past [sched] client_max is refused while
+** another is served. */
+static void test_high_slot_and_client_quota(void **state)
+{
+    (void)state;
+    enum { LOWS = 10, OPEN = 7 };
+    char id[32];
+    struct dev *lo = dev_new_cap(tb_broker_uri(g.broker), "lo", LOWS * 2048 + 64);
+    dev_ready(lo);
+    for (int i = 0; i < LOWS; i++) {                     /* greedy tiny: no EOS before its context ends */
+        snprintf(id, sizeof id, "low-%d", i);
+        dev_send_to(lo, "tiny", id, "\"prompt\":\"Once\",\"max_tokens\":4096,\"priority\":\"low\",\"temperature\":0,"
+                                  "\"stream\":true");
+    }
+    int streaming = 0;
+    for (int t = 0; t < 2000 && streaming < OPEN; t++) {
+        streaming = 0;
+        for (int i = 0; i < LOWS; i++) {
+            snprintf(id, sizeof id, "low-%d", i);
+            char *c = it_inbox_find(lo->in, &(struct it_match){ .corr = id, .needle = "\"delta\"" }, 0, 0, NULL, NULL);
+            streaming += c != NULL;
+            free(c);
+        }
+        if (streaming < OPEN) usleep(10000);
+    }
+    assert_int_equal(streaming, OPEN);
+    dev_send(g.dev, "vip", "\"prompt\":\"Once\",\"max_tokens\":8,\"priority\":\"high\"");
+    uint64_t vip_ns = 0;
+    char *vip = it_inbox_answer(g.dev->in, "vip", 30000, &vip_ns);
+    assert_non_null(vip);
+    assert_non_null(strstr(vip, "\"done\":true"));
+    free(vip);
+    int lows_done = 0;
+    for (int i = 0; i < LOWS; i++) {
+        snprintf(id, sizeof id, "low-%d", i);
+        lows_done += dev_count(lo, id);
+    }
+    printf("%d low streams running, %d queued: the high request answered with %d of them done\n", OPEN, LOWS - OPEN,
+           lows_done);
+    assert_int_equal(lows_done, 0);
+
+    /* One client holds client_max = 4: its 5th and 6th are refused, another's is served. */
+    reload_quota(4);
+    for (int i = 0; i < LOWS; i++) {                     /* lo's requests leave first: they count */
+        snprintf(id, sizeof id, "low-%d", i);
+        send_cancel(id);
+    }
+    for (int i = 0; i < LOWS; i++) {
+        snprintf(id, sizeof id, "low-%d", i);
+        assert_true(dev_wait(lo, id, 30000) >= 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof id, "q-%d", i);
+        dev_send_to(lo, "tiny", id, "\"prompt\":\"Once\",\"max_tokens\":4096,\"priority\":\"low\",\"temperature\":0");
+    }
+    for (int i = 4; i < 6; i++) {
+        snprintf(id, sizeof id, "q-%d", i);
+        long k = dev_wait(lo, id, 30000);
+        assert_true(k >= 0);
+        char *code = json_str(dev_json(lo, k), "error", "code"), *msg = json_str(dev_json(lo, k), "error", "message");
+        printf("q-%d: %s: %s\n", i, code ? code : "(answered)", msg ? msg : "");
+        assert_non_null(code);
+        assert_string_equal(code, "overloaded");
+        assert_non_null(strstr(msg, "client_max"));
+        free(code);
+        free(msg);
+    }
+    dev_send(g.dev, "other-client", "\"prompt\":\"Once\",\"max_tokens\":4");
+    long k = dev_wait(g.dev, "other-client", 30000);
+    assert_true(k >= 0);
+    assert_non_null(strstr(dev_json(g.dev, k), "\"done\":true"));
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "q-%d", i);
+        send_cancel(id);
+    }
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "q-%d", i);
+        long k2 = dev_wait(lo, id, 30000);
+        assert_true(k2 >= 0);
+        assert_null(strstr(dev_json(lo, k2), "client_max"));    /* the first four were taken */
+        assert_int_equal(dev_count(lo, id), 1);
+    }
+    reload_quota(200);
+    dev_free(lo);
+}
+
 /* Every malformed request of tests/data/msg gets invalid_request naming its
 ** field; valid requests sent between them are served. */
 static void test_malformed(void **state)
@@ -619,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_same_text_as_run),
         cmocka_unit_test(test_200_concurrent),
         cmocka_unit_test(test_deadline_overload_cancel),
+        cmocka_unit_test(test_high_slot_and_client_quota),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_broker_restart),
         cmocka_unit_test(test_sigterm_under_load),

@@ -147,6 +147,29 @@ static void test_remove(void **state)
     ds_sched_destroy(s);
 }
 
+/* A slot kept for high-priority work takes only high items, even when a
+** low one has aged past age_ms; the low ones stay queued for a full pop. */
+static void test_pop_upto(void **state)
+{
+    (void)state;
+    struct ds_sched *s = mk(10);
+    uint64_t now = ds_now_ns();
+    push(s, 1, DS_TIER_LOW, now - 1000000000ull, 0);          /* aged: a full pop takes it first */
+    push(s, 2, DS_TIER_NORMAL, now, 0);
+    struct ds_sched_item it;
+    assert_false(ds_sched_pop_upto(s, now, DS_TIER_HIGH, &it));
+    push(s, 3, DS_TIER_HIGH, now, 0);
+    assert_true(ds_sched_pop_upto(s, now, DS_TIER_HIGH, &it));
+    assert_int_equal(it.id, 3);
+    assert_false(ds_sched_pop_upto(s, now, DS_TIER_HIGH, &it));
+    assert_true(ds_sched_pop_upto(s, now, DS_TIER_NORMAL, &it));
+    assert_int_equal(it.id, 2);
+    assert_true(ds_sched_pop(s, now, &it));
+    assert_int_equal(it.id, 1);
+    assert_int_equal(ds_sched_backlog(s), 0);
+    ds_sched_destroy(s);
+}
+
 static void test_wait(void **state)
 {
     (void)state;
@@ -169,7 +192,7 @@ int main(void)
         cmocka_unit_test(test_fifo_and_capacity), cmocka_unit_test(test_weighted_shares),
         cmocka_unit_test(test_low_not_starved),   cmocka_unit_test(test_aging),
         cmocka_unit_test(test_deadlines),         cmocka_unit_test(test_remove),
-        cmocka_unit_test(test_wait),
+        cmocka_unit_test(test_wait),              cmocka_unit_test(test_pop_upto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,8 @@ struct ds_node_config {
     uint32_t queue_cap[DS_TIER_COUNT];   /* [sched] queue_high, queue_normal, queue_low */
     uint32_t age_ms;            /* [sched] age_ms */
     uint32_t max_active;        /* [batch] max_active: sequences decoded together */
+    uint32_t reserve_high;      /* [batch] reserve_high: slots only high-priority requests take */
+    uint32_t client_max;        /* [sched] client_max: one client's requests queued or running (0 = no cap) */
     uint32_t prefill_chunk;     /* [batch] prefill_chunk: prompt tokens per step */
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */

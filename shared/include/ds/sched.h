@@ -52,6 +52,9 @@ void ds_sched_destroy(struct ds_sched *s);
 DS_MUST_CHECK enum ds_err ds_sched_push(struct ds_sched *s, const struct ds_sched_item *it);
 /* Next item to run, skipping (not removing) expired ones; false when none. */
 bool ds_sched_pop(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out);
+/* The same, among tiers HIGH..upto only (upto = DS_TIER_HIGH: a slot kept
+** for high-priority work); aging and fair shares apply within them. */
+bool ds_sched_pop_upto(struct ds_sched *s, uint64_t now_ns, enum ds_tier upto, struct ds_sched_item *out);
 /* One item whose deadline is <= now_ns, removed; false when none. */
 bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out);
 /* Remove the item with this id (cancellation); false when not queued. */

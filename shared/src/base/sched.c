@@ -140,12 +140,18 @@ static bool expired(const struct ds_sched_item *it, uint64_t now)
 
 bool ds_sched_pop(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out)
 {
+    return ds_sched_pop_upto(s, now_ns, DS_TIER_LOW, out);
+}
+
+bool ds_sched_pop_upto(struct ds_sched *s, uint64_t now_ns, enum ds_tier upto, struct ds_sched_item *out)
+{
+    int n_tiers = (int)DS_MIN((unsigned)upto + 1u, (unsigned)DS_TIER_COUNT);
     pthread_mutex_lock(&s->mu);
     int best = -1;
     uint32_t best_idx = 0;
     /* Aging first: the oldest live item that has waited past age_ms. */
     uint64_t oldest = UINT64_MAX;
-    for (int t = 0; s->opt.age_ms && t < DS_TIER_COUNT; t++)
+    for (int t = 0; s->opt.age_ms && t < n_tiers; t++)
         for (uint32_t i = 0; i < s->q[t].n; i++) {
             const struct ds_sched_item *it = at(&s->q[t], i);
             if (expired(it, now_ns)) continue;
@@ -159,7 +165,7 @@ bool ds_sched_pop(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out
     /* Otherwise stride scheduling over tiers with a live item. */
     if (best < 0) {
         uint64_t min_pass = UINT64_MAX;
-        for (int t = 0; t < DS_TIER_COUNT; t++)
+        for (int t = 0; t < n_tiers; t++)
             for (uint32_t i = 0; i < s->q[t].n; i++) {
                 if (expired(at(&s->q[t], i), now_ns)) continue;
                 if (s->pass[t] < min_pass) {

@@ -333,7 +333,12 @@ enum ds_err ds_node_run(struct ds_node *a)
         node__rollout_tick(a, now);
         for (unsigned i = 0; a->role->exts[i]; i++)
             if (a->ext_on[i] && a->role->exts[i]->tick) a->role->exts[i]->tick(a, a->ext_state[i], now);
-        while (a->n_active - a->n_mirrors < a->cfg->max_active && ds_sched_pop(a->sched, now, &it)) {
+        /* Up to max_active sequences; the last reserve_high of them only for
+        ** high-priority work, so a flood of long low streams never makes a
+        ** high request wait for one of them to end. */
+        for (unsigned run; (run = a->n_active - a->n_mirrors) < a->cfg->max_active;) {
+            bool open = run + a->cfg->reserve_high < a->cfg->max_active;
+            if (!ds_sched_pop_upto(a->sched, now, open ? DS_TIER_LOW : DS_TIER_HIGH, &it)) break;
             admit(a, it.user);
         }
         /* Tokens per second of the whole loop (sampling and publishing
@@ -403,6 +408,8 @@ void ds_node_destroy(struct ds_node *a)
         for (unsigned k = 0; k < a->models[i].n_vers; k++) node__version_free(a->models[i].vers[k]);
     for (unsigned i = 0; i < a->n_cancels; i++) free(a->cancels[i]);
     pthread_mutex_destroy(&a->cancel_mu);
+    pthread_mutex_destroy(&a->quota.mu);
+    free(a->quota.c);
     ds_metrics_cleanup(&a->metrics);
     free(a->active);
     free(a);
@@ -420,6 +427,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     DS_ASSERT(ext_count(a) <= NODE_MAX_EXTS);     /* a main.c's table, not input */
     a->start_ns = ds_now_ns();
     pthread_mutex_init(&a->cancel_mu, NULL);
+    pthread_mutex_init(&a->quota.mu, NULL);
     if (ds_metrics_init(&a->metrics, a->start_ns) != DS_OK) {
         free(a);
         return DS_ERR_NOMEM;

@@ -40,6 +40,7 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
 void node__req_free(struct node_req *r)
 {
     if (!r) return;
+    node__quota_give(r);
     node__rollout_release(r);
     if (r->owner && r->owner->req_free) r->owner->req_free(r);
     ds_seq_destroy(r->seq);

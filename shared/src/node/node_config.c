@@ -36,7 +36,9 @@ static const struct ds_cfg_key node_keys[] = {
     { "sched", "queue_normal", DS_CFG_U32, O(queue_cap[DS_TIER_NORMAL]), "256", 1, 65536, 0, "queued normal requests" },
     { "sched", "queue_low", DS_CFG_U32, O(queue_cap[DS_TIER_LOW]), "256", 1, 65536, 0, "queued low requests" },
     { "sched", "age_ms", DS_CFG_U32, O(age_ms), "2000", 0, 3600000, 0, "a request waiting this long goes first (0 = off)" },
+    { "sched", "client_max", DS_CFG_U32, O(client_max), "64", 0, 65536, DS_CFG_RELOADABLE, "requests one client may have queued or running here; more are 'overloaded' (0 = no cap)" },
     { "batch", "max_active", DS_CFG_U32, O(max_active), "16", 1, 256, 0, "sequences decoded together" },
+    { "batch", "reserve_high", DS_CFG_U32, O(reserve_high), "1", 0, 255, 0, "of max_active, slots kept for high-priority requests (normal and low never take them); default 0 when max_active < 8" },
     { "batch", "prefill_chunk", DS_CFG_U32, O(prefill_chunk), "32", 1, 1024, 0, "prompt tokens per step, so streams keep flowing" },
     { "telemetry", "interval_s", DS_CFG_U32, O(telemetry_s), "5", 1, 3600, DS_CFG_RELOADABLE, "telemetry period" },
     { "limits", "max_payload", DS_CFG_U32, O(max_payload), "65536", 256, 16777216, 0, "largest request, bytes" },
@@ -265,11 +267,22 @@ static enum ds_err resolve_paths(struct ds_node_config *c, const char *path)
     return rc;
 }
 
+/* The line key section.name was set on; 0 when it was not. */
+static int key_line(const struct ds_node_config *c, const char *section, const char *name)
+{
+    for (size_t i = 0; i < DS_ARRAY_LEN(node_keys); i++)
+        if (!strcmp(node_keys[i].section, section) && !strcmp(node_keys[i].name, name)) return c->key_lines[i];
+    return 0;
+}
+
 enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload)
 {
     if (!reload) {
         struct ds_cfg_spec sp = spec_for(c);
         enum ds_err rc = ds_cfg_load(&sp, c, path, false);
+        /* A slot kept for high work costs a small node a large share of its
+        ** slots: by default only nodes of 8 or more keep one. */
+        if (!key_line(c, "batch", "reserve_high") && c->max_active < 8) c->reserve_high = 0;
         free(c->file);
         c->file = strdup(path);
         if (rc != DS_ERR_NOT_FOUND && rc != DS_ERR_IO && resolve_paths(c, path) != DS_OK && rc == DS_OK)
@@ -287,6 +300,7 @@ enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool
         c->log_level = tmp.log_level;
         tmp.log_level = lvl;
         c->telemetry_s = tmp.telemetry_s;
+        c->client_max = tmp.client_max;
         c->ro_p99_ms = tmp.ro_p99_ms;
         c->ro_error_rate = tmp.ro_error_rate;
         c->ro_window_s = tmp.ro_window_s;
@@ -389,6 +403,9 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
             BAD(AT(c->node_sec && *c->node_sec ? "keys" : "models", c->node_sec && *c->node_sec ? "node_sec" : "dir", 0),
                 "fetching models needs all of [registry] path, [keys] signer_pub, [keys] node_sec and [models] dir");
     }
+    if (c->reserve_high >= c->max_active)
+        BAD(AT("batch", "reserve_high", 0), "[batch] reserve_high = %u leaves no slot of max_active = %u to "
+            "normal and low requests: make it smaller than max_active", c->reserve_high, c->max_active);
     if (c->publish_dirs && *c->publish_dirs && !(c->signer_pub && *c->signer_pub))
         BAD(AT("publish", "dirs", 0), "[publish] dirs needs [keys] signer_pub (the key the bundles are checked with)");
     for (unsigned i = 0; i < c->n_models; i++) {

@@ -186,6 +186,13 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
         return true;
     }
+    if (!node__quota_take(a, r)) {
+        char why[160];
+        snprintf(why, sizeof why, "this client has %u requests queued or running here ([sched] client_max): wait "
+                 "for their answers before sending more", a->cfg->client_max);
+        node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, why);
+        return true;
+    }
     r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
     r->key = atomic_fetch_add(&a->next_key, 1);
     atomic_fetch_add(&a->n_taken, 1);
@@ -198,6 +205,63 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     if (may_go && node__offer(a, r, NODE_TAKE_QUEUE_FULL)) return true;
     node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
     return true;
+}
+
+/* ---- per-client quota ---- */
+
+static uint64_t client_key(const char *reply)
+{
+    static const char secured[] = "dspark/v1/reply/";
+    size_t n = strlen(reply);
+    if (!strncmp(reply, secured, sizeof secured - 1)) {
+        const char *slash = strchr(reply + sizeof secured - 1, '/');
+        if (slash) n = (size_t)(slash - reply);
+    }
+    uint64_t h = 1469598103934665603ull;                  /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)reply[i]) * 1099511628211ull;
+    return h;
+}
+
+bool node__quota_take(struct ds_node *a, struct node_req *r)
+{
+    uint32_t max = a->cfg->client_max;
+    if (!max) return true;
+    struct node_quota *q = &a->quota;
+    /* A center's requests come from edges (relay topics): the device is the
+    ** request's client, which the edge fills in. */
+    bool relayed = !strncmp(r->reply, "dspark/v1/relay/", 16) && r->req.client;
+    uint64_t key = client_key(relayed ? r->req.client : r->reply);
+    bool ok = true;
+    pthread_mutex_lock(&q->mu);
+    unsigned i = 0;
+    while (i < q->n && q->c[i].key != key) i++;
+    if (i == q->n) {
+        if (q->n == q->cap) {
+            unsigned cap = q->cap ? 2 * q->cap : 64;
+            struct node_client *c = realloc(q->c, cap * sizeof *c);
+            if (c) q->c = c, q->cap = cap;
+        }
+        if (q->n < q->cap) q->c[q->n++] = (struct node_client){ key, 0 };
+        else ok = false;                                     /* out of memory: refuse rather than lose count */
+    }
+    if (ok && (ok = q->c[i].n < max)) q->c[i].n++;
+    pthread_mutex_unlock(&q->mu);
+    if (ok) r->quota = q, r->client = key;
+    return ok;
+}
+
+void node__quota_give(struct node_req *r)
+{
+    struct node_quota *q = r->quota;
+    if (!q) return;
+    r->quota = NULL;
+    pthread_mutex_lock(&q->mu);
+    for (unsigned i = 0; i < q->n; i++)
+        if (q->c[i].key == r->client) {
+            if (--q->c[i].n == 0) q->c[i] = q->c[--q->n];
+            break;
+        }
+    pthread_mutex_unlock(&q->mu);
 }
 
 bool node__enqueue(struct ds_node *a, struct node_req *r)

@@ -19,6 +19,13 @@ void node__on_message(void *ud, const struct ds_mqtt_msg *msg);
 void node__intake_listen(struct ds_node *a);
 /* Whether r was cancelled by its sender (and forget that cancel). */
 bool node__take_cancel(struct ds_node *a, const struct node_req *r);
+/* The client a response topic stands for: dspark/v1/reply/<id>/... is <id>'s
+** (the secured scheme: the ACL lets only <id> read there), any other topic
+** its own client; a request relayed by an edge is its "client" field's (the
+** device, as the edge names it). Count r against it, or false when it holds client_max
+** already; node__req_free gives the count back. */
+bool node__quota_take(struct ds_node *a, struct node_req *r);
+void node__quota_give(struct node_req *r);
 /* Offer r to the role's take hooks in order; true when one took it. */
 bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 

@@ -101,6 +101,16 @@ struct node_cancel {
     char owner[128];
 };
 
+/* Requests each client has queued or running here ([sched] client_max):
+** one entry per client with at least one (so never more entries than
+** requests held), behind its own lock: taken on Paho's thread, given back
+** wherever a request is freed. */
+struct node_quota {
+    pthread_mutex_t mu;
+    struct node_client { uint64_t key; uint32_t n; } *c;
+    unsigned        n, cap;
+};
+
 /* A message handler: true when the message was its (node_intake.c walks the
 ** routes in order and stops there). Paho's thread. */
 typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
@@ -148,6 +158,8 @@ struct node_req {
     ** decodes r (the batched step skips it). Freed by owner->req_free. */
     const struct node_ext *owner;
     void                *role;
+    struct node_quota   *quota;         /* counted against its client there (NULL: not counted) */
+    uint64_t             client;        /* node__client_key of its response topic */
 };
 
 struct ds_node {
@@ -163,6 +175,7 @@ struct ds_node {
     atomic_bool          stop, reload, draining;
     struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
     unsigned             n_active, n_mirrors;
+    struct node_quota    quota;         /* per-client count of requests held ([sched] client_max) */
     pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
     struct node_cancel  *cancels[MAX_CANCELS];
     unsigned             n_cancels;
