@@ -70,7 +70,6 @@ static char *nth_msg(const char *corr, int from, int ms, int *at)
 
 static int count_answers(const char *corr) { return it_inbox_count_answers(g.in, corr); }
 static char *streamed(const char *corr) { return it_inbox_streamed(g.in, corr, NULL); }
-static bool seen(const char *needle, int ms) { return it_inbox_seen(g.in, needle, ms); }
 
 static void publish(struct ds_mqtt *c, const char *topic, const char *reply, const char *corr, const char *json)
 {
@@ -107,9 +106,12 @@ static pid_t start_center(int i)
     snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = 16\n"
              "[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
              name, tb_broker_uri(g.center_b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
+    int from = it_inbox_len(g.in);               /* a restart: not the status of the one before */
     pid_t pid = spawn_node("center-node/dspark-center", name, conf);
     snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
-    assert_true(seen(want, 20000));              /* its status crossed the bridge */
+    char *st = it_inbox_find(g.in, &(struct it_match){ .needle = want }, from, 20000, NULL, NULL);
+    assert_non_null(st);                         /* its status crossed the bridge */
+    free(st);
     return pid;
 }
 

@@ -36,7 +36,7 @@ static const struct ds_cfg_key node_keys[] = {
     { "sched", "queue_normal", DS_CFG_U32, O(queue_cap[DS_TIER_NORMAL]), "256", 1, 65536, 0, "queued normal requests" },
     { "sched", "queue_low", DS_CFG_U32, O(queue_cap[DS_TIER_LOW]), "256", 1, 65536, 0, "queued low requests" },
     { "sched", "age_ms", DS_CFG_U32, O(age_ms), "2000", 0, 3600000, 0, "a request waiting this long goes first (0 = off)" },
-    { "sched", "client_max", DS_CFG_U32, O(client_max), "64", 0, 65536, DS_CFG_RELOADABLE, "requests one client may have queued or running here; more are 'overloaded' (0 = no cap)" },
+    { "sched", "client_max", DS_CFG_U32, O(client_max), "128", 0, 65536, DS_CFG_RELOADABLE, "requests one client may have queued or running here; more are 'overloaded' (0 = no cap)" },
     { "batch", "max_active", DS_CFG_U32, O(max_active), "16", 1, 256, 0, "sequences decoded together" },
     { "batch", "reserve_high", DS_CFG_U32, O(reserve_high), "1", 0, 255, 0, "of max_active, slots kept for high-priority requests (normal and low never take them); default 0 when max_active < 8" },
     { "batch", "prefill_chunk", DS_CFG_U32, O(prefill_chunk), "32", 1, 1024, 0, "prompt tokens per step, so streams keep flowing" },

@@ -135,13 +135,8 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
     }
     ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(cfg.log_level));
     ds_log_set_format((enum ds_log_format)ds_log_format_parse(cfg.log_format), bin, cfg.node);
-    if (role->gpu_module) {
-        char desc[PATH_MAX + 200];
-        enum node_gpu g = node__gpu_load(role->gpu_module, desc, sizeof desc);
-        DS_LOG(g == NODE_GPU_FAILED ? DS_LOG_WARN : DS_LOG_INFO, "%s%s", desc,
-               g == NODE_GPU_FAILED ? "; FP32 on the CPU" : "");
-    }
-
+    /* Signals first: a SIGTERM while the GPU module or the models load is a
+    ** drain once they are loaded, not a death by the default action. */
     if (pipe(g_sig_pipe) != 0) {
         fprintf(stderr, "%s: pipe: %s\n", bin, strerror(errno));
         status = 1;
@@ -156,6 +151,13 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    if (role->gpu_module) {
+        char desc[PATH_MAX + 200];
+        enum node_gpu g = node__gpu_load(role->gpu_module, desc, sizeof desc);
+        DS_LOG(g == NODE_GPU_FAILED ? DS_LOG_WARN : DS_LOG_INFO, "%s%s", desc,
+               g == NODE_GPU_FAILED ? "; FP32 on the CPU" : "");
+    }
 
     struct ds_node *agent;
     if (ds_node_create(&cfg, path, role, &agent) != DS_OK) {
