@@ -302,7 +302,9 @@ enum ds_err ds_node_run(struct ds_node *a)
     node_notify_init(&nfy);
     bool ready = false;
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
+    node__health_start(a);
     for (;;) {
+        atomic_store(&a->beat_ns, ds_now_ns());     /* the health thread's stall check */
         if (!ready) {
             struct ds_mqtt_stats ms;
             ds_mqtt_stats(a->mqtt, &ms);
@@ -362,6 +364,7 @@ enum ds_err ds_node_run(struct ds_node *a)
         if (a->n_active == 0) ds_sched_wait(a->sched, 100);
         else role_idle(a);
     }
+    node__health_stop(a);               /* the loop stops turning from here on */
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);
     if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
@@ -389,6 +392,7 @@ void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
     node__fetch_stop(a);                /* its thread publishes fetch requests */
+    node__health_destroy(a);            /* its thread publishes alerts */
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
     node__fetch_destroy(a);
     struct ds_sched_item it;
@@ -444,6 +448,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
+    if ((rc = node__health_create(a)) != DS_OK) goto fail;
     for (unsigned i = 0; i < ext_count(a); i++)     /* in the role's order: later ones may look up earlier ones */
         if (!role->exts[i]->create) {
             a->ext_on[i] = true;                    /* no state, always on */

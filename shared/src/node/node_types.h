@@ -178,6 +178,9 @@ struct ds_node {
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     struct node_rollout *ro;             /* control queue, registry, events */
     struct node_fetch   *fetch;          /* model distribution; NULL when not configured */
+    struct node_health  *health;         /* checks and alerts (node_health.c) */
+    atomic_uint_fast64_t beat_ns;        /* the loop's last turn (ds_now_ns); 0 before the first */
+    void               (*on_fatal)(int status);   /* the daemon's exit after a failed check; NULL = stop */
 };
 
 #endif
