@@ -10,6 +10,12 @@
 **              in the header, q quits.
 **   exporter   `dspark exporter`: promtool check metrics passes, and the
 **              request-duration histogram counts equal the requests answered.
+** In every mode a third edge, edge-alert, is started wedged (the test hook
+** DSPARK_DEBUG_WEDGE=1, [health] stall_s = 2): it raises engine_stalled on
+** dspark/v1/alert/edge-alert and exits 70, and the tool must show that alert
+** (dashboard: a badge in its row and the open-alert count; top: the ALERT
+** column and line; exporter: dspark_alert{...,check="engine_stalled"} 1 and
+** 0 for the healthy nodes), and the nodes' KV cache use from telemetry.
 ** A missing tool (chromium, node, tmux, promtool) fails the test: CI must
 ** install it (deploy/install-deps.sh). Everything waits for events.
 ** The dashboard mode also checks that `dspark dashboard` serves the page's
@@ -105,7 +111,8 @@ static void start_fleet(void)
     if (tb_broker_start(&bo, &g.b) != DS_OK) FAIL("mosquitto with a websockets listener did not start");
     g.dir = tu_tmpdir();
     g.dev = it_device(tb_broker_uri(g.b), "dev-ops", g.in,
-                      (const char *const[]){ "test/reply/ops", "dspark/v1/status/+", "dspark/v1/telemetry/+", NULL });
+                      (const char *const[]){ "test/reply/ops", "dspark/v1/status/+", "dspark/v1/telemetry/+",
+                                             "dspark/v1/alert/+", NULL });
     if (!g.dev) FAIL("device client");
     char conf[2048];
     snprintf(conf, sizeof conf,
@@ -121,6 +128,50 @@ static void start_fleet(void)
     if (g.center <= 0 || g.edge <= 0) FAIL("spawn");
     if (!it_inbox_seen(g.in, "\"node\":\"center-ops\",\"state\":\"online\"", 30000)) FAIL("center not online");
     if (!it_inbox_seen(g.in, "\"node\":\"edge-ops\",\"state\":\"online\"", 30000)) FAIL("edge not online");
+}
+
+extern char **environ;
+
+/* A real node raises a real alert: edge-alert, wedged by the test hook after
+** READY, publishes engine_stalled and exits with status 70. */
+static void raise_alert(void)
+{
+    char cfg[4300], log[4300], conf[2048];
+    snprintf(cfg, sizeof cfg, "%s/edge-alert.ini", g.dir);
+    snprintf(log, sizeof log, "%s/edge-alert.log", g.dir);
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-alert\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[health]\nstall_s = 2\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 256\n",
+             tb_broker_uri(g.b), tu_model("stories260K.gguf"));
+    FILE *f = fopen(cfg, "w");
+    if (!f) FAIL("%s", cfg);
+    fputs(conf, f);
+    fclose(f);
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **envp = calloc(n + 2, sizeof *envp);
+    if (!envp) FAIL("calloc");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "DSPARK_DEBUG_WEDGE=", 19) && strncmp(environ[i], "NOTIFY_SOCKET=", 14)) envp[k++] = environ[i];
+    envp[k++] = "DSPARK_DEBUG_WEDGE=1";
+    pid_t pid = it_spawn_cfg("edge-agent/dspark-edge", cfg, log, 0, envp);
+    free(envp);
+    if (pid <= 0) FAIL("spawn edge-alert");
+    struct it_match m = { .topic_prefix = "dspark/v1/alert/edge-alert", .needle = "\"check\":\"engine_stalled\"",
+                          .needle2 = "\"state\":\"raised\"" };
+    char *a = it_inbox_find(g.in, &m, 0, 60000, NULL, NULL);
+    int st = -1;
+    for (int t = 0; t < 3000; t++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) break;
+        st = -1;
+        usleep(10000);
+    }
+    if (st == -1) it_stop(pid, SIGKILL, 0);
+    if (!a) FAIL("edge-alert raised no alert");
+    fprintf(stderr, "edge-alert: %s\n", a);
+    free(a);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 70) FAIL("edge-alert: exit status %d, want 70", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* N_REQ requests, every other one routed to the center; all answered. */
@@ -251,6 +302,7 @@ static int test_dashboard(void)
     start_fleet();
     check_dashboard_server();
     serve_requests();
+    raise_alert();
     char cmd[4096], expect[1200];
     snprintf(expect, sizeof expect, "%s/expect.json", g.out);
     unlink(expect);
@@ -322,6 +374,7 @@ static int test_top(void)
     need_tool("tmux");
     start_fleet();
     serve_requests();
+    raise_alert();
     free(telemetry_of("edge-ops", "\"window\":{\"s\":60", 20000));
     snprintf(g.tmux, sizeof g.tmux, "dstop%d", (int)getpid());
     char cmd[2048];
@@ -332,6 +385,9 @@ static int test_top(void)
     if (st != 0) FAIL("tmux new-session");
     if (!pane_has("edge-ops", "center-ops", 20000)) FAIL("top does not list both nodes");
     if (!pane_has("sort: name", NULL, 5000)) FAIL("top header");
+    if (!pane_has("ALERT edge-alert engine_stalled: the engine loop has not turned", "(1 alert)", 20000))
+        FAIL("top does not show edge-alert's alert");
+    if (!pane_has("KV%", "SPEC%", 5000)) FAIL("top has no KV and speculation columns");
     // Rates arrive with the next telemetry: wait for a non-zero total p99 column.
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s p", g.tmux);
     free(tu_run(cmd, &st));
@@ -366,6 +422,7 @@ static int test_exporter(void)
     need_tool("curl");
     start_fleet();
     serve_requests();
+    raise_alert();
     char path[1200], cmd[4096];
     snprintf(path, sizeof path, "%s/exporter.out", g.out);
     uint16_t port = free_port();
@@ -411,7 +468,11 @@ static int test_exporter(void)
     char *m = tu_read_file(metrics, &len);
     if (!m || !strstr(m, "dspark_request_duration_seconds_bucket{node=\"edge-ops\",role=\"edge\",le=\"0.001\"}")
         || !strstr(m, "dspark_node_up{node=\"center-ops\",role=\"center\"} 1")
-        || !strstr(m, "dspark_model_info{node=\"edge-ops\""))
+        || !strstr(m, "dspark_model_info{node=\"edge-ops\"")
+        || !strstr(m, "dspark_alert{node=\"edge-alert\",role=\"edge\",check=\"engine_stalled\"} 1")
+        || !strstr(m, "dspark_alert{node=\"edge-ops\",role=\"edge\",check=\"engine_stalled\"} 0")
+        || !strstr(m, "dspark_alert{node=\"center-ops\",role=\"center\",check=\"registry_unwritable\"} 0")
+        || !strstr(m, "dspark_kv_capacity_blocks{node=\"edge-ops\",role=\"edge\"}"))
         FAIL("expected series missing:\n%s", m ? m : "");
     free(m);
     return 0;

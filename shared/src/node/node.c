@@ -225,6 +225,42 @@ static void cancel_running(struct ds_node *a)
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
 
+/* KV pool use of every loaded engine, and speculation where the node
+** speculates (schemas/telemetry.schema.json: kv, spec). */
+static void telemetry_kv_spec(struct ds_node *a, cJSON *obj)
+{
+    uint64_t used = 0, total = 0;
+    bool speculates = a->cfg->speculate && a->cfg->role == DS_MSG_ROLE_EDGE;
+    for (unsigned i = 0; i < a->n_models; i++)
+        for (unsigned k = 0; k < a->models[i].n_vers; k++) {
+            const struct node_version *v = a->models[i].vers[k];
+            const struct ds_engine *engs[2] = { v->eng, v->draft_eng };
+            for (int e = 0; e < 2; e++) {
+                if (!engs[e]) continue;
+                uint32_t f = 0, t = 0;
+                ds_engine_kv_usage(engs[e], &f, &t);
+                used += t >= f ? t - f : 0;
+                total += t;
+            }
+            speculates |= v->spec != NULL;
+        }
+    cJSON *kv = cJSON_AddObjectToObject(obj, "kv");
+    if (kv) {
+        cJSON_AddNumberToObject(kv, "used_blocks", (double)used);
+        cJSON_AddNumberToObject(kv, "total_blocks", (double)total);
+        cJSON_AddNumberToObject(kv, "used_ratio", total ? (double)used / (double)total : 0.0);
+    }
+    uint64_t rounds = atomic_load(&a->spec_rounds), drafted = atomic_load(&a->spec_drafted),
+             accepted = atomic_load(&a->spec_accepted);
+    if (!speculates && !rounds) return;
+    cJSON *sp = cJSON_AddObjectToObject(obj, "spec");
+    if (!sp) return;
+    cJSON_AddNumberToObject(sp, "rounds", (double)rounds);
+    cJSON_AddNumberToObject(sp, "proposed", (double)drafted);
+    cJSON_AddNumberToObject(sp, "accepted", (double)accepted);
+    cJSON_AddNumberToObject(sp, "acceptance", drafted ? (double)accepted / (double)drafted : 0.0);
+}
+
 static void publish_telemetry(struct ds_node *a)
 {
     struct ds_metrics_snap s;
@@ -265,6 +301,7 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
     }
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
+    telemetry_kv_spec(a, obj);
     node__rollout_telemetry(a, obj);
     if (a->fetch) node__fetch_telemetry(a, obj);
     for (unsigned i = 0; a->role->exts[i]; i++)
