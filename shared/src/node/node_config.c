@@ -72,7 +72,7 @@ static const struct ds_cfg_key node_keys[] = {
     { "health", "broker_timeout_s", DS_CFG_U32, O(health_broker_s), "300", 0, 86400, 0, "broker unreachable this long: exit 69 for a restart; the alert goes out once connected again (0 = off)" },
     { "health", "registry_check_s", DS_CFG_U32, O(health_registry_s), "60", 0, 86400, 0, "write-probe the registry this often; a failed write alerts, then exit 74 (0 = off)" },
     { "health", "clear_s", DS_CFG_U32, O(health_clear_s), "10", 1, 3600, 0, "a restarted node clears the alert that stopped it after serving this long" },
-    { "health", "state_file", DS_CFG_STR, O(health_state_file), NULL, 0, 0, 0, "where a raised alert waits across the restart (default $RUNTIME_DIRECTORY/alert.json; none without either)" },
+    { "health", "state_file", DS_CFG_STR, O(health_state_file), NULL, 0, 0, 0, "where a raised alert waits across the restart (default $STATE_DIRECTORY/alert-NAME.json under systemd; none without either)" },
 };
 #undef O
 
