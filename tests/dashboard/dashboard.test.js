@@ -9,7 +9,8 @@
 //   PASS             the center shown offline, the fleet p99 then the edge's
 //                    own (merged buckets); edge-alert (wedged by the test,
 //                    gone) shown with its engine_stalled badge and counted
-//                    as the one open alert; KV use shown; screenshot saved
+//                    as the one open alert; KV use and the edge's speculation
+//                    acceptance shown; screenshot saved
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -101,6 +102,11 @@ async function waitFile(p, ms) {
     const kv = await page.$eval('#nodes tr[data-node="edge-ops"] .kv', (e) => e.textContent);
     if (!/^\d+\/\d+ \(\d+ %\)$/.test(kv)) throw new Error('edge-ops KV use not shown: ' + kv);
     log('KV edge-ops', kv);
+    const spec = await page.$eval('#nodes tr[data-node="edge-ops"] .spec', (e) => e.textContent);
+    if (!/^\d+(\.\d)? %$/.test(spec)) throw new Error('edge-ops speculation acceptance not shown: ' + spec);
+    const kspec = await page.$eval('#k-spec', (e) => e.textContent);
+    if (!/\d/.test(kspec)) throw new Error('no fleet speculation acceptance: ' + kspec);
+    log('spec accept edge-ops', spec, '; fleet', kspec);
     const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
     if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
     await page.screenshot({ path: path.join(out, 'dashboard.png') });

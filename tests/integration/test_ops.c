@@ -42,6 +42,7 @@
 #include "support/testutil.h"
 
 #define N_REQ 12
+#define N_ANSWERED (N_REQ + 1)     /* and one alone on the edge: speculative throughout */
 #define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); cleanup(); exit(1); } while (0)
 
 static struct {
@@ -122,7 +123,7 @@ static void start_fleet(void)
     g.center = it_spawn(g.dir, "center-node/dspark-center", "center-ops", conf, 0);
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-ops\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[batch]\nmax_active = 2\n"
-             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\ndraft = int8\nspec_k = 4\n",
              tb_broker_uri(g.b), tu_model("stories260K.gguf"));
     g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-ops", conf, 0);
     if (g.center <= 0 || g.edge <= 0) FAIL("spawn");
@@ -192,6 +193,26 @@ static void serve_requests(void)
         if (!a || !strstr(a, "\"done\":true")) FAIL("request %s: %s", id, a ? a : "no answer");
         free(a);
     }
+    /* One request alone on the edge (its model has an INT8 draft): decoded
+    ** speculatively, so the edge's telemetry reports speculation. */
+    const char *one = "{\"id\":\"ops-spec\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,"
+                      "\"route\":\"edge\"}";
+    struct ds_mqtt_props p = { "test/reply/ops", "ops-spec", 8, 0 };
+    if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", one, strlen(one), 1, false, &p) != DS_OK) FAIL("publish");
+    char *a = it_inbox_answer(g.in, "ops-spec", 60000, NULL);
+    if (!a || !strstr(a, "\"drafted\"")) FAIL("ops-spec not decoded speculatively: %s", a ? a : "no answer");
+    free(a);
+    /* The next telemetry from the edge was snapshotted after that final. */
+    struct it_match tm = { .topic_prefix = "dspark/v1/telemetry/edge-ops" };
+    char *t = it_inbox_find(g.in, &tm, it_inbox_len(g.in), 20000, NULL, NULL);
+    if (!t || it_json_num(t, "spec", "proposed") <= 0 || !(it_json_num(t, "spec", "acceptance") > 0) ||
+        it_json_num(t, "kv", "total_blocks") <= 0)
+        FAIL("edge-ops telemetry without speculation or KV figures: %s", t ? t : "none");
+    if (it_validate(g.dir, "telemetry", t) == IT_INVALID) FAIL("telemetry does not match its schema: %s", t);
+    fprintf(stderr, "edge-ops: spec proposed %g accepted %g acceptance %g; kv %g/%g blocks\n",
+            it_json_num(t, "spec", "proposed"), it_json_num(t, "spec", "accepted"), it_json_num(t, "spec", "acceptance"),
+            it_json_num(t, "kv", "used_blocks"), it_json_num(t, "kv", "total_blocks"));
+    free(t);
 }
 
 static void out_dir(const char *mode)
@@ -391,6 +412,16 @@ static int test_top(void)
         FAIL("top does not show edge-alert's alert:\n%s", c ? c : "");
     }
     if (!pane_has("KV%", "SPEC%", 5000)) FAIL("top has no KV and speculation columns");
+    {
+        /* edge-ops's KV% and SPEC% (the 11th and 12th columns) are figures. */
+        char *c = capture(), kv[16] = "", sp[16] = "";
+        const char *row = c ? strstr(c, "\nedge-ops ") : NULL;
+        if (row) sscanf(row + 1, "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %15s %15s", kv, sp);
+        if (!row || !(kv[0] >= '0' && kv[0] <= '9') || !(sp[0] >= '0' && sp[0] <= '9'))
+            FAIL("edge-ops KV%% '%s', SPEC%% '%s' in:\n%s", kv, sp, c ? c : "");
+        fprintf(stderr, "top: edge-ops KV%% %s, SPEC%% %s\n", kv, sp);
+        free(c);
+    }
     // Rates arrive with the next telemetry: wait for a non-zero total p99 column.
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s p", g.tmux);
     free(tu_run(cmd, &st));
@@ -445,7 +476,7 @@ static int test_exporter(void)
     char metrics[1200];
     snprintf(metrics, sizeof metrics, "%s/metrics.txt", g.out);
     double total = -1;
-    for (int t = 0; t < 300 && total != N_REQ; t++) {
+    for (int t = 0; t < 300 && total != N_ANSWERED; t++) {
         snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics -o '%s'", port, metrics);
         int st;
         free(tu_run(cmd, &st));
@@ -457,9 +488,9 @@ static int test_exporter(void)
             total += sp ? strtod(sp + 1, NULL) : 0;
         }
         free(m);
-        if (total != N_REQ) usleep(100000);
+        if (total != N_ANSWERED) usleep(100000);
     }
-    if (total != N_REQ) FAIL("histogram counts %g, want %d", total, N_REQ);
+    if (total != N_ANSWERED) FAIL("histogram counts %g, want %d", total, N_ANSWERED);
     snprintf(cmd, sizeof cmd, "promtool check metrics < '%s' 2>&1", metrics);
     int st;
     char *o = tu_run(cmd, &st);
@@ -475,8 +506,12 @@ static int test_exporter(void)
         || !strstr(m, "dspark_alert{node=\"edge-alert\",role=\"edge\",check=\"engine_stalled\"} 1")
         || !strstr(m, "dspark_alert{node=\"edge-ops\",role=\"edge\",check=\"engine_stalled\"} 0")
         || !strstr(m, "dspark_alert{node=\"center-ops\",role=\"center\",check=\"registry_unwritable\"} 0")
-        || !strstr(m, "dspark_kv_capacity_blocks{node=\"edge-ops\",role=\"edge\"}"))
+        || !strstr(m, "dspark_kv_capacity_blocks{node=\"edge-ops\",role=\"edge\"}")
+        || !strstr(m, "dspark_spec_proposed_total{node=\"edge-ops\",role=\"edge\"}"))
         FAIL("expected series missing:\n%s", m ? m : "");
+    const char *acc = strstr(m, "dspark_spec_acceptance_ratio{node=\"edge-ops\",role=\"edge\"} ");
+    double acceptance = acc ? strtod(strchr(acc, '}') + 2, NULL) : -1;
+    if (!(acceptance > 0 && acceptance <= 1)) FAIL("dspark_spec_acceptance_ratio of edge-ops: %g", acceptance);
     free(m);
     return 0;
 }
