@@ -4,7 +4,8 @@
  *
  * Connects to the broker over MQTT over WebSockets with mqtt.js (the vendored
  * vendor/mqtt.min.js, global `mqtt`) and only subscribes: retained status and
- * telemetry of every node, rollout events and alerts. It never publishes.
+ * telemetry of every node, rollout events and alerts (dspark/v1/alert/<node>:
+ * a badge per node while its latest alert is raised). It never publishes.
  *
  * Fleet percentiles are computed by merging the nodes' "window" histograms
  * (the same fine bucket layout on every node, see ds/metrics.h): counts of
@@ -182,7 +183,7 @@ function drawFleetCharts() {
 function nodeOf(name) {
   let n = nodes.get(name);
   if (!n) {
-    n = { name, role: '', state: '', seen: 0, tel: null, series: newSeries() };
+    n = { name, role: '', state: '', seen: 0, tel: null, series: newSeries(), alerts: {} };
     nodes.set(name, n);
   }
   return n;
@@ -230,11 +231,25 @@ function onMessage(topic, payload) {
   } else if (kind === 'rollout') {
     addRollout(j.node || name, j);
   } else if (kind === 'alert') {
-    addEvent(`${new Date().toISOString().slice(11, 19)} alert ${name}: ${j.message || JSON.stringify(j)}`, true);
+    // schemas/alert.schema.json; only an alert about the node its topic names counts.
+    if (j.node !== name || typeof j.check !== 'string' || (j.state !== 'raised' && j.state !== 'cleared')) return;
+    const n = nodeOf(name);
+    n.role = n.role || j.role;
+    n.alerts[j.check] = { state: j.state, message: String(j.message || ''), ts: j.ts };
+    const key = [name, j.ts, j.state, j.check].join('|');
+    if (seenEvents.has(key)) return;
+    seenEvents.add(key);
+    const t = j.ts ? new Date(j.ts).toISOString().slice(11, 19) : '';
+    addEvent(`${t} alert ${name} ${j.check} ${j.state}: ${j.message || ''}`, j.state === 'raised');
   }
 }
 
 /* ---- rendering, once a second ---- */
+
+/* The checks whose latest alert message says raised. */
+function openAlerts(n) {
+  return Object.keys(n.alerts).filter((c) => n.alerts[c].state === 'raised').sort();
+}
 
 function isUp(n) { return n.state !== 'offline'; }
 
@@ -285,6 +300,10 @@ function render() {
   document.getElementById('k-p99').textContent = p99 == null ? '-' : fmt(p99) + ' ms';
   document.getElementById('k-ovf').textContent = ovfDen ? fmt(100 * ovfNum / ovfDen, 1) + ' %' : '-';
   document.getElementById('k-spec').textContent = specN ? fmt(100 * specA / specN, 1) + ' %' : '-';
+  const open = all.reduce((c, n) => c + openAlerts(n).length, 0);
+  const ka = document.getElementById('k-alerts');
+  ka.textContent = String(open);
+  ka.dataset.open = String(open);
   drawFleetCharts();
 
   const tb = document.querySelector('#nodes tbody');
@@ -302,10 +321,14 @@ function render() {
       if (c) errTotals.get(code).push([n.name, c]);
     }
     const kvUsed = num(t, 'kv.used_blocks'), kvTotal = num(t, 'kv.total_blocks');
+    const alerts = openAlerts(n);
+    const badges = el('td', { class: 'alert' }, ...alerts.map((c) =>
+      el('span', { class: 'badge', title: n.alerts[c].message }, c)));
+    if (!alerts.length) badges.textContent = '-';
     const spark = el('canvas');
     const tr = el('tr', { 'data-node': n.name, 'data-state': n.state || 'unknown', 'data-role': n.role },
       el('td', { class: 'name' }, n.name), el('td', { class: 'role' }, n.role || '?'),
-      el('td', { class: 'state' }, n.state || '?'), el('td', { class: 'seen' }, ago(n.seen)),
+      el('td', { class: 'state' }, n.state || '?'), badges, el('td', { class: 'seen' }, ago(n.seen)),
       el('td', { class: 'num req' }, isUp(n) ? fmt(num(t, 'rates.requests_per_s'), 2) : '-'),
       el('td', { class: 'num tok' }, isUp(n) ? fmt(num(t, 'rates.tokens_per_s'), 1) : '-'),
       el('td', { class: 'num queue' }, q),
@@ -313,13 +336,14 @@ function render() {
       el('td', { class: 'num lat-ttft' }, pcts(t, 'ttft_ms')),
       el('td', { class: 'num lat-total' }, pcts(t, 'total_ms')),
       el('td', { class: 'num errors' }, String(errs)),
-      el('td', { class: 'num kv' }, kvTotal ? `${kvUsed}/${kvTotal}` : '-'),
+      el('td', { class: 'num kv' }, kvTotal ? `${kvUsed}/${kvTotal} (${fmt(100 * kvUsed / kvTotal, 0)} %)` : '-'),
       el('td', { class: 'num ovf' }, n.role === 'edge' && num(t, 'rates.overflow_ratio') != null ? fmt(100 * num(t, 'rates.overflow_ratio'), 1) + ' %' : '-'),
       el('td', { class: 'num spec' }, num(t, 'spec.acceptance') != null ? fmt(100 * num(t, 'spec.acceptance'), 1) + ' %' : '-'),
       el('td', { class: 'spark' }, spark));
     const p99 = num(t, 'window.total_ms.p99') ?? num(t, 'latency_ms.p99');
     tr.setAttribute('data-p99', p99 == null ? '' : String(p99));
     tr.setAttribute('data-req', String(num(t, 'rates.requests_per_s') ?? ''));
+    tr.setAttribute('data-alert', alerts.join(' '));
     tb.append(tr);
     drawLines(spark, [{ data: n.series['total_ms.p99'], color: '#f85149' }]);
     for (const m of get(t, 'models') || []) {
@@ -359,7 +383,7 @@ function connect(url, user, password) {
   client = mqtt.connect(url, opts);
   client.on('connect', () => {
     setConn('connected', 'connected to ' + url);
-    client.subscribe(['dspark/v1/status/+', 'dspark/v1/telemetry/+', 'dspark/v1/rollout/+', 'dspark/v1/alert/#'], { qos: 0 });
+    client.subscribe(['dspark/v1/status/+', 'dspark/v1/telemetry/+', 'dspark/v1/rollout/+', 'dspark/v1/alert/+'], { qos: 0 });
   });
   client.on('message', onMessage);
   client.on('reconnect', () => setConn('connecting', 'reconnecting to ' + url));

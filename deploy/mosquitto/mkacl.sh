@@ -37,6 +37,7 @@ for pair in "$@"; do
         echo "topic write $P/status/$n"
         echo "topic write $P/telemetry/$n"
         echo "topic write $P/rollout/$n"
+        echo "topic write $P/alert/$n"
         echo "topic read $P/control/$n"
         echo "topic read $P/control/all"
         echo "topic read $P/models/+/manifest"
@@ -53,6 +54,7 @@ for pair in "$@"; do
         echo "topic write $P/status/$n"
         echo "topic write $P/telemetry/$n"
         echo "topic write $P/rollout/$n"
+        echo "topic write $P/alert/$n"
         echo "topic read $P/control/$n"
         echo "topic read $P/control/all"
         echo "topic read $P/models/+/manifest"
@@ -66,7 +68,7 @@ for pair in "$@"; do
         echo "topic read $P/status/+"
         echo "topic read $P/telemetry/+"
         echo "topic read $P/rollout/+"
-        echo "topic read $P/alerts/#" ;;
+        echo "topic read $P/alert/+" ;;
     publisher)
         echo "topic write $P/models/+/manifest"
         echo "topic read $P/models/+/fetch"
@@ -81,7 +83,8 @@ for pair in "$@"; do
         echo "topic write $P/cancel/#"
         echo "topic read $P/relay/#"
         echo "topic readwrite $P/status/#"
-        echo "topic write $P/telemetry/#" ;;
+        echo "topic write $P/telemetry/#"
+        echo "topic write $P/alert/#" ;;
     *) echo "mkacl: $n: unknown role '$role' (device, edge, center, ops, publisher, bridge)" >&2; exit 2 ;;
     esac
 done

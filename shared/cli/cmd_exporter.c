@@ -146,6 +146,17 @@ static char *render(struct fleet *f, size_t *len)
     gauge_each(&b, nodes, n, l, "dspark_active_requests", "gauge", "Requests being computed now.", "active");
     gauge_each(&b, nodes, n, l, "dspark_requests_total", "counter", "Requests completed without error since start.", "hist.total_ms.count");
 
+    gauge_each(&b, nodes, n, l, "dspark_kv_used_blocks", "gauge", "KV cache blocks in use (every loaded engine of the node).", "kv.used_blocks");
+    gauge_each(&b, nodes, n, l, "dspark_kv_capacity_blocks", "gauge", "KV cache blocks in all (the pools' capacity).", "kv.total_blocks");
+    gauge_each(&b, nodes, n, l, "dspark_spec_proposed_total", "counter", "Draft tokens proposed (nodes that speculate).", "spec.proposed");
+    gauge_each(&b, nodes, n, l, "dspark_spec_accepted_total", "counter", "Draft tokens the target accepted.", "spec.accepted");
+    gauge_each(&b, nodes, n, l, "dspark_spec_acceptance_ratio", "gauge", "Accepted / proposed draft tokens since start.", "spec.acceptance");
+    metric_head(&b, "dspark_alert", "gauge", "1 while the node's alert for this health check is raised (dspark/v1/alert/<node>), else 0.");
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < DS_MSG_CHECK_COUNT; c++)
+            bprintf(&b, "dspark_alert{node=\"%s\",role=\"%s\",check=\"%s\"} %d\n", l[i].node, l[i].role,
+                    ds_msg_check_name((enum ds_msg_check)c), nodes[i].alert[c] ? 1 : 0);
+
     metric_head(&b, "dspark_queue_depth", "gauge", "Queued requests per priority tier.");
     static const char *const tiers[] = { "high", "normal", "low" };
     for (int i = 0; i < n; i++)

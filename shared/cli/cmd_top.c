@@ -30,7 +30,9 @@ static void top_usage(FILE *f)
         "\n"
         "A live view of the fleet: one line per node (role, state, requests/s,\n"
         "tokens/s, queue per tier, p50/p99 total latency over the last 60 s,\n"
-        "errors, models), from dspark/v1/status/+ and dspark/v1/telemetry/+.\n"
+        "errors, KV cache use, speculation acceptance, open alert, models), and a\n"
+        "line per open alert, from dspark/v1/status/+, dspark/v1/telemetry/+ and\n"
+        "dspark/v1/alert/+.\n"
         "\n"
         "keys:  n sort by name   r by requests/s   t by tokens/s   p by p99\n"
         "       e edges only     c centers only    a all roles     q quit\n"
@@ -44,9 +46,11 @@ static void top_usage(FILE *f)
 enum sort_key { SORT_NAME, SORT_REQ, SORT_TOK, SORT_P99 };
 
 struct row {
-    char   name[128], role[16], state[16], models[96];
+    char   name[128], role[16], state[16], models[96], alert[24];
+    char   alert_msg[DS_MSG_ALERT_MESSAGE_MAX + 1];
     double req, tok, p50, p99, seen_s;
     double q[3], errors;
+    double kv_pct, spec_pct;     /* -1: not reported */
 };
 
 static enum sort_key g_sort;   // read by cmp_rows only (qsort has no user data)
@@ -72,6 +76,9 @@ static void fill_row(const struct fleet_node *nd, uint64_t now_ms, struct row *r
     snprintf(r->role, sizeof r->role, "%s", nd->role[0] ? nd->role : "?");
     snprintf(r->state, sizeof r->state, "%s", nd->state[0] ? nd->state : "?");
     r->seen_s = nd->seen_ms && now_ms > nd->seen_ms ? (double)(now_ms - nd->seen_ms) / 1000 : 0;
+    snprintf(r->alert, sizeof r->alert, "%s", fleet_alert(nd));
+    if (r->alert[0]) snprintf(r->alert_msg, sizeof r->alert_msg, "%s", nd->alert_msg);
+    r->kv_pct = r->spec_pct = -1;
     const cJSON *t = nd->tel;
     if (!t) return;
     bool live = strcmp(nd->state, "offline") != 0;
@@ -80,6 +87,8 @@ static void fill_row(const struct fleet_node *nd, uint64_t now_ms, struct row *r
     r->q[0] = fleet_num(t, "queues.high");
     r->q[1] = fleet_num(t, "queues.normal");
     r->q[2] = fleet_num(t, "queues.low");
+    if (fleet_get(t, "kv.total_blocks")) r->kv_pct = 100 * fleet_num(t, "kv.used_ratio");
+    if (fleet_get(t, "spec.acceptance")) r->spec_pct = 100 * fleet_num(t, "spec.acceptance");
     // The recent window when it has samples, else since start.
     if (fleet_num(t, "window.total_ms.count") > 0) {
         r->p50 = fleet_num(t, "window.total_ms.p50");
@@ -113,26 +122,35 @@ static void draw(struct fleet *f, char role_filter)
     qsort(rows, (size_t)shown, sizeof rows[0], cmp_rows);
     static const char *const sort_name[] = { "name", "req/s", "tok/s", "p99" };
     double req = 0, tok = 0;
-    int online = 0;
+    int online = 0, alerts = 0;
     for (int i = 0; i < shown; i++) {
         req += rows[i].req;
         tok += rows[i].tok;
         online += strcmp(rows[i].state, "offline") != 0;
+        alerts += rows[i].alert[0] != 0;
     }
     printf("\033[H\033[2J");
-    printf("dspark top  %d nodes (%d up)  %.1f req/s  %.1f tok/s   sort: %s  role: %s   [n r t p  e c a  q]\r\n\r\n",
-           shown, online, req, tok, sort_name[g_sort], role_filter == 'e' ? "edge" : role_filter == 'c' ? "center" : "all");
-    printf("\033[7m%-16s %-6s %-8s %7s %8s %11s %8s %8s %5s %5s  %-s\033[0m\r\n", "NODE", "ROLE", "STATE", "REQ/S",
-           "TOK/S", "QUEUE h/n/l", "P50_MS", "P99_MS", "ERR", "SEEN", "MODELS");
+    printf("dspark top  %d nodes (%d up, %d alert%s)  %.1f req/s  %.1f tok/s   sort: %s  role: %s   [n r t p  e c a  q]\r\n\r\n",
+           shown, online, alerts, alerts == 1 ? "" : "s", req, tok, sort_name[g_sort],
+           role_filter == 'e' ? "edge" : role_filter == 'c' ? "center" : "all");
+    printf("\033[7m%-16s %-6s %-8s %7s %8s %11s %8s %8s %5s %5s %4s %5s %-19s  %-s\033[0m\r\n", "NODE", "ROLE", "STATE",
+           "REQ/S", "TOK/S", "QUEUE h/n/l", "P50_MS", "P99_MS", "ERR", "SEEN", "KV%", "SPEC%", "ALERT", "MODELS");
     for (int i = 0; i < shown; i++) {
         const struct row *r = &rows[i];
-        char q[24];
+        char q[24], kv[8] = "-", sp[8] = "-";
         snprintf(q, sizeof q, "%.0f/%.0f/%.0f", r->q[0], r->q[1], r->q[2]);
-        const char *color = !strcmp(r->state, "online") ? "" : !strcmp(r->state, "draining") ? "\033[33m" : "\033[31m";
-        printf("%s%-16.16s %-6s %-8s %7.1f %8.1f %11s %8.1f %8.1f %5.0f %4.0fs  %s\033[0m\r\n", color, r->name,
-               r->role, r->state, r->req, r->tok, q, r->p50, r->p99, r->errors, r->seen_s, r->models);
+        if (r->kv_pct >= 0) snprintf(kv, sizeof kv, "%.0f", r->kv_pct);
+        if (r->spec_pct >= 0) snprintf(sp, sizeof sp, "%.0f", r->spec_pct);
+        const char *color = r->alert[0] || strcmp(r->state, "online") ? (!strcmp(r->state, "draining") && !r->alert[0] ? "\033[33m" : "\033[31m") : "";
+        printf("%s%-16.16s %-6s %-8s %7.1f %8.1f %11s %8.1f %8.1f %5.0f %4.0fs %4s %5s %-19s  %s\033[0m\r\n", color,
+               r->name, r->role, r->state, r->req, r->tok, q, r->p50, r->p99, r->errors, r->seen_s, kv, sp,
+               r->alert[0] ? r->alert : "-", r->models);
     }
     if (!shown) printf("(waiting for status and telemetry...)\r\n");
+    if (alerts) printf("\r\n");
+    for (int i = 0; i < shown; i++)
+        if (rows[i].alert[0])
+            printf("\033[31mALERT %s %s: %.160s\033[0m\r\n", rows[i].name, rows[i].alert, rows[i].alert_msg);
     fflush(stdout);
 }
 

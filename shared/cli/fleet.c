@@ -18,6 +18,7 @@
 
 #define TOPIC_STATUS    "dspark/v1/status/"
 #define TOPIC_TELEMETRY "dspark/v1/telemetry/"
+#define TOPIC_ALERT     "dspark/v1/alert/"
 
 struct fleet {
     pthread_mutex_t   mu;
@@ -77,9 +78,43 @@ static void copy_field(char *dst, size_t cap, const char *s)
     snprintf(dst, cap, "%s", s);
 }
 
+const char *fleet_alert(const struct fleet_node *nd)
+{
+    for (int c = 0; c < DS_MSG_CHECK_COUNT; c++)
+        if (nd->alert[c]) return ds_msg_check_name((enum ds_msg_check)c);
+    return "";
+}
+
+/* An alert (schemas/alert.schema.json): only a valid one about the node its
+** topic names counts. */
+static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
+{
+    const char *name = m->topic + strlen(TOPIC_ALERT);
+    struct ds_msg_alert al;
+    char why[DS_WHY_MAX];
+    if (!m->len) return;
+    if (ds_msg_alert_decode(m->payload, m->len, &al, why) != DS_OK || strcmp(al.node, name) != 0) {
+        DS_LOG(DS_LOG_DEBUG, "%s: ignored (%s)", m->topic, why);
+        return;
+    }
+    pthread_mutex_lock(&f->mu);
+    struct fleet_node *nd = node_of(f, name);
+    if (nd) {
+        nd->seen_ms = fleet_unix_ms();
+        if (!nd->role[0]) copy_field(nd->role, sizeof nd->role, ds_msg_role_name(al.role));
+        nd->alert[al.check] = al.state == DS_MSG_ALERT_RAISED;
+        if (al.state == DS_MSG_ALERT_RAISED) copy_field(nd->alert_msg, sizeof nd->alert_msg, al.message);
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
 static void on_message(void *ud, const struct ds_mqtt_msg *m)
 {
     struct fleet *f = ud;
+    if (!strncmp(m->topic, TOPIC_ALERT, strlen(TOPIC_ALERT))) {
+        on_alert(f, m);
+        return;
+    }
     bool status = !strncmp(m->topic, TOPIC_STATUS, strlen(TOPIC_STATUS));
     const char *name = m->topic + strlen(status ? TOPIC_STATUS : TOPIC_TELEMETRY);
     if (!m->len) return;   // a cleared retained message
@@ -122,6 +157,7 @@ struct fleet *fleet_open(const char *cmd, const char *uri, const char *user, con
     enum ds_err rc = ds_mqtt_create(uri, id, &o, &f->mq);
     if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_STATUS "+", 1);
     if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_TELEMETRY "+", 0);
+    if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_ALERT "+", 1);
     if (rc == DS_OK) rc = ds_mqtt_connect(f->mq);
     if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(f->mq, 10000);
     if (rc != DS_OK) {

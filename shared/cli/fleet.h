@@ -1,8 +1,8 @@
 /*
 ** fleet.h — the CLI's live picture of the fleet, read off the broker: the
 ** newest retained status and telemetry of every node. Used by `dspark top`
-** and `dspark exporter` (read-only: subscribes to dspark/v1/status/+ and
-** dspark/v1/telemetry/+ only, publishes nothing).
+** and `dspark exporter` (read-only: subscribes to dspark/v1/status/+,
+** dspark/v1/telemetry/+ and dspark/v1/alert/+ only, publishes nothing).
 **
 ** Ownership: fleet_open() returns an OWNED fleet (fleet_close, NULL-safe).
 **            Telemetry handed out by fleet_lock() is BORROWED until fleet_unlock().
@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ds/msg.h"
+
 struct cJSON;
 
 #define FLEET_MAX_NODES 256
@@ -24,7 +26,11 @@ struct fleet_node {
     char          state[16];      /* online | draining | offline | "" (no status yet) */
     uint64_t      seen_ms;        /* Unix ms of the last message about it */
     struct cJSON *tel;            /* newest telemetry; NULL before the first */
+    bool          alert[DS_MSG_CHECK_COUNT];   /* per check: raised and not yet cleared */
+    char          alert_msg[DS_MSG_ALERT_MESSAGE_MAX + 1];   /* the newest raised alert's message */
 };
+/* The first open alert's check name, "" when none. */
+const char *fleet_alert(const struct fleet_node *nd);
 
 struct fleet;
 

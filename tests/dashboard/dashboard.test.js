@@ -7,7 +7,10 @@
 //   (waits for OUT/expect.json: {"node": published window p99, ...})
 //   STOP center-ops  p99s and a model version checked: stop the center
 //   PASS             the center shown offline, the fleet p99 then the edge's
-//                    own (merged buckets); screenshot saved
+//                    own (merged buckets); edge-alert (wedged by the test,
+//                    gone) shown with its engine_stalled badge and counted
+//                    as the one open alert; KV use and the edge's speculation
+//                    acceptance shown; screenshot saved
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -86,6 +89,24 @@ async function waitFile(p, ms) {
       return Math.abs(shown - want) <= 0.01 * want + 0.06;
     }, { timeout: T }, expect['edge-ops']);
     log('fleet p99 with the edge alone', await page.$eval('#k-p99', (e) => e.textContent));
+    await page.waitForFunction(() => {
+      const r = document.querySelector('#nodes tr[data-node="edge-alert"]');
+      const b = r && r.querySelector('.alert .badge');
+      return r && r.dataset.alert === 'engine_stalled' && b && b.textContent === 'engine_stalled' &&
+        document.getElementById('k-alerts').textContent === '1';
+    }, { timeout: T });
+    log('alert shown: edge-alert', await page.$eval('#nodes tr[data-node="edge-alert"] .alert', (e) => e.textContent),
+      '; open alerts', await page.$eval('#k-alerts', (e) => e.textContent));
+    const okRow = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.alert);
+    if (okRow !== '') throw new Error('edge-ops shown with an alert: ' + okRow);
+    const kv = await page.$eval('#nodes tr[data-node="edge-ops"] .kv', (e) => e.textContent);
+    if (!/^\d+\/\d+ \(\d+ %\)$/.test(kv)) throw new Error('edge-ops KV use not shown: ' + kv);
+    log('KV edge-ops', kv);
+    const spec = await page.$eval('#nodes tr[data-node="edge-ops"] .spec', (e) => e.textContent);
+    if (!/^\d+(\.\d)? %$/.test(spec)) throw new Error('edge-ops speculation acceptance not shown: ' + spec);
+    const kspec = await page.$eval('#k-spec', (e) => e.textContent);
+    if (!/\d/.test(kspec)) throw new Error('no fleet speculation acceptance: ' + kspec);
+    log('spec accept edge-ops', spec, '; fleet', kspec);
     const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
     if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
     await page.screenshot({ path: path.join(out, 'dashboard.png') });

@@ -35,7 +35,7 @@ static const char *const role_id[N_ROLES] = { "dev-1", "edge-1", "center-1", "op
 /* A topic each role may read, for the auditor's control message. */
 static const char *const role_ctl[N_ROLES] = {
     "dspark/v1/reply/dev-1/ctl", "dspark/v1/relay/edge-1", "dspark/v1/center/session/center-1",
-    "dspark/v1/alerts/ctl", "dspark/v1/rollout/ctl",
+    "dspark/v1/alert/ctl", "dspark/v1/rollout/ctl",
 };
 
 /* One topic family: the topic published to, the filter subscribed, and the
@@ -65,7 +65,8 @@ static const struct fam fams[] = {
     { "model manifest",     "dspark/v1/models/m/manifest", "dspark/v1/models/+/manifest", "nnyny", "nyynn" },
     { "model fetch",        "dspark/v1/models/m/fetch",   "dspark/v1/models/+/fetch", "nyynn", "nnyny" },
     { "model chunk edge-1", "dspark/v1/models/m/chunk/edge-1", "dspark/v1/models/+/chunk/edge-1", "nnyny", "nynnn" },
-    { "alerts",             "dspark/v1/alerts/x",         "dspark/v1/alerts/#",       "nnnnn", "nnnyn" },
+    { "alert edge-1",       "dspark/v1/alert/edge-1",     "dspark/v1/alert/+",        "nynnn", "nnnyn" },
+    { "alert center-1",     "dspark/v1/alert/center-1",   "dspark/v1/alert/center-1", "nnynn", "nnnyn" },
     { "everything",         "dspark/v1/everything",       "dspark/v1/#",              "-----", "nnnnn" },
 };
 #define N_FAMS (sizeof fams / sizeof fams[0])

@@ -10,6 +10,12 @@
 **              in the header, q quits.
 **   exporter   `dspark exporter`: promtool check metrics passes, and the
 **              request-duration histogram counts equal the requests answered.
+** In every mode a third edge, edge-alert, is started wedged (the test hook
+** DSPARK_DEBUG_WEDGE=1, [health] stall_s = 2): it raises engine_stalled on
+** dspark/v1/alert/edge-alert and exits 70, and the tool must show that alert
+** (dashboard: a badge in its row and the open-alert count; top: the ALERT
+** column and line; exporter: dspark_alert{...,check="engine_stalled"} 1 and
+** 0 for the healthy nodes), and the nodes' KV cache use from telemetry.
 ** A missing tool (chromium, node, tmux, promtool) fails the test: CI must
 ** install it (deploy/install-deps.sh). Everything waits for events.
 ** The dashboard mode also checks that `dspark dashboard` serves the page's
@@ -36,6 +42,7 @@
 #include "support/testutil.h"
 
 #define N_REQ 12
+#define N_ANSWERED (N_REQ + 1)     /* and one alone on the edge: speculative throughout */
 #define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); cleanup(); exit(1); } while (0)
 
 static struct {
@@ -105,7 +112,8 @@ static void start_fleet(void)
     if (tb_broker_start(&bo, &g.b) != DS_OK) FAIL("mosquitto with a websockets listener did not start");
     g.dir = tu_tmpdir();
     g.dev = it_device(tb_broker_uri(g.b), "dev-ops", g.in,
-                      (const char *const[]){ "test/reply/ops", "dspark/v1/status/+", "dspark/v1/telemetry/+", NULL });
+                      (const char *const[]){ "test/reply/ops", "dspark/v1/status/+", "dspark/v1/telemetry/+",
+                                             "dspark/v1/alert/+", NULL });
     if (!g.dev) FAIL("device client");
     char conf[2048];
     snprintf(conf, sizeof conf,
@@ -115,12 +123,56 @@ static void start_fleet(void)
     g.center = it_spawn(g.dir, "center-node/dspark-center", "center-ops", conf, 0);
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-ops\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[batch]\nmax_active = 2\n"
-             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\ndraft = int8\nspec_k = 4\n",
              tb_broker_uri(g.b), tu_model("stories260K.gguf"));
     g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-ops", conf, 0);
     if (g.center <= 0 || g.edge <= 0) FAIL("spawn");
     if (!it_inbox_seen(g.in, "\"node\":\"center-ops\",\"state\":\"online\"", 30000)) FAIL("center not online");
     if (!it_inbox_seen(g.in, "\"node\":\"edge-ops\",\"state\":\"online\"", 30000)) FAIL("edge not online");
+}
+
+extern char **environ;
+
+/* A real node raises a real alert: edge-alert, wedged by the test hook after
+** READY, publishes engine_stalled and exits with status 70. */
+static void raise_alert(void)
+{
+    char cfg[4300], log[4300], conf[2048];
+    snprintf(cfg, sizeof cfg, "%s/edge-alert.ini", g.dir);
+    snprintf(log, sizeof log, "%s/edge-alert.log", g.dir);
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-alert\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[health]\nstall_s = 2\n"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 256\n",
+             tb_broker_uri(g.b), tu_model("stories260K.gguf"));
+    FILE *f = fopen(cfg, "w");
+    if (!f) FAIL("%s", cfg);
+    fputs(conf, f);
+    fclose(f);
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **envp = calloc(n + 2, sizeof *envp);
+    if (!envp) FAIL("calloc");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "DSPARK_DEBUG_WEDGE=", 19) && strncmp(environ[i], "NOTIFY_SOCKET=", 14)) envp[k++] = environ[i];
+    envp[k++] = "DSPARK_DEBUG_WEDGE=1";
+    pid_t pid = it_spawn_cfg("edge-agent/dspark-edge", cfg, log, 0, envp);
+    free(envp);
+    if (pid <= 0) FAIL("spawn edge-alert");
+    struct it_match m = { .topic_prefix = "dspark/v1/alert/edge-alert", .needle = "\"check\":\"engine_stalled\"",
+                          .needle2 = "\"state\":\"raised\"" };
+    char *a = it_inbox_find(g.in, &m, 0, 60000, NULL, NULL);
+    int st = -1;
+    for (int t = 0; t < 3000; t++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) break;
+        st = -1;
+        usleep(10000);
+    }
+    if (st == -1) it_stop(pid, SIGKILL, 0);
+    if (!a) FAIL("edge-alert raised no alert");
+    fprintf(stderr, "edge-alert: %s\n", a);
+    free(a);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 70) FAIL("edge-alert: exit status %d, want 70", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* N_REQ requests, every other one routed to the center; all answered. */
@@ -141,6 +193,26 @@ static void serve_requests(void)
         if (!a || !strstr(a, "\"done\":true")) FAIL("request %s: %s", id, a ? a : "no answer");
         free(a);
     }
+    /* One request alone on the edge (its model has an INT8 draft): decoded
+    ** speculatively, so the edge's telemetry reports speculation. */
+    const char *one = "{\"id\":\"ops-spec\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,"
+                      "\"route\":\"edge\"}";
+    struct ds_mqtt_props p = { "test/reply/ops", "ops-spec", 8, 0 };
+    if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", one, strlen(one), 1, false, &p) != DS_OK) FAIL("publish");
+    char *a = it_inbox_answer(g.in, "ops-spec", 60000, NULL);
+    if (!a || !strstr(a, "\"drafted\"")) FAIL("ops-spec not decoded speculatively: %s", a ? a : "no answer");
+    free(a);
+    /* The next telemetry from the edge was snapshotted after that final. */
+    struct it_match tm = { .topic_prefix = "dspark/v1/telemetry/edge-ops" };
+    char *t = it_inbox_find(g.in, &tm, it_inbox_len(g.in), 20000, NULL, NULL);
+    if (!t || it_json_num(t, "spec", "proposed") <= 0 || !(it_json_num(t, "spec", "acceptance") > 0) ||
+        it_json_num(t, "kv", "total_blocks") <= 0)
+        FAIL("edge-ops telemetry without speculation or KV figures: %s", t ? t : "none");
+    if (it_validate(g.dir, "telemetry", t) == IT_INVALID) FAIL("telemetry does not match its schema: %s", t);
+    fprintf(stderr, "edge-ops: spec proposed %g accepted %g acceptance %g; kv %g/%g blocks\n",
+            it_json_num(t, "spec", "proposed"), it_json_num(t, "spec", "accepted"), it_json_num(t, "spec", "acceptance"),
+            it_json_num(t, "kv", "used_blocks"), it_json_num(t, "kv", "total_blocks"));
+    free(t);
 }
 
 static void out_dir(const char *mode)
@@ -251,6 +323,7 @@ static int test_dashboard(void)
     start_fleet();
     check_dashboard_server();
     serve_requests();
+    raise_alert();
     char cmd[4096], expect[1200];
     snprintf(expect, sizeof expect, "%s/expect.json", g.out);
     unlink(expect);
@@ -322,6 +395,7 @@ static int test_top(void)
     need_tool("tmux");
     start_fleet();
     serve_requests();
+    raise_alert();
     free(telemetry_of("edge-ops", "\"window\":{\"s\":60", 20000));
     snprintf(g.tmux, sizeof g.tmux, "dstop%d", (int)getpid());
     char cmd[2048];
@@ -332,6 +406,22 @@ static int test_top(void)
     if (st != 0) FAIL("tmux new-session");
     if (!pane_has("edge-ops", "center-ops", 20000)) FAIL("top does not list both nodes");
     if (!pane_has("sort: name", NULL, 5000)) FAIL("top header");
+    if (!pane_has("ALERT edge-alert engine_stalled: the engine loop has not turned", ", 1 alert)", 20000))
+    {
+        char *c = capture();
+        FAIL("top does not show edge-alert's alert:\n%s", c ? c : "");
+    }
+    if (!pane_has("KV%", "SPEC%", 5000)) FAIL("top has no KV and speculation columns");
+    {
+        /* edge-ops's KV% and SPEC% (the 11th and 12th columns) are figures. */
+        char *c = capture(), kv[16] = "", sp[16] = "";
+        const char *row = c ? strstr(c, "\nedge-ops ") : NULL;
+        if (row) sscanf(row + 1, "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %15s %15s", kv, sp);
+        if (!row || !(kv[0] >= '0' && kv[0] <= '9') || !(sp[0] >= '0' && sp[0] <= '9'))
+            FAIL("edge-ops KV%% '%s', SPEC%% '%s' in:\n%s", kv, sp, c ? c : "");
+        fprintf(stderr, "top: edge-ops KV%% %s, SPEC%% %s\n", kv, sp);
+        free(c);
+    }
     // Rates arrive with the next telemetry: wait for a non-zero total p99 column.
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s p", g.tmux);
     free(tu_run(cmd, &st));
@@ -366,6 +456,7 @@ static int test_exporter(void)
     need_tool("curl");
     start_fleet();
     serve_requests();
+    raise_alert();
     char path[1200], cmd[4096];
     snprintf(path, sizeof path, "%s/exporter.out", g.out);
     uint16_t port = free_port();
@@ -385,7 +476,7 @@ static int test_exporter(void)
     char metrics[1200];
     snprintf(metrics, sizeof metrics, "%s/metrics.txt", g.out);
     double total = -1;
-    for (int t = 0; t < 300 && total != N_REQ; t++) {
+    for (int t = 0; t < 300 && total != N_ANSWERED; t++) {
         snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics -o '%s'", port, metrics);
         int st;
         free(tu_run(cmd, &st));
@@ -397,9 +488,9 @@ static int test_exporter(void)
             total += sp ? strtod(sp + 1, NULL) : 0;
         }
         free(m);
-        if (total != N_REQ) usleep(100000);
+        if (total != N_ANSWERED) usleep(100000);
     }
-    if (total != N_REQ) FAIL("histogram counts %g, want %d", total, N_REQ);
+    if (total != N_ANSWERED) FAIL("histogram counts %g, want %d", total, N_ANSWERED);
     snprintf(cmd, sizeof cmd, "promtool check metrics < '%s' 2>&1", metrics);
     int st;
     char *o = tu_run(cmd, &st);
@@ -411,8 +502,16 @@ static int test_exporter(void)
     char *m = tu_read_file(metrics, &len);
     if (!m || !strstr(m, "dspark_request_duration_seconds_bucket{node=\"edge-ops\",role=\"edge\",le=\"0.001\"}")
         || !strstr(m, "dspark_node_up{node=\"center-ops\",role=\"center\"} 1")
-        || !strstr(m, "dspark_model_info{node=\"edge-ops\""))
+        || !strstr(m, "dspark_model_info{node=\"edge-ops\"")
+        || !strstr(m, "dspark_alert{node=\"edge-alert\",role=\"edge\",check=\"engine_stalled\"} 1")
+        || !strstr(m, "dspark_alert{node=\"edge-ops\",role=\"edge\",check=\"engine_stalled\"} 0")
+        || !strstr(m, "dspark_alert{node=\"center-ops\",role=\"center\",check=\"registry_unwritable\"} 0")
+        || !strstr(m, "dspark_kv_capacity_blocks{node=\"edge-ops\",role=\"edge\"}")
+        || !strstr(m, "dspark_spec_proposed_total{node=\"edge-ops\",role=\"edge\"}"))
         FAIL("expected series missing:\n%s", m ? m : "");
+    const char *acc = strstr(m, "dspark_spec_acceptance_ratio{node=\"edge-ops\",role=\"edge\"} ");
+    double acceptance = acc ? strtod(strchr(acc, '}') + 2, NULL) : -1;
+    if (!(acceptance > 0 && acceptance <= 1)) FAIL("dspark_spec_acceptance_ratio of edge-ops: %g", acceptance);
     free(m);
     return 0;
 }

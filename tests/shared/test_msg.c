@@ -563,6 +563,44 @@ static void test_msg_encoders(void **state)
     cJSON_Delete(tj);
     batch_add_text(&b, "telemetry", out, true);
 
+    /* Alerts: each check raised and cleared, round-tripped through the decoder. */
+    for (int ck = 0; ck < DS_MSG_CHECK_COUNT; ck++)
+        for (int st = 0; st < 2; st++) {
+            struct ds_msg_alert al = { .role = (enum ds_msg_role)(ck % 2), .ts_ms = 1732900000123ull,
+                                       .since_ms = st ? 0 : 1732900000000ull, .state = (enum ds_msg_alert_state)st,
+                                       .severity = st ? DS_MSG_SEVERITY_INFO : DS_MSG_SEVERITY_CRITICAL,
+                                       .check = (enum ds_msg_check)ck };
+            strcpy(al.node, "edge-01");
+            snprintf(al.message, sizeof al.message, "check %s \xc3\xa9 \xff", ds_msg_check_name(al.check));
+            assert_int_equal(ds_msg_alert_encode(&al, &out, &n), DS_OK);
+            struct ds_msg_alert back;
+            char why[DS_WHY_MAX];
+            assert_int_equal(ds_msg_alert_decode(out, n, &back, why), DS_OK);
+            assert_int_equal(back.check, ck);
+            assert_int_equal(back.state, st);
+            assert_int_equal(back.role, al.role);
+            assert_true(back.ts_ms == al.ts_ms && back.since_ms == al.since_ms);
+            assert_string_equal(back.node, "edge-01");
+            assert_non_null(strstr(back.message, "\xef\xbf\xbd"));     /* the bad byte repaired */
+            assert_int_equal(ds_msg_check_parse(ds_msg_check_name(al.check)), ck);
+            batch_add_text(&b, "alert", out, true);
+        }
+    static const char *const bad_alerts[] = {
+        "{\"v\":2,\"node\":\"n\",\"role\":\"edge\",\"ts\":1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"engine_stalled\",\"message\":\"\"}",
+        "{\"v\":1,\"node\":\"a/b\",\"role\":\"edge\",\"ts\":1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"engine_stalled\",\"message\":\"\"}",
+        "{\"v\":1,\"node\":\"n\",\"role\":\"edge\",\"ts\":1,\"state\":\"open\",\"severity\":\"critical\",\"check\":\"engine_stalled\",\"message\":\"\"}",
+        "{\"v\":1,\"node\":\"n\",\"role\":\"edge\",\"ts\":1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"disk_full\",\"message\":\"\"}",
+        "{\"v\":1,\"node\":\"n\",\"role\":\"edge\",\"ts\":-1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"engine_stalled\",\"message\":\"\"}",
+        "{\"v\":1,\"node\":\"n\",\"role\":\"edge\",\"ts\":1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"engine_stalled\"}",
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(bad_alerts); i++) {
+        struct ds_msg_alert back;
+        char why[DS_WHY_MAX] = "";
+        assert_int_not_equal(ds_msg_alert_decode(bad_alerts[i], strlen(bad_alerts[i]), &back, why), DS_OK);
+        assert_non_null(strstr(why, "alert: "));
+        batch_add_text(&b, "alert", strdup(bad_alerts[i]), false);
+    }
+
     /* The schemas are not vacuous: wrong outputs are refused. */
     batch_add_text(&b, "final", strdup("{\"v\":1,\"id\":\"x\",\"done\":true}"), false);
     batch_add_text(&b, "chunk", strdup("{\"v\":2,\"id\":\"x\",\"delta\":\"\",\"index\":0}"), false);

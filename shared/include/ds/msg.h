@@ -236,4 +236,50 @@ DS_MUST_CHECK enum ds_err ds_msg_telemetry_encode(const struct ds_msg_telemetry 
 DS_MUST_CHECK enum ds_err ds_msg_json_print(const struct cJSON *obj, char **out,
                                             size_t *out_len) DS_NONNULL(1, 2);
 
+/* ---- alerts (retained, QoS 1, dspark/v1/alert/<node>) ---- */
+
+/* A node's health checks (node_health.c). Append only: the names are the
+** wire values of "check" (schemas/alert.schema.json). */
+#define DS_MSG_CHECK_LIST(X)                                   \
+    X(ENGINE_STALLED,      "engine_stalled")                   \
+    X(BROKER_UNREACHABLE,  "broker_unreachable")               \
+    X(REGISTRY_UNWRITABLE, "registry_unwritable")
+enum ds_msg_check {
+#define X(n, s) DS_MSG_CHECK_##n,
+    DS_MSG_CHECK_LIST(X)
+#undef X
+    DS_MSG_CHECK_COUNT
+};
+enum ds_msg_alert_state { DS_MSG_ALERT_RAISED, DS_MSG_ALERT_CLEARED };
+enum ds_msg_severity    { DS_MSG_SEVERITY_CRITICAL, DS_MSG_SEVERITY_WARNING, DS_MSG_SEVERITY_INFO };
+
+#define DS_MSG_ALERT_NODE_MAX    128u   /* bytes of a node name, NUL excluded */
+#define DS_MSG_ALERT_MESSAGE_MAX 512u   /* bytes of the message, NUL excluded */
+
+/* One alert: raised when a check fails, cleared (same check) when the
+** node is healthy again. The latest message on the topic is the node's
+** state: "raised" = an alert is open. */
+struct ds_msg_alert {
+    char                    node[DS_MSG_ALERT_NODE_MAX + 1];
+    enum ds_msg_role        role;
+    uint64_t                ts_ms;       /* Unix ms when written */
+    uint64_t                since_ms;    /* Unix ms when the condition began; 0 = unknown (left out) */
+    enum ds_msg_alert_state state;
+    enum ds_msg_severity    severity;
+    enum ds_msg_check       check;
+    char                    message[DS_MSG_ALERT_MESSAGE_MAX + 1];
+};
+
+/* "engine_stalled", ...; "?" outside the enum. Parse: -1 when unknown. */
+const char *ds_msg_check_name(enum ds_msg_check c);
+int         ds_msg_check_parse(const char *s);
+/* Returns OWNED JSON text in *out. */
+DS_MUST_CHECK enum ds_err ds_msg_alert_encode(const struct ds_msg_alert *al, char **out,
+                                              size_t *out_len) DS_NONNULL(1, 2);
+/* Strict decoder (every field checked: v, types, enums, lengths); on
+** failure DS_ERR_FORMAT (or DS_ERR_VERSION) and why (DS_WHY_MAX) says which
+** field. */
+DS_MUST_CHECK enum ds_err ds_msg_alert_decode(const void *payload, size_t len, struct ds_msg_alert *out,
+                                              char *why) DS_NONNULL(1, 3);
+
 #endif

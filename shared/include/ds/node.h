@@ -96,6 +96,11 @@ struct ds_node_config {
     bool     spec_pipeline;     /* [overflow] spec_pipeline: draft the next block while a round is out */
     uint32_t spec_sessions;     /* [spec] sessions (center): verify sessions kept at once; 0 = none */
     uint32_t spec_idle_ms;      /* [spec] idle_ms (center): forget a session idle this long */
+    uint32_t health_stall_s;    /* [health] stall_s: engine loop stalled this long = alert + exit (0 = off) */
+    uint32_t health_broker_s;   /* [health] broker_timeout_s: broker unreachable this long = exit (0 = off) */
+    uint32_t health_registry_s; /* [health] registry_check_s: registry write probe period (0 = off) */
+    uint32_t health_clear_s;    /* [health] clear_s: healthy this long after a restart clears the alert */
+    char    *health_state_file; /* [health] state_file: the raised alert, kept across the restart */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
     /* Where each key came from, for check messages (file:line). Relative
@@ -135,6 +140,10 @@ DS_MUST_CHECK enum ds_err ds_node_run(struct ds_node *a);
 void ds_node_stop(struct ds_node *a);
 /* Ask the loop to re-read the config file (reloadable keys only). */
 void ds_node_reload(struct ds_node *a);
+/* What a failed health check calls, from the health thread, after its alert
+** is out: the daemons exit with status (systemd restarts them); without a
+** hook the node stops as on ds_node_stop. */
+void ds_node_on_fatal(struct ds_node *a, void (*fn)(int status));
 
 /* A request's absolute deadline (ds_now_ns clock; 0 = none): the earlier of
 ** its MQTT 5 Message Expiry Interval (as the broker forwarded it, so time

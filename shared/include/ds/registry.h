@@ -113,6 +113,13 @@ void ds_reg_close(struct ds_reg *reg);
 /* The schema version this build writes (the last migration's number). */
 int ds_reg_schema_version(void);
 
+/* Whether the registry at path can be written now: opens a connection of
+** its own (never creates the file), commits one small write transaction
+** (the schema version rewritten with its value), closes. DS_ERR_IO (or
+** DS_ERR_BUSY past the busy timeout) with the reason in why (DS_WHY_MAX).
+** Any thread. */
+DS_MUST_CHECK enum ds_err ds_reg_probe_write(const char *path, char *why) DS_NONNULL(1, 2);
+
 /* PRAGMA integrity_check; DS_ERR_FORMAT with its first line in why if not "ok". */
 /* ds_reg_open, then PRAGMA quick_check. A damaged file (and its -wal/-shm)
 ** is renamed to PATH.damaged-<UTC time>, kept, logged, and a new registry

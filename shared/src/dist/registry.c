@@ -215,6 +215,44 @@ void ds_reg_close(struct ds_reg *reg)
     free(reg);
 }
 
+/* The health probe: a connection of its own for each call (so a file or
+** folder that lost its write permission, a read-only mount or a full disk
+** is seen as a fresh writer sees it), one BEGIN IMMEDIATE transaction that
+** rewrites the schema version with its own value (a real WAL frame and
+** fsync, no table touched), then close. */
+enum ds_err ds_reg_probe_write(const char *path, char *why)
+{
+    sqlite3 *db = NULL;
+    enum ds_err rc = DS_OK;
+    int src = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
+    if (src != SQLITE_OK) {
+        rc = DS_WHY(why, DS_ERR_IO, "registry %s: cannot open for writing: %s", path,
+                    db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
+        goto out;
+    }
+    sqlite3_busy_timeout(db, DS_REG_BUSY_MS);
+    if (sqlite3_db_readonly(db, "main") == 1) {
+        rc = DS_WHY(why, DS_ERR_IO, "registry %s: opened read-only (the file or its folder is not writable)", path);
+        goto out;
+    }
+    sqlite3_stmt *st = NULL;
+    int have = -1;
+    if (sqlite3_exec(db, "PRAGMA synchronous=FULL; BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        have = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; COMMIT", have);
+    if (have < 0 || sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+        rc = DS_WHY(why, sqlite3_errcode(db) == SQLITE_BUSY ? DS_ERR_BUSY : DS_ERR_IO,
+                    "registry %s: write failed: %s", path, sqlite3_errmsg(db));
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    }
+out:
+    sqlite3_close(db);
+    return rc;
+}
+
 /* PRAGMA quick_check: DS_ERR_FORMAT with why when the file is damaged. */
 static enum ds_err quick_check(struct ds_reg *reg, char *why)
 {

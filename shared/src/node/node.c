@@ -225,6 +225,42 @@ static void cancel_running(struct ds_node *a)
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
 
+/* KV pool use of every loaded engine, and speculation where the node
+** speculates (schemas/telemetry.schema.json: kv, spec). */
+static void telemetry_kv_spec(struct ds_node *a, cJSON *obj)
+{
+    uint64_t used = 0, total = 0;
+    bool speculates = a->cfg->speculate && a->cfg->role == DS_MSG_ROLE_EDGE;
+    for (unsigned i = 0; i < a->n_models; i++)
+        for (unsigned k = 0; k < a->models[i].n_vers; k++) {
+            const struct node_version *v = a->models[i].vers[k];
+            const struct ds_engine *engs[2] = { v->eng, v->draft_eng };
+            for (int e = 0; e < 2; e++) {
+                if (!engs[e]) continue;
+                uint32_t f = 0, t = 0;
+                ds_engine_kv_usage(engs[e], &f, &t);
+                used += t >= f ? t - f : 0;
+                total += t;
+            }
+            speculates |= v->spec != NULL;
+        }
+    cJSON *kv = cJSON_AddObjectToObject(obj, "kv");
+    if (kv) {
+        cJSON_AddNumberToObject(kv, "used_blocks", (double)used);
+        cJSON_AddNumberToObject(kv, "total_blocks", (double)total);
+        cJSON_AddNumberToObject(kv, "used_ratio", total ? (double)used / (double)total : 0.0);
+    }
+    uint64_t rounds = atomic_load(&a->spec_rounds), drafted = atomic_load(&a->spec_drafted),
+             accepted = atomic_load(&a->spec_accepted);
+    if (!speculates && !rounds) return;
+    cJSON *sp = cJSON_AddObjectToObject(obj, "spec");
+    if (!sp) return;
+    cJSON_AddNumberToObject(sp, "rounds", (double)rounds);
+    cJSON_AddNumberToObject(sp, "proposed", (double)drafted);
+    cJSON_AddNumberToObject(sp, "accepted", (double)accepted);
+    cJSON_AddNumberToObject(sp, "acceptance", drafted ? (double)accepted / (double)drafted : 0.0);
+}
+
 static void publish_telemetry(struct ds_node *a)
 {
     struct ds_metrics_snap s;
@@ -265,6 +301,7 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
     }
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
+    telemetry_kv_spec(a, obj);
     node__rollout_telemetry(a, obj);
     if (a->fetch) node__fetch_telemetry(a, obj);
     for (unsigned i = 0; a->role->exts[i]; i++)
@@ -302,7 +339,9 @@ enum ds_err ds_node_run(struct ds_node *a)
     node_notify_init(&nfy);
     bool ready = false;
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
+    node__health_start(a);
     for (;;) {
+        atomic_store(&a->beat_ns, ds_now_ns());     /* the health thread's stall check */
         if (!ready) {
             struct ds_mqtt_stats ms;
             ds_mqtt_stats(a->mqtt, &ms);
@@ -367,6 +406,7 @@ enum ds_err ds_node_run(struct ds_node *a)
         if (a->n_active == 0) ds_sched_wait(a->sched, 100);
         else role_idle(a);
     }
+    node__health_stop(a);               /* the loop stops turning from here on */
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);
     if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
@@ -394,6 +434,7 @@ void ds_node_destroy(struct ds_node *a)
 {
     if (!a) return;
     node__fetch_stop(a);                /* its thread publishes fetch requests */
+    node__health_destroy(a);            /* its thread publishes alerts */
     ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
     node__fetch_destroy(a);
     struct ds_sched_item it;
@@ -452,6 +493,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
+    if ((rc = node__health_create(a)) != DS_OK) goto fail;
     for (unsigned i = 0; i < ext_count(a); i++)     /* in the role's order: later ones may look up earlier ones */
         if (!role->exts[i]->create) {
             a->ext_on[i] = true;                    /* no state, always on */

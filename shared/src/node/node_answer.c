@@ -138,6 +138,11 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
         .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
         .total_ms = (double)(now - r->recv_ns) / 1e6,
     };
+    if (r->spec.rounds && !r->mirror) {
+        atomic_fetch_add(&a->spec_rounds, r->spec.rounds);
+        atomic_fetch_add(&a->spec_drafted, r->spec.drafted);
+        atomic_fetch_add(&a->spec_accepted, r->spec.accepted);
+    }
     if (r->v && !r->cascaded) node__rollout_done(a, r, false, f.total_ms);
     a->n_mirrors -= r->mirror;
     if (!r->mirror) {

@@ -70,6 +70,11 @@ static const struct ds_cfg_key node_keys[] = {
     { "rollout", "min_requests", DS_CFG_U32, O(ro_min_requests), "20", 1, 100000, DS_CFG_RELOADABLE, "... with at least this many requests in the window" },
     { "rollout", "probation_s", DS_CFG_U32, O(ro_probation_s), "300", 0, 86400, DS_CFG_RELOADABLE, "a promoted version rolls back automatically for this long" },
     { "rollout", "control_max_age_s", DS_CFG_U32, O(ro_control_max_age_s), "300", 1, 86400, 0, "refuse a signed control command whose \"ts\" is further than this from the node's clock (clocks must agree within it: run NTP)" },
+    { "health", "stall_s", DS_CFG_U32, O(health_stall_s), "20", 0, 3600, 0, "engine loop not turning this long = stalled: alert, then exit 70 for systemd to restart (0 = off; keep it below WatchdogSec)" },
+    { "health", "broker_timeout_s", DS_CFG_U32, O(health_broker_s), "300", 0, 86400, 0, "broker unreachable this long: exit 69 for a restart; the alert goes out once connected again (0 = off)" },
+    { "health", "registry_check_s", DS_CFG_U32, O(health_registry_s), "60", 0, 86400, 0, "write-probe the registry this often; a failed write alerts, then exit 74 (0 = off)" },
+    { "health", "clear_s", DS_CFG_U32, O(health_clear_s), "10", 1, 3600, 0, "a restarted node clears the alert that stopped it after serving this long" },
+    { "health", "state_file", DS_CFG_STR, O(health_state_file), NULL, 0, 0, 0, "where a raised alert waits across the restart (default $STATE_DIRECTORY/alert-NAME.json under systemd; none without either)" },
 };
 #undef O
 
@@ -252,7 +257,7 @@ static enum ds_err resolve_paths(struct ds_node_config *c, const char *path)
     char dir[4096];
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     if (slash == path) snprintf(dir, sizeof dir, "/");
-    char **one[] = { &c->registry_path, &c->node_sec, &c->node_pub, &c->models_dir };
+    char **one[] = { &c->registry_path, &c->node_sec, &c->node_pub, &c->models_dir, &c->health_state_file };
     char **many[] = { &c->signer_pub, &c->publish_dirs };
     enum ds_err rc = DS_OK;
     for (size_t i = 0; i < DS_ARRAY_LEN(one) && rc == DS_OK; i++) rc = resolve_list(one[i], dir, false);

@@ -95,4 +95,14 @@ void        node__fetch_telemetry(struct ds_node *a, struct cJSON *obj);
 void        node__fetch_stop(struct ds_node *a);
 void        node__fetch_destroy(struct ds_node *a);
 
+/* node_health.c: health checks and alerts (dspark/v1/alert/<node>). */
+/* Reads the state file's pending alert (a restart after a failed check). */
+enum ds_err node__health_create(struct ds_node *a);
+/* The checking thread: started before the loop, stopped after it. */
+void        node__health_start(struct ds_node *a);
+void        node__health_stop(struct ds_node *a);
+void        node__health_destroy(struct ds_node *a);
+/* The exit status of a failed check (70 stalled, 69 broker, 74 registry). */
+int         node__health_exit_status(enum ds_msg_check c);
+
 #endif

@@ -51,6 +51,14 @@ static void on_signal(int sig)
     (void)w;
 }
 
+/* A failed health check (node_health.c), its alert already out: exit at
+** once, without draining (the loop may be wedged), so that systemd's
+** Restart=on-failure starts a fresh process. */
+static void on_fatal(int status)
+{
+    _exit(status);
+}
+
 static void *signal_thread(void *p)
 {
     struct ds_node *agent = p;
@@ -171,6 +179,7 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
         status = 0;
         goto out;
     }
+    ds_node_on_fatal(agent, on_fatal);
     pthread_t th;
     if (pthread_create(&th, NULL, signal_thread, agent) == 0) pthread_detach(th);
     enum ds_err rc = ds_node_run(agent);
