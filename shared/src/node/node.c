@@ -359,6 +359,7 @@ enum ds_err ds_node_run(struct ds_node *a)
         if (atomic_exchange(&a->reload, false) && a->cfg_path) {
             node_notify_send(&nfy, "RELOADING=1");
             if (ds_node_config_load(a->cfg, a->cfg_path, true) == DS_OK) {
+                node__cfg_publish(a);
                 ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(a->cfg->log_level));
                 DS_LOG(DS_LOG_INFO, "config reloaded from %s", a->cfg_path);
             }
@@ -469,6 +470,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     a->start_ns = ds_now_ns();
     pthread_mutex_init(&a->cancel_mu, NULL);
     pthread_mutex_init(&a->quota.mu, NULL);
+    node__cfg_publish(a);
     if (ds_metrics_init(&a->metrics, a->start_ns) != DS_OK) {
         free(a);
         return DS_ERR_NOMEM;

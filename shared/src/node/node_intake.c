@@ -96,7 +96,7 @@ static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t no
     if (!(rate > 0.0)) return false;              /* nothing measured yet */
     double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
     double finish_ms = ((double)ds_sched_backlog(a->sched) + own) / rate * 1000.0;
-    double budget_ms = a->cfg->budget_ms[r->req.priority];
+    double budget_ms = atomic_load(&a->live_budget_ms[r->req.priority]);
     if (r->deadline_ns) {
         double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
         if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
@@ -189,7 +189,7 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     if (!node__quota_take(a, r)) {
         char why[160];
         snprintf(why, sizeof why, "this client has %u requests queued or running here ([sched] client_max): wait "
-                 "for their answers before sending more", a->cfg->client_max);
+                 "for their answers before sending more", atomic_load(&a->live_client_max));
         node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, why);
         return true;
     }
@@ -209,6 +209,12 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 
 /* ---- per-client quota ---- */
 
+void node__cfg_publish(struct ds_node *a)
+{
+    atomic_store(&a->live_client_max, a->cfg->client_max);
+    for (int t = 0; t < DS_TIER_COUNT; t++) atomic_store(&a->live_budget_ms[t], a->cfg->budget_ms[t]);
+}
+
 static uint64_t client_key(const char *reply)
 {
     static const char secured[] = "dspark/v1/reply/";
@@ -224,7 +230,7 @@ static uint64_t client_key(const char *reply)
 
 bool node__quota_take(struct ds_node *a, struct node_req *r)
 {
-    uint32_t max = a->cfg->client_max;
+    uint32_t max = atomic_load(&a->live_client_max);
     if (!max) return true;
     struct node_quota *q = &a->quota;
     /* A center's requests come from edges (relay topics): the device is the

@@ -25,6 +25,9 @@ bool node__take_cancel(struct ds_node *a, const struct node_req *r);
 ** device, as the edge names it). Count r against it, or false when it holds client_max
 ** already; node__req_free gives the count back. */
 bool node__quota_take(struct ds_node *a, struct node_req *r);
+/* Copy the reloadable keys Paho's thread reads into their atomics (engine
+** thread: at start and after a reload). */
+void node__cfg_publish(struct ds_node *a);
 void node__quota_give(struct node_req *r);
 /* Offer r to the role's take hooks in order; true when one took it. */
 bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);

@@ -176,6 +176,10 @@ struct ds_node {
     struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
     unsigned             n_active, n_mirrors;
     struct node_quota    quota;         /* per-client count of requests held ([sched] client_max) */
+    /* Reloadable keys Paho's thread reads, copied here by the engine loop at
+    ** start and after each SIGHUP (node__cfg_publish): never read from cfg
+    ** while a reload rewrites it. */
+    atomic_uint          live_client_max, live_budget_ms[DS_TIER_COUNT];
     pthread_mutex_t      cancel_mu;     /* ids cancelled while queued or running */
     struct node_cancel  *cancels[MAX_CANCELS];
     unsigned             n_cancels;
