@@ -929,7 +929,7 @@ int cmd_infer(int argc, char **argv)
     ** retry: the wrapper's retry warnings are hidden while we wait (they
     ** show with --log-level info or debug). A refusal retrying cannot fix
     ** (TLS, credentials) is logged by the wrapper as its one line. */
-    enum ds_log_level lvl = ds_log__max;
+    enum ds_log_level lvl = (enum ds_log_level)atomic_load(&ds_log__max);
     if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, DS_LOG_ERROR);
     rc = ds_mqtt_wait_connected(s.mqtt, (uint32_t)a.connect_ms);
     if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, lvl);

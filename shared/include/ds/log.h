@@ -9,6 +9,8 @@
 #ifndef DS_LOG_H
 #define DS_LOG_H
 
+#include <stdatomic.h>
+
 #include "ds/common.h"
 
 enum ds_log_level { DS_LOG_ERROR, DS_LOG_WARN, DS_LOG_INFO, DS_LOG_DEBUG };
@@ -38,14 +40,16 @@ int  ds_log_format_parse(const char *s);
 ** DS_LOG_FORMAT=json|text sets the format of a process that never calls this. */
 void ds_log_set_format(enum ds_log_format fmt, const char *prog, const char *node);
 
-extern enum ds_log_level ds_log__max;
+/* The most verbose level written; an atomic, so that a reload may change it
+** while other threads log (relaxed: a line more or less at the switch). */
+extern _Atomic int ds_log__max;
 void ds_log__write(enum ds_log_level lvl, const char *file, int line,
                    const char *fmt, ...) DS_PRINTF(4, 5);
 
-#define DS_LOG(lvl, ...)                                                   \
-    do {                                                                   \
-        if ((lvl) <= ds_log__max) ds_log__write((lvl), __FILE__, __LINE__, \
-                                                __VA_ARGS__);              \
+#define DS_LOG(lvl, ...)                                                                 \
+    do {                                                                                 \
+        if ((int)(lvl) <= atomic_load_explicit(&ds_log__max, memory_order_relaxed))     \
+            ds_log__write((lvl), __FILE__, __LINE__, __VA_ARGS__);                      \
     } while (0)
 
 #define DS_ASSERT(cond)                                                    \

@@ -22,7 +22,7 @@ enum ds_err ds_why__set(char *why, enum ds_err rc, const char *file, int line, c
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (DS_LOG_WARN <= ds_log__max) ds_log__write(DS_LOG_WARN, file, line, "%s", buf);
+    if (DS_LOG_WARN <= atomic_load_explicit(&ds_log__max, memory_order_relaxed)) ds_log__write(DS_LOG_WARN, file, line, "%s", buf);
     if (why) memcpy(why, buf, sizeof buf);
     return rc;
 }

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum ds_log_level ds_log__max = DS_LOG_INFO;
+_Atomic int ds_log__max = DS_LOG_INFO;
 static ds_log_fn g_sink;      /* NULL = stderr */
 static void     *g_sink_ud;
 
@@ -106,9 +106,11 @@ static size_t format_line(char *out, size_t cap, enum ds_log_level lvl, const ch
 
 void ds_log_set(ds_log_fn fn, void *ud, enum ds_log_level max)
 {
-    g_sink = fn;
-    g_sink_ud = ud;
-    ds_log__max = max;
+    if (g_sink != fn || g_sink_ud != ud) {     /* set before threads start; a reload passes the same */
+        g_sink = fn;
+        g_sink_ud = ud;
+    }
+    atomic_store_explicit(&ds_log__max, (int)max, memory_order_relaxed);
 }
 
 int ds_log_level_parse(const char *s)

@@ -387,7 +387,7 @@ static const struct ds_gpu_ops cuda_ops = {
 /* The CUDA kernels' messages into dspark's log (the kernels call nothing of ours). */
 static void cuda_log(int level, const char *file, int line, const char *msg)
 {
-    if (level <= (int)ds_log__max) ds_log__write((enum ds_log_level)level, file, line, "%s", msg);
+    if (level <= atomic_load_explicit(&ds_log__max, memory_order_relaxed)) ds_log__write((enum ds_log_level)level, file, line, "%s", msg);
 }
 
 void ds_engine_cuda_register(void)
