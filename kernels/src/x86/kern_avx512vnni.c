@@ -858,6 +858,14 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 #undef QX_DOT
 #undef QX_NAME
 
+/* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
+
+#define QK_MADD(acc, p, s) (acc = _mm256_dpwssd_epi32(acc, p, s))
+#define QK_NAME matmul_qk_avx512
+#include "kern_qk_x86.h"
+#undef QK_MADD
+#undef QK_NAME
+
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
@@ -869,7 +877,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .matmul_q8   = matmul_q8_avx512,
     .matmul_qx   = matmul_qx_avx512,
     .quantize_q8k = ds_kern__quantize_q8k_ref,
-    .matmul_qk   = ds_kern__matmul_qk_ref,
+    .matmul_qk   = matmul_qk_avx512,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
     .dot_f32     = dot_f32_avx512,
