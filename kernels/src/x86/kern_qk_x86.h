@@ -3,7 +3,9 @@
 ** superblocks (Q4_K, Q5_K, Q6_K; 256 values) against Q8_K activations.
 ** Included by kern_avx2.c (QK_MADD: madd + add) and kern_avx512vnni.c
 ** (QK_MADD: vpdpwssd); the including file defines QK_MADD(acc, p, s): acc
-** (8 x int32) += sums of adjacent int16 products of p and s, and QK_NAME.
+** (8 x int32) += sums of adjacent int16 products of p and s, and QK_NAME,
+** and may define QK_ROWS_Q4K / QK_ROWS_Q6K, its own rows of those types
+** (kern_avx512vnni.c: 512 bits), with qk_rows_q6's arguments.
 **
 ** The weights stream: each superblock is read once per QK_TOK tokens, its
 ** 4-, 5- or 6-bit codes unpacked with shifts and masks into unsigned bytes
@@ -36,18 +38,20 @@ static inline float qk_hsum(__m256 v)
 }
 
 /* Q4_K / Q5_K: the eight 6-bit scales (bytes 0..7) and mins (8..15) from
-** the 12 packed bytes: sub-block j < 4 keeps the low 6 bits of bytes j
-** and j + 4; j >= 4 takes a nibble of byte j + 4 and the top 2 bits of
-** bytes j - 4 and j. */
+** the 12 packed bytes at p (16 bytes are read: the codes follow them):
+** sub-block j < 4 keeps the low 6 bits of bytes j and j + 4; j >= 4 takes
+** a nibble of byte j + 4 and the top 2 bits of bytes j - 4 and j. */
 static inline __m128i qk_scales_mins(const uint8_t *p)
 {
-    uint32_t w[3], o[4];
-    memcpy(w, p, 12);
-    o[0] = w[0] & 0x3f3f3f3fu;
-    o[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 6) & 0x03030303u) << 4;
-    o[2] = w[1] & 0x3f3f3f3fu;
-    o[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 6) & 0x03030303u) << 4;
-    return _mm_loadu_si128((const __m128i *)(const void *)o);
+    /* in 32-bit lanes w0 w1 w2 (and 4 bytes past them, unused): lanes
+    ** [w0, w2, w1, w2 >> 4] masked to 6, 4, 6, 4 bits, then the top 2 bits
+    ** of each byte of w0 (for lane 1) and w1 (lane 3) moved to bits 4..5 */
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i lo = _mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+    lo = _mm_and_si128(lo, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i hi = _mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2);
+    hi = _mm_and_si128(hi, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 /* Byte-shuffle masks picking int16 lane pairs: lane k of the low half in
@@ -161,6 +165,14 @@ qk_rows_q6(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct d
     }
 }
 
+/* The including file may bring its own Q4_K and Q6_K rows (512-bit). */
+#ifndef QK_ROWS_Q4K
+#define QK_ROWS_Q4K(...) qk_rows_q45(false, __VA_ARGS__)
+#endif
+#ifndef QK_ROWS_Q6K
+#define QK_ROWS_Q6K qk_rows_q6
+#endif
+
 static void QK_NAME(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                     const struct ds_q8k_block *x, float *y, size_t ldy)
 {
@@ -170,13 +182,13 @@ static void QK_NAME(enum ds_kern_qtype type, size_t rows, size_t n_sb, const voi
         float *yt = y + t0 * ldy;
         switch (type) {
         case DS_KQ_Q4_K:
-            if (nt == 1) qk_rows_q45(false, rows, n_sb, w, 1, xt, yt, ldy);   /* decode: the token loop unrolled */
-            else qk_rows_q45(false, rows, n_sb, w, nt, xt, yt, ldy);
+            if (nt == 1) QK_ROWS_Q4K(rows, n_sb, w, 1, xt, yt, ldy);   /* decode: the token loop unrolled */
+            else QK_ROWS_Q4K(rows, n_sb, w, nt, xt, yt, ldy);
             break;
         case DS_KQ_Q5_K: qk_rows_q45(true, rows, n_sb, w, nt, xt, yt, ldy); break;
         case DS_KQ_Q6_K:
-            if (nt == 1) qk_rows_q6(rows, n_sb, w, 1, xt, yt, ldy);
-            else qk_rows_q6(rows, n_sb, w, nt, xt, yt, ldy);
+            if (nt == 1) QK_ROWS_Q6K(rows, n_sb, w, 1, xt, yt, ldy);
+            else QK_ROWS_Q6K(rows, n_sb, w, nt, xt, yt, ldy);
             break;
         default: return;
         }
