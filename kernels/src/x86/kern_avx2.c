@@ -11,6 +11,7 @@
 **
 ** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; nothing is allocated.
 */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -472,7 +473,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .matvec_q8   = matvec_q8_avx2,
     .matmul_q8   = matmul_q8_avx2,
     .matmul_qx   = matmul_qx_avx2,
-    .quantize_q8k = ds_kern__quantize_q8k_ref,
+    .quantize_q8k = qk_quantize_q8k,
     .matmul_qk   = matmul_qk_avx2,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,

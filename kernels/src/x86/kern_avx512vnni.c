@@ -15,6 +15,7 @@
 ** Stack: small; matmul_q8 keeps 160 KB of thread-local prepared
 ** activations. Nothing is allocated.
 */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -906,7 +907,9 @@ DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t
         }
         for (size_t s = 0; s < n_sb; s++) {
             const uint8_t *b = row + s * 144, *qs = b + 16;
-            const float d = qk_f16(b), dmin = qk_f16(b + 2);
+            int32_t dm_bits;                                /* d and dmin, two FP16, in one conversion */
+            memcpy(&dm_bits, b, 4);
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
             const __m256i sc16 = _mm256_cvtepu8_epi16(qk_scales_mins(b + 4));   /* scales, mins */
             const __m512i scl = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
             const __m128i mn16 = _mm256_extracti128_si256(sc16, 1);
@@ -925,8 +928,10 @@ DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t
                 const struct ds_q8k_block *xb = &x[t * n_sb + s];
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums);
                 const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-                accf[t] = _mm512_fmadd_ps(_mm512_set1_ps(xb->d * d), _mm512_cvtepi32_ps(acc[t]), accf[t]);
-                accm[t] = _mm_fmadd_ps(_mm_set1_ps(xb->d * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mn16, pair)), accm[t]);
+                const __m128 xdm = _mm_mul_ps(_mm_set1_ps(xb->d), dm);          /* d_x d, d_x dmin */
+                accf[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(xdm), _mm512_cvtepi32_ps(acc[t]), accf[t]);
+                accm[t] = _mm_fmadd_ps(_mm_shuffle_ps(xdm, xdm, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mn16, pair)),
+                                       accm[t]);
             }
         }
         for (size_t t = 0; t < nt; t++) {
@@ -994,7 +999,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .matvec_q8   = matvec_q8_avx512,
     .matmul_q8   = matmul_q8_avx512,
     .matmul_qx   = matmul_qx_avx512,
-    .quantize_q8k = ds_kern__quantize_q8k_ref,
+    .quantize_q8k = qk_quantize_q8k,
     .matmul_qk   = matmul_qk_avx512,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
