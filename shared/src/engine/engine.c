@@ -165,6 +165,8 @@ struct ds_engine {
     uint64_t                     weight_bytes;
     bool                         q8k_dim;      /* INT8: some K-quant matrix has dim columns (fill s.xk) */
     bool                         q8k_hid;      /* INT8: some w2 is a K-quant (fill s.hk) */
+    bool                         q8_dim;       /* INT8: some other matrix has dim columns (fill s.xq) */
+    bool                         q8_hid;       /* INT8: some other w2 (fill s.hq) */
     struct ds_gpu               *gpu;          /* non-NULL: the GPU backend runs (gpu_ops) */
     const struct ds_gpu_ops     *gpu_ops;
     struct ds_gpu_row           *gpu_rows;     /* max_batch rows of a GPU pass */
@@ -335,12 +337,14 @@ static enum ds_err prepare_weights(struct ds_engine *e)
             if ((rc = mat_prepare(e, ms[i].w, ms[i].m, neox)) != DS_OK) return rc;
             e->weight_bytes += mat_bytes(e, ms[i].m);
             if (mat_is_qk(ms[i].m)) *(ms[i].m == &L->w2 ? &e->q8k_hid : &e->q8k_dim) = true;
+            else *(ms[i].m == &L->w2 ? &e->q8_hid : &e->q8_dim) = true;
         }
     }
     e->out_norm = norm_f32(&m->out_norm, nb + (size_t)2 * c->n_layers * c->dim);
     if ((rc = mat_prepare(e, &m->output, &e->output, false)) != DS_OK) return rc;
     e->weight_bytes += mat_bytes(e, &e->output);
     if (mat_is_qk(&e->output)) e->q8k_dim = true;
+    else e->q8_dim = true;
     return DS_OK;
 }
 
@@ -567,7 +571,8 @@ static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32
 {
     if (e->prec != DS_PRECISION_INT8) return;
     size_t nb = ds_q8_blocks(cols);
-    for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
+    if (e->q8_dim)
+        for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
     if (e->q8k_dim)
         for (size_t t = 0; t < n; t++)
             e->kern->quantize_q8k(cols, x + t * cols, e->s.xk + t * (cols / DS_Q8K_BLOCK));
@@ -597,7 +602,7 @@ static void swiglu_span(const struct ds_engine *e, size_t row, size_t c0, size_t
     const size_t hid = e->cfg.hidden_dim;
     float *h = e->s.hb + row * hid;
     e->kern->silu_mul_f32(c1 - c0, h + c0, e->s.hb2 + row * hid + c0);
-    if (e->prec == DS_PRECISION_INT8)
+    if (e->prec == DS_PRECISION_INT8 && e->q8_hid)
         e->kern->quantize_q8(c1 - c0, h + c0, e->s.hq + row * ds_q8_blocks(hid) + c0 / DS_Q8_BLOCK);
     if (e->prec == DS_PRECISION_INT8 && e->q8k_hid)      /* c0, c1: superblock bounds (matmul_task) */
         e->kern->quantize_q8k(c1 - c0, h + c0, e->s.hk + row * (hid / DS_Q8K_BLOCK) + c0 / DS_Q8K_BLOCK);
@@ -632,7 +637,7 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
         float *x = s->x + r * dim;
         if (j->ops & ROW_ADD) e->kern->axpy_f32(dim, 1.0f, s->xb2 + r * dim, x);   /* exact: 1 * a + b */
         if (j->ops & ROW_NORM) e->kern->rmsnorm_f32(dim, x, j->norm, c->rms_eps, s->xb + r * dim);
-        if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8)
+        if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8 && e->q8_dim)
             e->kern->quantize_q8(j->qcols, j->qsrc + r * j->qcols, s->xq + r * ds_q8_blocks(j->qcols));
         if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8 && e->q8k_dim)
             e->kern->quantize_q8k(j->qcols, j->qsrc + r * j->qcols, s->xk + r * (j->qcols / DS_Q8K_BLOCK));
