@@ -106,7 +106,7 @@ struct ds_kern_ops {
     ** magnitude, iscale = -127 / max, q = min(127, round-half-even(iscale *
     ** x)) (the product rounded to float first), d = 1 / iscale; all zero
     ** when |max| < 127 / FLT_MAX (0 included; ggml has no such case: its
-    ** iscale would be infinite). Variants give the same bits. */
+    ** iscale would be infinite). Variants give the same bits for finite x. */
     void (*quantize_q8k)(size_t n, const float *x, struct ds_q8k_block *out);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
     ** w holds rows of n_sb 256-value superblocks of a K-quant type (Q4_K,
