@@ -875,28 +875,40 @@ DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t
 #undef QK_ROWS_Q4K
 #undef QK_ROWS_Q6K
 
-/* Byte-shuffle mask: int16 lane a of each 128-bit lane in 128-bit lanes
-** 0 and 1, lane b in lanes 2 and 3 (one sub-block scale per 32 values). */
-DS_INLINE __m512i qk512_pick2(int a, int b)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(qk_pick(a, a)), qk_pick(b, b), 1);
-}
-
 /* Int16 lane a + j in 128-bit lane j (one scale per 16 values). */
 DS_INLINE __m512i qk512_pick4(int a)
 {
     return _mm512_inserti64x4(_mm512_castsi256_si512(qk_pick(a, a + 1)), qk_pick(a + 2, a + 3), 1);
 }
 
+/* 128 bits of byte-shuffle mask: int16 lanes 0..3 take lane a, 4..7 lane b. */
+DS_INLINE __m128i qk128_pick(int a, int b)
+{
+    const char p = (char)(2 * a), q = (char)(2 * a + 1), r = (char)(2 * b), t = (char)(2 * b + 1);
+    return _mm_setr_epi8(p, q, p, q, p, q, p, q, r, t, r, t, r, t, r, t);
+}
+
+/* The scales of packs_epi32(P, Q), P and Q holding sub-blocks a (16-value
+** groups 0, 1) and a + 1 (groups 2, 3), resp. c and c + 1. */
+DS_INLINE __m512i qk512_pick_packed(int a, int c)
+{
+    const __m256i lo = _mm256_set_m128i(qk128_pick(a, c), qk128_pick(a, c));
+    const __m256i hi = _mm256_set_m128i(qk128_pick(a + 1, c + 1), qk128_pick(a + 1, c + 1));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
 /* Q4_K at 512 bits: the 32 bytes of two sub-blocks (low and high nibbles)
 ** broadcast to both halves, shifted by 0 and 4, masked: 64 codes in the
-** order the activations have them; one maddubs and one vpdpwssd each. */
+** order the activations have them. vpdpbusd sums each 4 code x activation
+** products into int32 (at most 4 * 15 * 128, so they fit int16); two such
+** vectors packed to int16 meet their sub-block scales in one vpdpwssd:
+** six multiplies per superblock and token instead of eight. */
 DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
                               float *y, size_t ldy)
 {
-    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i pk[4] = { qk512_pick2(0, 1), qk512_pick2(2, 3), qk512_pick2(4, 5), qk512_pick2(6, 7) };
+    const __m512i pk01 = qk512_pick_packed(0, 2), pk23 = qk512_pick_packed(4, 6);
     for (size_t r = 0; r < rows; r++) {
         const uint8_t *row = w + r * 144 * n_sb;
         __m512 accf[QK_TOK];
@@ -913,23 +925,23 @@ DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t
             const __m256i sc16 = _mm256_cvtepu8_epi16(qk_scales_mins(b + 4));   /* scales, mins */
             const __m512i scl = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
             const __m128i mn16 = _mm256_extracti128_si256(sc16, 1);
-            __m512i acc[QK_TOK];
-            for (size_t t = 0; t < nt; t++) acc[t] = _mm512_setzero_si512();
+            __m512i u[4];
             for (int i = 0; i < 4; i++) {
                 const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * i)));
-                const __m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
-                const __m512i sc = _mm512_shuffle_epi8(scl, pk[i]);
-                for (size_t t = 0; t < nt; t++) {
-                    const __m512i xv = _mm512_loadu_si512((const void *)(x[t * n_sb + s].qs + 64 * i));
-                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_maddubs_epi16(u, xv), sc);
-                }
+                u[i] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
             }
+            const __m512i s01 = _mm512_shuffle_epi8(scl, pk01), s23 = _mm512_shuffle_epi8(scl, pk23);
             for (size_t t = 0; t < nt; t++) {
                 const struct ds_q8k_block *xb = &x[t * n_sb + s];
+                __m512i p[4];
+                for (int i = 0; i < 4; i++)
+                    p[i] = _mm512_dpbusd_epi32(zero, u[i], _mm512_loadu_si512((const void *)(xb->qs + 64 * i)));
+                __m512i acc = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), s01);
+                acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(p[2], p[3]), s23);
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums);
                 const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
                 const __m128 xdm = _mm_mul_ps(_mm_set1_ps(xb->d), dm);          /* d_x d, d_x dmin */
-                accf[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(xdm), _mm512_cvtepi32_ps(acc[t]), accf[t]);
+                accf[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(xdm), _mm512_cvtepi32_ps(acc), accf[t]);
                 accm[t] = _mm_fmadd_ps(_mm_shuffle_ps(xdm, xdm, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mn16, pair)),
                                        accm[t]);
             }
