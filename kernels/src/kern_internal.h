@@ -64,6 +64,15 @@ void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_
 void ds_kern__matmul_qx_ref(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w,
                             size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
 
+/* A K-quant superblock b of type t (Q4_K, Q5_K, Q6_K) as codes c (value
+** i = d * sc[i/16] * c[i] - dmin * mn[i/16]; Q6_K: c in -32..31, mn 0). */
+void ds_kern__qk_superblock(enum ds_kern_qtype t, const uint8_t *b, int8_t c[256], int16_t sc[16],
+                            int16_t mn[16], float *d, float *dmin);
+/* The scalar matmul_qk and quantize_q8k (kern_qx_ref.c). */
+void ds_kern__matmul_qk_ref(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                            const struct ds_q8k_block *x, float *y, size_t ldy);
+void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *out);
+
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 

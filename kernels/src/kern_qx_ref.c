@@ -6,7 +6,16 @@
 ** activation block is then
 **   d_x * (s0 * sum_{j<16} c[j] q[j] + s1 * sum_{j>=16} c[j] q[j] + min * sum q),
 ** with exact integer sums. The SIMD variants compute the same sums.
+**
+** Also the scalar reference of matmul_qk and quantize_q8k: K-quant
+** superblocks (256 values) against Q8_K activations, llama.cpp's pairing.
+** Per superblock: codes c, sixteen int16 scales sc and mins mn (one per 16
+** values), then isum = sum_i sc[i] * sum_l c x, msum = sum_i mn[i] bsums[i],
+** exact in int32, and one float step d_x (d isum - dmin msum).
 */
+#include <float.h>
+#include <math.h>
+
 #include "kern_internal.h"
 
 static float f16(const uint8_t *p)
@@ -122,4 +131,105 @@ void ds_kern__matmul_qx_ref(enum ds_kern_qtype type, size_t rows, size_t n_block
     for (size_t t = 0; t < n_tok; t++)
         for (size_t r = 0; r < rows; r++)
             y[t * ldy + r] = dot_row(type, n_blocks, (const uint8_t *)w + r * rb, x + t * n_blocks);
+}
+
+/* ---- matmul_qk: K-quant superblocks against Q8_K activations ---- */
+
+void ds_kern__qk_superblock(enum ds_kern_qtype t, const uint8_t *b, int8_t c[256], int16_t sc[16],
+                            int16_t mn[16], float *d, float *dmin)
+{
+    if (t == DS_KQ_Q6_K) {
+        *d = f16(b + 208);
+        *dmin = 0.0f;
+        for (unsigned i = 0; i < 16; i++) {
+            sc[i] = ((const int8_t *)(b + 192))[i];
+            mn[i] = 0;
+        }
+        /* value 128h + 32k + l: low bits from ql, high bits from qh */
+        for (unsigned h = 0; h < 2; h++)
+            for (unsigned k = 0; k < 4; k++)
+                for (unsigned l = 0; l < 32; l++) {
+                    unsigned lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k / 2))) & 15u;
+                    unsigned hi = (b[128 + 32 * h + l] >> (2 * k)) & 3u;
+                    c[128 * h + 32 * k + l] = (int8_t)((int)(lo | hi << 4) - 32);
+                }
+        return;
+    }
+    const bool five = t == DS_KQ_Q5_K;
+    *d = f16(b);
+    *dmin = f16(b + 2);
+    const uint8_t *qs = b + (five ? 48 : 16), *qh = b + 16;
+    for (unsigned s = 0; s < 8; s++) {
+        unsigned scale, m;
+        k_scale_min(b + 4, s, &scale, &m);
+        sc[2 * s] = sc[2 * s + 1] = (int16_t)scale;
+        mn[2 * s] = mn[2 * s + 1] = (int16_t)m;
+        for (unsigned l = 0; l < 32; l++) {
+            unsigned v = (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 15u;
+            if (five) v |= ((qh[l] >> s) & 1u) << 4;
+            c[32 * s + l] = (int8_t)v;
+        }
+    }
+}
+
+static float qk_dot_row(enum ds_kern_qtype t, size_t n_sb, const uint8_t *row, const struct ds_q8k_block *x)
+{
+    const size_t bb = ds_kq_block_bytes(t);
+    float sum = 0.0f;
+    for (size_t s = 0; s < n_sb; s++) {
+        int8_t c[256];
+        int16_t sc[16], mn[16];
+        float d, dmin;
+        ds_kern__qk_superblock(t, row + s * bb, c, sc, mn, &d, &dmin);
+        int32_t isum = 0, msum = 0;
+        for (unsigned i = 0; i < 16; i++) {
+            int32_t p = 0;
+            for (unsigned l = 0; l < 16; l++) p += c[16 * i + l] * x[s].qs[16 * i + l];
+            isum += sc[i] * p;
+            msum += mn[i] * x[s].bsums[i];
+        }
+        sum += x[s].d * (d * (float)isum - dmin * (float)msum);
+    }
+    return sum;
+}
+
+void ds_kern__matmul_qk_ref(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                            const struct ds_q8k_block *x, float *y, size_t ldy)
+{
+    if (type != DS_KQ_Q4_K && type != DS_KQ_Q5_K && type != DS_KQ_Q6_K) return;
+    const size_t rb = n_sb * ds_kq_block_bytes(type);
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t r = 0; r < rows; r++)
+            y[t * ldy + r] = qk_dot_row(type, n_sb, (const uint8_t *)w + r * rb, x + t * n_sb);
+}
+
+void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *out)
+{
+    for (size_t b = 0; b < n / DS_Q8K_BLOCK; b++, x += DS_Q8K_BLOCK) {
+        struct ds_q8k_block *o = &out[b];
+        float amax = 0.0f, max = 0.0f;
+        for (unsigned j = 0; j < DS_Q8K_BLOCK; j++) {
+            const float a = fabsf(x[j]);
+            if (a > amax) {
+                amax = a;
+                max = x[j];
+            }
+        }
+        if (amax < 127.0f / FLT_MAX) {       /* 0, or -127 / max would overflow: all zero */
+            memset(o, 0, sizeof *o);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (unsigned j = 0; j < DS_Q8K_BLOCK; j++) {
+            const float v = iscale * x[j];   /* rounded to float, then to the nearest integer (even on ties) */
+            const long q = lrintf(v);
+            o->qs[j] = (int8_t)(q > 127 ? 127 : q);
+        }
+        for (unsigned i = 0; i < DS_Q8K_BLOCK / 16; i++) {
+            int s = 0;
+            for (unsigned l = 0; l < 16; l++) s += o->qs[16 * i + l];
+            o->bsums[i] = (int16_t)s;
+        }
+        o->d = 1.0f / iscale;
+    }
 }

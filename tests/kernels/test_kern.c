@@ -7,7 +7,8 @@
 ** reported SKIPPED, never passed. Inputs come from a fixed-seed generator
 ** (DS_TEST_SEED overrides it), so failures reproduce.
 **
-** Exact:     dot_i8 (int32) and quantize_q8 (same d bits, same qs).
+** Exact:     dot_i8 (int32), quantize_q8 (same d bits, same qs) and
+**            quantize_q8k (same d bits, qs and bsums).
 ** Tolerance: float results differ from ref only by summation order and by
 **            FMA contraction; see the DS_TOL_* definitions below.
 */
@@ -427,6 +428,141 @@ static void test_matmul_qx(void **state)
     }
 }
 
+/* ---- quantize_q8k / matmul_qk: K-quants against Q8_K activations ---- */
+
+static void check_quant_q8k(const struct ds_kern_ops *k, size_t n, const float *x)
+{
+    const size_t nb = n / DS_Q8K_BLOCK;
+    struct ds_q8k_block *a = xmalloc(nb * sizeof *a), *b = xmalloc(nb * sizeof *b);
+    memset(a, 0x5a, nb * sizeof *a);
+    memset(b, 0xa5, nb * sizeof *b);
+    k->quantize_q8k(n, x, a);
+    ds_kern_ref.quantize_q8k(n, x, b);
+    for (size_t i = 0; i < nb; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0) {
+            size_t j = 0;
+            while (j < DS_Q8K_BLOCK && a[i].qs[j] == b[i].qs[j]) j++;
+            print_error("quantize_q8k n=%zu block %zu: d %.9g vs ref %.9g, first qs difference at %zu\n", n, i,
+                        (double)a[i].d, (double)b[i].d, j);
+            fail();
+        }
+    free(a);
+    free(b);
+}
+
+/* Exact: the same d bits, qs and bsums as the reference. */
+static void test_quantize_q8k(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    const uint64_t rng = g_rng;          /* the later tests keep the inputs they had before these two */
+    static const size_t sizes[] = { 256, 512, 768, 1536, 4096 };
+    static const float amps[] = { 1.0f, 3e4f, 1e-3f, 1e-30f, 1e30f };
+    float *x = xmalloc(4096 * sizeof *x);
+    for (size_t s = 0; s < N_OF(sizes); s++) {
+        const size_t n = sizes[s];
+        for (size_t a = 0; a < N_OF(amps); a++) {
+            fill_f(x, n, amps[a]);
+            check_quant_q8k(k, n, x);
+            x[n / 2] = -2.0f * amps[a];                      /* a negative max: d > 0 */
+            x[n / 3] = 2.0f * amps[a];                       /* and a tie in magnitude, earlier: it wins */
+            check_quant_q8k(k, n, x);
+        }
+        memset(x, 0, n * sizeof *x);                          /* zeros: all zero */
+        check_quant_q8k(k, n, x);
+        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i % 255) - 127) + 0.5f;   /* ties */
+        check_quant_q8k(k, n, x);
+        for (size_t i = 0; i < n; i++) x[i] = (i % 3) ? 1e-38f : -1e-39f;            /* tiny: all zero */
+        check_quant_q8k(k, n, x);
+        for (size_t i = 0; i < n; i++) x[i] = (i % 7) ? 1e-30f * (float)(i % 13) : 4e-37f;   /* near the edge */
+        check_quant_q8k(k, n, x);
+    }
+    free(x);
+    g_rng = rng;
+}
+
+/* Sum of |terms| of one row's matmul_qk dot, the float steps' magnitude. */
+static double qk_mag(enum ds_kern_qtype t, size_t n_sb, const uint8_t *row, const struct ds_q8k_block *x)
+{
+    double m = 0;
+    for (size_t s = 0; s < n_sb; s++) {
+        int8_t c[256];
+        int16_t sc[16], mn[16];
+        float d, dmin;
+        ds_kern__qk_superblock(t, row + s * ds_kq_block_bytes(t), c, sc, mn, &d, &dmin);
+        double a = 0, b = 0;
+        for (int i = 0; i < 16; i++) {
+            for (int l = 0; l < 16; l++) a += fabs((double)sc[i] * c[16 * i + l] * x[s].qs[16 * i + l]);
+            b += fabs((double)mn[i] * x[s].bsums[i]);
+        }
+        m += fabs((double)x[s].d) * (fabs((double)d) * a + fabs((double)dmin) * b);
+    }
+    return m + 1e-30;
+}
+
+static void check_matmul_qk(const struct ds_kern_ops *k, enum ds_kern_qtype t, size_t rows, size_t n_sb,
+                            size_t nt, const uint8_t *w, const struct ds_q8k_block *x)
+{
+    const size_t rb = n_sb * ds_kq_block_bytes(t);
+    size_t ldy = rows + 3, ny = nt * ldy;
+    float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
+    for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
+    k->matmul_qk(t, rows, n_sb, w, nt, x, y, ldy);
+    ds_kern_ref.matmul_qk(t, rows, n_sb, w, nt, x, yr, ldy);
+    for (size_t tk = 0; tk < nt; tk++) {
+        for (size_t r = 0; r < rows; r++)
+            check_near("matmul_qk", tk * ldy + r, y[tk * ldy + r], yr[tk * ldy + r],
+                       qk_mag(t, n_sb, w + r * rb, x + tk * n_sb), DS_TOL_SUM);
+        for (size_t r = rows; r < ldy; r++)
+            if (y[tk * ldy + r] != -777.0f) {
+                print_error("matmul_qk wrote y[%zu] outside rows\n", tk * ldy + r);
+                fail();
+            }
+    }
+    free(y);
+    free(yr);
+}
+
+static void test_matmul_qk(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    const uint64_t rng = g_rng;
+    static const enum ds_kern_qtype types[] = { DS_KQ_Q4_K, DS_KQ_Q5_K, DS_KQ_Q6_K };
+    static const size_t n_sbs[] = { 1, 2, 3, 6, 8 }, rows_of[] = { 1, 3, 7, 16, 17, 33 };
+    static const size_t ntok[] = { 1, 2, 3, 4, 5, 17 };
+    for (size_t ti = 0; ti < N_OF(types); ti++) {
+        const enum ds_kern_qtype t = types[ti];
+        for (size_t bi = 0; bi < N_OF(n_sbs); bi++) {
+            const size_t n_sb = n_sbs[bi], rb = n_sb * ds_kq_block_bytes(t);
+            float *xf = xmalloc(17 * n_sb * DS_Q8K_BLOCK * sizeof *xf);
+            struct ds_q8k_block *x = xmalloc(17 * n_sb * sizeof *x);
+            fill_f(xf, 17 * n_sb * DS_Q8K_BLOCK, 2.0f);
+            ds_kern_ref.quantize_q8k(17 * n_sb * DS_Q8K_BLOCK, xf, x);
+            for (size_t ri = 0; ri < N_OF(rows_of); ri++) {
+                const size_t rows = rows_of[ri];
+                /* the matrix starts 2 bytes past an allocation's alignment */
+                uint8_t *wbuf = xmalloc(rows * rb + 2), *w = wbuf + 2;
+                fill_qx(t, w, rows * rb);
+                for (size_t i = 0; i < N_OF(ntok); i++) check_matmul_qk(k, t, rows, n_sb, ntok[i], w, x);
+                free(wbuf);
+            }
+            for (size_t i = 0; i < 5 * n_sb; i++) {          /* extremes: every code against +-127 */
+                memset(x[i].qs, i % 2 ? 0x81 : 0x7f, DS_Q8K_BLOCK);
+                for (int j = 0; j < 16; j++) x[i].bsums[j] = (int16_t)(i % 2 ? -16 * 127 : 16 * 127);
+            }
+            uint8_t *wbuf = xmalloc(5 * rb + 2), *w = wbuf + 2;
+            fill_qx(t, w, 5 * rb);
+            memset(w, 0xff, ds_kq_block_bytes(t));           /* every code and scale at its largest, */
+            const uint16_t d = ds_f32_to_f16(0.01f);         /* finite d and dmin (Q6_K: scales -1) */
+            memcpy(w + (t == DS_KQ_Q6_K ? 208 : 0), &d, 2);
+            if (t != DS_KQ_Q6_K) memcpy(w + 2, &d, 2);
+            check_matmul_qk(k, t, 5, n_sb, 5, w, x);
+            free(wbuf);
+            free(xf);
+            free(x);
+        }
+    }    g_rng = rng;
+}
+
 /* ---- FP32 ---- */
 
 static void test_dot_f32(void **state)
@@ -576,6 +712,27 @@ static void test_ref_is_exact_oracle(void **state)
     float y;
     ds_kern_ref.matvec_q8(1, 1, &w, &x, &y);
     assert_true(y == -16.0f);                            /* sum(j-16) = -16; * 2 * 1 * 0.5 */
+
+    /* Q8_K as ggml rounds it: max -4 (the value of largest magnitude), iscale
+    ** 127 / 4 = 31.75, 2 * 31.75 = 63.5 goes to the even 64 */
+    float xf[DS_Q8K_BLOCK];
+    for (int j = 0; j < DS_Q8K_BLOCK; j++) xf[j] = 2.0f;
+    xf[5] = -4.0f;
+    struct ds_q8k_block q;
+    ds_kern_ref.quantize_q8k(DS_Q8K_BLOCK, xf, &q);
+    assert_true(q.d == 1.0f / 31.75f && q.qs[5] == -127 && q.qs[0] == 64 && q.qs[255] == 64);
+    assert_true(q.bsums[0] == 15 * 64 - 127 && q.bsums[15] == 16 * 64);
+
+    /* Q6_K with every code 0 (value -32), scales 1, d = 1, against qs 1 */
+    uint8_t b6[210] = { 0 };
+    for (int i = 0; i < 16; i++) b6[192 + i] = 1;
+    const uint16_t one = ds_f32_to_f16(1.0f);
+    memcpy(b6 + 208, &one, 2);
+    q.d = 1.0f;
+    memset(q.qs, 1, sizeof q.qs);
+    for (int i = 0; i < 16; i++) q.bsums[i] = 16;
+    ds_kern_ref.matmul_qk(DS_KQ_Q6_K, 1, 1, b6, 1, &q, &y, 1);
+    assert_true(y == -32.0f * 256);
 }
 
 static void test_choose(void **state)
@@ -832,6 +989,7 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "dot_i8", test_dot_i8 }, { "quantize_q8", test_quantize_q8 },
     { "matvec_q8", test_matvec_q8 }, { "matmul_q8", test_matmul_q8 },
     { "matmul_qx", test_matmul_qx },
+    { "quantize_q8k", test_quantize_q8k }, { "matmul_qk", test_matmul_qk },
     { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },

@@ -25,7 +25,7 @@
 #define MAX_IDS     4096
 #define NMSE_MAX    1e-3
 #define TOP1_MIN    0.95
-#define GAP_NMSE_MAX 5e-3        /* the known gaps' guard (their figures: 2e-3 to 4e-3) */
+#define GAP_NMSE_MAX 5e-3        /* the known gaps' guard (their figures: 1e-3 to 3e-3) */
 #define GAP_TOP1_MIN 0.75        /* (80% to 98%) */
 
 static size_t read_ids(int32_t *ids, size_t cap)
@@ -67,17 +67,21 @@ static size_t argmax(const float *x, size_t n)
 /* A case that does not reach the goal yet: it is held to the looser bound
 ** below (so it cannot get worse unnoticed) and says on its own line that it
 ** is below the goal, and why; it is never skipped. What is known: the
-** references quantize activations (INT8 on r12M-Q8_0 equals the reference
-** to 1e-14 at position 0, FP32 does not), so FP32 carries that difference;
-** the K-quant references use some other activation format, which 32-value
-** Q8_0 blocks and an emulation of 256-value Q8_K blocks both miss (NMSE
-** about 2e-3 to 4e-3 either way). */
+** references quantize activations (llama.cpp: Q8_0 blocks for Q8_0 and
+** Q4_0 weights, 256-value Q8_K blocks for the K-quants), so FP32 carries
+** that difference. INT8 quantizes them the same way (matmul_qk for the
+** K-quants), and equals the reference to 1e-14 at the first positions of
+** r12M-Q8_0, Q4_K_M and Q6_K; later on, one float rounding apart (softmax,
+** RoPE) flips an int8 rounding, and on random weights the flips cascade
+** through the layers. */
 static const char *known_gap(const char *name, enum ds_precision prec)
 {
     static const struct { const char *name; int prec; const char *why; } gaps[] = {
-        { "r12M-Q4_0", -1, "Q6_K classifier: reference activations are 256-value blocks" },
-        { "r12M-Q4_K_M", -1, "K-quants: reference activations are 256-value blocks" },
-        { "r12M-Q6_K", -1, "K-quants: reference activations are 256-value blocks" },
+        { "r12M-Q4_0", DS_PRECISION_FP32, "the reference's own Q8_0/Q8_K activation rounding" },
+        { "r12M-Q4_0", DS_PRECISION_INT8, "Q4_0 layers differ from position 0 on (NMSE 9e-4 there): not found yet" },
+        { "r12M-Q4_K_M", DS_PRECISION_FP32, "the reference's own Q8_K activation rounding" },
+        { "r12M-Q6_K", DS_PRECISION_FP32, "the reference's own Q8_K activation rounding" },
+        { "r12M-Q6_K", DS_PRECISION_INT8, "exact at position 0, then cascading int8 rounding flips (NMSE 1.0e-3 to 1.7e-3 by variant)" },
         { "l3-12M-Q8_0", DS_PRECISION_FP32, "NMSE 8e-4 passes, top-1 93.8% (90/96) does not" },
     };
     for (size_t i = 0; i < sizeof gaps / sizeof gaps[0]; i++)
@@ -152,6 +156,55 @@ static void check_file(const char *name, enum ds_precision prec)
     assert_true(top1 >= TOP1_MIN);
 }
 
+/* INT8 K-quants fed one token at a time (decode: matrices split by output
+** rows across the threads, one-token kernels, the SwiGLU output quantized
+** to Q8_K by each thread's slice) give the logits of the same tokens in one
+** batch (split by tokens, 4-token kernels): equal to 1e-5 of the largest
+** (they agree bit for bit today). */
+static void check_steps(const char *name)
+{
+    static int32_t ids[MAX_IDS];
+    const size_t n = 64;                /* >= 2 threads x 32 tokens: the batch splits by tokens */
+    assert_true(read_ids(ids, MAX_IDS) >= n);
+    char path[512];
+    snprintf(path, sizeof path, FORMATS_DIR "/%s.gguf", name);
+    struct ds_model *m = NULL;
+    assert_int_equal(ds_model_open(path, &m), DS_OK);
+    const size_t V = m->cfg.vocab_size;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = DS_PRECISION_INT8;
+    o.n_threads = 2;
+    o.max_batch = (uint32_t)n;
+    o.kv_seqs = 2;
+    struct ds_engine *e = NULL;
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    struct ds_seq *a = NULL, *b = NULL;
+    assert_int_equal(ds_seq_create(e, &a), DS_OK);
+    assert_int_equal(ds_seq_create(e, &b), DS_OK);
+    float *batch = malloc(n * V * sizeof *batch), *step = malloc(V * sizeof *step);
+    assert_non_null(batch);
+    assert_non_null(step);
+    assert_int_equal(ds_engine_eval(e, a, ids, n, batch, true), DS_OK);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ds_engine_eval(e, b, &ids[i], 1, step, false), DS_OK);
+        for (size_t v = 0; v < V; v++) {
+            worst = fmax(worst, fabs((double)step[v] - batch[i * V + v]));
+            scale = fmax(scale, fabs((double)batch[i * V + v]));
+        }
+    }
+    printf("formats: %-14s int8  %zu tokens one at a time vs one batch: max |diff| %.3g of max |logit| %.3g\n",
+           name, n, worst, scale);
+    assert_true(worst <= 1e-5 * scale);
+    free(batch);
+    free(step);
+    ds_seq_destroy(a);
+    ds_seq_destroy(b);
+    ds_engine_destroy(e);
+    ds_model_close(m);
+}
+
 static void run(const char *file, enum ds_precision p) { check_file(file, p); }
 static void r12m_q8_0_fp32(void **st)   { (void)st; run("r12M-Q8_0", DS_PRECISION_FP32); }
 static void r12m_q8_0_int8(void **st)   { (void)st; run("r12M-Q8_0", DS_PRECISION_INT8); }
@@ -165,6 +218,8 @@ static void l3_q8_0_fp32(void **st)     { (void)st; run("l3-12M-Q8_0", DS_PRECIS
 static void l3_q8_0_int8(void **st)     { (void)st; run("l3-12M-Q8_0", DS_PRECISION_INT8); }
 static void qwen2_q8_0_fp32(void **st)  { (void)st; run("q12M-Q8_0", DS_PRECISION_FP32); }
 static void qwen2_q8_0_int8(void **st)  { (void)st; run("q12M-Q8_0", DS_PRECISION_INT8); }
+static void q4_k_m_int8_steps(void **st) { (void)st; check_steps("r12M-Q4_K_M"); }
+static void q6_k_int8_steps(void **st)   { (void)st; check_steps("r12M-Q6_K"); }
 
 int main(void)
 {
@@ -175,6 +230,7 @@ int main(void)
         cmocka_unit_test(r12m_q6_k_fp32),   cmocka_unit_test(r12m_q6_k_int8),
         cmocka_unit_test(l3_q8_0_fp32),     cmocka_unit_test(l3_q8_0_int8),
         cmocka_unit_test(qwen2_q8_0_fp32),  cmocka_unit_test(qwen2_q8_0_int8),
+        cmocka_unit_test(q4_k_m_int8_steps), cmocka_unit_test(q6_k_int8_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 5u
+#define DS_KERN_ABI 6u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -37,6 +37,18 @@ struct ds_q8_block {
 _Static_assert(sizeof(struct ds_q8_block) == 2 + DS_Q8_BLOCK, "q8 block padding");
 
 static inline size_t ds_q8_blocks(size_t n) { return (n + DS_Q8_BLOCK - 1) / DS_Q8_BLOCK; }
+
+/* Q8_K activation block (ggml's block_q8_K, byte for byte): 256 int8
+** values, an FP32 scale and the sum of each 16 values; value[i] = d * qs[i].
+** The K-quant weights (Q4_K, Q5_K, Q6_K) meet activations in this form, as
+** in llama.cpp, whose rounding it reproduces exactly (quantize_q8k). */
+#define DS_Q8K_BLOCK 256
+struct ds_q8k_block {
+    float   d;                  /* 1 / (-127 / max), max the value of largest magnitude */
+    int8_t  qs[DS_Q8K_BLOCK];
+    int16_t bsums[DS_Q8K_BLOCK / 16];
+};
+_Static_assert(sizeof(struct ds_q8k_block) == 4 + DS_Q8K_BLOCK + 2 * (DS_Q8K_BLOCK / 16), "q8k block padding");
 
 /* 4-, 5- and 6-bit weight blocks in ggml's layouts (the engine's quant.c
 ** states them): legacy types hold 32 values a block, K-quants 256. */
@@ -89,6 +101,21 @@ struct ds_kern_ops {
     ** n_blocks is a multiple of 8 for the K-quants. */
     void (*matmul_qx)(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w,
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
+    /* Quantize n floats (a multiple of 256) into n / 256 Q8_K blocks, as
+    ** ggml's quantize_row_q8_K_ref: max = the first value of largest
+    ** magnitude, iscale = -127 / max, q = min(127, round-half-even(iscale *
+    ** x)) (the product rounded to float first), d = 1 / iscale; all zero
+    ** when |max| < 127 / FLT_MAX (0 included; ggml has no such case: its
+    ** iscale would be infinite). Variants give the same bits for finite x. */
+    void (*quantize_q8k)(size_t n, const float *x, struct ds_q8k_block *out);
+    /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
+    ** w holds rows of n_sb 256-value superblocks of a K-quant type (Q4_K,
+    ** Q5_K or Q6_K; other types leave y alone), as the file stores them, and
+    ** x holds n_tok rows of n_sb Q8_K blocks. Per superblock the sub-block
+    ** scales and mins apply to exact int32 sums (the mins through bsums);
+    ** then one float step: d_x * (d * isum - dmin * msum). */
+    void (*matmul_qk)(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                      const struct ds_q8k_block *x, float *y, size_t ldy);
     /* y = W x; W is rows x cols FP32, row-major. */
     void (*matvec_f32)(size_t rows, size_t cols, const float *w, const float *x, float *y);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok

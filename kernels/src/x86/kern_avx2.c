@@ -11,6 +11,7 @@
 **
 ** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; nothing is allocated.
 */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -455,6 +456,14 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
 #undef QX_DOT
 #undef QX_NAME
 
+/* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
+
+#define QK_MADD(acc, p, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s)))
+#define QK_NAME matmul_qk_avx2
+#include "kern_qk_x86.h"
+#undef QK_MADD
+#undef QK_NAME
+
 const struct ds_kern_ops ds_kern_avx2 = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx2",
@@ -464,6 +473,8 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .matvec_q8   = matvec_q8_avx2,
     .matmul_q8   = matmul_q8_avx2,
     .matmul_qx   = matmul_qx_avx2,
+    .quantize_q8k = qk_quantize_q8k,
+    .matmul_qk   = matmul_qk_avx2,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,
     .dot_f32     = dot_f32_avx2,

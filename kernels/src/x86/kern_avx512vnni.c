@@ -15,6 +15,7 @@
 ** Stack: small; matmul_q8 keeps 160 KB of thread-local prepared
 ** activations. Nothing is allocated.
 */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -858,6 +859,148 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 #undef QX_DOT
 #undef QX_NAME
 
+/* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
+
+DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
+                              float *y, size_t ldy);
+DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
+                              float *y, size_t ldy);
+#define QK_MADD(acc, p, s) (acc = _mm256_dpwssd_epi32(acc, p, s))
+#define QK_NAME matmul_qk_avx512
+#define QK_ROWS_Q4K qk512_rows_q4k
+#define QK_ROWS_Q6K qk512_rows_q6k
+#include "kern_qk_x86.h"
+#undef QK_MADD
+#undef QK_NAME
+#undef QK_ROWS_Q4K
+#undef QK_ROWS_Q6K
+
+/* Int16 lane a + j in 128-bit lane j (one scale per 16 values). */
+DS_INLINE __m512i qk512_pick4(int a)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(qk_pick(a, a + 1)), qk_pick(a + 2, a + 3), 1);
+}
+
+/* 128 bits of byte-shuffle mask: int16 lanes 0..3 take lane a, 4..7 lane b. */
+DS_INLINE __m128i qk128_pick(int a, int b)
+{
+    const char p = (char)(2 * a), q = (char)(2 * a + 1), r = (char)(2 * b), t = (char)(2 * b + 1);
+    return _mm_setr_epi8(p, q, p, q, p, q, p, q, r, t, r, t, r, t, r, t);
+}
+
+/* The scales of packs_epi32(P, Q), P and Q holding sub-blocks a (16-value
+** groups 0, 1) and a + 1 (groups 2, 3), resp. c and c + 1. */
+DS_INLINE __m512i qk512_pick_packed(int a, int c)
+{
+    const __m256i lo = _mm256_set_m128i(qk128_pick(a, c), qk128_pick(a, c));
+    const __m256i hi = _mm256_set_m128i(qk128_pick(a + 1, c + 1), qk128_pick(a + 1, c + 1));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Q4_K at 512 bits: the 32 bytes of two sub-blocks (low and high nibbles)
+** broadcast to both halves, shifted by 0 and 4, masked: 64 codes in the
+** order the activations have them. vpdpbusd sums each 4 code x activation
+** products into int32 (at most 4 * 15 * 128, so they fit int16); two such
+** vectors packed to int16 meet their sub-block scales in one vpdpwssd:
+** six multiplies per superblock and token instead of eight. */
+DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
+                              float *y, size_t ldy)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i pk01 = qk512_pick_packed(0, 2), pk23 = qk512_pick_packed(4, 6);
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *row = w + r * 144 * n_sb;
+        __m512 accf[QK_TOK];
+        __m128 accm[QK_TOK];
+        for (size_t t = 0; t < nt; t++) {
+            accf[t] = _mm512_setzero_ps();
+            accm[t] = _mm_setzero_ps();
+        }
+        for (size_t s = 0; s < n_sb; s++) {
+            const uint8_t *b = row + s * 144, *qs = b + 16;
+            int32_t dm_bits;                                /* d and dmin, two FP16, in one conversion */
+            memcpy(&dm_bits, b, 4);
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
+            const __m256i sc16 = _mm256_cvtepu8_epi16(qk_scales_mins(b + 4));   /* scales, mins */
+            const __m512i scl = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
+            const __m128i mn16 = _mm256_extracti128_si256(sc16, 1);
+            __m512i u[4];
+            for (int i = 0; i < 4; i++) {
+                const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * i)));
+                u[i] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+            }
+            const __m512i s01 = _mm512_shuffle_epi8(scl, pk01), s23 = _mm512_shuffle_epi8(scl, pk23);
+            for (size_t t = 0; t < nt; t++) {
+                const struct ds_q8k_block *xb = &x[t * n_sb + s];
+                __m512i p[4];
+                for (int i = 0; i < 4; i++)
+                    p[i] = _mm512_dpbusd_epi32(zero, u[i], _mm512_loadu_si512((const void *)(xb->qs + 64 * i)));
+                __m512i acc = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), s01);
+                acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(p[2], p[3]), s23);
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums);
+                const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                const __m128 xdm = _mm_mul_ps(_mm_set1_ps(xb->d), dm);          /* d_x d, d_x dmin */
+                accf[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(xdm), _mm512_cvtepi32_ps(acc), accf[t]);
+                accm[t] = _mm_fmadd_ps(_mm_shuffle_ps(xdm, xdm, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mn16, pair)),
+                                       accm[t]);
+            }
+        }
+        for (size_t t = 0; t < nt; t++) {
+            __m128 m = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            y[t * ldy + r] = _mm512_reduce_add_ps(accf[t]) - _mm_cvtss_f32(m);
+        }
+    }
+}
+
+/* Q6_K at 512 bits: per half of a superblock, 64 bytes of low bits give
+** two 64-code vectors (masked, and shifted by 4); the 32 bytes of high
+** bits, broadcast to both halves, are shifted into place per half. */
+DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
+                              float *y, size_t ldy)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sl01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+    const __m512i sr23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i pa = qk512_pick4(0), pb = qk512_pick4(4);
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *row = w + r * 210 * n_sb;
+        __m512 accf[QK_TOK];
+        for (size_t t = 0; t < nt; t++) accf[t] = _mm512_setzero_ps();
+        for (size_t s = 0; s < n_sb; s++) {
+            const uint8_t *b = row + s * 210;
+            const float d = qk_f16(b + 208);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(b + 192)));
+            const __m512i sch[2] = { _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16)),
+                                     _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1)) };
+            __m512i acc[QK_TOK];
+            for (size_t t = 0; t < nt; t++) {               /* the offset: -32 sum_i sc[i] bsums[i] */
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)x[t * n_sb + s].bsums);
+                acc[t] = _mm512_zextsi256_si512(
+                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5)));
+            }
+            for (int h = 0; h < 2; h++) {
+                const __m512i l = _mm512_loadu_si512((const void *)(b + 64 * h));
+                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b + 128 + 32 * h)));
+                const __m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                                    _mm512_and_si512(_mm512_sllv_epi16(qh, sl01), m30));
+                const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                                    _mm512_and_si512(_mm512_srlv_epi16(qh, sr23), m30));
+                const __m512i s01 = _mm512_shuffle_epi8(sch[h], pa), s23 = _mm512_shuffle_epi8(sch[h], pb);
+                for (size_t t = 0; t < nt; t++) {
+                    const int8_t *xq = x[t * n_sb + s].qs + 128 * h;
+                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_maddubs_epi16(u01, _mm512_loadu_si512((const void *)xq)), s01);
+                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_maddubs_epi16(u23, _mm512_loadu_si512((const void *)(xq + 64))), s23);
+                }
+            }
+            for (size_t t = 0; t < nt; t++)
+                accf[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[t * n_sb + s].d * d), _mm512_cvtepi32_ps(acc[t]), accf[t]);
+        }
+        for (size_t t = 0; t < nt; t++) y[t * ldy + r] = _mm512_reduce_add_ps(accf[t]);
+    }
+}
+
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
@@ -868,6 +1011,8 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .matvec_q8   = matvec_q8_avx512,
     .matmul_q8   = matmul_q8_avx512,
     .matmul_qx   = matmul_qx_avx512,
+    .quantize_q8k = qk_quantize_q8k,
+    .matmul_qk   = matmul_qk_avx512,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
     .dot_f32     = dot_f32_avx512,

@@ -88,7 +88,7 @@ struct mat {
     const float              *f;         /* FP32: rows x cols */
     const struct ds_q8_block *q;         /* INT8: rows x nb */
     const uint8_t            *qx;        /* INT8, 4/5/6-bit types: the file's rows, for matmul_qx */
-    enum ds_kern_qtype        qt;        /* their type */
+    enum ds_kern_qtype        qt;        /* their type; K-quants meet Q8_K activations (matmul_qk) */
     size_t                    qx_row;    /* bytes per row */
     void                     *owned;     /* converted copy, if any */
 };
@@ -112,6 +112,8 @@ struct run_state {
     float              *lg_in;   /* (B, dim) normed rows that want logits */
     struct ds_q8_block *xq;      /* (B, blocks of dim) quantized input (INT8) */
     struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
+    struct ds_q8k_block *xk;     /* (B, dim / 256) xq's input as Q8_K, when a K-quant matrix reads it */
+    struct ds_q8k_block *hk;     /* (B, hidden / 256) hq's input as Q8_K, when a K-quant w2 reads it */
     uint32_t           *pos;     /* (B) position of each row */
     uint32_t           *grp;     /* (B + 1) first row of each attention group */
     struct ds_batch_row *out_rows;/* (B) the rows that want logits, for the last layer's end */
@@ -161,6 +163,10 @@ struct ds_engine {
     struct run_state             s;
     struct kv_pool               kv;
     uint64_t                     weight_bytes;
+    bool                         q8k_dim;      /* INT8: some K-quant matrix has dim columns (fill s.xk) */
+    bool                         q8k_hid;      /* INT8: some w2 is a K-quant (fill s.hk) */
+    bool                         q8_dim;       /* INT8: some other matrix has dim columns (fill s.xq) */
+    bool                         q8_hid;       /* INT8: some other w2 (fill s.hq) */
     struct ds_gpu               *gpu;          /* non-NULL: the GPU backend runs (gpu_ops) */
     const struct ds_gpu_ops     *gpu_ops;
     struct ds_gpu_row           *gpu_rows;     /* max_batch rows of a GPU pass */
@@ -182,6 +188,14 @@ static uint32_t neox_row(const struct ds_model_config *c, uint32_t r)
 }
 
 static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_weight *w, struct mat *m);
+
+/* Whether m's rows are K-quant superblocks, read by matmul_qk against Q8_K
+** activations: llama.cpp pairs these types with Q8_K, so its logits (the
+** references) carry Q8_K's rounding, not Q8_0's. */
+static bool mat_is_qk(const struct mat *m)
+{
+    return m->qx && (m->qt == DS_KQ_Q4_K || m->qt == DS_KQ_Q5_K || m->qt == DS_KQ_Q6_K);
+}
 
 /* As mat_prepare_rows, with Q/K rows reordered first for NEOX RoPE. */
 static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
@@ -322,11 +336,15 @@ static enum ds_err prepare_weights(struct ds_engine *e)
             const bool neox = m->rope_neox && (ms[i].m == &L->wq || ms[i].m == &L->wk);
             if ((rc = mat_prepare(e, ms[i].w, ms[i].m, neox)) != DS_OK) return rc;
             e->weight_bytes += mat_bytes(e, ms[i].m);
+            if (mat_is_qk(ms[i].m)) *(ms[i].m == &L->w2 ? &e->q8k_hid : &e->q8k_dim) = true;
+            else *(ms[i].m == &L->w2 ? &e->q8_hid : &e->q8_dim) = true;
         }
     }
     e->out_norm = norm_f32(&m->out_norm, nb + (size_t)2 * c->n_layers * c->dim);
     if ((rc = mat_prepare(e, &m->output, &e->output, false)) != DS_OK) return rc;
     e->weight_bytes += mat_bytes(e, &e->output);
+    if (mat_is_qk(&e->output)) e->q8k_dim = true;
+    else e->q8_dim = true;
     return DS_OK;
 }
 
@@ -487,6 +505,7 @@ struct matmul_job {
     unsigned                  n_mat;
     const float              *x;      /* (n, cols) FP32 input */
     const struct ds_q8_block *xq;     /* (n, nb) quantized input (INT8) */
+    const struct ds_q8k_block *xk;    /* (n, cols / 256) the same as Q8_K, for K-quant matrices */
     size_t                    n;
     bool                      swiglu; /* w[0] = gate into hb, w[1] = up into hb2 */
 };
@@ -502,7 +521,10 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
     y += t0 * w->rows + r0;
     if (j->e->prec == DS_PRECISION_INT8) {
         const struct ds_q8_block *xq = j->xq + t0 * w->nb;
-        if (w->qx)
+        if (mat_is_qk(w))
+            k->matmul_qk(w->qt, r1 - r0, w->cols / DS_Q8K_BLOCK, w->qx + r0 * w->qx_row, n,
+                         j->xk + t0 * (w->cols / DS_Q8K_BLOCK), y, w->rows);
+        else if (w->qx)
             k->matmul_qx(w->qt, r1 - r0, w->nb, w->qx + r0 * w->qx_row, n, xq, y, w->rows);
         else if (n == 1)
             k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, xq, y);
@@ -524,7 +546,7 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
 static void matmul_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct matmul_job *j = p;
-    size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, DS_Q8_BLOCK) : ROW_ALIGN;
+    size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
     if (j->e->prec == DS_PRECISION_INT8) align = DS_MAX(align, j->e->kern->q8_pack_rows);
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
@@ -549,7 +571,11 @@ static void quantize_input(struct ds_engine *e, const float *x, size_t n, uint32
 {
     if (e->prec != DS_PRECISION_INT8) return;
     size_t nb = ds_q8_blocks(cols);
-    for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
+    if (e->q8_dim)
+        for (size_t t = 0; t < n; t++) e->kern->quantize_q8(cols, x + t * cols, e->s.xq + t * nb);
+    if (e->q8k_dim)
+        for (size_t t = 0; t < n; t++)
+            e->kern->quantize_q8k(cols, x + t * cols, e->s.xk + t * (cols / DS_Q8K_BLOCK));
 }
 
 /* One job on the pool, or inline when it is too small to share. */
@@ -565,7 +591,7 @@ static void matmul_run(struct ds_engine *e, struct matmul_job *j)
 ** quantized by quantize_input(). */
 static void matmul(struct ds_engine *e, const struct mat *w, const float *x, size_t n, float *y)
 {
-    struct matmul_job j = { e, { w }, { y }, 1, x, e->s.xq, n, false };
+    struct matmul_job j = { e, { w }, { y }, 1, x, e->s.xq, e->s.xk, n, false };
     matmul_run(e, &j);
 }
 
@@ -576,8 +602,10 @@ static void swiglu_span(const struct ds_engine *e, size_t row, size_t c0, size_t
     const size_t hid = e->cfg.hidden_dim;
     float *h = e->s.hb + row * hid;
     e->kern->silu_mul_f32(c1 - c0, h + c0, e->s.hb2 + row * hid + c0);
-    if (e->prec == DS_PRECISION_INT8)
+    if (e->prec == DS_PRECISION_INT8 && e->q8_hid)
         e->kern->quantize_q8(c1 - c0, h + c0, e->s.hq + row * ds_q8_blocks(hid) + c0 / DS_Q8_BLOCK);
+    if (e->prec == DS_PRECISION_INT8 && e->q8k_hid)      /* c0, c1: superblock bounds (matmul_task) */
+        e->kern->quantize_q8k(c1 - c0, h + c0, e->s.hk + row * (hid / DS_Q8K_BLOCK) + c0 / DS_Q8K_BLOCK);
 }
 
 /* ---- per-row steps between the matrix multiplies ----
@@ -609,8 +637,10 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
         float *x = s->x + r * dim;
         if (j->ops & ROW_ADD) e->kern->axpy_f32(dim, 1.0f, s->xb2 + r * dim, x);   /* exact: 1 * a + b */
         if (j->ops & ROW_NORM) e->kern->rmsnorm_f32(dim, x, j->norm, c->rms_eps, s->xb + r * dim);
-        if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8)
+        if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8 && e->q8_dim)
             e->kern->quantize_q8(j->qcols, j->qsrc + r * j->qcols, s->xq + r * ds_q8_blocks(j->qcols));
+        if ((j->ops & ROW_QUANT) && e->prec == DS_PRECISION_INT8 && e->q8k_dim)
+            e->kern->quantize_q8k(j->qcols, j->qsrc + r * j->qcols, s->xk + r * (j->qcols / DS_Q8K_BLOCK));
         if (j->ops & ROW_ROPE_KV) {
             const struct layer *L = &e->layers[j->layer];
             if (L->bq) e->kern->axpy_f32(dim, 1.0f, L->bq, s->q + r * dim);
@@ -755,17 +785,17 @@ static size_t layer_steps(struct ds_engine *e, const struct ds_batch_row *rows, 
     /* attention: (previous layer's residual,) rmsnorm, q k v, rope, cache,
     ** scores, output projection */
     st[i++] = ROWS((l ? ROW_ADD : 0) | ROW_NORM | ROW_QUANT, L->attn_norm, s->xb);
-    st[i++] = MATMUL({ &L->wq, &L->wk, &L->wv }, { s->q, s->k, s->v }, 3, s->xb, s->xq, n, false);
+    st[i++] = MATMUL({ &L->wq, &L->wk, &L->wv }, { s->q, s->k, s->v }, 3, s->xb, s->xq, s->xk, n, false);
     st[i++] = ROWS(ROW_ROPE_KV, NULL, NULL);
     st[i++] = (struct step){ STEP_ATTN, .attn = { e, rows, l } };
     st[i++] = ROWS(ROW_QUANT, NULL, s->xb);
-    st[i++] = MATMUL({ &L->wo }, { s->xb2 }, 1, s->xb, s->xq, n, false);
+    st[i++] = MATMUL({ &L->wo }, { s->xb2 }, 1, s->xb, s->xq, s->xk, n, false);
     /* feed-forward: residual, rmsnorm, hb = silu(gate xb) * (up xb) quantized
     ** into hq (by rows not into xq, which another thread may still read),
     ** down projection */
     st[i++] = ROWS(ROW_ADD | ROW_NORM | ROW_QUANT, L->ffn_norm, s->xb);
-    st[i++] = MATMUL({ &L->w1, &L->w3 }, { s->hb, s->hb2 }, 2, s->xb, s->xq, n, true);
-    st[i++] = MATMUL({ &L->w2 }, { s->xb2 }, 1, s->hb, s->hq, n, false);
+    st[i++] = MATMUL({ &L->w1, &L->w3 }, { s->hb, s->hb2 }, 2, s->xb, s->xq, s->xk, n, true);
+    st[i++] = MATMUL({ &L->w2 }, { s->xb2 }, 1, s->hb, s->hq, s->hk, n, false);
 #undef ROWS
 #undef MATMUL
     return i;
@@ -992,6 +1022,8 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->xq = malloc(B * ds_q8_blocks(c->dim) * sizeof(struct ds_q8_block));
     s->hq = malloc(B * ds_q8_blocks(c->hidden_dim) * sizeof(struct ds_q8_block));
     s->pos = malloc(B * sizeof *s->pos);
+    if (e->q8k_dim && !(s->xk = malloc(B * (c->dim / DS_Q8K_BLOCK) * sizeof *s->xk))) return DS_ERR_NOMEM;
+    if (e->q8k_hid && !(s->hk = malloc(B * (c->hidden_dim / DS_Q8K_BLOCK) * sizeof *s->hk))) return DS_ERR_NOMEM;
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
         !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows || !s->steps)
         return DS_ERR_NOMEM;
@@ -1036,7 +1068,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->owned_bias);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->xk); free(s->hk); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
