@@ -141,7 +141,7 @@ static char *infer(const char *id)
 {
     char json[256];
     snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"%s\",\"prompt\":\"Once upon\",\"max_tokens\":8}", id, MODEL);
-    struct ds_mqtt_props p = { "test/dist/reply", id, strlen(id), 60 };
+    struct ds_mqtt_props p = { "test/dist/reply", id, strlen(id), 60, false };
     assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/" MODEL, json, strlen(json), 1, false, &p), DS_OK);
     char needle[160];
     snprintf(needle, sizeof needle, "\"id\":\"%s\"", id);

@@ -132,7 +132,7 @@ static void serve_requests(void)
         int n = snprintf(json, sizeof json,
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":16%s}", id,
                          i % 2 ? ",\"route\":\"center\"" : ",\"route\":\"edge\"");
-        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0 };
+        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0, false };
         if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) != DS_OK) FAIL("publish");
     }
     for (int i = 0; i < N_REQ; i++) {
@@ -170,7 +170,7 @@ static void *load_main(void *ud)
         int n = snprintf(json, sizeof json,
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":8,\"route\":\"%s\"}",
                          id, load.sent % 2 ? "center" : "edge");
-        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0 };
+        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0, false };
         if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) == DS_OK) load.sent++;
         usleep(100000);
     }

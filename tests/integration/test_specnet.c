@@ -74,7 +74,7 @@ static bool seen(const char *needle, int ms) { return it_inbox_seen(g.in, needle
 
 static void publish(struct ds_mqtt *c, const char *topic, const char *reply, const char *corr, const char *json)
 {
-    struct ds_mqtt_props p = { reply, corr, strlen(corr), 0 };
+    struct ds_mqtt_props p = { reply, corr, strlen(corr), 0, false };
     assert_int_equal(ds_mqtt_publish(c, topic, json, strlen(json), 1, false, &p), DS_OK);
 }
 

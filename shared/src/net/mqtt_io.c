@@ -13,12 +13,38 @@
 
 /* ---- publishing ---- */
 
-static void pub_done(struct pub *p, bool ok, const char *why)
+/* Put p back into the FIFO at its place by publish order (c->mu held).
+** Everything still queued was published after anything already sent, so
+** the walk passes only other publishes put back with this connection loss. */
+static void requeue_locked(struct ds_mqtt *c, struct pub *p)
+{
+    struct pub **at = &c->qhead;
+    while (*at && (*at)->seq < p->seq) at = &(*at)->qnext;
+    p->qnext = *at;
+    *at = p;
+    if (!p->qnext) c->qtail = p;
+    c->st.queued++;
+    c->st.requeued++;
+    if (c->state == ST_CONNECTED) c->wake_pump = true;   /* else the next connect pumps */
+}
+
+/* lost: Paho gave p up with its connection (or with a session the broker
+** did not keep); p goes back into the FIFO unless the client is closing. */
+static void pub_done(struct pub *p, bool ok, bool lost, const char *why)
 {
     struct ds_mqtt *c = p->op.c;
     pthread_mutex_lock(&c->mu);
     ds_mqtt__op_unlink(&p->op);
     if (p->counted) c->st.inflight--;
+    p->counted = false;
+    if (!ok && lost && c->state != ST_CLOSED && !c->stop) {
+        requeue_locked(c, p);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        DS_LOG(DS_LOG_DEBUG, "mqtt %s: publish to %s lost with the connection: queued again",
+               c->client_id, p->topic);
+        return;
+    }
     if (ok) c->st.acked++;
     else c->st.failed++;
     if (c->qhead) c->wake_pump = true;          /* a slot is free: the worker sends on */
@@ -34,15 +60,16 @@ static void on_pub_ok(void *ctx, MQTTAsync_successData5 *r)
 {
     /* MQTT 5 PUBACK/PUBREC may carry a failure reason (>= 0x80). */
     bool ok = r->reasonCode < MQTTREASONCODE_UNSPECIFIED_ERROR;
-    pub_done(ctx, ok, MQTTReasonCode_toString(r->reasonCode));
+    pub_done(ctx, ok, false, MQTTReasonCode_toString(r->reasonCode));
 }
 
 static void on_pub_fail(void *ctx, MQTTAsync_failureData5 *r)
 {
-    const char *why = r->code == MQTTASYNC_OPERATION_INCOMPLETE ? "connection lost"
+    bool lost = r->code == MQTTASYNC_OPERATION_INCOMPLETE || r->code == MQTTASYNC_DISCONNECTED;
+    const char *why = lost ? "connection lost"
                       : r->reasonCode ? MQTTReasonCode_toString(r->reasonCode)
                       : ds_mqtt__paho_err(r->code);
-    pub_done(ctx, false, why);
+    pub_done(ctx, false, lost, why);
 }
 
 /* Hand one publish to Paho (c->mu not held). */
@@ -410,13 +437,21 @@ enum ds_err ds_mqtt_publish(struct ds_mqtt *c, const char *topic, const void *pa
 
     pthread_mutex_lock(&c->mu);
     enum ds_err rc = DS_OK;
-    if (c->state == ST_CLOSED || c->stop) rc = DS_ERR_INVAL;
-    else if (c->st.queued >= c->o.max_queued) rc = DS_ERR_BUSY;
+    if (c->state == ST_CLOSED || c->stop) {
+        rc = DS_ERR_INVAL;
+    } else if (props && props->best_effort && c->state != ST_CONNECTED) {
+        rc = DS_ERR_BUSY;
+        c->st.dropped++;
+    } else if (c->st.queued >= c->o.max_queued) {
+        rc = DS_ERR_BUSY;
+        c->st.refused++;
+    }
     if (rc != DS_OK) {
         pthread_mutex_unlock(&c->mu);
         free(p);
         return rc;
     }
+    p->seq = ++c->next_seq;
     if (c->qtail) c->qtail->qnext = p;
     else c->qhead = p;
     c->qtail = p;

@@ -171,6 +171,12 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
         return true;
     }
+    if (!node__dedupe_claim(a, r)) {       /* node_dedupe.c: the first copy's answer is the answer */
+        DS_LOG(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
+               r->reply);
+        node__req_free(r);
+        return true;
+    }
     if (strcmp(r->req.model, model_name) != 0) {
         node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return true;

@@ -105,6 +105,18 @@ struct node_cancel {
 ** routes in order and stops there). Paho's thread. */
 typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
 
+#define NODE_DEDUPE_IDS 4096           /* recent requests remembered (node_dedupe.c) */
+
+/* Recent requests, by keyed hash (node_dedupe.c). */
+struct node_dedupe {
+    pthread_mutex_t      mu;
+    bool                 ready;
+    unsigned char        key[16];       /* crypto_shorthash_KEYBYTES */
+    uint64_t             ids[NODE_DEDUPE_IDS];   /* 0 = empty */
+    unsigned             head;          /* next slot to overwrite (the oldest) */
+    atomic_uint_fast64_t duplicates;    /* copies ignored (telemetry) */
+};
+
 /* One topic filter the node subscribed to and who handles what matches it. */
 struct node_route {
     char        filter[160];           /* as subscribed ($share/... included) */
@@ -178,6 +190,7 @@ struct ds_node {
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     struct node_rollout *ro;             /* control queue, registry, events */
     struct node_fetch   *fetch;          /* model distribution; NULL when not configured */
+    struct node_dedupe   dedupe;         /* requests delivered twice (node_dedupe.c) */
 };
 
 #endif
