@@ -175,7 +175,11 @@ static void edge_init(struct edge *e, int k, const char *tag, bool auto_promote,
     snprintf(e->models, sizeof e->models, "%s/models", e->dir);
     FILE *f = fopen(e->cfg, "w");
     assert_non_null(f);
-    fprintf(f, "[node]\nname = %s\nlog_level = info\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n"
+    /* Several edges share this broker and its $share/dspark-edge group, and
+    ** are stopped one after another: without a session of their own, a
+    ** stopped one does not hold a share of the requests (README
+    ** "Operations: outages and restarts"). */
+    fprintf(f, "[node]\nname = %s\nlog_level = info\n[mqtt]\nuri = %s\nsession_expiry_s = 0\n[telemetry]\ninterval_s = 1\n"
                "[overflow]\nenabled = false\n"
                "[model %s]\npath = %s\nprecision = int8\nthreads = 1\n"
                "[registry]\npath = %s\n[keys]\nsigner_pub = %s.pub\nnode_sec = %s.sec\nnode_pub = %s.pub\n"

@@ -33,6 +33,11 @@
 **     front of the FIFO in their original order (stats.requeued) rather than
 **     dropping them. QoS 1 is at-least-once: a publish whose PUBACK was lost
 **     with the connection is sent twice; receivers keep the first.
+**   - Messages a resumed session brings to a new process (queued while the
+**     client id was away, delivered right after the first CONNACK, before
+**     the SUBACKs: mosquitto's order) carry from_session, so that a receiver
+**     can tell them from live ones (a node keeps its requests and drops an
+**     earlier run's chunk frames and relayed answers).
 **   Why the wrapper's FIFO and not Paho's sendWhileDisconnected buffer: the
 **   FIFO exists anyway for pitfall 2 (Paho's own queue stalls), it already
 **   holds what is published while disconnected, and a failed in-flight
@@ -110,6 +115,10 @@ struct ds_mqtt_msg {
     struct ds_str correlation;      /* Correlation Data (binary); .p NULL if absent */
     bool          has_expiry;
     uint32_t      expiry_s;         /* Message Expiry Interval left, as the broker sent it */
+    bool          from_session;     /* queued by the broker while this client id was away and
+                                    ** delivered on this process's first connection (session
+                                    ** resumed) before its subscriptions were acknowledged:
+                                    ** meant for an earlier run of the client */
 };
 
 typedef void (*ds_mqtt_msg_fn)(void *ud, const struct ds_mqtt_msg *msg);

@@ -71,6 +71,7 @@ static bool lost_locked(struct ds_mqtt *c)
     c->backoff_ms = c->o.reconnect_min_ms;
     c->next_attempt_ns = ds_now_ns() + next_backoff_ms(c) * 1000000ull;
     c->st.connected = false;
+    c->replay = false;
     pthread_cond_broadcast(&c->cv);
     return true;
 }
@@ -126,6 +127,7 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     c->st.receive_max = recv_max;
     c->st.nodelay_sockets = nodelay;
     c->st.session_present = r->alt.connect.sessionPresent != 0;
+    c->replay = c->conn == 1 && c->st.session_present;   /* until the first SUBACK (mqtt_io.c) */
     uint32_t limit = c->o.max_inflight ? DS_MIN(c->o.max_inflight, recv_max) : recv_max;
     c->st.inflight_limit = limit;
     c->wake_pump = true;                        /* resubscribe and send what waited */

@@ -116,6 +116,7 @@ struct ds_mqtt {
     uint64_t             next_sub_id;
     uint64_t             next_seq;
     bool                 disc_done;
+    bool                 replay;     /* first connection resumed a session: no SUBACK yet */
     struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
 };
 

@@ -16,7 +16,7 @@
 /* Put p back into the FIFO at its place by publish order (c->mu held).
 ** Everything still queued was published after anything already sent, so
 ** the walk passes only other publishes put back with this connection loss. */
-static void requeue_locked(struct ds_mqtt *c, struct pub *p)
+static void insert_locked(struct ds_mqtt *c, struct pub *p)
 {
     struct pub **at = &c->qhead;
     while (*at && (*at)->seq < p->seq) at = &(*at)->qnext;
@@ -24,6 +24,11 @@ static void requeue_locked(struct ds_mqtt *c, struct pub *p)
     *at = p;
     if (!p->qnext) c->qtail = p;
     c->st.queued++;
+}
+
+static void requeue_locked(struct ds_mqtt *c, struct pub *p)
+{
+    insert_locked(c, p);
     c->st.requeued++;
     if (c->state == ST_CONNECTED) c->wake_pump = true;   /* else the next connect pumps */
 }
@@ -151,10 +156,7 @@ void ds_mqtt__pump(struct ds_mqtt *c)
             }
             if (rc == MQTTASYNC_DISCONNECTED || rc == MQTTASYNC_MAX_BUFFERED_MESSAGES ||
                 rc == MQTTASYNC_OPERATION_INCOMPLETE || rc == MQTTASYNC_NO_MORE_MSGIDS) {
-                p->qnext = c->qhead;            /* transient: back to the front, retry soon */
-                c->qhead = p;
-                if (!c->qtail) c->qtail = p;
-                c->st.queued++;
+                insert_locked(c, p);            /* transient: back to its place, retry soon */
                 c->retry_pending = true;
                 c->retry_at_ns = ds_now_ns() + DS_MQTT__RETRY_SEND_MS * 1000000ull;
                 stalled = true;
@@ -187,6 +189,7 @@ static void subop_done(struct subop *so, const enum MQTTReasonCodes *codes, size
     struct ds_mqtt *c = so->op.c;
     pthread_mutex_lock(&c->mu);
     ds_mqtt__op_unlink(&so->op);
+    if (so->conn == c->conn) c->replay = false;     /* what the session held came before this */
     for (size_t i = 0; i < so->n; i++) {
         struct sub *s = sub_find_id(c, so->ids[i]);
         if (!s || so->conn != c->conn) continue;     /* gone, or an older connection */
@@ -327,6 +330,7 @@ int ds_mqtt__on_message(void *ctx, char *topic, int topic_len, MQTTAsync_message
     }
     pthread_mutex_lock(&c->mu);
     c->st.received++;
+    msg.from_session = c->replay;
     pthread_mutex_unlock(&c->mu);
     if (c->o.on_message) c->o.on_message(c->o.ud, &msg);
     MQTTAsync_freeMessage(&m);
