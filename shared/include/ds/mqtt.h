@@ -29,15 +29,17 @@
 **     best_effort are refused at once instead (DS_ERR_BUSY, stats.dropped).
 **   - QoS>0 publishes in flight when the connection drops that Paho cannot
 **     resume (clean start, or the broker lost the session: Session Present
-**     0) come back from Paho as failed; the wrapper queues them again at the
-**     front of the FIFO in their original order (stats.requeued) rather than
-**     dropping them. QoS 1 is at-least-once: a publish whose PUBACK was lost
+**     0) come back from Paho as failed; the wrapper queues them again at
+**     their place by publish order, ahead of everything published after
+**     them (stats.requeued), rather than dropping them. QoS 1 is at-least-once: a publish whose PUBACK was lost
 **     with the connection is sent twice; receivers keep the first.
 **   - Messages a resumed session brings to a new process (queued while the
 **     client id was away, delivered right after the first CONNACK, before
 **     the SUBACKs: mosquitto's order) carry from_session, so that a receiver
 **     can tell them from live ones (a node keeps its requests and drops an
 **     earlier run's chunk frames and relayed answers).
+**   - max_packet: the MQTT 5 Maximum Packet Size sent in CONNECT; the
+**     broker drops (mosquitto: and logs) larger messages for this client.
 **   Why the wrapper's FIFO and not Paho's sendWhileDisconnected buffer: the
 **   FIFO exists anyway for pitfall 2 (Paho's own queue stalls), it already
 **   holds what is published while disconnected, and a failed in-flight
