@@ -117,7 +117,7 @@ static char *ask(struct ds_mqtt *c, const char *topic, const char *prompt, unsig
     free(G.final);
     G.final = NULL;
     pthread_mutex_unlock(&G.mu);
-    struct ds_mqtt_props p = { "bench/specnet/reply", G.corr, strlen(G.corr), 0 };
+    struct ds_mqtt_props p = { "bench/specnet/reply", G.corr, strlen(G.corr), 0, false };
     double t0 = bench_now_s();
     if (ds_mqtt_publish(c, topic, json, strlen(json), 1, false, &p) != DS_OK) return NULL;
     pthread_mutex_lock(&G.mu);

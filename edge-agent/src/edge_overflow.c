@@ -392,7 +392,7 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
     char topic[192], key[24];
     snprintf(topic, sizeof topic, "dspark/v1/center/infer/%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
-    struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s };
+    struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
     enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);
     free(json);
     if (rc != DS_OK) {                          /* take it back: the caller serves it */
@@ -446,6 +446,6 @@ static void tick(struct ds_node *a, void *st, uint64_t now_ns)
 }
 
 const struct node_ext edge_overflow_ext = {
-    .name = "edge_overflow", .create = create, .destroy = destroy, .start = start, .take = take,
+    .name = "edge_overflow", .max_msg = RELAY_MAX, .create = create, .destroy = destroy, .start = start, .take = take,
     .tick = tick, .pending = pending,
 };

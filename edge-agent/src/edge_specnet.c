@@ -374,7 +374,7 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     uint32_t expiry_s = 0;
     if (r->deadline_ns) expiry_s = (uint32_t)((r->deadline_ns - DS_MIN(r->deadline_ns, now) + 999999999ull) / 1000000000ull);
     int cl = snprintf(corr, sizeof corr, CORR_PREFIX "%s", s->sid);
-    struct ds_mqtt_props p = { n->relay_topic, corr, (size_t)cl, expiry_s };
+    struct ds_mqtt_props p = { n->relay_topic, corr, (size_t)cl, expiry_s, false };
     specnet__publish(a, topic, &p, j);
     s->waiting = true;
     s->sent_ns = now;

@@ -55,7 +55,7 @@ static void test_center_serves_overflow_topic(void **state)
     free(online);
 
     const char *req = "{\"id\":\"ov-1\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":196}";
-    struct ds_mqtt_props p = { "test/reply/center", "ov-1", 4, 30 };
+    struct ds_mqtt_props p = { "test/reply/center", "ov-1", 4, 30, false };
     assert_int_equal(ds_mqtt_publish(dev, "dspark/v1/center/infer/stories", req, strlen(req), 1, false, &p), DS_OK);
     char *fin = wait_for(in, "\"done\":true", 30000);
     assert_non_null(fin);

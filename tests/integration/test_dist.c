@@ -141,7 +141,7 @@ static char *infer(const char *id)
 {
     char json[256];
     snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"%s\",\"prompt\":\"Once upon\",\"max_tokens\":8}", id, MODEL);
-    struct ds_mqtt_props p = { "test/dist/reply", id, strlen(id), 60 };
+    struct ds_mqtt_props p = { "test/dist/reply", id, strlen(id), 60, false };
     assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/" MODEL, json, strlen(json), 1, false, &p), DS_OK);
     char needle[160];
     snprintf(needle, sizeof needle, "\"id\":\"%s\"", id);
@@ -175,7 +175,11 @@ static void edge_init(struct edge *e, int k, const char *tag, bool auto_promote,
     snprintf(e->models, sizeof e->models, "%s/models", e->dir);
     FILE *f = fopen(e->cfg, "w");
     assert_non_null(f);
-    fprintf(f, "[node]\nname = %s\nlog_level = info\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n"
+    /* Several edges share this broker and its $share/dspark-edge group, and
+    ** are stopped one after another: without a session of their own, a
+    ** stopped one does not hold a share of the requests (README
+    ** "Operations: outages and restarts"). */
+    fprintf(f, "[node]\nname = %s\nlog_level = info\n[mqtt]\nuri = %s\nsession_expiry_s = 0\n[telemetry]\ninterval_s = 1\n"
                "[overflow]\nenabled = false\n"
                "[model %s]\npath = %s\nprecision = int8\nthreads = 1\n"
                "[registry]\npath = %s\n[keys]\nsigner_pub = %s.pub\nnode_sec = %s.sec\nnode_pub = %s.pub\n"

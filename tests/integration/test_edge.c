@@ -78,7 +78,7 @@ static void dev_send_raw(struct dev *d, const char *model, const char *json, siz
 {
     char topic[128];
     snprintf(topic, sizeof topic, "dspark/v1/infer/%s", model);
-    struct ds_mqtt_props p = { d->topic, corr, corr ? strlen(corr) : 0, expiry_s };
+    struct ds_mqtt_props p = { d->topic, corr, corr ? strlen(corr) : 0, expiry_s, false };
     assert_int_equal(ds_mqtt_publish(d->c, topic, json, len, 1, false, &p), DS_OK);
 }
 
@@ -605,13 +605,13 @@ static void test_malformed(void **state)
     char rt[256];
     int rl = snprintf(rt, sizeof rt, "{\"id\":\"rt\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":2,"
                       "\"reply_to\":\"%s\"}", g.dev->topic);
-    struct ds_mqtt_props no_rt = { NULL, "rt-1", 4, 0 };
+    struct ds_mqtt_props no_rt = { NULL, "rt-1", 4, 0, false };
     assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt), DS_OK);
     /* The same device with a request that does not decode (max_tokens 0):
     ** its reply_to still gets the error, as a Response Topic would. */
     rl = snprintf(rt, sizeof rt, "{\"id\":\"rtbad\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":0,"
                   "\"reply_to\":\"%s\"}", g.dev->topic);
-    struct ds_mqtt_props no_rt_bad = { NULL, "rt-2", 4, 0 };
+    struct ds_mqtt_props no_rt_bad = { NULL, "rt-2", 4, 0, false };
     assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt_bad), DS_OK);
     long kt = dev_wait(g.dev, "tiny-1", 30000), kr = dev_wait(g.dev, "rt-1", 30000), kb = dev_wait(g.dev, "rt-2", 30000);
     assert_true(kt >= 0 && kr >= 0 && kb >= 0);

@@ -184,7 +184,7 @@ static void serve_requests(void)
         int n = snprintf(json, sizeof json,
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":16%s}", id,
                          i % 2 ? ",\"route\":\"center\"" : ",\"route\":\"edge\"");
-        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0 };
+        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0, false };
         if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) != DS_OK) FAIL("publish");
     }
     for (int i = 0; i < N_REQ; i++) {
@@ -197,7 +197,7 @@ static void serve_requests(void)
     ** speculatively, so the edge's telemetry reports speculation. */
     const char *one = "{\"id\":\"ops-spec\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,"
                       "\"route\":\"edge\"}";
-    struct ds_mqtt_props p = { "test/reply/ops", "ops-spec", 8, 0 };
+    struct ds_mqtt_props p = { .response_topic = "test/reply/ops", .correlation = "ops-spec", .correlation_len = 8 };
     if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", one, strlen(one), 1, false, &p) != DS_OK) FAIL("publish");
     char *a = it_inbox_answer(g.in, "ops-spec", 60000, NULL);
     if (!a || !strstr(a, "\"drafted\"")) FAIL("ops-spec not decoded speculatively: %s", a ? a : "no answer");
@@ -242,7 +242,7 @@ static void *load_main(void *ud)
         int n = snprintf(json, sizeof json,
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":8,\"route\":\"%s\"}",
                          id, load.sent % 2 ? "center" : "edge");
-        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0 };
+        struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0, false };
         if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) == DS_OK) load.sent++;
         usleep(100000);
     }

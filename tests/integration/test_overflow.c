@@ -48,7 +48,7 @@ static void send_req(const char *id, const char *extra)
 {
     char json[1024];
     int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",%s}", id, extra);
-    struct ds_mqtt_props p = { "test/reply/ov", id, strlen(id), 0 };
+    struct ds_mqtt_props p = { "test/reply/ov", id, strlen(id), 0, false };
     assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
 }
 
@@ -361,7 +361,7 @@ static void test_centers_down_and_back(void **state)
 
 static void publish_raw(const char *topic, const char *corr, const char *json)
 {
-    struct ds_mqtt_props p = { NULL, corr, corr ? strlen(corr) : 0, 0 };
+    struct ds_mqtt_props p = { NULL, corr, corr ? strlen(corr) : 0, 0, false };
     assert_int_equal(ds_mqtt_publish(g.dev, topic, json, strlen(json), 1, false, corr ? &p : NULL), DS_OK);
 }
 

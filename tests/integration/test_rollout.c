@@ -70,7 +70,7 @@ static void send_req(struct ds_mqtt *c, const char *who, const char *id, const c
                      "\"max_tokens\":%d%s%s%s}", id, max_tokens, client_id ? ",\"client\":\"" : "",
                      client_id ? client_id : "", client_id ? "\"" : "");
     snprintf(reply, sizeof reply, "test/reply/%s", who);
-    struct ds_mqtt_props p = { reply, id, strlen(id), 0 };
+    struct ds_mqtt_props p = { reply, id, strlen(id), 0, false };
     assert_int_equal(ds_mqtt_publish(c, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
 }
 

@@ -55,7 +55,7 @@ static void send_req(const char *model, const char *corr, const char *prompt, co
     int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%d%s%s}",
                      corr, model, prompt, TOKENS, *extra ? "," : "", extra);
     snprintf(topic, sizeof topic, "dspark/v1/infer/%s", model);
-    struct ds_mqtt_props p = { "test/reply/spec", corr, strlen(corr), 60 };
+    struct ds_mqtt_props p = { "test/reply/spec", corr, strlen(corr), 60, false };
     assert_int_equal(ds_mqtt_publish(g.dev, topic, json, (size_t)n, 1, false, &p), DS_OK);
 }
 
@@ -155,7 +155,7 @@ static int setup(void **state)
         char corr[32], json[160];
         snprintf(corr, sizeof corr, "warm-%d", t);
         int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"plain\",\"prompt\":\"Hi\",\"max_tokens\":1}", corr);
-        struct ds_mqtt_props p = { "test/reply/spec", corr, strlen(corr), 60 };
+        struct ds_mqtt_props p = { "test/reply/spec", corr, strlen(corr), 60, false };
         assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/plain", json, (size_t)n, 1, false, &p), DS_OK);
         char *fin = wait_final(corr, 2000);
         free(fin);

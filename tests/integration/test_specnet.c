@@ -73,7 +73,7 @@ static char *streamed(const char *corr) { return it_inbox_streamed(g.in, corr, N
 
 static void publish(struct ds_mqtt *c, const char *topic, const char *reply, const char *corr, const char *json)
 {
-    struct ds_mqtt_props p = { reply, corr, strlen(corr), 0 };
+    struct ds_mqtt_props p = { reply, corr, strlen(corr), 0, false };
     assert_int_equal(ds_mqtt_publish(c, topic, json, strlen(json), 1, false, &p), DS_OK);
 }
 

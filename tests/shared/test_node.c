@@ -131,6 +131,31 @@ static void test_config_dist(void **state)
     ds_node_config_cleanup(&c);
 }
 
+/* [mqtt] session_expiry_s and max_packet: role defaults, ranges, and a
+** packet limit that would drop requests is refused. */
+static void test_config_mqtt(void **state)
+{
+    (void)state;
+    struct ds_node_config c;
+    char set[4200];
+    snprintf(set, sizeof set, "model.a.path=%s", tu_model("stories260K.gguf"));
+    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    assert_int_equal(ds_node_config_set(&c, set), DS_OK);
+    assert_int_equal(c.session_expiry_s, 600);
+    assert_int_equal(c.max_packet, 0);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "mqtt.session_expiry_s=604801"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "mqtt.session_expiry_s=0"), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "mqtt.max_packet=65536"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* below max_payload + headers */
+    assert_int_equal(ds_node_config_set(&c, "limits.max_payload=1024"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    ds_node_config_cleanup(&c);
+    ds_node_config_init(&c, DS_MSG_ROLE_CENTER);
+    assert_int_equal(c.session_expiry_s, 0);                            /* pools share their requests */
+    ds_node_config_cleanup(&c);
+}
+
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
@@ -138,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_config_dist),
+        cmocka_unit_test(test_config_mqtt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,14 +70,17 @@ static bool write_conf(struct tb_broker *b)
             "set_tcp_nodelay true\n"
             "max_inflight_messages %u\n"
             "max_queued_messages %u\n"
-            "persistence false\n"
+            "persistence %s\n"
+            "persistence_location %s/\n"
             "log_dest stderr\n"
             "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n"
             "connection_messages true\n",
-            b->port, b->o.no_anonymous ? "false" : "true", b->o.max_inflight, b->o.max_queued);
+            b->port, b->o.no_anonymous ? "false" : "true", b->o.max_inflight, b->o.max_queued,
+            b->o.persistence ? "true" : "false", b->dir);
     /* Run as us (as root, mosquitto would switch to the mosquitto user,
-    ** which cannot read the test's key, password and ACL files). */
-    struct passwd *pw = b->o.no_anonymous ? getpwuid(getuid()) : NULL;
+    ** which cannot read the test's key, password and ACL files, nor write
+    ** its database into our temp dir). */
+    struct passwd *pw = b->o.no_anonymous || b->o.persistence ? getpwuid(getuid()) : NULL;
     if (pw) fprintf(f, "user %s\n", pw->pw_name);
     if (b->o.extra_conf) fprintf(f, "%s\n", b->o.extra_conf);
     return fclose(f) == 0;
@@ -161,6 +164,7 @@ enum ds_err tb_broker_start(const struct tb_broker_opts *o, struct tb_broker **o
     b->o.max_queued = o && o->max_queued ? o->max_queued : 10000;
     b->o.extra_conf = o ? o->extra_conf : NULL;
     b->o.no_anonymous = o && o->no_anonymous;
+    b->o.persistence = o && o->persistence;
     if (!(b->dir = tu_tmpdir())) {
         free(b);
         return DS_ERR_IO;
@@ -185,6 +189,7 @@ void tb_broker_stop(struct tb_broker *b)
 {
     if (!b || b->pid <= 0) return;
     kill(b->pid, SIGTERM);
+    kill(b->pid, SIGCONT);                      /* after the TERM: a paused broker exits unread */
     for (int i = 0; i < 500; i++) {             /* 5 s */
         int st;
         pid_t r = waitpid(b->pid, &st, WNOHANG);
@@ -218,6 +223,17 @@ void tb_broker_destroy(struct tb_broker *b)
     tb_broker_stop(b);
     tu_rmdir(b->dir);
     free(b);
+}
+
+void tb_broker_pause(struct tb_broker *b)
+{
+    if (b && b->pid > 0) kill(b->pid, SIGSTOP);
+}
+
+char *tb_broker_log(const struct tb_broker *b)
+{
+    size_t n;
+    return tu_read_file(b->log, &n);
 }
 
 uint16_t tb_broker_port(const struct tb_broker *b) { return b->port; }

@@ -23,6 +23,8 @@ struct tb_broker_opts {
                                ** until the broker is destroyed; NULL = none */
     bool no_anonymous;         /* allow_anonymous false (with a password_file/acl_file in
                                ** extra_conf); mosquitto then runs as this user */
+    bool persistence;          /* persistence true (in its temp dir): persistent sessions and
+                               ** their queued messages survive tb_broker_restart */
 };
 
 /* A loopback port free right now (for extra listeners in extra_conf). */
@@ -39,8 +41,15 @@ struct tb_broker *tb_broker_start_or_skip(const struct tb_broker_opts *o);
 /* The bridge lines (deploy/mosquitto/center-bridge.conf) of an edge box's
 ** broker to the center's on center_port, into buf, for tb_broker_opts.extra_conf. */
 void tb_bridge_conf(char *buf, size_t n, uint16_t center_port);
-/* SIGTERM, wait up to 5 s, then SIGKILL. The port and the dir are kept. */
+/* SIGTERM (and SIGCONT, should it be paused), wait up to 5 s, then SIGKILL.
+** The port and the dir are kept. */
 void tb_broker_stop(struct tb_broker *b);
+/* SIGSTOP: the broker keeps its sockets open but reads and answers nothing
+** (a hung broker, or a network that stopped delivering); tb_broker_stop
+** ends it from there. */
+void tb_broker_pause(struct tb_broker *b);
+/* The broker's log, every run so far (OWNED; NULL if unreadable). */
+char *tb_broker_log(const struct tb_broker *b);
 /* Start again on the same port (after tb_broker_stop). */
 enum ds_err tb_broker_restart(struct tb_broker *b);
 void tb_broker_destroy(struct tb_broker *b);

@@ -12,9 +12,40 @@
 **   own loop rather than Paho's automaticReconnect because Paho reports the
 **   CONNACK properties (Receive Maximum) only for the first connect, its
 **   backoff has one-second steps, and it does not retry a first connect that
-**   failed. Every connection is a clean start (MQTT 5, session expiry 0):
-**   subscriptions are re-sent by the wrapper; publishes still in flight when
-**   a connection drops are counted as failed and not resent.
+**   failed. Subscriptions are re-sent by the wrapper on every connection.
+**
+** Sessions and outages (what survives a lost connection):
+**   - session_expiry_s 0 (default): every connection is a clean start; the
+**     broker forgets this client when it goes.
+**   - session_expiry_s > 0: a persistent session (Clean Start off, Session
+**     Expiry Interval set; the client id must be stable). The broker keeps
+**     the subscriptions and queues QoS>0 messages for this client while it
+**     is away (node restarts), for that many seconds. Paho keeps the QoS>0
+**     publishes it has sent but not had acknowledged, and sends them again
+**     (DUP) when the broker resumes the session.
+**   - Publishes made while disconnected wait in the wrapper's FIFO (bounded
+**     by max_queued: beyond it ds_mqtt_publish refuses, DS_ERR_BUSY, counted
+**     in stats.refused) and go out in order after the reconnect; those marked
+**     best_effort are refused at once instead (DS_ERR_BUSY, stats.dropped).
+**   - QoS>0 publishes in flight when the connection drops that Paho cannot
+**     resume (clean start, or the broker lost the session: Session Present
+**     0) come back from Paho as failed; the wrapper queues them again at
+**     their place by publish order, ahead of everything published after
+**     them (stats.requeued), rather than dropping them. QoS 1 is at-least-once: a publish whose PUBACK was lost
+**     with the connection is sent twice; receivers keep the first.
+**   - Messages a resumed session brings to a new process (queued while the
+**     client id was away, delivered right after the first CONNACK, before
+**     the SUBACKs: mosquitto's order) carry from_session, so that a receiver
+**     can tell them from live ones (a node keeps its requests and drops an
+**     earlier run's chunk frames and relayed answers).
+**   - max_packet: the MQTT 5 Maximum Packet Size sent in CONNECT; the
+**     broker drops (mosquitto: and logs) larger messages for this client.
+**   Why the wrapper's FIFO and not Paho's sendWhileDisconnected buffer: the
+**   FIFO exists anyway for pitfall 2 (Paho's own queue stalls), it already
+**   holds what is published while disconnected, and a failed in-flight
+**   publish must go back ahead of newer ones, which Paho's buffer cannot do.
+**   Paho's part is the session: its retransmission of unacknowledged
+**   publishes when the broker resumes the session.
 **
 ** Two measured pitfalls of Debian's Paho 1.3 with mosquitto 2.0, designed around:
 **   1. Paho never sets TCP_NODELAY, so a small QoS 1 publish and its PUBACK
@@ -86,6 +117,10 @@ struct ds_mqtt_msg {
     struct ds_str correlation;      /* Correlation Data (binary); .p NULL if absent */
     bool          has_expiry;
     uint32_t      expiry_s;         /* Message Expiry Interval left, as the broker sent it */
+    bool          from_session;     /* queued by the broker while this client id was away and
+                                    ** delivered on this process's first connection (session
+                                    ** resumed) before its subscriptions were acknowledged:
+                                    ** meant for an earlier run of the client */
 };
 
 typedef void (*ds_mqtt_msg_fn)(void *ud, const struct ds_mqtt_msg *msg);
@@ -123,6 +158,9 @@ struct ds_mqtt_opts {
     uint32_t        reconnect_max_ms;    /* default 10000 */
     uint32_t        max_inflight;    /* QoS>0 in flight; 0 = the broker's Receive Maximum */
     uint32_t        max_queued;      /* publishes held in the wrapper (default 100000) */
+    uint32_t        session_expiry_s;    /* 0 = clean start (default); else persistent session */
+    uint32_t        max_packet;      /* MQTT 5 Maximum Packet Size announced in CONNECT: the broker
+                                     ** drops (and logs) larger messages for us; 0 = none */
     ds_mqtt_msg_fn  on_message;      /* may be NULL */
     ds_mqtt_conn_fn on_connection;   /* may be NULL */
     void           *ud;
@@ -135,6 +173,8 @@ struct ds_mqtt_props {
     const void *correlation;         /* NULL = none */
     size_t      correlation_len;
     uint32_t    expiry_s;            /* Message Expiry Interval; 0 = none */
+    bool        best_effort;         /* refused (DS_ERR_BUSY, stats.dropped) while disconnected
+                                     ** instead of queued: stream chunks, telemetry */
 };
 
 struct ds_mqtt_stats {
@@ -142,7 +182,11 @@ struct ds_mqtt_stats {
     uint64_t connects;               /* successful connections, the first included */
     uint64_t published;              /* handed to Paho */
     uint64_t acked;                  /* QoS>0 publishes acknowledged */
-    uint64_t failed;                 /* publishes refused, failed or lost with a connection */
+    uint64_t failed;                 /* publishes refused by Paho or the broker (never resent) */
+    uint64_t requeued;               /* QoS>0 publishes lost with a connection, queued again */
+    uint64_t dropped;                /* best_effort publishes refused while disconnected */
+    uint64_t refused;                /* publishes refused because max_queued were waiting */
+    bool     session_present;        /* the last CONNACK resumed a session */
     uint64_t received;
     uint32_t receive_max;            /* the broker's, from the last CONNACK (65535 if absent) */
     uint32_t inflight_limit;
@@ -195,7 +239,8 @@ DS_MUST_CHECK enum ds_err ds_mqtt_wait_subscribed(struct ds_mqtt *c, uint32_t ti
 
 /* Queue a publish; never blocks on the network. payload is copied. topic
 ** must be a topic name (no wildcards). Returns DS_ERR_BUSY when max_queued
-** publishes are already waiting (the caller answers "overloaded" or drops). */
+** publishes are already waiting, or for a best_effort publish while
+** disconnected (the caller logs and drops it). */
 DS_MUST_CHECK enum ds_err ds_mqtt_publish(struct ds_mqtt *c, const char *topic,
                                           const void *payload, size_t len, int qos,
                                           bool retained, const struct ds_mqtt_props *props);

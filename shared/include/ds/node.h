@@ -32,6 +32,11 @@
 #include "ds/sched.h"
 
 #define DS_NODE_MAX_MODELS 8
+/* Bytes of an MQTT PUBLISH beyond its payload that [mqtt] max_packet allows
+** for: fixed header, topic, response topic, correlation data, properties. */
+#define DS_NODE_MQTT_HEADROOM 8192u
+/* Largest signed control command a node takes (dspark/v1/control/...). */
+#define DS_NODE_CONTROL_MAX   (64u << 10)
 
 struct ds_node_model_cfg {
     char    *name;          /* from [model NAME]; the topic's last level */
@@ -60,6 +65,8 @@ struct ds_node_config {
     char    *log_format;        /* [node] log_format: text or json */
     char    *mqtt_uri;          /* [mqtt] uri */
     uint32_t keepalive_s;       /* [mqtt] keepalive_s */
+    uint32_t session_expiry_s;  /* [mqtt] session_expiry_s: 0 = clean start (center default) */
+    uint32_t max_packet;        /* [mqtt] max_packet: 0 = what the role receives (node.c) */
     struct ds_mqtt_tls mqtt_tls;   /* [mqtt] cafile, capath, certfile, keyfile, keyfile_password_file,
                                    ** tls_version, verify_hostname, username, password_file
                                    ** (strings owned by the config, freed by cleanup) */

@@ -58,26 +58,20 @@ static uint64_t next_backoff_ms(struct ds_mqtt *c)
 
 /* ---- Paho callbacks: connection ---- */
 
-/* Publishes still with Paho belong to a connection that is gone: Paho fails
-** them (clean start), and those callbacks must not free a slot of the next
-** connection. c->mu held. */
-static void uncount_locked(struct ds_mqtt *c)
-{
-    for (struct op *op = c->pending.next; op != &c->pending; op = op->next)
-        if (op->is_pub) ((struct pub *)op)->counted = false;
-    c->st.inflight = 0;
-}
-
-/* The connection is gone (c->mu held): no more in-flight slots, subscriptions
-** to be re-sent, next attempt soon. Returns true if it was connected. */
+/* The connection is gone (c->mu held): subscriptions to be re-sent, next
+** attempt soon. Publishes Paho still holds keep their in-flight slots until
+** their callback: with a clean start Paho has failed them already (they are
+** back in the FIFO, mqtt_io.c); with a persistent session it sends them
+** again on the next connection, or fails them when the broker lost the
+** session. Returns true if it was connected. */
 static bool lost_locked(struct ds_mqtt *c)
 {
     if (c->state != ST_CONNECTED) return false;
     c->state = c->stop ? ST_CLOSED : ST_WAITING;
     c->backoff_ms = c->o.reconnect_min_ms;
     c->next_attempt_ns = ds_now_ns() + next_backoff_ms(c) * 1000000ull;
-    uncount_locked(c);
     c->st.connected = false;
+    c->replay = false;
     pthread_cond_broadcast(&c->cv);
     return true;
 }
@@ -132,16 +126,20 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     c->last_err[0] = '\0';
     c->st.receive_max = recv_max;
     c->st.nodelay_sockets = nodelay;
-    uncount_locked(c);
+    c->st.session_present = r->alt.connect.sessionPresent != 0;
+    c->replay = c->conn == 1 && c->st.session_present;   /* until the first SUBACK (mqtt_io.c) */
     uint32_t limit = c->o.max_inflight ? DS_MIN(c->o.max_inflight, recv_max) : recv_max;
     c->st.inflight_limit = limit;
     c->wake_pump = true;                        /* resubscribe and send what waited */
     pthread_cond_broadcast(&c->cv);
     uint64_t conn = c->conn;
     pthread_mutex_unlock(&c->mu);
-    DS_LOG(DS_LOG_INFO, "mqtt %s: connected to %s (connection %llu, receive maximum %u, "
+    DS_LOG(DS_LOG_INFO, "mqtt %s: connected to %s (connection %llu, %s, receive maximum %u, "
            "in-flight limit %u, TCP_NODELAY on %u socket%s)", c->client_id, c->uri,
-           (unsigned long long)conn, recv_max, limit, nodelay, nodelay == 1 ? "" : "s");
+           (unsigned long long)conn,
+           !c->o.session_expiry_s ? "clean start"
+           : r->alt.connect.sessionPresent ? "session resumed" : "new session",
+           recv_max, limit, nodelay, nodelay == 1 ? "" : "s");
     if (c->o.on_connection) c->o.on_connection(c->o.ud, true);
 }
 
@@ -247,8 +245,26 @@ static void start_connect(struct ds_mqtt *c)
     MQTTAsync_willOptions will = MQTTAsync_willOptions_initializer;
     co.keepAliveInterval = (int)c->o.keepalive_s;
     co.connectTimeout = (int)c->o.connect_timeout_s;
-    co.cleanstart = 1;
+    /* A persistent session (ds/mqtt.h "Sessions and outages"); Paho reads
+    ** the expiry from these properties too, and keeps its unacknowledged
+    ** publishes over a lost connection only when it is not 0. */
+    co.cleanstart = c->o.session_expiry_s == 0;
     co.automaticReconnect = 0;                  /* the worker reconnects (see ds/mqtt.h) */
+    MQTTProperties props = MQTTProperties_initializer;
+    MQTTProperty prop;
+    bool props_ok = true;
+    if (c->o.session_expiry_s) {
+        prop.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL;
+        prop.value.integer4 = c->o.session_expiry_s;
+        props_ok &= MQTTProperties_add(&props, &prop) == 0;
+    }
+    if (c->o.max_packet) {
+        prop.identifier = MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE;
+        prop.value.integer4 = c->o.max_packet;
+        props_ok &= MQTTProperties_add(&props, &prop) == 0;
+    }
+    if (!props_ok) DS_LOG(DS_LOG_ERROR, "mqtt %s: out of memory for the CONNECT properties", c->client_id);
+    co.connectProperties = &props;
     co.username = c->username;
     co.password = c->password;
     co.onSuccess5 = on_connect_ok;
@@ -276,7 +292,8 @@ static void start_connect(struct ds_mqtt *c)
         co.will = &will;
     }
     DS_LOG(DS_LOG_DEBUG, "mqtt %s: connecting to %s", c->client_id, c->uri);
-    int rc = MQTTAsync_connect(c->h, &co);
+    int rc = MQTTAsync_connect(c->h, &co);     /* copies the properties */
+    MQTTProperties_free(&props);
     if (rc == MQTTASYNC_SUCCESS) return;
     uint64_t delay = retry_later(c);
     DS_LOG(DS_LOG_WARN, "mqtt %s: connect to %s refused by Paho: %s; retry in %llu ms",

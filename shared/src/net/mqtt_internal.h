@@ -59,7 +59,8 @@ struct op {
 struct pub {
     struct op     op;          /* in c->pending while Paho holds it (QoS > 0) */
     struct pub   *qnext;       /* in the FIFO before that */
-    bool          counted;     /* holds an in-flight slot of the current connection */
+    bool          counted;     /* holds an in-flight slot (until its callback) */
+    uint64_t      seq;         /* publish order: a requeued publish goes back to its place */
     int           qos;
     bool          retained;
     uint32_t      expiry_s;
@@ -113,7 +114,9 @@ struct ds_mqtt {
     struct sub          *subs;
     size_t               n_subs, cap_subs;
     uint64_t             next_sub_id;
+    uint64_t             next_seq;
     bool                 disc_done;
+    bool                 replay;     /* first connection resumed a session: no SUBACK yet */
     struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
 };
 

@@ -13,12 +13,43 @@
 
 /* ---- publishing ---- */
 
-static void pub_done(struct pub *p, bool ok, const char *why)
+/* Put p back into the FIFO at its place by publish order (c->mu held).
+** Everything still queued was published after anything already sent, so
+** the walk passes only other publishes put back with this connection loss. */
+static void insert_locked(struct ds_mqtt *c, struct pub *p)
+{
+    struct pub **at = &c->qhead;
+    while (*at && (*at)->seq < p->seq) at = &(*at)->qnext;
+    p->qnext = *at;
+    *at = p;
+    if (!p->qnext) c->qtail = p;
+    c->st.queued++;
+}
+
+static void requeue_locked(struct ds_mqtt *c, struct pub *p)
+{
+    insert_locked(c, p);
+    c->st.requeued++;
+    if (c->state == ST_CONNECTED) c->wake_pump = true;   /* else the next connect pumps */
+}
+
+/* lost: Paho gave p up with its connection (or with a session the broker
+** did not keep); p goes back into the FIFO unless the client is closing. */
+static void pub_done(struct pub *p, bool ok, bool lost, const char *why)
 {
     struct ds_mqtt *c = p->op.c;
     pthread_mutex_lock(&c->mu);
     ds_mqtt__op_unlink(&p->op);
     if (p->counted) c->st.inflight--;
+    p->counted = false;
+    if (!ok && lost && c->state != ST_CLOSED && !c->stop) {
+        requeue_locked(c, p);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        DS_LOG(DS_LOG_DEBUG, "mqtt %s: publish to %s lost with the connection: queued again",
+               c->client_id, p->topic);
+        return;
+    }
     if (ok) c->st.acked++;
     else c->st.failed++;
     if (c->qhead) c->wake_pump = true;          /* a slot is free: the worker sends on */
@@ -34,15 +65,16 @@ static void on_pub_ok(void *ctx, MQTTAsync_successData5 *r)
 {
     /* MQTT 5 PUBACK/PUBREC may carry a failure reason (>= 0x80). */
     bool ok = r->reasonCode < MQTTREASONCODE_UNSPECIFIED_ERROR;
-    pub_done(ctx, ok, MQTTReasonCode_toString(r->reasonCode));
+    pub_done(ctx, ok, false, MQTTReasonCode_toString(r->reasonCode));
 }
 
 static void on_pub_fail(void *ctx, MQTTAsync_failureData5 *r)
 {
-    const char *why = r->code == MQTTASYNC_OPERATION_INCOMPLETE ? "connection lost"
+    bool lost = r->code == MQTTASYNC_OPERATION_INCOMPLETE || r->code == MQTTASYNC_DISCONNECTED;
+    const char *why = lost ? "connection lost"
                       : r->reasonCode ? MQTTReasonCode_toString(r->reasonCode)
                       : ds_mqtt__paho_err(r->code);
-    pub_done(ctx, false, why);
+    pub_done(ctx, false, lost, why);
 }
 
 /* Hand one publish to Paho (c->mu not held). */
@@ -124,10 +156,7 @@ void ds_mqtt__pump(struct ds_mqtt *c)
             }
             if (rc == MQTTASYNC_DISCONNECTED || rc == MQTTASYNC_MAX_BUFFERED_MESSAGES ||
                 rc == MQTTASYNC_OPERATION_INCOMPLETE || rc == MQTTASYNC_NO_MORE_MSGIDS) {
-                p->qnext = c->qhead;            /* transient: back to the front, retry soon */
-                c->qhead = p;
-                if (!c->qtail) c->qtail = p;
-                c->st.queued++;
+                insert_locked(c, p);            /* transient: back to its place, retry soon */
                 c->retry_pending = true;
                 c->retry_at_ns = ds_now_ns() + DS_MQTT__RETRY_SEND_MS * 1000000ull;
                 stalled = true;
@@ -160,6 +189,7 @@ static void subop_done(struct subop *so, const enum MQTTReasonCodes *codes, size
     struct ds_mqtt *c = so->op.c;
     pthread_mutex_lock(&c->mu);
     ds_mqtt__op_unlink(&so->op);
+    if (so->conn == c->conn) c->replay = false;     /* what the session held came before this */
     for (size_t i = 0; i < so->n; i++) {
         struct sub *s = sub_find_id(c, so->ids[i]);
         if (!s || so->conn != c->conn) continue;     /* gone, or an older connection */
@@ -300,6 +330,7 @@ int ds_mqtt__on_message(void *ctx, char *topic, int topic_len, MQTTAsync_message
     }
     pthread_mutex_lock(&c->mu);
     c->st.received++;
+    msg.from_session = c->replay;
     pthread_mutex_unlock(&c->mu);
     if (c->o.on_message) c->o.on_message(c->o.ud, &msg);
     MQTTAsync_freeMessage(&m);
@@ -410,13 +441,21 @@ enum ds_err ds_mqtt_publish(struct ds_mqtt *c, const char *topic, const void *pa
 
     pthread_mutex_lock(&c->mu);
     enum ds_err rc = DS_OK;
-    if (c->state == ST_CLOSED || c->stop) rc = DS_ERR_INVAL;
-    else if (c->st.queued >= c->o.max_queued) rc = DS_ERR_BUSY;
+    if (c->state == ST_CLOSED || c->stop) {
+        rc = DS_ERR_INVAL;
+    } else if (props && props->best_effort && c->state != ST_CONNECTED) {
+        rc = DS_ERR_BUSY;
+        c->st.dropped++;
+    } else if (c->st.queued >= c->o.max_queued) {
+        rc = DS_ERR_BUSY;
+        c->st.refused++;
+    }
     if (rc != DS_OK) {
         pthread_mutex_unlock(&c->mu);
         free(p);
         return rc;
     }
+    p->seq = ++c->next_seq;
     if (c->qtail) c->qtail->qnext = p;
     else c->qhead = p;
     c->qtail = p;

@@ -21,7 +21,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "ds/bundle.h"
+#include "ds/dist.h"
 #include "ds/engine.h"
+#include "ds/keys.h"
 #include "ds/log.h"
 #include "ds/metrics.h"
 #include "ds/model.h"
@@ -67,12 +70,16 @@ static void role_idle(struct ds_node *a)
         if (a->ext_on[i] && a->role->exts[i]->idle) a->role->exts[i]->idle(a, a->ext_state[i]);
 }
 
-/* Subscribe every route (on), or unsubscribe those that stop when draining. */
+/* Subscribe every route (on), or unsubscribe those that stop when draining.
+** With a persistent session ([mqtt] session_expiry_s) the request routes
+** stay subscribed: the session must hold them while the node is down, so
+** that the broker keeps the requests sent meanwhile for the next run;
+** requests that arrive while draining are answered "overloaded". */
 static void listen_all(struct ds_node *a, bool on)
 {
     for (unsigned i = 0; i < a->n_routes; i++) {
         const struct node_route *rt = &a->routes[i];
-        if (!on && !rt->drain_stop) continue;
+        if (!on && (!rt->drain_stop || a->cfg->session_expiry_s)) continue;
         enum ds_err rc = on ? ds_mqtt_subscribe(a->mqtt, rt->filter, 1) : ds_mqtt_unsubscribe(a->mqtt, rt->filter);
         if (rc != DS_OK) DS_LOG(DS_LOG_WARN, "%s %s failed", on ? "subscribe" : "unsubscribe", rt->filter);
     }
@@ -124,6 +131,7 @@ static void admit(struct ds_node *a, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
     node__rollout_pick(a, r);
+    DS_LOG(DS_LOG_DEBUG, "request %s: admitted", r->req.id);
     if (node__take_cancel(a, r)) {
         a->active[a->n_active++] = r;
         node__finish(a, r, DS_MSG_FINISH_CANCELLED);
@@ -302,6 +310,20 @@ static void publish_telemetry(struct ds_node *a)
     }
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
     telemetry_kv_spec(a, obj);
+    cJSON_AddNumberToObject(obj, "duplicates", (double)atomic_load(&a->dedupe.duplicates));
+    /* What the broker connection went through (README "Operations"). */
+    struct ds_mqtt_stats ms;
+    ds_mqtt_stats(a->mqtt, &ms);
+    cJSON *mq = cJSON_AddObjectToObject(obj, "mqtt");
+    if (mq) {
+        cJSON_AddNumberToObject(mq, "connects", (double)ms.connects);
+        cJSON_AddNumberToObject(mq, "queued", ms.queued);
+        cJSON_AddNumberToObject(mq, "inflight", ms.inflight);
+        cJSON_AddNumberToObject(mq, "requeued", (double)ms.requeued);
+        cJSON_AddNumberToObject(mq, "dropped", (double)ms.dropped);
+        cJSON_AddNumberToObject(mq, "refused", (double)ms.refused);
+        cJSON_AddNumberToObject(mq, "failed", (double)ms.failed);
+    }
     node__rollout_telemetry(a, obj);
     if (a->fetch) node__fetch_telemetry(a, obj);
     for (unsigned i = 0; a->role->exts[i]; i++)
@@ -311,7 +333,8 @@ static void publish_telemetry(struct ds_node *a)
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
-        if (ds_mqtt_publish(a->mqtt, a->telemetry_topic, json, len, 0, true, NULL) != DS_OK)
+        struct ds_mqtt_props best_effort = { .best_effort = true };   /* stale by the reconnect */
+        if (ds_mqtt_publish(a->mqtt, a->telemetry_topic, json, len, 0, true, &best_effort) != DS_OK)
             DS_LOG(DS_LOG_DEBUG, "telemetry not published (not connected)");
         free(json);
     }
@@ -453,8 +476,29 @@ void ds_node_destroy(struct ds_node *a)
     pthread_mutex_destroy(&a->quota.mu);
     free(a->quota.c);
     ds_metrics_cleanup(&a->metrics);
+    node__dedupe_cleanup(&a->dedupe);
     free(a->active);
     free(a);
+}
+
+/* The MQTT Maximum Packet Size this node announces: [mqtt] max_packet, or
+** the largest message it takes (a request; a signed control command; with
+** model fetching a manifest envelope or a chunk frame; what the role's
+** extensions take, e.g. an edge's relayed finals) plus the headers. The
+** broker then drops anything larger for us (and logs it) instead of making
+** us receive it. */
+static uint32_t max_packet(const struct ds_node *a)
+{
+    const struct ds_node_config *c = a->cfg;
+    if (c->max_packet) return c->max_packet;
+    uint32_t need = DS_MAX(c->max_payload, DS_NODE_CONTROL_MAX);
+    if (a->fetch) {
+        uint32_t frame = DS_DIST_FRAME_FIXED + DS_DIST_VERSION_MAX + DS_CHUNK_MAX + DS_CHUNK_ABYTES;
+        need = DS_MAX(need, DS_MAX(DS_ENVELOPE_MAX, frame));
+    }
+    for (unsigned i = 0; a->role->exts[i]; i++)
+        if (a->ext_on[i]) need = DS_MAX(need, a->role->exts[i]->max_msg);
+    return need + DS_NODE_MQTT_HEADROOM;
 }
 
 enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, const struct ds_node_role *role,
@@ -474,6 +518,12 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if (ds_metrics_init(&a->metrics, a->start_ns) != DS_OK) {
         free(a);
         return DS_ERR_NOMEM;
+    }
+    enum ds_err drc = node__dedupe_init(&a->dedupe);
+    if (drc != DS_OK) {
+        ds_metrics_cleanup(&a->metrics);
+        free(a);
+        return drc;
     }
     atomic_init(&a->next_key, 1);
     ds_msg_limits_init(&a->limits);
@@ -516,6 +566,8 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     mo.will_qos = 1;
     mo.will_retained = true;
     mo.keepalive_s = c->keepalive_s;
+    mo.session_expiry_s = c->session_expiry_s;
+    mo.max_packet = max_packet(a);
     mo.on_message = node__on_message;
     mo.on_connection = on_connection;
     mo.ud = a;
@@ -524,6 +576,11 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     rc = ds_mqtt_create(c->mqtt_uri, client_id, &mo, &a->mqtt);
     free(will);
     if (rc != DS_OK) goto fail;
+    DS_LOG(DS_LOG_INFO, "mqtt: client id %s, %s, maximum packet size %u bytes", client_id,
+           c->session_expiry_s ? "persistent session" : "clean start", mo.max_packet);
+    if (c->session_expiry_s)
+        DS_LOG(DS_LOG_INFO, "mqtt: the broker keeps requests for this node for %u s while it is down",
+               c->session_expiry_s);
     *out = a;
     return DS_OK;
 fail:

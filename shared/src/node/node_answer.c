@@ -17,8 +17,20 @@ void node__publish(struct ds_node *a, const char *topic, const void *corr, size_
                     char *json, size_t len)
 {
     struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
-    if (ds_mqtt_publish(a->mqtt, topic, json, len, 1, false, &p) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "could not publish the answer to %s", topic);
+    enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, len, 1, false, &p);
+    if (rc != DS_OK)       /* counted in telemetry mqtt.refused */
+        DS_LOG(DS_LOG_WARN, "could not publish the answer to %s: %s", topic,
+               rc == DS_ERR_BUSY ? "the MQTT queue is full (broker away too long): answer lost" : ds_strerror(rc));
+    free(json);
+}
+
+void node__publish_chunk(struct ds_node *a, const struct node_req *r, char *json, size_t len)
+{
+    struct ds_mqtt_props p = { .correlation = r->corr, .correlation_len = r->corr_len, .best_effort = true };
+    enum ds_err rc = ds_mqtt_publish(a->mqtt, r->reply, json, len, 1, false, &p);
+    if (rc != DS_OK)
+        DS_LOG(DS_LOG_DEBUG, "request %s: chunk %u not sent (%s)", r->req.id, r->n_chunks - 1,
+               rc == DS_ERR_BUSY ? "broker away or queue full" : ds_strerror(rc));
     free(json);
 }
 
@@ -56,8 +68,13 @@ void node__req_free(struct node_req *r)
 void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
 {
     if (r->v) node__rollout_done(a, r, true, 0.0);
-    if (r->mirror) DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
-    else node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+    if (r->mirror) {
+        DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
+    } else {
+        node__dedupe_forget(a, r);               /* the same request may be sent again */
+        node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+        DS_LOG(DS_LOG_DEBUG, "request %s: answered (error %s)", r->req.id ? r->req.id : "?", ds_msg_code_name(code));
+    }
     node__req_free(r);
 }
 
@@ -150,6 +167,7 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
         char *json;
         size_t len;
         if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+        DS_LOG(DS_LOG_DEBUG, "request %s: answered (final, %u tokens)", r->req.id, r->n_gen);
         ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
     }
     node__req_free(r);
@@ -202,7 +220,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
                     struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
                     char *json;
                     size_t len;
-                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(a, r, json, len);
                 }
                 node__finish(a, r, DS_MSG_FINISH_STOP);
                 return true;
@@ -212,7 +230,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
             struct ds_msg_chunk c = { r->req.id, piece, got, r->n_chunks++ };
             char *json;
             size_t len;
-            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(a, r, json, len);
         }
     }
     if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->v->eng)) {

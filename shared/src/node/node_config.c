@@ -23,6 +23,8 @@ static const struct ds_cfg_key node_keys[] = {
     { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
+    { "mqtt", "session_expiry_s", DS_CFG_U32, O(session_expiry_s), "600", 0, 604800, 0, "persistent session: the broker keeps this node's requests while it is down, this long (0 = clean start; center default 0)" },
+    { "mqtt", "max_packet", DS_CFG_U32, O(max_packet), "0", 0, 268435460, 0, "MQTT Maximum Packet Size asked of the broker, bytes (0 = the largest message this node takes, plus headers)" },
     { "mqtt", "cafile", DS_CFG_STR, O(mqtt_tls.cafile), NULL, 0, 0, 0, "CA certificate(s) (PEM) the broker's must chain to; needed by ssl://, mqtts://, wss://" },
     { "mqtt", "capath", DS_CFG_STR, O(mqtt_tls.capath), NULL, 0, 0, 0, "directory of hashed CA certificates (instead of cafile)" },
     { "mqtt", "certfile", DS_CFG_STR, O(mqtt_tls.certfile), NULL, 0, 0, 0, "this node's certificate (PEM): mutual TLS" },
@@ -186,6 +188,11 @@ void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role)
     c->role = role;
     struct ds_cfg_spec sp = spec_for(c);
     if (ds_cfg_defaults(&sp, c) != DS_OK) DS_LOG(DS_LOG_ERROR, "edge config: bad built-in default");
+    /* Centers share their requests ($share/dspark-center/...), and
+    ** mosquitto 2.0 hands a shared subscription's messages round robin to
+    ** every member with a session, online or not: a stopped center with a
+    ** persistent session would hold its share until it came back. */
+    if (role == DS_MSG_ROLE_CENTER) c->session_expiry_s = 0;
 }
 
 void ds_node_config_cleanup(struct ds_node_config *c)
@@ -396,6 +403,10 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
     char why[DS_WHY_MAX];
     if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK)
         BAD(AT("mqtt", "uri", 0), "[mqtt] %s", why);
+    if (c->max_packet && c->max_packet < c->max_payload + DS_NODE_MQTT_HEADROOM)
+        BAD(AT("mqtt", "max_packet", 0), "[mqtt] max_packet %u is below the largest request ([limits] max_payload %u) "
+            "plus %u bytes of MQTT headers: requests would be dropped by the broker unanswered",
+            c->max_packet, c->max_payload, DS_NODE_MQTT_HEADROOM);
     if (!*c->node || strpbrk(c->node, "/+#"))
         BAD(AT("node", "name", 0), "[node] name '%s' must be non-empty, without '/', '+' or '#'", c->node);
     /* Fetching models is on with [keys] node_sec or [models] dir, and then
@@ -458,6 +469,7 @@ void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)
         const char *h = node_keys[i].help ? node_keys[i].help : "";
         if (!strncmp(h, center ? "edge:" : "center:", center ? 5 : 7)) continue;
         keys[n++] = node_keys[i];
+        if (center && !strcmp(node_keys[i].name, "session_expiry_s")) keys[n - 1].def = "0";
     }
     struct ds_cfg_spec sp = { keys, n, NULL, NULL, NULL, NULL };
     ds_cfg_describe(&sp, f);

@@ -36,6 +36,9 @@
 **   telemetry  add fields to the telemetry object.
 **   pending    requests it still holds; draining waits for them.
 **   kv_seqs    extra KV sequences the engines need (from the config only).
+** And one figure:
+**   max_msg    the largest message its listeners take, bytes (0: none larger
+**              than a request); the node's MQTT Maximum Packet Size covers it.
 */
 #ifndef DS_NODE_EXT_H
 #define DS_NODE_EXT_H
@@ -65,6 +68,7 @@ struct node_ext {
     void        (*telemetry)(struct ds_node *a, void *st, struct cJSON *obj);
     unsigned    (*pending)(struct ds_node *a, void *st);
     uint32_t    (*kv_seqs)(const struct ds_node_config *c);
+    uint32_t      max_msg;
 };
 
 /* A daemon: its role, where its requests arrive, and its extensions. */

@@ -42,13 +42,26 @@ void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_m
     rt->st = st;
 }
 
+static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
+static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
+
 void node__on_message(void *ud, const struct ds_mqtt_msg *msg)
 {
     struct ds_node *a = ud;
     for (unsigned i = 0; i < a->n_routes; i++) {
         const struct node_route *rt = &a->routes[i];
         bool hit = rt->exact ? !strcmp(msg->topic, rt->prefix) : !strncmp(msg->topic, rt->prefix, strlen(rt->prefix));
-        if (hit && rt->fn(a, rt->st, msg)) return;
+        if (!hit) continue;
+        /* What the persistent session kept while this node was down: its
+        ** requests and their cancels are why it is kept; anything else was
+        ** meant for the previous run (its chunk frames, relayed answers to
+        ** requests that died with it, control commands: all lost with a
+        ** clean start before) and is dropped. */
+        if (msg->from_session && rt->fn != on_infer && rt->fn != on_cancel) {
+            DS_LOG(DS_LOG_DEBUG, "message on %s kept by the broker for an earlier run: dropped", msg->topic);
+            return;
+        }
+        if (rt->fn(a, rt->st, msg)) return;
     }
     DS_LOG(DS_LOG_DEBUG, "message on %s: nobody here takes it", msg->topic);
 }
@@ -169,6 +182,12 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     if (!r->reply) {
         node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
+        return true;
+    }
+    if (!node__dedupe_claim(a, r)) {       /* node_dedupe.c: the first copy's answer is the answer */
+        DS_LOG(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
+               r->reply);
+        node__req_free(r);
         return true;
     }
     if (strcmp(r->req.model, model_name) != 0) {

@@ -32,7 +32,19 @@ void node__quota_give(struct node_req *r);
 /* Offer r to the role's take hooks in order; true when one took it. */
 bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 
+/* node_dedupe.c: requests delivered twice are answered once (rule there). */
+enum ds_err node__dedupe_init(struct node_dedupe *d);
+void node__dedupe_cleanup(struct node_dedupe *d);            /* after init, or zeroed */
+/* Intake: true when r is new (remembered now), false for a copy of a request
+** queued, running or answered with a final. */
+bool node__dedupe_claim(struct ds_node *a, const struct node_req *r);
+/* r was answered with an error: a copy sent later is served. */
+void node__dedupe_forget(struct ds_node *a, const struct node_req *r);
+
 /* node_answer.c */
+/* A stream chunk of r: best effort (dropped while the broker is away; the
+** final carries the whole text). TAKES json. */
+void node__publish_chunk(struct ds_node *a, const struct node_req *r, char *json, size_t len);
 /* Answer r (a running request) with its final message and free its slot,
 ** unless the role takes a weak answer on (cascade). */
 void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why);

@@ -115,6 +115,18 @@ struct node_quota {
 ** routes in order and stops there). Paho's thread. */
 typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
 
+#define NODE_DEDUPE_IDS 4096           /* recent requests remembered (node_dedupe.c) */
+
+/* Recent requests, by keyed hash (node_dedupe.c). */
+struct node_dedupe {
+    pthread_mutex_t      mu;
+    bool                 ready;
+    unsigned char        key[16];       /* crypto_shorthash_KEYBYTES */
+    uint64_t             ids[NODE_DEDUPE_IDS];   /* 0 = empty */
+    unsigned             head;          /* next slot to overwrite (the oldest) */
+    atomic_uint_fast64_t duplicates;    /* copies ignored (telemetry) */
+};
+
 /* One topic filter the node subscribed to and who handles what matches it. */
 struct node_route {
     char        filter[160];           /* as subscribed ($share/... included) */
@@ -199,6 +211,7 @@ struct ds_node {
     struct node_health  *health;         /* checks and alerts (node_health.c) */
     atomic_uint_fast64_t beat_ns;        /* the loop's last turn (ds_now_ns); 0 before the first */
     void               (*on_fatal)(int status);   /* the daemon's exit after a failed check; NULL = stop */
+    struct node_dedupe   dedupe;         /* requests delivered twice (node_dedupe.c) */
 };
 
 #endif
