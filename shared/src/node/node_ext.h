@@ -90,8 +90,15 @@ void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_m
 /* node_answer.c */
 void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                    char *json, size_t len);                  /* TAKES json */
+/* id_generated: id is the node's (the request had none); the error says so. */
 void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
-                      const char *id, enum ds_msg_code code, const char *message);
+                      const char *id, bool id_generated, enum ds_msg_code code, const char *message);
+/* The text to tokenize for r's request on version v: the prompt as it is
+** (BORROWED), or its messages laid out by v's chat template into *owned
+** (OWNED, free() it). DS_MSG_CODE_COUNT on success, else the error's code
+** with its message in why. */
+enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, char **owned,
+                                   const char **text, size_t *len, char *why, size_t why_cap);
 void node__req_free(struct node_req *r);
 void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Engine loop: answer a running request with an error and free it. */
