@@ -638,6 +638,21 @@ static void test_chat(void **state)
     assert_non_null(strstr(fin, needle));
     free(text);
     free(out);
+    /* dspark run --chat lays -p out the same way, and refuses a model without a template. */
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --chat -p 'Tell me a story' -n 4 --precision int8 2>/dev/null",
+             DS_BUILD_DIR, g.chat);
+    out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(strncmp(out, "[INST] Tell me a story [/INST]", 30), 0);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --chat -p 'Hi' -n 4 2>&1", DS_BUILD_DIR,
+             tu_model("stories260K.gguf"));
+    out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(out, "no chat template"));
+    free(out);
 
     k = dev_wait(g.dev, "chat-2", 30000);
     assert_true(k >= 0);
