@@ -182,6 +182,8 @@ int cmd_run(int argc, char **argv)
     int32_t *ids = NULL;
     float *logits = NULL;
     char *chat = NULL;
+    struct ds_chat_span *spans = NULL;
+    size_t n_spans = 0;
     enum ds_err rc;
     if ((rc = ds_model_open(a.model, &m)) != DS_OK) {
         fprintf(stderr, "dspark run: cannot load model %s: %s\n", a.model, ds_strerror(rc));
@@ -201,7 +203,7 @@ int cmd_run(int argc, char **argv)
                     "tokenizer.chat_template %s); run without --chat\n", a.model, t.n ? "not recognised" : "absent");
             goto done;
         }
-        if (ds_chat_format(ct, &user, 1, &chat, NULL) != DS_OK) {
+        if (ds_chat_format_spans(ct, &user, 1, &chat, NULL, &spans, &n_spans) != DS_OK) {
             fprintf(stderr, "dspark run: out of memory\n");
             goto done;
         }
@@ -236,7 +238,10 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
     /* BOS as the model wants it (SentencePiece and Llama 3 yes, GPT-2 style no). */
-    if ((rc = ds_tok_encode(tok, a.prompt, plen, ds_tok_add_bos(tok), ids, pcap, &n_ids)) != DS_OK) {
+    /* --chat: control tokens in the template's markup are parsed, never in the message. */
+    rc = chat ? ds_tok_encode_special(tok, a.prompt, plen, ds_tok_add_bos(tok), spans, n_spans, ids, pcap, &n_ids)
+              : ds_tok_encode(tok, a.prompt, plen, ds_tok_add_bos(tok), ids, pcap, &n_ids);
+    if (rc != DS_OK) {
         fprintf(stderr, "dspark run: cannot encode the prompt: %s\n", ds_strerror(rc));
         goto done;
     }
@@ -323,6 +328,7 @@ out:
     status = 0;
 done:
     free(chat);
+    free(spans);
     free(ids);
     free(logits);
     ds_spec_destroy(sp);

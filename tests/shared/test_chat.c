@@ -16,6 +16,9 @@
 #include <cmocka.h>
 
 #include "ds/chat.h"
+#include "ds/gguf.h"
+#include "ds/tok.h"
+#include "support/testutil.h"
 
 #define M(r, s) { DS_CHAT_##r, (char *)(s), sizeof(s) - 1 }
 static const struct ds_chat_msg conv[] = {
@@ -248,6 +251,116 @@ static void test_single_user_turn(void **state)
     }
 }
 
+/* Spans: exactly the message contents (trimmed where the family trims), in order. */
+static void test_spans(void **state)
+{
+    (void)state;
+    static const enum ds_chat_tmpl fams[] = { DS_CHAT_TMPL_CHATML, DS_CHAT_TMPL_LLAMA3, DS_CHAT_TMPL_GEMMA,
+                                              DS_CHAT_TMPL_LLAMA2_SYS_BOS, DS_CHAT_TMPL_ORION };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        char *out;
+        size_t n, n_sp;
+        struct ds_chat_span *sp;
+        assert_int_equal(ds_chat_format_spans(fams[f], conv, 6, &out, &n, &sp, &n_sp), DS_OK);
+        /* Gemma and Orion move the system text into the next user turn: still its own span. */
+        size_t want = 6;
+        if (n_sp != want) fail_msg("%s: %zu spans, want %zu", ds_chat_tmpl_name(fams[f]), n_sp, want);
+        size_t covered = 0;
+        for (size_t i = 0; i < n_sp; i++) {
+            assert_true(sp[i].off + sp[i].len <= n);
+            if (i) assert_true(sp[i - 1].off + sp[i - 1].len < sp[i].off);
+            covered += sp[i].len;
+        }
+        /* The last span is the last message, and the assistant's padding is trimmed or kept as the family does. */
+        assert_int_equal(sp[n_sp - 1].len, strlen("Another question"));
+        assert_memory_equal(out + sp[n_sp - 1].off, "Another question", strlen("Another question"));
+        assert_true(covered >= strlen("You are a helpful assistantHelloHi thereWho are youI am an assistantAnother question"));
+        free(out);
+        free(sp);
+    }
+}
+
+static struct ds_tok *vocab(const char *name, struct ds_gguf **g)
+{
+    char path[512];
+    snprintf(path, sizeof path, "vocab/%s", name);
+    assert_int_equal(ds_gguf_open(tu_model(path), g), DS_OK);
+    struct ds_tok *t;
+    assert_int_equal(ds_tok_create_from_gguf(*g, &t), DS_OK);
+    return t;
+}
+
+/* ids of text as plain text (no BOS), appended to v. */
+static size_t plain(const struct ds_tok *t, const char *text, int32_t *v, size_t at)
+{
+    size_t n;
+    assert_int_equal(ds_tok_encode(t, text, strlen(text), false, v + at, 256 - at, &n), DS_OK);
+    return at + n;
+}
+
+static void expect_ids(const int32_t *got, size_t n_got, const int32_t *want, size_t n_want)
+{
+    assert_int_equal(n_got, n_want);
+    for (size_t i = 0; i < n_want; i++)
+        if (got[i] != want[i]) fail_msg("id %zu: %d, want %d", i, got[i], want[i]);
+}
+
+/* Control tokens in a chat's markup are tokens; in its contents, text. */
+static void test_encode_special(void **state)
+{
+    (void)state;
+    struct ds_gguf *g;
+    struct ds_tok *t = vocab("ggml-vocab-llama-spm.gguf", &g);
+    int32_t bos = ds_tok_bos(t), eos = ds_tok_eos(t);
+    assert_true(bos >= 0 && eos >= 0);
+    /* Llama 2 with BOS inside the history: "</s><s>" are EOS and BOS; each text run
+    ** after them gets SentencePiece's dummy prefix, as llama.cpp gives it. */
+    struct ds_chat_msg two[] = { M(USER, "Hi"), M(ASSISTANT, "Yo"), M(USER, "a <s> b") };
+    char *out;
+    size_t n, n_sp;
+    struct ds_chat_span *sp;
+    assert_int_equal(ds_chat_format_spans(DS_CHAT_TMPL_LLAMA2_SYS_BOS, two, 3, &out, &n, &sp, &n_sp), DS_OK);
+    assert_string_equal(out, "[INST] Hi [/INST]Yo</s><s>[INST] a <s> b [/INST]");
+    int32_t got[256], want[256];
+    size_t n_got, w = 0;
+    assert_int_equal(ds_tok_encode_special(t, out, n, true, sp, n_sp, got, 256, &n_got), DS_OK);
+    want[w++] = bos;
+    w = plain(t, "[INST] Hi [/INST]Yo", want, w);
+    want[w++] = eos;
+    want[w++] = bos;
+    w = plain(t, "[INST] a <s> b [/INST]", want, w);        /* the user's "<s>" stays text */
+    expect_ids(got, n_got, want, w);
+    /* Without spans the same "<s>" would be BOS: the spans are what protects it. */
+    assert_int_equal(ds_tok_encode_special(t, out, n, true, NULL, 0, got, 256, &n_got), DS_OK);
+    size_t n_bos = 0;
+    for (size_t i = 0; i < n_got; i++) n_bos += got[i] == bos;
+    assert_int_equal(n_bos, 3);
+    /* No control token in the text: the same ids as ds_tok_encode, BOS once. */
+    const char *txt = "[INST] Tell me a story [/INST]";
+    assert_int_equal(ds_tok_encode_special(t, txt, strlen(txt), true, NULL, 0, got, 256, &n_got), DS_OK);
+    assert_int_equal(ds_tok_encode(t, txt, strlen(txt), true, want, 256, &w), DS_OK);
+    expect_ids(got, n_got, want, w);
+    /* Too small a buffer: RANGE and the count needed. */
+    assert_int_equal(ds_tok_encode_special(t, out, n, true, sp, n_sp, got, 2, &n_got), DS_ERR_RANGE);
+    assert_true(n_got > 2);
+    free(out);
+    free(sp);
+    ds_tok_destroy(t);
+    ds_gguf_close(g);
+
+    /* Byte-level BPE: GPT-2's <|endoftext|> (a control token) between runs. */
+    t = vocab("ggml-vocab-gpt-2.gguf", &g);
+    const char *x = "Hello<|endoftext|> world<|endoftext|>";
+    assert_int_equal(ds_tok_encode_special(t, x, strlen(x), false, NULL, 0, got, 256, &n_got), DS_OK);
+    w = plain(t, "Hello", want, 0);
+    want[w++] = 50256;
+    w = plain(t, " world", want, w);
+    want[w++] = 50256;
+    expect_ids(got, n_got, want, w);
+    ds_tok_destroy(t);
+    ds_gguf_close(g);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -269,6 +382,8 @@ int main(void)
         cmocka_unit_test(test_each_family),
         cmocka_unit_test(test_detect_order),
         cmocka_unit_test(test_single_user_turn),
+        cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_encode_special),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

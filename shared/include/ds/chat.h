@@ -98,4 +98,17 @@ struct ds_chat_msg {
 DS_MUST_CHECK enum ds_err ds_chat_format(enum ds_chat_tmpl t, const struct ds_chat_msg *msgs, size_t n,
                                          char **out, size_t *out_len) DS_NONNULL(4);
 
+/* A byte range of laid-out text. */
+struct ds_chat_span {
+    size_t off, len;
+};
+/* The same, and where the messages' contents lie in *out: *spans (OWNED,
+** free(); ascending, not touching; NULL when there are none) and *n_spans.
+** Everything else is the template's markup. The tokenizer parses special
+** tokens ("<|im_start|>") out of the markup only (ds_tok_encode_special), so
+** that a message cannot forge a turn. */
+DS_MUST_CHECK enum ds_err ds_chat_format_spans(enum ds_chat_tmpl t, const struct ds_chat_msg *msgs, size_t n,
+                                               char **out, size_t *out_len, struct ds_chat_span **spans,
+                                               size_t *n_spans) DS_NONNULL(4, 6, 7);
+
 #endif

@@ -108,6 +108,8 @@ struct buf {
     char  *p;
     size_t n, cap;
     bool   oom;
+    struct ds_chat_span *sp;    /* where contents went */
+    size_t n_sp, cap_sp;
 };
 
 static void putn(struct buf *b, const char *s, size_t n)
@@ -130,6 +132,36 @@ static void putn(struct buf *b, const char *s, size_t n)
 
 static void put(struct buf *b, const char *s) { putn(b, s, strlen(s)); }
 
+/* n bytes of a message's content: appended, and remembered as content. */
+static void put_content(struct buf *b, const char *s, size_t n)
+{
+    if (b->oom || n == 0) return;
+    size_t at = b->n;
+    putn(b, s, n);
+    if (b->oom) return;
+    if (b->n_sp && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == at) {   /* contiguous: one span */
+        b->sp[b->n_sp - 1].len += n;
+        return;
+    }
+    if (b->n_sp == b->cap_sp) {
+        size_t cap = b->cap_sp ? 2 * b->cap_sp : 8;
+        struct ds_chat_span *sp = realloc(b->sp, cap * sizeof *sp);
+        if (!sp) {
+            b->oom = true;
+            return;
+        }
+        b->sp = sp;
+        b->cap_sp = cap;
+    }
+    b->sp[b->n_sp++] = (struct ds_chat_span){ at, n };
+}
+
+static void buf_free(struct buf *b)
+{
+    free(b->p);
+    free(b->sp);
+}
+
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 /* m's content, whole or with ASCII white space cut from both ends. */
@@ -139,7 +171,7 @@ static void content(struct buf *b, const struct ds_chat_msg *m, bool trim)
     size_t n = m->content ? m->len : 0;
     while (trim && n && is_space(s[0])) s++, n--;
     while (trim && n && is_space(s[n - 1])) n--;
-    putn(b, s, n);
+    put_content(b, s, n);
 }
 
 /* Families whose turns are <open><role><mid><content><close>, the same for every role. */
@@ -244,7 +276,7 @@ static void gemma(struct buf *b, const struct ds_chat_msg *m, size_t n)
         bool model = m[i].role == DS_CHAT_ASSISTANT;
         put(b, model ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
         if (sys.n && !model) {
-            putn(b, sys.p, sys.n);
+            put_content(b, sys.p, sys.n);
             put(b, "\n\n");
             sys.n = 0;
         }
@@ -252,7 +284,7 @@ static void gemma(struct buf *b, const struct ds_chat_msg *m, size_t n)
         put(b, "<end_of_turn>\n");
     }
     b->oom |= sys.oom;
-    free(sys.p);
+    buf_free(&sys);
     put(b, "<start_of_turn>model\n");
 }
 
@@ -266,7 +298,7 @@ static void orion(struct buf *b, const struct ds_chat_msg *m, size_t n)
         } else if (m[i].role == DS_CHAT_USER) {
             put(b, "Human: ");
             if (sys.n) {
-                putn(b, sys.p, sys.n);
+                put_content(b, sys.p, sys.n);
                 put(b, "\n\n");
                 sys.n = 0;
             }
@@ -278,13 +310,25 @@ static void orion(struct buf *b, const struct ds_chat_msg *m, size_t n)
         }
     }
     b->oom |= sys.oom;
-    free(sys.p);
+    buf_free(&sys);
 }
 
 enum ds_err ds_chat_format(enum ds_chat_tmpl t, const struct ds_chat_msg *m, size_t n, char **out,
                            size_t *out_len)
 {
+    struct ds_chat_span *sp;
+    size_t n_sp;
+    enum ds_err rc = ds_chat_format_spans(t, m, n, out, out_len, &sp, &n_sp);
+    free(sp);
+    return rc;
+}
+
+enum ds_err ds_chat_format_spans(enum ds_chat_tmpl t, const struct ds_chat_msg *m, size_t n, char **out,
+                                 size_t *out_len, struct ds_chat_span **spans, size_t *n_spans)
+{
     *out = NULL;
+    *spans = NULL;
+    *n_spans = 0;
     if (out_len) *out_len = 0;
     if ((unsigned)t >= DS_CHAT_TMPL_COUNT || t == DS_CHAT_TMPL_NONE || n == 0 || !m) return DS_ERR_INVAL;
     for (size_t i = 0; i < n; i++)
@@ -400,15 +444,17 @@ enum ds_err ds_chat_format(enum ds_chat_tmpl t, const struct ds_chat_msg *m, siz
             break;
         }
         default:
-            free(b.p);
+            buf_free(&b);
             return DS_ERR_INVAL;
         }
     }
     if (b.oom) {
-        free(b.p);
+        buf_free(&b);
         return DS_ERR_NOMEM;
     }
     *out = b.p;
     if (out_len) *out_len = b.n;
+    *spans = b.sp;
+    *n_spans = b.n_sp;
     return DS_OK;
 }

@@ -139,19 +139,18 @@ static void admit(struct ds_node *a, struct node_req *r)
 static bool start(struct ds_node *a, struct node_req *r)
 {
     struct node_version *v = r->v;
-    char why[320], *chat;
-    const char *text;
-    size_t len;
-    enum ds_msg_code code = node__prompt_text(v, &r->req, &chat, &text, &len, why, sizeof why);
+    char why[320];
+    struct node_prompt p;
+    enum ds_msg_code code = node__prompt_text(v, &r->req, &p, why, sizeof why);
     if (code != DS_MSG_CODE_COUNT) {
         node__req_fail(a, r, code, why);
         return false;
     }
-    size_t cap = len + 3;
+    size_t cap = p.len + 3;
     r->ids_cap = cap + (v->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
     r->ids = malloc(r->ids_cap * sizeof *r->ids);
-    bool ok = r->ids && ds_tok_encode(v->tok, text, len, ds_tok_add_bos(v->tok), r->ids, cap, &r->n_ids) == DS_OK;
-    free(chat);
+    bool ok = r->ids && node__prompt_encode(v, &p, r->ids, cap, &r->n_ids) == DS_OK;
+    node__prompt_free(&p);
     if (!ok) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return false;

@@ -11,6 +11,7 @@
 #include "ds/chat.h"
 #include "ds/gguf.h"
 #include "ds/log.h"
+#include "ds/tok.h"
 #include "node_internal.h"
 
 /* The family of the model's GGUF tokenizer.chat_template; NONE without one
@@ -63,13 +64,13 @@ fail:
     return rc;
 }
 
-enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, char **owned,
-                                   const char **text, size_t *len, char *why, size_t why_cap)
+enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
+                                   char *why, size_t why_cap)
 {
-    *owned = NULL;
+    memset(p, 0, sizeof *p);
     if (!q->n_messages) {
-        *text = q->prompt ? q->prompt : "";
-        *len = q->prompt ? q->prompt_len : 0;
+        p->text = q->prompt ? q->prompt : "";
+        p->len = q->prompt ? q->prompt_len : 0;
         return DS_MSG_CODE_COUNT;
     }
     if (v->chat == DS_CHAT_TMPL_NONE) {
@@ -77,12 +78,27 @@ enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds
                  "(GGUF tokenizer.chat_template); send a prompt instead", v->m->cfg->name, v->version);
         return DS_MSG_CODE_INVALID_REQUEST;
     }
-    if (ds_chat_format(v->chat, q->messages, q->n_messages, owned, len) != DS_OK) {
+    if (ds_chat_format_spans(v->chat, q->messages, q->n_messages, &p->owned, &p->len, &p->spans, &p->n_spans) != DS_OK) {
         snprintf(why, why_cap, "messages: could not be laid out (out of memory)");
         return DS_MSG_CODE_INTERNAL;
     }
-    *text = *owned;
+    p->text = p->owned;
     return DS_MSG_CODE_COUNT;
+}
+
+enum ds_err node__prompt_encode(const struct node_version *v, const struct node_prompt *p, int32_t *ids, size_t cap,
+                                size_t *n_ids)
+{
+    bool bos = ds_tok_add_bos(v->tok);
+    return p->owned ? ds_tok_encode_special(v->tok, p->text, p->len, bos, p->spans, p->n_spans, ids, cap, n_ids)
+                    : ds_tok_encode(v->tok, p->text, p->len, bos, ids, cap, n_ids);
+}
+
+void node__prompt_free(struct node_prompt *p)
+{
+    free(p->owned);
+    free(p->spans);
+    memset(p, 0, sizeof *p);
 }
 
 void node__version_free(struct node_version *v)
