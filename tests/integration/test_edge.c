@@ -859,10 +859,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_text_as_run),
+        cmocka_unit_test(test_chat),                /* before the tests that load the edge */
         cmocka_unit_test(test_200_concurrent),
         cmocka_unit_test(test_deadline_overload_cancel),
         cmocka_unit_test(test_high_slot_and_client_quota),
-        cmocka_unit_test(test_chat),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_broker_restart),
         cmocka_unit_test(test_sigterm_under_load),

@@ -39,6 +39,11 @@ int ds_chat_role_parse(const char *s)
 }
 
 /* ---- detection ---- */
+/* DeepSeek's markers use fullwidth bars (U+FF5C) and U+2581. */
+static const char ds_user[] = "<\xef\xbd\x9c" "User\xef\xbd\x9c>";
+static const char ds_assistant[] = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+static const char ds_eos[] = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+
 
 /* Whether the template text holds needle. */
 static bool has(const char *t, size_t n, const char *needle)
@@ -89,8 +94,7 @@ enum ds_chat_tmpl ds_chat_detect(const char *t, size_t n)
     if (has(t, n, "[gMASK]sop")) return DS_CHAT_TMPL_CHATGLM3;
     if (has(t, n, "<\xe7\x94\xa8\xe6\x88\xb7>")) return DS_CHAT_TMPL_MINICPM;             /* <用户> */
     if (has(t, n, "'Assistant: ' + message['content'] + eos_token")) return DS_CHAT_TMPL_DEEPSEEK2;
-    if (has(t, n, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") && has(t, n, "<\xef\xbd\x9c" "User\xef\xbd\x9c>") &&
-        has(t, n, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"))
+    if (has(t, n, ds_assistant) && has(t, n, ds_user) && has(t, n, ds_eos))
         return DS_CHAT_TMPL_DEEPSEEK3;
     if (has(t, n, "[|system|]") && has(t, n, "[|assistant|]") && has(t, n, "[|endofturn|]"))
         return has(t, n, "[|tool|]") ? DS_CHAT_TMPL_NONE : DS_CHAT_TMPL_EXAONE3;    /* EXAONE 4: not laid out */
@@ -103,6 +107,7 @@ enum ds_chat_tmpl ds_chat_detect(const char *t, size_t n)
 }
 
 /* ---- layout ---- */
+
 
 struct buf {
     char  *p;
@@ -401,14 +406,14 @@ enum ds_err ds_chat_format_spans(enum ds_chat_tmpl t, const struct ds_chat_msg *
         }
         case DS_CHAT_TMPL_DEEPSEEK2: {
             static const char *const pre[3] = { "", "User: ", "Assistant: " };
-            static const char *const post[3] = { "\n\n", "\n\n", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>" };
+            static const char *const post[3] = { "\n\n", "\n\n", ds_eos };
             by_role(&b, m, n, pre, post, "Assistant:", false);
             break;
         }
         case DS_CHAT_TMPL_DEEPSEEK3: {
-            static const char *const pre[3] = { "", "<\xef\xbd\x9c" "User\xef\xbd\x9c>", "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>" };
-            static const char *const post[3] = { "\n\n", "", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>" };
-            by_role(&b, m, n, pre, post, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", false);
+            static const char *const pre[3] = { "", ds_user, ds_assistant };
+            static const char *const post[3] = { "\n\n", "", ds_eos };
+            by_role(&b, m, n, pre, post, ds_assistant, false);
             break;
         }
         case DS_CHAT_TMPL_COMMAND_R: {
