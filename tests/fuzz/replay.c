@@ -16,6 +16,7 @@ int ds_fuzz_gguf_one(const uint8_t *data, size_t size);
 int ds_fuzz_tok_load_one(const uint8_t *data, size_t size);
 int ds_fuzz_manifest_one(const uint8_t *data, size_t size);
 int ds_fuzz_dist_one(const uint8_t *data, size_t size);
+int ds_fuzz_request_one(const uint8_t *data, size_t size);
 
 static const struct {
     const char *name;
@@ -25,6 +26,7 @@ static const struct {
     { "fuzz_tok_load", ds_fuzz_tok_load_one },
     { "fuzz_manifest", ds_fuzz_manifest_one },
     { "fuzz_dist", ds_fuzz_dist_one },
+    { "fuzz_request", ds_fuzz_request_one },
 };
 
 /* OWNED contents of path in a buffer of exactly its size (so ASan sees any
