@@ -159,7 +159,7 @@ static void write_config_quota(unsigned client_max)
                "[batch]\nmax_active = 8\nreserve_high = 1\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
                "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
                "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n"
-               "[model chat]\npath = %s\nprecision = int8\nctx = 512\n",
+               "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
             tb_broker_uri(g.broker), client_max, tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"),
             g.chat);
     fclose(f);
@@ -653,6 +653,13 @@ static void test_chat(void **state)
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(out, "no chat template"));
     free(out);
+
+    /* Telemetry names each model's template family. */
+    char *tel = fetch("dspark/v1/telemetry/edge-t", "\"chat_template\":\"llama2-sys-strip\"", 15000);
+    assert_non_null(tel);
+    assert_non_null(strstr(tel, "\"name\":\"stories\",\"version\":\"7\",\"precision\":\"int8\",\"chat_template\":\"none\""));
+    validate("telemetry", tel);
+    free(tel);
 
     k = dev_wait(g.dev, "chat-2", 30000);
     assert_true(k >= 0);

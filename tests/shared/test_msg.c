@@ -635,7 +635,7 @@ static void test_msg_encoders(void **state)
     static const double le[] = { 1, 5, 10, 50, 100, 500 };
     static const uint64_t counts[] = { 10, 200, 50, 7, 1, 0, 2 };
     static const struct ds_msg_model_info models[] = {
-        { "stories260K", "1.2.0", "int8" }, { "stories15M", "0.9.1", "fp32" },
+        { "stories260K", "1.2.0", "int8", "chatml" }, { "stories15M", "0.9.1", "fp32", NULL },
     };
     struct ds_msg_telemetry t = {
         .node = "edge-01", .role = DS_MSG_ROLE_EDGE, .ts_ms = 1732900000123ull, .uptime_s = 3600.5,

@@ -230,6 +230,7 @@ DS_MUST_CHECK enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, ch
 
 struct ds_msg_model_info {
     const char *name, *version, *precision;
+    const char *chat_template;   /* its chat template family ("chatml", "none"); NULL: left out */
 };
 
 /* One snapshot. Times in ms; rates per second; every pointer may be NULL

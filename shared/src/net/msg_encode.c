@@ -193,7 +193,8 @@ static bool add_models(cJSON *o, const struct ds_msg_telemetry *t)
         if (!add_item(arr, e)) return false;
         if (!add_str(e, "name", m->name ? m->name : "")
             || !add_str(e, "version", m->version ? m->version : "")
-            || !add_str(e, "precision", m->precision ? m->precision : ""))
+            || !add_str(e, "precision", m->precision ? m->precision : "")
+            || (m->chat_template && !add_str(e, "chat_template", m->chat_template)))
             return false;
     }
     return true;

@@ -276,7 +276,8 @@ static void publish_telemetry(struct ds_node *a)
     struct ds_msg_model_info info[DS_NODE_MAX_MODELS];
     for (unsigned i = 0; i < a->n_models; i++)
         info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].active->version,
-                                              ds_precision_name(ds_engine_precision(a->models[i].active->eng)) };
+                                              ds_precision_name(ds_engine_precision(a->models[i].active->eng)),
+                                              ds_chat_tmpl_name(a->models[i].active->chat) };
     double le[DS_HIST_LE_N];
     uint64_t counts[DS_HIST_LE_N + 1];
     ds_hist_export(&s.total_ms, le, counts);
