@@ -34,7 +34,7 @@ HEADERS = {
     "common.h": "base", "err.h": "base", "log.h": "base", "pool.h": "base", "utf8.h": "base",
     "cfg.h": "base", "sched.h": "base",
     "gguf.h": "engine", "model.h": "engine", "tok.h": "engine", "sampler.h": "engine",
-    "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine",
+    "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
     "mqtt.h": "net", "msg.h": "net",
     "keys.h": "dist", "bundle.h": "dist", "registry.h": "dist", "dist.h": "dist",
     "node.h": "node", "metrics.h": "node",

@@ -251,8 +251,16 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
         goto done;
     }
     size_t n_prompt = 0;
-    if (!(ss->ctx = malloc(max_ctx * sizeof *ss->ctx)) ||
-        ds_tok_encode(nv->tok, req.prompt, req.prompt_len, ds_tok_add_bos(nv->tok), ss->ctx, max_ctx, &n_prompt) != DS_OK) {
+    char why[320];
+    struct node_prompt pr;
+    enum ds_msg_code code = node__prompt_text(nv, &req, &pr, why, sizeof why);
+    if (code != DS_MSG_CODE_COUNT) {
+        center_error(a, m, sid, code, "%s", why);
+        goto fail;
+    }
+    bool fits = (ss->ctx = malloc(max_ctx * sizeof *ss->ctx)) && node__prompt_encode(nv, &pr, ss->ctx, max_ctx, &n_prompt) == DS_OK;
+    node__prompt_free(&pr);
+    if (!fits) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "prompt: does not fit the %u-token context", max_ctx);
         goto fail;
     }

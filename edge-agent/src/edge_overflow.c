@@ -331,8 +331,20 @@ cJSON *edge__overflow_req_json(const struct node_req *r)
     ** the relay topic and the edge forwards them. */
     cJSON_AddNumberToObject(j, "v", 1);
     cJSON_AddStringToObject(j, "id", q->id);
+    if (q->id_generated) cJSON_AddTrueToObject(j, "id_generated");     /* the center's replies say so too */
     cJSON_AddStringToObject(j, "model", q->model);
-    cJSON_AddStringToObject(j, "prompt", q->prompt);
+    if (q->n_messages) {                  /* laid out by the center's own copy of the model's template */
+        cJSON *ms = cJSON_AddArrayToObject(j, "messages");
+        for (uint32_t i = 0; ms && i < q->n_messages; i++) {
+            cJSON *e = cJSON_CreateObject();
+            if (!e) break;
+            cJSON_AddStringToObject(e, "role", ds_chat_role_name(q->messages[i].role));
+            cJSON_AddStringToObject(e, "content", q->messages[i].content);
+            cJSON_AddItemToArray(ms, e);
+        }
+    } else {
+        cJSON_AddStringToObject(j, "prompt", q->prompt);
+    }
     cJSON_AddNumberToObject(j, "max_tokens", q->max_tokens);
     cJSON_AddNumberToObject(j, "temperature", q->sampling.temperature);
     cJSON_AddNumberToObject(j, "top_p", q->sampling.top_p);

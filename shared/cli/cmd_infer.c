@@ -45,6 +45,7 @@ static void infer_usage(FILE *f)
 {
     fprintf(f,
         "usage: dspark infer [-b URI] -m MODEL -p PROMPT [options]\n"
+        "       dspark infer [-b URI] -m MODEL --message ROLE:TEXT [--message ROLE:TEXT ...] [options]\n"
         "       dspark infer [-b URI] [-m MODEL] --file REQUESTS.jsonl [--concurrency N] [options]\n"
         "\n"
         "Send inference requests to dspark/v1/infer/<MODEL> over MQTT 5 and print the\n"
@@ -54,7 +55,10 @@ static void infer_usage(FILE *f)
         "\n"
         "  -b, --broker URI       broker (default " INFER_DEFAULT_URI ")\n"
         "  -m, --model NAME       model name; also the default for --file lines without one\n"
-        "  -p, --prompt TEXT      prompt\n"
+        "  -p, --prompt TEXT      prompt, fed to the model as it is\n"
+        "  -M, --message ROLE:TEXT  one chat message (repeat, in order; ROLE is system, user or\n"
+        "                         assistant): sent as \"messages\", which the node lays out with\n"
+        "                         the model's chat template (instead of -p)\n"
         "  -n, --tokens N         max_tokens, 1..4096 (default: the node's, 128)\n"
         "      --temp T           temperature, 0..2, 0 = greedy\n"
         "      --top-p P          nucleus sampling cut, (0, 1]\n"
@@ -65,7 +69,8 @@ static void infer_usage(FILE *f)
         "                         (also sent as the MQTT Message Expiry, rounded up to s)\n"
         "      --route R          auto, edge or center\n"
         "      --stream           ask for stream chunks and print them as they arrive\n"
-        "      --id ID            request id (default: <client id>-<n>)\n"
+        "      --id ID            request id (default: <client id>-<n>; a request sent without\n"
+        "                         one gets one from the node, marked \"id_generated\")\n"
         "      --timeout-ms MS    give up on a request after MS without its answer (default 30000)\n"
         "      --connect-timeout-ms MS  give up connecting after MS (default 10000)\n"
         "      --json             print each final or error message as received, one per line\n"
@@ -90,6 +95,8 @@ static void infer_usage(FILE *f)
 
 struct infer_args {
     const char *uri, *model, *prompt, *id, *file, *priority, *route;
+    const char *msgs[DS_MSG_MESSAGES_MAX];   /* --message ROLE:TEXT, in order */
+    unsigned    n_msgs;
     uint64_t    n, top_k, seed, deadline_ms, timeout_ms, connect_ms, concurrency;
     float       temp, top_p;
     bool        has_n, has_top_k, has_seed, has_deadline, has_temp, has_top_p;
@@ -118,6 +125,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         { "broker", required_argument, 0, 'b' },
         { "host", required_argument, 0, 'H' },      /* hidden alias of --broker (older scripts) */        { "model", required_argument, 0, 'm' },
         { "prompt", required_argument, 0, 'p' },      { "tokens", required_argument, 0, 'n' },
+        { "message", required_argument, 0, 'M' },
         { "temp", required_argument, 0, O_TEMP },     { "top-p", required_argument, 0, O_TOPP },
         { "top-k", required_argument, 0, O_TOPK },    { "seed", required_argument, 0, O_SEED },
         { "priority", required_argument, 0, O_PRIO }, { "deadline-ms", required_argument, 0, O_DEADLINE },
@@ -132,7 +140,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
     int c;
     bool has_conc = false;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:H:m:p:n:f:c:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:H:m:p:M:n:f:c:h", opts, NULL)) != -1) {
         int t = cli_mqtt_opt(c, optarg, &a->tls);
         if (t < 0) return 2;
         if (t > 0) continue;
@@ -141,6 +149,22 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         case 'H': a->uri = optarg; break;
         case 'm': a->model = optarg; break;
         case 'p': a->prompt = optarg; break;
+        case 'M': {
+            const char *colon = strchr(optarg, ':');
+            char role[16] = "";
+            if (colon && (size_t)(colon - optarg) < sizeof role) memcpy(role, optarg, (size_t)(colon - optarg));
+            if (!colon || ds_chat_role_parse(role) < 0) {
+                fprintf(stderr, "dspark infer: --message: '%.40s' is not ROLE:TEXT with ROLE system, user or "
+                        "assistant\n", optarg);
+                return 2;
+            }
+            if (a->n_msgs == DS_MSG_MESSAGES_MAX) {
+                fprintf(stderr, "dspark infer: --message: at most %u messages\n", DS_MSG_MESSAGES_MAX);
+                return 2;
+            }
+            a->msgs[a->n_msgs++] = optarg;
+            break;
+        }
         case 'f': a->file = optarg; break;
         case 'n':
             if (!cli_parse_u64("-n", optarg, 1, DS_MSG_MAX_TOKENS_MAX, &a->n)) return 2;
@@ -220,9 +244,9 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         return 2;
     }
     if (a->file) {
-        if (a->prompt || a->id) {
-            fprintf(stderr, "dspark infer: --file takes prompts and ids from its lines; "
-                    "drop %s\n", a->prompt ? "-p" : "--id");
+        if (a->prompt || a->id || a->n_msgs) {
+            fprintf(stderr, "dspark infer: --file takes prompts, messages and ids from its lines; "
+                    "drop %s\n", a->prompt ? "-p" : a->n_msgs ? "--message" : "--id");
             return 2;
         }
         return 0;
@@ -235,8 +259,12 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         fprintf(stderr, "dspark infer: -m MODEL is required\n");
         return 2;
     }
-    if (!a->prompt) {
-        fprintf(stderr, "dspark infer: -p PROMPT is required (or --file REQUESTS.jsonl)\n");
+    if (a->prompt && a->n_msgs) {
+        fprintf(stderr, "dspark infer: -p and --message exclude each other: send a prompt or a chat\n");
+        return 2;
+    }
+    if (!a->prompt && !a->n_msgs) {
+        fprintf(stderr, "dspark infer: -p PROMPT is required (or --message ROLE:TEXT, or --file REQUESTS.jsonl)\n");
         return 2;
     }
     return 0;
@@ -338,8 +366,18 @@ static int req_from_args(const struct infer_args *a, const char *client_id, stru
     char idbuf[128];
     snprintf(idbuf, sizeof idbuf, "%s-1", client_id);
     bool ok = obj && cJSON_AddNumberToObject(obj, "v", 1) &&
-              cJSON_AddStringToObject(obj, "id", a->id ? a->id : idbuf) &&
-              cJSON_AddStringToObject(obj, "prompt", a->prompt) && apply_defaults(obj, a);
+              cJSON_AddStringToObject(obj, "id", a->id ? a->id : idbuf) && apply_defaults(obj, a);
+    if (ok && a->prompt) ok = cJSON_AddStringToObject(obj, "prompt", a->prompt) != NULL;
+    cJSON *ms = ok && a->n_msgs ? cJSON_AddArrayToObject(obj, "messages") : NULL;
+    for (unsigned i = 0; ok && ms && i < a->n_msgs; i++) {
+        const char *colon = strchr(a->msgs[i], ':');      /* checked when parsed */
+        char role[16];
+        snprintf(role, sizeof role, "%.*s", (int)(colon - a->msgs[i]), a->msgs[i]);
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddStringToObject(e, "role", role) && cJSON_AddStringToObject(e, "content", colon + 1);
+        if (e) cJSON_AddItemToArray(ms, e);
+    }
+    if (a->n_msgs && !ms) ok = false;
     int rc = 2;
     if (!ok) fprintf(stderr, "dspark infer: out of memory\n");
     else rc = req_from_json(obj, "request", r);
@@ -403,7 +441,9 @@ static int reqs_from_file(const struct infer_args *a, const char *client_id, str
             rc = 2;
             break;
         }
-        if (!cJSON_HasObjectItem(obj, "id")) {
+        cJSON *idv = cJSON_GetObjectItemCaseSensitive(obj, "id");
+        if (!idv || cJSON_IsNull(idv)) {         /* ours, not the node's: it is the Correlation Data */
+            cJSON_DeleteItemFromObjectCaseSensitive(obj, "id");
             char idbuf[128];
             snprintf(idbuf, sizeof idbuf, "%s-%zu", client_id, lineno);
             if (!cJSON_AddStringToObject(obj, "id", idbuf)) rc = 2;

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ds/chat.h"
 #include "ds/engine.h"
+#include "ds/gguf.h"
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/model.h"
@@ -29,6 +31,8 @@ static void run_usage(FILE *f)
         "  -m, --model PATH       GGUF (llama, qwen2; F32 ... Q6_K) or llama2.c checkpoint\n"
         "  -z, --tokenizer PATH   llama2.c tokenizer.bin (needed for llama2.c checkpoints)\n"
         "  -p, --prompt TEXT      prompt (default: empty); BOS first if the model wants it\n"
+        "      --chat             send -p as one user message, laid out by the model's chat\n"
+        "                         template (GGUF tokenizer.chat_template; printed as sent)\n"
         "  -n, --tokens N         tokens to generate after the prompt (default 256)\n"
         "      --temp T           temperature, 0 = greedy (default 0)\n"
         "      --top-p P          nucleus sampling cut, (0, 1] (default 1 = off)\n"
@@ -52,14 +56,15 @@ static void run_usage(FILE *f)
 struct run_args {
     const char *model, *tok, *prompt, *kernel, *draft;
     uint64_t    n, threads, ctx, k;
-    bool        fixed_k;
+    bool        fixed_k, chat;
     int         precision;
     struct ds_sampler_params sp;
 };
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
-    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG, O_DRAFT, O_FIXED };
+    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG, O_DRAFT, O_FIXED,
+           O_CHAT };
     static const struct option opts[] = {
         { "model", required_argument, 0, 'm' },     { "tokenizer", required_argument, 0, 'z' },
         { "prompt", required_argument, 0, 'p' },    { "tokens", required_argument, 0, 'n' },
@@ -69,7 +74,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         { "kernel", required_argument, 0, O_KERNEL }, { "ctx", required_argument, 0, O_CTX },
         { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
         { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, 'k' },
-        { "fixed-k", no_argument, 0, O_FIXED },
+        { "fixed-k", no_argument, 0, O_FIXED },     { "chat", no_argument, 0, O_CHAT },
         { 0, 0, 0, 0 },
     };
     uint64_t u;
@@ -103,6 +108,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_DRAFT: a->draft = optarg; break;
         case 'k': if (!cli_parse_u64("-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
         case O_FIXED: a->fixed_k = true; break;
+        case O_CHAT: a->chat = true; break;
         case 'h': run_usage(stdout); return 1;
         default: run_usage(stderr); return 2;
         }
@@ -175,6 +181,9 @@ int cmd_run(int argc, char **argv)
     struct ds_spec *sp = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
+    char *chat = NULL;
+    struct ds_chat_span *spans = NULL;
+    size_t n_spans = 0;
     enum ds_err rc;
     if ((rc = ds_model_open(a.model, &m)) != DS_OK) {
         fprintf(stderr, "dspark run: cannot load model %s: %s\n", a.model, ds_strerror(rc));
@@ -183,6 +192,22 @@ int cmd_run(int argc, char **argv)
     if ((rc = ds_model_tokenizer(m, a.tok, &tok)) != DS_OK) {
         fprintf(stderr, "dspark run: no usable tokenizer: %s\n", ds_strerror(rc));
         goto done;
+    }
+    if (a.chat) {                          /* -p as a user turn, as a node lays out "messages" */
+        struct ds_str t = { 0 };
+        enum ds_chat_tmpl ct = m->gguf && ds_gguf_get_str(m->gguf, "tokenizer.chat_template", &t) == DS_OK
+                                   ? ds_chat_detect(t.p, t.n) : DS_CHAT_TMPL_NONE;
+        struct ds_chat_msg user = { DS_CHAT_USER, (char *)a.prompt, strlen(a.prompt) };
+        if (ct == DS_CHAT_TMPL_NONE) {
+            fprintf(stderr, "dspark run: --chat: %s has no chat template dspark recognises (GGUF "
+                    "tokenizer.chat_template %s); run without --chat\n", a.model, t.n ? "not recognised" : "absent");
+            goto done;
+        }
+        if (ds_chat_format_spans(ct, &user, 1, &chat, NULL, &spans, &n_spans) != DS_OK) {
+            fprintf(stderr, "dspark run: out of memory\n");
+            goto done;
+        }
+        a.prompt = chat;
     }
     if ((rc = ds_engine_create(m, &eo, &e)) != DS_OK || (rc = ds_seq_create(e, &seq)) != DS_OK ||
         (rc = ds_sampler_create(m->cfg.vocab_size, &a.sp, &smp)) != DS_OK) {
@@ -213,7 +238,10 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
     /* BOS as the model wants it (SentencePiece and Llama 3 yes, GPT-2 style no). */
-    if ((rc = ds_tok_encode(tok, a.prompt, plen, ds_tok_add_bos(tok), ids, pcap, &n_ids)) != DS_OK) {
+    /* --chat: control tokens in the template's markup are parsed, never in the message. */
+    rc = chat ? ds_tok_encode_special(tok, a.prompt, plen, ds_tok_add_bos(tok), spans, n_spans, ids, pcap, &n_ids)
+              : ds_tok_encode(tok, a.prompt, plen, ds_tok_add_bos(tok), ids, pcap, &n_ids);
+    if (rc != DS_OK) {
         fprintf(stderr, "dspark run: cannot encode the prompt: %s\n", ds_strerror(rc));
         goto done;
     }
@@ -299,6 +327,8 @@ out:
     fprintf(stderr, "\n");
     status = 0;
 done:
+    free(chat);
+    free(spans);
     free(ids);
     free(logits);
     ds_spec_destroy(sp);

@@ -16,7 +16,8 @@ int ds_fuzz_gguf_one(const uint8_t *data, size_t size);
 int ds_fuzz_tok_load_one(const uint8_t *data, size_t size);
 int ds_fuzz_manifest_one(const uint8_t *data, size_t size);
 int ds_fuzz_dist_one(const uint8_t *data, size_t size);
-int ds_fuzz_msg_one(const uint8_t *data, size_t size);
+int ds_fuzz_request_one(const uint8_t *data, size_t size);
+int ds_fuzz_alert_one(const uint8_t *data, size_t size);
 int ds_fuzz_ini_one(const uint8_t *data, size_t size);
 
 static const struct {
@@ -27,7 +28,8 @@ static const struct {
     { "fuzz_tok_load", ds_fuzz_tok_load_one },
     { "fuzz_manifest", ds_fuzz_manifest_one },
     { "fuzz_dist", ds_fuzz_dist_one },
-    { "fuzz_msg", ds_fuzz_msg_one },
+    { "fuzz_request", ds_fuzz_request_one },
+    { "fuzz_alert", ds_fuzz_alert_one },
     { "fuzz_ini", ds_fuzz_ini_one },
 };
 

@@ -6,7 +6,11 @@
 ** once with their own correlation data, high faster than low; deadlines,
 ** overload and cancellation; 60+ malformed requests answered with their
 ** error while valid ones between them are served; broker restart; SIGTERM
-** under load answers everything that was accepted.
+** under load answers everything that was accepted. Chat: "messages" laid
+** out by a model's chat template (a copy of stories260K with Meta's Llama 2
+** template added) give the same text as `dspark run` on the laid-out prompt;
+** a model without a template refuses them by name; a request without an id
+** gets one made for it, marked id_generated.
 */
 #include <errno.h>
 #include <pthread.h>
@@ -24,9 +28,12 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/model.h"
 #include "ds/mqtt.h"
+#include "ds/tok.h"
 #include "support/broker.h"
 #include "support/itest.h"
+#include "support/mkmodel.h"
 #include "support/testutil.h"
 
 #define MAX_MSGS 8192
@@ -112,11 +119,32 @@ static const char *dev_json(struct dev *d, long i) { return it_inbox_json(d->in,
 struct fx {
     struct tb_broker *broker;
     char             *dir;
-    char              cfg[4200], log[4200];
+    char              cfg[4200], log[4200], chat[4200];
     pid_t             edge;
     struct dev       *dev;
 };
 static struct fx g;
+
+/* Meta's Llama 2 chat template (tokenizer_config.json of Llama-2-7b-chat-hf). */
+static const char llama2_template[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == "
+    "'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+
+/* stories260K with that template: the small models carry none. */
+static void write_chat_model(void)
+{
+    snprintf(g.chat, sizeof g.chat, "%s/chat.gguf", g.dir);
+    struct ds_model *m;
+    assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
+    assert_int_equal(mk_convert_model_chat(m, g.chat, DS_GGML_TYPE_F32, llama2_template), DS_OK);
+    ds_model_close(m);
+}
 
 /* The edge's config; client_max (reloadable) is 200 but in the quota test. */
 static void write_config_quota(unsigned client_max)
@@ -128,8 +156,10 @@ static void write_config_quota(unsigned client_max)
                "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\nclient_max = %u\n"
                "[batch]\nmax_active = 8\nreserve_high = 1\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
                "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
-               "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n",
-            tb_broker_uri(g.broker), client_max, tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"));
+               "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n"
+               "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+            tb_broker_uri(g.broker), client_max, tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"),
+            g.chat);
     fclose(f);
 }
 
@@ -193,6 +223,7 @@ static int setup(void **state)
     assert_non_null(g.broker);
     g.dir = tu_tmpdir();
     snprintf(g.log, sizeof g.log, "%s/edge.log", g.dir);
+    write_chat_model();
     write_config();
     g.dev = dev_new(tb_broker_uri(g.broker), "main");
     dev_ready(g.dev);
@@ -527,6 +558,123 @@ static void test_high_slot_and_client_quota(void **state)
 
 /* Every malformed request of tests/data/msg gets invalid_request naming its
 ** field; valid requests sent between them are served. */
+/* The chat of test_chat as Llama 2 lays it out (contents stripped, the
+** system prompt inside the first [INST]; the tokenizer adds the one BOS). */
+static const char chat_messages[] =
+    "\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"  Tell me a story \"}]";
+static const char chat_laid_out[] = "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nTell me a story [/INST]";
+
+static bool is_generated_id(const char *id)
+{
+    return id && strlen(id) == 16 && strspn(id, "0123456789abcdef") == 16;
+}
+
+static void test_chat(void **state)
+{
+    (void)state;
+    /* What the model says after the laid-out prompt, by `dspark run`. */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n 24 --precision int8 2>/dev/null",
+             DS_BUILD_DIR, g.chat, chat_laid_out);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_equal(rc, 0);
+    assert_true(strlen(out) > strlen(chat_laid_out));
+    out[strlen(out) - 1] = '\0';                          /* trailing newline */
+    const char *want = out + strlen(chat_laid_out);
+    /* And how many tokens that prompt is, BOS included. */
+    struct ds_model *m;
+    struct ds_tok *tok;
+    assert_int_equal(ds_model_open(g.chat, &m), DS_OK);
+    assert_int_equal(ds_model_tokenizer(m, NULL, &tok), DS_OK);
+    int32_t ids[256];
+    size_t n_ids = 0;
+    assert_int_equal(ds_tok_encode(tok, chat_laid_out, strlen(chat_laid_out), ds_tok_add_bos(tok), ids, 256, &n_ids),
+                     DS_OK);
+    ds_tok_destroy(tok);
+    ds_model_close(m);
+
+    char extra[1024];
+    snprintf(extra, sizeof extra, "%s,\"max_tokens\":24", chat_messages);
+    dev_send_to(g.dev, "chat", "chat-1", extra);
+    dev_send(g.dev, "chat-2", extra);                      /* stories: no chat template */
+    /* No id: one is made, served, and marked; also for a chat, and for an error. */
+    static const char noid_plain[] = "{\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":4}";
+    static const char noid_bad[] = "{\"model\":\"stories\",\"prompt\":\"x\",\"max_tokens\":0}";
+    char noid_chat[1024];
+    int nc = snprintf(noid_chat, sizeof noid_chat, "{\"model\":\"chat\",%s,\"max_tokens\":4}", chat_messages);
+    dev_send_raw(g.dev, "stories", noid_plain, strlen(noid_plain), "noid-1", 0);
+    dev_send_raw(g.dev, "stories", noid_bad, strlen(noid_bad), "noid-2", 0);
+    dev_send_raw(g.dev, "chat", noid_chat, (size_t)nc, "noid-3", 0);
+
+    long k = dev_wait(g.dev, "chat-1", 30000);
+    assert_true(k >= 0);
+    const char *fin = dev_json(g.dev, k);
+    validate("final", fin);
+    char *text = json_str(fin, "text", NULL);
+    assert_non_null(text);
+    printf("dspark run on the laid-out chat: \"%s\"\nedge final for messages:      \"%s\" (expected %zu prompt "
+           "tokens)\n", want, text, n_ids);
+    assert_string_equal(text, want);
+    assert_non_null(strstr(fin, "\"id\":\"chat-1\""));
+    assert_null(strstr(fin, "id_generated"));
+    char needle[64];
+    snprintf(needle, sizeof needle, "\"prompt_tokens\":%zu,", n_ids);
+    assert_non_null(strstr(fin, needle));
+    free(text);
+    free(out);
+    /* dspark run --chat lays -p out the same way, and refuses a model without a template. */
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --chat -p 'Tell me a story' -n 4 --precision int8 2>/dev/null",
+             DS_BUILD_DIR, g.chat);
+    out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(strncmp(out, "[INST] Tell me a story [/INST]", 30), 0);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --chat -p 'Hi' -n 4 2>&1", DS_BUILD_DIR,
+             tu_model("stories260K.gguf"));
+    out = tu_run(cmd, &rc);
+    assert_non_null(out);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(out, "no chat template"));
+    free(out);
+
+    /* Telemetry names each model's template family. */
+    char *tel = fetch("dspark/v1/telemetry/edge-t", "\"chat_template\":\"llama2-sys-strip\"", 15000);
+    assert_non_null(tel);
+    assert_non_null(strstr(tel, "\"name\":\"stories\",\"version\":\"7\",\"precision\":\"int8\",\"chat_template\":\"none\""));
+    validate("telemetry", tel);
+    free(tel);
+
+    k = dev_wait(g.dev, "chat-2", 30000);
+    assert_true(k >= 0);
+    char *code = json_str(dev_json(g.dev, k), "error", "code"), *msg = json_str(dev_json(g.dev, k), "error", "message");
+    printf("messages to a model without a template: %s: %s\n", code, msg);
+    assert_string_equal(code, "invalid_request");
+    assert_non_null(strstr(msg, "messages"));
+    assert_non_null(strstr(msg, "'stories'"));
+    assert_non_null(strstr(msg, "chat template"));
+    free(code);
+    free(msg);
+
+    const char *want_kind[3] = { "\"done\":true", "\"code\":\"invalid_request\"", "\"done\":true" };
+    for (int i = 0; i < 3; i++) {
+        char corr[16];
+        snprintf(corr, sizeof corr, "noid-%d", i + 1);
+        k = dev_wait(g.dev, corr, 30000);
+        assert_true(k >= 0);
+        const char *j = dev_json(g.dev, k);
+        char *id = json_str(j, "id", NULL);
+        printf("%s: %s\n", corr, j);
+        assert_true(is_generated_id(id));
+        assert_non_null(strstr(j, "\"id_generated\":true"));
+        assert_non_null(strstr(j, want_kind[i]));
+        validate(i == 1 ? "error" : "final", j);
+        free(id);
+    }
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -704,6 +852,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_text_as_run),
+        cmocka_unit_test(test_chat),                /* before the tests that load the edge */
         cmocka_unit_test(test_200_concurrent),
         cmocka_unit_test(test_deadline_overload_cancel),
         cmocka_unit_test(test_high_slot_and_client_quota),

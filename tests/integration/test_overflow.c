@@ -164,6 +164,35 @@ static void test_route_center(void **state)
     free(tier); free(prec); free(text); free(ref); free(fin);
 }
 
+/* A request without an id, sent to a center: the edge makes the id and
+** relays it marked, so the center's final (forwarded as it is) says
+** id_generated too. A chat for a model without a chat template is refused by
+** name through the relay as well. */
+static void test_route_center_no_id_and_chat(void **state)
+{
+    (void)state;
+    static const char noid[] = "{\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"route\":\"center\"}";
+    struct ds_mqtt_props p = { .response_topic = "test/reply/ov", .correlation = "rc-noid", .correlation_len = 7 };
+    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", noid, strlen(noid), 1, false, &p), DS_OK);
+    send_req("rc-chat", "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"route\":\"center\"");
+    char *fin = answer("rc-noid", 30000);
+    assert_non_null(fin);
+    printf("no id, route=center: %s\n", fin);
+    char *tier = field(fin, "served_by", "tier"), *id = field(fin, "id", NULL);
+    assert_string_equal(tier, "center");
+    assert_int_equal(strlen(id), 16);
+    assert_int_equal(strspn(id, "0123456789abcdef"), 16);
+    assert_non_null(strstr(fin, "\"id_generated\":true"));
+    free(tier); free(id); free(fin);
+    char *err = answer("rc-chat", 30000);
+    assert_non_null(err);
+    char *code = field(err, "error", "code"), *msg = field(err, "error", "message");
+    assert_string_equal(code, "invalid_request");
+    assert_non_null(strstr(msg, "'stories'"));
+    assert_non_null(strstr(msg, "chat template"));
+    free(code); free(msg); free(err);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -460,6 +489,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_center),
+        cmocka_unit_test(test_route_center_no_id_and_chat),
         cmocka_unit_test(test_overload),
         cmocka_unit_test(test_center_killed),
         cmocka_unit_test(test_cascade),

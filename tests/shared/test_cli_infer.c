@@ -144,8 +144,9 @@ static void responder_on_message(void *ud, const struct ds_mqtt_msg *m)
             r->n_held = 0;
         }
     } else {
-        char text[4096];
-        snprintf(text, sizeof text, "Hello %s", req->prompt);
+        char text[4096];                     /* a chat is answered to its last message */
+        snprintf(text, sizeof text, "Hello %s",
+                 req->n_messages ? req->messages[req->n_messages - 1].content : req->prompt);
         if (req->stream) {
             struct ds_msg_chunk c0 = { .id = req->id, .delta = "Hello", .delta_len = 5, .index = 0 };
             struct ds_msg_chunk c1 = { .id = req->id, .delta = text + 5, .delta_len = strlen(text + 5),
@@ -372,6 +373,31 @@ static void test_cli_infer_stream_fields(void **state)
     cli_out_free(&o);
 }
 
+/* --message: the chat goes out as "messages", in order, roles and texts
+** split at the first colon only. */
+static void test_cli_infer_messages(void **state)
+{
+    struct fx *f = *state;
+    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "--message", "system:Be brief.",
+                                                 "-M", "user:Hi", "--message", "assistant:", "--message",
+                                                 "user:What is 2:3?", NULL });
+    assert_int_equal(o.rc, 0);
+    assert_string_equal(o.out, "Hello What is 2:3?\n");
+    pthread_mutex_lock(&f->resp.mu);
+    const struct ds_infer_req *q = &f->resp.last;
+    assert_null(q->prompt);
+    assert_int_equal(q->n_messages, 4);
+    static const struct { enum ds_chat_role role; const char *text; } want[] = {
+        { DS_CHAT_SYSTEM, "Be brief." }, { DS_CHAT_USER, "Hi" }, { DS_CHAT_ASSISTANT, "" }, { DS_CHAT_USER, "What is 2:3?" },
+    };
+    for (unsigned i = 0; i < 4; i++) {
+        assert_int_equal(q->messages[i].role, want[i].role);
+        assert_string_equal(q->messages[i].content, want[i].text);
+    }
+    pthread_mutex_unlock(&f->resp.mu);
+    cli_out_free(&o);
+}
+
 static void test_cli_infer_json(void **state)
 {
     struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "-p", "j",
@@ -536,6 +562,10 @@ static void test_cli_infer_bad_args(void **state)
         { { "infer", "-m", "t", "-p", "x", "--timeout-ms", "1x", NULL }, "--timeout-ms" },
         { { "infer", "-m", "t", "-p", "x", "--concurrency", "4", NULL }, "--concurrency needs --file" },
         { { "infer", "-m", "t", "-p", "x", "--bogus", NULL }, "unknown option '--bogus'" },
+        { { "infer", "-m", "t", "--message", "tool:x", NULL }, "--message: 'tool:x' is not ROLE:TEXT" },
+        { { "infer", "-m", "t", "--message", "hello", NULL }, "--message: 'hello' is not ROLE:TEXT" },
+        { { "infer", "-m", "t", "-p", "x", "--message", "user:y", NULL }, "-p and --message exclude each other" },
+        { { "infer", "-m", "t", "-f", bad_line, "--message", "user:y", NULL }, "drop --message" },
         { { "infer", "-m", "t", "-p", "x", "extra", NULL }, "unexpected argument 'extra'" },
         { { "infer", "-m", "t", "-p", NULL }, "-p needs a value" },
         { { "infer", "-m", "t", "-p", "x", "--id", "", NULL }, "id" },
@@ -583,6 +613,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_infer_text),
         cmocka_unit_test(test_cli_infer_stream_fields),
+        cmocka_unit_test(test_cli_infer_messages),
         cmocka_unit_test(test_cli_infer_json),
         cmocka_unit_test(test_cli_infer_error_reply),
         cmocka_unit_test(test_cli_infer_no_answer),

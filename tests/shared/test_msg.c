@@ -31,6 +31,8 @@ static enum ds_err decode_str(const char *json, struct ds_infer_req *r, struct d
     return ds_msg_infer_req_decode(json, strlen(json), NULL, r, e);
 }
 
+static cJSON *parse(const char *text);
+
 static int err_parse(const char *s)
 {
     if (strcmp(s, "OK") == 0) return DS_OK;
@@ -128,7 +130,7 @@ static void test_msg_request_files(void **state)
         } else {
             assert_non_null(r.id);
             assert_non_null(r.model);
-            assert_non_null(r.prompt);
+            assert_true((r.prompt != NULL) != (r.n_messages > 0));     /* exactly one */
             n_ok++;
         }
         ds_infer_req_cleanup(&r);
@@ -305,6 +307,94 @@ static void test_msg_request_limits_and_id(void **state)
     assert_string_equal(e.field, "id");
 }
 
+/* messages: the decoded chat, in order, with its roles and contents. */
+static void test_msg_request_messages(void **state)
+{
+    (void)state;
+    size_t len;
+    char *p = tu_read_file(DATA_DIR "/ok-messages.json", &len);
+    assert_non_null(p);
+    struct ds_infer_req r;
+    struct ds_msg_error e;
+    assert_int_equal(ds_msg_infer_req_decode(p, len, NULL, &r, &e), DS_OK);
+    free(p);
+    assert_null(r.prompt);
+    assert_int_equal(r.n_messages, 4);
+    static const struct { enum ds_chat_role role; const char *content; } want[] = {
+        { DS_CHAT_SYSTEM, "Be brief." }, { DS_CHAT_USER, "Hi" }, { DS_CHAT_ASSISTANT, "" },
+        { DS_CHAT_USER, "Tell me a story" },
+    };
+    size_t sum = 0;
+    for (unsigned i = 0; i < 4; i++) {
+        assert_int_equal(r.messages[i].role, want[i].role);
+        assert_string_equal(r.messages[i].content, want[i].content);
+        assert_int_equal(r.messages[i].len, strlen(want[i].content));
+        sum += strlen(want[i].content);
+    }
+    assert_int_equal(r.prompt_len, sum);               /* the cost estimate counts the contents */
+    assert_false(r.id_generated);
+    ds_infer_req_cleanup(&r);
+    ds_infer_req_cleanup(&r);
+
+    /* The contents together are bounded by max_prompt, and the error names messages. */
+    struct ds_msg_limits lim;
+    ds_msg_limits_init(&lim);
+    lim.max_prompt = 16;
+    const char *s = "{\"id\":\"l\",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"0123456789\"},"
+                    "{\"role\":\"user\",\"content\":\"0123456789\"}]}";
+    assert_int_equal(ds_msg_infer_req_decode(s, strlen(s), &lim, &r, &e), DS_ERR_RANGE);
+    assert_string_equal(e.field, "messages");
+    assert_true(e.has_id);
+    lim.max_prompt = 20;
+    assert_int_equal(ds_msg_infer_req_decode(s, strlen(s), &lim, &r, &e), DS_OK);
+    ds_infer_req_cleanup(&r);
+}
+
+/* No id: the decoder makes one (16 hex digits, a new one each time) and says so. */
+static void test_msg_request_generated_id(void **state)
+{
+    (void)state;
+    struct ds_infer_req r;
+    struct ds_msg_error e;
+    char first[DS_MSG_GEN_ID_LEN + 1] = "";
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(decode_str(k ? "{\"id\":null,\"model\":\"m\",\"prompt\":\"x\"}"
+                                      : "{\"model\":\"m\",\"prompt\":\"x\"}", &r, &e), DS_OK);
+        assert_true(r.id_generated);
+        assert_int_equal(strlen(r.id), DS_MSG_GEN_ID_LEN);
+        assert_int_equal(strspn(r.id, "0123456789abcdef"), DS_MSG_GEN_ID_LEN);
+        if (k) assert_string_not_equal(r.id, first);
+        else memcpy(first, r.id, sizeof first);
+        ds_infer_req_cleanup(&r);
+    }
+    /* A request that fails after the id was made still gets it back, marked. */
+    assert_int_equal(decode_str("{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", &r, &e), DS_ERR_RANGE);
+    assert_true(e.has_id && e.id_generated);
+    assert_int_equal(strlen(e.id), DS_MSG_GEN_ID_LEN);
+    char *out;
+    size_t n;
+    assert_int_equal(ds_msg_error_encode_gen(e.id, e.id_generated, e.code, e.message, &out, &n), DS_OK);
+    cJSON *j = parse(out);
+    assert_string_equal(cJSON_GetObjectItem(j, "id")->valuestring, e.id);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "id_generated")));
+    cJSON_Delete(j);
+    free(out);
+    /* A caller's own id is never marked; a relay's mark is kept. */
+    assert_int_equal(decode_str("{\"id\":\"mine\",\"model\":\"m\",\"prompt\":\"x\"}", &r, &e), DS_OK);
+    assert_false(r.id_generated);
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(decode_str("{\"id\":\"0a1b\",\"id_generated\":true,\"model\":\"m\",\"prompt\":\"x\"}", &r, &e),
+                     DS_OK);
+    assert_true(r.id_generated);
+    ds_infer_req_cleanup(&r);
+    /* Many ids, no repeats (64 random bits each). */
+    char seen[64][DS_MSG_GEN_ID_LEN + 1];
+    for (int i = 0; i < 64; i++) {
+        ds_msg_new_id(seen[i]);
+        for (int k = 0; k < i; k++) assert_string_not_equal(seen[i], seen[k]);
+    }
+}
+
 /* Mutations of a valid request never crash, leak or return half a request. */
 static void test_msg_request_mutations(void **state)
 {
@@ -332,7 +422,7 @@ static void test_msg_request_mutations(void **state)
         struct ds_msg_error e;
         enum ds_err rc = ds_msg_infer_req_decode(buf, n, NULL, &r, &e);
         if (rc == DS_OK) {
-            assert_true(r.id && r.model && r.prompt);
+            assert_true(r.id && r.model && (r.prompt || r.n_messages));
             n_ok++;
         } else {
             assert_null(r.id);
@@ -473,6 +563,16 @@ static void test_msg_encoders(void **state)
     cJSON_Delete(j);
     batch_add_text(&b, "final", out, true);
     /* Speculative usage: four more fields, schema-valid. */
+    /* A generated id is marked, and the schema knows the mark. */
+    f.id_generated = true;
+    assert_int_equal(ds_msg_final_encode(&f, &out, &n), DS_OK);
+    j = parse(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "id_generated")));
+    cJSON_Delete(j);
+    batch_add_text(&b, "final", out, true);
+    f.id_generated = false;
+    assert_int_equal(ds_msg_error_encode_gen("0123456789abcdef", true, DS_MSG_CODE_INVALID_REQUEST, "m", &out, &n), DS_OK);
+    batch_add_text(&b, "error", out, true);
     struct ds_msg_spec_usage su = { .drafted = 40, .accepted = 30, .rounds = 12, .emitted = 42 };
     f.spec = &su;
     assert_int_equal(ds_msg_final_encode(&f, &out, &n), DS_OK);
@@ -535,7 +635,7 @@ static void test_msg_encoders(void **state)
     static const double le[] = { 1, 5, 10, 50, 100, 500 };
     static const uint64_t counts[] = { 10, 200, 50, 7, 1, 0, 2 };
     static const struct ds_msg_model_info models[] = {
-        { "stories260K", "1.2.0", "int8" }, { "stories15M", "0.9.1", "fp32" },
+        { "stories260K", "1.2.0", "int8", "chatml" }, { "stories15M", "0.9.1", "fp32", NULL },
     };
     struct ds_msg_telemetry t = {
         .node = "edge-01", .role = DS_MSG_ROLE_EDGE, .ts_ms = 1732900000123ull, .uptime_s = 3600.5,
@@ -630,6 +730,8 @@ int main(void)
         cmocka_unit_test(test_msg_request_files),
         cmocka_unit_test(test_msg_request_generated),
         cmocka_unit_test(test_msg_request_values),
+        cmocka_unit_test(test_msg_request_messages),
+        cmocka_unit_test(test_msg_request_generated_id),
         cmocka_unit_test(test_msg_request_limits_and_id),
         cmocka_unit_test(test_msg_request_mutations),
         cmocka_unit_test(test_msg_utf8),

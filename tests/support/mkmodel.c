@@ -125,7 +125,8 @@ static float *values(struct src s, uint32_t rows, uint32_t cols)
 }
 
 static enum ds_err write_model(const char *path, const struct ds_model_config *c, const char *name,
-                               const struct ds_model *m, uint64_t seed, enum ds_ggml_type mat_type)
+                               const struct ds_model *m, uint64_t seed, enum ds_ggml_type mat_type,
+                               const char *chat_template)
 {
     struct ds_gguf_writer *w;
     enum ds_err rc = ds_gguf_writer_create(&w);
@@ -155,6 +156,7 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
         if (rc == DS_OK && ds_gguf_get_u32(m->gguf, "tokenizer.ggml.eos_token_id", &id) == DS_OK)
             rc = ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", id);
     }
+    if (rc == DS_OK && chat_template) rc = ds_gguf_writer_str(w, "tokenizer.chat_template", chat_template);
     struct mk_tensor {
         char name[64];
         const struct ds_weight *w;
@@ -215,11 +217,18 @@ enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_
     c.kv_dim = c.n_kv_heads * c.head_dim;
     c.rope_dim = c.head_dim;
     if (c.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &c, "random", NULL, seed, mat_type);
+    return write_model(path, &c, "random", NULL, seed, mat_type, NULL);
 }
 
 enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type)
 {
     if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &m->cfg, m->name, m, 0, mat_type);
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type, NULL);
+}
+
+enum ds_err mk_convert_model_chat(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type,
+                                  const char *chat_template)
+{
+    if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type, chat_template);
 }

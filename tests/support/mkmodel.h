@@ -32,5 +32,9 @@ enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_
 ** mat_type; Q8_0 falls back to F16 for a matrix whose row length is not a
 ** multiple of 32, as llama.cpp's quantizer does. */
 enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type);
+/* The same, with tokenizer.chat_template set to chat_template (the small
+** test models carry none). */
+enum ds_err mk_convert_model_chat(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type,
+                                  const char *chat_template);
 
 #endif

@@ -15,12 +15,21 @@
 **   - unknown keys are IGNORED, so that newer clients keep working against
 **     older nodes (forward compatibility); keys are case-sensitive;
 **   - null on an optional field means "absent" (OpenAI clients send
-**     "stop": null); required fields ("id", "model", "prompt") cannot be null;
+**     "stop": null); "model" is required and cannot be null;
+**   - exactly one of "prompt" (plain text, fed as is) and "messages" (a chat:
+**     [{"role": "system"|"user"|"assistant", "content": "..."}], laid out by
+**     the serving model's chat template, ds/chat.h); both or neither is an
+**     error naming the field;
+**   - "id" absent or null: the decoder makes one, 16 random hex digits
+**     (ds_msg_new_id), and sets id_generated, which every reply then carries
+**     as "id_generated": true so that the caller can match it. A relay
+**     (an edge overflowing to a center) passes the id on with
+**     "id_generated": true, which the decoder keeps;
 **   - integers may be written 5 or 5.0 but not 5.5 or "5".
 ** Defaults (field absent): max_tokens 128, temperature 0 (greedy), top_p 1,
 **   top_k 0 (off), seed none (has_seed false), stop none, stream false,
 **   priority normal, deadline none (0), route auto, reply_to none (NULL),
-**   client none (NULL).
+**   client none (NULL), messages none.
 ** Ranges: id 1..128 code points; model 1..128 bytes of [A-Za-z0-9._:-]
 **   starting with a letter or digit (it also names topics); max_tokens
 **   1..lim->max_tokens (<= 4096); temperature 0..2; top_p (0,1];
@@ -30,7 +39,9 @@
 **   1..lim->max_stop_len bytes; priority "high"|"normal"|"low"; deadline_ms
 **   1..3600000; route "auto"|"edge"|"center"; reply_to 1..lim->max_topic
 **   bytes, no '+' or '#', not starting with '$'; client 1..128 code points
-**   (the canary split hashes it; absent: the response topic is hashed).
+**   (the canary split hashes it; absent: the response topic is hashed);
+**   messages 1..DS_MSG_MESSAGES_MAX entries, each content a string (may be
+**   empty), all contents together at most lim->max_prompt bytes.
 **
 ** Ownership: a decoded struct ds_infer_req OWNS its strings; free them with
 **            ds_infer_req_cleanup() (NULL-safe, idempotent). Encoders return
@@ -50,6 +61,7 @@
 
 #include <stdbool.h>
 
+#include "ds/chat.h"
 #include "ds/common.h"
 #include "ds/err.h"
 #include "ds/sampler.h"
@@ -62,6 +74,8 @@ struct cJSON;
 #define DS_MSG_ID_MAX_BYTES     (DS_MSG_ID_MAX * 4u)     /* UTF-8 worst case */
 #define DS_MSG_MODEL_MAX        128u                     /* bytes */
 #define DS_MSG_STOP_MAX         4u
+#define DS_MSG_MESSAGES_MAX     64u                      /* entries of "messages" */
+#define DS_MSG_GEN_ID_LEN       16u                      /* hex digits of a generated id */
 #define DS_MSG_MAX_TOKENS_MAX   4096u
 #define DS_MSG_DEADLINE_MAX_MS  3600000u
 #define DS_MSG_SEED_NUMBER_MAX  9007199254740991.0       /* 2^53 - 1 */
@@ -110,15 +124,23 @@ struct ds_msg_error {
     enum ds_msg_code code;                   /* wire code; decode gives invalid_request */
     char field[32];                          /* offending field; "payload" for the message */
     char message[256];                       /* "max_tokens: 0 is out of range, expected ..." */
-    bool has_id;                             /* the request's id was readable */
+    bool has_id;                             /* the request's id was readable (or made) */
+    bool id_generated;                       /* id is the decoder's: the request had none */
     char id[DS_MSG_ID_MAX_BYTES + 1];
 };
 
+/* A fresh request id: DS_MSG_GEN_ID_LEN random lowercase hex digits and a
+** NUL (the kernel's getrandom; a clock-and-counter mix where that fails). */
+void ds_msg_new_id(char out[DS_MSG_GEN_ID_LEN + 1]);
+
 struct ds_infer_req {
     char                    *id;            /* OWNED, 1..128 code points */
+    bool                     id_generated;  /* the request had no id: id is the decoder's */
     char                    *model;         /* OWNED */
-    char                    *prompt;        /* OWNED, NUL-terminated */
-    size_t                   prompt_len;    /* bytes */
+    char                    *prompt;        /* OWNED, NUL-terminated; NULL when messages */
+    size_t                   prompt_len;    /* bytes (with messages: their contents' sum) */
+    struct ds_chat_msg      *messages;      /* OWNED with their contents; NULL with a prompt */
+    uint32_t                 n_messages;
     uint32_t                 max_tokens;
     struct ds_sampler_params sampling;      /* temperature, top_p, top_k, seed */
     bool                     has_seed;      /* false: the node picks a seed */
@@ -172,6 +194,7 @@ struct ds_msg_spec_usage {
 struct ds_msg_final {
     const struct ds_msg_spec_usage *spec;    /* NULL: not decoded speculatively */
     const char             *id;
+    bool                    id_generated;    /* adds "id_generated": true */
     const char             *text;        /* bytes; repaired like ds_msg_chunk.delta */
     size_t                  text_len;
     enum ds_msg_finish      finish_reason;
@@ -189,6 +212,10 @@ DS_MUST_CHECK enum ds_err ds_msg_final_encode(const struct ds_msg_final *f, char
 DS_MUST_CHECK enum ds_err ds_msg_error_encode(const char *id, enum ds_msg_code code,
                                               const char *message, char **out,
                                               size_t *out_len) DS_NONNULL(3, 4);
+/* The same, with "id_generated": true when id_generated (the id is the node's). */
+DS_MUST_CHECK enum ds_err ds_msg_error_encode_gen(const char *id, bool id_generated, enum ds_msg_code code,
+                                                  const char *message, char **out,
+                                                  size_t *out_len) DS_NONNULL(4, 5);
 
 /* ---- node status and telemetry (retained, dspark/v1/{status,telemetry}/<node>) ---- */
 
@@ -203,6 +230,7 @@ DS_MUST_CHECK enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, ch
 
 struct ds_msg_model_info {
     const char *name, *version, *precision;
+    const char *chat_template;   /* its chat template family ("chatml", "none"); NULL: left out */
 };
 
 /* One snapshot. Times in ms; rates per second; every pointer may be NULL

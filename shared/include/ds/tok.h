@@ -12,7 +12,8 @@
 **   tokenizer.ggml.pre cuts the rest into words, each word's bytes become
 **   GPT-2's byte characters, and the merges of tokenizer.ggml.merges join
 **   them, lowest rank first. Same ids as llama.cpp. Special (control)
-**   tokens are never parsed from text: "<|endoftext|>" encodes as text.
+**   tokens are never parsed from text: "<|endoftext|>" encodes as text;
+**   only ds_tok_encode_special (a chat template's markup) parses them.
 ** Decoding goes through struct ds_tok_stream, which always yields valid
 ** UTF-8: a character split across tokens is emitted whole, once complete;
 ** invalid bytes become U+FFFD.
@@ -68,6 +69,19 @@ const char *ds_tok_kind(const struct ds_tok *tok);
 ** small (then *n_out says how many are needed). */
 DS_MUST_CHECK enum ds_err ds_tok_encode(const struct ds_tok *tok, const char *text, size_t len,
                                         bool add_bos, int32_t *ids, size_t cap, size_t *n_out);
+
+/* Like ds_tok_encode, but the control tokens of the vocabulary (GGUF token
+** type 3: "<s>", "</s>", "<|im_start|>", "<|eot_id|>", ...) written out in
+** text become those tokens, longest first, as llama.cpp does when it parses
+** special tokens; except inside the n_plain byte ranges plain[off, off+len)
+** (ascending), which are always text: a chat's message contents, so that a
+** message cannot forge a turn. The text between two special tokens is
+** encoded as ds_tok_encode encodes text (SentencePiece: each run with its
+** dummy-prefix space, as llama.cpp does after a special token). */
+struct ds_chat_span;
+DS_MUST_CHECK enum ds_err ds_tok_encode_special(const struct ds_tok *tok, const char *text, size_t len, bool add_bos,
+                                                const struct ds_chat_span *plain, size_t n_plain, int32_t *ids,
+                                                size_t cap, size_t *n_out);
 
 /* The raw piece of id (byte tokens as "<0x0A>", BPE pieces in GPT-2's byte
 ** characters: "Ġthe"), BORROWED; NULL if out of range. */

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/chat.h"
 #include "ds/gguf.h"
 #include "ds/log.h"
 #include "tok_internal.h"
@@ -744,6 +745,85 @@ enum ds_err ds_tok_encode(const struct ds_tok *tok, const char *text, size_t len
                        : encode_text(tok, text, len, ids, cap, &n_ids);
         if (rc != DS_OK) return rc;
     }
+    *n_out = n_ids;
+    return n_ids > cap ? DS_ERR_RANGE : DS_OK;
+}
+
+/* A control token's piece: id and length, for the longest-first match. */
+struct special {
+    int32_t  id;
+    uint32_t len;
+};
+
+static int special_cmp(const void *x, const void *y)
+{
+    const struct special *a = x, *b = y;
+    return a->len != b->len ? (a->len < b->len) - (a->len > b->len) : (a->id > b->id) - (a->id < b->id);
+}
+
+/* Text [at, at+n) as ds_tok_encode would encode it (no BOS), appended. */
+static enum ds_err encode_run(const struct ds_tok *tok, const char *text, size_t n, int32_t *ids, size_t cap,
+                              size_t *n_ids)
+{
+    if (n == 0) return DS_OK;
+    return tok->kind == DS_TOK__BPE ? ds_tok__bpe_encode(tok, text, n, ids, cap, n_ids)
+                                    : encode_text(tok, text, n, ids, cap, n_ids);
+}
+
+enum ds_err ds_tok_encode_special(const struct ds_tok *tok, const char *text, size_t len, bool add_bos,
+                                  const struct ds_chat_span *plain, size_t n_plain, int32_t *ids, size_t cap,
+                                  size_t *n_out)
+{
+    if (!n_out) return DS_ERR_INVAL;
+    *n_out = 0;
+    if (!tok || (!text && len) || (!ids && cap) || (!plain && n_plain)) return DS_ERR_INVAL;
+    if (len > TOK_MAX_TEXT) {
+        DS_LOG(DS_LOG_ERROR, "tokenizer: text of %zu bytes, the limit is %zu", len, TOK_MAX_TEXT);
+        return DS_ERR_RANGE;
+    }
+    /* The control tokens, longest first (a vocabulary has a handful to a few hundred). */
+    size_t n_sp = 0;
+    for (uint32_t id = 0; id < tok->n_vocab; id++)
+        n_sp += tok->pc[id].type == DS_TOK__CONTROL && tok->pc[id].len > 0;
+    struct special *sp = n_sp ? malloc(n_sp * sizeof *sp) : NULL;
+    if (n_sp && !sp) return DS_ERR_NOMEM;
+    n_sp = 0;
+    for (uint32_t id = 0; id < tok->n_vocab; id++)
+        if (tok->pc[id].type == DS_TOK__CONTROL && tok->pc[id].len > 0)
+            sp[n_sp++] = (struct special){ (int32_t)id, tok->pc[id].len };
+    if (n_sp) qsort(sp, n_sp, sizeof *sp, special_cmp);
+
+    size_t n_ids = 0;
+    if (add_bos && tok->bos >= 0) {
+        if (cap > 0) ids[0] = tok->bos;
+        n_ids = 1;
+    }
+    enum ds_err rc = DS_OK;
+    size_t run = 0, k = 0;                     /* start of the pending text run; next plain range */
+    for (size_t i = 0; i < len && rc == DS_OK;) {
+        while (k < n_plain && plain[k].off + plain[k].len <= i) k++;
+        if (k < n_plain && plain[k].off <= i) {            /* inside a message: text only */
+            i = plain[k].off + plain[k].len;
+            continue;
+        }
+        size_t room = k < n_plain ? plain[k].off - i : len - i;    /* markup bytes from i */
+        const struct special *hit = NULL;
+        for (size_t s = 0; s < n_sp && !hit; s++)
+            if (sp[s].len <= room && memcmp(text + i, tok->text + tok->pc[sp[s].id].off, sp[s].len) == 0)
+                hit = &sp[s];
+        if (!hit) {
+            i++;
+            continue;
+        }
+        rc = encode_run(tok, text + run, i - run, ids, cap, &n_ids);
+        if (n_ids < cap) ids[n_ids] = hit->id;
+        n_ids++;
+        i += hit->len;
+        run = i;
+    }
+    if (rc == DS_OK) rc = encode_run(tok, text + run, len - run, ids, cap, &n_ids);
+    free(sp);
+    if (rc != DS_OK) return rc;
     *n_out = n_ids;
     return n_ids > cap ? DS_ERR_RANGE : DS_OK;
 }

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "ds/utf8.h"
 
@@ -56,6 +58,28 @@ void ds_msg_limits_init(struct ds_msg_limits *lim)
     lim->max_top_k = 262144;
     lim->max_stop_len = 64;
     lim->max_topic = 256;
+}
+
+/* ---- generated ids ---- */
+
+/* getrandom(2) rather than libsodium: the wire codecs sit below the layer
+** that links libsodium (dist), and an id needs no more than the kernel's
+** randomness. */
+void ds_msg_new_id(char out[DS_MSG_GEN_ID_LEN + 1])
+{
+    static _Atomic uint64_t counter;
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+        struct timespec ts;                        /* no entropy yet (early boot): unique, not secret */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (++counter * 0x9e3779b97f4a7c15ull);
+        v ^= v >> 31;
+        v *= 0xbf58476d1ce4e5b9ull;
+        v ^= v >> 27;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (unsigned i = 0; i < DS_MSG_GEN_ID_LEN; i++) out[i] = hex[(v >> (4 * i)) & 15];
+    out[DS_MSG_GEN_ID_LEN] = '\0';
 }
 
 /* ---- errors ---- */
@@ -303,12 +327,75 @@ static enum ds_err get_seed(const cJSON *it, uint64_t *out, struct ds_msg_error 
 
 enum req_field {
     F_V, F_ID, F_MODEL, F_PROMPT, F_MAX_TOKENS, F_TEMPERATURE, F_TOP_P, F_TOP_K, F_SEED,
-    F_STOP, F_STREAM, F_PRIORITY, F_DEADLINE_MS, F_ROUTE, F_REPLY_TO, F_CLIENT, F_COUNT
+    F_STOP, F_STREAM, F_PRIORITY, F_DEADLINE_MS, F_ROUTE, F_REPLY_TO, F_CLIENT, F_MESSAGES,
+    F_ID_GENERATED, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "v", "id", "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed",
-    "stop", "stream", "priority", "deadline_ms", "route", "reply_to", "client",
+    "stop", "stream", "priority", "deadline_ms", "route", "reply_to", "client", "messages",
+    "id_generated",
 };
+
+/* "messages": 1..DS_MSG_MESSAGES_MAX objects {"role", "content"}; other keys
+** of a message are ignored, duplicated ones refused. Errors name the entry
+** ("messages[2].role"). */
+static enum ds_err get_messages(const cJSON *it, const struct ds_msg_limits *lim, struct ds_infer_req *r,
+                                struct ds_msg_error *err)
+{
+    static const char *const roles[] = { "system", "user", "assistant" };
+    _Static_assert(DS_ARRAY_LEN(roles) == DS_CHAT_ROLE_COUNT, "one name per role");
+    if (!cJSON_IsArray(it))
+        return fail(err, DS_ERR_FORMAT, "messages", "expected an array of {\"role\", \"content\"} objects, "
+                    "got %s", type_name(it));
+    int n = cJSON_GetArraySize(it);
+    if (n == 0)
+        return fail(err, DS_ERR_RANGE, "messages", "is empty, expected 1..%u messages", DS_MSG_MESSAGES_MAX);
+    if (n > (int)DS_MSG_MESSAGES_MAX)
+        return fail(err, DS_ERR_RANGE, "messages", "has %d entries, expected at most %u", n, DS_MSG_MESSAGES_MAX);
+    if (!(r->messages = calloc((size_t)n, sizeof *r->messages)))
+        return fail(err, DS_ERR_NOMEM, "messages", "out of memory");
+    size_t total = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, it) {
+        uint32_t i = r->n_messages;
+        char f[32];
+        snprintf(f, sizeof f, "messages[%u]", i);
+        if (!cJSON_IsObject(e))
+            return fail(err, DS_ERR_FORMAT, f, "expected an object {\"role\", \"content\"}, got %s", type_name(e));
+        const cJSON *role = NULL, *content = NULL, *k;
+        cJSON_ArrayForEach(k, e) {
+            const cJSON **slot = !k->string ? NULL : !strcmp(k->string, "role") ? &role
+                               : !strcmp(k->string, "content") ? &content : NULL;
+            if (!slot) continue;
+            if (*slot)
+                return fail(err, DS_ERR_FORMAT, f, "\"%s\" appears more than once; expected each field once",
+                            k->string);
+            *slot = k;
+        }
+        snprintf(f, sizeof f, "messages[%u].role", i);
+        if (!role || cJSON_IsNull(role))
+            return fail(err, DS_ERR_FORMAT, f, "missing, expected \"system\", \"user\" or \"assistant\"");
+        int ix = 0;
+        enum ds_err rc = get_enum(role, f, roles, DS_ARRAY_LEN(roles), &ix, err);
+        if (rc != DS_OK) return rc;
+        snprintf(f, sizeof f, "messages[%u].content", i);
+        if (!content || cJSON_IsNull(content))
+            return fail(err, DS_ERR_FORMAT, f, "missing, expected a string");
+        if (cJSON_IsArray(content))
+            return fail(err, DS_ERR_FORMAT, f, "content parts (an array) are not supported, expected a string");
+        struct ds_chat_msg *m = &r->messages[i];
+        if ((rc = get_str(content, f, lim->max_prompt, 0, true, &m->content, err)) != DS_OK) return rc;
+        m->role = (enum ds_chat_role)ix;
+        m->len = strlen(m->content);
+        r->n_messages++;
+        total += m->len;
+        if (total > lim->max_prompt)
+            return fail(err, DS_ERR_RANGE, "messages", "contents add up to %zu bytes or more, expected at most %zu",
+                        total, lim->max_prompt);
+    }
+    r->prompt_len = total;
+    return DS_OK;
+}
 
 static enum ds_err get_stop(const cJSON *it, const struct ds_msg_limits *lim,
                             struct ds_infer_req *r, struct ds_msg_error *err)
@@ -365,13 +452,22 @@ static enum ds_err decode_fields(const cJSON *const *f, const struct ds_msg_limi
         return fail(err, DS_ERR_RANGE, "model", "\"%.60s\" is not a model name; expected "
                     "[A-Za-z0-9][A-Za-z0-9._:-]*", r->model);
 
-    if (!f[F_PROMPT] || cJSON_IsNull(f[F_PROMPT]))
-        return fail(err, DS_ERR_FORMAT, "prompt", "missing, expected a string");
-    if ((rc = get_str(f[F_PROMPT], "prompt", lim->max_prompt, 0, true, &r->prompt, err)) != DS_OK)
-        return rc;
-    r->prompt_len = strlen(r->prompt);
-
 #define PRESENT(k) (f[k] && !cJSON_IsNull(f[k]))
+    /* Exactly one of prompt and messages. */
+    if (PRESENT(F_PROMPT) && PRESENT(F_MESSAGES))
+        return fail(err, DS_ERR_FORMAT, "messages", "given together with prompt; expected exactly one of "
+                    "prompt (text) and messages (a chat)");
+    if (PRESENT(F_MESSAGES)) {
+        if ((rc = get_messages(f[F_MESSAGES], lim, r, err)) != DS_OK) return rc;
+    } else {
+        if (!PRESENT(F_PROMPT))
+            return fail(err, DS_ERR_FORMAT, "prompt", "missing, expected a string (or messages: "
+                        "[{\"role\", \"content\"}, ...])");
+        if ((rc = get_str(f[F_PROMPT], "prompt", lim->max_prompt, 0, true, &r->prompt, err)) != DS_OK)
+            return rc;
+        r->prompt_len = strlen(r->prompt);
+    }
+
     if (PRESENT(F_MAX_TOKENS) &&
         (rc = get_u32(f[F_MAX_TOKENS], "max_tokens", 1, DS_MIN(lim->max_tokens, DS_MSG_MAX_TOKENS_MAX),
                       &r->max_tokens, err)) != DS_OK)
@@ -472,11 +568,25 @@ static enum ds_err decode_object(const cJSON *root, const struct ds_msg_limits *
     }
 
     enum ds_err rc;
-    if (!f[F_ID] || cJSON_IsNull(f[F_ID]))
-        return fail(err, DS_ERR_FORMAT, "id", "missing, expected a string of 1..%u characters",
-                    DS_MSG_ID_MAX);
-    if ((rc = get_str(f[F_ID], "id", DS_MSG_ID_MAX_BYTES, DS_MSG_ID_MAX, false, &r->id, err)) != DS_OK)
-        return rc;
+    if (!f[F_ID] || cJSON_IsNull(f[F_ID])) {
+        /* No id: make one, so that the answer (or the error below) can be matched. */
+        char id[DS_MSG_GEN_ID_LEN + 1];
+        ds_msg_new_id(id);
+        if (!(r->id = strdup(id))) return fail(err, DS_ERR_NOMEM, "id", "out of memory");
+        r->id_generated = true;
+        memcpy(err->id, id, sizeof id);
+        err->has_id = err->id_generated = true;
+    } else {
+        if ((rc = get_str(f[F_ID], "id", DS_MSG_ID_MAX_BYTES, DS_MSG_ID_MAX, false, &r->id, err)) != DS_OK)
+            return rc;
+        /* A relay passes a generated id on and says so. */
+        if (f[F_ID_GENERATED] && !cJSON_IsNull(f[F_ID_GENERATED])) {
+            if (!cJSON_IsBool(f[F_ID_GENERATED]))
+                return fail(err, DS_ERR_FORMAT, "id_generated", "expected true or false, got %s",
+                            type_name(f[F_ID_GENERATED]));
+            r->id_generated = err->id_generated = cJSON_IsTrue(f[F_ID_GENERATED]);
+        }
+    }
     return decode_fields(f, lim, r, err);
 }
 
@@ -533,6 +643,8 @@ void ds_infer_req_cleanup(struct ds_infer_req *req)
     free(req->prompt);
     free(req->reply_to);
     free(req->client);
+    for (uint32_t i = 0; req->messages && i < req->n_messages; i++) free(req->messages[i].content);
+    free(req->messages);
     for (uint32_t i = 0; i < DS_MSG_STOP_MAX; i++) free(req->stop[i]);   /* unused ones are NULL */
     memset(req, 0, sizeof *req);
 }

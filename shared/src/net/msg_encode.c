@@ -92,7 +92,8 @@ enum ds_err ds_msg_final_encode(const struct ds_msg_final *f, char **out, size_t
     if (!f->id || (!f->text && f->text_len) || (unsigned)f->finish_reason >= 3) return DS_ERR_INVAL;
     const struct ds_msg_served_by *sb = &f->served_by;
     cJSON *o = new_msg();
-    bool ok = o && add_str(o, "id", f->id) && cJSON_AddTrueToObject(o, "done")
+    bool ok = o && add_str(o, "id", f->id) && (!f->id_generated || cJSON_AddTrueToObject(o, "id_generated"))
+              && cJSON_AddTrueToObject(o, "done")
               && add_text(o, "text", f->text ? f->text : "", f->text_len)
               && cJSON_AddStringToObject(o, "finish_reason", finish_names[f->finish_reason]);
     cJSON *usage = ok ? cJSON_AddObjectToObject(o, "usage") : NULL;
@@ -120,10 +121,16 @@ enum ds_err ds_msg_final_encode(const struct ds_msg_final *f, char **out, size_t
 enum ds_err ds_msg_error_encode(const char *id, enum ds_msg_code code, const char *message,
                                 char **out, size_t *out_len)
 {
+    return ds_msg_error_encode_gen(id, false, code, message, out, out_len);
+}
+
+enum ds_err ds_msg_error_encode_gen(const char *id, bool id_generated, enum ds_msg_code code,
+                                    const char *message, char **out, size_t *out_len)
+{
     *out = NULL;
     if ((unsigned)code >= DS_MSG_CODE_COUNT) return DS_ERR_INVAL;
     cJSON *o = new_msg();
-    bool ok = o && add_str(o, "id", id);
+    bool ok = o && add_str(o, "id", id) && (!id || !id_generated || cJSON_AddTrueToObject(o, "id_generated"));
     cJSON *e = ok ? cJSON_AddObjectToObject(o, "error") : NULL;
     ok = e && cJSON_AddStringToObject(e, "code", ds_msg_code_name(code))
          && add_str(e, "message", message);
@@ -186,7 +193,8 @@ static bool add_models(cJSON *o, const struct ds_msg_telemetry *t)
         if (!add_item(arr, e)) return false;
         if (!add_str(e, "name", m->name ? m->name : "")
             || !add_str(e, "version", m->version ? m->version : "")
-            || !add_str(e, "precision", m->precision ? m->precision : ""))
+            || !add_str(e, "precision", m->precision ? m->precision : "")
+            || (m->chat_template && !add_str(e, "chat_template", m->chat_template)))
             return false;
     }
     return true;

@@ -147,11 +147,19 @@ static void admit(struct ds_node *a, struct node_req *r)
 static bool start(struct ds_node *a, struct node_req *r)
 {
     struct node_version *v = r->v;
-    size_t cap = r->req.prompt_len + 3;
+    char why[320];
+    struct node_prompt p;
+    enum ds_msg_code code = node__prompt_text(v, &r->req, &p, why, sizeof why);
+    if (code != DS_MSG_CODE_COUNT) {
+        node__req_fail(a, r, code, why);
+        return false;
+    }
+    size_t cap = p.len + 3;
     r->ids_cap = cap + (v->spec ? r->req.max_tokens + DS_SPEC_K_MAX + 1 : 0);
     r->ids = malloc(r->ids_cap * sizeof *r->ids);
-    if (!r->ids || ds_tok_encode(v->tok, r->req.prompt, r->req.prompt_len, ds_tok_add_bos(v->tok), r->ids, cap,
-                                 &r->n_ids) != DS_OK) {
+    bool ok = r->ids && node__prompt_encode(v, &p, r->ids, cap, &r->n_ids) == DS_OK;
+    node__prompt_free(&p);
+    if (!ok) {
         node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return false;
     }
@@ -276,7 +284,8 @@ static void publish_telemetry(struct ds_node *a)
     struct ds_msg_model_info info[DS_NODE_MAX_MODELS];
     for (unsigned i = 0; i < a->n_models; i++)
         info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].active->version,
-                                              ds_precision_name(ds_engine_precision(a->models[i].active->eng)) };
+                                              ds_precision_name(ds_engine_precision(a->models[i].active->eng)),
+                                              ds_chat_tmpl_name(a->models[i].active->chat) };
     double le[DS_HIST_LE_N];
     uint64_t counts[DS_HIST_LE_N + 1];
     ds_hist_export(&s.total_ms, le, counts);

@@ -35,7 +35,7 @@ void node__publish_chunk(struct ds_node *a, const struct node_req *r, char *json
 }
 
 void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
-                       const char *id, enum ds_msg_code code, const char *message)
+                       const char *id, bool id_generated, enum ds_msg_code code, const char *message)
 {
     ds_metrics_record_error(&a->metrics, (unsigned)code);
     if (!topic) {
@@ -45,7 +45,7 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
     }
     char *json;
     size_t len;
-    if (ds_msg_error_encode(id, code, message, &json, &len) == DS_OK)
+    if (ds_msg_error_encode_gen(id, id_generated, code, message, &json, &len) == DS_OK)
         node__publish(a, topic, corr, corr_len, json, len);
 }
 
@@ -72,7 +72,7 @@ void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code
         DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
     } else {
         node__dedupe_forget(a, r);               /* the same request may be sent again */
-        node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, code, msg);
+        node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (error %s)", r->req.id ? r->req.id : "?", ds_msg_code_name(code));
     }
     node__req_free(r);
@@ -147,7 +147,7 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
     }
     struct ds_msg_final f = {
         .spec = r->spec.rounds ? &r->spec : NULL,
-        .id = r->req.id, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
+        .id = r->req.id, .id_generated = r->req.id_generated, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
         .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
                        r->v ? ds_precision_name(ds_engine_precision(r->v->eng)) : "" },

@@ -94,8 +94,27 @@ void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_m
 /* node_answer.c */
 void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                    char *json, size_t len);                  /* TAKES json */
+/* id_generated: id is the node's (the request had none); the error says so. */
 void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
-                      const char *id, enum ds_msg_code code, const char *message);
+                      const char *id, bool id_generated, enum ds_msg_code code, const char *message);
+/* What a request feeds its model: the prompt as it is, or its messages laid
+** out by the version's chat template (node_version.c). */
+struct node_prompt {
+    const char          *text;        /* the prompt (BORROWED) or owned */
+    size_t               len;
+    char                *owned;       /* OWNED laid-out chat, or NULL */
+    struct ds_chat_span *spans;       /* OWNED: where the messages' contents are */
+    size_t               n_spans;
+};
+/* Fill p for request q on version v. DS_MSG_CODE_COUNT on success, else the
+** error's code with its message in why (p then holds nothing). */
+enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
+                                   char *why, size_t why_cap);
+/* Tokenize p as ds_tok_encode does (BOS by the tokenizer's add_bos); a
+** chat's template markup may hold control tokens, its contents never. */
+enum ds_err node__prompt_encode(const struct node_version *v, const struct node_prompt *p, int32_t *ids, size_t cap,
+                                size_t *n_ids);
+void node__prompt_free(struct node_prompt *p);
 void node__req_free(struct node_req *r);
 void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Engine loop: answer a running request with an error and free it. */

@@ -176,7 +176,7 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         return true;
     }
     if (rc != DS_OK) {
-        node__send_error(a, r->reply, r->corr, r->corr_len, id, err.code, err.message);
+        node__send_error(a, r->reply, r->corr, r->corr_len, id, err.id_generated, err.code, err.message);
         node__req_free(r);
         return true;
     }

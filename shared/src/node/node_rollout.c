@@ -657,7 +657,14 @@ struct node_req *node__rollout_mirror(struct ds_node *a, struct node_req *r)
     bool ok = true;
     s->req = r->req;                                         /* then own copies of the strings */
     s->req.id = s->req.model = s->req.prompt = s->req.reply_to = s->req.client = NULL;
+    s->req.messages = NULL;
+    s->req.n_messages = 0;
     memset(s->req.stop, 0, sizeof s->req.stop);
+    if (r->req.n_messages && !(s->req.messages = calloc(r->req.n_messages, sizeof *s->req.messages))) goto fail;
+    for (uint32_t i = 0; i < r->req.n_messages; i++, s->req.n_messages++) {
+        s->req.messages[i] = r->req.messages[i];
+        s->req.messages[i].content = dup_or_null(r->req.messages[i].content, &ok);
+    }
     s->req.id = dup_or_null(r->req.id, &ok);
     s->req.model = dup_or_null(r->req.model, &ok);
     s->req.prompt = dup_or_null(r->req.prompt, &ok);

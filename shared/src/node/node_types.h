@@ -50,6 +50,7 @@ struct node_version {
     enum node_vstate     state;
     struct ds_model     *model;
     struct ds_tok       *tok;
+    enum ds_chat_tmpl    chat;        /* its chat template's family; NONE: prompts only */
     struct ds_engine    *eng;
     float               *logits;      /* (max_batch, vocab) */
     uint32_t             max_batch;

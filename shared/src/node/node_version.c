@@ -4,11 +4,24 @@
 ** batch and the KV sequences its role needs. Any thread may load (it reads
 ** only the config); the engine loop owns what it returns.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/chat.h"
+#include "ds/gguf.h"
 #include "ds/log.h"
+#include "ds/tok.h"
 #include "node_internal.h"
+
+/* The family of the model's GGUF tokenizer.chat_template; NONE without one
+** (llama2.c checkpoints, GGUFs converted without a template). */
+static enum ds_chat_tmpl chat_family(const struct ds_model *m)
+{
+    struct ds_str t;
+    if (!m->gguf || ds_gguf_get_str(m->gguf, "tokenizer.chat_template", &t) != DS_OK) return DS_CHAT_TMPL_NONE;
+    return ds_chat_detect(t.p, t.n);
+}
 
 enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
                                const char *path, struct node_version **out)
@@ -23,6 +36,7 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     enum ds_err rc;
     if ((rc = ds_model_open(path, &v->model)) != DS_OK) goto fail;
     if ((rc = ds_model_tokenizer(v->model, mc->tokenizer, &v->tok)) != DS_OK) goto fail;
+    v->chat = chat_family(v->model);
     struct ds_engine_opts o;
     ds_engine_opts_init(&o);
     o.precision = (enum ds_precision)mc->precision;
@@ -39,14 +53,52 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
     if (!v->logits) goto fail;
     if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
-    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u", mc->name, version, path,
-           ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng), ds_engine_kernel(v->eng),
-           ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng));
+    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u, chat template %s", mc->name,
+           version, path, ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng),
+           ds_engine_kernel(v->eng), ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng),
+           v->chat == DS_CHAT_TMPL_NONE ? "none (prompt only)" : ds_chat_tmpl_name(v->chat));
     *out = v;
     return DS_OK;
 fail:
     node__version_free(v);
     return rc;
+}
+
+enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
+                                   char *why, size_t why_cap)
+{
+    memset(p, 0, sizeof *p);
+    if (!q->n_messages) {
+        p->text = q->prompt ? q->prompt : "";
+        p->len = q->prompt ? q->prompt_len : 0;
+        return DS_MSG_CODE_COUNT;
+    }
+    if (v->chat == DS_CHAT_TMPL_NONE) {
+        snprintf(why, why_cap, "messages: model '%s' (version %s) has no chat template dspark recognises "
+                 "(GGUF tokenizer.chat_template); send a prompt instead", v->m->cfg->name, v->version);
+        return DS_MSG_CODE_INVALID_REQUEST;
+    }
+    if (ds_chat_format_spans(v->chat, q->messages, q->n_messages, &p->owned, &p->len, &p->spans, &p->n_spans) != DS_OK) {
+        snprintf(why, why_cap, "messages: could not be laid out (out of memory)");
+        return DS_MSG_CODE_INTERNAL;
+    }
+    p->text = p->owned;
+    return DS_MSG_CODE_COUNT;
+}
+
+enum ds_err node__prompt_encode(const struct node_version *v, const struct node_prompt *p, int32_t *ids, size_t cap,
+                                size_t *n_ids)
+{
+    bool bos = ds_tok_add_bos(v->tok);
+    return p->owned ? ds_tok_encode_special(v->tok, p->text, p->len, bos, p->spans, p->n_spans, ids, cap, n_ids)
+                    : ds_tok_encode(v->tok, p->text, p->len, bos, ids, cap, n_ids);
+}
+
+void node__prompt_free(struct node_prompt *p)
+{
+    free(p->owned);
+    free(p->spans);
+    memset(p, 0, sizeof *p);
 }
 
 void node__version_free(struct node_version *v)
