@@ -218,8 +218,16 @@ def main():
                    b'{"id":"last-3","model":"stories","prompt":"A","max_tokens":1,"reply_to":"test/m3/last-3"}', qos=1)
         expected_answers = [k for k, v in expect.items() if v[1] is not None]
         inboxes = {"5": in5, "3": in3}
-        wait_until(lambda: in5.get("last-5") and in3.get("test/m3/last-3")
-                   and all(inboxes[p].get(k) for p, k in expected_answers), 300, "every answer")
+        def missing():
+            m = [f"{p} {k} ({expect[(p, k)][0]})" for p, k in expected_answers if not inboxes[p].get(k)]
+            return m + [k for k, inbox in (("last-5", in5), ("test/m3/last-3", in3)) if not inbox.get(k)]
+        end = time.monotonic() + 300
+        while missing() and time.monotonic() < end:
+            time.sleep(0.05)
+        if missing():
+            m = missing()
+            print(f"malformed: after 300 s, {len(m)} answers never came: {', '.join(m[:20])}")
+            return 1
 
         wrong, unnamed, doubled, unexpected = [], 0, 0, 0
         kinds_seen = set()
