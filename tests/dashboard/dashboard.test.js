@@ -56,7 +56,10 @@ async function waitFile(p, ms) {
     await page.waitForFunction((nodes) => nodes.every((n) => {
       const r = document.querySelector(`#nodes tr[data-node="${n}"]`);
       return r && parseFloat(r.querySelector('.req').textContent) > 0;
-    }), { timeout: T, polling: 50 }, NODES);
+    }), { timeout: T, polling: 50 }, NODES).catch(async (e) => {
+      log('NODES TABLE', await page.$eval('#nodes', (t) => t.innerText));
+      throw e;
+    });
     const fleetReq = await page.$eval('#k-req', (e) => e.textContent);
     log('RATES fleet req/s shown', fleetReq);
     const expect = await waitFile(path.join(out, 'expect.json'), T);

@@ -134,14 +134,17 @@ static void start_fleet(void)
 extern char **environ;
 
 /* A real node raises a real alert: edge-alert, wedged by the test hook after
-** READY, publishes engine_stalled and exits with status 70. */
+** READY, publishes engine_stalled and exits with status 70. It shares the
+** edges' request group with edge-ops, so it keeps no session (README: several
+** edges on one broker use session_expiry_s = 0): a dead member's session
+** would hold every other request for ten minutes. */
 static void raise_alert(void)
 {
     char cfg[4300], log[4300], conf[2048];
     snprintf(cfg, sizeof cfg, "%s/edge-alert.ini", g.dir);
     snprintf(log, sizeof log, "%s/edge-alert.log", g.dir);
     snprintf(conf, sizeof conf,
-             "[node]\nname = edge-alert\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n[health]\nstall_s = 2\n"
+             "[node]\nname = edge-alert\n[mqtt]\nuri = %s\nsession_expiry_s = 0\n[telemetry]\ninterval_s = 1\n[health]\nstall_s = 2\n"
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 256\n",
              tb_broker_uri(g.b), tu_model("stories260K.gguf"));
     FILE *f = fopen(cfg, "w");

@@ -108,7 +108,13 @@ static void publish_status(struct ds_node *a, enum ds_msg_state state)
 static void on_connection(void *ud, bool connected)
 {
     struct ds_node *a = ud;
-    if (connected && !atomic_load(&a->draining)) publish_status(a, DS_MSG_STATE_ONLINE);
+    /* "online" only once this connection's subscriptions hold: a center
+    ** seen online before its request filter is in place would lose the
+    ** first requests an edge sends it. The engine loop says it. */
+    if (connected) {
+        atomic_store(&a->announce, true);
+        if (a->sched) ds_sched_wake(a->sched);
+    }
     DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", a->cfg->mqtt_uri,
            connected ? "connected" : "connection lost; reconnecting");
 }
@@ -381,6 +387,9 @@ enum ds_err ds_node_run(struct ds_node *a)
         }
         while (ready && nfy.wedge && !atomic_load(&a->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());
+        if (atomic_load(&a->announce) && ds_mqtt_wait_subscribed(a->mqtt, 0) != DS_ERR_TIMEOUT &&
+            atomic_exchange(&a->announce, false) && !atomic_load(&a->draining))
+            publish_status(a, DS_MSG_STATE_ONLINE);
         if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
             node_notify_send(&nfy, "STOPPING=1");
             atomic_store(&a->draining, true);

@@ -62,6 +62,7 @@ struct node_health {
     uint64_t            healthy_since_ns;   /* connected and turning since; 0 = not now */
     uint64_t            down_since_ns, down_since_ms;
     uint64_t            next_registry_ns;
+    uint64_t            last_check_ns, resumed_ns;   /* to tell a stopped process from a stalled loop */
 };
 
 static uint64_t unix_ms(void)
@@ -176,11 +177,23 @@ static void check_once(struct node_health *h, uint64_t now)
     const struct ds_node_config *c = a->cfg;
     struct ds_mqtt_stats ms;
     ds_mqtt_stats(a->mqtt, &ms);
-    uint64_t beat = atomic_load(&a->beat_ns);
-    bool turning = beat && now - beat < 2000000000ull;     /* the loop waits 100 ms at most when idle */
+    /* A process that did not run at all (SIGSTOP, a paused VM, a machine
+    ** swapping hard) is not a stalled loop: after such a gap in these
+    ** checks, time is counted again from the moment it runs. */
+    bool frozen = h->last_check_ns && now - h->last_check_ns > 3000000000ull;
+    if (frozen) {
+        DS_LOG(DS_LOG_INFO, "health: this process did not run for %.1f s (stopped or paused): checks count from now",
+               (double)(now - h->last_check_ns) / 1e9);
+        h->resumed_ns = now;
+        h->down_since_ns = 0;
+    }
+    h->last_check_ns = now;
+    uint64_t beat = DS_MAX(atomic_load(&a->beat_ns), h->resumed_ns);
+    uint64_t idle = beat && now > beat ? now - beat : 0;    /* the loop may have turned after now was read */
+    bool turning = beat && idle < 2000000000ull;            /* the loop waits 100 ms at most when idle */
 
-    if (c->health_stall_s && beat && now - beat > (uint64_t)c->health_stall_s * 1000000000ull) {
-        uint64_t ago_ms = (now - beat) / 1000000u;
+    if (c->health_stall_s && beat && idle > (uint64_t)c->health_stall_s * 1000000000ull) {
+        uint64_t ago_ms = idle / 1000000u;
         fail(h, DS_MSG_CHECK_ENGINE_STALLED, unix_ms() - ago_ms,
              "the engine loop has not turned for %.1f s (limit %u s: [health] stall_s)", (double)ago_ms / 1e3,
              c->health_stall_s);
