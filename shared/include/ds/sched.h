@@ -57,6 +57,10 @@ bool ds_sched_pop(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out
 bool ds_sched_pop_upto(struct ds_sched *s, uint64_t now_ns, enum ds_tier upto, struct ds_sched_item *out);
 /* One item whose deadline is <= now_ns, removed; false when none. */
 bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out);
+/* Remove the first queued item (by tier, then age) that match accepts; match
+** runs under the queue's lock (it must not call back into the queue). */
+bool ds_sched_take_if(struct ds_sched *s, bool (*match)(const struct ds_sched_item *, void *), void *ud,
+                      struct ds_sched_item *out);
 /* Remove the item with this id (cancellation); false when not queued. */
 bool ds_sched_remove(struct ds_sched *s, uint64_t id, struct ds_sched_item *out);
 /* Sleep until an item is pushed, ds_sched_wake is called, or timeout_ms passes. */

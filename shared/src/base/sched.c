@@ -205,6 +205,23 @@ static bool take_first(struct ds_sched *s, bool (*match)(const struct ds_sched_i
 
 static bool has_id(const struct ds_sched_item *it, uint64_t id) { return it->id == id; }
 
+bool ds_sched_take_if(struct ds_sched *s, bool (*match)(const struct ds_sched_item *, void *), void *ud,
+                      struct ds_sched_item *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    for (int t = 0; t < DS_TIER_COUNT && !found; t++)
+        for (uint32_t i = 0; i < s->q[t].n; i++)
+            if (match(at(&s->q[t], i), ud)) {
+                ring_remove(&s->q[t], i, out);
+                s->backlog -= out->cost;
+                found = true;
+                break;
+            }
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
 bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out)
 {
     return take_first(s, expired, now_ns, out);

@@ -239,10 +239,23 @@ static void step_version(struct ds_node *a, struct node_version *v)
     for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], v->logits + k * V);
 }
 
+static bool queued_cancelled(const struct ds_sched_item *it, void *ud) { return node__take_cancel(ud, it->user); }
+
+/* Cancels that arrived since the last turn: running requests stop now, and
+** queued ones are answered at once rather than when they reach a slot. */
 static void cancel_running(struct ds_node *a)
 {
     for (unsigned i = a->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
         if (!a->active[i]->mirror && node__take_cancel(a, a->active[i])) node__finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+    struct ds_sched_item it;
+    if (!atomic_exchange(&a->cancel_new, false)) return;
+    while (a->n_active < 2 * a->cfg->max_active && ds_sched_take_if(a->sched, queued_cancelled, a, &it)) {
+        struct node_req *r = it.user;               /* as admit() answers a cancelled one: no compute */
+        r->start_ns = ds_now_ns();
+        node__rollout_pick(a, r);
+        a->active[a->n_active++] = r;
+        node__finish(a, r, DS_MSG_FINISH_CANCELLED);
+    }
 }
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }

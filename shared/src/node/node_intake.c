@@ -320,6 +320,7 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         }
         a->cancels[a->n_cancels++] = c;
         pthread_mutex_unlock(&a->cancel_mu);
+        atomic_store(&a->cancel_new, true);
         ds_sched_wake(a->sched);
     } else {
         DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on dspark/v1/cancel/<sender>/...", msg->topic);
