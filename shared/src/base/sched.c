@@ -185,25 +185,8 @@ bool ds_sched_pop_upto(struct ds_sched *s, uint64_t now_ns, enum ds_tier upto, s
     return best >= 0;
 }
 
-/* Remove the first queued item (by tier, then age) that match accepts. */
-static bool take_first(struct ds_sched *s, bool (*match)(const struct ds_sched_item *, uint64_t),
-                       uint64_t arg, struct ds_sched_item *out)
-{
-    bool found = false;
-    pthread_mutex_lock(&s->mu);
-    for (int t = 0; t < DS_TIER_COUNT && !found; t++)
-        for (uint32_t i = 0; i < s->q[t].n; i++)
-            if (match(at(&s->q[t], i), arg)) {
-                ring_remove(&s->q[t], i, out);
-                s->backlog -= out->cost;
-                found = true;
-                break;
-            }
-    pthread_mutex_unlock(&s->mu);
-    return found;
-}
-
-static bool has_id(const struct ds_sched_item *it, uint64_t id) { return it->id == id; }
+static bool has_id(const struct ds_sched_item *it, void *id) { return it->id == *(const uint64_t *)id; }
+static bool is_expired(const struct ds_sched_item *it, void *now) { return expired(it, *(const uint64_t *)now); }
 
 bool ds_sched_take_if(struct ds_sched *s, bool (*match)(const struct ds_sched_item *, void *), void *ud,
                       struct ds_sched_item *out)
@@ -224,12 +207,12 @@ bool ds_sched_take_if(struct ds_sched *s, bool (*match)(const struct ds_sched_it
 
 bool ds_sched_pop_expired(struct ds_sched *s, uint64_t now_ns, struct ds_sched_item *out)
 {
-    return take_first(s, expired, now_ns, out);
+    return ds_sched_take_if(s, is_expired, &now_ns, out);
 }
 
 bool ds_sched_remove(struct ds_sched *s, uint64_t id, struct ds_sched_item *out)
 {
-    return take_first(s, has_id, id, out);
+    return ds_sched_take_if(s, has_id, &id, out);
 }
 
 static bool all_empty(const struct ds_sched *s)
