@@ -3,7 +3,19 @@
 #
 # Idempotent: packages already present are skipped, and apt-get update runs only
 # when something is missing. Run as root (or with sudo available).
+#
+#   --arm64   also what the arm64 kernel tests need (tests/cross, run by
+#             deploy/test.sh): the cross compiler, qemu-user, and cmocka for
+#             arm64 (Debian multiarch: adds the arm64 architecture to dpkg)
 set -euo pipefail
+
+arm64=0
+case "${1:-}" in
+  --arm64) arm64=1 ;;
+  "") ;;
+  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+  *) echo "install-deps: unknown option '$1' (try --help)" >&2; exit 2 ;;
+esac
 
 pkgs=(
   build-essential cmake pkg-config git ca-certificates
@@ -36,6 +48,10 @@ pkgs=(
 # node and an npm (an image's own Node.js would conflict with Debian's npm).
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 
+if [ $arm64 = 1 ]; then
+  pkgs+=(gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64)
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -49,6 +65,9 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+if [ $arm64 = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+fi
 $SUDO apt-get -o DPkg::Lock::Timeout=900 update -qq
 $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}"
 # The Debian mosquitto package enables a system broker on port 1883; dspark's

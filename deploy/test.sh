@@ -3,8 +3,12 @@
 # needs, builds twice (Release with -Werror; clang Debug with ASan+UBSan) and
 # runs the whole ctest suite on both. Exit status 0 only if everything passed.
 #
+# Then the kernels alone, cross-built for arm64 and run under qemu-user
+# (tests/cross): the NEON variants against the scalar reference.
+#
 # Environment: DS_TEST_JOBS (parallel build jobs, default: CPUs),
-#              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan pass (local use).
+#              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan pass (local use),
+#              DS_SKIP_ARM64=1 to skip the arm64 kernels (local use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${DS_TEST_JOBS:-$(nproc)}
@@ -32,5 +36,13 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -LE nosan
+fi
+if [ "${DS_SKIP_ARM64:-0}" != 1 ]; then
+  echo "== arm64 kernels (aarch64-linux-gnu-gcc, qemu-user) =="
+  bash deploy/install-deps.sh --arm64
+  cmake -S tests/cross -B build-arm64 -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" >/dev/null
+  cmake --build build-arm64 -j "$jobs"
+  ctest --test-dir build-arm64 --output-on-failure
 fi
 echo "test.sh: all tests passed"

@@ -15,6 +15,7 @@
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -758,26 +759,36 @@ static void test_choose(void **state)
     assert_ptr_equal(ds_kern__choose("", real, false), best);
 }
 
-/* Forks a child that sets DS_KERNEL and calls ds_kern_select(); returns what
-** it printed (stdout and stderr). The parent never calls ds_kern_select(), so
-** each child starts with the one-time choice still to make. (fork, not exec:
-** this also works under qemu-user, where the binary cannot be re-executed.) */
+/* Runs this program again with DS_KERNEL=env and --print-selected, and
+** returns what the new process printed (stdout and stderr): each child makes
+** the one-time choice of ds_kern_select() afresh. posix_spawn, not fork: on
+** a cross build (tests/cross) the program runs under qemu-user, which hangs
+** forking a dynamically linked program (qemu 7.2) and cannot exec a foreign
+** binary itself, so the child is started through the emulator. */
 static void run_child(const char *env, char *out, size_t cap)
 {
+    char self[4096], var[128];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(len > 0);
+    self[len] = 0;
+    snprintf(var, sizeof var, "DS_KERNEL=%s", env);
+    char *envp[] = { var, NULL };
+#if defined(DS_TEST_EMULATOR)
+    char *argv[] = { DS_TEST_EMULATOR, "-L", DS_TEST_SYSROOT, self, "--print-selected", NULL };
+#else
+    char *argv[] = { self, "--print-selected", NULL };
+#endif
     int fd[2];
     assert_int_equal(pipe(fd), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fd[0]);
+    pid_t pid;
     fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], STDOUT_FILENO);
-        dup2(fd[1], STDERR_FILENO);
-        setenv("DS_KERNEL", env, 1);
-        printf("selected=%s\n", ds_kern_select()->name);
-        fflush(NULL);
-        _exit(0);
-    }
+    assert_int_equal(posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp), 0);
+    posix_spawn_file_actions_destroy(&fa);
     close(fd[1]);
     size_t got = 0;
     ssize_t r;
@@ -997,8 +1008,12 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "rope_f32", test_rope_f32 },
 };
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--print-selected") == 0) {     /* run_child's process */
+        printf("selected=%s\n", ds_kern_select()->name);
+        return 0;
+    }
     const char *seed = getenv("DS_TEST_SEED");
     if (seed && *seed) g_rng = strtoull(seed, NULL, 0) | 1u;
     print_message("kernels.ops: seed 0x%016llx\n", (unsigned long long)g_rng);

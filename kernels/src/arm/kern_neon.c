@@ -11,8 +11,10 @@
 ** every arm64 CPU (Cortex-A53/A72, e.g. Raspberry Pi 3/4).
 **
 ** Stack: matmul_q8 uses < 1 KB; nothing is allocated.
-** Checked by cross-building kernels.ops with aarch64-linux-gnu-gcc and
-** running it under qemu-aarch64 (-cpu max, and -cpu cortex-a53: no dotprod).
+** Checked by deploy/test.sh's arm64 stage (tests/cross): kernels.ops
+** cross-built with aarch64-linux-gnu-gcc and run under qemu-aarch64, whose
+** default CPU has the dot product, so both builds run against ds_kern_ref.
+** The 4/5/6-bit weight kernels are in kern_qx_neon.h.
 */
 #include <arm_neon.h>
 #include <math.h>
@@ -280,6 +282,8 @@ static void rmsnorm_f32_neon(size_t n, const float *x, const float *w, float eps
     for (; i < n; i++) out[i] = w[i] * (ss * x[i]);
 }
 
+#include "kern_qx_neon.h"
+
 const struct ds_kern_ops NEON_OPS = {
     .abi_version = DS_KERN_ABI,
     .name        = NEON_NAME,
@@ -288,9 +292,9 @@ const struct ds_kern_ops NEON_OPS = {
     .dot_i8      = dot_i8_neon,
     .matvec_q8   = matvec_q8_neon,
     .matmul_q8   = matmul_q8_neon,
-    .matmul_qx   = ds_kern__matmul_qx_ref,
+    .matmul_qx   = matmul_qx_neon,
     .quantize_q8k = ds_kern__quantize_q8k_ref,
-    .matmul_qk   = ds_kern__matmul_qk_ref,
+    .matmul_qk   = matmul_qk_neon,
     .matvec_f32  = matvec_f32_neon,
     .matmul_f32  = matmul_f32_neon,
     .dot_f32     = dot_f32_neon,
