@@ -190,7 +190,7 @@ static void check_file(const char *name, enum ds_precision prec)
     assert_true(top1 >= TOP1_MIN);
 }
 
-/* INT8 K-quants fed one token at a time (decode: matrices split by output
+/* INT8 K-quants and Q4_0 fed one token at a time (decode: matrices split by output
 ** rows across the threads, one-token kernels, the SwiGLU output quantized
 ** to Q8_K by each thread's slice) give the logits of the same tokens in one
 ** batch (split by tokens, 4-token kernels): equal to 1e-5 of the largest
@@ -254,6 +254,7 @@ static void qwen2_q8_0_fp32(void **st)  { (void)st; run("q12M-Q8_0", DS_PRECISIO
 static void qwen2_q8_0_int8(void **st)  { (void)st; run("q12M-Q8_0", DS_PRECISION_INT8); }
 static void q4_k_m_int8_steps(void **st) { (void)st; check_steps("r12M-Q4_K_M"); }
 static void q6_k_int8_steps(void **st)   { (void)st; check_steps("r12M-Q6_K"); }
+static void q4_0_int8_steps(void **st)   { (void)st; check_steps("r12M-Q4_0"); }
 
 int main(void)
 {
@@ -265,6 +266,7 @@ int main(void)
         cmocka_unit_test(l3_q8_0_fp32),     cmocka_unit_test(l3_q8_0_int8),
         cmocka_unit_test(qwen2_q8_0_fp32),  cmocka_unit_test(qwen2_q8_0_int8),
         cmocka_unit_test(q4_k_m_int8_steps), cmocka_unit_test(q6_k_int8_steps),
+        cmocka_unit_test(q4_0_int8_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
