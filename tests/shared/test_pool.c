@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -114,9 +115,9 @@ static void test_create_destroy_at_once(void **state)
 static void test_split(void **state)
 {
     (void)state;
-    for (size_t n = 0; n < 300; n += 7)
-        for (unsigned parts = 1; parts <= 5; parts++) {
-            size_t covered = 0, prev_hi = 0;
+    for (size_t n = 0; n < 700; n += 7)
+        for (unsigned parts = 1; parts <= 24; parts++) {
+            size_t covered = 0, prev_hi = 0, units = (n + 15) / 16, most = 0, fewest = SIZE_MAX;
             for (unsigned p = 0; p < parts; p++) {
                 size_t lo, hi;
                 ds_pool_split(n, p, parts, 16, &lo, &hi);
@@ -127,8 +128,14 @@ static void test_split(void **state)
                     prev_hi = hi;
                 }
                 covered += hi - lo;
+                size_t u = (hi - lo + 15) / 16;     /* units of 16 (the last may be short) */
+                most = u > most ? u : most;
+                fewest = u < fewest ? u : fewest;
             }
             assert_int_equal(covered, n);
+            /* balanced for any part count: no part idle while another has 2 units more */
+            assert_true(most - fewest <= 1);
+            assert_true(most == (units + parts - 1) / parts);
         }
 }
 

@@ -161,12 +161,15 @@ unsigned ds_pool_size(const struct ds_pool *pool) { return pool->n; }
 
 unsigned ds_pool_sleeps(const struct ds_pool *pool) { return atomic_load(&((struct ds_pool *)pool)->sleeps); }
 
+/* Whole units of align items, spread so that two parts differ by at most
+** one unit, for any part count: 288 rows in units of 32 over 8 parts are
+** 1,1,1,1,1,1,1,2 units, where rounding each part up to whole units first
+** gave 2,2,2,2,1 and left 3 parts idle. */
 void ds_pool_split(size_t n, unsigned part, unsigned parts, size_t align, size_t *lo, size_t *hi)
 {
-    size_t chunk = (n + parts - 1) / parts;
-    if (align > 1) chunk = (chunk + align - 1) / align * align;
-    *lo = DS_MIN(n, (size_t)part * chunk);
-    *hi = DS_MIN(n, *lo + chunk);
+    size_t a = align > 1 ? align : 1, units = (n + a - 1) / a;
+    *lo = DS_MIN(n, units * part / parts * a);
+    *hi = DS_MIN(n, units * (part + 1) / parts * a);
 }
 
 void ds_pool_destroy(struct ds_pool *pool)
