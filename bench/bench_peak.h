@@ -25,7 +25,8 @@ struct bench_peak {
     const char *fp32_isa, *int8_isa;
 };
 
-/* Measures both peaks on `threads` threads (1..64); about 0.4 s. Returns 0,
+/* Measures both peaks on `threads` threads (1..64): about 0.4 s, longer by
+** threads / CPUs past the CPU count (each thread runs the same count). Returns 0,
 ** or -1 for a bad thread count (out is then zeroed). A thread that cannot
 ** be started ends the process with a message (benchmarks only). */
 int bench_peak_measure(unsigned threads, struct bench_peak *out);

@@ -16,7 +16,7 @@
 #include "ds/pool.h"
 
 struct job {
-    atomic_uint hits[8];
+    atomic_uint hits[16];
     unsigned    n_tasks_seen;
 };
 
@@ -47,6 +47,7 @@ static void test_back_to_back(void **state)
     (void)state;
     check_runs(2, 100000, 0);
     check_runs(4, 500, 0);       /* more threads than cores: correct, if slow */
+    check_runs(16, 300, 0);      /* far more: nobody spins, each task still once */
 }
 
 static void test_after_sleep(void **state)
