@@ -266,10 +266,10 @@ static void print_table(const struct bench *b)
            b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", b->backend,
            o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
     if (!o->cuda)
-        printf("peak, %u thread%s: FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s); GOPS = G op/s of the weight\n"
-               "matmuls (2 per multiply-add), %%pk its share of the %s peak\n\n",
+        printf("peak, %u thread%s: FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s) (wall clock: %.1f, %.1f);\n"
+               "GOPS = G op/s of the weight matmuls (2 per multiply-add), %%pk its share of the %s peak\n\n",
                o->threads, o->threads == 1 ? "" : "s", b->peak.fp32_gflops, b->peak.fp32_isa, b->peak.int8_gops,
-               b->peak.int8_isa, o->fp32 ? "FP32" : "INT8");
+               b->peak.int8_isa, b->peak.fp32_wall, b->peak.int8_wall, o->fp32 ? "FP32" : "INT8");
     printf("%4s | %-24s | %12s | %9s | %8s | %8s | %5s\n", "N", "total tok/s (min-max)", "per-stream", "step ms",
            "speedup", "GOPS", "%pk");
     for (size_t i = 0; i < b->n_res; i++) {

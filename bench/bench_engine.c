@@ -428,11 +428,12 @@ static void print_table(const struct bench *b)
     for (size_t i = 0; i < o->n_threads; i++)
         printf("  %u thread%s  %6.1f GB/s  (%.1f-%.1f)  drop %u\n", o->threads[i], o->threads[i] == 1 ? " " : "s",
                b->bw[i].med, b->bw[i].lo, b->bw[i].hi, b->bw[i].discarded);
-    printf("\ncompute peak (bench_peak.c; best of 3 runs; 1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP)\n");
+    printf("\ncompute peak (bench_peak.c: threads' CPU time, best of 5; by the wall clock in brackets, what\n"
+           "other processes left; 1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP)\n");
     for (size_t i = 0; i < o->n_threads; i++)
-        printf("  %u thread%s  FP32 %7.1f GFLOP/s (%s)   INT8 %7.1f GOPS (%s)\n", o->threads[i],
-               o->threads[i] == 1 ? " " : "s", b->peak[i].fp32_gflops, b->peak[i].fp32_isa, b->peak[i].int8_gops,
-               b->peak[i].int8_isa);
+        printf("  %u thread%s  FP32 %7.1f GFLOP/s (%.1f) %s   INT8 %7.1f GOPS (%.1f) %s\n", o->threads[i],
+               o->threads[i] == 1 ? " " : "s", b->peak[i].fp32_gflops, b->peak[i].fp32_wall, b->peak[i].fp32_isa,
+               b->peak[i].int8_gops, b->peak[i].int8_wall, b->peak[i].int8_isa);
     printf("\nengine: kernel %s, OpenBLAS core %s; decode %u steps after %u tokens, prefill %u tokens;\n"
            "median of up to %u runs (min-max). ceil = bandwidth / weight bytes, with the DRAM stream\n"
            "above and (@size) a buffer the size of the weights, which may sit in cache.\n"
@@ -496,6 +497,8 @@ static int write_json(const struct bench *b)
         fprintf(f, "    {\"threads\": %u, \"fp32_isa\": \"%s\", \"int8_isa\": \"%s\", ", o->threads[i],
                 b->peak[i].fp32_isa, b->peak[i].int8_isa);
         bench_json_num(f, "fp32_gflops", b->peak[i].fp32_gflops, ", ");
+        bench_json_num(f, "fp32_wall_gflops", b->peak[i].fp32_wall, ", ");
+        bench_json_num(f, "int8_wall_gops", b->peak[i].int8_wall, ", ");
         bench_json_num(f, "int8_gops", b->peak[i].int8_gops, i + 1 < o->n_threads ? "},\n" : "}\n");
     }
     fprintf(f, "  ],\n  \"results\": [\n");

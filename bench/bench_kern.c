@@ -227,9 +227,9 @@ int main(int argc, char **argv)
     if (bench_peak_measure((unsigned)nthr, &pk) != 0) return 1;
     printf("bench_kern: %zu thread(s); selected variant: %s; best of %d repeats\n",
            nthr, ds_kern_select()->name, o.repeats);
-    printf("peak, %zu thread(s): FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s); "
-           "1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP\n",
-           nthr, pk.fp32_gflops, pk.fp32_isa, pk.int8_gops, pk.int8_isa);
+    printf("peak, %zu thread(s): FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s); by the wall clock %.1f and %.1f "
+           "(what other processes left); 1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP\n",
+           nthr, pk.fp32_gflops, pk.fp32_isa, pk.int8_gops, pk.int8_isa, pk.fp32_wall, pk.int8_wall);
     printf("GB/s = weight bytes read per second (Q8: 34 B per 32 weights); "
            "xmem = / memcpy-read of the same working set; xref = / ref\n\n");
     printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10s %5s %7s\n", "variant", "op", "rows x cols",

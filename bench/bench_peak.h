@@ -11,8 +11,11 @@
 **        else NEON sdot (when built with the dot product extension), else
 **        NEON smull + sadalp. Scalar C where none applies.
 ** Method: each thread runs independent chains (enough to cover latency on
-**         two vector ports) for a fixed count between two barriers; the
-**         figure is the best of a few runs (a peak, not a typical rate).
+**         two vector ports) for a fixed count between two barriers, timed
+**         by its own CPU time: the peak is the mean thread's rate x
+**         min(threads, CPUs), so other processes on a shared box do not
+**         lower it (the wall-clock rate is given too); the best of a few
+**         runs (a peak, not a typical rate).
 ** Threads: more threads than CPUs is allowed (shows that the total holds).
 */
 #ifndef DS_BENCH_PEAK_H
@@ -22,6 +25,7 @@ struct bench_peak {
     unsigned    threads;
     double      fp32_gflops;        /* FP32 FMA GFLOP/s, all threads together */
     double      int8_gops;          /* INT8 multiply-add G OP/s, all threads together */
+    double      fp32_wall, int8_wall;   /* the same by the wall clock: what other processes left */
     const char *fp32_isa, *int8_isa;
 };
 
