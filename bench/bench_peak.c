@@ -184,24 +184,6 @@ static int64_t fp32_neon(size_t iters)
     return (int64_t)vaddvq_f32(s);
 }
 
-#if defined(__ARM_FEATURE_DOTPROD)
-static int64_t int8_neon(size_t iters)     /* sdot: 16 multiply-adds */
-{
-    int32x4_t a[NCH];
-    int8x16_t u = vdupq_n_s8(3);
-    const int8x16_t s = vdupq_n_s8(-5);
-    for (int i = 0; i < NCH; i++) a[i] = vdupq_n_s32(i);
-    for (size_t n = 0; n < iters; n++) {
-        __asm__ volatile("" : "+w"(u));
-        for (int i = 0; i < NCH; i++) a[i] = vdotq_s32(a[i], u, s);
-    }
-    int32x4_t t = a[0];
-    for (int i = 1; i < NCH; i++) t = vaddq_s32(t, a[i]);
-    return vaddvq_s32(t);
-}
-#define INT8_NEON_ISA "neon sdot"
-#define INT8_NEON_OPS (2.0 * 16 * NCH)
-#else
 static int64_t int8_neon(size_t iters)     /* smull + sadalp: 8 multiply-adds */
 {
     int32x4_t a[NCH];
@@ -216,9 +198,7 @@ static int64_t int8_neon(size_t iters)     /* smull + sadalp: 8 multiply-adds */
     for (int i = 1; i < NCH; i++) t = vaddq_s32(t, a[i]);
     return vaddvq_s32(t);
 }
-#define INT8_NEON_ISA "neon smull"
-#define INT8_NEON_OPS (2.0 * 8 * NCH)
-#endif
+#define DOT_NCH 16               /* bench_peak_dot.c's chains */
 
 #endif /* __aarch64__ */
 
@@ -239,7 +219,10 @@ static void pick(struct probe *fp, struct probe *i8)
     else if (f->avx2) *i8 = (struct probe){ "ymm maddubs", int8_ymm_avx2, 2.0 * 32 * CHAINS };
 #elif defined(__aarch64__)
     *fp = (struct probe){ "neon fma", fp32_neon, 2.0 * 4 * NCH };
-    if (f->neon) *i8 = (struct probe){ INT8_NEON_ISA, int8_neon, INT8_NEON_OPS };
+    if (f->neon) *i8 = (struct probe){ "neon smull", int8_neon, 2.0 * 8 * NCH };
+#if defined(DS_PEAK_SDOT)
+    if (f->neon && f->dotprod) *i8 = (struct probe){ "neon sdot", bench_peak__int8_sdot, 2.0 * 16 * DOT_NCH };
+#endif
 #else
     (void)f;
 #endif

@@ -8,7 +8,7 @@
 ** ISA:   the widest the CPU runs: FP32 zmm FMA (AVX-512F), else ymm FMA,
 **        else NEON vfmaq; INT8 zmm vpdpbusd (AVX-512 VNNI), else ymm
 **        vpdpbusd (AVX-VNNI), else ymm vpmaddubsw + vpmaddwd + vpaddd (AVX2),
-**        else NEON sdot (when built with the dot product extension), else
+**        else NEON sdot (arm64 with the dot product extension), else
 **        NEON smull + sadalp. Scalar C where none applies.
 ** Method: each thread runs independent chains (enough to cover latency on
 **         two vector ports) for a fixed count between two barriers, timed
@@ -34,6 +34,12 @@ struct bench_peak {
 ** or -1 for a bad thread count (out is then zeroed). A thread that cannot
 ** be started ends the process with a message (benchmarks only). */
 int bench_peak_measure(unsigned threads, struct bench_peak *out);
+
+#include <stddef.h>
+#include <stdint.h>
+/* The sdot loop (bench_peak_dot.c, arm64 built with the dot product
+** extension only): iters steps of 16 x 16 multiply-adds. */
+int64_t bench_peak__int8_sdot(size_t iters);
 
 /* share = achieved / peak, as a percentage; NaN when the peak is unknown. */
 double bench_peak_pct(double achieved, double peak);
