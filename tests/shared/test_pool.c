@@ -17,14 +17,14 @@
 
 struct job {
     atomic_uint hits[16];
-    unsigned    n_tasks_seen;
+    atomic_uint n_tasks_seen;       /* every task writes it: atomic, for TSan */
 };
 
 static void count_task(void *p, unsigned task, unsigned n_tasks)
 {
     struct job *j = p;
     atomic_fetch_add(&j->hits[task], 1);
-    j->n_tasks_seen = n_tasks;
+    atomic_store(&j->n_tasks_seen, n_tasks);
 }
 
 static void check_runs(unsigned threads, int runs, long gap_ns)
@@ -36,7 +36,7 @@ static void check_runs(unsigned threads, int runs, long gap_ns)
         struct job j = { 0 };
         ds_pool_run(pool, count_task, &j);
         for (unsigned t = 0; t < threads; t++) assert_int_equal(atomic_load(&j.hits[t]), 1);
-        assert_int_equal(j.n_tasks_seen, threads);
+        assert_int_equal(atomic_load(&j.n_tasks_seen), threads);
         if (gap_ns) nanosleep(&(struct timespec){ 0, gap_ns }, NULL);
     }
     ds_pool_destroy(pool);
