@@ -14,6 +14,8 @@
 #   --bench NAME      engine (default) or batch
 #   BENCH ARGS        passed to both binaries (default for engine:
 #                     --models 110m --variants int8-q8 --threads 1,2 --prompt 120)
+# The base worktree and its build stay under --work for the next run; remove
+# them with `git worktree remove --force DIR/base-<rev>`.
 # Needs: git, cmake, python3. Exit status non-zero only when something could
 # not be built or run; nothing is asserted.
 set -euo pipefail
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     --new-build) new_build=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
