@@ -15,6 +15,11 @@
 ** is the median of --reps runs (min-max beside it); the first run of each N
 ** is a warm-up and not counted.
 **
+** Compute: each step's weight matmuls as G op/s (2 per multiply-add: every
+** layer matrix and the classifier, per row) and as a share of this
+** machine's peak at --threads (bench_peak.c; FP32 peak for fp32, INT8 for
+** int8; none for cuda).
+**
 ** This is not a test: nothing is asserted; the exit status is non-zero only
 ** when something could not run. Progress goes to stderr, the table to
 ** stdout, every figure to the JSON file (--json).
@@ -29,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_peak.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
@@ -72,6 +78,7 @@ struct result {
     double       per_stream;         /* total.med / n */
     double       speedup;            /* total.med / (N=1 total.med) */
     double       step_ms;            /* median time of one N-row step */
+    double       gops, peak_pct;     /* G op/s of the weight matmuls; share of the peak */
 };
 
 struct bench {
@@ -82,6 +89,8 @@ struct bench {
     char          backend[200];
     uint64_t      weight_bytes;
     double        load_start, load_end;
+    double        row_ops;           /* ops of one row's weight matmuls */
+    struct bench_peak peak;
 };
 
 
@@ -194,6 +203,12 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
     snprintf(b->backend, sizeof b->backend, "%s", ds_engine_backend(e));
     b->precision = ds_precision_name(ds_engine_precision(e));
     b->weight_bytes = ds_engine_weight_bytes(e);
+    {
+        const struct ds_model_config *c = &m->cfg;
+        double q = (double)c->n_heads * c->head_dim;
+        double layer = (double)c->dim * (q + 2.0 * c->kv_dim) + q * c->dim + 3.0 * c->dim * c->hidden_dim;
+        b->row_ops = 2.0 * ((double)c->n_layers * layer + (double)c->vocab_size * c->dim);
+    }
     unsigned steps = DS_MIN(o->steps, ds_engine_max_ctx(e) - DECODE_PROMPT - 1);
     int32_t prompt[DECODE_PROMPT];
     uint64_t x = 88172645463325252ull;
@@ -222,6 +237,8 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
         res->total = bench_stats_of(tps, o->reps);
         res->step_ms = bench_stats_of(step, o->reps).med;
         res->per_stream = res->total.med / n;
+        res->gops = b->row_ops * res->total.med / 1e9;
+        res->peak_pct = o->cuda ? NAN : bench_peak_pct(res->gops, o->fp32 ? b->peak.fp32_gflops : b->peak.int8_gops);
         fprintf(stderr, " %.0f tok/s\n", res->total.med);
     }
     /* Speedup against N=1 of this run (NAN when N=1 was not measured). */
@@ -248,12 +265,19 @@ static void print_table(const struct bench *b)
            o->shape, b->precision ? b->precision : "?", file_type(o), (double)b->weight_bytes / 1e6,
            b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", b->backend,
            o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
-    printf("%4s | %-24s | %12s | %9s | %8s\n", "N", "total tok/s (min-max)", "per-stream", "step ms", "speedup");
+    if (!o->cuda)
+        printf("peak, %u thread%s: FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s) (wall clock: %.1f, %.1f);\n"
+               "GOPS = G op/s of the weight matmuls (2 per multiply-add), %%pk its share of the %s peak\n\n",
+               o->threads, o->threads == 1 ? "" : "s", b->peak.fp32_gflops, b->peak.fp32_isa, b->peak.int8_gops,
+               b->peak.int8_isa, b->peak.fp32_wall, b->peak.int8_wall, o->fp32 ? "FP32" : "INT8");
+    printf("%4s | %-24s | %12s | %9s | %8s | %8s | %5s\n", "N", "total tok/s (min-max)", "per-stream", "step ms",
+           "speedup", "GOPS", "%pk");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
         char t[48];
         snprintf(t, sizeof t, "%.0f (%.0f-%.0f)", r->total.med, r->total.lo, r->total.hi);
-        printf("%4u | %-24s | %12.1f | %9.2f | %7.2fx\n", r->n, t, r->per_stream, r->step_ms, r->speedup);
+        printf("%4u | %-24s | %12.1f | %9.2f | %7.2fx | %8.1f | %4.1f%%\n", r->n, t, r->per_stream, r->step_ms,
+               r->speedup, r->gops, r->peak_pct);
     }
 }
 
@@ -273,7 +297,9 @@ static int write_json(const struct bench *b)
     fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"steps\": %u, \"prompt\": %u, \"reps\": %u,\n  ",
             (unsigned long long)b->weight_bytes, o->threads, o->steps, DECODE_PROMPT, o->reps);
     bench_json_num(f, "load_start", b->load_start, ", ");
-    bench_json_num(f, "load_end", b->load_end, ",\n");
+    bench_json_num(f, "load_end", b->load_end, ",\n  ");
+    bench_json_num(f, "peak_fp32_gflops", o->cuda ? NAN : b->peak.fp32_gflops, ", ");
+    bench_json_num(f, "peak_int8_gops", o->cuda ? NAN : b->peak.int8_gops, ",\n");
     fprintf(f, "  \"results\": [\n");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
@@ -284,7 +310,9 @@ static int write_json(const struct bench *b)
         fprintf(f, "\"runs\": %u}, ", r->total.n);
         bench_json_num(f, "per_stream_tok_s", r->per_stream, ", ");
         bench_json_num(f, "step_ms", r->step_ms, ", ");
-        bench_json_num(f, "speedup_vs_1", r->speedup, "");
+        bench_json_num(f, "speedup_vs_1", r->speedup, ", ");
+        bench_json_num(f, "gops", r->gops, ", ");
+        bench_json_num(f, "peak_pct", r->peak_pct, "");
         fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
@@ -422,6 +450,7 @@ int main(int argc, char **argv)
     b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_batch: warning: load average %.2f, figures will be noisy\n", b.load_start);
+    if (!o->cuda && bench_peak_measure(o->threads, &b.peak) != 0) return EXIT_FAILURE;
     int status = run_all(&b, m) == DS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
     b.load_end = bench_load1();
     ds_model_close(m);

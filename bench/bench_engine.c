@@ -12,6 +12,10 @@
 ** Decode: tok/s over --steps single-token steps after an 8-token prompt.
 ** Prefill: tok/s of one --prompt-token eval (max_batch = prompt: one chunk).
 ** Each figure is the median of --reps runs; the table shows min-max too.
+** Peak: the machine's FP32 FMA and INT8 dot-product peaks are measured at
+** each thread count (bench_peak.c); prefill is also shown as G op/s of its
+** weight matmuls (2 per multiply-add: every layer matrix per token, the
+** classifier once) and that as a share of the peak of its precision.
 **
 ** This is not a test: goals are reported PASS/MISS and never asserted; the
 ** exit status is non-zero only when something could not run. The ctest
@@ -33,6 +37,7 @@
 #include <cblas.h>                  /* openblas_get_corename(): FP32 prefill runs on its sgemm */
 
 #include "bench_model.h"
+#include "bench_peak.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
@@ -80,6 +85,8 @@ struct result {
     double       bw, bw_size;        /* GB/s: 1 GiB stream, and a buffer the size of the weights */
     double       ceil, ceil_size;    /* tok/s = bw / weight_bytes */
     double       pre_ratio;          /* prefill tok/s / INT8 decode tok/s (same model, threads) */
+    double       pre_gops;           /* G op/s of the prefill's weight matmuls */
+    double       pre_peak;           /* pre_gops / the peak of its precision at its thread count */
 };
 
 struct bench {
@@ -88,6 +95,7 @@ struct bench {
     uint64_t                  *buf;  /* bandwidth buffer, opt.bw_mib MiB */
     size_t                     buf_bytes;
     struct bench_stats               bw[MAX_THREAD_COUNTS];
+    struct bench_peak          peak[MAX_THREAD_COUNTS];
     struct result              res[3 * V_COUNT * MAX_THREAD_COUNTS];
     size_t                     n_res;
     int32_t                   *tokens;
@@ -281,6 +289,17 @@ done:
     return rc;
 }
 
+/* Ops (2 per multiply-add) of the weight matmuls of an n-token prefill:
+** every layer's q, k, v, o, gate, up and down per token, the classifier
+** once (the last row's logits). Attention (FP32, ~1% at 128 tokens of the
+** 110M shape) is not counted. */
+static double prefill_ops(const struct ds_model_config *c, unsigned n)
+{
+    double q = (double)c->n_heads * c->head_dim;
+    double layer = (double)c->dim * (q + 2.0 * c->kv_dim) + q * c->dim + 3.0 * c->dim * c->hidden_dim;
+    return 2.0 * ((double)n * c->n_layers * layer + (double)c->vocab_size * c->dim);
+}
+
 /* Every variant and thread count of one model. */
 static enum ds_err bench_model(struct bench *b, const struct model_spec *ms)
 {
@@ -317,6 +336,8 @@ static enum ds_err bench_model(struct bench *b, const struct model_spec *ms)
             r->bw_size = bw_measure(b, (size_t)r->weight_bytes, r->threads, reps).med;
             r->ceil = r->bw * 1e9 / (double)r->weight_bytes;
             r->ceil_size = r->bw_size * 1e9 / (double)r->weight_bytes;
+            r->pre_gops = prefill_ops(&mf->cfg, o->prompt) * r->pre.med / o->prompt / 1e9;
+            r->pre_peak = bench_peak_pct(r->pre_gops, v == V_FP32 ? b->peak[ti].fp32_gflops : b->peak[ti].int8_gops);
             b->n_res++;
         }
     /* Prefill against the INT8 decode rate of the same model and threads:
@@ -399,7 +420,7 @@ static const char *fmt_num(char *buf, size_t cap, double v, const char *unit)
 static void print_table(const struct bench *b)
 {
     const struct opts *o = &b->opt;
-    char d[48], p[48], c1[16], c2[16], c3[16], c4[16];
+    char d[48], p[48], c1[16], c2[16], c3[16], c4[16], c5[16], c6[16];
     printf("\nload average (1 min) %.2f at start, %.2f at end (this bench adds up to ~%zu)\n", b->load_start,
            b->load_end, o->n_threads ? (size_t)o->threads[o->n_threads - 1] : (size_t)1);
     printf("\nmemory read bandwidth (%zu MiB buffer, median of %u, min-max; drop = disturbed runs redone)\n",
@@ -407,21 +428,29 @@ static void print_table(const struct bench *b)
     for (size_t i = 0; i < o->n_threads; i++)
         printf("  %u thread%s  %6.1f GB/s  (%.1f-%.1f)  drop %u\n", o->threads[i], o->threads[i] == 1 ? " " : "s",
                b->bw[i].med, b->bw[i].lo, b->bw[i].hi, b->bw[i].discarded);
+    printf("\ncompute peak (bench_peak.c: threads' CPU time, best of 5; by the wall clock in brackets, what\n"
+           "other processes left; 1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP)\n");
+    for (size_t i = 0; i < o->n_threads; i++)
+        printf("  %u thread%s  FP32 %7.1f GFLOP/s (%.1f) %s   INT8 %7.1f GOPS (%.1f) %s\n", o->threads[i],
+               o->threads[i] == 1 ? " " : "s", b->peak[i].fp32_gflops, b->peak[i].fp32_wall, b->peak[i].fp32_isa,
+               b->peak[i].int8_gops, b->peak[i].int8_wall, b->peak[i].int8_isa);
     printf("\nengine: kernel %s, OpenBLAS core %s; decode %u steps after %u tokens, prefill %u tokens;\n"
            "median of up to %u runs (min-max). ceil = bandwidth / weight bytes, with the DRAM stream\n"
            "above and (@size) a buffer the size of the weights, which may sit in cache.\n"
-           "pre/i8 = prefill tok/s / INT8 decode tok/s (int8-q8's for fp32).\n\n",
+           "pre/i8 = prefill tok/s / INT8 decode tok/s (int8-q8's for fp32). pre GOPS = G op/s of the\n"
+           "prefill's weight matmuls; %%pk = that / the peak above (FP32 peak for fp32, INT8 for int8).\n\n",
            b->n_res ? b->res[0].kernel : "?", openblas_get_corename(), o->steps, DECODE_PROMPT, o->prompt,
            o->reps);
-    printf("%-11s %-9s %3s %6s | %-22s %7s %6s %6s | %-22s %6s %4s\n", "model", "variant", "thr", "wt MB",
-           "decode tok/s", "ceil", "%ceil", "%@size", "prefill tok/s", "pre/i8", "drop");
+    printf("%-11s %-9s %3s %6s | %-22s %7s %6s %6s | %-22s %6s %8s %5s %4s\n", "model", "variant", "thr", "wt MB",
+           "decode tok/s", "ceil", "%ceil", "%@size", "prefill tok/s", "pre/i8", "pre GOPS", "%pk", "drop");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
-        printf("%-11s %-9s %3u %6.1f | %-22s %7s %6s %6s | %-22s %6s %4u\n", r->model, r->variant, r->threads,
-               (double)r->weight_bytes / 1e6, fmt_stats(d, sizeof d, &r->dec), fmt_num(c1, sizeof c1, r->ceil, ""),
-               fmt_num(c2, sizeof c2, 100 * frac_of(r), "%"),
+        printf("%-11s %-9s %3u %6.1f | %-22s %7s %6s %6s | %-22s %6s %8s %5s %4u\n", r->model, r->variant,
+               r->threads, (double)r->weight_bytes / 1e6, fmt_stats(d, sizeof d, &r->dec),
+               fmt_num(c1, sizeof c1, r->ceil, ""), fmt_num(c2, sizeof c2, 100 * frac_of(r), "%"),
                fmt_num(c3, sizeof c3, 100 * r->dec.med / r->ceil_size, "%"), fmt_stats(p, sizeof p, &r->pre),
-               fmt_num(c4, sizeof c4, r->pre_ratio, "x"), r->dec.discarded);
+               fmt_num(c4, sizeof c4, r->pre_ratio, "x"), fmt_num(c5, sizeof c5, r->pre_gops, ""),
+               fmt_num(c6, sizeof c6, r->pre_peak, "%"), r->dec.discarded);
     }
     struct goal g[6];
     goals_eval(b, g);
@@ -463,6 +492,15 @@ static int write_json(const struct bench *b)
         fprintf(f, "    {\"threads\": %u, ", o->threads[i]);
         jstats(f, "gbps", &b->bw[i], i + 1 < o->n_threads ? "},\n" : "}\n");
     }
+    fprintf(f, "  ],\n  \"peak\": [\n");
+    for (size_t i = 0; i < o->n_threads; i++) {
+        fprintf(f, "    {\"threads\": %u, \"fp32_isa\": \"%s\", \"int8_isa\": \"%s\", ", o->threads[i],
+                b->peak[i].fp32_isa, b->peak[i].int8_isa);
+        bench_json_num(f, "fp32_gflops", b->peak[i].fp32_gflops, ", ");
+        bench_json_num(f, "fp32_wall_gflops", b->peak[i].fp32_wall, ", ");
+        bench_json_num(f, "int8_wall_gops", b->peak[i].int8_wall, ", ");
+        bench_json_num(f, "int8_gops", b->peak[i].int8_gops, i + 1 < o->n_threads ? "},\n" : "}\n");
+    }
     fprintf(f, "  ],\n  \"results\": [\n");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
@@ -477,7 +515,9 @@ static int write_json(const struct bench *b)
         bench_json_num(f, "bw_at_size_gbps", r->bw_size, ", ");
         bench_json_num(f, "ceil_at_size_tok_s", r->ceil_size, ", ");
         bench_json_num(f, "ceil_at_size_frac", r->dec.med / r->ceil_size, ", ");
-        bench_json_num(f, "prefill_over_int8_decode", r->pre_ratio, "");
+        bench_json_num(f, "prefill_over_int8_decode", r->pre_ratio, ", ");
+        bench_json_num(f, "prefill_gops", r->pre_gops, ", ");
+        bench_json_num(f, "prefill_peak_pct", r->pre_peak, "");
         fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
     }
     struct goal g[6];
@@ -663,6 +703,9 @@ int main(int argc, char **argv)
 
     fprintf(stderr, "bench_engine: memory bandwidth, %zu MiB...\n", o->bw_mib);
     for (size_t i = 0; i < o->n_threads; i++) b.bw[i] = bw_measure(&b, b.buf_bytes, o->threads[i], o->quick ? 3 : 7);
+    fprintf(stderr, "bench_engine: compute peak...\n");
+    for (size_t i = 0; i < o->n_threads; i++)
+        if (bench_peak_measure(o->threads[i], &b.peak[i]) != 0) return EXIT_FAILURE;
 
     int status = EXIT_SUCCESS;
     for (size_t i = 0; i < 3; i++)

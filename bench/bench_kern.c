@@ -18,6 +18,9 @@
 **        many timed repeats (default 5; raise it on a busy machine); -k: only
 **        that variant (and ref); -q: hot only, no streaming columns.
 **        Output: a table on stdout.
+** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
+** measured first (bench_peak.c); "%pk" is each compute figure's share of
+** them (FP32 ops of the FP32 peak, matmul_q8 of the INT8 peak).
 */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -26,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_peak.h"
 #include "ds/kern.h"
 
 #define RING_BYTES   (512u << 20)
@@ -219,12 +223,17 @@ int main(int argc, char **argv)
     };
     const struct ds_kern_ops *all[8];
     size_t n_all = ds_kern_all(all, 8);
+    struct bench_peak pk;
+    if (bench_peak_measure((unsigned)nthr, &pk) != 0) return 1;
     printf("bench_kern: %zu thread(s); selected variant: %s; best of %d repeats\n",
            nthr, ds_kern_select()->name, o.repeats);
+    printf("peak, %zu thread(s): FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s); by the wall clock %.1f and %.1f "
+           "(what other processes left); 1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP\n",
+           nthr, pk.fp32_gflops, pk.fp32_isa, pk.int8_gops, pk.int8_isa, pk.fp32_wall, pk.int8_wall);
     printf("GB/s = weight bytes read per second (Q8: 34 B per 32 weights); "
            "xmem = / memcpy-read of the same working set; xref = / ref\n\n");
-    printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10s %7s\n", "variant", "op", "rows x cols",
-           "hot GB/s", "xmem", "xref", "strm GB/s", "xmem", "G op/s", "x dec");
+    printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10s %5s %7s\n", "variant", "op", "rows x cols",
+           "hot GB/s", "xmem", "xref", "strm GB/s", "xmem", "G op/s", "%pk", "x dec");
 
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *sh = &shapes[si];
@@ -288,32 +297,36 @@ int main(int argc, char **argv)
             double gbs_s = stream ? (double)q8_bytes / measure(k, OP_MV_Q8, sh, &q8_str, xq, y, &o) : 0;
             if (stream) dec_str = gbs_s / (double)q8_bytes * macs;
             if (k == &ds_kern_ref) ref_mv = gbs;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f\n", k->name, "matvec_q8",
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_q8",
                    dims, gbs / 1e9, gbs / mem_q8_hot, gbs / ref_mv, gbs_s / 1e9,
-                   stream ? gbs_s / mem_q8_str : 0.0, dec_rate / 1e9);
+                   stream ? gbs_s / mem_q8_str : 0.0, dec_rate / 1e9,
+                   bench_peak_pct(2 * dec_rate / 1e9, pk.int8_gops));
 
             t = measure(k, OP_MV_F32, sh, &f32_hot, xf, y, &o);
             gbs = (double)f32_bytes / t;
             gbs_s = stream ? (double)f32_bytes / measure(k, OP_MV_F32, sh, &f32_str, xf, y, &o) : 0;
             if (k == &ds_kern_ref) ref_f32 = gbs;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f\n", k->name, "matvec_f32",
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_f32",
                    dims, gbs / 1e9, gbs / mem_f32_hot, gbs / ref_f32, gbs_s / 1e9,
-                   stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9);
+                   stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9,
+                   bench_peak_pct(2.0 * macs / t / 1e9, pk.fp32_gflops));
 
             double t1 = stream ? (double)f32_bytes / gbs_s : t;    /* one row, as the decode reads it */
             t = measure(k, OP_MM_F32, sh, &f32_hot, xf, y, &o);
             gbs = (double)f32_bytes / t;
             double t_s = stream ? measure(k, OP_MM_F32, sh, &f32_str, xf, y, &o) : t;
             double gbs_v = stream ? (double)f32_bytes / t_s : 0.0;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f  (%d rows: %.2f one-row passes)\n",
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%  (%d rows: %.2f one-row passes)\n",
                    k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "", gbs_v / 1e9,
-                   stream ? gbs_v / mem_f32_str : 0.0, 2.0 * macs * N_VERIFY / t_s / 1e9, N_VERIFY, t_s / t1);
+                   stream ? gbs_v / mem_f32_str : 0.0, 2.0 * macs * N_VERIFY / t_s / 1e9,
+                   bench_peak_pct(2.0 * macs * N_VERIFY / t_s / 1e9, pk.fp32_gflops), N_VERIFY, t_s / t1);
 
             t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, &o);
             double mm = macs * N_TOK / t;
             if (k == &ds_kern_ref) ref_mm = mm;
-            printf("%-11s %-10s %-12s %9s %6s %6.1f %9s %6s %10.1f %7.1f", k->name, "matmul_q8",
-                   dims, "", "", mm / ref_mm, "", "", mm / 1e9, mm / dec_rate);
+            printf("%-11s %-10s %-12s %9s %6s %6.1f %9s %6s %10.1f %4.0f%% %7.1f", k->name, "matmul_q8",
+                   dims, "", "", mm / ref_mm, "", "", mm / 1e9, bench_peak_pct(2 * mm / 1e9, pk.int8_gops),
+                   mm / dec_rate);
             if (stream) printf("  (x stream decode %.1f)", mm / dec_str);
             printf("\n");
         }
@@ -321,6 +334,7 @@ int main(int argc, char **argv)
         free(q8_hot.mem); free(f32_hot.mem); free(q8_str.mem); free(f32_str.mem);
         free(wf); free(xf); free(wq); free(wpk); free(xq); free(y);
     }
+    printf("%%pk: share of the measured peak above (G op/s x 2 for the MAC rates); ");
     printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "
            "when streaming), matmul_q8 (n_tok %d) G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC "
            "rate\n", N_TOK);

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -15,15 +16,15 @@
 #include "ds/pool.h"
 
 struct job {
-    atomic_uint hits[8];
-    unsigned    n_tasks_seen;
+    atomic_uint hits[16];
+    atomic_uint n_tasks_seen;       /* every task writes it: atomic, for TSan */
 };
 
 static void count_task(void *p, unsigned task, unsigned n_tasks)
 {
     struct job *j = p;
     atomic_fetch_add(&j->hits[task], 1);
-    j->n_tasks_seen = n_tasks;
+    atomic_store(&j->n_tasks_seen, n_tasks);
 }
 
 static void check_runs(unsigned threads, int runs, long gap_ns)
@@ -35,7 +36,7 @@ static void check_runs(unsigned threads, int runs, long gap_ns)
         struct job j = { 0 };
         ds_pool_run(pool, count_task, &j);
         for (unsigned t = 0; t < threads; t++) assert_int_equal(atomic_load(&j.hits[t]), 1);
-        assert_int_equal(j.n_tasks_seen, threads);
+        assert_int_equal(atomic_load(&j.n_tasks_seen), threads);
         if (gap_ns) nanosleep(&(struct timespec){ 0, gap_ns }, NULL);
     }
     ds_pool_destroy(pool);
@@ -46,6 +47,7 @@ static void test_back_to_back(void **state)
     (void)state;
     check_runs(2, 100000, 0);
     check_runs(4, 500, 0);       /* more threads than cores: correct, if slow */
+    check_runs(16, 300, 0);      /* far more: nobody spins, each task still once */
 }
 
 static void test_after_sleep(void **state)
@@ -114,9 +116,9 @@ static void test_create_destroy_at_once(void **state)
 static void test_split(void **state)
 {
     (void)state;
-    for (size_t n = 0; n < 300; n += 7)
-        for (unsigned parts = 1; parts <= 5; parts++) {
-            size_t covered = 0, prev_hi = 0;
+    for (size_t n = 0; n < 700; n += 7)
+        for (unsigned parts = 1; parts <= 24; parts++) {
+            size_t covered = 0, prev_hi = 0, units = (n + 15) / 16, most = 0, fewest = SIZE_MAX;
             for (unsigned p = 0; p < parts; p++) {
                 size_t lo, hi;
                 ds_pool_split(n, p, parts, 16, &lo, &hi);
@@ -127,8 +129,14 @@ static void test_split(void **state)
                     prev_hi = hi;
                 }
                 covered += hi - lo;
+                size_t u = (hi - lo + 15) / 16;     /* units of 16 (the last may be short) */
+                most = u > most ? u : most;
+                fewest = u < fewest ? u : fewest;
             }
             assert_int_equal(covered, n);
+            /* balanced for any part count: no part idle while another has 2 units more */
+            assert_true(most - fewest <= 1);
+            assert_true(most == (units + parts - 1) / parts);
         }
 }
 

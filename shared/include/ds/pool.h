@@ -7,7 +7,8 @@
 ** takes the tasks of workers not yet scheduled); each task runs exactly once
 ** per run. Every wait spins briefly (decode issues hundreds of runs per
 ** token), then sleeps on a condition variable, so an idle pool costs no CPU
-** and a busy box (another process on a core) does not make it spin.
+** and a busy box (another process on a core) does not make it spin. A pool
+** with more threads than CPUs never spins: its waits sleep at once.
 **
 ** Ownership: ds_pool_create() returns an OWNED pool; ds_pool_destroy() joins
 **            the workers and accepts NULL.
