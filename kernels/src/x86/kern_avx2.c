@@ -418,6 +418,8 @@ static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_t
     ds_kern__matmul_f32_blocked(matvec_f32_avx2, rows, cols, w, n_tok, x, y, ldy);
 }
 
+#include "kern_sgemm_avx2.h"
+
 static void axpy_f32_avx2(size_t n, float a, const float *x, float *y)
 {
     __m256 av = _mm256_set1_ps(a);
@@ -477,6 +479,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .matmul_qk   = matmul_qk_avx2,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,
+    .gemm_f32    = gemm_f32_avx2,
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
