@@ -45,7 +45,7 @@
 #define ATT_BLOCKS(e)     (((e)->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK)  /* KV blocks of a full context */
 #define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT) /* attn_f32 floats per thread */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
-#define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
+#define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
 
 const char *ds_precision_name(enum ds_precision p)
@@ -532,8 +532,8 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
         else
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, n, xq, y, w->rows);
     } else if (n <= FP32_MATVEC_ROWS) {
-        /* Few rows (decode, batched decode, draft verification): OpenBLAS
-        ** sgemm runs well below the kernel there (it packs the whole weight
+        /* Few rows (decode, batched decode, draft verification): a blocked
+        ** product runs well below the kernel there (it packs the whole weight
         ** matrix first). matmul_f32 streams the weights once for all rows,
         ** and each row's result is bit-identical to a one-row pass. */
         k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, n, j->x + t0 * w->cols, y, w->rows);
