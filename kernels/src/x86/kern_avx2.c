@@ -9,7 +9,8 @@
 ** and every Q8 block dot is the same int32 as the reference's. Only the
 ** float sums over blocks differ in order from ds_kern_ref.
 **
-** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; nothing is allocated.
+** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; gemm_f32 (kern_sgemm_avx2.h)
+** keeps a 16 KB thread-local weight panel; nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>

@@ -13,7 +13,8 @@
 **
 ** INT8 weights come packed by q8_pack in 32-row tiles (see below).
 ** Stack: small; matmul_q8 keeps 160 KB of thread-local prepared
-** activations. Nothing is allocated.
+** activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB weight panel.
+** Nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
