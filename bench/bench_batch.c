@@ -2,7 +2,7 @@
 ** bench_batch.c — batched decode: tokens/s of N concurrent streams against
 ** one stream, on random weights in the stories15M or stories110M shape or a
 ** TinyLlama-1.1B-like one (--shape 1b), INT8 (the edge: a Q8_0 file) or FP32
-** (the center: an F32 file, OpenBLAS sgemm) on the CPU, or FP16 on CUDA
+** (the center: an F32 file, matmul_f32) on the CPU, or FP16 on CUDA
 ** (--backend cuda: an F16 file; without a device it says "no CUDA device"
 ** and exits 0), written once into --dir and reused.
 **
@@ -54,7 +54,7 @@ struct opts {
     size_t      n_counts;
     unsigned    threads, reps, steps;
     const char *dir, *json, *kernel;
-    bool        fp32;               /* --precision fp32: the center's path (F32 file, sgemm) */
+    bool        fp32;               /* --precision fp32: the center's path (F32 file) */
     const char *shape;              /* --shape: 15m, 110m or 1b */
     bool        cuda;               /* --backend cuda: FP16 on the GPU (F16 file) */
 };
@@ -335,7 +335,7 @@ static void usage(FILE *f)
                "  --steps N          decode steps per run (default 64; --quick 16)\n"
                "  --reps N           runs per N, median reported (default 5; --quick 2)\n"
                "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
-               "  --precision P      int8 (default; the edge's path) or fp32 (the center's: sgemm)\n"
+               "  --precision P      int8 (default; the edge's path) or fp32 (the center's: F32 file)\n"
                "  --shape S          15m (default), 110m or 1b (dim 2048, 22 layers, 32/4 heads)\n"
                "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
                "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"

@@ -3,9 +3,11 @@
 **
 ** For every variant this CPU supports: matvec_q8 and matvec_f32 (decode:
 ** GB/s of weights read), matmul_f32 with 7 rows (a k = 6 draft
-** verification: GB/s, and its time in one-row passes) and matmul_q8 with
-** 128 tokens (prefill: G int8 MAC/s) on the model's matrix shapes (dim 768,
-** hidden 2048, vocab 32000).
+** verification: GB/s, and its time in one-row passes), matmul_q8 with
+** 128 tokens (prefill: G int8 MAC/s) and gemm_f32 with 120 tokens (FP32
+** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
+** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
+** 32000).
 **   hot:    one matrix called again and again (stays in L2/L3);
 **   stream: a ring of copies of the matrix, >= 512 MiB in all, so every
 **           call reads from DRAM, as a decode step over a whole model does.
@@ -29,6 +31,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cblas.h>
+
 #include "bench_peak.h"
 #include "ds/kern.h"
 
@@ -37,6 +41,7 @@
 #define MAX_REPEATS  100
 #define N_TOK        128
 #define N_VERIFY     7                  /* rows of a k = 6 verification pass */
+#define N_PREFILL    120                /* FP32 prefill rows (the 120-token prompt) */
 #define MAX_THREADS  16
 
 static double now_s(void)
@@ -48,7 +53,7 @@ static double now_s(void)
 
 /* ---- one job split over threads: rows [lo, hi) per thread ---- */
 
-enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_Q8 };
+enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_Q8, OP_GEMM_F32, OP_SGEMM };
 
 struct job {
     const struct ds_kern_ops *k;
@@ -71,6 +76,7 @@ static void run_part(struct job *j, size_t id, size_t call)
     const unsigned char *base = j->ring + slot * j->slot_bytes;
     /* split on whole packed tiles of rows, as the engine does */
     size_t tile = j->k && (j->op == OP_MV_Q8 || j->op == OP_MM_Q8) ? j->k->q8_pack_rows : 1;
+    if (j->op == OP_GEMM_F32 || j->op == OP_SGEMM) tile = 16;          /* the engine's ROW_ALIGN */
     size_t tiles = (j->rows + tile - 1) / tile;
     size_t lo = tiles * id / j->nthr * tile, hi = tiles * (id + 1) / j->nthr * tile;
     lo = lo < j->rows ? lo : j->rows;
@@ -102,6 +108,16 @@ static void run_part(struct job *j, size_t id, size_t call)
     case OP_MM_Q8:
         j->k->matmul_q8(hi - lo, nb, (const struct ds_q8_block *)(const void *)base + lo * nb,
                         N_TOK, j->x, j->y + lo, j->rows);
+        break;
+    case OP_GEMM_F32:
+        j->k->gemm_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols, N_PREFILL,
+                       j->x, j->y + lo, j->rows);
+        break;
+    case OP_SGEMM:                  /* as the engine calls it when a variant has no gemm_f32 */
+        if (hi > lo)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N_PREFILL, (int)(hi - lo), (int)j->cols, 1.0f,
+                        j->x, (int)j->cols, (const float *)(const void *)base + lo * j->cols, (int)j->cols,
+                        0.0f, j->y + lo, (int)j->rows);
         break;
     }
 }
@@ -216,6 +232,7 @@ int main(int argc, char **argv)
     if (o.repeats < 1 || o.repeats > MAX_REPEATS) o.repeats = 5;
     size_t nthr = o.nthr;
     bool stream = o.stream;
+    openblas_set_num_threads(1);            /* one sgemm per thread, as in the engine */
 
     static const struct shape shapes[] = {
         { 768, 768, "wq/wk/wv/wo" }, { 2048, 768, "w1/w3" },
@@ -273,6 +290,11 @@ int main(int argc, char **argv)
                mem_q8_hot / 1e9, "", "", mem_q8_str / 1e9, "", sh->what);
         printf("%-11s %-10s %-12s %9.1f %6s %6s %9.1f\n", "memcpy", "read f32", dims,
                mem_f32_hot / 1e9, "", "", mem_f32_str / 1e9);
+        double flop_pre = 2.0 * (double)sh->rows * (double)sh->cols * N_PREFILL;
+        double sgemm = flop_pre / measure(NULL, OP_SGEMM, sh, &f32_hot, xf, y, &o);
+        printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10.1f %4.0f%%  (%d rows; core %s)\n", "openblas", "sgemm",
+               dims, "", "", "", "", "", sgemm / 1e9, bench_peak_pct(sgemm / 1e9, pk.fp32_gflops), N_PREFILL,
+               openblas_get_corename());
 
         double ref_mv = 0, ref_f32 = 0, ref_mm = 0;
         for (size_t vi = 0; vi < n_all; vi++) {
@@ -329,6 +351,17 @@ int main(int argc, char **argv)
                    mm / dec_rate);
             if (stream) printf("  (x stream decode %.1f)", mm / dec_str);
             printf("\n");
+
+            if (k == &ds_kern_ref) {
+                printf("%-11s %-10s %-12s  (the oracle's loops: not timed)\n", k->name, "gemm_f32", dims);
+            } else if (k->gemm_f32) {
+                double g = flop_pre / measure(k, OP_GEMM_F32, sh, &f32_hot, xf, y, &o);
+                printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10.1f %4.0f%%  (%d rows: %.2fx OpenBLAS sgemm)\n",
+                       k->name, "gemm_f32", dims, "", "", "", "", "", g / 1e9,
+                       bench_peak_pct(g / 1e9, pk.fp32_gflops), N_PREFILL, g / sgemm);
+            } else {
+                printf("%-11s %-10s %-12s  (none: the engine calls OpenBLAS sgemm)\n", k->name, "gemm_f32", dims);
+            }
         }
         printf("\n");
         free(q8_hot.mem); free(f32_hot.mem); free(q8_str.mem); free(f32_str.mem);
@@ -337,6 +370,6 @@ int main(int argc, char **argv)
     printf("%%pk: share of the measured peak above (G op/s x 2 for the MAC rates); ");
     printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "
            "when streaming), matmul_q8 (n_tok %d) G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC "
-           "rate\n", N_TOK);
+           "rate; gemm_f32 and sgemm (n_tok %d) GFLOP/s, hot\n", N_TOK, N_PREFILL);
     return 0;
 }

@@ -104,6 +104,7 @@ const struct ds_kern_ops ds_kern_ref = {
     .matmul_qk   = ds_kern__matmul_qk_ref,
     .matvec_f32  = matvec_f32_ref,
     .matmul_f32  = matmul_f32_ref,
+    .gemm_f32    = matmul_f32_ref,
     .dot_f32     = dot_f32_ref,
     .axpy_f32    = axpy_f32_ref,
     .rmsnorm_f32 = rmsnorm_f32_ref,

@@ -653,6 +653,45 @@ static void test_matmul_f32(void **state)
     }
 }
 
+/* gemm_f32 (prefill): near the reference on sizes that cut its register
+** tile (12 inputs x 32 rows) and column panel (256) everywhere, weights not
+** 16-byte aligned, strided output whose gaps survive; what it overwrites
+** held NaN first, so a sum that adds to y instead of storing shows. */
+static void test_gemm_f32(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    if (!k->gemm_f32) {
+        print_message("      %s: no gemm_f32 (the engine calls BLAS sgemm): SKIPPED\n", k->name);
+        skip();
+    }
+    static const size_t rows_list[] = { 1, 5, 16, 17, 31, 32, 33, 64, 100 };
+    static const size_t cols_list[] = { 1, 3, 16, 17, 255, 256, 257, 600 };
+    static const size_t tok_list[] = { 1, 2, 11, 12, 13, 25, 40 };
+    for (size_t s = 0; s < N_OF(cols_list); s++)
+        for (size_t ri = 0; ri < N_OF(rows_list); ri++)
+            for (size_t ti = 0; ti < N_OF(tok_list); ti++) {
+                size_t cols = cols_list[s], rows = rows_list[ri], n_tok = tok_list[ti], ldy = rows + 3;
+                float *w = xmalloc((rows * cols + 1) * sizeof *w), *x = xmalloc(n_tok * cols * sizeof *x);
+                float *y = xmalloc(n_tok * ldy * sizeof *y), *yr = xmalloc(rows * sizeof *yr);
+                fill_f(w, rows * cols + 1, ti & 1 ? 1e15f : 1.0f);
+                fill_f(x, n_tok * cols, 1.0f);
+                for (size_t i = 0; i < n_tok * ldy; i++) y[i] = i % ldy < rows ? NAN : -7.0f;
+                k->gemm_f32(rows, cols, w + 1, n_tok, x, y, ldy);
+                for (size_t t = 0; t < n_tok; t++) {
+                    const float *xt = x + t * cols;
+                    ds_kern_ref.matvec_f32(rows, cols, w + 1, xt, yr);
+                    for (size_t r = 0; r < rows; r++)
+                        check_near("gemm_f32", t * ldy + r, y[t * ldy + r], yr[r],
+                                   f32_mag(cols, w + 1 + r * cols, 1, xt), DS_TOL_SUM);
+                    for (size_t r = rows; r < ldy; r++) assert_true(y[t * ldy + r] == -7.0f);
+                }
+                free(w);
+                free(x);
+                free(y);
+                free(yr);
+            }
+}
+
 static void test_axpy_f32(void **state)
 {
     const struct ds_kern_ops *k = variant(state);
@@ -1002,6 +1041,7 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "matmul_qx", test_matmul_qx },
     { "quantize_q8k", test_quantize_q8k }, { "matmul_qk", test_matmul_qk },
     { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
+    { "gemm_f32", test_gemm_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
     { "attn_f32", test_attn_f32 }, { "silu_mul_f32", test_silu_mul_f32 },

@@ -453,7 +453,7 @@ static void test_sampling_reproducible(void **state)
 ** history one token per pass, as plain decoding feeds it: every row of a
 ** pass of at most 17 rows is computed exactly as a one-row pass, so the
 ** logits must be bit-identical. (A fresh multi-row prefill is not: FP32
-** prefill runs sgemm, and clang Debug builds round INT8 prefill rows
+** prefill runs gemm_f32, and clang Debug builds round INT8 prefill rows
 ** differently; that is the engine's numerics, not rollback.) */
 static void continue_like_fresh(struct ds_engine *e, struct ds_seq *s, int32_t *hist, size_t h, size_t n)
 {

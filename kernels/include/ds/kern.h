@@ -5,7 +5,8 @@
 **
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
-**            160 KB per thread of prepared matmul_q8 activations).
+**            160 KB per thread of prepared matmul_q8 activations; gemm_f32:
+**            one packed weight panel, 32 KB avx512vnni, 16 KB avx2).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
 **            variant's packed layout: q8_pack's output, made once at load
 **            (ds_q8_pack below); plain Q8_0 rows where a variant has none.
@@ -24,7 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 6u
+#define DS_KERN_ABI 7u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -123,6 +124,12 @@ struct ds_kern_ops {
     ** matvec_f32 of x row t; the weights stream from memory once. */
     void (*matmul_f32)(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
                        float *y, size_t ldy);
+    /* The same product for many rows (prefill): Y[t*ldy + r] = row r of w
+    ** . row t of x, blocked for the FMA units (sums in any order: no bit
+    ** identity with matvec_f32). NULL: the variant has none and the engine
+    ** calls BLAS sgemm (the choice lives here, measured in bench_kern). */
+    void (*gemm_f32)(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
+                     float *y, size_t ldy);
     float (*dot_f32)(size_t n, const float *a, const float *b);
     /* y += a * x */
     void (*axpy_f32)(size_t n, float a, const float *x, float *y);

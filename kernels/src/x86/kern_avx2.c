@@ -9,7 +9,8 @@
 ** and every Q8 block dot is the same int32 as the reference's. Only the
 ** float sums over blocks differ in order from ds_kern_ref.
 **
-** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; nothing is allocated.
+** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; gemm_f32 (kern_sgemm_avx2.h)
+** keeps a 16 KB thread-local weight panel; nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -418,6 +419,8 @@ static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_t
     ds_kern__matmul_f32_blocked(matvec_f32_avx2, rows, cols, w, n_tok, x, y, ldy);
 }
 
+#include "kern_sgemm_avx2.h"
+
 static void axpy_f32_avx2(size_t n, float a, const float *x, float *y)
 {
     __m256 av = _mm256_set1_ps(a);
@@ -477,6 +480,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .matmul_qk   = matmul_qk_avx2,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,
+    .gemm_f32    = gemm_f32_avx2,
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,

@@ -13,7 +13,8 @@
 **
 ** INT8 weights come packed by q8_pack in 32-row tiles (see below).
 ** Stack: small; matmul_q8 keeps 160 KB of thread-local prepared
-** activations. Nothing is allocated.
+** activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB weight panel.
+** Nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -637,6 +638,8 @@ static void matvec_f32_avx512(size_t rows, size_t cols, const float *w, const fl
     matmul_f32_avx512(rows, cols, w, 1, x, y, rows);
 }
 
+#include "kern_sgemm_avx512.h"
+
 static void axpy_f32_avx512(size_t n, float a, const float *x, float *y)
 {
     __m512 av = _mm512_set1_ps(a);
@@ -1015,6 +1018,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .matmul_qk   = matmul_qk_avx512,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
+    .gemm_f32    = gemm_f32_avx512,
     .dot_f32     = dot_f32_avx512,
     .axpy_f32    = axpy_f32_avx512,
     .rmsnorm_f32 = rmsnorm_f32_avx512,

@@ -1,5 +1,5 @@
 /*
-** ds/engine.h — the Llama transformer engine: FP32 (OpenBLAS sgemm for
+** ds/engine.h — the Llama transformer engine: FP32 (the kernels' gemm_f32 for
 ** many-row passes, SIMD matvec for single rows) and INT8 (Q8 blocks of 32,
 ** activations quantized per block at run time, int32 accumulation) on the
 ** CPU; FP16 on CUDA (see Backends).

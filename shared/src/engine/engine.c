@@ -10,8 +10,9 @@
 ** The forward pass reads like llama2.c's: layer_steps() lists a layer's
 ** steps in the order the math is written, and one of two schedules runs them
 ** on the pool (by output rows for decode and batches, by tokens for long
-** prompts; see there). Matrices go to the selected kernel (or OpenBLAS sgemm
-** for FP32 passes of more than 17 rows); attention, RoPE, norms, SwiGLU and
+** prompts; see there). Matrices go to the selected kernel (FP32 passes of
+** more than 17 rows to its gemm_f32, or OpenBLAS sgemm where the variant has
+** none); attention, RoPE, norms, SwiGLU and
 ** the activations' quantization go through kernels too.
 **
 ** Backends: a GPU backend plugs in through struct ds_gpu_ops
@@ -44,7 +45,7 @@
 #define ATT_BLOCKS(e)     (((e)->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK)  /* KV blocks of a full context */
 #define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT) /* attn_f32 floats per thread */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
-#define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not sgemm */
+#define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
 
 const char *ds_precision_name(enum ds_precision p)
@@ -531,11 +532,15 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
         else
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, n, xq, y, w->rows);
     } else if (n <= FP32_MATVEC_ROWS) {
-        /* Few rows (decode, batched decode, draft verification): OpenBLAS
-        ** sgemm runs well below the kernel there (it packs the whole weight
+        /* Few rows (decode, batched decode, draft verification): a blocked
+        ** product runs well below the kernel there (it packs the whole weight
         ** matrix first). matmul_f32 streams the weights once for all rows,
         ** and each row's result is bit-identical to a one-row pass. */
         k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, n, j->x + t0 * w->cols, y, w->rows);
+    } else if (k->gemm_f32) {
+        /* Many rows (prefill): the variant's own register-blocked product,
+        ** whatever CPU OpenBLAS would detect (kern.h). */
+        k->gemm_f32(r1 - r0, w->cols, w->f + r0 * w->cols, n, j->x + t0 * w->cols, y, w->rows);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)(r1 - r0), (int)w->cols, 1.0f,
                     j->x + t0 * w->cols, (int)w->cols, w->f + r0 * w->cols, (int)w->cols, 0.0f, y,
@@ -1160,7 +1165,7 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     enum ds_err rc;
     if ((rc = pick_backend(e, o)) != DS_OK) goto fail;
     static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
-    if (e->prec == DS_PRECISION_FP32) pthread_once(&blas_checked, check_blas_core);
+    if (e->prec == DS_PRECISION_FP32 && !e->kern->gemm_f32) pthread_once(&blas_checked, check_blas_core);
     /* CUDA: the CPU side only validates and positions rows (one thread, no
     ** weights, no KV pool). */
     if ((rc = ds_pool_create(e->gpu ? 1 : o->n_threads, &e->pool)) != DS_OK) goto fail;
