@@ -77,6 +77,7 @@ static bool write_conf(struct tb_broker *b)
             "connection_messages true\n",
             b->port, b->o.no_anonymous ? "false" : "true", b->o.max_inflight, b->o.max_queued,
             b->o.persistence ? "true" : "false", b->dir);
+    if (b->o.autosave_s) fprintf(f, "autosave_interval %u\n", b->o.autosave_s);
     /* Run as us (as root, mosquitto would switch to the mosquitto user,
     ** which cannot read the test's key, password and ACL files, nor write
     ** its database into our temp dir). */
@@ -165,6 +166,7 @@ enum ds_err tb_broker_start(const struct tb_broker_opts *o, struct tb_broker **o
     b->o.extra_conf = o ? o->extra_conf : NULL;
     b->o.no_anonymous = o && o->no_anonymous;
     b->o.persistence = o && o->persistence;
+    b->o.autosave_s = o ? o->autosave_s : 0;
     if (!(b->dir = tu_tmpdir())) {
         free(b);
         return DS_ERR_IO;
@@ -199,6 +201,14 @@ void tb_broker_stop(struct tb_broker *b)
         }
         sleep_ms(10);
     }
+    kill(b->pid, SIGKILL);
+    waitpid(b->pid, NULL, 0);
+    b->pid = 0;
+}
+
+void tb_broker_kill(struct tb_broker *b)
+{
+    if (!b || b->pid <= 0) return;
     kill(b->pid, SIGKILL);
     waitpid(b->pid, NULL, 0);
     b->pid = 0;

@@ -25,6 +25,8 @@ struct tb_broker_opts {
                                ** extra_conf); mosquitto then runs as this user */
     bool persistence;          /* persistence true (in its temp dir): persistent sessions and
                                ** their queued messages survive tb_broker_restart */
+    uint32_t autosave_s;       /* autosave_interval (persistence): what a SIGKILL can lose;
+                               ** 0 = mosquitto's default (1800 s) */
 };
 
 /* A loopback port free right now (for extra listeners in extra_conf). */
@@ -44,6 +46,9 @@ void tb_bridge_conf(char *buf, size_t n, uint16_t center_port);
 /* SIGTERM (and SIGCONT, should it be paused), wait up to 5 s, then SIGKILL.
 ** The port and the dir are kept. */
 void tb_broker_stop(struct tb_broker *b);
+/* SIGKILL, and reap it: no saving, no DISCONNECT; what it held in memory
+** since its last autosave is gone. The port and the dir are kept. */
+void tb_broker_kill(struct tb_broker *b);
 /* SIGSTOP: the broker keeps its sockets open but reads and answers nothing
 ** (a hung broker, or a network that stopped delivering); tb_broker_stop
 ** ends it from there. */

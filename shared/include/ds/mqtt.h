@@ -71,6 +71,28 @@
 **      same FIFO, so that publishes keep their order. (Measured: 500 QoS 1
 **      publishes through a window of 20 take ~30 ms; without the limit, not
 **      all had arrived after 10 s.)
+**   3. A QoS>0 publish whose write hits a socket that just died (the broker
+**      killed, a reset) is reported failed (MQTTASYNC_FAILURE) and its topic
+**      and payload are freed, yet Paho 1.3 keeps it in the session's list of
+**      unacknowledged publishes (MQTTAsync_processCommand frees the command
+**      whose buffers MQTTProtocol_storePublication took over; still so in
+**      Paho's master). When the broker resumes the session Paho resends it
+**      from freed memory: the broker disconnects the client for a malformed
+**      packet, on every reconnect, for good; nothing it publishes arrives
+**      again (integration.outage caught it intermittently, the chaos suite
+**      every few kills). The wrapper takes such a failure as a publish lost
+**      with the connection (queued again) and marks the handle poisoned;
+**      before the next connect it abandons that Paho handle (callbacks
+**      detached, never connected or destroyed again: destroying or cleaning
+**      its session would free the buffers a second time), takes back the
+**      publishes it held (queued again as copies: at-least-once) and
+**      connects a new handle with the same client id and Clean Start off, so
+**      the broker's session (subscriptions, queued requests) is kept
+**      (stats.renewed). An abandoned handle stays allocated until the
+**      process exits (a few hundred bytes, plus its copies of what was in
+**      flight). A clean-start client cannot be shielded: by Paho's code, the
+**      disconnect it queues cleans the session and frees those buffers a
+**      second time (read, not observed).
 **   Not designed around: Paho notices that a non-blocking TCP connect has
 **   completed only when its receive thread's poll (1 s timeout) next comes
 **   round, unless other traffic wakes it. The first client of a process
@@ -186,6 +208,8 @@ struct ds_mqtt_stats {
     uint64_t requeued;               /* QoS>0 publishes lost with a connection, queued again */
     uint64_t dropped;                /* best_effort publishes refused while disconnected */
     uint64_t refused;                /* publishes refused because max_queued were waiting */
+    uint64_t renewed;                /* Paho handles replaced after a publish failed mid-write
+                                     ** (pitfall 3) */
     bool     session_present;        /* the last CONNACK resumed a session */
     uint64_t received;
     uint32_t receive_max;            /* the broker's, from the last CONNACK (65535 if absent) */

@@ -300,6 +300,66 @@ static void start_connect(struct ds_mqtt *c)
            c->client_id, c->uri, ds_mqtt__paho_err(rc), (unsigned long long)delay);
 }
 
+/* ---- the Paho handle ---- */
+
+/* A Paho client for c->uri and c->client_id with c's callbacks. */
+static enum ds_err paho_new(struct ds_mqtt *c, MQTTAsync *out)
+{
+    MQTTAsync_createOptions cro = MQTTAsync_createOptions_initializer5;
+    /* Paho refuses publishes beyond this many unsent ones (MQTTASYNC_MAX_BUFFERED_MESSAGES);
+    ** the FIFO then retries them shortly, so QoS 0 bursts are bounded too. */
+    cro.maxBufferedMessages = 4096;
+    int prc = MQTTAsync_createWithOptions(out, c->uri, c->client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL, &cro);
+    if (prc != MQTTASYNC_SUCCESS) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot create a client for %s: %s", c->client_id, c->uri,
+               ds_mqtt__paho_err(prc));
+        return DS_ERR_MQTT;
+    }
+    prc = MQTTAsync_setCallbacks(*out, c, on_connection_lost, ds_mqtt__on_message, NULL);
+    if (prc == MQTTASYNC_SUCCESS) prc = MQTTAsync_setDisconnected(*out, c, on_disconnected);
+    if (prc != MQTTASYNC_SUCCESS) {
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot set callbacks: %s", c->client_id, ds_mqtt__paho_err(prc));
+        MQTTAsync_destroy(out);
+        return DS_ERR_MQTT;
+    }
+    return DS_OK;
+}
+
+/* An abandoned handle's messages (none should come: it never connects again). */
+static int drop_message(void *ctx, char *topic, int topic_len, MQTTAsync_message *m)
+{
+    (void)ctx;
+    (void)topic_len;
+    MQTTAsync_freeMessage(&m);
+    MQTTAsync_free(topic);
+    return 1;
+}
+
+/* Pitfall 3 (worker, c->mu held, state ST_WAITING): replace a handle whose
+** session holds a freed publish. The old one is detached and left alone
+** for good; what it held goes back into the FIFO. */
+static void renew_locked(struct ds_mqtt *c)
+{
+    MQTTAsync fresh = NULL;
+    pthread_mutex_unlock(&c->mu);
+    enum ds_err rc = paho_new(c, &fresh);
+    pthread_mutex_lock(&c->mu);
+    if (rc != DS_OK) return;                    /* logged; tried again before the next attempt */
+    MQTTAsync old = c->h;
+    c->h = fresh;
+    c->poisoned = false;
+    c->st.renewed++;
+    ds_mqtt__reclaim_locked(c);
+    uint32_t held = c->st.queued;
+    pthread_mutex_unlock(&c->mu);
+    /* Not connected, so Paho accepts new callbacks: none of them names c. */
+    MQTTAsync_setCallbacks(old, NULL, NULL, drop_message, NULL);
+    MQTTAsync_setDisconnected(old, NULL, NULL);
+    DS_LOG(DS_LOG_WARN, "mqtt %s: a publish failed as the connection died, and Paho keeps a freed copy of it "
+           "in its session: new Paho handle, %u publishes queued again", c->client_id, held);
+    pthread_mutex_lock(&c->mu);
+}
+
 /* ---- the worker: connects, re-subscribes, sends what callbacks freed room for ---- */
 
 static void *worker_main(void *arg)
@@ -321,6 +381,8 @@ static void *worker_main(void *arg)
             continue;
         }
         if (c->state == ST_WAITING && now >= c->next_attempt_ns) {
+            if (c->poisoned) renew_locked(c);
+            if (c->state != ST_WAITING || c->stop) continue;
             c->state = ST_CONNECTING;
             pthread_mutex_unlock(&c->mu);
             start_connect(c);
@@ -460,6 +522,7 @@ enum ds_err ds_mqtt_create(const char *uri, const char *client_id, const struct 
     rc = DS_ERR_NOMEM;
     if (!ok) goto fail_strings;
     c->pending.next = c->pending.prev = &c->pending;
+    c->abandoned.next = c->abandoned.prev = &c->abandoned;
     c->state = ST_IDLE;
     c->backoff_ms = c->o.reconnect_min_ms;
     c->rng = (ds_now_ns() ^ (uintptr_t)c) | 1;
@@ -473,36 +536,16 @@ enum ds_err ds_mqtt_create(const char *uri, const char *client_id, const struct 
     if (perr != 0) goto fail_strings;
     if (pthread_mutex_init(&c->mu, NULL) != 0) goto fail_mutex;
 
-    MQTTAsync_createOptions cro = MQTTAsync_createOptions_initializer5;
-    /* Paho refuses publishes beyond this many unsent ones (MQTTASYNC_MAX_BUFFERED_MESSAGES);
-    ** the FIFO then retries them shortly, so QoS 0 bursts are bounded too. */
-    cro.maxBufferedMessages = 4096;
-    int prc = MQTTAsync_createWithOptions(&c->h, uri, client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL,
-                                          &cro);
-    if (prc != MQTTASYNC_SUCCESS) {
-        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot create a client for %s: %s", client_id, uri,
-               ds_mqtt__paho_err(prc));
-        rc = DS_ERR_MQTT;
-        goto fail_paho;
-    }
-    prc = MQTTAsync_setCallbacks(c->h, c, on_connection_lost, ds_mqtt__on_message, NULL);
-    if (prc == MQTTASYNC_SUCCESS) prc = MQTTAsync_setDisconnected(c->h, c, on_disconnected);
-    if (prc != MQTTASYNC_SUCCESS) {
-        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot set callbacks: %s", client_id,
-               ds_mqtt__paho_err(prc));
-        rc = DS_ERR_MQTT;
-        goto fail_callbacks;
-    }
+    if ((rc = paho_new(c, &c->h)) != DS_OK) goto fail_paho;
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
         rc = DS_ERR_NOMEM;
-        goto fail_callbacks;
+        MQTTAsync_destroy(&c->h);
+        goto fail_paho;
     }
     c->worker_started = true;
     *out = c;
     return DS_OK;
 
-fail_callbacks:
-    MQTTAsync_destroy(&c->h);
 fail_paho:
     pthread_mutex_destroy(&c->mu);
 fail_mutex:
@@ -611,7 +654,10 @@ static bool disc_finished(const struct ds_mqtt *c) { return c->disc_done; }
 /* Send DISCONNECT if Paho holds a connection, and wait for it (bounded). */
 static void paho_disconnect(struct ds_mqtt *c)
 {
-    if (!MQTTAsync_isConnected(c->h)) return;
+    pthread_mutex_lock(&c->mu);
+    MQTTAsync h = c->h;
+    pthread_mutex_unlock(&c->mu);
+    if (!MQTTAsync_isConnected(h)) return;
     MQTTAsync_disconnectOptions d = MQTTAsync_disconnectOptions_initializer5;
     d.timeout = 0;                               /* the wrapper flushed already */
     d.onSuccess5 = on_disc_done;
@@ -620,7 +666,7 @@ static void paho_disconnect(struct ds_mqtt *c)
     pthread_mutex_lock(&c->mu);
     c->disc_done = false;
     pthread_mutex_unlock(&c->mu);
-    int rc = MQTTAsync_disconnect(c->h, &d);
+    int rc = MQTTAsync_disconnect(h, &d);
     if (rc != MQTTASYNC_SUCCESS) {
         DS_LOG(DS_LOG_WARN, "mqtt %s: disconnect: %s", c->client_id, ds_mqtt__paho_err(rc));
         return;
@@ -670,6 +716,11 @@ void ds_mqtt_destroy(struct ds_mqtt *c)
         struct op *op = c->pending.next;
         ds_mqtt__op_unlink(op);
         free(op);                               /* first member of struct pub / struct subop */
+    }
+    while (c->abandoned.next != &c->abandoned) {   /* ops of abandoned handles (pitfall 3) */
+        struct op *op = c->abandoned.next;
+        ds_mqtt__op_unlink(op);
+        free(op);
     }
     for (size_t i = 0; i < c->n_subs; i++) free(c->subs[i].filter);
     free(c->subs);

@@ -117,6 +117,9 @@ struct ds_mqtt {
     uint64_t             next_seq;
     bool                 disc_done;
     bool                 replay;     /* first connection resumed a session: no SUBACK yet */
+    bool                 poisoned;   /* a QoS>0 publish failed mid-write: Paho's session copy of it
+                                     ** is freed memory (ds/mqtt.h pitfall 3); renew the handle */
+    struct op            abandoned;  /* list sentinel: ops of renewed handles (never called back) */
     struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
 };
 
@@ -166,6 +169,11 @@ enum ds_mqtt__probe ds_mqtt__tls_probe(const struct ds_mqtt *c, const struct ds_
 /* Waits (c->mu held) until pred(c) or timeout_ms; true if pred holds. */
 bool ds_mqtt__wait_for(struct ds_mqtt *c, bool (*pred)(const struct ds_mqtt *),
                        uint32_t timeout_ms);
+
+/* Take back what a handle being abandoned holds (c->mu held): its QoS>0
+** publishes are queued again as copies (the old handle keeps the originals,
+** which wait in c->abandoned until ds_mqtt_destroy). */
+void ds_mqtt__reclaim_locked(struct ds_mqtt *c);
 
 /* mqtt_io.c; c->mu NOT held for the first two (they call Paho). */
 void ds_mqtt__pump(struct ds_mqtt *c);

@@ -70,11 +70,53 @@ static void on_pub_ok(void *ctx, MQTTAsync_successData5 *r)
 
 static void on_pub_fail(void *ctx, MQTTAsync_failureData5 *r)
 {
-    bool lost = r->code == MQTTASYNC_OPERATION_INCOMPLETE || r->code == MQTTASYNC_DISCONNECTED;
+    struct pub *p = ctx;
+    /* MQTTASYNC_FAILURE: the write hit a dying socket (ds/mqtt.h pitfall 3). */
+    bool torn = r->code == MQTTASYNC_FAILURE;
+    if (torn) {
+        pthread_mutex_lock(&p->op.c->mu);
+        p->op.c->poisoned = true;
+        pthread_mutex_unlock(&p->op.c->mu);
+        DS_LOG(DS_LOG_WARN, "mqtt %s: publish to %s failed as the connection died: queued again; the next "
+               "connection uses a new Paho handle", p->op.c->client_id, p->topic);
+    }
+    bool lost = torn || r->code == MQTTASYNC_OPERATION_INCOMPLETE || r->code == MQTTASYNC_DISCONNECTED;
     const char *why = lost ? "connection lost"
                       : r->reasonCode ? MQTTReasonCode_toString(r->reasonCode)
                       : ds_mqtt__paho_err(r->code);
-    pub_done(ctx, false, lost, why);
+    pub_done(p, false, lost, why);
+}
+
+void ds_mqtt__reclaim_locked(struct ds_mqtt *c)
+{
+    while (c->pending.next != &c->pending) {
+        struct op *op = c->pending.next;
+        ds_mqtt__op_unlink(op);
+        if (op->is_pub) {
+            struct pub *p = (struct pub *)op;
+            size_t size = sizeof *p + (size_t)(p->payload - (unsigned char *)p->buf) + p->len;
+            struct pub *copy = malloc(size);
+            if (p->counted) c->st.inflight--;
+            p->counted = false;
+            if (copy) {                         /* the same bytes at the same offsets */
+                memcpy(copy, p, size);
+                copy->topic = copy->buf + (p->topic - p->buf);
+                if (p->rt) copy->rt = copy->buf + (p->rt - p->buf);
+                if (p->corr) copy->corr = (unsigned char *)copy->buf + (p->corr - (unsigned char *)p->buf);
+                copy->payload = (unsigned char *)copy->buf + (p->payload - (unsigned char *)p->buf);
+                copy->op.prev = copy->op.next = &copy->op;
+                requeue_locked(c, copy);
+            } else {
+                c->st.failed++;
+                DS_LOG(DS_LOG_ERROR, "mqtt %s: out of memory taking back a publish to %s: lost", c->client_id,
+                       p->topic);
+            }
+        }
+        op->next = c->abandoned.next;           /* the old handle may still name it */
+        op->prev = &c->abandoned;
+        c->abandoned.next->prev = op;
+        c->abandoned.next = op;
+    }
 }
 
 /* Hand one publish to Paho (c->mu not held). */
@@ -109,7 +151,10 @@ static int send_pub(struct ds_mqtt *c, struct pub *p)
         ro.onFailure5 = on_pub_fail;
         ro.context = p;
     }
-    int rc = MQTTAsync_sendMessage(c->h, p->topic, &m, &ro);   /* copies topic and payload */
+    pthread_mutex_lock(&c->mu);
+    MQTTAsync h = c->h;                         /* renewed by the worker (pitfall 3) */
+    pthread_mutex_unlock(&c->mu);
+    int rc = MQTTAsync_sendMessage(h, p->topic, &m, &ro);   /* copies topic and payload */
     MQTTProperties_free(&m.properties);
     return rc;
 }
@@ -269,13 +314,14 @@ void ds_mqtt__send_subs(struct ds_mqtt *c)
             c->subs[i].refused = false;
         }
     ds_mqtt__op_link(c, &so->op);
+    MQTTAsync h = c->h;
     pthread_mutex_unlock(&c->mu);
 
     MQTTAsync_responseOptions ro = MQTTAsync_responseOptions_initializer;
     ro.onSuccess5 = on_sub_ok;
     ro.onFailure5 = on_sub_fail;
     ro.context = so;
-    int rc = MQTTAsync_subscribeMany(c->h, (int)n, filters, qos, &ro);
+    int rc = MQTTAsync_subscribeMany(h, (int)n, filters, qos, &ro);
     if (rc != MQTTASYNC_SUCCESS) {
         pthread_mutex_lock(&c->mu);
         ds_mqtt__op_unlink(&so->op);
@@ -389,11 +435,12 @@ enum ds_err ds_mqtt_unsubscribe(struct ds_mqtt *c, const char *filter)
         found = true;
     }
     bool connected = c->state == ST_CONNECTED;
+    MQTTAsync h = c->h;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (!found) return DS_ERR_NOT_FOUND;
     if (!connected) return DS_OK;
-    int rc = MQTTAsync_unsubscribe(c->h, filter, NULL);
+    int rc = MQTTAsync_unsubscribe(h, filter, NULL);
     if (rc != MQTTASYNC_SUCCESS && rc != MQTTASYNC_DISCONNECTED) {
         DS_LOG(DS_LOG_ERROR, "mqtt %s: unsubscribe %s: %s", c->client_id, filter,
                ds_mqtt__paho_err(rc));

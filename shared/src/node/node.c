@@ -350,6 +350,7 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(mq, "requeued", (double)ms.requeued);
         cJSON_AddNumberToObject(mq, "dropped", (double)ms.dropped);
         cJSON_AddNumberToObject(mq, "refused", (double)ms.refused);
+        cJSON_AddNumberToObject(mq, "renewed", (double)ms.renewed);
         cJSON_AddNumberToObject(mq, "failed", (double)ms.failed);
     }
     node__rollout_telemetry(a, obj);

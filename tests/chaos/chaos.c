@@ -1,0 +1,466 @@
+/*
+** chaos.c — the chaos suite (README "Chaos suite"): a device sends QoS 1
+** requests while a part of the system is SIGKILLed and restarted at random
+** moments, and every request gets exactly one final or error. Real
+** mosquitto (persistence on, autosave as deploy/mosquitto/edge.conf), the
+** real dspark-edge and dspark-center, the tiny test models.
+**
+**   broker  the edge's mosquitto is killed and restarted;
+**   center  the edge overflows to two centers behind a bridged broker, and
+**           center-0 is killed and restarted while it holds overflow work;
+**   edge    the edge is killed and restarted; the device sends again (same
+**           id, same correlation data) what has no answer once the edge is
+**           back online, as README "Operations" asks devices to do.
+**
+** Usage: chaos_run broker|center|edge [requests [kills [seed]]]
+** (defaults 10000, 20, the time). The device keeps at most WINDOW requests
+** unanswered and, as README "Operations" asks of devices, sends a request
+** again (same id, correlation data and body) when it has no answer after
+** RETRY_S, up to RETRIES times (then it leaves the window, so that lost
+** ones cannot stall it; the edge answers a request once, however often it
+** comes). Kill k comes when a random share of the
+** requests has been sent, plus a random delay, and the part stays down a
+** random while. At the end the device waits until every request is
+** answered, or what is left has used its tries, or nothing has arrived for
+** QUIET_S; checks that the broker acknowledged every publish (ds_mqtt_flush,
+** no failed or refused one) and that no node logged a sanitizer report; and
+** prints one report line. A request without an answer is lost, unless the
+** edge's log says it answered it: then a killed broker dropped the final
+** (counted apart; it fails the center and edge scenarios only). Exit status
+** 0 only when lost = duplicated = 0.
+**
+** Owns: the brokers, the node processes, the device and its tallies.
+** Threads: the main thread sends and reports; a killer thread kills and
+** restarts; Paho's thread counts answers (tally mutex).
+*/
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ds/log.h"
+#include "ds/mqtt.h"
+#include "support/broker.h"
+#include "support/itest.h"
+#include "support/testutil.h"
+
+#define REPLY   "test/reply/chaos"
+#define EDGE    "edge-ch"
+#define WINDOW  32
+#define RETRY_S 15          /* a request unanswered this long is sent again (same id) */
+#define RETRIES 3           /* at most this often; then it leaves the window */
+#define QUIET_S 60
+
+enum scenario { SC_BROKER, SC_CENTER, SC_EDGE };
+static const char *const sc_names[] = { "broker", "center", "edge" };
+
+struct tally {
+    pthread_mutex_t mu;
+    int            *finals, *errors;   /* per request */
+    uint64_t       *sent_ns;           /* last (re)send; 0 = not yet */
+    unsigned char  *tries;             /* sends so far */
+    int             answered;          /* requests with at least one answer */
+    int             chunks, strays;
+    int             by_center;         /* finals served by a center */
+    int             edge_online;       /* "online" statuses of the edge seen */
+    uint64_t        last_ns;           /* last answer's arrival */
+};
+
+static struct {
+    enum scenario     sc;
+    int               n, kills;
+    unsigned          seed;
+    struct tb_broker *edge_b, *center_b;
+    char             *dir;
+    char              edge_conf[4096], bridge[1024];
+    pid_t             edge, center[2];
+    struct ds_mqtt   *dev;
+    struct tally      t;
+    atomic_int        sent;            /* requests sent at least once */
+    int               kill_at[64];     /* request count that triggers kill k */
+    atomic_int        kills_done;
+    atomic_bool       stop;
+    atomic_int        retried;
+} g;
+
+static uint64_t ms_ns(uint64_t ms) { return ms * 1000000ull; }
+
+static unsigned rnd(unsigned *s, unsigned n)
+{
+    *s = *s * 1103515245u + 12345u;
+    return n ? (*s >> 8) % n : 0;
+}
+
+/* ---- the device ---- */
+
+#define HAS(p, n, lit) (memmem((p), (n), (lit), sizeof(lit) - 1) != NULL)
+
+static void on_msg(void *ud, const struct ds_mqtt_msg *m)
+{
+    (void)ud;
+    struct tally *t = &g.t;
+    const char *p = m->payload;
+    if (!strncmp(m->topic, "dspark/v1/status/" EDGE, strlen("dspark/v1/status/" EDGE))) {
+        if (HAS(p, m->len, "\"state\":\"online\"")) {
+            pthread_mutex_lock(&t->mu);
+            t->edge_online++;
+            pthread_mutex_unlock(&t->mu);
+        }
+        return;
+    }
+    if (strcmp(m->topic, REPLY) != 0) return;
+    char corr[32] = "";
+    if (m->correlation.p && m->correlation.n < sizeof corr) memcpy(corr, m->correlation.p, m->correlation.n);
+    char *end = NULL;
+    long i = corr[0] == 'r' ? strtol(corr + 1, &end, 10) : -1;
+    bool fin = HAS(p, m->len, "\"done\":true"), err = HAS(p, m->len, "\"error\":");
+    pthread_mutex_lock(&t->mu);
+    if (i < 0 || i >= g.n || !end || *end) t->strays++;
+    else if (!fin && !err) t->chunks++;
+    else {
+        if (!t->finals[i] && !t->errors[i]) t->answered++;
+        if (err) t->errors[i]++;
+        else t->finals[i]++;
+        t->by_center += fin && HAS(p, m->len, "\"tier\":\"center\"");
+        t->last_ns = ds_now_ns();
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void dev_connect(const char *uri)
+{
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.on_message = on_msg;
+    o.session_expiry_s = 600;              /* what it is sent while the broker is away waits */
+    o.reconnect_max_ms = 2000;
+    if (ds_mqtt_create(uri, "dev-chaos", &o, &g.dev) != DS_OK || ds_mqtt_connect(g.dev) != DS_OK ||
+        ds_mqtt_subscribe(g.dev, REPLY, 1) != DS_OK ||
+        ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1) != DS_OK ||
+        ds_mqtt_wait_connected(g.dev, 20000) != DS_OK || ds_mqtt_wait_subscribed(g.dev, 20000) != DS_OK) {
+        fprintf(stderr, "chaos: the device cannot connect to %s\n", uri);
+        exit(1);
+    }
+}
+
+static const char *const prompts[] = { "Once upon a time", "Lily", "Tim and Sue", "The dog", "Sam had a kite" };
+
+/* Publish request i (again: the same id, correlation data and body). */
+static void send_req(int i)
+{
+    char json[512], id[32], corr[32];
+    snprintf(id, sizeof id, "ch-%d", i);
+    snprintf(corr, sizeof corr, "r%d", i);
+    /* Short answers (1 to 8 tokens), a third of them streamed, every tier. */
+    static const char *const tiers[] = { "high", "normal", "low" };
+    int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"%s\",\"max_tokens\":%d,"
+                     "\"temperature\":0,\"priority\":\"%s\"%s%s}", id, prompts[i % 5], 1 + i % 8, tiers[i % 3],
+                     i % 3 == 1 ? ",\"stream\":true" : "", g.sc == SC_CENTER ? ",\"route\":\"auto\"" : "");
+    struct ds_mqtt_props p = { .response_topic = REPLY, .correlation = corr, .correlation_len = strlen(corr) };
+    pthread_mutex_lock(&g.t.mu);
+    g.t.sent_ns[i] = ds_now_ns();
+    g.t.tries[i]++;
+    pthread_mutex_unlock(&g.t.mu);
+    enum ds_err rc;
+    while ((rc = ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p)) == DS_ERR_BUSY)
+        usleep(10000);                     /* the device's own queue is full: wait, never drop */
+    if (rc != DS_OK) {
+        fprintf(stderr, "chaos: publish %s: %s\n", id, ds_strerror(rc));
+        exit(1);
+    }
+}
+
+static bool unanswered(int i) { return !g.t.finals[i] && !g.t.errors[i]; }
+
+/* Send again what has waited RETRY_S for an answer (tries left); returns
+** how many are still waiting within their tries. */
+static int retry_due(void)
+{
+    uint64_t now = ds_now_ns(), after = ms_ns(RETRY_S * 1000ull);
+    int waiting = 0, sent = atomic_load(&g.sent), n_due = 0, due[64];
+    pthread_mutex_lock(&g.t.mu);
+    for (int i = 0; i < sent; i++) {
+        if (!unanswered(i)) continue;
+        bool late = now - g.t.sent_ns[i] >= after, more = g.t.tries[i] <= RETRIES;
+        if (late && more && n_due < 64) due[n_due++] = i;
+        waiting += more || !late;
+    }
+    pthread_mutex_unlock(&g.t.mu);
+    for (int k = 0; k < n_due; k++) {
+        send_req(due[k]);
+        atomic_fetch_add(&g.retried, 1);
+    }
+    return waiting;
+}
+
+/* ---- the parts ---- */
+
+static pid_t spawn_node(const char *bin, const char *name, const char *conf)
+{
+    pid_t pid = it_spawn(g.dir, bin, name, conf, IT_STDOUT_TOO);
+    if (pid <= 0) {
+        fprintf(stderr, "chaos: cannot start %s\n", bin);
+        exit(1);
+    }
+    return pid;
+}
+
+static void start_edge(void)
+{
+    pthread_mutex_lock(&g.t.mu);
+    int online0 = g.t.edge_online;
+    pthread_mutex_unlock(&g.t.mu);
+    g.edge = spawn_node("edge-agent/dspark-edge", EDGE, g.edge_conf);
+    for (int t = 0; t < 6000; t++) {       /* 60 s: its status says online (subscriptions hold) */
+        pthread_mutex_lock(&g.t.mu);
+        bool up = g.t.edge_online > online0;
+        pthread_mutex_unlock(&g.t.mu);
+        if (up) return;
+        usleep(10000);
+    }
+    fprintf(stderr, "chaos: the edge did not come online within 60 s\n");
+    it_log_tail(g.dir, 30);
+    exit(1);
+}
+
+static void start_center(int i)
+{
+    char conf[2048], name[32];
+    snprintf(name, sizeof name, "center-%d", i);
+    snprintf(conf, sizeof conf, "[node]\nname = %s\nlog_level = info\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
+             "[model stories]\npath = %s\ntokenizer = %s\nbackend = cpu\nthreads = 1\n",
+             name, tb_broker_uri(g.center_b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
+    g.center[i] = spawn_node("center-node/dspark-center", name, conf);
+}
+
+static struct tb_broker *start_broker(const char *extra)
+{
+    /* deploy/mosquitto/edge.conf: persistence, autosave every 60 s, 100 in flight. */
+    struct tb_broker_opts bo = { .persistence = true, .autosave_s = 60, .max_inflight = 100, .extra_conf = extra };
+    struct tb_broker *b = tb_broker_start_or_skip(&bo);
+    if (!b) {
+        fprintf(stderr, "chaos: cannot start mosquitto\n");
+        exit(1);
+    }
+    return b;
+}
+
+static void setup(void)
+{
+    g.dir = tu_tmpdir();
+    if (g.sc == SC_CENTER) {
+        g.center_b = start_broker(NULL);
+        tb_bridge_conf(g.bridge, sizeof g.bridge, tb_broker_port(g.center_b));
+    }
+    g.edge_b = start_broker(g.sc == SC_CENTER ? g.bridge : NULL);
+    dev_connect(tb_broker_uri(g.edge_b));
+    /* Overflow: any queued work sends the next request to a center. */
+    snprintf(g.edge_conf, sizeof g.edge_conf,
+             "[node]\nname = " EDGE "\nlog_level = debug\n[mqtt]\nuri = %s\n[batch]\nmax_active = %d\n"
+             "[sched]\nqueue_high = 1024\nqueue_normal = 1024\nqueue_low = 1024\n%s"
+             "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 256\n",
+             tb_broker_uri(g.edge_b), g.sc == SC_CENTER ? 2 : 8,
+             g.sc == SC_CENTER ? "[overflow]\nbudget_high_ms = 1\nbudget_normal_ms = 1\nbudget_low_ms = 1\n" : "",
+             tu_model("stories260K.gguf"));
+    if (g.sc == SC_CENTER) {
+        start_center(0);
+        start_center(1);
+    }
+    start_edge();
+    for (int i = 0; g.sc == SC_CENTER && i < 2; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "center center-%d is online", i);
+        if (!it_log_wait(g.dir, EDGE, want, 1, 30000)) {
+            fprintf(stderr, "chaos: the edge never saw center-%d\n", i);
+            exit(1);
+        }
+    }
+}
+
+static void teardown(bool keep_logs)
+{
+    if (keep_logs) it_log_tail(g.dir, 40);
+    it_stop(g.edge, SIGKILL, 0);
+    for (int i = 0; i < 2; i++) it_stop(g.center[i], SIGKILL, 0);
+    ds_mqtt_destroy(g.dev);
+    if (keep_logs && g.edge_b) {
+        char *log = tb_broker_log(g.edge_b);
+        if (log) printf("--- edge broker log (tail) ---\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
+        free(log);
+    }
+    tb_broker_destroy(g.edge_b);
+    tb_broker_destroy(g.center_b);
+    tu_rmdir(g.dir);
+}
+
+/* ---- kills ---- */
+
+/* What the device does when the edge is back: send again every request
+** that was sent before and has no answer (the killed edge may have held it). */
+static void retry_unanswered(void)
+{
+    int sent = atomic_load(&g.sent);
+    for (int i = 0; i < sent; i++) {
+        pthread_mutex_lock(&g.t.mu);
+        bool open = unanswered(i);
+        pthread_mutex_unlock(&g.t.mu);
+        if (!open) continue;
+        send_req(i);
+        atomic_fetch_add(&g.retried, 1);
+    }
+}
+
+static void kill_one(unsigned *s)
+{
+    unsigned down_ms = 100 + rnd(s, 1500);
+    switch (g.sc) {
+    case SC_BROKER:
+        tb_broker_kill(g.edge_b);
+        usleep(down_ms * 1000u);
+        if (tb_broker_restart(g.edge_b) != DS_OK) {
+            fprintf(stderr, "chaos: mosquitto did not restart\n");
+            exit(1);
+        }
+        break;
+    case SC_CENTER:
+        it_stop(g.center[0], SIGKILL, 0);
+        usleep(down_ms * 1000u);
+        start_center(0);
+        break;
+    case SC_EDGE:
+        it_stop(g.edge, SIGKILL, 0);
+        usleep(down_ms * 1000u);
+        start_edge();
+        retry_unanswered();
+        break;
+    }
+}
+
+static void *killer(void *arg)
+{
+    (void)arg;
+    unsigned s = g.seed ^ 0x9e3779b9u;
+    for (int k = 0; k < g.kills && !atomic_load(&g.stop); k++) {
+        while (atomic_load(&g.sent) < g.kill_at[k] && !atomic_load(&g.stop)) usleep(1000);
+        usleep(rnd(&s, 300) * 1000u);
+        kill_one(&s);
+        atomic_fetch_add(&g.kills_done, 1);
+    }
+    return NULL;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* ---- the run ---- */
+
+static void wait_answers(void)
+{
+    uint64_t quiet = ms_ns(QUIET_S * 1000ull);
+    for (;;) {
+        pthread_mutex_lock(&g.t.mu);
+        bool all = g.t.answered == g.n;
+        uint64_t last = g.t.last_ns;
+        pthread_mutex_unlock(&g.t.mu);
+        int waiting = retry_due();
+        uint64_t idle = ds_now_ns() - last;
+        /* Done: all answered; or what is left has used its tries; or nothing arrives at all. */
+        if (all || (waiting == 0 && idle > ms_ns(5000)) || idle > quiet) return;
+        usleep(50000);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 5) {
+        fprintf(stderr, "usage: %s broker|center|edge [requests [kills [seed]]]\n", argv[0]);
+        return 2;
+    }
+    g.sc = !strcmp(argv[1], "broker") ? SC_BROKER : !strcmp(argv[1], "center") ? SC_CENTER
+           : !strcmp(argv[1], "edge") ? SC_EDGE : (enum scenario)-1;
+    g.n = argc > 2 ? atoi(argv[2]) : 10000;
+    g.kills = argc > 3 ? atoi(argv[3]) : 20;
+    g.seed = argc > 4 ? (unsigned)strtoul(argv[4], NULL, 10) : (unsigned)time(NULL);
+    if ((int)g.sc < 0 || g.n < 10 || g.n > 1000000 || g.kills < 0 || g.kills > 64) {
+        fprintf(stderr, "chaos: bad arguments (requests 10..1000000, kills 0..64)\n");
+        return 2;
+    }
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&g.t.mu, NULL);
+    g.t.finals = calloc((size_t)g.n, sizeof *g.t.finals);
+    g.t.errors = calloc((size_t)g.n, sizeof *g.t.errors);
+    g.t.sent_ns = calloc((size_t)g.n, sizeof *g.t.sent_ns);
+    g.t.tries = calloc((size_t)g.n, 1);
+    if (!g.t.finals || !g.t.errors || !g.t.sent_ns || !g.t.tries) return 1;
+    unsigned s = g.seed;
+    for (int k = 0; k < g.kills; k++) g.kill_at[k] = g.n / 20 + (int)rnd(&s, (unsigned)(g.n * 9 / 10));
+    qsort(g.kill_at, (size_t)g.kills, sizeof g.kill_at[0], cmp_int);
+    printf("chaos %s: %d requests, %d kills, seed %u\n", sc_names[g.sc], g.n, g.kills, g.seed);
+    fflush(stdout);
+
+    setup();
+    uint64_t t0 = ds_now_ns();
+    g.t.last_ns = t0;
+    pthread_t kt;
+    if (pthread_create(&kt, NULL, killer, NULL) != 0) return 1;
+    for (int i = 0; i < g.n; i++) {
+        while (retry_due() >= WINDOW) usleep(2000);
+        send_req(i);
+        atomic_store(&g.sent, i + 1);
+    }
+    pthread_join(kt, NULL);                /* every kill done, the part restarted */
+    pthread_mutex_lock(&g.t.mu);
+    g.t.last_ns = ds_now_ns();
+    pthread_mutex_unlock(&g.t.mu);
+    wait_answers();
+    struct ds_mqtt_stats ms;
+    enum ds_err flushed = ds_mqtt_flush(g.dev, 30000);
+    ds_mqtt_stats(g.dev, &ms);
+    usleep(500000);                        /* a late copy would be counted */
+    double secs = (double)(ds_now_ns() - t0) / 1e9;
+
+    int finals = 0, errors = 0, lost = 0, dup = 0, shown = 0, dropped = 0;
+    for (int i = 0; i < g.n; i++) {
+        pthread_mutex_lock(&g.t.mu);
+        int a = g.t.finals[i] + g.t.errors[i];
+        finals += g.t.finals[i] > 0 && !g.t.errors[i];
+        errors += g.t.errors[i] > 0;
+        dup += a > 1;
+        pthread_mutex_unlock(&g.t.mu);
+        if (a == 1) continue;
+        /* Lost after the edge answered it: the broker dropped the final. */
+        char said[64];
+        snprintf(said, sizeof said, "request ch-%d: answered", i);
+        bool answered = a == 0 && it_log_count(g.dir, EDGE, said) > 0;
+        lost += a == 0 && !answered;
+        dropped += answered;
+        if (shown++ < 10)
+            printf("  ch-%d: %d finals, %d errors%s\n", i, g.t.finals[i], g.t.errors[i],
+                   answered ? " (the edge answered it)" : "");
+    }
+    pthread_mutex_lock(&g.t.mu);
+    int chunks = g.t.chunks, strays = g.t.strays, by_center = g.t.by_center;
+    pthread_mutex_unlock(&g.t.mu);
+    /* ds/mqtt.h pitfall 3 met and survived; any sanitizer report of a node. */
+    int renewed = it_log_count(g.dir, EDGE, "new Paho handle"), reports = 0;
+    static const char *const logs[] = { EDGE, "center-0", "center-1" };
+    for (int k = 0; k < 3; k++)
+        reports += it_log_count(g.dir, logs[k], "ERROR: AddressSanitizer") + it_log_count(g.dir, logs[k], "runtime error:");
+    bool acked = flushed == DS_OK && ms.failed == 0 && ms.refused == 0;
+    printf("chaos %s: requests %d, kills %d, acknowledged %s, finals %d (%d by a center), errors %d, lost %d, "
+           "duplicated %d, finals the broker dropped %d, retried %d, chunks %d, strays %d, device requeued %llu, "
+           "edge Paho handles renewed %d, sanitizer reports %d, %.1f s\n", sc_names[g.sc], g.n,
+           atomic_load(&g.kills_done), acked ? "all" : "NOT ALL", finals, by_center, errors, lost, dup, dropped,
+           atomic_load(&g.retried), chunks, strays, (unsigned long long)ms.requeued, renewed, reports, secs);
+    /* A final the edge sent that a killed broker dropped (it had not saved the
+    ** device's session, README "Chaos suite") is the broker's loss: counted and
+    ** reported, and fails only the scenarios where no broker dies. */
+    bool ok = acked && lost == 0 && dup == 0 && strays == 0 && reports == 0 && (g.sc == SC_BROKER || dropped == 0);
+    teardown(!ok);
+    return ok ? 0 : 1;
+}
