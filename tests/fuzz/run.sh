@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf tok_load manifest dist request alert ini control edge spec)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf tok_load manifest dist request alert ini control edge spec intake)
 bdir=${DS_FUZZ_BUILD:-build-fuzz}
 if [ ! -f "$bdir/CMakeCache.txt" ]; then
   cmake -S . -B "$bdir" -DCMAKE_C_COMPILER=clang -DDS_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
