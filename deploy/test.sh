@@ -4,8 +4,8 @@
 # runs the whole ctest suite on both, then builds the daemons with
 # ThreadSanitizer and runs the integration tests that drive the node's
 # threads (Paho callbacks, the engine loop, outages and reconnects, overflow
-# to centers, version loads and hot swaps, the model fetcher) with any
-# report failing the run. Exit status 0 only if
+# to centers, version loads and hot swaps, the model fetcher, speculation
+# across nodes) with any report failing the run. Exit status 0 only if
 # everything passed.
 #
 # Environment: DS_TEST_JOBS (parallel build jobs, default: CPUs),
@@ -45,13 +45,13 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   # exit 66), so a daemon's report fails the run even when its test does
   # not look at how it exited.
   echo "== ThreadSanitizer build (clang, Debug): the node's threads =="
-  tsan_tests="integration.(mqtt|outage|center|overflow|rollout|dist)"
+  tsan_tests="integration.(mqtt|outage|center|overflow|rollout|dist|specnet)"
   t0=$(date +%s)
   cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
         -DDS_SANITIZE_THREAD=ON -DDS_FATAL_WARNINGS=ON >/dev/null
   cmake --build build-tsan -j "$jobs" --target dspark dspark-edge dspark-center test_integration_mqtt \
         test_integration_outage test_integration_center test_integration_overflow test_integration_rollout \
-        test_integration_dist
+        test_integration_dist test_integration_specnet
   rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan
   tsan_rc=0
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$PWD/build-tsan/tsan/report" \
