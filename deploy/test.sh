@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # test.sh — set up and run every test: installs the Debian packages dspark
 # needs, builds twice (Release with -Werror; clang Debug with ASan+UBSan) and
-# runs the whole ctest suite on both. Exit status 0 only if everything passed.
+# runs the whole ctest suite on both, then builds the daemons with
+# ThreadSanitizer and runs the integration tests that drive the node's
+# threads (Paho callbacks, the engine loop, outages and reconnects, overflow
+# to centers, version loads and hot swaps, the model fetcher, speculation
+# across nodes) with any report failing the run. Exit status 0 only if
+# everything passed.
 #
 # Then the kernels alone, cross-built for arm64 and run under qemu-user
 # (tests/cross): the NEON variants against the scalar reference.
 #
 # Environment: DS_TEST_JOBS (parallel build jobs, default: CPUs),
-#              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan pass (local use),
+#              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan and TSan passes
+#              (local use),
 #              DS_SKIP_ARM64=1 to skip the arm64 kernels (local use),
 #              DS_SKIP_CHAOS=1 to leave out the chaos suite (ctest label chaos,
 #              ~35 s Release, ~2.5 min ASan; tests/chaos/run.sh runs it full size).
@@ -40,6 +46,31 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -LE "nosan${skip:+|$skip}"
+
+  # The TSan subset (README "ThreadSanitizer"), sized to CI's time. Every
+  # process (tests, daemons, CLI) writes its reports to build-tsan/tsan/
+  # (log_path, inherited by children) and stops at its first (halt_on_error,
+  # exit 66), so a daemon's report fails the run even when its test does
+  # not look at how it exited.
+  echo "== ThreadSanitizer build (clang, Debug): the node's threads =="
+  tsan_tests="integration.(mqtt|outage|center|overflow|rollout|dist|specnet)"
+  t0=$(date +%s)
+  cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+        -DDS_SANITIZE_THREAD=ON -DDS_FATAL_WARNINGS=ON >/dev/null
+  cmake --build build-tsan -j "$jobs" --target dspark dspark-edge dspark-center test_integration_mqtt \
+        test_integration_outage test_integration_center test_integration_overflow test_integration_rollout \
+        test_integration_dist test_integration_specnet
+  rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan
+  tsan_rc=0
+  TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$PWD/build-tsan/tsan/report" \
+    ctest --test-dir build-tsan --output-on-failure -R "^${tsan_tests}\$" || tsan_rc=1
+  echo "test.sh: TSan pass (build + tests) took $(( $(date +%s) - t0 )) s"
+  if compgen -G "build-tsan/tsan/report.*" >/dev/null; then
+    cat build-tsan/tsan/report.*
+    echo "test.sh: ThreadSanitizer reported (above; build-tsan/tsan/)" >&2
+    tsan_rc=1
+  fi
+  [ "$tsan_rc" = 0 ]
 fi
 if [ "${DS_SKIP_ARM64:-0}" != 1 ]; then
   echo "== arm64 kernels (aarch64-linux-gnu-gcc, qemu-user) =="

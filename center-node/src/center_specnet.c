@@ -307,8 +307,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
     struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
     cJSON *j = m->len <= a->cfg->max_payload ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "session");
-    const char *sid = cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX ? s->valuestring : NULL;
+    const char *sid = specnet__sid(j);
     bool on_session = !strcmp(m->topic, n->session_topic);
     if (on_session && sid && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "close"))) {
         struct spn_session *ss = session_find(n, sid);
@@ -343,9 +342,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
                          "session: unknown here (expired, closed or never opened): open a new one");
         } else if (strcmp(m->reply, ss->owner) != 0) {
             center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
-        } else if (!specnet__get_uint(j, "pos", UINT32_MAX - 1, &pos) ||
-                   !specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size, draft, &k) ||
-                   !cJSON_GetObjectItemCaseSensitive(j, "draft")) {
+        } else if (!specnet__round_read(j, ds_engine_config(ss->ver->eng)->vocab_size, &pos, draft, &k)) {
             center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "round: want {\"session\", \"pos\": integer, \"draft\": [at most %u token ids below %u]}",
                          DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);

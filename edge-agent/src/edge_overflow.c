@@ -32,11 +32,11 @@
 
 #include "ds/log.h"
 #include "edge.h"
+#include "edge_wire.h"
 
 #define MAX_CENTERS 32
 #define MAX_PENDING 4096
 #define RELAY_MAX   (1u << 20)      /* largest relay message forwarded (a final with its text) */
-#define TOPIC_STATUS "dspark/v1/status/"
 
 /* A center seen online. Offline ones leave the table at once; when it is
 ** full, the one seen longest ago that never took a request of ours makes
@@ -143,28 +143,14 @@ static unsigned pending(struct ds_node *a, void *st)
 static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_overflow *o = st;
-    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
-    const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
-    const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
-    if (!cJSON_IsString(node) || !cJSON_IsString(role) || !cJSON_IsString(state) ||
-        strcmp(role->valuestring, "center") != 0 || strlen(node->valuestring) >= 64) {
-        cJSON_Delete(j);
-        return true;
-    }
-    /* A status speaks only for the node of its own topic. */
-    if (strncmp(msg->topic, TOPIC_STATUS, strlen(TOPIC_STATUS)) != 0 ||
-        strcmp(msg->topic + strlen(TOPIC_STATUS), node->valuestring) != 0) {
-        DS_LOG(DS_LOG_WARN, "status on %s names node %.64s: ignored", msg->topic, node->valuestring);
-        cJSON_Delete(j);
-        return true;
-    }
-    bool online = strcmp(state->valuestring, "online") == 0;
+    char name[EDGE_CENTER_NAME_MAX];
+    bool online;
+    if (!edge__status_decode(msg->topic, msg->payload, msg->len, name, &online)) return true;
     uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
     struct center *c = NULL;
     for (unsigned i = 0; i < o->n_centers && !c; i++)
-        if (!strcmp(o->centers[i].name, node->valuestring)) c = &o->centers[i];
+        if (!strcmp(o->centers[i].name, name)) c = &o->centers[i];
     if (!c && online) {
         if (o->n_centers == MAX_CENTERS) {              /* full: the stalest stranger goes */
             unsigned v = 0;
@@ -173,16 +159,16 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
                 if (a_->proven < b_->proven || (a_->proven == b_->proven && a_->seen_ns < b_->seen_ns)) v = i;
             }
             DS_LOG(DS_LOG_WARN, "center table full (%u): %s, seen longest ago, makes room for %s", MAX_CENTERS,
-                   o->centers[v].name, node->valuestring);
+                   o->centers[v].name, name);
             o->centers[v] = o->centers[--o->n_centers];
         }
         c = &o->centers[o->n_centers++];
         memset(c, 0, sizeof *c);
-        snprintf(c->name, sizeof c->name, "%s", node->valuestring);
+        snprintf(c->name, sizeof c->name, "%s", name);
     }
     if (c) {
         if (c->online != online)
-            DS_LOG(online ? DS_LOG_INFO : DS_LOG_WARN, "center %s is %s", c->name, state->valuestring);
+            DS_LOG(online ? DS_LOG_INFO : DS_LOG_WARN, "center %s is %s", c->name, online ? "online" : "offline");
         c->online = online;
         c->seen_ns = now;
         if (!online) {
@@ -192,45 +178,8 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         }
     }
     pthread_mutex_unlock(&o->mu);
-    cJSON_Delete(j);
     ds_sched_wake(a->sched);
     return true;
-}
-
-/* What a relay message is, once checked against the wire contract. */
-enum relay_kind { RELAY_BAD, RELAY_ACCEPT, RELAY_CHUNK, RELAY_LAST, RELAY_ERROR };
-
-/* Classify j (a relay message for request id): {"v":1,"id","accepted_by"},
-** a chunk, a final or an error of the schema; RELAY_BAD for anything else.
-** *by: the accepting center, or the final's served_by.node (NULL if none). */
-static enum relay_kind relay_kind(const cJSON *j, const char *id, const char **by)
-{
-    *by = NULL;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v"), *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
-    if (!cJSON_IsObject(j) || !cJSON_IsNumber(v) || v->valuedouble != 1 || !cJSON_IsString(jid) ||
-        strcmp(jid->valuestring, id) != 0)
-        return RELAY_BAD;
-    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "accepted_by");
-    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(j, "delta"), *idx = cJSON_GetObjectItemCaseSensitive(j, "index");
-    const cJSON *done = cJSON_GetObjectItemCaseSensitive(j, "done"), *text = cJSON_GetObjectItemCaseSensitive(j, "text");
-    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "served_by");
-    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (cJSON_IsString(acc) && *acc->valuestring && strlen(acc->valuestring) < 64 && !delta && !done && !err) {
-        *by = acc->valuestring;
-        return RELAY_ACCEPT;
-    }
-    if (cJSON_IsString(delta) && cJSON_IsNumber(idx) && idx->valuedouble >= 0 && !done && !err && !acc)
-        return RELAY_CHUNK;
-    if (cJSON_IsTrue(done) && cJSON_IsString(text) && cJSON_IsObject(sb) && !err && !acc) {
-        const cJSON *node = cJSON_GetObjectItemCaseSensitive(sb, "node");
-        if (!cJSON_IsString(node)) return RELAY_BAD;
-        *by = node->valuestring;
-        return RELAY_LAST;
-    }
-    if (cJSON_IsObject(err) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "code")) && !done && !acc &&
-        !delta)
-        return RELAY_ERROR;
-    return RELAY_BAD;
 }
 
 /* A center's message about one of our requests: record or forward it.
@@ -241,13 +190,8 @@ static enum relay_kind relay_kind(const cJSON *j, const char *id, const char **b
 static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_overflow *o = st;
-    char key[24];
-    if (!msg->correlation.p || msg->correlation.n == 0 || msg->correlation.n >= sizeof key) return true;
-    memcpy(key, msg->correlation.p, msg->correlation.n);
-    key[msg->correlation.n] = '\0';
-    char *kend;
-    unsigned long long k = strtoull(key, &kend, 10);
-    if (*kend || kend == key) return true;     /* not one of ours (speculation uses "spec/...") */
+    unsigned long long k;
+    if (!edge__relay_key(msg->correlation.p, msg->correlation.n, &k)) return true;   /* not one of ours */
     if (msg->len > RELAY_MAX) {
         DS_LOG(DS_LOG_WARN, "relay message of %zu bytes (at most %u): dropped", msg->len, RELAY_MAX);
         return true;
@@ -264,7 +208,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     struct node_req *r = p->r;
     const char *by;
-    enum relay_kind kind = relay_kind(j, r->req.id, &by);
+    enum relay_kind kind = edge__relay_kind(j, r->req.id, &by);
     if (kind == RELAY_ERROR && !p->center[0]) {
         /* A refusal before any center took it (or a stranger's error): not
         ** forwarded; the engine loop serves the request here instead. */

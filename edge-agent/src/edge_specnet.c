@@ -388,33 +388,27 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
 {
     struct spn_req *s = r->role;
     cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
-    const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
-    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
-    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(j, "precision");
-    uint32_t pos, acc, tok, vocab = ds_engine_config(r->v->eng)->vocab_size;
+    struct spn_verdict v;
+    specnet__verdict_read(j, s->k, ds_engine_config(r->v->eng)->vocab_size, &v);
+    uint32_t acc = v.accepted, tok = v.token;
     int rc = -1;
-    if (!cJSON_IsString(node) || strlen(node->valuestring) >= sizeof s->center) {
+    if (!v.node) {
         snprintf(why, why_len, "malformed verdict (no node)");
-    } else if (s->center[0] && strcmp(node->valuestring, s->center)) {
-        if (!err) edge_send_close(a, node->valuestring, s->sid);      /* took a repeated open */
+    } else if (s->center[0] && strcmp(v.node, s->center)) {
+        if (!v.error) edge_send_close(a, v.node, s->sid);              /* took a repeated open */
         rc = 0;
-    } else if (err) {
-        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
-        snprintf(why, why_len, "center %s refused: %s", node->valuestring,
-                 cJSON_IsString(msg) ? msg->valuestring : "(no message)");
-    } else if (!specnet__get_uint(j, "pos", UINT32_MAX - 1, &pos) || pos != s->pos) {
+    } else if (v.error) {
+        snprintf(why, why_len, "center %s refused: %s", v.node, v.message ? v.message : "(no message)");
+    } else if (!v.has_pos || v.pos != s->pos) {
         rc = 0;                                                        /* a stale repeat */
-    } else if (!specnet__get_uint(j, "accepted", s->k, &acc) || !specnet__get_uint(j, "token", vocab - 1, &tok)) {
-        snprintf(why, why_len, "center %s: verdict out of range (accepted <= %u, token < %u)", node->valuestring,
-                 s->k, vocab);
+    } else if (!v.in_range) {
+        snprintf(why, why_len, "center %s: verdict out of range (accepted <= %u, token < %u)", v.node, s->k,
+                 ds_engine_config(r->v->eng)->vocab_size);
     } else {
         if (!s->center[0]) {
-            snprintf(s->center, sizeof s->center, "%s", node->valuestring);
-            snprintf(s->version, sizeof s->version, "%s", cJSON_IsString(ver) ? ver->valuestring : "?");
-            const char *p = cJSON_IsString(prec) ? prec->valuestring : "";
-            snprintf(s->precision, sizeof s->precision, "%s",
-                     !strcmp(p, "fp16") || !strcmp(p, "int8") ? p : "fp32");
+            snprintf(s->center, sizeof s->center, "%s", v.node);
+            snprintf(s->version, sizeof s->version, "%s", v.version ? v.version : "?");
+            snprintf(s->precision, sizeof s->precision, "%s", v.precision);
         }
         uint64_t now = ds_now_ns();
         s->round_ns += now - s->sent_ns;

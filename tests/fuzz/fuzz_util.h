@@ -1,7 +1,8 @@
 /*
 ** fuzz_util.h — what the fuzz targets share: a log sink that drops every
 ** line, the input as a file (a memfd) for loaders that take a path, and
-** the fixed keys of the manifest target.
+** the fixed keys of the manifest and control targets, and the fixed clock
+** of the control target.
 */
 #ifndef DS_FUZZ_UTIL_H
 #define DS_FUZZ_UTIL_H
@@ -16,6 +17,9 @@
 
 #include "ds/keys.h"
 #include "ds/log.h"
+
+/* fuzz_control's "now" (2026-01-01 00:00 UTC, Unix ms): its seeds are signed at it. */
+#define FUZZ_NOW_MS 1767225600000ull
 
 static inline void fuzz_quiet(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
 {

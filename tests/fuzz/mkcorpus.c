@@ -1,7 +1,8 @@
 /*
 ** mkcorpus.c — writes the seed corpora of the fuzz targets: tiny GGUF models
 ** (mkmodel and the GGUF writer), a tiny llama2.c checkpoint, cut-down real
-** files, small tokenizer.bin files, and manifests of small bundles. The seeds are committed under
+** files, small tokenizer.bin files, manifests of small bundles and signed
+** control messages. The seeds are committed under
 ** tests/fuzz/corpus/; rerun this after a format change:
 **
 **   cmake --build build --target fuzz_mkcorpus
@@ -253,6 +254,42 @@ static int manifest_seeds(const char *dir)
     return rc;
 }
 
+/* fuzz_control seeds: control bodies signed at FUZZ_NOW_MS with the fixed
+** signer, as wire bytes (mode 0/2) and as bodies (mode 1/3); bit 1: sent to
+** edge-1's own topic. Some are refused (expired, another node, no pct). */
+static int control_seeds(const char *dir)
+{
+    struct ds_key signer, node;
+    if (fuzz_keys(&signer, &node) != 0) return 1;
+    static const struct { const char *name, *cmd, *target, *extra; long long age_ms; } t[] = {
+        { "promote", "promote", "edge-1", "", 0 },
+        { "canary", "canary", "all", ",\"pct\":25", 1000 },
+        { "shadow", "shadow", "edge-1", "", -2000 },
+        { "rollback", "rollback", "all", "", 0 },
+        { "expired", "rollback", "all", "", 3600000 },
+        { "canary-no-pct", "canary", "edge-1", "", 0 },
+        { "other-node", "promote", "edge-2", "", 0 },
+    };
+    int rc = 0;
+    for (size_t i = 0; i < DS_ARRAY_LEN(t); i++) {
+        char body[512], name[64];
+        int n = snprintf(body, sizeof body, "{\"v\":1,\"type\":\"control\",\"cmd\":\"%s\",\"model\":\"stories15M\","
+                         "\"version\":\"1.2.0\",\"node\":\"%s\",\"seq\":%zu,\"ts\":%lld%s}",
+                         t[i].cmd, t[i].target, i + 1, (long long)FUZZ_NOW_MS - t[i].age_ms, t[i].extra);
+        uint8_t mode = strcmp(t[i].target, "edge-1") ? 0 : 2;
+        char *wire;
+        size_t len;
+        if (ds_envelope_sign(&signer, DS_SIG_CTX_CONTROL, body, (size_t)n, &wire, &len) != DS_OK) return 1;
+        snprintf(name, sizeof name, "wire-%s", t[i].name);
+        rc |= write_bytes(dir, name, &mode, 1, wire, len);
+        mode |= 1;
+        snprintf(name, sizeof name, "body-%s", t[i].name);
+        rc |= write_bytes(dir, name, &mode, 1, body, (size_t)n);
+        free(wire);
+    }
+    return rc;
+}
+
 /* One tensor of each block type dspark reads, one or two rows of whole
 ** blocks with finite scales: the parser's sizes for every type. */
 static int quant_types(const char *dir)
@@ -311,5 +348,7 @@ int main(int argc, char **argv)
     rc |= bpe_seed(dir);
     snprintf(dir, sizeof dir, "%s/fuzz_manifest", argv[2]);
     rc |= manifest_seeds(dir);
+    snprintf(dir, sizeof dir, "%s/fuzz_control", argv[2]);
+    rc |= control_seeds(dir);
     return rc;
 }

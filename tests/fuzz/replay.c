@@ -19,6 +19,10 @@ int ds_fuzz_dist_one(const uint8_t *data, size_t size);
 int ds_fuzz_request_one(const uint8_t *data, size_t size);
 int ds_fuzz_alert_one(const uint8_t *data, size_t size);
 int ds_fuzz_ini_one(const uint8_t *data, size_t size);
+int ds_fuzz_control_one(const uint8_t *data, size_t size);
+int ds_fuzz_edge_one(const uint8_t *data, size_t size);
+int ds_fuzz_spec_one(const uint8_t *data, size_t size);
+int ds_fuzz_intake_one(const uint8_t *data, size_t size);
 
 static const struct {
     const char *name;
@@ -31,6 +35,10 @@ static const struct {
     { "fuzz_request", ds_fuzz_request_one },
     { "fuzz_alert", ds_fuzz_alert_one },
     { "fuzz_ini", ds_fuzz_ini_one },
+    { "fuzz_control", ds_fuzz_control_one },
+    { "fuzz_edge", ds_fuzz_edge_one },
+    { "fuzz_spec", ds_fuzz_spec_one },
+    { "fuzz_intake", ds_fuzz_intake_one },
 };
 
 /* OWNED contents of path in a buffer of exactly its size (so ASan sees any

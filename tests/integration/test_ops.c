@@ -27,6 +27,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,10 +230,12 @@ static void out_dir(const char *mode)
 
 /* ---- dashboard ---- */
 
-/* Requests sent by the load thread while the page watches. */
+/* Requests sent by the load thread while the page watches. stop is set by
+** the main thread while the load thread reads it (atomic: ThreadSanitizer
+** rightly reported the volatile int it was); sent is read after the join. */
 static struct {
     pthread_t        th;
-    volatile int     stop;
+    atomic_int       stop;
     int              sent;
 } load;
 
@@ -240,7 +243,7 @@ static void *load_main(void *ud)
 {
     (void)ud;
     char id[32], json[256];
-    while (!load.stop) {
+    while (!atomic_load(&load.stop)) {
         snprintf(id, sizeof id, "load-%d", load.sent);
         int n = snprintf(json, sizeof json,
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":8,\"route\":\"%s\"}",
@@ -339,10 +342,10 @@ static int test_dashboard(void)
     while (fgets(line, sizeof line, p)) {
         fputs(line, stderr);
         if (!strncmp(line, "READY", 5)) {
-            load.stop = 0;
+            atomic_store(&load.stop, 0);
             if (pthread_create(&load.th, NULL, load_main, NULL) != 0) FAIL("thread");
         } else if (!strncmp(line, "RATES", 5)) {
-            load.stop = 1;
+            atomic_store(&load.stop, 1);
             pthread_join(load.th, NULL);
             char id[32];
             for (int i = 0; i < load.sent; i++) {

@@ -11,10 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "ds/log.h"
-#include "ds/utf8.h"
+#include "intake_wire.h"
 #include "node_internal.h"
 
 /* ---- routes ---- */
@@ -85,11 +83,6 @@ struct node_model *node__find_model(struct ds_node *a, const char *name, size_t 
     return NULL;
 }
 
-bool node__topic_ok(const char *t)
-{
-    return t && *t && !strpbrk(t, "+#") && t[0] != '$';
-}
-
 uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s, uint32_t deadline_ms)
 {
     uint64_t d = has_expiry ? now_ns + (uint64_t)expiry_s * 1000000000ull : 0;
@@ -115,23 +108,6 @@ static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t no
         if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
     }
     return budget_ms > 0.0 && finish_ms > budget_ms;
-}
-
-/* A request that failed to decode may still say where to answer: an MQTT
-** 3.1.1 device has no Response Topic, only the reply_to field. A usable one
-** (valid UTF-8, within the topic limit, no wildcard, not a $ topic) gets the
-** error; OWNED copy, or NULL. */
-static char *salvage_reply_to(const struct ds_node *a, const struct ds_mqtt_msg *msg)
-{
-    if (msg->len > a->limits.max_payload) return NULL;
-    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
-    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(j, "reply_to");
-    char *out = NULL;
-    if (cJSON_IsString(rt) && strlen(rt->valuestring) <= a->limits.max_topic &&
-        ds_utf8_valid(rt->valuestring, strlen(rt->valuestring), NULL) && node__topic_ok(rt->valuestring))
-        out = strdup(rt->valuestring);
-    cJSON_Delete(j);
-    return out;
 }
 
 /* "model: x is not served by this node; it serves a, b" into buf. */
@@ -161,7 +137,8 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     else if (rc == DS_OK && r->req.reply_to)
         r->reply = strdup(r->req.reply_to);
     else if (rc != DS_OK)
-        r->reply = salvage_reply_to(a, msg);
+        r->reply = node__reply_to_salvage(msg->payload, msg->len, a->limits.max_payload,
+                                          a->limits.max_topic);
     if (msg->correlation.p && msg->correlation.n) {
         r->corr = malloc(msg->correlation.n);
         if (r->corr) memcpy(r->corr, msg->correlation.p, msg->correlation.n);
@@ -303,15 +280,12 @@ bool node__enqueue(struct ds_node *a, struct node_req *r)
 static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
     (void)st;
-    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
-    const char *owner = msg->topic + strlen(TOPIC_CANCEL);
-    size_t owner_len = strcspn(owner, "/");
-    struct node_cancel *c = NULL;
-    if (cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES &&
-        owner_len < sizeof c->owner && (c = calloc(1, sizeof *c))) {
-        memcpy(c->id, id->valuestring, strlen(id->valuestring) + 1);
-        memcpy(c->owner, owner, owner_len);
+    struct node_cancel *c = calloc(1, sizeof *c);
+    if (c && !node__cancel_decode(msg->topic + strlen(TOPIC_CANCEL), msg->payload, msg->len, c)) {
+        free(c);
+        c = NULL;
+    }
+    if (c) {
         pthread_mutex_lock(&a->cancel_mu);
         if (a->n_cancels == MAX_CANCELS) {           /* forget the oldest */
             free(a->cancels[0]);
@@ -325,7 +299,6 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
     } else {
         DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on dspark/v1/cancel/<sender>/...", msg->topic);
     }
-    cJSON_Delete(j);
     return true;
 }
 

@@ -42,6 +42,7 @@
 #include "ds/keys.h"
 #include "ds/log.h"
 #include "ds/registry.h"
+#include "control_wire.h"
 #include "node_internal.h"
 
 #define MAX_SIGNERS 8
@@ -50,8 +51,6 @@
 #define QUEUE_MAX   64u                 /* verified commands waiting for the engine loop */
 #define DOOR_NS     1000000000ull       /* refusals at the door: reported at most once a second */
 
-enum cmd_op { OP_PROMOTE, OP_CANARY, OP_SHADOW, OP_ROLLBACK, OP_COUNT };
-static const char *const op_names[OP_COUNT] = { "promote", "canary", "shadow", "rollback" };
 
 /* One control message on its way to the engine loop, or an automatic rollback. */
 struct node_cmd {
@@ -163,7 +162,7 @@ static void log_record(struct node_rollout *ro, const struct node_cmd *c, bool a
     bool parsed = c->parsed || c->automatic;
     struct ds_reg_control e = {
         .signer = c->automatic ? "node" : c->signer, .seq = c->seq, .has_seq = parsed && !c->automatic,
-        .parsed = parsed, .target = c->target, .cmd = parsed ? op_names[c->op] : NULL,
+        .parsed = parsed, .target = c->target, .cmd = parsed ? node__cmd_op_name(c->op) : NULL,
         .model = c->model, .version = c->version, .pct = c->pct, .accepted = accepted, .reason = reason,
     };
     if (ds_reg_control_log(ro->reg, &e) != DS_OK) DS_LOG(DS_LOG_WARN, "registry: control log not written");
@@ -320,55 +319,17 @@ static void *load_worker(void *p)
 
 /* ---- commands ---- */
 
+/* c's body decoded into c (control_wire.h); false with why when refused. */
 static bool parse_body(struct node_cmd *c, const char *node, uint32_t max_age_s, char *why)
 {
-    cJSON *j = cJSON_Parse(c->body);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type"), *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmd"),
-                *model = cJSON_GetObjectItemCaseSensitive(j, "model"),
-                *ver = cJSON_GetObjectItemCaseSensitive(j, "version"), *pct = cJSON_GetObjectItemCaseSensitive(j, "pct"),
-                *tgt = cJSON_GetObjectItemCaseSensitive(j, "node"), *seq = cJSON_GetObjectItemCaseSensitive(j, "seq"),
-                *v = cJSON_GetObjectItemCaseSensitive(j, "v"), *ts = cJSON_GetObjectItemCaseSensitive(j, "ts");
-    double age_ms = cJSON_IsNumber(ts) ? (double)unix_ms() - ts->valuedouble : 0;
-    bool ok = false;
-    int op = -1;
-    for (int i = 0; cJSON_IsString(cmd) && i < OP_COUNT; i++)
-        if (!strcmp(cmd->valuestring, op_names[i])) op = i;
-    if (!cJSON_IsObject(j)) snprintf(why, DS_WHY_MAX, "body is not a JSON object");
-    else if (!cJSON_IsNumber(v) || v->valuedouble != 1) snprintf(why, DS_WHY_MAX, "body: \"v\" must be 1");
-    else if (!cJSON_IsString(type) || strcmp(type->valuestring, "control"))
-        snprintf(why, DS_WHY_MAX, "body: \"type\" must be \"control\"");
-    else if (op < 0) snprintf(why, DS_WHY_MAX, "body: \"cmd\" must be promote, canary, shadow or rollback");
-    else if (!cJSON_IsString(model) || !ds_bundle_name_ok(model->valuestring))
-        snprintf(why, DS_WHY_MAX, "body: \"model\" must be a model name");
-    else if (!cJSON_IsString(ver) || strlen(ver->valuestring) >= sizeof c->version)
-        snprintf(why, DS_WHY_MAX, "body: \"version\" must be a version string");
-    else if (!cJSON_IsString(tgt) || (strcmp(tgt->valuestring, "all") && strcmp(tgt->valuestring, node)))
-        snprintf(why, DS_WHY_MAX, "body: \"node\" names %s, not this node (%s) or all",
-                 cJSON_IsString(tgt) ? tgt->valuestring : "nothing", node);
-    else if (strcmp(tgt->valuestring, c->target))
-        snprintf(why, DS_WHY_MAX, "body: \"node\" %s differs from the topic's %s", tgt->valuestring, c->target);
-    else if (!cJSON_IsNumber(seq) || seq->valuedouble < 1 || seq->valuedouble > 9007199254740991.0 ||
-             seq->valuedouble != floor(seq->valuedouble))
-        snprintf(why, DS_WHY_MAX, "body: \"seq\" must be a whole number >= 1");
-    else if (!cJSON_IsNumber(ts) || ts->valuedouble < 1 || ts->valuedouble != floor(ts->valuedouble))
-        snprintf(why, DS_WHY_MAX, "body: \"ts\" must be the signing time, Unix ms");
-    else if (fabs(age_ms) > (double)max_age_s * 1000.0)
-        snprintf(why, DS_WHY_MAX, "expired: signed %.0f s %s by this node's clock, outside [rollout] "
-                 "control_max_age_s = %u (a replay, or clocks that disagree)", fabs(age_ms) / 1000.0,
-                 age_ms > 0 ? "ago" : "in the future", max_age_s);
-    else if (op == OP_CANARY && (!cJSON_IsNumber(pct) || pct->valuedouble < 1 || pct->valuedouble > 100 ||
-                                 pct->valuedouble != floor(pct->valuedouble)))
-        snprintf(why, DS_WHY_MAX, "body: canary needs \"pct\" 1..100");
-    else {
-        c->op = (enum cmd_op)op;
-        snprintf(c->model, sizeof c->model, "%s", model->valuestring);
-        snprintf(c->version, sizeof c->version, "%s", ver->valuestring);
-        c->pct = op == OP_CANARY ? (uint32_t)pct->valuedouble : 0;
-        c->seq = (uint64_t)seq->valuedouble;
-        c->parsed = ok = true;
-    }
-    cJSON_Delete(j);
-    return ok;
+    struct ctl_body b;
+    if (!node__control_decode(c->body, node, c->target, max_age_s, unix_ms(), &b, why)) return false;
+    c->op = b.op;
+    memcpy(c->model, b.model, sizeof c->model);
+    memcpy(c->version, b.version, sizeof c->version);
+    c->pct = b.pct;
+    c->seq = b.seq;
+    return c->parsed = true;
 }
 
 static void retire(struct node_rollout *ro, struct node_version *v, enum ds_reg_state to, const char *reason,
@@ -520,7 +481,7 @@ static bool apply(struct ds_node *a, struct node_cmd *c, char *why)
 
 static const char *cmd_name(const struct node_cmd *c)
 {
-    return !c->automatic ? op_names[c->op] : c->op == OP_ROLLBACK ? "auto-rollback" : "auto-promote";
+    return !c->automatic ? node__cmd_op_name(c->op) : c->op == OP_ROLLBACK ? "auto-rollback" : "auto-promote";
 }
 
 /* Run c to its end or to its wait; frees c unless it waits. */
@@ -551,7 +512,7 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
         if (c->seq <= last) {
             snprintf(why, sizeof why, "replayed or out of order: seq %llu <= %llu, the last seen from key %s",
                      (unsigned long long)c->seq, (unsigned long long)last, c->signer);
-            event(a, c->model, c->version, op_names[c->op], false, why, c);
+            event(a, c->model, c->version, node__cmd_op_name(c->op), false, why, c);
         } else {
             run_cmd(a, c);
             return;

@@ -70,6 +70,37 @@ bool specnet__get_tokens(const cJSON *j, const char *key, uint32_t max_n, uint32
     return true;
 }
 
+const char *specnet__sid(const cJSON *j)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "session");
+    return cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX ? s->valuestring : NULL;
+}
+
+bool specnet__round_read(const cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k)
+{
+    return specnet__get_uint(j, "pos", UINT32_MAX - 1, pos) &&
+           specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, vocab, draft, k) &&
+           cJSON_GetObjectItemCaseSensitive(j, "draft");
+}
+
+void specnet__verdict_read(const cJSON *j, uint32_t k, uint32_t vocab, struct spn_verdict *v)
+{
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node"), *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+    const cJSON *prec = cJSON_GetObjectItemCaseSensitive(j, "precision");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+    memset(v, 0, sizeof *v);
+    v->node = cJSON_IsString(node) && strlen(node->valuestring) < 64 ? node->valuestring : NULL;
+    v->error = err != NULL;
+    v->message = cJSON_IsString(msg) ? msg->valuestring : NULL;
+    v->has_pos = specnet__get_uint(j, "pos", UINT32_MAX - 1, &v->pos);
+    v->in_range = vocab > 0 && specnet__get_uint(j, "accepted", k, &v->accepted) &&
+                  specnet__get_uint(j, "token", vocab - 1, &v->token);
+    v->version = cJSON_IsString(ver) ? ver->valuestring : NULL;
+    const char *p = cJSON_IsString(prec) ? prec->valuestring : "";
+    v->precision = !strcmp(p, "fp16") ? "fp16" : !strcmp(p, "int8") ? "int8" : "fp32";
+}
+
 void specnet__add_tokens(cJSON *j, const char *key, const int32_t *t, uint32_t n)
 {
     cJSON *arr = cJSON_AddArrayToObject(j, key);

@@ -55,6 +55,24 @@ bool specnet__get_tokens(const struct cJSON *j, const char *key, uint32_t max_n,
 void specnet__add_tokens(struct cJSON *j, const char *key, const int32_t *t, uint32_t n);
 /* Publish j (TAKES it) at QoS 1 with props p (may be NULL). */
 void specnet__publish(struct ds_node *a, const char *topic, const struct ds_mqtt_props *p, struct cJSON *j);
+/* j's "session": a string of 1..SID_MAX-1 bytes, else NULL. */
+const char *specnet__sid(const struct cJSON *j);
+/* A round as a center reads it: "pos" an integer and "draft" an array of at
+** most DS_SPEC_K_MAX token ids below vocab (present, maybe empty). */
+bool specnet__round_read(const struct cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k);
+
+/* A verdict as the edge reads it, for a round of k drafts over a vocabulary
+** of vocab; the strings point into the parsed message. */
+struct spn_verdict {
+    const char *node;                 /* the center; NULL when absent or too long */
+    bool        error;                /* a refusal; message (may be NULL) says why */
+    const char *message;
+    bool        has_pos, in_range;    /* pos read; accepted <= k and token < vocab */
+    uint32_t    pos, accepted, token;
+    const char *version;              /* NULL when absent */
+    const char *precision;            /* "fp16", "int8" or "fp32" (anything else) */
+};
+void specnet__verdict_read(const struct cJSON *j, uint32_t k, uint32_t vocab, struct spn_verdict *v);
 /* {"v":1,"session":sid} (sid NULL: null), OWNED. */
 struct cJSON *specnet__new_msg(const char *sid);
 

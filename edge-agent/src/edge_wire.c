@@ -1,0 +1,77 @@
+/*
+** edge_wire.c — decoding centers' statuses and relay messages
+** (edge_wire.h). Owns nothing past a call.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "edge_wire.h"
+
+bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
+                         bool *online)
+{
+    cJSON *j = cJSON_ParseWithLength(payload, len);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "node");
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
+    bool ok = cJSON_IsString(n) && cJSON_IsString(role) && cJSON_IsString(state) &&
+              strcmp(role->valuestring, "center") == 0 && *n->valuestring &&
+              strlen(n->valuestring) < EDGE_CENTER_NAME_MAX;
+    /* A status speaks only for the node of its own topic. */
+    if (ok && (strncmp(topic, TOPIC_STATUS, strlen(TOPIC_STATUS)) != 0 ||
+               strcmp(topic + strlen(TOPIC_STATUS), n->valuestring) != 0)) {
+        DS_LOG(DS_LOG_WARN, "status on %s names node %.64s: ignored", topic, n->valuestring);
+        ok = false;
+    }
+    if (ok) {
+        memcpy(node, n->valuestring, strlen(n->valuestring) + 1);
+        *online = strcmp(state->valuestring, "online") == 0;
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+enum relay_kind edge__relay_kind(const cJSON *j, const char *id, const char **by)
+{
+    *by = NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v"), *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    if (!cJSON_IsObject(j) || !cJSON_IsNumber(v) || v->valuedouble != 1 || !cJSON_IsString(jid) ||
+        strcmp(jid->valuestring, id) != 0)
+        return RELAY_BAD;
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "accepted_by");
+    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(j, "delta"), *idx = cJSON_GetObjectItemCaseSensitive(j, "index");
+    const cJSON *done = cJSON_GetObjectItemCaseSensitive(j, "done"), *text = cJSON_GetObjectItemCaseSensitive(j, "text");
+    const cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "served_by");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (cJSON_IsString(acc) && *acc->valuestring && strlen(acc->valuestring) < EDGE_CENTER_NAME_MAX && !delta &&
+        !done && !err) {
+        *by = acc->valuestring;
+        return RELAY_ACCEPT;
+    }
+    if (cJSON_IsString(delta) && cJSON_IsNumber(idx) && idx->valuedouble >= 0 && !done && !err && !acc)
+        return RELAY_CHUNK;
+    if (cJSON_IsTrue(done) && cJSON_IsString(text) && cJSON_IsObject(sb) && !err && !acc) {
+        const cJSON *node = cJSON_GetObjectItemCaseSensitive(sb, "node");
+        if (!cJSON_IsString(node)) return RELAY_BAD;
+        *by = node->valuestring;
+        return RELAY_LAST;
+    }
+    if (cJSON_IsObject(err) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(err, "code")) && !done && !acc &&
+        !delta)
+        return RELAY_ERROR;
+    return RELAY_BAD;
+}
+
+bool edge__relay_key(const void *corr, size_t n, unsigned long long *key)
+{
+    char buf[24];
+    if (!corr || n == 0 || n >= sizeof buf) return false;
+    memcpy(buf, corr, n);
+    buf[n] = '\0';
+    char *end;
+    *key = strtoull(buf, &end, 10);
+    return !*end && end != buf;
+}

@@ -1,0 +1,39 @@
+/*
+** edge_wire.h — what the edge decodes from centers (and from anyone who can
+** publish where centers do): retained statuses on dspark/v1/status/<node>
+** and messages on its relay topic. Apart from edge_overflow.c so that
+** tests/fuzz/fuzz_edge.c drives the same decoders.
+*/
+#ifndef DS_EDGE_WIRE_H
+#define DS_EDGE_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct cJSON;
+
+#define EDGE_CENTER_NAME_MAX 64     /* bytes of a center's name, NUL included */
+#define TOPIC_STATUS "dspark/v1/status/"
+
+/* A center's status on topic: {"node","role":"center","state",...} naming
+** the node of its own topic (1..63 bytes: dspark/v1/status/ alone is no
+** node's topic). True with the name in node and whether it says
+** "online"; false for anything else (another role, a status speaking for
+** another node: logged), which the edge ignores. */
+bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
+                         bool *online);
+
+/* What a relay message is, once checked against the wire contract. */
+enum relay_kind { RELAY_BAD, RELAY_ACCEPT, RELAY_CHUNK, RELAY_LAST, RELAY_ERROR };
+
+/* Classify j (a relay message for request id): {"v":1,"id","accepted_by"},
+** a chunk, a final or an error of the schema; RELAY_BAD for anything else.
+** *by: the accepting center, or the final's served_by.node (NULL if none),
+** pointing into j. */
+enum relay_kind edge__relay_kind(const struct cJSON *j, const char *id, const char **by);
+
+/* A relay message's Correlation Data as the key of a request this edge sent
+** (decimal digits); false for anything else (speculation uses "spec/..."). */
+bool edge__relay_key(const void *corr, size_t n, unsigned long long *key);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+** fuzz_edge.c — libFuzzer target for what an edge decodes from centers, and
+** from anyone who can publish where they do (edge-agent/src/edge_wire.h):
+** retained statuses on dspark/v1/status/<node> and messages on its relay
+** topic (overflow answers a center streams back).
+**
+** Input: byte 0 picks the mode, the rest is the payload.
+**   0 (mod 4): a status on dspark/v1/status/center-1; one that decodes must
+**              name center-1.
+**   1:         a status on dspark/v1/status/ (no node): never decodes.
+**   2:         a relay message for request "req-1"; an accept names a
+**              center of 1..63 bytes, a final names one.
+**   3:         relay Correlation Data (the request key).
+** The seeds in corpus/fuzz_edge/ are written by hand (statuses from
+** center_publish/node_health, an accept, a chunk, a final, an error).
+**
+** Built with -DDS_FUZZ=ON (clang) as fuzz_edge, and replayed over
+** corpus/fuzz_edge/ by the fuzz.replay ctest in every build.
+*/
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ds/log.h"
+#include "edge_wire.h"
+#include "fuzz_util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    ds_log_set(fuzz_quiet, NULL, DS_LOG_ERROR);
+    if (size < 1) return 0;
+    const char *p = (const char *)data + 1;
+    size_t n = size - 1;
+    char name[EDGE_CENTER_NAME_MAX];
+    bool online;
+    switch (data[0] & 3) {
+    case 0:
+        if (edge__status_decode(TOPIC_STATUS "center-1", p, n, name, &online) && strcmp(name, "center-1") != 0)
+            abort();
+        break;
+    case 1:
+        if (edge__status_decode(TOPIC_STATUS, p, n, name, &online)) abort();
+        break;
+    case 2: {
+        cJSON *j = cJSON_ParseWithLength(p, n);
+        const char *by;
+        enum relay_kind k = edge__relay_kind(j, "req-1", &by);
+        if (k == RELAY_ACCEPT && (!by || !*by || strlen(by) >= EDGE_CENTER_NAME_MAX)) abort();
+        if (k == RELAY_LAST && !by) abort();
+        if ((k == RELAY_BAD || k == RELAY_CHUNK || k == RELAY_ERROR) && by) abort();
+        cJSON_Delete(j);
+        break;
+    }
+    default: {
+        unsigned long long key;
+        (void)edge__relay_key(p, n, &key);
+        break;
+    }
+    }
+    return 0;
+}
