@@ -100,15 +100,28 @@ static inline float qx_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* acc += one Q4_0 block b (18 bytes) against activation block xv, whose
+** offset term o (-8 (X0 + X1) in lane 0) and scale dx are ready. */
+static inline __attribute__((always_inline)) __m256
+qx_q40_block(__m256 acc, const uint8_t *b, __m256i xv, __m128i o, __m256 dx)
+{
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
+    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+    _mm_prefetch((const char *)b + QX_PREFETCH, _MM_HINT_T0);
+    __m256i p = _mm256_zextsi128_si256(o);
+    QX_DOT(p, u, xv);
+    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(qx_f16(b)), dx), _mm256_cvtepi32_ps(p), acc);
+}
+
 /* Q4_0 against one token (decode): four rows at a time, each with its own
 ** accumulator in a register (a loop over an array of accumulators keeps
 ** them in memory, and the store-to-load chain caps it at a third of the
-** speed), sharing each activation block's load. */
+** speed), sharing each activation block's load; then the rows left one by
+** one, with the same steps. */
 static inline __attribute__((always_inline)) void
 qx_rows_q40_one(size_t rows, size_t n_blocks, const uint8_t *w, size_t rb, const struct ds_q8_block *x,
                 const int32_t *xs, const float *xd, float *y)
 {
-    const __m256i m4 = _mm256_set1_epi8(15);
     size_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         const uint8_t *row = w + r * rb;
@@ -117,21 +130,10 @@ qx_rows_q40_one(size_t rows, size_t n_blocks, const uint8_t *w, size_t rb, const
             const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)x[g].qs);
             const __m128i o = _mm_cvtsi32_si128(-8 * (xs[2 * g] + xs[2 * g + 1]));
             const __m256 dx = _mm256_set1_ps(xd[g]);
-#define QX_Q40_ROW(acc, i)                                                                          \
-            do {                                                                                    \
-                const uint8_t *b = row + (i) * rb + g * 18;                                         \
-                const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));          \
-                const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);  \
-                _mm_prefetch((const char *)b + QX_PREFETCH, _MM_HINT_T0);                           \
-                __m256i p = _mm256_zextsi128_si256(o);                                              \
-                QX_DOT(p, u, xv);                                                                   \
-                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(qx_f16(b)), dx), _mm256_cvtepi32_ps(p), acc); \
-            } while (0)
-            QX_Q40_ROW(a0, 0);
-            QX_Q40_ROW(a1, 1);
-            QX_Q40_ROW(a2, 2);
-            QX_Q40_ROW(a3, 3);
-#undef QX_Q40_ROW
+            a0 = qx_q40_block(a0, row + g * 18, xv, o, dx);
+            a1 = qx_q40_block(a1, row + rb + g * 18, xv, o, dx);
+            a2 = qx_q40_block(a2, row + 2 * rb + g * 18, xv, o, dx);
+            a3 = qx_q40_block(a3, row + 3 * rb + g * 18, xv, o, dx);
         }
         y[r] = qx_hsum(a0);
         y[r + 1] = qx_hsum(a1);
@@ -141,14 +143,9 @@ qx_rows_q40_one(size_t rows, size_t n_blocks, const uint8_t *w, size_t rb, const
     for (; r < rows; r++) {
         const uint8_t *row = w + r * rb;
         __m256 a = _mm256_setzero_ps();
-        for (size_t g = 0; g < n_blocks; g++) {
-            const uint8_t *b = row + g * 18;
-            const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
-            const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-            __m256i p = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * (xs[2 * g] + xs[2 * g + 1])));
-            QX_DOT(p, u, _mm256_loadu_si256((const __m256i *)(const void *)x[g].qs));
-            a = _mm256_fmadd_ps(_mm256_set1_ps(qx_f16(b) * xd[g]), _mm256_cvtepi32_ps(p), a);
-        }
+        for (size_t g = 0; g < n_blocks; g++)
+            a = qx_q40_block(a, row + g * 18, _mm256_loadu_si256((const __m256i *)(const void *)x[g].qs),
+                             _mm_cvtsi32_si128(-8 * (xs[2 * g] + xs[2 * g + 1])), _mm256_set1_ps(xd[g]));
         y[r] = qx_hsum(a);
     }
 }
