@@ -135,6 +135,7 @@ struct ds_mqtt_msg {
     size_t        len;
     int           qos;
     bool          retained;
+    bool          dup;              /* DUP: the broker sends it again (its PUBACK was lost) */
     struct ds_str response_topic;   /* MQTT 5 Response Topic; .p NULL if absent */
     struct ds_str correlation;      /* Correlation Data (binary); .p NULL if absent */
     bool          has_expiry;

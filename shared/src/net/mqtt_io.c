@@ -366,6 +366,7 @@ int ds_mqtt__on_message(void *ctx, char *topic, int topic_len, MQTTAsync_message
         .len = m->payloadlen > 0 ? (size_t)m->payloadlen : 0,
         .qos = m->qos,
         .retained = m->retained != 0,
+        .dup = m->dup != 0,
         .response_topic = prop_data(&m->properties, MQTTPROPERTY_CODE_RESPONSE_TOPIC),
         .correlation = prop_data(&m->properties, MQTTPROPERTY_CODE_CORRELATION_DATA),
     };

@@ -339,6 +339,7 @@ static void publish_telemetry(struct ds_node *a)
     cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
     telemetry_kv_spec(a, obj);
     cJSON_AddNumberToObject(obj, "duplicates", (double)atomic_load(&a->dedupe.duplicates));
+    cJSON_AddNumberToObject(obj, "reanswered", (double)atomic_load(&a->dedupe.reanswered));
     /* What the broker connection went through (README "Operations"). */
     struct ds_mqtt_stats ms;
     ds_mqtt_stats(a->mqtt, &ms);

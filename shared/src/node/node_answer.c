@@ -166,7 +166,10 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
         role_final(a, r, &f);
         char *json;
         size_t len;
-        if (ds_msg_final_encode(&f, &json, &len) == DS_OK) node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+        if (ds_msg_final_encode(&f, &json, &len) == DS_OK) {
+            node__dedupe_answered(a, r, json, len);     /* for a retry whose final was lost */
+            node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+        }
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (final, %u tokens)", r->req.id, r->n_gen);
         ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
     }

@@ -91,6 +91,10 @@ void *node__ext_state(struct ds_node *a, const struct node_ext *ext);
 ** node unsubscribes it when it starts draining. */
 void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st);
 
+/* node_dedupe.c: r's final is json (len bytes), about to be published: keep
+** a copy, so that a device's retry whose final was lost gets it again. */
+void node__dedupe_answered(struct ds_node *a, const struct node_req *r, const char *json, size_t len);
+
 /* node_answer.c */
 void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
                    char *json, size_t len);                  /* TAKES json */

@@ -35,9 +35,17 @@ bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 /* node_dedupe.c: requests delivered twice are answered once (rule there). */
 enum ds_err node__dedupe_init(struct node_dedupe *d);
 void node__dedupe_cleanup(struct node_dedupe *d);            /* after init, or zeroed */
-/* Intake: true when r is new (remembered now), false for a copy of a request
-** queued, running or answered with a final. */
-bool node__dedupe_claim(struct ds_node *a, const struct node_req *r);
+enum node_seen_as {
+    NODE_SEEN_NEW,          /* remembered now: serve it */
+    NODE_SEEN_COPY,         /* a copy of one queued, running or just answered: ignore it */
+    NODE_SEEN_REANSWER,     /* a device's retry of one answered a while ago: send *final again */
+};
+/* Intake. dup: the broker's DUP flag (a redelivery, not a device's retry).
+** On NODE_SEEN_REANSWER *final (malloc'd, *final_len bytes) is the kept
+** final, to be published to r's response topic; the caller frees it. */
+enum node_seen_as node__dedupe_claim(struct ds_node *a, const struct node_req *r, bool dup, char **final,
+                                     size_t *final_len);
+/* node__dedupe_answered: node_ext.h. */
 /* r was answered with an error: a copy sent later is served. */
 void node__dedupe_forget(struct ds_node *a, const struct node_req *r);
 

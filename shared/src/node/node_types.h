@@ -117,15 +117,28 @@ struct node_quota {
 typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
 
 #define NODE_DEDUPE_IDS 4096           /* recent requests remembered (node_dedupe.c) */
+#define NODE_DEDUPE_FINAL_BYTES (8u << 20)   /* finals kept to answer a device's retry again */
+#define NODE_DEDUPE_FINAL_MAX   (256u << 10) /* a longer final is not kept */
+#define NODE_REANSWER_AFTER_MS  2000    /* a retry this soon after the final may have crossed it */
+
+/* One remembered request (node_dedupe.c). */
+struct node_seen {
+    uint64_t       id;                  /* keyed hash; 0 = empty */
+    uint64_t       final_ns;            /* when its final left; 0 = none yet */
+    unsigned char *final;               /* a copy of that final, or NULL */
+    uint32_t       final_len;
+};
 
 /* Recent requests, by keyed hash (node_dedupe.c). */
 struct node_dedupe {
     pthread_mutex_t      mu;
     bool                 ready;
     unsigned char        key[16];       /* crypto_shorthash_KEYBYTES */
-    uint64_t             ids[NODE_DEDUPE_IDS];   /* 0 = empty */
+    struct node_seen     seen[NODE_DEDUPE_IDS];
     unsigned             head;          /* next slot to overwrite (the oldest) */
+    size_t               final_bytes;   /* sum of the finals kept */
     atomic_uint_fast64_t duplicates;    /* copies ignored (telemetry) */
+    atomic_uint_fast64_t reanswered;    /* retries answered again with the kept final */
 };
 
 /* One topic filter the node subscribed to and who handles what matches it. */
