@@ -47,19 +47,21 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -LE "nosan${skip:+|$skip}"
 
-  # The TSan subset (README "ThreadSanitizer"), sized to CI's time. Every
+  # The integration suite under TSan (README "ThreadSanitizer"). Every
   # process (tests, daemons, CLI) writes its reports to build-tsan/tsan/
   # (log_path, inherited by children) and stops at its first (halt_on_error,
   # exit 66), so a daemon's report fails the run even when its test does
   # not look at how it exited.
   echo "== ThreadSanitizer build (clang, Debug): the node's threads =="
-  tsan_tests="integration.(mqtt|outage|center|overflow|rollout|dist|specnet)"
+  tsan_tests="integration\..*"
   t0=$(date +%s)
   cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
         -DDS_SANITIZE_THREAD=ON -DDS_FATAL_WARNINGS=ON >/dev/null
   cmake --build build-tsan -j "$jobs" --target dspark dspark-edge dspark-center test_integration_mqtt \
-        test_integration_outage test_integration_center test_integration_overflow test_integration_rollout \
-        test_integration_dist test_integration_specnet
+        test_integration_edge test_integration_cli_infer test_integration_acl test_integration_tls \
+        test_integration_outage test_integration_notify test_integration_center test_integration_overflow \
+        test_integration_rollout test_integration_dist test_integration_specnet test_integration_spec_node \
+        test_integration_ops
   rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan
   tsan_rc=0
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$PWD/build-tsan/tsan/report" \
