@@ -17,6 +17,7 @@
 ** The 4/5/6-bit weight kernels are in kern_qx_neon.h.
 */
 #include <arm_neon.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -293,7 +294,7 @@ const struct ds_kern_ops NEON_OPS = {
     .matvec_q8   = matvec_q8_neon,
     .matmul_q8   = matmul_q8_neon,
     .matmul_qx   = matmul_qx_neon,
-    .quantize_q8k = ds_kern__quantize_q8k_ref,
+    .quantize_q8k = quantize_q8k_neon,
     .matmul_qk   = matmul_qk_neon,
     .matvec_f32  = matvec_f32_neon,
     .matmul_f32  = matmul_f32_neon,

@@ -1,7 +1,8 @@
 /*
 ** kern_qx_neon.h — matmul_qx and matmul_qk on NEON: the 4-, 5- and 6-bit
 ** ggml weight blocks against Q8_0 activations (Q4_0, Q4_1, Q5_0, Q5_1) and
-** against Q8_K activations (Q4_K, Q5_K, Q6_K). Included by kern_neon.c
+** against Q8_K activations (Q4_K, Q5_K, Q6_K), and quantize_q8k, which
+** makes the latter. Included by kern_neon.c
 ** (so built as both "neon" and "neondot"), after its dot16().
 **
 ** A weight block is decoded once into signed int8 codes with shifts, masks
@@ -199,6 +200,44 @@ static void matmul_qx_neon(enum ds_kern_qtype t, size_t rows, size_t nb, const v
         matmul_qx_legacy_neon(t, rows, nb, w, n_tok, x, y, ldy);
     else
         ds_kern__matmul_qx_ref(t, rows, nb, w, n_tok, x, y, ldy);
+}
+
+/* ---- quantize_q8k ---- */
+
+/* The same bits as the reference for finite input: the largest magnitude
+** by maxNum (a NaN is passed over, as the reference's strict compare does),
+** then the first value of that magnitude; each product rounded to float,
+** then to the nearest integer, ties to even (vcvtnq, as lrintf); bsums by
+** widening adds across 16 codes. */
+static void quantize_q8k_neon(size_t n, const float *x, struct ds_q8k_block *out)
+{
+    for (size_t b = 0; b < n / DS_Q8K_BLOCK; b++, x += DS_Q8K_BLOCK) {
+        struct ds_q8k_block *o = &out[b];
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (int k = 0; k < DS_Q8K_BLOCK / 4; k++) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(x + 4 * k)));
+        const float amax = vmaxnmvq_f32(m);
+        if (amax < 127.0f / FLT_MAX) {       /* 0, or -127 / max would overflow: all zero */
+            memset(o, 0, sizeof *o);
+            continue;
+        }
+        int first = 0;
+        while (fabsf(x[first]) != amax) first++;
+        const float iscale = -127.0f / x[first];
+        const int32x4_t lim = vdupq_n_s32(127);
+        for (int k = 0; k < DS_Q8K_BLOCK / 16; k++) {
+            int16x8_t h[2];
+            for (int j = 0; j < 2; j++) {
+                const float *p = x + 16 * k + 8 * j;
+                const int32x4_t q0 = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(p), iscale)), lim);
+                const int32x4_t q1 = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(p + 4), iscale)), lim);
+                h[j] = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
+            }
+            const int8x16_t q = vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1]));
+            vst1q_s8(o->qs + 16 * k, q);
+            o->bsums[k] = vaddlvq_s8(q);
+        }
+        o->d = 1.0f / iscale;
+    }
 }
 
 #endif
