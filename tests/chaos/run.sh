@@ -36,9 +36,10 @@ for sc in ${DS_CHAOS_SCENARIOS:-broker center edge}; do
   fi
 done
 echo
-echo "| scenario | requests | kills | lost | duplicated | finals a killed broker dropped | retried | duration |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "seed $seed"
+echo "| scenario | requests | kills | lost | duplicated | finals dropped | retried | finals sent again | duration |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for line in "${reports[@]}"; do
-  echo "$line" | sed -nE 's/^chaos ([a-z]+): requests ([0-9]+), kills ([0-9]+),.* lost ([0-9]+), duplicated ([0-9]+), finals the broker dropped ([0-9]+), retried ([0-9]+),.* ([0-9.]+) s$/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 s |/p'
+  echo "$line" | sed -nE 's/^chaos ([a-z]+): requests ([0-9]+), kills ([0-9]+),.* lost ([0-9]+), duplicated ([0-9]+), finals the broker dropped ([0-9]+), retried ([0-9]+), finals sent again ([0-9]+),.* ([0-9.]+) s$/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 s |/p'
 done
 exit $status
