@@ -17,6 +17,12 @@
 ** weight matmuls (2 per multiply-add: every layer matrix per token, the
 ** classifier once) and that as a share of the peak of its precision.
 **
+** --peer PATH (bench/peer/build.sh's peer_llama): llama.cpp runs the same
+** F32 and Q8_0 files (with a placeholder vocabulary, same tensors:
+** bench_peer.h) at the same thread counts, right after dspark's figure,
+** and a table sets the two side by side: fp32 against llama.cpp on the
+** F32 file, int8-q8 on the Q8_0 file.
+**
 ** This is not a test: goals are reported PASS/MISS and never asserted; the
 ** exit status is non-zero only when something could not run. The ctest
 ** bench.smoke only checks that --quick on stories260K exits 0 and writes
@@ -38,6 +44,7 @@
 
 #include "bench_model.h"
 #include "bench_peak.h"
+#include "bench_peer.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
@@ -57,6 +64,7 @@ struct opts {
     size_t      n_threads;
     const char *kernel;              /* NULL = ds_kern_select() */
     const char *dir, *json, *stories;
+    const char *peer;                /* peer_llama, or NULL */
     bool        want[3];             /* models: 260k, 15m, 110m */
     bool        want_v[3];           /* variants: fp32, int8-load, int8-q8 */
     unsigned    reps, steps, prompt;
@@ -87,6 +95,7 @@ struct result {
     double       pre_ratio;          /* prefill tok/s / INT8 decode tok/s (same model, threads) */
     double       pre_gops;           /* G op/s of the prefill's weight matmuls */
     double       pre_peak;           /* pre_gops / the peak of its precision at its thread count */
+    double       peer_dec, peer_pre; /* llama.cpp on the same file, tok/s; 0 = not run */
 };
 
 struct bench {
@@ -338,6 +347,16 @@ static enum ds_err bench_model(struct bench *b, const struct model_spec *ms)
             r->ceil_size = r->bw_size * 1e9 / (double)r->weight_bytes;
             r->pre_gops = prefill_ops(&mf->cfg, o->prompt) * r->pre.med / o->prompt / 1e9;
             r->pre_peak = bench_peak_pct(r->pre_gops, v == V_FP32 ? b->peak[ti].fp32_gflops : b->peak[ti].int8_gops);
+            if (o->peer && v != V_INT8_LOAD && ms->shape) {
+                char file[4096];
+                fprintf(stderr, "bench_engine: llama.cpp on the same file...\n");
+                if (!bench_peer_file(o->peer, v == V_FP32 ? f32_path : q8_path, file, sizeof file) ||
+                    !bench_peer_run(o->peer, file, r->threads, o->prompt, o->steps, reps, &r->peer_pre,
+                                    &r->peer_dec)) {
+                    rc = DS_ERR_IO;
+                    goto done;
+                }
+            }
             b->n_res++;
         }
     /* Prefill against the INT8 decode rate of the same model and threads:
@@ -452,6 +471,19 @@ static void print_table(const struct bench *b)
                fmt_num(c4, sizeof c4, r->pre_ratio, "x"), fmt_num(c5, sizeof c5, r->pre_gops, ""),
                fmt_num(c6, sizeof c6, r->pre_peak, "%"), r->dec.discarded);
     }
+    if (o->peer) {
+        printf("\nllama.cpp side by side (same file, same threads; fp32 = the F32 file, int8-q8 = the Q8_0 file;\n"
+               "llama.cpp: fastest of its runs, dspark: the median above)\n");
+        printf("%-11s %-9s %3s | %12s %12s %7s | %13s %13s %7s\n", "model", "variant", "thr", "dspark dec",
+               "llama.cpp", "ratio", "dspark pre", "llama.cpp", "ratio");
+        for (size_t i = 0; i < b->n_res; i++) {
+            const struct result *r = &b->res[i];
+            if (r->peer_dec <= 0) continue;
+            printf("%-11s %-9s %3u | %12.1f %12.1f %6.2fx | %13.1f %13.1f %6.2fx\n", r->model, r->variant, r->threads,
+                   r->dec.med, r->peer_dec, r->dec.med / r->peer_dec, r->pre.med, r->peer_pre,
+                   r->pre.med / r->peer_pre);
+        }
+    }
     struct goal g[6];
     goals_eval(b, g);
     printf("\ngoals (reported, not asserted)\n");
@@ -517,7 +549,11 @@ static int write_json(const struct bench *b)
         bench_json_num(f, "ceil_at_size_frac", r->dec.med / r->ceil_size, ", ");
         bench_json_num(f, "prefill_over_int8_decode", r->pre_ratio, ", ");
         bench_json_num(f, "prefill_gops", r->pre_gops, ", ");
-        bench_json_num(f, "prefill_peak_pct", r->pre_peak, "");
+        bench_json_num(f, "prefill_peak_pct", r->pre_peak, r->peer_dec > 0 ? ", " : "");
+        if (r->peer_dec > 0) {
+            bench_json_num(f, "llama_cpp_decode_tok_s", r->peer_dec, ", ");
+            bench_json_num(f, "llama_cpp_prefill_tok_s", r->peer_pre, "");
+        }
         fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
     }
     struct goal g[6];
@@ -558,6 +594,7 @@ static void usage(FILE *f)
             "  --prompt N         prefill tokens (default 128)\n"
             "  --bw-mib N         bandwidth buffer in MiB (default 1024; --quick 256)\n"
             "  --budget S         stop repeating a figure after S seconds, at least 2 runs (default 60)\n"
+            "  --peer PATH        llama.cpp side by side: bench/peer/build.sh's peer_llama\n"
             "  --help\n",
             DS_MODELS_DIR);
 }
@@ -605,6 +642,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "stories", required_argument, NULL, 's' }, { "reps", required_argument, NULL, 'r' },
         { "steps", required_argument, NULL, 'n' }, { "prompt", required_argument, NULL, 'p' },
         { "bw-mib", required_argument, NULL, 'b' }, { "budget", required_argument, NULL, 'B' },
+        { "peer", required_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 },
     };
     static char stories[4096];
@@ -624,6 +662,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'v': bad = parse_list(optarg, o, 'v'); break;
         case 't': bad = parse_list(optarg, o, 't'); break;
         case 'k': o->kernel = optarg; break;
+        case 'P': o->peer = optarg; break;
         case 'd': o->dir = optarg; break;
         case 'j': o->json = optarg; break;
         case 's': o->stories = optarg; break;

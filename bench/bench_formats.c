@@ -9,6 +9,9 @@
 ** --rounds N: N rounds, each measuring the bandwidth and every format in
 ** turn, and the best of each is reported: on a shared machine the others'
 ** load comes and goes, and the formats then meet the same conditions.
+** --peer PATH (bench/peer/build.sh's peer_llama): llama.cpp decodes the
+** same files in the same rounds (each given a placeholder vocabulary, same
+** tensors: bench_peer.h), and the table adds its tok/s and dspark's ratio.
 ** Goals (reported, never asserted): Q4_K_M decode >= 1.6x Q8_0's, and
 ** >= 85% of its ceiling.
 */
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "bench_model.h"
+#include "bench_peer.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/log.h"
@@ -109,19 +113,22 @@ static enum ds_err decode(const struct ds_model *m, unsigned threads, unsigned s
 
 int main(int argc, char **argv)
 {
-    const char *dir = "bench-models";
+    const char *dir = "bench-models", *peer = NULL;
     unsigned threads = 2, steps = 64, reps = 5, rounds = 1;
     static const struct option lo[] = { { "dir", 1, 0, 'd' },   { "threads", 1, 0, 't' },
                                         { "steps", 1, 0, 's' }, { "reps", 1, 0, 'r' },
-                                        { "rounds", 1, 0, 'n' }, { 0, 0, 0, 0 } };
+                                        { "rounds", 1, 0, 'n' }, { "peer", 1, 0, 'p' },
+                                        { 0, 0, 0, 0 } };
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 'd') dir = optarg;
         else if (c == 't') threads = (unsigned)atoi(optarg);
         else if (c == 's') steps = (unsigned)atoi(optarg);
         else if (c == 'r') reps = (unsigned)atoi(optarg);
         else if (c == 'n') rounds = (unsigned)atoi(optarg);
+        else if (c == 'p') peer = optarg;
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--threads N] [--steps N] [--reps N] [--rounds N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--dir DIR] [--threads N] [--steps N] [--reps N] [--rounds N] [--peer PATH]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -135,7 +142,8 @@ int main(int argc, char **argv)
         { "Q8_0", "q8_0", DS_GGML_TYPE_Q8_0 }, { "Q4_0", "q4_0", DS_GGML_TYPE_Q4_0 },
         { "Q4_K_M", "q4_k_m", MK_TYPE_Q4_K_M }, { "Q6_K", "q6_k", DS_GGML_TYPE_Q6_K },
     };
-    double bw = 0, tok_s[4] = { 0 }, ceil[4] = { 0 };
+    double bw = 0, tok_s[4] = { 0 }, ceil[4] = { 0 }, peer_tok_s[4] = { 0 };
+    char peer_file[4][4096];
     uint64_t bytes[4] = { 0 };
     const char *kernel[4] = { "?", "?", "?", "?" };
     struct ds_model *m[4] = { NULL };
@@ -147,6 +155,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_formats: %s: %s\n", fmts[i].name, ds_strerror(rc));
             return 1;
         }
+        if (peer && !bench_peer_file(peer, path, peer_file[i], sizeof peer_file[i])) return 1;
     }
     for (unsigned round = 0; round < rounds; round++) {
         double b = bandwidth(threads);
@@ -159,15 +168,20 @@ int main(int argc, char **argv)
                 return 1;
             }
             tok_s[i] = t > tok_s[i] ? t : tok_s[i];
+            double pf, pd;
+            if (peer && !bench_peer_run(peer, peer_file[i], threads, 8, steps, reps, &pf, &pd)) return 1;
+            if (peer && pd > peer_tok_s[i]) peer_tok_s[i] = pd;
         }
     }
     printf("read bandwidth, %u threads: %.2f GB/s%s\n\n", threads, bw, rounds > 1 ? " (best round)" : "");
-    printf("%-8s %-11s %12s %12s %10s %8s\n", "format", "kernel", "bytes/token", "decode tok/s", "ceiling",
-           "%ceil");
+    printf("%-8s %-11s %12s %12s %10s %8s%s\n", "format", "kernel", "bytes/token", "decode tok/s", "ceiling",
+           "%ceil", peer ? "  llama.cpp tok/s  dspark/llama.cpp" : "");
     for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {
         ceil[i] = bw * 1e9 / (double)bytes[i];
-        printf("%-8s %-11s %12llu %12.1f %10.1f %7.0f%%\n", fmts[i].name, kernel[i], (unsigned long long)bytes[i],
+        printf("%-8s %-11s %12llu %12.1f %10.1f %7.0f%%", fmts[i].name, kernel[i], (unsigned long long)bytes[i],
                tok_s[i], ceil[i], 100 * tok_s[i] / ceil[i]);
+        if (peer) printf("  %15.1f  %16.2fx", peer_tok_s[i], tok_s[i] / peer_tok_s[i]);
+        printf("\n");
         ds_model_close(m[i]);
     }
     if (rounds > 1) printf("(best of %u rounds, each: bandwidth, then every format in turn)\n", rounds);
