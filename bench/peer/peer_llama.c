@@ -13,10 +13,13 @@
 **                                    prefill of PROMPT random tokens in one
 **                                    batch and decode of GEN tokens one at
 **                                    a time; the fastest of REPS, tok/s
-**   peer_llama logits MODEL IDS OUT [-t THREADS]
+**   peer_llama logits MODEL IDS OUT [-t THREADS] [--fa]
 **                                    teacher-forced logits of every
 **                                    position of IDS (whitespace-separated
-**                                    ids) to OUT: int32 n_positions, int32
+**                                    ids) in one batch, as ../shared/models'
+**                                    references were made (F32 KV cache, no
+**                                    flash attention; --fa: with it), to
+**                                    OUT: int32 n_positions, int32
 **                                    n_vocab, float32 rows
 **   peer_llama quantize IN OUT TYPE  llama.cpp's quantizer: TYPE q8_0,
 **                                    q4_0, q4_k_m, q6_k, f16
@@ -44,7 +47,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: peer_llama vocab IN OUT\n"
                     "       peer_llama bench MODEL [-t THREADS] [-p PROMPT] [-n GEN] [-r REPS]\n"
-                    "       peer_llama logits MODEL IDS OUT [-t THREADS]\n"
+                    "       peer_llama logits MODEL IDS OUT [-t THREADS] [--fa]\n"
                     "       peer_llama quantize IN OUT q8_0|q4_0|q4_k_m|q6_k|f16\n");
     return 2;
 }
@@ -77,16 +80,16 @@ static int cmd_vocab(const char *in, const char *out)
         fprintf(stderr, "peer_llama: %s: %zu tokens: too few for a placeholder vocabulary\n", in, n);
         return 1;
     }
-    char **tok = calloc(n, sizeof *tok);
+    char **tok = calloc(n, sizeof *tok);   /* names of at most 15 characters: n < 10^13 */
     float *score = calloc(n, sizeof *score);
     int32_t *type = calloc(n, sizeof *type);
     for (size_t i = 0; i < n; i++) {
-        tok[i] = malloc(16);
-        if (i == 0) snprintf(tok[i], 16, "<unk>");
-        else if (i == 1) snprintf(tok[i], 16, "<s>");
-        else if (i == 2) snprintf(tok[i], 16, "</s>");
-        else if (i < 259) snprintf(tok[i], 16, "<0x%02X>", (unsigned)(i - 3));
-        else snprintf(tok[i], 16, "t%zu", i);
+        tok[i] = malloc(24);
+        if (i == 0) snprintf(tok[i], 24, "<unk>");
+        else if (i == 1) snprintf(tok[i], 24, "<s>");
+        else if (i == 2) snprintf(tok[i], 24, "</s>");
+        else if (i < 259) snprintf(tok[i], 24, "<0x%02X>", (unsigned)(i - 3));
+        else snprintf(tok[i], 24, "t%zu", i);
         type[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;   /* unknown, control, byte, normal */
         score[i] = -(float)i;
     }
@@ -141,9 +144,18 @@ static struct llama_model *load(const char *path)
     return m;
 }
 
-static struct llama_context *context(struct llama_model *m, int threads, int n_ctx, int n_batch)
+/* reference: as ../shared/models' logits were made: an F32 KV cache (no F16
+** rounding) and attention without flash attention (llama.cpp's default
+** then; made so, this llama.cpp gives those logits bit for bit), unless
+** fa says otherwise. */
+static struct llama_context *context(struct llama_model *m, int threads, int n_ctx, int n_batch, bool reference,
+                                     bool fa)
 {
     struct llama_context_params cp = llama_context_default_params();
+    if (reference) {
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = cp.n_ubatch = (uint32_t)n_batch;
     cp.n_threads = cp.n_threads_batch = threads;
@@ -177,7 +189,7 @@ static int cmd_bench(const char *path, int threads, int prompt, int gen, int rep
     llama_log_set(quiet_log, NULL);
     struct llama_model *m = load(path);
     if (!m) return 1;
-    struct llama_context *c = context(m, threads, prompt + gen + 16, prompt > 1 ? prompt : 1);
+    struct llama_context *c = context(m, threads, prompt + gen + 16, prompt > 1 ? prompt : 1, false, false);
     if (!c) return 1;
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
     int32_t *ids = malloc(sizeof *ids * (size_t)(prompt + gen));
@@ -211,7 +223,7 @@ static int cmd_bench(const char *path, int threads, int prompt, int gen, int rep
 
 /* ---- logits ---- */
 
-static int cmd_logits(const char *path, const char *ids_path, const char *out, int threads)
+static int cmd_logits(const char *path, const char *ids_path, const char *out, int threads, bool fa)
 {
     llama_log_set(quiet_log, NULL);
     FILE *f = fopen(ids_path, "r");
@@ -225,7 +237,7 @@ static int cmd_logits(const char *path, const char *ids_path, const char *out, i
     fclose(f);
     struct llama_model *m = load(path);
     if (!m || n == 0) return 1;
-    struct llama_context *c = context(m, threads, n + 16, n);
+    struct llama_context *c = context(m, threads, n + 16, n, true, fa);
     if (!c || feed(c, ids, n, 0, true) != 0) return 1;
     const int32_t nv = llama_vocab_n_tokens(llama_model_get_vocab(m));
     FILE *o = fopen(out, "wb");
@@ -267,6 +279,7 @@ int main(int argc, char **argv)
     if (argc < 2) return usage();
     llama_backend_init();
     int threads = 2, prompt = 120, gen = 64, reps = 3, a = 2;
+    bool fa = false;
     const char *pos[4] = { 0 };
     int n_pos = 0;
     for (; a < argc; a++) {
@@ -274,6 +287,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "-p") && a + 1 < argc) prompt = atoi(argv[++a]);
         else if (!strcmp(argv[a], "-n") && a + 1 < argc) gen = atoi(argv[++a]);
         else if (!strcmp(argv[a], "-r") && a + 1 < argc) reps = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--fa")) fa = true;
         else if (n_pos < 4) pos[n_pos++] = argv[a];
         else return usage();
     }
@@ -281,7 +295,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "vocab") && n_pos == 2) return cmd_vocab(pos[0], pos[1]);
     if (!strcmp(cmd, "bench") && n_pos == 1) return cmd_bench(pos[0], threads, prompt, gen, reps);
-    if (!strcmp(cmd, "logits") && n_pos == 3) return cmd_logits(pos[0], pos[1], pos[2], threads);
+    if (!strcmp(cmd, "logits") && n_pos == 3) return cmd_logits(pos[0], pos[1], pos[2], threads, fa);
     if (!strcmp(cmd, "quantize") && n_pos == 3) return cmd_quantize(pos[0], pos[1], pos[2]);
     return usage();
 }
