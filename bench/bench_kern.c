@@ -3,7 +3,8 @@
 **
 ** For every variant this CPU supports: matvec_q8 and matvec_f32 (decode:
 ** GB/s of weights read), matmul_f32 with 7 rows (a k = 6 draft
-** verification: GB/s, and its time in one-row passes), matmul_q8 with
+** verification) and 16 (a 16-stream batched decode step; SIMD variants
+** only): GB/s, GFLOP/s and the time in one-row passes, matmul_q8 with
 ** 128 tokens (prefill: G int8 MAC/s) and gemm_f32 with 120 tokens (FP32
 ** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
 ** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
@@ -41,6 +42,7 @@
 #define MAX_REPEATS  100
 #define N_TOK        128
 #define N_VERIFY     7                  /* rows of a k = 6 verification pass */
+#define N_BATCH      16                 /* rows of a 16-stream batched decode step */
 #define N_PREFILL    120                /* FP32 prefill rows (the 120-token prompt) */
 #define MAX_THREADS  16
 
@@ -53,7 +55,7 @@ static double now_s(void)
 
 /* ---- one job split over threads: rows [lo, hi) per thread ---- */
 
-enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_Q8, OP_GEMM_F32, OP_SGEMM };
+enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_F32B, OP_MM_Q8, OP_GEMM_F32, OP_SGEMM };
 
 struct job {
     const struct ds_kern_ops *k;
@@ -102,7 +104,9 @@ static void run_part(struct job *j, size_t id, size_t call)
                          j->x, j->y + lo);
         break;
     case OP_MM_F32:
-        j->k->matmul_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols, N_VERIFY,
+    case OP_MM_F32B:
+        j->k->matmul_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols,
+                         j->op == OP_MM_F32 ? N_VERIFY : N_BATCH,
                          j->x, j->y + lo, j->rows);
         break;
     case OP_MM_Q8:
@@ -334,14 +338,20 @@ int main(int argc, char **argv)
                    bench_peak_pct(2.0 * macs / t / 1e9, pk.fp32_gflops));
 
             double t1 = stream ? (double)f32_bytes / gbs_s : t;    /* one row, as the decode reads it */
-            t = measure(k, OP_MM_F32, sh, &f32_hot, xf, y, &o);
-            gbs = (double)f32_bytes / t;
-            double t_s = stream ? measure(k, OP_MM_F32, sh, &f32_str, xf, y, &o) : t;
-            double gbs_v = stream ? (double)f32_bytes / t_s : 0.0;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%  (%d rows: %.2f one-row passes)\n",
-                   k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "", gbs_v / 1e9,
-                   stream ? gbs_v / mem_f32_str : 0.0, 2.0 * macs * N_VERIFY / t_s / 1e9,
-                   bench_peak_pct(2.0 * macs * N_VERIFY / t_s / 1e9, pk.fp32_gflops), N_VERIFY, t_s / t1);
+            /* a verification pass, then a 16-stream batched decode step (SIMD variants only: the
+            ** reference would take minutes) */
+            for (int b = 0; b < (k == &ds_kern_ref ? 1 : 2); b++) {
+                enum op op = b ? OP_MM_F32B : OP_MM_F32;
+                int n_rows = b ? N_BATCH : N_VERIFY;
+                t = measure(k, op, sh, &f32_hot, xf, y, &o);
+                gbs = (double)f32_bytes / t;
+                double t_s = stream ? measure(k, op, sh, &f32_str, xf, y, &o) : t;
+                double gbs_v = stream ? (double)f32_bytes / t_s : 0.0;
+                printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%  (%d rows: %.2f one-row passes)\n",
+                       k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "", gbs_v / 1e9,
+                       stream ? gbs_v / mem_f32_str : 0.0, 2.0 * macs * n_rows / t_s / 1e9,
+                       bench_peak_pct(2.0 * macs * n_rows / t_s / 1e9, pk.fp32_gflops), n_rows, t_s / t1);
+            }
 
             t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, &o);
             double mm = macs * N_TOK / t;

@@ -497,6 +497,21 @@ static float dot_f32_avx512(size_t n, const float *a, const float *b)
 #define F32_RMAX 8              /* rows per tile when T == 1 (8 FMA chains) */
 #define F32_TMAX 8              /* inputs per tile (R x T <= 24 accumulators) */
 
+/* v, kept in a register. An empty asm that may change v stops the compiler
+** from folding the load into every FMA that reads it: f32_tile's vectors
+** each feed R or T FMAs, and as memory operands they were loaded R or T
+** times (24 loads for 21 FMAs in a 3 x 7 tile, so that the load ports and
+** not the FMA units set the pace: a 7-row pass ran at 100-150 GFLOP/s on
+** one Zen 5 core with the weights in L2, 150-190 with this). Only the
+** tiles of up to 3 rows (7 or 8 inputs: verification) take it: decode (T
+** == 1) waits on memory, not on the loads, and the 4-row tiles of batched
+** decode measured no better with it (within the noise of a shared VM). */
+DS_INLINE __m512 in_reg(__m512 v)
+{
+    __asm__("" : "+v"(v));
+    return v;
+}
+
 /* The two 256-bit halves of v added. */
 DS_INLINE __m256 fold_ps(__m512 v)
 {
@@ -534,10 +549,14 @@ DS_INLINE void f32_tile(int R, int T, size_t cols, const float *w, const float *
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * cols + i), _MM_HINT_T1);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_ps(w + (size_t)r * cols + i);
+        for (int r = 0; r < R; r++) {
+            wv[r] = _mm512_loadu_ps(w + (size_t)r * cols + i);
+            if (T > 1 && R <= 3) wv[r] = in_reg(wv[r]);
+        }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             __m512 xv = _mm512_loadu_ps(x + (size_t)t * cols + i);
+            if (T > 1 && R <= 3) xv = in_reg(xv);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
         }
