@@ -14,8 +14,10 @@
 ** from --start, --step-seconds each, then two bisection steps between the
 ** last good rate and the first saturated one). A step is saturated when an
 ** answer is not the one its kind expects (overloaded...), when fewer than
-** 90% of the requests sent were answered within the step, or when one is
-** not answered within the drain time. Capacity = the best good rate.
+** 90% of the requests sent were answered within the step, when one is not
+** answered within the drain time, or when the P99 latency of the plain
+** requests answered within the step exceeds --sat-p99-ms (a queue that
+** grows for the whole step). Capacity = the best good rate.
 **
 ** Soak: --share of the capacity (default 0.5), offered as a Poisson process
 ** (seeded) for --minutes (or --seconds), round robin over --clients device
@@ -26,8 +28,9 @@
 ** deadline_ms 1 (answered deadline_exceeded, or served when taken at once),
 ** 5 cancelled at once on dspark/v1/cancel/... (a final, cancelled or not),
 ** 5 malformed (each must get invalid_request) and 5 sent twice with the same
-** id and correlation data (one answer: the edge drops the copy). Every reply
-** is checked: its id, and exactly one final or error per request.
+** id and correlation data (one answer: the edge drops the copy; two when the
+** first was an error, after which the edge serves the copy). Every reply is
+** checked: its id, and exactly one final or error per request.
 **
 ** Windows: every --window seconds one row: sent/s, answered/s, P50/P99 of
 ** the plain requests' latency answered in the window, errors by code and
@@ -84,7 +87,7 @@ static volatile sig_atomic_t g_stop;
 static void on_signal(int s) { (void)s; g_stop = 1; }
 
 struct opts {
-    double      capacity, share, minutes, seconds, window_s, start, step_s;
+    double      capacity, share, minutes, seconds, window_s, start, step_s, sat_p99_ms;
     unsigned    clients, edge_threads, center_threads, budget_ms;
     uint64_t    seed;
     const char *edge, *center, *model, *json;
@@ -126,6 +129,7 @@ struct req {
 /* What arrived in one window (guarded by bench.mu). */
 struct acc {
     size_t  sent, answered, finals, cancelled, by_center, chunks, unexpected, err[BE_COUNT];
+    size_t  served_again;                 /* resent copies served after an error to the first */
     double *lat;                          /* plain requests' latency, ms */
     size_t  n_lat, cap_lat;
 };
@@ -143,7 +147,7 @@ struct phase {
 
 struct row {                              /* one window */
     double t_s, sent_s, ans_s, p50, p99, load1;
-    size_t answered, finals, cancelled, by_center, chunks, unexpected, err[BE_COUNT], outstanding;
+    size_t answered, finals, cancelled, by_center, chunks, unexpected, err[BE_COUNT], outstanding, served_again;
     struct bench_proc edge, center, broker;
 };
 
@@ -209,6 +213,12 @@ static void record(struct phase *p, struct req *q, const cJSON *j, int err, uint
 {
     struct acc *a = &p->acc;
     if (q->answers++) {
+        /* The edge forgets a request it answered with an error: the copy
+        ** of a resent one is then served, and its answer is a second one. */
+        if (q->kind == K_RESENT && q->answers == 2 && q->state == ST_ERR) {
+            a->served_again++;
+            return;
+        }
         if (p->twice++ < 3)
             fprintf(stderr, "bench_soak: request s%u-%zu (%s) answered twice\n", p->id, (size_t)(q - p->r),
                     k_kind_name[q->kind]);
@@ -543,7 +553,8 @@ static bool run_step(struct bench *b, double rate, struct step *s)
     s->sent_s = (double)s->sent / o->step_s;
     s->ans_s = (double)a.answered / o->step_s;
     s->p99 = bench_quantile(a.lat, a.n_lat, 0.99);
-    s->saturated = s->unexpected > 0 || s->pending > 0 || (double)a.answered < SAT_FRACTION * (double)s->sent;
+    s->saturated = s->unexpected > 0 || s->pending > 0 || (double)a.answered < SAT_FRACTION * (double)s->sent ||
+                   !(s->p99 <= o->sat_p99_ms);
     fprintf(stderr, " %.1f answered/s, p99 %.1f ms, %zu unexpected, %zu unanswered%s\n", s->ans_s, s->p99,
             s->unexpected, s->pending, s->saturated ? " (saturated)" : "");
     free(a.lat);
@@ -639,7 +650,7 @@ static void on_window(struct bench *b, struct phase *p, double t_s)
                        .p50 = bench_quantile(a.lat, a.n_lat, 0.50), .p99 = bench_quantile(a.lat, a.n_lat, 0.99),
                        .load1 = bench_load1(), .answered = a.answered, .finals = a.finals, .cancelled = a.cancelled,
                        .by_center = a.by_center, .chunks = a.chunks, .unexpected = a.unexpected,
-                       .outstanding = outstanding };
+                       .outstanding = outstanding, .served_again = a.served_again };
     memcpy(r->err, a.err, sizeof r->err);
     free(a.lat);
     sample_procs(b, r);
@@ -664,7 +675,7 @@ static bool soak(struct bench *b)
     if (!g_stop) bench_sleep_until(ds_now_ns() + DUP_GRACE_MS * 1000000ull, &g_stop);
     pthread_mutex_lock(&b->mu);
     b->sent = p->n;
-    b->never = pending;
+    b->never = g_stop ? 0 : pending;      /* interrupted: not drained, not judged */
     b->twice = p->twice;
     b->wrong_id = p->wrong_id;
     pthread_mutex_unlock(&b->mu);
@@ -727,9 +738,25 @@ static void print_summary(const struct bench *b)
            b->capacity, b->measured ? "measured" : "given", b->rate, o->share, (unsigned long long)o->seed, b->soak_s);
     printf("mix sent:");
     for (int k = 0; k < K_COUNT; k++) printf(" %s %zu%s", k_kind_name[k], b->kind_sent[k], k + 1 < K_COUNT ? "," : "\n");
-    printf("protocol: %zu requests, %zu never answered, %zu answered twice, %zu with another id, %zu strays\n",
-           b->sent, b->never, b->twice, b->wrong_id, b->strays);
+    printf("protocol: %zu requests, %zu never answered, %zu answered twice, %zu with another id, %zu strays%s\n",
+           b->sent, b->never, b->twice, b->wrong_id, b->strays, g_stop ? " (interrupted: not drained)" : "");
     if (b->n_rows == 0) return;
+    struct row t = { 0 };
+    for (size_t i = 0; i < b->n_rows; i++) {
+        const struct row *r = &b->rows[i];
+        t.answered += r->answered;
+        t.finals += r->finals;
+        t.cancelled += r->cancelled;
+        t.by_center += r->by_center;
+        t.unexpected += r->unexpected;
+        t.served_again += r->served_again;
+        for (int k = 0; k < BE_COUNT; k++) t.err[k] += r->err[k];
+    }
+    char e[128];
+    fmt_errors(e, sizeof e, t.err);
+    printf("answers: %zu (finals %zu: %zu cancelled, %zu served by the center); errors: %s; not the kind's "
+           "expected answer: %zu; resent copies served after an error: %zu\n",
+           t.answered, t.finals, t.cancelled, t.by_center, e, t.unexpected, t.served_again);
     const struct row *f = &b->rows[0], *l = &b->rows[b->n_rows - 1];
     printf("\n%-28s %14s %14s\n", "first window vs last", "first", "last");
     printf("%-28s %14.0f %14.0f\n", "window end, s", f->t_s, l->t_s);
@@ -775,8 +802,9 @@ static void json_row(FILE *f, const struct row *r, const char *sep)
     bench_json_num(f, "p99_ms", r->p99, ", ");
     bench_json_num(f, "load1", r->load1, ",\n     ");
     fprintf(f, "\"answered\": %zu, \"finals\": %zu, \"cancelled\": %zu, \"by_center\": %zu, \"chunks\": %zu, "
-               "\"unexpected\": %zu, \"outstanding\": %zu, \"errors\": {",
-            r->answered, r->finals, r->cancelled, r->by_center, r->chunks, r->unexpected, r->outstanding);
+               "\"unexpected\": %zu, \"outstanding\": %zu, \"served_again\": %zu, \"errors\": {",
+            r->answered, r->finals, r->cancelled, r->by_center, r->chunks, r->unexpected, r->outstanding,
+            r->served_again);
     for (int k = 0; k < BE_COUNT; k++) fprintf(f, "\"%s\": %zu%s", bench_err_name[k], r->err[k], k + 1 < BE_COUNT ? ", " : "},\n     ");
     json_proc(f, "edge", &r->edge, ", ");
     json_proc(f, "center", &r->center, ", ");
@@ -840,6 +868,7 @@ static void usage(FILE *f)
             "  --capacity R       take R req/s as the capacity (default: measure it with a short sweep)\n"
             "  --start R          the sweep's first rate, req/s (default 25; it doubles until saturation)\n"
             "  --step-seconds S   each sweep step (default 5)\n"
+            "  --sat-p99-ms MS    a sweep step whose P99 exceeds this is saturated (default 500)\n"
             "  --share F          offer F x capacity in the soak, 0 < F <= 1 (default 0.5)\n"
             "  --minutes M        soak length (default 60)\n"
             "  --seconds S        soak length in seconds (overrides --minutes; for smoke runs)\n"
@@ -887,13 +916,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "center", required_argument, NULL, 'C' },       { "model", required_argument, NULL, 'M' },
         { "edge-threads", required_argument, NULL, 'T' }, { "center-threads", required_argument, NULL, 'U' },
         { "budget-ms", required_argument, NULL, 'B' },    { "json", required_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' },               { NULL, 0, NULL, 0 },
+        { "sat-p99-ms", required_argument, NULL, 'P' },   { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     static char edge[4096], center[4096], model[4096];
     snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
     snprintf(center, sizeof center, "%s/center-node/dspark-center", DS_BUILD_DIR);
     snprintf(model, sizeof model, "%s/stories260K.gguf", DS_MODELS_DIR);
-    *o = (struct opts){ .share = 0.5, .minutes = 60, .window_s = 60, .start = 25, .step_s = 5, .clients = 4,
+    *o = (struct opts){ .share = 0.5, .minutes = 60, .window_s = 60, .start = 25, .step_s = 5, .sat_p99_ms = 500, .clients = 4,
                         .edge_threads = 1, .center_threads = 1, .budget_ms = 100, .seed = 1, .edge = edge,
                         .center = center, .model = model, .json = "bench-soak.json" };
     unsigned seed = 1;
@@ -904,6 +934,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'R': bad = parse_pos(optarg, 100000, &o->capacity); break;
         case 'a': bad = parse_pos(optarg, 100000, &o->start); break;
         case 'p': bad = parse_pos(optarg, 600, &o->step_s); break;
+        case 'P': bad = parse_pos(optarg, 3600000, &o->sat_p99_ms); break;
         case 'f': bad = parse_pos(optarg, 1, &o->share); break;
         case 'm': bad = parse_pos(optarg, 7 * 24 * 60, &o->minutes); break;
         case 's': bad = parse_pos(optarg, 7 * 24 * 3600, &o->seconds); break;
