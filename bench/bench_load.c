@@ -256,10 +256,7 @@ static enum ds_err clients_start(struct bench *b)
 
 static void clients_stop(struct bench *b)
 {
-    for (unsigned i = 0; i < MAX_CLIENTS; i++) {
-        ds_mqtt_destroy(b->cli[i]);
-        b->cli[i] = NULL;
-    }
+    bench_mqtt_destroy_all(b->cli, MAX_CLIENTS);
     ds_mqtt_destroy(b->echo);
     b->echo = NULL;
 }
@@ -337,11 +334,6 @@ static size_t phase_wait(struct bench *b, struct phase *p, size_t want, uint64_t
     pthread_mutex_unlock(&b->mu);
     return n;
 }
-
-static const char *const k_prompts[] = {
-    "Once upon a time", "Tim and Sue", "Lily went to the park", "The dog was", "One day, a little bird",
-    "Ben had a red ball", "The sun was", "Mom said",
-};
 
 /* Publish request idx of p on client c; stamps sched/sent. Returns false
 ** when the client refused it (recorded as an error). */
@@ -589,7 +581,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     for (size_t i = 0; i < n && !g_stop; i++) {
         uint64_t t = t0 + (uint64_t)(at[i] * 1e9);
         bench_sleep_until(t, &g_stop);
-        send_req(b, p, i, (unsigned)(i % o->clients), k_prompts[i % DS_ARRAY_LEN(k_prompts)], o->tokens, false, t);
+        send_req(b, p, i, (unsigned)(i % o->clients), bench_prompts[i % BENCH_N_PROMPTS], o->tokens, false, t);
         sent++;
     }
     free(at);
@@ -817,31 +809,13 @@ static void usage(FILE *f)
             DS_BUILD_DIR, DS_MODELS_DIR, DS_BUILD_DIR);
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (unsigned)v;
-    return 0;
-}
-
-static int parse_pos(const char *s, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v > 0) || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_rates(const char *s, struct opts *o)
 {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", s);
     o->n_rates = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_rates == MAX_RATES || parse_pos(t, MAX_RATE, &o->rates[o->n_rates]) != 0) return -1;
+        if (o->n_rates == MAX_RATES || bench_parse_pos(t, MAX_RATE, &o->rates[o->n_rates]) != 0) return -1;
         o->n_rates++;
     }
     return o->n_rates ? 0 : -1;
@@ -862,14 +836,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "center-threads", required_argument, NULL, 'U' }, { "budget-ms", required_argument, NULL, 'B' },
         { NULL, 0, NULL, 0 },
     };
-    static char edge[4096], center[4096], model[4096];
-    snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
-    snprintf(center, sizeof center, "%s/center-node/dspark-center", DS_BUILD_DIR);
-    snprintf(model, sizeof model, "%s/stories260K.gguf", DS_MODELS_DIR);
     *o = (struct opts){ .rates = { 20, 50, 100, 200, 400, 800 }, .n_rates = 6, .extend = true,
                         .drain_s = 10, .max_rate = 12800, .clients = 4, .tokens = 16, .seed = 1,
-                        .edge_threads = 2, .center_threads = 1, .budget_ms = 100, .edge = edge,
-                        .center = center, .model = model, .name = "stories",
+                        .edge_threads = 2, .center_threads = 1, .budget_ms = 100, .edge = BENCH_EDGE_BIN,
+                        .center = BENCH_CENTER_BIN, .model = BENCH_MODEL, .name = "stories",
                         .json = "bench-load.json" };
     double seconds = 0;
     unsigned samples = 0, seed = 1;
@@ -880,23 +850,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
         switch (c) {
         case 'q': o->quick = true; break;
         case 'r': bad = parse_rates(optarg, o); rates_set = true; break;
-        case 'M': bad = parse_pos(optarg, MAX_RATE, &o->max_rate); break;
-        case 's': bad = parse_pos(optarg, 3600, &seconds); break;
-        case 'D': bad = parse_pos(optarg, 3600, &o->drain_s); break;
-        case 'c': bad = parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
-        case 't': bad = parse_uint(optarg, 1, 4096, &o->tokens); break;
-        case 'n': bad = parse_uint(optarg, 200, 100000, &samples); break;
-        case 'S': bad = parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
+        case 'M': bad = bench_parse_pos(optarg, MAX_RATE, &o->max_rate); break;
+        case 's': bad = bench_parse_pos(optarg, 3600, &seconds); break;
+        case 'D': bad = bench_parse_pos(optarg, 3600, &o->drain_s); break;
+        case 'c': bad = bench_parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
+        case 't': bad = bench_parse_uint(optarg, 1, 4096, &o->tokens); break;
+        case 'n': bad = bench_parse_uint(optarg, 200, 100000, &samples); break;
+        case 'S': bad = bench_parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
         case 'e': o->edge = optarg; break;
         case 'm': o->model = optarg; break;
         case 'N': o->name = optarg; bad = !*optarg || strpbrk(optarg, "/+#\"\\") != NULL; break;
-        case 'T': bad = parse_uint(optarg, 1, 64, &o->edge_threads); break;
+        case 'T': bad = bench_parse_uint(optarg, 1, 64, &o->edge_threads); break;
         case 'b': o->broker = optarg; break;
         case 'j': o->json = optarg; break;
         case 'o': o->overflow = true; break;
         case 'C': o->center = optarg; break;
-        case 'U': bad = parse_uint(optarg, 1, 64, &o->center_threads); break;
-        case 'B': bad = parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
+        case 'U': bad = bench_parse_uint(optarg, 1, 64, &o->center_threads); break;
+        case 'B': bad = bench_parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
         }
@@ -932,17 +902,8 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &b.opt) != 0) return EXIT_FAILURE;
     const struct opts *o = &b.opt;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    struct sigaction sa = { .sa_handler = on_signal };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_cond_init(&b.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    bench_signals(on_signal);
+    bench_sync_init(&b.mu, &b.cv);
     b.rng = o->seed ^ 0x5eed0f10adull;
     snprintf(b.infer_topic, sizeof b.infer_topic, "dspark/v1/infer/%s", o->name);
     b.load_start = bench_load1();

@@ -45,6 +45,30 @@ void bench_sleep_until(uint64_t t_ns, const volatile sig_atomic_t *stop)
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !*stop) {}
 }
 
+void bench_signals(void (*on_signal)(int))
+{
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+void bench_sync_init(pthread_mutex_t *mu, pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(mu, NULL);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+const char *const bench_prompts[BENCH_N_PROMPTS] = {
+    "Once upon a time", "Tim and Sue", "Lily went to the park", "The dog was", "One day, a little bird",
+    "Ben had a red ball", "The sun was", "Mom said",
+};
+
 enum ds_err bench_mqtt_client(const char *uri, const char *id, ds_mqtt_msg_fn fn, void *ud, const char *sub,
                               struct ds_mqtt **out)
 {
@@ -75,6 +99,14 @@ double bench_json_get(const cJSON *o, const char *a, const char *b)
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
     if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
     return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+void bench_mqtt_destroy_all(struct ds_mqtt **cli, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ds_mqtt_destroy(cli[i]);
+        cli[i] = NULL;
+    }
 }
 
 /* The config text of c into ini[0..cap). */

@@ -13,6 +13,7 @@
 #ifndef DS_BENCH_MQTT_H
 #define DS_BENCH_MQTT_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,6 +21,11 @@
 #include <sys/types.h>
 
 #include "ds/mqtt.h"
+
+/* The build's daemons and the test models' stories260K (the defaults). */
+#define BENCH_EDGE_BIN   DS_BUILD_DIR "/edge-agent/dspark-edge"
+#define BENCH_CENTER_BIN DS_BUILD_DIR "/center-node/dspark-center"
+#define BENCH_MODEL      DS_MODELS_DIR "/stories260K.gguf"
 
 /* q-quantile of v[0..n) by nearest rank (sorts v); NaN when n == 0. */
 double bench_quantile(double *v, size_t n, double q);
@@ -34,10 +40,23 @@ double bench_exp_gap(uint64_t *s, double rate);
 /* Sleep until t_ns (ds_now_ns clock), or until *stop is set by a signal. */
 void bench_sleep_until(uint64_t t_ns, const volatile sig_atomic_t *stop);
 
+/* SIGINT and SIGTERM to on_signal (which sets the bench's stop flag);
+** SIGPIPE ignored. */
+void bench_signals(void (*on_signal)(int));
+/* A mutex, and a condition variable timed on CLOCK_MONOTONIC (ds_now_ns). */
+void bench_sync_init(pthread_mutex_t *mu, pthread_cond_t *cv);
+
+/* Short story prompts the requests take in turn. */
+#define BENCH_N_PROMPTS 8
+extern const char *const bench_prompts[BENCH_N_PROMPTS];
+
 /* A device client on uri: created, connected, subscribed at QoS 1 to sub
 ** (not waited for: ds_mqtt_wait_subscribed). OWNED in *out. */
 enum ds_err bench_mqtt_client(const char *uri, const char *id, ds_mqtt_msg_fn fn, void *ud, const char *sub,
                               struct ds_mqtt **out);
+
+/* ds_mqtt_destroy each of cli[0..n), and NULL it. */
+void bench_mqtt_destroy_all(struct ds_mqtt **cli, size_t n);
 
 /* The error codes of an answer (schemas/error.schema.json), and what a
 ** bench adds: no answer in time, a publish the client refused. */

@@ -97,23 +97,19 @@ struct opts {
 
 enum kind { K_PLAIN, K_DEADLINE, K_CANCEL, K_MALFORMED, K_RESENT, K_COUNT };
 static const char *const k_kind_name[K_COUNT] = { "plain", "deadline", "cancel", "malformed", "resent" };
-static const unsigned k_kind_weight[K_COUNT] = { 80, 5, 5, 5, 5 };
+static const size_t k_kind_weight[K_COUNT] = { 80, 5, 5, 5, 5 };
 
 /* Malformed requests, in turn; %s is the id. Each must be invalid_request. */
 static const char *const k_malformed[] = {
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\",\"max_tokens\":0}",
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\",\"temperature\":5}",
-    "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\",\"messages\":[{\"role\":\"user\","
+    "\"content\":\"x\"}]}",
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\",\"priority\":\"urgent\"}",
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}",
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\"}",
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\",\"max_tokens\":\"many\"}",
     "{\"id\":\"%s\",\"model\":\"" MODEL_NAME "\",\"prompt\":\"Tim\"",                /* truncated JSON */
-};
-
-static const char *const k_prompts[] = {
-    "Once upon a time", "Tim and Sue", "Lily went to the park", "The dog was", "One day, a little bird",
-    "Ben had a red ball", "The sun was", "Mom said",
 };
 
 /* ---- requests and their answers ---- */
@@ -304,10 +300,7 @@ static enum ds_err clients_start(struct bench *b)
 
 static void clients_stop(struct bench *b)
 {
-    for (unsigned i = 0; i < MAX_CLIENTS; i++) {
-        ds_mqtt_destroy(b->cli[i]);
-        b->cli[i] = NULL;
-    }
+    bench_mqtt_destroy_all(b->cli, MAX_CLIENTS);
 }
 
 /* ---- requests ---- */
@@ -318,7 +311,7 @@ static int plain_json(struct bench *b, char *buf, size_t cap, const char *rid, e
 {
     static const char *const prio[] = { "high", "normal", "normal", "normal", "low" };
     uint64_t *g = &b->mix;
-    const char *prompt = k_prompts[bench_rng_next(g) % DS_ARRAY_LEN(k_prompts)];
+    const char *prompt = bench_prompts[bench_rng_next(g) % BENCH_N_PROMPTS];
     bool chat = bench_rng_unit(g) < 0.3, stream = bench_rng_unit(g) < 0.3, sampled = bench_rng_unit(g) < 0.5;
     bool center = force_center || bench_rng_unit(g) < 0.1;
     unsigned tokens = k == K_CANCEL || bench_rng_unit(g) < 0.25 ? LONG_TOKENS : SHORT_TOKENS;
@@ -340,9 +333,9 @@ static int plain_json(struct bench *b, char *buf, size_t cap, const char *rid, e
 
 static enum kind draw_kind(uint64_t *g)
 {
-    unsigned total = 0, x;
+    size_t total = 0, x;
     for (int k = 0; k < K_COUNT; k++) total += k_kind_weight[k];
-    x = (unsigned)(bench_rng_next(g) % total);
+    x = (size_t)(bench_rng_next(g) % total);
     for (int k = 0; k < K_COUNT; k++) {
         if (x < k_kind_weight[k]) return (enum kind)k;
         x -= k_kind_weight[k];
@@ -600,9 +593,9 @@ static void sample_procs(const struct bench *b, struct row *r)
 
 static void print_header(void)
 {
-    printf("%5s %6s %6s | %6s %6s %6s %6s | %-22s | %-17s | %-17s | %-12s | %5s\n", "t s", "sent/s", "ans/s",
+    printf("%5s %6s %6s | %6s %6s %6s %6s | %-22s | %-18s | %-18s | %-16s | %5s\n", "t s", "sent/s", "ans/s",
            "p50 ms", "p99 ms", "unexp", "center", "errors", "edge rss/hwm fd th", "center rss/hwm fd th",
-           "broker rss fd", "load");
+           "broker rss fd th", "load");
 }
 
 static void fmt_errors(char *buf, size_t cap, const size_t *err)
@@ -620,7 +613,7 @@ static void print_row(const struct row *r)
     char e[64];
     fmt_errors(e, sizeof e, r->err);
     printf("%5.0f %6.1f %6.1f | %6.1f %6.1f %6zu %5.1f%% | %-22s | %5.1f/%5.1f %3ld %2ld | %5.1f/%5.1f %3ld %2ld | "
-           "%5.1f %3ld %2ld | %5.2f\n",
+           "%9.1f %3ld %2ld | %5.2f\n",
            r->t_s, r->sent_s, r->ans_s, r->p50, r->p99, r->unexpected,
            r->finals ? 100.0 * (double)r->by_center / (double)r->finals : 0.0, e, r->edge.rss_mib, r->edge.hwm_mib,
            r->edge.fds, r->edge.threads, r->center.rss_mib, r->center.hwm_mib, r->center.fds, r->center.threads,
@@ -784,6 +777,14 @@ static void print_summary(const struct bench *b)
     if (v.judged && !v.flat) printf("  %s\n", v.why);
 }
 
+/* "key": {"name": v, ...} then sep. */
+static void json_counts(FILE *f, const char *key, const char *const *names, const size_t *v, int n, const char *sep)
+{
+    fprintf(f, "\"%s\": {", key);
+    for (int k = 0; k < n; k++) fprintf(f, "\"%s\": %zu%s", names[k], v[k], k + 1 < n ? ", " : "}");
+    fprintf(f, "%s", sep);
+}
+
 static void json_proc(FILE *f, const char *key, const struct bench_proc *p, const char *sep)
 {
     fprintf(f, "\"%s\": {", key);
@@ -802,10 +803,10 @@ static void json_row(FILE *f, const struct row *r, const char *sep)
     bench_json_num(f, "p99_ms", r->p99, ", ");
     bench_json_num(f, "load1", r->load1, ",\n     ");
     fprintf(f, "\"answered\": %zu, \"finals\": %zu, \"cancelled\": %zu, \"by_center\": %zu, \"chunks\": %zu, "
-               "\"unexpected\": %zu, \"outstanding\": %zu, \"served_again\": %zu, \"errors\": {",
+               "\"unexpected\": %zu, \"outstanding\": %zu, \"served_again\": %zu, ",
             r->answered, r->finals, r->cancelled, r->by_center, r->chunks, r->unexpected, r->outstanding,
             r->served_again);
-    for (int k = 0; k < BE_COUNT; k++) fprintf(f, "\"%s\": %zu%s", bench_err_name[k], r->err[k], k + 1 < BE_COUNT ? ", " : "},\n     ");
+    json_counts(f, "errors", bench_err_name, r->err, BE_COUNT, ",\n     ");
     json_proc(f, "edge", &r->edge, ", ");
     json_proc(f, "center", &r->center, ", ");
     json_proc(f, "broker", &r->broker, "}");
@@ -827,8 +828,7 @@ static int write_json(const struct bench *b)
     bench_json_num(f, "share", o->share, ", ");
     bench_json_num(f, "window_s", o->window_s, ", ");
     bench_json_num(f, "soak_s", b->soak_s, "},\n  ");
-    fprintf(f, "\"mix_weights\": {");
-    for (int k = 0; k < K_COUNT; k++) fprintf(f, "\"%s\": %u%s", k_kind_name[k], k_kind_weight[k], k + 1 < K_COUNT ? ", " : "},\n  ");
+    json_counts(f, "mix_weights", k_kind_name, k_kind_weight, K_COUNT, ",\n  ");
     fprintf(f, "\"capacity_measured\": %s, ", b->measured ? "true" : "false");
     bench_json_num(f, "capacity_per_s", b->capacity, ", ");
     bench_json_num(f, "offered_per_s", b->rate, ",\n  \"sweep\": [");
@@ -844,8 +844,8 @@ static int write_json(const struct bench *b)
     }
     fprintf(f, "],\n  \"windows\": [\n");
     for (size_t i = 0; i < b->n_rows; i++) json_row(f, &b->rows[i], i + 1 < b->n_rows ? "," : "");
-    fprintf(f, "  ],\n  \"mix_sent\": {");
-    for (int k = 0; k < K_COUNT; k++) fprintf(f, "\"%s\": %zu%s", k_kind_name[k], b->kind_sent[k], k + 1 < K_COUNT ? ", " : "},\n");
+    fprintf(f, "  ],\n  ");
+    json_counts(f, "mix_sent", k_kind_name, b->kind_sent, K_COUNT, ",\n");
     fprintf(f, "  \"protocol\": {\"requests\": %zu, \"never_answered\": %zu, \"answered_twice\": %zu, "
                "\"wrong_id\": %zu, \"strays\": %zu},\n",
             b->sent, b->never, b->twice, b->wrong_id, b->strays);
@@ -886,25 +886,6 @@ static void usage(FILE *f)
             MAX_CLIENTS, DS_BUILD_DIR, DS_BUILD_DIR, DS_MODELS_DIR);
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (!*s || *end || errno || *s == '-' || v < lo || v > hi) return -1;
-    *out = (unsigned)v;
-    return 0;
-}
-
-static int parse_pos(const char *s, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v > 0) || !(v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
@@ -919,34 +900,30 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "sat-p99-ms", required_argument, NULL, 'P' },   { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    static char edge[4096], center[4096], model[4096];
-    snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
-    snprintf(center, sizeof center, "%s/center-node/dspark-center", DS_BUILD_DIR);
-    snprintf(model, sizeof model, "%s/stories260K.gguf", DS_MODELS_DIR);
-    *o = (struct opts){ .share = 0.5, .minutes = 60, .window_s = 60, .start = 25, .step_s = 5, .sat_p99_ms = 500, .clients = 4,
-                        .edge_threads = 1, .center_threads = 1, .budget_ms = 100, .seed = 1, .edge = edge,
-                        .center = center, .model = model, .json = "bench-soak.json" };
+    *o = (struct opts){ .share = 0.5, .minutes = 60, .window_s = 60, .start = 25, .step_s = 5, .sat_p99_ms = 500,
+                        .clients = 4, .edge_threads = 1, .center_threads = 1, .budget_ms = 100, .seed = 1, .edge = BENCH_EDGE_BIN,
+                        .center = BENCH_CENTER_BIN, .model = BENCH_MODEL, .json = "bench-soak.json" };
     unsigned seed = 1;
     int c, li = 0;
     while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'R': bad = parse_pos(optarg, 100000, &o->capacity); break;
-        case 'a': bad = parse_pos(optarg, 100000, &o->start); break;
-        case 'p': bad = parse_pos(optarg, 600, &o->step_s); break;
-        case 'P': bad = parse_pos(optarg, 3600000, &o->sat_p99_ms); break;
-        case 'f': bad = parse_pos(optarg, 1, &o->share); break;
-        case 'm': bad = parse_pos(optarg, 7 * 24 * 60, &o->minutes); break;
-        case 's': bad = parse_pos(optarg, 7 * 24 * 3600, &o->seconds); break;
-        case 'w': bad = parse_pos(optarg, 3600, &o->window_s); break;
-        case 'c': bad = parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
-        case 'S': bad = parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
+        case 'R': bad = bench_parse_pos(optarg, 100000, &o->capacity); break;
+        case 'a': bad = bench_parse_pos(optarg, 100000, &o->start); break;
+        case 'p': bad = bench_parse_pos(optarg, 600, &o->step_s); break;
+        case 'P': bad = bench_parse_pos(optarg, 3600000, &o->sat_p99_ms); break;
+        case 'f': bad = bench_parse_pos(optarg, 1, &o->share); break;
+        case 'm': bad = bench_parse_pos(optarg, 7 * 24 * 60, &o->minutes); break;
+        case 's': bad = bench_parse_pos(optarg, 7 * 24 * 3600, &o->seconds); break;
+        case 'w': bad = bench_parse_pos(optarg, 3600, &o->window_s); break;
+        case 'c': bad = bench_parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
+        case 'S': bad = bench_parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
         case 'e': o->edge = optarg; break;
         case 'C': o->center = optarg; break;
         case 'M': o->model = optarg; break;
-        case 'T': bad = parse_uint(optarg, 1, 64, &o->edge_threads); break;
-        case 'U': bad = parse_uint(optarg, 1, 64, &o->center_threads); break;
-        case 'B': bad = parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
+        case 'T': bad = bench_parse_uint(optarg, 1, 64, &o->edge_threads); break;
+        case 'U': bad = bench_parse_uint(optarg, 1, 64, &o->center_threads); break;
+        case 'B': bad = bench_parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
         case 'j': o->json = optarg; break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
@@ -978,17 +955,8 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &b.opt) != 0) return EXIT_FAILURE;
     const struct opts *o = &b.opt;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    struct sigaction sa = { .sa_handler = on_signal };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_cond_init(&b.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    bench_signals(on_signal);
+    bench_sync_init(&b.mu, &b.cv);
     b.rng = o->seed ^ 0x50a1c0ffee11ull;
     b.mix = o->seed ^ 0x3a7e5eedull;
     b.soak_s = o->seconds ? o->seconds : o->minutes * 60;

@@ -4,15 +4,8 @@
 # summary and verdict, and writes valid JSON with three windows whose
 # processes were sampled. Asserts no speed and not the verdict.
 # Usage: cmake -DBENCH=path/to/bench_soak -DWORK_DIR=dir -P bench_soak_smoke.cmake
-if(DEFINED ENV{DS_MOSQUITTO})
-  set(mosquitto $ENV{DS_MOSQUITTO})
-else()
-  set(mosquitto /usr/sbin/mosquitto)
-endif()
-if(NOT EXISTS ${mosquitto})
-  message(STATUS "bench.soak_smoke: skipped: ${mosquitto} is not installed")
-  return()
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/bench_mosquitto.cmake)
+bench_need_mosquitto(bench.soak_smoke)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 execute_process(COMMAND ${BENCH} --capacity 40 --seconds 6 --window 2 --json ${WORK_DIR}/bench-soak.json
