@@ -14,10 +14,10 @@
 ** from --start, --step-seconds each, then two bisection steps between the
 ** last good rate and the first saturated one). A step is saturated when an
 ** answer is not the one its kind expects (overloaded...), when fewer than
-** 90% of the requests sent were answered within the step, when one is not
-** answered within the drain time, or when the P99 latency of the plain
-** requests answered within the step exceeds --sat-p99-ms (a queue that
-** grows for the whole step). Capacity = the best good rate.
+** 90% of the requests sent were answered within the step and the second
+** after it, when one is not answered within the drain time, or when the P99
+** latency of the plain requests answered by then exceeds --sat-p99-ms (a
+** queue that grows for the whole step). Capacity = the best good rate.
 **
 ** Soak: --share of the capacity (default 0.5), offered as a Poisson process
 ** (seeded) for --minutes (or --seconds), round robin over --clients device
@@ -74,7 +74,8 @@
 #define MODEL_NAME     "stories"
 #define NODE_NAME      "soak-edge"
 #define CENTER_NAME    "soak-center"
-#define SAT_FRACTION   0.90      /* answered within the step below this share of the sent: saturated */
+#define SAT_FRACTION   0.90      /* answered within the step (+ grace) below this share of the sent: saturated */
+#define STEP_GRACE_NS  1000000000ull   /* the last requests of a step are answered after it */
 #define DRAIN_S        20        /* after a step or the soak: wait this long for the last answers */
 #define DUP_GRACE_MS   2000      /* after the last answer: wait for answers that should not come */
 #define RSS_FLAT_MIB   5.0       /* verdict: RSS growth first -> last window below this */
@@ -534,9 +535,10 @@ static bool run_step(struct bench *b, double rate, struct step *s)
     fprintf(stderr, "bench_soak: capacity: %7.1f req/s for %.0f s...", rate, o->step_s);
     uint64_t t0 = ds_now_ns() + 20000000u, dur = (uint64_t)(o->step_s * 1e9);
     bool ok = offer(b, p, rate, t0, dur, dur, NULL);
+    bench_sleep_until(t0 + dur + STEP_GRACE_NS, &g_stop);
     pthread_mutex_lock(&b->mu);
     struct acc a;
-    acc_take(p, &a);                       /* what was answered within the step */
+    acc_take(p, &a);                       /* what was answered within the step and its grace */
     pthread_mutex_unlock(&b->mu);
     s->pending = phase_drain(b, p, ds_now_ns() + DRAIN_S * 1000000000ull);
     pthread_mutex_lock(&b->mu);
