@@ -139,6 +139,7 @@ struct phase {
     size_t      cap, n;                   /* slots; requests sent */
     size_t      n_done;                   /* requests answered at least once */
     size_t      twice, wrong_id;          /* protocol violations */
+    size_t      kind_sent[K_COUNT];       /* the mix as offered */
     struct acc  acc;                      /* the current window */
 };
 
@@ -455,7 +456,7 @@ static bool offer(struct bench *b, struct phase *p, double rate, uint64_t t0, ui
         bench_sleep_until(at, &g_stop);
         if (g_stop) break;
         enum kind k = draw_kind(&b->mix);
-        b->kind_sent[k] += on_window != NULL;
+        p->kind_sent[k]++;
         send_req(b, p, k, (unsigned)(i++ % b->opt.clients), at, false);
         t += bench_exp_gap(&b->rng, rate);
     }
@@ -673,6 +674,7 @@ static bool soak(struct bench *b)
     b->never = g_stop ? 0 : pending;      /* interrupted: not drained, not judged */
     b->twice = p->twice;
     b->wrong_id = p->wrong_id;
+    memcpy(b->kind_sent, p->kind_sent, sizeof b->kind_sent);
     pthread_mutex_unlock(&b->mu);
     phase_end(b, p);
     return ok;
