@@ -59,6 +59,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_mqtt.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/log.h"
@@ -95,13 +96,6 @@ struct opts {
 /* ---- requests and their answers ---- */
 
 enum { ST_PENDING, ST_OK, ST_ERR };
-enum err_kind { E_INVALID, E_MODEL, E_OVERLOADED, E_DEADLINE, E_UNAUTH, E_INTERNAL, E_OTHER, E_TIMEOUT,
-                E_PUBLISH, E_COUNT };
-static const char *const k_err_name[E_COUNT] = {
-    "invalid_request", "model_not_found", "overloaded", "deadline_exceeded", "unauthorized",
-    "internal", "other", "timeout", "publish_refused",
-};
-
 struct slot {
     uint64_t sched_ns, sent_ns, done_ns;
     uint32_t tokens, prompt_tokens;
@@ -124,7 +118,7 @@ struct phase {
 struct rate_result {
     double   rate, sent_per_s, ok_per_s, tok_per_s;
     double   p50, p90, p99, max, lag_p99;   /* ms */
-    size_t   sent, ok, by_center, err[E_COUNT], n_err;
+    size_t   sent, ok, by_center, err[BE_COUNT], n_err;
     uint64_t tokens;
     bool     saturated, overflow;   /* overflow: run with overflow on and a center */
 };
@@ -162,55 +156,9 @@ struct bench {
 };
 
 
-/* q-quantile of v[0..n) (sorts v): nearest rank. */
-static double quantile(double *v, size_t n, double q)
-{
-    if (n == 0) return NAN;
-    qsort(v, n, sizeof *v, bench_cmp_double);
-    size_t k = (size_t)ceil(q * (double)n);
-    return v[k ? k - 1 : 0];
-}
-
-
-/* splitmix64: the arrival RNG. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Exponential gap (seconds) for a Poisson process of `rate` per second. */
-static double exp_gap(uint64_t *s, double rate)
-{
-    double u = (double)(rng_next(s) >> 11) * 0x1.0p-53;          /* [0, 1) */
-    return -log1p(-u) / rate;
-}
-
-static void sleep_until(uint64_t t_ns)
-{
-    struct timespec ts = { (time_t)(t_ns / 1000000000u), (long)(t_ns % 1000000000u) };
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !g_stop) {}
-}
-
-static void sleep_ms(unsigned ms) { sleep_until(ds_now_ns() + (uint64_t)ms * 1000000u); }
+static void sleep_ms(unsigned ms) { bench_sleep_until(ds_now_ns() + (uint64_t)ms * 1000000u, &g_stop); }
 
 /* ---- MQTT: device clients, the echo client ---- */
-
-static enum err_kind err_kind_of(const char *code)
-{
-    for (int k = 0; k < E_OTHER; k++)
-        if (code && strcmp(code, k_err_name[k]) == 0) return (enum err_kind)k;
-    return E_OTHER;
-}
-
-static double json_num(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
-    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
-    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
-}
 
 /* Fill slot s from a reply; returns false for a chunk (not the answer). */
 static bool parse_answer(struct slot *s, const void *payload, size_t len)
@@ -218,7 +166,7 @@ static bool parse_answer(struct slot *s, const void *payload, size_t len)
     cJSON *j = cJSON_ParseWithLength(payload, len);
     if (!j) {
         s->state = ST_ERR;
-        s->err = E_OTHER;
+        s->err = BE_OTHER;
         return true;
     }
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
@@ -226,15 +174,15 @@ static bool parse_answer(struct slot *s, const void *payload, size_t len)
     if (err) {
         const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
         s->state = ST_ERR;
-        s->err = (uint8_t)err_kind_of(cJSON_IsString(code) ? code->valuestring : NULL);
+        s->err = (uint8_t)bench_err_of(cJSON_IsString(code) ? code->valuestring : NULL);
     } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "done"))) {
         s->state = ST_OK;
-        double t = json_num(j, "usage", "completion_tokens"), p = json_num(j, "usage", "prompt_tokens");
+        double t = bench_json_get(j, "usage", "completion_tokens"), p = bench_json_get(j, "usage", "prompt_tokens");
         s->tokens = isfinite(t) && t >= 0 ? (uint32_t)t : 0;
         s->prompt_tokens = isfinite(p) && p >= 0 ? (uint32_t)p : 0;
-        s->queue_ms = json_num(j, "timing", "queue_ms");
-        s->ttft_ms = json_num(j, "timing", "ttft_ms");
-        s->total_ms = json_num(j, "timing", "total_ms");
+        s->queue_ms = bench_json_get(j, "timing", "queue_ms");
+        s->ttft_ms = bench_json_get(j, "timing", "ttft_ms");
+        s->total_ms = bench_json_get(j, "timing", "total_ms");
         const cJSON *tier = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "served_by"), "tier");
         s->by_center = cJSON_IsString(tier) && strcmp(tier->valuestring, "center") == 0;
     } else {
@@ -286,19 +234,6 @@ static void on_echo(void *ud, const struct ds_mqtt_msg *m)
         fprintf(stderr, "bench_load: echo publish refused\n");
 }
 
-static enum ds_err client_new(const char *uri, const char *id, ds_mqtt_msg_fn fn, void *ud, const char *sub,
-                              struct ds_mqtt **out)
-{
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.on_message = fn;
-    o.ud = ud;
-    enum ds_err rc = ds_mqtt_create(uri, id, &o, out);
-    if (rc == DS_OK) rc = ds_mqtt_connect(*out);
-    if (rc == DS_OK) rc = ds_mqtt_subscribe(*out, sub, 1);
-    return rc;
-}
-
 static enum ds_err clients_start(struct bench *b)
 {
     const struct opts *o = &b->opt;
@@ -308,11 +243,11 @@ static enum ds_err clients_start(struct bench *b)
     for (unsigned i = 0; rc == DS_OK && i < o->clients; i++) {
         snprintf(b->reply[i], sizeof b->reply[i], "bench/load/%ld/reply/%u", pid, i);
         snprintf(id, sizeof id, "bench-load-%ld-%u", pid, i);
-        rc = client_new(b->uri, id, on_reply, b, b->reply[i], &b->cli[i]);
+        rc = bench_mqtt_client(b->uri, id, on_reply, b, b->reply[i], &b->cli[i]);
     }
     snprintf(b->echo_topic, sizeof b->echo_topic, "bench/load/%ld/echo", pid);
     snprintf(id, sizeof id, "bench-load-%ld-echo", pid);
-    if (rc == DS_OK) rc = client_new(b->uri, id, on_echo, &b->echo, b->echo_topic, &b->echo);
+    if (rc == DS_OK) rc = bench_mqtt_client(b->uri, id, on_echo, &b->echo, b->echo_topic, &b->echo);
     for (unsigned i = 0; rc == DS_OK && i < o->clients; i++) rc = ds_mqtt_wait_subscribed(b->cli[i], 20000);
     if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(b->echo, 20000);
     if (rc != DS_OK) fprintf(stderr, "bench_load: MQTT clients on %s: %s\n", b->uri, ds_strerror(rc));
@@ -321,10 +256,7 @@ static enum ds_err clients_start(struct bench *b)
 
 static void clients_stop(struct bench *b)
 {
-    for (unsigned i = 0; i < MAX_CLIENTS; i++) {
-        ds_mqtt_destroy(b->cli[i]);
-        b->cli[i] = NULL;
-    }
+    bench_mqtt_destroy_all(b->cli, MAX_CLIENTS);
     ds_mqtt_destroy(b->echo);
     b->echo = NULL;
 }
@@ -342,7 +274,7 @@ static pid_t echo_proc_start(const char *uri, const char *topic)
     struct ds_mqtt *c = NULL;
     char id[96];
     snprintf(id, sizeof id, "bench-load-%ld-echo-proc", (long)parent);
-    if (client_new(uri, id, on_echo, &c, topic, &c) != DS_OK) _exit(1);
+    if (bench_mqtt_client(uri, id, on_echo, &c, topic, &c) != DS_OK) _exit(1);
     while (!g_stop) sleep_ms(50);
     ds_mqtt_destroy(c);
     _exit(0);
@@ -403,11 +335,6 @@ static size_t phase_wait(struct bench *b, struct phase *p, size_t want, uint64_t
     return n;
 }
 
-static const char *const k_prompts[] = {
-    "Once upon a time", "Tim and Sue", "Lily went to the park", "The dog was", "One day, a little bird",
-    "Ben had a red ball", "The sun was", "Mom said",
-};
-
 /* Publish request idx of p on client c; stamps sched/sent. Returns false
 ** when the client refused it (recorded as an error). */
 static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, const char *prompt,
@@ -428,7 +355,7 @@ static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, c
     if (ds_mqtt_publish(b->cli[c], topic, json, (size_t)n, 1, false, &pr) == DS_OK) return true;
     pthread_mutex_lock(&b->mu);
     s->state = ST_ERR;
-    s->err = E_PUBLISH;
+    s->err = BE_PUBLISH;
     s->done_ns = ds_now_ns();
     p->n_done++;
     pthread_mutex_unlock(&b->mu);
@@ -437,40 +364,11 @@ static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, c
 
 /* ---- setup: broker, edge ---- */
 
-static void log_tail(const char *path, const char *who)
-{
-    size_t n = 0;
-    char *log = tu_read_file(path, &n);
-    if (!log) return;
-    const char *p = n > 2000 ? log + n - 2000 : log;
-    fprintf(stderr, "--- %s log (tail) ---\n%s\n---\n", who, p);
-    free(log);
-}
-
 static void edge_log_tail(const struct bench *b)
 {
     if (!b->dir) return;
-    log_tail(b->log, "dspark-edge");
-    if (b->opt.overflow) log_tail(b->center_log, "dspark-center");
-}
-
-/* Write ini (the config text) to DIR/name.ini and start bin -c on it, its
-** output to log. */
-static enum ds_err node_start(const struct bench *b, const char *bin, const char *name, const char *ini,
-                              char *log, size_t log_cap, pid_t *pid)
-{
-    if (access(bin, X_OK) != 0) {
-        fprintf(stderr, "bench_load: %s is not executable (build it, or pass --edge/--center)\n", bin);
-        return DS_ERR_NOT_FOUND;
-    }
-    snprintf(log, log_cap, "%s/%s.log", b->dir, name);
-    *pid = it_spawn(b->dir, bin, name, ini, IT_STDOUT_TOO);
-    if (*pid < 0) {
-        *pid = 0;
-        fprintf(stderr, "bench_load: cannot start %s: %s\n", bin, strerror(errno));
-        return DS_ERR_IO;
-    }
-    return DS_OK;
+    bench_log_tail(b->log, "dspark-edge");
+    if (b->opt.overflow) bench_log_tail(b->center_log, "dspark-center");
 }
 
 /* The edge, with overflow off, or on (every tier's budget --budget-ms)
@@ -482,36 +380,21 @@ static enum ds_err edge_start(struct bench *b, bool overflow)
         fprintf(stderr, "bench_load: model %s is not readable (pass --model)\n", o->model);
         return DS_ERR_NOT_FOUND;
     }
-    char ini[5000], budget[200];
-    snprintf(budget, sizeof budget, "budget_high_ms = %u\nbudget_normal_ms = %u\nbudget_low_ms = %u\n",
-             o->budget_ms, o->budget_ms, o->budget_ms);
-    const char *common = "[mqtt]\nuri = %s\n[batch]\nmax_active = 16\nprefill_chunk = 32\n[telemetry]\ninterval_s = 5\n"
-                         "[model %s]\npath = %s\nprecision = %s\nthreads = %u\nversion = 1\n";
-    int n = snprintf(ini, sizeof ini, "[node]\nname = " NODE_NAME "\nlog_level = warn\n[overflow]\nenabled = %s\n%s",
-                     overflow ? "true" : "false", overflow ? budget : "");
-    snprintf(ini + n, sizeof ini - (size_t)n, common, b->uri, o->name, o->model, "int8", o->edge_threads);
-    enum ds_err rc = node_start(b, o->edge, "edge", ini, b->log, sizeof b->log, &b->edge);
+    struct bench_node_conf c = { .node = NODE_NAME, .uri = b->uri, .model = o->name, .path = o->model,
+                                 .precision = "int8", .threads = o->edge_threads, .budget_ms = o->budget_ms,
+                                 .overflow = overflow };
+    enum ds_err rc = bench_node_start("bench_load", b->dir, o->edge, "edge", &c, b->log, sizeof b->log, &b->edge);
     if (rc != DS_OK || !overflow) return rc;
-    n = snprintf(ini, sizeof ini, "[node]\nname = " CENTER_NAME "\nlog_level = warn\n");
-    snprintf(ini + n, sizeof ini - (size_t)n, common, b->uri, o->name, o->model, "fp32", o->center_threads);
-    return node_start(b, o->center, "center", ini, b->center_log, sizeof b->center_log, &b->center);
-}
-
-static bool child_alive(pid_t *pid, const char *who)
-{
-    if (*pid <= 0) return true;           /* not ours (--broker), or not started */
-    int st;
-    if (waitpid(*pid, &st, WNOHANG) == *pid) {
-        *pid = 0;
-        fprintf(stderr, "bench_load: %s exited (status %d)\n", who, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-        return false;
-    }
-    return true;
+    c = (struct bench_node_conf){ .node = CENTER_NAME, .uri = b->uri, .model = o->name, .path = o->model,
+                                  .precision = "fp32", .threads = o->center_threads, .overflow = -1 };
+    return bench_node_start("bench_load", b->dir, o->center, "center", &c, b->center_log, sizeof b->center_log,
+                            &b->center);
 }
 
 static bool edge_alive(struct bench *b)
 {
-    return child_alive(&b->edge, "dspark-edge") && child_alive(&b->center, "dspark-center");
+    return bench_child_alive("bench_load", &b->edge, "dspark-edge") &&
+           bench_child_alive("bench_load", &b->center, "dspark-center");
 }
 
 /* One-token requests (to raw_topic, or the edge when NULL) until one is
@@ -601,7 +484,7 @@ static double engine_us(const struct opts *o, uint32_t n_tok, unsigned reps)
         g_sink += best;
         if (r >= 10) v[r - 10] = us;
     }
-    med = quantile(v, reps, 0.5);
+    med = bench_quantile(v, reps, 0.5);
 done:
     ds_seq_destroy(s);
     ds_engine_destroy(e);
@@ -628,12 +511,12 @@ static void measure_overhead(struct bench *b)
     for (size_t i = 10; echo && i < echo->n; i++)              /* the first 10 warm up */
         if (echo->s[i].state == ST_OK) rtt[k++] = (double)(echo->s[i].done_ns - echo->s[i].sent_ns) / 1e3;
     ov->n_echo = k;
-    ov->echo_us = quantile(rtt, k, 0.5);
+    ov->echo_us = bench_quantile(rtt, k, 0.5);
     k = 0;
     for (size_t i = 10; i < echo_in->n; i++)
         if (echo_in->s[i].state == ST_OK) rtt[k++] = (double)(echo_in->s[i].done_ns - echo_in->s[i].sent_ns) / 1e3;
     ov->n_echo_in = k;
-    ov->echo_in_us = quantile(rtt, k, 0.5);
+    ov->echo_in_us = bench_quantile(rtt, k, 0.5);
     k = 0;
     uint32_t pt = 0;
     for (size_t i = 10; i < one->n; i++) {
@@ -651,13 +534,13 @@ static void measure_overhead(struct bench *b)
     double *diff = malloc((k ? k : 1) * sizeof *diff);
     if (diff) {
         for (size_t i = 0; i < k; i++) diff[i] = rtt[i] - tot[i];
-        ov->outside_us = quantile(diff, k, 0.5);
+        ov->outside_us = bench_quantile(diff, k, 0.5);
         free(diff);
     }
-    ov->rtt_us = quantile(rtt, k, 0.5);
-    ov->total_us = quantile(tot, k, 0.5);
-    ov->queue_us = quantile(q, k, 0.5);
-    ov->ttft_us = quantile(t1, k, 0.5);
+    ov->rtt_us = bench_quantile(rtt, k, 0.5);
+    ov->total_us = bench_quantile(tot, k, 0.5);
+    ov->queue_us = bench_quantile(q, k, 0.5);
+    ov->ttft_us = bench_quantile(t1, k, 0.5);
     fprintf(stderr, "bench_load: overhead: engine time of a %u-token prefill + sample, in process...\n", pt);
     ov->engine_us = pt ? engine_us(&b->opt, pt, (unsigned)n) : NAN;
     ov->have_engine = isfinite(ov->engine_us);
@@ -678,7 +561,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     size_t cap = (size_t)(rate * o->seconds * 1.5) + 64, n = 0;
     double *at = malloc(cap * sizeof *at);
     if (!at) return false;
-    for (double t = exp_gap(&b->rng, rate); t < o->seconds; t += exp_gap(&b->rng, rate)) {
+    for (double t = bench_exp_gap(&b->rng, rate); t < o->seconds; t += bench_exp_gap(&b->rng, rate)) {
         if (n == cap) {
             double *bigger = realloc(at, 2 * cap * sizeof *at);
             if (!bigger) break;
@@ -697,8 +580,8 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     size_t sent = 0;
     for (size_t i = 0; i < n && !g_stop; i++) {
         uint64_t t = t0 + (uint64_t)(at[i] * 1e9);
-        sleep_until(t);
-        send_req(b, p, i, (unsigned)(i % o->clients), k_prompts[i % DS_ARRAY_LEN(k_prompts)], o->tokens, false, t);
+        bench_sleep_until(t, &g_stop);
+        send_req(b, p, i, (unsigned)(i % o->clients), bench_prompts[i % BENCH_N_PROMPTS], o->tokens, false, t);
         sent++;
     }
     free(at);
@@ -713,7 +596,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
         const struct slot *s = &p->s[i];
         if (lag) lag[i] = (double)(s->sent_ns - s->sched_ns) / 1e6;
         if (s->state == ST_PENDING) {
-            r->err[E_TIMEOUT]++;
+            r->err[BE_TIMEOUT]++;
         } else if (s->state == ST_ERR) {
             r->err[s->err]++;
         } else {
@@ -728,17 +611,17 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     }
     pthread_mutex_unlock(&b->mu);
     r->sent = sent;
-    for (int k = 0; k < E_COUNT; k++) r->n_err += r->err[k];
+    for (int k = 0; k < BE_COUNT; k++) r->n_err += r->err[k];
     r->sent_per_s = (double)sent / o->seconds;
     r->ok_per_s = (double)in_win / o->seconds;
     r->tok_per_s = (double)r->tokens / o->seconds;
     if (lat) {
-        r->p50 = quantile(lat, n_lat, 0.50);
-        r->p90 = quantile(lat, n_lat, 0.90);
-        r->p99 = quantile(lat, n_lat, 0.99);
+        r->p50 = bench_quantile(lat, n_lat, 0.50);
+        r->p90 = bench_quantile(lat, n_lat, 0.90);
+        r->p99 = bench_quantile(lat, n_lat, 0.99);
         r->max = n_lat ? lat[n_lat - 1] : NAN;
     }
-    r->lag_p99 = lag ? quantile(lag, sent, 0.99) : NAN;
+    r->lag_p99 = lag ? bench_quantile(lag, sent, 0.99) : NAN;
     r->saturated = r->n_err > 0 || r->ok_per_s < SAT_FRACTION * r->sent_per_s;
     fprintf(stderr, " %.0f answers/s, p50 %.1f ms, p99 %.1f ms, %zu errors%s\n", r->ok_per_s, r->p50, r->p99,
             r->n_err, r->saturated ? " (saturated)" : "");
@@ -771,8 +654,8 @@ static void fmt_errors(char *buf, size_t cap, const struct rate_result *r)
 {
     size_t n = 0;
     buf[0] = '\0';
-    for (int k = 0; k < E_COUNT && n < cap; k++)
-        if (r->err[k]) n += (size_t)snprintf(buf + n, cap - n, "%s%s %zu", n ? ", " : "", k_err_name[k], r->err[k]);
+    for (int k = 0; k < BE_COUNT && n < cap; k++)
+        if (r->err[k]) n += (size_t)snprintf(buf + n, cap - n, "%s%s %zu", n ? ", " : "", bench_err_name[k], r->err[k]);
     if (!n) snprintf(buf, cap, "0");
 }
 
@@ -865,7 +748,7 @@ static int write_json(const struct bench *b)
         bench_json_num(f, "max", r->max, "}, ");
         bench_json_num(f, "send_lag_p99_ms", r->lag_p99, ", ");
         fprintf(f, "\"errors\": {");
-        for (int k = 0; k < E_COUNT; k++) fprintf(f, "\"%s\": %zu%s", k_err_name[k], r->err[k], k + 1 < E_COUNT ? ", " : "");
+        for (int k = 0; k < BE_COUNT; k++) fprintf(f, "\"%s\": %zu%s", bench_err_name[k], r->err[k], k + 1 < BE_COUNT ? ", " : "");
         fprintf(f, "}, \"saturated\": %s}%s\n", r->saturated ? "true" : "false", i + 1 < b->n_res ? "," : "");
     }
     fprintf(f, "  ],\n  ");
@@ -926,31 +809,13 @@ static void usage(FILE *f)
             DS_BUILD_DIR, DS_MODELS_DIR, DS_BUILD_DIR);
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (unsigned)v;
-    return 0;
-}
-
-static int parse_pos(const char *s, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v > 0) || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_rates(const char *s, struct opts *o)
 {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", s);
     o->n_rates = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_rates == MAX_RATES || parse_pos(t, MAX_RATE, &o->rates[o->n_rates]) != 0) return -1;
+        if (o->n_rates == MAX_RATES || bench_parse_pos(t, MAX_RATE, &o->rates[o->n_rates]) != 0) return -1;
         o->n_rates++;
     }
     return o->n_rates ? 0 : -1;
@@ -971,14 +836,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "center-threads", required_argument, NULL, 'U' }, { "budget-ms", required_argument, NULL, 'B' },
         { NULL, 0, NULL, 0 },
     };
-    static char edge[4096], center[4096], model[4096];
-    snprintf(edge, sizeof edge, "%s/edge-agent/dspark-edge", DS_BUILD_DIR);
-    snprintf(center, sizeof center, "%s/center-node/dspark-center", DS_BUILD_DIR);
-    snprintf(model, sizeof model, "%s/stories260K.gguf", DS_MODELS_DIR);
     *o = (struct opts){ .rates = { 20, 50, 100, 200, 400, 800 }, .n_rates = 6, .extend = true,
                         .drain_s = 10, .max_rate = 12800, .clients = 4, .tokens = 16, .seed = 1,
-                        .edge_threads = 2, .center_threads = 1, .budget_ms = 100, .edge = edge,
-                        .center = center, .model = model, .name = "stories",
+                        .edge_threads = 2, .center_threads = 1, .budget_ms = 100, .edge = BENCH_EDGE_BIN,
+                        .center = BENCH_CENTER_BIN, .model = BENCH_MODEL, .name = "stories",
                         .json = "bench-load.json" };
     double seconds = 0;
     unsigned samples = 0, seed = 1;
@@ -989,23 +850,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
         switch (c) {
         case 'q': o->quick = true; break;
         case 'r': bad = parse_rates(optarg, o); rates_set = true; break;
-        case 'M': bad = parse_pos(optarg, MAX_RATE, &o->max_rate); break;
-        case 's': bad = parse_pos(optarg, 3600, &seconds); break;
-        case 'D': bad = parse_pos(optarg, 3600, &o->drain_s); break;
-        case 'c': bad = parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
-        case 't': bad = parse_uint(optarg, 1, 4096, &o->tokens); break;
-        case 'n': bad = parse_uint(optarg, 200, 100000, &samples); break;
-        case 'S': bad = parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
+        case 'M': bad = bench_parse_pos(optarg, MAX_RATE, &o->max_rate); break;
+        case 's': bad = bench_parse_pos(optarg, 3600, &seconds); break;
+        case 'D': bad = bench_parse_pos(optarg, 3600, &o->drain_s); break;
+        case 'c': bad = bench_parse_uint(optarg, 1, MAX_CLIENTS, &o->clients); break;
+        case 't': bad = bench_parse_uint(optarg, 1, 4096, &o->tokens); break;
+        case 'n': bad = bench_parse_uint(optarg, 200, 100000, &samples); break;
+        case 'S': bad = bench_parse_uint(optarg, 0, 0xffffffffu, &seed); o->seed = seed; break;
         case 'e': o->edge = optarg; break;
         case 'm': o->model = optarg; break;
         case 'N': o->name = optarg; bad = !*optarg || strpbrk(optarg, "/+#\"\\") != NULL; break;
-        case 'T': bad = parse_uint(optarg, 1, 64, &o->edge_threads); break;
+        case 'T': bad = bench_parse_uint(optarg, 1, 64, &o->edge_threads); break;
         case 'b': o->broker = optarg; break;
         case 'j': o->json = optarg; break;
         case 'o': o->overflow = true; break;
         case 'C': o->center = optarg; break;
-        case 'U': bad = parse_uint(optarg, 1, 64, &o->center_threads); break;
-        case 'B': bad = parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
+        case 'U': bad = bench_parse_uint(optarg, 1, 64, &o->center_threads); break;
+        case 'B': bad = bench_parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
         }
@@ -1041,17 +902,8 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &b.opt) != 0) return EXIT_FAILURE;
     const struct opts *o = &b.opt;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    struct sigaction sa = { .sa_handler = on_signal };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_cond_init(&b.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    bench_signals(on_signal);
+    bench_sync_init(&b.mu, &b.cv);
     b.rng = o->seed ^ 0x5eed0f10adull;
     snprintf(b.infer_topic, sizeof b.infer_topic, "dspark/v1/infer/%s", o->name);
     b.load_start = bench_load1();

@@ -2,15 +2,8 @@
 # stories260K, 2 rates of 2 s) and check that it exits 0 and writes valid
 # JSON with one result per rate and the overhead figures. Asserts no speed.
 # Usage: cmake -DBENCH=path/to/bench_load -DWORK_DIR=dir -P bench_load_smoke.cmake
-if(DEFINED ENV{DS_MOSQUITTO})
-  set(mosquitto $ENV{DS_MOSQUITTO})
-else()
-  set(mosquitto /usr/sbin/mosquitto)
-endif()
-if(NOT EXISTS ${mosquitto})
-  message(STATUS "bench.load_smoke: skipped: ${mosquitto} is not installed")
-  return()
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/bench_mosquitto.cmake)
+bench_need_mosquitto(bench.load_smoke)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 execute_process(COMMAND ${BENCH} --quick --json ${WORK_DIR}/bench-load.json RESULT_VARIABLE rc)

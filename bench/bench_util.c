@@ -1,6 +1,7 @@
 /* bench_util.c — helpers shared by the benchmarks (see bench_util.h). */
 #include "bench_util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,25 @@ struct bench_stats bench_stats_of(double *v, unsigned n)
     s.hi = v[n - 1];
     s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     return s;
+}
+
+int bench_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (!*s || *end || errno || *s == '-' || v < lo || v > hi) return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+int bench_parse_pos(const char *s, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v > 0) || !(v <= hi)) return -1;
+    *out = v;
+    return 0;
 }
 
 void bench_json_num(FILE *f, const char *key, double v, const char *sep)

@@ -22,6 +22,11 @@ struct bench_stats bench_stats_of(double *v, unsigned n);
 #include <stdbool.h>
 bool bench_cuda_device(void);
 
+/* Command-line numbers: an unsigned in [lo, hi], a double in (0, hi]; 0,
+** or -1 (nothing written) when s is not one. */
+int bench_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out);
+int bench_parse_pos(const char *s, double hi, double *out);
+
 /* "key": v then sep, to a JSON file; null for NaN or infinity. */
 #include <stdio.h>
 void bench_json_num(FILE *f, const char *key, double v, const char *sep);

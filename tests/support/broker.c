@@ -227,6 +227,8 @@ enum ds_err tb_broker_restart(struct tb_broker *b)
     return rc;
 }
 
+pid_t tb_broker_pid(const struct tb_broker *b) { return b ? b->pid : 0; }
+
 void tb_broker_destroy(struct tb_broker *b)
 {
     if (!b) return;

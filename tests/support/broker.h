@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ds/err.h"
 
@@ -57,6 +58,8 @@ void tb_broker_pause(struct tb_broker *b);
 char *tb_broker_log(const struct tb_broker *b);
 /* Start again on the same port (after tb_broker_stop). */
 enum ds_err tb_broker_restart(struct tb_broker *b);
+/* mosquitto's pid while it runs, else 0 (a bench samples its memory). */
+pid_t tb_broker_pid(const struct tb_broker *b);
 void tb_broker_destroy(struct tb_broker *b);
 
 uint16_t    tb_broker_port(const struct tb_broker *b);
