@@ -31,10 +31,11 @@
 ** retries did not recover it (counted apart; it fails every scenario). A
 ** final delivered twice fails the center scenario; where the broker or the
 ** edge dies it is counted and reported: QoS 1 is at least once (a broker
-** that delivered a final and died before its PUBACK sends it again; an
-** edge killed after answering but before its PUBACK reached the broker
-** gets the request again in its next run), and devices keep the first
-** (README "Topics"). Exit status 0 only when lost and dropped are 0.
+** that delivered a final and died before its PUBACK sends it again; a
+** request an edge answered just before it was killed reaches its next run
+** again, by the device's resend or the broker's redelivery), and devices
+** keep the first (README "Topics"). Exit status 0 only when lost and
+** dropped are 0.
 **
 ** Owns: the brokers, the node processes, the device and its tallies.
 ** Threads: the main thread sends and reports; a killer thread kills and
@@ -473,9 +474,10 @@ int main(int argc, char **argv)
     ** its retry got it again (node_dedupe.c): it fails every scenario. A
     ** final delivered twice is QoS 1's at-least-once where the process
     ** holding a session dies: a broker that delivered a final and died
-    ** before acknowledging sends it again; an edge killed after answering a
-    ** request but before its PUBACK reached the broker gets that request
-    ** again in its next run, which has no memory of it. Counted and reported
+    ** before acknowledging sends it again; a request an edge answered just
+    ** before it was killed reaches its next run again (the device's resend
+    ** crosses the final, or the broker redelivers a request whose PUBACK
+    ** died with the edge), which has no memory of it. Counted and reported
     ** there (devices keep the first); it fails the center scenario. */
     bool ok = acked && lost == 0 && dropped == 0 && strays == 0 && reports == 0 && (g.sc != SC_CENTER || dup == 0);
     teardown(!ok);
