@@ -158,10 +158,10 @@ void node__dedupe_forget(struct ds_node *a, const struct node_req *r)
     uint64_t h = req_hash(d, r);
     if (!h) return;
     pthread_mutex_lock(&d->mu);
-    for (unsigned i = 0; i < NODE_DEDUPE_IDS; i++)
-        if (d->seen[i].id == h) {
-            drop_final(d, &d->seen[i]);
-            d->seen[i].id = 0;
-        }
+    struct node_seen *s = find(d, h);            /* claim keeps at most one slot per hash */
+    if (s) {
+        drop_final(d, s);
+        s->id = 0;
+    }
     pthread_mutex_unlock(&d->mu);
 }
