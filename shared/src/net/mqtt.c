@@ -302,9 +302,25 @@ static void start_connect(struct ds_mqtt *c)
 
 /* ---- the Paho handle ---- */
 
+/* OpenSSL is initialised here, before Paho's first client, so that it does
+** not register OPENSSL_cleanup with atexit(). Paho's network threads are
+** detached and may still be exiting when main() returns; their OpenSSL
+** thread-local destructors then ran against state OPENSSL_cleanup had just
+** freed (a SEGV at exit seen under ASan in integration.tls). The process's
+** exit frees everything anyway. OpenSSL's init is run-once: this call's
+** choice holds even though Paho initialises it again. */
+static pthread_once_t openssl_once = PTHREAD_ONCE_INIT;
+
+static void openssl_init_no_atexit(void)
+{
+    OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT | OPENSSL_INIT_LOAD_SSL_STRINGS |
+                     OPENSSL_INIT_LOAD_CRYPTO_STRINGS, NULL);
+}
+
 /* A Paho client for c->uri and c->client_id with c's callbacks. */
 static enum ds_err paho_new(struct ds_mqtt *c, MQTTAsync *out)
 {
+    pthread_once(&openssl_once, openssl_init_no_atexit);
     MQTTAsync_createOptions cro = MQTTAsync_createOptions_initializer5;
     /* Paho refuses publishes beyond this many unsent ones (MQTTASYNC_MAX_BUFFERED_MESSAGES);
     ** the FIFO then retries them shortly, so QoS 0 bursts are bounded too. */
