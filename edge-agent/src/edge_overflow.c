@@ -253,6 +253,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     if (copy) {
         memcpy(copy, msg->payload, msg->len);
         if (kind == RELAY_LAST) node__dedupe_answered(a, r, copy, msg->len);
+        else if (kind == RELAY_ERROR) node__dedupe_failed(a, r);    /* may be sent again */
         node__publish(a, r->reply, r->corr, r->corr_len, copy, msg->len);
     }
     if (last) node__req_free(r);

@@ -108,6 +108,7 @@ struct ds_node_config {
     uint32_t health_registry_s; /* [health] registry_check_s: registry write probe period (0 = off) */
     uint32_t health_clear_s;    /* [health] clear_s: healthy this long after a restart clears the alert */
     char    *health_state_file; /* [health] state_file: the raised alert, kept across the restart */
+    char    *answers_file;      /* [node] answers_file: finals remembered across a restart */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
     /* Where each key came from, for check messages (file:line). Relative

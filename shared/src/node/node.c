@@ -552,7 +552,15 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
         free(a);
         return DS_ERR_NOMEM;
     }
-    enum ds_err drc = node__dedupe_init(&a->dedupe);
+    /* systemd's StateDirectory= (the first of a list), as for the alert's
+    ** state file: an edge and a center on one box share it, hence the name. */
+    char answers[4096] = "";
+    const char *sd = getenv("STATE_DIRECTORY");
+    if (c->answers_file && *c->answers_file)
+        snprintf(answers, sizeof answers, "%s", c->answers_file);
+    else if (sd && *sd == '/')
+        snprintf(answers, sizeof answers, "%.*s/answers-%s.bin", (int)strcspn(sd, ":"), sd, c->node);
+    enum ds_err drc = node__dedupe_init(&a->dedupe, answers);
     if (drc != DS_OK) {
         ds_metrics_cleanup(&a->metrics);
         free(a);

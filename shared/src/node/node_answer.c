@@ -71,7 +71,7 @@ void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code
     if (r->mirror) {
         DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
     } else {
-        node__dedupe_forget(a, r);               /* the same request may be sent again */
+        node__dedupe_forget(&a->dedupe, r);               /* the same request may be sent again */
         node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (error %s)", r->req.id ? r->req.id : "?", ds_msg_code_name(code));
     }

@@ -20,6 +20,7 @@
 static const struct ds_cfg_key node_keys[] = {
     { "node", "name", DS_CFG_STR, O(node), "node-1", 0, 0, 0, "node name: topics, served_by, telemetry" },
     { "node", "log_level", DS_CFG_STR, O(log_level), "info", 0, 0, DS_CFG_RELOADABLE, "error, warn, info or debug" },
+    { "node", "answers_file", DS_CFG_STR, O(answers_file), NULL, 0, 0, 0, "finals remembered across a restart, so a request redelivered or retried after one is not answered twice (default $STATE_DIRECTORY/answers-NAME.bin under systemd; none without either: memory only)" },
     { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
@@ -264,7 +265,8 @@ static enum ds_err resolve_paths(struct ds_node_config *c, const char *path)
     char dir[4096];
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     if (slash == path) snprintf(dir, sizeof dir, "/");
-    char **one[] = { &c->registry_path, &c->node_sec, &c->node_pub, &c->models_dir, &c->health_state_file };
+    char **one[] = { &c->registry_path, &c->node_sec, &c->node_pub, &c->models_dir, &c->health_state_file,
+                     &c->answers_file };
     char **many[] = { &c->signer_pub, &c->publish_dirs };
     enum ds_err rc = DS_OK;
     for (size_t i = 0; i < DS_ARRAY_LEN(one) && rc == DS_OK; i++) rc = resolve_list(one[i], dir, false);

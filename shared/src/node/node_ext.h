@@ -94,6 +94,9 @@ void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_m
 /* node_dedupe.c: r's final is json (len bytes), about to be published: keep
 ** a copy, so that a device's retry whose final was lost gets it again. */
 void node__dedupe_answered(struct ds_node *a, const struct node_req *r, const char *json, size_t len);
+/* r was answered with an error (a center's, relayed): forgotten, so the
+** same request may be sent again and served. */
+void node__dedupe_failed(struct ds_node *a, const struct node_req *r);
 
 /* node_answer.c */
 void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,

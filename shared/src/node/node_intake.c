@@ -163,7 +163,7 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     char *final;
     size_t final_len;
-    switch (node__dedupe_claim(a, r, msg->dup, &final, &final_len)) {   /* node_dedupe.c */
+    switch (node__dedupe_claim(&a->dedupe, r, msg->dup, &final, &final_len)) {   /* node_dedupe.c */
     case NODE_SEEN_NEW:
         break;
     case NODE_SEEN_COPY:                   /* the first copy's answer is the answer */

@@ -33,7 +33,9 @@ void node__quota_give(struct node_req *r);
 bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 
 /* node_dedupe.c: requests delivered twice are answered once (rule there). */
-enum ds_err node__dedupe_init(struct node_dedupe *d);
+/* file: the answers file ([node] answers_file), or NULL: memory only. A
+** file that cannot be read or written is warned about, never fatal. */
+enum ds_err node__dedupe_init(struct node_dedupe *d, const char *file);
 void node__dedupe_cleanup(struct node_dedupe *d);            /* after init, or zeroed */
 enum node_seen_as {
     NODE_SEEN_NEW,          /* remembered now: serve it */
@@ -43,11 +45,13 @@ enum node_seen_as {
 /* Intake. dup: the broker's DUP flag (a redelivery, not a device's retry).
 ** On NODE_SEEN_REANSWER *final (malloc'd, *final_len bytes) is the kept
 ** final, to be published to r's response topic; the caller frees it. */
-enum node_seen_as node__dedupe_claim(struct ds_node *a, const struct node_req *r, bool dup, char **final,
+enum node_seen_as node__dedupe_claim(struct node_dedupe *d, const struct node_req *r, bool dup, char **final,
                                      size_t *final_len);
-/* node__dedupe_answered: node_ext.h. */
+/* r was answered with this final (kept for a retry; node__dedupe_answered
+** in node_ext.h is the same for a node). */
+void node__dedupe_keep(struct node_dedupe *d, const struct node_req *r, const char *json, size_t len);
 /* r was answered with an error: a copy sent later is served. */
-void node__dedupe_forget(struct ds_node *a, const struct node_req *r);
+void node__dedupe_forget(struct node_dedupe *d, const struct node_req *r);
 
 /* node_answer.c */
 /* A stream chunk of r: best effort (dropped while the broker is away; the

@@ -139,6 +139,11 @@ struct node_dedupe {
     size_t               final_bytes;   /* sum of the finals kept */
     atomic_uint_fast64_t duplicates;    /* copies ignored (telemetry) */
     atomic_uint_fast64_t reanswered;    /* retries answered again with the kept final */
+    char                 path[4096];    /* the answers file, "" = none */
+    int                  fd;            /* appends go here; -1 = none (memory only) */
+    unsigned             file_recs;     /* records in it, and its size: when to start a new one */
+    uint64_t             file_bytes;
+    bool                 write_failed;  /* warned once per failing streak */
 };
 
 /* One topic filter the node subscribed to and who handles what matches it. */
