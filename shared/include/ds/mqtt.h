@@ -47,7 +47,7 @@
 **   Paho's part is the session: its retransmission of unacknowledged
 **   publishes when the broker resumes the session.
 **
-** Two measured pitfalls of Debian's Paho 1.3 with mosquitto 2.0, designed around:
+** Measured pitfalls of Debian's Paho 1.3 with mosquitto 2.0 (and OpenSSL 3), designed around:
 **   1. Paho never sets TCP_NODELAY, so a small QoS 1 publish and its PUBACK
 **      meet Nagle's algorithm and the peer's delayed ACK: a request/response
 **      round trip takes ~88 ms instead of ~0.3 ms (integration.mqtt measures
@@ -93,6 +93,12 @@
 **      flight). A clean-start client cannot be shielded: by Paho's code, the
 **      disconnect it queues cleans the session and frees those buffers a
 **      second time (read, not observed).
+**   4. Paho's network threads are detached; after the last client is
+**      destroyed they may still be exiting when main() returns. OpenSSL, as
+**      Paho initialises it, cleans itself up from atexit(), and a thread's
+**      OpenSSL thread-local destructor then ran against freed state: a SEGV
+**      at exit, seen once in CI under ASan (integration.tls). The wrapper
+**      initialises OpenSSL first, with OPENSSL_INIT_NO_ATEXIT.
 **   Not designed around: Paho notices that a non-blocking TCP connect has
 **   completed only when its receive thread's poll (1 s timeout) next comes
 **   round, unless other traffic wakes it. The first client of a process
