@@ -187,10 +187,23 @@ static bool write_rec(const struct node_dedupe *d, int fd, uint32_t kind, uint64
     return write_all(fd, &h, sizeof h) && (!len || write_all(fd, payload, len));
 }
 
-/* Reads one answers file into the ring: its key into d->key when !*have_key
-** (else it must match), records up to the first damaged one. Returns the
-** records read; -1 when the file is absent. Under d->mu (or before use). */
-static long load_file(struct node_dedupe *d, const char *path, bool *have_key)
+/* The hash key of the answers file at path into d->key; false if it has
+** none (absent, or not an answers file). */
+static bool peek_key(struct node_dedupe *d, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    unsigned char hd[FILE_HEADER];
+    bool ok = read(fd, hd, sizeof hd) == (ssize_t)sizeof hd && memcmp(hd, FILE_MAGIC, 8) == 0;
+    if (ok) memcpy(d->key, hd + 8, sizeof d->key);
+    close(fd);
+    return ok;
+}
+
+/* Reads one answers file into the ring, records up to the first damaged
+** one; its key must be d->key (a file with another is not ours: ignored).
+** Returns the records read; -1 when the file is absent. Before use. */
+static long load_file(struct node_dedupe *d, const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
@@ -207,11 +220,8 @@ static long load_file(struct node_dedupe *d, const char *path, bool *have_key)
     const char *bad = NULL;
     if (fread(hd, 1, sizeof hd, f) != sizeof hd || memcmp(hd, FILE_MAGIC, 8) != 0) {
         bad = "not an answers file (bad header)";
-    } else if (*have_key && memcmp(hd + 8, d->key, sizeof d->key) != 0) {
+    } else if (memcmp(hd + 8, d->key, sizeof d->key) != 0) {
         bad = "written with another key than its companion";
-    } else {
-        if (!*have_key) memcpy(d->key, hd + 8, sizeof d->key);
-        *have_key = true;
     }
     int64_t now_real = real_now_ns();
     uint64_t now = ds_now_ns();
@@ -364,9 +374,11 @@ enum ds_err node__dedupe_init(struct node_dedupe *d, const char *file)
     snprintf(d->path, sizeof d->path, "%s", file);
     char old[sizeof d->path + 8];
     snprintf(old, sizeof old, "%s.old", d->path);
-    bool have_key = false;
-    long a = load_file(d, old, &have_key);
-    long b = load_file(d, d->path, &have_key);
+    /* The newer file's key, else the older's (a start cut short between
+    ** the two renames), else the random one: a new pair of files. */
+    if (!peek_key(d, d->path)) peek_key(d, old);
+    long a = load_file(d, old);
+    long b = load_file(d, d->path);
     if (compact(d))
         DS_LOG(DS_LOG_INFO, "answers file %s: %u request(s) answered before this start remembered (%ld record(s) read)",
                d->path, d->file_recs, DS_MAX(a, 0) + DS_MAX(b, 0));
