@@ -49,7 +49,10 @@ pkgs=(
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then pkgs+=(nodejs npm); fi
 
 if [ $arm64 = 1 ]; then
-  pkgs+=(gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64)
+  # libc6-dev-arm64-cross: the C runtime (crt1.o, crti.o) and headers the
+  # cross linker needs; only a Recommends of the compiler, which
+  # --no-install-recommends leaves out
+  pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcmocka-dev:arm64)
 fi
 
 missing=()
