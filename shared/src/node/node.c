@@ -85,6 +85,19 @@ static void listen_all(struct ds_node *a, bool on)
     }
 }
 
+void node__state_file(const char *configured, const char *stem, const char *node, const char *ext, char *out,
+                      size_t n)
+{
+    /* systemd's StateDirectory= (the first of a list): /var/lib/dspark in the
+    ** units, which an edge and a center on one box share, hence the name. */
+    const char *sd = getenv("STATE_DIRECTORY");
+    out[0] = '\0';
+    if (configured && *configured)
+        snprintf(out, n, "%s", configured);
+    else if (sd && *sd == '/')
+        snprintf(out, n, "%.*s/%s-%s.%s", (int)strcspn(sd, ":"), sd, stem, node, ext);
+}
+
 /* ---- status ---- */
 
 static uint64_t unix_ms(void)
@@ -552,14 +565,8 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
         free(a);
         return DS_ERR_NOMEM;
     }
-    /* systemd's StateDirectory= (the first of a list), as for the alert's
-    ** state file: an edge and a center on one box share it, hence the name. */
-    char answers[4096] = "";
-    const char *sd = getenv("STATE_DIRECTORY");
-    if (c->answers_file && *c->answers_file)
-        snprintf(answers, sizeof answers, "%s", c->answers_file);
-    else if (sd && *sd == '/')
-        snprintf(answers, sizeof answers, "%.*s/answers-%s.bin", (int)strcspn(sd, ":"), sd, c->node);
+    char answers[4096];
+    node__state_file(c->answers_file, "answers", c->node, "bin", answers, sizeof answers);
     enum ds_err drc = node__dedupe_init(&a->dedupe, answers);
     if (drc != DS_OK) {
         ds_metrics_cleanup(&a->metrics);

@@ -61,6 +61,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/io.h"
 #include "ds/keys.h"
 #include "ds/log.h"
 #include "node_internal.h"
@@ -158,25 +159,12 @@ static uint64_t rec_check(const struct node_dedupe *d, const struct rec *h, cons
     return c;
 }
 
-static bool write_all(int fd, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        b += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
 static bool write_header(const struct node_dedupe *d, int fd)
 {
     unsigned char h[FILE_HEADER] = { 0 };
     memcpy(h, FILE_MAGIC, 8);
     memcpy(h + 8, d->key, sizeof d->key);
-    return write_all(fd, h, sizeof h);
+    return ds_io__write_full(fd, h, sizeof h) == 0;
 }
 
 static bool write_rec(const struct node_dedupe *d, int fd, uint32_t kind, uint64_t id, int64_t real_ns,
@@ -184,7 +172,7 @@ static bool write_rec(const struct node_dedupe *d, int fd, uint32_t kind, uint64
 {
     struct rec h = { .len = (uint32_t)len, .kind = kind, .id = id, .real_ns = real_ns };
     h.check = rec_check(d, &h, payload);
-    return write_all(fd, &h, sizeof h) && (!len || write_all(fd, payload, len));
+    return ds_io__write_full(fd, &h, sizeof h) == 0 && (!len || ds_io__write_full(fd, payload, len) == 0);
 }
 
 /* The hash key of the answers file at path into d->key; false if it has

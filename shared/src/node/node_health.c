@@ -280,13 +280,7 @@ enum ds_err node__health_create(struct ds_node *a)
     if (!h) return DS_ERR_NOMEM;
     h->a = a;
     snprintf(h->topic, sizeof h->topic, "dspark/v1/alert/%s", a->cfg->node);
-    /* systemd's StateDirectory= (the first of a list): /var/lib/dspark in the
-    ** units, which an edge and a center on one box share, hence the name. */
-    const char *sd = getenv("STATE_DIRECTORY");
-    if (a->cfg->health_state_file && *a->cfg->health_state_file)
-        snprintf(h->state_file, sizeof h->state_file, "%s", a->cfg->health_state_file);
-    else if (sd && *sd == '/')
-        snprintf(h->state_file, sizeof h->state_file, "%.*s/alert-%s.json", (int)strcspn(sd, ":"), sd, a->cfg->node);
+    node__state_file(a->cfg->health_state_file, "alert", a->cfg->node, "json", h->state_file, sizeof h->state_file);
     pthread_mutex_init(&h->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

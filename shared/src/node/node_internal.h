@@ -32,6 +32,11 @@ void node__quota_give(struct node_req *r);
 /* Offer r to the role's take hooks in order; true when one took it. */
 bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 
+/* node.c: a file kept across restarts: configured if set, else
+** $STATE_DIRECTORY/STEM-NODE.EXT under systemd, else "" (none). */
+void node__state_file(const char *configured, const char *stem, const char *node, const char *ext, char *out,
+                      size_t n);
+
 /* node_dedupe.c: requests delivered twice are answered once (rule there). */
 /* file: the answers file ([node] answers_file), or NULL: memory only. A
 ** file that cannot be read or written is warned about, never fatal. */
