@@ -685,6 +685,20 @@ static void test_msg_encoders(void **state)
             assert_int_equal(ds_msg_check_parse(ds_msg_check_name(al.check)), ck);
             batch_add_text(&b, "alert", out, true);
         }
+    /* The largest times accepted come back exactly (cJSON's own number
+    ** printing wrote 7777777777777779 as 7.77777777777778e+15: fuzz_alert). */
+    {
+        struct ds_msg_alert al = { .ts_ms = 9007199254740991ull, .since_ms = 7777777777777779ull,
+                                   .check = DS_MSG_CHECK_ENGINE_STALLED }, back;
+        strcpy(al.node, "edge-01");
+        char why[DS_WHY_MAX];
+        assert_int_equal(ds_msg_alert_encode(&al, &out, &n), DS_OK);
+        assert_non_null(strstr(out, "\"ts\":9007199254740991,"));
+        assert_non_null(strstr(out, "\"since\":7777777777777779"));
+        assert_int_equal(ds_msg_alert_decode(out, n, &back, why), DS_OK);
+        assert_true(back.ts_ms == al.ts_ms && back.since_ms == al.since_ms);
+        free(out);
+    }
     static const char *const bad_alerts[] = {
         "{\"v\":2,\"node\":\"n\",\"role\":\"edge\",\"ts\":1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"engine_stalled\",\"message\":\"\"}",
         "{\"v\":1,\"node\":\"a/b\",\"role\":\"edge\",\"ts\":1,\"state\":\"raised\",\"severity\":\"critical\",\"check\":\"engine_stalled\",\"message\":\"\"}",

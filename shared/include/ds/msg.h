@@ -260,6 +260,12 @@ DS_MUST_CHECK enum ds_err ds_msg_telemetry_build(const struct ds_msg_telemetry *
                                                  struct cJSON **out) DS_NONNULL(1, 2);
 DS_MUST_CHECK enum ds_err ds_msg_telemetry_encode(const struct ds_msg_telemetry *t, char **out,
                                                   size_t *out_len) DS_NONNULL(1, 2);
+/* name: v as an exact JSON integer. cJSON writes a number with 15
+** significant digits whenever they read back within a relative
+** DBL_EPSILON, so an integer above 10^15 came out changed (an alert's
+** "since" of 7777777777777779 as 7.77777777777778e+15: fuzz_alert). The
+** integer fields that take values up to 2^53 - 1 are written with this. */
+bool ds_msg_add_uint(struct cJSON *obj, const char *name, uint64_t v) DS_NONNULL(1, 2);
 /* Compact JSON text of obj (BORROWED) as OWNED text. */
 DS_MUST_CHECK enum ds_err ds_msg_json_print(const struct cJSON *obj, char **out,
                                             size_t *out_len) DS_NONNULL(1, 2);

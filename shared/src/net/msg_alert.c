@@ -59,12 +59,12 @@ enum ds_err ds_msg_alert_encode(const struct ds_msg_alert *al, char **out, size_
     bool ok = o && cJSON_AddNumberToObject(o, "v", DS_MSG_VERSION)
               && cJSON_AddStringToObject(o, "node", al->node)
               && cJSON_AddStringToObject(o, "role", roles[al->role])
-              && cJSON_AddNumberToObject(o, "ts", (double)al->ts_ms)
+              && ds_msg_add_uint(o, "ts", al->ts_ms)
               && cJSON_AddStringToObject(o, "state", alert_states[al->state])
               && cJSON_AddStringToObject(o, "severity", severities[al->severity])
               && cJSON_AddStringToObject(o, "check", check_names[al->check])
               && cJSON_AddStringToObject(o, "message", msg)
-              && (!al->since_ms || cJSON_AddNumberToObject(o, "since", (double)al->since_ms));
+              && (!al->since_ms || ds_msg_add_uint(o, "since", al->since_ms));
     free(msg);
     enum ds_err rc = ok ? ds_msg_json_print(o, out, out_len) : DS_ERR_NOMEM;
     cJSON_Delete(o);

@@ -6,7 +6,9 @@
 #include "ds/msg.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +46,13 @@ static bool add_num(cJSON *obj, const char *name, double v)
 {
     if (!isfinite(v) || v < 0) v = 0;
     return cJSON_AddNumberToObject(obj, name, v) != NULL;
+}
+
+bool ds_msg_add_uint(cJSON *obj, const char *name, uint64_t v)
+{
+    char num[24];
+    snprintf(num, sizeof num, "%" PRIu64, v);
+    return cJSON_AddRawToObject(obj, name, num) != NULL;
 }
 
 enum ds_err ds_msg_json_print(const struct cJSON *obj, char **out, size_t *out_len)
@@ -145,7 +154,7 @@ enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out, size
     bool ok = o && add_str(o, "node", s->node)
               && cJSON_AddStringToObject(o, "state", state_names[s->state])
               && cJSON_AddStringToObject(o, "role", ds_msg_role_name(s->role))
-              && add_num(o, "ts", (double)s->ts_ms);
+              && ds_msg_add_uint(o, "ts", s->ts_ms);
     return finish(o, ok, out, out_len);
 }
 
@@ -207,7 +216,7 @@ enum ds_err ds_msg_telemetry_build(const struct ds_msg_telemetry *t, struct cJSO
     cJSON *o = new_msg();
     bool ok = o && add_str(o, "node", t->node)
               && cJSON_AddStringToObject(o, "role", ds_msg_role_name(t->role))
-              && add_num(o, "ts", (double)t->ts_ms) && add_num(o, "uptime_s", t->uptime_s);
+              && ds_msg_add_uint(o, "ts", t->ts_ms) && add_num(o, "uptime_s", t->uptime_s);
     cJSON *rates = ok ? cJSON_AddObjectToObject(o, "rates") : NULL;
     ok = rates && add_opt(rates, "requests_per_s", t->requests_per_s)
          && add_opt(rates, "tokens_per_s", t->tokens_per_s)

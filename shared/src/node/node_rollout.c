@@ -231,7 +231,7 @@ static void event(struct ds_node *a, const char *model, const char *version, con
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "v", 1);
     cJSON_AddStringToObject(o, "node", a->cfg->node);
-    cJSON_AddNumberToObject(o, "ts", (double)e->ts_ms);
+    ds_msg_add_uint(o, "ts", e->ts_ms);
     cJSON_AddStringToObject(o, "event", what);
     cJSON_AddStringToObject(o, "model", e->model);
     cJSON_AddStringToObject(o, "version", e->version);
@@ -239,7 +239,7 @@ static void event(struct ds_node *a, const char *model, const char *version, con
     cJSON_AddStringToObject(o, "reason", reason);
     if (c && c->parsed && !c->automatic) {
         cJSON_AddStringToObject(o, "signer", c->signer);
-        cJSON_AddNumberToObject(o, "seq", (double)c->seq);
+        ds_msg_add_uint(o, "seq", c->seq);
     }
     char *json;
     size_t len;
@@ -979,7 +979,7 @@ void node__rollout_telemetry(struct ds_node *a, struct cJSON *obj)
     for (unsigned i = first; ev && i < ro->n_events; i++) {
         const struct rollout_event *e = &ro->events[i % MAX_EVENTS];
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "ts", (double)e->ts_ms);
+        ds_msg_add_uint(o, "ts", e->ts_ms);
         cJSON_AddStringToObject(o, "model", e->model);
         cJSON_AddStringToObject(o, "version", e->version);
         cJSON_AddStringToObject(o, "event", e->event);
