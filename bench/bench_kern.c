@@ -8,7 +8,10 @@
 ** 128 tokens (prefill: G int8 MAC/s) and gemm_f32 with 120 tokens (FP32
 ** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
 ** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
-** 32000).
+** 32000). Then attn_f32 for one decode row of one head (head_dim 64) over
+** 48, 144 and 528 positions of a KV cache laid out as the engine's: each
+** 16-position block's keys and values for the head are 4 KB slices of a
+** 1.2 MB block (all layers), so every slice starts a page.
 **   hot:    one matrix called again and again (stays in L2/L3);
 **   stream: a ring of copies of the matrix, >= 512 MiB in all, so every
 **           call reads from DRAM, as a decode step over a whole model does.
@@ -45,6 +48,9 @@
 #define N_BATCH      16                 /* rows of a 16-stream batched decode step */
 #define N_PREFILL    120                /* FP32 prefill rows (the 120-token prompt) */
 #define MAX_THREADS  16
+#define ATT_HD       64                 /* head_dim of the 110M shape */
+#define ATT_KVD      768                /* its kv_dim */
+#define ATT_LAYERS   12
 
 static double now_s(void)
 {
@@ -219,6 +225,85 @@ static double measure(const struct ds_kern_ops *k, enum op op, const struct shap
     return time_job(&j);
 }
 
+/* ---- attention: attn_f32 for one decode row over n_blk KV blocks ----
+** hot: one item's blocks again and again; stream: items over a pool of
+** blocks >= RING_BYTES, one block of each item per (layer, block) slot,
+** so each item's 2 x n_blk slices come from DRAM. One thread: the engine
+** splits attention by items, not inside one. */
+struct att_item { const float *kt[64], *v[64]; };
+
+static double att_time(const struct ds_kern_ops *k, const struct att_item *it, size_t n_items, size_t n_blk,
+                       int repeats)
+{
+    static float q[ATT_HD], out[ATT_HD], scratch[(64 + 1) * DS_KERN_KT];
+    for (size_t d = 0; d < ATT_HD; d++) q[d] = 0.01f * (float)d;
+    const uint32_t lim = (uint32_t)(n_blk * DS_KERN_KT - 5);
+    double best = 1e30;
+    for (int r = 0; r < repeats; r++) {
+        size_t calls = 0;
+        double t0 = now_s(), t;
+        do {
+            for (size_t i = 0; i < n_items; i++, calls++)
+                k->attn_f32(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kt, it[i].v, ATT_HD, 0.125f, out, ATT_HD,
+                            scratch);
+        } while ((t = now_s() - t0) < MIN_SECONDS);
+        if (t / (double)calls < best) best = t / (double)calls;
+    }
+    return best;
+}
+
+static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o)
+{
+    const size_t blk_floats = (size_t)ATT_LAYERS * 2 * DS_KERN_KT * ATT_KVD, n_pool = RING_BYTES / (blk_floats * 4);
+    const size_t heads = ATT_KVD / ATT_HD;
+    float *pool = aligned_alloc(4096, n_pool * blk_floats * sizeof(float));
+    struct att_item *it = malloc(n_pool * heads * sizeof *it);
+    if (!pool || !it) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    unsigned seed = 777u;
+    for (size_t i = 0; i < n_pool * blk_floats; i++) pool[i] = 0.1f * frand(&seed);
+    printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s\n", "variant", "op", "positions", "hot ns", "GB/s", "xref",
+           "strm ns", "GB/s");
+    static const size_t blks[] = { 3, 9, 33 };
+    for (size_t bi = 0; bi < sizeof blks / sizeof blks[0]; bi++) {
+        /* n_seq sequences of n_blk blocks each; items in the engine's order:
+        ** head by head, every sequence of a head in turn */
+        const size_t n_blk = blks[bi], n_seq = n_pool / n_blk, n_items = o->stream ? n_seq * heads : 1;
+        for (size_t i = 0; i < n_items; i++) {
+            size_t h = i / n_seq, sq = i % n_seq;
+            for (size_t b = 0; b < n_blk; b++) {
+                const float *blk = pool + (sq * n_blk + b) * blk_floats;   /* layer 0 */
+                it[i].kt[b] = blk + h * ATT_HD * DS_KERN_KT;
+                it[i].v[b] = blk + DS_KERN_KT * ATT_KVD + h * ATT_HD * DS_KERN_KT;
+            }
+        }
+        const double bytes = 2.0 * (double)(n_blk * DS_KERN_KT - 5) * ATT_HD * sizeof(float);
+        char pos[16];
+        snprintf(pos, sizeof pos, "%zu", n_blk * DS_KERN_KT - 5);
+        double ref_hot = 0;
+        for (size_t vi = 0; vi < n_all; vi++) {
+            const struct ds_kern_ops *k = all[vi];
+            if ((o->only && k != &ds_kern_ref && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k)) continue;
+            double hot = att_time(k, it, 1, n_blk, o->repeats);
+            if (k == &ds_kern_ref) ref_hot = hot;
+            printf("%-11s %-10s %-12s %9.0f %6.1f %5.1fx", k->name, "attn_f32", pos, hot * 1e9, bytes / hot / 1e9,
+                   ref_hot / hot);
+            if (o->stream) {
+                double str = att_time(k, it, n_items, n_blk, o->repeats);
+                printf(" %9.0f %6.1f", str * 1e9, bytes / str / 1e9);
+            }
+            printf("\n");
+        }
+    }
+    printf("attn_f32: one query row, one head (head_dim %d); ns per call; GB/s of keys and values read\n\n",
+           ATT_HD);
+    free(pool);
+    free(it);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = { .nthr = 1, .repeats = 5, .stream = true, .only = NULL };
@@ -380,6 +465,6 @@ int main(int argc, char **argv)
     printf("%%pk: share of the measured peak above (G op/s x 2 for the MAC rates); ");
     printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "
            "when streaming), matmul_q8 (n_tok %d) G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC "
-           "rate; gemm_f32 and sgemm (n_tok %d) GFLOP/s, hot\n", N_TOK, N_PREFILL);
-    return 0;
+           "rate; gemm_f32 and sgemm (n_tok %d) GFLOP/s, hot\n\n", N_TOK, N_PREFILL);
+    return bench_attn(all, n_all, &o);
 }

@@ -15,25 +15,30 @@
 
 #include "kern_internal.h"
 
-/* s[i*lds + j] = scale * (q row i . key j), j < nk. */
+/* s[i*lds + j] = scale * (q row i . key j), j < nk; the first row's pass
+** prefetches the hd lines at pk (kern_internal.h; NULL: none). */
 static void attn_scores_generic(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
-                                const float *kt, float scale, float *s, size_t lds)
+                                const float *kt, float scale, float *s, size_t lds, const float *pk)
 {
     for (size_t i = 0; i < nq; i++) {
         float acc[DS_KERN_KT] = { 0 };
         const float *qi = q + i * ldq;
-        for (size_t d = 0; d < hd; d++)
+        for (size_t d = 0; d < hd; d++) {
+            if (i == 0 && pk) __builtin_prefetch(pk + d * DS_KERN_KT, 0, 3);
             for (size_t j = 0; j < DS_KERN_KT; j++) acc[j] += qi[d] * kt[d * DS_KERN_KT + j];
+        }
         for (size_t j = 0; j < nk; j++) s[i * lds + j] = acc[j] * scale;
     }
 }
 
-/* out[i*ldo + d] += sum over j < nk of p[i*ldp + j] * v[j*ldv + d]. */
+/* out[i*ldo + d] += sum over j < nk of p[i*ldp + j] * v[j*ldv + d]; the
+** first row's pass prefetches the value rows at pn (NULL: none). */
 static void attn_values_generic(size_t nq, size_t hd, size_t nk, const float *p, size_t ldp,
-                                const float *v, size_t ldv, float *out, size_t ldo)
+                                const float *v, size_t ldv, float *out, size_t ldo, const float *pn)
 {
     for (size_t i = 0; i < nq; i++)
         for (size_t j = 0; j < nk; j++) {
+            if (i == 0 && pn) ds_kern__prefetch_floats(pn + j * ldv, hd);
             float a = p[i * ldp + j];
             const float *vj = v + j * ldv;
             float *o = out + i * ldo;
@@ -63,7 +68,8 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
     const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
-        attn_scores_generic(nq, hd, nk, q, ldq, kt[b], scale, scratch + b * DS_KERN_KT, lds);
+        attn_scores_generic(nq, hd, nk, q, ldq, kt[b], scale, scratch + b * DS_KERN_KT, lds,
+                            ds_kern__attn_next(kt, v, hd, ldv, b, (n_keys + DS_KERN_KT - 1) / DS_KERN_KT));
     }
     for (size_t i = 0; i < nq; i++) {
         softmax_generic(lim[i], scratch + i * lds);
@@ -72,7 +78,8 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
     }
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
-        attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, v[b], ldv, out, ldo);
+        attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, v[b], ldv, out, ldo,
+                            (b + 1) * DS_KERN_KT < n_keys ? v[b + 1] : NULL);
     }
 }
 
