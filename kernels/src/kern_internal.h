@@ -56,11 +56,11 @@ static inline size_t ds_kern__attn_block_keys(size_t n_keys, size_t b)
 ** d: DS_KERN_KT floats, one line) and its values DS_KERN_KT rows of hd
 ** floats, ldv apart; every block lies elsewhere in the KV pool and its
 ** head's slice starts a page, so the hardware prefetchers meet each block
-** cold. The kernels bring in the next block (keys of b + 1; after the last
-** keys, the first values) a line or a row per step while they compute on
-** this one: over a cold KV cache (batched or long decode, where the weights
-** evict it every step) attention ran at ~14 GB/s on one Zen 5 core, and
-** 1.6-1.9x faster so. */
+** cold. The portable attention (kern_generic.h) brings in the next block
+** (keys of b + 1; after the last keys, the first values) a line or a row
+** per step while it computes on this one. bench_kern's attention rows
+** measure it (README, "Attention"); the AVX-512 kernel measured slower
+** with it in the engine's item order and does without. */
 static inline void ds_kern__prefetch_floats(const float *p, size_t n)
 {
     for (size_t off = 0; off < n; off += 64 / sizeof(float)) __builtin_prefetch(p + off, 0, 3);
