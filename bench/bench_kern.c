@@ -254,7 +254,8 @@ static double att_time(const struct ds_kern_ops *k, const struct att_item *it, s
 
 static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o)
 {
-    const size_t blk_floats = (size_t)ATT_LAYERS * 2 * DS_KERN_KT * ATT_KVD, n_pool = RING_BYTES / (blk_floats * 4);
+    const size_t blk_floats = (size_t)ATT_LAYERS * 2 * DS_KERN_KT * ATT_KVD;
+    const size_t n_pool = o->stream ? RING_BYTES / (blk_floats * sizeof(float)) : 33;   /* hot: one item */
     const size_t heads = ATT_KVD / ATT_HD;
     float *pool = aligned_alloc(4096, n_pool * blk_floats * sizeof(float));
     struct att_item *it = malloc(n_pool * heads * sizeof *it);
