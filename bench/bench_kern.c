@@ -265,8 +265,8 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
     }
     unsigned seed = 777u;
     for (size_t i = 0; i < n_pool * blk_floats; i++) pool[i] = 0.1f * frand(&seed);
-    printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s\n", "variant", "op", "positions", "hot ns", "GB/s", "xref",
-           "strm ns", "GB/s");
+    printf("%-11s %-10s %-12s %9s %6s %6s", "variant", "op", "positions", "hot ns", "GB/s", "xref");
+    printf(o->stream ? " %9s %6s\n" : "\n", "strm ns", "GB/s");
     static const size_t blks[] = { 3, 9, 33 };
     for (size_t bi = 0; bi < sizeof blks / sizeof blks[0]; bi++) {
         /* n_seq sequences of n_blk blocks each; items in the engine's order:
