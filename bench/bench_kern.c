@@ -19,10 +19,11 @@
 ** the source into one small L1-resident buffer) measured in the same run,
 ** and with ref. The best of several timed repeats is reported (noisy VMs).
 **
-** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-q]
+** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-q] [-a]
 **        -t splits rows across threads as the engine does; -r: best of how
 **        many timed repeats (default 5; raise it on a busy machine); -k: only
-**        that variant (and ref); -q: hot only, no streaming columns.
+**        that variant (and ref); -q: hot only, no streaming columns; -a: the
+**        attention table only.
 **        Output: a table on stdout.
 ** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
 ** measured first (bench_peak.c); "%pk" is each compute figure's share of
@@ -212,7 +213,7 @@ static int ring_fill(struct ring *r, const void *src, size_t bytes, bool stream)
     return 0;
 }
 
-struct opts { size_t nthr; int repeats; bool stream; const char *only; };
+struct opts { size_t nthr; int repeats; bool stream, attn_only; const char *only; };
 
 static double measure(const struct ds_kern_ops *k, enum op op, const struct shape *sh,
                       const struct ring *rg, const void *x, float *y, const struct opts *o)
@@ -313,9 +314,20 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) o.repeats = atoi(argv[++i]);
         else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc) o.only = argv[++i];
         else if (strcmp(argv[i], "-q") == 0) o.stream = false;
+        else if (strcmp(argv[i], "-a") == 0) o.attn_only = true;
         else {
-            fprintf(stderr, "usage: %s [-t threads] [-r repeats] [-k variant] [-q]\n", argv[0]);
-            return 2;
+            bool help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+            fprintf(help ? stdout : stderr,
+                    "usage: %s [-t threads] [-r repeats] [-k variant] [-q] [-a]\n"
+                    "  CPU kernel throughput per variant against memcpy-read bandwidth, ref and the\n"
+                    "  measured compute peak, on the 110M model's matrix shapes, then attention.\n"
+                    "  -t N  threads (rows split as in the engine; default 1)\n"
+                    "  -r N  best of N timed repeats (default 5)\n"
+                    "  -k V  only variant V (and ref)\n"
+                    "  -q    hot only: no streamed columns\n"
+                    "  -a    the attention table only\n",
+                    argv[0]);
+            return help ? 0 : 2;
         }
     }
     if (o.nthr < 1 || o.nthr > MAX_THREADS) o.nthr = 1;
@@ -330,6 +342,7 @@ int main(int argc, char **argv)
     };
     const struct ds_kern_ops *all[8];
     size_t n_all = ds_kern_all(all, 8);
+    if (o.attn_only) return bench_attn(all, n_all, &o);
     struct bench_peak pk;
     if (bench_peak_measure((unsigned)nthr, &pk) != 0) return 1;
     printf("bench_kern: %zu thread(s); selected variant: %s; best of %d repeats\n",
