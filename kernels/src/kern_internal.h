@@ -59,8 +59,8 @@ static inline size_t ds_kern__attn_block_keys(size_t n_keys, size_t b)
 ** cold. The portable attention (kern_generic.h) brings in the next block
 ** (keys of b + 1; after the last keys, the first values) a line or a row
 ** per step while it computes on this one. bench_kern's attention rows
-** measure it (the README's table next to them); the AVX-512 kernel measured slower
-** with it in the engine's item order and does without. */
+** measure it (the README's table next to them); the AVX-512 kernel
+** measured slower with it in the engine's item order and does without. */
 static inline void ds_kern__prefetch_floats(const float *p, size_t n)
 {
     for (size_t off = 0; off < n; off += 64 / sizeof(float)) __builtin_prefetch(p + off, 0, 3);
