@@ -9,7 +9,7 @@
 ** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
 ** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
 ** 32000). Then attn_f32 for one decode row of one head (head_dim 64) over
-** 48, 144 and 528 positions of a KV cache laid out as the engine's: each
+** 43, 139 and 523 positions of a KV cache laid out as the engine's: each
 ** 16-position block's keys and values for the head are 4 KB slices of a
 ** 1.2 MB block (all layers), so every slice starts a page.
 **   hot:    one matrix called again and again (stays in L2/L3);
@@ -52,6 +52,7 @@
 #define ATT_HD       64                 /* head_dim of the 110M shape */
 #define ATT_KVD      768                /* its kv_dim */
 #define ATT_LAYERS   12
+#define ATT_MAX_BLK  33                 /* KV blocks of the longest attention row */
 
 static double now_s(void)
 {
@@ -228,17 +229,20 @@ static double measure(const struct ds_kern_ops *k, enum op op, const struct shap
 
 /* ---- attention: attn_f32 for one decode row over n_blk KV blocks ----
 ** hot: one item's blocks again and again; stream: items over a pool of
-** blocks >= RING_BYTES, one block of each item per (layer, block) slot,
-** so each item's 2 x n_blk slices come from DRAM. One thread: the engine
-** splits attention by items, not inside one. */
-struct att_item { const float *kt[64], *v[64]; };
+** blocks >= RING_BYTES (layer 0 of each), so each item's 2 x n_blk slices
+** come from DRAM. One thread: the engine splits attention by items, not
+** inside one. */
+struct att_item { const float *kt[ATT_MAX_BLK], *v[ATT_MAX_BLK]; };
+
+/* Keys a row sees over n_blk blocks: the last block part full. */
+static uint32_t att_keys(size_t n_blk) { return (uint32_t)(n_blk * DS_KERN_KT - 5); }
 
 static double att_time(const struct ds_kern_ops *k, const struct att_item *it, size_t n_items, size_t n_blk,
                        int repeats)
 {
-    static float q[ATT_HD], out[ATT_HD], scratch[(64 + 1) * DS_KERN_KT];
+    static float q[ATT_HD], out[ATT_HD], scratch[(ATT_MAX_BLK + 1) * DS_KERN_KT];
     for (size_t d = 0; d < ATT_HD; d++) q[d] = 0.01f * (float)d;
-    const uint32_t lim = (uint32_t)(n_blk * DS_KERN_KT - 5);
+    const uint32_t lim = att_keys(n_blk);
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
         size_t calls = 0;
@@ -256,7 +260,7 @@ static double att_time(const struct ds_kern_ops *k, const struct att_item *it, s
 static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o)
 {
     const size_t blk_floats = (size_t)ATT_LAYERS * 2 * DS_KERN_KT * ATT_KVD;
-    const size_t n_pool = o->stream ? RING_BYTES / (blk_floats * sizeof(float)) : 33;   /* hot: one item */
+    const size_t n_pool = o->stream ? RING_BYTES / (blk_floats * sizeof(float)) : ATT_MAX_BLK;   /* hot: one item */
     const size_t heads = ATT_KVD / ATT_HD;
     float *pool = aligned_alloc(4096, n_pool * blk_floats * sizeof(float));
     struct att_item *it = malloc(n_pool * heads * sizeof *it);
@@ -268,7 +272,7 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
     for (size_t i = 0; i < n_pool * blk_floats; i++) pool[i] = 0.1f * frand(&seed);
     printf("%-11s %-10s %-12s %9s %6s %6s", "variant", "op", "positions", "hot ns", "GB/s", "xref");
     printf(o->stream ? " %9s %6s\n" : "\n", "strm ns", "GB/s");
-    static const size_t blks[] = { 3, 9, 33 };
+    static const size_t blks[] = { 3, 9, ATT_MAX_BLK };
     for (size_t bi = 0; bi < sizeof blks / sizeof blks[0]; bi++) {
         /* n_seq sequences of n_blk blocks each; items in the engine's order:
         ** head by head, every sequence of a head in turn */
@@ -281,9 +285,9 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
                 it[i].v[b] = blk + DS_KERN_KT * ATT_KVD + h * ATT_HD * DS_KERN_KT;
             }
         }
-        const double bytes = 2.0 * (double)(n_blk * DS_KERN_KT - 5) * ATT_HD * sizeof(float);
+        const double bytes = 2.0 * att_keys(n_blk) * ATT_HD * sizeof(float);
         char pos[16];
-        snprintf(pos, sizeof pos, "%zu", n_blk * DS_KERN_KT - 5);
+        snprintf(pos, sizeof pos, "%u", (unsigned)att_keys(n_blk));
         double ref_hot = 0;
         for (size_t vi = 0; vi < n_all; vi++) {
             const struct ds_kern_ops *k = all[vi];
