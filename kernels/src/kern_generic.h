@@ -15,8 +15,31 @@
 
 #include "kern_internal.h"
 
+/* Attention prefetch. One head's keys of a block are hd lines (dimension
+** d: DS_KERN_KT floats, one line) and its values DS_KERN_KT rows of hd
+** floats, ldv apart; every block lies elsewhere in the KV pool and its
+** head's slice starts a page, so the hardware prefetchers meet each block
+** cold. The portable attention below brings in the next block
+** (keys of b + 1; after the last keys, the first values) a line or a row
+** per step while it computes on this one. bench_kern's attention rows
+** measure it (the README's table next to them); the AVX-512 kernel
+** measured slower with it in the engine's item order and does without. */
+static inline void ds_kern__prefetch_floats(const float *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += 64 / sizeof(float)) __builtin_prefetch(p + off, 0, 3);
+}
+
+/* What block b's scores prefetch, line d at step d: the next keys, after
+** the last keys the first values when they are hd lines in a row too (ldv
+** = hd, as the engine lays them out), else nothing. */
+static inline const float *ds_kern__attn_next(const float *const *kt, const float *const *v, size_t hd, size_t ldv,
+                                              size_t b, size_t n_blk)
+{
+    return b + 1 < n_blk ? kt[b + 1] : ldv == hd ? v[0] : NULL;
+}
+
 /* s[i*lds + j] = scale * (q row i . key j), j < nk; the first row's pass
-** prefetches the hd lines at pk (kern_internal.h; NULL: none). */
+** prefetches the hd lines at pk (above; NULL: none). */
 static void attn_scores_generic(size_t nq, size_t hd, size_t nk, const float *q, size_t ldq,
                                 const float *kt, float scale, float *s, size_t lds, const float *pk)
 {
