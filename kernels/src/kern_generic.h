@@ -82,6 +82,18 @@ static void softmax_generic(size_t n, float *x)
     for (size_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* Each row's scores (stride lds) into weights over its own lim[i] keys,
+** 0 for the later ones up to n_keys; out's rows zeroed for the values. */
+static void attn_weights_generic(size_t nq, size_t hd, const uint32_t *lim, size_t n_keys, float *s, size_t lds,
+                                 float *out, size_t ldo)
+{
+    for (size_t i = 0; i < nq; i++) {
+        softmax_generic(lim[i], s + i * lds);
+        memset(s + i * lds + lim[i], 0, (n_keys - lim[i]) * sizeof *s);
+        memset(out + i * ldo, 0, hd * sizeof *out);
+    }
+}
+
 /* kern.h attn_f32: every block's scores, an exact softmax per row over its
 ** own keys (later keys weigh 0), then the weighted values. */
 static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
@@ -94,15 +106,51 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
         attn_scores_generic(nq, hd, nk, q, ldq, kt[b], scale, scratch + b * DS_KERN_KT, lds,
                             ds_kern__attn_next(kt, v, hd, ldv, b, (n_keys + DS_KERN_KT - 1) / DS_KERN_KT));
     }
-    for (size_t i = 0; i < nq; i++) {
-        softmax_generic(lim[i], scratch + i * lds);
-        memset(scratch + i * lds + lim[i], 0, (n_keys - lim[i]) * sizeof *scratch);
-        memset(out + i * ldo, 0, hd * sizeof *out);
-    }
+    attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
         attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, v[b], ldv, out, ldo,
                             (b + 1) * DS_KERN_KT < n_keys ? v[b + 1] : NULL);
+    }
+}
+
+/* FP16 -> FP32 of n halves: the variant's conversion (attn_f16_generic). */
+typedef void ds_kern__f16_to_f32_fn(size_t n, const uint16_t *h, float *f);
+
+/* The n halves at p into cache, a line per prefetch. */
+static inline void ds_kern__prefetch_halves(const uint16_t *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += 64 / sizeof(uint16_t)) __builtin_prefetch(p + off, 0, 3);
+}
+
+/* kern.h attn_f16 for variants without their own: block by block, cvt
+** turns the keys (then the values) into floats in scratch past the scores,
+** and attn_generic's passes run on them. Each block's conversion first
+** prefetches the next block (the keys' last, the first values when they
+** are contiguous, ldv == hd as the engine lays them out). */
+static inline void attn_f16_generic(ds_kern__f16_to_f32_fn *cvt, size_t nq, size_t hd, size_t n_blk,
+                                    const uint32_t *lim, const float *q, size_t ldq, const uint16_t *const *kt,
+                                    const uint16_t *const *v, size_t ldv, float scale, float *out, size_t ldo,
+                                    float *scratch)
+{
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
+    const size_t nb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT, kn = hd * DS_KERN_KT;
+    float *kf = scratch + nq * (n_blk + 1) * DS_KERN_KT, *vf = kf + kn;
+    for (size_t b = 0; b < nb; b++) {
+        if (b + 1 < nb) ds_kern__prefetch_halves(kt[b + 1], kn);
+        else if (ldv == hd) ds_kern__prefetch_halves(v[0], kn);
+        cvt(kn, kt[b], kf);
+        attn_scores_generic(nq, hd, ds_kern__attn_block_keys(n_keys, b), q, ldq, kf, scale,
+                            scratch + b * DS_KERN_KT, lds, NULL);
+    }
+    attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    for (size_t b = 0; b < nb; b++) {
+        size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        if (b + 1 < nb && ldv == hd) ds_kern__prefetch_halves(v[b + 1], kn);
+        if (ldv == hd) cvt(nk * hd, v[b], vf);
+        else
+            for (size_t j = 0; j < nk; j++) cvt(hd, v[b] + j * ldv, vf + j * hd);
+        attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, vf, hd, out, ldo, NULL);
     }
 }
 

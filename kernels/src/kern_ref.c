@@ -91,6 +91,23 @@ static void rmsnorm_f32_ref(size_t n, const float *x, const float *w, float eps,
     for (size_t i = 0; i < n; i++) out[i] = w[i] * (ss * x[i]);
 }
 
+static void f16_to_f32_ref(size_t n, const uint16_t *h, float *f)
+{
+    for (size_t i = 0; i < n; i++) f[i] = ds_f16_to_f32(h[i]);
+}
+
+static void f32_to_f16_ref(size_t n, const float *x, uint16_t *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = ds_f32_to_f16(x[i]);
+}
+
+static void attn_f16_ref(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                         const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
+                         size_t ldo, float *scratch)
+{
+    attn_f16_generic(f16_to_f32_ref, nq, hd, n_blk, lim, q, ldq, kt, v, ldv, scale, out, ldo, scratch);
+}
+
 const struct ds_kern_ops ds_kern_ref = {
     .abi_version = DS_KERN_ABI,
     .name        = "ref",
@@ -109,6 +126,8 @@ const struct ds_kern_ops ds_kern_ref = {
     .axpy_f32    = axpy_f32_ref,
     .rmsnorm_f32 = rmsnorm_f32_ref,
     .attn_f32        = attn_generic,
+    .attn_f16        = attn_f16_ref,
+    .f32_to_f16      = f32_to_f16_ref,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,
 };

@@ -905,18 +905,28 @@ static void test_cpu_features(void **state)
 
 /* exp against expf: the SIMD exp is a polynomial within a few ulp; the
 ** tolerance is 4 ulp of each result (attention: 8 ulp of its largest value,
-** for the softmax's sum and division and the weighted sum). */
+** for the softmax's sum and division and the weighted sum, plus what the
+** scores' own rounding makes of it: check_attn). */
 #define DS_TOL_EXP (4.0 * FLT_EPSILON)
 
-/* attn_f32 on one item against ref: blocks allocated one by one, key and
-** value slots past the last row's limit hold NaN (should they reach the
-** output, it turns NaN), rows that see fewer keys (causal) or any number. */
-static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t n_keys, bool causal, float amp)
+/* attn_f32 (f16: attn_f16) on one item against ref: blocks allocated one
+** by one, key and value slots past the last row's limit hold NaN (should
+** they reach the output, it turns NaN), rows that see fewer keys (causal)
+** or any number. For attn_f16 the keys and values are rounded to halves
+** first: ref's attn_f16 must give exactly ref's attn_f32 on the rounded
+** floats, and the variant is held to that within attn_f32's tolerance.
+** Causal items lay the values out as the engine does (ldv = hd), the others
+** with a wider stride. */
+static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t n_keys, bool causal, float amp,
+                       bool f16)
 {
-    const size_t n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT, ldq = hd + 5, ldv = hd + 3, ldo = hd + 2;
+    const size_t n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT, ldq = hd + 5, ldo = hd + 2;
+    const size_t ldv = f16 && causal ? hd : hd + 3;
+    const size_t n_scratch = nq * (n_blk + 1) * DS_KERN_KT + (f16 ? 2 * hd * DS_KERN_KT : 0);
     float *q = xmalloc(nq * ldq * sizeof *q), *o = xmalloc(nq * ldo * sizeof *o), *orf = xmalloc(nq * ldo * sizeof *o);
-    float *scratch = xmalloc(nq * (n_blk + 1) * DS_KERN_KT * sizeof *scratch);
+    float *scratch = xmalloc(n_scratch * sizeof *scratch);
     const float **kt = xmalloc(n_blk * sizeof *kt), **v = xmalloc(n_blk * sizeof *v);
+    const uint16_t **kh = xmalloc(n_blk * sizeof *kh), **vh = xmalloc(n_blk * sizeof *vh);
     uint32_t lim[64];
     unsigned seed = (unsigned)(nq * 131 + hd * 17 + n_keys);
     for (size_t i = 0; i < nq; i++) {
@@ -928,19 +938,50 @@ static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t
     fill_f(q, nq * ldq, amp);
     for (size_t b = 0; b < n_blk; b++) {
         float *kb = xmalloc(hd * DS_KERN_KT * sizeof *kb), *vb = xmalloc(DS_KERN_KT * ldv * sizeof *vb);
+        uint16_t *khb = xmalloc(hd * DS_KERN_KT * sizeof *khb), *vhb = xmalloc(DS_KERN_KT * ldv * sizeof *vhb);
         fill_f(kb, hd * DS_KERN_KT, amp);
         fill_f(vb, DS_KERN_KT * ldv, 1.0f);
         for (size_t j = n_keys - b * DS_KERN_KT; j < DS_KERN_KT; j++) {  /* slots past the last key */
             for (size_t d = 0; d < hd; d++) kb[d * DS_KERN_KT + j] = NAN;
             for (size_t d = 0; d < ldv; d++) vb[j * ldv + d] = NAN;
         }
+        for (size_t i = 0; i < hd * DS_KERN_KT; i++) kb[i] = ds_f16_to_f32(khb[i] = ds_f32_to_f16(kb[i]));
+        for (size_t i = 0; i < DS_KERN_KT * ldv; i++) vb[i] = ds_f16_to_f32(vhb[i] = ds_f32_to_f16(vb[i]));
         kt[b] = kb;
         v[b] = vb;
+        kh[b] = khb;
+        vh[b] = vhb;
     }
+    char what[96];
+    snprintf(what, sizeof what, "%s (nq %zu, hd %zu, %zu keys, %s)", f16 ? "attn_f16" : "attn_f32", nq, hd, n_keys,
+             causal ? "causal" : "any limits");
     for (size_t i = 0; i < nq * ldo; i++) o[i] = orf[i] = -7.0f;
-    k->attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, o, ldo, scratch);
     ds_kern_ref.attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, orf, ldo, scratch);
-    for (size_t i = 0; i < nq; i++)
+    if (f16) {
+        ds_kern_ref.attn_f16(nq, hd, n_blk, lim, q, ldq, kh, vh, ldv, 0.125f, o, ldo, scratch);
+        if (memcmp(o, orf, nq * ldo * sizeof *o) != 0) {
+            print_error("ref attn_f16 differs from ref attn_f32 on the same halves (nq %zu hd %zu keys %zu)\n",
+                        nq, hd, n_keys);
+            fail();
+        }
+        for (size_t i = 0; i < nq * ldo; i++) o[i] = -7.0f;
+        k->attn_f16(nq, hd, n_blk, lim, q, ldq, kh, vh, ldv, 0.125f, o, ldo, scratch);
+    } else {
+        k->attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, o, ldo, scratch);
+    }
+    for (size_t i = 0; i < nq; i++) {
+        /* A score is a sum of hd products: summed in another order it
+        ** differs by an ulp or so of sum |q k|, and softmax turns that into
+        ** a relative error of the weights (of the row's key and of its
+        ** maximum): large scores (amp 6) widen the tolerance, small ones
+        ** keep it at 8 ulp of the values. */
+        double smag = 0;
+        for (size_t j = 0; j < lim[i]; j++) {
+            double sum = 0;
+            for (size_t d = 0; d < hd; d++)
+                sum += fabs((double)q[i * ldq + d] * kt[j / DS_KERN_KT][d * DS_KERN_KT + j % DS_KERN_KT]);
+            smag = fmax(smag, 0.125 * sum);
+        }
         for (size_t d = 0; d < ldo; d++) {
             size_t at = i * ldo + d;
             if (d >= hd) {                          /* past the head: untouched */
@@ -949,21 +990,26 @@ static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t
             }
             double mag = 0;                         /* out is a weighted mean of the values */
             for (size_t j = 0; j < lim[i]; j++) mag = fmax(mag, fabs(v[j / DS_KERN_KT][j % DS_KERN_KT * ldv + d]));
-            check_near("attn_f32", at, o[at], orf[at], mag, DS_TOL_EXP * 8);
+            check_near(what, at, o[at], orf[at], mag, DS_TOL_EXP * 8 + 2 * FLT_EPSILON * smag);
         }
+    }
     for (size_t b = 0; b < n_blk; b++) {
         free((void *)kt[b]);
         free((void *)v[b]);
+        free((void *)kh[b]);
+        free((void *)vh[b]);
     }
     free(kt);
     free(v);
+    free(kh);
+    free(vh);
     free(q);
     free(o);
     free(orf);
     free(scratch);
 }
 
-static void test_attn_f32(void **state)
+static void check_attn_all(void **state, bool f16)
 {
     const struct ds_kern_ops *k = variant(state);
     static const size_t hds[] = { 1, 7, 8, 33, 64, 100, 128 }, nqs[] = { 1, 2, 3, 5, 8, 9, 17 };
@@ -972,10 +1018,51 @@ static void test_attn_f32(void **state)
         for (size_t b = 0; b < N_OF(nqs); b++)
             for (size_t c = 0; c < N_OF(keys); c++)
                 if (keys[c] >= nqs[b]) {
-                    check_attn(k, nqs[b], hds[a], keys[c], true, 1.0f);
-                    check_attn(k, nqs[b], hds[a], keys[c], false, 1.0f);
+                    check_attn(k, nqs[b], hds[a], keys[c], true, 1.0f, f16);
+                    check_attn(k, nqs[b], hds[a], keys[c], false, 1.0f, f16);
                 }
-    check_attn(k, 8, 64, 100, true, 6.0f);            /* scores far apart: weights near 0 and 1 */
+    check_attn(k, 8, 64, 100, true, 6.0f, f16);       /* scores far apart: weights near 0 and 1 */
+}
+
+static void test_attn_f32(void **state) { check_attn_all(state, false); }
+static void test_attn_f16(void **state) { check_attn_all(state, true); }
+
+/* f32_to_f16 gives ds_f32_to_f16's bits: random values over the whole half
+** range and past it, around the subnormal and overflow edges (65519.996
+** rounds down, 65520 up to inf), signed zeros and infinities; NaN in, NaN
+** out. Offsets past n stay untouched. */
+static void test_f32_to_f16(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const float edge[] = { 0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e6f,
+                                  INFINITY, -INFINITY, 5.9604645e-8f, 2.9802322e-8f, 2.98023259e-8f, 1e-9f,
+                                  6.1035156e-5f, 6.0975552e-5f, -3.0517578e-5f, 1.00048828f, 1.00146484f };
+    float *x = xmalloc(4099 * sizeof *x);
+    uint16_t *h = xmalloc(4099 * sizeof *h);
+    for (size_t s = 0; s < N_OF(g_sizes); s++) {
+        size_t n = g_sizes[s];
+        for (size_t i = 0; i < n; i++) {
+            uint64_t r = rnd();
+            x[i] = i < N_OF(edge) && (r & 1) ? edge[i] : ldexpf(rnd_f(-1.0f, 1.0f), (int)(r >> 58) - 30);
+        }
+        if (n > 3) x[n / 2] = NAN;
+        for (size_t i = 0; i < n + 3; i++) h[i] = 0xbeef;
+        k->f32_to_f16(n, x, h);
+        for (size_t i = 0; i < n; i++) {
+            if (isnan(x[i])) {
+                assert_true(isnan(ds_f16_to_f32(h[i])));
+                continue;
+            }
+            if (h[i] != ds_f32_to_f16(x[i])) {
+                print_error("f32_to_f16[%zu] of %.9g: got 0x%04x want 0x%04x\n", i, x[i], h[i],
+                            ds_f32_to_f16(x[i]));
+                fail();
+            }
+        }
+        for (size_t i = n; i < n + 3; i++) assert_true(h[i] == 0xbeef);
+    }
+    free(x);
+    free(h);
 }
 
 static void test_silu_mul_f32(void **state)
@@ -1044,7 +1131,8 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "gemm_f32", test_gemm_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
-    { "attn_f32", test_attn_f32 }, { "silu_mul_f32", test_silu_mul_f32 },
+    { "attn_f32", test_attn_f32 }, { "attn_f16", test_attn_f16 },
+    { "f32_to_f16", test_f32_to_f16 }, { "silu_mul_f32", test_silu_mul_f32 },
     { "rope_f32", test_rope_f32 },
 };
 

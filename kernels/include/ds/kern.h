@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 7u
+#define DS_KERN_ABI 8u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -149,6 +149,17 @@ struct ds_kern_ops {
     void (*attn_f32)(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
                      const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
                      size_t ldo, float *scratch);
+    /* attn_f32 over an FP16 cache: kt and v hold IEEE halves, laid out as
+    ** above (ldv in halves), each read as its exact float value; the
+    ** result is attn_f32's on those floats. Half the bytes per key: the
+    ** INT8 engine's KV cache. scratch: nq * (n_blk + 1) * DS_KERN_KT + 2 *
+    ** hd * DS_KERN_KT floats. */
+    void (*attn_f16)(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                     const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
+                     size_t ldo, float *scratch);
+    /* out[i] = x[i] as an IEEE half, rounded to nearest even: the bits of
+    ** ds_f32_to_f16 below (NaN stays NaN, its payload may differ). */
+    void (*f32_to_f16)(size_t n, const float *x, uint16_t *out);
     /* h = silu(h) * u = h / (1 + exp(-h)) * u (SwiGLU). */
     void (*silu_mul_f32)(size_t n, float *h, const float *u);
     /* RoPE: in each of n_heads heads (head_dim floats apart), rotate the

@@ -283,6 +283,29 @@ static void rmsnorm_f32_neon(size_t n, const float *x, const float *w, float eps
     for (; i < n; i++) out[i] = w[i] * (ss * x[i]);
 }
 
+/* ---- FP16 KV cache (fcvtl / fcvtn: base AArch64) ---- */
+
+static void f16_to_f32_neon(size_t n, const uint16_t *h, float *f)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(f + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + i))));
+    for (; i < n; i++) f[i] = ds_f16_to_f32(h[i]);
+}
+
+static void f32_to_f16_neon(size_t n, const float *x, uint16_t *out)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(out + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) out[i] = ds_f32_to_f16(x[i]);
+}
+
+static void attn_f16_neon(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                          const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
+                          size_t ldo, float *scratch)
+{
+    attn_f16_generic(f16_to_f32_neon, nq, hd, n_blk, lim, q, ldq, kt, v, ldv, scale, out, ldo, scratch);
+}
+
 #include "kern_qx_neon.h"
 
 const struct ds_kern_ops NEON_OPS = {
@@ -302,6 +325,8 @@ const struct ds_kern_ops NEON_OPS = {
     .axpy_f32    = axpy_f32_neon,
     .rmsnorm_f32 = rmsnorm_f32_neon,
     .attn_f32        = attn_generic,
+    .attn_f16        = attn_f16_neon,
+    .f32_to_f16      = f32_to_f16_neon,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,
 };

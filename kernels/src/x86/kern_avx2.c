@@ -451,6 +451,30 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
     }
 }
 
+/* ---- FP16 KV cache (F16C) ---- */
+
+static void f16_to_f32_avx2(size_t n, const uint16_t *h, float *f)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) f[i] = ds_f16_to_f32(h[i]);
+}
+
+static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) out[i] = ds_f32_to_f16(x[i]);
+}
+
+static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                          const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
+                          size_t ldo, float *scratch)
+{
+    attn_f16_generic(f16_to_f32_avx2, nq, hd, n_blk, lim, q, ldq, kt, v, ldv, scale, out, ldo, scratch);
+}
+
 /* ---- matmul_qx: 4/5/6-bit ggml rows (kern_qx_x86.h) ---- */
 
 #define QX_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
@@ -485,6 +509,8 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
     .attn_f32        = attn_generic,
+    .attn_f16        = attn_f16_avx2,
+    .f32_to_f16      = f32_to_f16_avx2,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,
 };

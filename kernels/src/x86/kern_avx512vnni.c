@@ -722,6 +722,18 @@ DS_INLINE __m512 exp_ps(__m512 x)
 **           accumulators over all the blocks, and are scaled by 1 / sum
 **           once at the end. */
 
+/* The cache is FP32 (f, h NULL) or FP16 (h, f NULL; a constant at each
+** inlined call): 16 values from element i, as floats. */
+DS_INLINE __m512 kv_load(const float *f, const uint16_t *h, size_t i)
+{
+    return h ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))) : _mm512_loadu_ps(f + i);
+}
+
+DS_INLINE __m512 kv_maskz_load(__mmask16 m, const float *f, const uint16_t *h, size_t i)
+{
+    return h ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)) : _mm512_maskz_loadu_ps(m, f + i);
+}
+
 /* Valid keys of block b for a row that sees lim keys, as a lane mask. */
 DS_INLINE __mmask16 keys_mask(uint32_t lim, size_t b)
 {
@@ -732,15 +744,15 @@ DS_INLINE __mmask16 keys_mask(uint32_t lim, size_t b)
 /* NQ rows x one block of scores into s (stride lds), masked, and the rows'
 ** running lane maxima. Even and odd dimensions go to separate accumulators
 ** (two FMA chains per row). */
-DS_INLINE void att_scores(int NQ, size_t hd, const float *q, size_t ldq, const float *kt, float scale,
-                          const uint32_t *lim, size_t b, float *s, size_t lds, __m512 *mx)
+DS_INLINE void att_scores(int NQ, size_t hd, const float *q, size_t ldq, const float *kt, const uint16_t *kh,
+                          float scale, const uint32_t *lim, size_t b, float *s, size_t lds, __m512 *mx)
 {
     __m512 a[8][2];
 #pragma GCC unroll 8
     for (int i = 0; i < NQ; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
     size_t d = 0;
     for (; d + 2 <= hd; d += 2) {
-        __m512 k0 = _mm512_loadu_ps(kt + d * DS_KERN_KT), k1 = _mm512_loadu_ps(kt + (d + 1) * DS_KERN_KT);
+        __m512 k0 = kv_load(kt, kh, d * DS_KERN_KT), k1 = kv_load(kt, kh, (d + 1) * DS_KERN_KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) {
             a[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * ldq + d]), k0, a[i][0]);
@@ -748,7 +760,7 @@ DS_INLINE void att_scores(int NQ, size_t hd, const float *q, size_t ldq, const f
         }
     }
     if (d < hd) {
-        __m512 k0 = _mm512_loadu_ps(kt + d * DS_KERN_KT);
+        __m512 k0 = kv_load(kt, kh, d * DS_KERN_KT);
 #pragma GCC unroll 8
         for (int i = 0; i < NQ; i++) a[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * ldq + d]), k0, a[i][0]);
     }
@@ -762,9 +774,11 @@ DS_INLINE void att_scores(int NQ, size_t hd, const float *q, size_t ldq, const f
 }
 
 /* NQ rows' weighted values over nblk blocks (row i's weights at p +
-** i*ldp, scaled by inv[i] at the end), dimensions d0 .. d0+63 (masks m). */
+** i*ldp, scaled by inv[i] at the end), dimensions d0 .. d0+63 (masks m);
+** the values v (FP32) or vh (FP16). */
 DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m[4], const float *p, size_t ldp,
-                          const float *const *v, size_t ldv, size_t d0, const float *inv, float *out, size_t ldo)
+                          const float *const *v, const uint16_t *const *vh, size_t ldv, size_t d0, const float *inv,
+                          float *out, size_t ldo)
 {
     __m512 a[4][4];
 #pragma GCC unroll 4
@@ -772,12 +786,13 @@ DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();
     for (size_t b = 0; b < n_blk; b++) {
-        const float *vb = v[b] + d0, *pb = p + b * DS_KERN_KT;
+        const float *vb = vh ? NULL : v[b] + d0, *pb = p + b * DS_KERN_KT;
+        const uint16_t *vbh = vh ? vh[b] + d0 : NULL;
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
         for (size_t j = 0; j < nk; j++) {
             __m512 vv[4];
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], vb + j * ldv + 16 * c);
+            for (int c = 0; c < 4; c++) vv[c] = kv_maskz_load(m[c], vb, vbh, j * ldv + 16 * c);
 #pragma GCC unroll 4
             for (int i = 0; i < NQ; i++) {
                 __m512 pj = _mm512_set1_ps(pb[i * ldp + j]);
@@ -794,9 +809,10 @@ DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m
     }
 }
 
-static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
-                        const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
-                        size_t ldo, float *scratch)
+/* attn_f32 (kt, v; kh, vh NULL) or attn_f16 (kh, vh; kt, v NULL). */
+DS_INLINE void attn_any(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                        const float *const *kt, const float *const *v, const uint16_t *const *kh,
+                        const uint16_t *const *vh, size_t ldv, float scale, float *out, size_t ldo, float *scratch)
 {
     const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
@@ -809,11 +825,11 @@ static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
         for (size_t b = 0; b < n_blk; b++) {
             size_t i = 0;
             for (; i + 8 <= nr; i += 8)
-                att_scores(8, hd, qi + i * ldq, ldq, kt[b], scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+                att_scores(8, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
             for (; i + 2 <= nr; i += 2)
-                att_scores(2, hd, qi + i * ldq, ldq, kt[b], scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+                att_scores(2, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
             if (i < nr)
-                att_scores(1, hd, qi + i * ldq, ldq, kt[b], scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+                att_scores(1, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
         }
         float inv[8];
         for (size_t i = 0; i < nr; i++) {
@@ -839,10 +855,32 @@ static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
             }
             size_t i = 0;
             for (; i + 4 <= nr; i += 4)
-                att_values(4, n_blk, n_keys, m, si + i * lds, lds, v, ldv, d0, inv + i, oi + i * ldo, ldo);
+                att_values(4, n_blk, n_keys, m, si + i * lds, lds, v, vh, ldv, d0, inv + i, oi + i * ldo, ldo);
             for (; i < nr; i++)
-                att_values(1, n_blk, n_keys, m, si + i * lds, lds, v, ldv, d0, inv + i, oi + i * ldo, ldo);
+                att_values(1, n_blk, n_keys, m, si + i * lds, lds, v, vh, ldv, d0, inv + i, oi + i * ldo, ldo);
         }
+    }
+}
+
+static void attn_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                        const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
+                        size_t ldo, float *scratch)
+{
+    attn_any(nq, hd, n_blk, lim, q, ldq, kt, v, NULL, NULL, ldv, scale, out, ldo, scratch);
+}
+
+static void attn_f16_avx512(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                            const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
+                            size_t ldo, float *scratch)
+{
+    attn_any(nq, hd, n_blk, lim, q, ldq, NULL, NULL, kt, v, ldv, scale, out, ldo, scratch);
+}
+
+static void f32_to_f16_avx512(size_t n, const float *x, uint16_t *out)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = first_lanes(n - i);
+        _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT));
     }
 }
 
@@ -1042,6 +1080,8 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .axpy_f32    = axpy_f32_avx512,
     .rmsnorm_f32 = rmsnorm_f32_avx512,
     .attn_f32        = attn_avx512,
+    .attn_f16        = attn_f16_avx512,
+    .f32_to_f16      = f32_to_f16_avx512,
     .silu_mul_f32    = silu_mul_avx512,
     .rope_f32        = rope_avx512,
 };
