@@ -96,6 +96,17 @@ int ds_backend_parse(const char *s);
 
 #define DS_KV_BLOCK 16          /* positions per KV block */
 
+/* What the CPU KV cache stores. FP16 halves its memory and the bytes
+** attention reads per step for one rounding of K and V to 11 bits (as
+** llama.cpp's default cache does); FP32 (AUTO, the default) keeps every
+** accuracy figure as measured against the references, which were made with
+** an F32 cache. (CUDA keeps its own FP16 cache.) README, "KV cache". */
+enum ds_kv_type { DS_KV_AUTO, DS_KV_F32, DS_KV_F16 };
+/* "auto", "f32" or "f16". */
+const char *ds_kv_type_name(enum ds_kv_type t);
+/* "auto", "f32" or "f16"; -1 for anything else. */
+int ds_kv_type_parse(const char *s);
+
 struct ds_engine_opts {
     enum ds_precision precision;    /* default FP32 */
     unsigned  n_threads;            /* 0 = one per CPU */
@@ -104,6 +115,7 @@ struct ds_engine_opts {
     uint32_t  kv_seqs;              /* KV pool holds this many full contexts (default 4) */
     const struct ds_kern_ops *kern; /* NULL = ds_kern_select() */
     enum ds_backend backend;        /* default CPU (see Backends above) */
+    enum ds_kv_type kv_type;        /* default AUTO */
 };
 void ds_engine_opts_init(struct ds_engine_opts *o);
 
@@ -123,6 +135,8 @@ unsigned                      ds_engine_threads(const struct ds_engine *e);
 const char                   *ds_engine_backend(const struct ds_engine *e);
 /* Name of the kernel variant in use ("avx512vnni", ..., "cuda-f16"). */
 const char                   *ds_engine_kernel(const struct ds_engine *e);
+/* The KV cache's type as created: DS_KV_F32 or DS_KV_F16 (CUDA: F16). */
+enum ds_kv_type               ds_engine_kv_type(const struct ds_engine *e);
 /* Bytes of weights one decode step streams in this precision. */
 uint64_t                      ds_engine_weight_bytes(const struct ds_engine *e);
 /* KV blocks free / total in the engine's pool (CUDA: a sequence holds a

@@ -43,7 +43,8 @@
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define ATT_ROWS          8u       /* query rows of one sequence scored together */
 #define ATT_BLOCKS(e)     (((e)->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK)  /* KV blocks of a full context */
-#define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT) /* attn_f32 floats per thread */
+#define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT + \
+                           2 * (size_t)(e)->cfg.head_dim * DS_KERN_KT)   /* attn_f32/f16 floats per thread */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
@@ -64,6 +65,19 @@ int ds_precision_parse(const char *s)
 const char *ds_backend_name(enum ds_backend b)
 {
     return b == DS_BACKEND_AUTO ? "auto" : b == DS_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+const char *ds_kv_type_name(enum ds_kv_type t)
+{
+    return t == DS_KV_F32 ? "f32" : t == DS_KV_F16 ? "f16" : "auto";
+}
+
+int ds_kv_type_parse(const char *s)
+{
+    static const char *const names[] = { "auto", "f32", "f16" };     /* enum order */
+    for (int i = 0; s && i < (int)DS_ARRAY_LEN(names); i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
 }
 
 int ds_backend_parse(const char *s)
@@ -107,9 +121,11 @@ struct run_state {
     float              *xb2;     /* (B, dim) projection output */
     float              *q;       /* (B, dim) */
     float              *k, *v;   /* (B, kv_dim) */
+    uint16_t           *k16;     /* (B, kv_dim) k as halves (FP16 cache) */
     float              *hb, *hb2;/* (B, hidden) */
     float              *att;     /* (n_threads, ATT_SCRATCH) attention scores */
     const float       **att_kv;  /* (n_threads, 2, ATT_BLOCKS) an item's key and value blocks */
+    const uint16_t    **att_kv16;/* the same for an FP16 cache (one of the two is allocated) */
     float              *lg_in;   /* (B, dim) normed rows that want logits */
     struct ds_q8_block *xq;      /* (B, blocks of dim) quantized input (INT8) */
     struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
@@ -128,13 +144,15 @@ struct run_state {
 ** (attn_f32), and V head by head, [kv head][position in block][head_dim],
 ** so that one head's values are one contiguous stream. (V as [position]
 ** [kv_dim] read a head's 256 bytes every 3 KB on the 110M shape; those
-** lines crowd into a few L1 sets, and the value pass ran 50% slower.) */
+** lines crowd into a few L1 sets, and the value pass ran 50% slower.)
+** Elements are floats or halves (enum ds_kv_type): one of f32, f16 is set. */
 struct kv_pool {
-    float          *mem;
+    float          *f32;
+    uint16_t       *f16;
     uint32_t        n_blocks;
     uint32_t       *free_list;   /* stack of free block ids */
     uint32_t        n_free;
-    size_t          block_floats;
+    size_t          block_elems;
     pthread_mutex_t mu;
     bool            ready;       /* mu initialised */
 };
@@ -163,6 +181,7 @@ struct ds_engine {
     float                       *rope;         /* (max_ctx, rope_dim/2, 2) cos, sin */
     struct run_state             s;
     struct kv_pool               kv;
+    enum ds_kv_type              kv_type;      /* F32 or F16 (GPU: F16, its own cache) */
     uint64_t                     weight_bytes;
     bool                         q8k_dim;      /* INT8: some K-quant matrix has dim columns (fill s.xk) */
     bool                         q8k_hid;      /* INT8: some w2 is a K-quant (fill s.hk) */
@@ -351,15 +370,17 @@ static enum ds_err prepare_weights(struct ds_engine *e)
 
 /* ---- KV pool ---- */
 
-static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks)
+static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks, bool f16)
 {
     pthread_mutex_init(&kv->mu, NULL);
     kv->ready = true;
-    kv->block_floats = (size_t)c->n_layers * 2 * DS_KV_BLOCK * c->kv_dim;
+    kv->block_elems = (size_t)c->n_layers * 2 * DS_KV_BLOCK * c->kv_dim;
     kv->n_blocks = n_blocks;
-    kv->mem = malloc((size_t)n_blocks * kv->block_floats * sizeof(float));
+    size_t n = (size_t)n_blocks * kv->block_elems;
+    if (f16) kv->f16 = malloc(n * sizeof *kv->f16);
+    else kv->f32 = malloc(n * sizeof *kv->f32);
     kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
-    if (!kv->mem || !kv->free_list) return DS_ERR_NOMEM;
+    if (!(kv->f32 || kv->f16) || !kv->free_list) return DS_ERR_NOMEM;
     for (uint32_t i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
     kv->n_free = n_blocks;
     return DS_OK;
@@ -368,21 +389,19 @@ static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, 
 static void kv_cleanup(struct kv_pool *kv)
 {
     if (kv->ready) pthread_mutex_destroy(&kv->mu);
-    free(kv->mem);
+    free(kv->f32);
+    free(kv->f16);
     free(kv->free_list);
 }
 
-/* Layer l's keys in KV block b of s: [kv_dim][DS_KV_BLOCK]. */
-static inline float *k_block(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t b)
+/* Element index of layer l's keys in KV block b of s, [kv_dim][DS_KV_BLOCK];
+** its values, [kv head][DS_KV_BLOCK][head_dim], follow at + v_off(e). */
+static inline size_t k_at(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t b)
 {
-    return e->kv.mem + (size_t)s->blocks[b] * e->kv.block_floats + (size_t)l * 2 * DS_KV_BLOCK * e->cfg.kv_dim;
+    return (size_t)s->blocks[b] * e->kv.block_elems + (size_t)l * 2 * DS_KV_BLOCK * e->cfg.kv_dim;
 }
 
-/* Layer l's values in KV block b of s: [kv head][DS_KV_BLOCK][head_dim]. */
-static inline float *v_block(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t b)
-{
-    return k_block(e, s, l, b) + (size_t)DS_KV_BLOCK * e->cfg.kv_dim;
-}
+static inline size_t v_off(const struct ds_engine *e) { return (size_t)DS_KV_BLOCK * e->cfg.kv_dim; }
 
 /* Make room for n_pos positions in s; all or nothing. */
 static enum ds_err seq_reserve(struct ds_seq *s, uint32_t n_pos)
@@ -653,10 +672,17 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
             if (L->bv) e->kern->axpy_f32(kvd, 1.0f, L->bv, s->v + r * kvd);
             rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
             rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
-            const size_t hd = c->head_dim;
-            float *vb = v_block(e, j->rows[r].seq, j->layer, s->pos[r] / DS_KV_BLOCK) + s->pos[r] % DS_KV_BLOCK * hd;
-            for (size_t h = 0; h < c->n_kv_heads; h++)
-                memcpy(vb + h * DS_KV_BLOCK * hd, s->v + r * kvd + h * hd, hd * sizeof(float));
+            const size_t hd = c->head_dim, at = k_at(e, j->rows[r].seq, j->layer, s->pos[r] / DS_KV_BLOCK) +
+                                                  v_off(e) + s->pos[r] % DS_KV_BLOCK * hd;
+            const float *v = s->v + r * kvd;
+            if (e->kv.f16) {
+                for (size_t h = 0; h < c->n_kv_heads; h++)
+                    e->kern->f32_to_f16(hd, v + h * hd, e->kv.f16 + at + h * DS_KV_BLOCK * hd);
+                e->kern->f32_to_f16(kvd, s->k + r * kvd, s->k16 + r * kvd);
+            } else {
+                for (size_t h = 0; h < c->n_kv_heads; h++)
+                    memcpy(e->kv.f32 + at + h * DS_KV_BLOCK * hd, v + h * hd, hd * sizeof(float));
+            }
         }
     }
     /* Keys go in transposed: dimension by dimension over the rows, so the
@@ -664,13 +690,17 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
     ** L1 (row by row, each of a row's kv_dim stores lands on another line). */
     if (j->ops & ROW_ROPE_KV)
         for (size_t r0 = lo; r0 < hi; r0 += 32) {
-            float *dst[32];             /* each row's first key slot */
+            size_t dst[32];             /* each row's first key slot */
             size_t n = DS_MIN((size_t)32, hi - r0);
             for (size_t i = 0; i < n; i++)
-                dst[i] = k_block(e, j->rows[r0 + i].seq, j->layer, s->pos[r0 + i] / DS_KV_BLOCK) +
+                dst[i] = k_at(e, j->rows[r0 + i].seq, j->layer, s->pos[r0 + i] / DS_KV_BLOCK) +
                          s->pos[r0 + i] % DS_KV_BLOCK;
-            for (size_t d = 0; d < kvd; d++)
-                for (size_t i = 0; i < n; i++) dst[i][d * DS_KV_BLOCK] = s->k[(r0 + i) * kvd + d];
+            if (e->kv.f16)
+                for (size_t d = 0; d < kvd; d++)
+                    for (size_t i = 0; i < n; i++) e->kv.f16[dst[i] + d * DS_KV_BLOCK] = s->k16[(r0 + i) * kvd + d];
+            else
+                for (size_t d = 0; d < kvd; d++)
+                    for (size_t i = 0; i < n; i++) e->kv.f32[dst[i] + d * DS_KV_BLOCK] = s->k[(r0 + i) * kvd + d];
         }
 }
 
@@ -692,7 +722,7 @@ static void rows_run(struct rows_job *j)
 ** Work items are (group, head): a group is up to ATT_ROWS consecutive rows
 ** of one sequence at consecutive positions (a prefill chunk, a draft
 ** verification), so each key block is scored against all of them at once.
-** Per item, one attn_f32 call over the sequence's KV blocks: scores, a
+** Per item, one attn_f32 (attn_f16) call over the sequence's KV blocks: scores, a
 ** softmax per row over its own causal range, the weighted values. */
 
 struct attn_job {
@@ -723,16 +753,26 @@ static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint
     const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * hd;
     const struct ds_seq *seq = rows[r0].seq;
     const uint32_t n_blk = (s->pos[r0 + nq - 1] + DS_KV_BLOCK) / DS_KV_BLOCK;   /* keys: last row's pos + 1 */
-    const float **kt = s->att_kv + (size_t)task * 2 * ATT_BLOCKS(e), **vb = kt + ATT_BLOCKS(e);
+    const float *q = s->q + (size_t)r0 * c->dim + (size_t)h * hd, scale = 1.0f / sqrtf((float)hd);
+    float *out = s->xb + (size_t)r0 * c->dim + (size_t)h * hd, *scratch = s->att + task * ATT_SCRATCH(e);
     uint32_t lim[ATT_ROWS];
     for (uint32_t i = 0; i < nq; i++) lim[i] = s->pos[r0 + i] + 1;
-    for (uint32_t b = 0; b < n_blk; b++) {
-        kt[b] = k_block(e, seq, l, b) + kv_off * DS_KV_BLOCK;
-        vb[b] = v_block(e, seq, l, b) + kv_off * DS_KV_BLOCK;
+    const size_t first = (size_t)task * 2 * ATT_BLOCKS(e), k0 = kv_off * DS_KV_BLOCK, v0 = v_off(e) + k0;
+    if (e->kv.f16) {
+        const uint16_t **kt = s->att_kv16 + first, **vb = kt + ATT_BLOCKS(e);
+        for (uint32_t b = 0; b < n_blk; b++) {
+            kt[b] = e->kv.f16 + k_at(e, seq, l, b) + k0;
+            vb[b] = e->kv.f16 + k_at(e, seq, l, b) + v0;
+        }
+        e->kern->attn_f16(nq, hd, n_blk, lim, q, c->dim, kt, vb, hd, scale, out, c->dim, scratch);
+    } else {
+        const float **kt = s->att_kv + first, **vb = kt + ATT_BLOCKS(e);
+        for (uint32_t b = 0; b < n_blk; b++) {
+            kt[b] = e->kv.f32 + k_at(e, seq, l, b) + k0;
+            vb[b] = e->kv.f32 + k_at(e, seq, l, b) + v0;
+        }
+        e->kern->attn_f32(nq, hd, n_blk, lim, q, c->dim, kt, vb, hd, scale, out, c->dim, scratch);
     }
-    e->kern->attn_f32(nq, hd, n_blk, lim, s->q + (size_t)r0 * c->dim + (size_t)h * hd, c->dim, kt, vb, hd,
-                      1.0f / sqrtf((float)hd), s->xb + (size_t)r0 * c->dim + (size_t)h * hd, c->dim,
-                      s->att + task * ATT_SCRATCH(e));
 }
 
 static void attn_task(void *p, unsigned task, unsigned n_tasks)
@@ -1020,7 +1060,14 @@ static enum ds_err alloc_state(struct ds_engine *e)
     s->hb2 = malloc(B * c->hidden_dim * sizeof(float));
     s->lg_in = malloc(B * c->dim * sizeof(float));
     s->att = malloc(ds_pool_size(e->pool) * ATT_SCRATCH(e) * sizeof(float));
-    s->att_kv = malloc((size_t)ds_pool_size(e->pool) * 2 * ATT_BLOCKS(e) * sizeof *s->att_kv);
+    const size_t n_kv_ptr = (size_t)ds_pool_size(e->pool) * 2 * ATT_BLOCKS(e);
+    if (e->kv_type == DS_KV_F16) {
+        s->k16 = malloc(B * c->kv_dim * sizeof *s->k16);
+        s->att_kv16 = malloc(n_kv_ptr * sizeof *s->att_kv16);
+        if (!s->k16 || !s->att_kv16) return DS_ERR_NOMEM;
+    } else if (!(s->att_kv = malloc(n_kv_ptr * sizeof *s->att_kv))) {
+        return DS_ERR_NOMEM;
+    }
     s->grp = malloc((B + 1) * sizeof *s->grp);
     s->out_rows = malloc(B * sizeof *s->out_rows);
     s->steps = malloc((size_t)c->n_layers * LAYER_STEPS * sizeof *s->steps);
@@ -1030,7 +1077,7 @@ static enum ds_err alloc_state(struct ds_engine *e)
     if (e->q8k_dim && !(s->xk = malloc(B * (c->dim / DS_Q8K_BLOCK) * sizeof *s->xk))) return DS_ERR_NOMEM;
     if (e->q8k_hid && !(s->hk = malloc(B * (c->hidden_dim / DS_Q8K_BLOCK) * sizeof *s->hk))) return DS_ERR_NOMEM;
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->hb || !s->hb2 ||
-        !s->lg_in || !s->att || !s->att_kv || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows || !s->steps)
+        !s->lg_in || !s->att || !s->xq || !s->hq || !s->pos || !s->grp || !s->out_rows || !s->steps)
         return DS_ERR_NOMEM;
     /* RoPE table, computed the way llama2.c does, in float; Llama 3.x
     ** divides each frequency by its factor from rope_freqs.weight. */
@@ -1073,7 +1120,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->owned_bias);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->xq); free(s->hq); free(s->xk); free(s->hk); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->att_kv16); free(s->k16); free(s->xq); free(s->hq); free(s->xk); free(s->hk); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
@@ -1141,6 +1188,10 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                o->max_batch, o->kv_seqs);
         return DS_ERR_RANGE;
     }
+    if ((unsigned)o->kv_type > DS_KV_F16) {
+        DS_LOG(DS_LOG_ERROR, "engine: kv_type %d is not auto, f32 or f16", (int)o->kv_type);
+        return DS_ERR_INVAL;
+    }
     if ((unsigned)o->backend > DS_BACKEND_CUDA) {
         DS_LOG(DS_LOG_ERROR, "engine: backend %d is not cpu, auto or cuda", (int)o->backend);
         return DS_ERR_INVAL;
@@ -1164,6 +1215,7 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     uint32_t blocks_per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
     enum ds_err rc;
     if ((rc = pick_backend(e, o)) != DS_OK) goto fail;
+    e->kv_type = e->gpu ? DS_KV_F16 : o->kv_type == DS_KV_F16 ? DS_KV_F16 : DS_KV_F32;
     static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
     if (e->prec == DS_PRECISION_FP32 && !e->kern->gemm_f32) pthread_once(&blas_checked, check_blas_core);
     /* CUDA: the CPU side only validates and positions rows (one thread, no
@@ -1171,10 +1223,11 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     if ((rc = ds_pool_create(e->gpu ? 1 : o->n_threads, &e->pool)) != DS_OK) goto fail;
     if (!e->gpu && (rc = prepare_weights(e)) != DS_OK) goto fail;
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
-    if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs)) != DS_OK) goto fail;
-    DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token",
-           ds_precision_name(e->prec), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool), e->max_ctx,
-           (double)e->weight_bytes / 1e6);
+    if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type == DS_KV_F16)) != DS_OK)
+        goto fail;
+    DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token, "
+           "%s KV cache", ds_precision_name(e->prec), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
+           e->max_ctx, (double)e->weight_bytes / 1e6, ds_kv_type_name(e->kv_type));
     *out = e;
     return DS_OK;
 fail:
@@ -1190,4 +1243,5 @@ uint32_t ds_engine_max_ctx(const struct ds_engine *e) { return e->max_ctx; }
 unsigned ds_engine_threads(const struct ds_engine *e) { return ds_pool_size(e->pool); }
 const char *ds_engine_kernel(const struct ds_engine *e) { return e->gpu ? "cuda-f16" : e->kern->name; }
 const char *ds_engine_backend(const struct ds_engine *e) { return e->backend; }
+enum ds_kv_type ds_engine_kv_type(const struct ds_engine *e) { return e->kv_type; }
 uint64_t ds_engine_weight_bytes(const struct ds_engine *e) { return e->weight_bytes; }
