@@ -42,6 +42,8 @@ static void run_usage(FILE *f)
         "      --threads N        compute threads (default: one per CPU)\n"
         "      --kernel NAME      force a kernel variant: ref, avx2, avx512vnni, neon\n"
         "      --ctx N            context length to allocate (default min(model, 4096))\n"
+        "      --kv T             KV cache: f32 (default) or f16 (half the memory; keys and\n"
+        "                         values rounded to halves)\n"
         "      --draft MODEL|int8 speculative decoding with this draft: int8 = an INT8\n"
         "                         copy of the target; or a model with the same vocabulary\n"
         "                         (run in INT8)\n"
@@ -57,14 +59,14 @@ struct run_args {
     const char *model, *tok, *prompt, *kernel, *draft;
     uint64_t    n, threads, ctx, k;
     bool        fixed_k, chat;
-    int         precision;
+    int         precision, kv;
     struct ds_sampler_params sp;
 };
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG, O_DRAFT, O_FIXED,
-           O_CHAT };
+           O_CHAT, O_KV };
     static const struct option opts[] = {
         { "model", required_argument, 0, 'm' },     { "tokenizer", required_argument, 0, 'z' },
         { "prompt", required_argument, 0, 'p' },    { "tokens", required_argument, 0, 'n' },
@@ -75,6 +77,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
         { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, 'k' },
         { "fixed-k", no_argument, 0, O_FIXED },     { "chat", no_argument, 0, O_CHAT },
+        { "kv", required_argument, 0, O_KV },
         { 0, 0, 0, 0 },
     };
     uint64_t u;
@@ -104,6 +107,12 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_THREADS: if (!cli_parse_u64("--threads", optarg, 1, 256, &a->threads)) return 2; break;
         case O_KERNEL: a->kernel = optarg; break;
         case O_CTX: if (!cli_parse_u64("--ctx", optarg, 1, 1u << 20, &a->ctx)) return 2; break;
+        case O_KV:
+            if ((a->kv = ds_kv_type_parse(optarg)) < 0) {
+                fprintf(stderr, "dspark: --kv: '%s' is not f32 or f16\n", optarg);
+                return 2;
+            }
+            break;
         case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
         case O_DRAFT: a->draft = optarg; break;
         case 'k': if (!cli_parse_u64("-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
@@ -163,6 +172,7 @@ int cmd_run(int argc, char **argv)
     eo.n_threads = (unsigned)a.threads;
     eo.max_ctx = (uint32_t)a.ctx;
     eo.kv_seqs = 1;
+    eo.kv_type = (enum ds_kv_type)a.kv;
     if (a.kernel) {
         eo.kern = ds_kern_find(a.kernel);
         if (!eo.kern || !ds_kern_supported(eo.kern)) {
@@ -314,9 +324,9 @@ out:
     fflush(stdout);
     double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
     fprintf(stderr, "prefill: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; stop: %s "
-            "[%s, %s kernels, %u threads]", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
+            "[%s, %s kernels, %u threads%s]", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
             dec_s > 0 ? (double)n_gen / dec_s : 0.0, why, ds_precision_name(ds_engine_precision(e)),
-            ds_engine_kernel(e), ds_engine_threads(e));
+            ds_engine_kernel(e), ds_engine_threads(e), ds_engine_kv_type(e) == DS_KV_F16 ? ", f16 KV" : "");
     if (sp) {
         const struct ds_spec_stats *ss = ds_spec_stats(sp);
         fprintf(stderr, "; speculative (draft %s): drafted %llu, accepted %llu, acceptance %.3f, "

@@ -157,7 +157,7 @@ static void write_config_quota(unsigned client_max)
                "[batch]\nmax_active = 8\nreserve_high = 1\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
                "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
                "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n"
-               "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
+               "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\nkv_cache = f16\n",
             tb_broker_uri(g.broker), client_max, tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"),
             g.chat);
     fclose(f);
@@ -575,9 +575,10 @@ static bool is_generated_id(const char *id)
 static void test_chat(void **state)
 {
     (void)state;
-    /* What the model says after the laid-out prompt, by `dspark run`. */
+    /* What the model says after the laid-out prompt, by `dspark run` (with
+    ** the FP16 KV cache the edge's chat model is configured with). */
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n 24 --precision int8 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n 24 --precision int8 --kv f16 2>/dev/null",
              DS_BUILD_DIR, g.chat, chat_laid_out);
     int rc;
     char *out = tu_run(cmd, &rc);

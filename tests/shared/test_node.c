@@ -40,7 +40,7 @@ static void test_config(void **state)
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fprintf(f, "[node]\nname = box-7\n[batch]\nmax_active = 4\n[model a]\npath = %s\nprecision = fp32\nctx = 256\n"
-               "backend = cpu\n"
+               "backend = cpu\nkv_cache = f16\n"
                "[model b]\npath = %s\ntokenizer = %s\nthreads = 1\n",
             tu_model("stories260K.gguf"), tu_model("stories260K.bin"), tu_model("tok512.bin"));
     fclose(f);
@@ -62,10 +62,13 @@ static void test_config(void **state)
     assert_int_equal(c.models[1].precision, DS_PRECISION_INT8);      /* the edge default */
     assert_int_equal(c.models[0].backend, DS_BACKEND_CPU);
     assert_int_equal(c.models[1].backend, DS_BACKEND_AUTO);          /* the default */
+    assert_int_equal(c.models[0].kv_cache, DS_KV_F16);
+    assert_int_equal(c.models[1].kv_cache, DS_KV_AUTO);              /* the default: f32 */
     assert_string_equal(c.models[1].version, "1");
     /* Bad values are refused, each with its reason. */
     assert_int_equal(ds_node_config_set(&c, "model.a.precision=fp8"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a.backend=gpu"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "model.a.kv_cache=f8"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a/b.path=x"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a.colour=red"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "batch.max_active=0"), DS_ERR_INVAL);

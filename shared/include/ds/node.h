@@ -47,6 +47,7 @@ struct ds_node_model_cfg {
     int      backend;       /* enum ds_backend (default auto: CUDA for fp32 where a GPU is) */
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */
+    int      kv_cache;      /* enum ds_kv_type: the CPU KV cache (default f32) */
     float    cascade;       /* edge: send a non-streamed answer whose mean token
                             ** log-probability is below this to a center; 0 = off */
     char    *versions;      /* more local versions: "1.1.0:/path/a.bin, 1.2.0:/path/b.gguf" (NULL = none) */

@@ -153,11 +153,16 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
             return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
         return 0;
     }
+    if (!strcmp(key, "kv_cache")) {
+        if ((m->kv_cache = ds_kv_type_parse(value)) < 0)
+            return snprintf(err, n, "'%s' is not f32 or f16", value), -1;
+        return 0;
+    }
     uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx
                 : !strcmp(key, "spec_k") ? &m->spec_k : NULL;
     if (!u)
         return snprintf(err, n, "unknown model key (path, tokenizer, version, versions, delay, precision, backend, "
-                        "threads, ctx, cascade, draft, spec_k)"), -1;
+                        "threads, ctx, kv_cache, cascade, draft, spec_k)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
     unsigned long lo = u == &m->spec_k ? 1 : 0, hi = u == &m->threads ? 256ul : u == &m->spec_k ? 16ul : 1048576ul;
@@ -477,6 +482,7 @@ void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (int8|fp32, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     kv_cache (f32, the default, or f16: half the KV memory, K and V rounded to halves),\n"
                "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
                "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n",
             center ? "fp32" : "int8");

@@ -42,6 +42,7 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     o.precision = (enum ds_precision)mc->precision;
     o.backend = (enum ds_backend)mc->backend;
     o.n_threads = mc->threads;
+    o.kv_type = (enum ds_kv_type)mc->kv_cache;
     o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
     o.kv_seqs = a->cfg->max_active;
     for (unsigned i = 0; a->role->exts[i]; i++)         /* e.g. a center's speculation sessions */
@@ -53,9 +54,10 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
     if (!v->logits) goto fail;
     if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
-    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u, chat template %s", mc->name,
-           version, path, ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng),
+    DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u, %s KV cache, chat template %s",
+           mc->name, version, path, ds_precision_name(ds_engine_precision(v->eng)), ds_engine_backend(v->eng),
            ds_engine_kernel(v->eng), ds_engine_threads(v->eng), ds_engine_max_ctx(v->eng),
+           ds_kv_type_name(ds_engine_kv_type(v->eng)),
            v->chat == DS_CHAT_TMPL_NONE ? "none (prompt only)" : ds_chat_tmpl_name(v->chat));
     *out = v;
     return DS_OK;
