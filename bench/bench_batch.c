@@ -57,6 +57,7 @@ struct opts {
     bool        fp32;               /* --precision fp32: the center's path (F32 file) */
     const char *shape;              /* --shape: 15m, 110m or 1b */
     bool        cuda;               /* --backend cuda: FP16 on the GPU (F16 file) */
+    enum ds_kv_type kv;             /* --kv: the CPU KV cache (default auto) */
 };
 
 /* TinyLlama-1.1B's shape: grouped-query attention, 8 query heads per KV head. */
@@ -85,7 +86,7 @@ struct bench {
     struct opts   opt;
     struct result res[MAX_COUNTS];
     size_t        n_res;
-    const char   *kernel, *precision;
+    const char   *kernel, *precision, *kv;
     char          backend[200];
     uint64_t      weight_bytes;
     double        load_start, load_end;
@@ -182,6 +183,7 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
     eo.n_threads = o->threads;
     eo.max_batch = DS_MAX(max_n, (unsigned)DECODE_PROMPT);
     eo.kv_seqs = max_n;
+    eo.kv_type = o->kv;
     if (o->kernel) {
         eo.kern = ds_kern_find(o->kernel);
         if (!eo.kern || !ds_kern_supported(eo.kern)) {
@@ -202,6 +204,7 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
     b->kernel = ds_engine_kernel(e);
     snprintf(b->backend, sizeof b->backend, "%s", ds_engine_backend(e));
     b->precision = ds_precision_name(ds_engine_precision(e));
+    b->kv = ds_kv_type_name(ds_engine_kv_type(e));
     b->weight_bytes = ds_engine_weight_bytes(e);
     {
         const struct ds_model_config *c = &m->cfg;
@@ -259,12 +262,12 @@ static void print_table(const struct bench *b)
 {
     const struct opts *o = &b->opt;
     printf("\nbatched decode, %s shape, %s (%s file, %.1f MB of weights per step), kernel %s, %u thread%s;\n"
-           "backend %s\n"
+           "backend %s, %s KV cache\n"
            "%u decode steps after a %u-token prompt per stream; median of %u runs (min-max)\n"
            "load average (1 min) %.2f at start, %.2f at end\n\n",
            o->shape, b->precision ? b->precision : "?", file_type(o), (double)b->weight_bytes / 1e6,
            b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", b->backend,
-           o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
+           b->kv ? b->kv : "?", o->steps, DECODE_PROMPT, o->reps, b->load_start, b->load_end);
     if (!o->cuda)
         printf("peak, %u thread%s: FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s) (wall clock: %.1f, %.1f);\n"
                "GOPS = G op/s of the weight matmuls (2 per multiply-add), %%pk its share of the %s peak\n\n",
@@ -293,7 +296,7 @@ static int write_json(const struct bench *b)
     fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"%s-shape\", \"precision\": \"%s\",\n",
             sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "", o->shape,
             b->precision ? b->precision : "");
-    fprintf(f, "  \"backend\": \"%s\",\n", b->backend);
+    fprintf(f, "  \"backend\": \"%s\", \"kv\": \"%s\",\n", b->backend, b->kv ? b->kv : "");
     fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"steps\": %u, \"prompt\": %u, \"reps\": %u,\n  ",
             (unsigned long long)b->weight_bytes, o->threads, o->steps, DECODE_PROMPT, o->reps);
     bench_json_num(f, "load_start", b->load_start, ", ");
@@ -337,6 +340,7 @@ static void usage(FILE *f)
                "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
                "  --precision P      int8 (default; the edge's path) or fp32 (the center's: F32 file)\n"
                "  --shape S          15m (default), 110m or 1b (dim 2048, 22 layers, 32/4 heads)\n"
+               "  --kv T             CPU KV cache: f32 (default) or f16\n"
                "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
                "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"
                "  --dir DIR          where the random-weight model is written and reused\n"
@@ -375,7 +379,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "reps", required_argument, NULL, 'r' },    { "kernel", required_argument, NULL, 'k' },
         { "dir", required_argument, NULL, 'd' },     { "json", required_argument, NULL, 'j' },
         { "precision", required_argument, NULL, 'p' }, { "shape", required_argument, NULL, 'S' },
-        { "backend", required_argument, NULL, 'b' },
+        { "backend", required_argument, NULL, 'b' }, { "kv", required_argument, NULL, 'K' },
         { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
@@ -402,6 +406,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
             bad = strcmp(optarg, "15m") && strcmp(optarg, "110m") && strcmp(optarg, "1b");
             o->shape = optarg;
             break;
+        case 'K': {
+            int t = ds_kv_type_parse(optarg);
+            bad = t < 0;
+            o->kv = t < 0 ? DS_KV_AUTO : (enum ds_kv_type)t;
+            break;
+        }
         case 'b':
             bad = strcmp(optarg, "cpu") && strcmp(optarg, "cuda");
             o->cuda = !strcmp(optarg, "cuda");

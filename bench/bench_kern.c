@@ -8,7 +8,7 @@
 ** 128 tokens (prefill: G int8 MAC/s) and gemm_f32 with 120 tokens (FP32
 ** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
 ** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
-** 32000). Then attn_f32 for one decode row of one head (head_dim 64) over
+** 32000). Then attn_f32 (and attn_f16, over halves) for one decode row of one head (head_dim 64) over
 ** 43, 139 and 523 positions of a KV cache laid out as the engine's: each
 ** 16-position block's keys and values for the head are 4 KB slices of a
 ** 1.2 MB block (all layers), so every slice starts a page.
@@ -232,15 +232,18 @@ static double measure(const struct ds_kern_ops *k, enum op op, const struct shap
 ** blocks >= RING_BYTES (layer 0 of each), so each item's 2 x n_blk slices
 ** come from DRAM. One thread: the engine splits attention by items, not
 ** inside one. */
-struct att_item { const float *kt[ATT_MAX_BLK], *v[ATT_MAX_BLK]; };
+struct att_item {
+    const float    *kt[ATT_MAX_BLK], *v[ATT_MAX_BLK];    /* attn_f32 */
+    const uint16_t *kh[ATT_MAX_BLK], *vh[ATT_MAX_BLK];   /* attn_f16: the same slices of a cache of halves */
+};
 
 /* Keys a row sees over n_blk blocks: the last block part full. */
 static uint32_t att_keys(size_t n_blk) { return (uint32_t)(n_blk * DS_KERN_KT - 5); }
 
-static double att_time(const struct ds_kern_ops *k, const struct att_item *it, size_t n_items, size_t n_blk,
-                       int repeats)
+static double att_time(const struct ds_kern_ops *k, bool f16, const struct att_item *it, size_t n_items,
+                       size_t n_blk, int repeats)
 {
-    static float q[ATT_HD], out[ATT_HD], scratch[(ATT_MAX_BLK + 1) * DS_KERN_KT];
+    static float q[ATT_HD], out[ATT_HD], scratch[(ATT_MAX_BLK + 1) * DS_KERN_KT + 2 * ATT_HD * DS_KERN_KT];
     for (size_t d = 0; d < ATT_HD; d++) q[d] = 0.01f * (float)d;
     const uint32_t lim = att_keys(n_blk);
     double best = 1e30;
@@ -249,8 +252,12 @@ static double att_time(const struct ds_kern_ops *k, const struct att_item *it, s
         double t0 = now_s(), t;
         do {
             for (size_t i = 0; i < n_items; i++, calls++)
-                k->attn_f32(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kt, it[i].v, ATT_HD, 0.125f, out, ATT_HD,
-                            scratch);
+                if (f16)
+                    k->attn_f16(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kh, it[i].vh, ATT_HD, 0.125f, out, ATT_HD,
+                                scratch);
+                else
+                    k->attn_f32(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kt, it[i].v, ATT_HD, 0.125f, out, ATT_HD,
+                                scratch);
         } while ((t = now_s() - t0) < MIN_SECONDS);
         if (t / (double)calls < best) best = t / (double)calls;
     }
@@ -263,13 +270,14 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
     const size_t n_pool = o->stream ? RING_BYTES / (blk_floats * sizeof(float)) : ATT_MAX_BLK;   /* hot: one item */
     const size_t heads = ATT_KVD / ATT_HD;
     float *pool = aligned_alloc(4096, n_pool * blk_floats * sizeof(float));
+    uint16_t *pool16 = aligned_alloc(4096, n_pool * blk_floats * sizeof(uint16_t));
     struct att_item *it = malloc(n_pool * heads * sizeof *it);
-    if (!pool || !it) {
+    if (!pool || !pool16 || !it) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
     unsigned seed = 777u;
-    for (size_t i = 0; i < n_pool * blk_floats; i++) pool[i] = 0.1f * frand(&seed);
+    for (size_t i = 0; i < n_pool * blk_floats; i++) pool16[i] = ds_f32_to_f16(pool[i] = 0.1f * frand(&seed));
     printf("%-11s %-10s %-12s %9s %6s %6s", "variant", "op", "positions", "hot ns", "GB/s", "xref");
     printf(o->stream ? " %9s %6s\n" : "\n", "strm ns", "GB/s");
     static const size_t blks[] = { 3, 9, ATT_MAX_BLK };
@@ -280,32 +288,39 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
         for (size_t i = 0; i < n_items; i++) {
             size_t h = i / n_seq, sq = i % n_seq;
             for (size_t b = 0; b < n_blk; b++) {
-                const float *blk = pool + (sq * n_blk + b) * blk_floats;   /* layer 0 */
-                it[i].kt[b] = blk + h * ATT_HD * DS_KERN_KT;
-                it[i].v[b] = blk + DS_KERN_KT * ATT_KVD + h * ATT_HD * DS_KERN_KT;
+                const size_t blk = (sq * n_blk + b) * blk_floats;           /* layer 0 */
+                const size_t k_off = blk + h * ATT_HD * DS_KERN_KT, v_off = k_off + DS_KERN_KT * ATT_KVD;
+                it[i].kt[b] = pool + k_off;
+                it[i].v[b] = pool + v_off;
+                it[i].kh[b] = pool16 + k_off;
+                it[i].vh[b] = pool16 + v_off;
             }
         }
-        const double bytes = 2.0 * att_keys(n_blk) * ATT_HD * sizeof(float);
         char pos[16];
         snprintf(pos, sizeof pos, "%u", (unsigned)att_keys(n_blk));
-        double ref_hot = 0;
-        for (size_t vi = 0; vi < n_all; vi++) {
-            const struct ds_kern_ops *k = all[vi];
-            if ((o->only && k != &ds_kern_ref && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k)) continue;
-            double hot = att_time(k, it, 1, n_blk, o->repeats);
-            if (k == &ds_kern_ref) ref_hot = hot;
-            printf("%-11s %-10s %-12s %9.0f %6.1f %5.1fx", k->name, "attn_f32", pos, hot * 1e9, bytes / hot / 1e9,
-                   ref_hot / hot);
-            if (o->stream) {
-                double str = att_time(k, it, n_items, n_blk, o->repeats);
-                printf(" %9.0f %6.1f", str * 1e9, bytes / str / 1e9);
+        for (int f16 = 0; f16 < 2; f16++) {
+            const double bytes = 2.0 * att_keys(n_blk) * ATT_HD * (f16 ? sizeof(uint16_t) : sizeof(float));
+            double ref_hot = 0;
+            for (size_t vi = 0; vi < n_all; vi++) {
+                const struct ds_kern_ops *k = all[vi];
+                if ((o->only && k != &ds_kern_ref && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k))
+                    continue;
+                double hot = att_time(k, f16, it, 1, n_blk, o->repeats);
+                if (k == &ds_kern_ref) ref_hot = hot;
+                printf("%-11s %-10s %-12s %9.0f %6.1f %5.1fx", k->name, f16 ? "attn_f16" : "attn_f32", pos,
+                       hot * 1e9, bytes / hot / 1e9, ref_hot / hot);
+                if (o->stream) {
+                    double str = att_time(k, f16, it, n_items, n_blk, o->repeats);
+                    printf(" %9.0f %6.1f", str * 1e9, bytes / str / 1e9);
+                }
+                printf("\n");
             }
-            printf("\n");
         }
     }
-    printf("attn_f32: one query row, one head (head_dim %d); ns per call; GB/s of keys and values read\n\n",
-           ATT_HD);
+    printf("attn_f32 (attn_f16: over an FP16 cache): one query row, one head (head_dim %d); ns per call; GB/s\n"
+           "of keys and values read\n\n", ATT_HD);
     free(pool);
+    free(pool16);
     free(it);
     return 0;
 }
