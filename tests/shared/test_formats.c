@@ -148,19 +148,27 @@ static double nmse_of(const float *x, const float *ref, int32_t n_pos, int32_t V
     return err / var;
 }
 
-static void check_file(const char *name, enum ds_precision prec)
+/* A case: NAME.gguf opened, its reference logits (*ref, n_pos x n_vocab)
+** and the ids they were made of (ids). */
+static struct ds_model *open_case(const char *name, int32_t *ids, float **ref, int32_t *n_pos, int32_t *n_vocab)
 {
-    static int32_t ids[MAX_IDS];
     size_t n_ids = read_ids(ids, MAX_IDS);
-    int32_t n_pos, n_vocab;
-    float *ref = read_ref(name, &n_pos, &n_vocab);
-    assert_true((size_t)n_pos <= n_ids);
-
+    *ref = read_ref(name, n_pos, n_vocab);
+    assert_true((size_t)*n_pos <= n_ids);
     char path[512];
     snprintf(path, sizeof path, FORMATS_DIR "/%s.gguf", name);
     struct ds_model *m = NULL;
     assert_int_equal(ds_model_open(path, &m), DS_OK);
-    assert_int_equal(m->cfg.vocab_size, (uint32_t)n_vocab);
+    assert_int_equal(m->cfg.vocab_size, (uint32_t)*n_vocab);
+    return m;
+}
+
+static void check_file(const char *name, enum ds_precision prec)
+{
+    static int32_t ids[MAX_IDS];
+    int32_t n_pos, n_vocab;
+    float *ref;
+    struct ds_model *m = open_case(name, ids, &ref, &n_pos, &n_vocab);
     const char *kname = NULL;
     float *lg = logits_of(m, prec, NULL, DS_KV_AUTO, ids, n_pos, &kname);
     int agree;
@@ -205,14 +213,9 @@ static void check_file(const char *name, enum ds_precision prec)
 static void check_kv_f16(const char *name, enum ds_precision prec)
 {
     static int32_t ids[MAX_IDS];
-    size_t n_ids = read_ids(ids, MAX_IDS);
     int32_t n_pos, V;
-    float *ref = read_ref(name, &n_pos, &V);
-    assert_true((size_t)n_pos <= n_ids);
-    char path[512];
-    snprintf(path, sizeof path, FORMATS_DIR "/%s.gguf", name);
-    struct ds_model *m = NULL;
-    assert_int_equal(ds_model_open(path, &m), DS_OK);
+    float *ref;
+    struct ds_model *m = open_case(name, ids, &ref, &n_pos, &V);
     float *f32 = logits_of(m, prec, NULL, DS_KV_F32, ids, n_pos, NULL);
     float *f16 = logits_of(m, prec, NULL, DS_KV_F16, ids, n_pos, NULL);
     int agree, ref32, ref16;
