@@ -453,13 +453,6 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
 
 /* ---- FP16 KV cache (F16C) ---- */
 
-static void f16_to_f32_avx2(size_t n, const uint16_t *h, float *f)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-    for (; i < n; i++) f[i] = ds_f16_to_f32(h[i]);
-}
-
 static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
 {
     size_t i = 0;
@@ -468,11 +461,84 @@ static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
     for (; i < n; i++) out[i] = ds_f32_to_f16(x[i]);
 }
 
+/* 8 halves at p as floats. */
+DS_INLINE __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* Rows i and i + 1 (two: NR = 2) of one block's scores: the 16 keys in
+** two vectors per row, the halves converted as they are loaded. */
+DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const uint16_t *kt, float scale,
+                            float *s, size_t lds, size_t nk)
+{
+    __m256 a[2][2] = { { _mm256_setzero_ps(), _mm256_setzero_ps() }, { _mm256_setzero_ps(), _mm256_setzero_ps() } };
+    for (size_t d = 0; d < hd; d++) {
+        const __m256 k0 = load8_f16(kt + d * DS_KERN_KT), k1 = load8_f16(kt + d * DS_KERN_KT + 8);
+        for (int i = 0; i < NR; i++) {
+            const __m256 qd = _mm256_set1_ps(q[i * ldq + d]);
+            a[i][0] = _mm256_fmadd_ps(qd, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(qd, k1, a[i][1]);
+        }
+    }
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int i = 0; i < NR; i++) {
+        float t[DS_KERN_KT];
+        _mm256_storeu_ps(t, _mm256_mul_ps(a[i][0], sc));
+        _mm256_storeu_ps(t + 8, _mm256_mul_ps(a[i][1], sc));
+        memcpy(s + i * lds, t, nk * sizeof *t);
+    }
+}
+
+/* kern.h attn_f16 on AVX2 + F16C: scores two rows at a time over each
+** block's keys, attn_generic's softmax, then each row's weighted values,
+** 32 dimensions at a time held in registers across all the keys. The
+** halves are converted as they are loaded (no pass through scratch). */
 static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
                           const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
                           size_t ldo, float *scratch)
 {
-    attn_f16_generic(f16_to_f32_avx2, nq, hd, n_blk, lim, q, ldq, kt, v, ldv, scale, out, ldo, scratch);
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
+    const size_t nb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t b = 0; b < nb; b++) {
+        const size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        if (b + 1 < nb) ds_kern__prefetch_halves(kt[b + 1], hd * DS_KERN_KT);
+        else if (ldv == hd) ds_kern__prefetch_halves(v[0], hd * DS_KERN_KT);
+        size_t i = 0;
+        for (; i + 2 <= nq; i += 2)
+            att16_scores(2, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
+        if (i < nq) att16_scores(1, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
+    }
+    attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    for (size_t i = 0; i < nq; i++) {
+        const float *p = scratch + i * lds;
+        float *o = out + i * ldo;
+        size_t d0 = 0;
+        for (; d0 + 8 <= hd; d0 += 32) {
+            const size_t nv = (hd - d0) / 8 < 4 ? (hd - d0) / 8 : 4;      /* whole vectors of 8 here */
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (size_t j = 0; j < lim[i]; j++) {
+                const uint16_t *vj = v[j / DS_KERN_KT] + j % DS_KERN_KT * ldv + d0;
+                if (j % DS_KERN_KT == 0 && j + DS_KERN_KT < lim[i] && ldv == hd)   /* the next block's rows */
+                    ds_kern__prefetch_halves(v[j / DS_KERN_KT + 1] + d0, DS_KERN_KT * hd - d0);
+                const __m256 pj = _mm256_set1_ps(p[j]);
+                a0 = _mm256_fmadd_ps(pj, load8_f16(vj), a0);
+                if (nv > 1) a1 = _mm256_fmadd_ps(pj, load8_f16(vj + 8), a1);
+                if (nv > 2) a2 = _mm256_fmadd_ps(pj, load8_f16(vj + 16), a2);
+                if (nv > 3) a3 = _mm256_fmadd_ps(pj, load8_f16(vj + 24), a3);
+            }
+            _mm256_storeu_ps(o + d0, a0);
+            if (nv > 1) _mm256_storeu_ps(o + d0 + 8, a1);
+            if (nv > 2) _mm256_storeu_ps(o + d0 + 16, a2);
+            if (nv > 3) _mm256_storeu_ps(o + d0 + 24, a3);
+            if (nv < 4) {
+                d0 += 8 * nv;
+                break;
+            }
+        }
+        for (; d0 < hd; d0++) {                       /* the last hd % 8 dimensions */
+            float a = 0;
+            for (size_t j = 0; j < lim[i]; j++) a += p[j] * ds_f16_to_f32(v[j / DS_KERN_KT][j % DS_KERN_KT * ldv + d0]);
+            o[d0] = a;
+        }
+    }
 }
 
 /* ---- matmul_qx: 4/5/6-bit ggml rows (kern_qx_x86.h) ---- */
