@@ -789,6 +789,11 @@ DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m
         const float *vb = vh ? NULL : v[b] + d0, *pb = p + b * DS_KERN_KT;
         const uint16_t *vbh = vh ? vh[b] + d0 : NULL;
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        if (vh && b + 1 < n_blk)                   /* FP16: the next block's rows, these 64 dimensions */
+            for (size_t j = 0; j < DS_KERN_KT; j++) {
+                __builtin_prefetch(vh[b + 1] + j * ldv + d0, 0, 3);
+                __builtin_prefetch(vh[b + 1] + j * ldv + d0 + 32, 0, 3);
+            }
         for (size_t j = 0; j < nk; j++) {
             __m512 vv[4];
 #pragma GCC unroll 4
@@ -823,6 +828,10 @@ DS_INLINE void attn_any(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
         __m512 mx[8];
         for (size_t i = 0; i < 8; i++) mx[i] = _mm512_set1_ps(-INFINITY);
         for (size_t b = 0; b < n_blk; b++) {
+            if (kh && i0 == 0) {                    /* FP16: the next block's keys, then the first values */
+                const uint16_t *next = b + 1 < n_blk ? kh[b + 1] : ldv == hd ? vh[0] : NULL;
+                for (size_t off = 0; next && off < hd * DS_KERN_KT; off += 32) __builtin_prefetch(next + off, 0, 3);
+            }
             size_t i = 0;
             for (; i + 8 <= nr; i += 8)
                 att_scores(8, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
