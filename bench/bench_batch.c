@@ -277,10 +277,11 @@ static void print_table(const struct bench *b)
            "speedup", "GOPS", "%pk");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
-        char t[48];
+        char t[48], sp[16] = "-";                 /* no speedup without N=1 in the run */
         snprintf(t, sizeof t, "%.0f (%.0f-%.0f)", r->total.med, r->total.lo, r->total.hi);
-        printf("%4u | %-24s | %12.1f | %9.2f | %7.2fx | %8.1f | %4.1f%%\n", r->n, t, r->per_stream, r->step_ms,
-               r->speedup, r->gops, r->peak_pct);
+        if (isfinite(r->speedup)) snprintf(sp, sizeof sp, "%.2fx", r->speedup);
+        printf("%4u | %-24s | %12.1f | %9.2f | %8s | %8.1f | %4.1f%%\n", r->n, t, r->per_stream, r->step_ms, sp,
+               r->gops, r->peak_pct);
     }
 }
 
