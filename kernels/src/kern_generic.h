@@ -22,8 +22,9 @@
 ** cold. The portable attention below brings in the next block
 ** (keys of b + 1; after the last keys, the first values) a line or a row
 ** per step while it computes on this one. bench_kern's attention rows
-** measure it (the README's table next to them); the AVX-512 kernel
-** measured slower with it in the engine's item order and does without. */
+** measure it (the README's table next to them); the AVX-512 attn_f32
+** measured slower with it in the engine's item order and does without
+** (its attn_f16, reading half the bytes, gains with it). */
 static inline void ds_kern__prefetch_floats(const float *p, size_t n)
 {
     for (size_t off = 0; off < n; off += 64 / sizeof(float)) __builtin_prefetch(p + off, 0, 3);
