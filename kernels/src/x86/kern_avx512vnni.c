@@ -722,6 +722,11 @@ DS_INLINE __m512 exp_ps(__m512 x)
 **           accumulators over all the blocks, and are scaled by 1 / sum
 **           once at the end. */
 
+/* attn_f16 prefetches the keys and values of the block this many ahead
+** (bench_kern -a, streamed, 523 positions: 1 ahead 0.49-0.54 of
+** attn_f32's time, 2 ahead 0.42, 3 ahead 0.34-0.39, all within the noise of
+** each other at 43 and 139 positions; 2 leaves L1 room on smaller cores). */
+#define ATT16_AHEAD 2
 /* The cache is FP32 (f, h NULL) or FP16 (h, f NULL; a constant at each
 ** inlined call): 16 values from element i, as floats. */
 DS_INLINE __m512 kv_load(const float *f, const uint16_t *h, size_t i)
@@ -789,10 +794,10 @@ DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m
         const float *vb = vh ? NULL : v[b] + d0, *pb = p + b * DS_KERN_KT;
         const uint16_t *vbh = vh ? vh[b] + d0 : NULL;
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
-        if (vh && b + 1 < n_blk)                   /* FP16: the next block's rows, these 64 dimensions */
+        if (vh && b + ATT16_AHEAD < n_blk)         /* FP16: rows ATT16_AHEAD blocks on, these 64 dimensions */
             for (size_t j = 0; j < DS_KERN_KT; j++) {
-                __builtin_prefetch(vh[b + 1] + j * ldv + d0, 0, 3);
-                __builtin_prefetch(vh[b + 1] + j * ldv + d0 + 32, 0, 3);
+                __builtin_prefetch(vh[b + ATT16_AHEAD] + j * ldv + d0, 0, 3);
+                __builtin_prefetch(vh[b + ATT16_AHEAD] + j * ldv + d0 + 32, 0, 3);
             }
         for (size_t j = 0; j < nk; j++) {
             __m512 vv[4];
@@ -828,8 +833,11 @@ DS_INLINE void attn_any(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
         __m512 mx[8];
         for (size_t i = 0; i < 8; i++) mx[i] = _mm512_set1_ps(-INFINITY);
         for (size_t b = 0; b < n_blk; b++) {
-            if (kh && i0 == 0) {                    /* FP16: the next block's keys, then the first values */
-                const uint16_t *next = b + 1 < n_blk ? kh[b + 1] : ldv == hd ? vh[0] : NULL;
+            /* FP16: the keys ATT16_AHEAD blocks on (the first block: all up
+            ** to there); past the last keys, the first values */
+            for (size_t a = b ? ATT16_AHEAD : 1; kh && i0 == 0 && a <= ATT16_AHEAD; a++) {
+                const size_t nx = b + a;
+                const uint16_t *next = nx < n_blk ? kh[nx] : ldv == hd && nx - n_blk < n_blk ? vh[nx - n_blk] : NULL;
                 for (size_t off = 0; next && off < hd * DS_KERN_KT; off += 32) __builtin_prefetch(next + off, 0, 3);
             }
             size_t i = 0;
