@@ -372,11 +372,15 @@ static void tick(struct ds_node *a, void *st, uint64_t now_ns)
     enum { BATCH = 64 };
     struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];
     unsigned n_back = 0;
-    /* One pass under the lock (this runs every loop turn), handling after it. */
+    /* One pass under the lock (this runs every loop turn), handling after it.
+    ** take() runs on the MQTT thread and may stamp sent_ns after this turn
+    ** read now_ns: compare without subtracting (now_ns - sent_ns wrapped to
+    ** a huge age, and a request the center was about to take came back at
+    ** once and was served twice, here and there). */
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; o->n_pending && i < MAX_PENDING && n_back < BATCH; i++) {
         struct pending *p = &o->p[i];
-        if (!p->r || !(p->lost || (!p->center[0] && now_ns - p->sent_ns > accept_ns) ||
+        if (!p->r || !(p->lost || (!p->center[0] && now_ns > p->sent_ns + accept_ns) ||
                        (p->r->deadline_ns && now_ns > p->r->deadline_ns + 1000000000ull)))
             continue;
         back[n_back].why = p->lost ? "its center went offline"
