@@ -149,13 +149,15 @@ bool ds_sched_pop_upto(struct ds_sched *s, uint64_t now_ns, enum ds_tier upto, s
     pthread_mutex_lock(&s->mu);
     int best = -1;
     uint32_t best_idx = 0;
-    /* Aging first: the oldest live item that has waited past age_ms. */
+    /* Aging first: the oldest live item that has waited past age_ms. An
+    ** item pushed after the caller read now_ns (another thread) is younger
+    ** than now_ns: compared without subtracting, lest its age wrap. */
     uint64_t oldest = UINT64_MAX;
     for (int t = 0; s->opt.age_ms && t < n_tiers; t++)
         for (uint32_t i = 0; i < s->q[t].n; i++) {
             const struct ds_sched_item *it = at(&s->q[t], i);
             if (expired(it, now_ns)) continue;
-            if (now_ns - it->enqueued_ns >= (uint64_t)s->opt.age_ms * 1000000u && it->enqueued_ns < oldest) {
+            if (now_ns >= it->enqueued_ns + (uint64_t)s->opt.age_ms * 1000000u && it->enqueued_ns < oldest) {
                 oldest = it->enqueued_ns;
                 best = t;
                 best_idx = i;
