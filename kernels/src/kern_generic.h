@@ -118,12 +118,6 @@ static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
 /* FP16 -> FP32 of n halves: the variant's conversion (attn_f16_generic). */
 typedef void ds_kern__f16_to_f32_fn(size_t n, const uint16_t *h, float *f);
 
-/* The n halves at p into cache, a line per prefetch. */
-static inline void ds_kern__prefetch_halves(const uint16_t *p, size_t n)
-{
-    for (size_t off = 0; off < n; off += 64 / sizeof(uint16_t)) __builtin_prefetch(p + off, 0, 3);
-}
-
 /* kern.h attn_f16 for variants without their own: block by block, cvt
 ** turns the keys (then the values) into floats in scratch past the scores,
 ** and attn_generic's passes run on them. Each block's conversion first

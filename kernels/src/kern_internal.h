@@ -56,6 +56,13 @@ static inline size_t ds_kern__attn_block_keys(size_t n_keys, size_t b)
 ** of DS_KERN_KT, so that the rows fall in different L1 sets. */
 static inline size_t ds_kern__attn_lds(size_t n_blk) { return (n_blk | 1) * DS_KERN_KT; }
 
+/* The n halves at p into cache, a line per prefetch: attn_f16's next
+** blocks (the portable one, AVX2's and AVX-512's). */
+static inline void ds_kern__prefetch_halves(const uint16_t *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += 64 / sizeof(uint16_t)) __builtin_prefetch(p + off, 0, 3);
+}
+
 /* Group g (32 values) of a row of type t's blocks: value j = scale * c[j]
 ** + *mn, scale *s0 for j < 16 and *s1 for j >= 16 (kern_qx_ref.c). */
 void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_t c[32], float *s0,

@@ -511,8 +511,8 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
         const float *p = scratch + i * lds;
         float *o = out + i * ldo;
         size_t d0 = 0;
-        for (; d0 + 8 <= hd; d0 += 32) {
-            const size_t nv = (hd - d0) / 8 < 4 ? (hd - d0) / 8 : 4;      /* whole vectors of 8 here */
+        for (size_t nv; d0 + 8 <= hd; d0 += 8 * nv) {
+            nv = (hd - d0) / 8 < 4 ? (hd - d0) / 8 : 4;                   /* whole vectors of 8 here */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (size_t j = 0; j < lim[i]; j++) {
                 const uint16_t *vj = v[j / DS_KERN_KT] + j % DS_KERN_KT * ldv + d0;
@@ -528,10 +528,6 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
             if (nv > 1) _mm256_storeu_ps(o + d0 + 8, a1);
             if (nv > 2) _mm256_storeu_ps(o + d0 + 16, a2);
             if (nv > 3) _mm256_storeu_ps(o + d0 + 24, a3);
-            if (nv < 4) {
-                d0 += 8 * nv;
-                break;
-            }
         }
         for (; d0 < hd; d0++) {                       /* the last hd % 8 dimensions */
             float a = 0;

@@ -838,15 +838,17 @@ DS_INLINE void attn_any(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
             for (size_t a = b ? ATT16_AHEAD : 1; kh && i0 == 0 && a <= ATT16_AHEAD; a++) {
                 const size_t nx = b + a;
                 const uint16_t *next = nx < n_blk ? kh[nx] : ldv == hd && nx - n_blk < n_blk ? vh[nx - n_blk] : NULL;
-                for (size_t off = 0; next && off < hd * DS_KERN_KT; off += 32) __builtin_prefetch(next + off, 0, 3);
+                if (next) ds_kern__prefetch_halves(next, hd * DS_KERN_KT);
             }
+            const float *kb = kh ? NULL : kt[b];
+            const uint16_t *khb = kh ? kh[b] : NULL;
             size_t i = 0;
             for (; i + 8 <= nr; i += 8)
-                att_scores(8, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+                att_scores(8, hd, qi + i * ldq, ldq, kb, khb, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
             for (; i + 2 <= nr; i += 2)
-                att_scores(2, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+                att_scores(2, hd, qi + i * ldq, ldq, kb, khb, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
             if (i < nr)
-                att_scores(1, hd, qi + i * ldq, ldq, kh ? NULL : kt[b], kh ? kh[b] : NULL, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
+                att_scores(1, hd, qi + i * ldq, ldq, kb, khb, scale, lim + i0 + i, b, si + b * DS_KERN_KT + i * lds, lds, mx + i);
         }
         float inv[8];
         for (size_t i = 0; i < nr; i++) {
