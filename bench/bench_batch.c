@@ -60,12 +60,9 @@ struct opts {
     enum ds_kv_type kv;             /* --kv: the CPU KV cache (default auto) */
 };
 
-/* TinyLlama-1.1B's shape: grouped-query attention, 8 query heads per KV head. */
-static const struct mk_shape shape_1b = { 2048, 5632, 22, 32, 4, 32000, 2048 };
-
 static const struct mk_shape *shape_of(const struct opts *o)
 {
-    return !strcmp(o->shape, "110m") ? &mk_shape_110m : !strcmp(o->shape, "1b") ? &shape_1b : &mk_shape_15m;
+    return !strcmp(o->shape, "110m") ? &mk_shape_110m : !strcmp(o->shape, "1b") ? &mk_shape_1b : &mk_shape_15m;
 }
 
 static const char *file_type(const struct opts *o)

@@ -4,8 +4,11 @@
 ** bandwidth ceiling for its own bytes per token (read bandwidth of the
 ** same thread count / weight bytes one decode step reads).
 **
-** Usage: bench_formats [--dir DIR] [--threads N] [--steps N] [--reps N] [--rounds N]
+** Usage: bench_formats [--shape 110m|1b] [--dir DIR] [--threads N] [--steps N] [--reps N] [--rounds N]
 ** Models are written once into DIR (default bench-models) and reused.
+** --shape 1b: TinyLlama-1.1B's shape (1.2 GB as Q8_0), larger than any
+** L3, so every format decodes from DRAM; the 110M shape's 116 MB of Q8_0
+** can stay in a large L3 and run above its DRAM ceiling.
 ** --rounds N: N rounds, each measuring the bandwidth and every format in
 ** turn, and the best of each is reported: on a shared machine the others'
 ** load comes and goes, and the formats then meet the same conditions.
@@ -113,11 +116,12 @@ static enum ds_err decode(const struct ds_model *m, unsigned threads, unsigned s
 
 int main(int argc, char **argv)
 {
-    const char *dir = "bench-models", *peer = NULL;
+    const char *dir = "bench-models", *peer = NULL, *shape = "110m";
     unsigned threads = 2, steps = 64, reps = 5, rounds = 1;
     static const struct option lo[] = { { "dir", 1, 0, 'd' },   { "threads", 1, 0, 't' },
                                         { "steps", 1, 0, 's' }, { "reps", 1, 0, 'r' },
                                         { "rounds", 1, 0, 'n' }, { "peer", 1, 0, 'p' },
+                                        { "shape", 1, 0, 'S' },  { "help", 0, 0, 'h' },
                                         { 0, 0, 0, 0 } };
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         if (c == 'd') dir = optarg;
@@ -126,11 +130,27 @@ int main(int argc, char **argv)
         else if (c == 'r') reps = (unsigned)atoi(optarg);
         else if (c == 'n') rounds = (unsigned)atoi(optarg);
         else if (c == 'p') peer = optarg;
+        else if (c == 'S') shape = optarg;
         else {
-            fprintf(stderr, "usage: %s [--dir DIR] [--threads N] [--steps N] [--reps N] [--rounds N] [--peer PATH]\n",
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: %s [--shape 110m|1b] [--dir DIR] [--threads N] [--steps N] [--reps N] [--rounds N]\n"
+                    "       [--peer PATH]\n"
+                    "  INT8 decode tok/s of one random-weight model written as Q8_0, Q4_0, Q4_K_M and Q6_K,\n"
+                    "  each against the read-bandwidth ceiling of its own bytes per token.\n"
+                    "  --shape S   110m (default) or 1b (TinyLlama-1.1B's shape: larger than any L3)\n"
+                    "  --dir DIR   where the models are written once and reused (default bench-models)\n"
+                    "  --threads N engine threads (default 2)   --steps N decode steps per run (default 64)\n"
+                    "  --reps N    runs per format, median (default 5)\n"
+                    "  --rounds N  rounds of bandwidth + every format in turn; best of each (default 1)\n"
+                    "  --peer PATH llama.cpp's peer_llama (bench/peer/build.sh) on the same files\n",
                     argv[0]);
-            return 2;
+            return c == 'h' ? 0 : 2;
         }
+    }
+    const struct mk_shape *sh = !strcmp(shape, "110m") ? &mk_shape_110m : !strcmp(shape, "1b") ? &mk_shape_1b : NULL;
+    if (!sh) {
+        fprintf(stderr, "%s: --shape is 110m or 1b, not '%s'\n", argv[0], shape);
+        return 2;
     }
     if (threads < 1 || threads > 64 || steps < 1 || steps > 400 || reps < 1 || reps > MAX_REPS || rounds < 1 ||
         rounds > 100) {
@@ -149,8 +169,8 @@ int main(int argc, char **argv)
     struct ds_model *m[4] = { NULL };
     for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/random-110m-%s.gguf", dir, fmts[i].file);
-        enum ds_err rc = bench_model_open_or_write(path, &mk_shape_110m, NULL, fmts[i].type, &m[i]);
+        snprintf(path, sizeof path, "%s/random-%s-%s.gguf", dir, shape, fmts[i].file);
+        enum ds_err rc = bench_model_open_or_write(path, sh, NULL, fmts[i].type, &m[i]);
         if (rc != DS_OK) {
             fprintf(stderr, "bench_formats: %s: %s\n", fmts[i].name, ds_strerror(rc));
             return 1;
@@ -173,7 +193,8 @@ int main(int argc, char **argv)
             if (peer && pd > peer_tok_s[i]) peer_tok_s[i] = pd;
         }
     }
-    printf("read bandwidth, %u threads: %.2f GB/s%s\n\n", threads, bw, rounds > 1 ? " (best round)" : "");
+    printf("%s shape; read bandwidth, %u threads: %.2f GB/s%s\n\n", shape, threads, bw,
+           rounds > 1 ? " (best round)" : "");
     printf("%-8s %-11s %12s %12s %10s %8s%s\n", "format", "kernel", "bytes/token", "decode tok/s", "ceiling",
            "%ceil", peer ? "  llama.cpp tok/s  dspark/llama.cpp" : "");
     for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {

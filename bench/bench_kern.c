@@ -5,7 +5,8 @@
 ** GB/s of weights read), matmul_f32 with 7 rows (a k = 6 draft
 ** verification) and 16 (a 16-stream batched decode step; SIMD variants
 ** only): GB/s, GFLOP/s and the time in one-row passes, matmul_q8 with
-** 128 tokens (prefill: G int8 MAC/s) and gemm_f32 with 120 tokens (FP32
+** 128 tokens (prefill: G int8 MAC/s) and, SIMD variants, with 16 (the
+** 16-stream step: GB/s, G int8 MAC/s, one-row passes) and gemm_f32 with 120 tokens (FP32
 ** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
 ** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
 ** 32000). Then attn_f32 (and attn_f16, over halves) for one decode row of one head (head_dim 64) over
@@ -63,7 +64,7 @@ static double now_s(void)
 
 /* ---- one job split over threads: rows [lo, hi) per thread ---- */
 
-enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_F32B, OP_MM_Q8, OP_GEMM_F32, OP_SGEMM };
+enum op { OP_MEMREAD, OP_MV_Q8, OP_MV_F32, OP_MM_F32, OP_MM_F32B, OP_MM_Q8, OP_MM_Q8B, OP_GEMM_F32, OP_SGEMM };
 
 struct job {
     const struct ds_kern_ops *k;
@@ -85,7 +86,7 @@ static void run_part(struct job *j, size_t id, size_t call)
     size_t slot = call % j->n_slots;
     const unsigned char *base = j->ring + slot * j->slot_bytes;
     /* split on whole packed tiles of rows, as the engine does */
-    size_t tile = j->k && (j->op == OP_MV_Q8 || j->op == OP_MM_Q8) ? j->k->q8_pack_rows : 1;
+    size_t tile = j->k && (j->op == OP_MV_Q8 || j->op == OP_MM_Q8 || j->op == OP_MM_Q8B) ? j->k->q8_pack_rows : 1;
     if (j->op == OP_GEMM_F32 || j->op == OP_SGEMM) tile = 16;          /* the engine's ROW_ALIGN */
     size_t tiles = (j->rows + tile - 1) / tile;
     size_t lo = tiles * id / j->nthr * tile, hi = tiles * (id + 1) / j->nthr * tile;
@@ -118,8 +119,9 @@ static void run_part(struct job *j, size_t id, size_t call)
                          j->x, j->y + lo, j->rows);
         break;
     case OP_MM_Q8:
+    case OP_MM_Q8B:
         j->k->matmul_q8(hi - lo, nb, (const struct ds_q8_block *)(const void *)base + lo * nb,
-                        N_TOK, j->x, j->y + lo, j->rows);
+                        j->op == OP_MM_Q8 ? N_TOK : N_BATCH, j->x, j->y + lo, j->rows);
         break;
     case OP_GEMM_F32:
         j->k->gemm_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols, N_PREFILL,
@@ -440,6 +442,7 @@ int main(int argc, char **argv)
             double gbs = (double)q8_bytes / t, dec_rate = macs / t, dec_str = 0;
             double gbs_s = stream ? (double)q8_bytes / measure(k, OP_MV_Q8, sh, &q8_str, xq, y, &o) : 0;
             if (stream) dec_str = gbs_s / (double)q8_bytes * macs;
+            const double t_mv = stream ? (double)q8_bytes / gbs_s : t;     /* one row, as the decode reads it */
             if (k == &ds_kern_ref) ref_mv = gbs;
             printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_q8",
                    dims, gbs / 1e9, gbs / mem_q8_hot, gbs / ref_mv, gbs_s / 1e9,
@@ -480,6 +483,16 @@ int main(int argc, char **argv)
             if (stream) printf("  (x stream decode %.1f)", mm / dec_str);
             printf("\n");
 
+            if (k != &ds_kern_ref) {    /* a 16-stream batched decode step */
+                t = measure(k, OP_MM_Q8B, sh, &q8_hot, xq, y, &o);
+                double t_s = stream ? measure(k, OP_MM_Q8B, sh, &q8_str, xq, y, &o) : t;
+                printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%  (%d rows: %.2f one-row "
+                       "passes)\n", k->name, "matmul_q8", dims, (double)q8_bytes / t / 1e9,
+                       (double)q8_bytes / t / mem_q8_hot, "", stream ? (double)q8_bytes / t_s / 1e9 : 0.0,
+                       stream ? (double)q8_bytes / t_s / mem_q8_str : 0.0, macs * N_BATCH / t_s / 1e9,
+                       bench_peak_pct(2 * macs * N_BATCH / t_s / 1e9, pk.int8_gops), N_BATCH, t_s / t_mv);
+            }
+
             if (k == &ds_kern_ref) {
                 printf("%-11s %-10s %-12s  (the oracle's loops: not timed)\n", k->name, "gemm_f32", dims);
             } else if (k->gemm_f32) {
@@ -497,7 +510,8 @@ int main(int argc, char **argv)
     }
     printf("%%pk: share of the measured peak above (G op/s x 2 for the MAC rates); ");
     printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "
-           "when streaming), matmul_q8 (n_tok %d) G int8-MAC/s; x dec = matmul MAC rate / hot matvec_q8 MAC "
-           "rate; gemm_f32 and sgemm (n_tok %d) GFLOP/s, hot\n\n", N_TOK, N_PREFILL);
+           "when streaming), matmul_q8 (n_tok %d, hot; n_tok %d: streamed when streaming) G int8-MAC/s; x dec = "
+           "matmul MAC rate / hot matvec_q8 MAC rate; one-row passes: the time of a streamed matvec; gemm_f32 and "
+           "sgemm (n_tok %d) GFLOP/s, hot\n\n", N_TOK, N_BATCH, N_PREFILL);
     return bench_attn(all, n_all, &o);
 }

@@ -12,6 +12,7 @@
 
 const struct mk_shape mk_shape_15m = { 288, 768, 6, 6, 6, 32000, 256 };
 const struct mk_shape mk_shape_110m = { 768, 2048, 12, 12, 12, 32000, 1024 };
+const struct mk_shape mk_shape_1b = { 2048, 5632, 22, 32, 4, 32000, 2048 };
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -16,6 +16,7 @@ struct mk_shape {
 /* Shapes of the llama2.c TinyStories models. */
 extern const struct mk_shape mk_shape_15m;    /* dim 288, hidden 768, 6 layers, 6 heads, vocab 32000 */
 extern const struct mk_shape mk_shape_110m;   /* dim 768, hidden 2048, 12 layers, 12 heads, vocab 32000 */
+extern const struct mk_shape mk_shape_1b;     /* TinyLlama-1.1B: dim 2048, hidden 5632, 22 layers, 32 heads (4 KV) */
 
 /* mat_type beyond ggml's numbers: llama.cpp's Q4_K_M mix (Q4_K, with Q6_K
 ** for the classifier and some attn_v / ffn_down). */
