@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 8u
+#define DS_KERN_ABI 9u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -78,6 +78,15 @@ struct ds_kern_ops {
     ** rows (q8_pack_rows is 1), 2-byte aligned like any Q8_0 block. */
     uint32_t q8_pack_rows;
     void (*q8_pack)(size_t rows, size_t n_blocks, const struct ds_q8_block *w, struct ds_q8_block *out);
+    /* Packed Q4_0 weights, for matmul_qx(DS_KQ_Q4_0): q40_pack lays out a
+    ** rows x n_blocks Q4_0 matrix (row-major 18-byte blocks, as a file has
+    ** them) in tiles of q40_pack_rows rows into ds_q40_packed_bytes(), the
+    ** last tile padded; a tile holds the bytes its rows do, so the rows from
+    ** r0 (a multiple of q40_pack_rows) start r0 * n_blocks * 18 bytes in.
+    ** out must be 64-byte aligned. NULL (q40_pack_rows 1): matmul_qx reads
+    ** the file's rows. */
+    uint32_t q40_pack_rows;
+    void (*q40_pack)(size_t rows, size_t n_blocks, const void *w, void *out);
 
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
     ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
@@ -95,7 +104,8 @@ struct ds_kern_ops {
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
     ** w holds rows of n_blocks * 32 values in type's blocks, as the file
-    ** stores them (row after row; 2-byte aligned), and x holds n_tok rows of
+    ** stores them (row after row; 2-byte aligned; Q4_0 packed by q40_pack
+    ** where the variant has one, starting at a tile), and x holds n_tok rows of
     ** n_blocks Q8_0 activation blocks. Each 32 values of a weight row meet
     ** one activation block: their integer dot products are exact, and
     ** scales and mins apply per block (per 16 values for Q6_K).
@@ -181,6 +191,13 @@ static inline void ds_q8_pack(const struct ds_kern_ops *k, size_t rows, size_t n
 {
     if (k->q8_pack) k->q8_pack(rows, n_blocks, w, out);
     else memcpy(out, w, rows * n_blocks * sizeof *w);
+}
+
+/* Bytes to allocate for a rows x n_blocks Q4_0 matrix packed for k. */
+static inline size_t ds_q40_packed_bytes(const struct ds_kern_ops *k, size_t rows, size_t n_blocks)
+{
+    size_t t = k->q40_pack_rows > 1 ? k->q40_pack_rows : 1;
+    return (rows + t - 1) / t * t * n_blocks * 18;
 }
 
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */

@@ -236,6 +236,18 @@ struct pk_block {               /* one block of a 32-row tile: 1088 bytes */
 };
 _Static_assert(sizeof(struct pk_block) == MM_RT * sizeof(struct ds_q8_block), "packed = Q8_0 bytes");
 
+/* Q4_0 (matmul_qx) packs the same way: dword k of a block's 16 code bytes
+** holds values 4k..4k+3 in its low nibbles and 16+4k.. in its high ones,
+** so one load gives the weights of x dwords k and 4 + k, unsigned (the
+** value is code - 8: the accumulator starts at -8 * sum(x block)). */
+struct pk4_block {              /* one Q4_0 block of a 32-row tile: 576 bytes */
+    uint32_t q[4][MM_RT];       /* code dwords: [dword][row] */
+    uint16_t d[MM_RT];          /* FP16 row scales, 0 for absent rows */
+};
+_Static_assert(sizeof(struct pk4_block) == MM_RT * 18, "packed = Q4_0 bytes");
+
+#define MM_BB(q4) ((q4) ? sizeof(struct pk4_block) : sizeof(struct pk_block))
+
 struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
     int32_t q[MM_TT][MM_KB][8];     /* x qs dwords */
     int32_t corr[MM_TT][MM_KB];     /* -128 * sum(x qs) */
@@ -293,6 +305,27 @@ static void q8_pack_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bloc
         }
 }
 
+/* Q4_0 rows (18-byte blocks: FP16 scale, 16 code bytes) into 32-row tiles;
+** absent rows of the last tile are zero blocks. Once per matrix, at load. */
+static void q40_pack_avx512(size_t rows, size_t n_blocks, const void *w, void *out)
+{
+    const uint8_t *src = w;
+    struct pk4_block *p = out;
+    for (size_t r0 = 0; r0 < rows; r0 += MM_RT, p += n_blocks)
+        for (size_t kb = 0; kb < n_blocks; kb++)
+            for (size_t i = 0; i < MM_RT; i++) {
+                const uint8_t *b = r0 + i < rows ? src + ((r0 + i) * n_blocks + kb) * 18 : NULL;
+                uint16_t d = 0;
+                if (b) memcpy(&d, b, 2);
+                p[kb].d[i] = d;
+                for (size_t k = 0; k < 4; k++) {
+                    uint32_t q = 0;
+                    if (b) memcpy(&q, b + 2 + 4 * k, 4);
+                    p[kb].q[k][i] = q;
+                }
+            }
+}
+
 /* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
 static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_t nb, size_t nt,
                           size_t kb0, size_t kn)
@@ -323,11 +356,14 @@ struct mm_pf {
 };
 
 /* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
-** over kn blocks. */
-DS_INLINE void mm_tile(int R, int T, const struct pk_block *wp, const struct mm_xtile *xp,
+** over kn blocks of Q8_0 tiles, or (q4) Q4_0 tiles. */
+DS_INLINE void mm_tile(bool q4, int R, int T, const void *wp_, const struct mm_xtile *xp,
                        size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add,
                        const struct mm_pf *pf)
 {
+    const struct pk_block *wp = wp_;
+    const struct pk4_block *w4 = wp_;
+    const __m512i m4 = _mm512_set1_epi8(15);
     __m512 f[2][MM_TT];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
@@ -339,7 +375,7 @@ DS_INLINE void mm_tile(int R, int T, const struct pk_block *wp, const struct mm_
         __m512i acc[2][MM_TT];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            __m512i c = _mm512_set1_epi32(xp->corr[t][kb]);
+            __m512i c = _mm512_set1_epi32(q4 ? xp->corr[t][kb] / 16 : xp->corr[t][kb]);  /* -8 or -128 sum(x) */
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) acc[r][t] = c;
         }
@@ -347,7 +383,14 @@ DS_INLINE void mm_tile(int R, int T, const struct pk_block *wp, const struct mm_
         for (int k = 0; k < 8; k++) {
             __m512i wv[2];
 #pragma GCC unroll 2
-            for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(&wp[kb].q[k][16 * r]);
+            for (int r = 0; r < R; r++) {
+                if (!q4) {
+                    wv[r] = _mm512_loadu_si512(&wp[kb].q[k][16 * r]);
+                } else {
+                    __m512i v = _mm512_loadu_si512(&w4[kb].q[k & 3][16 * r]);
+                    wv[r] = _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4);
+                }
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512i xb = _mm512_set1_epi32(xp->q[t][kb][k]);
@@ -357,7 +400,8 @@ DS_INLINE void mm_tile(int R, int T, const struct pk_block *wp, const struct mm_
         }
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)&wp[kb].d[16 * r]));
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(q4 ? (const void *)&w4[kb].d[16 * r]
+                                                              : (const void *)&wp[kb].d[16 * r]));
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][t]), dw);
@@ -376,15 +420,15 @@ DS_INLINE void mm_tile(int R, int T, const struct pk_block *wp, const struct mm_
 }
 
 /* mm_tile for a run-time token count (1 .. MM_TT) and nr rows. */
-static void mm_tile_any(size_t nr, size_t nt, const struct pk_block *wp, const struct mm_xtile *xp,
-                        size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
+DS_INLINE void mm_tile_nt(bool q4, size_t nr, size_t nt, const void *wp, const struct mm_xtile *xp,
+                          size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
 {
     __mmask16 m[2];
     for (size_t r = 0; r < 2; r++) m[r] = first_lanes(nr > 16 * r ? nr - 16 * r : 0);
-#define MM_CASE(T)                                                  \
-    case T:                                                         \
-        if (nr > 16) mm_tile(2, T, wp, xp, kn, y, ldy, m, add, pf); \
-        else         mm_tile(1, T, wp, xp, kn, y, ldy, m, add, pf); \
+#define MM_CASE(T)                                                      \
+    case T:                                                             \
+        if (nr > 16) mm_tile(q4, 2, T, wp, xp, kn, y, ldy, m, add, pf); \
+        else         mm_tile(q4, 1, T, wp, xp, kn, y, ldy, m, add, pf); \
         break;
     switch (nt) {
     MM_CASE(1) MM_CASE(2) MM_CASE(3) MM_CASE(4) MM_CASE(5) MM_CASE(6) MM_CASE(7) MM_CASE(8)
@@ -392,14 +436,22 @@ static void mm_tile_any(size_t nr, size_t nt, const struct pk_block *wp, const s
 #undef MM_CASE
 }
 
+/* mm_tile for a run-time token count (1 .. MM_TT), nr rows and block type. */
+static void mm_tile_any(bool q4, size_t nr, size_t nt, const void *wp, const struct mm_xtile *xp,
+                        size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
+{
+    if (q4) mm_tile_nt(true, nr, nt, wp, xp, kn, y, ldy, add, pf);
+    else    mm_tile_nt(false, nr, nt, wp, xp, kn, y, ldy, add, pf);
+}
+
 /* The prefetch share i of n: lines [i*L/n, (i+1)*L/n) of the K chunk
-** (kn blocks) of the tile at next, spread over kn block steps. */
-static struct mm_pf mm_pf_share(const struct pk_block *next, size_t kn, size_t i, size_t n)
+** (kn blocks of bb bytes) of the tile at next, spread over kn block steps. */
+static struct mm_pf mm_pf_share(const char *next, size_t bb, size_t kn, size_t i, size_t n)
 {
     struct mm_pf pf = { NULL, 0, 0 };
     if (!next) return pf;
-    size_t lines = kn * sizeof *next / 64, l0 = i * lines / n, l1 = (i + 1) * lines / n;
-    pf.p = (const char *)next + 64 * l0;
+    size_t lines = kn * bb / 64, l0 = i * lines / n, l1 = (i + 1) * lines / n;
+    pf.p = next + 64 * l0;
     pf.lines = l1 - l0;
     pf.step = (pf.lines + kn - 1) / kn;
     return pf;
@@ -408,33 +460,35 @@ static struct mm_pf mm_pf_share(const struct pk_block *next, size_t kn, size_t i
 /* Up to one token tile (decode, batched decode, draft verification) with
 ** all of x prepared up front: each weight tile then streams through whole,
 ** in memory order, while the next one is prefetched. */
-static void mm_one_ttile(size_t rows, size_t nb, const struct pk_block *pw, size_t n_tok,
+static void mm_one_ttile(bool q4, size_t rows, size_t nb, const char *pw, size_t n_tok,
                          const struct ds_q8_block *x, float *y, size_t ldy, struct mm_xtile *xt)
 {
-    size_t nc = (nb + MM_KB - 1) / MM_KB, ntr = (rows + MM_RT - 1) / MM_RT;
+    const size_t bb = MM_BB(q4), nc = (nb + MM_KB - 1) / MM_KB, ntr = (rows + MM_RT - 1) / MM_RT;
     for (size_t c = 0; c < nc; c++) mm_xtile_prep(&xt[c], x, nb, n_tok, c * MM_KB, MM_MIN(MM_KB, nb - c * MM_KB));
     for (size_t rt = 0; rt < ntr; rt++) {
-        const struct pk_block *tile = pw + rt * nb;
+        const char *tile = pw + rt * nb * bb;
         for (size_t c = 0; c < nc; c++) {
             size_t kn = MM_MIN(MM_KB, nb - c * MM_KB);
-            struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + nb + c * MM_KB : NULL, kn, 0, 1);
-            mm_tile_any(MM_MIN(MM_RT, rows - rt * MM_RT), n_tok, tile + c * MM_KB, &xt[c], kn,
+            struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + (nb + c * MM_KB) * bb : NULL, bb, kn, 0, 1);
+            mm_tile_any(q4, MM_MIN(MM_RT, rows - rt * MM_RT), n_tok, tile + c * MM_KB * bb, &xt[c], kn,
                         y + rt * MM_RT, ldy, c > 0, &pf);
         }
     }
 }
 
-static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
-                             size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
+/* matmul_q8 over packed Q8_0 tiles, or (q4) matmul_qx over packed Q4_0 tiles. */
+static void mm_run(bool q4, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
+                   const struct ds_q8_block *x, float *y, size_t ldy)
 {
     static _Thread_local struct mm_xtile xt[MM_NT / MM_TT] __attribute__((aligned(64)));
-    const struct pk_block *pw = (const struct pk_block *)(const void *)w;
+    const char *pw = w;
+    const size_t bb = MM_BB(q4);
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
     if (n_tok <= MM_TT && n_blocks <= MM_KB * (MM_NT / MM_TT)) {
-        mm_one_ttile(rows, n_blocks, pw, n_tok, x, y, ldy, xt);
+        mm_one_ttile(q4, rows, n_blocks, pw, n_tok, x, y, ldy, xt);
         return;
     }
     /* Up to MM_NT tokens at a time: 160 KB of prepared x, which stays in L2
@@ -448,15 +502,21 @@ static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bl
                 mm_xtile_prep(&xt[i], x + (t0 + i * MM_TT) * n_blocks, n_blocks, MM_MIN(MM_TT, nt - i * MM_TT),
                               kb0, kn);
             for (size_t rt = 0; rt < ntr; rt++) {
-                const struct pk_block *tile = pw + rt * n_blocks + kb0;
+                const char *tile = pw + (rt * n_blocks + kb0) * bb;
                 for (size_t i = 0; i < ntile; i++) {
-                    struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + n_blocks : NULL, kn, i, ntile);
-                    mm_tile_any(MM_MIN(MM_RT, rows - rt * MM_RT), MM_MIN(MM_TT, nt - i * MM_TT), tile,
+                    struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + n_blocks * bb : NULL, bb, kn, i, ntile);
+                    mm_tile_any(q4, MM_MIN(MM_RT, rows - rt * MM_RT), MM_MIN(MM_TT, nt - i * MM_TT), tile,
                                 &xt[i], kn, y + (t0 + i * MM_TT) * ldy + rt * MM_RT, ldy, kb0 > 0, &pf);
                 }
             }
         }
     }
+}
+
+static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w, size_t n_tok,
+                             const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    mm_run(false, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
 static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
@@ -933,10 +993,19 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 /* ---- matmul_qx: 4/5/6-bit ggml rows (kern_qx_x86.h) ---- */
 
 #define QX_DOT(acc, u, s) (acc = _mm256_dpbusd_epi32(acc, u, s))
-#define QX_NAME matmul_qx_avx512
+#define QX_NAME matmul_qx_256
 #include "kern_qx_x86.h"
 #undef QX_DOT
 #undef QX_NAME
+
+/* Q4_0 comes packed (q40_pack) and runs the Q8_0 tiles' code; the other
+** types stream the file's rows on 256 bits. */
+static void matmul_qx_avx512(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
+                             const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    if (type == DS_KQ_Q4_0) mm_run(true, rows, n_blocks, w, n_tok, x, y, ldy);
+    else matmul_qx_256(type, rows, n_blocks, w, n_tok, x, y, ldy);
+}
 
 /* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
 
@@ -1085,6 +1154,8 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .name        = "avx512vnni",
     .q8_pack_rows = MM_RT,
     .q8_pack     = q8_pack_avx512,
+    .q40_pack_rows = MM_RT,
+    .q40_pack    = q40_pack_avx512,
     .quantize_q8 = quantize_q8_avx512,
     .dot_i8      = dot_i8_avx512,
     .matvec_q8   = matvec_q8_avx512,

@@ -254,8 +254,10 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         return DS_OK;
     }
     /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx
-    ** streams them); Q8_0 blocks, or other rows quantized here, are then
-    ** packed once into the tiles of a kernel variant that has a layout. */
+    ** streams them), but Q4_0's are packed into the tiles of a variant that
+    ** has a layout for them (the same bytes); Q8_0 blocks, or other rows
+    ** quantized here, are packed once into the tiles of a variant that has
+    ** a layout. */
     static const int qtypes[DS_DTYPE_COUNT] = {
         [DS_DTYPE_F32] = -1, [DS_DTYPE_F16] = -1, [DS_DTYPE_Q8_0] = -1, [DS_DTYPE_BF16] = -1,
         [DS_DTYPE_Q4_0] = DS_KQ_Q4_0, [DS_DTYPE_Q4_1] = DS_KQ_Q4_1, [DS_DTYPE_Q5_0] = DS_KQ_Q5_0,
@@ -266,6 +268,14 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         m->qx = w->data;
         m->qt = (enum ds_kern_qtype)qtypes[w->type];
         m->qx_row = ds_weight_row_bytes(w);
+        if (m->qt == DS_KQ_Q4_0 && e->kern->q40_pack) {
+            size_t bytes = ds_q40_packed_bytes(e->kern, w->rows, m->nb);
+            void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            if (!packed) return DS_ERR_NOMEM;
+            e->kern->q40_pack(w->rows, m->nb, w->data, packed);
+            m->qx = packed;
+            m->owned = packed;
+        }
         return DS_OK;
     }
     const struct ds_q8_block *src = w->type == DS_DTYPE_Q8_0 ? w->data : NULL;
@@ -571,7 +581,8 @@ static void matmul_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct matmul_job *j = p;
     size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
-    if (j->e->prec == DS_PRECISION_INT8) align = DS_MAX(align, j->e->kern->q8_pack_rows);
+    if (j->e->prec == DS_PRECISION_INT8)        /* whole packed tiles */
+        align = DS_MAX(align, DS_MAX(j->e->kern->q8_pack_rows, j->e->kern->q40_pack_rows));
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
         ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);
