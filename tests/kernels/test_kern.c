@@ -516,7 +516,16 @@ static void check_matmul_qk(const struct ds_kern_ops *k, enum ds_kern_qtype t, s
     size_t ldy = rows + 3, ny = nt * ldy;
     float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
-    k->matmul_qk(t, rows, n_sb, w, nt, x, y, ldy);
+    void *packed = NULL;                /* Q4_K in the variant's tiles, where it has them */
+    if (t == DS_KQ_Q4_K && k->q4k_pack) {
+        size_t bytes = ds_q4k_packed_bytes(k, rows, n_sb);
+        packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        assert_non_null(packed);
+        memset(packed, 0x5a, bytes);
+        k->q4k_pack(rows, n_sb, w, packed);
+    }
+    k->matmul_qk(t, rows, n_sb, packed ? packed : w, nt, x, y, ldy);
+    free(packed);
     ds_kern_ref.matmul_qk(t, rows, n_sb, w, nt, x, yr, ldy);
     for (size_t tk = 0; tk < nt; tk++) {
         for (size_t r = 0; r < rows; r++)

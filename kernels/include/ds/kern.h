@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 9u
+#define DS_KERN_ABI 10u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -87,6 +87,16 @@ struct ds_kern_ops {
     ** the file's rows. */
     uint32_t q40_pack_rows;
     void (*q40_pack)(size_t rows, size_t n_blocks, const void *w, void *out);
+    /* Packed Q4_K weights, for matmul_qk(DS_KQ_Q4_K): q4k_pack lays out a
+    ** rows x n_sb Q4_K matrix (144-byte superblocks, as a file has them) in
+    ** tiles of q4k_pack_rows rows, the last one padded, with each row's 12
+    ** bytes of packed 6-bit scales and mins unpacked to 16: DS_Q4K_PACKED_SB
+    ** bytes per row and superblock, ds_q4k_packed_bytes() in all, and the
+    ** rows from r0 (a multiple of q4k_pack_rows) start r0 * n_sb *
+    ** DS_Q4K_PACKED_SB bytes in. out 64-byte aligned. NULL (q4k_pack_rows
+    ** 1): matmul_qk reads the file's rows. */
+    uint32_t q4k_pack_rows;
+    void (*q4k_pack)(size_t rows, size_t n_sb, const void *w, void *out);
 
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
     ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
@@ -121,7 +131,8 @@ struct ds_kern_ops {
     void (*quantize_q8k)(size_t n, const float *x, struct ds_q8k_block *out);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
     ** w holds rows of n_sb 256-value superblocks of a K-quant type (Q4_K,
-    ** Q5_K or Q6_K; other types leave y alone), as the file stores them, and
+    ** Q5_K or Q6_K; other types leave y alone), as the file stores them (Q4_K
+    ** packed by q4k_pack where the variant has one, starting at a tile), and
     ** x holds n_tok rows of n_sb Q8_K blocks. Per superblock the sub-block
     ** scales and mins apply to exact int32 sums (the mins through bsums);
     ** then one float step: d_x * (d * isum - dmin * msum). */
@@ -198,6 +209,16 @@ static inline size_t ds_q40_packed_bytes(const struct ds_kern_ops *k, size_t row
 {
     size_t t = k->q40_pack_rows > 1 ? k->q40_pack_rows : 1;
     return (rows + t - 1) / t * t * n_blocks * 18;
+}
+
+/* Bytes per row and superblock of a packed Q4_K matrix (144 in a file). */
+#define DS_Q4K_PACKED_SB 148u
+
+/* Bytes to allocate for a rows x n_sb Q4_K matrix packed for k. */
+static inline size_t ds_q4k_packed_bytes(const struct ds_kern_ops *k, size_t rows, size_t n_sb)
+{
+    size_t t = k->q4k_pack_rows > 1 ? k->q4k_pack_rows : 1;
+    return (rows + t - 1) / t * t * n_sb * DS_Q4K_PACKED_SB;
 }
 
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */

@@ -558,6 +558,7 @@ const struct ds_kern_ops ds_kern_avx2 = {
     .name        = "avx2",
     .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .q40_pack_rows = 1,           /* the file's Q4_0 rows: no q40_pack */
+    .q4k_pack_rows = 1,           /* the file's Q4_K rows: no q4k_pack */
     .quantize_q8 = quantize_q8_avx2,
     .dot_i8      = dot_i8_avx2,
     .matvec_q8   = matvec_q8_avx2,

@@ -1009,97 +1009,20 @@ static void matmul_qx_avx512(enum ds_kern_qtype type, size_t rows, size_t n_bloc
 
 /* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
 
-DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
-                              float *y, size_t ldy);
 DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
                               float *y, size_t ldy);
 #define QK_MADD(acc, p, s) (acc = _mm256_dpwssd_epi32(acc, p, s))
-#define QK_NAME matmul_qk_avx512
-#define QK_ROWS_Q4K qk512_rows_q4k
+#define QK_NAME matmul_qk_256
 #define QK_ROWS_Q6K qk512_rows_q6k
 #include "kern_qk_x86.h"
 #undef QK_MADD
 #undef QK_NAME
-#undef QK_ROWS_Q4K
 #undef QK_ROWS_Q6K
 
 /* Int16 lane a + j in 128-bit lane j (one scale per 16 values). */
 DS_INLINE __m512i qk512_pick4(int a)
 {
     return _mm512_inserti64x4(_mm512_castsi256_si512(qk_pick(a, a + 1)), qk_pick(a + 2, a + 3), 1);
-}
-
-/* 128 bits of byte-shuffle mask: int16 lanes 0..3 take lane a, 4..7 lane b. */
-DS_INLINE __m128i qk128_pick(int a, int b)
-{
-    const char p = (char)(2 * a), q = (char)(2 * a + 1), r = (char)(2 * b), t = (char)(2 * b + 1);
-    return _mm_setr_epi8(p, q, p, q, p, q, p, q, r, t, r, t, r, t, r, t);
-}
-
-/* The scales of packs_epi32(P, Q), P and Q holding sub-blocks a (16-value
-** groups 0, 1) and a + 1 (groups 2, 3), resp. c and c + 1. */
-DS_INLINE __m512i qk512_pick_packed(int a, int c)
-{
-    const __m256i lo = _mm256_set_m128i(qk128_pick(a, c), qk128_pick(a, c));
-    const __m256i hi = _mm256_set_m128i(qk128_pick(a + 1, c + 1), qk128_pick(a + 1, c + 1));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* Q4_K at 512 bits: the 32 bytes of two sub-blocks (low and high nibbles)
-** broadcast to both halves, shifted by 0 and 4, masked: 64 codes in the
-** order the activations have them. vpdpbusd sums each 4 code x activation
-** products into int32 (at most 4 * 15 * 128, so they fit int16); two such
-** vectors packed to int16 meet their sub-block scales in one vpdpwssd:
-** six multiplies per superblock and token instead of eight. */
-DS_INLINE void qk512_rows_q4k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
-                              float *y, size_t ldy)
-{
-    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
-    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i pk01 = qk512_pick_packed(0, 2), pk23 = qk512_pick_packed(4, 6);
-    for (size_t r = 0; r < rows; r++) {
-        const uint8_t *row = w + r * 144 * n_sb;
-        __m512 accf[QK_TOK];
-        __m128 accm[QK_TOK];
-        for (size_t t = 0; t < nt; t++) {
-            accf[t] = _mm512_setzero_ps();
-            accm[t] = _mm_setzero_ps();
-        }
-        for (size_t s = 0; s < n_sb; s++) {
-            const uint8_t *b = row + s * 144, *qs = b + 16;
-            int32_t dm_bits;                                /* d and dmin, two FP16, in one conversion */
-            memcpy(&dm_bits, b, 4);
-            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
-            const __m256i sc16 = _mm256_cvtepu8_epi16(qk_scales_mins(b + 4));   /* scales, mins */
-            const __m512i scl = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
-            const __m128i mn16 = _mm256_extracti128_si256(sc16, 1);
-            __m512i u[4];
-            for (int i = 0; i < 4; i++) {
-                const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * i)));
-                u[i] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
-            }
-            const __m512i s01 = _mm512_shuffle_epi8(scl, pk01), s23 = _mm512_shuffle_epi8(scl, pk23);
-            for (size_t t = 0; t < nt; t++) {
-                const struct ds_q8k_block *xb = &x[t * n_sb + s];
-                __m512i p[4];
-                for (int i = 0; i < 4; i++)
-                    p[i] = _mm512_dpbusd_epi32(zero, u[i], _mm512_loadu_si512((const void *)(xb->qs + 64 * i)));
-                __m512i acc = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), s01);
-                acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(p[2], p[3]), s23);
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums);
-                const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-                const __m128 xdm = _mm_mul_ps(_mm_set1_ps(xb->d), dm);          /* d_x d, d_x dmin */
-                accf[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(xdm), _mm512_cvtepi32_ps(acc), accf[t]);
-                accm[t] = _mm_fmadd_ps(_mm_shuffle_ps(xdm, xdm, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(mn16, pair)),
-                                       accm[t]);
-            }
-        }
-        for (size_t t = 0; t < nt; t++) {
-            __m128 m = _mm_add_ps(accm[t], _mm_movehl_ps(accm[t], accm[t]));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-            y[t * ldy + r] = _mm512_reduce_add_ps(accf[t]) - _mm_cvtss_f32(m);
-        }
-    }
 }
 
 /* Q6_K at 512 bits: per half of a superblock, 64 bytes of low bits give
@@ -1149,6 +1072,138 @@ DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t
     }
 }
 
+/* ---- Q4_K packed: rows in the lanes ----
+** q4k_pack lays a Q4_K matrix out in tiles of 16 rows, superblock by
+** superblock (struct pk4k_block): dword k of the 128 code bytes of each of
+** the 16 rows, then the rows' 6-bit scales and mins unpacked to bytes, then
+** their d and dmin. Dword k = 8c + i holds values 4i..4i+3 of sub-block 2c
+** in its low nibbles and of sub-block 2c + 1 in its high ones, so one load
+** gives two weight vectors for two broadcast activation dwords, and
+** vpdpbusd sums each sub-block of 16 rows x one token in 16 lanes (codes
+** unsigned, no offset). The scales (x int32), the mins (through the
+** activation's bsums) and the float step then cost a few operations per
+** 16 rows, where the file's layout costs them per row: there they took
+** most of a superblock's time, and Q4_K_M decoded slower than Q6_K. */
+
+#define QK4_RT 16               /* rows per tile: one vector */
+#define QK4_TT 4                /* tokens per pass over a tile */
+#define QK4_PF 2                /* superblocks prefetched ahead: one core streamed 23 GB/s
+                                ** without, 35-37 with 2 (1: 33-37, 4: 28-32) */
+
+struct pk4k_block {             /* one superblock of a 16-row tile: 2368 bytes */
+    uint32_t q[32][QK4_RT];     /* code dwords: [dword][row] */
+    uint8_t  sc[8][QK4_RT];     /* sub-block scales, 0..63 */
+    uint8_t  mn[8][QK4_RT];     /* sub-block mins, 0..63 */
+    uint16_t d[QK4_RT], dmin[QK4_RT];   /* FP16; 0 for absent rows */
+};
+_Static_assert(sizeof(struct pk4k_block) == QK4_RT * DS_Q4K_PACKED_SB, "packed Q4_K bytes");
+
+static void q4k_pack_avx512(size_t rows, size_t n_sb, const void *w, void *out)
+{
+    const uint8_t *src = w;
+    struct pk4k_block *p = out;
+    for (size_t r0 = 0; r0 < rows; r0 += QK4_RT, p += n_sb)
+        for (size_t sb = 0; sb < n_sb; sb++) {
+            struct pk4k_block *o = &p[sb];
+            memset(o, 0, sizeof *o);
+            for (size_t i = 0; i < QK4_RT && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 144, *sc = b + 4;
+                memcpy(&o->d[i], b, 2);
+                memcpy(&o->dmin[i], b + 2, 2);
+                for (unsigned j = 0; j < 8; j++) {      /* ggml's 6-bit packing (get_scale_min_k4) */
+                    if (j < 4) {
+                        o->sc[j][i] = sc[j] & 63u;
+                        o->mn[j][i] = sc[j + 4] & 63u;
+                    } else {
+                        o->sc[j][i] = (uint8_t)((sc[j + 4] & 15u) | ((sc[j - 4] >> 6) << 4));
+                        o->mn[j][i] = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+                    }
+                }
+                for (size_t k = 0; k < 32; k++) memcpy(&o->q[k][i], b + 16 + 4 * k, 4);
+            }
+        }
+}
+
+/* 16 rows (lanes where m) of one tile x T tokens. */
+DS_INLINE void qk4_tile(int T, size_t n_sb, const struct pk4k_block *w, const struct ds_q8k_block *x,
+                        float *y, size_t ldy, __mmask16 m)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 f[QK4_TT];
+    for (int t = 0; t < T; t++) f[t] = _mm512_setzero_ps();
+    for (size_t sb = 0; sb < n_sb; sb++) {
+        const struct pk4k_block *b = &w[sb];
+        __m512i isum[QK4_TT], msum[QK4_TT];
+        for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {           /* sub-blocks 2c and 2c + 1 */
+            const char *pf = (const char *)(b + QK4_PF) + c * (sizeof *b / 4);   /* a quarter a step */
+            for (size_t l = 0; l < sizeof *b / 4; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+            __m512i lo[QK4_TT], hi[QK4_TT];
+            for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm512_setzero_si512();
+            for (int i = 0; i < 8; i++) {
+                const __m512i v = _mm512_loadu_si512(b->q[8 * c + i]);
+                const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                for (int t = 0; t < T; t++) {
+                    const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 64 * c + 4 * i;
+                    int32_t a, h;
+                    memcpy(&a, xq, 4);
+                    memcpy(&h, xq + 32, 4);
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(a));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(h));
+                }
+            }
+            const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)b->sc[2 * c]));
+            const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)b->sc[2 * c + 1]));
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sl),
+                                                                     _mm512_mullo_epi32(hi[t], sh)));
+        }
+        for (int j = 0; j < 8; j++) {           /* mins: sub-block j's activation sum, two bsums */
+            const __m512i mj = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)b->mn[j]));
+            for (int t = 0; t < T; t++) {
+                const int16_t *bs = x[(size_t)t * n_sb + sb].bsums;
+                msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(mj, _mm512_set1_epi32(bs[2 * j] + bs[2 * j + 1])));
+            }
+        }
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)b->d));
+        const __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)b->dmin));
+        for (int t = 0; t < T; t++) {           /* d_x (d isum - dmin msum) */
+            const __m512 in = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(isum[t]),
+                                              _mm512_mul_ps(dmv, _mm512_cvtepi32_ps(msum[t])));
+            f[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)t * n_sb + sb].d), in, f[t]);
+        }
+    }
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, m, f[t]);
+}
+
+static void qk4_rows_packed(size_t rows, size_t n_sb, const void *w, size_t n_tok, const struct ds_q8k_block *x,
+                            float *y, size_t ldy)
+{
+    const struct pk4k_block *pw = w;
+    for (size_t r0 = 0; r0 < rows; r0 += QK4_RT) {
+        const __mmask16 m = first_lanes(rows - r0);
+        const struct pk4k_block *tile = pw + r0 / QK4_RT * n_sb;
+        for (size_t t0 = 0; t0 < n_tok; t0 += QK4_TT) {
+            const struct ds_q8k_block *xt = x + t0 * n_sb;
+            float *yt = y + t0 * ldy + r0;
+            switch (n_tok - t0 < QK4_TT ? n_tok - t0 : QK4_TT) {
+            case 1: qk4_tile(1, n_sb, tile, xt, yt, ldy, m); break;
+            case 2: qk4_tile(2, n_sb, tile, xt, yt, ldy, m); break;
+            case 3: qk4_tile(3, n_sb, tile, xt, yt, ldy, m); break;
+            default: qk4_tile(4, n_sb, tile, xt, yt, ldy, m); break;
+            }
+        }
+    }
+}
+
+/* Q4_K comes packed (q4k_pack); Q5_K and Q6_K stream the file's rows. */
+static void matmul_qk_avx512(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                             const struct ds_q8k_block *x, float *y, size_t ldy)
+{
+    if (type == DS_KQ_Q4_K) qk4_rows_packed(rows, n_sb, w, n_tok, x, y, ldy);
+    else matmul_qk_256(type, rows, n_sb, w, n_tok, x, y, ldy);
+}
+
 const struct ds_kern_ops ds_kern_avx512vnni = {
     .abi_version = DS_KERN_ABI,
     .name        = "avx512vnni",
@@ -1156,6 +1211,8 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .q8_pack     = q8_pack_avx512,
     .q40_pack_rows = MM_RT,
     .q40_pack    = q40_pack_avx512,
+    .q4k_pack_rows = QK4_RT,
+    .q4k_pack    = q4k_pack_avx512,
     .quantize_q8 = quantize_q8_avx512,
     .dot_i8      = dot_i8_avx512,
     .matvec_q8   = matvec_q8_avx512,

@@ -4,8 +4,9 @@
 ** Included by kern_avx2.c (QK_MADD: madd + add) and kern_avx512vnni.c
 ** (QK_MADD: vpdpwssd); the including file defines QK_MADD(acc, p, s): acc
 ** (8 x int32) += sums of adjacent int16 products of p and s, and QK_NAME,
-** and may define QK_ROWS_Q4K / QK_ROWS_Q6K, its own rows of those types
-** (kern_avx512vnni.c: 512 bits), with qk_rows_q6's arguments.
+** and may define QK_ROWS_Q4K / QK_ROWS_Q6K, its own rows of those types,
+** with qk_rows_q6's arguments (kern_avx512vnni.c: Q6_K at 512 bits; its
+** Q4_K is packed at load and runs its own tiles, never these rows).
 **
 ** The weights stream: each superblock is read once per QK_TOK tokens, its
 ** 4-, 5- or 6-bit codes unpacked with shifts and masks into unsigned bytes

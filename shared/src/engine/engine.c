@@ -237,6 +237,30 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
     return rc;
 }
 
+/* Q4_0 and Q4_K rows into the tiles of a variant that has a layout for
+** them (Q4_0: the same bytes; Q4_K: 148 bytes per row and superblock, its
+** scales unpacked); other types, or a variant without, keep the file's rows. */
+static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
+{
+    const struct ds_kern_ops *k = e->kern;
+    const size_t n_sb = w->cols / DS_Q8K_BLOCK;
+    size_t bytes;
+    if (m->qt == DS_KQ_Q4_0 && k->q40_pack) bytes = ds_q40_packed_bytes(k, w->rows, m->nb);
+    else if (m->qt == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, w->rows, n_sb);
+    else return DS_OK;
+    void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!packed) return DS_ERR_NOMEM;
+    if (m->qt == DS_KQ_Q4_0) {
+        k->q40_pack(w->rows, m->nb, w->data, packed);
+    } else {
+        k->q4k_pack(w->rows, n_sb, w->data, packed);
+        m->qx_row = n_sb * DS_Q4K_PACKED_SB;
+    }
+    m->qx = packed;
+    m->owned = packed;
+    return DS_OK;
+}
+
 static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     m->rows = w->rows;
@@ -253,11 +277,11 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         m->f = m->owned = f;
         return DS_OK;
     }
-    /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx
-    ** streams them), but Q4_0's are packed into the tiles of a variant that
-    ** has a layout for them (the same bytes); Q8_0 blocks, or other rows
-    ** quantized here, are packed once into the tiles of a variant that has
-    ** a layout. */
+    /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx and
+    ** matmul_qk stream them), but Q4_0's and Q4_K's are packed into the
+    ** tiles of a variant that has a layout for them (mat_pack_qx); Q8_0
+    ** blocks, or other rows quantized here, are packed once into the tiles
+    ** of a variant that has a layout. */
     static const int qtypes[DS_DTYPE_COUNT] = {
         [DS_DTYPE_F32] = -1, [DS_DTYPE_F16] = -1, [DS_DTYPE_Q8_0] = -1, [DS_DTYPE_BF16] = -1,
         [DS_DTYPE_Q4_0] = DS_KQ_Q4_0, [DS_DTYPE_Q4_1] = DS_KQ_Q4_1, [DS_DTYPE_Q5_0] = DS_KQ_Q5_0,
@@ -268,15 +292,7 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         m->qx = w->data;
         m->qt = (enum ds_kern_qtype)qtypes[w->type];
         m->qx_row = ds_weight_row_bytes(w);
-        if (m->qt == DS_KQ_Q4_0 && e->kern->q40_pack) {
-            size_t bytes = ds_q40_packed_bytes(e->kern, w->rows, m->nb);
-            void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            if (!packed) return DS_ERR_NOMEM;
-            e->kern->q40_pack(w->rows, m->nb, w->data, packed);
-            m->qx = packed;
-            m->owned = packed;
-        }
-        return DS_OK;
+        return mat_pack_qx(e, w, m);
     }
     const struct ds_q8_block *src = w->type == DS_DTYPE_Q8_0 ? w->data : NULL;
     struct ds_q8_block *quant = NULL;
@@ -582,7 +598,8 @@ static void matmul_task(void *p, unsigned task, unsigned n_tasks)
     const struct matmul_job *j = p;
     size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
     if (j->e->prec == DS_PRECISION_INT8)        /* whole packed tiles */
-        align = DS_MAX(align, DS_MAX(j->e->kern->q8_pack_rows, j->e->kern->q40_pack_rows));
+        align = DS_MAX(align, DS_MAX(j->e->kern->q8_pack_rows,
+                                     DS_MAX(j->e->kern->q40_pack_rows, j->e->kern->q4k_pack_rows)));
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
         ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);
