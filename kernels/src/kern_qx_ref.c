@@ -25,18 +25,6 @@ static float f16(const uint8_t *p)
     return ds_f16_to_f32(h);
 }
 
-/* Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from scales[12]. */
-static void k_scale_min(const uint8_t *q, unsigned j, unsigned *sc, unsigned *mn)
-{
-    if (j < 4) {
-        *sc = q[j] & 63u;
-        *mn = q[j + 4] & 63u;
-    } else {
-        *sc = (q[j + 4] & 15u) | ((unsigned)(q[j - 4] >> 6) << 4);
-        *mn = (unsigned)(q[j + 4] >> 4) | ((unsigned)(q[j] >> 6) << 4);
-    }
-}
-
 void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_t c[32], float *s0,
                        float *s1, float *mn)
 {
@@ -76,7 +64,7 @@ void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_
         const uint8_t *b = row + g / 8 * (five ? 176 : 144);
         const unsigned s = (unsigned)(g % 8);
         unsigned sc, m;
-        k_scale_min(b + 4, s, &sc, &m);
+        ds_kern__k_scale_min(b + 4, s, &sc, &m);
         *s0 = *s1 = f16(b) * (float)sc;
         *mn = -f16(b + 2) * (float)m;
         const uint8_t *q = b + (five ? 48 : 16) + 32 * (s / 2), *qh = b + 16;
@@ -161,7 +149,7 @@ void ds_kern__qk_superblock(enum ds_kern_qtype t, const uint8_t *b, int8_t c[256
     const uint8_t *qs = b + (five ? 48 : 16), *qh = b + 16;
     for (unsigned s = 0; s < 8; s++) {
         unsigned scale, m;
-        k_scale_min(b + 4, s, &scale, &m);
+        ds_kern__k_scale_min(b + 4, s, &scale, &m);
         sc[2 * s] = sc[2 * s + 1] = (int16_t)scale;
         mn[2 * s] = mn[2 * s + 1] = (int16_t)m;
         for (unsigned l = 0; l < 32; l++) {

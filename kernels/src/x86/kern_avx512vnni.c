@@ -11,10 +11,12 @@
 ** no int16 saturation anywhere). Only the float sums over blocks differ in
 ** order from ds_kern_ref.
 **
-** INT8 weights come packed by q8_pack in 32-row tiles (see below).
-** Stack: small; matmul_q8 keeps 160 KB of thread-local prepared
-** activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB weight panel.
-** Nothing is allocated.
+** INT8 weights come packed at load, rows in the SIMD lanes: Q8_0 by
+** q8_pack and Q4_0 by q40_pack in 32-row tiles, Q4_K by q4k_pack in
+** 16-row tiles (see below); Q5_K and Q6_K rows come as the file has them.
+** Stack: small; matmul_q8 (and Q4_0's matmul_qx) keeps 160 KB of
+** thread-local prepared activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB
+** weight panel. Nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -1110,14 +1112,11 @@ static void q4k_pack_avx512(size_t rows, size_t n_sb, const void *w, void *out)
                 const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 144, *sc = b + 4;
                 memcpy(&o->d[i], b, 2);
                 memcpy(&o->dmin[i], b + 2, 2);
-                for (unsigned j = 0; j < 8; j++) {      /* ggml's 6-bit packing (get_scale_min_k4) */
-                    if (j < 4) {
-                        o->sc[j][i] = sc[j] & 63u;
-                        o->mn[j][i] = sc[j + 4] & 63u;
-                    } else {
-                        o->sc[j][i] = (uint8_t)((sc[j + 4] & 15u) | ((sc[j - 4] >> 6) << 4));
-                        o->mn[j][i] = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-                    }
+                for (unsigned j = 0; j < 8; j++) {
+                    unsigned scale, min;
+                    ds_kern__k_scale_min(sc, j, &scale, &min);
+                    o->sc[j][i] = (uint8_t)scale;
+                    o->mn[j][i] = (uint8_t)min;
                 }
                 for (size_t k = 0; k < 32; k++) memcpy(&o->q[k][i], b + 16 + 4 * k, 4);
             }
