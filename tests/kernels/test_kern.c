@@ -363,6 +363,24 @@ static void fill_qx(enum ds_kern_qtype t, uint8_t *w, size_t n_bytes)
     }
 }
 
+/* w (rows of n blocks or superblocks of t) in k's packed tiles, where k
+** packs t for the op: Q4_0 for matmul_qx, Q4_K for matmul_qk (qk); a fresh
+** buffer, its padding garbage. Else NULL: the op reads the file's rows. */
+static void *pack_qx_for(const struct ds_kern_ops *k, bool qk, enum ds_kern_qtype t, size_t rows, size_t n,
+                         const uint8_t *w)
+{
+    size_t bytes;
+    if (!qk && t == DS_KQ_Q4_0 && k->q40_pack) bytes = ds_q40_packed_bytes(k, rows, n);
+    else if (qk && t == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, rows, n);
+    else return NULL;
+    void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    assert_non_null(packed);
+    memset(packed, 0x5a, bytes);
+    if (t == DS_KQ_Q4_0) k->q40_pack(rows, n, w, packed);
+    else k->q4k_pack(rows, n, w, packed);
+    return packed;
+}
+
 static double qx_mag(enum ds_kern_qtype t, size_t nb, const uint8_t *row, const struct ds_q8_block *x)
 {
     double m = 0;
@@ -385,14 +403,7 @@ static void check_matmul_qx(const struct ds_kern_ops *k, enum ds_kern_qtype t, s
     size_t ldy = rows + 3, ny = nt * ldy;
     float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
-    void *packed = NULL;                /* Q4_0 in the variant's tiles, where it has them */
-    if (t == DS_KQ_Q4_0 && k->q40_pack) {
-        size_t bytes = ds_q40_packed_bytes(k, rows, nb);
-        packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        assert_non_null(packed);
-        memset(packed, 0x5a, bytes);
-        k->q40_pack(rows, nb, w, packed);
-    }
+    void *packed = pack_qx_for(k, false, t, rows, nb, w);
     k->matmul_qx(t, rows, nb, packed ? packed : w, nt, x, y, ldy);
     free(packed);
     ds_kern_ref.matmul_qx(t, rows, nb, w, nt, x, yr, ldy);
@@ -516,14 +527,7 @@ static void check_matmul_qk(const struct ds_kern_ops *k, enum ds_kern_qtype t, s
     size_t ldy = rows + 3, ny = nt * ldy;
     float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
-    void *packed = NULL;                /* Q4_K in the variant's tiles, where it has them */
-    if (t == DS_KQ_Q4_K && k->q4k_pack) {
-        size_t bytes = ds_q4k_packed_bytes(k, rows, n_sb);
-        packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        assert_non_null(packed);
-        memset(packed, 0x5a, bytes);
-        k->q4k_pack(rows, n_sb, w, packed);
-    }
+    void *packed = pack_qx_for(k, true, t, rows, n_sb, w);
     k->matmul_qk(t, rows, n_sb, packed ? packed : w, nt, x, y, ldy);
     free(packed);
     ds_kern_ref.matmul_qk(t, rows, n_sb, w, nt, x, yr, ldy);
