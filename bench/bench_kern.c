@@ -40,6 +40,7 @@
 #include <cblas.h>
 
 #include "bench_peak.h"
+#include "bench_util.h"
 #include "ds/kern.h"
 
 #define RING_BYTES   (512u << 20)
@@ -95,13 +96,8 @@ static void run_part(struct job *j, size_t id, size_t call)
     size_t nb = j->cols / DS_Q8_BLOCK;
     switch (j->op) {
     case OP_MEMREAD: {
-        static _Thread_local unsigned char sink[16384];   /* write target, stays in L1 */
         size_t blo = j->slot_bytes * id / j->nthr, bhi = j->slot_bytes * (id + 1) / j->nthr;
-        for (size_t o = blo; o < bhi; o += sizeof sink) {
-            size_t len = bhi - o < sizeof sink ? bhi - o : sizeof sink;
-            memcpy(sink, base + o, len);
-            __asm__ volatile("" : : "r"(sink) : "memory");
-        }
+        bench_read_l1(base + blo, bhi - blo);
         break;
     }
     case OP_MV_Q8:

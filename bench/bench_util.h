@@ -1,6 +1,6 @@
 /*
 ** bench_util.h — what dspark's benchmarks share: a clock in seconds, the
-** machine's load, and median/min/max of repeated runs.
+** machine's load, median/min/max of repeated runs, and a memory read probe.
 */
 #ifndef DS_BENCH_UTIL_H
 #define DS_BENCH_UTIL_H
@@ -26,6 +26,21 @@ bool bench_cuda_device(void);
 ** or -1 (nothing written) when s is not one. */
 int bench_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out);
 int bench_parse_pos(const char *s, double hi, double *out);
+
+/* Reads n bytes at p as a memory-bandwidth probe: memcpy into a buffer that
+** stays in L1, so the libc's widest loads set the pace, not a scalar loop's
+** (a loop of 64-bit adds read 40 GB/s on a VM where Q8_0 decode read 49).
+** Header-only: bench_kern links no ds_base. */
+#include <string.h>
+static inline void bench_read_l1(const void *p, size_t n)
+{
+    static _Thread_local unsigned char sink[16384];
+    const unsigned char *b = p;
+    for (size_t o = 0; o < n; o += sizeof sink) {
+        memcpy(sink, b + o, n - o < sizeof sink ? n - o : sizeof sink);
+        __asm__ volatile("" : : "r"(sink) : "memory");
+    }
+}
 
 /* "key": v then sep, to a JSON file; null for NaN or infinity. */
 #include <stdio.h>
