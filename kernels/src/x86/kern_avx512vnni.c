@@ -314,18 +314,14 @@ static void q40_pack_avx512(size_t rows, size_t n_blocks, const void *w, void *o
     const uint8_t *src = w;
     struct pk4_block *p = out;
     for (size_t r0 = 0; r0 < rows; r0 += MM_RT, p += n_blocks)
-        for (size_t kb = 0; kb < n_blocks; kb++)
-            for (size_t i = 0; i < MM_RT; i++) {
-                const uint8_t *b = r0 + i < rows ? src + ((r0 + i) * n_blocks + kb) * 18 : NULL;
-                uint16_t d = 0;
-                if (b) memcpy(&d, b, 2);
-                p[kb].d[i] = d;
-                for (size_t k = 0; k < 4; k++) {
-                    uint32_t q = 0;
-                    if (b) memcpy(&q, b + 2 + 4 * k, 4);
-                    p[kb].q[k][i] = q;
-                }
+        for (size_t kb = 0; kb < n_blocks; kb++) {
+            memset(&p[kb], 0, sizeof p[kb]);
+            for (size_t i = 0; i < MM_RT && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_blocks + kb) * 18;
+                memcpy(&p[kb].d[i], b, 2);
+                for (size_t k = 0; k < 4; k++) memcpy(&p[kb].q[k][i], b + 2 + 4 * k, 4);
             }
+        }
 }
 
 /* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
