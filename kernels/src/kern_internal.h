@@ -93,6 +93,20 @@ void ds_kern__matmul_qk_ref(enum ds_kern_qtype type, size_t rows, size_t n_sb, c
                             const struct ds_q8k_block *x, float *y, size_t ldy);
 void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *out);
 
+/* Q4_0 rows (18-byte blocks) into tiles of rt rows, for a variant's
+** q40_pack: per block of a tile, dword k (0..3) of each row's 16 code
+** bytes as [k][row], then the rows' FP16 scales; rt * 18 bytes, the same
+** bytes as the file. Dword k holds values 4k..4k+3 in its low nibbles and
+** 16+4k.. in its high ones. Absent rows of the last tile are zero blocks. */
+void ds_kern__q40_pack_tiles(size_t rt, size_t rows, size_t n_blocks, const void *w, void *out);
+/* Q4_K rows into tiles of rt rows, for a variant's q4k_pack: per
+** superblock of a tile, the 32 code dwords as [k][row] (dword 8c + i holds
+** values 4i..4i+3 of sub-block 2c in its low nibbles and of 2c + 1 in its
+** high ones), the 8 scales and 8 mins unpacked to bytes as [j][row], then
+** the rows' FP16 d and dmin: rt * DS_Q4K_PACKED_SB bytes. Absent rows of
+** the last tile are zero (d = dmin = 0). */
+void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
+
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 

@@ -12,6 +12,9 @@
 ** Per superblock: codes c, sixteen int16 scales sc and mins mn (one per 16
 ** values), then isum = sum_i sc[i] * sum_l c x, msum = sum_i mn[i] bsums[i],
 ** exact in int32, and one float step d_x (d isum - dmin msum).
+**
+** And the tile packers that the SIMD variants' q40_pack and q4k_pack share
+** (rows in the lanes, tiles of a variant's own width).
 */
 #include <float.h>
 #include <math.h>
@@ -220,4 +223,44 @@ void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *ou
         }
         o->d = 1.0f / iscale;
     }
+}
+
+/* ---- packed tiles (kern.h q40_pack, q4k_pack) ---- */
+
+void ds_kern__q40_pack_tiles(size_t rt, size_t rows, size_t n_blocks, const void *w, void *out)
+{
+    const uint8_t *src = w;
+    uint8_t *o = out;
+    for (size_t r0 = 0; r0 < rows; r0 += rt)
+        for (size_t kb = 0; kb < n_blocks; kb++, o += rt * 18) {
+            memset(o, 0, rt * 18);
+            for (size_t i = 0; i < rt && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_blocks + kb) * 18;
+                for (size_t k = 0; k < 4; k++) memcpy(o + (k * rt + i) * 4, b + 2 + 4 * k, 4);
+                memcpy(o + 16 * rt + 2 * i, b, 2);
+            }
+        }
+}
+
+void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
+{
+    const uint8_t *src = w;
+    uint8_t *o = out;
+    for (size_t r0 = 0; r0 < rows; r0 += rt)
+        for (size_t sb = 0; sb < n_sb; sb++, o += rt * DS_Q4K_PACKED_SB) {
+            uint8_t *sc = o + 128 * rt, *mn = sc + 8 * rt, *d = mn + 8 * rt, *dmin = d + 2 * rt;
+            memset(o, 0, rt * DS_Q4K_PACKED_SB);
+            for (size_t i = 0; i < rt && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 144;
+                memcpy(d + 2 * i, b, 2);
+                memcpy(dmin + 2 * i, b + 2, 2);
+                for (unsigned j = 0; j < 8; j++) {
+                    unsigned scale, min;
+                    ds_kern__k_scale_min(b + 4, j, &scale, &min);
+                    sc[j * rt + i] = (uint8_t)scale;
+                    mn[j * rt + i] = (uint8_t)min;
+                }
+                for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + 16 + 4 * k, 4);
+            }
+        }
 }

@@ -447,6 +447,18 @@ static void test_matmul_qx(void **state)
             }
         }
     }
+    /* Q4_0 past a packed kernel's K chunk and token batch (avx2: 128 blocks,
+    ** 64 tokens), with a partial last tile */
+    const uint64_t rng = g_rng;
+    const size_t nb = 130, rows = 11, nt = 70;
+    uint8_t *w = xmalloc(rows * nb * 18);
+    struct ds_q8_block *x = xmalloc(nt * nb * sizeof *x);
+    fill_qx(DS_KQ_Q4_0, w, rows * nb * 18);
+    fill_q8(x, nt * nb);
+    check_matmul_qx(k, DS_KQ_Q4_0, rows, nb, nt, w, x);
+    free(w);
+    free(x);
+    g_rng = rng;
 }
 
 /* ---- quantize_q8k / matmul_qk: K-quants against Q8_K activations ---- */

@@ -307,21 +307,10 @@ static void q8_pack_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bloc
         }
 }
 
-/* Q4_0 rows (18-byte blocks: FP16 scale, 16 code bytes) into 32-row tiles;
-** absent rows of the last tile are zero blocks. Once per matrix, at load. */
+/* Q4_0 rows into 32-row tiles (struct pk4_block), once per matrix at load. */
 static void q40_pack_avx512(size_t rows, size_t n_blocks, const void *w, void *out)
 {
-    const uint8_t *src = w;
-    struct pk4_block *p = out;
-    for (size_t r0 = 0; r0 < rows; r0 += MM_RT, p += n_blocks)
-        for (size_t kb = 0; kb < n_blocks; kb++) {
-            memset(&p[kb], 0, sizeof p[kb]);
-            for (size_t i = 0; i < MM_RT && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_blocks + kb) * 18;
-                memcpy(&p[kb].d[i], b, 2);
-                for (size_t k = 0; k < 4; k++) memcpy(&p[kb].q[k][i], b + 2 + 4 * k, 4);
-            }
-        }
+    ds_kern__q40_pack_tiles(MM_RT, rows, n_blocks, w, out);
 }
 
 /* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
@@ -1098,25 +1087,7 @@ _Static_assert(sizeof(struct pk4k_block) == QK4_RT * DS_Q4K_PACKED_SB, "packed Q
 
 static void q4k_pack_avx512(size_t rows, size_t n_sb, const void *w, void *out)
 {
-    const uint8_t *src = w;
-    struct pk4k_block *p = out;
-    for (size_t r0 = 0; r0 < rows; r0 += QK4_RT, p += n_sb)
-        for (size_t sb = 0; sb < n_sb; sb++) {
-            struct pk4k_block *o = &p[sb];
-            memset(o, 0, sizeof *o);
-            for (size_t i = 0; i < QK4_RT && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 144, *sc = b + 4;
-                memcpy(&o->d[i], b, 2);
-                memcpy(&o->dmin[i], b + 2, 2);
-                for (unsigned j = 0; j < 8; j++) {
-                    unsigned scale, min;
-                    ds_kern__k_scale_min(sc, j, &scale, &min);
-                    o->sc[j][i] = (uint8_t)scale;
-                    o->mn[j][i] = (uint8_t)min;
-                }
-                for (size_t k = 0; k < 32; k++) memcpy(&o->q[k][i], b + 16 + 4 * k, 4);
-            }
-        }
+    ds_kern__q4k_pack_tiles(QK4_RT, rows, n_sb, w, out);
 }
 
 /* 16 rows (lanes where m) of one tile x T tokens. */

@@ -1,19 +1,19 @@
 /*
-** kern_qk_x86.h — matmul_qk on 256-bit integer vectors: K-quant weight
-** superblocks (Q4_K, Q5_K, Q6_K; 256 values) against Q8_K activations.
-** Included by kern_avx2.c (QK_MADD: madd + add) and kern_avx512vnni.c
-** (QK_MADD: vpdpwssd); the including file defines QK_MADD(acc, p, s): acc
-** (8 x int32) += sums of adjacent int16 products of p and s, and QK_NAME,
-** and may define QK_ROWS_Q4K / QK_ROWS_Q6K, its own rows of those types,
-** with qk_rows_q6's arguments (kern_avx512vnni.c: Q6_K at 512 bits; its
-** Q4_K is packed at load and runs its own tiles, never these rows).
+** kern_qk_x86.h — matmul_qk on 256-bit integer vectors for the K-quant
+** rows as the file stores them: Q5_K and Q6_K superblocks (256 values)
+** against Q8_K activations. (Q4_K never comes here: both x86 variants pack
+** it at load and run their own tiles.) Included by kern_avx2.c (QK_MADD:
+** madd + add) and kern_avx512vnni.c (QK_MADD: vpdpwssd); the including
+** file defines QK_MADD(acc, p, s): acc (8 x int32) += sums of adjacent
+** int16 products of p and s, and QK_NAME, and may define QK_ROWS_Q6K, its
+** own Q6_K rows with qk_rows_q6's arguments (kern_avx512vnni.c: 512 bits).
 **
 ** The weights stream: each superblock is read once per QK_TOK tokens, its
-** 4-, 5- or 6-bit codes unpacked with shifts and masks into unsigned bytes
+** 5- or 6-bit codes unpacked with shifts and masks into unsigned bytes
 ** u (32 a vector, one sub-block), multiplied with the activations by
 ** maddubs (u <= 63, so the int16 pair sums stay below 2^15), then by the
 ** sub-block scales (int16, broadcast by a byte shuffle) with madd into
-** int32. The mins (Q4_K, Q5_K) and Q6_K's offset of 32 come in through the
+** int32. The mins (Q5_K) and Q6_K's offset of 32 come in through the
 ** activation's bsums, also in int32. Per superblock and token, one or two
 ** float FMAs: acc_f += d_x d isum - d_x dmin msum. The integer sums equal
 ** the reference's exactly; only the float steps' order differs.
@@ -38,7 +38,7 @@ static inline float qk_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* Q4_K / Q5_K: the eight 6-bit scales (bytes 0..7) and mins (8..15) from
+/* Q5_K: the eight 6-bit scales (bytes 0..7) and mins (8..15) from
 ** the 12 packed bytes at p (16 bytes are read: the codes follow them):
 ** sub-block j < 4 keeps the low 6 bits of bytes j and j + 4; j >= 4 takes
 ** a nibble of byte j + 4 and the top 2 bits of bytes j - 4 and j. */
@@ -64,35 +64,32 @@ static inline __m256i qk_pick(int lo, int hi)
                             c, e, c, e, c, e, c, e, c, e, c, e, c, e, c, e);
 }
 
-/* Q4_K / Q5_K rows against nt (<= QK_TOK) tokens. */
+/* Q5_K rows against nt (<= QK_TOK) tokens. */
 static inline __attribute__((always_inline)) void
-qk_rows_q45(bool five, size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
-            float *y, size_t ldy)
+qk_rows_q5(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
+           float *y, size_t ldy)
 {
-    const size_t bb = five ? 176 : 144;
+    const size_t bb = 176;
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (size_t r = 0; r < rows; r++) {
         const uint8_t *row = w + r * bb * n_sb;
         __m256 accf[QK_TOK];
         for (size_t t = 0; t < nt; t++) accf[t] = _mm256_setzero_ps();
         for (size_t s = 0; s < n_sb; s++) {
-            const uint8_t *b = row + s * bb, *qs = b + (five ? 48 : 16);
+            const uint8_t *b = row + s * bb, *qs = b + 48;
             const float d = qk_f16(b), dmin = qk_f16(b + 2);
             const __m128i sm = qk_scales_mins(b + 4);
             const __m256i sc16 = _mm256_cvtepu8_epi16(sm);                /* scales 0..7, mins 0..7 */
             const __m256i scl = _mm256_permute2x128_si256(sc16, sc16, 0x00);   /* scales in both halves */
             const __m128i mn16 = _mm256_extracti128_si256(sc16, 1);
-            __m256i qh = _mm256_setzero_si256();
-            if (five) qh = _mm256_loadu_si256((const __m256i *)(const void *)(b + 16));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(b + 16));
             __m256i acc[QK_TOK];
             for (size_t t = 0; t < nt; t++) acc[t] = _mm256_setzero_si256();
             for (int i = 0; i < 4; i++) {           /* sub-blocks 2i (low nibbles), 2i + 1 (high) */
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * i));
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                if (five) {
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
-                }
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
                 const __m256i s_lo = _mm256_shuffle_epi8(scl, qk_pick(2 * i, 2 * i));
                 const __m256i s_hi = _mm256_shuffle_epi8(scl, qk_pick(2 * i + 1, 2 * i + 1));
                 for (size_t t = 0; t < nt; t++) {
@@ -215,10 +212,7 @@ static void qk_quantize_q8k(size_t n, const float *x, struct ds_q8k_block *out)
     }
 }
 
-/* The including file may bring its own Q4_K and Q6_K rows (512-bit). */
-#ifndef QK_ROWS_Q4K
-#define QK_ROWS_Q4K(...) qk_rows_q45(false, __VA_ARGS__)
-#endif
+/* The including file may bring its own Q6_K rows (512-bit). */
 #ifndef QK_ROWS_Q6K
 #define QK_ROWS_Q6K qk_rows_q6
 #endif
@@ -231,13 +225,9 @@ static void QK_NAME(enum ds_kern_qtype type, size_t rows, size_t n_sb, const voi
         const struct ds_q8k_block *xt = x + t0 * n_sb;
         float *yt = y + t0 * ldy;
         switch (type) {
-        case DS_KQ_Q4_K:
-            if (nt == 1) QK_ROWS_Q4K(rows, n_sb, w, 1, xt, yt, ldy);   /* decode: the token loop unrolled */
-            else QK_ROWS_Q4K(rows, n_sb, w, nt, xt, yt, ldy);
-            break;
-        case DS_KQ_Q5_K: qk_rows_q45(true, rows, n_sb, w, nt, xt, yt, ldy); break;
+        case DS_KQ_Q5_K: qk_rows_q5(rows, n_sb, w, nt, xt, yt, ldy); break;
         case DS_KQ_Q6_K:
-            if (nt == 1) QK_ROWS_Q6K(rows, n_sb, w, 1, xt, yt, ldy);
+            if (nt == 1) QK_ROWS_Q6K(rows, n_sb, w, 1, xt, yt, ldy);   /* decode: the token loop unrolled */
             else QK_ROWS_Q6K(rows, n_sb, w, nt, xt, yt, ldy);
             break;
         default: return;

@@ -5,22 +5,20 @@
 ** (8 x int32) += sums of 4 adjacent products of unsigned bytes u and signed
 ** bytes s, and QX_NAME, the function's name.
 **
-** Weights are decoded group by group (32 values) to unsigned codes u (Q4_0:
-** q, value (q - 8) d; Q4_K: q, value d sc q - dmin mn; Q6_K: q, value
-** d sc (q - 32)), so that u x sums stay exact in int32 (u <= 63). The
-** offset and the min come back through each activation block's sums over
-** its two halves: dot = d_x (s0 (U0 - o X0) + s1 (U1 - o X1) + mn (X0 + X1)).
-** Q4_0 (one scale, no min) takes its offset in int32 instead: -8 (X0 + X1)
-** starts lane 0 of the block's integer sum, so no float step is added.
-** Each decoded group meets up to QX_TOK tokens before the next is decoded.
-** Q4_1, Q5_0 and Q5_1 go to the scalar reference.
+** Weights are decoded group by group (32 values) to unsigned codes u (Q4_K:
+** q, value d sc q - dmin mn; Q6_K: q, value d sc (q - 32)), so that u x
+** sums stay exact in int32 (u <= 63). The offset and the min come back
+** through each activation block's sums over its two halves: dot = d_x (s0
+** (U0 - o X0) + s1 (U1 - o X1) + mn (X0 + X1)). Each decoded group meets up
+** to QX_TOK tokens before the next is decoded. Q4_0 never comes here: both
+** x86 variants pack it at load and run their own tiles. Q4_1, Q5_0 and
+** Q5_1 go to the scalar reference.
 */
 #ifndef DS_KERN_QX_X86_H
 #define DS_KERN_QX_X86_H
 
 #define QX_TOK     8u        /* tokens per pass over a row */
 #define QX_MAX_NB  512u      /* blocks per row held in the activation sums */
-#define QX_PREFETCH 1024     /* bytes ahead in a row: 4 rows from DRAM, 5.0 -> 11.5 GB/s on one core */
 
 static inline float qx_f16(const uint8_t *p)
 {
@@ -36,15 +34,6 @@ static inline __attribute__((always_inline)) __m256i qx_decode(enum ds_kern_qtyp
 {
     const __m256i m4 = _mm256_set1_epi8(15);
     switch (t) {
-    case DS_KQ_Q4_0: {
-        const uint8_t *b = row + g * 18;
-        *s0 = *s1 = qx_f16(b);
-        *mn = 0.0f;
-        *off = 8;
-        __m128i q = _mm_loadu_si128((const __m128i *)(b + 2));
-        __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-        return _mm256_and_si256(v, m4);
-    }
     case DS_KQ_Q4_K:
     case DS_KQ_Q5_K: {
         const bool five = t == DS_KQ_Q5_K;
@@ -100,56 +89,6 @@ static inline float qx_hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* acc += one Q4_0 block b (18 bytes) against activation block xv, whose
-** offset term o (-8 (X0 + X1) in lane 0) and scale dx are ready. */
-static inline __attribute__((always_inline)) __m256
-qx_q40_block(__m256 acc, const uint8_t *b, __m256i xv, __m128i o, __m256 dx)
-{
-    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
-    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
-    _mm_prefetch((const char *)b + QX_PREFETCH, _MM_HINT_T0);
-    __m256i p = _mm256_zextsi128_si256(o);
-    QX_DOT(p, u, xv);
-    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(qx_f16(b)), dx), _mm256_cvtepi32_ps(p), acc);
-}
-
-/* Q4_0 against one token (decode): four rows at a time, each with its own
-** accumulator in a register (a loop over an array of accumulators keeps
-** them in memory, and the store-to-load chain caps it at a third of the
-** speed), sharing each activation block's load; then the rows left one by
-** one, with the same steps. */
-static inline __attribute__((always_inline)) void
-qx_rows_q40_one(size_t rows, size_t n_blocks, const uint8_t *w, size_t rb, const struct ds_q8_block *x,
-                const int32_t *xs, const float *xd, float *y)
-{
-    size_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        const uint8_t *row = w + r * rb;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t g = 0; g < n_blocks; g++) {
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)x[g].qs);
-            const __m128i o = _mm_cvtsi32_si128(-8 * (xs[2 * g] + xs[2 * g + 1]));
-            const __m256 dx = _mm256_set1_ps(xd[g]);
-            a0 = qx_q40_block(a0, row + g * 18, xv, o, dx);
-            a1 = qx_q40_block(a1, row + rb + g * 18, xv, o, dx);
-            a2 = qx_q40_block(a2, row + 2 * rb + g * 18, xv, o, dx);
-            a3 = qx_q40_block(a3, row + 3 * rb + g * 18, xv, o, dx);
-        }
-        y[r] = qx_hsum(a0);
-        y[r + 1] = qx_hsum(a1);
-        y[r + 2] = qx_hsum(a2);
-        y[r + 3] = qx_hsum(a3);
-    }
-    for (; r < rows; r++) {
-        const uint8_t *row = w + r * rb;
-        __m256 a = _mm256_setzero_ps();
-        for (size_t g = 0; g < n_blocks; g++)
-            a = qx_q40_block(a, row + g * 18, _mm256_loadu_si256((const __m256i *)(const void *)x[g].qs),
-                             _mm_cvtsi32_si128(-8 * (xs[2 * g] + xs[2 * g + 1])), _mm256_set1_ps(xd[g]));
-        y[r] = qx_hsum(a);
-    }
-}
-
 /* Rows of w against tokens t0 .. t0 + nt, with the activation sums ready. */
 static inline __attribute__((always_inline)) void
 qx_rows(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const uint8_t *w, size_t rb, size_t t0,
@@ -175,13 +114,6 @@ qx_rows(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const uint8_t *w,
                 const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + g];
                 const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
                 const float dx = xd[t][g];
-                if (type == DS_KQ_Q4_0) {
-                    /* the offset in int32, in lane 0: -8 (X0 + X1) */
-                    __m256i p = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * (xs[t][2 * g] + xs[t][2 * g + 1])));
-                    QX_DOT(p, u, xv);
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(p), acc[t]);
-                    continue;
-                }
                 __m256i p = _mm256_setzero_si256();
                 QX_DOT(p, u, xv);
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(p), acc[t]);
@@ -195,7 +127,8 @@ qx_rows(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const uint8_t *w,
 static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                     const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    if (type == DS_KQ_Q4_1 || type == DS_KQ_Q5_0 || type == DS_KQ_Q5_1 || n_blocks > QX_MAX_NB) {
+    if (type == DS_KQ_Q4_0 || type == DS_KQ_Q4_1 || type == DS_KQ_Q5_0 || type == DS_KQ_Q5_1 ||
+        n_blocks > QX_MAX_NB) {
         ds_kern__matmul_qx_ref(type, rows, n_blocks, w, n_tok, x, y, ldy);
         return;
     }
@@ -218,10 +151,6 @@ static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const
             }
         const uint8_t *wb = w;
         switch (type) {
-        case DS_KQ_Q4_0:
-            if (nt == 1) qx_rows_q40_one(rows, n_blocks, wb, rb, x + t0 * n_blocks, xs[0], xd[0], y + t0 * ldy);
-            else qx_rows(DS_KQ_Q4_0, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy);
-            break;
         case DS_KQ_Q4_K: qx_rows(DS_KQ_Q4_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
         case DS_KQ_Q5_K: qx_rows(DS_KQ_Q5_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
         case DS_KQ_Q6_K: qx_rows(DS_KQ_Q6_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
