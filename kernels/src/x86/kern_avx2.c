@@ -270,13 +270,13 @@ DS_INLINE void mm_kernel(int RW, const struct ds_q8_block *w, size_t nb,
 {
     for (size_t kb = 0; kb < kn; kb++) {
         __m256i acc[MM_RW][2];
-        int32_t wp[MM_RW][16];      /* weight int16 pairs of this block */
+        __m256i wp[MM_RW][2];       /* weight int16 pairs of this block */
         float dw[MM_RW];
 #pragma GCC unroll 2
         for (int r = 0; r < RW; r++) {
             const struct ds_q8_block *b = w + (size_t)r * nb + kb;
-            _mm256_storeu_si256((void *)wp[r], load16_i8_to_i16(b->qs));
-            _mm256_storeu_si256((void *)(wp[r] + 8), load16_i8_to_i16(b->qs + 16));
+            wp[r][0] = load16_i8_to_i16(b->qs);
+            wp[r][1] = load16_i8_to_i16(b->qs + 16);
             dw[r] = f16(b->d);
             acc[r][0] = acc[r][1] = _mm256_setzero_si256();
         }
@@ -286,9 +286,10 @@ DS_INLINE void mm_kernel(int RW, const struct ds_q8_block *w, size_t nb,
             __m256i x1 = _mm256_load_si256((const void *)&p->q[kb][k][8]);
 #pragma GCC unroll 2
             for (int r = 0; r < RW; r++) {
-                __m256i wv = _mm256_set1_epi32(wp[r][k]);
+                __m256i wv = _mm256_permutevar8x32_epi32(wp[r][k / 8], _mm256_set1_epi32(k % 8));
                 acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(wv, x0));
                 acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(wv, x1));
+                __asm__("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
             }
         }
         __m256 dx0 = _mm256_load_ps(&p->dx[kb][0]), dx1 = _mm256_load_ps(&p->dx[kb][8]);
