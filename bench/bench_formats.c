@@ -217,8 +217,10 @@ int main(int argc, char **argv)
             if (peer && pf > peer_pre_s[i]) peer_pre_s[i] = pf;
         }
     }
-    printf("%s shape; read bandwidth, %u threads: %.2f GB/s%s; prefill of %u tokens in one call\n\n", shape,
-           run.threads, bw, rounds > 1 ? " (best round)" : "", run.prompt);
+    printf("%s shape; read bandwidth, %u threads: %.2f GB/s%s; ", shape, run.threads, bw,
+           rounds > 1 ? " (best round)" : "");
+    if (run.prompt) printf("prefill of %u tokens in one call\n\n", run.prompt);
+    else printf("no prefill (--prompt 0)\n\n");
     printf("%-8s %-11s %12s %12s %10s %6s %13s%s\n", "format", "kernel", "bytes/token", "decode tok/s", "ceiling",
            "%ceil", "prefill tok/s", peer ? "  llama.cpp decode  prefill  dspark/llama.cpp decode  prefill" : "");
     for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {

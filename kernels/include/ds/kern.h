@@ -5,8 +5,9 @@
 **
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
-**            160 KB per thread of prepared matmul_q8 activations; gemm_f32:
-**            one packed weight panel, 32 KB avx512vnni, 16 KB avx2).
+**            160 KB per thread of prepared matmul_q8 activations; avx2: 64
+**            KB of Q4_0 activation sums; gemm_f32: one packed weight
+**            panel, 32 KB avx512vnni, 16 KB avx2).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
 **            variant's packed layout: q8_pack's output, made once at load
 **            (ds_q8_pack below); plain Q8_0 rows where a variant has none.

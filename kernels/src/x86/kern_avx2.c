@@ -10,7 +10,8 @@
 ** float sums over blocks differ in order from ds_kern_ref.
 **
 ** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; gemm_f32 (kern_sgemm_avx2.h)
-** keeps a 16 KB thread-local weight panel; nothing is allocated.
+** keeps a 16 KB thread-local weight panel and matmul_qx (Q4_0) 64 KB of
+** thread-local activation sums; nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -617,7 +618,7 @@ DS_INLINE void pk_store(int T, const __m256 f[PK_TT], float *y, size_t ldy, size
     }
 }
 
-struct pk40_xprep {             /* PK_NT tokens x one K chunk: 128 KB */
+struct pk40_xprep {             /* PK_NT tokens x one K chunk: 64 KB */
     int32_t corr[PK_NT][PK_KB]; /* -8 * sum(x qs): the codes' offset */
     float   dx[PK_NT][PK_KB];
 };
