@@ -103,7 +103,8 @@ static enum ds_err decode(const struct ds_model *m, const struct run *run, doubl
     for (unsigned r = 0; rc == DS_OK && r <= reps; r++) {
         if ((rc = ds_seq_truncate(s, 0)) != DS_OK) break;
         double t0 = bench_now_s();
-        for (unsigned i = 0; i < steps && rc == DS_OK; i++) rc = ds_engine_eval(e, s, &toks[i % MAX_PROMPT], 1, lg, false);
+        for (unsigned i = 0; i < steps && rc == DS_OK; i++)
+            rc = ds_engine_eval(e, s, &toks[i % MAX_PROMPT], 1, lg, false);
         if (r > 0) v[r - 1] = steps / (bench_now_s() - t0);      /* run 0 warms up */
         if (run->prompt == 0 || rc != DS_OK || (rc = ds_seq_truncate(s, 0)) != DS_OK) continue;
         t0 = bench_now_s();

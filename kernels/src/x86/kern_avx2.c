@@ -644,7 +644,7 @@ DS_INLINE void q40_tile(int T, size_t kn, const struct pk40_block *w, const stru
                 const int8_t *xq = x[(size_t)t * nbx + kb].qs;
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, bcast_dword(xq + 4 * k)));
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, bcast_dword(xq + 16 + 4 * k)));
-                __asm__("" : "+x"(s[t]));
+                __asm__("" : "+x"(s[t]));        /* a chain, as in mm_kernel */
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)w[kb].d));
@@ -674,7 +674,8 @@ static void q40_run_avx2(size_t rows, size_t n_blocks, const void *w, size_t n_t
             for (size_t t = 0; t < nt; t++)
                 for (size_t kb = 0; kb < kn; kb++) {
                     const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + kb0 + kb];
-                    const __m256i v = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const void *)b->qs));
+                    const __m256i q = _mm256_loadu_si256((const void *)b->qs);
+                    const __m256i v = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
                     p.corr[t][kb] = -8 * hsum_i32(_mm256_madd_epi16(v, _mm256_set1_epi16(1)));
                     p.dx[t][kb] = f16(b->d);
                 }
@@ -727,7 +728,7 @@ DS_INLINE void q4k_tile(int T, size_t n_sb, const struct pk4k_block *w, const st
                     const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 64 * c + 4 * i;
                     lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(wl, bcast_dword(xq)));
                     hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(wh, bcast_dword(xq + 32)));
-                    __asm__("" : "+x"(lo[t]), "+x"(hi[t]));
+                    __asm__("" : "+x"(lo[t]), "+x"(hi[t]));  /* chains, as in mm_kernel */
                 }
             }
             const __m256i sl = pk_pair16(b->sc[2 * c]), sh = pk_pair16(b->sc[2 * c + 1]);
@@ -741,8 +742,8 @@ DS_INLINE void q4k_tile(int T, size_t n_sb, const struct pk4k_block *w, const st
                                                    _mm_loadl_epi64((const void *)b->mn[2 * j + 1])), 16));
             for (int t = 0; t < T; t++) {
                 const int16_t *bs = x[(size_t)t * n_sb + sb].bsums + 4 * j;
-                const int32_t pair = (int32_t)(uint16_t)(bs[0] + bs[1]) | (int32_t)((uint32_t)(uint16_t)(bs[2] + bs[3]) << 16);
-                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mj, _mm256_set1_epi32(pair)));
+                const uint32_t pair = (uint16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(bs[2] + bs[3]) << 16;
+                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mj, _mm256_set1_epi32((int32_t)pair)));
             }
         }
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)b->d));
