@@ -199,19 +199,66 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* One burst of 90 requests offered at rate_rps (ids ol-ROUND-i): who
+** answered each, and each tier's latencies, sorted. */
+struct burst {
+    int    edge, c0, c1, errors;
+    double lat[3][90];
+    int    nl[3];
+};
+
+static void overload_burst(int round, double rate_rps, struct burst *b)
+{
+    enum { N = 90 };
+    static const char *tiers[3] = { "high", "normal", "low" };
+    char id[32], extra[256];
+    uint64_t t0[N];
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "ol-%d-%d", round, i);
+        snprintf(extra, sizeof extra, "\"prompt\":\"Sam had a kite %d\",\"max_tokens\":120,\"priority\":\"%s\","
+                 "\"deadline_ms\":20000,\"temperature\":0.7,\"seed\":%d", i, tiers[i % 3], i);
+        t0[i] = ds_now_ns();
+        send_req(id, extra);
+        usleep((useconds_t)(1e6 / rate_rps));
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "ol-%d-%d", round, i);
+        uint64_t at = 0;
+        char *a = answer_at(id, 60000, &at);
+        assert_non_null(a);
+        b->lat[i % 3][b->nl[i % 3]++] = (double)(at - t0[i]) / 1e6;
+        if (strstr(a, "\"error\"")) b->errors++;
+        else if (strstr(a, "\"node\":\"edge-ov\"")) b->edge++;
+        else if (strstr(a, "\"node\":\"center-0\"")) b->c0++;
+        else if (strstr(a, "\"node\":\"center-1\"")) b->c1++;
+        free(a);
+    }
+    usleep(300000);
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "ol-%d-%d", round, i);
+        assert_int_equal(count_answers(id), 1);
+    }
+    for (int t = 0; t < 3; t++) qsort(b->lat[t], (size_t)b->nl[t], sizeof(double), cmp_d);
+}
+
 /* Three times what the edge can do: measured first (route=edge), then
 ** offered at three times that rate. All answered, the overflow by both
 ** centers, the high tier within its deadline. The budgets are set from the
 ** measurement, 6 to 12 times the edge's time per request: the first
 ** requests fit, while the backlog of 3x (60 requests' work by the end)
 ** crosses them whatever the build's speed (fixed budgets of 100 to 200 ms
-** kept 89 of 90 requests on a fast edge, and 25 to 50 ms none under ASan). */
+** kept 89 of 90 requests on a fast edge, and 25 to 50 ms none under ASan).
+** When the machine's other load drops after the measurement, the edge
+** keeps up with 3x and nothing overflows (a CI run: 158 req/s measured
+** while a build ran, 90 of 90 served by the edge): the burst is offered
+** again at twice the rate, twice at most, so the test still fails when an
+** overloaded edge never overflows. */
 static void test_overload(void **state)
 {
     (void)state;
-    enum { N = 90, CAL = 8 };
-    static const char *tiers[3] = { "high", "normal", "low" };
-    char id[32], extra[256];
+    enum { CAL = 8 };
+    char id[32];
     uint64_t c0_ns = ds_now_ns();
     for (int i = 0; i < CAL; i++) {
         snprintf(id, sizeof id, "cal-%d", i);
@@ -223,49 +270,25 @@ static void test_overload(void **state)
         assert_non_null(a);
         free(a);
     }
-    double cap_rps = CAL / ((double)(ds_now_ns() - c0_ns) / 1e9);
-    double gap_s = 1.0 / (3.0 * cap_rps), per_req_ms = 1000.0 / cap_rps;
+    double cap_rps = CAL / ((double)(ds_now_ns() - c0_ns) / 1e9), per_req_ms = 1000.0 / cap_rps;
     set_budgets((unsigned)(6 * per_req_ms) + 1, (unsigned)(9 * per_req_ms) + 1, (unsigned)(12 * per_req_ms) + 1);
-    uint64_t t0[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(id, sizeof id, "ol-%d", i);
-        snprintf(extra, sizeof extra, "\"prompt\":\"Sam had a kite %d\",\"max_tokens\":120,\"priority\":\"%s\","
-                 "\"deadline_ms\":20000,\"temperature\":0.7,\"seed\":%d", i, tiers[i % 3], i);
-        t0[i] = ds_now_ns();
-        send_req(id, extra);
-        usleep((useconds_t)(gap_s * 1e6));
+    struct burst b;
+    double factor = 3.0;
+    for (int round = 0; round < 3; round++, factor *= 2) {
+        overload_burst(round, factor * cap_rps, &b);
+        printf("edge capacity %.1f req/s measured; offered %.1f req/s (%.0fx), budgets %.0f/%.0f/%.0f ms, 90 "
+               "requests: edge %d, center-0 %d, center-1 %d, errors %d; client latency p50/p99 ms: high %.0f/%.0f, "
+               "normal %.0f/%.0f, low %.0f/%.0f (deadline 20000)\n", cap_rps, factor * cap_rps, factor,
+               6 * per_req_ms, 9 * per_req_ms, 12 * per_req_ms, b.edge, b.c0, b.c1, b.errors, b.lat[0][b.nl[0] / 2],
+               b.lat[0][b.nl[0] - 1], b.lat[1][b.nl[1] / 2], b.lat[1][b.nl[1] - 1], b.lat[2][b.nl[2] / 2],
+               b.lat[2][b.nl[2] - 1]);
+        if (b.c0 > 0 && b.c1 > 0) break;
+        if (round < 2) printf("  not both centers took some: the edge kept up; offering twice the rate\n");
     }
-    int edge = 0, c0 = 0, c1 = 0, errors = 0;
-    double lat[3][N];
-    int nl[3] = { 0 };
-    for (int i = 0; i < N; i++) {
-        snprintf(id, sizeof id, "ol-%d", i);
-        uint64_t at = 0;
-        char *a = answer_at(id, 60000, &at);
-        assert_non_null(a);
-        lat[i % 3][nl[i % 3]++] = (double)(at - t0[i]) / 1e6;
-        if (strstr(a, "\"error\"")) errors++;
-        else if (strstr(a, "\"node\":\"edge-ov\"")) edge++;
-        else if (strstr(a, "\"node\":\"center-0\"")) c0++;
-        else if (strstr(a, "\"node\":\"center-1\"")) c1++;
-        free(a);
-    }
-    usleep(300000);
-    for (int i = 0; i < N; i++) {
-        snprintf(id, sizeof id, "ol-%d", i);
-        assert_int_equal(count_answers(id), 1);
-    }
-    for (int t = 0; t < 3; t++) qsort(lat[t], (size_t)nl[t], sizeof(double), cmp_d);
-    printf("edge capacity %.1f req/s measured; offered %.1f req/s (3x), budgets %.0f/%.0f/%.0f ms, %d requests: "
-           "edge %d, center-0 %d, center-1 %d, errors %d; client latency p50/p99 ms: high %.0f/%.0f, normal "
-           "%.0f/%.0f, low %.0f/%.0f (deadline 20000)\n", cap_rps, 3.0 * cap_rps, 6 * per_req_ms, 9 * per_req_ms,
-           12 * per_req_ms, N, edge, c0, c1, errors,
-           lat[0][nl[0] / 2], lat[0][nl[0] - 1], lat[1][nl[1] / 2], lat[1][nl[1] - 1], lat[2][nl[2] / 2],
-           lat[2][nl[2] - 1]);
-    assert_int_equal(errors, 0);
-    assert_true(edge > 0);
-    assert_true(c0 > 0 && c1 > 0);
-    assert_true(lat[0][nl[0] - 1] < 20000.0);
+    assert_int_equal(b.errors, 0);
+    assert_true(b.edge > 0);
+    assert_true(b.c0 > 0 && b.c1 > 0);
+    assert_true(b.lat[0][b.nl[0] - 1] < 20000.0);
     set_budgets(100, 150, 200);                         /* the other tests' */
 }
 
