@@ -5,7 +5,8 @@
 ** Globals: g_selected is the documented dispatch pointer: written once by
 **          pick() under g_once, read-only afterwards.
 ** Order:   g_all lists variants best last; the best supported one wins
-**          (x86: avx512vnni > avx2 > ref; arm64: neondot > neon > ref).
+**          (x86: avx512vnni > avxvnni > avx2 > ref; arm64: neondot > neon >
+**          ref).
 */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ static const struct ds_kern_ops *const g_all[] = {
     &ds_kern_ref,
 #if defined(DS_KERN_X86)
     &ds_kern_avx2,
+    &ds_kern_avxvnni,
     &ds_kern_avx512vnni,
 #endif
 #if defined(DS_KERN_ARM64)
@@ -36,6 +38,7 @@ bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_fe
     if (ops == &ds_kern_ref) return true;
 #if defined(DS_KERN_X86)
     if (ops == &ds_kern_avx2) return f->avx2 && f->fma && f->f16c;
+    if (ops == &ds_kern_avxvnni) return f->avx2 && f->fma && f->f16c && f->avxvnni;
     if (ops == &ds_kern_avx512vnni)
         return f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni &&
                f->avx2 && f->fma && f->f16c;

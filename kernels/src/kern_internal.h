@@ -13,6 +13,7 @@
 
 #if defined(DS_KERN_X86)
 extern const struct ds_kern_ops ds_kern_avx2;         /* src/x86/kern_avx2.c */
+extern const struct ds_kern_ops ds_kern_avxvnni;      /* src/x86/kern_avxvnni.c (kern_avx2.c again) */
 extern const struct ds_kern_ops ds_kern_avx512vnni;   /* src/x86/kern_avx512vnni.c */
 #endif
 #if defined(DS_KERN_ARM64)

@@ -5,9 +5,9 @@
 **
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
-**            160 KB per thread of prepared matmul_q8 activations; avx2: 64
-**            KB of Q4_0 activation sums; gemm_f32: one packed weight
-**            panel, 32 KB avx512vnni, 16 KB avx2).
+**            160 KB per thread of prepared matmul_q8 activations; avx2 and
+**            avxvnni: 64 KB of Q4_0 activation sums; gemm_f32: one packed
+**            weight panel, 32 KB avx512vnni, 16 KB avx2 and avxvnni).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
 **            variant's packed layout: q8_pack's output, made once at load
 **            (ds_q8_pack below); plain Q8_0 rows where a variant has none.
@@ -15,7 +15,7 @@
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
 **            three documented globals.
-** Override:  DS_KERNEL=ref|avx2|avx512vnni|neon|neondot forces a variant (tests,
+** Override:  DS_KERNEL=ref|avx2|avxvnni|avx512vnni|neon|neondot forces a variant (tests,
 **            benchmarks); a variant the CPU lacks is refused with a warning.
 */
 #ifndef DS_KERN_H
@@ -68,7 +68,7 @@ static inline size_t ds_kq_block_bytes(enum ds_kern_qtype t)
 
 struct ds_kern_ops {
     uint32_t    abi_version;    /* DS_KERN_ABI */
-    const char *name;           /* "ref", "avx2", "avx512vnni", "neon", "neondot" */
+    const char *name;           /* "ref", "avx2", "avxvnni", "avx512vnni", "neon", "neondot" */
 
     /* Packed INT8 weights. q8_pack lays out a rows x n_blocks Q8_0 matrix
     ** (row-major) in tiles of q8_pack_rows rows, into ds_q8_packed_blocks()

@@ -1,7 +1,11 @@
 /*
 ** kern_avx2.c — the AVX2 + FMA + F16C variant of every kernel ("avx2"), for
 ** x86-64 CPUs without AVX-512 VNNI. Compiled with per-file flags
-** (kernels/CMakeLists.txt); exports only ds_kern_avx2.
+** (kernels/CMakeLists.txt); exports only ds_kern_avx2. kern_avxvnni.c
+** compiles it again with AVX-VNNI ("avxvnni", ds_kern_avxvnni: Intel's
+** client cores since Alder Lake, Atom-class ones since Gracemont, which
+** have no AVX-512): there an int8 or int16 multiply and its int32
+** accumulate are one instruction (vpdpbusd, vpdpwssd) instead of two.
 **
 ** Integer exactness: int8 values are sign-extended to int16 and multiplied
 ** with vpmaddwd (int16 x int16 -> int32 pair sums, at most 2 * 128 * 128),
@@ -23,7 +27,25 @@
 
 #define DS_INLINE static inline __attribute__((always_inline))
 
+#if defined(DS_KERN_AVXVNNI)
+#define DS_KERN_TABLE ds_kern_avxvnni
+#define DS_KERN_NAME  "avxvnni"
+#else
+#define DS_KERN_TABLE ds_kern_avx2
+#define DS_KERN_NAME  "avx2"
+#endif
+
 /* ---- small helpers ---- */
+
+/* acc + the sums of adjacent int16 products of a and b (exact in int32). */
+DS_INLINE __m256i madd_acc(__m256i acc, __m256i a, __m256i b)
+{
+#if defined(DS_KERN_AVXVNNI)
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
 
 DS_INLINE __m256i load16_i8_to_i16(const int8_t *p)
 {
@@ -33,8 +55,7 @@ DS_INLINE __m256i load16_i8_to_i16(const int8_t *p)
 /* int32 partial sums of one block pair: 8 lanes whose sum is the block dot. */
 DS_INLINE __m256i block_part(const int8_t *w, __m256i x_lo, __m256i x_hi)
 {
-    return _mm256_add_epi32(_mm256_madd_epi16(load16_i8_to_i16(w), x_lo),
-                            _mm256_madd_epi16(load16_i8_to_i16(w + 16), x_hi));
+    return madd_acc(_mm256_madd_epi16(load16_i8_to_i16(w), x_lo), load16_i8_to_i16(w + 16), x_hi);
 }
 
 /* Lane-wise tree step: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]. */
@@ -288,8 +309,8 @@ DS_INLINE void mm_kernel(int RW, const struct ds_q8_block *w, size_t nb,
 #pragma GCC unroll 2
             for (int r = 0; r < RW; r++) {
                 __m256i wv = _mm256_permutevar8x32_epi32(wp[r][k / 8], _mm256_set1_epi32(k % 8));
-                acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(wv, x0));
-                acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(wv, x1));
+                acc[r][0] = madd_acc(acc[r][0], wv, x0);
+                acc[r][1] = madd_acc(acc[r][1], wv, x1);
                 /* a chain: reassociated into a tree, every madd was computed
                 ** first and spilled (46 vs 61-66 G op/s) */
                 __asm__("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
@@ -543,7 +564,11 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 
 /* ---- matmul_qx: 4/5/6-bit ggml rows (kern_qx_x86.h) ---- */
 
+#if defined(DS_KERN_AVXVNNI)
+#define QX_DOT(acc, u, s) (acc = _mm256_dpbusd_avx_epi32(acc, u, s))
+#else
 #define QX_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
+#endif
 #define QX_NAME matmul_qx_rows_avx2
 #include "kern_qx_x86.h"
 #undef QX_DOT
@@ -551,7 +576,7 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 
 /* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
 
-#define QK_MADD(acc, p, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s)))
+#define QK_MADD(acc, p, s) (acc = madd_acc(acc, p, s))
 #define QK_NAME matmul_qk_rows_avx2
 #include "kern_qk_x86.h"
 #undef QK_MADD
@@ -569,7 +594,8 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 ** sub-block scales, paired in each lane's two int16, for Q4_K). The scales,
 ** Q4_0's offset of 8 and Q4_K's mins then cost a few operations per 8
 ** rows, where the file's layout costs them per row: on a Zen 5 core that
-** held Q4_0 decode to 44% of the read-bandwidth ceiling. */
+** held Q4_0 decode to 44% of the read-bandwidth ceiling. The AVX-VNNI
+** build sums Q4_0's products in int32 with vpdpbusd instead. */
 
 #define PK_RT 8                 /* rows per tile: one vector */
 #define PK_TT 4                 /* tokens per pass over a tile */
@@ -629,7 +655,7 @@ DS_INLINE void q40_tile(int T, size_t kn, const struct pk40_block *w, const stru
                         const int32_t (*corr)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy, size_t nr,
                         bool add)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(15);
     __m256 f[PK_TT];
     for (int t = 0; t < T; t++) f[t] = _mm256_setzero_ps();
     for (size_t kb = 0; kb < kn; kb++) {
@@ -642,14 +668,23 @@ DS_INLINE void q40_tile(int T, size_t kn, const struct pk40_block *w, const stru
             const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             for (int t = 0; t < T; t++) {
                 const int8_t *xq = x[(size_t)t * nbx + kb].qs;
+#if defined(DS_KERN_AVXVNNI)                    /* int32 sums */
+                s[t] = _mm256_dpbusd_avx_epi32(s[t], lo, bcast_dword(xq + 4 * k));
+                s[t] = _mm256_dpbusd_avx_epi32(s[t], hi, bcast_dword(xq + 16 + 4 * k));
+#else                                           /* int16 sums */
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, bcast_dword(xq + 4 * k)));
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, bcast_dword(xq + 16 + 4 * k)));
                 __asm__("" : "+x"(s[t]));        /* a chain, as in mm_kernel */
+#endif
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)w[kb].d));
         for (int t = 0; t < T; t++) {
-            const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(s[t], ones), _mm256_set1_epi32(corr[t][kb]));
+#if defined(DS_KERN_AVXVNNI)
+            const __m256i i = _mm256_add_epi32(s[t], _mm256_set1_epi32(corr[t][kb]));
+#else
+            const __m256i i = madd_acc(_mm256_set1_epi32(corr[t][kb]), s[t], _mm256_set1_epi16(1));
+#endif
             f[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i), dw), _mm256_set1_ps(dx[t][kb]), f[t]);
         }
     }
@@ -733,8 +768,7 @@ DS_INLINE void q4k_tile(int T, size_t n_sb, const struct pk4k_block *w, const st
             }
             const __m256i sl = pk_pair16(b->sc[2 * c]), sh = pk_pair16(b->sc[2 * c + 1]);
             for (int t = 0; t < T; t++)
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(lo[t], sl),
-                                                                     _mm256_madd_epi16(hi[t], sh)));
+                isum[t] = madd_acc(madd_acc(isum[t], lo[t], sl), hi[t], sh);
         }
         for (int j = 0; j < 4; j++) {           /* mins of sub-blocks 2j, 2j + 1 x their activation sums */
             const __m256i mj = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)b->mn[2 * j])),
@@ -743,7 +777,7 @@ DS_INLINE void q4k_tile(int T, size_t n_sb, const struct pk4k_block *w, const st
             for (int t = 0; t < T; t++) {
                 const int16_t *bs = x[(size_t)t * n_sb + sb].bsums + 4 * j;
                 const uint32_t pair = (uint16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(bs[2] + bs[3]) << 16;
-                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(mj, _mm256_set1_epi32((int32_t)pair)));
+                msum[t] = madd_acc(msum[t], mj, _mm256_set1_epi32((int32_t)pair));
             }
         }
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)b->d));
@@ -793,9 +827,9 @@ static void matmul_qk_avx2(enum ds_kern_qtype type, size_t rows, size_t n_sb, co
     else matmul_qk_rows_avx2(type, rows, n_sb, w, n_tok, x, y, ldy);
 }
 
-const struct ds_kern_ops ds_kern_avx2 = {
+const struct ds_kern_ops DS_KERN_TABLE = {
     .abi_version = DS_KERN_ABI,
-    .name        = "avx2",
+    .name        = DS_KERN_NAME,
     .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .q40_pack_rows = PK_RT,
     .q40_pack    = q40_pack_avx2,
