@@ -156,7 +156,7 @@ int main(int argc, char **argv)
                     "  --prompt N  prefill tokens, one call (default 120; 0: no prefill figure)\n"
                     "  --reps N    runs per format, median (default 5)\n"
                     "  --rounds N  rounds of bandwidth + every format in turn; best of each (default 1)\n"
-                    "  --kernel K  force a kernel variant (avx2, avx512vnni, neon, ...; default: the best here)\n"
+                    "  --kernel K  force a kernel variant (avx2, avxvnni, avx512vnni, neon, ...; default: the best)\n"
                     "  --peer PATH llama.cpp's peer_llama (bench/peer/build.sh) on the same files\n",
                     argv[0]);
             return c == 'h' ? 0 : 2;

@@ -40,7 +40,7 @@ static void run_usage(FILE *f)
         "      --seed S           random seed (default 0); same seed, same text\n"
         "      --precision P      fp32 or int8 (default fp32)\n"
         "      --threads N        compute threads (default: one per CPU)\n"
-        "      --kernel NAME      force a kernel variant: ref, avx2, avx512vnni, neon\n"
+        "      --kernel NAME      force a kernel variant: ref, avx2, avxvnni, avx512vnni, neon, neondot\n"
         "      --ctx N            context length to allocate (default min(model, 4096))\n"
         "      --kv T             KV cache: f32 (default) or f16 (half the memory; keys and\n"
         "                         values rounded to halves)\n"
