@@ -259,15 +259,27 @@ static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_bloc
 ** Tokens are the SIMD lanes: x is repacked per tile of 16 tokens as int16
 ** pairs (one dword = qs[2k], qs[2k+1] of one token), each weight pair is
 ** broadcast, and vpmaddwd accumulates a whole block dot for 8 (row, token)
-** pairs per vector in 16 steps, exactly, with no horizontal sums. */
+** pairs per vector in 16 steps, exactly, with no horizontal sums. With
+** AVX-VNNI a dword holds 4 values of a token as they are, each weight dword
+** is broadcast with its sign bits flipped (w ^ 0x80 = w + 128, unsigned),
+** and vpdpbusd takes 8 steps: the sums start at -128 times each token's
+** block sum, so they equal the reference's exactly. */
 
 #define MM_KB 32                /* blocks per K chunk */
 #define MM_TT 16                /* tokens per tile (2 vectors of 8) */
 #define MM_RW 2                 /* rows per register tile */
+#if defined(DS_KERN_AVXVNNI)
+#define MM_KS 8                 /* dword steps per block: 4 int8 values */
+#else
+#define MM_KS 16                /* dword steps per block: 2 int16 values */
+#endif
 
-struct mm_pack {                /* one token tile x one K chunk: 34 KB */
-    int32_t q[MM_KB][16][MM_TT];    /* int16 pairs: [block][pair][token] */
+struct mm_pack {                /* one token tile x one K chunk: 34 KB (avxvnni: 20 KB) */
+    int32_t q[MM_KB][MM_KS][MM_TT]; /* x dwords: [block][step][token] */
     float   dx[MM_KB][MM_TT];
+#if defined(DS_KERN_AVXVNNI)
+    int32_t corr[MM_KB][MM_TT];     /* -128 * sum(x qs) */
+#endif
 };
 
 static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
@@ -278,9 +290,16 @@ static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t 
         const struct ds_q8_block *xb = x + t * nb + kb0;
         for (size_t kb = 0; kb < kn; kb++) {
             int32_t tmp[16];
+#if defined(DS_KERN_AVXVNNI)
+            int32_t sum = 0;
+            memcpy(tmp, xb[kb].qs, sizeof xb[kb].qs);
+            for (int j = 0; j < DS_Q8_BLOCK; j++) sum += xb[kb].qs[j];
+            p->corr[kb][t] = -128 * sum;
+#else
             _mm256_storeu_si256((void *)tmp, load16_i8_to_i16(xb[kb].qs));
             _mm256_storeu_si256((void *)(tmp + 8), load16_i8_to_i16(xb[kb].qs + 16));
-            for (int k = 0; k < 16; k++) p->q[kb][k][t] = tmp[k];
+#endif
+            for (int k = 0; k < MM_KS; k++) p->q[kb][k][t] = tmp[k];
             p->dx[kb][t] = f16(xb[kb].d);
         }
     }
@@ -292,28 +311,39 @@ DS_INLINE void mm_kernel(int RW, const struct ds_q8_block *w, size_t nb,
 {
     for (size_t kb = 0; kb < kn; kb++) {
         __m256i acc[MM_RW][2];
-        __m256i wp[MM_RW][2];       /* weight int16 pairs of this block */
+        __m256i wp[MM_RW][2];       /* weight dwords of this block */
         float dw[MM_RW];
 #pragma GCC unroll 2
         for (int r = 0; r < RW; r++) {
             const struct ds_q8_block *b = w + (size_t)r * nb + kb;
+#if defined(DS_KERN_AVXVNNI)
+            wp[r][0] = _mm256_xor_si256(_mm256_loadu_si256((const void *)b->qs), _mm256_set1_epi8((char)0x80));
+            acc[r][0] = _mm256_loadu_si256((const void *)&p->corr[kb][0]);
+            acc[r][1] = _mm256_loadu_si256((const void *)&p->corr[kb][8]);
+#else
             wp[r][0] = load16_i8_to_i16(b->qs);
             wp[r][1] = load16_i8_to_i16(b->qs + 16);
-            dw[r] = f16(b->d);
             acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+#endif
+            dw[r] = f16(b->d);
         }
 #pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < MM_KS; k++) {
             __m256i x0 = _mm256_load_si256((const void *)&p->q[kb][k][0]);
             __m256i x1 = _mm256_load_si256((const void *)&p->q[kb][k][8]);
 #pragma GCC unroll 2
             for (int r = 0; r < RW; r++) {
                 __m256i wv = _mm256_permutevar8x32_epi32(wp[r][k / 8], _mm256_set1_epi32(k % 8));
+#if defined(DS_KERN_AVXVNNI)
+                acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], wv, x0);
+                acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], wv, x1);
+#else
                 acc[r][0] = madd_acc(acc[r][0], wv, x0);
                 acc[r][1] = madd_acc(acc[r][1], wv, x1);
                 /* a chain: reassociated into a tree, every madd was computed
                 ** first and spilled (46 vs 61-66 G op/s) */
                 __asm__("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
+#endif
             }
         }
         __m256 dx0 = _mm256_load_ps(&p->dx[kb][0]), dx1 = _mm256_load_ps(&p->dx[kb][8]);
