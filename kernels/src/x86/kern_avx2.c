@@ -97,6 +97,13 @@ DS_INLINE int32_t hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
+/* The sum of a Q8_0 block's 32 values (exact). */
+DS_INLINE int32_t q8_block_sum(const struct ds_q8_block *b)
+{
+    const __m256i v = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const void *)b->qs));
+    return hsum_i32(_mm256_madd_epi16(v, _mm256_set1_epi16(1)));
+}
+
 DS_INLINE float hsum_f32(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -291,10 +298,8 @@ static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t 
         for (size_t kb = 0; kb < kn; kb++) {
             int32_t tmp[16];
 #if defined(DS_KERN_AVXVNNI)
-            int32_t sum = 0;
             memcpy(tmp, xb[kb].qs, sizeof xb[kb].qs);
-            for (int j = 0; j < DS_Q8_BLOCK; j++) sum += xb[kb].qs[j];
-            p->corr[kb][t] = -128 * sum;
+            p->corr[kb][t] = -128 * q8_block_sum(&xb[kb]);
 #else
             _mm256_storeu_si256((void *)tmp, load16_i8_to_i16(xb[kb].qs));
             _mm256_storeu_si256((void *)(tmp + 8), load16_i8_to_i16(xb[kb].qs + 16));
@@ -739,9 +744,7 @@ static void q40_run_avx2(size_t rows, size_t n_blocks, const void *w, size_t n_t
             for (size_t t = 0; t < nt; t++)
                 for (size_t kb = 0; kb < kn; kb++) {
                     const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + kb0 + kb];
-                    const __m256i q = _mm256_loadu_si256((const void *)b->qs);
-                    const __m256i v = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-                    p.corr[t][kb] = -8 * hsum_i32(_mm256_madd_epi16(v, _mm256_set1_epi16(1)));
+                    p.corr[t][kb] = -8 * q8_block_sum(b);
                     p.dx[t][kb] = f16(b->d);
                 }
             for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
