@@ -210,6 +210,18 @@ static void fill_q8_extreme(struct ds_q8_block *b, size_t n, int mode)
     }
 }
 
+/* Row t of a batched product must be the bits of the same product for
+** token t alone: the engine's prompt pass then gives exactly the logits of
+** its token-by-token steps, whatever the batch. */
+static void check_same_bits(const char *op, const char *alone, size_t rows, size_t nb, size_t nt, size_t t,
+                            const float *y, const float *y1)
+{
+    for (size_t r = 0; r < rows; r++)
+        if (memcmp(&y[r], &y1[r], sizeof(float)) != 0)
+            fail_msg("%s rows %zu blocks %zu n_tok %zu: y[%zu][%zu] = %.9g, %s gives %.9g", op, rows, nb, nt,
+                     t, r, (double)y[r], alone, (double)y1[r]);
+}
+
 /* w (rows x nb, row-major) in k's packed layout: 64-byte aligned as q8_pack
 ** wants, or, plain Q8_0, 2 bytes past an allocation's alignment (*base is
 ** the allocation, to free). */
@@ -283,7 +295,14 @@ static void check_matmul_q8(const struct ds_kern_ops *k, size_t rows, size_t nb,
     float *y = xmalloc(ny * sizeof *y), *yr = xmalloc(ny * sizeof *yr);
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
     void *base;
-    k->matmul_q8(rows, nb, pack_for(k, rows, nb, w, &base), nt, x, y, ldy);
+    const struct ds_q8_block *p = pack_for(k, rows, nb, w, &base);
+    k->matmul_q8(rows, nb, p, nt, x, y, ldy);
+    float *y1 = xmalloc(rows * sizeof *y1);
+    for (size_t t = 0; t < nt; t++) {                   /* the engine's prompt = its steps */
+        k->matvec_q8(rows, nb, p, x + t * nb, y1);
+        check_same_bits("matmul_q8", "matvec_q8", rows, nb, nt, t, y + t * ldy, y1);
+    }
+    free(y1);
     free(base);
     ds_kern_ref.matmul_q8(rows, nb, w, nt, x, yr, ldy);
     for (size_t t = 0; t < nt; t++) {
@@ -405,6 +424,12 @@ static void check_matmul_qx(const struct ds_kern_ops *k, enum ds_kern_qtype t, s
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
     void *packed = pack_qx_for(k, false, t, rows, nb, w);
     k->matmul_qx(t, rows, nb, packed ? packed : w, nt, x, y, ldy);
+    float *y1 = xmalloc(rows * sizeof *y1);
+    for (size_t tk = 0; tk < nt; tk++) {
+        k->matmul_qx(t, rows, nb, packed ? packed : w, 1, x + tk * nb, y1, rows);
+        check_same_bits("matmul_qx", "one token", rows, nb, nt, tk, y + tk * ldy, y1);
+    }
+    free(y1);
     free(packed);
     ds_kern_ref.matmul_qx(t, rows, nb, w, nt, x, yr, ldy);
     for (size_t tk = 0; tk < nt; tk++) {
@@ -541,6 +566,12 @@ static void check_matmul_qk(const struct ds_kern_ops *k, enum ds_kern_qtype t, s
     for (size_t i = 0; i < ny; i++) y[i] = yr[i] = -777.0f;
     void *packed = pack_qx_for(k, true, t, rows, n_sb, w);
     k->matmul_qk(t, rows, n_sb, packed ? packed : w, nt, x, y, ldy);
+    float *y1 = xmalloc(rows * sizeof *y1);
+    for (size_t tk = 0; tk < nt; tk++) {
+        k->matmul_qk(t, rows, n_sb, packed ? packed : w, 1, x + tk * n_sb, y1, rows);
+        check_same_bits("matmul_qk", "one token", rows, n_sb, nt, tk, y + tk * ldy, y1);
+    }
+    free(y1);
     free(packed);
     ds_kern_ref.matmul_qk(t, rows, n_sb, w, nt, x, yr, ldy);
     for (size_t tk = 0; tk < nt; tk++) {

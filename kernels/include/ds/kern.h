@@ -110,7 +110,8 @@ struct ds_kern_ops {
                       const struct ds_q8_block *x, float *y);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok.
     ** w packed as for matvec_q8; x: n_tok rows of n_blocks blocks
-    ** (prefill, batched decode, draft verification). */
+    ** (prefill, batched decode, draft verification). Row t is bit-identical
+    ** to matvec_q8 of x row t: a prompt gives the logits its steps would. */
     void (*matmul_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
@@ -120,7 +121,8 @@ struct ds_kern_ops {
     ** n_blocks Q8_0 activation blocks. Each 32 values of a weight row meet
     ** one activation block: their integer dot products are exact, and
     ** scales and mins apply per block (per 16 values for Q6_K).
-    ** n_blocks is a multiple of 8 for the K-quants. */
+    ** n_blocks is a multiple of 8 for the K-quants. Row t is bit-identical
+    ** to the n_tok = 1 call on x row t. */
     void (*matmul_qx)(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w,
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* Quantize n floats (a multiple of 256) into n / 256 Q8_K blocks, as
@@ -136,7 +138,8 @@ struct ds_kern_ops {
     ** packed by q4k_pack where the variant has one, starting at a tile), and
     ** x holds n_tok rows of n_sb Q8_K blocks. Per superblock the sub-block
     ** scales and mins apply to exact int32 sums (the mins through bsums);
-    ** then one float step: d_x * (d * isum - dmin * msum). */
+    ** then one float step: d_x * (d * isum - dmin * msum). Row t is
+    ** bit-identical to the n_tok = 1 call on x row t. */
     void (*matmul_qk)(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                       const struct ds_q8k_block *x, float *y, size_t ldy);
     /* y = W x; W is rows x cols FP32, row-major. */

@@ -79,11 +79,10 @@ DS_INLINE __m256i hsum8x8(const __m256i p[8])
                             _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-/* FP16 scales of 8 consecutive blocks as floats. */
-DS_INLINE __m256 scales8(const struct ds_q8_block *w)
+/* FP16 scales of the 8 blocks at byte offsets off from w, as floats. */
+DS_INLINE __m256 scales_at(const struct ds_q8_block *w, __m256i off)
 {
-    const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
-    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, idx, 1);
+    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, off, 1);
     g = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
     g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), _MM_SHUFFLE(3, 1, 2, 0));
     return _mm256_cvtph_ps(_mm256_castsi256_si128(g));
@@ -178,12 +177,26 @@ static int32_t dot_i8_avx2(size_t n, const int8_t *a, const int8_t *b)
     return s;
 }
 
-/* ---- matvec_q8 (decode) ---- */
+/* ---- matvec_q8 (decode) ----
+** Rows are the lanes, as tokens are in matmul_q8: 8 rows meet each x block
+** together, their exact int32 block dots land in one vector (hsum8x8), and
+** each lane adds (dot * d_x) * d_w with one FMA, block after block, from
+** zero in each MM_KB-block chunk, the chunk then added to y. That is
+** matmul_q8's order exactly, so a prompt pass gives the bits of its steps
+** (the engine's prompt-vs-steps test holds on this variant too). */
+
+#define MM_KB 32                /* blocks per K chunk: the float sums' order */
+#define MV_RT 8                 /* rows per pass: the lanes */
+#define XCHUNK 128              /* blocks of x prepared per pass (8 KB) */
+_Static_assert(XCHUNK % MM_KB == 0, "x chunks end on K chunk boundaries");
 
 struct xblock {                 /* x prepared once per call */
+#if defined(DS_KERN_AVXVNNI)
+    __m256i q;                  /* qs as they are (vpdpbusd's signed side) */
+#else
     __m256i lo, hi;             /* qs[0..15], qs[16..31] as int16 */
+#endif
 };
-#define XCHUNK 128              /* blocks of x per pass: 8 KB + scales */
 
 /* Decode streams the weights from DRAM once per token; the hardware
 ** prefetcher alone falls short of a memcpy's read bandwidth, so each
@@ -197,14 +210,16 @@ DS_INLINE void prefetch_group(const struct ds_q8_block *w)
     for (int i = 0; i < 5; i++) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
 }
 
-/* acc += the 8 block products of one row with x blocks xb (scales dx). */
-DS_INLINE __m256 row_group(__m256 acc, const struct ds_q8_block *w, const struct xblock *xb,
-                           const float *dx)
+/* 8 int32 lanes whose sum is the block dot of w with x (without the
+** avxvnni correction, -128 * sum(x), which the caller adds once). */
+DS_INLINE __m256i block_lanes(const struct ds_q8_block *w, const struct xblock *x)
 {
-    __m256i p[8];
-    for (int k = 0; k < 8; k++) p[k] = block_part(w[k].qs, xb[k].lo, xb[k].hi);
-    __m256 sc = _mm256_mul_ps(scales8(w), _mm256_loadu_ps(dx));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8(p)), sc, acc);
+#if defined(DS_KERN_AVXVNNI)
+    __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const void *)w->qs), _mm256_set1_epi8((char)0x80));
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x->q);
+#else
+    return block_part(w->qs, x->lo, x->hi);
+#endif
 }
 
 static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
@@ -213,39 +228,47 @@ static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
 {
     struct xblock xb[XCHUNK];
     float dx[XCHUNK];
+    int32_t corr[XCHUNK];
     for (size_t b = 0; b < cn; b++) {
+#if defined(DS_KERN_AVXVNNI)
+        xb[b].q = _mm256_loadu_si256((const void *)x[c0 + b].qs);
+        corr[b] = -128 * q8_block_sum(&x[c0 + b]);
+#else
         xb[b].lo = load16_i8_to_i16(x[c0 + b].qs);
         xb[b].hi = load16_i8_to_i16(x[c0 + b].qs + 16);
+        corr[b] = 0;
+#endif
         dx[b] = f16(x[c0 + b].d);
     }
-    size_t ng = cn / 8;
-    size_t r = 0;
-    for (; r + 2 <= rows; r += 2) {
-        const struct ds_q8_block *w0 = w + r * nb + c0, *w1 = w0 + nb;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-        for (size_t g = 0; g < ng; g++) {
-            prefetch_group(w0 + 8 * g);
-            prefetch_group(w1 + 8 * g);
-            a0 = row_group(a0, w0 + 8 * g, xb + 8 * g, dx + 8 * g);
-            a1 = row_group(a1, w1 + 8 * g, xb + 8 * g, dx + 8 * g);
+    /* the scale gather takes int32 byte offsets: 7 row strides fit for any
+    ** row under 2^31 / 7 bytes (63 M weights) */
+    const size_t stride = nb * sizeof(struct ds_q8_block);
+    for (size_t r0 = 0; r0 < rows; r0 += MV_RT) {
+        const size_t nr = rows - r0 < MV_RT ? rows - r0 : MV_RT;
+        const struct ds_q8_block *wr[MV_RT];
+        int32_t off[MV_RT];
+        for (size_t i = 0; i < MV_RT; i++) {       /* lanes past the rows repeat the last */
+            size_t ri = i < nr ? i : nr - 1;
+            wr[i] = w + (r0 + ri) * nb + c0;
+            off[i] = (int32_t)(ri * stride);
         }
-        float s0 = hsum_f32(a0), s1 = hsum_f32(a1);
-        for (size_t b = 8 * ng; b < cn; b++) {
-            float dxb = dx[b];
-            s0 += (float)hsum_i32(block_part(w0[b].qs, xb[b].lo, xb[b].hi)) * (f16(w0[b].d) * dxb);
-            s1 += (float)hsum_i32(block_part(w1[b].qs, xb[b].lo, xb[b].hi)) * (f16(w1[b].d) * dxb);
+        const __m256i offv = _mm256_loadu_si256((const void *)off), m = lane_mask(nr);
+        __m256 tot = add ? _mm256_maskload_ps(y + r0, m) : _mm256_setzero_ps();
+        for (size_t k0 = 0; k0 < cn; k0 += MM_KB) {
+            const size_t k1 = cn - k0 < MM_KB ? cn : k0 + MM_KB;
+            __m256 f = _mm256_setzero_ps();
+            for (size_t kb = k0; kb < k1; kb++) {
+                if ((kb & 7) == 0)
+                    for (int i = 0; i < MV_RT; i++) prefetch_group(wr[i] + kb);
+                __m256i p[MV_RT];
+                for (int i = 0; i < MV_RT; i++) p[i] = block_lanes(wr[i] + kb, &xb[kb]);
+                __m256i dot = _mm256_add_epi32(hsum8x8(p), _mm256_set1_epi32(corr[kb]));
+                f = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx[kb])),
+                                    scales_at(wr[0] + kb, offv), f);
+            }
+            tot = add || k0 > 0 ? _mm256_add_ps(tot, f) : f;    /* y = f, not 0 + f: -0 stays */
         }
-        y[r] = add ? y[r] + s0 : s0;
-        y[r + 1] = add ? y[r + 1] + s1 : s1;
-    }
-    for (; r < rows; r++) {
-        const struct ds_q8_block *w0 = w + r * nb + c0;
-        __m256 a0 = _mm256_setzero_ps();
-        for (size_t g = 0; g < ng; g++) a0 = row_group(a0, w0 + 8 * g, xb + 8 * g, dx + 8 * g);
-        float s0 = hsum_f32(a0);
-        for (size_t b = 8 * ng; b < cn; b++)
-            s0 += (float)hsum_i32(block_part(w0[b].qs, xb[b].lo, xb[b].hi)) * (f16(w0[b].d) * dx[b]);
-        y[r] = add ? y[r] + s0 : s0;
+        _mm256_maskstore_ps(y + r0, m, tot);
     }
 }
 
@@ -272,7 +295,6 @@ static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_bloc
 ** and vpdpbusd takes 8 steps: the sums start at -128 times each token's
 ** block sum, so they equal the reference's exactly. */
 
-#define MM_KB 32                /* blocks per K chunk */
 #define MM_TT 16                /* tokens per tile (2 vectors of 8) */
 #define MM_RW 2                 /* rows per register tile */
 #if defined(DS_KERN_AVXVNNI)
