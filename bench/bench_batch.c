@@ -270,15 +270,18 @@ static void print_table(const struct bench *b)
                "GOPS = G op/s of the weight matmuls (2 per multiply-add), %%pk its share of the %s peak\n\n",
                o->threads, o->threads == 1 ? "" : "s", b->peak.fp32_gflops, b->peak.fp32_isa, b->peak.int8_gops,
                b->peak.int8_isa, b->peak.fp32_wall, b->peak.int8_wall, o->fp32 ? "FP32" : "INT8");
-    printf("%4s | %-24s | %12s | %9s | %8s | %8s | %5s\n", "N", "total tok/s (min-max)", "per-stream", "step ms",
-           "speedup", "GOPS", "%pk");
+    else
+        printf("no peak probe on the GPU (%%pk: -); GB/s = the weights streamed per step over the step's time\n\n");
+    printf("%4s | %-24s | %12s | %9s | %8s | %8s | %6s | %5s\n", "N", "total tok/s (min-max)", "per-stream",
+           "step ms", "speedup", "GOPS", "GB/s", "%pk");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
-        char t[48], sp[16] = "-";                 /* no speedup without N=1 in the run */
+        char t[48], sp[16] = "-", pk[16] = "-";   /* no speedup without N=1 in the run */
         snprintf(t, sizeof t, "%.0f (%.0f-%.0f)", r->total.med, r->total.lo, r->total.hi);
         if (isfinite(r->speedup)) snprintf(sp, sizeof sp, "%.2fx", r->speedup);
-        printf("%4u | %-24s | %12.1f | %9.2f | %8s | %8.1f | %4.1f%%\n", r->n, t, r->per_stream, r->step_ms, sp,
-               r->gops, r->peak_pct);
+        if (isfinite(r->peak_pct)) snprintf(pk, sizeof pk, "%.1f%%", r->peak_pct);
+        printf("%4u | %-24s | %12.1f | %9.2f | %8s | %8.1f | %6.0f | %5s\n", r->n, t, r->per_stream, r->step_ms,
+               sp, r->gops, (double)b->weight_bytes / 1e6 / r->step_ms, pk);
     }
 }
 

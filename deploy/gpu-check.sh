@@ -22,10 +22,17 @@
 # that ignored folder along:
 #   mkdir -p build-gpu/models && cp ../shared/models/{stories260K.*,tok512.bin,README.md} build-gpu/models
 #
+# Prebuilt: a GPU box without the build dependencies (no -dev packages, no
+# network) runs a build made elsewhere: deploy/gpu-bundle.sh packs build-gpu
+# (the test and bench programs, the CTest files, the shared libraries they
+# need beyond libc and CUDA, and the test models) into one tarball; unpack it
+# in the checkout on the GPU box and run this script with DS_GPU_CHECK_BUILD=0.
+#
 # Environment: DS_MODELS_DIR (see Models), DS_BENCH_DIR (default
 #              /tmp/dspark-bench), DS_GPU_CHECK_SHAPES (default "15m 110m 1b"),
 #              CUDAARCHS (default: native, i.e. the GPU present),
-#              DS_GPU_CHECK_JOBS (build jobs, default: CPUs).
+#              DS_GPU_CHECK_JOBS (build jobs, default: CPUs),
+#              DS_GPU_CHECK_BUILD (default 1; 0: use build-gpu as it is).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-build-gpu/gpu-check}
@@ -48,21 +55,29 @@ for f in stories260K.bin tok512.bin stories260K.gguf README.md; do
   fi
 done
 export PATH=$PATH:/usr/local/cuda/bin
-for tool in cmake nvcc; do
+build=${DS_GPU_CHECK_BUILD:-1}
+tools="ctest"
+[ "$build" = 0 ] || tools="cmake ctest nvcc"
+for tool in $tools; do
   command -v "$tool" >/dev/null || { log "FAIL: $tool not found"; exit 1; }
 done
 export CUDAARCHS=${CUDAARCHS:-native}
+# A bundle's own libraries (deploy/gpu-bundle.sh) come before the system's.
+[ -d build-gpu/lib ] && export LD_LIBRARY_PATH=$PWD/build-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 t0=$SECONDS
-if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDS_CUDA=ON -DDS_FATAL_WARNINGS=ON \
+if [ "$build" = 0 ]; then
+  log "build: skipped (DS_GPU_CHECK_BUILD=0), using build-gpu as it is"
+elif ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDS_CUDA=ON -DDS_FATAL_WARNINGS=ON \
          -DDS_MODELS_DIR="$models" &&
        cmake --build build-gpu -j "${DS_GPU_CHECK_JOBS:-$(nproc)}" --target test_kernels_cuda test_shared_engine_cuda bench_batch bench_spec dspark-center dspark-cuda
      } >"$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
   log "FAIL: build (see build.log)"
   exit 1
+else
+  log "build: $((SECONDS - t0)) s"
 fi
-log "build: $((SECONDS - t0)) s"
 # The center's module, as a packaged center would load it: it must see the GPU.
 v=$(build-gpu/center-node/dspark-center --version 2>&1)
 log "$v"
