@@ -10,6 +10,8 @@
 ** neondot only where hwcaps report ASIMDDP (Cortex-A55/A76+), and neon on
 ** every arm64 CPU (Cortex-A53/A72, e.g. Raspberry Pi 3/4).
 **
+** matvec_q8 and matmul_q8 sum each row's blocks in one float order
+** (q8_step), so row t of matmul_q8 has the bits of matvec_q8 on token t.
 ** Stack: matmul_q8 uses < 1 KB; nothing is allocated.
 ** Checked by deploy/test.sh's arm64 stage (tests/cross): kernels.ops
 ** cross-built with aarch64-linux-gnu-gcc and run under qemu-aarch64, whose
@@ -122,41 +124,57 @@ static int32_t dot_i8_neon(size_t n, const int8_t *a, const int8_t *b)
 
 /* ---- matvec_q8 / matmul_q8 ---- */
 
-/* Exact block dots of rows w0..w3 (stride nb) with one x block. */
-DS_INLINE float32x4_t dots4(const struct ds_q8_block *w, size_t nb, const struct ds_q8_block *x)
+/* Every output of matvec_q8 and matmul_q8 is, from 0, block after block,
+** acc = fma(float(dot), d_w * d_x, acc): the one float order of both, in
+** this step (vector) and in matvec_q8's one-row tail (fmaf), so a row's bits
+** depend neither on the tile it falls in nor on the batch. */
+DS_INLINE float32x4_t q8_step(float32x4_t acc, int32x4_t dot, float32x4_t dw, float dx)
 {
-    int8x16_t x0 = vld1q_s8(x->qs), x1 = vld1q_s8(x->qs + 16);
-    int32x4_t s = hsum4(block_part(w, x0, x1), block_part(w + nb, x0, x1),
-                        block_part(w + 2 * nb, x0, x1), block_part(w + 3 * nb, x0, x1));
-    float32x4_t sc = vmulq_n_f32(scales4(w, nb), ds_f16_to_f32(x->d));
-    return vmulq_f32(vcvtq_f32_s32(s), sc);
+    return vfmaq_f32(acc, vcvtq_f32_s32(dot), vmulq_n_f32(dw, dx));
 }
 
-DS_INLINE float dot1(const struct ds_q8_block *w, const struct ds_q8_block *x)
+/* Exact block dots of rows w, w + nb, w + 2nb, w + 3nb with one x block. */
+DS_INLINE int32x4_t dots4(const struct ds_q8_block *w, size_t nb, int8x16_t x0, int8x16_t x1)
 {
-    int32x4_t p = block_part(w, vld1q_s8(x->qs), vld1q_s8(x->qs + 16));
-    return (float)vaddvq_s32(p) * (ds_f16_to_f32(w->d) * ds_f16_to_f32(x->d));
+    return hsum4(block_part(w, x0, x1), block_part(w + nb, x0, x1),
+                 block_part(w + 2 * nb, x0, x1), block_part(w + 3 * nb, x0, x1));
 }
 
+/* 8 rows share each x block, as two independent fma chains (q8_step) of
+** 4 rows; then 4 rows, then one at a time, in the same order per row. */
 static void matvec_q8_neon(size_t rows, size_t nb, const struct ds_q8_block *w,
                            const struct ds_q8_block *x, float *y)
 {
     size_t r = 0;
-    for (; r + 4 <= rows; r += 4) {                 /* 4 rows share each x block */
-        const struct ds_q8_block *wr = w + r * nb;
-        float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = acc0;
-        size_t b = 0;
-        for (; b + 2 <= nb; b += 2) {
-            acc0 = vaddq_f32(acc0, dots4(wr + b, nb, x + b));
-            acc1 = vaddq_f32(acc1, dots4(wr + b + 1, nb, x + b + 1));
+    for (; r + 8 <= rows; r += 8) {
+        const struct ds_q8_block *wa = w + r * nb, *wb = wa + 4 * nb;
+        float32x4_t acc_a = vdupq_n_f32(0.0f), acc_b = acc_a;
+        for (size_t b = 0; b < nb; b++) {
+            const int8x16_t x0 = vld1q_s8(x[b].qs), x1 = vld1q_s8(x[b].qs + 16);
+            const float dx = ds_f16_to_f32(x[b].d);
+            acc_a = q8_step(acc_a, dots4(wa + b, nb, x0, x1), scales4(wa + b, nb), dx);
+            acc_b = q8_step(acc_b, dots4(wb + b, nb, x0, x1), scales4(wb + b, nb), dx);
         }
-        if (b < nb) acc0 = vaddq_f32(acc0, dots4(wr + b, nb, x + b));
-        vst1q_f32(y + r, vaddq_f32(acc0, acc1));
+        vst1q_f32(y + r, acc_a);
+        vst1q_f32(y + r + 4, acc_b);
+    }
+    if (r + 4 <= rows) {
+        const struct ds_q8_block *wa = w + r * nb;
+        float32x4_t acc = vdupq_n_f32(0.0f);
+        for (size_t b = 0; b < nb; b++) {
+            const int8x16_t x0 = vld1q_s8(x[b].qs), x1 = vld1q_s8(x[b].qs + 16);
+            acc = q8_step(acc, dots4(wa + b, nb, x0, x1), scales4(wa + b, nb), ds_f16_to_f32(x[b].d));
+        }
+        vst1q_f32(y + r, acc);
+        r += 4;
     }
     for (; r < rows; r++) {
         const struct ds_q8_block *wr = w + r * nb;
         float s = 0.0f;
-        for (size_t b = 0; b < nb; b++) s += dot1(wr + b, x + b);
+        for (size_t b = 0; b < nb; b++) {
+            const int32x4_t p = block_part(wr + b, vld1q_s8(x[b].qs), vld1q_s8(x[b].qs + 16));
+            s = fmaf((float)vaddvq_s32(p), ds_f16_to_f32(wr[b].d) * ds_f16_to_f32(x[b].d), s);
+        }
         y[r] = s;
     }
 }
@@ -187,11 +205,9 @@ static void matmul_q8_neon(size_t rows, size_t nb, const struct ds_q8_block *w,
                     pa[i] = dot16(dot16(vdupq_n_s32(0), w0[i], a0), w1[i], a1);
                     pb[i] = dot16(dot16(vdupq_n_s32(0), w0[i], b0), w1[i], b1);
                 }
-                float32x4_t dw = scales4(wb, nb);
-                acc_a = vfmaq_f32(acc_a, vcvtq_f32_s32(hsum4(pa[0], pa[1], pa[2], pa[3])),
-                                  vmulq_n_f32(dw, ds_f16_to_f32(xa[b].d)));
-                acc_b = vfmaq_f32(acc_b, vcvtq_f32_s32(hsum4(pb[0], pb[1], pb[2], pb[3])),
-                                  vmulq_n_f32(dw, ds_f16_to_f32(xb[b].d)));
+                const float32x4_t dw = scales4(wb, nb);
+                acc_a = q8_step(acc_a, hsum4(pa[0], pa[1], pa[2], pa[3]), dw, ds_f16_to_f32(xa[b].d));
+                acc_b = q8_step(acc_b, hsum4(pb[0], pb[1], pb[2], pb[3]), dw, ds_f16_to_f32(xb[b].d));
             }
             vst1q_f32(y + t * ldy + r, acc_a);
             vst1q_f32(y + (t + 1) * ldy + r, acc_b);
