@@ -36,6 +36,7 @@ struct ds_cuda {
     int            dev;
     cudaStream_t   stream;
     cublasHandle_t blas;
+    void          *blas_ws;      /* (device) cuBLAS's workspace, ours so graphs reuse it */
 };
 
 /* Format a message for the sink of ds_cuda_set_log (level 0 error .. 3 debug). */

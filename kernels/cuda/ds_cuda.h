@@ -2,7 +2,7 @@
 ** ds_cuda.h — the CUDA kernels of the center's FP16 backend, behind plain C:
 ** a device context (stream + cuBLAS handle), device buffers, FP16 conversion,
 ** and the Llama-family ops (RMSNorm, RoPE, SwiGLU, residual add, GEMM via
-** cuBLAS GemmEx, attention over a KV cache).
+** cuBLAS GemmEx, attention over a KV cache), and CUDA graphs of them.
 **
 ** Numbers:   activations and weights are IEEE half, passed as uint16_t (C has
 **            no half type); all arithmetic is FP32 (GEMM: FP16 inputs, FP32
@@ -162,6 +162,24 @@ enum ds_err ds_cuda_attention_f16(struct ds_cuda *cu, size_t n_seq, size_t n_hea
                                   size_t n_kv_heads, size_t head_dim, const uint16_t *q,
                                   const uint16_t *k, const uint16_t *v, const int64_t *kv_off,
                                   const int32_t *kv_len, uint16_t *out);
+
+/* ---- graphs: a recorded run of ops, replayed with one launch ---- */
+
+struct ds_cuda_graph;      /* opaque: an instantiated CUDA graph */
+
+/* Starts recording the ops queued on cu on this thread: they are not run
+** until the graph is launched. Between begin and end only ops may be queued
+** (no buffer alloc, upload, download, free or synchronize: they wait). */
+enum ds_err ds_cuda_capture_begin(struct ds_cuda *cu);
+/* Ends the recording (always, also after a failed op) and instantiates it:
+** *out is an OWNED graph (ds_cuda_graph_destroy), NULL on failure. A graph
+** holds the pointers and dimensions its ops were queued with; launching it
+** reads whatever those buffers hold then. */
+enum ds_err ds_cuda_capture_end(struct ds_cuda *cu, struct ds_cuda_graph **out);
+/* Queues every op of g on cu's stream, in recorded order; returns at once. */
+enum ds_err ds_cuda_graph_launch(struct ds_cuda *cu, const struct ds_cuda_graph *g);
+/* Waits for cu's queued work, then frees g. Accepts NULL. */
+void        ds_cuda_graph_destroy(struct ds_cuda *cu, struct ds_cuda_graph *g);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,10 @@
 **   swiglu -> hb; proj = hb . W2^T
 ** then, for the rows that asked for logits only, add_rmsnorm with the output
 ** norm (packed), the classifier into FP32 logits and one download.
+** Graphs: the layers of a pass of n <= GRAPH_MAX_ROWS rows are recorded as a
+** CUDA graph the first time n occurs and replayed with one launch after that
+** (a decode step is ~14 launches per layer, whose cost bounds one stream);
+** DS_CUDA_GRAPHS=0 in the environment queues every op instead.
 */
 #include "ds/engine_cuda.h"
 
@@ -38,6 +42,10 @@
 #include "ds_cuda.h"
 
 #define ALIGN 256u     /* byte alignment of every sub-buffer (cuBLAS likes >= 16) */
+/* Passes of up to this many rows (decode, batched decode, draft
+** verification) replay a recorded graph; longer ones (prefill) are bound by
+** the GEMMs, not by launches, and vary in length too much to record each. */
+#define GRAPH_MAX_ROWS 64
 
 struct gpu_layer {
     const uint16_t *wq, *wk, *wv, *wo, *w1, *w2, *w3;   /* (device) FP16 */
@@ -59,6 +67,9 @@ struct ds_gpu {
     uint16_t              *xb, *q, *k, *v, *att, *proj, *hb, *hb2;
     float                 *logits;
     void                  *host_io;      /* staging of io */
+    /* graph[n]: the layers of an n-row pass, recorded at its first use */
+    struct ds_cuda_graph  *graph[GRAPH_MAX_ROWS + 1];
+    bool                   graphs_off;   /* DS_CUDA_GRAPHS=0, or a recording failed */
     /* KV slots */
     pthread_mutex_t        mu;
     bool                   mu_ready;
@@ -226,6 +237,7 @@ static enum ds_err alloc_scratch(struct ds_gpu *g)
 static void gpu_destroy(struct ds_gpu *g)
 {
     if (!g) return;
+    for (size_t i = 0; i <= GRAPH_MAX_ROWS; i++) ds_cuda_graph_destroy(g->cu, g->graph[i]);
     ds_cuda_buf_free(g->cu, &g->weights);
     ds_cuda_buf_free(g->cu, &g->norms);
     ds_cuda_buf_free(g->cu, &g->kv);
@@ -252,6 +264,8 @@ static enum ds_err gpu_create(const struct ds_model *m, uint32_t max_batch, uint
     g->n_slots = n_slots;
     pthread_mutex_init(&g->mu, NULL);
     g->mu_ready = true;
+    const char *graphs = getenv("DS_CUDA_GRAPHS");
+    g->graphs_off = graphs && strcmp(graphs, "0") == 0;
     char info[160] = "";
     enum ds_err rc = DS_OK;
     if (m->cfg.head_dim > 1024) {           /* ds_cuda_attention_f16's limit */
@@ -308,35 +322,42 @@ static void gpu_release(struct ds_gpu *g, int32_t slot)
 
 /* ---- forward ---- */
 
-static enum ds_err gpu_forward(struct ds_gpu *g, const struct ds_gpu_row *rows, size_t n, float *logits)
+/* The pass's inputs in g->io for n rows: kv_off, kv_dst (int64), pos, kv_len
+** (int32), then the embeddings (FP32), which become the residual stream. The
+** same n always gives the same addresses, which a recorded graph relies on. */
+struct io_view {
+    int64_t *kv_off, *kv_dst;
+    int32_t *pos, *kv_len;
+    float   *x;
+};
+
+static struct io_view io_at(void *base, size_t n)
+{
+    struct io_view v;
+    v.kv_off = base;
+    v.kv_dst = v.kv_off + n;
+    v.pos = (int32_t *)(v.kv_dst + n);
+    v.kv_len = v.pos + n;
+    v.x = (float *)(v.kv_len + n);
+    return v;
+}
+
+#define TRY(call) do { if ((rc = (call)) != DS_OK) return rc; } while (0)
+
+/* Every layer of a pass of n rows, queued on the context's stream: reads
+** only device memory (io, weights, KV), so it can be recorded once per n. */
+static enum ds_err run_layers(struct ds_gpu *g, size_t n)
 {
     const struct ds_model_config *c = &g->c;
     struct ds_cuda *cu = g->cu;
     const size_t dim = c->dim, kvd = c->kv_dim, hid = c->hidden_dim;
-    const size_t slot_elems = (size_t)g->max_ctx * kvd;        /* one slot of one layer's K */
-    const size_t layer_elems = (size_t)g->n_slots * slot_elems;
-
-    /* The pass's upload: kv_off, kv_dst, pos, kv_len, embeddings. */
-    char *h = g->host_io;
-    int64_t *kv_off = (int64_t *)h, *kv_dst = kv_off + n;
-    int32_t *pos32 = (int32_t *)(kv_dst + n), *kv_len = pos32 + n;
-    float *emb = (float *)(kv_len + n);
-    for (size_t r = 0; r < n; r++) {
-        kv_off[r] = (int64_t)rows[r].slot * (int64_t)slot_elems;
-        kv_dst[r] = kv_off[r] + (int64_t)rows[r].pos * (int64_t)kvd;
-        pos32[r] = (int32_t)rows[r].pos;
-        kv_len[r] = (int32_t)rows[r].pos + 1;
-        ds_weight_row_f32(&g->m->tok_embd, (uint32_t)rows[r].token, emb + r * dim);
-    }
-    enum ds_err rc = ds_cuda_buf_upload(cu, &g->io, 0, h, io_bytes(g, n));
-    if (rc != DS_OK) return rc;
-    char *d = g->io.ptr;
-    const int64_t *d_off = (const int64_t *)d, *d_dst = d_off + n;
-    const int32_t *d_pos = (const int32_t *)(d_dst + n), *d_len = d_pos + n;
-    float *x = (float *)(d_len + n);
-
+    const size_t layer_elems = (size_t)g->n_slots * g->max_ctx * kvd;
+    const struct io_view d = io_at(g->io.ptr, n);
+    const int64_t *d_off = d.kv_off, *d_dst = d.kv_dst;
+    const int32_t *d_pos = d.pos, *d_len = d.kv_len;
+    float *x = d.x;
     uint16_t *kc0 = g->kv.ptr;
-#define TRY(call) do { if ((rc = (call)) != DS_OK) return rc; } while (0)
+    enum ds_err rc = DS_OK;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct gpu_layer *L = &g->layers[l];
         uint16_t *kc = kc0 + (2 * (size_t)l) * layer_elems, *vc = kc + layer_elems;
@@ -358,6 +379,56 @@ static enum ds_err gpu_forward(struct ds_gpu *g, const struct ds_gpu_row *rows, 
         TRY(ds_cuda_swiglu_f16(cu, n * hid, g->hb, g->hb2, g->hb));
         TRY(ds_cuda_gemm_f16(cu, n, dim, hid, g->hb, L->w2, g->proj, DS_CUDA_DTYPE_F16));
     }
+    return DS_OK;
+}
+
+/* The layers of an n-row pass: replayed from the graph recorded for n (the
+** first such pass records it), or queued op by op when graphs are off, n is
+** over GRAPH_MAX_ROWS or a recording failed (which turns graphs off). */
+static enum ds_err queue_layers(struct ds_gpu *g, size_t n)
+{
+    if (g->graphs_off || n > GRAPH_MAX_ROWS) return run_layers(g, n);
+    if (!g->graph[n]) {
+        enum ds_err rc = ds_cuda_capture_begin(g->cu);
+        if (rc == DS_OK) {
+            enum ds_err run = run_layers(g, n);
+            rc = ds_cuda_capture_end(g->cu, &g->graph[n]);
+            if (rc == DS_OK && run != DS_OK) {
+                ds_cuda_graph_destroy(g->cu, g->graph[n]);
+                g->graph[n] = NULL;
+                rc = run;
+            }
+        }
+        if (rc != DS_OK) {
+            DS_LOG(DS_LOG_WARN, "cuda: cannot record the pass of %zu rows as a graph (%s): "
+                   "queuing each op from now on", n, ds_strerror(rc));
+            g->graphs_off = true;
+            return run_layers(g, n);
+        }
+    }
+    return ds_cuda_graph_launch(g->cu, g->graph[n]);
+}
+
+static enum ds_err gpu_forward(struct ds_gpu *g, const struct ds_gpu_row *rows, size_t n, float *logits)
+{
+    const struct ds_model_config *c = &g->c;
+    struct ds_cuda *cu = g->cu;
+    const size_t dim = c->dim, kvd = c->kv_dim;
+    const size_t slot_elems = (size_t)g->max_ctx * kvd;        /* one slot of one layer's K */
+
+    /* The pass's upload: kv_off, kv_dst, pos, kv_len, embeddings. */
+    const struct io_view h = io_at(g->host_io, n);
+    for (size_t r = 0; r < n; r++) {
+        h.kv_off[r] = (int64_t)rows[r].slot * (int64_t)slot_elems;
+        h.kv_dst[r] = h.kv_off[r] + (int64_t)rows[r].pos * (int64_t)kvd;
+        h.pos[r] = (int32_t)rows[r].pos;
+        h.kv_len[r] = (int32_t)rows[r].pos + 1;
+        ds_weight_row_f32(&g->m->tok_embd, (uint32_t)rows[r].token, h.x + r * dim);
+    }
+    enum ds_err rc = ds_cuda_buf_upload(cu, &g->io, 0, g->host_io, io_bytes(g, n));
+    if (rc != DS_OK) return rc;
+    TRY(queue_layers(g, n));
+    float *x = io_at(g->io.ptr, n).x;
     /* Final norm of the rows that want logits, packed (one call per run of
     ** adjacent rows), then the classifier over them and one download. */
     const size_t V = c->vocab_size;
@@ -373,10 +444,11 @@ static enum ds_err gpu_forward(struct ds_gpu *g, const struct ds_gpu_row *rows, 
     }
     if (n_out == 0) return ds_cuda_synchronize(cu);        /* KV written; report faults now */
     TRY(ds_cuda_gemm_f16(cu, n_out, V, dim, g->xb, g->w_out, g->logits, DS_CUDA_DTYPE_F32));
-#undef TRY
     const size_t bytes = n_out * V * sizeof(float);
     return ds_cuda_buf_download(cu, &(struct ds_cuda_buf){ g->logits, bytes }, 0, logits, bytes);
 }
+
+#undef TRY
 
 static const struct ds_gpu_ops cuda_ops = {
     .name = "cuda", .devices = gpu_devices, .create = gpu_create, .destroy = gpu_destroy,
