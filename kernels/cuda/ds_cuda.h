@@ -1,8 +1,9 @@
 /*
 ** ds_cuda.h — the CUDA kernels of the center's FP16 backend, behind plain C:
 ** a device context (stream + cuBLAS handle), device buffers, FP16 conversion,
-** and the Llama-family ops (RMSNorm, RoPE, SwiGLU, residual add, GEMM via
-** cuBLAS GemmEx, attention over a KV cache), and CUDA graphs of them.
+** and the Llama-family ops (RMSNorm, RoPE, SwiGLU, residual add, GEMV for a
+** few rows and GEMM via cuBLAS GemmEx, attention over a KV cache), and CUDA
+** graphs of them.
 **
 ** Numbers:   activations and weights are IEEE half, passed as uint16_t (C has
 **            no half type); all arithmetic is FP32 (GEMM: FP16 inputs, FP32
@@ -142,7 +143,9 @@ enum ds_err ds_cuda_add_f16(struct ds_cuda *cu, size_t n, const uint16_t *a, con
 enum ds_err ds_cuda_kv_store_f16(struct ds_cuda *cu, size_t rows, size_t kv_dim, const uint16_t *k,
                                  const uint16_t *v, const int64_t *dst, uint16_t *kc, uint16_t *vc);
 
-/* Y = X . W^T with cuBLAS GemmEx: FP16 inputs, FP32 accumulation.
+/* Y = X . W^T: FP16 inputs, FP32 accumulation; up to 2 rows of X (or
+** DS_CUDA_GEMV=0..8 in the environment) by our GEMV kernel when cols % 8 == 0
+** and x, w are 16-byte aligned, else by cuBLAS GemmEx.
 ** x: (n, cols) FP16; w: (rows, cols) FP16 as stored in the model file;
 ** y: (n, rows), FP16 or FP32 (y_type; FP32 for logits). y must not alias x or w.
 ** Every dimension must be 1 .. INT_MAX (cuBLAS takes int). */

@@ -7,6 +7,14 @@
 
 #include "common.cuh"
 
+/* Threads per row: two values each (a decode pass is one row, one block, so
+** its loads must all be in flight at once), a multiple of 32, <= 1024. */
+static unsigned row_threads(size_t n)
+{
+    size_t t = (n / 2 + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
+}
+
 __device__ __forceinline__ float load_w(const float *w, size_t i) { return w[i]; }
 __device__ __forceinline__ float load_w(const uint16_t *w, size_t i) { return ds_cuda__h2f(w[i]); }
 
@@ -40,7 +48,7 @@ enum ds_err ds_cuda_rmsnorm_f16(struct ds_cuda *cu, size_t rows, size_t n, const
     if (rows > INT_MAX) return DS_ERR_RANGE;
     enum ds_err rc = ds_cuda__use(cu);
     if (rc != DS_OK) return rc;
-    const unsigned threads = n >= 1024 ? 256 : n >= 256 ? 128 : 32;
+    const unsigned threads = row_threads(n);
     if (w_type == DS_CUDA_DTYPE_F32)
         rmsnorm_kernel<<<(unsigned)rows, threads, 0, cu->stream>>>(n, x, (const float *)w, eps, out);
     else
@@ -82,7 +90,7 @@ enum ds_err ds_cuda_add_rmsnorm_f32(struct ds_cuda *cu, size_t rows, size_t n, f
     if (rows > INT_MAX) return DS_ERR_RANGE;
     enum ds_err rc = ds_cuda__use(cu);
     if (rc != DS_OK) return rc;
-    const unsigned threads = n >= 1024 ? 256 : n >= 256 ? 128 : 32;
+    const unsigned threads = row_threads(n);
     if (w_type == DS_CUDA_DTYPE_F32)
         add_rmsnorm_kernel<<<(unsigned)rows, threads, 0, cu->stream>>>(n, x, y, (const float *)w,
                                                                        eps, out);

@@ -14,7 +14,8 @@
 **   kv_store              bit-exact (a copy); untouched cache stays as it was
 **   rope                  per pair: |got - ref| <= 3e-3 |pair| + 1e-6 (angles up
 **                         to 4096 rad amplify powf's ulp); unrotated dims exact
-**   gemm                  NMSE <= 1e-6 (FP32 out), 1e-5 (FP16 out)
+**   gemm                  NMSE <= 1e-6 (FP32 out), 1e-5 (FP16 out); run with
+**                         DS_CUDA_GEMV=8, so n <= 8 takes the GEMV kernel
 **   attention             |got - ref| <= 2e-3 |ref| + 2e-4
 */
 #include <math.h>
@@ -496,6 +497,10 @@ static void test_cuda_gemm_matches_ref(void **state)
     static const size_t shapes[][3] = {           /* n, rows, cols: all different, so a */
         { 1, 1, 1 },    { 1, 3, 31 },   { 3, 33, 172 },    /* wrong transpose cannot pass */
         { 7, 172, 1000 }, { 33, 1000, 64 }, { 5, 31, 4097 }, { 64, 256, 288 },
+        /* n <= 8 and cols % 8 == 0: the GEMV kernel (16-byte chunks per row
+        ** 96, 1, 128, 100, 704, 129 against its 128-chunk unrolled step); n = 9: cuBLAS */
+        { 1, 768, 768 }, { 2, 37, 8 }, { 8, 1001, 1024 }, { 3, 300, 800 }, { 4, 129, 5632 },
+        { 6, 2048, 1032 }, { 9, 40, 64 },
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(shapes); i++) {
         gemm_case(cu, &seed, shapes[i][0], shapes[i][1], shapes[i][2], DS_CUDA_DTYPE_F32);
@@ -589,6 +594,9 @@ static void test_cuda_attention_matches_ref(void **state)
 
 int main(void)
 {
+    /* Every GEMV instantiation (1..8 rows) against the reference, not only
+    ** the rows it takes by default (2); n = 9 and over still go to cuBLAS. */
+    setenv("DS_CUDA_GEMV", "8", 1);
     int n = 0;
     enum ds_err rc = ds_cuda_device_count(&n);
     if (rc != DS_OK) {
