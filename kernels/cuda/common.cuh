@@ -37,7 +37,13 @@ struct ds_cuda {
     cudaStream_t   stream;
     cublasHandle_t blas;
     void          *blas_ws;      /* (device) cuBLAS's workspace, ours so graphs reuse it */
+    size_t         gemv_rows;    /* products of up to this many rows take the GEMV kernel */
 };
+
+/* The GEMV kernel's row limit: DS_CUDA_GEMV=0..8 in the environment (0:
+** every product through cuBLAS, the baseline of bench runs), else its
+** default (gemm.cu). Read once per context, at ds_cuda_create. */
+size_t ds_cuda__gemv_rows_from_env(void);
 
 /* Format a message for the sink of ds_cuda_set_log (level 0 error .. 3 debug). */
 void ds_cuda__log(int level, const char *file, int line, const char *fmt, ...)

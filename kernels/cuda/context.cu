@@ -155,6 +155,7 @@ enum ds_err ds_cuda_create(int dev, struct ds_cuda **out)
     struct ds_cuda *cu = (struct ds_cuda *)calloc(1, sizeof *cu);   /* no C++ runtime */
     if (!cu) return DS_ERR_NOMEM;
     cu->dev = dev;
+    cu->gemv_rows = ds_cuda__gemv_rows_from_env();
     if ((rc = DS_CUDA_ERR(cudaSetDevice(dev))) != DS_OK) goto fail_device;
     if ((rc = check_arch(dev)) != DS_OK) goto fail_device;
     if ((rc = DS_CUDA_ERR(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking))) != DS_OK)

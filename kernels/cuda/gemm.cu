@@ -3,7 +3,7 @@
 ** One or two rows of X (decode; GEMV_DEFAULT, or DS_CUDA_GEMV) go to our
 ** own kernel, which streams W once with many loads in flight; more rows
 ** (batches, verification, prefill) go to cuBLAS GemmEx. On an H200 the
-** kernel beat cuBLAS by 1.28x (110m) and 1.07x (1b) at one row, 1.15x and
+** kernel beat cuBLAS by 1.26x (110m) and 1.08x (1b) at one row, 1.15x and
 ** 1.0x at two, and lost at 4 (1b: 0.91x) and 8 rows (1b: 0.76x), where
 ** each warp re-reads every X row from the L1 per W chunk.
 **
@@ -23,7 +23,6 @@
 */
 #include <climits>
 #include <cstdlib>
-#include <cstring>
 
 #include "common.cuh"
 
@@ -92,24 +91,19 @@ static void gemv_launch(cudaStream_t st, int rows, int cols, const uint16_t *x, 
     else gemv_kernel<N, false><<<blocks, GEMV_WARPS * 32, 0, st>>>(rows, cols, x, w, y);
 }
 
-/* The most rows of X the GEMV kernel takes: DS_CUDA_GEMV=N in the
-** environment (0: none, every product through cuBLAS, the baseline of bench
-** runs; at most GEMV_MAX_N), else GEMV_DEFAULT. Read once. */
-static size_t gemv_max_rows(void)
-{
-    static int max = -1;
-    if (max < 0) {
-        const char *v = getenv("DS_CUDA_GEMV");
-        char *end = NULL;
-        long n = v ? strtol(v, &end, 10) : -1;
-        max = v && end != v && *end == '\0' && n >= 0 && n <= GEMV_MAX_N ? (int)n : GEMV_DEFAULT;
-    }
-    return (size_t)max;
-}
+/* One launcher per row count 1..GEMV_MAX_N. */
+static void (*const gemv_launchers[GEMV_MAX_N])(cudaStream_t, int, int, const uint16_t *, const uint16_t *,
+                                                void *, bool) = {
+    gemv_launch<1>, gemv_launch<2>, gemv_launch<3>, gemv_launch<4>,
+    gemv_launch<5>, gemv_launch<6>, gemv_launch<7>, gemv_launch<8>,
+};
 
-static bool gemv_fits(size_t n, size_t cols, const void *x, const void *w)
+size_t ds_cuda__gemv_rows_from_env(void)
 {
-    return n <= gemv_max_rows() && cols % 8 == 0 && ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+    const char *v = getenv("DS_CUDA_GEMV");
+    char *end = NULL;
+    long n = v ? strtol(v, &end, 10) : -1;
+    return v && end != v && *end == '\0' && n >= 0 && n <= GEMV_MAX_N ? (size_t)n : GEMV_DEFAULT;
 }
 
 enum ds_err ds_cuda_gemm_f16(struct ds_cuda *cu, size_t n, size_t rows, size_t cols,
@@ -121,12 +115,8 @@ enum ds_err ds_cuda_gemm_f16(struct ds_cuda *cu, size_t n, size_t rows, size_t c
     if (n > INT_MAX || rows > INT_MAX || cols > INT_MAX) return DS_ERR_RANGE;
     enum ds_err rc = ds_cuda__use(cu);
     if (rc != DS_OK) return rc;
-    if (gemv_fits(n, cols, x, w)) {
-        const bool f32 = y_type == DS_CUDA_DTYPE_F32;
-        void (*const launch[GEMV_MAX_N])(cudaStream_t, int, int, const uint16_t *, const uint16_t *, void *,
-                                         bool) = { gemv_launch<1>, gemv_launch<2>, gemv_launch<3>, gemv_launch<4>,
-                                                   gemv_launch<5>, gemv_launch<6>, gemv_launch<7>, gemv_launch<8> };
-        launch[n - 1](cu->stream, (int)rows, (int)cols, x, w, y, f32);
+    if (n <= cu->gemv_rows && cols % 8 == 0 && ((uintptr_t)x | (uintptr_t)w) % 16 == 0) {
+        gemv_launchers[n - 1](cu->stream, (int)rows, (int)cols, x, w, y, y_type == DS_CUDA_DTYPE_F32);
         DS_CUDA_CHECK(cudaGetLastError());
         return DS_OK;
     }
