@@ -12,8 +12,9 @@
 ** opened (it holds a reference, as a running request does), so a hot swap
 ** never moves its KV cache. A session belongs to the Response Topic that
 ** opened it (the edge's relay topic): rounds and closes from any other are
-** refused, so nobody else can end or steer it.
-**
+** refused, so nobody else can end or steer it. An open for a model this
+** center does not verify (node__verifies: its target on a GPU) is refused;
+** its status leaves such models out of "verifies", so edges relay them.
 **
 ** Threads: on_message only copies messages into the inbox under mu; the
 ** engine loop (tick) handles them.
@@ -223,6 +224,12 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
     }
     if (!nv) {
         center_error(a, m, sid, DS_MSG_CODE_MODEL_NOT_FOUND, "model: %s is not served by this center", req.model);
+        goto done;
+    }
+    if (!node__verifies(a, nv)) {         /* its status does not list the model: an edge that opened anyway */
+        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                     "model: %s runs on %s here, where drafts do not pay: send the request plainly", req.model,
+                     ds_engine_backend(nv->eng));
         goto done;
     }
     uint32_t vocab = ds_engine_config(nv->eng)->vocab_size, max_ctx = ds_engine_max_ctx(nv->eng);

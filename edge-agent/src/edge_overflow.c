@@ -45,6 +45,7 @@ struct center {
     char     name[64];
     bool     online;
     bool     proven;       /* accepted a request of ours */
+    uint32_t verifies;     /* bit i: it verifies drafts of [model] i (its status) */
     uint64_t seen_ns;      /* last status */
 };
 
@@ -103,6 +104,26 @@ unsigned edge__centers_live(struct ds_node *a)
     return n;
 }
 
+/* Bit i set for cfg->models[i] == model; 0 for none. */
+static uint32_t model_bit(const struct ds_node_config *c, const char *model)
+{
+    for (unsigned i = 0; i < c->n_models && i < 32; i++)
+        if (!strcmp(c->models[i].name, model)) return 1u << i;
+    return 0;
+}
+
+unsigned edge__centers_verifying(struct ds_node *a, const char *model)
+{
+    struct edge_overflow *o = state(a);
+    uint32_t bit = model_bit(a->cfg, model);
+    if (!o) return 0;
+    unsigned n = 0;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers; i++) n += o->centers[i].online && (o->centers[i].verifies & bit);
+    pthread_mutex_unlock(&o->mu);
+    return n;
+}
+
 bool edge__center_online(struct ds_node *a, const char *name)
 {
     struct edge_overflow *o = state(a);
@@ -114,14 +135,15 @@ bool edge__center_online(struct ds_node *a, const char *name)
     return on;
 }
 
-bool edge__center_pick(struct ds_node *a, const char *avoid, char out[64])
+bool edge__center_pick(struct ds_node *a, const char *model, const char *avoid, char out[64])
 {
     struct edge_overflow *o = state(a);
+    uint32_t bit = model_bit(a->cfg, model);
     bool got = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; i < o->n_centers && !got; i++)
-        if (o->centers[i].online && strcmp(o->centers[i].name, avoid)) {
+        if (o->centers[i].online && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
             memcpy(out, o->centers[i].name, 64);
             got = true;
         }
@@ -145,7 +167,11 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
     struct edge_overflow *o = st;
     char name[EDGE_CENTER_NAME_MAX];
     bool online;
-    if (!edge__status_decode(msg->topic, msg->payload, msg->len, name, &online)) return true;
+    const char *models[DS_NODE_MAX_MODELS];
+    for (unsigned i = 0; i < a->cfg->n_models; i++) models[i] = a->cfg->models[i].name;
+    uint32_t verifies;
+    if (!edge__status_decode(msg->topic, msg->payload, msg->len, name, &online, models, a->cfg->n_models, &verifies))
+        return true;
     uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
     struct center *c = NULL;
@@ -170,6 +196,7 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         if (c->online != online)
             DS_LOG(online ? DS_LOG_INFO : DS_LOG_WARN, "center %s is %s", c->name, online ? "online" : "offline");
         c->online = online;
+        c->verifies = verifies;
         c->seen_ns = now;
         if (!online) {
             for (unsigned i = 0; i < MAX_PENDING; i++)

@@ -15,6 +15,11 @@
 ** center; usage adds drafted/accepted/rounds) and drafts the next round,
 ** until max_tokens, EOS or a stop string.
 **
+** Which centers: those whose retained status lists the model under
+** "verifies" (edge_overflow.c keeps the table). With none live the request
+** is relayed plainly; while some live center does not list it, the open
+** goes straight to one that does rather than to the shared topic.
+**
 ** Fallback (edge): the pinned center offline (its status), no verdict within
 ** [overflow] spec_timeout_ms, or an error verdict: the edge opens a new
 ** session with the history so far as context (the text continues exactly),
@@ -207,7 +212,11 @@ static void edge_new_session(struct ds_node *a, struct node_req *r)
 static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
 {
     (void)st;
-    if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner || edge__centers_live(a) == 0)
+    /* No live center verifies drafts of this model (none at all, or [spec]
+    ** sessions = 0 on them, or its target on a GPU): edge_overflow.c relays
+    ** it plainly. */
+    if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner ||
+        edge__centers_verifying(a, r->req.model) == 0)
         return false;
     r->owner = &edge_specnet_ext;
     if (node__enqueue(a, r)) return true;
@@ -305,7 +314,7 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
         node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "draft cache rollback failed");
         return false;
     }
-    if (s->opens < MAX_OPENS && edge__centers_live(a) > 0) {
+    if (s->opens < MAX_OPENS && edge__centers_verifying(a, r->req.model) > 0) {
         edge_new_session(a, r);
         return true;
     }
@@ -360,8 +369,11 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     cJSON_DeleteItemFromObjectCaseSensitive(j, "session");
     cJSON_AddStringToObject(j, "session", s->sid);
     s->target[0] = '\0';
-    if (open && s->opens > 1 && edge__center_pick(a, s->avoid, s->target)) {
-        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->target);  /* a re-open: not where it failed */
+    /* A re-open goes where it did not fail; so does an open while some live
+    ** center does not verify this model (the shared open could reach it). */
+    bool direct = open && (s->opens > 1 || edge__centers_verifying(a, r->req.model) < edge__centers_live(a));
+    if (direct && edge__center_pick(a, r->req.model, s->avoid, s->target)) {
+        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->target);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else if (open) {
         snprintf(topic, sizeof topic, TOPIC_SPEC_OPEN "%s", r->req.model);

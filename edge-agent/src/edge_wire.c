@@ -10,8 +10,23 @@
 #include "ds/log.h"
 #include "edge_wire.h"
 
+/* The bits of models that the "verifies" list of status j names. */
+static uint32_t verified_models(const cJSON *j, const char *const *models, unsigned n_models)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "verifies"), *it;
+    if (!list) return UINT32_MAX;
+    uint32_t bits = 0;
+    if (!cJSON_IsArray(list)) return 0;
+    cJSON_ArrayForEach(it, list) {
+        if (!cJSON_IsString(it)) return 0;
+        for (unsigned i = 0; i < n_models && i < 32; i++)
+            if (!strcmp(it->valuestring, models[i])) bits |= 1u << i;
+    }
+    return bits;
+}
+
 bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
-                         bool *online)
+                         bool *online, const char *const *models, unsigned n_models, uint32_t *verifies)
 {
     cJSON *j = cJSON_ParseWithLength(payload, len);
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "node");
@@ -29,6 +44,7 @@ bool edge__status_decode(const char *topic, const void *payload, size_t len, cha
     if (ok) {
         memcpy(node, n->valuestring, strlen(n->valuestring) + 1);
         *online = strcmp(state->valuestring, "online") == 0;
+        *verifies = verified_models(j, models, n_models);
     }
     cJSON_Delete(j);
     return ok;

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct cJSON;
 
@@ -17,11 +18,14 @@ struct cJSON;
 
 /* A center's status on topic: {"node","role":"center","state",...} naming
 ** the node of its own topic (1..63 bytes: dspark/v1/status/ alone is no
-** node's topic). True with the name in node and whether it says
-** "online"; false for anything else (another role, a status speaking for
-** another node: logged), which the edge ignores. */
+** node's topic). True with the name in node, whether it says "online",
+** and in *verifies bit i for each models[i] (i < 32) its "verifies" list
+** names: every bit when the field is absent (a center from before it),
+** none when it is not an array of strings. False for anything else
+** (another role, a status speaking for another node: logged), which the
+** edge ignores. */
 bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
-                         bool *online);
+                         bool *online, const char *const *models, unsigned n_models, uint32_t *verifies);
 
 /* What a relay message is, once checked against the wire contract. */
 enum relay_kind { RELAY_BAD, RELAY_ACCEPT, RELAY_CHUNK, RELAY_LAST, RELAY_ERROR };

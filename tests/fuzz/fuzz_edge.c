@@ -37,13 +37,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = size - 1;
     char name[EDGE_CENTER_NAME_MAX];
     bool online;
+    const char *const models[] = { "stories", "tiny" };
+    uint32_t bits;
     switch (data[0] & 3) {
     case 0:
-        if (edge__status_decode(TOPIC_STATUS "center-1", p, n, name, &online) && strcmp(name, "center-1") != 0)
+        if (edge__status_decode(TOPIC_STATUS "center-1", p, n, name, &online, models, 2, &bits) && strcmp(name, "center-1") != 0)
             abort();
         break;
     case 1:
-        if (edge__status_decode(TOPIC_STATUS, p, n, name, &online)) abort();
+        if (edge__status_decode(TOPIC_STATUS, p, n, name, &online, models, 2, &bits)) abort();
         break;
     case 2: {
         cJSON *j = cJSON_ParseWithLength(p, n);

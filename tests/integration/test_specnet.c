@@ -99,18 +99,21 @@ static pid_t spawn_node(const char *bin_rel, const char *name, const char *conf_
     return pid;
 }
 
-static pid_t start_center(int i)
+/* center-i with [spec] sessions (0: it verifies no drafts). */
+static pid_t start_center(int i, unsigned sessions)
 {
     char conf[2048], name[32], want[64];
     snprintf(name, sizeof name, "center-%d", i);
-    snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = 16\n"
+    snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = %u\n"
              "[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
-             name, tb_broker_uri(g.center_b), tu_model("stories260K.bin"), tu_model("tok512.bin"));
+             name, tb_broker_uri(g.center_b), sessions, tu_model("stories260K.bin"), tu_model("tok512.bin"));
     int from = it_inbox_len(g.in);               /* a restart: not the status of the one before */
     pid_t pid = spawn_node("center-node/dspark-center", name, conf);
     snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
     char *st = it_inbox_find(g.in, &(struct it_match){ .needle = want }, from, 20000, NULL, NULL);
     assert_non_null(st);                         /* its status crossed the bridge */
+    validate("status", st);                      /* and lists the models it verifies drafts of */
+    assert_non_null(strstr(st, sessions ? "\"verifies\":[\"stories\"]" : "\"verifies\":[]"));
     free(st);
     return pid;
 }
@@ -159,8 +162,8 @@ static int setup(void **state)
                                               "dspark/v1/center/session/+", "dspark/v1/relay/+", NULL });
     assert_non_null(g.cdev);
 
-    g.center[0] = start_center(0);
-    g.center[1] = start_center(1);
+    g.center[0] = start_center(0, 16);
+    g.center[1] = start_center(1, 16);
     start_edge(false);
 
     /* Plain center decoding of every prompt, asked of the centers directly. */
@@ -356,7 +359,7 @@ static void test_center_killed(void **state)
     printf("center-0 SIGKILLed mid-stream: %d of %d answers complete and equal to plain decoding, %d errors; "
            "%d sessions moved to another center\n", equal, N, errors, moved);
     assert_int_equal(equal + errors, N);
-    g.center[0] = start_center(0);
+    g.center[0] = start_center(0, 16);
 }
 
 /* Sampling over the network: the first token of requests sampled at
@@ -732,6 +735,48 @@ static void test_deadline(void **state)
     free(code); free(msg); free(a);
 }
 
+/* Only a center that verifies no drafts ([spec] sessions = 0; a GPU
+** center's status says the same for its GPU models): the edge relays
+** route=center requests plainly at once, instead of opening sessions
+** nobody answers and then decoding them itself. */
+static void test_no_verifier(void **state)
+{
+    (void)state;
+    int offline = it_log_count(g.dir, "edge-spec", " is offline");
+    for (int i = 0; i < 2; i++) {
+        int st = it_stop(g.center[i], SIGTERM, 30000);
+        assert_true(WIFEXITED(st));
+        g.center[i] = 0;
+    }
+    assert_true(it_log_wait(g.dir, "edge-spec", " is offline", offline + 2, 20000));
+    int online = it_log_count(g.dir, "edge-spec", " is online");
+    g.center[0] = start_center(2, 0);
+    assert_true(it_log_wait(g.dir, "edge-spec", "center center-2 is online", 1, 20000));
+    assert_true(it_log_count(g.dir, "edge-spec", " is online") > online);
+    int from = it_inbox_len(g.in);
+    char id[32];
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "plainrelay-%d", i);
+        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
+    }
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "plainrelay-%d", i);
+        char *a = answer(id, 60000);
+        assert_non_null(a);
+        char *text = field(a, "text", NULL), *by = field(a, "served_by", "node"), *tier = field(a, "served_by", "tier");
+        assert_non_null(text);
+        assert_string_equal(text, g.plain[i]);
+        assert_string_equal(by, "center-2");
+        assert_string_equal(tier, "center");
+        assert_true(num(a, "usage", "drafted") < 0);             /* relayed, not drafted */
+        free(text); free(by); free(tier); free(a);
+    }
+    /* No session was even opened. */
+    assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = "dspark/v1/center/spec/" }, from, 0, NULL, NULL));
+    printf("only center-2 ([spec] sessions = 0, status \"verifies\":[]): 4 route=center requests relayed plainly "
+           "to it, no speculation session opened, text == plain center decoding\n");
+}
+
 /* SIGTERM: every node drains and exits 0, and (sanitizer builds) reports
 ** no leak or error in its log. */
 static void test_shutdown(void **state)
@@ -761,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_center_killed),
         cmocka_unit_test(test_center_stuck),
         cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_no_verifier),
         cmocka_unit_test(test_shutdown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

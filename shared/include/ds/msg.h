@@ -224,6 +224,10 @@ struct ds_msg_status {
     enum ds_msg_state  state;
     enum ds_msg_role   role;
     uint64_t           ts_ms;      /* Unix time in milliseconds */
+    /* A center's models whose edge drafts it verifies (edge-drafted
+    ** speculation); NULL: the field is left out (edges, the last will). */
+    const char *const *verifies;
+    unsigned           n_verifies;
 };
 DS_MUST_CHECK enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out,
                                                size_t *out_len) DS_NONNULL(1, 2);

@@ -146,6 +146,14 @@ enum ds_err ds_msg_error_encode_gen(const char *id, bool id_generated, enum ds_m
     return finish(o, ok, out, out_len);
 }
 
+/* Appends item (which may be NULL after a failed allocation) to arr. */
+static bool add_item(cJSON *arr, cJSON *item)
+{
+    if (item && cJSON_AddItemToArray(arr, item)) return true;
+    cJSON_Delete(item);
+    return false;
+}
+
 enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out, size_t *out_len)
 {
     *out = NULL;
@@ -155,6 +163,11 @@ enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out, size
               && cJSON_AddStringToObject(o, "state", state_names[s->state])
               && cJSON_AddStringToObject(o, "role", ds_msg_role_name(s->role))
               && ds_msg_add_uint(o, "ts", s->ts_ms);
+    if (ok && s->verifies) {
+        cJSON *arr = cJSON_AddArrayToObject(o, "verifies");
+        ok = arr != NULL;
+        for (unsigned i = 0; ok && i < s->n_verifies; i++) ok = add_item(arr, cJSON_CreateString(s->verifies[i]));
+    }
     return finish(o, ok, out, out_len);
 }
 
@@ -164,14 +177,6 @@ enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out, size
 static bool add_opt(cJSON *obj, const char *name, double v)
 {
     return !isfinite(v) || add_num(obj, name, v);
-}
-
-/* Appends item (which may be NULL after a failed allocation) to arr. */
-static bool add_item(cJSON *arr, cJSON *item)
-{
-    if (item && cJSON_AddItemToArray(arr, item)) return true;
-    cJSON_Delete(item);
-    return false;
 }
 
 static bool add_hist(cJSON *o, const struct ds_msg_telemetry *t)

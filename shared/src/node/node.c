@@ -107,9 +107,23 @@ static uint64_t unix_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+bool node__verifies(const struct ds_node *a, const struct node_version *v)
+{
+    /* A GPU target pass costs less than one CPU draft token (README "GPU"):
+    ** an edge's drafts would only slow it down. */
+    return a->cfg->role == DS_MSG_ROLE_CENTER && a->cfg->spec_sessions > 0 && v &&
+           strcmp(ds_engine_backend(v->eng), "cpu") == 0;
+}
+
 static void publish_status(struct ds_node *a, enum ds_msg_state state)
 {
-    struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms() };
+    struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms(), NULL, 0 };
+    const char *verifies[DS_NODE_MAX_MODELS];
+    if (a->cfg->role == DS_MSG_ROLE_CENTER) {
+        st.verifies = verifies;
+        for (unsigned i = 0; i < a->n_models; i++)
+            if (node__verifies(a, a->models[i].active)) verifies[st.n_verifies++] = a->models[i].cfg->name;
+    }
     char *json;
     size_t len;
     if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
@@ -601,7 +615,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
             if ((rc = role->exts[i]->create(a, &a->ext_state[i])) != DS_OK) goto fail;
             a->ext_on[i] = a->ext_state[i] != NULL;
         }
-    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0 };
+    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0 };
     char *will;
     size_t will_len;
     if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;

@@ -136,5 +136,9 @@ bool node__enqueue(struct ds_node *a, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
 bool node__topic_ok(const char *t);
 struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len);
+/* node.c: whether this node verifies edge drafts for version v (a center
+** with [spec] sessions whose target runs on the CPU); its retained status
+** lists those models ("verifies"). */
+bool node__verifies(const struct ds_node *a, const struct node_version *v);
 
 #endif
