@@ -631,6 +631,18 @@ static void test_msg_encoders(void **state)
         cJSON_Delete(j);
         batch_add_text(&b, "status", out, true);
     }
+    static const char *const verifies[] = { "stories260K", "llama-3.2-1b:q4_k_m" };
+    for (unsigned nv = 0; nv <= 2; nv++) {       /* a center's list, empty included */
+        struct ds_msg_status st = { .node = "center-01", .state = DS_MSG_STATE_ONLINE, .role = DS_MSG_ROLE_CENTER,
+                                    .ts_ms = 1732900000123ull, .verifies = verifies, .n_verifies = nv };
+        assert_int_equal(ds_msg_status_encode(&st, &out, &n), DS_OK);
+        j = parse(out);
+        const cJSON *list = cJSON_GetObjectItem(j, "verifies");
+        assert_int_equal(cJSON_GetArraySize(list), (int)nv);
+        if (nv) assert_string_equal(cJSON_GetArrayItem(list, (int)nv - 1)->valuestring, verifies[nv - 1]);
+        cJSON_Delete(j);
+        batch_add_text(&b, "status", out, true);
+    }
 
     static const double le[] = { 1, 5, 10, 50, 100, 500 };
     static const uint64_t counts[] = { 10, 200, 50, 7, 1, 0, 2 };
