@@ -594,7 +594,7 @@ DS_INLINE void f32_tile(int R, int T, size_t cols, const float *w, const float *
         __m512 wv[F32_RMAX];
         if (pf)
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * cols + i), _MM_HINT_T1);
+            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * cols + i), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             wv[r] = _mm512_loadu_ps(w + (size_t)r * cols + i);
