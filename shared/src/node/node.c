@@ -115,14 +115,23 @@ bool node__verifies(const struct ds_node *a, const struct node_version *v)
            strcmp(ds_engine_backend(v->eng), "cpu") == 0;
 }
 
+/* Bit i: this node verifies drafts of models[i] now. */
+static uint32_t verifies_now(const struct ds_node *a)
+{
+    uint32_t bits = 0;
+    for (unsigned i = 0; i < a->n_models; i++) bits |= (uint32_t)node__verifies(a, a->models[i].active) << i;
+    return bits;
+}
+
 static void publish_status(struct ds_node *a, enum ds_msg_state state)
 {
     struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms(), NULL, 0 };
     const char *verifies[DS_NODE_MAX_MODELS];
     if (a->cfg->role == DS_MSG_ROLE_CENTER) {
         st.verifies = verifies;
+        a->verifies_said = verifies_now(a);
         for (unsigned i = 0; i < a->n_models; i++)
-            if (node__verifies(a, a->models[i].active)) verifies[st.n_verifies++] = a->models[i].cfg->name;
+            if (a->verifies_said >> i & 1) verifies[st.n_verifies++] = a->models[i].cfg->name;
     }
     char *json;
     size_t len;
@@ -429,6 +438,9 @@ enum ds_err ds_node_run(struct ds_node *a)
         }
         while (ready && nfy.wedge && !atomic_load(&a->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());
+        /* A model that became active since (its first version installed,
+        ** another on another backend): say the new list. */
+        if (a->cfg->role == DS_MSG_ROLE_CENTER && verifies_now(a) != a->verifies_said) atomic_store(&a->announce, true);
         if (atomic_load(&a->announce) && ds_mqtt_wait_subscribed(a->mqtt, 0) != DS_ERR_TIMEOUT &&
             atomic_exchange(&a->announce, false) && !atomic_load(&a->draining))
             publish_status(a, DS_MSG_STATE_ONLINE);
