@@ -88,6 +88,8 @@ struct bench {
     uint64_t      weight_bytes;
     double        load_start, load_end;
     double        row_ops;           /* ops of one row's weight matmuls */
+    double        kv_pos_bytes;      /* KV cache bytes one stream reads per position per step */
+    unsigned      steps;             /* timed decode steps per run */
     struct bench_peak peak;
 };
 
@@ -208,8 +210,11 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
         double q = (double)c->n_heads * c->head_dim;
         double layer = (double)c->dim * (q + 2.0 * c->kv_dim) + q * c->dim + 3.0 * c->dim * c->hidden_dim;
         b->row_ops = 2.0 * ((double)c->n_layers * layer + (double)c->vocab_size * c->dim);
+        /* keys and values of every layer; FP16 on CUDA and with --kv f16 */
+        b->kv_pos_bytes = 2.0 * c->n_layers * c->kv_dim * (ds_engine_kv_type(e) == DS_KV_F16 || o->cuda ? 2 : 4);
     }
     unsigned steps = DS_MIN(o->steps, ds_engine_max_ctx(e) - DECODE_PROMPT - 1);
+    b->steps = steps;
     int32_t prompt[DECODE_PROMPT];
     uint64_t x = 88172645463325252ull;
     for (unsigned t = 0; t < DECODE_PROMPT; t++) {
@@ -255,6 +260,13 @@ done:
 
 /* ---- report ---- */
 
+/* MB of KV cache the n streams' attention reads in an average timed step
+** (positions DECODE_PROMPT .. DECODE_PROMPT + steps). */
+static double kv_mb(const struct bench *b, unsigned n)
+{
+    return n * b->kv_pos_bytes * (DECODE_PROMPT + b->steps / 2.0) / 1e6;
+}
+
 static void print_table(const struct bench *b)
 {
     const struct opts *o = &b->opt;
@@ -272,16 +284,18 @@ static void print_table(const struct bench *b)
                b->peak.int8_isa, b->peak.fp32_wall, b->peak.int8_wall, o->fp32 ? "FP32" : "INT8");
     else
         printf("no peak probe on the GPU (%%pk: -); GB/s = the weights streamed per step over the step's time\n\n");
-    printf("%4s | %-24s | %12s | %9s | %8s | %8s | %6s | %5s\n", "N", "total tok/s (min-max)", "per-stream",
-           "step ms", "speedup", "GOPS", "GB/s", "%pk");
+    printf("KV MB = the KV cache attention reads in an average step (all streams), beside the %.1f MB of weights\n\n",
+           (double)b->weight_bytes / 1e6);
+    printf("%4s | %-24s | %12s | %9s | %8s | %8s | %6s | %7s | %5s\n", "N", "total tok/s (min-max)", "per-stream",
+           "step ms", "speedup", "GOPS", "GB/s", "KV MB", "%pk");
     for (size_t i = 0; i < b->n_res; i++) {
         const struct result *r = &b->res[i];
         char t[48], sp[16] = "-", pk[16] = "-";   /* no speedup without N=1 in the run */
         snprintf(t, sizeof t, "%.0f (%.0f-%.0f)", r->total.med, r->total.lo, r->total.hi);
         if (isfinite(r->speedup)) snprintf(sp, sizeof sp, "%.2fx", r->speedup);
         if (isfinite(r->peak_pct)) snprintf(pk, sizeof pk, "%.1f%%", r->peak_pct);
-        printf("%4u | %-24s | %12.1f | %9.2f | %8s | %8.1f | %6.0f | %5s\n", r->n, t, r->per_stream, r->step_ms,
-               sp, r->gops, (double)b->weight_bytes / 1e6 / r->step_ms, pk);
+        printf("%4u | %-24s | %12.1f | %9.2f | %8s | %8.1f | %6.0f | %7.1f | %5s\n", r->n, t, r->per_stream,
+               r->step_ms, sp, r->gops, (double)b->weight_bytes / 1e6 / r->step_ms, kv_mb(b, r->n), pk);
     }
 }
 
@@ -316,6 +330,7 @@ static int write_json(const struct bench *b)
         bench_json_num(f, "step_ms", r->step_ms, ", ");
         bench_json_num(f, "speedup_vs_1", r->speedup, ", ");
         bench_json_num(f, "gops", r->gops, ", ");
+        bench_json_num(f, "kv_mb_per_step", kv_mb(b, r->n), ", ");
         bench_json_num(f, "peak_pct", r->peak_pct, "");
         fprintf(f, "}%s\n", i + 1 < b->n_res ? "," : "");
     }
