@@ -64,19 +64,6 @@ static inline void ds_kern__prefetch_halves(const uint16_t *p, size_t n)
     for (size_t off = 0; off < n; off += 64 / sizeof(uint16_t)) __builtin_prefetch(p + off, 0, 3);
 }
 
-/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12
-** packed bytes q (ggml's get_scale_min_k4). */
-static inline void ds_kern__k_scale_min(const uint8_t *q, unsigned j, unsigned *sc, unsigned *mn)
-{
-    if (j < 4) {
-        *sc = q[j] & 63u;
-        *mn = q[j + 4] & 63u;
-    } else {
-        *sc = (q[j + 4] & 15u) | ((unsigned)(q[j - 4] >> 6) << 4);
-        *mn = (unsigned)(q[j + 4] >> 4) | ((unsigned)(q[j] >> 6) << 4);
-    }
-}
-
 /* Group g (32 values) of a row of type t's blocks: value j = scale * c[j]
 ** + *mn, scale *s0 for j < 16 and *s1 for j >= 16 (kern_qx_ref.c). */
 void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_t c[32], float *s0,

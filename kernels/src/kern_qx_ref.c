@@ -67,7 +67,7 @@ void ds_kern__qx_group(enum ds_kern_qtype t, const uint8_t *row, size_t g, int8_
         const uint8_t *b = row + g / 8 * (five ? 176 : 144);
         const unsigned s = (unsigned)(g % 8);
         unsigned sc, m;
-        ds_kern__k_scale_min(b + 4, s, &sc, &m);
+        ds_k_scale_min(b + 4, s, &sc, &m);
         *s0 = *s1 = f16(b) * (float)sc;
         *mn = -f16(b + 2) * (float)m;
         const uint8_t *q = b + (five ? 48 : 16) + 32 * (s / 2), *qh = b + 16;
@@ -152,7 +152,7 @@ void ds_kern__qk_superblock(enum ds_kern_qtype t, const uint8_t *b, int8_t c[256
     const uint8_t *qs = b + (five ? 48 : 16), *qh = b + 16;
     for (unsigned s = 0; s < 8; s++) {
         unsigned scale, m;
-        ds_kern__k_scale_min(b + 4, s, &scale, &m);
+        ds_k_scale_min(b + 4, s, &scale, &m);
         sc[2 * s] = sc[2 * s + 1] = (int16_t)scale;
         mn[2 * s] = mn[2 * s + 1] = (int16_t)m;
         for (unsigned l = 0; l < 32; l++) {
@@ -256,7 +256,7 @@ void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w,
                 memcpy(dmin + 2 * i, b + 2, 2);
                 for (unsigned j = 0; j < 8; j++) {
                     unsigned scale, min;
-                    ds_kern__k_scale_min(b + 4, j, &scale, &min);
+                    ds_k_scale_min(b + 4, j, &scale, &min);
                     sc[j * rt + i] = (uint8_t)scale;
                     mn[j * rt + i] = (uint8_t)min;
                 }

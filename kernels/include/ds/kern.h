@@ -215,6 +215,22 @@ static inline size_t ds_q40_packed_bytes(const struct ds_kern_ops *k, size_t row
     return (rows + t - 1) / t * t * n_blocks * 18;
 }
 
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12
+** packed bytes q of a superblock (ggml's get_scale_min_k4). Sub-blocks 0-3
+** keep both in the low 6 bits of bytes j and j+4; 4-7 keep their low 4 bits
+** in the nibbles of byte j+4 and their top 2 bits in the top bits of bytes
+** j-4 (scale) and j (min). The kernels and the loader's dequantizer share it. */
+static inline void ds_k_scale_min(const uint8_t *q, unsigned j, unsigned *sc, unsigned *mn)
+{
+    if (j < 4) {
+        *sc = q[j] & 63u;
+        *mn = q[j + 4] & 63u;
+    } else {
+        *sc = (q[j + 4] & 15u) | ((unsigned)(q[j - 4] >> 6) << 4);
+        *mn = (unsigned)(q[j + 4] >> 4) | ((unsigned)(q[j] >> 6) << 4);
+    }
+}
+
 /* Bytes per row and superblock of a packed Q4_K matrix (144 in a file). */
 #define DS_Q4K_PACKED_SB 148u
 

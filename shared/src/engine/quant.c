@@ -14,7 +14,7 @@
 **   Q8_0  32 values, 34 bytes: d, int8 qs[32]. Value = d*q.
 **   Q4_K  256 values, 144 bytes: d, dmin, scales[12], qs[128]. Eight
 **         sub-blocks of 32, each with a 6-bit scale sc and a 6-bit min mn
-**         packed in scales[12] (see k_scale_min); sub-block 2i takes the low
+**         packed in scales[12] (see ds_k_scale_min in ds/kern.h); sub-block 2i takes the low
 **         nibbles of qs[32i .. 32i+31], sub-block 2i+1 their high nibbles.
 **         Value = d*sc*q - dmin*mn.
 **   Q5_K  256 values, 176 bytes: d, dmin, scales[12], qh[32], qs[128]. As
@@ -131,21 +131,6 @@ size_t ds_dtype__bad_scale(enum ds_dtype type, const void *data, size_t n_blocks
     return SIZE_MAX;
 }
 
-/* Q4_K and Q5_K: 6-bit scale and min of sub-block j (0..7) from scales[12].
-** Sub-blocks 0-3 keep both in the low 6 bits of bytes j and j+4; 4-7 keep
-** their low 4 bits in the nibbles of byte j+4 and their top 2 bits in the
-** top bits of bytes j-4 (scale) and j (min). */
-static void k_scale_min(const uint8_t *q, unsigned j, uint8_t *sc, uint8_t *mn)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *mn = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 15) | ((q[j - 4] >> 6) << 4));
-        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 static void block_f32(enum ds_dtype type, const uint8_t *b, float *y)
 {
     switch (type) {
@@ -184,8 +169,8 @@ static void block_f32(enum ds_dtype type, const uint8_t *b, float *y)
         const float d = f16_at(b), dmin = f16_at(b + 2);
         const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
         for (unsigned s = 0; s < 8; s++) {
-            uint8_t scale, mn;
-            k_scale_min(sc, s, &scale, &mn);
+            unsigned scale, mn;
+            ds_k_scale_min(sc, s, &scale, &mn);
             const float ds = d * scale, ms = dmin * mn;
             const uint8_t *q = qs + 32 * (s / 2);
             const unsigned shift = 4 * (s & 1);
