@@ -123,6 +123,11 @@ static uint32_t verifies_now(const struct ds_node *a)
     return bits;
 }
 
+void node__verifies_refresh(struct ds_node *a)
+{
+    if (a->cfg->role == DS_MSG_ROLE_CENTER && verifies_now(a) != a->verifies_said) atomic_store(&a->announce, true);
+}
+
 static void publish_status(struct ds_node *a, enum ds_msg_state state)
 {
     struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms(), NULL, 0 };
@@ -438,9 +443,6 @@ enum ds_err ds_node_run(struct ds_node *a)
         }
         while (ready && nfy.wedge && !atomic_load(&a->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());
-        /* A model that became active since (its first version installed,
-        ** another on another backend): say the new list. */
-        if (a->cfg->role == DS_MSG_ROLE_CENTER && verifies_now(a) != a->verifies_said) atomic_store(&a->announce, true);
         if (atomic_load(&a->announce) && ds_mqtt_wait_subscribed(a->mqtt, 0) != DS_ERR_TIMEOUT &&
             atomic_exchange(&a->announce, false) && !atomic_load(&a->draining))
             publish_status(a, DS_MSG_STATE_ONLINE);

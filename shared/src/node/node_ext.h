@@ -140,5 +140,8 @@ struct node_model *node__find_model(struct ds_node *a, const char *name, size_t 
 ** with [spec] sessions whose target runs on the CPU); its retained status
 ** lists those models ("verifies"). */
 bool node__verifies(const struct ds_node *a, const struct node_version *v);
+/* node.c, engine loop: after a model's active version changed (promote,
+** rollback), a center whose list changed says its status again. */
+void node__verifies_refresh(struct ds_node *a);
 
 #endif
