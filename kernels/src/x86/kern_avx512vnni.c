@@ -769,11 +769,16 @@ DS_INLINE __m512 exp_ps(__m512 x)
 **           accumulators over all the blocks, and are scaled by 1 / sum
 **           once at the end. */
 
-/* attn_f16 prefetches the keys and values of the block this many ahead
-** (bench_kern -a, streamed, 523 positions: 1 ahead 0.49-0.54 of
-** attn_f32's time, 2 ahead 0.42, 3 ahead 0.34-0.39, all within the noise of
-** each other at 43 and 139 positions; 2 leaves L1 room on smaller cores). */
-#define ATT16_AHEAD 2
+/* Both caches prefetch the keys and values of the block this many ahead:
+** each block's slice of a head starts a page, so the hardware prefetchers
+** meet every block cold. bench_kern -a, streamed, 523 positions: FP16 1
+** ahead 0.49-0.54 of attn_f32's time, 2 ahead 0.42, 3 ahead 0.34-0.39,
+** all within the noise of each other at 43 and 139 positions (2 leaves L1
+** room on smaller cores). FP32, 2 ahead: 0.42-1.0 of its time without at
+** 523 positions, 0.48-0.9 at 139, but 1.15-1.4x when the blocks already
+** sit in L1/L2; so only the first rows' pass over the blocks prefetches
+** (a prefill's later rows find them in cache). */
+#define ATT_AHEAD 2
 /* The cache is FP32 (f, h NULL) or FP16 (h, f NULL; a constant at each
 ** inlined call): 16 values from element i, as floats. */
 DS_INLINE __m512 kv_load(const float *f, const uint16_t *h, size_t i)
@@ -830,7 +835,7 @@ DS_INLINE void att_scores(int NQ, size_t hd, const float *q, size_t ldq, const f
 ** the values v (FP32) or vh (FP16). */
 DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m[4], const float *p, size_t ldp,
                           const float *const *v, const uint16_t *const *vh, size_t ldv, size_t d0, const float *inv,
-                          float *out, size_t ldo)
+                          float *out, size_t ldo, bool pf)
 {
     __m512 a[4][4];
 #pragma GCC unroll 4
@@ -841,11 +846,14 @@ DS_INLINE void att_values(int NQ, size_t n_blk, size_t n_keys, const __mmask16 m
         const float *vb = vh ? NULL : v[b] + d0, *pb = p + b * DS_KERN_KT;
         const uint16_t *vbh = vh ? vh[b] + d0 : NULL;
         size_t nk = ds_kern__attn_block_keys(n_keys, b);
-        if (vh && b + ATT16_AHEAD < n_blk)         /* FP16: rows ATT16_AHEAD blocks on, these 64 dimensions */
+        if (pf && vh && b + ATT_AHEAD < n_blk)         /* FP16: rows ATT_AHEAD blocks on, these 64 dimensions */
             for (size_t j = 0; j < DS_KERN_KT; j++) {
-                __builtin_prefetch(vh[b + ATT16_AHEAD] + j * ldv + d0, 0, 3);
-                __builtin_prefetch(vh[b + ATT16_AHEAD] + j * ldv + d0 + 32, 0, 3);
+                __builtin_prefetch(vh[b + ATT_AHEAD] + j * ldv + d0, 0, 3);
+                __builtin_prefetch(vh[b + ATT_AHEAD] + j * ldv + d0 + 32, 0, 3);
             }
+        if (pf && !vh && b + ATT_AHEAD < n_blk)        /* FP32: the same, four lines a row */
+            for (size_t j = 0; j < DS_KERN_KT; j++)
+                for (size_t c = 0; c < 64; c += 16) __builtin_prefetch(v[b + ATT_AHEAD] + j * ldv + d0 + c, 0, 3);
         for (size_t j = 0; j < nk; j++) {
             __m512 vv[4];
 #pragma GCC unroll 4
@@ -880,12 +888,17 @@ DS_INLINE void attn_any(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
         __m512 mx[8];
         for (size_t i = 0; i < 8; i++) mx[i] = _mm512_set1_ps(-INFINITY);
         for (size_t b = 0; b < n_blk; b++) {
-            /* FP16: the keys ATT16_AHEAD blocks on (the first block: all up
-            ** to there); past the last keys, the first values */
-            for (size_t a = b ? ATT16_AHEAD : 1; kh && i0 == 0 && a <= ATT16_AHEAD; a++) {
+            /* the keys ATT_AHEAD blocks on (the first block: all up to
+            ** there); past the last keys, the first values */
+            for (size_t a = b ? ATT_AHEAD : 1; kh && i0 == 0 && a <= ATT_AHEAD; a++) {
                 const size_t nx = b + a;
                 const uint16_t *next = nx < n_blk ? kh[nx] : ldv == hd && nx - n_blk < n_blk ? vh[nx - n_blk] : NULL;
                 if (next) ds_kern__prefetch_halves(next, hd * DS_KERN_KT);
+            }
+            for (size_t a = b ? ATT_AHEAD : 1; kt && i0 == 0 && a <= ATT_AHEAD; a++) {
+                const size_t nx = b + a;
+                const float *next = nx < n_blk ? kt[nx] : ldv == hd && nx - n_blk < n_blk ? v[nx - n_blk] : NULL;
+                for (size_t off = 0; next && off < hd * DS_KERN_KT; off += 16) __builtin_prefetch(next + off, 0, 3);
             }
             const float *kb = kh ? NULL : kt[b];
             const uint16_t *khb = kh ? kh[b] : NULL;
@@ -921,9 +934,11 @@ DS_INLINE void attn_any(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim,
             }
             size_t i = 0;
             for (; i + 4 <= nr; i += 4)
-                att_values(4, n_blk, n_keys, m, si + i * lds, lds, v, vh, ldv, d0, inv + i, oi + i * ldo, ldo);
+                att_values(4, n_blk, n_keys, m, si + i * lds, lds, v, vh, ldv, d0, inv + i, oi + i * ldo, ldo,
+                           i0 == 0 && i == 0);
             for (; i < nr; i++)
-                att_values(1, n_blk, n_keys, m, si + i * lds, lds, v, vh, ldv, d0, inv + i, oi + i * ldo, ldo);
+                att_values(1, n_blk, n_keys, m, si + i * lds, lds, v, vh, ldv, d0, inv + i, oi + i * ldo, ldo,
+                           i0 == 0 && i == 0);
         }
     }
 }
