@@ -28,8 +28,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ds/kern.h"
 #include "ds/log.h"
