@@ -594,7 +594,7 @@ static void test_matmul_qk(void **state)
     const uint64_t rng = g_rng;
     static const enum ds_kern_qtype types[] = { DS_KQ_Q4_K, DS_KQ_Q5_K, DS_KQ_Q6_K };
     static const size_t n_sbs[] = { 1, 2, 3, 6, 8 }, rows_of[] = { 1, 3, 7, 16, 17, 33 };
-    static const size_t ntok[] = { 1, 2, 3, 4, 5, 17 };
+    static const size_t ntok[] = { 1, 2, 3, 4, 5, 8, 17 };
     for (size_t ti = 0; ti < N_OF(types); ti++) {
         const enum ds_kern_qtype t = types[ti];
         for (size_t bi = 0; bi < N_OF(n_sbs); bi++) {

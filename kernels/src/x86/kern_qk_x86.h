@@ -21,7 +21,9 @@
 #ifndef DS_KERN_QK_X86_H
 #define DS_KERN_QK_X86_H
 
+#ifndef QK_TOK           /* the including file may choose its own */
 #define QK_TOK 4u        /* tokens per pass over a row */
+#endif
 
 static inline float qk_f16(const uint8_t *p)
 {
