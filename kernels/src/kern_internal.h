@@ -94,6 +94,14 @@ void ds_kern__q40_pack_tiles(size_t rt, size_t rows, size_t n_blocks, const void
 ** the rows' FP16 d and dmin: rt * DS_Q4K_PACKED_SB bytes. Absent rows of
 ** the last tile are zero (d = dmin = 0). */
 void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
+/* Q6_K rows into tiles of rt rows, for a variant's q6k_pack: per
+** superblock of a tile, 32 dwords of low nibbles as [k][row] (dword k holds
+** the low 4 bits of values 4k..4k+3 in its low nibbles and of 128+4k.. in
+** its high ones), 16 dwords of high bits as [m][row] (dword m, byte b, bits
+** 2j..2j+1: the top 2 bits of value 16m + 4j + b), the 16 int8 sub-block
+** scales as [i][row], then the rows' FP16 d: rt * 210 bytes. Absent rows
+** of the last tile are zero (d = 0). */
+void ds_kern__q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
 
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);

@@ -13,7 +13,8 @@
 ** values), then isum = sum_i sc[i] * sum_l c x, msum = sum_i mn[i] bsums[i],
 ** exact in int32, and one float step d_x (d isum - dmin msum).
 **
-** And the tile packers that the SIMD variants' q40_pack and q4k_pack share
+** And the tile packers that the SIMD variants' q40_pack, q4k_pack and
+** q6k_pack share
 ** (rows in the lanes, tiles of a variant's own width).
 */
 #include <float.h>
@@ -225,7 +226,7 @@ void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *ou
     }
 }
 
-/* ---- packed tiles (kern.h q40_pack, q4k_pack) ---- */
+/* ---- packed tiles (kern.h q40_pack, q4k_pack, q6k_pack) ---- */
 
 void ds_kern__q40_pack_tiles(size_t rt, size_t rows, size_t n_blocks, const void *w, void *out)
 {
@@ -261,6 +262,37 @@ void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w,
                     mn[j * rt + i] = (uint8_t)min;
                 }
                 for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + 16 + 4 * k, 4);
+            }
+        }
+}
+
+void ds_kern__q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
+{
+    const uint8_t *src = w;
+    uint8_t *o = out;
+    for (size_t r0 = 0; r0 < rows; r0 += rt)
+        for (size_t sb = 0; sb < n_sb; sb++, o += rt * 210) {
+            uint8_t *ql = o, *qh = ql + 128 * rt, *sc = qh + 64 * rt, *d = sc + 16 * rt;
+            memset(o, 0, rt * 210);
+            for (size_t i = 0; i < rt && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 210;
+                uint8_t code[256];              /* the 6-bit codes, in value order */
+                for (unsigned v = 0; v < 256; v++) {
+                    const unsigned h = v / 128, k = v % 128 / 32, l = v % 32;
+                    const unsigned lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k / 2))) & 15u;
+                    code[v] = (uint8_t)(lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3u) << 4);
+                }
+                for (unsigned k = 0; k < 32; k++)
+                    for (unsigned c = 0; c < 4; c++)
+                        ql[(k * rt + i) * 4 + c] = (uint8_t)((code[4 * k + c] & 15u) | (code[128 + 4 * k + c] & 15u) << 4);
+                for (unsigned m = 0; m < 16; m++)
+                    for (unsigned c = 0; c < 4; c++) {
+                        unsigned bits = 0;
+                        for (unsigned j = 0; j < 4; j++) bits |= (unsigned)(code[16 * m + 4 * j + c] >> 4) << (2 * j);
+                        qh[(m * rt + i) * 4 + c] = (uint8_t)bits;
+                    }
+                for (unsigned j = 0; j < 16; j++) sc[j * rt + i] = b[192 + j];
+                memcpy(d + 2 * i, b + 208, 2);
             }
         }
 }

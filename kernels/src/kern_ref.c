@@ -114,6 +114,7 @@ const struct ds_kern_ops ds_kern_ref = {
     .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .q40_pack_rows = 1,           /* the file's Q4_0 rows: no q40_pack */
     .q4k_pack_rows = 1,           /* the file's Q4_K rows: no q4k_pack */
+    .q6k_pack_rows = 1,           /* the file's Q6_K rows: no q6k_pack */
     .quantize_q8 = quantize_q8_ref,
     .dot_i8      = dot_i8_ref,
     .matvec_q8   = matvec_q8_ref,

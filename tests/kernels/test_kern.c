@@ -383,7 +383,7 @@ static void fill_qx(enum ds_kern_qtype t, uint8_t *w, size_t n_bytes)
 }
 
 /* w (rows of n blocks or superblocks of t) in k's packed tiles, where k
-** packs t for the op: Q4_0 for matmul_qx, Q4_K for matmul_qk (qk); a fresh
+** packs t for the op: Q4_0 for matmul_qx, Q4_K and Q6_K for matmul_qk (qk); a fresh
 ** buffer, its padding garbage. Else NULL: the op reads the file's rows. */
 static void *pack_qx_for(const struct ds_kern_ops *k, bool qk, enum ds_kern_qtype t, size_t rows, size_t n,
                          const uint8_t *w)
@@ -391,12 +391,14 @@ static void *pack_qx_for(const struct ds_kern_ops *k, bool qk, enum ds_kern_qtyp
     size_t bytes;
     if (!qk && t == DS_KQ_Q4_0 && k->q40_pack) bytes = ds_q40_packed_bytes(k, rows, n);
     else if (qk && t == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, rows, n);
+    else if (qk && t == DS_KQ_Q6_K && k->q6k_pack) bytes = ds_q6k_packed_bytes(k, rows, n);
     else return NULL;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     assert_non_null(packed);
     memset(packed, 0x5a, bytes);
     if (t == DS_KQ_Q4_0) k->q40_pack(rows, n, w, packed);
-    else k->q4k_pack(rows, n, w, packed);
+    else if (t == DS_KQ_Q4_K) k->q4k_pack(rows, n, w, packed);
+    else k->q6k_pack(rows, n, w, packed);
     return packed;
 }
 

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 10u
+#define DS_KERN_ABI 11u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -98,6 +98,15 @@ struct ds_kern_ops {
     ** 1): matmul_qk reads the file's rows. */
     uint32_t q4k_pack_rows;
     void (*q4k_pack)(size_t rows, size_t n_sb, const void *w, void *out);
+    /* Packed Q6_K weights, for matmul_qk(DS_KQ_Q6_K): q6k_pack lays out a
+    ** rows x n_sb Q6_K matrix (210-byte superblocks) in tiles of
+    ** q6k_pack_rows rows, the last one padded, with the same 210 bytes per
+    ** row and superblock rearranged: ds_q6k_packed_bytes() in all, the rows
+    ** from r0 (a multiple of q6k_pack_rows) start r0 * n_sb * 210 bytes in.
+    ** out 64-byte aligned. NULL (q6k_pack_rows 1): matmul_qk reads the
+    ** file's rows. */
+    uint32_t q6k_pack_rows;
+    void (*q6k_pack)(size_t rows, size_t n_sb, const void *w, void *out);
 
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
     ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
@@ -135,7 +144,8 @@ struct ds_kern_ops {
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
     ** w holds rows of n_sb 256-value superblocks of a K-quant type (Q4_K,
     ** Q5_K or Q6_K; other types leave y alone), as the file stores them (Q4_K
-    ** packed by q4k_pack where the variant has one, starting at a tile), and
+    ** and Q6_K packed by q4k_pack and q6k_pack where the variant has them,
+    ** starting at a tile), and
     ** x holds n_tok rows of n_sb Q8_K blocks. Per superblock the sub-block
     ** scales and mins apply to exact int32 sums (the mins through bsums);
     ** then one float step: d_x * (d * isum - dmin * msum). Row t is
@@ -239,6 +249,14 @@ static inline size_t ds_q4k_packed_bytes(const struct ds_kern_ops *k, size_t row
 {
     size_t t = k->q4k_pack_rows > 1 ? k->q4k_pack_rows : 1;
     return (rows + t - 1) / t * t * n_sb * DS_Q4K_PACKED_SB;
+}
+
+/* Bytes to allocate for a rows x n_sb Q6_K matrix packed for k (210 per
+** row and superblock, as in a file, and the last tile's padding). */
+static inline size_t ds_q6k_packed_bytes(const struct ds_kern_ops *k, size_t rows, size_t n_sb)
+{
+    size_t t = k->q6k_pack_rows > 1 ? k->q6k_pack_rows : 1;
+    return (rows + t - 1) / t * t * n_sb * 210u;
 }
 
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */

@@ -890,6 +890,7 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .q40_pack    = q40_pack_avx2,
     .q4k_pack_rows = PK_RT,
     .q4k_pack    = q4k_pack_avx2,
+    .q6k_pack_rows = 1,           /* the file's Q6_K rows (kern_qk_x86.h): no q6k_pack */
     .quantize_q8 = quantize_q8_avx2,
     .dot_i8      = dot_i8_avx2,
     .matvec_q8   = matvec_q8_avx2,

@@ -238,9 +238,10 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
     return rc;
 }
 
-/* Q4_0 and Q4_K rows into the tiles of a variant that has a layout for
-** them (Q4_0: the same bytes; Q4_K: 148 bytes per row and superblock, its
-** scales unpacked); other types, or a variant without, keep the file's rows. */
+/* Q4_0, Q4_K and Q6_K rows into the tiles of a variant that has a layout
+** for them (Q4_0 and Q6_K: the same bytes, rearranged; Q4_K: 148 bytes per
+** row and superblock, its scales unpacked); other types, or a variant
+** without, keep the file's rows. */
 static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     const struct ds_kern_ops *k = e->kern;
@@ -248,14 +249,17 @@ static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight
     size_t bytes;
     if (m->qt == DS_KQ_Q4_0 && k->q40_pack) bytes = ds_q40_packed_bytes(k, w->rows, m->nb);
     else if (m->qt == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, w->rows, n_sb);
+    else if (m->qt == DS_KQ_Q6_K && k->q6k_pack) bytes = ds_q6k_packed_bytes(k, w->rows, n_sb);
     else return DS_OK;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!packed) return DS_ERR_NOMEM;
     if (m->qt == DS_KQ_Q4_0) {
         k->q40_pack(w->rows, m->nb, w->data, packed);
-    } else {
+    } else if (m->qt == DS_KQ_Q4_K) {
         k->q4k_pack(w->rows, n_sb, w->data, packed);
         m->qx_row = n_sb * DS_Q4K_PACKED_SB;
+    } else {
+        k->q6k_pack(w->rows, n_sb, w->data, packed);
     }
     m->qx = packed;
     m->owned = packed;
@@ -279,7 +283,7 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         return DS_OK;
     }
     /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx and
-    ** matmul_qk stream them), but Q4_0's and Q4_K's are packed into the
+    ** matmul_qk stream them), but Q4_0's, Q4_K's and Q6_K's are packed into the
     ** tiles of a variant that has a layout for them (mat_pack_qx); Q8_0
     ** blocks, or other rows quantized here, are packed once into the tiles
     ** of a variant that has a layout. */
@@ -619,7 +623,7 @@ static void matmul_task(void *p, unsigned task, unsigned n_tasks)
     const struct matmul_job *j = p;
     size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
     if (j->e->prec == DS_PRECISION_INT8)        /* whole packed tiles */
-        align = DS_MAX(align, DS_MAX(j->e->kern->q8_pack_rows,
+        align = DS_MAX(align, DS_MAX(DS_MAX(j->e->kern->q8_pack_rows, j->e->kern->q6k_pack_rows),
                                      DS_MAX(j->e->kern->q40_pack_rows, j->e->kern->q4k_pack_rows)));
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
