@@ -1009,76 +1009,22 @@ static void matmul_qx_avx512(enum ds_kern_qtype type, size_t rows, size_t n_bloc
     else matmul_qx_256(type, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
-/* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
+/* ---- matmul_qk: K-quant superblocks against Q8_K ----
+** Q4_K and Q6_K come packed (below); Q5_K streams the file's rows on 256
+** bits (kern_qk_x86.h). */
 
-DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
-                              float *y, size_t ldy);
 #define QK_MADD(acc, p, s) (acc = _mm256_dpwssd_epi32(acc, p, s))
 #define QK_NAME matmul_qk_256
-#define QK_ROWS_Q6K qk512_rows_q6k
-/* 8 tokens per pass over a Q5_K/Q6_K row, not 4: each superblock's codes are
-** unpacked half as often (Q6_K prefill of 120 tokens, bench_formats, six
-** pairs in turns: 841-1141 -> 1096-1470 tok/s; every pair faster). */
+/* 8 tokens per pass over a Q5_K row, not 4: each superblock's codes are
+** unpacked half as often (measured on Q6_K when it still came here: prefill
+** of 120 tokens, bench_formats, six pairs in turns: 841-1141 -> 1096-1470
+** tok/s; every pair faster). */
 #ifndef QK_TOK
 #define QK_TOK 8u
 #endif
 #include "kern_qk_x86.h"
 #undef QK_MADD
 #undef QK_NAME
-#undef QK_ROWS_Q6K
-
-/* Int16 lane a + j in 128-bit lane j (one scale per 16 values). */
-DS_INLINE __m512i qk512_pick4(int a)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(qk_pick(a, a + 1)), qk_pick(a + 2, a + 3), 1);
-}
-
-/* Q6_K at 512 bits: per half of a superblock, 64 bytes of low bits give
-** two 64-code vectors (masked, and shifted by 4); the 32 bytes of high
-** bits, broadcast to both halves, are shifted into place per half. */
-DS_INLINE void qk512_rows_q6k(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct ds_q8k_block *x,
-                              float *y, size_t ldy)
-{
-    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
-    const __m512i sl01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
-    const __m512i sr23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i pa = qk512_pick4(0), pb = qk512_pick4(4);
-    for (size_t r = 0; r < rows; r++) {
-        const uint8_t *row = w + r * 210 * n_sb;
-        __m512 accf[QK_TOK];
-        for (size_t t = 0; t < nt; t++) accf[t] = _mm512_setzero_ps();
-        for (size_t s = 0; s < n_sb; s++) {
-            const uint8_t *b = row + s * 210;
-            const float d = qk_f16(b + 208);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(b + 192)));
-            const __m512i sch[2] = { _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16)),
-                                     _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1)) };
-            __m512i acc[QK_TOK];
-            for (size_t t = 0; t < nt; t++) {               /* the offset: -32 sum_i sc[i] bsums[i] */
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)x[t * n_sb + s].bsums);
-                acc[t] = _mm512_zextsi256_si512(
-                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5)));
-            }
-            for (int h = 0; h < 2; h++) {
-                const __m512i l = _mm512_loadu_si512((const void *)(b + 64 * h));
-                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(b + 128 + 32 * h)));
-                const __m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                                    _mm512_and_si512(_mm512_sllv_epi16(qh, sl01), m30));
-                const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                                    _mm512_and_si512(_mm512_srlv_epi16(qh, sr23), m30));
-                const __m512i s01 = _mm512_shuffle_epi8(sch[h], pa), s23 = _mm512_shuffle_epi8(sch[h], pb);
-                for (size_t t = 0; t < nt; t++) {
-                    const int8_t *xq = x[t * n_sb + s].qs + 128 * h;
-                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_maddubs_epi16(u01, _mm512_loadu_si512((const void *)xq)), s01);
-                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_maddubs_epi16(u23, _mm512_loadu_si512((const void *)(xq + 64))), s23);
-                }
-            }
-            for (size_t t = 0; t < nt; t++)
-                accf[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[t * n_sb + s].d * d), _mm512_cvtepi32_ps(acc[t]), accf[t]);
-        }
-        for (size_t t = 0; t < nt; t++) y[t * ldy + r] = _mm512_reduce_add_ps(accf[t]);
-    }
-}
 
 /* ---- Q4_K packed: rows in the lanes ----
 ** q4k_pack lays a Q4_K matrix out in tiles of 16 rows, superblock by

@@ -2,11 +2,10 @@
 ** kern_qk_x86.h — matmul_qk on 256-bit integer vectors for the K-quant
 ** rows as the file stores them: Q5_K and Q6_K superblocks (256 values)
 ** against Q8_K activations. (Q4_K never comes here: both x86 variants pack
-** it at load and run their own tiles.) Included by kern_avx2.c (QK_MADD:
-** madd + add) and kern_avx512vnni.c (QK_MADD: vpdpwssd); the including
-** file defines QK_MADD(acc, p, s): acc (8 x int32) += sums of adjacent
-** int16 products of p and s, and QK_NAME, and may define QK_ROWS_Q6K, its
-** own Q6_K rows with qk_rows_q6's arguments (kern_avx512vnni.c: 512 bits).
+** it at load and run their own tiles; kern_avx512vnni.c packs Q6_K too.)
+** Included by kern_avx2.c (QK_MADD: madd + add) and kern_avx512vnni.c
+** (QK_MADD: vpdpwssd); the including file defines QK_MADD(acc, p, s): acc
+** (8 x int32) += sums of adjacent int16 products of p and s, and QK_NAME.
 **
 ** The weights stream: each superblock is read once per QK_TOK tokens, its
 ** 5- or 6-bit codes unpacked with shifts and masks into unsigned bytes
@@ -214,11 +213,6 @@ static void qk_quantize_q8k(size_t n, const float *x, struct ds_q8k_block *out)
     }
 }
 
-/* The including file may bring its own Q6_K rows (512-bit). */
-#ifndef QK_ROWS_Q6K
-#define QK_ROWS_Q6K qk_rows_q6
-#endif
-
 /* F(n) for n = nt, each count a constant: the per-token accumulators then
 ** stay in registers. (With a run-time count they lived on the stack, and
 ** Q6_K prefill ran at a quarter of Q4_K's speed.) */
@@ -245,7 +239,7 @@ static void QK_NAME(enum ds_kern_qtype type, size_t rows, size_t n_sb, const voi
         const struct ds_q8k_block *xt = x + t0 * n_sb;
         float *yt = y + t0 * ldy;
 #define QK_Q5(n) qk_rows_q5(rows, n_sb, w, n, xt, yt, ldy)
-#define QK_Q6(n) QK_ROWS_Q6K(rows, n_sb, w, n, xt, yt, ldy)
+#define QK_Q6(n) qk_rows_q6(rows, n_sb, w, n, xt, yt, ldy)
         switch (type) {
         case DS_KQ_Q5_K: QK_BY_NT(nt, QK_Q5); break;
         case DS_KQ_Q6_K: QK_BY_NT(nt, QK_Q6); break;
