@@ -81,12 +81,17 @@ void ds_kern__matmul_qk_ref(enum ds_kern_qtype type, size_t rows, size_t n_sb, c
                             const struct ds_q8k_block *x, float *y, size_t ldy);
 void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *out);
 
-/* Q4_0 rows (18-byte blocks) into tiles of rt rows, for a variant's
-** q40_pack: per block of a tile, dword k (0..3) of each row's 16 code
-** bytes as [k][row], then the rows' FP16 scales; rt * 18 bytes, the same
-** bytes as the file. Dword k holds values 4k..4k+3 in its low nibbles and
-** 16+4k.. in its high ones. Absent rows of the last tile are zero blocks. */
-void ds_kern__q40_pack_tiles(size_t rt, size_t rows, size_t n_blocks, const void *w, void *out);
+/* Rows of type t (Q4_0, Q4_1, Q5_0 or Q5_1) into tiles of rt rows, for a
+** variant's qx_pack: per block of a tile, dword k (0..3) of each row's 16
+** code bytes as [k][row]; for Q5_0 and Q5_1 one dword of fifth bits per
+** row (byte c, bit k: the fifth bit of the value that code dword k & 3
+** holds in byte c, its low nibble for k < 4, its high one for k >= 4); the
+** rows' FP16 scales; for Q4_1 and Q5_1 their FP16 mins. The same bytes as
+** the file: rt * ds_kq_block_bytes(t). Dword k holds values 4k..4k+3 in
+** its low nibbles and 16+4k.. in its high ones. Absent rows of the last
+** tile are zero blocks. */
+void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_blocks, const void *w,
+                            void *out);
 /* Q4_K rows into tiles of rt rows, for a variant's q4k_pack: per
 ** superblock of a tile, the 32 code dwords as [k][row] (dword 8c + i holds
 ** values 4i..4i+3 of sub-block 2c in its low nibbles and of 2c + 1 in its

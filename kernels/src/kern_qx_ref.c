@@ -13,7 +13,7 @@
 ** values), then isum = sum_i sc[i] * sum_l c x, msum = sum_i mn[i] bsums[i],
 ** exact in int32, and one float step d_x (d isum - dmin msum).
 **
-** And the tile packers that the SIMD variants' q40_pack, q4k_pack and
+** And the tile packers that the SIMD variants' qx_pack, q4k_pack and
 ** q6k_pack share
 ** (rows in the lanes, tiles of a variant's own width).
 */
@@ -226,19 +226,33 @@ void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *ou
     }
 }
 
-/* ---- packed tiles (kern.h q40_pack, q4k_pack, q6k_pack) ---- */
+/* ---- packed tiles (kern.h qx_pack, q4k_pack, q6k_pack) ---- */
 
-void ds_kern__q40_pack_tiles(size_t rt, size_t rows, size_t n_blocks, const void *w, void *out)
+void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_blocks, const void *w,
+                            void *out)
 {
+    const bool five = t == DS_KQ_Q5_0 || t == DS_KQ_Q5_1, min = t == DS_KQ_Q4_1 || t == DS_KQ_Q5_1;
+    const size_t bb = ds_kq_block_bytes(t);
     const uint8_t *src = w;
     uint8_t *o = out;
     for (size_t r0 = 0; r0 < rows; r0 += rt)
-        for (size_t kb = 0; kb < n_blocks; kb++, o += rt * 18) {
-            memset(o, 0, rt * 18);
+        for (size_t kb = 0; kb < n_blocks; kb++, o += rt * bb) {
+            uint8_t *qh = o + 16 * rt, *d = qh + (five ? 4 * rt : 0), *m = d + 2 * rt;
+            memset(o, 0, rt * bb);
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_blocks + kb) * 18;
-                for (size_t k = 0; k < 4; k++) memcpy(o + (k * rt + i) * 4, b + 2 + 4 * k, 4);
-                memcpy(o + 16 * rt + 2 * i, b, 2);
+                const uint8_t *b = src + ((r0 + i) * n_blocks + kb) * bb;
+                for (size_t k = 0; k < 4; k++) memcpy(o + (k * rt + i) * 4, b + bb - 16 + 4 * k, 4);
+                memcpy(d + 2 * i, b, 2);
+                if (min) memcpy(m + 2 * i, b + 2, 2);
+                if (five) {
+                    uint32_t h;
+                    memcpy(&h, b + bb - 20, 4);
+                    for (unsigned c = 0; c < 4; c++) {
+                        unsigned byte = 0;
+                        for (unsigned k = 0; k < 8; k++) byte |= (h >> (k < 4 ? 4 * k + c : 16 + 4 * (k - 4) + c) & 1u) << k;
+                        qh[4 * i + c] = (uint8_t)byte;
+                    }
+                }
             }
         }
 }

@@ -383,20 +383,21 @@ static void fill_qx(enum ds_kern_qtype t, uint8_t *w, size_t n_bytes)
 }
 
 /* w (rows of n blocks or superblocks of t) in k's packed tiles, where k
-** packs t for the op: Q4_0 for matmul_qx, Q4_K and Q6_K for matmul_qk (qk); a fresh
+** packs t for the op (ds_qx_packs for matmul_qx; Q4_K and Q6_K for matmul_qk,
+** qk); a fresh
 ** buffer, its padding garbage. Else NULL: the op reads the file's rows. */
 static void *pack_qx_for(const struct ds_kern_ops *k, bool qk, enum ds_kern_qtype t, size_t rows, size_t n,
                          const uint8_t *w)
 {
     size_t bytes;
-    if (!qk && t == DS_KQ_Q4_0 && k->q40_pack) bytes = ds_q40_packed_bytes(k, rows, n);
+    if (!qk && ds_qx_packs(k, t)) bytes = ds_qx_packed_bytes(k, t, rows, n);
     else if (qk && t == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, rows, n);
     else if (qk && t == DS_KQ_Q6_K && k->q6k_pack) bytes = ds_q6k_packed_bytes(k, rows, n);
     else return NULL;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     assert_non_null(packed);
     memset(packed, 0x5a, bytes);
-    if (t == DS_KQ_Q4_0) k->q40_pack(rows, n, w, packed);
+    if (!qk) k->qx_pack(t, rows, n, w, packed);
     else if (t == DS_KQ_Q4_K) k->q4k_pack(rows, n, w, packed);
     else k->q6k_pack(rows, n, w, packed);
     return packed;
@@ -474,17 +475,22 @@ static void test_matmul_qx(void **state)
             }
         }
     }
-    /* Q4_0 past a packed kernel's K chunk and token batch (avx2: 128 blocks,
-    ** 64 tokens), with a partial last tile */
+    /* the 32-value types past a packed kernel's K chunk and token batch
+    ** (avx2: 128 blocks, 64 tokens; avx512vnni: 32 blocks, 128 tokens),
+    ** with a partial last tile */
     const uint64_t rng = g_rng;
     const size_t nb = 130, rows = 11, nt = 70;
-    uint8_t *w = xmalloc(rows * nb * 18);
-    struct ds_q8_block *x = xmalloc(nt * nb * sizeof *x);
-    fill_qx(DS_KQ_Q4_0, w, rows * nb * 18);
-    fill_q8(x, nt * nb);
-    check_matmul_qx(k, DS_KQ_Q4_0, rows, nb, nt, w, x);
-    free(w);
-    free(x);
+    static const enum ds_kern_qtype legacy[] = { DS_KQ_Q4_0, DS_KQ_Q4_1, DS_KQ_Q5_0, DS_KQ_Q5_1 };
+    for (size_t i = 0; i < N_OF(legacy); i++) {
+        const size_t bytes = rows * nb * ds_kq_block_bytes(legacy[i]);
+        uint8_t *w = xmalloc(bytes);
+        struct ds_q8_block *x = xmalloc(nt * nb * sizeof *x);
+        fill_qx(legacy[i], w, bytes);
+        fill_q8(x, nt * nb);
+        check_matmul_qx(k, legacy[i], rows, nb, nt, w, x);
+        free(w);
+        free(x);
+    }
     g_rng = rng;
 }
 

@@ -5,7 +5,7 @@
 **
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
-**            160 KB per thread of prepared matmul_q8 activations; avx2 and
+**            176 KB per thread of prepared matmul_q8 activations; avx2 and
 **            avxvnni: 64 KB of Q4_0 activation sums; gemm_f32: one packed
 **            weight panel, 32 KB avx512vnni, 16 KB avx2 and avxvnni).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
@@ -79,15 +79,17 @@ struct ds_kern_ops {
     ** rows (q8_pack_rows is 1), 2-byte aligned like any Q8_0 block. */
     uint32_t q8_pack_rows;
     void (*q8_pack)(size_t rows, size_t n_blocks, const struct ds_q8_block *w, struct ds_q8_block *out);
-    /* Packed Q4_0 weights, for matmul_qx(DS_KQ_Q4_0): q40_pack lays out a
-    ** rows x n_blocks Q4_0 matrix (row-major 18-byte blocks, as a file has
-    ** them) in tiles of q40_pack_rows rows into ds_q40_packed_bytes(), the
+    /* Packed 4- and 5-bit blocks, for matmul_qx: qx_pack lays out a rows x
+    ** n_blocks matrix of type t (a type whose bit 1u << t is set in
+    ** qx_pack_types: Q4_0, Q4_1, Q5_0 or Q5_1), row-major blocks as a file
+    ** has them, in tiles of qx_pack_rows rows into ds_qx_packed_bytes(), the
     ** last tile padded; a tile holds the bytes its rows do, so the rows from
-    ** r0 (a multiple of q40_pack_rows) start r0 * n_blocks * 18 bytes in.
-    ** out must be 64-byte aligned. NULL (q40_pack_rows 1): matmul_qx reads
-    ** the file's rows. */
-    uint32_t q40_pack_rows;
-    void (*q40_pack)(size_t rows, size_t n_blocks, const void *w, void *out);
+    ** r0 (a multiple of qx_pack_rows) start r0 * n_blocks *
+    ** ds_kq_block_bytes(t) bytes in. out must be 64-byte aligned. Other
+    ** types (all, where qx_pack is NULL): matmul_qx reads the file's rows. */
+    uint32_t qx_pack_rows;
+    uint32_t qx_pack_types;
+    void (*qx_pack)(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out);
     /* Packed Q4_K weights, for matmul_qk(DS_KQ_Q4_K): q4k_pack lays out a
     ** rows x n_sb Q4_K matrix (144-byte superblocks, as a file has them) in
     ** tiles of q4k_pack_rows rows, the last one padded, with each row's 12
@@ -125,9 +127,9 @@ struct ds_kern_ops {
                       size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
     ** w holds rows of n_blocks * 32 values in type's blocks, as the file
-    ** stores them (row after row; 2-byte aligned; Q4_0 packed by q40_pack
-    ** where the variant has one, starting at a tile), and x holds n_tok rows of
-    ** n_blocks Q8_0 activation blocks. Each 32 values of a weight row meet
+    ** stores them (row after row; 2-byte aligned), or packed by qx_pack
+    ** where the variant packs type (ds_qx_packs; starting at a tile), and x
+    ** holds n_tok rows of n_blocks Q8_0 activation blocks. Each 32 values of a weight row meet
     ** one activation block: their integer dot products are exact, and
     ** scales and mins apply per block (per 16 values for Q6_K).
     ** n_blocks is a multiple of 8 for the K-quants. Row t is bit-identical
@@ -218,11 +220,18 @@ static inline void ds_q8_pack(const struct ds_kern_ops *k, size_t rows, size_t n
     else memcpy(out, w, rows * n_blocks * sizeof *w);
 }
 
-/* Bytes to allocate for a rows x n_blocks Q4_0 matrix packed for k. */
-static inline size_t ds_q40_packed_bytes(const struct ds_kern_ops *k, size_t rows, size_t n_blocks)
+/* Whether k packs type t's matrices for matmul_qx (qx_pack). */
+static inline bool ds_qx_packs(const struct ds_kern_ops *k, enum ds_kern_qtype t)
 {
-    size_t t = k->q40_pack_rows > 1 ? k->q40_pack_rows : 1;
-    return (rows + t - 1) / t * t * n_blocks * 18;
+    return k->qx_pack && t < DS_KQ_COUNT && (k->qx_pack_types >> t & 1u);
+}
+
+/* Bytes to allocate for a rows x n_blocks matrix of type t packed for k. */
+static inline size_t ds_qx_packed_bytes(const struct ds_kern_ops *k, enum ds_kern_qtype t, size_t rows,
+                                        size_t n_blocks)
+{
+    size_t r = k->qx_pack_rows > 1 ? k->qx_pack_rows : 1;
+    return (rows + r - 1) / r * r * n_blocks * ds_kq_block_bytes(t);
 }
 
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12

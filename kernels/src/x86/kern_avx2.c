@@ -640,7 +640,7 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #undef QK_NAME
 
 /* ---- Q4_0 and Q4_K packed: rows in the lanes ----
-** q40_pack and q4k_pack lay the rows out in tiles of 8 (one vector of 8
+** qx_pack (Q4_0 only) and q4k_pack lay the rows out in tiles of 8 (one vector of 8
 ** int32 lanes; kern_internal.h gives the layouts): one load of 32 code
 ** bytes holds 4 bytes of each of 8 rows, whose low nibbles meet one
 ** broadcast activation dword and whose high nibbles meet another. Without
@@ -673,9 +673,9 @@ struct pk4k_block {             /* one Q4_K superblock of an 8-row tile: 1184 by
 };
 _Static_assert(sizeof(struct pk4k_block) == PK_RT * DS_Q4K_PACKED_SB, "packed Q4_K bytes");
 
-static void q40_pack_avx2(size_t rows, size_t n_blocks, const void *w, void *out)
+static void qx_pack_avx2(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out)
 {
-    ds_kern__q40_pack_tiles(PK_RT, rows, n_blocks, w, out);
+    ds_kern__qx_pack_tiles(t, PK_RT, rows, n_blocks, w, out);
 }
 
 static void q4k_pack_avx2(size_t rows, size_t n_sb, const void *w, void *out)
@@ -866,7 +866,7 @@ static void q4k_run_avx2(size_t rows, size_t n_sb, const void *w, size_t n_tok, 
     }
 }
 
-/* Q4_0 and Q4_K come packed (q40_pack, q4k_pack); the other types stream
+/* Q4_0 and Q4_K come packed (qx_pack, q4k_pack); the other types stream
 ** the file's rows. */
 static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                            const struct ds_q8_block *x, float *y, size_t ldy)
@@ -886,8 +886,9 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .abi_version = DS_KERN_ABI,
     .name        = DS_KERN_NAME,
     .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
-    .q40_pack_rows = PK_RT,
-    .q40_pack    = q40_pack_avx2,
+    .qx_pack_rows = PK_RT,
+    .qx_pack_types = 1u << DS_KQ_Q4_0,
+    .qx_pack     = qx_pack_avx2,
     .q4k_pack_rows = PK_RT,
     .q4k_pack    = q4k_pack_avx2,
     .q6k_pack_rows = 1,           /* the file's Q6_K rows (kern_qk_x86.h): no q6k_pack */

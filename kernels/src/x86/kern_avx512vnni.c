@@ -12,9 +12,10 @@
 ** order from ds_kern_ref.
 **
 ** INT8 weights come packed at load, rows in the SIMD lanes: Q8_0 by
-** q8_pack and Q4_0 by q40_pack in 32-row tiles, Q4_K by q4k_pack in
-** 16-row tiles (see below); Q5_K and Q6_K rows come as the file has them.
-** Stack: small; matmul_q8 (and Q4_0's matmul_qx) keeps 160 KB of
+** q8_pack and Q4_0, Q4_1, Q5_0 and Q5_1 by qx_pack in 32-row tiles, Q4_K
+** and Q6_K by q4k_pack and q6k_pack in 16-row tiles (see below); Q5_K rows
+** come as the file has them.
+** Stack: small; matmul_q8 (and the packed types' matmul_qx) keeps 176 KB of
 ** thread-local prepared activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB
 ** weight panel. Nothing is allocated.
 */
@@ -238,22 +239,30 @@ struct pk_block {               /* one block of a 32-row tile: 1088 bytes */
 };
 _Static_assert(sizeof(struct pk_block) == MM_RT * sizeof(struct ds_q8_block), "packed = Q8_0 bytes");
 
-/* Q4_0 (matmul_qx) packs the same way: dword k of a block's 16 code bytes
-** holds values 4k..4k+3 in its low nibbles and 16+4k.. in its high ones,
-** so one load gives the weights of x dwords k and 4 + k, unsigned (the
-** value is code - 8: the accumulator starts at -8 * sum(x block)). */
-struct pk4_block {              /* one Q4_0 block of a 32-row tile: 576 bytes */
-    uint32_t q[4][MM_RT];       /* code dwords: [dword][row] */
-    uint16_t d[MM_RT];          /* FP16 row scales, 0 for absent rows */
-};
-_Static_assert(sizeof(struct pk4_block) == MM_RT * 18, "packed = Q4_0 bytes");
+/* The 4- and 5-bit types (matmul_qx) pack the same way (qx_pack;
+** kern_internal.h gives the layout): per block of a tile, dword k of the
+** rows' 16 code bytes holds values 4k..4k+3 in its low nibbles and 16+4k..
+** in its high ones, so one load gives the weights of x dwords k and 4 + k,
+** unsigned; Q5_0 and Q5_1 add a dword of fifth bits per row, bit k of byte
+** c for the value of x dword k, moved to bit 4 with one shift and merged
+** by vpternlogd; then the rows' FP16 scales, and Q4_1's and Q5_1's FP16
+** mins. Q4_0's value is code - 8 and Q5_0's code - 16: the accumulator
+** starts at -8 or -16 * sum(x block). The mins add min * d_x * sum(x
+** block) to the float sums, one FMA per (16 rows, token, block). */
+enum mm_kind { MM_Q8_0, MM_Q4_0, MM_Q4_1, MM_Q5_0, MM_Q5_1 };
 
-#define MM_BB(q4) ((q4) ? sizeof(struct pk4_block) : sizeof(struct pk_block))
+/* Bytes of one block of a tile (32 rows) of kind k: the file's bytes. */
+DS_INLINE size_t mm_bb(enum mm_kind k)
+{
+    return k == MM_Q8_0 ? sizeof(struct pk_block) : k == MM_Q4_0 ? MM_RT * 18u : k == MM_Q4_1 ? MM_RT * 20u
+         : k == MM_Q5_0 ? MM_RT * 22u : MM_RT * 24u;
+}
 
-struct mm_xtile {               /* MM_TT tokens x one K chunk: 10 KB */
+struct mm_xtile {               /* MM_TT tokens x one K chunk: 11 KB */
     int32_t q[MM_TT][MM_KB][8];     /* x qs dwords */
     int32_t corr[MM_TT][MM_KB];     /* -128 * sum(x qs) */
     float   dx[MM_TT][MM_KB];
+    float   dxs[MM_TT][MM_KB];      /* dx * sum(x qs), for the mins (Q4_1, Q5_1) */
 };
 
 /* One block of 16 rows (row i at b[i * stride]) into out[k * MM_RT + i]
@@ -307,27 +316,31 @@ static void q8_pack_avx512(size_t rows, size_t n_blocks, const struct ds_q8_bloc
         }
 }
 
-/* Q4_0 rows into 32-row tiles (struct pk4_block), once per matrix at load. */
-static void q40_pack_avx512(size_t rows, size_t n_blocks, const void *w, void *out)
+/* 4- and 5-bit rows into 32-row tiles, once per matrix at load. */
+static void qx_pack_avx512(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out)
 {
-    ds_kern__q40_pack_tiles(MM_RT, rows, n_blocks, w, out);
+    ds_kern__qx_pack_tiles(t, MM_RT, rows, n_blocks, w, out);
 }
 
-/* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1. */
+/* nt (<= MM_TT) tokens of x, blocks kb0 .. kb0+kn-1 (and dxs, for mins). */
 static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_t nb, size_t nt,
-                          size_t kb0, size_t kn)
+                          size_t kb0, size_t kn, bool mins)
 {
     for (size_t t = 0; t < nt; t++) {
         const struct ds_q8_block *xt = x + t * nb + kb0;
         size_t kb = 0;
         for (; kb + 8 <= kn; kb += 8) {
-            __m256i s = _mm256_slli_epi32(qsum8(xt + kb), 7);
-            _mm256_storeu_si256((void *)&p->corr[t][kb], _mm256_sub_epi32(_mm256_setzero_si256(), s));
-            _mm256_storeu_ps(&p->dx[t][kb], scales8(xt + kb));
+            const __m256i s = qsum8(xt + kb);
+            const __m256 dx = scales8(xt + kb);
+            _mm256_storeu_si256((void *)&p->corr[t][kb], _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7)));
+            _mm256_storeu_ps(&p->dx[t][kb], dx);
+            if (mins) _mm256_storeu_ps(&p->dxs[t][kb], _mm256_mul_ps(dx, _mm256_cvtepi32_ps(s)));
         }
         for (; kb < kn; kb++) {
-            p->corr[t][kb] = -128 * block_sum(xt + kb);
+            const int32_t s = block_sum(xt + kb);
+            p->corr[t][kb] = -128 * s;
             p->dx[t][kb] = f16(xt[kb].d);
+            p->dxs[t][kb] = p->dx[t][kb] * (float)s;
         }
         for (kb = 0; kb < kn; kb++)
             _mm256_store_si256((void *)p->q[t][kb], _mm256_loadu_si256((const void *)xt[kb].qs));
@@ -343,39 +356,50 @@ struct mm_pf {
 };
 
 /* y[t*ldy + 16r + lane] (+)= R row vectors (lanes where m[r]) x T tokens
-** over kn blocks of Q8_0 tiles, or (q4) Q4_0 tiles. */
-DS_INLINE void mm_tile(bool q4, int R, int T, const void *wp_, const struct mm_xtile *xp,
+** over kn blocks of tiles of kind K. */
+DS_INLINE void mm_tile(enum mm_kind K, int R, int T, const void *wp_, const struct mm_xtile *xp,
                        size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add,
                        const struct mm_pf *pf)
 {
-    const struct pk_block *wp = wp_;
-    const struct pk4_block *w4 = wp_;
-    const __m512i m4 = _mm512_set1_epi8(15);
+    const bool five = K == MM_Q5_0 || K == MM_Q5_1, mins = K == MM_Q4_1 || K == MM_Q5_1;
+    const size_t bb = mm_bb(K);
+    /* within a block: the scales after the codes (and fifth bits), the mins after them */
+    const size_t d_at = K == MM_Q8_0 ? offsetof(struct pk_block, d) : (five ? 20u : 16u) * MM_RT, m_at = d_at + 2 * MM_RT;
+    const __m512i m4 = _mm512_set1_epi8(15), b4 = _mm512_set1_epi8(16);
     __m512 f[2][MM_TT];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) f[r][t] = _mm512_setzero_ps();
     for (size_t kb = 0; kb < kn; kb++) {
+        const char *blk = (const char *)wp_ + kb * bb;
         for (size_t l = kb * pf->step; l < (kb + 1) * pf->step && l < pf->lines; l++)
             _mm_prefetch(pf->p + 64 * l, _MM_HINT_T1);
-        __m512i acc[2][MM_TT];
+        __m512i acc[2][MM_TT], hv[2];
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m512i c = _mm512_set1_epi32(q4 ? xp->corr[t][kb] / 16 : xp->corr[t][kb]);  /* -8 or -128 sum(x) */
+        for (int t = 0; t < T; t++) {           /* -128, -8, -16 or 0 x sum(x) */
+            const int32_t c = xp->corr[t][kb];
+            __m512i cv = _mm512_set1_epi32(K == MM_Q8_0 ? c : K == MM_Q4_0 ? c / 16 : K == MM_Q5_0 ? c / 8 : 0);
 #pragma GCC unroll 2
-            for (int r = 0; r < R; r++) acc[r][t] = c;
+            for (int r = 0; r < R; r++) acc[r][t] = cv;
         }
+        if (five)
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) hv[r] = _mm512_loadu_si512(blk + 16 * MM_RT + 64 * r);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i wv[2];
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
-                if (!q4) {
-                    wv[r] = _mm512_loadu_si512(&wp[kb].q[k][16 * r]);
+                if (K == MM_Q8_0) {
+                    wv[r] = _mm512_loadu_si512(blk + 4 * (k * MM_RT + 16 * r));
                 } else {
-                    __m512i v = _mm512_loadu_si512(&w4[kb].q[k & 3][16 * r]);
+                    __m512i v = _mm512_loadu_si512(blk + 4 * ((k & 3) * MM_RT + 16 * r));
                     wv[r] = _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4);
+                    if (five) {                 /* | (bit k of each byte) << 4: imm 0xf8 = A | (B & C) */
+                        __m512i h = k <= 4 ? _mm512_slli_epi32(hv[r], 4 - k) : _mm512_srli_epi32(hv[r], k - 4);
+                        wv[r] = _mm512_ternarylogic_epi32(wv[r], h, b4, 0xf8);
+                    }
                 }
             }
 #pragma GCC unroll 8
@@ -387,12 +411,13 @@ DS_INLINE void mm_tile(bool q4, int R, int T, const void *wp_, const struct mm_x
         }
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(q4 ? (const void *)&w4[kb].d[16 * r]
-                                                              : (const void *)&wp[kb].d[16 * r]));
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + d_at + 32 * r)));
+            __m512 mw = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(blk + m_at + 32 * r))) : dw;
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][t]), dw);
                 f[r][t] = _mm512_fmadd_ps(s, _mm512_set1_ps(xp->dx[t][kb]), f[r][t]);
+                if (mins) f[r][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xp->dxs[t][kb]), f[r][t]);
             }
         }
     }
@@ -407,15 +432,15 @@ DS_INLINE void mm_tile(bool q4, int R, int T, const void *wp_, const struct mm_x
 }
 
 /* mm_tile for a run-time token count (1 .. MM_TT) and nr rows. */
-DS_INLINE void mm_tile_nt(bool q4, size_t nr, size_t nt, const void *wp, const struct mm_xtile *xp,
+DS_INLINE void mm_tile_nt(enum mm_kind K, size_t nr, size_t nt, const void *wp, const struct mm_xtile *xp,
                           size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
 {
     __mmask16 m[2];
     for (size_t r = 0; r < 2; r++) m[r] = first_lanes(nr > 16 * r ? nr - 16 * r : 0);
 #define MM_CASE(T)                                                      \
     case T:                                                             \
-        if (nr > 16) mm_tile(q4, 2, T, wp, xp, kn, y, ldy, m, add, pf); \
-        else         mm_tile(q4, 1, T, wp, xp, kn, y, ldy, m, add, pf); \
+        if (nr > 16) mm_tile(K, 2, T, wp, xp, kn, y, ldy, m, add, pf);  \
+        else         mm_tile(K, 1, T, wp, xp, kn, y, ldy, m, add, pf);  \
         break;
     switch (nt) {
     MM_CASE(1) MM_CASE(2) MM_CASE(3) MM_CASE(4) MM_CASE(5) MM_CASE(6) MM_CASE(7) MM_CASE(8)
@@ -423,12 +448,17 @@ DS_INLINE void mm_tile_nt(bool q4, size_t nr, size_t nt, const void *wp, const s
 #undef MM_CASE
 }
 
-/* mm_tile for a run-time token count (1 .. MM_TT), nr rows and block type. */
-static void mm_tile_any(bool q4, size_t nr, size_t nt, const void *wp, const struct mm_xtile *xp,
+/* mm_tile for a run-time token count (1 .. MM_TT), nr rows and kind. */
+static void mm_tile_any(enum mm_kind K, size_t nr, size_t nt, const void *wp, const struct mm_xtile *xp,
                         size_t kn, float *y, size_t ldy, bool add, const struct mm_pf *pf)
 {
-    if (q4) mm_tile_nt(true, nr, nt, wp, xp, kn, y, ldy, add, pf);
-    else    mm_tile_nt(false, nr, nt, wp, xp, kn, y, ldy, add, pf);
+    switch (K) {
+    case MM_Q8_0: mm_tile_nt(MM_Q8_0, nr, nt, wp, xp, kn, y, ldy, add, pf); break;
+    case MM_Q4_0: mm_tile_nt(MM_Q4_0, nr, nt, wp, xp, kn, y, ldy, add, pf); break;
+    case MM_Q4_1: mm_tile_nt(MM_Q4_1, nr, nt, wp, xp, kn, y, ldy, add, pf); break;
+    case MM_Q5_0: mm_tile_nt(MM_Q5_0, nr, nt, wp, xp, kn, y, ldy, add, pf); break;
+    case MM_Q5_1: mm_tile_nt(MM_Q5_1, nr, nt, wp, xp, kn, y, ldy, add, pf); break;
+    }
 }
 
 /* The prefetch share i of n: lines [i*L/n, (i+1)*L/n) of the K chunk
@@ -447,38 +477,41 @@ static struct mm_pf mm_pf_share(const char *next, size_t bb, size_t kn, size_t i
 /* Up to one token tile (decode, batched decode, draft verification) with
 ** all of x prepared up front: each weight tile then streams through whole,
 ** in memory order, while the next one is prefetched. */
-static void mm_one_ttile(bool q4, size_t rows, size_t nb, const char *pw, size_t n_tok,
+static void mm_one_ttile(enum mm_kind K, size_t rows, size_t nb, const char *pw, size_t n_tok,
                          const struct ds_q8_block *x, float *y, size_t ldy, struct mm_xtile *xt)
 {
-    const size_t bb = MM_BB(q4), nc = (nb + MM_KB - 1) / MM_KB, ntr = (rows + MM_RT - 1) / MM_RT;
-    for (size_t c = 0; c < nc; c++) mm_xtile_prep(&xt[c], x, nb, n_tok, c * MM_KB, MM_MIN(MM_KB, nb - c * MM_KB));
+    const size_t bb = mm_bb(K), nc = (nb + MM_KB - 1) / MM_KB, ntr = (rows + MM_RT - 1) / MM_RT;
+    const bool mins = K == MM_Q4_1 || K == MM_Q5_1;
+    for (size_t c = 0; c < nc; c++)
+        mm_xtile_prep(&xt[c], x, nb, n_tok, c * MM_KB, MM_MIN(MM_KB, nb - c * MM_KB), mins);
     for (size_t rt = 0; rt < ntr; rt++) {
         const char *tile = pw + rt * nb * bb;
         for (size_t c = 0; c < nc; c++) {
             size_t kn = MM_MIN(MM_KB, nb - c * MM_KB);
             struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + (nb + c * MM_KB) * bb : NULL, bb, kn, 0, 1);
-            mm_tile_any(q4, MM_MIN(MM_RT, rows - rt * MM_RT), n_tok, tile + c * MM_KB * bb, &xt[c], kn,
+            mm_tile_any(K, MM_MIN(MM_RT, rows - rt * MM_RT), n_tok, tile + c * MM_KB * bb, &xt[c], kn,
                         y + rt * MM_RT, ldy, c > 0, &pf);
         }
     }
 }
 
-/* matmul_q8 over packed Q8_0 tiles, or (q4) matmul_qx over packed Q4_0 tiles. */
-static void mm_run(bool q4, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
+/* matmul_q8 over packed Q8_0 tiles, or matmul_qx over packed 4- and 5-bit tiles. */
+static void mm_run(enum mm_kind K, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                    const struct ds_q8_block *x, float *y, size_t ldy)
 {
     static _Thread_local struct mm_xtile xt[MM_NT / MM_TT] __attribute__((aligned(64)));
     const char *pw = w;
-    const size_t bb = MM_BB(q4);
+    const size_t bb = mm_bb(K);
+    const bool mins = K == MM_Q4_1 || K == MM_Q5_1;
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
     if (n_tok <= MM_TT && n_blocks <= MM_KB * (MM_NT / MM_TT)) {
-        mm_one_ttile(q4, rows, n_blocks, pw, n_tok, x, y, ldy, xt);
+        mm_one_ttile(K, rows, n_blocks, pw, n_tok, x, y, ldy, xt);
         return;
     }
-    /* Up to MM_NT tokens at a time: 160 KB of prepared x, which stays in L2
+    /* Up to MM_NT tokens at a time: 176 KB of prepared x, which stays in L2
     ** while each weight tile's K chunk, in L1, meets all of it. */
     size_t ntr = (rows + MM_RT - 1) / MM_RT;
     for (size_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
@@ -487,12 +520,12 @@ static void mm_run(bool q4, size_t rows, size_t n_blocks, const void *w, size_t 
             size_t kn = MM_MIN(MM_KB, n_blocks - kb0);
             for (size_t i = 0; i < ntile; i++)
                 mm_xtile_prep(&xt[i], x + (t0 + i * MM_TT) * n_blocks, n_blocks, MM_MIN(MM_TT, nt - i * MM_TT),
-                              kb0, kn);
+                              kb0, kn, mins);
             for (size_t rt = 0; rt < ntr; rt++) {
                 const char *tile = pw + (rt * n_blocks + kb0) * bb;
                 for (size_t i = 0; i < ntile; i++) {
                     struct mm_pf pf = mm_pf_share(rt + 1 < ntr ? tile + n_blocks * bb : NULL, bb, kn, i, ntile);
-                    mm_tile_any(q4, MM_MIN(MM_RT, rows - rt * MM_RT), MM_MIN(MM_TT, nt - i * MM_TT), tile,
+                    mm_tile_any(K, MM_MIN(MM_RT, rows - rt * MM_RT), MM_MIN(MM_TT, nt - i * MM_TT), tile,
                                 &xt[i], kn, y + (t0 + i * MM_TT) * ldy + rt * MM_RT, ldy, kb0 > 0, &pf);
                 }
             }
@@ -503,7 +536,7 @@ static void mm_run(bool q4, size_t rows, size_t n_blocks, const void *w, size_t 
 static void matmul_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w, size_t n_tok,
                              const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    mm_run(false, rows, n_blocks, w, n_tok, x, y, ldy);
+    mm_run(MM_Q8_0, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
 static void matvec_q8_avx512(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
@@ -1000,13 +1033,19 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 #undef QX_DOT
 #undef QX_NAME
 
-/* Q4_0 comes packed (q40_pack) and runs the Q8_0 tiles' code; the other
-** types stream the file's rows on 256 bits. */
+/* Q4_0, Q4_1, Q5_0 and Q5_1 come packed (qx_pack) and run the Q8_0 tiles'
+** code; the K-quants (matmul_qx's, against Q8_0 activations: tests only)
+** stream the file's rows on 256 bits. */
 static void matmul_qx_avx512(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                              const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    if (type == DS_KQ_Q4_0) mm_run(true, rows, n_blocks, w, n_tok, x, y, ldy);
-    else matmul_qx_256(type, rows, n_blocks, w, n_tok, x, y, ldy);
+    switch (type) {
+    case DS_KQ_Q4_0: mm_run(MM_Q4_0, rows, n_blocks, w, n_tok, x, y, ldy); break;
+    case DS_KQ_Q4_1: mm_run(MM_Q4_1, rows, n_blocks, w, n_tok, x, y, ldy); break;
+    case DS_KQ_Q5_0: mm_run(MM_Q5_0, rows, n_blocks, w, n_tok, x, y, ldy); break;
+    case DS_KQ_Q5_1: mm_run(MM_Q5_1, rows, n_blocks, w, n_tok, x, y, ldy); break;
+    default: matmul_qx_256(type, rows, n_blocks, w, n_tok, x, y, ldy); break;
+    }
 }
 
 /* ---- matmul_qk: K-quant superblocks against Q8_K ----
@@ -1259,8 +1298,9 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .name        = "avx512vnni",
     .q8_pack_rows = MM_RT,
     .q8_pack     = q8_pack_avx512,
-    .q40_pack_rows = MM_RT,
-    .q40_pack    = q40_pack_avx512,
+    .qx_pack_rows = MM_RT,
+    .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
+    .qx_pack     = qx_pack_avx512,
     .q4k_pack_rows = QK4_RT,
     .q4k_pack    = q4k_pack_avx512,
     .q6k_pack_rows = QK6_RT,

@@ -238,23 +238,23 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
     return rc;
 }
 
-/* Q4_0, Q4_K and Q6_K rows into the tiles of a variant that has a layout
-** for them (Q4_0 and Q6_K: the same bytes, rearranged; Q4_K: 148 bytes per
-** row and superblock, its scales unpacked); other types, or a variant
-** without, keep the file's rows. */
+/* 4-, 5- and 6-bit rows into the tiles of a variant that has a layout for
+** their type (Q4_0..Q5_1 and Q6_K: the same bytes, rearranged; Q4_K: 148
+** bytes per row and superblock, its scales unpacked); other types, or a
+** variant without, keep the file's rows. */
 static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     const struct ds_kern_ops *k = e->kern;
     const size_t n_sb = w->cols / DS_Q8K_BLOCK;
     size_t bytes;
-    if (m->qt == DS_KQ_Q4_0 && k->q40_pack) bytes = ds_q40_packed_bytes(k, w->rows, m->nb);
+    if (ds_qx_packs(k, m->qt)) bytes = ds_qx_packed_bytes(k, m->qt, w->rows, m->nb);
     else if (m->qt == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, w->rows, n_sb);
     else if (m->qt == DS_KQ_Q6_K && k->q6k_pack) bytes = ds_q6k_packed_bytes(k, w->rows, n_sb);
     else return DS_OK;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!packed) return DS_ERR_NOMEM;
-    if (m->qt == DS_KQ_Q4_0) {
-        k->q40_pack(w->rows, m->nb, w->data, packed);
+    if (ds_qx_packs(k, m->qt)) {
+        k->qx_pack(m->qt, w->rows, m->nb, w->data, packed);
     } else if (m->qt == DS_KQ_Q4_K) {
         k->q4k_pack(w->rows, n_sb, w->data, packed);
         m->qx_row = n_sb * DS_Q4K_PACKED_SB;
@@ -283,8 +283,8 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         return DS_OK;
     }
     /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx and
-    ** matmul_qk stream them), but Q4_0's, Q4_K's and Q6_K's are packed into the
-    ** tiles of a variant that has a layout for them (mat_pack_qx); Q8_0
+    ** matmul_qk stream them), or are packed into the tiles of a variant
+    ** that has a layout for their type (mat_pack_qx); Q8_0
     ** blocks, or other rows quantized here, are packed once into the tiles
     ** of a variant that has a layout. */
     static const int qtypes[DS_DTYPE_COUNT] = {
@@ -624,7 +624,7 @@ static void matmul_task(void *p, unsigned task, unsigned n_tasks)
     size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
     if (j->e->prec == DS_PRECISION_INT8)        /* whole packed tiles */
         align = DS_MAX(align, DS_MAX(DS_MAX(j->e->kern->q8_pack_rows, j->e->kern->q6k_pack_rows),
-                                     DS_MAX(j->e->kern->q40_pack_rows, j->e->kern->q4k_pack_rows)));
+                                     DS_MAX(j->e->kern->qx_pack_rows, j->e->kern->q4k_pack_rows)));
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
         ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);
