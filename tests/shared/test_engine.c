@@ -180,11 +180,14 @@ static size_t reference_tokens(const struct ds_tok *tok, int32_t *ids, size_t ca
 }
 
 /* Compares a model file against the FP32 engine on stories260K.bin. */
-static void check_agreement(const char *model, const char *tok, enum ds_precision p, double min_agree,
-                            double max_ppl_ratio, const char *label)
+/* model (with tok) in precision p against ref_model (NULL: stories260K) in
+** FP32, teacher-forced over the reference text. */
+static void check_agreement_to(const char *ref_model, const char *model, const char *tok, enum ds_precision p,
+                               double min_agree, double max_ppl_ratio, const char *label)
 {
     struct lm ref, lm;
-    lm_open(&ref, tu_model("stories260K.bin"), tu_model("tok512.bin"), DS_PRECISION_FP32);
+    lm_open(&ref, ref_model ? ref_model : tu_model("stories260K.bin"), ref_model ? NULL : tu_model("tok512.bin"),
+            DS_PRECISION_FP32);
     lm_open(&lm, model, tok, p);
     size_t n = ds_engine_max_ctx(ref.e) - 1;
     assert_true(n >= 500);
@@ -210,6 +213,12 @@ static void check_agreement(const char *model, const char *tok, enum ds_precisio
     free(t_lm);
     lm_close(&lm);
     lm_close(&ref);
+}
+
+static void check_agreement(const char *model, const char *tok, enum ds_precision p, double min_agree,
+                            double max_ppl_ratio, const char *label)
+{
+    check_agreement_to(NULL, model, tok, p, min_agree, max_ppl_ratio, label);
 }
 
 static void test_int8_matches_fp32(void **state)
@@ -240,6 +249,38 @@ static void test_converted_gguf(void **state)
     check_agreement(q8, NULL, DS_PRECISION_INT8, 0.95, 0.05, "INT8 (Q8_0 file)");
     check_agreement(q8, NULL, DS_PRECISION_FP32, 0.95, 0.05, "FP32 (from Q8_0 file)");
     check_agreement(f16, NULL, DS_PRECISION_FP32, 0.99, 0.01, "FP32 (from F16 file)");
+    tu_rmdir(dir);
+}
+
+/* Q4_1, Q5_0 and Q5_1 files made from stories260K (round to nearest): INT8
+** (the kernels' packed tiles where the variant packs them, activations in
+** Q8_0) stays with FP32 on the same file (the weights dequantized at
+** load), and the weights cost little against the original FP32. */
+static void test_legacy_quant_gguf(void **state)
+{
+    (void)state;
+    static const struct { enum ds_ggml_type t; enum ds_dtype dt; const char *name; } types[] = {
+        { DS_GGML_TYPE_Q4_1, DS_DTYPE_Q4_1, "Q4_1" },
+        { DS_GGML_TYPE_Q5_0, DS_DTYPE_Q5_0, "Q5_0" },
+        { DS_GGML_TYPE_Q5_1, DS_DTYPE_Q5_1, "Q5_1" },
+    };
+    struct ds_model *m;
+    assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
+    char *dir = tu_tmpdir();
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char path[4200], label[64];
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, types[i].name);
+        assert_int_equal(mk_convert_model(m, path, types[i].t), DS_OK);
+        struct ds_model *q;
+        assert_int_equal(ds_model_open(path, &q), DS_OK);
+        assert_int_equal(q->layers[0].wq.type, types[i].dt);      /* 64 columns */
+        ds_model_close(q);
+        snprintf(label, sizeof label, "INT8 (%s file; the reference: FP32 on it)", types[i].name);
+        check_agreement_to(path, path, NULL, DS_PRECISION_INT8, 0.95, 0.02, label);
+        snprintf(label, sizeof label, "FP32 (%s file)", types[i].name);
+        check_agreement(path, NULL, DS_PRECISION_FP32, 0.80, 0.10, label);
+    }
+    ds_model_close(m);
     tu_rmdir(dir);
 }
 
@@ -539,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_reference_text_cli),
         cmocka_unit_test(test_int8_matches_fp32),
         cmocka_unit_test(test_converted_gguf),
+        cmocka_unit_test(test_legacy_quant_gguf),
         cmocka_unit_test(test_tiny_random_generates),
         cmocka_unit_test(test_batched_rows_match_single),
         cmocka_unit_test(test_long_prompt_matches_steps),

@@ -38,8 +38,10 @@ static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_t
         for (size_t i = 0; p && i < n; i++) p[i] = ds_f32_to_f16(x[i]);
         return p;
     }
-    if (type == DS_GGML_TYPE_Q4_0 || type == DS_GGML_TYPE_Q4_K || type == DS_GGML_TYPE_Q6_K) {
-        const enum ds_dtype dt = type == DS_GGML_TYPE_Q4_0 ? DS_DTYPE_Q4_0
+    if (type == DS_GGML_TYPE_Q4_0 || type == DS_GGML_TYPE_Q4_1 || type == DS_GGML_TYPE_Q5_0 ||
+        type == DS_GGML_TYPE_Q5_1 || type == DS_GGML_TYPE_Q4_K || type == DS_GGML_TYPE_Q6_K) {
+        const enum ds_dtype dt = type == DS_GGML_TYPE_Q4_0 ? DS_DTYPE_Q4_0 : type == DS_GGML_TYPE_Q4_1 ? DS_DTYPE_Q4_1
+                               : type == DS_GGML_TYPE_Q5_0 ? DS_DTYPE_Q5_0 : type == DS_GGML_TYPE_Q5_1 ? DS_DTYPE_Q5_1
                                : type == DS_GGML_TYPE_Q4_K ? DS_DTYPE_Q4_K : DS_DTYPE_Q6_K;
         const size_t rb = cols / ds_ggml_type_block(type) * ds_ggml_type_block_bytes(type);
         *size = rows * rb;

@@ -23,9 +23,9 @@ extern const struct mk_shape mk_shape_1b;     /* TinyLlama-1.1B: dim 2048, hidde
 #define MK_TYPE_Q4_K_M ((enum ds_ggml_type)1000)
 
 /* Random weights (uniform, scaled by 1/sqrt(fan-in)), unit norms, separate
-** output head, no vocabulary. mat_type: F32, F16, Q8_0, Q4_0, Q4_K, Q6_K or
-** MK_TYPE_Q4_K_M for the matrices (a matrix whose rows are not whole blocks
-** falls back to F16). */
+** output head, no vocabulary. mat_type: F32, F16, Q8_0, Q4_0, Q4_1, Q5_0,
+** Q5_1, Q4_K, Q6_K or MK_TYPE_Q4_K_M for the matrices (a matrix whose rows
+** are not whole blocks falls back to F16). */
 enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                             uint64_t seed);
 

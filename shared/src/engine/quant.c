@@ -267,6 +267,33 @@ static void quant_q4_0(const float *x, uint8_t *b)
     }
 }
 
+/* Q4_1, Q5_0 and Q5_1 (bits 4 or 5): qs at the block's last 16 bytes,
+** Q5's fifth bits in the 4 bytes before them. Q5_0 is symmetric like Q4_0
+** (d = the value of largest magnitude / -16, code = round(x / d) + 16); the
+** _1 types span [min, max] (d = (max - min) / (2^bits - 1), m = min). */
+static void quant_q45(enum ds_dtype t, const float *x, uint8_t *b)
+{
+    const bool sym = t == DS_DTYPE_Q5_0, five = t != DS_DTYPE_Q4_1;
+    const int top = five ? 31 : 15;
+    const size_t bytes = sym ? 22 : five ? 24 : 20;
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < 32; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    const float d = sym ? signed_max(x, 32) / -16.0f : (hi - lo) / (float)top, id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_f16(b, d);
+    if (!sym) put_f16(b + 2, lo);
+    uint8_t *qs = b + bytes - 16;
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; j++) {
+        const int q = clampi(sym ? (int)lrintf(x[j] * id) + 16 : (int)lrintf((x[j] - lo) * id), 0, top);
+        qs[j % 16] = (uint8_t)(j < 16 ? q & 15 : (qs[j % 16] & 15) | (q & 15) << 4);
+        qh |= (uint32_t)(q >> 4) << j;
+    }
+    if (five) memcpy(b + bytes - 20, &qh, 4);
+}
+
 static void quant_q4_k(const float *x, uint8_t *b)
 {
     float sc[8], mn[8], max_sc = 0.0f, max_mn = 0.0f;
@@ -339,6 +366,9 @@ enum ds_err ds_quantize_row(enum ds_dtype type, size_t cols, const float *x, voi
         uint8_t *b = o + k * t->bytes;
         switch (type) {
         case DS_DTYPE_Q4_0: quant_q4_0(xb, b); break;
+        case DS_DTYPE_Q4_1:
+        case DS_DTYPE_Q5_0:
+        case DS_DTYPE_Q5_1: quant_q45(type, xb, b); break;
         case DS_DTYPE_Q4_K: quant_q4_k(xb, b); break;
         case DS_DTYPE_Q6_K: quant_q6_k(xb, b); break;
         case DS_DTYPE_Q8_0: ds_kern_ref.quantize_q8(32, xb, (struct ds_q8_block *)(void *)b); break;
