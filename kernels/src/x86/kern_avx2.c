@@ -14,8 +14,8 @@
 ** float sums over blocks differ in order from ds_kern_ref.
 **
 ** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; gemm_f32 (kern_sgemm_avx2.h)
-** keeps a 16 KB thread-local weight panel and matmul_qx (Q4_0) 64 KB of
-** thread-local activation sums; nothing is allocated.
+** keeps a 16 KB thread-local weight panel and matmul_qx (the packed types)
+** 64 KB of thread-local activation sums; nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -639,8 +639,8 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #undef QK_MADD
 #undef QK_NAME
 
-/* ---- Q4_0 and Q4_K packed: rows in the lanes ----
-** qx_pack (Q4_0 only) and q4k_pack lay the rows out in tiles of 8 (one vector of 8
+/* ---- Q4_0..Q5_1 and Q4_K packed: rows in the lanes ----
+** qx_pack and q4k_pack lay the rows out in tiles of 8 (one vector of 8
 ** int32 lanes; kern_internal.h gives the layouts): one load of 32 code
 ** bytes holds 4 bytes of each of 8 rows, whose low nibbles meet one
 ** broadcast activation dword and whose high nibbles meet another. Without
@@ -651,19 +651,18 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 ** sub-block scales, paired in each lane's two int16, for Q4_K). The scales,
 ** Q4_0's offset of 8 and Q4_K's mins then cost a few operations per 8
 ** rows, where the file's layout costs them per row: on a Zen 5 core that
-** held Q4_0 decode to 44% of the read-bandwidth ceiling. The AVX-VNNI
-** build sums Q4_0's products in int32 with vpdpbusd instead. */
+** held Q4_0 decode to 44% of the read-bandwidth ceiling. Q4_1, Q5_0 and
+** Q5_1 take the same tiles: Q5's fifth bits (a dword per row and block,
+** kern_internal.h) are shifted into bit 4 of each code, and since 5-bit
+** codes (<= 31) allow only 8 products of 31 x 128 per int16 lane, their
+** int16 sums go to int32 after each half block; Q5_0's offset is 16;
+** the mins add min x d_x x sum(x block) to the float sums. The AVX-VNNI
+** build sums the products in int32 with vpdpbusd instead. */
 
 #define PK_RT 8                 /* rows per tile: one vector */
 #define PK_TT 4                 /* tokens per pass over a tile */
-#define PK_NT 64                /* tokens prepared at once (Q4_0) */
-#define PK_KB 128               /* blocks per K chunk (Q4_0): a tile's chunk is 18 KB */
-
-struct pk40_block {             /* one Q4_0 block of an 8-row tile: 144 bytes */
-    uint32_t q[4][PK_RT];       /* code dwords: [dword][row] */
-    uint16_t d[PK_RT];          /* FP16 row scales, 0 for absent rows */
-};
-_Static_assert(sizeof(struct pk40_block) == PK_RT * 18, "packed = Q4_0 bytes");
+#define PK_NT 64                /* tokens prepared at once (Q4_0..Q5_1) */
+#define PK_KB 128               /* blocks per K chunk (Q4_0..Q5_1): a Q4_0 tile's chunk is 18 KB */
 
 struct pk4k_block {             /* one Q4_K superblock of an 8-row tile: 1184 bytes */
     uint32_t q[32][PK_RT];      /* code dwords: [dword][row] */
@@ -701,28 +700,37 @@ DS_INLINE void pk_store(int T, const __m256 f[PK_TT], float *y, size_t ldy, size
     }
 }
 
-struct pk40_xprep {             /* PK_NT tokens x one K chunk: 64 KB */
-    int32_t corr[PK_NT][PK_KB]; /* -8 * sum(x qs): the codes' offset */
+struct pk_xprep {               /* PK_NT tokens x one K chunk: 64 KB */
+    int32_t sum[PK_NT][PK_KB];  /* sum(x qs): the offset's and the min's factor */
     float   dx[PK_NT][PK_KB];
 };
 
-/* 8 rows (nr present) of one Q4_0 tile x T tokens over kn blocks; x: the
-** tokens' rows at the chunk (stride nbx blocks), p: their prepared sums. */
-DS_INLINE void q40_tile(int T, size_t kn, const struct pk40_block *w, const struct ds_q8_block *x, size_t nbx,
-                        const int32_t (*corr)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy, size_t nr,
-                        bool add)
+/* 8 rows (nr present) of one tile of type K (Q4_0, Q4_1, Q5_0 or Q5_1) x T
+** tokens over kn blocks; x: the tokens' rows at the chunk (stride nbx
+** blocks), sum and dx: their prepared sums and scales. */
+DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w, const struct ds_q8_block *x,
+                       size_t nbx, const int32_t (*sum)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy,
+                       size_t nr, bool add)
 {
-    const __m256i m4 = _mm256_set1_epi8(15);
+    const bool five = K == DS_KQ_Q5_0 || K == DS_KQ_Q5_1, mins = K == DS_KQ_Q4_1 || K == DS_KQ_Q5_1;
+    const size_t bb = PK_RT * ds_kq_block_bytes(K), d_at = (five ? 20u : 16u) * PK_RT, m_at = d_at + 2 * PK_RT;
+    const int32_t off = K == DS_KQ_Q4_0 ? 8 : K == DS_KQ_Q5_0 ? 16 : 0;
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     __m256 f[PK_TT];
     for (int t = 0; t < T; t++) f[t] = _mm256_setzero_ps();
     for (size_t kb = 0; kb < kn; kb++) {
-        _mm_prefetch((const char *)&w[kb + 8], _MM_HINT_T0);
-        _mm_prefetch((const char *)&w[kb + 8] + 64, _MM_HINT_T0);
-        __m256i s[PK_TT];
-        for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+        const uint8_t *blk = w + kb * bb;
+        for (size_t l = 0; l < bb; l += 64) _mm_prefetch((const char *)blk + 8 * bb + l, _MM_HINT_T0);
+        const __m256i h = five ? _mm256_loadu_si256((const void *)(blk + 16 * PK_RT)) : _mm256_setzero_si256();
+        __m256i s[PK_TT], s32[PK_TT];
+        for (int t = 0; t < T; t++) s[t] = s32[t] = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
-            const __m256i v = _mm256_loadu_si256((const void *)w[kb].q[k]);
-            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            const __m256i v = _mm256_loadu_si256((const void *)(blk + 32 * k));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (five) {                         /* bit k (lo) or 4 + k (hi) of each byte, to bit 4 */
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(h, 4 - k), b4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi32(h, k), b4));
+            }
             for (int t = 0; t < T; t++) {
                 const int8_t *xq = x[(size_t)t * nbx + kb].qs;
 #if defined(DS_KERN_AVXVNNI)                    /* int32 sums */
@@ -732,29 +740,58 @@ DS_INLINE void q40_tile(int T, size_t kn, const struct pk40_block *w, const stru
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, bcast_dword(xq + 4 * k)));
                 s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, bcast_dword(xq + 16 + 4 * k)));
                 __asm__("" : "+x"(s[t]));        /* a chain, as in mm_kernel */
+                if (five && k == 1) {           /* 8 products of <= 31 x 128 a lane: to int32 */
+                    s32[t] = _mm256_madd_epi16(s[t], _mm256_set1_epi16(1));
+                    s[t] = _mm256_setzero_si256();
+                }
 #endif
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)w[kb].d));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(blk + d_at)));
+        const __m256 mw = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(blk + m_at))) : dw;
         for (int t = 0; t < T; t++) {
+            const __m256i c = _mm256_set1_epi32(-off * sum[t][kb]);
 #if defined(DS_KERN_AVXVNNI)
-            const __m256i i = _mm256_add_epi32(s[t], _mm256_set1_epi32(corr[t][kb]));
+            const __m256i i = _mm256_add_epi32(s[t], c);
 #else
-            const __m256i i = madd_acc(_mm256_set1_epi32(corr[t][kb]), s[t], _mm256_set1_epi16(1));
+            const __m256i i = madd_acc(five ? _mm256_add_epi32(c, s32[t]) : c, s[t], _mm256_set1_epi16(1));
 #endif
             f[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i), dw), _mm256_set1_ps(dx[t][kb]), f[t]);
+            if (mins) f[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx[t][kb] * (float)sum[t][kb]), f[t]);
         }
     }
     pk_store(T, f, y, ldy, nr, add);
 }
 
-/* matmul_qx for Q4_0 tiles: up to PK_NT tokens' sums are prepared per K
-** chunk, then each tile's chunk (in L1) meets all of them, PK_TT at a time. */
-static void q40_run_avx2(size_t rows, size_t n_blocks, const void *w, size_t n_tok, const struct ds_q8_block *x,
-                         float *y, size_t ldy)
+/* One tile's chunk against up to PK_TT tokens, each type and count a constant. */
+static void qx_tile_any(enum ds_kern_qtype K, size_t nt, size_t kn, const uint8_t *w, const struct ds_q8_block *x,
+                        size_t nbx, const int32_t (*sum)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy,
+                        size_t nr, bool add)
 {
-    static _Thread_local struct pk40_xprep p;
-    const struct pk40_block *pw = w;
+#define PK_CASES(T_)                                                                                        \
+    switch (K) {                                                                                            \
+    case DS_KQ_Q4_0: qx_tile(DS_KQ_Q4_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
+    case DS_KQ_Q4_1: qx_tile(DS_KQ_Q4_1, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
+    case DS_KQ_Q5_0: qx_tile(DS_KQ_Q5_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
+    case DS_KQ_Q5_1: qx_tile(DS_KQ_Q5_1, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
+    default: break;                                                                                         \
+    }
+    switch (nt) {
+    case 1: PK_CASES(1) break;
+    case 2: PK_CASES(2) break;
+    case 3: PK_CASES(3) break;
+    default: PK_CASES(4) break;
+    }
+#undef PK_CASES
+}
+
+/* matmul_qx for Q4_0..Q5_1 tiles: up to PK_NT tokens' sums are prepared per
+** K chunk, then each tile's chunk (in L1) meets all of them, PK_TT at a time. */
+static void qx_run_avx2(enum ds_kern_qtype K, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
+                        const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    static _Thread_local struct pk_xprep p;
+    const size_t bb = PK_RT * ds_kq_block_bytes(K);
     if (n_blocks == 0) {
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
@@ -766,22 +803,15 @@ static void q40_run_avx2(size_t rows, size_t n_blocks, const void *w, size_t n_t
             for (size_t t = 0; t < nt; t++)
                 for (size_t kb = 0; kb < kn; kb++) {
                     const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + kb0 + kb];
-                    p.corr[t][kb] = -8 * q8_block_sum(b);
+                    p.sum[t][kb] = q8_block_sum(b);
                     p.dx[t][kb] = f16(b->d);
                 }
             for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
-                const struct pk40_block *tile = pw + r0 / PK_RT * n_blocks + kb0;
+                const uint8_t *tile = (const uint8_t *)w + (r0 / PK_RT * n_blocks + kb0) * bb;
                 const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
-                for (size_t i = 0; i < nt; i += PK_TT) {
-                    const struct ds_q8_block *xt = x + (t0 + i) * n_blocks + kb0;
-                    float *yt = y + (t0 + i) * ldy + r0;
-                    switch (nt - i < PK_TT ? nt - i : PK_TT) {
-                    case 1: q40_tile(1, kn, tile, xt, n_blocks, p.corr + i, p.dx + i, yt, ldy, nr, kb0 > 0); break;
-                    case 2: q40_tile(2, kn, tile, xt, n_blocks, p.corr + i, p.dx + i, yt, ldy, nr, kb0 > 0); break;
-                    case 3: q40_tile(3, kn, tile, xt, n_blocks, p.corr + i, p.dx + i, yt, ldy, nr, kb0 > 0); break;
-                    default: q40_tile(4, kn, tile, xt, n_blocks, p.corr + i, p.dx + i, yt, ldy, nr, kb0 > 0); break;
-                    }
-                }
+                for (size_t i = 0; i < nt; i += PK_TT)
+                    qx_tile_any(K, nt - i < PK_TT ? nt - i : PK_TT, kn, tile, x + (t0 + i) * n_blocks + kb0,
+                                n_blocks, p.sum + i, p.dx + i, y + (t0 + i) * ldy + r0, ldy, nr, kb0 > 0);
             }
         }
     }
@@ -866,12 +896,12 @@ static void q4k_run_avx2(size_t rows, size_t n_sb, const void *w, size_t n_tok, 
     }
 }
 
-/* Q4_0 and Q4_K come packed (qx_pack, q4k_pack); the other types stream
-** the file's rows. */
+/* Q4_0..Q5_1 and Q4_K come packed (qx_pack, q4k_pack); the other types
+** stream the file's rows. */
 static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                            const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    if (type == DS_KQ_Q4_0) q40_run_avx2(rows, n_blocks, w, n_tok, x, y, ldy);
+    if (type <= DS_KQ_Q5_1) qx_run_avx2(type, rows, n_blocks, w, n_tok, x, y, ldy);
     else matmul_qx_rows_avx2(type, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
@@ -887,7 +917,7 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .name        = DS_KERN_NAME,
     .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
     .qx_pack_rows = PK_RT,
-    .qx_pack_types = 1u << DS_KQ_Q4_0,
+    .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
     .qx_pack     = qx_pack_avx2,
     .q4k_pack_rows = PK_RT,
     .q4k_pack    = q4k_pack_avx2,

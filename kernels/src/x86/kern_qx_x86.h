@@ -10,9 +10,10 @@
 ** sums stay exact in int32 (u <= 63). The offset and the min come back
 ** through each activation block's sums over its two halves: dot = d_x (s0
 ** (U0 - o X0) + s1 (U1 - o X1) + mn (X0 + X1)). Each decoded group meets up
-** to QX_TOK tokens before the next is decoded. Q4_0 never comes here: both
-** x86 variants pack it at load and run their own tiles. Q4_1, Q5_0 and
-** Q5_1 are codes 0..31 with a min or an offset of 16: the same sums.
+** to QX_TOK tokens before the next is decoded. Only the K-quants come
+** here (matmul_qx's pairing of them with Q8_0 activations, which the
+** engine does not use): both x86 variants pack Q4_0..Q5_1 at load and run
+** their own tiles.
 */
 #ifndef DS_KERN_QX_X86_H
 #define DS_KERN_QX_X86_H
@@ -73,27 +74,6 @@ static inline __attribute__((always_inline)) __m256i qx_decode(enum ds_kern_qtyp
         __m256i hi = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
         hi = _mm256_and_si256(_mm256_srli_epi16(hi, (int)(2 * k)), _mm256_set1_epi8(3));
         return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-    }
-    case DS_KQ_Q4_1:
-    case DS_KQ_Q5_0:
-    case DS_KQ_Q5_1: {            /* d, [m], [32 high bits], 16 bytes of nibbles: the last 16 */
-        const size_t bb = ds_kq_block_bytes(t);
-        const uint8_t *b = row + g * bb;
-        *s0 = *s1 = qx_f16(b);
-        *mn = t == DS_KQ_Q5_0 ? 0.0f : qx_f16(b + 2);
-        *off = t == DS_KQ_Q5_0 ? 16 : 0;
-        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(b + bb - 16));
-        __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-        if (t != DS_KQ_Q4_1) {    /* value j's fifth bit: bit j of qh, spread to byte j and tested */
-            uint32_t qh;
-            memcpy(&qh, b + bb - 20, 4);
-            const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                  2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-            const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-            const __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
-            u = _mm256_or_si256(u, _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16)));
-        }
-        return u;
     }
     default:
         *s0 = *s1 = *mn = 0.0f;
@@ -156,7 +136,7 @@ _Static_assert(QX_TOK == 8, "QX_BY_NT covers 8 tokens");
 static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                     const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    if (type == DS_KQ_Q4_0 || n_blocks > QX_MAX_NB) {
+    if (ds_kq_block(type) != 256 || n_blocks > QX_MAX_NB) {
         ds_kern__matmul_qx_ref(type, rows, n_blocks, w, n_tok, x, y, ldy);
         return;
     }
@@ -179,25 +159,16 @@ static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const
             }
         const uint8_t *wb = w;
 #define QX_ROWS(T, n) qx_rows(T, rows, n_blocks, wb, rb, t0, n, x, xs, xd, y, ldy)
-#define QX_Q41(n) QX_ROWS(DS_KQ_Q4_1, n)
-#define QX_Q50(n) QX_ROWS(DS_KQ_Q5_0, n)
-#define QX_Q51(n) QX_ROWS(DS_KQ_Q5_1, n)
 #define QX_Q4K(n) QX_ROWS(DS_KQ_Q4_K, n)
 #define QX_Q5K(n) QX_ROWS(DS_KQ_Q5_K, n)
 #define QX_Q6K(n) QX_ROWS(DS_KQ_Q6_K, n)
         switch (type) {             /* type and token count constants: acc[] stays in registers */
-        case DS_KQ_Q4_1: QX_BY_NT(nt, QX_Q41); break;
-        case DS_KQ_Q5_0: QX_BY_NT(nt, QX_Q50); break;
-        case DS_KQ_Q5_1: QX_BY_NT(nt, QX_Q51); break;
         case DS_KQ_Q4_K: QX_BY_NT(nt, QX_Q4K); break;
         case DS_KQ_Q5_K: QX_BY_NT(nt, QX_Q5K); break;
         case DS_KQ_Q6_K: QX_BY_NT(nt, QX_Q6K); break;
         default: break;
         }
 #undef QX_ROWS
-#undef QX_Q41
-#undef QX_Q50
-#undef QX_Q51
 #undef QX_Q4K
 #undef QX_Q5K
 #undef QX_Q6K
