@@ -1,8 +1,8 @@
 /*
 ** bench_formats.c — INT8 decode tokens/s of one 110M-shape model (random
-** weights) written as Q8_0, Q4_0, Q4_K_M, Q6_K and Q5_0 (what llama.cpp's
+** weights) written as Q8_0, Q4_0, Q4_K_M, Q6_K, Q5_0 (what llama.cpp's
 ** Q4_K_M holds in a matrix too narrow for K-quant superblocks, as most of
-** Qwen2.5-0.5B's and SmolLM2-360M's), each against the
+** Qwen2.5-0.5B's and SmolLM2-360M's) and Q5_K_M, each against the
 ** bandwidth ceiling for its own bytes per token (read bandwidth of the
 ** same thread count / weight bytes one decode step reads), and the
 ** prefill tokens/s of one prompt (compute-bound: the kernels' integer work).
@@ -150,7 +150,8 @@ int main(int argc, char **argv)
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: %s [--shape 110m|1b] [--dir DIR] [--threads N] [--steps N] [--prompt N] [--reps N]\n"
                     "       [--rounds N] [--kernel NAME] [--peer PATH]\n"
-                    "  INT8 decode tok/s of one random-weight model written as Q8_0, Q4_0, Q4_K_M, Q6_K and Q5_0,\n"
+                    "  INT8 decode tok/s of one random-weight model written as Q8_0, Q4_0, Q4_K_M, Q6_K, Q5_0\n"
+                    "  and Q5_K_M,\n"
                     "  each against the read-bandwidth ceiling of its own bytes per token, and its prefill tok/s.\n"
                     "  --shape S   110m (default) or 1b (TinyLlama-1.1B's shape: larger than any L3)\n"
                     "  --dir DIR   where the models are written once and reused (default bench-models)\n"
@@ -184,14 +185,14 @@ int main(int argc, char **argv)
     static const struct { const char *name, *file; enum ds_ggml_type type; } fmts[] = {
         { "Q8_0", "q8_0", DS_GGML_TYPE_Q8_0 }, { "Q4_0", "q4_0", DS_GGML_TYPE_Q4_0 },
         { "Q4_K_M", "q4_k_m", MK_TYPE_Q4_K_M }, { "Q6_K", "q6_k", DS_GGML_TYPE_Q6_K },
-        { "Q5_0", "q5_0", DS_GGML_TYPE_Q5_0 },
+        { "Q5_0", "q5_0", DS_GGML_TYPE_Q5_0 }, { "Q5_K_M", "q5_k_m", MK_TYPE_Q5_K_M },
     };
     enum { N_FMT = DS_ARRAY_LEN(fmts) };
     double bw = 0, tok_s[N_FMT] = { 0 }, pre_s[N_FMT] = { 0 }, ceil[N_FMT] = { 0 }, peer_tok_s[N_FMT] = { 0 },
            peer_pre_s[N_FMT] = { 0 };
     char peer_file[N_FMT][4096];
     uint64_t bytes[N_FMT] = { 0 };
-    const char *kernel[N_FMT] = { "?", "?", "?", "?", "?" };
+    const char *kernel[N_FMT] = { "?", "?", "?", "?", "?", "?" };
     struct ds_model *m[N_FMT] = { NULL };
     for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {
         char path[4096];

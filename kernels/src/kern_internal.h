@@ -92,21 +92,22 @@ void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *ou
 ** tile are zero blocks. */
 void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_blocks, const void *w,
                             void *out);
-/* Q4_K rows into tiles of rt rows, for a variant's q4k_pack: per
-** superblock of a tile, the 32 code dwords as [k][row] (dword 8c + i holds
-** values 4i..4i+3 of sub-block 2c in its low nibbles and of 2c + 1 in its
-** high ones), the 8 scales and 8 mins unpacked to bytes as [j][row], then
-** the rows' FP16 d and dmin: rt * DS_Q4K_PACKED_SB bytes. Absent rows of
-** the last tile are zero (d = dmin = 0). */
-void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
-/* Q6_K rows into tiles of rt rows, for a variant's q6k_pack: per
-** superblock of a tile, 32 dwords of low nibbles as [k][row] (dword k holds
-** the low 4 bits of values 4k..4k+3 in its low nibbles and of 128+4k.. in
-** its high ones), 16 dwords of high bits as [m][row] (dword m, byte b, bits
-** 2j..2j+1: the top 2 bits of value 16m + 4j + b), the 16 int8 sub-block
-** scales as [i][row], then the rows' FP16 d: rt * 210 bytes. Absent rows
-** of the last tile are zero (d = 0). */
-void ds_kern__q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
+/* K-quant rows of type t into tiles of rt rows, for a variant's qk_pack;
+** rt * ds_qk_packed_sb(t) bytes per superblock of a tile. Absent rows of
+** the last tile are zero (d = dmin = 0).
+**   Q4_K, Q5_K: the 32 code dwords as [k][row] (dword 8c + i holds the low
+**     4 bits of values 4i..4i+3 of sub-block 2c in its low nibbles and of
+**     2c + 1 in its high ones); Q5_K: 8 dwords of fifth bits as [j][row]
+**     (dword 2c + i / 4, byte b: bit 2 (i % 4) the fifth bit of code dword
+**     8c + i's low nibble in byte b, bit 2 (i % 4) + 1 its high nibble's);
+**     the 8 scales and 8 mins unpacked to bytes as [j][row]; the rows' FP16
+**     d and dmin.
+**   Q6_K: 32 dwords of low nibbles as [k][row] (dword k holds the low 4
+**     bits of values 4k..4k+3 in its low nibbles and of 128+4k.. in its
+**     high ones), 16 dwords of high bits as [m][row] (dword m, byte b, bits
+**     2j..2j+1: the top 2 bits of value 16m + 4j + b), the 16 int8
+**     sub-block scales as [i][row], then the rows' FP16 d. */
+void ds_kern__qk_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
 
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);

@@ -13,8 +13,7 @@
 ** values), then isum = sum_i sc[i] * sum_l c x, msum = sum_i mn[i] bsums[i],
 ** exact in int32, and one float step d_x (d isum - dmin msum).
 **
-** And the tile packers that the SIMD variants' qx_pack, q4k_pack and
-** q6k_pack share
+** And the tile packers that the SIMD variants' qx_pack and qk_pack share
 ** (rows in the lanes, tiles of a variant's own width).
 */
 #include <float.h>
@@ -226,7 +225,7 @@ void ds_kern__quantize_q8k_ref(size_t n, const float *x, struct ds_q8k_block *ou
     }
 }
 
-/* ---- packed tiles (kern.h qx_pack, q4k_pack, q6k_pack) ---- */
+/* ---- packed tiles (kern.h qx_pack, qk_pack) ---- */
 
 void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_blocks, const void *w,
                             void *out)
@@ -257,16 +256,18 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
         }
 }
 
-void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
+static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
+    const size_t bb = five ? 176 : 144, pb = five ? 180 : 148;
     const uint8_t *src = w;
     uint8_t *o = out;
     for (size_t r0 = 0; r0 < rows; r0 += rt)
-        for (size_t sb = 0; sb < n_sb; sb++, o += rt * DS_Q4K_PACKED_SB) {
-            uint8_t *sc = o + 128 * rt, *mn = sc + 8 * rt, *d = mn + 8 * rt, *dmin = d + 2 * rt;
-            memset(o, 0, rt * DS_Q4K_PACKED_SB);
+        for (size_t sb = 0; sb < n_sb; sb++, o += rt * pb) {
+            uint8_t *qh = o + 128 * rt, *sc = qh + (five ? 32 * rt : 0), *mn = sc + 8 * rt, *d = mn + 8 * rt,
+                    *dmin = d + 2 * rt;
+            memset(o, 0, rt * pb);
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 144;
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16;
                 memcpy(d + 2 * i, b, 2);
                 memcpy(dmin + 2 * i, b + 2, 2);
                 for (unsigned j = 0; j < 8; j++) {
@@ -275,12 +276,19 @@ void ds_kern__q4k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w,
                     sc[j * rt + i] = (uint8_t)scale;
                     mn[j * rt + i] = (uint8_t)min;
                 }
-                for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + 16 + 4 * k, 4);
+                for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + (five ? 48 : 16) + 4 * k, 4);
+                if (five)               /* value l of sub-block s: bit s of fh[l] */
+                    for (unsigned k = 0; k < 32; k++)
+                        for (unsigned c = 0; c < 4; c++) {
+                            const unsigned l = 4 * (k % 8) + c, s = 2 * (k / 8), p = 2 * (k % 4);
+                            uint8_t *h = &qh[((k / 4) * rt + i) * 4 + c];
+                            *h = (uint8_t)(*h | ((fh[l] >> s) & 1u) << p | ((fh[l] >> (s + 1)) & 1u) << (p + 1));
+                        }
             }
         }
 }
 
-void ds_kern__q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
+static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
     const uint8_t *src = w;
     uint8_t *o = out;
@@ -309,4 +317,10 @@ void ds_kern__q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w,
                 memcpy(d + 2 * i, b + 208, 2);
             }
         }
+}
+
+void ds_kern__qk_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
+{
+    if (t == DS_KQ_Q6_K) q6k_pack_tiles(rt, rows, n_sb, w, out);
+    else if (t == DS_KQ_Q4_K || t == DS_KQ_Q5_K) qk45_pack_tiles(t == DS_KQ_Q5_K, rt, rows, n_sb, w, out);
 }

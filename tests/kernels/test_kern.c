@@ -383,7 +383,7 @@ static void fill_qx(enum ds_kern_qtype t, uint8_t *w, size_t n_bytes)
 }
 
 /* w (rows of n blocks or superblocks of t) in k's packed tiles, where k
-** packs t for the op (ds_qx_packs for matmul_qx; Q4_K and Q6_K for matmul_qk,
+** packs t for the op (ds_qx_packs for matmul_qx, ds_qk_packs for matmul_qk:
 ** qk); a fresh
 ** buffer, its padding garbage. Else NULL: the op reads the file's rows. */
 static void *pack_qx_for(const struct ds_kern_ops *k, bool qk, enum ds_kern_qtype t, size_t rows, size_t n,
@@ -391,15 +391,13 @@ static void *pack_qx_for(const struct ds_kern_ops *k, bool qk, enum ds_kern_qtyp
 {
     size_t bytes;
     if (!qk && ds_qx_packs(k, t)) bytes = ds_qx_packed_bytes(k, t, rows, n);
-    else if (qk && t == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, rows, n);
-    else if (qk && t == DS_KQ_Q6_K && k->q6k_pack) bytes = ds_q6k_packed_bytes(k, rows, n);
+    else if (qk && ds_qk_packs(k, t)) bytes = ds_qk_packed_bytes(k, t, rows, n);
     else return NULL;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     assert_non_null(packed);
     memset(packed, 0x5a, bytes);
     if (!qk) k->qx_pack(t, rows, n, w, packed);
-    else if (t == DS_KQ_Q4_K) k->q4k_pack(rows, n, w, packed);
-    else k->q6k_pack(rows, n, w, packed);
+    else k->qk_pack(t, rows, n, w, packed);
     return packed;
 }
 

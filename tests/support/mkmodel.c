@@ -39,10 +39,12 @@ static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_t
         return p;
     }
     if (type == DS_GGML_TYPE_Q4_0 || type == DS_GGML_TYPE_Q4_1 || type == DS_GGML_TYPE_Q5_0 ||
-        type == DS_GGML_TYPE_Q5_1 || type == DS_GGML_TYPE_Q4_K || type == DS_GGML_TYPE_Q6_K) {
+        type == DS_GGML_TYPE_Q5_1 || type == DS_GGML_TYPE_Q4_K || type == DS_GGML_TYPE_Q5_K ||
+        type == DS_GGML_TYPE_Q6_K) {
         const enum ds_dtype dt = type == DS_GGML_TYPE_Q4_0 ? DS_DTYPE_Q4_0 : type == DS_GGML_TYPE_Q4_1 ? DS_DTYPE_Q4_1
                                : type == DS_GGML_TYPE_Q5_0 ? DS_DTYPE_Q5_0 : type == DS_GGML_TYPE_Q5_1 ? DS_DTYPE_Q5_1
-                               : type == DS_GGML_TYPE_Q4_K ? DS_DTYPE_Q4_K : DS_DTYPE_Q6_K;
+                               : type == DS_GGML_TYPE_Q4_K ? DS_DTYPE_Q4_K : type == DS_GGML_TYPE_Q5_K ? DS_DTYPE_Q5_K
+                               : DS_DTYPE_Q6_K;
         const size_t rb = cols / ds_ggml_type_block(type) * ds_ggml_type_block_bytes(type);
         *size = rows * rb;
         uint8_t *q = malloc(*size);
@@ -60,24 +62,27 @@ static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_t
     return q;
 }
 
-/* MK_TYPE_Q4_K_M: llama.cpp's Q4_K_M mix: Q6_K for the classifier and for
-** attn_v and ffn_down in the layers its use_more_bits picks, Q4_K elsewhere. */
+/* MK_TYPE_Q4_K_M (Q5_K_M): llama.cpp's mix: Q6_K for the classifier and
+** for attn_v and ffn_down in the layers its use_more_bits picks, Q4_K (Q5_K)
+** elsewhere. */
 static enum ds_ggml_type mix_type(enum ds_ggml_type type, const char *name, uint32_t n_layers)
 {
-    if (type != MK_TYPE_Q4_K_M) return type;
+    if (type != MK_TYPE_Q4_K_M && type != MK_TYPE_Q5_K_M) return type;
+    const enum ds_ggml_type base = type == MK_TYPE_Q4_K_M ? DS_GGML_TYPE_Q4_K : DS_GGML_TYPE_Q5_K;
     if (strcmp(name, "output.weight") == 0) return DS_GGML_TYPE_Q6_K;
     unsigned l;
     if ((strstr(name, "attn_v") || strstr(name, "ffn_down")) && sscanf(name, "blk.%u.", &l) == 1) {
         const unsigned n = n_layers;
         if (l < n / 8 || l >= 7 * n / 8 || (l >= n / 8 && (l - n / 8) % 3 == 2)) return DS_GGML_TYPE_Q6_K;
     }
-    return DS_GGML_TYPE_Q4_K;
+    return base;
 }
 
 static enum ds_err add_mat(struct ds_gguf_writer *w, const char *name, const float *x, uint32_t rows,
                            uint32_t cols, enum ds_ggml_type type)
 {
     if (type == MK_TYPE_Q4_K_M) type = DS_GGML_TYPE_Q4_K;
+    if (type == MK_TYPE_Q5_K_M) type = DS_GGML_TYPE_Q5_K;
     if (ds_ggml_type_block(type) > 1 && cols % ds_ggml_type_block(type) != 0) type = DS_GGML_TYPE_F16;
     size_t size;
     void *p = encode(x, rows, cols, type, &size);

@@ -18,13 +18,14 @@ extern const struct mk_shape mk_shape_15m;    /* dim 288, hidden 768, 6 layers, 
 extern const struct mk_shape mk_shape_110m;   /* dim 768, hidden 2048, 12 layers, 12 heads, vocab 32000 */
 extern const struct mk_shape mk_shape_1b;     /* TinyLlama-1.1B: dim 2048, hidden 5632, 22 layers, 32 heads (4 KV) */
 
-/* mat_type beyond ggml's numbers: llama.cpp's Q4_K_M mix (Q4_K, with Q6_K
-** for the classifier and some attn_v / ffn_down). */
+/* mat_type beyond ggml's numbers: llama.cpp's Q4_K_M and Q5_K_M mixes
+** (Q4_K or Q5_K, with Q6_K for the classifier and some attn_v / ffn_down). */
 #define MK_TYPE_Q4_K_M ((enum ds_ggml_type)1000)
+#define MK_TYPE_Q5_K_M ((enum ds_ggml_type)1001)
 
 /* Random weights (uniform, scaled by 1/sqrt(fan-in)), unit norms, separate
 ** output head, no vocabulary. mat_type: F32, F16, Q8_0, Q4_0, Q4_1, Q5_0,
-** Q5_1, Q4_K, Q6_K or MK_TYPE_Q4_K_M for the matrices (a matrix whose rows
+** Q5_1, Q4_K, Q5_K, Q6_K, MK_TYPE_Q4_K_M or MK_TYPE_Q5_K_M for the matrices (a matrix whose rows
 ** are not whole blocks falls back to F16). */
 enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                             uint64_t seed);

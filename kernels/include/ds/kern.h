@@ -90,25 +90,19 @@ struct ds_kern_ops {
     uint32_t qx_pack_rows;
     uint32_t qx_pack_types;
     void (*qx_pack)(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out);
-    /* Packed Q4_K weights, for matmul_qk(DS_KQ_Q4_K): q4k_pack lays out a
-    ** rows x n_sb Q4_K matrix (144-byte superblocks, as a file has them) in
-    ** tiles of q4k_pack_rows rows, the last one padded, with each row's 12
-    ** bytes of packed 6-bit scales and mins unpacked to 16: DS_Q4K_PACKED_SB
-    ** bytes per row and superblock, ds_q4k_packed_bytes() in all, and the
-    ** rows from r0 (a multiple of q4k_pack_rows) start r0 * n_sb *
-    ** DS_Q4K_PACKED_SB bytes in. out 64-byte aligned. NULL (q4k_pack_rows
-    ** 1): matmul_qk reads the file's rows. */
-    uint32_t q4k_pack_rows;
-    void (*q4k_pack)(size_t rows, size_t n_sb, const void *w, void *out);
-    /* Packed Q6_K weights, for matmul_qk(DS_KQ_Q6_K): q6k_pack lays out a
-    ** rows x n_sb Q6_K matrix (210-byte superblocks) in tiles of
-    ** q6k_pack_rows rows, the last one padded, with the same 210 bytes per
-    ** row and superblock rearranged: ds_q6k_packed_bytes() in all, the rows
-    ** from r0 (a multiple of q6k_pack_rows) start r0 * n_sb * 210 bytes in.
-    ** out 64-byte aligned. NULL (q6k_pack_rows 1): matmul_qk reads the
-    ** file's rows. */
-    uint32_t q6k_pack_rows;
-    void (*q6k_pack)(size_t rows, size_t n_sb, const void *w, void *out);
+    /* Packed K-quant weights, for matmul_qk: qk_pack lays out a rows x n_sb
+    ** matrix of type t (a type whose bit 1u << t is set in qk_pack_types:
+    ** Q4_K, Q5_K or Q6_K), superblocks as a file has them, in tiles of
+    ** qk_pack_rows rows, the last one padded: ds_qk_packed_sb(t) bytes per
+    ** row and superblock (Q4_K and Q5_K: 4 more than the file's, their 12
+    ** bytes of 6-bit scales and mins unpacked to 16; Q6_K: the file's 210),
+    ** ds_qk_packed_bytes() in all, and the rows from r0 (a multiple of
+    ** qk_pack_rows) start r0 * n_sb * ds_qk_packed_sb(t) bytes in. out
+    ** 64-byte aligned. Other types (all, where qk_pack is NULL): matmul_qk
+    ** reads the file's rows. */
+    uint32_t qk_pack_rows;
+    uint32_t qk_pack_types;
+    void (*qk_pack)(enum ds_kern_qtype t, size_t rows, size_t n_sb, const void *w, void *out);
 
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
     ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
@@ -145,9 +139,9 @@ struct ds_kern_ops {
     void (*quantize_q8k)(size_t n, const float *x, struct ds_q8k_block *out);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok, where
     ** w holds rows of n_sb 256-value superblocks of a K-quant type (Q4_K,
-    ** Q5_K or Q6_K; other types leave y alone), as the file stores them (Q4_K
-    ** and Q6_K packed by q4k_pack and q6k_pack where the variant has them,
-    ** starting at a tile), and
+    ** Q5_K or Q6_K; other types leave y alone), as the file stores them, or
+    ** packed by qk_pack where the variant packs type (ds_qk_packs; starting
+    ** at a tile), and
     ** x holds n_tok rows of n_sb Q8_K blocks. Per superblock the sub-block
     ** scales and mins apply to exact int32 sums (the mins through bsums);
     ** then one float step: d_x * (d * isum - dmin * msum). Row t is
@@ -250,22 +244,24 @@ static inline void ds_k_scale_min(const uint8_t *q, unsigned j, unsigned *sc, un
     }
 }
 
-/* Bytes per row and superblock of a packed Q4_K matrix (144 in a file). */
-#define DS_Q4K_PACKED_SB 148u
-
-/* Bytes to allocate for a rows x n_sb Q4_K matrix packed for k. */
-static inline size_t ds_q4k_packed_bytes(const struct ds_kern_ops *k, size_t rows, size_t n_sb)
+/* Bytes per row and superblock of a packed K-quant matrix of type t. */
+static inline size_t ds_qk_packed_sb(enum ds_kern_qtype t)
 {
-    size_t t = k->q4k_pack_rows > 1 ? k->q4k_pack_rows : 1;
-    return (rows + t - 1) / t * t * n_sb * DS_Q4K_PACKED_SB;
+    return t == DS_KQ_Q4_K ? 148u : t == DS_KQ_Q5_K ? 180u : 210u;
 }
 
-/* Bytes to allocate for a rows x n_sb Q6_K matrix packed for k (210 per
-** row and superblock, as in a file, and the last tile's padding). */
-static inline size_t ds_q6k_packed_bytes(const struct ds_kern_ops *k, size_t rows, size_t n_sb)
+/* Whether k packs type t's matrices for matmul_qk (qk_pack). */
+static inline bool ds_qk_packs(const struct ds_kern_ops *k, enum ds_kern_qtype t)
 {
-    size_t t = k->q6k_pack_rows > 1 ? k->q6k_pack_rows : 1;
-    return (rows + t - 1) / t * t * n_sb * 210u;
+    return k->qk_pack && t < DS_KQ_COUNT && (k->qk_pack_types >> t & 1u);
+}
+
+/* Bytes to allocate for a rows x n_sb matrix of type t packed for k. */
+static inline size_t ds_qk_packed_bytes(const struct ds_kern_ops *k, enum ds_kern_qtype t, size_t rows,
+                                        size_t n_sb)
+{
+    size_t r = k->qk_pack_rows > 1 ? k->qk_pack_rows : 1;
+    return (rows + r - 1) / r * r * n_sb * ds_qk_packed_sb(t);
 }
 
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */

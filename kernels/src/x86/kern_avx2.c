@@ -640,7 +640,7 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #undef QK_NAME
 
 /* ---- Q4_0..Q5_1 and Q4_K packed: rows in the lanes ----
-** qx_pack and q4k_pack lay the rows out in tiles of 8 (one vector of 8
+** qx_pack and qk_pack (Q4_K) lay the rows out in tiles of 8 (one vector of 8
 ** int32 lanes; kern_internal.h gives the layouts): one load of 32 code
 ** bytes holds 4 bytes of each of 8 rows, whose low nibbles meet one
 ** broadcast activation dword and whose high nibbles meet another. Without
@@ -670,16 +670,16 @@ struct pk4k_block {             /* one Q4_K superblock of an 8-row tile: 1184 by
     uint8_t  mn[8][PK_RT];      /* sub-block mins, 0..63 */
     uint16_t d[PK_RT], dmin[PK_RT];     /* FP16; 0 for absent rows */
 };
-_Static_assert(sizeof(struct pk4k_block) == PK_RT * DS_Q4K_PACKED_SB, "packed Q4_K bytes");
+_Static_assert(sizeof(struct pk4k_block) == PK_RT * 148, "packed Q4_K bytes");
 
 static void qx_pack_avx2(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out)
 {
     ds_kern__qx_pack_tiles(t, PK_RT, rows, n_blocks, w, out);
 }
 
-static void q4k_pack_avx2(size_t rows, size_t n_sb, const void *w, void *out)
+static void qk_pack_avx2(enum ds_kern_qtype t, size_t rows, size_t n_sb, const void *w, void *out)
 {
-    ds_kern__q4k_pack_tiles(PK_RT, rows, n_sb, w, out);
+    ds_kern__qk_pack_tiles(t, PK_RT, rows, n_sb, w, out);
 }
 
 DS_INLINE __m256i bcast_dword(const int8_t *p)
@@ -896,7 +896,7 @@ static void q4k_run_avx2(size_t rows, size_t n_sb, const void *w, size_t n_tok, 
     }
 }
 
-/* Q4_0..Q5_1 and Q4_K come packed (qx_pack, q4k_pack); the other types
+/* Q4_0..Q5_1 and Q4_K come packed (qx_pack, qk_pack); the other types
 ** stream the file's rows. */
 static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                            const struct ds_q8_block *x, float *y, size_t ldy)
@@ -919,9 +919,9 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .qx_pack_rows = PK_RT,
     .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
     .qx_pack     = qx_pack_avx2,
-    .q4k_pack_rows = PK_RT,
-    .q4k_pack    = q4k_pack_avx2,
-    .q6k_pack_rows = 1,           /* the file's Q6_K rows (kern_qk_x86.h): no q6k_pack */
+    .qk_pack_rows = PK_RT,
+    .qk_pack_types = 1u << DS_KQ_Q4_K,      /* Q5_K, Q6_K: the file's rows (kern_qk_x86.h) */
+    .qk_pack     = qk_pack_avx2,
     .quantize_q8 = quantize_q8_avx2,
     .dot_i8      = dot_i8_avx2,
     .matvec_q8   = matvec_q8_avx2,

@@ -12,9 +12,8 @@
 ** order from ds_kern_ref.
 **
 ** INT8 weights come packed at load, rows in the SIMD lanes: Q8_0 by
-** q8_pack and Q4_0, Q4_1, Q5_0 and Q5_1 by qx_pack in 32-row tiles, Q4_K
-** and Q6_K by q4k_pack and q6k_pack in 16-row tiles (see below); Q5_K rows
-** come as the file has them.
+** q8_pack and Q4_0, Q4_1, Q5_0 and Q5_1 by qx_pack in 32-row tiles, Q4_K,
+** Q5_K and Q6_K by qk_pack in 16-row tiles (see below).
 ** Stack: small; matmul_q8 (and the packed types' matmul_qx) keeps 176 KB of
 ** thread-local prepared activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB
 ** weight panel. Nothing is allocated.
@@ -1049,96 +1048,97 @@ static void matmul_qx_avx512(enum ds_kern_qtype type, size_t rows, size_t n_bloc
 }
 
 /* ---- matmul_qk: K-quant superblocks against Q8_K ----
-** Q4_K and Q6_K come packed (below); Q5_K streams the file's rows on 256
-** bits (kern_qk_x86.h). */
+** Every K-quant comes packed (below); kern_qk_x86.h gives quantize_q8k. */
 
-#define QK_MADD(acc, p, s) (acc = _mm256_dpwssd_epi32(acc, p, s))
-#define QK_NAME matmul_qk_256
-/* 8 tokens per pass over a Q5_K row, not 4: each superblock's codes are
-** unpacked half as often (measured on Q6_K when it still came here: prefill
-** of 120 tokens, bench_formats, six pairs in turns: 841-1141 -> 1096-1470
-** tok/s; every pair faster). */
-#ifndef QK_TOK
-#define QK_TOK 8u
-#endif
 #include "kern_qk_x86.h"
-#undef QK_MADD
-#undef QK_NAME
 
-/* ---- Q4_K packed: rows in the lanes ----
-** q4k_pack lays a Q4_K matrix out in tiles of 16 rows, superblock by
-** superblock (struct pk4k_block): dword k of the 128 code bytes of each of
-** the 16 rows, then the rows' 6-bit scales and mins unpacked to bytes, then
-** their d and dmin. Dword k = 8c + i holds values 4i..4i+3 of sub-block 2c
+/* ---- Q4_K and Q5_K packed: rows in the lanes ----
+** qk_pack lays a Q4_K matrix out in tiles of 16 rows, superblock by
+** superblock: dword k of the 128 code bytes of each of the 16 rows, then
+** the rows' 6-bit scales and mins unpacked to bytes, then their d and dmin
+** (kern_internal.h). Dword k = 8c + i holds values 4i..4i+3 of sub-block 2c
 ** in its low nibbles and of sub-block 2c + 1 in its high ones, so one load
 ** gives two weight vectors for two broadcast activation dwords, and
 ** vpdpbusd sums each sub-block of 16 rows x one token in 16 lanes (codes
 ** unsigned, no offset). The scales (x int32), the mins (through the
 ** activation's bsums) and the float step then cost a few operations per
 ** 16 rows, where the file's layout costs them per row: there they took
-** most of a superblock's time, and Q4_K_M decoded slower than Q6_K. */
+** most of a superblock's time, and Q4_K_M decoded slower than Q6_K. Q5_K
+** adds 8 dwords of fifth bits per row after the codes, two bits per code
+** dword and byte, which one shift, mask and vpternlogd put at bit 4 of
+** each code. */
 
 #define QK4_RT 16               /* rows per tile: one vector */
 #define QK4_TT 4                /* tokens per pass over a tile */
 #define QK4_PF 2                /* superblocks prefetched ahead: one core streamed 23 GB/s
                                 ** without, 35-37 with 2 (1: 33-37, 4: 28-32) */
 
-struct pk4k_block {             /* one superblock of a 16-row tile: 2368 bytes */
-    uint32_t q[32][QK4_RT];     /* code dwords: [dword][row] */
-    uint8_t  sc[8][QK4_RT];     /* sub-block scales, 0..63 */
-    uint8_t  mn[8][QK4_RT];     /* sub-block mins, 0..63 */
-    uint16_t d[QK4_RT], dmin[QK4_RT];   /* FP16; 0 for absent rows */
-};
-_Static_assert(sizeof(struct pk4k_block) == QK4_RT * DS_Q4K_PACKED_SB, "packed Q4_K bytes");
-
-static void q4k_pack_avx512(size_t rows, size_t n_sb, const void *w, void *out)
+static void qk_pack_avx512(enum ds_kern_qtype t, size_t rows, size_t n_sb, const void *w, void *out)
 {
-    ds_kern__q4k_pack_tiles(QK4_RT, rows, n_sb, w, out);
+    ds_kern__qk_pack_tiles(t, QK4_RT, rows, n_sb, w, out);
 }
 
-/* 16 rows (lanes where m) of one tile x T tokens. */
-DS_INLINE void qk4_tile(int T, size_t n_sb, const struct pk4k_block *w, const struct ds_q8k_block *x,
+/* Code byte bits to bit 4: the fifth bit at bit p of each byte of h. */
+DS_INLINE __m512i qk5_bit4(__m512i h, int p)
+{
+    const __m512i s = p <= 4 ? _mm512_slli_epi32(h, 4 - p) : _mm512_srli_epi32(h, p - 4);
+    return _mm512_and_si512(s, _mm512_set1_epi8(16));
+}
+
+/* 16 rows (lanes where m) of one Q4_K (Q5_K: five) tile x T tokens. */
+DS_INLINE void qk4_tile(bool five, int T, size_t n_sb, const uint8_t *w, const struct ds_q8k_block *x,
                         float *y, size_t ldy, __mmask16 m)
 {
+    const size_t bb = QK4_RT * (five ? 180 : 148), sc_at = (five ? 160 : 128) * QK4_RT;
+    const size_t mn_at = sc_at + 8 * QK4_RT, d_at = mn_at + 8 * QK4_RT, dmin_at = d_at + 2 * QK4_RT;
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 f[QK4_TT];
     for (int t = 0; t < T; t++) f[t] = _mm512_setzero_ps();
     for (size_t sb = 0; sb < n_sb; sb++) {
-        const struct pk4k_block *b = &w[sb];
+        const uint8_t *b = w + sb * bb;
         __m512i isum[QK4_TT], msum[QK4_TT];
         for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {           /* sub-blocks 2c and 2c + 1 */
-            const char *pf = (const char *)(b + QK4_PF) + c * (sizeof *b / 4);   /* a quarter a step */
-            for (size_t l = 0; l < sizeof *b / 4; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+            const char *pf = (const char *)b + QK4_PF * bb + c * (bb / 4);   /* a quarter a step */
+            for (size_t l = 0; l < bb / 4; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
             __m512i lo[QK4_TT], hi[QK4_TT];
             for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm512_setzero_si512();
+            __m512i h = _mm512_setzero_si512();
             for (int i = 0; i < 8; i++) {
-                const __m512i v = _mm512_loadu_si512(b->q[8 * c + i]);
-                const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                const __m512i v = _mm512_loadu_si512(b + 64 * (8 * c + i));
+                __m512i wl, wh;
+                if (five) {                     /* imm 0xea = (A & B) | C */
+                    if (i % 4 == 0) h = _mm512_loadu_si512(b + 128 * QK4_RT + 64 * (2 * c + i / 4));
+                    wl = _mm512_ternarylogic_epi32(v, m4, qk5_bit4(h, 2 * (i % 4)), 0xea);
+                    wh = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m4, qk5_bit4(h, 2 * (i % 4) + 1), 0xea);
+                } else {
+                    wl = _mm512_and_si512(v, m4);
+                    wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                }
                 for (int t = 0; t < T; t++) {
                     const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 64 * c + 4 * i;
-                    int32_t a, h;
+                    int32_t a, e;
                     memcpy(&a, xq, 4);
-                    memcpy(&h, xq + 32, 4);
+                    memcpy(&e, xq + 32, 4);
                     lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(a));
-                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(h));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(e));
                 }
             }
-            const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)b->sc[2 * c]));
-            const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)b->sc[2 * c + 1]));
+            const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + sc_at + 2 * c * QK4_RT)));
+            const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + sc_at + (2 * c + 1) * QK4_RT)));
             for (int t = 0; t < T; t++)
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sl),
                                                                      _mm512_mullo_epi32(hi[t], sh)));
         }
         for (int j = 0; j < 8; j++) {           /* mins: sub-block j's activation sum, two bsums */
-            const __m512i mj = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)b->mn[j]));
+            const __m512i mj = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + mn_at + j * QK4_RT)));
             for (int t = 0; t < T; t++) {
                 const int16_t *bs = x[(size_t)t * n_sb + sb].bsums;
                 msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(mj, _mm512_set1_epi32(bs[2 * j] + bs[2 * j + 1])));
             }
         }
-        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)b->d));
-        const __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)b->dmin));
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(b + d_at)));
+        const __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(b + dmin_at)));
         for (int t = 0; t < T; t++) {           /* d_x (d isum - dmin msum) */
             const __m512 in = _mm512_fmsub_ps(dv, _mm512_cvtepi32_ps(isum[t]),
                                               _mm512_mul_ps(dmv, _mm512_cvtepi32_ps(msum[t])));
@@ -1148,28 +1148,32 @@ DS_INLINE void qk4_tile(int T, size_t n_sb, const struct pk4k_block *w, const st
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, m, f[t]);
 }
 
-static void qk4_rows_packed(size_t rows, size_t n_sb, const void *w, size_t n_tok, const struct ds_q8k_block *x,
-                            float *y, size_t ldy)
+static void qk4_rows_packed(bool five, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                            const struct ds_q8k_block *x, float *y, size_t ldy)
 {
-    const struct pk4k_block *pw = w;
+    const size_t bb = QK4_RT * (five ? 180 : 148);
     for (size_t r0 = 0; r0 < rows; r0 += QK4_RT) {
         const __mmask16 m = first_lanes(rows - r0);
-        const struct pk4k_block *tile = pw + r0 / QK4_RT * n_sb;
+        const uint8_t *tile = (const uint8_t *)w + r0 / QK4_RT * n_sb * bb;
         for (size_t t0 = 0; t0 < n_tok; t0 += QK4_TT) {
             const struct ds_q8k_block *xt = x + t0 * n_sb;
             float *yt = y + t0 * ldy + r0;
-            switch (n_tok - t0 < QK4_TT ? n_tok - t0 : QK4_TT) {
-            case 1: qk4_tile(1, n_sb, tile, xt, yt, ldy, m); break;
-            case 2: qk4_tile(2, n_sb, tile, xt, yt, ldy, m); break;
-            case 3: qk4_tile(3, n_sb, tile, xt, yt, ldy, m); break;
-            default: qk4_tile(4, n_sb, tile, xt, yt, ldy, m); break;
+            const size_t nt = n_tok - t0 < QK4_TT ? n_tok - t0 : QK4_TT;
+#define QK4_CASES(F)                                                                  \
+            switch (nt) {                                                             \
+            case 1: qk4_tile(F, 1, n_sb, tile, xt, yt, ldy, m); break;                \
+            case 2: qk4_tile(F, 2, n_sb, tile, xt, yt, ldy, m); break;                \
+            case 3: qk4_tile(F, 3, n_sb, tile, xt, yt, ldy, m); break;                \
+            default: qk4_tile(F, 4, n_sb, tile, xt, yt, ldy, m); break;               \
             }
+            if (five) QK4_CASES(true) else QK4_CASES(false)
+#undef QK4_CASES
         }
     }
 }
 
 /* ---- Q6_K packed: rows in the lanes ----
-** q6k_pack lays a Q6_K matrix out in tiles of 16 rows (struct pk6k_block,
+** qk_pack lays a Q6_K matrix out in tiles of 16 rows (struct pk6k_block,
 ** the file's 210 bytes per row and superblock, rearranged): dword k of the
 ** low nibbles holds values 4k..4k+3 (sub-block k / 4) in its low nibbles
 ** and 128+4k.. (sub-block 8 + k / 4) in its high ones; dword m of the high
@@ -1194,11 +1198,6 @@ struct pk6k_block {             /* one superblock of a 16-row tile: 3360 bytes *
     uint16_t d[QK6_RT];         /* FP16; 0 for absent rows */
 };
 _Static_assert(sizeof(struct pk6k_block) == QK6_RT * 210, "packed Q6_K bytes");
-
-static void q6k_pack_avx512(size_t rows, size_t n_sb, const void *w, void *out)
-{
-    ds_kern__q6k_pack_tiles(QK6_RT, rows, n_sb, w, out);
-}
 
 /* Code vector j (0..3) of a sub-block: the low nibbles l (already shifted
 ** for the upper sub-blocks) with the top bits of dword h moved to bits 4..5. */
@@ -1284,13 +1283,12 @@ static void qk6_rows_packed(size_t rows, size_t n_sb, const void *w, size_t n_to
     }
 }
 
-/* Q4_K and Q6_K come packed (q4k_pack, q6k_pack); Q5_K streams the file's rows. */
+/* The K-quants all come packed (qk_pack). */
 static void matmul_qk_avx512(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                              const struct ds_q8k_block *x, float *y, size_t ldy)
 {
-    if (type == DS_KQ_Q4_K) qk4_rows_packed(rows, n_sb, w, n_tok, x, y, ldy);
+    if (type == DS_KQ_Q4_K || type == DS_KQ_Q5_K) qk4_rows_packed(type == DS_KQ_Q5_K, rows, n_sb, w, n_tok, x, y, ldy);
     else if (type == DS_KQ_Q6_K) qk6_rows_packed(rows, n_sb, w, n_tok, x, y, ldy);
-    else matmul_qk_256(type, rows, n_sb, w, n_tok, x, y, ldy);
 }
 
 const struct ds_kern_ops ds_kern_avx512vnni = {
@@ -1301,10 +1299,9 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .qx_pack_rows = MM_RT,
     .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
     .qx_pack     = qx_pack_avx512,
-    .q4k_pack_rows = QK4_RT,
-    .q4k_pack    = q4k_pack_avx512,
-    .q6k_pack_rows = QK6_RT,
-    .q6k_pack    = q6k_pack_avx512,
+    .qk_pack_rows = QK4_RT,
+    .qk_pack_types = 1u << DS_KQ_Q4_K | 1u << DS_KQ_Q5_K | 1u << DS_KQ_Q6_K,
+    .qk_pack     = qk_pack_avx512,
     .quantize_q8 = quantize_q8_avx512,
     .dot_i8      = dot_i8_avx512,
     .matvec_q8   = matvec_q8_avx512,

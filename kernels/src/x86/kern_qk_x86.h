@@ -1,11 +1,11 @@
 /*
-** kern_qk_x86.h — matmul_qk on 256-bit integer vectors for the K-quant
-** rows as the file stores them: Q5_K and Q6_K superblocks (256 values)
-** against Q8_K activations. (Q4_K never comes here: both x86 variants pack
-** it at load and run their own tiles; kern_avx512vnni.c packs Q6_K too.)
-** Included by kern_avx2.c (QK_MADD: madd + add) and kern_avx512vnni.c
-** (QK_MADD: vpdpwssd); the including file defines QK_MADD(acc, p, s): acc
-** (8 x int32) += sums of adjacent int16 products of p and s, and QK_NAME.
+** kern_qk_x86.h — quantize_q8k on 256-bit vectors (both x86 variants), and
+** matmul_qk for the K-quant rows as the file stores them: Q5_K and Q6_K
+** superblocks (256 values) against Q8_K activations, for kern_avx2.c (Q4_K
+** it packs at load; kern_avx512vnni.c packs every K-quant and takes only
+** the quantizer). A file that wants the rows defines QK_MADD(acc, p, s):
+** acc (8 x int32) += sums of adjacent int16 products of p and s (kern_avx2.c:
+** madd + add, or vpdpwssd with AVX-VNNI), and QK_NAME, the function's name.
 **
 ** The weights stream: each superblock is read once per QK_TOK tokens, its
 ** 5- or 6-bit codes unpacked with shifts and masks into unsigned bytes
@@ -20,9 +20,7 @@
 #ifndef DS_KERN_QK_X86_H
 #define DS_KERN_QK_X86_H
 
-#ifndef QK_TOK           /* the including file may choose its own */
 #define QK_TOK 4u        /* tokens per pass over a row */
-#endif
 
 static inline float qk_f16(const uint8_t *p)
 {
@@ -38,6 +36,57 @@ static inline float qk_hsum(__m256 v)
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+/* quantize_q8k on AVX2: the same bits as the reference for finite input
+** (max found ignoring NaN, as the reference's strict compare does; then
+** the first value of that magnitude; products rounded to float before
+** cvtps's round-half-even, as lrintf). bsums by psadbw on q ^ 0x80. */
+static void qk_quantize_q8k(size_t n, const float *x, struct ds_q8k_block *out)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), top = _mm256_set1_epi8((char)0x80);
+    for (size_t b = 0; b < n / DS_Q8K_BLOCK; b++, x += DS_Q8K_BLOCK) {
+        struct ds_q8k_block *o = &out[b];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absmask), m);
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        if (amax < 127.0f / FLT_MAX) {
+            memset(o, 0, sizeof *o);
+            continue;
+        }
+        const __m256 av = _mm256_set1_ps(amax);
+        int first = 0;
+        for (int k = 0; k < 32; k++) {
+            const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absmask), av,
+                                                              _CMP_EQ_OQ));
+            if (mask) {
+                first = 8 * k + __builtin_ctz((unsigned)mask);
+                break;
+            }
+        }
+        const float iscale = -127.0f / x[first];
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < 8; k++) {
+            __m256i q[4];
+            for (int j = 0; j < 4; j++)
+                q[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * j), is)), lim);
+            const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            const __m256i v = _mm256_permutevar8x32_epi32(w, perm);
+            _mm256_storeu_si256((__m256i *)(void *)(o->qs + 32 * k), v);
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, top), _mm256_setzero_si256());
+            const __m256i s2 = _mm256_add_epi64(sad, _mm256_srli_si256(sad, 8));   /* lanes 0, 2: two 16-sums */
+            o->bsums[2 * k] = (int16_t)(_mm256_extract_epi32(s2, 0) - 16 * 128);
+            o->bsums[2 * k + 1] = (int16_t)(_mm256_extract_epi32(s2, 4) - 16 * 128);
+        }
+        o->d = 1.0f / iscale;
+    }
+}
+
+#ifdef QK_NAME
 
 /* Q5_K: the eight 6-bit scales (bytes 0..7) and mins (8..15) from
 ** the 12 packed bytes at p (16 bytes are read: the codes follow them):
@@ -164,72 +213,13 @@ qk_rows_q6(size_t rows, size_t n_sb, const uint8_t *w, size_t nt, const struct d
     }
 }
 
-/* quantize_q8k on AVX2: the same bits as the reference for finite input
-** (max found ignoring NaN, as the reference's strict compare does; then
-** the first value of that magnitude; products rounded to float before
-** cvtps's round-half-even, as lrintf). bsums by psadbw on q ^ 0x80. */
-static void qk_quantize_q8k(size_t n, const float *x, struct ds_q8k_block *out)
-{
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), top = _mm256_set1_epi8((char)0x80);
-    for (size_t b = 0; b < n / DS_Q8K_BLOCK; b++, x += DS_Q8K_BLOCK) {
-        struct ds_q8k_block *o = &out[b];
-        __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < 32; k++) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absmask), m);
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float amax = _mm_cvtss_f32(h);
-        if (amax < 127.0f / FLT_MAX) {
-            memset(o, 0, sizeof *o);
-            continue;
-        }
-        const __m256 av = _mm256_set1_ps(amax);
-        int first = 0;
-        for (int k = 0; k < 32; k++) {
-            const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absmask), av,
-                                                              _CMP_EQ_OQ));
-            if (mask) {
-                first = 8 * k + __builtin_ctz((unsigned)mask);
-                break;
-            }
-        }
-        const float iscale = -127.0f / x[first];
-        const __m256 is = _mm256_set1_ps(iscale);
-        const __m256i lim = _mm256_set1_epi32(127);
-        for (int k = 0; k < 8; k++) {
-            __m256i q[4];
-            for (int j = 0; j < 4; j++)
-                q[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * j), is)), lim);
-            const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-            const __m256i v = _mm256_permutevar8x32_epi32(w, perm);
-            _mm256_storeu_si256((__m256i *)(void *)(o->qs + 32 * k), v);
-            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, top), _mm256_setzero_si256());
-            const __m256i s2 = _mm256_add_epi64(sad, _mm256_srli_si256(sad, 8));   /* lanes 0, 2: two 16-sums */
-            o->bsums[2 * k] = (int16_t)(_mm256_extract_epi32(s2, 0) - 16 * 128);
-            o->bsums[2 * k + 1] = (int16_t)(_mm256_extract_epi32(s2, 4) - 16 * 128);
-        }
-        o->d = 1.0f / iscale;
-    }
-}
-
 /* F(n) for n = nt, each count a constant: the per-token accumulators then
 ** stay in registers. (With a run-time count they lived on the stack, and
 ** Q6_K prefill ran at a quarter of Q4_K's speed.) */
-#if QK_TOK == 8
-#define QK_BY_NT(nt, F)                                                                                     \
-    switch (nt) {                                                                                           \
-    case 1: F(1); break; case 2: F(2); break; case 3: F(3); break; case 4: F(4); break;                     \
-    case 5: F(5); break; case 6: F(6); break; case 7: F(7); break; default: F(8); break;                    \
-    }
-#elif QK_TOK == 4
 #define QK_BY_NT(nt, F)                                                                                     \
     switch (nt) {                                                                                           \
     case 1: F(1); break; case 2: F(2); break; case 3: F(3); break; default: F(4); break;                     \
     }
-#else
-#error "QK_TOK: 4 or 8"
-#endif
 
 static void QK_NAME(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                     const struct ds_q8k_block *x, float *y, size_t ldy)
@@ -249,5 +239,7 @@ static void QK_NAME(enum ds_kern_qtype type, size_t rows, size_t n_sb, const voi
 #undef QK_Q6
     }
 }
+
+#endif /* QK_NAME */
 
 #endif

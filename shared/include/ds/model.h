@@ -64,8 +64,7 @@ void ds_weight_row_f32(const struct ds_weight *w, uint32_t r, float *out);
 size_t ds_weight_row_bytes(const struct ds_weight *w);
 /* Quantize cols floats (a whole number of blocks) into type's layout at out
 ** (ds_weight_row_bytes of such a row): F32, F16, Q8_0, Q4_0, Q4_1, Q5_0,
-** Q5_1, Q4_K, Q6_K by round-to-nearest; DS_ERR_UNSUPPORTED for the other
-** types (Q5_K, BF16). */
+** Q5_1, Q4_K, Q5_K, Q6_K by round-to-nearest; DS_ERR_UNSUPPORTED for BF16. */
 DS_MUST_CHECK enum ds_err ds_quantize_row(enum ds_dtype type, size_t cols, const float *x, void *out);
 /* The ggml type of a dtype (DS_GGML_TYPE_*). */
 uint32_t ds_dtype_ggml(enum ds_dtype t);

@@ -239,27 +239,24 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
 }
 
 /* 4-, 5- and 6-bit rows into the tiles of a variant that has a layout for
-** their type (Q4_0..Q5_1 and Q6_K: the same bytes, rearranged; Q4_K: 148
-** bytes per row and superblock, its scales unpacked); other types, or a
-** variant without, keep the file's rows. */
+** their type (Q4_0..Q5_1 and Q6_K: the same bytes, rearranged; Q4_K and
+** Q5_K: 4 bytes more per row and superblock, their scales unpacked); other
+** types, or a variant without, keep the file's rows. */
 static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     const struct ds_kern_ops *k = e->kern;
     const size_t n_sb = w->cols / DS_Q8K_BLOCK;
     size_t bytes;
     if (ds_qx_packs(k, m->qt)) bytes = ds_qx_packed_bytes(k, m->qt, w->rows, m->nb);
-    else if (m->qt == DS_KQ_Q4_K && k->q4k_pack) bytes = ds_q4k_packed_bytes(k, w->rows, n_sb);
-    else if (m->qt == DS_KQ_Q6_K && k->q6k_pack) bytes = ds_q6k_packed_bytes(k, w->rows, n_sb);
+    else if (ds_qk_packs(k, m->qt)) bytes = ds_qk_packed_bytes(k, m->qt, w->rows, n_sb);
     else return DS_OK;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!packed) return DS_ERR_NOMEM;
     if (ds_qx_packs(k, m->qt)) {
         k->qx_pack(m->qt, w->rows, m->nb, w->data, packed);
-    } else if (m->qt == DS_KQ_Q4_K) {
-        k->q4k_pack(w->rows, n_sb, w->data, packed);
-        m->qx_row = n_sb * DS_Q4K_PACKED_SB;
     } else {
-        k->q6k_pack(w->rows, n_sb, w->data, packed);
+        k->qk_pack(m->qt, w->rows, n_sb, w->data, packed);
+        m->qx_row = n_sb * ds_qk_packed_sb(m->qt);
     }
     m->qx = packed;
     m->owned = packed;
@@ -623,8 +620,8 @@ static void matmul_task(void *p, unsigned task, unsigned n_tasks)
     const struct matmul_job *j = p;
     size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
     if (j->e->prec == DS_PRECISION_INT8)        /* whole packed tiles */
-        align = DS_MAX(align, DS_MAX(DS_MAX(j->e->kern->q8_pack_rows, j->e->kern->q6k_pack_rows),
-                                     DS_MAX(j->e->kern->qx_pack_rows, j->e->kern->q4k_pack_rows)));
+        align = DS_MAX(align, DS_MAX(j->e->kern->q8_pack_rows,
+                                     DS_MAX(j->e->kern->qx_pack_rows, j->e->kern->qk_pack_rows)));
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
         ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);

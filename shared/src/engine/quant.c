@@ -294,8 +294,10 @@ static void quant_q45(enum ds_dtype t, const float *x, uint8_t *b)
     if (five) memcpy(b + bytes - 20, &qh, 4);
 }
 
-static void quant_q4_k(const float *x, uint8_t *b)
+/* Q4_K, or Q5_K (five: codes 0..31, their fifth bits in qh[32] before qs). */
+static void quant_q45_k(bool five, const float *x, uint8_t *b)
 {
+    const int top = five ? 31 : 15;
     float sc[8], mn[8], max_sc = 0.0f, max_mn = 0.0f;
     for (int s = 0; s < 8; s++) {
         float lo = x[32 * s], hi = x[32 * s];
@@ -304,7 +306,7 @@ static void quant_q4_k(const float *x, uint8_t *b)
             hi = fmaxf(hi, x[32 * s + l]);
         }
         lo = fminf(lo, 0.0f);
-        sc[s] = (hi - lo) / 15.0f;
+        sc[s] = (hi - lo) / (float)top;
         mn[s] = -lo;
         max_sc = fmaxf(max_sc, sc[s]);
         max_mn = fmaxf(max_mn, mn[s]);
@@ -313,7 +315,7 @@ static void quant_q4_k(const float *x, uint8_t *b)
     put_f16(b, d);
     put_f16(b + 2, dmin);
     const float dr = ds_f16_to_f32(ds_f32_to_f16(d)), mr = ds_f16_to_f32(ds_f32_to_f16(dmin));
-    uint8_t *scales = b + 4, *qs = b + 16, L[8], M[8];
+    uint8_t *scales = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16), L[8], M[8];
     for (int s = 0; s < 8; s++) {
         L[s] = (uint8_t)clampi(dr > 0.0f ? (int)lrintf(sc[s] / dr) : 0, 0, 63);
         M[s] = (uint8_t)clampi(mr > 0.0f ? (int)lrintf(mn[s] / mr) : 0, 0, 63);
@@ -323,12 +325,14 @@ static void quant_q4_k(const float *x, uint8_t *b)
         scales[j + 4] = (uint8_t)(M[j] | (M[j + 4] >> 4) << 6);
         scales[j + 8] = (uint8_t)((L[j + 4] & 15) | (M[j + 4] & 15) << 4);
     }
+    if (five) memset(qh, 0, 32);
     for (int s = 0; s < 8; s++) {
         const float step = dr * L[s], off = mr * M[s];
         for (int l = 0; l < 32; l++) {
-            int q = step > 0.0f ? clampi((int)lrintf((x[32 * s + l] + off) / step), 0, 15) : 0;
+            int q = step > 0.0f ? clampi((int)lrintf((x[32 * s + l] + off) / step), 0, top) : 0;
             uint8_t *p = &qs[32 * (s / 2) + l];
-            *p = (uint8_t)(s % 2 ? (*p & 15) | q << 4 : q);
+            *p = (uint8_t)(s % 2 ? (*p & 15) | (q & 15) << 4 : q & 15);
+            if (five) qh[l] = (uint8_t)(qh[l] | (q >> 4) << s);
         }
     }
 }
@@ -369,7 +373,8 @@ enum ds_err ds_quantize_row(enum ds_dtype type, size_t cols, const float *x, voi
         case DS_DTYPE_Q4_1:
         case DS_DTYPE_Q5_0:
         case DS_DTYPE_Q5_1: quant_q45(type, xb, b); break;
-        case DS_DTYPE_Q4_K: quant_q4_k(xb, b); break;
+        case DS_DTYPE_Q4_K: quant_q45_k(false, xb, b); break;
+        case DS_DTYPE_Q5_K: quant_q45_k(true, xb, b); break;
         case DS_DTYPE_Q6_K: quant_q6_k(xb, b); break;
         case DS_DTYPE_Q8_0: ds_kern_ref.quantize_q8(32, xb, (struct ds_q8_block *)(void *)b); break;
         case DS_DTYPE_F16: put_f16(b, xb[0]); break;
