@@ -6,7 +6,7 @@
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
 **            176 KB per thread of prepared matmul_q8 activations; avx2 and
-**            avxvnni: 64 KB of Q4_0 activation sums; gemm_f32: one packed
+**            avxvnni: 64 KB of 4-/5-bit activation sums; gemm_f32: one packed
 **            weight panel, 32 KB avx512vnni, 16 KB avx2 and avxvnni).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
 **            variant's packed layout: q8_pack's output, made once at load

@@ -664,14 +664,6 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #define PK_NT 64                /* tokens prepared at once (Q4_0..Q5_1) */
 #define PK_KB 128               /* blocks per K chunk (Q4_0..Q5_1): a Q4_0 tile's chunk is 18 KB */
 
-struct pk4k_block {             /* one Q4_K superblock of an 8-row tile: 1184 bytes */
-    uint32_t q[32][PK_RT];      /* code dwords: [dword][row] */
-    uint8_t  sc[8][PK_RT];      /* sub-block scales, 0..63 */
-    uint8_t  mn[8][PK_RT];      /* sub-block mins, 0..63 */
-    uint16_t d[PK_RT], dmin[PK_RT];     /* FP16; 0 for absent rows */
-};
-_Static_assert(sizeof(struct pk4k_block) == PK_RT * 148, "packed Q4_K bytes");
-
 static void qx_pack_avx2(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out)
 {
     ds_kern__qx_pack_tiles(t, PK_RT, rows, n_blocks, w, out);
@@ -825,48 +817,68 @@ DS_INLINE __m256i pk_pair16(const uint8_t *p)
     return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
 
-/* 8 rows (nr present) of one Q4_K tile x T tokens. */
-DS_INLINE void q4k_tile(int T, size_t n_sb, const struct pk4k_block *w, const struct ds_q8k_block *x, float *y,
+/* Code byte bits to bit 4: the fifth bit at bit p of each byte of h. */
+DS_INLINE __m256i pk5_bit4(__m256i h, int p)
+{
+    const __m256i s = p <= 4 ? _mm256_slli_epi32(h, 4 - p) : _mm256_srli_epi32(h, p - 4);
+    return _mm256_and_si256(s, _mm256_set1_epi8(16));
+}
+
+/* 8 rows (nr present) of one Q4_K (Q5_K: five) tile x T tokens. Q5_K's
+** codes reach 31: 8 products of 31 x 128 fill an int16 lane, so its sums
+** go to int32 after each half sub-block (Q4_K's after the whole one). */
+DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const struct ds_q8k_block *x, float *y,
                         size_t ldy, size_t nr)
 {
+    const size_t bb = PK_RT * (five ? 180 : 148), sc_at = (five ? 160 : 128) * PK_RT;
+    const size_t mn_at = sc_at + 8 * PK_RT, d_at = mn_at + 8 * PK_RT, dmin_at = d_at + 2 * PK_RT;
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 f[PK_TT];
     for (int t = 0; t < T; t++) f[t] = _mm256_setzero_ps();
     for (size_t sb = 0; sb < n_sb; sb++) {
-        const struct pk4k_block *b = &w[sb];
+        const uint8_t *b = w + sb * bb;
         __m256i isum[PK_TT], msum[PK_TT];
         for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {           /* sub-blocks 2c and 2c + 1 */
-            const char *pf = (const char *)(b + 2) + c * (sizeof *b / 4);   /* a quarter a step */
-            for (size_t l = 0; l < sizeof *b / 4; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
-            __m256i lo[PK_TT], hi[PK_TT];
+            const char *pf = (const char *)b + 2 * bb + c * (bb / 4);   /* a quarter a step */
+            for (size_t l = 0; l < bb / 4; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+            const __m256i sl = pk_pair16(b + sc_at + 2 * c * PK_RT), sh = pk_pair16(b + sc_at + (2 * c + 1) * PK_RT);
+            __m256i lo[PK_TT], hi[PK_TT], h = _mm256_setzero_si256();
             for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm256_setzero_si256();
             for (int i = 0; i < 8; i++) {
-                const __m256i v = _mm256_loadu_si256((const void *)b->q[8 * c + i]);
-                const __m256i wl = _mm256_and_si256(v, m4), wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                const __m256i v = _mm256_loadu_si256((const void *)(b + 32 * (8 * c + i)));
+                __m256i wl = _mm256_and_si256(v, m4), wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (five) {
+                    if (i % 4 == 0) h = _mm256_loadu_si256((const void *)(b + 128 * PK_RT + 32 * (2 * c + i / 4)));
+                    wl = _mm256_or_si256(wl, pk5_bit4(h, 2 * (i % 4)));
+                    wh = _mm256_or_si256(wh, pk5_bit4(h, 2 * (i % 4) + 1));
+                }
                 for (int t = 0; t < T; t++) {
                     const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 64 * c + 4 * i;
                     lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(wl, bcast_dword(xq)));
                     hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(wh, bcast_dword(xq + 32)));
                     __asm__("" : "+x"(lo[t]), "+x"(hi[t]));  /* chains, as in mm_kernel */
                 }
+                if (i == 7 || (five && i == 3))
+                    for (int t = 0; t < T; t++) {
+                        isum[t] = madd_acc(madd_acc(isum[t], lo[t], sl), hi[t], sh);
+                        lo[t] = hi[t] = _mm256_setzero_si256();
+                    }
             }
-            const __m256i sl = pk_pair16(b->sc[2 * c]), sh = pk_pair16(b->sc[2 * c + 1]);
-            for (int t = 0; t < T; t++)
-                isum[t] = madd_acc(madd_acc(isum[t], lo[t], sl), hi[t], sh);
         }
         for (int j = 0; j < 4; j++) {           /* mins of sub-blocks 2j, 2j + 1 x their activation sums */
-            const __m256i mj = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)b->mn[2 * j])),
-                                               _mm256_slli_epi32(_mm256_cvtepu8_epi32(
-                                                   _mm_loadl_epi64((const void *)b->mn[2 * j + 1])), 16));
+            const __m256i mj = _mm256_or_si256(
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(b + mn_at + 2 * j * PK_RT))),
+                _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(b + mn_at + (2 * j + 1) * PK_RT))),
+                                  16));
             for (int t = 0; t < T; t++) {
                 const int16_t *bs = x[(size_t)t * n_sb + sb].bsums + 4 * j;
                 const uint32_t pair = (uint16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(bs[2] + bs[3]) << 16;
                 msum[t] = madd_acc(msum[t], mj, _mm256_set1_epi32((int32_t)pair));
             }
         }
-        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)b->d));
-        const __m256 dmv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)b->dmin));
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(b + d_at)));
+        const __m256 dmv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(b + dmin_at)));
         for (int t = 0; t < T; t++) {           /* d_x (d isum - dmin msum) */
             const __m256 in = _mm256_fmsub_ps(dv, _mm256_cvtepi32_ps(isum[t]),
                                               _mm256_mul_ps(dmv, _mm256_cvtepi32_ps(msum[t])));
@@ -876,28 +888,32 @@ DS_INLINE void q4k_tile(int T, size_t n_sb, const struct pk4k_block *w, const st
     pk_store(T, f, y, ldy, nr, false);
 }
 
-static void q4k_run_avx2(size_t rows, size_t n_sb, const void *w, size_t n_tok, const struct ds_q8k_block *x,
-                         float *y, size_t ldy)
+static void q4k_run_avx2(bool five, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                         const struct ds_q8k_block *x, float *y, size_t ldy)
 {
-    const struct pk4k_block *pw = w;
+    const size_t bb = PK_RT * (five ? 180 : 148);
     for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
-        const struct pk4k_block *tile = pw + r0 / PK_RT * n_sb;
+        const uint8_t *tile = (const uint8_t *)w + r0 / PK_RT * n_sb * bb;
         const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
         for (size_t t0 = 0; t0 < n_tok; t0 += PK_TT) {
             const struct ds_q8k_block *xt = x + t0 * n_sb;
             float *yt = y + t0 * ldy + r0;
-            switch (n_tok - t0 < PK_TT ? n_tok - t0 : PK_TT) {
-            case 1: q4k_tile(1, n_sb, tile, xt, yt, ldy, nr); break;
-            case 2: q4k_tile(2, n_sb, tile, xt, yt, ldy, nr); break;
-            case 3: q4k_tile(3, n_sb, tile, xt, yt, ldy, nr); break;
-            default: q4k_tile(4, n_sb, tile, xt, yt, ldy, nr); break;
+            const size_t nt = n_tok - t0 < PK_TT ? n_tok - t0 : PK_TT;
+#define PK4K_CASES(F)                                                                 \
+            switch (nt) {                                                             \
+            case 1: q4k_tile(F, 1, n_sb, tile, xt, yt, ldy, nr); break;               \
+            case 2: q4k_tile(F, 2, n_sb, tile, xt, yt, ldy, nr); break;               \
+            case 3: q4k_tile(F, 3, n_sb, tile, xt, yt, ldy, nr); break;               \
+            default: q4k_tile(F, 4, n_sb, tile, xt, yt, ldy, nr); break;              \
             }
+            if (five) PK4K_CASES(true) else PK4K_CASES(false)
+#undef PK4K_CASES
         }
     }
 }
 
-/* Q4_0..Q5_1 and Q4_K come packed (qx_pack, qk_pack); the other types
-** stream the file's rows. */
+/* Q4_0..Q5_1, Q4_K and Q5_K come packed (qx_pack, qk_pack); Q6_K streams
+** the file's rows. */
 static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                            const struct ds_q8_block *x, float *y, size_t ldy)
 {
@@ -908,7 +924,7 @@ static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks
 static void matmul_qk_avx2(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                            const struct ds_q8k_block *x, float *y, size_t ldy)
 {
-    if (type == DS_KQ_Q4_K) q4k_run_avx2(rows, n_sb, w, n_tok, x, y, ldy);
+    if (type == DS_KQ_Q4_K || type == DS_KQ_Q5_K) q4k_run_avx2(type == DS_KQ_Q5_K, rows, n_sb, w, n_tok, x, y, ldy);
     else matmul_qk_rows_avx2(type, rows, n_sb, w, n_tok, x, y, ldy);
 }
 
@@ -920,7 +936,7 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
     .qx_pack     = qx_pack_avx2,
     .qk_pack_rows = PK_RT,
-    .qk_pack_types = 1u << DS_KQ_Q4_K,      /* Q5_K, Q6_K: the file's rows (kern_qk_x86.h) */
+    .qk_pack_types = 1u << DS_KQ_Q4_K | 1u << DS_KQ_Q5_K,     /* Q6_K: the file's rows (kern_qk_x86.h) */
     .qk_pack     = qk_pack_avx2,
     .quantize_q8 = quantize_q8_avx2,
     .dot_i8      = dot_i8_avx2,
