@@ -199,11 +199,23 @@ struct ds_kern_ops {
     void (*rope_f32)(size_t n_heads, size_t head_dim, size_t rope_dim, float *x, const float *cs);
 };
 
+/* rows rounded up to whole tiles of tile_rows (0 or 1: no tiles). */
+static inline size_t ds_kern_tiled_rows(size_t rows, uint32_t tile_rows)
+{
+    const size_t r = tile_rows > 1 ? tile_rows : 1;
+    return (rows + r - 1) / r * r;
+}
+
+/* Whether a variant with a packer (has_pack) and its types mask packs t. */
+static inline bool ds_kern_packs_type(bool has_pack, uint32_t types, enum ds_kern_qtype t)
+{
+    return has_pack && t < DS_KQ_COUNT && (types >> t & 1u);
+}
+
 /* Blocks to allocate for a rows x n_blocks INT8 matrix packed for k. */
 static inline size_t ds_q8_packed_blocks(const struct ds_kern_ops *k, size_t rows, size_t n_blocks)
 {
-    size_t t = k->q8_pack_rows > 1 ? k->q8_pack_rows : 1;
-    return (rows + t - 1) / t * t * n_blocks;
+    return ds_kern_tiled_rows(rows, k->q8_pack_rows) * n_blocks;
 }
 
 /* w (rows x n_blocks, row-major Q8_0) into k's packed layout at out. */
@@ -217,15 +229,14 @@ static inline void ds_q8_pack(const struct ds_kern_ops *k, size_t rows, size_t n
 /* Whether k packs type t's matrices for matmul_qx (qx_pack). */
 static inline bool ds_qx_packs(const struct ds_kern_ops *k, enum ds_kern_qtype t)
 {
-    return k->qx_pack && t < DS_KQ_COUNT && (k->qx_pack_types >> t & 1u);
+    return ds_kern_packs_type(k->qx_pack != NULL, k->qx_pack_types, t);
 }
 
 /* Bytes to allocate for a rows x n_blocks matrix of type t packed for k. */
 static inline size_t ds_qx_packed_bytes(const struct ds_kern_ops *k, enum ds_kern_qtype t, size_t rows,
                                         size_t n_blocks)
 {
-    size_t r = k->qx_pack_rows > 1 ? k->qx_pack_rows : 1;
-    return (rows + r - 1) / r * r * n_blocks * ds_kq_block_bytes(t);
+    return ds_kern_tiled_rows(rows, k->qx_pack_rows) * n_blocks * ds_kq_block_bytes(t);
 }
 
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12
@@ -253,15 +264,14 @@ static inline size_t ds_qk_packed_sb(enum ds_kern_qtype t)
 /* Whether k packs type t's matrices for matmul_qk (qk_pack). */
 static inline bool ds_qk_packs(const struct ds_kern_ops *k, enum ds_kern_qtype t)
 {
-    return k->qk_pack && t < DS_KQ_COUNT && (k->qk_pack_types >> t & 1u);
+    return ds_kern_packs_type(k->qk_pack != NULL, k->qk_pack_types, t);
 }
 
 /* Bytes to allocate for a rows x n_sb matrix of type t packed for k. */
 static inline size_t ds_qk_packed_bytes(const struct ds_kern_ops *k, enum ds_kern_qtype t, size_t rows,
                                         size_t n_sb)
 {
-    size_t r = k->qk_pack_rows > 1 ? k->qk_pack_rows : 1;
-    return (rows + r - 1) / r * r * n_sb * ds_qk_packed_sb(t);
+    return ds_kern_tiled_rows(rows, k->qk_pack_rows) * n_sb * ds_qk_packed_sb(t);
 }
 
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */

@@ -1078,6 +1078,21 @@ static void qk_pack_avx512(enum ds_kern_qtype t, size_t rows, size_t n_sb, const
     ds_kern__qk_pack_tiles(t, QK4_RT, rows, n_sb, w, out);
 }
 
+/* lo[t] += wl x the activation dword of token t at value at, hi[t] += wh
+** x the one at + off (vpdpbusd, the dwords broadcast), for t < T. */
+DS_INLINE void qk_dot2(int T, __m512i *lo, __m512i *hi, __m512i wl, __m512i wh, const struct ds_q8k_block *x,
+                       size_t n_sb, size_t sb, size_t at, size_t off)
+{
+    for (int t = 0; t < T; t++) {
+        const int8_t *xq = x[(size_t)t * n_sb + sb].qs + at;
+        int32_t a, e;
+        memcpy(&a, xq, 4);
+        memcpy(&e, xq + off, 4);
+        lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(a));
+        hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(e));
+    }
+}
+
 /* Code byte bits to bit 4: the fifth bit at bit p of each byte of h. */
 DS_INLINE __m512i qk5_bit4(__m512i h, int p)
 {
@@ -1115,14 +1130,7 @@ DS_INLINE void qk4_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
                     wl = _mm512_and_si512(v, m4);
                     wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 }
-                for (int t = 0; t < T; t++) {
-                    const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 64 * c + 4 * i;
-                    int32_t a, e;
-                    memcpy(&a, xq, 4);
-                    memcpy(&e, xq + 32, 4);
-                    lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(a));
-                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(e));
-                }
+                qk_dot2(T, lo, hi, wl, wh, x, n_sb, sb, 64 * c + 4 * i, 32);
             }
             const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + sc_at + 2 * c * QK4_RT)));
             const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(b + sc_at + (2 * c + 1) * QK4_RT)));
@@ -1238,14 +1246,7 @@ DS_INLINE void qk6_tile(int T, size_t n_sb, const struct pk6k_block *w, const st
             for (int j = 0; j < 4; j++) {
                 const __m512i v = _mm512_loadu_si512(b->ql[4 * p + j]);
                 const __m512i wl = qk6_codes(v, hl, j), wh = qk6_codes(_mm512_srli_epi16(v, 4), hh, j);
-                for (int t = 0; t < T; t++) {
-                    const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 16 * p + 4 * j;
-                    int32_t a, c;
-                    memcpy(&a, xq, 4);
-                    memcpy(&c, xq + 128, 4);
-                    lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(a));
-                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(c));
-                }
+                qk_dot2(T, lo, hi, wl, wh, x, n_sb, sb, 16 * p + 4 * j, 128);
             }
             const __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)b->sc[p]));
             const __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const void *)b->sc[p + 8]));
