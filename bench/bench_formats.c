@@ -192,9 +192,10 @@ int main(int argc, char **argv)
            peer_pre_s[N_FMT] = { 0 };
     char peer_file[N_FMT][4096];
     uint64_t bytes[N_FMT] = { 0 };
-    const char *kernel[N_FMT] = { "?", "?", "?", "?", "?", "?" };
+    const char *kernel[N_FMT];
     struct ds_model *m[N_FMT] = { NULL };
     for (size_t i = 0; i < DS_ARRAY_LEN(fmts); i++) {
+        kernel[i] = "?";
         char path[4096];
         snprintf(path, sizeof path, "%s/random-%s-%s.gguf", dir, shape, fmts[i].file);
         enum ds_err rc = bench_model_open_or_write(path, sh, NULL, fmts[i].type, &m[i]);

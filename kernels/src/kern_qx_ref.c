@@ -248,7 +248,10 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
                     memcpy(&h, b + bb - 20, 4);
                     for (unsigned c = 0; c < 4; c++) {
                         unsigned byte = 0;
-                        for (unsigned k = 0; k < 8; k++) byte |= (h >> (k < 4 ? 4 * k + c : 16 + 4 * (k - 4) + c) & 1u) << k;
+                        for (unsigned k = 0; k < 8; k++) {   /* value 4k + c, or 16 + 4(k - 4) + c */
+                            const unsigned v = k < 4 ? 4 * k + c : 16 + 4 * (k - 4) + c;
+                            byte |= (h >> v & 1u) << k;
+                        }
                         qh[4 * i + c] = (uint8_t)byte;
                     }
                 }
@@ -305,8 +308,10 @@ static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, v
                     code[v] = (uint8_t)(lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3u) << 4);
                 }
                 for (unsigned k = 0; k < 32; k++)
-                    for (unsigned c = 0; c < 4; c++)
-                        ql[(k * rt + i) * 4 + c] = (uint8_t)((code[4 * k + c] & 15u) | (code[128 + 4 * k + c] & 15u) << 4);
+                    for (unsigned c = 0; c < 4; c++) {
+                        const unsigned lo = code[4 * k + c] & 15u, hi = code[128 + 4 * k + c] & 15u;
+                        ql[(k * rt + i) * 4 + c] = (uint8_t)(lo | hi << 4);
+                    }
                 for (unsigned m = 0; m < 16; m++)
                     for (unsigned c = 0; c < 4; c++) {
                         unsigned bits = 0;

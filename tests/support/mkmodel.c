@@ -38,13 +38,10 @@ static void *encode(const float *x, uint32_t rows, uint32_t cols, enum ds_ggml_t
         for (size_t i = 0; p && i < n; i++) p[i] = ds_f32_to_f16(x[i]);
         return p;
     }
-    if (type == DS_GGML_TYPE_Q4_0 || type == DS_GGML_TYPE_Q4_1 || type == DS_GGML_TYPE_Q5_0 ||
-        type == DS_GGML_TYPE_Q5_1 || type == DS_GGML_TYPE_Q4_K || type == DS_GGML_TYPE_Q5_K ||
-        type == DS_GGML_TYPE_Q6_K) {
-        const enum ds_dtype dt = type == DS_GGML_TYPE_Q4_0 ? DS_DTYPE_Q4_0 : type == DS_GGML_TYPE_Q4_1 ? DS_DTYPE_Q4_1
-                               : type == DS_GGML_TYPE_Q5_0 ? DS_DTYPE_Q5_0 : type == DS_GGML_TYPE_Q5_1 ? DS_DTYPE_Q5_1
-                               : type == DS_GGML_TYPE_Q4_K ? DS_DTYPE_Q4_K : type == DS_GGML_TYPE_Q5_K ? DS_DTYPE_Q5_K
-                               : DS_DTYPE_Q6_K;
+    enum ds_dtype dt = DS_DTYPE_COUNT;          /* the 4-, 5- and 6-bit types: ds_quantize_row */
+    for (int d = 0; d < DS_DTYPE_COUNT; d++)
+        if (ds_dtype_ggml((enum ds_dtype)d) == (uint32_t)type) dt = (enum ds_dtype)d;
+    if (dt != DS_DTYPE_COUNT && type != DS_GGML_TYPE_Q8_0 && type != DS_GGML_TYPE_BF16) {
         const size_t rb = cols / ds_ggml_type_block(type) * ds_ggml_type_block_bytes(type);
         *size = rows * rb;
         uint8_t *q = malloc(*size);

@@ -867,10 +867,10 @@ DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
             }
         }
         for (int j = 0; j < 4; j++) {           /* mins of sub-blocks 2j, 2j + 1 x their activation sums */
-            const __m256i mj = _mm256_or_si256(
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(b + mn_at + 2 * j * PK_RT))),
-                _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(b + mn_at + (2 * j + 1) * PK_RT))),
-                                  16));
+            const uint8_t *m0 = b + mn_at + 2 * j * PK_RT, *m1 = m0 + PK_RT;
+            const __m256i mj = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)m0)),
+                                               _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)m1)),
+                                                                 16));
             for (int t = 0; t < T; t++) {
                 const int16_t *bs = x[(size_t)t * n_sb + sb].bsums + 4 * j;
                 const uint32_t pair = (uint16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(bs[2] + bs[3]) << 16;

@@ -331,7 +331,8 @@ static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_
         for (; kb + 8 <= kn; kb += 8) {
             const __m256i s = qsum8(xt + kb);
             const __m256 dx = scales8(xt + kb);
-            _mm256_storeu_si256((void *)&p->corr[t][kb], _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7)));
+            const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7));
+            _mm256_storeu_si256((void *)&p->corr[t][kb], corr);
             _mm256_storeu_ps(&p->dx[t][kb], dx);
             if (mins) _mm256_storeu_ps(&p->dxs[t][kb], _mm256_mul_ps(dx, _mm256_cvtepi32_ps(s)));
         }
@@ -363,7 +364,8 @@ DS_INLINE void mm_tile(enum mm_kind K, int R, int T, const void *wp_, const stru
     const bool five = K == MM_Q5_0 || K == MM_Q5_1, mins = K == MM_Q4_1 || K == MM_Q5_1;
     const size_t bb = mm_bb(K);
     /* within a block: the scales after the codes (and fifth bits), the mins after them */
-    const size_t d_at = K == MM_Q8_0 ? offsetof(struct pk_block, d) : (five ? 20u : 16u) * MM_RT, m_at = d_at + 2 * MM_RT;
+    const size_t d_at = K == MM_Q8_0 ? offsetof(struct pk_block, d) : (five ? 20u : 16u) * MM_RT;
+    const size_t m_at = d_at + 2 * MM_RT;
     const __m512i m4 = _mm512_set1_epi8(15), b4 = _mm512_set1_epi8(16);
     __m512 f[2][MM_TT];
 #pragma GCC unroll 2

@@ -125,14 +125,6 @@ qx_rows(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const uint8_t *w,
     }
 }
 
-/* F(n) for n = nt (1 .. QX_TOK), each count a constant. */
-#define QX_BY_NT(nt, F)                                                                                     \
-    switch (nt) {                                                                                           \
-    case 1: F(1); break; case 2: F(2); break; case 3: F(3); break; case 4: F(4); break;                     \
-    case 5: F(5); break; case 6: F(6); break; case 7: F(7); break; default: F(8); break;                    \
-    }
-_Static_assert(QX_TOK == 8, "QX_BY_NT covers 8 tokens");
-
 static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                     const struct ds_q8_block *x, float *y, size_t ldy)
 {
@@ -158,20 +150,12 @@ static void QX_NAME(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const
                 xd[t][g] = _cvtsh_ss(b->d);
             }
         const uint8_t *wb = w;
-#define QX_ROWS(T, n) qx_rows(T, rows, n_blocks, wb, rb, t0, n, x, xs, xd, y, ldy)
-#define QX_Q4K(n) QX_ROWS(DS_KQ_Q4_K, n)
-#define QX_Q5K(n) QX_ROWS(DS_KQ_Q5_K, n)
-#define QX_Q6K(n) QX_ROWS(DS_KQ_Q6_K, n)
-        switch (type) {             /* type and token count constants: acc[] stays in registers */
-        case DS_KQ_Q4_K: QX_BY_NT(nt, QX_Q4K); break;
-        case DS_KQ_Q5_K: QX_BY_NT(nt, QX_Q5K); break;
-        case DS_KQ_Q6_K: QX_BY_NT(nt, QX_Q6K); break;
+        switch (type) {
+        case DS_KQ_Q4_K: qx_rows(DS_KQ_Q4_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
+        case DS_KQ_Q5_K: qx_rows(DS_KQ_Q5_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
+        case DS_KQ_Q6_K: qx_rows(DS_KQ_Q6_K, rows, n_blocks, wb, rb, t0, nt, x, xs, xd, y, ldy); break;
         default: break;
         }
-#undef QX_ROWS
-#undef QX_Q4K
-#undef QX_Q5K
-#undef QX_Q6K
     }
 }
 
