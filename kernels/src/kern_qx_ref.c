@@ -261,7 +261,8 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
 
 static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
-    const size_t bb = five ? 176 : 144, pb = five ? 180 : 148;
+    const enum ds_kern_qtype t = five ? DS_KQ_Q5_K : DS_KQ_Q4_K;
+    const size_t bb = ds_kq_block_bytes(t), pb = ds_qk_packed_sb(t);
     const uint8_t *src = w;
     uint8_t *o = out;
     for (size_t r0 = 0; r0 < rows; r0 += rt)
@@ -296,11 +297,11 @@ static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, v
     const uint8_t *src = w;
     uint8_t *o = out;
     for (size_t r0 = 0; r0 < rows; r0 += rt)
-        for (size_t sb = 0; sb < n_sb; sb++, o += rt * 210) {
+        for (size_t sb = 0; sb < n_sb; sb++, o += rt * ds_qk_packed_sb(DS_KQ_Q6_K)) {
             uint8_t *ql = o, *qh = ql + 128 * rt, *sc = qh + 64 * rt, *d = sc + 16 * rt;
-            memset(o, 0, rt * 210);
+            memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * 210;
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * ds_kq_block_bytes(DS_KQ_Q6_K);
                 uint8_t code[256];              /* the 6-bit codes, in value order */
                 for (unsigned v = 0; v < 256; v++) {
                     const unsigned h = v / 128, k = v % 128 / 32, l = v % 32;

@@ -830,7 +830,8 @@ DS_INLINE __m256i pk5_bit4(__m256i h, int p)
 DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const struct ds_q8k_block *x, float *y,
                         size_t ldy, size_t nr)
 {
-    const size_t bb = PK_RT * (five ? 180 : 148), sc_at = (five ? 160 : 128) * PK_RT;
+    const size_t bb = PK_RT * ds_qk_packed_sb(five ? DS_KQ_Q5_K : DS_KQ_Q4_K);
+    const size_t sc_at = (five ? 160 : 128) * PK_RT;
     const size_t mn_at = sc_at + 8 * PK_RT, d_at = mn_at + 8 * PK_RT, dmin_at = d_at + 2 * PK_RT;
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 f[PK_TT];
@@ -891,7 +892,7 @@ DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
 static void q4k_run_avx2(bool five, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                          const struct ds_q8k_block *x, float *y, size_t ldy)
 {
-    const size_t bb = PK_RT * (five ? 180 : 148);
+    const size_t bb = PK_RT * ds_qk_packed_sb(five ? DS_KQ_Q5_K : DS_KQ_Q4_K);
     for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
         const uint8_t *tile = (const uint8_t *)w + r0 / PK_RT * n_sb * bb;
         const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;

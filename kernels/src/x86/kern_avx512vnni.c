@@ -248,14 +248,19 @@ _Static_assert(sizeof(struct pk_block) == MM_RT * sizeof(struct ds_q8_block), "p
 ** mins. Q4_0's value is code - 8 and Q5_0's code - 16: the accumulator
 ** starts at -8 or -16 * sum(x block). The mins add min * d_x * sum(x
 ** block) to the float sums, one FMA per (16 rows, token, block). */
-enum mm_kind { MM_Q8_0, MM_Q4_0, MM_Q4_1, MM_Q5_0, MM_Q5_1 };
+enum mm_kind {                   /* the 32-value types as ds_kern_qtype numbers them, and Q8_0 */
+    MM_Q4_0 = DS_KQ_Q4_0, MM_Q4_1 = DS_KQ_Q4_1, MM_Q5_0 = DS_KQ_Q5_0, MM_Q5_1 = DS_KQ_Q5_1, MM_Q8_0 = DS_KQ_COUNT
+};
+_Static_assert(DS_KQ_Q4_0 == 0 && DS_KQ_Q5_1 == 3, "the 32-value types come first (matmul_qx_avx512)");
 
 /* Bytes of one block of a tile (32 rows) of kind k: the file's bytes. */
 DS_INLINE size_t mm_bb(enum mm_kind k)
 {
-    return k == MM_Q8_0 ? sizeof(struct pk_block) : k == MM_Q4_0 ? MM_RT * 18u : k == MM_Q4_1 ? MM_RT * 20u
-         : k == MM_Q5_0 ? MM_RT * 22u : MM_RT * 24u;
+    return k == MM_Q8_0 ? sizeof(struct pk_block) : MM_RT * ds_kq_block_bytes((enum ds_kern_qtype)k);
 }
+
+DS_INLINE bool mm_five(enum mm_kind k) { return k == MM_Q5_0 || k == MM_Q5_1; }     /* fifth bits */
+DS_INLINE bool mm_mins(enum mm_kind k) { return k == MM_Q4_1 || k == MM_Q5_1; }     /* FP16 mins */
 
 struct mm_xtile {               /* MM_TT tokens x one K chunk: 11 KB */
     int32_t q[MM_TT][MM_KB][8];     /* x qs dwords */
@@ -340,7 +345,7 @@ static void mm_xtile_prep(struct mm_xtile *p, const struct ds_q8_block *x, size_
             const int32_t s = block_sum(xt + kb);
             p->corr[t][kb] = -128 * s;
             p->dx[t][kb] = f16(xt[kb].d);
-            p->dxs[t][kb] = p->dx[t][kb] * (float)s;
+            if (mins) p->dxs[t][kb] = p->dx[t][kb] * (float)s;
         }
         for (kb = 0; kb < kn; kb++)
             _mm256_store_si256((void *)p->q[t][kb], _mm256_loadu_si256((const void *)xt[kb].qs));
@@ -361,7 +366,7 @@ DS_INLINE void mm_tile(enum mm_kind K, int R, int T, const void *wp_, const stru
                        size_t kn, float *y, size_t ldy, const __mmask16 m[2], bool add,
                        const struct mm_pf *pf)
 {
-    const bool five = K == MM_Q5_0 || K == MM_Q5_1, mins = K == MM_Q4_1 || K == MM_Q5_1;
+    const bool five = mm_five(K), mins = mm_mins(K);
     const size_t bb = mm_bb(K);
     /* within a block: the scales after the codes (and fifth bits), the mins after them */
     const size_t d_at = K == MM_Q8_0 ? offsetof(struct pk_block, d) : (five ? 20u : 16u) * MM_RT;
@@ -499,7 +504,7 @@ static void mm_one_ttile(enum mm_kind K, size_t rows, size_t nb, const char *pw,
                          const struct ds_q8_block *x, float *y, size_t ldy, struct mm_xtile *xt)
 {
     const size_t bb = mm_bb(K), nc = (nb + MM_KB - 1) / MM_KB, ntr = (rows + MM_RT - 1) / MM_RT;
-    const bool mins = K == MM_Q4_1 || K == MM_Q5_1;
+    const bool mins = mm_mins(K);
     for (size_t c = 0; c < nc; c++)
         mm_xtile_prep(&xt[c], x, nb, n_tok, c * MM_KB, MM_MIN(MM_KB, nb - c * MM_KB), mins);
     for (size_t rt = 0; rt < ntr; rt++) {
@@ -520,7 +525,7 @@ static void mm_run(enum mm_kind K, size_t rows, size_t n_blocks, const void *w, 
     static _Thread_local struct mm_xtile xt[MM_NT / MM_TT] __attribute__((aligned(64)));
     const char *pw = w;
     const size_t bb = mm_bb(K);
-    const bool mins = K == MM_Q4_1 || K == MM_Q5_1;
+    const bool mins = mm_mins(K);
     if (n_blocks == 0) {                        /* empty sums */
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
@@ -1057,13 +1062,8 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 static void matmul_qx_avx512(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                              const struct ds_q8_block *x, float *y, size_t ldy)
 {
-    switch (type) {
-    case DS_KQ_Q4_0: mm_run(MM_Q4_0, rows, n_blocks, w, n_tok, x, y, ldy); break;
-    case DS_KQ_Q4_1: mm_run(MM_Q4_1, rows, n_blocks, w, n_tok, x, y, ldy); break;
-    case DS_KQ_Q5_0: mm_run(MM_Q5_0, rows, n_blocks, w, n_tok, x, y, ldy); break;
-    case DS_KQ_Q5_1: mm_run(MM_Q5_1, rows, n_blocks, w, n_tok, x, y, ldy); break;
-    default: matmul_qx_256(type, rows, n_blocks, w, n_tok, x, y, ldy); break;
-    }
+    if (type <= DS_KQ_Q5_1) mm_run((enum mm_kind)type, rows, n_blocks, w, n_tok, x, y, ldy);
+    else matmul_qx_256(type, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
 /* ---- matmul_qk: K-quant superblocks against Q8_K ----
@@ -1123,7 +1123,8 @@ DS_INLINE __m512i qk5_bit4(__m512i h, int p)
 DS_INLINE void qk4_tile(bool five, int T, size_t n_sb, const uint8_t *w, const struct ds_q8k_block *x,
                         float *y, size_t ldy, __mmask16 m)
 {
-    const size_t bb = QK4_RT * (five ? 180 : 148), sc_at = (five ? 160 : 128) * QK4_RT;
+    const size_t bb = QK4_RT * ds_qk_packed_sb(five ? DS_KQ_Q5_K : DS_KQ_Q4_K);
+    const size_t sc_at = (five ? 160 : 128) * QK4_RT;
     const size_t mn_at = sc_at + 8 * QK4_RT, d_at = mn_at + 8 * QK4_RT, dmin_at = d_at + 2 * QK4_RT;
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 f[QK4_TT];
@@ -1178,7 +1179,7 @@ DS_INLINE void qk4_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
 static void qk4_rows_packed(bool five, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                             const struct ds_q8k_block *x, float *y, size_t ldy)
 {
-    const size_t bb = QK4_RT * (five ? 180 : 148);
+    const size_t bb = QK4_RT * ds_qk_packed_sb(five ? DS_KQ_Q5_K : DS_KQ_Q4_K);
     for (size_t r0 = 0; r0 < rows; r0 += QK4_RT) {
         const __mmask16 m = first_lanes(rows - r0);
         const uint8_t *tile = (const uint8_t *)w + r0 / QK4_RT * n_sb * bb;
@@ -1213,7 +1214,7 @@ static void qk4_rows_packed(bool five, size_t rows, size_t n_sb, const void *w, 
 ** codes of one row fill a vector, and every row paid for its own scale
 ** shuffles, offsets and horizontal sums. */
 
-#define QK6_RT 16               /* rows per tile: one vector */
+#define QK6_RT QK4_RT           /* rows per tile: qk_pack lays every K-quant out at one height */
 #define QK6_TT 6                /* tokens per pass over a tile: one thread, 2048 x 768,
                                 ** 120 tokens, best of 16 runs: 4 tokens 397-403 GOPS,
                                 ** 5 432-439, 6 446-460, 8 458-474 (spills) */
@@ -1224,7 +1225,7 @@ struct pk6k_block {             /* one superblock of a 16-row tile: 3360 bytes *
     int8_t   sc[16][QK6_RT];    /* sub-block scales */
     uint16_t d[QK6_RT];         /* FP16; 0 for absent rows */
 };
-_Static_assert(sizeof(struct pk6k_block) == QK6_RT * 210, "packed Q6_K bytes");
+_Static_assert(sizeof(struct pk6k_block) == QK6_RT * 210, "packed Q6_K bytes: ds_qk_packed_sb(DS_KQ_Q6_K)");
 
 /* Code vector j (0..3) of a sub-block: the low nibbles l (already shifted
 ** for the upper sub-blocks) with the top bits of dword h moved to bits 4..5. */
