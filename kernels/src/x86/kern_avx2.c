@@ -631,16 +631,11 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #undef QX_DOT
 #undef QX_NAME
 
-/* ---- matmul_qk: K-quant superblocks against Q8_K (kern_qk_x86.h) ---- */
-
-#define QK_MADD(acc, p, s) (acc = madd_acc(acc, p, s))
-#define QK_NAME matmul_qk_rows_avx2
+/* ---- quantize_q8k (kern_qk_x86.h) ---- */
 #include "kern_qk_x86.h"
-#undef QK_MADD
-#undef QK_NAME
 
-/* ---- Q4_0..Q5_1 and Q4_K packed: rows in the lanes ----
-** qx_pack and qk_pack (Q4_K) lay the rows out in tiles of 8 (one vector of 8
+/* ---- Q4_0..Q5_1 and the K-quants packed: rows in the lanes ----
+** qx_pack and qk_pack lay the rows out in tiles of 8 (one vector of 8
 ** int32 lanes; kern_internal.h gives the layouts): one load of 32 code
 ** bytes holds 4 bytes of each of 8 rows, whose low nibbles meet one
 ** broadcast activation dword and whose high nibbles meet another. Without
@@ -889,44 +884,144 @@ DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
     pk_store(T, f, y, ldy, nr, false);
 }
 
-static void q4k_run_avx2(bool five, size_t rows, size_t n_sb, const void *w, size_t n_tok,
-                         const struct ds_q8k_block *x, float *y, size_t ldy)
+/* Q6_K tiles of 8 rows (kern_internal.h gives the layout): code dword k of
+** the low nibbles holds values 4k..4k+3 of sub-block k / 4 in its low
+** nibbles and of sub-block 8 + k / 4 in its high ones; dword m of the high
+** bits gives sub-block m's top 2 bits, so one shift and mask put them at
+** bits 4..5. Codes reach 63, and 2 products of 63 x 127 fill an int16 lane
+** past half: each two code dwords' int16 sums meet the sub-block's scale
+** in one vpmaddwd (int16 scale pairs) into int32. The offset of 32 starts
+** each superblock's int32 sum: -32 x scale pairs (in int16) x activation
+** sum pairs. One float step per superblock, as on AVX-512. In the file's
+** rows (the kernel before this one) every row paid for its own scale
+** shuffles and horizontal sums: one Zen 5 core, 2048 x 768, 120 tokens / 1,
+** six rounds in turns, 99-105 -> 138-152 / 70-79 -> 92-98 G op/s (the
+** AVX-VNNI build 131-138 -> 148-167 / 77-86 -> 89-97). */
+struct pk6k_tile {              /* one superblock of an 8-row tile: 1680 bytes */
+    uint32_t ql[32][PK_RT];     /* low nibbles: [dword][row] */
+    uint32_t qh[16][PK_RT];     /* high bits: [sub-block][row] */
+    int8_t   sc[16][PK_RT];     /* sub-block scales */
+    uint16_t d[PK_RT];          /* FP16; 0 for absent rows */
+};
+_Static_assert(sizeof(struct pk6k_tile) == PK_RT * 210, "packed Q6_K bytes: ds_qk_packed_sb(DS_KQ_Q6_K)");
+
+/* The 8 rows' int8 scales at p and q as int16 pairs [p, q] in each lane. */
+DS_INLINE __m256i pk6_scales(const int8_t *p, const int8_t *q)
 {
-    const size_t bb = PK_RT * ds_qk_packed_sb(five ? DS_KQ_Q5_K : DS_KQ_Q4_K);
+    const __m256i a = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p));
+    const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)q));
+    return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+}
+
+/* Code vector j (0..3) of a sub-block: low nibbles l (already shifted for
+** the upper sub-blocks), top bits from h moved to bits 4..5. */
+DS_INLINE __m256i pk6_codes(__m256i l, __m256i h, int j)
+{
+    const __m256i hs = j == 0 ? _mm256_slli_epi16(h, 4) : j == 1 ? _mm256_slli_epi16(h, 2)
+                     : j == 2 ? h : _mm256_srli_epi16(h, 2);
+    return _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi8(15)), _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+}
+
+/* 8 rows (nr present) of one Q6_K tile x T tokens. */
+DS_INLINE void q6k_tile(int T, size_t n_sb, const struct pk6k_tile *w, const struct ds_q8k_block *x, float *y,
+                        size_t ldy, size_t nr)
+{
+    __m256 f[PK_TT];
+    for (int t = 0; t < T; t++) f[t] = _mm256_setzero_ps();
+    for (size_t sb = 0; sb < n_sb; sb++) {
+        const struct pk6k_tile *b = &w[sb];
+        int32_t bsp[PK_TT][8];                 /* activation sums of sub-blocks p, p + 8 as int16 pairs */
+        __m256i isum[PK_TT];
+        for (int t = 0; t < T; t++) {
+            const int16_t *bs = x[(size_t)t * n_sb + sb].bsums;
+            const __m128i lo = _mm_loadu_si128((const void *)bs), hi = _mm_loadu_si128((const void *)(bs + 8));
+            _mm_storeu_si128((void *)bsp[t], _mm_unpacklo_epi16(lo, hi));
+            _mm_storeu_si128((void *)(bsp[t] + 4), _mm_unpackhi_epi16(lo, hi));
+            isum[t] = _mm256_setzero_si256();
+        }
+        for (int p = 0; p < 8; p++) {           /* sub-blocks p and p + 8 */
+            const char *pf = (const char *)(b + 2) + p * (sizeof *b / 8);     /* an eighth a step */
+            for (size_t l = 0; l < sizeof *b / 8; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+            const __m256i hl = _mm256_loadu_si256((const void *)b->qh[p]);
+            const __m256i hh = _mm256_loadu_si256((const void *)b->qh[p + 8]);
+            const __m256i sl = pk6_scales(b->sc[p], b->sc[p]), sh = pk6_scales(b->sc[p + 8], b->sc[p + 8]);
+            const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(),      /* -32 x [sc p, sc p + 8] */
+                                                 _mm256_slli_epi16(_mm256_blend_epi16(sl, sh, 0xAA), 5));
+            for (int t = 0; t < T; t++)
+                isum[t] = madd_acc(isum[t], off, _mm256_set1_epi32(bsp[t][p]));
+            __m256i lo[PK_TT], hi[PK_TT];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_loadu_si256((const void *)b->ql[4 * p + j]);
+                const __m256i wl = pk6_codes(v, hl, j), wh = pk6_codes(_mm256_srli_epi16(v, 4), hh, j);
+                for (int t = 0; t < T; t++) {
+                    const int8_t *xq = x[(size_t)t * n_sb + sb].qs + 16 * p + 4 * j;
+                    const __m256i pl = _mm256_maddubs_epi16(wl, bcast_dword(xq));
+                    const __m256i ph = _mm256_maddubs_epi16(wh, bcast_dword(xq + 128));
+                    lo[t] = j % 2 ? _mm256_add_epi16(lo[t], pl) : pl;
+                    hi[t] = j % 2 ? _mm256_add_epi16(hi[t], ph) : ph;
+                    if (j % 2) isum[t] = madd_acc(madd_acc(isum[t], lo[t], sl), hi[t], sh);
+                }
+            }
+        }
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const void *)b->d));
+        for (int t = 0; t < T; t++)             /* d_x (d isum) */
+            f[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[(size_t)t * n_sb + sb].d),
+                                   _mm256_mul_ps(dv, _mm256_cvtepi32_ps(isum[t])), f[t]);
+    }
+    pk_store(T, f, y, ldy, nr, false);
+}
+
+static void q6k_tiles(size_t n_sb, const void *tile, const struct ds_q8k_block *x, size_t nt, float *y,
+                      size_t ldy, size_t nr)
+{
+    switch (nt) {
+    case 1: q6k_tile(1, n_sb, tile, x, y, ldy, nr); break;
+    case 2: q6k_tile(2, n_sb, tile, x, y, ldy, nr); break;
+    case 3: q6k_tile(3, n_sb, tile, x, y, ldy, nr); break;
+    default: q6k_tile(4, n_sb, tile, x, y, ldy, nr); break;
+    }
+}
+
+static void q4k_tiles(bool five, size_t n_sb, const void *tile, const struct ds_q8k_block *x, size_t nt,
+                      float *y, size_t ldy, size_t nr)
+{
+#define PK4K_CASES(F)                                                                 \
+    switch (nt) {                                                                     \
+    case 1: q4k_tile(F, 1, n_sb, tile, x, y, ldy, nr); break;                         \
+    case 2: q4k_tile(F, 2, n_sb, tile, x, y, ldy, nr); break;                         \
+    case 3: q4k_tile(F, 3, n_sb, tile, x, y, ldy, nr); break;                         \
+    default: q4k_tile(F, 4, n_sb, tile, x, y, ldy, nr); break;                        \
+    }
+    if (five) PK4K_CASES(true) else PK4K_CASES(false)
+#undef PK4K_CASES
+}
+
+/* The K-quants all come packed (qk_pack): tiles of 8 rows, PK_TT tokens a
+** pass. */
+static void matmul_qk_avx2(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
+                           const struct ds_q8k_block *x, float *y, size_t ldy)
+{
+    if (type != DS_KQ_Q4_K && type != DS_KQ_Q5_K && type != DS_KQ_Q6_K) return;
+    const size_t bb = PK_RT * ds_qk_packed_sb(type);
     for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
         const uint8_t *tile = (const uint8_t *)w + r0 / PK_RT * n_sb * bb;
         const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
         for (size_t t0 = 0; t0 < n_tok; t0 += PK_TT) {
-            const struct ds_q8k_block *xt = x + t0 * n_sb;
-            float *yt = y + t0 * ldy + r0;
             const size_t nt = n_tok - t0 < PK_TT ? n_tok - t0 : PK_TT;
-#define PK4K_CASES(F)                                                                 \
-            switch (nt) {                                                             \
-            case 1: q4k_tile(F, 1, n_sb, tile, xt, yt, ldy, nr); break;               \
-            case 2: q4k_tile(F, 2, n_sb, tile, xt, yt, ldy, nr); break;               \
-            case 3: q4k_tile(F, 3, n_sb, tile, xt, yt, ldy, nr); break;               \
-            default: q4k_tile(F, 4, n_sb, tile, xt, yt, ldy, nr); break;              \
-            }
-            if (five) PK4K_CASES(true) else PK4K_CASES(false)
-#undef PK4K_CASES
+            if (type == DS_KQ_Q6_K) q6k_tiles(n_sb, tile, x + t0 * n_sb, nt, y + t0 * ldy + r0, ldy, nr);
+            else q4k_tiles(type == DS_KQ_Q5_K, n_sb, tile, x + t0 * n_sb, nt, y + t0 * ldy + r0, ldy, nr);
         }
     }
 }
 
-/* Q4_0..Q5_1, Q4_K and Q5_K come packed (qx_pack, qk_pack); Q6_K streams
-** the file's rows. */
+/* Q4_0..Q5_1 come packed (qx_pack); the K-quants paired with Q8_0
+** activations (tests only: the engine gives them Q8_K) read the file's rows. */
 static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                            const struct ds_q8_block *x, float *y, size_t ldy)
 {
     if (type <= DS_KQ_Q5_1) qx_run_avx2(type, rows, n_blocks, w, n_tok, x, y, ldy);
     else matmul_qx_rows_avx2(type, rows, n_blocks, w, n_tok, x, y, ldy);
-}
-
-static void matmul_qk_avx2(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
-                           const struct ds_q8k_block *x, float *y, size_t ldy)
-{
-    if (type == DS_KQ_Q4_K || type == DS_KQ_Q5_K) q4k_run_avx2(type == DS_KQ_Q5_K, rows, n_sb, w, n_tok, x, y, ldy);
-    else matmul_qk_rows_avx2(type, rows, n_sb, w, n_tok, x, y, ldy);
 }
 
 const struct ds_kern_ops DS_KERN_TABLE = {
@@ -937,7 +1032,7 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
     .qx_pack     = qx_pack_avx2,
     .qk_pack_rows = PK_RT,
-    .qk_pack_types = 1u << DS_KQ_Q4_K | 1u << DS_KQ_Q5_K,     /* Q6_K: the file's rows (kern_qk_x86.h) */
+    .qk_pack_types = 1u << DS_KQ_Q4_K | 1u << DS_KQ_Q5_K | 1u << DS_KQ_Q6_K,
     .qk_pack     = qk_pack_avx2,
     .quantize_q8 = quantize_q8_avx2,
     .dot_i8      = dot_i8_avx2,
