@@ -79,6 +79,17 @@ static void fill_q8(struct ds_q8_block *b, size_t n)
     }
 }
 
+/* Activation blocks as quantize_q8 makes them: qs in -127..127 (x / d
+** rounds to at most 127 in magnitude), which kern.h promises matvec_q8 and
+** matmul_q8 (AVX2's vpmaddubsw relies on it). Weights keep -128. */
+static void fill_q8_act(struct ds_q8_block *b, size_t n)
+{
+    fill_q8(b, n);
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < DS_Q8_BLOCK; j++)
+            if (b[i].qs[j] == -128) b[i].qs[j] = -127;
+}
+
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -165,6 +176,8 @@ static void check_quant(const struct ds_kern_ops *k, size_t n, const float *x)
     k->quantize_q8(n, x, q);
     ds_kern_ref.quantize_q8(n, x, r);
     for (size_t b = 0; b < nb; b++) {
+        for (int j = 0; j < DS_Q8_BLOCK; j++)
+            if (q[b].qs[j] == -128) fail_msg("quantize_q8 n=%zu block %zu: qs[%d] = -128 (kern.h: -127..127)", n, b, j);
         if (q[b].d != r[b].d || memcmp(q[b].qs, r[b].qs, DS_Q8_BLOCK) != 0) {
             print_error("quantize_q8 n=%zu block %zu: d 0x%04x want 0x%04x\n", n, b, q[b].d, r[b].d);
             for (int j = 0; j < DS_Q8_BLOCK; j++)
@@ -201,11 +214,13 @@ static void test_quantize_q8(void **state)
 
 /* ---- matvec_q8 / matmul_q8 ---- */
 
+/* Every value -128 (mode 0), 127 (1), 0 with d = 0 (2) or -127 (3: the
+** most negative activation quantize_q8 makes). */
 static void fill_q8_extreme(struct ds_q8_block *b, size_t n, int mode)
 {
     for (size_t i = 0; i < n; i++) {
         b[i].d = mode == 2 ? 0 : ds_f32_to_f16(1.0f);
-        int8_t v = mode == 0 ? -128 : mode == 1 ? 127 : 0;
+        int8_t v = mode == 0 ? -128 : mode == 1 ? 127 : mode == 3 ? -127 : 0;
         memset(b[i].qs, (uint8_t)v, DS_Q8_BLOCK);
     }
 }
@@ -269,10 +284,10 @@ static void test_matvec_q8(void **state)
             struct ds_q8_block *x = xmalloc(nb * sizeof *x);
             struct ds_q8_block *w = (struct ds_q8_block *)(void *)((char *)wbuf + 2);
             fill_q8(w, rows * nb);
-            fill_q8(x, nb);
+            fill_q8_act(x, nb);
             check_matvec_q8(k, rows, nb, w, x);
-            for (int mw = 0; mw < 3; mw++)              /* -128 / 127 / zero blocks */
-                for (int mx = 0; mx < 2; mx++) {
+            for (int mw = 0; mw < 3; mw++)              /* weights -128 / 127 / zero blocks */
+                for (int mx = 1; mx < 4; mx += 2) {      /* activations 127 / -127 */
                     fill_q8_extreme(w, rows * nb, mw);
                     fill_q8_extreme(x, nb, mx);
                     check_matvec_q8(k, rows, nb, w, x);
@@ -331,11 +346,11 @@ static void test_matmul_q8(void **state)
             struct ds_q8_block *w = xmalloc(rows * nb * sizeof *w);
             struct ds_q8_block *x = xmalloc(33 * nb * sizeof *x);
             fill_q8(w, rows * nb);
-            fill_q8(x, 33 * nb);
+            fill_q8_act(x, 33 * nb);
             for (size_t ti = 0; ti < N_OF(g_ntok); ti++) check_matmul_q8(k, rows, nb, g_ntok[ti], w, x);
-            for (int mw = 0; mw < 2; mw++) {             /* -128 and 127 everywhere */
+            for (int mw = 0; mw < 2; mw++) {             /* weights -128 and 127, activations -127 */
                 fill_q8_extreme(w, rows * nb, mw);
-                fill_q8_extreme(x, 33 * nb, 0);
+                fill_q8_extreme(x, 33 * nb, 3);
                 check_matmul_q8(k, rows, nb, 33, w, x);
                 check_matmul_q8(k, rows, nb, 5, w, x);
             }
@@ -347,7 +362,7 @@ static void test_matmul_q8(void **state)
         size_t rows = 45, nb = 40, nt = 137;
         struct ds_q8_block *w = xmalloc(rows * nb * sizeof *w), *x = xmalloc(nt * nb * sizeof *x);
         fill_q8(w, rows * nb);
-        fill_q8(x, nt * nb);
+        fill_q8_act(x, nt * nb);
         check_matmul_q8(k, rows, nb, nt, w, x);
         free(w);
         free(x);

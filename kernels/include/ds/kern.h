@@ -105,12 +105,15 @@ struct ds_kern_ops {
     void (*qk_pack)(enum ds_kern_qtype t, size_t rows, size_t n_sb, const void *w, void *out);
 
     /* Quantize n floats into ds_q8_blocks(n) blocks; the tail of the last
-    ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d). */
+    ** block is zero. d = max|x|/127 rounded to FP16, q = round(x / d),
+    ** never -128 (x / d is computed with d before its rounding). */
     void (*quantize_q8)(size_t n, const float *x, struct ds_q8_block *out);
     /* Exact integer dot product of n int8 pairs (|sum| < 2^31 for n < 2^17). */
     int32_t (*dot_i8)(size_t n, const int8_t *a, const int8_t *b);
     /* y[r] = sum over blocks b of d_w*d_x*dot(w[r][b].qs, x[b].qs),
-    ** w: rows x n_blocks blocks, packed (q8_pack), starting at a tile. */
+    ** w: rows x n_blocks blocks, packed (q8_pack), starting at a tile; x
+    ** as quantize_q8 makes it, its values in -127..127 (the weights may
+    ** hold -128: AVX2's vpmaddubsw of |w| and x signed by w needs that). */
     void (*matvec_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                       const struct ds_q8_block *x, float *y);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok.

@@ -7,15 +7,17 @@
 ** have no AVX-512): there an int8 or int16 multiply and its int32
 ** accumulate are one instruction (vpdpbusd, vpdpwssd) instead of two.
 **
-** Integer exactness: int8 values are sign-extended to int16 and multiplied
-** with vpmaddwd (int16 x int16 -> int32 pair sums, at most 2 * 128 * 128),
-** so there is no int16 saturation (vpmaddubsw would saturate on -128 pairs)
-** and every Q8 block dot is the same int32 as the reference's. Only the
-** float sums over blocks differ in order from ds_kern_ref.
+** Integer exactness: every INT8 weight type, Q8_0 included, is packed at
+** load into tiles of 8 rows (one int32 lane a row) and meets the
+** activations in vpmaddubsw (unsigned x signed bytes, int16 pair sums),
+** whose sums go to int32 before an int16 lane can saturate: Q8_0 as |w|
+** times x carrying w's sign (activations are -127..127, kern.h, so each
+** pair stays within 2 x 128 x 127). Every block dot is the reference's
+** int32; only the float steps' order differs (ds_kern_ref).
 **
-** Stack: matvec_q8 ~9 KB, matmul_q8 ~35 KB; gemm_f32 (kern_sgemm_avx2.h)
-** keeps a 16 KB thread-local weight panel and matmul_qx (the packed types)
-** 64 KB of thread-local activation sums; nothing is allocated.
+** Stack: small; gemm_f32 (kern_sgemm_avx2.h) keeps a 16 KB thread-local
+** weight panel and the packed tiles 64 KB of thread-local activation
+** sums; nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -50,42 +52,6 @@ DS_INLINE __m256i madd_acc(__m256i acc, __m256i a, __m256i b)
 DS_INLINE __m256i load16_i8_to_i16(const int8_t *p)
 {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128((const void *)p));
-}
-
-/* int32 partial sums of one block pair: 8 lanes whose sum is the block dot. */
-DS_INLINE __m256i block_part(const int8_t *w, __m256i x_lo, __m256i x_hi)
-{
-    return madd_acc(_mm256_madd_epi16(load16_i8_to_i16(w), x_lo), load16_i8_to_i16(w + 16), x_hi);
-}
-
-/* Lane-wise tree step: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]. */
-DS_INLINE __m256i pair32(__m256i a, __m256i b)
-{
-    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-}
-
-/* Per 128-bit lane l: [A_l, B_l, C_l, D_l] (sums of that lane of a..d). */
-DS_INLINE __m256i quad32(__m256i a, __m256i b, __m256i c, __m256i d)
-{
-    __m256i ab = pair32(a, b), cd = pair32(c, d);
-    return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-}
-
-/* [sum(p0) .. sum(p7)] for eight 8-lane vectors. Exact. */
-DS_INLINE __m256i hsum8x8(const __m256i p[8])
-{
-    __m256i lo = quad32(p[0], p[1], p[2], p[3]), hi = quad32(p[4], p[5], p[6], p[7]);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
-                            _mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
-/* FP16 scales of the 8 blocks at byte offsets off from w, as floats. */
-DS_INLINE __m256 scales_at(const struct ds_q8_block *w, __m256i off)
-{
-    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)w, off, 1);
-    g = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
-    g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), _MM_SHUFFLE(3, 1, 2, 0));
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(g));
 }
 
 DS_INLINE int32_t hsum_i32(__m256i v)
@@ -175,265 +141,6 @@ static int32_t dot_i8_avx2(size_t n, const int8_t *a, const int8_t *b)
     int32_t s = hsum_i32(_mm256_add_epi32(s0, s1));
     for (; i < n; i++) s += (int32_t)a[i] * (int32_t)b[i];
     return s;
-}
-
-/* ---- matvec_q8 (decode) ----
-** Rows are the lanes, as tokens are in matmul_q8: 8 rows meet each x block
-** together, their exact int32 block dots land in one vector (hsum8x8), and
-** each lane adds (dot * d_x) * d_w with one FMA, block after block, from
-** zero in each MM_KB-block chunk, the chunk then added to y. That is
-** matmul_q8's order exactly, so a prompt pass gives the bits of its steps
-** (the engine's prompt-vs-steps test holds on this variant too). */
-
-#define MM_KB 32                /* blocks per K chunk: the float sums' order */
-#define MV_RT 8                 /* rows per pass: the lanes */
-#define XCHUNK 128              /* blocks of x prepared per pass (8 KB) */
-_Static_assert(XCHUNK % MM_KB == 0, "x chunks end on K chunk boundaries");
-
-struct xblock {                 /* x prepared once per call */
-#if defined(DS_KERN_AVXVNNI)
-    __m256i q;                  /* qs as they are (vpdpbusd's signed side) */
-#else
-    __m256i lo, hi;             /* qs[0..15], qs[16..31] as int16 */
-#endif
-};
-
-/* Decode streams the weights from DRAM once per token; the hardware
-** prefetcher alone falls short of a memcpy's read bandwidth, so each
-** 8-block group (272 bytes) of a row asks for the lines PF_DIST bytes ahead,
-** into L2. No effect on cache-hot data. */
-#define PF_DIST 8192
-
-DS_INLINE void prefetch_group(const struct ds_q8_block *w)
-{
-    const char *p = (const char *)w + PF_DIST;
-    for (int i = 0; i < 5; i++) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
-}
-
-/* 8 int32 lanes whose sum is the block dot of w with x (without the
-** avxvnni correction, -128 * sum(x), which the caller adds once). */
-DS_INLINE __m256i block_lanes(const struct ds_q8_block *w, const struct xblock *x)
-{
-#if defined(DS_KERN_AVXVNNI)
-    __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const void *)w->qs), _mm256_set1_epi8((char)0x80));
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x->q);
-#else
-    return block_part(w->qs, x->lo, x->hi);
-#endif
-}
-
-static void matvec_q8_chunk(size_t rows, size_t nb, const struct ds_q8_block *w,
-                            const struct ds_q8_block *x, float *y, size_t c0, size_t cn,
-                            bool add)
-{
-    struct xblock xb[XCHUNK];
-    float dx[XCHUNK];
-    int32_t corr[XCHUNK];
-    for (size_t b = 0; b < cn; b++) {
-#if defined(DS_KERN_AVXVNNI)
-        xb[b].q = _mm256_loadu_si256((const void *)x[c0 + b].qs);
-        corr[b] = -128 * q8_block_sum(&x[c0 + b]);
-#else
-        xb[b].lo = load16_i8_to_i16(x[c0 + b].qs);
-        xb[b].hi = load16_i8_to_i16(x[c0 + b].qs + 16);
-        corr[b] = 0;
-#endif
-        dx[b] = f16(x[c0 + b].d);
-    }
-    /* the scale gather takes int32 byte offsets: 7 row strides fit for any
-    ** row under 2^31 / 7 bytes (63 M weights) */
-    const size_t stride = nb * sizeof(struct ds_q8_block);
-    for (size_t r0 = 0; r0 < rows; r0 += MV_RT) {
-        const size_t nr = rows - r0 < MV_RT ? rows - r0 : MV_RT;
-        const struct ds_q8_block *wr[MV_RT];
-        int32_t off[MV_RT];
-        for (size_t i = 0; i < MV_RT; i++) {       /* lanes past the rows repeat the last */
-            size_t ri = i < nr ? i : nr - 1;
-            wr[i] = w + (r0 + ri) * nb + c0;
-            off[i] = (int32_t)(ri * stride);
-        }
-        const __m256i offv = _mm256_loadu_si256((const void *)off), m = lane_mask(nr);
-        __m256 tot = add ? _mm256_maskload_ps(y + r0, m) : _mm256_setzero_ps();
-        for (size_t k0 = 0; k0 < cn; k0 += MM_KB) {
-            const size_t k1 = cn - k0 < MM_KB ? cn : k0 + MM_KB;
-            __m256 f = _mm256_setzero_ps();
-            for (size_t kb = k0; kb < k1; kb++) {
-                if ((kb & 7) == 0)
-                    for (int i = 0; i < MV_RT; i++) prefetch_group(wr[i] + kb);
-                __m256i p[MV_RT];
-                for (int i = 0; i < MV_RT; i++) p[i] = block_lanes(wr[i] + kb, &xb[kb]);
-                __m256i dot = _mm256_add_epi32(hsum8x8(p), _mm256_set1_epi32(corr[kb]));
-                f = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx[kb])),
-                                    scales_at(wr[0] + kb, offv), f);
-            }
-            tot = add || k0 > 0 ? _mm256_add_ps(tot, f) : f;    /* y = f, not 0 + f: -0 stays */
-        }
-        _mm256_maskstore_ps(y + r0, m, tot);
-    }
-}
-
-static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
-                           const struct ds_q8_block *x, float *y)
-{
-    if (n_blocks == 0) {
-        memset(y, 0, rows * sizeof *y);
-        return;
-    }
-    for (size_t c0 = 0; c0 < n_blocks; c0 += XCHUNK) {
-        size_t cn = n_blocks - c0 < XCHUNK ? n_blocks - c0 : XCHUNK;
-        matvec_q8_chunk(rows, n_blocks, w, x, y, c0, cn, c0 > 0);
-    }
-}
-
-/* ---- matmul_q8 (prefill) ----
-** Tokens are the SIMD lanes: x is repacked per tile of 16 tokens as int16
-** pairs (one dword = qs[2k], qs[2k+1] of one token), each weight pair is
-** broadcast, and vpmaddwd accumulates a whole block dot for 8 (row, token)
-** pairs per vector in 16 steps, exactly, with no horizontal sums. With
-** AVX-VNNI a dword holds 4 values of a token as they are, each weight dword
-** is broadcast with its sign bits flipped (w ^ 0x80 = w + 128, unsigned),
-** and vpdpbusd takes 8 steps: the sums start at -128 times each token's
-** block sum, so they equal the reference's exactly. */
-
-#define MM_TT 16                /* tokens per tile (2 vectors of 8) */
-#define MM_RW 2                 /* rows per register tile */
-#if defined(DS_KERN_AVXVNNI)
-#define MM_KS 8                 /* dword steps per block: 4 int8 values */
-#else
-#define MM_KS 16                /* dword steps per block: 2 int16 values */
-#endif
-
-struct mm_pack {                /* one token tile x one K chunk: 34 KB (avxvnni: 20 KB) */
-    int32_t q[MM_KB][MM_KS][MM_TT]; /* x dwords: [block][step][token] */
-    float   dx[MM_KB][MM_TT];
-#if defined(DS_KERN_AVXVNNI)
-    int32_t corr[MM_KB][MM_TT];     /* -128 * sum(x qs) */
-#endif
-};
-
-static void mm_pack_tile(struct mm_pack *p, const struct ds_q8_block *x, size_t nb,
-                         size_t kb0, size_t kn, size_t nt)
-{
-    if (nt < MM_TT) memset(p, 0, sizeof *p);
-    for (size_t t = 0; t < nt; t++) {
-        const struct ds_q8_block *xb = x + t * nb + kb0;
-        for (size_t kb = 0; kb < kn; kb++) {
-            int32_t tmp[16];
-#if defined(DS_KERN_AVXVNNI)
-            memcpy(tmp, xb[kb].qs, sizeof xb[kb].qs);
-            p->corr[kb][t] = -128 * q8_block_sum(&xb[kb]);
-#else
-            _mm256_storeu_si256((void *)tmp, load16_i8_to_i16(xb[kb].qs));
-            _mm256_storeu_si256((void *)(tmp + 8), load16_i8_to_i16(xb[kb].qs + 16));
-#endif
-            for (int k = 0; k < MM_KS; k++) p->q[kb][k][t] = tmp[k];
-            p->dx[kb][t] = f16(xb[kb].d);
-        }
-    }
-}
-
-/* f[r][v] += sum over kn blocks for RW rows x 2 token vectors. */
-DS_INLINE void mm_kernel(int RW, const struct ds_q8_block *w, size_t nb,
-                         const struct mm_pack *p, size_t kn, __m256 f[MM_RW][2])
-{
-    for (size_t kb = 0; kb < kn; kb++) {
-        __m256i acc[MM_RW][2];
-        __m256i wp[MM_RW][2];       /* weight dwords of this block */
-        float dw[MM_RW];
-#pragma GCC unroll 2
-        for (int r = 0; r < RW; r++) {
-            const struct ds_q8_block *b = w + (size_t)r * nb + kb;
-#if defined(DS_KERN_AVXVNNI)
-            wp[r][0] = _mm256_xor_si256(_mm256_loadu_si256((const void *)b->qs), _mm256_set1_epi8((char)0x80));
-            acc[r][0] = _mm256_loadu_si256((const void *)&p->corr[kb][0]);
-            acc[r][1] = _mm256_loadu_si256((const void *)&p->corr[kb][8]);
-#else
-            wp[r][0] = load16_i8_to_i16(b->qs);
-            wp[r][1] = load16_i8_to_i16(b->qs + 16);
-            acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-#endif
-            dw[r] = f16(b->d);
-        }
-#pragma GCC unroll 16
-        for (int k = 0; k < MM_KS; k++) {
-            __m256i x0 = _mm256_load_si256((const void *)&p->q[kb][k][0]);
-            __m256i x1 = _mm256_load_si256((const void *)&p->q[kb][k][8]);
-#pragma GCC unroll 2
-            for (int r = 0; r < RW; r++) {
-                __m256i wv = _mm256_permutevar8x32_epi32(wp[r][k / 8], _mm256_set1_epi32(k % 8));
-#if defined(DS_KERN_AVXVNNI)
-                acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], wv, x0);
-                acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], wv, x1);
-#else
-                acc[r][0] = madd_acc(acc[r][0], wv, x0);
-                acc[r][1] = madd_acc(acc[r][1], wv, x1);
-                /* a chain: reassociated into a tree, every madd was computed
-                ** first and spilled (46 vs 61-66 G op/s) */
-                __asm__("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
-#endif
-            }
-        }
-        __m256 dx0 = _mm256_load_ps(&p->dx[kb][0]), dx1 = _mm256_load_ps(&p->dx[kb][8]);
-#pragma GCC unroll 2
-        for (int r = 0; r < RW; r++) {
-            __m256 d = _mm256_set1_ps(dw[r]);
-            f[r][0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), dx0), d, f[r][0]);
-            f[r][1] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), dx1), d, f[r][1]);
-        }
-    }
-}
-
-static void mm_store(float *y, size_t ldy, size_t nr, size_t nt, __m256 f[MM_RW][2], bool add)
-{
-    float buf[MM_RW][MM_TT];
-    for (size_t r = 0; r < nr; r++) {
-        _mm256_storeu_ps(&buf[r][0], f[r][0]);
-        _mm256_storeu_ps(&buf[r][8], f[r][1]);
-    }
-    for (size_t t = 0; t < nt; t++)
-        for (size_t r = 0; r < nr; r++)
-            y[t * ldy + r] = add ? y[t * ldy + r] + buf[r][t] : buf[r][t];
-}
-
-/* Token tiles of 16; a last tile of fewer than 12 tokens (and any batch
-** below 12) is faster streamed through matvec, token by token. */
-#define MM_MIN_TILE 12
-
-static void matmul_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
-                           size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
-{
-    if (n_blocks == 0) {                        /* empty sums */
-        for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
-        return;
-    }
-    size_t tiled = n_tok;
-    if (n_tok % MM_TT && n_tok % MM_TT < MM_MIN_TILE) tiled = n_tok - n_tok % MM_TT;
-    if (tiled) {
-        struct mm_pack p __attribute__((aligned(32)));
-        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += MM_KB) {
-            size_t kn = n_blocks - kb0 < MM_KB ? n_blocks - kb0 : MM_KB;
-            for (size_t t0 = 0; t0 < tiled; t0 += MM_TT) {
-                size_t nt = tiled - t0 < MM_TT ? tiled - t0 : MM_TT;
-                mm_pack_tile(&p, x + t0 * n_blocks, n_blocks, kb0, kn, nt);
-                float *yt = y + t0 * ldy;
-                size_t r = 0;
-                for (; r + MM_RW <= rows; r += MM_RW) {
-                    __m256 f[MM_RW][2];
-                    for (int i = 0; i < MM_RW; i++) f[i][0] = f[i][1] = _mm256_setzero_ps();
-                    mm_kernel(MM_RW, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
-                    mm_store(yt + r, ldy, MM_RW, nt, f, kb0 > 0);
-                }
-                for (; r < rows; r++) {
-                    __m256 f[MM_RW][2];
-                    f[0][0] = f[0][1] = _mm256_setzero_ps();
-                    mm_kernel(1, w + r * n_blocks + kb0, n_blocks, &p, kn, f);
-                    mm_store(yt + r, ldy, 1, nt, f, kb0 > 0);
-                }
-            }
-        }
-    }
-    for (size_t t = tiled; t < n_tok; t++)      /* a few leftover tokens */
-        matvec_q8_avx2(rows, n_blocks, w, x + t * n_blocks, y + t * ldy);
 }
 
 /* ---- FP32 ---- */
@@ -634,8 +341,8 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 /* ---- quantize_q8k (kern_qk_x86.h) ---- */
 #include "kern_qk_x86.h"
 
-/* ---- Q4_0..Q5_1 and the K-quants packed: rows in the lanes ----
-** qx_pack and qk_pack lay the rows out in tiles of 8 (one vector of 8
+/* ---- Q8_0, Q4_0..Q5_1 and the K-quants packed: rows in the lanes ----
+** q8_pack, qx_pack and qk_pack lay the rows out in tiles of 8 (one vector of 8
 ** int32 lanes; kern_internal.h gives the layouts): one load of 32 code
 ** bytes holds 4 bytes of each of 8 rows, whose low nibbles meet one
 ** broadcast activation dword and whose high nibbles meet another. Without
@@ -651,8 +358,18 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 ** kern_internal.h) are shifted into bit 4 of each code, and since 5-bit
 ** codes (<= 31) allow only 8 products of 31 x 128 per int16 lane, their
 ** int16 sums go to int32 after each half block; Q5_0's offset is 16;
-** the mins add min x d_x x sum(x block) to the float sums. The AVX-VNNI
-** build sums the products in int32 with vpdpbusd instead. */
+** the mins add min x d_x x sum(x block) to the float sums. Q8_0's signed
+** codes meet the activations as |w| and x with w's sign, each product
+** pair to int32 at once (vpmaddwd with ones): two pairs of 128 x 127 would
+** overflow an int16 lane. The AVX-VNNI build sums the products in int32
+** with vpdpbusd instead (Q8_0 as w + 128, unsigned, the offset taking 128
+** x sum(x block) off). Each block's float step is (d_w d_x) x its int32
+** sum, the scales' product first, as llama.cpp takes it.
+**
+** Q8_0 read in the file's rows (the kernels before these), one Zen 5 core,
+** 2048 x 768, four rounds in turns: decode 56-58 -> 102-105 G op/s,
+** 120 tokens 107-114 -> 133-138 (AVX-VNNI build: 70-80 -> 101-152,
+** 185-193 -> 251-263). */
 
 #define PK_RT 8                 /* rows per tile: one vector */
 #define PK_TT 4                 /* tokens per pass over a tile */
@@ -687,21 +404,45 @@ DS_INLINE void pk_store(int T, const __m256 f[PK_TT], float *y, size_t ldy, size
     }
 }
 
+/* Q8_0 in these tiles (q8_pack): a kind past the 4- and 5-bit types. A
+** block of a tile is 8 code dwords as [k][row] (dword k: values 4k..4k+3),
+** then the rows' FP16 scales: the file's bytes, rearranged. */
+#define PK_Q8_0 ((enum ds_kern_qtype)DS_KQ_COUNT)
+
+static void q8_pack_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w, struct ds_q8_block *out)
+{
+    uint8_t *o = (uint8_t *)out;
+    for (size_t r0 = 0; r0 < rows; r0 += PK_RT)
+        for (size_t kb = 0; kb < n_blocks; kb++, o += PK_RT * sizeof *w) {
+            memset(o, 0, PK_RT * sizeof *w);
+            for (size_t i = 0; i < PK_RT && r0 + i < rows; i++) {
+                const struct ds_q8_block *b = &w[(r0 + i) * n_blocks + kb];
+                for (size_t k = 0; k < 8; k++) memcpy(o + (k * PK_RT + i) * 4, b->qs + 4 * k, 4);
+                memcpy(o + 32 * PK_RT + 2 * i, &b->d, 2);
+            }
+        }
+}
+
 struct pk_xprep {               /* PK_NT tokens x one K chunk: 64 KB */
     int32_t sum[PK_NT][PK_KB];  /* sum(x qs): the offset's and the min's factor */
     float   dx[PK_NT][PK_KB];
 };
 
-/* 8 rows (nr present) of one tile of type K (Q4_0, Q4_1, Q5_0 or Q5_1) x T
-** tokens over kn blocks; x: the tokens' rows at the chunk (stride nbx
-** blocks), sum and dx: their prepared sums and scales. */
+/* 8 rows (nr present) of one tile of type K (Q4_0, Q4_1, Q5_0, Q5_1 or
+** PK_Q8_0) x T tokens over kn blocks; x: the tokens' rows at the chunk
+** (stride nbx blocks), sum and dx: their prepared sums and scales. */
 DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w, const struct ds_q8_block *x,
                        size_t nbx, const int32_t (*sum)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy,
                        size_t nr, bool add)
 {
-    const bool five = K == DS_KQ_Q5_0 || K == DS_KQ_Q5_1, mins = K == DS_KQ_Q4_1 || K == DS_KQ_Q5_1;
-    const size_t bb = PK_RT * ds_kq_block_bytes(K), d_at = (five ? 20u : 16u) * PK_RT, m_at = d_at + 2 * PK_RT;
+    const bool q8 = K == PK_Q8_0, five = K == DS_KQ_Q5_0 || K == DS_KQ_Q5_1, mins = K == DS_KQ_Q4_1 || K == DS_KQ_Q5_1;
+    const size_t bb = PK_RT * (q8 ? sizeof(struct ds_q8_block) : ds_kq_block_bytes(K));
+    const size_t d_at = (q8 ? 32u : five ? 20u : 16u) * PK_RT, m_at = d_at + 2 * PK_RT;
+#if defined(DS_KERN_AVXVNNI)
+    const int32_t off = K == DS_KQ_Q4_0 ? 8 : K == DS_KQ_Q5_0 ? 16 : q8 ? 128 : 0;
+#else
     const int32_t off = K == DS_KQ_Q4_0 ? 8 : K == DS_KQ_Q5_0 ? 16 : 0;
+#endif
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     __m256 f[PK_TT];
     for (int t = 0; t < T; t++) f[t] = _mm256_setzero_ps();
@@ -711,7 +452,21 @@ DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w,
         const __m256i h = five ? _mm256_loadu_si256((const void *)(blk + 16 * PK_RT)) : _mm256_setzero_si256();
         __m256i s[PK_TT], s32[PK_TT];
         for (int t = 0; t < T; t++) s[t] = s32[t] = _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; q8 && k < 8; k++) {     /* Q8_0: dword k of each row, values 4k..4k+3 */
+            const __m256i v = _mm256_loadu_si256((const void *)(blk + 32 * k));
+#if defined(DS_KERN_AVXVNNI)                    /* w + 128, unsigned; the offset takes 128 sum(x) off */
+            const __m256i u = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+            for (int t = 0; t < T; t++)
+                s[t] = _mm256_dpbusd_avx_epi32(s[t], u, bcast_dword(x[(size_t)t * nbx + kb].qs + 4 * k));
+#else                                           /* |w| x (x with w's sign): |x| <= 127, no saturation */
+            const __m256i u = _mm256_abs_epi8(v);
+            for (int t = 0; t < T; t++) {
+                const __m256i sx = _mm256_sign_epi8(bcast_dword(x[(size_t)t * nbx + kb].qs + 4 * k), v);
+                s32[t] = madd_acc(s32[t], _mm256_maddubs_epi16(u, sx), _mm256_set1_epi16(1));
+            }
+#endif
+        }
+        for (int k = 0; !q8 && k < 4; k++) {
             const __m256i v = _mm256_loadu_si256((const void *)(blk + 32 * k));
             __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             if (five) {                         /* bit k (lo) or 4 + k (hi) of each byte, to bit 4 */
@@ -741,9 +496,9 @@ DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w,
 #if defined(DS_KERN_AVXVNNI)
             const __m256i i = _mm256_add_epi32(s[t], c);
 #else
-            const __m256i i = madd_acc(five ? _mm256_add_epi32(c, s32[t]) : c, s[t], _mm256_set1_epi16(1));
+            const __m256i i = q8 ? s32[t] : madd_acc(five ? _mm256_add_epi32(c, s32[t]) : c, s[t], _mm256_set1_epi16(1));
 #endif
-            f[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i), dw), _mm256_set1_ps(dx[t][kb]), f[t]);
+            f[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx[t][kb])), _mm256_cvtepi32_ps(i), f[t]);
             if (mins) f[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx[t][kb] * (float)sum[t][kb]), f[t]);
         }
     }
@@ -761,6 +516,7 @@ static void qx_tile_any(enum ds_kern_qtype K, size_t nt, size_t kn, const uint8_
     case DS_KQ_Q4_1: qx_tile(DS_KQ_Q4_1, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
     case DS_KQ_Q5_0: qx_tile(DS_KQ_Q5_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
     case DS_KQ_Q5_1: qx_tile(DS_KQ_Q5_1, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
+    case PK_Q8_0: qx_tile(PK_Q8_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;                     \
     default: break;                                                                                         \
     }
     switch (nt) {
@@ -778,15 +534,16 @@ static void qx_run_avx2(enum ds_kern_qtype K, size_t rows, size_t n_blocks, cons
                         const struct ds_q8_block *x, float *y, size_t ldy)
 {
     static _Thread_local struct pk_xprep p;
-    const size_t bb = PK_RT * ds_kq_block_bytes(K);
+    const size_t bb = PK_RT * (K == PK_Q8_0 ? sizeof(struct ds_q8_block) : ds_kq_block_bytes(K));
+    const size_t kc = K == PK_Q8_0 ? PK_KB / 2 : PK_KB;     /* a Q8_0 tile's chunk: 17 KB */
     if (n_blocks == 0) {
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
     for (size_t t0 = 0; t0 < n_tok; t0 += PK_NT) {
         const size_t nt = n_tok - t0 < PK_NT ? n_tok - t0 : PK_NT;
-        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += PK_KB) {
-            const size_t kn = n_blocks - kb0 < PK_KB ? n_blocks - kb0 : PK_KB;
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += kc) {
+            const size_t kn = n_blocks - kb0 < kc ? n_blocks - kb0 : kc;
             for (size_t t = 0; t < nt; t++)
                 for (size_t kb = 0; kb < kn; kb++) {
                     const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + kb0 + kb];
@@ -802,6 +559,20 @@ static void qx_run_avx2(enum ds_kern_qtype K, size_t rows, size_t n_blocks, cons
             }
         }
     }
+}
+
+/* Decode and prefill run the same tiles, so a prompt's row t has the bits
+** of its step t (the engine's prompt-vs-steps test). */
+static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w, const struct ds_q8_block *x,
+                           float *y)
+{
+    qx_run_avx2(PK_Q8_0, rows, n_blocks, w, 1, x, y, rows);
+}
+
+static void matmul_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w, size_t n_tok,
+                           const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    qx_run_avx2(PK_Q8_0, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
 /* Each lane's low byte of 8 bytes at p, in both int16 halves of the lane:
@@ -1027,7 +798,8 @@ static void matmul_qx_avx2(enum ds_kern_qtype type, size_t rows, size_t n_blocks
 const struct ds_kern_ops DS_KERN_TABLE = {
     .abi_version = DS_KERN_ABI,
     .name        = DS_KERN_NAME,
-    .q8_pack_rows = 1,            /* plain Q8_0 rows: no q8_pack */
+    .q8_pack_rows = PK_RT,
+    .q8_pack     = q8_pack_avx2,
     .qx_pack_rows = PK_RT,
     .qx_pack_types = 1u << DS_KQ_Q4_0 | 1u << DS_KQ_Q4_1 | 1u << DS_KQ_Q5_0 | 1u << DS_KQ_Q5_1,
     .qx_pack     = qx_pack_avx2,
