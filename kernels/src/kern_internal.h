@@ -109,6 +109,17 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
 **     sub-block scales as [i][row], then the rows' FP16 d. */
 void ds_kern__qk_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t n_sb, const void *w, void *out);
 
+/* struct NAME: one superblock of a Q6_K tile of RT rows, as laid out above
+** (RT * 210 bytes: ds_qk_packed_sb(DS_KQ_Q6_K) a row). */
+#define DS_KERN_Q6K_TILE(NAME, RT)                                                             \
+    struct NAME {                                                                              \
+        uint32_t ql[32][RT];    /* low nibbles: [dword][row] */                                \
+        uint32_t qh[16][RT];    /* high bits: [sub-block][row] */                              \
+        int8_t   sc[16][RT];    /* sub-block scales */                                         \
+        uint16_t d[RT];         /* FP16; 0 for absent rows */                                  \
+    };                                                                                         \
+    _Static_assert(sizeof(struct NAME) == (RT) * 210, "packed Q6_K bytes: ds_qk_packed_sb")
+
 /* Whether a CPU with features f can run ops (pure; for tests). */
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 

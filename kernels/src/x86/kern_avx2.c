@@ -668,13 +668,7 @@ DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
 ** shuffles and horizontal sums: one Zen 5 core, 2048 x 768, 120 tokens / 1,
 ** six rounds in turns, 99-105 -> 138-152 / 70-79 -> 92-98 G op/s (the
 ** AVX-VNNI build 131-138 -> 148-167 / 77-86 -> 89-97). */
-struct pk6k_tile {              /* one superblock of an 8-row tile: 1680 bytes */
-    uint32_t ql[32][PK_RT];     /* low nibbles: [dword][row] */
-    uint32_t qh[16][PK_RT];     /* high bits: [sub-block][row] */
-    int8_t   sc[16][PK_RT];     /* sub-block scales */
-    uint16_t d[PK_RT];          /* FP16; 0 for absent rows */
-};
-_Static_assert(sizeof(struct pk6k_tile) == PK_RT * 210, "packed Q6_K bytes: ds_qk_packed_sb(DS_KQ_Q6_K)");
+DS_KERN_Q6K_TILE(pk6k_tile, PK_RT);     /* one superblock of an 8-row tile: 1680 bytes */
 
 /* The 8 rows' int8 scales at p and q as int16 pairs [p, q] in each lane. */
 DS_INLINE __m256i pk6_scales(const int8_t *p, const int8_t *q)
@@ -743,29 +737,24 @@ DS_INLINE void q6k_tile(int T, size_t n_sb, const struct pk6k_tile *w, const str
     pk_store(T, f, y, ldy, nr, false);
 }
 
-static void q6k_tiles(size_t n_sb, const void *tile, const struct ds_q8k_block *x, size_t nt, float *y,
-                      size_t ldy, size_t nr)
+/* One tile against nt (<= PK_TT) tokens, each type and count a constant. */
+static void qk_tile_any(enum ds_kern_qtype type, size_t nt, size_t n_sb, const void *tile,
+                        const struct ds_q8k_block *x, float *y, size_t ldy, size_t nr)
 {
+#define QK_CASES(T_)                                                              \
+    switch (type) {                                                               \
+    case DS_KQ_Q4_K: q4k_tile(false, T_, n_sb, tile, x, y, ldy, nr); break;       \
+    case DS_KQ_Q5_K: q4k_tile(true, T_, n_sb, tile, x, y, ldy, nr); break;        \
+    case DS_KQ_Q6_K: q6k_tile(T_, n_sb, tile, x, y, ldy, nr); break;              \
+    default: break;                                                               \
+    }
     switch (nt) {
-    case 1: q6k_tile(1, n_sb, tile, x, y, ldy, nr); break;
-    case 2: q6k_tile(2, n_sb, tile, x, y, ldy, nr); break;
-    case 3: q6k_tile(3, n_sb, tile, x, y, ldy, nr); break;
-    default: q6k_tile(4, n_sb, tile, x, y, ldy, nr); break;
+    case 1: QK_CASES(1) break;
+    case 2: QK_CASES(2) break;
+    case 3: QK_CASES(3) break;
+    default: QK_CASES(4) break;
     }
-}
-
-static void q4k_tiles(bool five, size_t n_sb, const void *tile, const struct ds_q8k_block *x, size_t nt,
-                      float *y, size_t ldy, size_t nr)
-{
-#define PK4K_CASES(F)                                                                 \
-    switch (nt) {                                                                     \
-    case 1: q4k_tile(F, 1, n_sb, tile, x, y, ldy, nr); break;                         \
-    case 2: q4k_tile(F, 2, n_sb, tile, x, y, ldy, nr); break;                         \
-    case 3: q4k_tile(F, 3, n_sb, tile, x, y, ldy, nr); break;                         \
-    default: q4k_tile(F, 4, n_sb, tile, x, y, ldy, nr); break;                        \
-    }
-    if (five) PK4K_CASES(true) else PK4K_CASES(false)
-#undef PK4K_CASES
+#undef QK_CASES
 }
 
 /* The K-quants all come packed (qk_pack): tiles of 8 rows, PK_TT tokens a
@@ -780,8 +769,7 @@ static void matmul_qk_avx2(enum ds_kern_qtype type, size_t rows, size_t n_sb, co
         const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
         for (size_t t0 = 0; t0 < n_tok; t0 += PK_TT) {
             const size_t nt = n_tok - t0 < PK_TT ? n_tok - t0 : PK_TT;
-            if (type == DS_KQ_Q6_K) q6k_tiles(n_sb, tile, x + t0 * n_sb, nt, y + t0 * ldy + r0, ldy, nr);
-            else q4k_tiles(type == DS_KQ_Q5_K, n_sb, tile, x + t0 * n_sb, nt, y + t0 * ldy + r0, ldy, nr);
+            qk_tile_any(type, nt, n_sb, tile, x + t0 * n_sb, y + t0 * ldy + r0, ldy, nr);
         }
     }
 }

@@ -1219,13 +1219,7 @@ static void qk4_rows_packed(bool five, size_t rows, size_t n_sb, const void *w, 
                                 ** 120 tokens, best of 16 runs: 4 tokens 397-403 GOPS,
                                 ** 5 432-439, 6 446-460, 8 458-474 (spills) */
 
-struct pk6k_block {             /* one superblock of a 16-row tile: 3360 bytes */
-    uint32_t ql[32][QK6_RT];    /* low nibbles: [dword][row] */
-    uint32_t qh[16][QK6_RT];    /* high bits: [sub-block][row] */
-    int8_t   sc[16][QK6_RT];    /* sub-block scales */
-    uint16_t d[QK6_RT];         /* FP16; 0 for absent rows */
-};
-_Static_assert(sizeof(struct pk6k_block) == QK6_RT * 210, "packed Q6_K bytes: ds_qk_packed_sb(DS_KQ_Q6_K)");
+DS_KERN_Q6K_TILE(pk6k_block, QK6_RT);   /* one superblock of a 16-row tile: 3360 bytes */
 
 /* Code vector j (0..3) of a sub-block: the low nibbles l (already shifted
 ** for the upper sub-blocks) with the top bits of dword h moved to bits 4..5. */
