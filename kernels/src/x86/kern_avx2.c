@@ -364,7 +364,9 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 ** overflow an int16 lane. The AVX-VNNI build sums the products in int32
 ** with vpdpbusd instead (Q8_0 as w + 128, unsigned, the offset taking 128
 ** x sum(x block) off). Each block's float step is (d_w d_x) x its int32
-** sum, the scales' product first, as llama.cpp takes it.
+** sum, the scales' product first, as llama.cpp takes it, over K chunks of
+** 32 blocks as on AVX-512 (shared.formats' random-weight files flip top-1
+** with the float order: README, Q8_0 packing).
 **
 ** Q8_0 read in the file's rows (the kernels before these), one Zen 5 core,
 ** 2048 x 768, four rounds in turns: decode 56-58 -> 102-105 G op/s,
@@ -374,7 +376,7 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #define PK_RT 8                 /* rows per tile: one vector */
 #define PK_TT 4                 /* tokens per pass over a tile */
 #define PK_NT 64                /* tokens prepared at once (Q4_0..Q5_1) */
-#define PK_KB 128               /* blocks per K chunk (Q4_0..Q5_1): a Q4_0 tile's chunk is 18 KB */
+#define PK_KB 32                /* blocks per K chunk (Q8_0..Q5_1), as AVX-512's MM_KB: the float sums' order */
 
 static void qx_pack_avx2(enum ds_kern_qtype t, size_t rows, size_t n_blocks, const void *w, void *out)
 {
@@ -423,16 +425,16 @@ static void q8_pack_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block 
         }
 }
 
-struct pk_xprep {               /* PK_NT tokens x one K chunk: 64 KB */
-    int32_t sum[PK_NT][PK_KB];  /* sum(x qs): the offset's and the min's factor */
-    float   dx[PK_NT][PK_KB];
+struct pk_xprep {               /* PK_NT tokens x one K chunk (or a few tokens x every block): 16 KB */
+    int32_t sum[PK_NT * PK_KB]; /* sum(x qs): the offset's and the min's factor */
+    float   dx[PK_NT * PK_KB];
 };
 
 /* 8 rows (nr present) of one tile of type K (Q4_0, Q4_1, Q5_0, Q5_1 or
 ** PK_Q8_0) x T tokens over kn blocks; x: the tokens' rows at the chunk
 ** (stride nbx blocks), sum and dx: their prepared sums and scales. */
 DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w, const struct ds_q8_block *x,
-                       size_t nbx, const int32_t (*sum)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy,
+                       size_t nbx, const int32_t *sum, const float *dx, size_t lds, float *y, size_t ldy,
                        size_t nr, bool add)
 {
     const bool q8 = K == PK_Q8_0, five = K == DS_KQ_Q5_0 || K == DS_KQ_Q5_1, mins = K == DS_KQ_Q4_1 || K == DS_KQ_Q5_1;
@@ -492,14 +494,16 @@ DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w,
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(blk + d_at)));
         const __m256 mw = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(blk + m_at))) : dw;
         for (int t = 0; t < T; t++) {
-            const __m256i c = _mm256_set1_epi32(-off * sum[t][kb]);
+            const int32_t st = sum[(size_t)t * lds + kb];
+            const float dt = dx[(size_t)t * lds + kb];
+            const __m256i c = _mm256_set1_epi32(-off * st);
 #if defined(DS_KERN_AVXVNNI)
             const __m256i i = _mm256_add_epi32(s[t], c);
 #else
             const __m256i i = q8 ? s32[t] : madd_acc(five ? _mm256_add_epi32(c, s32[t]) : c, s[t], _mm256_set1_epi16(1));
 #endif
-            f[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx[t][kb])), _mm256_cvtepi32_ps(i), f[t]);
-            if (mins) f[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx[t][kb] * (float)sum[t][kb]), f[t]);
+            f[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dt)), _mm256_cvtepi32_ps(i), f[t]);
+            if (mins) f[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dt * (float)st), f[t]);
         }
     }
     pk_store(T, f, y, ldy, nr, add);
@@ -507,16 +511,16 @@ DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w,
 
 /* One tile's chunk against up to PK_TT tokens, each type and count a constant. */
 static void qx_tile_any(enum ds_kern_qtype K, size_t nt, size_t kn, const uint8_t *w, const struct ds_q8_block *x,
-                        size_t nbx, const int32_t (*sum)[PK_KB], const float (*dx)[PK_KB], float *y, size_t ldy,
+                        size_t nbx, const int32_t *sum, const float *dx, size_t lds, float *y, size_t ldy,
                         size_t nr, bool add)
 {
 #define PK_CASES(T_)                                                                                        \
     switch (K) {                                                                                            \
-    case DS_KQ_Q4_0: qx_tile(DS_KQ_Q4_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
-    case DS_KQ_Q4_1: qx_tile(DS_KQ_Q4_1, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
-    case DS_KQ_Q5_0: qx_tile(DS_KQ_Q5_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
-    case DS_KQ_Q5_1: qx_tile(DS_KQ_Q5_1, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;               \
-    case PK_Q8_0: qx_tile(PK_Q8_0, T_, kn, w, x, nbx, sum, dx, y, ldy, nr, add); break;                     \
+    case DS_KQ_Q4_0: qx_tile(DS_KQ_Q4_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
+    case DS_KQ_Q4_1: qx_tile(DS_KQ_Q4_1, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
+    case DS_KQ_Q5_0: qx_tile(DS_KQ_Q5_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
+    case DS_KQ_Q5_1: qx_tile(DS_KQ_Q5_1, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
+    case PK_Q8_0: qx_tile(PK_Q8_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;                     \
     default: break;                                                                                         \
     }
     switch (nt) {
@@ -528,34 +532,57 @@ static void qx_tile_any(enum ds_kern_qtype K, size_t nt, size_t kn, const uint8_
 #undef PK_CASES
 }
 
-/* matmul_qx for Q4_0..Q5_1 tiles: up to PK_NT tokens' sums are prepared per
-** K chunk, then each tile's chunk (in L1) meets all of them, PK_TT at a time. */
+/* The sums and scales of tokens t0.. (nt) and blocks kb0.. (kn) of x (rows
+** of nb blocks) into sum and dx, row t at t * lds. */
+static void qx_prep(const struct ds_q8_block *x, size_t nb, size_t t0, size_t nt, size_t kb0, size_t kn,
+                    int32_t *sum, float *dx, size_t lds)
+{
+    for (size_t t = 0; t < nt; t++)
+        for (size_t kb = 0; kb < kn; kb++) {
+            const struct ds_q8_block *b = &x[(t0 + t) * nb + kb0 + kb];
+            sum[t * lds + kb] = q8_block_sum(b);
+            dx[t * lds + kb] = f16(b->d);
+        }
+}
+
+/* matmul_qx for Q8_0..Q5_1 tiles: up to PK_NT tokens' sums are prepared per
+** K chunk, then each tile's chunk (in L1) meets all of them, PK_TT at a
+** time. Up to PK_TT tokens (decode) get every chunk's sums at once and each
+** tile is read in one sweep, chunk after chunk: the same sums in the same
+** order, without a pass over every tile per chunk (its prefetches ran past
+** each chunk's end). */
 static void qx_run_avx2(enum ds_kern_qtype K, size_t rows, size_t n_blocks, const void *w, size_t n_tok,
                         const struct ds_q8_block *x, float *y, size_t ldy)
 {
     static _Thread_local struct pk_xprep p;
     const size_t bb = PK_RT * (K == PK_Q8_0 ? sizeof(struct ds_q8_block) : ds_kq_block_bytes(K));
-    const size_t kc = K == PK_Q8_0 ? PK_KB / 2 : PK_KB;     /* a Q8_0 tile's chunk: 17 KB */
     if (n_blocks == 0) {
         for (size_t t = 0; t < n_tok; t++) memset(y + t * ldy, 0, rows * sizeof *y);
         return;
     }
+    if (n_tok <= PK_TT && n_tok * n_blocks <= PK_NT * PK_KB) {
+        qx_prep(x, n_blocks, 0, n_tok, 0, n_blocks, p.sum, p.dx, n_blocks);
+        for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
+            const uint8_t *tile = (const uint8_t *)w + r0 / PK_RT * n_blocks * bb;
+            const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
+            for (size_t kb0 = 0; kb0 < n_blocks; kb0 += PK_KB)
+                qx_tile_any(K, n_tok, n_blocks - kb0 < PK_KB ? n_blocks - kb0 : PK_KB, tile + kb0 * bb, x + kb0,
+                            n_blocks, p.sum + kb0, p.dx + kb0, n_blocks, y + r0, ldy, nr, kb0 > 0);
+        }
+        return;
+    }
     for (size_t t0 = 0; t0 < n_tok; t0 += PK_NT) {
         const size_t nt = n_tok - t0 < PK_NT ? n_tok - t0 : PK_NT;
-        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += kc) {
-            const size_t kn = n_blocks - kb0 < kc ? n_blocks - kb0 : kc;
-            for (size_t t = 0; t < nt; t++)
-                for (size_t kb = 0; kb < kn; kb++) {
-                    const struct ds_q8_block *b = &x[(t0 + t) * n_blocks + kb0 + kb];
-                    p.sum[t][kb] = q8_block_sum(b);
-                    p.dx[t][kb] = f16(b->d);
-                }
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += PK_KB) {
+            const size_t kn = n_blocks - kb0 < PK_KB ? n_blocks - kb0 : PK_KB;
+            qx_prep(x, n_blocks, t0, nt, kb0, kn, p.sum, p.dx, PK_KB);
             for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
                 const uint8_t *tile = (const uint8_t *)w + (r0 / PK_RT * n_blocks + kb0) * bb;
                 const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
                 for (size_t i = 0; i < nt; i += PK_TT)
                     qx_tile_any(K, nt - i < PK_TT ? nt - i : PK_TT, kn, tile, x + (t0 + i) * n_blocks + kb0,
-                                n_blocks, p.sum + i, p.dx + i, y + (t0 + i) * ldy + r0, ldy, nr, kb0 > 0);
+                                n_blocks, p.sum + i * PK_KB, p.dx + i * PK_KB, PK_KB, y + (t0 + i) * ldy + r0,
+                                ldy, nr, kb0 > 0);
             }
         }
     }
