@@ -177,7 +177,8 @@ static void check_quant(const struct ds_kern_ops *k, size_t n, const float *x)
     ds_kern_ref.quantize_q8(n, x, r);
     for (size_t b = 0; b < nb; b++) {
         for (int j = 0; j < DS_Q8_BLOCK; j++)
-            if (q[b].qs[j] == -128) fail_msg("quantize_q8 n=%zu block %zu: qs[%d] = -128 (kern.h: -127..127)", n, b, j);
+            if (q[b].qs[j] == -128)
+                fail_msg("quantize_q8 n=%zu block %zu: qs[%d] = -128 (kern.h: -127..127)", n, b, j);
         if (q[b].d != r[b].d || memcmp(q[b].qs, r[b].qs, DS_Q8_BLOCK) != 0) {
             print_error("quantize_q8 n=%zu block %zu: d 0x%04x want 0x%04x\n", n, b, q[b].d, r[b].d);
             for (int j = 0; j < DS_Q8_BLOCK; j++)

@@ -16,7 +16,7 @@
 ** int32; only the float steps' order differs (ds_kern_ref).
 **
 ** Stack: small; gemm_f32 (kern_sgemm_avx2.h) keeps a 16 KB thread-local
-** weight panel and the packed tiles 64 KB of thread-local activation
+** weight panel and the packed tiles 16 KB of thread-local activation
 ** sums; nothing is allocated.
 */
 #include <float.h>
@@ -437,7 +437,8 @@ DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w,
                        size_t nbx, const int32_t *sum, const float *dx, size_t lds, float *y, size_t ldy,
                        size_t nr, bool add)
 {
-    const bool q8 = K == PK_Q8_0, five = K == DS_KQ_Q5_0 || K == DS_KQ_Q5_1, mins = K == DS_KQ_Q4_1 || K == DS_KQ_Q5_1;
+    const bool q8 = K == PK_Q8_0, five = K == DS_KQ_Q5_0 || K == DS_KQ_Q5_1;
+    const bool mins = K == DS_KQ_Q4_1 || K == DS_KQ_Q5_1;
     const size_t bb = PK_RT * (q8 ? sizeof(struct ds_q8_block) : ds_kq_block_bytes(K));
     const size_t d_at = (q8 ? 32u : five ? 20u : 16u) * PK_RT, m_at = d_at + 2 * PK_RT;
 #if defined(DS_KERN_AVXVNNI)
@@ -500,7 +501,8 @@ DS_INLINE void qx_tile(enum ds_kern_qtype K, int T, size_t kn, const uint8_t *w,
 #if defined(DS_KERN_AVXVNNI)
             const __m256i i = _mm256_add_epi32(s[t], c);
 #else
-            const __m256i i = q8 ? s32[t] : madd_acc(five ? _mm256_add_epi32(c, s32[t]) : c, s[t], _mm256_set1_epi16(1));
+            const __m256i i = q8 ? s32[t]
+                                 : madd_acc(five ? _mm256_add_epi32(c, s32[t]) : c, s[t], _mm256_set1_epi16(1));
 #endif
             f[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dt)), _mm256_cvtepi32_ps(i), f[t]);
             if (mins) f[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dt * (float)st), f[t]);
@@ -514,14 +516,14 @@ static void qx_tile_any(enum ds_kern_qtype K, size_t nt, size_t kn, const uint8_
                         size_t nbx, const int32_t *sum, const float *dx, size_t lds, float *y, size_t ldy,
                         size_t nr, bool add)
 {
-#define PK_CASES(T_)                                                                                        \
-    switch (K) {                                                                                            \
-    case DS_KQ_Q4_0: qx_tile(DS_KQ_Q4_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
-    case DS_KQ_Q4_1: qx_tile(DS_KQ_Q4_1, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
-    case DS_KQ_Q5_0: qx_tile(DS_KQ_Q5_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
-    case DS_KQ_Q5_1: qx_tile(DS_KQ_Q5_1, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;               \
-    case PK_Q8_0: qx_tile(PK_Q8_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;                     \
-    default: break;                                                                                         \
+#define PK_CASES(T_)                                                                               \
+    switch (K) {                                                                                   \
+    case DS_KQ_Q4_0: qx_tile(DS_KQ_Q4_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break; \
+    case DS_KQ_Q4_1: qx_tile(DS_KQ_Q4_1, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break; \
+    case DS_KQ_Q5_0: qx_tile(DS_KQ_Q5_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break; \
+    case DS_KQ_Q5_1: qx_tile(DS_KQ_Q5_1, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break; \
+    case PK_Q8_0: qx_tile(PK_Q8_0, T_, kn, w, x, nbx, sum, dx, lds, y, ldy, nr, add); break;       \
+    default: break;                                                                                \
     }
     switch (nt) {
     case 1: PK_CASES(1) break;
