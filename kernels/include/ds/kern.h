@@ -112,8 +112,8 @@ struct ds_kern_ops {
     int32_t (*dot_i8)(size_t n, const int8_t *a, const int8_t *b);
     /* y[r] = sum over blocks b of d_w*d_x*dot(w[r][b].qs, x[b].qs),
     ** w: rows x n_blocks blocks, packed (q8_pack), starting at a tile; x
-    ** as quantize_q8 makes it, its values in -127..127 (the weights may
-    ** hold -128: AVX2's vpmaddubsw of |w| and x signed by w needs that). */
+    ** as quantize_q8 makes it, every value in -127..127, which AVX2's
+    ** vpmaddubsw of |w| by x carrying w's sign needs (w may hold -128). */
     void (*matvec_q8)(size_t rows, size_t n_blocks, const struct ds_q8_block *w,
                       const struct ds_q8_block *x, float *y);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok.
