@@ -699,12 +699,11 @@ DS_INLINE void q4k_tile(bool five, int T, size_t n_sb, const uint8_t *w, const s
 ** AVX-VNNI build 131-138 -> 148-167 / 77-86 -> 89-97). */
 DS_KERN_Q6K_TILE(pk6k_tile, PK_RT);     /* one superblock of an 8-row tile: 1680 bytes */
 
-/* The 8 rows' int8 scales at p and q as int16 pairs [p, q] in each lane. */
-DS_INLINE __m256i pk6_scales(const int8_t *p, const int8_t *q)
+/* The 8 rows' int8 scales at p, each in both int16 halves of its lane. */
+DS_INLINE __m256i pk6_scales(const int8_t *p)
 {
     const __m256i a = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p));
-    const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)q));
-    return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+    return _mm256_blend_epi16(a, _mm256_slli_epi32(a, 16), 0xAA);
 }
 
 /* Code vector j (0..3) of a sub-block: low nibbles l (already shifted for
@@ -738,7 +737,7 @@ DS_INLINE void q6k_tile(int T, size_t n_sb, const struct pk6k_tile *w, const str
             for (size_t l = 0; l < sizeof *b / 8; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
             const __m256i hl = _mm256_loadu_si256((const void *)b->qh[p]);
             const __m256i hh = _mm256_loadu_si256((const void *)b->qh[p + 8]);
-            const __m256i sl = pk6_scales(b->sc[p], b->sc[p]), sh = pk6_scales(b->sc[p + 8], b->sc[p + 8]);
+            const __m256i sl = pk6_scales(b->sc[p]), sh = pk6_scales(b->sc[p + 8]);
             const __m256i off = _mm256_sub_epi16(_mm256_setzero_si256(),      /* -32 x [sc p, sc p + 8] */
                                                  _mm256_slli_epi16(_mm256_blend_epi16(sl, sh, 0xAA), 5));
             for (int t = 0; t < T; t++)
