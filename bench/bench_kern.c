@@ -89,6 +89,9 @@ static void run_part(struct job *j, size_t id, size_t call)
     /* split on whole packed tiles of rows, as the engine does */
     size_t tile = j->k && (j->op == OP_MV_Q8 || j->op == OP_MM_Q8 || j->op == OP_MM_Q8B) ? j->k->q8_pack_rows : 1;
     if (j->op == OP_GEMM_F32 || j->op == OP_SGEMM) tile = 16;          /* the engine's ROW_ALIGN */
+    if (j->k && j->k->f32_pack && (j->op == OP_MV_F32 || j->op == OP_MM_F32 || j->op == OP_MM_F32B ||
+                                   j->op == OP_GEMM_F32))
+        tile = j->k->f32_pack_rows > 16 ? j->k->f32_pack_rows : 16;     /* whole panels */
     size_t tiles = (j->rows + tile - 1) / tile;
     size_t lo = tiles * id / j->nthr * tile, hi = tiles * (id + 1) / j->nthr * tile;
     lo = lo < j->rows ? lo : j->rows;
@@ -396,7 +399,8 @@ int main(int argc, char **argv)
             return 1;
         }
         struct ds_q8_block *wpk = aligned_alloc(64, (q8_bytes + 63) / 64 * 64);   /* q8_pack wants 64 */
-        if (!wpk) { fprintf(stderr, "out of memory\n"); return 1; }
+        float *fpk = aligned_alloc(64, (f32_bytes + 63) / 64 * 64);               /* so does f32_pack */
+        if (!wpk || !fpk) { fprintf(stderr, "out of memory\n"); return 1; }
         double mem_q8_hot = (double)q8_bytes / measure(NULL, OP_MEMREAD, sh, &q8_hot, NULL, y, &o);
         double mem_f32_hot = (double)f32_bytes / measure(NULL, OP_MEMREAD, sh, &f32_hot, NULL, y, &o);
         double mem_q8_str = 0, mem_f32_str = 0;
@@ -425,14 +429,23 @@ int main(int argc, char **argv)
                 continue;
             }
             /* the Q8 rings in this variant's packed layout (the shapes'
-            ** rows are whole tiles, so the bytes are the same) */
-            if (ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk != q8_bytes) {
+            ** rows are whole tiles and panels, so the bytes are the same) */
+            if (ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk != q8_bytes ||
+                ds_f32_packed_floats(k, sh->rows, sh->cols) * sizeof(float) != f32_bytes) {
                 printf("%-11s (rows not whole packed tiles: skipped)\n", k->name);
                 continue;
             }
             ds_q8_pack(k, sh->rows, nb, wq, wpk);
             for (size_t i = 0; i < q8_hot.n_slots; i++) memcpy(q8_hot.mem + i * q8_hot.slot_bytes, wpk, q8_bytes);
             for (size_t i = 0; i < q8_str.n_slots; i++) memcpy(q8_str.mem + i * q8_str.slot_bytes, wpk, q8_bytes);
+            /* and the FP32 rings in its panels, or row-major (the same bytes) */
+            const float *wk = wf;
+            if (k->f32_pack) {
+                k->f32_pack(sh->rows, sh->cols, wf, fpk);
+                wk = fpk;
+            }
+            for (size_t i = 0; i < f32_hot.n_slots; i++) memcpy(f32_hot.mem + i * f32_hot.slot_bytes, wk, f32_bytes);
+            for (size_t i = 0; i < f32_str.n_slots; i++) memcpy(f32_str.mem + i * f32_str.slot_bytes, wk, f32_bytes);
             double macs = (double)sh->rows * (double)sh->cols;
             double t = measure(k, OP_MV_Q8, sh, &q8_hot, xq, y, &o);
             double gbs = (double)q8_bytes / t, dec_rate = macs / t, dec_str = 0;
@@ -502,7 +515,7 @@ int main(int argc, char **argv)
         }
         printf("\n");
         free(q8_hot.mem); free(f32_hot.mem); free(q8_str.mem); free(f32_str.mem);
-        free(wf); free(xf); free(wq); free(wpk); free(xq); free(y);
+        free(wf); free(xf); free(wq); free(wpk); free(fpk); free(xq); free(y);
     }
     printf("%%pk: share of the measured peak above (G op/s x 2 for the MAC rates); ");
     printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "

@@ -673,6 +673,67 @@ static void test_dot_f32(void **state)
     free(b);
 }
 
+/* FP32 weights w (rows x cols, row-major) as k reads them: f32_pack's
+** panels (64-byte aligned), or w itself. *base: the allocation to free. */
+static const float *f32_for(const struct ds_kern_ops *k, size_t rows, size_t cols, const float *w, void **base)
+{
+    *base = NULL;
+    if (!k->f32_pack) return w;
+    const size_t bytes = ds_f32_packed_floats(k, rows, cols) * sizeof(float);
+    *base = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    assert_non_null(*base);
+    memset(*base, 0xff, (bytes + 63) / 64 * 64 + 64);   /* NaN: padding the packer forgets shows */
+    k->f32_pack(rows, cols, w, *base);
+    return *base;
+}
+
+/* f32_pack's layout as kern.h states it: panel p, column c, lane i holds
+** row p * R + i, column c; the last panel's missing rows are 0. The rows
+** from the second panel on, passed as the engine's threads pass them, give
+** the bits of the whole call. */
+static void test_f32_pack(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    if (!k->f32_pack) {
+        print_message("      %s: reads row-major FP32 rows (no f32_pack)\n", k->name);
+        return;
+    }
+    static const size_t rows_list[] = { 1, 15, 16, 17, 31, 32, 33, 64, 100 };
+    static const size_t cols_list[] = { 1, 3, 16, 17, 100 };
+    const size_t R = k->f32_pack_rows;
+    for (size_t ri = 0; ri < N_OF(rows_list); ri++)
+        for (size_t ci = 0; ci < N_OF(cols_list); ci++) {
+            const size_t rows = rows_list[ri], cols = cols_list[ci];
+            float *w = xmalloc(rows * cols * sizeof *w), *x = xmalloc(3 * cols * sizeof *x);
+            float *y = xmalloc(3 * rows * sizeof *y), *y2 = xmalloc(3 * rows * sizeof *y2);
+            fill_f(w, rows * cols, 1.0f);
+            fill_f(x, 3 * cols, 1.0f);
+            void *base;
+            const float *p = f32_for(k, rows, cols, w, &base);
+            for (size_t r = 0; r < ds_kern_tiled_rows(rows, k->f32_pack_rows); r++)
+                for (size_t c = 0; c < cols; c++) {
+                    const float got = p[(r / R) * R * cols + c * R + r % R], want = r < rows ? w[r * cols + c] : 0.0f;
+                    if (memcmp(&got, &want, sizeof got) != 0)
+                        fail_msg("f32_pack rows %zu cols %zu: row %zu column %zu is %.9g, not %.9g", rows, cols,
+                                 r, c, (double)got, (double)want);
+                }
+            if (rows > R) {
+                k->matmul_f32(rows, cols, p, 3, x, y, rows);
+                for (size_t i = 0; i < 3 * rows; i++) y2[i] = -7.0f;
+                k->matmul_f32(rows - R, cols, p + R * cols, 3, x, y2 + R, rows);
+                for (size_t t = 0; t < 3; t++) {
+                    for (size_t r = 0; r < R; r++) assert_true(y2[t * rows + r] == -7.0f);
+                    assert_memory_equal(y + t * rows + R, y2 + t * rows + R, (rows - R) * sizeof *y);
+                }
+            }
+            free(base);
+            free(w);
+            free(x);
+            free(y);
+            free(y2);
+        }
+}
+
 static void test_matvec_f32(void **state)
 {
     const struct ds_kern_ops *k = variant(state);
@@ -684,8 +745,10 @@ static void test_matvec_f32(void **state)
             float *y = xmalloc(rows * sizeof *y), *yr = xmalloc(rows * sizeof *yr);
             fill_f(w, rows * cols + 1, ri & 1 ? 1e15f : 1.0f);
             fill_f(x, cols, 1.0f);
-            k->matvec_f32(rows, cols, w + 1, x, y);      /* w + 1: rows not 16-byte aligned */
+            void *base;                                  /* w + 1: rows not 16-byte aligned */
+            k->matvec_f32(rows, cols, f32_for(k, rows, cols, w + 1, &base), x, y);
             ds_kern_ref.matvec_f32(rows, cols, w + 1, x, yr);
+            free(base);
             for (size_t r = 0; r < rows; r++)
                 check_near("matvec_f32", r, y[r], yr[r], f32_mag(cols, w + 1 + r * cols, 1, x), DS_TOL_SUM);
             free(w);
@@ -715,10 +778,12 @@ static void test_matmul_f32(void **state)
                 fill_f(w, rows * cols + 1, 1.0f);
                 fill_f(x, n_tok * cols, 1.0f);
                 for (size_t i = 0; i < n_tok * ldy; i++) y[i] = -7.0f;   /* the gaps must survive */
-                k->matmul_f32(rows, cols, w + 1, n_tok, x, y, ldy);
+                void *base;
+                const float *wk = f32_for(k, rows, cols, w + 1, &base);
+                k->matmul_f32(rows, cols, wk, n_tok, x, y, ldy);
                 for (size_t t = 0; t < n_tok; t++) {
                     const float *xt = x + t * cols;
-                    k->matvec_f32(rows, cols, w + 1, xt, y1);
+                    k->matvec_f32(rows, cols, wk, xt, y1);
                     ds_kern_ref.matvec_f32(rows, cols, w + 1, xt, yr);
                     for (size_t r = 0; r < rows; r++) {
                         if (memcmp(&y[t * ldy + r], &y1[r], sizeof(float)) != 0)
@@ -730,6 +795,7 @@ static void test_matmul_f32(void **state)
                     }
                     for (size_t r = rows; r < ldy; r++) assert_true(y[t * ldy + r] == -7.0f);
                 }
+                free(base);
                 free(w);
                 free(x);
                 free(y);
@@ -763,7 +829,9 @@ static void test_gemm_f32(void **state)
                 fill_f(w, rows * cols + 1, ti & 1 ? 1e15f : 1.0f);
                 fill_f(x, n_tok * cols, 1.0f);
                 for (size_t i = 0; i < n_tok * ldy; i++) y[i] = i % ldy < rows ? NAN : -7.0f;
-                k->gemm_f32(rows, cols, w + 1, n_tok, x, y, ldy);
+                void *base;
+                k->gemm_f32(rows, cols, f32_for(k, rows, cols, w + 1, &base), n_tok, x, y, ldy);
+                free(base);
                 for (size_t t = 0; t < n_tok; t++) {
                     const float *xt = x + t * cols;
                     ds_kern_ref.matvec_f32(rows, cols, w + 1, xt, yr);
@@ -1214,7 +1282,7 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "matvec_q8", test_matvec_q8 }, { "matmul_q8", test_matmul_q8 },
     { "matmul_qx", test_matmul_qx },
     { "quantize_q8k", test_quantize_q8k }, { "matmul_qk", test_matmul_qk },
-    { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
+    { "f32_pack", test_f32_pack }, { "matvec_f32", test_matvec_f32 }, { "matmul_f32", test_matmul_f32 },
     { "gemm_f32", test_gemm_f32 },
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },

@@ -7,10 +7,12 @@
 **            A variant may keep fixed thread-local scratch (avx512vnni:
 **            176 KB per thread of prepared matmul_q8 activations; avx2 and
 **            avxvnni: 64 KB of 4-/5-bit activation sums; gemm_f32: one packed
-**            weight panel, 32 KB avx512vnni, 16 KB avx2 and avxvnni).
+**            weight panel, 16 KB avx2 and avxvnni).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
 **            variant's packed layout: q8_pack's output, made once at load
 **            (ds_q8_pack below); plain Q8_0 rows where a variant has none.
+**            FP32 matrices likewise: f32_pack's panels where the variant
+**            has a packer (avx512vnni), row-major rows where not.
 ** Threads:   every kernel is reentrant. Kernels are single-threaded: the
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
@@ -26,7 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 11u
+#define DS_KERN_ABI 12u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -151,7 +153,17 @@ struct ds_kern_ops {
     ** bit-identical to the n_tok = 1 call on x row t. */
     void (*matmul_qk)(enum ds_kern_qtype type, size_t rows, size_t n_sb, const void *w, size_t n_tok,
                       const struct ds_q8k_block *x, float *y, size_t ldy);
-    /* y = W x; W is rows x cols FP32, row-major. */
+    /* Packed FP32 weights. f32_pack lays out a rows x cols row-major matrix
+    ** in panels of f32_pack_rows rows, column by column: panel p holds, for
+    ** each column c, its rows' values in row order (the lanes of a vector),
+    ** and the last panel is zero-padded: ds_f32_packed_floats() floats. The
+    ** rows from r0 (a multiple of f32_pack_rows) start at out + r0 * cols;
+    ** out must be 64-byte aligned. A variant with f32_pack reads every FP32
+    ** matrix so (matvec_f32, matmul_f32 and gemm_f32, which it must have);
+    ** NULL: they read row-major rows, any alignment. */
+    uint32_t f32_pack_rows;
+    void (*f32_pack)(size_t rows, size_t cols, const float *w, float *out);
+    /* y = W x; W is rows x cols FP32 (row-major, or packed: f32_pack). */
     void (*matvec_f32)(size_t rows, size_t cols, const float *w, const float *x, float *y);
     /* Y[t*ldy + r] = row r of w . row t of x, for r < rows, t < n_tok
     ** (batched decode, draft verification). Row t is bit-identical to
@@ -160,8 +172,9 @@ struct ds_kern_ops {
                        float *y, size_t ldy);
     /* The same product for many rows (prefill): Y[t*ldy + r] = row r of w
     ** . row t of x, blocked for the FMA units (sums in any order: no bit
-    ** identity with matvec_f32). NULL: the variant has none and the engine
-    ** calls BLAS sgemm (the choice lives here, measured in bench_kern). */
+    ** identity with matvec_f32 required; avx512vnni's is matmul_f32). NULL:
+    ** the variant has none and the engine calls BLAS sgemm (the choice
+    ** lives here, measured in bench_kern). */
     void (*gemm_f32)(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
                      float *y, size_t ldy);
     float (*dot_f32)(size_t n, const float *a, const float *b);
@@ -227,6 +240,12 @@ static inline void ds_q8_pack(const struct ds_kern_ops *k, size_t rows, size_t n
 {
     if (k->q8_pack) k->q8_pack(rows, n_blocks, w, out);
     else memcpy(out, w, rows * n_blocks * sizeof *w);
+}
+
+/* Floats to allocate for a rows x cols FP32 matrix packed for k. */
+static inline size_t ds_f32_packed_floats(const struct ds_kern_ops *k, size_t rows, size_t cols)
+{
+    return ds_kern_tiled_rows(rows, k->f32_pack_rows) * cols;
 }
 
 /* Whether k packs type t's matrices for matmul_qx (qx_pack). */

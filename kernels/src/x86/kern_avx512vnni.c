@@ -15,8 +15,8 @@
 ** q8_pack and Q4_0, Q4_1, Q5_0 and Q5_1 by qx_pack in 32-row tiles, Q4_K,
 ** Q5_K and Q6_K by qk_pack in 16-row tiles (see below).
 ** Stack: small; matmul_q8 (and the packed types' matmul_qx) keeps 176 KB of
-** thread-local prepared activations, gemm_f32 (kern_sgemm_avx512.h) a 32 KB
-** weight panel. Nothing is allocated.
+** thread-local prepared activations. FP32 weights come packed too, by
+** f32_pack in 32-row panels (kern_f32_avx512.h). Nothing is allocated.
 */
 #include <float.h>
 #include <immintrin.h>
@@ -589,178 +589,7 @@ static float dot_f32_avx512(size_t n, const float *a, const float *b)
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
-/* matvec_f32 and matmul_f32 share one register-tiled kernel: R weight rows
-** x T input rows, one accumulator per (row, input) pair, 16 columns a step.
-** Each weight vector loaded serves T inputs and each input vector R rows,
-** so a pass of up to 6 inputs (batched decode, draft verification) costs
-** little more arithmetic time than one while the weights stream once.
-** Every sum is the same sequence of FMAs and the same reduction tree
-** whatever R and T are, so matmul_f32 row t equals matvec_f32 of input t
-** bit for bit. */
-#define F32_RMAX 8              /* rows per tile when T == 1 (8 FMA chains) */
-#define F32_TMAX 8              /* inputs per tile (R x T <= 24 accumulators) */
-
-/* v, kept in a register. An empty asm that may change v stops the compiler
-** from folding the load into every FMA that reads it: f32_tile's vectors
-** each feed R or T FMAs, and as memory operands they were loaded R or T
-** times (24 loads for 21 FMAs in a 3 x 7 tile, so that the load ports and
-** not the FMA units set the pace: a 7-row pass ran at 100-150 GFLOP/s on
-** one Zen 5 core with the weights in L2, 150-190 with this). Only the
-** tiles of up to 3 rows (7 or 8 inputs: verification) take it: decode (T
-** == 1) waits on memory, not on the loads, and the 4-row tiles of batched
-** decode measured no better with it (within the noise of a shared VM). */
-DS_INLINE __m512 in_reg(__m512 v)
-{
-    __asm__("" : "+v"(v));
-    return v;
-}
-
-/* The two 256-bit halves of v added. */
-DS_INLINE __m256 fold_ps(__m512 v)
-{
-    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-
-/* Lane sums of v0..v3 as [s0 s1 s2 s3]; one fixed tree per vector. */
-DS_INLINE __m128 reduce4_ps(__m512 v0, __m512 v1, __m512 v2, __m512 v3)
-{
-    __m256 a0 = fold_ps(v0), a1 = fold_ps(v1), a2 = fold_ps(v2), a3 = fold_ps(v3);
-    __m128 b0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    __m128 b1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
-    __m128 b2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
-    __m128 b3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
-    return _mm_hadd_ps(_mm_hadd_ps(b0, b1), _mm_hadd_ps(b2, b3));
-}
-
-/* y[t*ldy + r] = w row r . x row t for r < R (rows of cols floats, stride
-** cols) and t < T. R * T <= 24 (or R <= 8 with T == 1). With pf, the same
-** columns of the R rows at pf are prefetched on the way: while several
-** inputs keep the FMA units busy on this tile, the next one streams in
-** (the hardware prefetcher alone leaves memory idle during the math). */
-DS_INLINE void f32_tile(int R, int T, size_t cols, const float *w, const float *x, float *y, size_t ldy,
-                        const float *pf)
-{
-    __m512 acc[F32_RMAX][F32_TMAX];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 16 <= cols; i += 16) {
-        __m512 wv[F32_RMAX];
-        if (pf)
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * cols + i), _MM_HINT_T0);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            wv[r] = _mm512_loadu_ps(w + (size_t)r * cols + i);
-            if (T > 1 && R <= 3) wv[r] = in_reg(wv[r]);
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m512 xv = _mm512_loadu_ps(x + (size_t)t * cols + i);
-            if (T > 1 && R <= 3) xv = in_reg(xv);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
-    }
-    if (i < cols) {             /* the same step on zero-padded lanes */
-        __mmask16 m = first_lanes(cols - i);
-        __m512 wv[F32_RMAX];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) wv[r] = _mm512_maskz_loadu_ps(m, w + (size_t)r * cols + i);
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * cols + i);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-        }
-    }
-    const __m512 z = _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++)
-#pragma GCC unroll 2
-        for (int r0 = 0; r0 < R; r0 += 4) {
-            __m128 s = reduce4_ps(acc[r0][t], r0 + 1 < R ? acc[r0 + 1][t] : z,
-                                  r0 + 2 < R ? acc[r0 + 2][t] : z, r0 + 3 < R ? acc[r0 + 3][t] : z);
-            float *yt = y + (size_t)t * ldy + r0;
-            if (R - r0 >= 4) {
-                _mm_storeu_ps(yt, s);
-            } else {
-                float b[4];
-                _mm_storeu_ps(b, s);
-                for (int r = 0; r < R - r0; r++) yt[r] = b[r];
-            }
-        }
-}
-
-/* R rows against all inputs: one group of up to 24 / R inputs (8 at most),
-** so that a verification pass of up to 8 rows is a single sweep over the
-** weights, or groups of 6 beyond. The first group prefetches the R rows at
-** pf (NULL: none). */
-DS_INLINE void f32_rows(int R, size_t cols, const float *w, size_t n_tok, const float *x, float *y,
-                        size_t ldy, const float *pf)
-{
-    const size_t tmax = R >= 4 ? 6 : 8;
-    size_t t = 0;
-    if (n_tok > tmax)
-        for (; t + 6 <= n_tok; t += 6, pf = NULL)
-            f32_tile(R, 6, cols, w, x + t * cols, y + t * ldy, ldy, pf);
-    const float *xt = x + t * cols;
-    float *yt = y + t * ldy;
-    switch (n_tok - t) {
-    case 8: if (R <= 3) f32_tile(R, 8, cols, w, xt, yt, ldy, pf); break;
-    case 7: if (R <= 3) f32_tile(R, 7, cols, w, xt, yt, ldy, pf); break;
-    case 6: f32_tile(R, 6, cols, w, xt, yt, ldy, pf); break;
-    case 5: f32_tile(R, 5, cols, w, xt, yt, ldy, pf); break;
-    case 4: f32_tile(R, 4, cols, w, xt, yt, ldy, pf); break;
-    case 3: f32_tile(R, 3, cols, w, xt, yt, ldy, pf); break;
-    case 2: f32_tile(R, 2, cols, w, xt, yt, ldy, pf); break;
-    case 1: f32_tile(R, 1, cols, w, xt, yt, ldy, pf); break;
-    default: break;
-    }
-}
-
-/* One row count R for all row tiles, then the leftover rows. */
-DS_INLINE void f32_all(int R, size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
-                       float *y, size_t ldy)
-{
-    size_t r = 0;
-    for (; r + (size_t)R <= rows; r += (size_t)R) {
-        const float *pf = r + 2 * (size_t)R <= rows ? w + (r + (size_t)R) * cols : NULL;
-        f32_rows(R, cols, w + r * cols, n_tok, x, y + r, ldy, pf);
-    }
-    switch (rows - r) {
-    case 3: f32_rows(3, cols, w + r * cols, n_tok, x, y + r, ldy, NULL); break;
-    case 2: f32_rows(2, cols, w + r * cols, n_tok, x, y + r, ldy, NULL); break;
-    case 1: f32_rows(1, cols, w + r * cols, n_tok, x, y + r, ldy, NULL); break;
-    default: break;
-    }
-}
-
-static void matmul_f32_avx512(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
-                              float *y, size_t ldy)
-{
-    if (n_tok == 1) {           /* decode: 8 rows keep 8 FMA chains busy */
-        size_t r8 = rows & ~(size_t)7;
-        for (size_t r = 0; r < r8; r += 8) f32_tile(8, 1, cols, w + r * cols, x, y + r, ldy, NULL);
-        f32_all(4, rows - r8, cols, w + r8 * cols, 1, x, y + r8, ldy);
-    } else if (n_tok == 7 || n_tok == 8) {
-        f32_all(3, rows, cols, w, n_tok, x, y, ldy);
-    } else {
-        /* R rows (up to 48 KB at 3072 columns) stay in cache while every
-        ** group of inputs passes over them: the weights stream once, and
-        ** the next tile streams in during the arithmetic. */
-        f32_all(4, rows, cols, w, n_tok, x, y, ldy);
-    }
-}
-
-static void matvec_f32_avx512(size_t rows, size_t cols, const float *w, const float *x, float *y)
-{
-    matmul_f32_avx512(rows, cols, w, 1, x, y, rows);
-}
-
-#include "kern_sgemm_avx512.h"
+#include "kern_f32_avx512.h"
 
 static void axpy_f32_avx512(size_t n, float a, const float *x, float *y)
 {
@@ -1324,9 +1153,11 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .matmul_qx   = matmul_qx_avx512,
     .quantize_q8k = qk_quantize_q8k,
     .matmul_qk   = matmul_qk_avx512,
+    .f32_pack_rows = F32_PR,
+    .f32_pack    = f32_pack_avx512,
     .matvec_f32  = matvec_f32_avx512,
     .matmul_f32  = matmul_f32_avx512,
-    .gemm_f32    = gemm_f32_avx512,
+    .gemm_f32    = matmul_f32_avx512,
     .dot_f32     = dot_f32_avx512,
     .axpy_f32    = axpy_f32_avx512,
     .rmsnorm_f32 = rmsnorm_f32_avx512,

@@ -3,7 +3,7 @@
 **
 ** Owns: prepared weight matrices (converted or packed copies, or borrowed
 ** from the model's mapping when the kernel reads the file's type as it is:
-** F32, or Q8_0 for a variant without a packed layout), the scratch
+** F32 or Q8_0 for a variant without a packed layout for it), the scratch
 ** buffers of struct run_state, the RoPE table, the thread pool and the KV
 ** block pool that every struct ds_seq of this engine draws from.
 **
@@ -12,7 +12,8 @@
 ** on the pool (by output rows for decode and batches, by tokens for long
 ** prompts; see there). Matrices go to the selected kernel (FP32 passes of
 ** more than 17 rows to its gemm_f32, or OpenBLAS sgemm where the variant has
-** none); attention, RoPE, norms, SwiGLU and
+** none, unless it packs FP32 panels: then matmul_f32 takes every pass);
+** attention, RoPE, norms, SwiGLU and
 ** the activations' quantization go through kernels too.
 **
 ** Backends: a GPU backend plugs in through struct ds_gpu_ops
@@ -38,8 +39,8 @@
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
 #define DEFAULT_KV_SEQS   4u
-#define ROW_ALIGN         16u      /* output rows per thread are a multiple of this (INT8: and
-                                   ** of the kernel's packed tile) */
+#define ROW_ALIGN         16u      /* output rows per thread are a multiple of this (and of
+                                   ** the kernel's packed tile or FP32 panel) */
 #define PARALLEL_MIN_WORK 65536u
 #define ATTN_MIN_WORK     4096u    /* attention splits across threads from this (pos x dim) on */
 #define ATT_ROWS          8u       /* query rows of one sequence scored together */
@@ -263,22 +264,47 @@ static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight
     return DS_OK;
 }
 
+/* FP32: F32 rows borrowed from the mapping, other types converted; or, for
+** a variant with a packed layout, every type converted a panel at a time
+** and packed (the F32 file's pages then stay with the page cache). */
+static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
+{
+    const struct ds_kern_ops *k = e->kern;
+    const size_t cols = w->cols;
+    if (!k->f32_pack && w->type == DS_DTYPE_F32) {
+        m->f = w->data;
+        return DS_OK;
+    }
+    const size_t step = k->f32_pack ? k->f32_pack_rows : w->rows;
+    const size_t n = k->f32_pack ? ds_f32_packed_floats(k, w->rows, cols) : (size_t)w->rows * cols;
+    float *f = aligned_alloc(64, (n * sizeof *f + 63) / 64 * 64);
+    float *rows = k->f32_pack && w->type != DS_DTYPE_F32 ? malloc(step * cols * sizeof *rows) : NULL;
+    if (!f || (k->f32_pack && w->type != DS_DTYPE_F32 && !rows)) {
+        free(f);
+        free(rows);
+        return DS_ERR_NOMEM;
+    }
+    for (uint32_t r0 = 0; r0 < w->rows; r0 += (uint32_t)step) {
+        const uint32_t nr = (uint32_t)DS_MIN(step, (size_t)(w->rows - r0));
+        const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + (size_t)r0 * cols : NULL;
+        float *dst = rows ? rows : f + (size_t)r0 * cols;
+        if (!src) {
+            for (uint32_t r = 0; r < nr; r++) ds_weight_row_f32(w, r0 + r, dst + (size_t)r * cols);
+            src = dst;
+        }
+        if (k->f32_pack) k->f32_pack(nr, cols, src, f + (size_t)r0 * cols);
+    }
+    free(rows);
+    m->f = m->owned = f;
+    return DS_OK;
+}
+
 static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     m->rows = w->rows;
     m->cols = w->cols;
     m->nb = (uint32_t)ds_q8_blocks(w->cols);
-    if (e->prec == DS_PRECISION_FP32) {
-        if (w->type == DS_DTYPE_F32) {
-            m->f = w->data;
-            return DS_OK;
-        }
-        float *f = malloc((size_t)w->rows * w->cols * sizeof *f);
-        if (!f) return DS_ERR_NOMEM;
-        for (uint32_t r = 0; r < w->rows; r++) ds_weight_row_f32(w, r, f + (size_t)r * w->cols);
-        m->f = m->owned = f;
-        return DS_OK;
-    }
+    if (e->prec == DS_PRECISION_FP32) return mat_prepare_f32(e, w, m);
     /* INT8: 4-, 5- and 6-bit rows stay as the file has them (matmul_qx and
     ** matmul_qk stream them), or are packed into the tiles of a variant
     ** that has a layout for their type (mat_pack_qx); Q8_0
@@ -598,11 +624,12 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
             k->matvec_q8(r1 - r0, w->nb, w->q + r0 * w->nb, xq, y);
         else
             k->matmul_q8(r1 - r0, w->nb, w->q + r0 * w->nb, n, xq, y, w->rows);
-    } else if (n <= FP32_MATVEC_ROWS) {
+    } else if (n <= FP32_MATVEC_ROWS || k->f32_pack) {
         /* Few rows (decode, batched decode, draft verification): a blocked
         ** product runs well below the kernel there (it packs the whole weight
         ** matrix first). matmul_f32 streams the weights once for all rows,
-        ** and each row's result is bit-identical to a one-row pass. */
+        ** and each row's result is bit-identical to a one-row pass. Packed
+        ** panels (avx512vnni) serve every row count so: prefill too. */
         k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, n, j->x + t0 * w->cols, y, w->rows);
     } else if (k->gemm_f32) {
         /* Many rows (prefill): the variant's own register-blocked product,
@@ -619,9 +646,11 @@ static void matmul_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct matmul_job *j = p;
     size_t align = j->swiglu ? DS_MAX(ROW_ALIGN, j->e->q8k_hid ? DS_Q8K_BLOCK : DS_Q8_BLOCK) : ROW_ALIGN;
-    if (j->e->prec == DS_PRECISION_INT8)        /* whole packed tiles */
-        align = DS_MAX(align, DS_MAX(j->e->kern->q8_pack_rows,
-                                     DS_MAX(j->e->kern->qx_pack_rows, j->e->kern->qk_pack_rows)));
+    const struct ds_kern_ops *k = j->e->kern;   /* whole packed tiles and panels */
+    if (j->e->prec == DS_PRECISION_INT8)
+        align = DS_MAX(align, DS_MAX(k->q8_pack_rows, DS_MAX(k->qx_pack_rows, k->qk_pack_rows)));
+    else
+        align = DS_MAX(align, k->f32_pack_rows);
     size_t r0 = 0, r1 = 0;
     for (unsigned m = 0; m < j->n_mat; m++) {
         ds_pool_split(j->w[m]->rows, task, n_tasks, align, &r0, &r1);
