@@ -264,6 +264,19 @@ static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight
     return DS_OK;
 }
 
+/* Fault in the pages of [p, p + bytes) in one call (for writing: a fresh
+** allocation; or reading: the file mapping) instead of one trap per 4 KB page;
+** advice only (kernels before 5.14 lack it: then the loop faults them in). */
+static void populate(const void *p, size_t bytes, bool write)
+{
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+#else
+    (void)p, (void)bytes, (void)write;
+#endif
+}
+
 /* FP32: F32 rows borrowed from the mapping, other types converted; or, for
 ** a variant with a packed layout, every type converted a panel at a time
 ** and packed (the F32 file's pages then stay with the page cache). */
@@ -284,6 +297,8 @@ static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_we
         free(rows);
         return DS_ERR_NOMEM;
     }
+    populate(f, n * sizeof *f, true);
+    if (w->type == DS_DTYPE_F32) populate(w->data, (size_t)w->rows * cols * sizeof(float), false);
     for (uint32_t r0 = 0; r0 < w->rows; r0 += (uint32_t)step) {
         const uint32_t nr = (uint32_t)DS_MIN(step, (size_t)(w->rows - r0));
         const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + (size_t)r0 * cols : NULL;
