@@ -6,13 +6,12 @@
 ** Ownership: kernels never allocate; callers pass every buffer and its size.
 **            A variant may keep fixed thread-local scratch (avx512vnni:
 **            176 KB per thread of prepared matmul_q8 activations; avx2 and
-**            avxvnni: 64 KB of 4-/5-bit activation sums; gemm_f32: one packed
-**            weight panel, 16 KB avx2 and avxvnni).
+**            avxvnni: 64 KB of 4-/5-bit activation sums).
 ** Weights:   INT8 weight matrices go to matvec_q8 / matmul_q8 in the
 **            variant's packed layout: q8_pack's output, made once at load
 **            (ds_q8_pack below); plain Q8_0 rows where a variant has none.
 **            FP32 matrices likewise: f32_pack's panels where the variant
-**            has a packer (avx512vnni), row-major rows where not.
+**            has a packer (the x86 ones), row-major rows where not.
 ** Threads:   every kernel is reentrant. Kernels are single-threaded: the
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
@@ -172,7 +171,7 @@ struct ds_kern_ops {
                        float *y, size_t ldy);
     /* The same product for many rows (prefill): Y[t*ldy + r] = row r of w
     ** . row t of x, blocked for the FMA units (sums in any order: no bit
-    ** identity with matvec_f32 required; avx512vnni's is matmul_f32). NULL:
+    ** identity with matvec_f32 required; the x86 ones are matmul_f32). NULL:
     ** the variant has none and the engine calls BLAS sgemm (the choice
     ** lives here, measured in bench_kern). */
     void (*gemm_f32)(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,

@@ -15,8 +15,9 @@
 ** pair stays within 2 x 128 x 127). Every block dot is the reference's
 ** int32; only the float steps' order differs (ds_kern_ref).
 **
-** Stack: small; gemm_f32 (kern_sgemm_avx2.h) keeps a 16 KB thread-local
-** weight panel and the packed tiles 16 KB of thread-local activation
+** FP32 weights come packed at load too, by f32_pack in 16-row panels
+** (kern_f32_avx2.h).
+** Stack: small; the packed tiles keep 16 KB of thread-local activation
 ** sums; nothing is allocated.
 */
 #include <float.h>
@@ -164,51 +165,7 @@ static float dot_f32_avx2(size_t n, const float *a, const float *b)
     return hsum_f32(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
 }
 
-/* 4 rows at once: each x vector is loaded once for 4 rows; 8 accumulators. */
-static void matvec_f32_avx2(size_t rows, size_t cols, const float *w, const float *x, float *y)
-{
-    size_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        const float *w0 = w + r * cols, *w1 = w0 + cols, *w2 = w1 + cols, *w3 = w2 + cols;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-        size_t i = 0;
-        for (; i + 16 <= cols; i += 16) {
-            __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), x0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), x0, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), x0, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), x0, a3);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i + 8), x1, b0);
-            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i + 8), x1, b1);
-            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i + 8), x1, b2);
-            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i + 8), x1, b3);
-        }
-        for (; i < cols; i += 8) {
-            __m256i m = lane_mask(cols - i >= 8 ? 8 : cols - i);
-            __m256 x0 = _mm256_maskload_ps(x + i, m);
-            a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w0 + i, m), x0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w1 + i, m), x0, a1);
-            a2 = _mm256_fmadd_ps(_mm256_maskload_ps(w2 + i, m), x0, a2);
-            a3 = _mm256_fmadd_ps(_mm256_maskload_ps(w3 + i, m), x0, a3);
-        }
-        a0 = _mm256_add_ps(a0, b0);
-        a1 = _mm256_add_ps(a1, b1);
-        a2 = _mm256_add_ps(a2, b2);
-        a3 = _mm256_add_ps(a3, b3);
-        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-        _mm_storeu_ps(y + r, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-    }
-    for (; r < rows; r++) y[r] = dot_f32_avx2(cols, w + r * cols, x);
-}
-
-static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x,
-                          float *y, size_t ldy)
-{
-    ds_kern__matmul_f32_blocked(matvec_f32_avx2, rows, cols, w, n_tok, x, y, ldy);
-}
-
-#include "kern_sgemm_avx2.h"
+#include "kern_f32_avx2.h"
 
 static void axpy_f32_avx2(size_t n, float a, const float *x, float *y)
 {
@@ -829,9 +786,11 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .matmul_qx   = matmul_qx_avx2,
     .quantize_q8k = qk_quantize_q8k,
     .matmul_qk   = matmul_qk_avx2,
+    .f32_pack_rows = F32A_PR,
+    .f32_pack    = f32_pack_avx2,
     .matvec_f32  = matvec_f32_avx2,
     .matmul_f32  = matmul_f32_avx2,
-    .gemm_f32    = gemm_f32_avx2,
+    .gemm_f32    = matmul_f32_avx2,
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
