@@ -158,7 +158,8 @@ struct ds_kern_ops {
     ** and the last panel is zero-padded: ds_f32_packed_floats() floats. The
     ** rows from r0 (a multiple of f32_pack_rows) start at out + r0 * cols;
     ** out must be 64-byte aligned. A variant with f32_pack reads every FP32
-    ** matrix so (matvec_f32, matmul_f32 and gemm_f32, which it must have);
+    ** matrix so (matvec_f32, matmul_f32 and gemm_f32; the engine then calls
+    ** matmul_f32 for every pass, never BLAS);
     ** NULL: they read row-major rows, any alignment. */
     uint32_t f32_pack_rows;
     void (*f32_pack)(size_t rows, size_t cols, const float *w, float *out);

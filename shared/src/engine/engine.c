@@ -644,7 +644,7 @@ static void matmul_part(const struct matmul_job *j, const struct mat *w, float *
         ** product runs well below the kernel there (it packs the whole weight
         ** matrix first). matmul_f32 streams the weights once for all rows,
         ** and each row's result is bit-identical to a one-row pass. Packed
-        ** panels (avx512vnni) serve every row count so: prefill too. */
+        ** panels (x86) serve every row count so: prefill too. */
         k->matmul_f32(r1 - r0, w->cols, w->f + r0 * w->cols, n, j->x + t0 * w->cols, y, w->rows);
     } else if (k->gemm_f32) {
         /* Many rows (prefill): the variant's own register-blocked product,
