@@ -22,7 +22,7 @@
 ** one Zen 5 core a 7-input pass cost 1.5-1.7 one-input passes, and with
 ** 2048 columns 7 inputs' vectors spilled out of L1. Here each panel stream
 ** is prefetched F32_PF bytes ahead and the inputs are read one float at a
-** time: the same 7-input pass costs about 1.1 one-input passes (bench_kern).
+** time: 7 inputs now cost 1.15-1.28 one-input passes (bench_kern -t 2).
 ** Prefill runs the same tile with 12 inputs, each panel (96-256 KB) staying
 ** in L2 while every group of 12 inputs passes over it.
 ** Stack: 24 vectors. Nothing is allocated.
