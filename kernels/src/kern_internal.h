@@ -38,6 +38,42 @@ static inline void ds_kern__matmul_f32_blocked(void (*matvec)(size_t, size_t, co
     }
 }
 
+/* A register tile of an f32_pack'ed kernel: nt inputs (x, cols apart)
+** against the panels at wp; y[t * ldy + i] for the nr rows left from wp's
+** first row on. The tile functions fix how many panels they cover. */
+typedef void ds_kern__f32_tile_fn(size_t nt, size_t cols, const float *wp, const float *x, float *y, size_t ldy,
+                                  size_t nr);
+
+/* matmul_f32 over panels of pr rows (kern_f32_avx512.h, kern_f32_avx2.h):
+** Y[t * ldy + r] = row r of the packed w . row t of x. One input takes four
+** panels per tile (tile4), two or three inputs take two (tile2: a group of
+** three panels steps two, leaving one for tile1), more take one panel
+** (tile1) in groups of up to tmax inputs. Panels outermost: a panel meets
+** every group of inputs while it is in cache. The tiles are constants at
+** each call, so this inlines into one kernel per variant. */
+static inline void ds_kern__f32_panels(size_t pr, size_t tmax, ds_kern__f32_tile_fn *tile4,
+                                       ds_kern__f32_tile_fn *tile2, ds_kern__f32_tile_fn *tile1, size_t rows,
+                                       size_t cols, const float *w, size_t n_tok, const float *x, float *y,
+                                       size_t ldy)
+{
+    const size_t np = (rows + pr - 1) / pr, ps = pr * cols;
+    const size_t step = n_tok == 1 ? 4 : n_tok <= 3 ? 2 : 1;     /* panels per tile */
+    for (size_t p = 0; p < np;) {
+        const size_t pn = np - p < step ? np - p : step, nr = rows - p * pr;
+        const float *wp = w + p * ps;
+        float *yp = y + p * pr;
+        if (pn == 4) {
+            tile4(1, cols, wp, x, yp, ldy, nr);
+        } else if (pn >= 2) {
+            tile2(n_tok, cols, wp, x, yp, ldy, nr);
+        } else {
+            for (size_t t = 0; t < n_tok; t += tmax)
+                tile1(n_tok - t < tmax ? n_tok - t : tmax, cols, wp, x + t * cols, yp + t * ldy, ldy, nr);
+        }
+        p += pn == 3 ? 2 : pn;
+    }
+}
+
 /* attn_f32's keys: the most that any of the nq rows sees. */
 static inline size_t ds_kern__attn_keys(size_t nq, const uint32_t *lim)
 {

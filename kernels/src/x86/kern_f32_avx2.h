@@ -131,33 +131,18 @@ static void f32a_tile2(size_t nt, size_t cols, const float *wp, const float *x, 
     }
 }
 
-static void f32a_tile4x1(size_t cols, const float *wp, const float *x, float *y, size_t ldy, size_t nr)
+static void f32a_tile4x1(size_t nt, size_t cols, const float *wp, const float *x, float *y, size_t ldy, size_t nr)
 {
+    (void)nt;                   /* always one input */
     f32a_tile(4, 1, cols, wp, x, y, ldy, nr);
 }
 
-/* Y[t * ldy + r] = row r of the packed w . row t of x. Panels outermost:
-** a panel meets every group of inputs while it is in cache. */
+/* Y[t * ldy + r] = row r of the packed w . row t of x (kern_internal.h:
+** ds_kern__f32_panels). */
 static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x, float *y,
                             size_t ldy)
 {
-    const size_t np = (rows + F32A_PR - 1) / F32A_PR, ps = F32A_PR * cols;
-    const size_t step = n_tok == 1 ? 4 : n_tok <= 3 ? 2 : 1;     /* panels per tile */
-    for (size_t p = 0; p < np;) {
-        const size_t pn = np - p < step ? np - p : step, nr = rows - p * F32A_PR;
-        const float *wp = w + p * ps;
-        float *yp = y + p * F32A_PR;
-        if (pn == 4) {
-            f32a_tile4x1(cols, wp, x, yp, ldy, nr);
-        } else if (pn >= 2) {
-            f32a_tile2(n_tok, cols, wp, x, yp, ldy, nr);
-        } else {
-            for (size_t t = 0; t < n_tok; t += F32A_TMAX)
-                f32a_tile1(n_tok - t < F32A_TMAX ? n_tok - t : F32A_TMAX, cols, wp, x + t * cols, yp + t * ldy,
-                           ldy, nr);
-        }
-        p += pn == 3 ? 2 : pn;
-    }
+    ds_kern__f32_panels(F32A_PR, F32A_TMAX, f32a_tile4x1, f32a_tile2, f32a_tile1, rows, cols, w, n_tok, x, y, ldy);
 }
 
 static void matvec_f32_avx2(size_t rows, size_t cols, const float *w, const float *x, float *y)

@@ -290,9 +290,10 @@ static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_we
     }
     const size_t step = k->f32_pack ? k->f32_pack_rows : w->rows;
     const size_t n = k->f32_pack ? ds_f32_packed_floats(k, w->rows, cols) : (size_t)w->rows * cols;
+    const bool staged = k->f32_pack && w->type != DS_DTYPE_F32;    /* converted rows, then packed */
     float *f = aligned_alloc(64, (n * sizeof *f + 63) / 64 * 64);
-    float *rows = k->f32_pack && w->type != DS_DTYPE_F32 ? malloc(step * cols * sizeof *rows) : NULL;
-    if (!f || (k->f32_pack && w->type != DS_DTYPE_F32 && !rows)) {
+    float *rows = staged ? malloc(step * cols * sizeof *rows) : NULL;
+    if (!f || (staged && !rows)) {
         free(f);
         free(rows);
         return DS_ERR_NOMEM;
