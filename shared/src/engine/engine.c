@@ -277,9 +277,45 @@ static void populate(const void *p, size_t bytes, bool write)
 #endif
 }
 
+/* One FP32 matrix being prepared (mat_prepare_f32): the pool's threads
+** each take whole chunks of rows (panels, when the variant packs). */
+struct f32_prep_job {
+    const struct ds_kern_ops *k;
+    const struct ds_weight   *w;
+    float                    *f;        /* the prepared matrix */
+    float                    *stage;    /* chunk rows per thread, converted before packing; or NULL */
+    size_t                    chunk;    /* rows per step: f32_pack_rows, or any when not packing */
+};
+
+static void f32_prep_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct f32_prep_job *j = p;
+    const struct ds_weight *w = j->w;
+    const size_t cols = w->cols;
+    size_t lo, hi;
+    ds_pool_split(w->rows, task, n_tasks, j->chunk, &lo, &hi);
+    if (lo >= hi) return;
+    /* a packed matrix's last panel is zero-padded past the rows */
+    const size_t end = hi == w->rows && j->k->f32_pack ? ds_f32_packed_floats(j->k, w->rows, cols) : hi * cols;
+    populate(j->f + lo * cols, (end - lo * cols) * sizeof(float), true);
+    if (w->type == DS_DTYPE_F32) populate((const float *)w->data + lo * cols, (hi - lo) * cols * sizeof(float), false);
+    float *stage = j->stage ? j->stage + (size_t)task * j->chunk * cols : NULL;
+    for (size_t r0 = lo; r0 < hi; r0 += j->chunk) {
+        const size_t nr = DS_MIN(j->chunk, hi - r0);
+        const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + r0 * cols : NULL;
+        if (!src) {
+            float *dst = stage ? stage : j->f + r0 * cols;
+            for (size_t r = 0; r < nr; r++) ds_weight_row_f32(w, (uint32_t)(r0 + r), dst + r * cols);
+            src = dst;
+        }
+        if (j->k->f32_pack) j->k->f32_pack(nr, cols, src, j->f + r0 * cols);
+    }
+}
+
 /* FP32: F32 rows borrowed from the mapping, other types converted; or, for
 ** a variant with a packed layout, every type converted a panel at a time
-** and packed (the F32 file's pages then stay with the page cache). */
+** and packed (the F32 file's pages then stay with the page cache). The
+** pool's threads share the work: most of it is faulting in fresh pages. */
 static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     const struct ds_kern_ops *k = e->kern;
@@ -288,30 +324,19 @@ static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_we
         m->f = w->data;
         return DS_OK;
     }
-    const size_t step = k->f32_pack ? k->f32_pack_rows : w->rows;
-    const size_t n = k->f32_pack ? ds_f32_packed_floats(k, w->rows, cols) : (size_t)w->rows * cols;
     const bool staged = k->f32_pack && w->type != DS_DTYPE_F32;    /* converted rows, then packed */
-    float *f = aligned_alloc(64, (n * sizeof *f + 63) / 64 * 64);
-    float *rows = staged ? malloc(step * cols * sizeof *rows) : NULL;
-    if (!f || (staged && !rows)) {
-        free(f);
-        free(rows);
+    const size_t n = k->f32_pack ? ds_f32_packed_floats(k, w->rows, cols) : (size_t)w->rows * cols;
+    struct f32_prep_job j = { k, w, aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64), NULL,
+                              k->f32_pack ? k->f32_pack_rows : 64 };
+    if (staged) j.stage = malloc((size_t)ds_pool_size(e->pool) * j.chunk * cols * sizeof(float));
+    if (!j.f || (staged && !j.stage)) {
+        free(j.f);
+        free(j.stage);
         return DS_ERR_NOMEM;
     }
-    populate(f, n * sizeof *f, true);
-    if (w->type == DS_DTYPE_F32) populate(w->data, (size_t)w->rows * cols * sizeof(float), false);
-    for (uint32_t r0 = 0; r0 < w->rows; r0 += (uint32_t)step) {
-        const uint32_t nr = (uint32_t)DS_MIN(step, (size_t)(w->rows - r0));
-        const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + (size_t)r0 * cols : NULL;
-        float *dst = rows ? rows : f + (size_t)r0 * cols;
-        if (!src) {
-            for (uint32_t r = 0; r < nr; r++) ds_weight_row_f32(w, r0 + r, dst + (size_t)r * cols);
-            src = dst;
-        }
-        if (k->f32_pack) k->f32_pack(nr, cols, src, f + (size_t)r0 * cols);
-    }
-    free(rows);
-    m->f = m->owned = f;
+    ds_pool_run(e->pool, f32_prep_task, &j);
+    free(j.stage);
+    m->f = m->owned = j.f;
     return DS_OK;
 }
 
