@@ -240,7 +240,9 @@ static void check_same_bits(const char *op, const char *alone, size_t rows, size
 
 /* w (rows x nb, row-major) in k's packed layout: 64-byte aligned as q8_pack
 ** wants, or, plain Q8_0, 2 bytes past an allocation's alignment (*base is
-** the allocation, to free). */
+** the allocation, to free). With more than one tile, q8_pack is also called
+** as the engine's threads call it at load (the first tile, then the rest
+** at out + q8_pack_rows * nb), which must give the same bytes. */
 static struct ds_q8_block *pack_for(const struct ds_kern_ops *k, size_t rows, size_t nb,
                                     const struct ds_q8_block *w, void **base)
 {
@@ -249,6 +251,16 @@ static struct ds_q8_block *pack_for(const struct ds_kern_ops *k, size_t rows, si
     assert_non_null(*base);
     struct ds_q8_block *p = (struct ds_q8_block *)(void *)((char *)*base + (k->q8_pack ? 0 : 2));
     ds_q8_pack(k, rows, nb, w, p);
+    const size_t R = k->q8_pack_rows;
+    if (k->q8_pack && rows > R) {
+        struct ds_q8_block *parts = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        assert_non_null(parts);
+        k->q8_pack(R, nb, w, parts);
+        k->q8_pack(rows - R, nb, w + R * nb, parts + R * nb);
+        if (memcmp(parts, p, ds_q8_packed_blocks(k, rows, nb) * sizeof *p) != 0)
+            fail_msg("q8_pack rows %zu blocks %zu: packed in two calls differs from one", rows, nb);
+        free(parts);
+    }
     return p;
 }
 
@@ -688,7 +700,8 @@ static const float *f32_for(const struct ds_kern_ops *k, size_t rows, size_t col
 }
 
 /* f32_pack's layout as kern.h states it: panel p, column c, lane i holds
-** row p * R + i, column c; the last panel's missing rows are 0. The rows
+** row p * R + i, column c; the last panel's missing rows are 0; packing the
+** first panel and the rest in two calls gives the same floats. The rows
 ** from the second panel on, passed as the engine's threads pass them, give
 ** the bits of the whole call. */
 static void test_f32_pack(void **state)
@@ -717,7 +730,14 @@ static void test_f32_pack(void **state)
                         fail_msg("f32_pack rows %zu cols %zu: row %zu column %zu is %.9g, not %.9g", rows, cols,
                                  r, c, (double)got, (double)want);
                 }
-            if (rows > R) {
+            if (rows > R) {                 /* packed in two calls, as the engine's threads do at load */
+                const size_t n = ds_f32_packed_floats(k, rows, cols);
+                float *parts = aligned_alloc(64, (n * sizeof *parts + 63) / 64 * 64);
+                assert_non_null(parts);
+                k->f32_pack(R, cols, w, parts);
+                k->f32_pack(rows - R, cols, w + R * cols, parts + R * cols);
+                assert_memory_equal(parts, p, n * sizeof *p);
+                free(parts);
                 k->matmul_f32(rows, cols, p, 3, x, y, rows);
                 for (size_t i = 0; i < 3 * rows; i++) y2[i] = -7.0f;
                 k->matmul_f32(rows - R, cols, p + R * cols, 3, x, y2 + R, rows);

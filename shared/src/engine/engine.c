@@ -340,6 +340,39 @@ static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_we
     return DS_OK;
 }
 
+/* One INT8 matrix being prepared (mat_prepare_rows): each of the pool's
+** threads quantizes its own rows (F32, F16 and BF16 files) and packs them
+** into their tiles, whole tiles each (kern.h: the rows from a tile's first
+** start at out + r0 * n_blocks). */
+struct q8_prep_job {
+    const struct ds_kern_ops *k;
+    const struct ds_weight   *w;
+    size_t                    nb;       /* blocks per row */
+    struct ds_q8_block       *quant;    /* the rows quantized here; NULL for a Q8_0 file */
+    struct ds_q8_block       *packed;   /* NULL where the variant has no layout */
+    float                    *rowbuf;   /* one row of floats per thread, with quant */
+};
+
+static void q8_prep_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct q8_prep_job *j = p;
+    const struct ds_weight *w = j->w;
+    size_t lo, hi;
+    ds_pool_split(w->rows, task, n_tasks, j->k->q8_pack ? j->k->q8_pack_rows : 1, &lo, &hi);
+    if (lo >= hi) return;
+    if (j->quant) {
+        float *row = j->rowbuf + (size_t)task * w->cols;
+        for (size_t r = lo; r < hi; r++) {
+            ds_weight_row_f32(w, (uint32_t)r, row);
+            ds_kern_ref.quantize_q8(w->cols, row, j->quant + r * j->nb);
+        }
+    }
+    if (j->packed) {
+        const struct ds_q8_block *src = j->quant ? j->quant : w->data;
+        j->k->q8_pack(hi - lo, j->nb, src + lo * j->nb, j->packed + lo * j->nb);
+    }
+}
+
 static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_weight *w, struct mat *m)
 {
     m->rows = w->rows;
@@ -363,35 +396,33 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         m->qx_row = ds_weight_row_bytes(w);
         return mat_pack_qx(e, w, m);
     }
-    const struct ds_q8_block *src = w->type == DS_DTYPE_Q8_0 ? w->data : NULL;
-    struct ds_q8_block *quant = NULL;
-    if (!src) {
-        float *row = malloc((size_t)w->cols * sizeof *row);
-        quant = malloc((size_t)w->rows * m->nb * sizeof *quant);
-        if (!quant || !row) {
-            free(quant);
-            free(row);
-            return DS_ERR_NOMEM;
-        }
-        for (uint32_t r = 0; r < w->rows; r++) {
-            ds_weight_row_f32(w, r, row);
-            ds_kern_ref.quantize_q8(w->cols, row, quant + (size_t)r * m->nb);
-        }
-        free(row);
-        src = quant;
+    /* Q8_0 rows: the file's, or quantized here; packed where the variant
+    ** has a layout. The pool's threads share both steps (q8_prep_task). */
+    const struct ds_kern_ops *k = e->kern;
+    struct q8_prep_job j = { k, w, m->nb, NULL, NULL, NULL };
+    if (w->type != DS_DTYPE_Q8_0) {
+        j.quant = malloc((size_t)w->rows * m->nb * sizeof *j.quant);
+        j.rowbuf = malloc((size_t)ds_pool_size(e->pool) * w->cols * sizeof *j.rowbuf);
     }
-    if (!e->kern->q8_pack) {
-        m->q = src;
-        m->owned = quant;
-        return DS_OK;
+    if (k->q8_pack) {
+        size_t bytes = ds_q8_packed_blocks(k, w->rows, m->nb) * sizeof(struct ds_q8_block);
+        j.packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     }
-    size_t bytes = ds_q8_packed_blocks(e->kern, w->rows, m->nb) * sizeof(struct ds_q8_block);
-    struct ds_q8_block *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (packed) e->kern->q8_pack(w->rows, m->nb, src, packed);
-    free(quant);
-    if (!packed) return DS_ERR_NOMEM;
-    m->q = packed;
-    m->owned = packed;
+    if ((w->type != DS_DTYPE_Q8_0 && (!j.quant || !j.rowbuf)) || (k->q8_pack && !j.packed)) {
+        free(j.quant);
+        free(j.rowbuf);
+        free(j.packed);
+        return DS_ERR_NOMEM;
+    }
+    ds_pool_run(e->pool, q8_prep_task, &j);
+    free(j.rowbuf);
+    if (j.packed) {
+        free(j.quant);
+        m->q = m->owned = j.packed;
+    } else {
+        m->q = j.quant ? j.quant : w->data;
+        m->owned = j.quant;
+    }
     return DS_OK;
 }
 
