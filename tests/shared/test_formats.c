@@ -89,19 +89,29 @@ static size_t argmax(const float *x, size_t n)
 ** scalar reference kernels and the selected SIMD kernels (the same integer
 ** sums, float sums in another order) are from each other; for FP32, how far
 ** quantizing the activations alone moves dspark's own logits. */
-static const char *known_gap(const char *name, enum ds_precision prec)
+struct gap {
+    const char *name;
+    int         prec;
+    const char *why;
+    double      top1_min;               /* the guard on top-1; 0: GAP_TOP1_MIN */
+};
+
+static const struct gap *known_gap(const char *name, enum ds_precision prec)
 {
-    static const struct { const char *name; int prec; const char *why; } gaps[] = {
-        { "r12M-Q4_0", DS_PRECISION_FP32, "the reference's own Q8_0/Q8_K activation rounding" },
-        { "r12M-Q4_0", DS_PRECISION_INT8, "int8 rounding flips from position 0 on; two correct kernels differ as much" },
-        { "r12M-Q4_K_M", DS_PRECISION_FP32, "the reference's own Q8_K activation rounding" },
-        { "r12M-Q6_K", DS_PRECISION_FP32, "the reference's own Q8_K activation rounding" },
-        { "r12M-Q6_K", DS_PRECISION_INT8, "exact to position 5, then cascading int8 rounding flips" },
-        { "l3-12M-Q8_0", DS_PRECISION_FP32, "NMSE 8e-4 passes, top-1 93.8% (90/96) does not" },
+    static const struct gap gaps[] = {
+        { "r12M-Q4_0", DS_PRECISION_FP32, "the reference's own Q8_0/Q8_K activation rounding", 0 },
+        { "r12M-Q4_0", DS_PRECISION_INT8, "int8 rounding flips from position 0 on; two correct kernels differ as much", 0 },
+        { "r12M-Q4_K_M", DS_PRECISION_FP32, "the reference's own Q8_K activation rounding", 0 },
+        { "r12M-Q6_K", DS_PRECISION_FP32, "the reference's own Q8_K activation rounding", 0 },
+        { "r12M-Q6_K", DS_PRECISION_INT8, "exact to position 5, then cascading int8 rounding flips", 0 },
+        { "l3-12M-Q8_0", DS_PRECISION_FP32, "NMSE 8e-4 passes, top-1 93.8% (90/96) does not", 0 },
+        /* x86's SIMD variants get 92-93 of 96, the scalar reference and
+        ** NEON (qemu-aarch64) 91: one int8 rounding flip, held there */
+        { "l3-12M-Q8_0", DS_PRECISION_INT8, "one int8 rounding flip: 91/96 on the scalar reference and NEON", 0.94 },
     };
     for (size_t i = 0; i < sizeof gaps / sizeof gaps[0]; i++)
         if (strcmp(gaps[i].name, name) == 0 && (gaps[i].prec < 0 || gaps[i].prec == (int)prec))
-            return gaps[i].why;
+            return &gaps[i];
     return NULL;
 }
 
@@ -182,7 +192,8 @@ static void check_file(const char *name, enum ds_precision prec)
     printf("formats: %-14s %-5s %-5s NMSE %.3g  top-1 %.1f%% (%d/%d)\n", name, ds_precision_name(prec),
            ds_dtype_name(m->layers[0].wq.type), nmse, 100 * top1, agree, n_pos);
     fflush(stdout);
-    const char *gap = known_gap(name, prec);
+    const struct gap *gap = known_gap(name, prec);
+    const double gap_top1 = gap && gap->top1_min > 0 ? gap->top1_min : GAP_TOP1_MIN;
     if (gap && !(nmse <= NMSE_MAX && top1 >= TOP1_MIN)) {
         const bool int8 = prec == DS_PRECISION_INT8;
         float *other = int8 ? logits_of(m, prec, &ds_kern_ref, DS_KV_AUTO, ids, n_pos, NULL)
@@ -191,7 +202,7 @@ static void check_file(const char *name, enum ds_precision prec)
         const double floor = nmse_of(other, lg, n_pos, n_vocab, &fa);
         printf("formats: %s %s: BELOW THE GOAL (NMSE <= %g, top-1 >= %.0f%%), held to NMSE <= %g and top-1 >= "
                "%.0f%%; known gap: %s; floor: %s NMSE %.3g, top-1 %d/%d\n", name, ds_precision_name(prec),
-               NMSE_MAX, 100 * TOP1_MIN, GAP_NMSE_MAX, 100 * GAP_TOP1_MIN, gap,
+               NMSE_MAX, 100 * TOP1_MIN, GAP_NMSE_MAX, 100 * gap_top1, gap->why,
                int8 ? (strcmp(kname, "ref") == 0 ? "ref vs ref" : "ref kernels vs the selected")
                     : "int8 activations vs fp32 (dspark)", floor, fa, n_pos);
         free(other);
@@ -201,7 +212,7 @@ static void check_file(const char *name, enum ds_precision prec)
     ds_model_close(m);
     if (gap && !(nmse <= NMSE_MAX && top1 >= TOP1_MIN)) {
         assert_true(nmse <= GAP_NMSE_MAX);
-        assert_true(top1 >= GAP_TOP1_MIN);
+        assert_true(top1 >= gap_top1);
         return;
     }
     assert_true(nmse <= NMSE_MAX);
