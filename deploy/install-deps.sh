@@ -4,16 +4,18 @@
 # Idempotent: packages already present are skipped, and apt-get update runs only
 # when something is missing. Run as root (or with sudo available).
 #
-#   --arm64   also what the arm64 kernel tests need (tests/cross, run by
-#             deploy/test.sh): the cross compiler, qemu-user, and cmocka for
-#             arm64 (Debian multiarch: adds the arm64 architecture to dpkg)
+#   --arm64   also what the arm64 tests need (tests/cross, run by
+#             deploy/test.sh): the cross compiler, qemu-user, and the arm64
+#             libraries the kernels' and the engine's tests link (cmocka,
+#             OpenBLAS, utf8proc, inih; Debian multiarch: adds the arm64
+#             architecture to dpkg)
 set -euo pipefail
 
 arm64=0
 case "${1:-}" in
   --arm64) arm64=1 ;;
   "") ;;
-  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
   *) echo "install-deps: unknown option '$1' (try --help)" >&2; exit 2 ;;
 esac
 
@@ -52,7 +54,8 @@ if [ $arm64 = 1 ]; then
   # libc6-dev-arm64-cross: the C runtime (crt1.o, crti.o) and headers the
   # cross linker needs; only a Recommends of the compiler, which
   # --no-install-recommends leaves out
-  pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcmocka-dev:arm64)
+  pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcmocka-dev:arm64
+         libopenblas-dev:arm64 libutf8proc-dev:arm64 libinih-dev:arm64)
 fi
 
 missing=()

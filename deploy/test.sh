@@ -8,13 +8,14 @@
 # across nodes) with any report failing the run. Exit status 0 only if
 # everything passed.
 #
-# Then the kernels alone, cross-built for arm64 and run under qemu-user
-# (tests/cross): the NEON variants against the scalar reference.
+# Then the kernels and the engine, cross-built for arm64 and run under
+# qemu-user (tests/cross): the NEON variants against the scalar reference,
+# and the NEON engine's INT8 logits on ../shared/models/formats.
 #
 # Environment: DS_TEST_JOBS (parallel build jobs, default: CPUs),
 #              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan and TSan passes
 #              (local use),
-#              DS_SKIP_ARM64=1 to skip the arm64 kernels (local use),
+#              DS_SKIP_ARM64=1 to skip the arm64 stage (local use),
 #              DS_SKIP_CHAOS=1 to leave out the chaos suite (ctest label chaos,
 #              ~35 s Release, ~2.5 min ASan; tests/chaos/run.sh runs it full size).
 set -euo pipefail
@@ -75,11 +76,11 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   [ "$tsan_rc" = 0 ]
 fi
 if [ "${DS_SKIP_ARM64:-0}" != 1 ]; then
-  echo "== arm64 kernels (aarch64-linux-gnu-gcc, qemu-user) =="
+  echo "== arm64 kernels and engine (aarch64-linux-gnu-gcc, qemu-user) =="
   bash deploy/install-deps.sh --arm64
   cmake -S tests/cross -B build-arm64 -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" >/dev/null
   cmake --build build-arm64 -j "$jobs"
-  ctest --test-dir build-arm64 --output-on-failure
+  ctest --test-dir build-arm64 --output-on-failure -j "$jobs"
 fi
 echo "test.sh: all tests passed"
