@@ -115,15 +115,6 @@ static const struct gap *known_gap(const char *name, enum ds_precision prec)
     return NULL;
 }
 
-/* The engines' threads: 2, or DS_TEST_THREADS (tests/cross sets 1: Debian
-** 12's qemu-user hangs in a dynamically linked arm64 pthread_create). */
-static unsigned test_threads(void)
-{
-    const char *s = getenv("DS_TEST_THREADS");
-    const int n = s ? atoi(s) : 0;
-    return n >= 1 && n <= 64 ? (unsigned)n : 2;
-}
-
 /* The logits of the first n_pos ids of ids-a.txt, fed in one batch, at
 ** precision prec on kernel table kern (NULL: the one selected), KV cache kv. */
 static float *logits_of(struct ds_model *m, enum ds_precision prec, const struct ds_kern_ops *kern,
@@ -134,7 +125,7 @@ static float *logits_of(struct ds_model *m, enum ds_precision prec, const struct
     o.precision = prec;
     o.kv_type = kv;
     o.kern = kern;
-    o.n_threads = test_threads();
+    o.n_threads = 2;
     o.max_batch = (uint32_t)n_pos;
     o.kv_seqs = 1;
     struct ds_engine *e = NULL;
@@ -276,7 +267,7 @@ static void check_steps_at(const char *path, const char *name, enum ds_kv_type k
     struct ds_engine_opts o;
     ds_engine_opts_init(&o);
     o.precision = DS_PRECISION_INT8;
-    o.n_threads = test_threads();
+    o.n_threads = 2;
     o.max_batch = (uint32_t)n;
     o.kv_seqs = 2;
     o.kv_type = kv;
@@ -396,7 +387,8 @@ int main(void)
         cmocka_unit_test(kv_f16_qwen2_int8),
     };
     /* DS_TEST_SKIP: cases to leave out, as a cmocka pattern (tests/cross
-    ** runs the INT8 half under qemu; it prints the cases it ran) */
+    ** runs the INT8 cases once more under the other NEON variant); the run
+    ** prints how many cases it ran */
     const char *skip = getenv("DS_TEST_SKIP");
     if (skip != NULL && *skip != '\0') cmocka_set_skip_filter(skip);
     return cmocka_run_group_tests(tests, NULL, NULL);
