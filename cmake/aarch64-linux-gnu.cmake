@@ -1,5 +1,5 @@
-# Toolchain for the arm64 cross build of the kernels (tests/cross): Debian's
-# gcc-aarch64-linux-gnu, binaries run under qemu-user with the arm64 sysroot,
+# Toolchain for the arm64 cross build (tests/cross): Debian's
+# gcc-aarch64-linux-gnu, binaries run under qemu-user (below),
 # libraries from Debian's arm64 packages (multiarch), found by pkg-config.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)

@@ -10,7 +10,7 @@
 #
 # Then the kernels and the engine, cross-built for arm64 and run under
 # qemu-user (tests/cross): the NEON variants against the scalar reference,
-# and the NEON engine's INT8 logits on ../shared/models/formats.
+# and the NEON engine's logits on ../shared/models/formats.
 #
 # Environment: DS_TEST_JOBS (parallel build jobs, default: CPUs),
 #              DS_SKIP_SANITIZERS=1 to skip the ASan/UBSan and TSan passes
