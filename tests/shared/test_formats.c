@@ -386,10 +386,6 @@ int main(void)
         cmocka_unit_test(kv_f16_fp32),      cmocka_unit_test(kv_f16_l3_int8),
         cmocka_unit_test(kv_f16_qwen2_int8),
     };
-    /* DS_TEST_SKIP: cases to leave out, as a cmocka pattern (tests/cross
-    ** runs the INT8 cases once more under the other NEON variant); the run
-    ** prints how many cases it ran */
-    const char *skip = getenv("DS_TEST_SKIP");
-    if (skip != NULL && *skip != '\0') cmocka_set_skip_filter(skip);
+    tu_skip_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

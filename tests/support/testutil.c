@@ -1,10 +1,16 @@
 /* testutil.c — helpers shared by dspark's tests (see testutil.h). */
 #include "testutil.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+
+#include <cmocka.h>
 
 const char *tu_model(const char *name)
 {
@@ -137,4 +143,10 @@ size_t tu_gpt2_byte_char(int b, char *out)
     out[0] = (char)(0xC0 | (cp >> 6));
     out[1] = (char)(0x80 | (cp & 0x3F));
     return 2;
+}
+
+void tu_skip_from_env(void)
+{
+    const char *skip = getenv("DS_TEST_SKIP");
+    if (skip != NULL && *skip != '\0') cmocka_set_skip_filter(skip);
 }
