@@ -30,9 +30,9 @@ bool  tu_valid_utf8(const char *s, size_t n);
 /* Run cmd with /bin/sh: its stdout, OWNED (NULL when it cannot be started);
 ** *status = its exit status, -1 when it did not exit normally. */
 char *tu_run(const char *cmd, int *status);
-/* DS_TEST_SKIP, a cmocka pattern ('*fp32'), names cases to leave out (the
-** arm64 stage runs what qemu can); call before cmocka_run_group_tests,
-** which then prints how many cases it runs. */
+/* DS_TEST_SKIP, a cmocka pattern ('*_cli'), names cases to leave out (the
+** arm64 stage: the case that runs the x86 build's dspark); call before
+** cmocka_run_group_tests, which then prints how many cases it runs. */
 void  tu_skip_from_env(void);
 
 #endif
