@@ -46,18 +46,20 @@ typedef void ds_kern__f32_tile_fn(size_t nt, size_t cols, const float *wp, const
 
 /* matmul_f32 over panels of pr rows (kern_f32_avx512.h, kern_f32_avx2.h):
 ** Y[t * ldy + r] = row r of the packed w . row t of x. One input takes four
-** panels per tile (tile4), two or three inputs take two (tile2: a group of
+** panels per tile (tile4), two to t2max inputs take two (tile2: a group of
 ** three panels steps two, leaving one for tile1), more take one panel
 ** (tile1) in groups of up to tmax inputs. Panels outermost: a panel meets
 ** every group of inputs while it is in cache. The tiles are constants at
-** each call, so this inlines into one kernel per variant. */
-static inline void ds_kern__f32_panels(size_t pr, size_t tmax, ds_kern__f32_tile_fn *tile4,
+** each call, so this inlines into one kernel per variant. Two panels a
+** tile are two weight streams from memory at once: with one, a Zen 5 core
+** took as long for 4 inputs as for 7 (kern_f32_avx512.h). */
+static inline void ds_kern__f32_panels(size_t pr, size_t tmax, size_t t2max, ds_kern__f32_tile_fn *tile4,
                                        ds_kern__f32_tile_fn *tile2, ds_kern__f32_tile_fn *tile1, size_t rows,
                                        size_t cols, const float *w, size_t n_tok, const float *x, float *y,
                                        size_t ldy)
 {
     const size_t np = (rows + pr - 1) / pr, ps = pr * cols;
-    const size_t step = n_tok == 1 ? 4 : n_tok <= 3 ? 2 : 1;     /* panels per tile */
+    const size_t step = n_tok == 1 ? 4 : n_tok <= t2max ? 2 : 1;     /* panels per tile */
     for (size_t p = 0; p < np;) {
         const size_t pn = np - p < step ? np - p : step, nr = rows - p * pr;
         const float *wp = w + p * ps;

@@ -48,7 +48,7 @@ static const size_t g_sizes[] = { 1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 
 /* 129 and 300 cross the matvec x-chunk (128 blocks) and several matmul K chunks */
 static const size_t g_blocks[] = { 1, 2, 3, 7, 8, 9, 31, 33, 127, 129, 300 };
 static const size_t g_rows[] = { 1, 2, 3, 5, 8, 13, 17, 64, 100 };
-static const size_t g_ntok[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 33 };
+static const size_t g_ntok[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33 };
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- deterministic random ---- */

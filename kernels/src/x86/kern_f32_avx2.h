@@ -142,7 +142,7 @@ static void f32a_tile4x1(size_t nt, size_t cols, const float *wp, const float *x
 static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x, float *y,
                             size_t ldy)
 {
-    ds_kern__f32_panels(F32A_PR, F32A_TMAX, f32a_tile4x1, f32a_tile2, f32a_tile1, rows, cols, w, n_tok, x, y, ldy);
+    ds_kern__f32_panels(F32A_PR, F32A_TMAX, 3, f32a_tile4x1, f32a_tile2, f32a_tile1, rows, cols, w, n_tok, x, y, ldy);
 }
 
 static void matvec_f32_avx2(size_t rows, size_t cols, const float *w, const float *x, float *y)

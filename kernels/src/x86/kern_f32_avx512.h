@@ -9,7 +9,7 @@
 ** panel is zero-padded. A matrix, and any run of whole panels, is one
 ** contiguous stream.
 **
-** Kernel: a register tile of P panels x T inputs, 2 P T <= 24 accumulators.
+** Kernel: a register tile of P panels x T inputs, 2 P T <= 28 accumulators.
 ** Each step loads column k of the P panels (2 P vectors) and broadcasts
 ** x[t][k] of each input, so every weight vector feeds T FMAs. There are no
 ** horizontal sums: each output is one FMA chain over the columns in order,
@@ -23,15 +23,21 @@
 ** 2048 columns 7 inputs' vectors spilled out of L1. Here each panel stream
 ** is prefetched F32_PF bytes ahead and the inputs are read one float at a
 ** time: 7 inputs now cost 1.15-1.28 one-input passes (bench_kern -t 2).
+** Up to 7 inputs take two panels a tile (F32_T2MAX: 28 accumulators, GCC
+** spills a few), so two weight streams come from memory at once: with one
+** panel a Zen 5 core took as long for 4 inputs as for 7. The 110M shape's
+** verify of 4-7 rows (bench_spec, 2 threads, three rounds in turns): 11.7-
+** 14.4 ms with one panel, 9.8-10.7 with two.
 ** Prefill runs the same tile with 12 inputs, each panel (96-256 KB) staying
 ** in L2 while every group of 12 inputs passes over it.
-** Stack: 24 vectors. Nothing is allocated.
+** Stack: a few vectors that the 7-input tile spills. Nothing is allocated.
 */
 #ifndef DS_KERN_F32_AVX512_H
 #define DS_KERN_F32_AVX512_H
 
 #define F32_PR 32               /* weight rows per panel (two vectors) */
 #define F32_TMAX 12             /* inputs per register tile (2 x 12 accumulators) */
+#define F32_T2MAX 7             /* most inputs of a two-panel tile */
 #define F32_PF 8192             /* bytes ahead that each panel stream prefetches */
 
 /* r[c] = column c of the 16 rows r[0..15] (a 16 x 16 transpose). */
@@ -144,8 +150,9 @@ static void f32_tile1(size_t nt, size_t cols, const float *wp, const float *x, f
 #undef F32_CASE
 }
 
-/* One input over four panels, or up to three over two: with one panel, one
-** or two inputs would leave the FMA chains too few to hide their latency. */
+/* One input over four panels, or up to F32_T2MAX over two: with one panel,
+** one or two inputs would leave the FMA chains too few to hide their
+** latency, and more would read one weight stream at a time. */
 static void f32_tile4x1(size_t nt, size_t cols, const float *wp, const float *x, float *y, size_t ldy, size_t nr)
 {
     (void)nt;                   /* always one input */
@@ -158,6 +165,10 @@ static void f32_tile2(size_t nt, size_t cols, const float *wp, const float *x, f
     case 1: f32_tile(2, 1, cols, wp, x, y, ldy, nr); break;
     case 2: f32_tile(2, 2, cols, wp, x, y, ldy, nr); break;
     case 3: f32_tile(2, 3, cols, wp, x, y, ldy, nr); break;
+    case 4: f32_tile(2, 4, cols, wp, x, y, ldy, nr); break;
+    case 5: f32_tile(2, 5, cols, wp, x, y, ldy, nr); break;
+    case 6: f32_tile(2, 6, cols, wp, x, y, ldy, nr); break;
+    case 7: f32_tile(2, 7, cols, wp, x, y, ldy, nr); break;
     default: break;
     }
 }
@@ -167,7 +178,7 @@ static void f32_tile2(size_t nt, size_t cols, const float *wp, const float *x, f
 static void matmul_f32_avx512(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x, float *y,
                               size_t ldy)
 {
-    ds_kern__f32_panels(F32_PR, F32_TMAX, f32_tile4x1, f32_tile2, f32_tile1, rows, cols, w, n_tok, x, y, ldy);
+    ds_kern__f32_panels(F32_PR, F32_TMAX, F32_T2MAX, f32_tile4x1, f32_tile2, f32_tile1, rows, cols, w, n_tok, x, y, ldy);
 }
 
 static void matvec_f32_avx512(size_t rows, size_t cols, const float *w, const float *x, float *y)
