@@ -19,6 +19,11 @@
 
 #define F32A_PR 16              /* weight rows per panel (two vectors) */
 #define F32A_TMAX 6             /* inputs per register tile (2 x 6 accumulators) */
+/* Most inputs of a two-panel tile (2 x 2 x 3 accumulators). AVX-512 takes
+** up to 7 over two panels; here 4-7 inputs over two panels in groups of up
+** to 3 made the 110M verify slower (bench_spec, DS_KERNEL=avx2, 4-6 rows:
+** 9.6-10.4 -> 12.0-13.2 ms), so they take one panel. */
+#define F32A_T2MAX 3
 #define F32A_PF 8192            /* bytes ahead that each panel stream prefetches */
 
 /* r[c] = column c of the 8 rows r[0..7] (an 8 x 8 transpose). */
@@ -142,7 +147,7 @@ static void f32a_tile4x1(size_t nt, size_t cols, const float *wp, const float *x
 static void matmul_f32_avx2(size_t rows, size_t cols, const float *w, size_t n_tok, const float *x, float *y,
                             size_t ldy)
 {
-    ds_kern__f32_panels(F32A_PR, F32A_TMAX, 3, f32a_tile4x1, f32a_tile2, f32a_tile1, rows, cols, w, n_tok, x, y, ldy);
+    ds_kern__f32_panels(F32A_PR, F32A_TMAX, F32A_T2MAX, f32a_tile4x1, f32a_tile2, f32a_tile1, rows, cols, w, n_tok, x, y, ldy);
 }
 
 static void matvec_f32_avx2(size_t rows, size_t cols, const float *w, const float *x, float *y)

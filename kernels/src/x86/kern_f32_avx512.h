@@ -27,7 +27,9 @@
 ** spills a few), so two weight streams come from memory at once: with one
 ** panel a Zen 5 core took as long for 4 inputs as for 7. The 110M shape's
 ** verify of 4-7 rows (bench_spec, 2 threads, three rounds in turns): 11.7-
-** 14.4 ms with one panel, 9.8-10.7 with two.
+** 14.4 ms with one panel, 9.8-10.7 with two. 8-16 inputs over two panels
+** in groups of up to 7 measured slower (bench_batch fp32, 8 streams: 634-
+** 675 -> 556-605 tok/s), so more than 7 take one panel.
 ** Prefill runs the same tile with 12 inputs, each panel (96-256 KB) staying
 ** in L2 while every group of 12 inputs passes over it.
 ** Stack: a few vectors that the 7-input tile spills. Nothing is allocated.
