@@ -140,16 +140,17 @@ DS_INLINE void f32_tile(int P, int T, size_t cols, const float *wp, const float 
     }
 }
 
-/* f32_tile over one panel for a run-time input count (1 .. F32_TMAX). */
+/* f32_tile over P panels for a run-time input count nt. */
+#define F32_CASE(P, T) case T: f32_tile(P, T, cols, wp, x, y, ldy, nr); break;
+
+/* One panel, 1 .. F32_TMAX inputs. */
 static void f32_tile1(size_t nt, size_t cols, const float *wp, const float *x, float *y, size_t ldy, size_t nr)
 {
-#define F32_CASE(T) case T: f32_tile(1, T, cols, wp, x, y, ldy, nr); break;
     switch (nt) {
-    F32_CASE(1) F32_CASE(2) F32_CASE(3) F32_CASE(4) F32_CASE(5) F32_CASE(6)
-    F32_CASE(7) F32_CASE(8) F32_CASE(9) F32_CASE(10) F32_CASE(11) F32_CASE(12)
+    F32_CASE(1, 1) F32_CASE(1, 2) F32_CASE(1, 3) F32_CASE(1, 4) F32_CASE(1, 5) F32_CASE(1, 6)
+    F32_CASE(1, 7) F32_CASE(1, 8) F32_CASE(1, 9) F32_CASE(1, 10) F32_CASE(1, 11) F32_CASE(1, 12)
     default: break;
     }
-#undef F32_CASE
 }
 
 /* One input over four panels, or up to F32_T2MAX over two: with one panel,
@@ -164,16 +165,11 @@ static void f32_tile4x1(size_t nt, size_t cols, const float *wp, const float *x,
 static void f32_tile2(size_t nt, size_t cols, const float *wp, const float *x, float *y, size_t ldy, size_t nr)
 {
     switch (nt) {
-    case 1: f32_tile(2, 1, cols, wp, x, y, ldy, nr); break;
-    case 2: f32_tile(2, 2, cols, wp, x, y, ldy, nr); break;
-    case 3: f32_tile(2, 3, cols, wp, x, y, ldy, nr); break;
-    case 4: f32_tile(2, 4, cols, wp, x, y, ldy, nr); break;
-    case 5: f32_tile(2, 5, cols, wp, x, y, ldy, nr); break;
-    case 6: f32_tile(2, 6, cols, wp, x, y, ldy, nr); break;
-    case 7: f32_tile(2, 7, cols, wp, x, y, ldy, nr); break;
+    F32_CASE(2, 1) F32_CASE(2, 2) F32_CASE(2, 3) F32_CASE(2, 4) F32_CASE(2, 5) F32_CASE(2, 6) F32_CASE(2, 7)
     default: break;
     }
 }
+#undef F32_CASE
 
 /* Y[t * ldy + r] = row r of the packed w . row t of x (kern_internal.h:
 ** ds_kern__f32_panels). */
