@@ -1055,7 +1055,15 @@ static void test_llama2c(void **state)
     refuse32(f, "llama2.c vocab_size -512 (unshared head, none in the file)", im, 20,
              (uint32_t)-512, AT_FILE, DS_ERR_FORMAT, "header describes", "truncated");
     refuse32(f, "llama2.c dim 2^30", im, 0, 1u << 30, AT_FILE, DS_ERR_FORMAT,
-             "dim 1073741824 out of range", NULL);
+             "dim 1073741824 out of range", "read as a llama2.c checkpoint");
+    {                                           /* a text file given by mistake */
+        static const char text[] = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin\n";
+        uint8_t *t = malloc(sizeof text - 1);
+        assert_non_null(t);
+        memcpy(t, text, sizeof text - 1);
+        refuse(f, "a text file", t, sizeof text - 1, AT_FILE, DS_ERR_FORMAT, "out of range",
+               "is it a model file?");
+    }
     refuse32(f, "llama2.c n_heads 3 does not divide dim 64", im, 12, 3, AT_FILE, DS_ERR_FORMAT,
              "n_heads 3 must divide dim 64", NULL);
     refuse32(f, "llama2.c n_kv_heads 3 does not divide n_heads 8", im, 16, 3, AT_FILE,

@@ -394,7 +394,11 @@ static enum ds_err open_llama2c(struct ds_model *m)
     c->rope_theta = 10000.0f;
     c->rms_eps = 1e-5f;
     enum ds_err rc = check_config(m->path, c);
-    if (rc != DS_OK) return rc;
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "%s: read as a llama2.c checkpoint, since the magic is not \"GGUF\" "
+               "(0x%08x); is it a model file?", m->path, (uint32_t)h[0]);
+        return rc;
+    }
 
     /* Expected size in floats, in 64 bits: the bounds above keep it exact. */
     uint64_t D = c->dim, H = c->hidden_dim, L = c->n_layers, KV = c->kv_dim, V = c->vocab_size;
