@@ -381,8 +381,11 @@ static void tpub_on_msg(void *ud, const struct ds_mqtt_msg *msg)
 
 /* Serve the bundle in dir; trusted = the key its manifest verifies with.
 ** wire_edit (may be NULL) changes the manifest bytes before they go out. */
-static struct tpub *tpub_start(const char *dir, const struct ds_key *trusted, enum mut mut,
-                               void (*wire_edit)(char *wire, size_t len))
+/* A publisher that serves at most `allowed` chunks (< 0: all) until the
+** test changes p->allowed. The limit is in place before the manifest goes
+** out: an edge already online may ask for chunks the moment it arrives. */
+static struct tpub *tpub_start_n(const char *dir, const struct ds_key *trusted, enum mut mut,
+                                 void (*wire_edit)(char *wire, size_t len), int allowed)
 {
     struct tpub *p = calloc(1, sizeof *p);
     assert_non_null(p);
@@ -396,7 +399,7 @@ static struct tpub *tpub_start(const char *dir, const struct ds_key *trusted, en
     if (ds_manifest_parse(p->wire, p->wire_len, trusted, 1, &p->m, why) != DS_OK) fail_msg("manifest: %s", why);
     p->lost = calloc(p->m.chunk_count, 1);
     p->mut = mut;
-    atomic_init(&p->allowed, -1);
+    atomic_init(&p->allowed, allowed);
     if (wire_edit) wire_edit(p->wire, p->wire_len);
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
@@ -414,6 +417,12 @@ static struct tpub *tpub_start(const char *dir, const struct ds_key *trusted, en
     assert_int_equal(ds_mqtt_publish(p->c, topic, p->wire, p->wire_len, 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(p->c, 10000), DS_OK);
     return p;
+}
+
+static struct tpub *tpub_start(const char *dir, const struct ds_key *trusted, enum mut mut,
+                               void (*wire_edit)(char *wire, size_t len))
+{
+    return tpub_start_n(dir, trusted, mut, wire_edit, -1);
 }
 
 /* Stop serving and withdraw the retained manifest, so that the next test's
@@ -905,8 +914,7 @@ static void test_dist_refusals(void **state)
 
     /* An older manifest does not interrupt a newer download: 3.2.0 is held
     ** at 5 chunks when 3.1.5 shows up, which is refused; then 3.2.0 finishes. */
-    p = tpub_start(pack(tu_model("stories260K.gguf"), "3.2.0", &g.sk, "r", ALL_NODES), &g.sk, MUT_NONE, NULL);
-    atomic_store(&p->allowed, 5);
+    p = tpub_start_n(pack(tu_model("stories260K.gguf"), "3.2.0", &g.sk, "r", ALL_NODES), &g.sk, MUT_NONE, NULL, 5);
     assert_true(edge_log_has(&e, "stories 3.2.0: downloading", WAIT_MS));
     struct tpub *old = tpub_start(pack(tu_model("stories260K.gguf"), "3.1.5", &g.sk, "r", ALL_NODES), &g.sk,
                                   MUT_NONE, NULL);
@@ -955,9 +963,8 @@ static void test_dist_garbage_frames(void **state)
     clear_inbox();
     edge_start(&e, NULL);
     wait_online(&e);
-    struct tpub *p = tpub_start(pack(tu_model("stories260K.gguf"), "5.0.0", &g.sk, "g", ALL_NODES), &g.sk, MUT_NONE,
-                                NULL);
-    atomic_store(&p->allowed, 0);                 /* the publisher holds back */
+    struct tpub *p = tpub_start_n(pack(tu_model("stories260K.gguf"), "5.0.0", &g.sk, "g", ALL_NODES), &g.sk,
+                                  MUT_NONE, NULL, 0);   /* the publisher holds back */
     assert_true(edge_log_has(&e, "stories 5.0.0: downloading", WAIT_MS));
     char topic[192];
     assert_int_equal(ds_dist_topic(topic, sizeof topic, MODEL, "chunk", node_names[1]), DS_OK);
