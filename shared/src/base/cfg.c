@@ -216,10 +216,18 @@ void ds_cfg_cleanup(const struct ds_cfg_spec *sp, void *obj)
 void ds_cfg_describe(const struct ds_cfg_spec *sp, FILE *f)
 {
     static const char *const tn[] = { "text", "count", "number", "bool" };
+    int wk = 0, wd = 0;                 /* columns as wide as the widest key and default */
     for (size_t i = 0; i < sp->n_keys; i++) {
         const struct ds_cfg_key *k = &sp->keys[i];
-        fprintf(f, "  [%s] %-18s %-6s default %-22s %s%s\n", k->section, k->name, tn[k->type],
-                k->def ? k->def : "(none)", k->help ? k->help : "",
-                k->flags & DS_CFG_RELOADABLE ? " (SIGHUP reloads)" : "");
+        int n = (int)(strlen(k->section) + strlen(k->name) + 3), d = (int)strlen(k->def ? k->def : "(none)");
+        wk = n > wk ? n : wk;
+        wd = d > wd ? d : wd;
+    }
+    for (size_t i = 0; i < sp->n_keys; i++) {
+        const struct ds_cfg_key *k = &sp->keys[i];
+        char key[256];
+        snprintf(key, sizeof key, "[%s] %s", k->section, k->name);
+        fprintf(f, "  %-*s %-6s default %-*s %s%s\n", wk, key, tn[k->type], wd, k->def ? k->def : "(none)",
+                k->help ? k->help : "", k->flags & DS_CFG_RELOADABLE ? " (SIGHUP reloads)" : "");
     }
 }
