@@ -975,8 +975,11 @@ int cmd_infer(int argc, char **argv)
     if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, lvl);
     if (rc == DS_ERR_AUTH) goto done;
     if (rc != DS_OK) {
-        fprintf(stderr, "dspark infer: cannot connect to %s within %llu ms\n", a.uri,
-                (unsigned long long)a.connect_ms);
+        char why[256] = "";
+        ds_mqtt_last_error(s.mqtt, why, sizeof why);
+        fprintf(stderr, "dspark infer: cannot connect to %s within %llu ms%s%s; is a broker listening there? "
+                "(set it with -b URI; wait longer with --connect-timeout-ms)\n", a.uri,
+                (unsigned long long)a.connect_ms, why[0] ? ": " : "", why);
         goto done;
     }
     double left = (double)a.connect_ms - (ds_now_ms() - t0);

@@ -443,6 +443,7 @@ static void test_cli_infer_no_broker(void **state)
                                                  "x", "--connect-timeout-ms", "300", NULL });
     assert_int_equal(o.rc, 1);
     ASSERT_CONTAINS(o.err, "cannot connect to tcp://127.0.0.1:1 within 300 ms");
+    ASSERT_CONTAINS(o.err, "is a broker listening there?");     /* and what to do next */
     assert_null(strstr(o.err, "retry in"));          /* one clear line, no warning per retry */
     cli_out_free(&o);
 }
