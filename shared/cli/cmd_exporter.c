@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "ds/log.h"
 #include "ds/common.h"
 #include "fleet.h"
 #include "httpd.h"
@@ -235,11 +236,16 @@ static int serve(void *ud, const char *url, struct httpd_reply *r)
 static void exporter_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark exporter -b BROKER [--listen ADDR:PORT] [-u USER] [-P PASSWORD]\n"
+        "usage: dspark exporter -b BROKER [--listen ADDR:PORT] [broker security]\n"
         "\n"
         "Serves the fleet's telemetry as Prometheus metrics on http://ADDR:PORT/metrics\n"
-        "(default 127.0.0.1:9464). Reads dspark/v1/status/+ and dspark/v1/telemetry/+;\n"
-        "publishes nothing.\n");
+        "(default 127.0.0.1:9464). Reads dspark/v1/status/+, dspark/v1/telemetry/+ and\n"
+        "dspark/v1/alert/+ (an ops identity of mkacl.sh may); publishes nothing.\n"
+        "\n"
+        "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://)\n"
+        "  -l, --listen ADDR:PORT  where /metrics is served (default 127.0.0.1:9464)\n"
+        "  -u USER              the same as --username USER\n"
+        "\n" CLI_MQTT_HELP);
 }
 
 int cmd_exporter(int argc, char **argv)
@@ -247,17 +253,26 @@ int cmd_exporter(int argc, char **argv)
     static const struct option opts[] = {
         { "broker", required_argument, 0, 'b' },   { "listen", required_argument, 0, 'l' },
         { "user", required_argument, 0, 'u' },     { "password", required_argument, 0, 'P' },
-        { "help", no_argument, 0, 'h' },           { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },           CLI_MQTT_LONG_OPTS,
+        { 0, 0, 0, 0 },
     };
-    const char *uri = NULL, *listen = "127.0.0.1:9464", *user = NULL, *pw = NULL;
-    int c;
+    const char *uri = NULL, *listen = "127.0.0.1:9464";
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    struct ds_mqtt_tls tls = mo.tls;
+    int c, taken;
+    ds_log_set(NULL, NULL, DS_LOG_WARN);    /* the connection's lost/back lines, not info */
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:l:u:P:h", opts, NULL)) != -1) {
+        if ((taken = cli_mqtt_opt(c, optarg, &tls)) != 0) {
+            if (taken < 0) return 2;
+            continue;
+        }
         switch (c) {
         case 'b': uri = optarg; break;
         case 'l': listen = optarg; break;
-        case 'u': user = optarg; break;
-        case 'P': pw = optarg; break;
+        case 'u': tls.username = optarg; break;
+        case 'P': return cli_password_flag("exporter");
         case 'h': exporter_usage(stdout); return 0;
         default: fprintf(stderr, "dspark exporter: bad option %s (see --help)\n", argv[optind - 1]); return 2;
         }
@@ -266,7 +281,7 @@ int cmd_exporter(int argc, char **argv)
         fprintf(stderr, "dspark exporter: -b BROKER is required (see --help)\n");
         return 2;
     }
-    struct fleet *f = fleet_open("exporter", uri, user, pw);
+    struct fleet *f = fleet_open("exporter", uri, &tls);
     if (!f) return 1;
     struct httpd *h = httpd_start("exporter", listen, serve, f);
     if (!h) {

@@ -965,23 +965,9 @@ int cmd_infer(int argc, char **argv)
         goto done;
     }
     double t0 = ds_now_ms();
-    /* One clear line when the broker cannot be reached, not a warning per
-    ** retry: the wrapper's retry warnings are hidden while we wait (they
-    ** show with --log-level info or debug). A refusal retrying cannot fix
-    ** (TLS, credentials) is logged by the wrapper as its one line. */
-    enum ds_log_level lvl = (enum ds_log_level)atomic_load(&ds_log__max);
-    if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    rc = ds_mqtt_wait_connected(s.mqtt, (uint32_t)a.connect_ms);
-    if (lvl <= DS_LOG_WARN) ds_log_set(NULL, NULL, lvl);
-    if (rc == DS_ERR_AUTH) goto done;
-    if (rc != DS_OK) {
-        char why[256] = "";
-        ds_mqtt_last_error(s.mqtt, why, sizeof why);
-        fprintf(stderr, "dspark infer: cannot connect to %s within %llu ms%s%s; is a broker listening there? "
-                "(set it with -b URI; wait longer with --connect-timeout-ms)\n", a.uri,
-                (unsigned long long)a.connect_ms, why[0] ? ": " : "", why);
-        goto done;
-    }
+    rc = cli_mqtt_wait_connected("infer", a.uri, s.mqtt, (uint32_t)a.connect_ms,
+                                 "wait longer with --connect-timeout-ms");
+    if (rc != DS_OK) goto done;
     double left = (double)a.connect_ms - (ds_now_ms() - t0);
     if ((rc = ds_mqtt_wait_subscribed(s.mqtt, (uint32_t)DS_MAX(left, 1000.0))) != DS_OK) {
         fprintf(stderr, "dspark infer: cannot subscribe to %s: %s\n", reply_topic, ds_strerror(rc));

@@ -74,11 +74,18 @@ static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const struct
     enum ds_err rc = ds_mqtt_create(uri, id, &o, &c);
     if (rc == DS_OK) rc = ds_mqtt_subscribe(c, filter, 1);
     if (rc == DS_OK) rc = ds_mqtt_connect(c);
-    if (rc == DS_OK) rc = ds_mqtt_wait_connected(c, 10000);
-    if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(c, 10000);
     if (rc != DS_OK) {
-        if (rc != DS_ERR_AUTH)   /* else the wrapper logged the one line saying why */
-            fprintf(stderr, "dspark model %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
+        fprintf(stderr, "dspark model %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
+        ds_mqtt_destroy(c);
+        return NULL;
+    }
+    char prog[32];
+    snprintf(prog, sizeof prog, "model %s", cmd);
+    if ((rc = cli_mqtt_wait_connected(prog, uri, c, 10000, NULL)) == DS_OK &&
+        (rc = ds_mqtt_wait_subscribed(c, 10000)) != DS_OK)
+        fprintf(stderr, "dspark model %s: broker %s did not take the subscription to %s: %s (does the ACL let "
+                "this identity read it?)\n", cmd, uri, filter, ds_strerror(rc));
+    if (rc != DS_OK) {
         ds_mqtt_destroy(c);
         return NULL;
     }

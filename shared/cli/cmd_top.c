@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "ds/log.h"
 #include "fleet.h"
 
 static volatile sig_atomic_t g_stop;
@@ -26,7 +27,7 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 static void top_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark top -b BROKER [-u USER] [-P PASSWORD] [--interval-ms MS]\n"
+        "usage: dspark top -b BROKER [--interval-ms MS] [broker security]\n"
         "\n"
         "A live view of the fleet: one line per node (role, state, requests/s,\n"
         "tokens/s, queue per tier, p50/p99 total latency over the last 60 s,\n"
@@ -38,9 +39,9 @@ static void top_usage(FILE *f)
         "       e edges only     c centers only    a all roles     q quit\n"
         "\n"
         "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://)\n"
-        "  -u, --user USER      broker user name\n"
-        "  -P, --password PW    broker password\n"
-        "      --interval-ms MS redraw period (default 1000)\n");
+        "      --interval-ms MS redraw period (default 1000)\n"
+        "  -u USER              the same as --username USER\n"
+        "\n" CLI_MQTT_HELP);
 }
 
 enum sort_key { SORT_NAME, SORT_REQ, SORT_TOK, SORT_P99 };
@@ -160,17 +161,26 @@ int cmd_top(int argc, char **argv)
     static const struct option opts[] = {
         { "broker", required_argument, 0, 'b' },      { "user", required_argument, 0, 'u' },
         { "password", required_argument, 0, 'P' },    { "interval-ms", required_argument, 0, O_INTERVAL },
-        { "help", no_argument, 0, 'h' },              { 0, 0, 0, 0 },
+        { "help", no_argument, 0, 'h' },              CLI_MQTT_LONG_OPTS,
+        { 0, 0, 0, 0 },
     };
-    const char *uri = NULL, *user = NULL, *pw = NULL;
+    const char *uri = NULL;
+    struct ds_mqtt_opts mo;
+    ds_mqtt_opts_init(&mo);
+    struct ds_mqtt_tls tls = mo.tls;
     uint64_t interval_ms = 1000;
-    int c;
+    int c, taken;
+    ds_log_set(NULL, NULL, DS_LOG_WARN);    /* the connection's lost/back lines, not info */
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:u:P:h", opts, NULL)) != -1) {
+        if ((taken = cli_mqtt_opt(c, optarg, &tls)) != 0) {
+            if (taken < 0) return 2;
+            continue;
+        }
         switch (c) {
         case 'b': uri = optarg; break;
-        case 'u': user = optarg; break;
-        case 'P': pw = optarg; break;
+        case 'u': tls.username = optarg; break;
+        case 'P': return cli_password_flag("top");
         case O_INTERVAL: if (!cli_parse_u64("--interval-ms", optarg, 100, 60000, &interval_ms)) return 2; break;
         case 'h': top_usage(stdout); return 0;
         default: fprintf(stderr, "dspark top: bad option %s (see --help)\n", argv[optind - 1]); return 2;
@@ -180,7 +190,7 @@ int cmd_top(int argc, char **argv)
         fprintf(stderr, "dspark top: -b BROKER is required (see --help)\n");
         return 2;
     }
-    struct fleet *f = fleet_open("top", uri, user, pw);
+    struct fleet *f = fleet_open("top", uri, &tls);
     if (!f) return 1;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli.h"
 #include "ds/log.h"
 #include "ds/mqtt.h"
 
@@ -140,18 +141,18 @@ static void on_message(void *ud, const struct ds_mqtt_msg *m)
     cJSON_Delete(j);
 }
 
-struct fleet *fleet_open(const char *cmd, const char *uri, const char *user, const char *password)
+struct fleet *fleet_open(const char *cmd, const char *uri, const struct ds_mqtt_tls *tls)
 {
+    if (cli_mqtt_check(cmd, uri, tls) != DS_OK) return NULL;
     struct fleet *f = calloc(1, sizeof *f);
     if (!f) return NULL;
     pthread_mutex_init(&f->mu, NULL);
     struct ds_mqtt_opts o;
     ds_mqtt_opts_init(&o);
+    o.tls = *tls;
     o.on_message = on_message;
     o.ud = f;
     o.connect_timeout_s = 5;
-    o.username = user;
-    o.password = password;
     char id[64];
     snprintf(id, sizeof id, "dspark-%s-%ld-%ld", cmd, (long)getpid(), (long)(ds_now_ns() % 1000000));
     enum ds_err rc = ds_mqtt_create(uri, id, &o, &f->mq);
@@ -159,9 +160,15 @@ struct fleet *fleet_open(const char *cmd, const char *uri, const char *user, con
     if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_TELEMETRY "+", 0);
     if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_ALERT "+", 1);
     if (rc == DS_OK) rc = ds_mqtt_connect(f->mq);
-    if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(f->mq, 10000);
     if (rc != DS_OK) {
         fprintf(stderr, "dspark %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
+    } else if ((rc = cli_mqtt_wait_connected(cmd, uri, f->mq, 10000, NULL)) == DS_OK &&
+               (rc = ds_mqtt_wait_subscribed(f->mq, 10000)) != DS_OK) {
+        fprintf(stderr, "dspark %s: broker %s did not take the subscriptions to %s+, %s+ and %s+: %s (does the "
+                "ACL let this identity read them? mkacl.sh's ops role does)\n", cmd, uri, TOPIC_STATUS,
+                TOPIC_TELEMETRY, TOPIC_ALERT, ds_strerror(rc));
+    }
+    if (rc != DS_OK) {
         fleet_close(f);
         return NULL;
     }

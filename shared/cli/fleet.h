@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ds/mqtt.h"
 #include "ds/msg.h"
 
 struct cJSON;
@@ -34,9 +35,10 @@ const char *fleet_alert(const struct fleet_node *nd);
 
 struct fleet;
 
-/* Connect to uri (user/password may be NULL), subscribe and wait up to
-** 10 s for the subscriptions. NULL after printing why (prefix cmd). */
-struct fleet *fleet_open(const char *cmd, const char *uri, const char *user, const char *password);
+/* Connect to uri with the broker security of tls (cli.h's flags), subscribe
+** and wait up to 10 s for the connection and as long again for the
+** subscriptions. NULL after printing why (prefix "dspark cmd"). */
+struct fleet *fleet_open(const char *cmd, const char *uri, const struct ds_mqtt_tls *tls);
 void fleet_close(struct fleet *f);
 
 /* The nodes seen so far, locked until fleet_unlock(). */
