@@ -72,14 +72,14 @@ enum { CLI_O_CAFILE = 900, CLI_O_CAPATH, CLI_O_CERTFILE, CLI_O_KEYFILE, CLI_O_KE
     "  --username NAME        MQTT username; --password-file FILE (mode 0600) holds the password\n"
 int cli_mqtt_opt(int c, const char *arg, struct ds_mqtt_tls *t);
 enum ds_err cli_mqtt_check(const char *prog, const char *uri, const struct ds_mqtt_tls *t);
+/* -P/--password given (top, exporter took one before): refused, with the
+** way to give it; returns the usage exit status, 2. */
+int cli_password_flag(const char *prog);
 /* Wait up to ms for c (ds_mqtt_connect'ed) to connect, the wrapper's
 ** per-retry warnings hidden unless the log level asks for them. On a
 ** timeout, prints one line: the last reason, and what to try (more, if not
 ** NULL, is added to the advice). DS_ERR_AUTH: the wrapper logged the one
 ** line saying why (TLS, credentials); nothing more is printed. */
-/* -P/--password given (top, exporter took one before): refused, with the
-** way to give it; returns the usage exit status, 2. */
-int cli_password_flag(const char *prog);
 enum ds_err cli_mqtt_wait_connected(const char *prog, const char *uri, struct ds_mqtt *c, uint32_t ms,
                                     const char *more);
 

@@ -19,8 +19,8 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "ds/log.h"
 #include "ds/common.h"
+#include "ds/log.h"
 #include "fleet.h"
 #include "httpd.h"
 
