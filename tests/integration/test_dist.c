@@ -380,10 +380,10 @@ static void tpub_on_msg(void *ud, const struct ds_mqtt_msg *msg)
 }
 
 /* Serve the bundle in dir; trusted = the key its manifest verifies with.
-** wire_edit (may be NULL) changes the manifest bytes before they go out. */
-/* A publisher that serves at most `allowed` chunks (< 0: all) until the
-** test changes p->allowed. The limit is in place before the manifest goes
-** out: an edge already online may ask for chunks the moment it arrives. */
+** wire_edit (may be NULL) changes the manifest bytes before they go out.
+** At most `allowed` chunks are served (< 0: all) until the test changes
+** p->allowed; the limit is in place before the manifest goes out, since an
+** edge already online may ask for chunks the moment it arrives. */
 static struct tpub *tpub_start_n(const char *dir, const struct ds_key *trusted, enum mut mut,
                                  void (*wire_edit)(char *wire, size_t len), int allowed)
 {
