@@ -82,5 +82,16 @@ int cli_password_flag(const char *prog);
 ** line saying why (TLS, credentials); nothing more is printed. */
 enum ds_err cli_mqtt_wait_connected(const char *prog, const char *uri, struct ds_mqtt *c, uint32_t ms,
                                     const char *more);
+/* Open a client of uri named client_id with o (the caller sets .tls,
+** .on_message, .ud, .connect_timeout_s), subscribed to subs[0..n) before
+** it connects, and wait up to ms for the connection and the broker's grant
+** of every subscription. Returns an OWNED client (ds_mqtt_destroy), or NULL
+** after printing one line that says why and what to try (more: as in
+** cli_mqtt_wait_connected); *why, if not NULL, gets the error (DS_ERR_INVAL:
+** a bad URI; DS_ERR_AUTH: TLS or credentials refused). */
+struct cli_sub { const char *filter; int qos; };
+struct ds_mqtt *cli_mqtt_open(const char *prog, const char *uri, const char *client_id,
+                              const struct ds_mqtt_opts *o, const struct cli_sub *subs, size_t n, uint32_t ms,
+                              const char *more, enum ds_err *why);
 
 #endif

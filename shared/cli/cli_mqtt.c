@@ -3,14 +3,17 @@
 ** (infer, model publish, model promote/canary/shadow/rollback, model list
 ** --broker, top, exporter), spelled as the daemons' [mqtt] keys with '-'
 ** for '_'; the '_' spelling is accepted too. A password is never a flag:
-** --password-file. Also the one wait for the connection they share.
+** --password-file. Also the one way they open a connection: create,
+** subscribe, connect, wait, with one line of why when it fails.
 */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "ds/log.h"
+#include "ds/common.h"
 
 int cli_password_flag(const char *prog)
 {
@@ -63,4 +66,38 @@ int cli_mqtt_opt(int c, const char *arg, struct ds_mqtt_tls *t)
         return 1;
     default: return 0;
     }
+}
+
+struct ds_mqtt *cli_mqtt_open(const char *prog, const char *uri, const char *client_id,
+                              const struct ds_mqtt_opts *o, const struct cli_sub *subs, size_t n, uint32_t ms,
+                              const char *more, enum ds_err *why)
+{
+    struct ds_mqtt *c = NULL;
+    enum ds_err rc = ds_mqtt_create(uri, client_id, o, &c);
+    // Subscribe before connecting: the wrapper sends them with the connection.
+    for (size_t i = 0; rc == DS_OK && i < n; i++) rc = ds_mqtt_subscribe(c, subs[i].filter, subs[i].qos);
+    if (rc == DS_OK) rc = ds_mqtt_connect(c);
+    if (rc != DS_OK) {
+        fprintf(stderr, "dspark %s: --broker %s: %s\n", prog, uri, ds_strerror(rc));
+        goto fail;
+    }
+    uint64_t t0 = ds_now_ns();
+    if ((rc = cli_mqtt_wait_connected(prog, uri, c, ms, more)) != DS_OK) goto fail;
+    uint64_t spent = (ds_now_ns() - t0) / 1000000;
+    if ((rc = ds_mqtt_wait_subscribed(c, (uint32_t)DS_MAX(ms - DS_MIN(spent, ms), 1000))) != DS_OK) {
+        char list[512] = "";
+        for (size_t i = 0, at = 0; i < n && at < sizeof list; i++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? (i + 1 < n ? ", " : " and ") : "",
+                                   subs[i].filter);
+        fprintf(stderr, "dspark %s: broker %s did not take the subscription%s to %s: %s (does the ACL let this "
+                "identity read %s? deploy/mosquitto/mkacl.sh shows the roles)\n", prog, uri, n > 1 ? "s" : "",
+                list, ds_strerror(rc), n > 1 ? "them" : "it");
+        goto fail;
+    }
+    if (why) *why = DS_OK;
+    return c;
+fail:
+    ds_mqtt_destroy(c);
+    if (why) *why = rc;
+    return NULL;
 }

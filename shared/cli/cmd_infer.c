@@ -953,24 +953,10 @@ int cmd_infer(int argc, char **argv)
     o.on_message = inbox_on_message;
     o.ud = &s.inbox;
     o.connect_timeout_s = (uint32_t)DS_MAX(1, (a.connect_ms + 999) / 1000);
-    if ((rc = ds_mqtt_create(a.uri, client_id, &o, &s.mqtt)) != DS_OK) {
-        fprintf(stderr, "dspark infer: --broker %s: %s\n", a.uri, ds_strerror(rc));
-        status = rc == DS_ERR_INVAL ? INFER_EXIT_ARGS : INFER_EXIT_CONN;
-        goto done;
-    }
-    // Subscribe before connecting: the wrapper sends it with the connection.
-    if ((rc = ds_mqtt_subscribe(s.mqtt, reply_topic, 1)) != DS_OK ||
-        (rc = ds_mqtt_connect(s.mqtt)) != DS_OK) {
-        fprintf(stderr, "dspark infer: %s: %s\n", a.uri, ds_strerror(rc));
-        goto done;
-    }
-    double t0 = ds_now_ms();
-    rc = cli_mqtt_wait_connected("infer", a.uri, s.mqtt, (uint32_t)a.connect_ms,
-                                 "wait longer with --connect-timeout-ms");
-    if (rc != DS_OK) goto done;
-    double left = (double)a.connect_ms - (ds_now_ms() - t0);
-    if ((rc = ds_mqtt_wait_subscribed(s.mqtt, (uint32_t)DS_MAX(left, 1000.0))) != DS_OK) {
-        fprintf(stderr, "dspark infer: cannot subscribe to %s: %s\n", reply_topic, ds_strerror(rc));
+    const struct cli_sub sub = { reply_topic, 1 };
+    if (!(s.mqtt = cli_mqtt_open("infer", a.uri, client_id, &o, &sub, 1, (uint32_t)a.connect_ms,
+                                 "wait longer with --connect-timeout-ms", &rc))) {
+        if (rc == DS_ERR_INVAL) status = INFER_EXIT_ARGS;
         goto done;
     }
     if (session_run(&s) != 0) goto done;

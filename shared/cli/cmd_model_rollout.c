@@ -68,28 +68,11 @@ static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const struct
     o.on_message = inbox_on_message;
     o.ud = b;
     o.connect_timeout_s = 5;
-    char id[64];
+    char id[64], prog[32];
     snprintf(id, sizeof id, "dspark-model-%ld-%ld", (long)getpid(), (long)(ds_now_ns() % 1000000));
-    struct ds_mqtt *c = NULL;
-    enum ds_err rc = ds_mqtt_create(uri, id, &o, &c);
-    if (rc == DS_OK) rc = ds_mqtt_subscribe(c, filter, 1);
-    if (rc == DS_OK) rc = ds_mqtt_connect(c);
-    if (rc != DS_OK) {
-        fprintf(stderr, "dspark model %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
-        ds_mqtt_destroy(c);
-        return NULL;
-    }
-    char prog[32];
     snprintf(prog, sizeof prog, "model %s", cmd);
-    if ((rc = cli_mqtt_wait_connected(prog, uri, c, 10000, NULL)) == DS_OK &&
-        (rc = ds_mqtt_wait_subscribed(c, 10000)) != DS_OK)
-        fprintf(stderr, "dspark model %s: broker %s did not take the subscription to %s: %s (does the ACL let "
-                "this identity read it?)\n", cmd, uri, filter, ds_strerror(rc));
-    if (rc != DS_OK) {
-        ds_mqtt_destroy(c);
-        return NULL;
-    }
-    return c;
+    const struct cli_sub sub = { filter, 1 };
+    return cli_mqtt_open(prog, uri, id, &o, &sub, 1, 10000, NULL, NULL);
 }
 
 static const char *jstr(const cJSON *o, const char *k)

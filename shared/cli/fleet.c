@@ -155,20 +155,10 @@ struct fleet *fleet_open(const char *cmd, const char *uri, const struct ds_mqtt_
     o.connect_timeout_s = 5;
     char id[64];
     snprintf(id, sizeof id, "dspark-%s-%ld-%ld", cmd, (long)getpid(), (long)(ds_now_ns() % 1000000));
-    enum ds_err rc = ds_mqtt_create(uri, id, &o, &f->mq);
-    if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_STATUS "+", 1);
-    if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_TELEMETRY "+", 0);
-    if (rc == DS_OK) rc = ds_mqtt_subscribe(f->mq, TOPIC_ALERT "+", 1);
-    if (rc == DS_OK) rc = ds_mqtt_connect(f->mq);
-    if (rc != DS_OK) {
-        fprintf(stderr, "dspark %s: broker %s: %s\n", cmd, uri, ds_strerror(rc));
-    } else if ((rc = cli_mqtt_wait_connected(cmd, uri, f->mq, 10000, NULL)) == DS_OK &&
-               (rc = ds_mqtt_wait_subscribed(f->mq, 10000)) != DS_OK) {
-        fprintf(stderr, "dspark %s: broker %s did not take the subscriptions to %s+, %s+ and %s+: %s (does the "
-                "ACL let this identity read them? mkacl.sh's ops role does)\n", cmd, uri, TOPIC_STATUS,
-                TOPIC_TELEMETRY, TOPIC_ALERT, ds_strerror(rc));
-    }
-    if (rc != DS_OK) {
+    static const struct cli_sub subs[] = {
+        { TOPIC_STATUS "+", 1 }, { TOPIC_TELEMETRY "+", 0 }, { TOPIC_ALERT "+", 1 },
+    };
+    if (!(f->mq = cli_mqtt_open(cmd, uri, id, &o, subs, DS_ARRAY_LEN(subs), 10000, NULL, NULL))) {
         fleet_close(f);
         return NULL;
     }
