@@ -86,8 +86,9 @@ static void infer_usage(FILE *f)
         "by tabs; stderr gets the summary: counts, errors by code, and P50/P90/P99/max of\n"
         "the client-side latency of answered requests, in all and per priority.\n"
         "\n"
-        "Exit status: 0 all answered, 1 no connection to the broker, 2 bad arguments,\n"
-        "3 an error reply, 4 no answer within --timeout-ms (4 wins over 3).\n"
+        "Exit status: 0 all answered, 1 no connection to the broker or a request the\n"
+        "broker refused (its ACL: code \"refused\", at once), 2 bad arguments, 3 an error\n"
+        "reply, 4 no answer within --timeout-ms (1 wins over 4, 4 over 3).\n"
         "\n" CLI_MQTT_HELP);
 }
 
@@ -272,7 +273,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
 
 /* ---- requests ---- */
 
-enum outcome { OUT_PENDING, OUT_OK, OUT_ERROR, OUT_TIMEOUT };
+enum outcome { OUT_PENDING, OUT_OK, OUT_ERROR, OUT_TIMEOUT, OUT_REFUSED /* by the broker: its publish */ };
 
 struct req {
     char        *id;          /* OWNED */
@@ -495,8 +496,9 @@ struct reply {
     struct reply *next;
     char         *corr;       /* OWNED, NUL-terminated copy of the Correlation Data */
     size_t        corr_len;
-    char         *payload;    /* OWNED, NUL-terminated */
+    char         *payload;    /* OWNED, NUL-terminated; NULL when refused */
     size_t        len;
+    char         *refused;    /* OWNED: why the broker refused the request's publish, or NULL */
     double        at_ms;      /* ds_now_ms() on receipt */
 };
 
@@ -522,24 +524,13 @@ static void reply_free(struct reply *r)
     if (!r) return;
     free(r->corr);
     free(r->payload);
+    free(r->refused);
     free(r);
 }
 
-static void inbox_on_message(void *ud, const struct ds_mqtt_msg *m)
+/* Queue r for the main thread; NULL counts one lost to out of memory. */
+static void inbox_push(struct inbox *ib, struct reply *r)
 {
-    struct inbox *ib = ud;
-    struct reply *r = calloc(1, sizeof *r);
-    if (r) {
-        r->at_ms = ds_now_ms();
-        r->payload = dup0(m->payload, m->len);
-        r->len = m->len;
-        r->corr = m->correlation.p ? dup0(m->correlation.p, m->correlation.n) : NULL;
-        r->corr_len = m->correlation.n;
-        if (!r->payload || (m->correlation.p && !r->corr)) {
-            reply_free(r);
-            r = NULL;
-        }
-    }
     pthread_mutex_lock(&ib->mu);
     if (!r) {
         ib->dropped++;
@@ -550,6 +541,45 @@ static void inbox_on_message(void *ud, const struct ds_mqtt_msg *m)
         pthread_cond_signal(&ib->cv);
     }
     pthread_mutex_unlock(&ib->mu);
+}
+
+/* A reply and its Correlation Data; NULL when out of memory. */
+static struct reply *reply_new(struct ds_str corr)
+{
+    struct reply *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->at_ms = ds_now_ms();
+    r->corr = corr.p ? dup0(corr.p, corr.n) : NULL;
+    r->corr_len = corr.n;
+    if (corr.p && !r->corr) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void inbox_on_message(void *ud, const struct ds_mqtt_msg *m)
+{
+    struct reply *r = reply_new(m->correlation);
+    if (r && !(r->payload = dup0(m->payload, m->len))) {
+        reply_free(r);
+        r = NULL;
+    }
+    if (r) r->len = m->len;
+    inbox_push(ud, r);
+}
+
+/* The broker refused a request's publish (an ACL, a quota): the request
+** ends now with the reason, instead of waiting out its timeout. */
+static void inbox_on_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
+{
+    (void)topic;
+    struct reply *r = corr.p ? reply_new(corr) : NULL;
+    if (r && !(r->refused = dup0(why, strlen(why)))) {
+        reply_free(r);
+        r = NULL;
+    }
+    if (r || corr.p) inbox_push(ud, r);
 }
 
 /* Next reply, or NULL once the monotonic clock passes until_ms. OWNED. */
@@ -679,9 +709,39 @@ static void live_remove(struct session *s, size_t slot)
     s->live[slot] = s->live[--s->n_live];
 }
 
+/* The slot in s->live of the request whose id is key (key_len bytes), or SIZE_MAX. */
+static size_t live_find(const struct session *s, const char *key, size_t key_len)
+{
+    for (size_t i = 0; key && i < s->n_live; i++) {
+        const char *id = s->reqs[s->live[i]].id;
+        if (strlen(id) == key_len && memcmp(id, key, key_len) == 0) return i;
+    }
+    return SIZE_MAX;
+}
+
+/* The request's publish was refused: it ends as an error, "refused". */
+static void handle_refused(struct session *s, const struct reply *rp)
+{
+    size_t slot = live_find(s, rp->corr, rp->corr_len);
+    if (slot == SIZE_MAX) return;
+    struct req *r = &s->reqs[s->live[slot]];
+    r->rtt_ms = rp->at_ms - r->sent_ms;
+    r->outcome = OUT_REFUSED;
+    snprintf(r->code, sizeof r->code, "refused");
+    fprintf(stderr, "dspark infer: %s%sthe broker refused the request (%s): may this identity publish to "
+            INFER_TOPIC_PREFIX "%s? (the ACL's device role may: deploy/mosquitto/mkacl.sh)\n",
+            s->single ? "" : r->id, s->single ? "" : ": ", rp->refused, r->model);
+    if (!s->single && !s->a->json) print_line(r);
+    live_remove(s, slot);
+}
+
 /* Handle one reply. Replies that match no request in flight are ignored. */
 static void handle_reply(struct session *s, const struct reply *rp)
 {
+    if (rp->refused) {
+        handle_refused(s, rp);
+        return;
+    }
     cJSON *msg = cJSON_ParseWithLength(rp->payload, rp->len);
     if (!cJSON_IsObject(msg)) {
         fprintf(stderr, "dspark infer: ignoring a reply that is not a JSON object\n");
@@ -691,11 +751,7 @@ static void handle_reply(struct session *s, const struct reply *rp)
     // Correlation Data first (the contract); the "id" field for nodes that lose it.
     const char *key = rp->corr ? rp->corr : json_str(msg, "id");
     size_t key_len = rp->corr ? rp->corr_len : key ? strlen(key) : 0;
-    size_t slot = SIZE_MAX;
-    for (size_t i = 0; key && i < s->n_live && slot == SIZE_MAX; i++) {
-        const char *id = s->reqs[s->live[i]].id;
-        if (strlen(id) == key_len && memcmp(id, key, key_len) == 0) slot = i;
-    }
+    size_t slot = live_find(s, key, key_len);
     if (slot == SIZE_MAX) {
         DS_LOG(DS_LOG_DEBUG, "infer: reply for unknown or finished request \"%s\"", key ? key : "?");
         cJSON_Delete(msg);
@@ -835,22 +891,26 @@ static void summary_row(const char *name, double *v, size_t n)
 
 static void summary(const struct session *s)
 {
-    size_t n_ok = 0, n_err = 0, n_to = 0;
+    size_t n_ok = 0, n_err = 0, n_to = 0, n_ref = 0;
     for (size_t i = 0; i < s->n_reqs; i++) {
         n_ok += s->reqs[i].outcome == OUT_OK;
         n_err += s->reqs[i].outcome == OUT_ERROR;
         n_to += s->reqs[i].outcome == OUT_TIMEOUT;
+        n_ref += s->reqs[i].outcome == OUT_REFUSED;
     }
-    fprintf(stderr, "requests: %zu, answered %zu (%zu ok, %zu error), no answer %zu\n", s->n_reqs,
+    fprintf(stderr, "requests: %zu, answered %zu (%zu ok, %zu error), no answer %zu", s->n_reqs,
             n_ok + n_err, n_ok, n_err, n_to);
-    // Errors by code, in order of first appearance ("timeout" for no answer);
-    // the codes are a handful, so a short list searched linearly will do.
-    if (n_err + n_to) {
+    if (n_ref) fprintf(stderr, ", refused by the broker %zu", n_ref);
+    fprintf(stderr, "\n");
+    // Errors by code, in order of first appearance ("timeout" for no answer,
+    // "refused" for a publish the broker refused); the codes are a handful,
+    // so a short list searched linearly will do.
+    if (n_err + n_to + n_ref) {
         struct { const char *code; size_t n; } codes[16];
         size_t n_codes = 0, other = 0;
         for (size_t i = 0; i < s->n_reqs; i++) {
             const struct req *r = &s->reqs[i];
-            if (r->outcome != OUT_ERROR && r->outcome != OUT_TIMEOUT) continue;
+            if (r->outcome != OUT_ERROR && r->outcome != OUT_TIMEOUT && r->outcome != OUT_REFUSED) continue;
             size_t k = 0;
             while (k < n_codes && strcmp(codes[k].code, r->code) != 0) k++;
             if (k == n_codes && n_codes == DS_ARRAY_LEN(codes)) {
@@ -951,6 +1011,7 @@ int cmd_infer(int argc, char **argv)
     if (!(s.live = calloc(live_n, sizeof *s.live))) goto done;
     o.tls = a.tls;
     o.on_message = inbox_on_message;
+    o.on_refused = inbox_on_refused;
     o.ud = &s.inbox;
     o.connect_timeout_s = (uint32_t)DS_MAX(1, (a.connect_ms + 999) / 1000);
     const struct cli_sub sub = { reply_topic, 1 };
@@ -963,7 +1024,8 @@ int cmd_infer(int argc, char **argv)
     if (!s.single) summary(&s);
     status = 0;
     for (size_t i = 0; i < s.n_reqs; i++) {
-        if (s.reqs[i].outcome == OUT_TIMEOUT) status = INFER_EXIT_TIMEOUT;
+        if (s.reqs[i].outcome == OUT_REFUSED) status = INFER_EXIT_CONN;
+        else if (s.reqs[i].outcome == OUT_TIMEOUT && status != INFER_EXIT_CONN) status = INFER_EXIT_TIMEOUT;
         else if (s.reqs[i].outcome == OUT_ERROR && status == 0) status = INFER_EXIT_ERROR;
     }
 done:

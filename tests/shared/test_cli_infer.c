@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -540,6 +541,48 @@ static void test_cli_infer_concurrency(void **state)
 
 /* ---- arguments ---- */
 
+/* A broker whose ACL lets this identity read its replies but publish no
+** request: each request ends at once as "refused", exit 1, naming the
+** topic and the ACL, instead of waiting out --timeout-ms. */
+static void test_cli_infer_refused(void **state)
+{
+    char *acl = write_file(state, "acl", "topic read dspark/v1/reply/#\n");
+    char conf[PATH_MAX + 16];
+    snprintf(conf, sizeof conf, "acl_file %s\n", acl);
+    const struct tb_broker_opts bo = { .extra_conf = conf };
+    struct tb_broker *b = NULL;
+    assert_int_equal(tb_broker_start(&bo, &b), DS_OK);
+
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "-m", "tiny", "-p", "x",
+                                                 "--timeout-ms", "60000", NULL });
+    assert_int_equal(o.rc, 1);
+    ASSERT_CONTAINS(o.err, "the broker refused the request (Not authorized): may this identity publish to "
+                           "dspark/v1/infer/tiny?");
+    ASSERT_CONTAINS(o.err, "mkacl.sh");
+    assert_null(strstr(o.err, "no answer within"));
+    assert_null(strstr(o.err, "warn"));             /* one line, not the wrapper's warning as well */
+    assert_string_equal(o.out, "");
+    cli_out_free(&o);
+
+    char *path = write_file(state, "refused.jsonl", "{\"id\":\"r1\",\"prompt\":\"a\"}\n"
+                                                    "{\"id\":\"r2\",\"model\":\"other\",\"prompt\":\"b\"}\n");
+    o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "-m", "tiny", "-f", path, "-c", "2",
+                                  "--timeout-ms", "60000", NULL });
+    assert_int_equal(o.rc, 1);
+    assert_int_equal(count_lines(o.out), 2);
+    ASSERT_CONTAINS(o.out, "r1\trefused\t");
+    ASSERT_CONTAINS(o.out, "r2\trefused\t");
+    ASSERT_CONTAINS(o.err, "dspark infer: r2: the broker refused the request (Not authorized): may this identity "
+                           "publish to dspark/v1/infer/other?");
+    ASSERT_CONTAINS(o.err, "requests: 2, answered 0 (0 ok, 0 error), no answer 0, refused by the broker 2\n");
+    ASSERT_CONTAINS(o.err, "errors: refused 2\n");
+    ASSERT_CONTAINS(o.err, "  all           0 ");  /* no latency for a refused request */
+    cli_out_free(&o);
+    free(path);
+    free(acl);
+    tb_broker_destroy(b);
+}
+
 static void test_cli_infer_bad_args(void **state)
 {
     char *bad_line = write_file(state, "bad.jsonl", "{\"prompt\":\"a\"}\n{\"prompt\":\"b\",\"max_tokens\":0}\n");
@@ -622,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_cli_infer_file),
         cmocka_unit_test(test_cli_infer_file_json),
         cmocka_unit_test(test_cli_infer_concurrency),
+        cmocka_unit_test(test_cli_infer_refused),
         cmocka_unit_test(test_cli_infer_bad_args),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

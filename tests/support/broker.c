@@ -79,9 +79,9 @@ static bool write_conf(struct tb_broker *b)
             b->o.persistence ? "true" : "false", b->dir);
     if (b->o.autosave_s) fprintf(f, "autosave_interval %u\n", b->o.autosave_s);
     /* Run as us (as root, mosquitto would switch to the mosquitto user,
-    ** which cannot read the test's key, password and ACL files, nor write
-    ** its database into our temp dir). */
-    struct passwd *pw = b->o.no_anonymous || b->o.persistence ? getpwuid(getuid()) : NULL;
+    ** which cannot read the test's key, password and ACL files, named in
+    ** extra_conf, nor write its database into our temp dir). */
+    struct passwd *pw = b->o.no_anonymous || b->o.persistence || b->o.extra_conf ? getpwuid(getuid()) : NULL;
     if (pw) fprintf(f, "user %s\n", pw->pw_name);
     if (b->o.extra_conf) fprintf(f, "%s\n", b->o.extra_conf);
     return fclose(f) == 0;

@@ -155,6 +155,12 @@ struct ds_mqtt_msg {
 typedef void (*ds_mqtt_msg_fn)(void *ud, const struct ds_mqtt_msg *msg);
 /* connected: true after each successful (re)connect, false when it is lost. */
 typedef void (*ds_mqtt_conn_fn)(void *ud, bool connected);
+/* A publish the broker refused (an MQTT 5 PUBACK reason >= 0x80: an ACL's
+** "Not authorized", a quota) or Paho gave up for good; it is not sent
+** again. Its topic, its Correlation Data (.p NULL if it had none), and the
+** reason. Not called for a publish lost with the connection: that one is
+** queued again. */
+typedef void (*ds_mqtt_refused_fn)(void *ud, const char *topic, struct ds_str correlation, const char *why);
 
 /* Transport security and identity (README "Security"). Every path is
 ** BORROWED by ds_mqtt_create, which reads the secret files at once.
@@ -192,6 +198,8 @@ struct ds_mqtt_opts {
                                      ** drops (and logs) larger messages for us; 0 = none */
     ds_mqtt_msg_fn  on_message;      /* may be NULL */
     ds_mqtt_conn_fn on_connection;   /* may be NULL */
+    ds_mqtt_refused_fn on_refused;   /* may be NULL: then each refusal is logged as a warning
+                                     ** (set: at debug level; the owner reports it) */
     void           *ud;
 };
 void ds_mqtt_opts_init(struct ds_mqtt_opts *o);

@@ -55,9 +55,14 @@ static void pub_done(struct pub *p, bool ok, bool lost, const char *why)
     if (c->qhead) c->wake_pump = true;          /* a slot is free: the worker sends on */
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (!ok)
-        DS_LOG(DS_LOG_WARN, "mqtt %s: publish to %s (QoS %d) failed: %s", c->client_id, p->topic,
-               p->qos, why);
+    if (!ok) {
+        /* with on_refused its owner reports it; the log has it at debug level */
+        DS_LOG(c->o.on_refused ? DS_LOG_DEBUG : DS_LOG_WARN, "mqtt %s: publish to %s (QoS %d) failed: %s",
+               c->client_id, p->topic, p->qos, why);
+        if (c->o.on_refused)
+            c->o.on_refused(c->o.ud, p->topic, (struct ds_str){ p->corr_len ? (const char *)p->corr : NULL,
+                                                                p->corr_len }, why);
+    }
     free(p);
 }
 
