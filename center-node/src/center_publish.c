@@ -29,7 +29,14 @@ struct center_publish {
 static void *pub_thread(void *arg)
 {
     struct ds_dist_pub *p = arg;
-    if (ds_dist_pub_run(p, NULL, NULL) != DS_OK) DS_LOG(DS_LOG_ERROR, "publisher stopped: could not start");
+    enum ds_err rc = ds_dist_pub_run(p, NULL, NULL);
+    struct ds_dist_pub_stats st;
+    ds_dist_pub_stats(p, &st);
+    if (rc == DS_ERR_DENIED)            /* dist_pub logged the topic and the reason */
+        DS_LOG(DS_LOG_ERROR, "publisher of %s %s stopped: the broker refused its manifest; the center serves on "
+               "without it", st.name, st.version);
+    else if (rc != DS_OK)
+        DS_LOG(DS_LOG_ERROR, "publisher of %s %s stopped: %s", st.name, st.version, ds_strerror(rc));
     return NULL;
 }
 

@@ -37,6 +37,7 @@ struct inbox {
     pthread_mutex_t mu;
     char           *topic[MAX_INBOX], *json[MAX_INBOX];
     size_t          n;
+    char            refused[128];   /* why the broker refused our publish, or "" */
 };
 
 static void inbox_on_message(void *ud, const struct ds_mqtt_msg *m)
@@ -49,6 +50,15 @@ static void inbox_on_message(void *ud, const struct ds_mqtt_msg *m)
         if (b->topic[b->n] && b->json[b->n]) b->n++;
         else free(b->topic[b->n]), free(b->json[b->n]);
     }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void inbox_on_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
+{
+    struct inbox *b = ud;
+    (void)topic, (void)corr;
+    pthread_mutex_lock(&b->mu);
+    snprintf(b->refused, sizeof b->refused, "%s", why);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -66,6 +76,7 @@ static struct ds_mqtt *connect_to(const char *cmd, const char *uri, const struct
     ds_mqtt_opts_init(&o);
     o.tls = *tls;
     o.on_message = inbox_on_message;
+    o.on_refused = inbox_on_refused;
     o.ud = b;
     o.connect_timeout_s = 5;
     char id[64], prog[32];
@@ -219,6 +230,14 @@ int cmd_model_control(int argc, char **argv)
     if (!mq) goto out;
     if (ds_mqtt_publish(mq, topic, env, env_len, 1, false, NULL) != DS_OK || ds_mqtt_flush(mq, 5000) != DS_OK) {
         fprintf(stderr, "dspark model %s: could not publish to %s\n", cmd, topic);
+        goto out;
+    }
+    pthread_mutex_lock(&b.mu);
+    bool refused = b.refused[0] != '\0';
+    pthread_mutex_unlock(&b.mu);
+    if (refused) {                      /* flush returned after the broker's answer */
+        fprintf(stderr, "dspark model %s: the broker refused the command on %s (%s): may this identity publish "
+                "there? (deploy/mosquitto/mkacl.sh's publisher role may)\n", cmd, topic, b.refused);
         goto out;
     }
     /* Answers carrying our seq; one node: its first; all: until the time is up. */

@@ -130,6 +130,12 @@ int cmd_model_publish(int argc, char **argv)
             return 2;
         }
         enum ds_err rc = ds_dist_unpublish(o.uri, &tls, o.name, 10000);
+        if (rc == DS_ERR_DENIED) {
+            fprintf(stderr, "dspark model publish: the broker %s refused to clear the manifest of %s: may this "
+                    "identity publish to dspark/v1/models/%s/manifest? (deploy/mosquitto/mkacl.sh's publisher "
+                    "role may)\n", o.uri, o.name, o.name);
+            return 1;
+        }
         if (rc != DS_OK) {
             fprintf(stderr, "dspark model publish: could not clear the manifest of %s on %s: %s\n", o.name, o.uri,
                     ds_strerror(rc));
@@ -162,6 +168,10 @@ int cmd_model_publish(int argc, char **argv)
     if (!quiet) print_progress(p, &last);
     atomic_store(&g_pub, NULL);
     ds_dist_pub_destroy(p);
+    if (rc == DS_ERR_DENIED) {
+        fprintf(stderr, "dspark model publish: stopped: the broker refused the manifest (see above)\n");
+        return 1;
+    }
     if (rc != DS_OK) {
         fprintf(stderr, "dspark model publish: %s\n", ds_strerror(rc));
         return 1;

@@ -194,6 +194,55 @@ static void test_exporter_tls(void **state)
 
 /* dspark-edge with a wrong CA: exactly one "cannot connect" line (the
 ** wrapper retries every reconnect_max_ms without repeating it). */
+/* `ops` may read the fleet's status and telemetry and write nothing: what
+** it publishes the broker refuses (MQTT 5 PUBACK "Not authorized"). Each
+** command ends at once with exit 1 and a line naming the topic and the ACL,
+** where before it waited out its timeout (infer, promote) or, for publish
+** --clear, said the manifest was removed. */
+static void test_acl_refusals(void **state)
+{
+    (void)state;
+    char pw[700], login[1600], cmd[8192], keys[700], bundle[700];
+    snprintf(pw, sizeof pw, "%s/ops.pw", g_env.dir);
+    snprintf(keys, sizeof keys, "%s/refused-keys", g_env.dir);
+    snprintf(bundle, sizeof bundle, "%s/refused-bundle", g_env.dir);
+    sec_write_secret(pw, "pw-ops");
+    snprintf(login, sizeof login, "-b %s --cafile %s --username ops --password-file %s", g_env.tls_uri, g_ca, pw);
+    int st;
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && %s/shared/dspark keygen --signer -o %s/signer >/dev/null && "
+             "%s/shared/dspark keygen --node -o %s/node >/dev/null && %s/shared/dspark model pack -m %s --name "
+             "stories --version 9.0.0 --signer %s/signer.sec --to %s/node.pub -o %s 2>/dev/null", keys,
+             DS_BUILD_DIR, keys, DS_BUILD_DIR, keys, DS_BUILD_DIR, tu_model("stories260K.gguf"), keys, keys, bundle);
+    free(tu_run(cmd, &st));
+    assert_int_equal(st, 0);
+
+    static const struct {
+        const char *what, *args, *want;
+    } cases[] = {
+        { "infer", "infer -m stories -p x --timeout-ms 60000",
+          "dspark infer: the broker refused the request (Not authorized): may this identity publish to "
+          "dspark/v1/infer/stories?" },
+        { "model promote", "model promote -k %1$s/signer.sec -n stories --version 9.0.0 --node edge-1 --wait-ms 60000",
+          "dspark model promote: the broker refused the command on dspark/v1/control/edge-1 (Not authorized)" },
+        { "model publish --clear", "model publish --clear --name stories",
+          "refused to clear the manifest of stories: may this identity publish to dspark/v1/models/stories/manifest?" },
+        { "model publish", "model publish -d %2$s -k %1$s/signer.pub --quiet --log-level error",
+          "the broker refused the manifest on dspark/v1/models/stories/manifest (Not authorized)" },
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        char args[2048];
+        snprintf(args, sizeof args, cases[i].args, keys, bundle);
+        snprintf(cmd, sizeof cmd, "timeout 120 %s/shared/dspark %s %s 2>&1 >/dev/null", DS_BUILD_DIR, args, login);
+        double t0 = ds_now_ms();
+        char *out = tu_run(cmd, &st);
+        printf("%-22s as ops: exit %d in %.0f ms: %s", cases[i].what, st, ds_now_ms() - t0, out ? out : "");
+        assert_int_equal(st, 1);
+        assert_non_null(out && strstr(out, cases[i].want) ? out : NULL);
+        assert_non_null(strstr(out, "mkacl.sh"));
+        free(out);
+    }
+}
+
 static void test_edge_wrong_ca(void **state)
 {
     (void)state;
@@ -319,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_infer_ok),
         cmocka_unit_test(test_infer_failures),
         cmocka_unit_test(test_exporter_tls),
+        cmocka_unit_test(test_acl_refusals),
         cmocka_unit_test(test_edge_wrong_ca),
         cmocka_unit_test(test_edge_password),
     };

@@ -157,13 +157,16 @@ DS_MUST_CHECK enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, s
 void ds_dist_pub_destroy(struct ds_dist_pub *p);
 /* Connect, publish the manifest (retained, QoS 1), serve until
 ** ds_dist_pub_stop(); on_tick (may be NULL) is called about once a second
-** from this thread (progress lines). Returns DS_OK after a stop. */
+** from this thread (progress lines). Returns DS_OK after a stop, or
+** DS_ERR_DENIED at once when the broker refuses the manifest (its ACL;
+** logged with the reason). */
 DS_MUST_CHECK enum ds_err ds_dist_pub_run(struct ds_dist_pub *p, void (*on_tick)(struct ds_dist_pub *p, void *ud),
                                           void *ud);
 void ds_dist_pub_stop(struct ds_dist_pub *p);
 void ds_dist_pub_stats(struct ds_dist_pub *p, struct ds_dist_pub_stats *out);
 /* Remove the retained manifest of name (an empty retained publish) and wait
-** until the broker has it; for `dspark model publish --clear`. */
+** until the broker has it; for `dspark model publish --clear`. DS_ERR_DENIED:
+** the broker refused it (its ACL). */
 DS_MUST_CHECK enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls,
                                             const char *name, uint32_t timeout_ms);
 

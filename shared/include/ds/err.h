@@ -20,7 +20,8 @@
     X(ERR_TIMEOUT,      9, "timed out")                            \
     X(ERR_MQTT,        10, "MQTT client error")                    \
     X(ERR_RANGE,       11, "value out of range")                   \
-    X(ERR_BUSY,        12, "busy")
+    X(ERR_BUSY,        12, "busy")                                 \
+    X(ERR_DENIED,      13, "refused by the broker (not authorized)")
 
 enum ds_err {
 #define X(name, val, msg) DS_##name = val,

@@ -35,6 +35,7 @@ struct ds_dist_pub {
     struct ds_mqtt    *mqtt;
     char               fetch_topic[192], manifest_topic[192];
     atomic_bool        stop;
+    atomic_bool        denied;         /* the broker refused the manifest: run ends */
     pthread_mutex_t    mu;
     pthread_cond_t     cv;
     struct job        *jobs;           /* ring of DS_DIST_PUB_MAX_JOBS */
@@ -156,6 +157,26 @@ static void serve(struct ds_dist_pub *p, const struct job *j, uint8_t *buf, size
         }
 }
 
+/* The broker refused a publish (its ACL): without the manifest nothing is
+** offered, so the run ends; a refused chunk is logged (the node asks again). */
+static void on_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
+{
+    struct ds_dist_pub *p = ud;
+    (void)corr;
+    if (strcmp(topic, p->manifest_topic) != 0) {
+        DS_LOG(DS_LOG_WARN, "the broker refused a chunk on %s (%s): may this identity publish there? "
+               "(deploy/mosquitto/mkacl.sh's publisher role may)", topic, why);
+        return;
+    }
+    DS_LOG(DS_LOG_ERROR, "the broker refused the manifest on %s (%s): may this identity publish there, "
+           "retained? (deploy/mosquitto/mkacl.sh's publisher role may); nothing is offered", topic, why);
+    atomic_store(&p->denied, true);
+    atomic_store(&p->stop, true);
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void on_connection(void *ud, bool connected)
 {
     struct ds_dist_pub *p = ud;
@@ -205,7 +226,7 @@ enum ds_err ds_dist_pub_run(struct ds_dist_pub *p, void (*on_tick)(struct ds_dis
     free(buf);
     if (ds_mqtt_flush(p->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some chunks were not acknowledged");
     ds_mqtt_disconnect(p->mqtt, 2000);
-    return DS_OK;
+    return atomic_load(&p->denied) ? DS_ERR_DENIED : DS_OK;
 }
 
 void ds_dist_pub_stop(struct ds_dist_pub *p)
@@ -306,6 +327,7 @@ enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, struct ds_dist_
     if (o->tls) mo.tls = *o->tls;
     mo.on_message = on_message;
     mo.on_connection = on_connection;
+    mo.on_refused = on_refused;
     mo.ud = p;
     char cid[160];
     if (o->client_id) snprintf(cid, sizeof cid, "%s", o->client_id);
@@ -321,9 +343,16 @@ fail:
     return rc;
 }
 
+static void unpublish_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
+{
+    (void)topic, (void)corr, (void)why;
+    atomic_store((atomic_bool *)ud, true);
+}
+
 enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls, const char *name,
                               uint32_t timeout_ms)
 {
+    atomic_bool denied = false;
     char topic[192], cid[96];
     if (ds_dist_topic(topic, sizeof topic, name, "manifest", NULL) != DS_OK) return DS_ERR_RANGE;
     snprintf(cid, sizeof cid, "dspark-unpublish-%ld", (long)getpid());
@@ -331,6 +360,8 @@ enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls, co
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     if (tls) mo.tls = *tls;
+    mo.on_refused = unpublish_refused;
+    mo.ud = &denied;
     enum ds_err rc = ds_mqtt_create(uri, cid, &mo, &c);
     if (rc != DS_OK) return rc;
     if ((rc = ds_mqtt_connect(c)) == DS_OK && (rc = ds_mqtt_wait_connected(c, timeout_ms)) == DS_OK &&
@@ -338,5 +369,5 @@ enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls, co
         rc = ds_mqtt_flush(c, timeout_ms);
     if (rc == DS_OK) rc = ds_mqtt_disconnect(c, timeout_ms);
     ds_mqtt_destroy(c);
-    return rc;
+    return rc == DS_OK && atomic_load(&denied) ? DS_ERR_DENIED : rc;
 }

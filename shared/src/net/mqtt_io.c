@@ -38,6 +38,13 @@ static void requeue_locked(struct ds_mqtt *c, struct pub *p)
 static void pub_done(struct pub *p, bool ok, bool lost, const char *why)
 {
     struct ds_mqtt *c = p->op.c;
+    /* A refusal reaches its owner before the accounting below wakes
+    ** ds_mqtt_flush: whoever flushed sees it once flush returns. */
+    const bool refused = !ok && !lost;
+    if (refused && c->o.on_refused) {
+        const struct ds_str corr = { p->corr_len ? (const char *)p->corr : NULL, p->corr_len };
+        c->o.on_refused(c->o.ud, p->topic, corr, why);
+    }
     pthread_mutex_lock(&c->mu);
     ds_mqtt__op_unlink(&p->op);
     if (p->counted) c->st.inflight--;
@@ -55,14 +62,9 @@ static void pub_done(struct pub *p, bool ok, bool lost, const char *why)
     if (c->qhead) c->wake_pump = true;          /* a slot is free: the worker sends on */
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (!ok) {
-        /* with on_refused its owner reports it; the log has it at debug level */
-        DS_LOG(c->o.on_refused ? DS_LOG_DEBUG : DS_LOG_WARN, "mqtt %s: publish to %s (QoS %d) failed: %s",
+    if (!ok)    /* a refusal on_refused took: its owner reports it, the log at debug level */
+        DS_LOG(refused && c->o.on_refused ? DS_LOG_DEBUG : DS_LOG_WARN, "mqtt %s: publish to %s (QoS %d) failed: %s",
                c->client_id, p->topic, p->qos, why);
-        if (c->o.on_refused)
-            c->o.on_refused(c->o.ud, p->topic, (struct ds_str){ p->corr_len ? (const char *)p->corr : NULL,
-                                                                p->corr_len }, why);
-    }
     free(p);
 }
 
