@@ -379,6 +379,9 @@ int cmd_model_list_telemetry(int argc, char **argv)
         cJSON_Delete(t);
     }
     inbox_free(&b);
-    if (!nodes) fprintf(stderr, "dspark model list: no telemetry on %s within %llu ms\n", uri, (unsigned long long)wait_ms);
+    if (!nodes)     /* mosquitto grants every subscription and drops what the ACL forbids on delivery */
+        fprintf(stderr, "dspark model list: no telemetry on %s within %llu ms: is a node up, and may this identity "
+                "read dspark/v1/telemetry/+? (the ACL's ops and publisher roles may: deploy/mosquitto/mkacl.sh)\n",
+                uri, (unsigned long long)wait_ms);
     return nodes ? 0 : 4;
 }

@@ -241,6 +241,26 @@ static void test_acl_refusals(void **state)
         assert_non_null(strstr(out, "mkacl.sh"));
         free(out);
     }
+
+    /* Reading is refused silently (mosquitto grants the subscription and
+    ** drops on delivery): ops sees edge-1's telemetry (published every 5 s,
+    ** retained), a device sees none and is told what to check. */
+    snprintf(cmd, sizeof cmd, "%s/shared/dspark model list %s --wait-ms 6000 2>&1", DS_BUILD_DIR, login);
+    char *out = tu_run(cmd, &st);
+    printf("model list as ops: exit %d: %s", st, out ? out : "");
+    assert_int_equal(st, 0);
+    assert_non_null(out && strstr(out, "\nedge-1 ") ? out : NULL);
+    free(out);
+    char devpw[700];
+    snprintf(devpw, sizeof devpw, "%s/dev-1.pw", g_env.dir);
+    sec_write_secret(devpw, "pw-dev-1");
+    snprintf(cmd, sizeof cmd, "%s/shared/dspark model list -b %s --cafile %s --username dev-1 --password-file %s "
+             "--wait-ms 1500 2>&1 >/dev/null", DS_BUILD_DIR, g_env.tls_uri, g_ca, devpw);
+    out = tu_run(cmd, &st);
+    printf("model list as dev-1: exit %d: %s", st, out ? out : "");
+    assert_int_equal(st, 4);
+    assert_non_null(out && strstr(out, "may this identity read dspark/v1/telemetry/+?") ? out : NULL);
+    free(out);
 }
 
 static void test_edge_wrong_ca(void **state)
