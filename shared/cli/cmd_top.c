@@ -147,7 +147,11 @@ static void draw(struct fleet *f, char role_filter)
                r->name, r->role, r->state, r->req, r->tok, q, r->p50, r->p99, r->errors, r->seen_s, kv, sp,
                r->alert[0] ? r->alert : "-", r->models);
     }
-    if (!shown) printf("(waiting for status and telemetry...)\r\n");
+    if (!n)         /* an ACL that forbids reading them looks the same: the broker drops, says nothing */
+        printf("(waiting for status and telemetry: is a node up, and may this identity read\r\n"
+               " dspark/v1/status/+ and dspark/v1/telemetry/+? mkacl.sh's ops role may)\r\n");
+    else if (!shown)
+        printf("(no %s node among %d; 'a' shows all)\r\n", role_filter == 'e' ? "edge" : "center", n);
     if (alerts) printf("\r\n");
     for (int i = 0; i < shown; i++)
         if (rows[i].alert[0])
