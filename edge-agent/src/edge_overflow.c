@@ -18,7 +18,8 @@
 **
 ** Hooks (node_ext.h): take sends a request the node offers (route, full
 ** queue, weak answer) to a live center; tick takes back what a dead or
-** silent center holds; pending makes draining wait for them.
+** silent center holds, or what the broker refused to pass on (refused);
+** pending makes draining wait for them.
 **
 ** Owns: the center table and the table of requests at a center (both under
 ** one mutex; touched from Paho's thread and the engine loop).
@@ -55,6 +56,7 @@ struct pending {
     uint64_t         sent_ns;
     uint32_t         relayed;      /* chunks forwarded to the device */
     bool             lost;         /* its center died: the engine loop takes it back */
+    bool             refused;      /* the broker refused to pass it on: the same, at once */
 };
 
 struct edge_overflow {
@@ -407,10 +409,11 @@ static void tick(struct ds_node *a, void *st, uint64_t now_ns)
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; o->n_pending && i < MAX_PENDING && n_back < BATCH; i++) {
         struct pending *p = &o->p[i];
-        if (!p->r || !(p->lost || (!p->center[0] && now_ns > p->sent_ns + accept_ns) ||
+        if (!p->r || !(p->lost || p->refused || (!p->center[0] && now_ns > p->sent_ns + accept_ns) ||
                        (p->r->deadline_ns && now_ns > p->r->deadline_ns + 1000000000ull)))
             continue;
-        back[n_back].why = p->lost ? "its center went offline"
+        back[n_back].why = p->refused ? "the broker refused to pass it to the centers"
+                         : p->lost ? "its center went offline"
                          : !p->center[0] ? "no center took it" : "its center did not answer in time";
         back[n_back].r = p->r;
         back[n_back++].relayed = p->relayed;
@@ -434,7 +437,30 @@ static void tick(struct ds_node *a, void *st, uint64_t now_ns)
     }
 }
 
+/* The broker refused a request sent to the centers (this edge's ACL):
+** the engine loop serves it here at once, rather than after
+** accept_timeout_ms as "no center took it". */
+static void refused(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why)
+{
+    struct edge_overflow *o = st;
+    (void)why;
+    char key[24], *end;
+    if (strncmp(topic, "dspark/v1/center/infer/", 23) || !corr.p || !corr.n || corr.n >= sizeof key) return;
+    memcpy(key, corr.p, corr.n);
+    key[corr.n] = '\0';
+    unsigned long long k = strtoull(key, &end, 10);
+    if (*end) return;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; o->n_pending && i < MAX_PENDING; i++)
+        if (o->p[i].r && o->p[i].r->key == k && !o->p[i].center[0]) {
+            o->p[i].refused = true;
+            break;
+        }
+    pthread_mutex_unlock(&o->mu);
+    ds_sched_wake(a->sched);
+}
+
 const struct node_ext edge_overflow_ext = {
     .name = "edge_overflow", .max_msg = RELAY_MAX, .create = create, .destroy = destroy, .start = start, .take = take,
-    .tick = tick, .pending = pending,
+    .tick = tick, .pending = pending, .refused = refused,
 };

@@ -263,6 +263,71 @@ static void test_acl_refusals(void **state)
     free(out);
 }
 
+static bool node_online(const char *node);
+
+/* edge-9 is an edge whose ACL lacks dspark/v1/center/# (a box deployed with
+** the wrong role, say). A route=center request it sends on is refused by
+** the broker: the edge serves it at once and its log says why, where it
+** waited accept_timeout_ms (3 s) and logged "no center took it". Runs
+** last: the edges share requests, so the edge of the tests before stops. */
+static void test_edge_overflow_refused(void **state)
+{
+    (void)state;
+    assert_true(WIFEXITED(it_stop(g_edge, SIGTERM, 10000)));
+    g_edge = 0;
+    /* Its persistent session would still take its share of the requests:
+    ** a clean start under its client id ends it. */
+    char ca[600], cert[600], key[600];
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(&g_env, "edge-1", ca, cert, key);
+    struct ds_mqtt *c = NULL;
+    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "dspark-edge-edge-1", &o, &c), DS_OK);
+    assert_int_equal(ds_mqtt_connect(c), DS_OK);
+    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
+    ds_mqtt_destroy(c);
+    /* center-1's retained "online": the edge has a center to send to. */
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(&g_env, "center-1", ca, cert, key);
+    const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\"}";
+    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "tls-center-1", &o, &c), DS_OK);
+    assert_int_equal(ds_mqtt_connect(c), DS_OK);
+    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
+    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", online, strlen(online), 1, true, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
+
+    char conf[4096], pw[700], args[4096];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-9\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-9.crt\n"
+             "keyfile = %s/edge-9.key\n[model stories9]\npath = %s\nprecision = int8\nctx = 256\n",
+             g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
+    pid_t e9 = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-9", conf, IT_TRUNCATE);
+    assert_true(e9 > 0);
+    assert_true(node_online("edge-9"));
+    assert_true(it_log_wait(g_env.dir, "edge-9", "center center-1 is online", 1, 20000));
+    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
+    sec_write_secret(pw, "pw-dev-1");
+    snprintf(args, sizeof args, "%s/shared/dspark infer -b %s --cafile %s --username dev-1 --password-file %s -m "
+             "stories9 -p 'Once upon a time' -n 8 --route center --timeout-ms 60000 2>&1 >/dev/null", DS_BUILD_DIR,
+             g_env.tls_uri, g_ca, pw);
+    int st;
+    char *out = tu_run(args, &st);
+    it_stop(e9, SIGTERM, 10000);
+    printf("route=center through edge-9 (no center/ in its ACL): exit %d: %s", st, out ? out : "");
+    if (st != 0) it_log_tail(g_env.dir, 30);
+    assert_int_equal(st, 0);
+    assert_non_null(out && strstr(out, "served by edge-9 (edge,") ? out : NULL);
+    free(out);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
+                                  "dspark/v1/center/infer/stories9 (Not authorized)"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
+                                  "here"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);
+    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
+    assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
+    ds_mqtt_destroy(c);
+}
+
 static void test_edge_wrong_ca(void **state)
 {
     (void)state;
@@ -307,9 +372,11 @@ static void test_edge_wrong_ca(void **state)
 }
 
 
-/* Wait for edge-1's status "online" (retained), read as ops over mTLS. */
-static bool edge_online(void)
+/* Wait for node's status "online" (retained), read as ops over mTLS. */
+static bool node_online(const char *node)
 {
+    char topic[128];
+    snprintf(topic, sizeof topic, "dspark/v1/status/%s", node);
     char ca[600], cert[600], key[600];
     struct it_inbox *in = it_inbox_new(64);
     struct ds_mqtt_opts o;
@@ -319,7 +386,7 @@ static bool edge_online(void)
     o.ud = in;
     struct ds_mqtt *c = NULL;
     bool ok = ds_mqtt_create(g_env.mtls_uri, "tls-ops", &o, &c) == DS_OK &&
-              ds_mqtt_subscribe(c, "dspark/v1/status/edge-1", 1) == DS_OK && ds_mqtt_connect(c) == DS_OK &&
+              ds_mqtt_subscribe(c, topic, 1) == DS_OK && ds_mqtt_connect(c) == DS_OK &&
               ds_mqtt_wait_connected(c, 20000) == DS_OK && it_inbox_seen(in, "online", 60000);
     ds_mqtt_destroy(c);
     it_inbox_free(in);
@@ -345,7 +412,7 @@ static void test_edge_password(void **state)
     assert_true(g_edge > 0);
     snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
     sec_write_secret(pw, "pw-dev-1");
-    assert_true(edge_online());
+    assert_true(node_online("edge-1"));
     snprintf(args, sizeof args, "-H %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
     char *err;
     double ms;
@@ -355,11 +422,18 @@ static void test_edge_password(void **state)
     assert_int_equal(st, 0);
 }
 
+/* edge-9: an edge's topics without dspark/v1/center/# (test_edge_overflow_refused). */
+#define EDGE9_ACL                                                                                      \
+    "user edge-9\ntopic read dspark/v1/infer/+\ntopic read dspark/v1/cancel/#\ntopic write dspark/v1/reply/#\n" \
+    "topic read dspark/v1/relay/edge-9\ntopic read dspark/v1/status/+\ntopic write dspark/v1/status/edge-9\n"   \
+    "topic write dspark/v1/telemetry/edge-9\ntopic write dspark/v1/alert/edge-9\n"                             \
+    "topic read dspark/v1/control/edge-9\ntopic read dspark/v1/control/all"
+
 static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    if (!sec_env_start(&g_env, NULL, NULL)) return -1;
+    if (!sec_env_start(&g_env, EDGE9_ACL, "edge-9:edge")) return -1;
     snprintf(g_ca, sizeof g_ca, "%s/ca.crt", g_env.pki);
     snprintf(g_other_ca, sizeof g_other_ca, "%s/other-ca.crt", g_env.pki);
     /* The edge: mutual TLS as edge-1 (its node name, the ACL's identity). */
@@ -371,7 +445,7 @@ static int setup(void **state)
              g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
     g_edge = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge", conf, IT_TRUNCATE);
     if (g_edge <= 0) return -1;
-    return edge_online() ? 0 : -1;
+    return node_online("edge-1") ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -391,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_acl_refusals),
         cmocka_unit_test(test_edge_wrong_ca),
         cmocka_unit_test(test_edge_password),
+        cmocka_unit_test(test_edge_overflow_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -160,6 +160,18 @@ static void on_connection(void *ud, bool connected)
            connected ? "connected" : "connection lost; reconnecting");
 }
 
+/* A publish the broker refused: one warning that names the topic (the
+** ACL decides; mkacl.sh gives each role its topics), then the extensions,
+** which may act on what they sent (the edge serves a refused overflow). */
+static void on_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
+{
+    struct ds_node *a = ud;
+    DS_LOG(DS_LOG_WARN, "the broker refused this node's publish to %s (%s): may its identity publish there? "
+           "(deploy/mosquitto/mkacl.sh's %s role may)", topic, why, ds_msg_role_name(a->cfg->role));
+    for (unsigned i = 0; i < ext_count(a); i++)
+        if (a->ext_on[i] && a->role->exts[i]->refused) a->role->exts[i]->refused(a, a->ext_state[i], topic, corr, why);
+}
+
 /* ---- engine loop ---- */
 
 /* Sample one token from logits and handle it. */
@@ -646,6 +658,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     mo.max_packet = max_packet(a);
     mo.on_message = node__on_message;
     mo.on_connection = on_connection;
+    mo.on_refused = on_refused;
     mo.ud = a;
     char client_id[128];
     snprintf(client_id, sizeof client_id, "dspark-%s-%s", ds_msg_role_name(c->role), c->node);

@@ -35,6 +35,9 @@
 **   req_free   r is freed (r->owner is this extension).
 **   telemetry  add fields to the telemetry object.
 **   pending    requests it still holds; draining waits for them.
+**   refused    Paho's thread: the broker refused a publish of this node
+**              (its ACL): topic, Correlation Data (.p NULL if none), why.
+**              The node has logged it; the hook acts on what it sent.
 **   kv_seqs    extra KV sequences the engines need (from the config only).
 ** And one figure:
 **   max_msg    the largest message its listeners take, bytes (0: none larger
@@ -67,6 +70,7 @@ struct node_ext {
     void        (*req_free)(struct node_req *r);
     void        (*telemetry)(struct ds_node *a, void *st, struct cJSON *obj);
     unsigned    (*pending)(struct ds_node *a, void *st);
+    void        (*refused)(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why);
     uint32_t    (*kv_seqs)(const struct ds_node_config *c);
     uint32_t      max_msg;
 };
