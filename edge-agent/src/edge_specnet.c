@@ -26,7 +26,10 @@
 ** on a live center other than the one that failed, at most MAX_OPENS
 ** sessions per request; with no live
 ** center it continues by plain INT8 decoding itself (served_by: the edge);
-** past the deadline it answers deadline_exceeded.
+** past the deadline it answers deadline_exceeded. A speculation message the
+** broker refuses (this edge's ACL lacks dspark/v1/center/spec/ or
+** .../session/) turns speculation off until restart: running requests
+** decode on here at once, later ones are relayed plainly.
 **
 ** Sampling (temperature > 0): drafts are greedy and the center verifies with
 ** the request's sampling parameters and q = NULL (a deterministic draft:
@@ -39,11 +42,13 @@
 ** (README.md "Edge-drafted, center-verified" has the measurement).
 **
 ** Threads: on_message only copies verdicts into the request's mailbox
-** under mu; everything else runs on the engine loop.
+** under mu, refused only sets denied; everything else runs on the engine
+** loop.
 **
 ** Owns: the mailboxes (mu) and each drafted request's state (r->role, from
 ** admission until spn_free).
 */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +77,8 @@ struct edge_specnet {
     unsigned            n_box;
     uint64_t            nonce;               /* makes session ids unique across restarts */
     char                relay_topic[160];
+    atomic_bool         denied;              /* the broker refused our speculation messages
+                                             ** (this edge's ACL): decode here from now on */
 };
 
 /* The speculation state of one request (r->role). */
@@ -216,7 +223,7 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
     ** sessions = 0 on them, or its target on a GPU): edge_overflow.c relays
     ** it plainly. */
     if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner ||
-        edge__centers_verifying(a, r->req.model) == 0)
+        edge__centers_verifying(a, r->req.model) == 0 || atomic_load(&((struct edge_specnet *)st)->denied))
         return false;
     r->owner = &edge_specnet_ext;
     if (node__enqueue(a, r)) return true;
@@ -314,7 +321,7 @@ static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, c
         node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "draft cache rollback failed");
         return false;
     }
-    if (s->opens < MAX_OPENS && edge__centers_verifying(a, r->req.model) > 0) {
+    if (s->opens < MAX_OPENS && edge__centers_verifying(a, r->req.model) > 0 && !atomic_load(&s->owner->denied)) {
         edge_new_session(a, r);
         return true;
     }
@@ -472,7 +479,9 @@ static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
         if (res < 0 && !edge_fallback(a, r, now, why)) return;
         if (res == 0) {
             uint64_t timeout = (uint64_t)a->cfg->spec_timeout_ms * 1000000ull;
-            if (s->center[0] && !edge__center_online(a, s->center))
+            if (atomic_load(&n->denied))
+                snprintf(why, sizeof why, "the broker refused this edge's speculation messages (its ACL)");
+            else if (s->center[0] && !edge__center_online(a, s->center))
                 snprintf(why, sizeof why, "center %s went offline", s->center);
             else if (now - s->sent_ns > timeout)
                 snprintf(why, sizeof why, "no verdict from %s within %u ms", s->center[0] ? s->center : "any center",
@@ -527,7 +536,22 @@ static void final(struct ds_node *a, void *st, struct node_req *r, struct ds_msg
     edge_send_close(a, s->center, s->sid);
 }
 
+/* Paho's thread: the broker refused an open or a round (this edge may not
+** publish to dspark/v1/center/spec/ or .../session/): every session goes
+** on by plain decoding here at the next turn, and none opens again, rather
+** than each waiting spec_timeout_ms per try. */
+static void refused(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why)
+{
+    struct edge_specnet *n = st;
+    (void)corr, (void)why;
+    if (strncmp(topic, "dspark/v1/center/spec/", 22) && strncmp(topic, "dspark/v1/center/session/", 25)) return;
+    if (!atomic_exchange(&n->denied, true))
+        DS_LOG(DS_LOG_ERROR, "speculation with the centers is off until restart: the broker refused %s", topic);
+    ds_sched_wake(a->sched);
+}
+
 const struct node_ext edge_specnet_ext = {
     .name = "edge_specnet", .create = create, .destroy = destroy, .start = start,
     .take = take, .admitted = admitted, .tick = tick, .idle = idle, .final = final, .req_free = req_free,
+    .refused = refused,
 };

@@ -266,11 +266,15 @@ static void test_acl_refusals(void **state)
 static bool node_online(const char *node);
 
 /* edge-9 is an edge whose ACL lacks dspark/v1/center/# (a box deployed with
-** the wrong role, say). A route=center request it sends on is refused by
-** the broker: the edge serves it at once and its log says why, where it
-** waited accept_timeout_ms (3 s) and logged "no center took it". Runs
-** last: the edges share requests, so the edge of the tests before stops. */
-static void test_edge_overflow_refused(void **state)
+** the wrong role, say), with [overflow] speculate on, and center-1 says it
+** verifies stories9. The first route=center request opens a speculation
+** session; the broker refuses it, and the edge decodes the rest itself at
+** once (it waited spec_timeout_ms, 5 s, per try, up to 3 tries). The second
+** is then relayed plainly; the broker refuses that too, and the edge serves
+** it at once (it waited accept_timeout_ms, 3 s, and logged "no center took
+** it"). Runs last: the edges share requests, so the edge of the tests
+** before stops. */
+static void test_edge_center_refused(void **state)
 {
     (void)state;
     assert_true(WIFEXITED(it_stop(g_edge, SIGTERM, 10000)));
@@ -289,7 +293,8 @@ static void test_edge_overflow_refused(void **state)
     /* center-1's retained "online": the edge has a center to send to. */
     ds_mqtt_opts_init(&o);
     o.tls = sec_mtls(&g_env, "center-1", ca, cert, key);
-    const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\"}";
+    const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\","
+                         "\"verifies\":[\"stories9\"]}";
     assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "tls-center-1", &o, &c), DS_OK);
     assert_int_equal(ds_mqtt_connect(c), DS_OK);
     assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
@@ -299,7 +304,8 @@ static void test_edge_overflow_refused(void **state)
     char conf[4096], pw[700], args[4096];
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-9\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-9.crt\n"
-             "keyfile = %s/edge-9.key\n[model stories9]\npath = %s\nprecision = int8\nctx = 256\n",
+             "keyfile = %s/edge-9.key\n[overflow]\nspeculate = true\n"
+             "[model stories9]\npath = %s\nprecision = int8\nctx = 256\n",
              g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
     pid_t e9 = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-9", conf, IT_TRUNCATE);
     assert_true(e9 > 0);
@@ -310,14 +316,22 @@ static void test_edge_overflow_refused(void **state)
     snprintf(args, sizeof args, "%s/shared/dspark infer -b %s --cafile %s --username dev-1 --password-file %s -m "
              "stories9 -p 'Once upon a time' -n 8 --route center --timeout-ms 60000 2>&1 >/dev/null", DS_BUILD_DIR,
              g_env.tls_uri, g_ca, pw);
-    int st;
-    char *out = tu_run(args, &st);
+    int st[2];
+    char *out[2];
+    for (int i = 0; i < 2; i++) out[i] = tu_run(args, &st[i]);
     it_stop(e9, SIGTERM, 10000);
-    printf("route=center through edge-9 (no center/ in its ACL): exit %d: %s", st, out ? out : "");
-    if (st != 0) it_log_tail(g_env.dir, 30);
-    assert_int_equal(st, 0);
-    assert_non_null(out && strstr(out, "served by edge-9 (edge,") ? out : NULL);
-    free(out);
+    for (int i = 0; i < 2; i++) {
+        printf("route=center through edge-9 (no center/ in its ACL), %s: exit %d: %s",
+               i ? "relayed" : "speculated", st[i], out[i] ? out[i] : "");
+        if (st[i] != 0) it_log_tail(g_env.dir, 30);
+        assert_int_equal(st[i], 0);
+        assert_non_null(out[i] && strstr(out[i], "served by edge-9 (edge,") ? out[i] : NULL);
+        free(out[i]);
+    }
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "speculation with the centers is off until restart: the "
+                                  "broker refused dspark/v1/center/"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center to verify with: decoding the rest here"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no verdict from"), 0);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
                                   "dspark/v1/center/infer/stories9 (Not authorized)"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
@@ -422,7 +436,7 @@ static void test_edge_password(void **state)
     assert_int_equal(st, 0);
 }
 
-/* edge-9: an edge's topics without dspark/v1/center/# (test_edge_overflow_refused). */
+/* edge-9: an edge's topics without dspark/v1/center/# (test_edge_center_refused). */
 #define EDGE9_ACL                                                                                      \
     "user edge-9\ntopic read dspark/v1/infer/+\ntopic read dspark/v1/cancel/#\ntopic write dspark/v1/reply/#\n" \
     "topic read dspark/v1/relay/edge-9\ntopic read dspark/v1/status/+\ntopic write dspark/v1/status/edge-9\n"   \
@@ -465,7 +479,7 @@ int main(void)
         cmocka_unit_test(test_acl_refusals),
         cmocka_unit_test(test_edge_wrong_ca),
         cmocka_unit_test(test_edge_password),
-        cmocka_unit_test(test_edge_overflow_refused),
+        cmocka_unit_test(test_edge_center_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
