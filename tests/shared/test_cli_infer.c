@@ -251,6 +251,7 @@ static struct cli_out run_cli(const char *const *args)
 
 struct fx {
     struct tb_broker *broker;
+    struct tb_broker *acl_broker;   /* test_cli_infer_refused's, stopped in teardown (a failed test too) */
     struct responder  resp;
     char             *dir;
 };
@@ -297,6 +298,7 @@ static int teardown(void **state)
     }
     pthread_mutex_destroy(&f->resp.mu);
     tb_broker_destroy(f->broker);
+    tb_broker_destroy(f->acl_broker);
     tu_rmdir(f->dir);
     free(f);
     return 0;
@@ -547,11 +549,12 @@ static void test_cli_infer_concurrency(void **state)
 static void test_cli_infer_refused(void **state)
 {
     char *acl = write_file(state, "acl", "topic read dspark/v1/reply/#\n");
-    char conf[PATH_MAX + 16];
+    static char conf[PATH_MAX + 16];    /* BORROWED by the broker until teardown */
     snprintf(conf, sizeof conf, "acl_file %s\n", acl);
     const struct tb_broker_opts bo = { .extra_conf = conf };
-    struct tb_broker *b = NULL;
-    assert_int_equal(tb_broker_start(&bo, &b), DS_OK);
+    struct fx *f = *state;
+    assert_int_equal(tb_broker_start(&bo, &f->acl_broker), DS_OK);
+    const struct tb_broker *b = f->acl_broker;
 
     struct cli_out o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "-m", "tiny", "-p", "x",
                                                  "--timeout-ms", "60000", NULL });
@@ -580,7 +583,6 @@ static void test_cli_infer_refused(void **state)
     cli_out_free(&o);
     free(path);
     free(acl);
-    tb_broker_destroy(b);
 }
 
 static void test_cli_infer_bad_args(void **state)
