@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "ds/log.h"
 #include "ds/common.h"
+#include "ds/log.h"
 
 int cli_password_flag(const char *prog)
 {
