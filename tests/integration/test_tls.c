@@ -7,8 +7,10 @@
 ** expired broker certificate, wrong host name, wrong password, a TLS URI
 ** without a CA, a password file readable by others: each exactly one line
 ** on stderr naming the reason and a non-zero exit within the connect
-** timeout; `dspark exporter` as the ops identity over TLS; and dspark-edge
-** with a wrong CA logs one line, not a retry storm.
+** timeout; `dspark exporter` as the ops identity over TLS; what the ACL
+** refuses ends at once with the topic named (the CLI as ops, an edge
+** without dspark/v1/center/# in its ACL); and dspark-edge with a wrong CA
+** logs one line, not a retry storm.
 */
 #include <setjmp.h>
 #include <signal.h>
@@ -192,8 +194,6 @@ static void test_exporter_tls(void **state)
     free(m);
 }
 
-/* dspark-edge with a wrong CA: exactly one "cannot connect" line (the
-** wrapper retries every reconnect_max_ms without repeating it). */
 /* `ops` may read the fleet's status and telemetry and write nothing: what
 ** it publishes the broker refuses (MQTT 5 PUBACK "Not authorized"). Each
 ** command ends at once with exit 1 and a line naming the topic and the ACL,
@@ -263,85 +263,8 @@ static void test_acl_refusals(void **state)
     free(out);
 }
 
-static bool node_online(const char *node);
-
-/* edge-9 is an edge whose ACL lacks dspark/v1/center/# (a box deployed with
-** the wrong role, say), with [overflow] speculate on, and center-1 says it
-** verifies stories9. The first route=center request opens a speculation
-** session; the broker refuses it, and the edge decodes the rest itself at
-** once (it waited spec_timeout_ms, 5 s, per try, up to 3 tries). The second
-** is then relayed plainly; the broker refuses that too, and the edge serves
-** it at once (it waited accept_timeout_ms, 3 s, and logged "no center took
-** it"). Runs last: the edges share requests, so the edge of the tests
-** before stops. */
-static void test_edge_center_refused(void **state)
-{
-    (void)state;
-    assert_true(WIFEXITED(it_stop(g_edge, SIGTERM, 10000)));
-    g_edge = 0;
-    /* Its persistent session would still take its share of the requests:
-    ** a clean start under its client id ends it. */
-    char ca[600], cert[600], key[600];
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, "edge-1", ca, cert, key);
-    struct ds_mqtt *c = NULL;
-    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "dspark-edge-edge-1", &o, &c), DS_OK);
-    assert_int_equal(ds_mqtt_connect(c), DS_OK);
-    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
-    ds_mqtt_destroy(c);
-    /* center-1's retained "online": the edge has a center to send to. */
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, "center-1", ca, cert, key);
-    const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\","
-                         "\"verifies\":[\"stories9\"]}";
-    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "tls-center-1", &o, &c), DS_OK);
-    assert_int_equal(ds_mqtt_connect(c), DS_OK);
-    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
-    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", online, strlen(online), 1, true, NULL), DS_OK);
-    assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
-
-    char conf[4096], pw[700], args[4096];
-    snprintf(conf, sizeof conf,
-             "[node]\nname = edge-9\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-9.crt\n"
-             "keyfile = %s/edge-9.key\n[overflow]\nspeculate = true\n"
-             "[model stories9]\npath = %s\nprecision = int8\nctx = 256\n",
-             g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
-    pid_t e9 = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-9", conf, IT_TRUNCATE);
-    assert_true(e9 > 0);
-    assert_true(node_online("edge-9"));
-    assert_true(it_log_wait(g_env.dir, "edge-9", "center center-1 is online", 1, 20000));
-    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
-    sec_write_secret(pw, "pw-dev-1");
-    snprintf(args, sizeof args, "%s/shared/dspark infer -b %s --cafile %s --username dev-1 --password-file %s -m "
-             "stories9 -p 'Once upon a time' -n 8 --route center --timeout-ms 60000 2>&1 >/dev/null", DS_BUILD_DIR,
-             g_env.tls_uri, g_ca, pw);
-    int st[2];
-    char *out[2];
-    for (int i = 0; i < 2; i++) out[i] = tu_run(args, &st[i]);
-    it_stop(e9, SIGTERM, 10000);
-    for (int i = 0; i < 2; i++) {
-        printf("route=center through edge-9 (no center/ in its ACL), %s: exit %d: %s",
-               i ? "relayed" : "speculated", st[i], out[i] ? out[i] : "");
-        if (st[i] != 0) it_log_tail(g_env.dir, 30);
-        assert_int_equal(st[i], 0);
-        assert_non_null(out[i] && strstr(out[i], "served by edge-9 (edge,") ? out[i] : NULL);
-        free(out[i]);
-    }
-    assert_int_equal(it_log_count(g_env.dir, "edge-9", "speculation with the centers is off until restart: the "
-                                  "broker refused dspark/v1/center/"), 1);
-    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center to verify with: decoding the rest here"), 1);
-    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no verdict from"), 0);
-    assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
-                                  "dspark/v1/center/infer/stories9 (Not authorized)"), 1);
-    assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
-                                  "here"), 1);
-    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);
-    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
-    assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
-    ds_mqtt_destroy(c);
-}
-
+/* dspark-edge with a wrong CA: exactly one "cannot connect" line (the
+** wrapper retries every reconnect_max_ms without repeating it). */
 static void test_edge_wrong_ca(void **state)
 {
     (void)state;
@@ -434,6 +357,83 @@ static void test_edge_password(void **state)
     printf("edge by password: exit %d in %.0f ms: %s", st, ms, err);
     free(err);
     assert_int_equal(st, 0);
+}
+
+/* edge-9 is an edge whose ACL lacks dspark/v1/center/# (a box deployed with
+** the wrong role, say), with [overflow] speculate on, and center-1 says it
+** verifies stories9. The first route=center request opens a speculation
+** session; the broker refuses it, and the edge decodes the rest itself at
+** once (it waited spec_timeout_ms, 5 s, per try, up to 3 tries). The second
+** is then relayed plainly; the broker refuses that too, and the edge serves
+** it at once (it waited accept_timeout_ms, 3 s, and logged "no center took
+** it"). Runs last: the edges share requests, so the edge of the tests
+** before stops. */
+static void test_edge_center_refused(void **state)
+{
+    (void)state;
+    assert_true(WIFEXITED(it_stop(g_edge, SIGTERM, 10000)));
+    g_edge = 0;
+    /* Its persistent session would still take its share of the requests:
+    ** a clean start under its client id ends it. */
+    char ca[600], cert[600], key[600];
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(&g_env, "edge-1", ca, cert, key);
+    struct ds_mqtt *c = NULL;
+    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "dspark-edge-edge-1", &o, &c), DS_OK);
+    assert_int_equal(ds_mqtt_connect(c), DS_OK);
+    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
+    ds_mqtt_destroy(c);
+    /* center-1's retained "online": the edge has a center to send to. */
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(&g_env, "center-1", ca, cert, key);
+    const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\","
+                         "\"verifies\":[\"stories9\"]}";
+    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "tls-center-1", &o, &c), DS_OK);
+    assert_int_equal(ds_mqtt_connect(c), DS_OK);
+    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
+    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", online, strlen(online), 1, true, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
+
+    char conf[4096], pw[700], args[4096];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-9\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-9.crt\n"
+             "keyfile = %s/edge-9.key\n[overflow]\nspeculate = true\n"
+             "[model stories9]\npath = %s\nprecision = int8\nctx = 256\n",
+             g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
+    pid_t e9 = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-9", conf, IT_TRUNCATE);
+    assert_true(e9 > 0);
+    assert_true(node_online("edge-9"));
+    assert_true(it_log_wait(g_env.dir, "edge-9", "center center-1 is online", 1, 20000));
+    snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
+    sec_write_secret(pw, "pw-dev-1");
+    snprintf(args, sizeof args, "%s/shared/dspark infer -b %s --cafile %s --username dev-1 --password-file %s -m "
+             "stories9 -p 'Once upon a time' -n 8 --route center --timeout-ms 60000 2>&1 >/dev/null", DS_BUILD_DIR,
+             g_env.tls_uri, g_ca, pw);
+    int st[2];
+    char *out[2];
+    for (int i = 0; i < 2; i++) out[i] = tu_run(args, &st[i]);
+    it_stop(e9, SIGTERM, 10000);
+    for (int i = 0; i < 2; i++) {
+        printf("route=center through edge-9 (no center/ in its ACL), %s: exit %d: %s",
+               i ? "relayed" : "speculated", st[i], out[i] ? out[i] : "");
+        if (st[i] != 0) it_log_tail(g_env.dir, 30);
+        assert_int_equal(st[i], 0);
+        assert_non_null(out[i] && strstr(out[i], "served by edge-9 (edge,") ? out[i] : NULL);
+        free(out[i]);
+    }
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "speculation with the centers is off until restart: the "
+                                  "broker refused dspark/v1/center/"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center to verify with: decoding the rest here"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no verdict from"), 0);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
+                                  "dspark/v1/center/infer/stories9 (Not authorized)"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
+                                  "here"), 1);
+    assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);
+    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
+    assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
+    ds_mqtt_destroy(c);
 }
 
 /* edge-9: an edge's topics without dspark/v1/center/# (test_edge_center_refused). */
