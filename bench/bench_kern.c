@@ -20,11 +20,13 @@
 ** the source into one small L1-resident buffer) measured in the same run,
 ** and with ref. The best of several timed repeats is reported (noisy VMs).
 **
-** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-q] [-a]
+** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a]
 **        -t splits rows across threads as the engine does; -r: best of how
 **        many timed repeats (default 5; raise it on a busy machine); -k: only
-**        that variant (and ref); -q: hot only, no streaming columns; -a: the
-**        attention table only.
+**        that variant (and ref); -s: only these matrix shapes (no attention
+**        table); -n: no ref
+**        (no xref column: for quick A/B runs of one variant); -q: hot only,
+**        no streaming columns; -a: the attention table only.
 **        Output: a table on stdout.
 ** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
 ** measured first (bench_peak.c); "%pk" is each compute figure's share of
@@ -215,7 +217,7 @@ static int ring_fill(struct ring *r, const void *src, size_t bytes, bool stream)
     return 0;
 }
 
-struct opts { size_t nthr; int repeats; bool stream, attn_only; const char *only; };
+struct opts { size_t nthr; int repeats; bool stream, attn_only, no_ref; const char *only, *shapes; };
 
 static double measure(const struct ds_kern_ops *k, enum op op, const struct shape *sh,
                       const struct ring *rg, const void *x, float *y, const struct opts *o)
@@ -265,6 +267,14 @@ static double att_time(const struct ds_kern_ops *k, bool f16, const struct att_i
     return best;
 }
 
+/* "a / ref" for the xref column, or blank without a ref figure (-n). */
+static const char *xref(char buf[16], double v, double ref)
+{
+    if (ref <= 0) return "";
+    snprintf(buf, 16, "%.1f", v / ref);
+    return buf;
+}
+
 static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o)
 {
     const size_t blk_floats = (size_t)ATT_LAYERS * 2 * DS_KERN_KT * ATT_KVD;
@@ -304,12 +314,14 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
             double ref_hot = 0;
             for (size_t vi = 0; vi < n_all; vi++) {
                 const struct ds_kern_ops *k = all[vi];
-                if ((o->only && k != &ds_kern_ref && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k))
+                if ((o->only && k != &ds_kern_ref && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k) ||
+                    (o->no_ref && k == &ds_kern_ref))
                     continue;
                 double hot = att_time(k, f16, it, 1, n_blk, o->repeats);
+                char xb[16];
                 if (k == &ds_kern_ref) ref_hot = hot;
-                printf("%-11s %-10s %-12s %9.0f %6.1f %5.1fx", k->name, f16 ? "attn_f16" : "attn_f32", pos,
-                       hot * 1e9, bytes / hot / 1e9, ref_hot / hot);
+                printf("%-11s %-10s %-12s %9.0f %6.1f %5s%s", k->name, f16 ? "attn_f16" : "attn_f32", pos,
+                       hot * 1e9, bytes / hot / 1e9, ref_hot > 0 ? xref(xb, ref_hot, hot) : "", ref_hot > 0 ? "x" : " ");
                 if (o->stream) {
                     double str = att_time(k, f16, it, n_items, n_blk, o->repeats);
                     printf(" %9.0f %6.1f", str * 1e9, bytes / str / 1e9);
@@ -326,6 +338,40 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
     return 0;
 }
 
+/* want[i] = shape i is named in the comma list (every shape when list is
+** NULL); an unknown name is an error that lists the known ones. */
+static int pick_shapes(const char *list, const struct shape *sh, size_t n, bool *want)
+{
+    for (size_t i = 0; i < n; i++) want[i] = list == NULL;
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ","), i = 0;
+        char name[32];
+        for (; i < n; i++) {
+            snprintf(name, sizeof name, "%zux%zu", sh[i].rows, sh[i].cols);
+            if (strlen(name) == len && strncmp(p, name, len) == 0) break;
+        }
+        if (i == n) {
+            fprintf(stderr, "bench_kern: -s: unknown shape '%.*s'; the shapes are", (int)len, p);
+            for (i = 0; i < n; i++) fprintf(stderr, " %zux%zu", sh[i].rows, sh[i].cols);
+            fprintf(stderr, "\n");
+            return -1;
+        }
+        want[i] = true;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+static bool known_variant(const char *name, const struct ds_kern_ops *const *all, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(all[i]->name, name) == 0) return true;
+    fprintf(stderr, "bench_kern: -k: unknown variant '%s'; this build has", name);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %s", all[i]->name);
+    fprintf(stderr, "\n");
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = { .nthr = 1, .repeats = 5, .stream = true, .only = NULL };
@@ -333,17 +379,22 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) o.nthr = (size_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) o.repeats = atoi(argv[++i]);
         else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc) o.only = argv[++i];
+        else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) o.shapes = argv[++i];
+        else if (strcmp(argv[i], "-n") == 0) o.no_ref = true;
         else if (strcmp(argv[i], "-q") == 0) o.stream = false;
         else if (strcmp(argv[i], "-a") == 0) o.attn_only = true;
         else {
             bool help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
             fprintf(help ? stdout : stderr,
-                    "usage: %s [-t threads] [-r repeats] [-k variant] [-q] [-a]\n"
+                    "usage: %s [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a]\n"
                     "  CPU kernel throughput per variant against memcpy-read bandwidth, ref and the\n"
                     "  measured compute peak, on the 110M model's matrix shapes, then attention.\n"
                     "  -t N  threads (rows split as in the engine; default 1)\n"
                     "  -r N  best of N timed repeats (default 5)\n"
                     "  -k V  only variant V (and ref)\n"
+                    "  -s L  only these shapes, comma list of ROWSxCOLS: 768x768 (wq/wk/wv/wo),\n"
+                    "        2048x768 (w1/w3), 768x2048 (w2), 32000x768 (wcls); no attention table\n"
+                    "  -n    no ref rows and no xref column (quick A/B runs of one variant)\n"
                     "  -q    hot only: no streamed columns\n"
                     "  -a    the attention table only\n",
                     argv[0]);
@@ -360,8 +411,12 @@ int main(int argc, char **argv)
         { 768, 768, "wq/wk/wv/wo" }, { 2048, 768, "w1/w3" },
         { 768, 2048, "w2" }, { 32000, 768, "wcls" },
     };
+    enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+    bool want[N_SHAPES];
+    if (pick_shapes(o.shapes, shapes, N_SHAPES, want) != 0) return 2;
     const struct ds_kern_ops *all[8];
     size_t n_all = ds_kern_all(all, 8);
+    if (o.only && !known_variant(o.only, all, n_all)) return 2;
     if (o.attn_only) return bench_attn(all, n_all, &o);
     struct bench_peak pk;
     if (bench_peak_measure((unsigned)nthr, &pk) != 0) return 1;
@@ -375,7 +430,8 @@ int main(int argc, char **argv)
     printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10s %5s %7s\n", "variant", "op", "rows x cols",
            "hot GB/s", "xmem", "xref", "strm GB/s", "xmem", "G op/s", "%pk", "x dec");
 
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    for (size_t si = 0; si < N_SHAPES; si++) {
+        if (!want[si]) continue;
         const struct shape *sh = &shapes[si];
         size_t nb = sh->cols / DS_Q8_BLOCK;
         size_t q8_bytes = sh->rows * nb * sizeof(struct ds_q8_block);
@@ -420,10 +476,12 @@ int main(int argc, char **argv)
                dims, "", "", "", "", "", sgemm / 1e9, bench_peak_pct(sgemm / 1e9, pk.fp32_gflops), N_PREFILL,
                openblas_get_corename());
 
-        double ref_mv = 0, ref_f32 = 0, ref_mm = 0;
+        double ref_mv = 0, ref_f32 = 0, ref_mm = 0;     /* stay 0 with -n: no xref */
+        char xb[16];
         for (size_t vi = 0; vi < n_all; vi++) {
             const struct ds_kern_ops *k = all[vi];
             if (o.only && k != &ds_kern_ref && strcmp(k->name, o.only) != 0) continue;
+            if (o.no_ref && k == &ds_kern_ref) continue;
             if (!ds_kern_supported(k)) {
                 printf("%-11s (not supported by this CPU: skipped)\n", k->name);
                 continue;
@@ -453,8 +511,8 @@ int main(int argc, char **argv)
             if (stream) dec_str = gbs_s / (double)q8_bytes * macs;
             const double t_mv = stream ? (double)q8_bytes / gbs_s : t;     /* one row, as the decode reads it */
             if (k == &ds_kern_ref) ref_mv = gbs;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_q8",
-                   dims, gbs / 1e9, gbs / mem_q8_hot, gbs / ref_mv, gbs_s / 1e9,
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_q8",
+                   dims, gbs / 1e9, gbs / mem_q8_hot, xref(xb, gbs, ref_mv), gbs_s / 1e9,
                    stream ? gbs_s / mem_q8_str : 0.0, dec_rate / 1e9,
                    bench_peak_pct(2 * dec_rate / 1e9, pk.int8_gops));
 
@@ -462,8 +520,8 @@ int main(int argc, char **argv)
             gbs = (double)f32_bytes / t;
             gbs_s = stream ? (double)f32_bytes / measure(k, OP_MV_F32, sh, &f32_str, xf, y, &o) : 0;
             if (k == &ds_kern_ref) ref_f32 = gbs;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6.1f %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_f32",
-                   dims, gbs / 1e9, gbs / mem_f32_hot, gbs / ref_f32, gbs_s / 1e9,
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_f32",
+                   dims, gbs / 1e9, gbs / mem_f32_hot, xref(xb, gbs, ref_f32), gbs_s / 1e9,
                    stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9,
                    bench_peak_pct(2.0 * macs / t / 1e9, pk.fp32_gflops));
 
@@ -486,8 +544,8 @@ int main(int argc, char **argv)
             t = measure(k, OP_MM_Q8, sh, &q8_hot, xq, y, &o);
             double mm = macs * N_TOK / t;
             if (k == &ds_kern_ref) ref_mm = mm;
-            printf("%-11s %-10s %-12s %9s %6s %6.1f %9s %6s %10.1f %4.0f%% %7.1f", k->name, "matmul_q8",
-                   dims, "", "", mm / ref_mm, "", "", mm / 1e9, bench_peak_pct(2 * mm / 1e9, pk.int8_gops),
+            printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10.1f %4.0f%% %7.1f", k->name, "matmul_q8",
+                   dims, "", "", xref(xb, mm, ref_mm), "", "", mm / 1e9, bench_peak_pct(2 * mm / 1e9, pk.int8_gops),
                    mm / dec_rate);
             if (stream) printf("  (x stream decode %.1f)", mm / dec_str);
             printf("\n");
@@ -522,5 +580,5 @@ int main(int argc, char **argv)
            "when streaming), matmul_q8 (n_tok %d, hot; n_tok %d: streamed when streaming) G int8-MAC/s; x dec = "
            "matmul MAC rate / hot matvec_q8 MAC rate; one-row passes: the time of a streamed matvec; gemm_f32 and "
            "sgemm (n_tok %d) GFLOP/s, hot\n\n", N_TOK, N_BATCH, N_PREFILL);
-    return bench_attn(all, n_all, &o);
+    return o.shapes ? 0 : bench_attn(all, n_all, &o);     /* -s: the matrix table only */
 }
