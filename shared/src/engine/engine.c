@@ -926,15 +926,51 @@ static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint
     }
 }
 
+/* A batch of single rows (batched decode): the items row by row, every head
+** of a row before the next row, each thread a contiguous run of equal cost
+** (keys scored). A row's heads read adjacent 4 KB slices of each of its KV
+** blocks and one q row. 16 streams of the 110M shape at ~40 positions took
+** 119-124 us a layer this way against 128-144 head by head (four rounds in
+** turns); bench/compare.sh --bench batch, medians: 16 streams 1986 -> 2079
+** tok/s (4 rounds, 64 steps), 1399 -> 1436 (3 rounds, 200 steps). Rows at
+** different positions cost different amounts: the split is by keys. */
+static void attn_task_rows(const struct attn_job *j, unsigned task, unsigned n_tasks)
+{
+    struct ds_engine *e = j->e;
+    const struct run_state *s = &e->s;
+    const uint32_t n_heads = e->cfg.n_heads;
+    uint64_t total = 0;
+    for (uint32_t g = 0; g < s->n_grp; g++) total += (uint64_t)s->pos[g] + 1;
+    total *= n_heads;
+    /* item (g, h) is this task's when its first key's place in the order,
+    ** at, falls in [lo, hi): every item belongs to exactly one task */
+    const uint64_t lo = total * task / n_tasks, hi = total * (task + 1) / n_tasks;
+    uint64_t at = 0;
+    for (uint32_t g = 0; g < s->n_grp && at < hi; g++) {
+        const uint64_t keys = (uint64_t)s->pos[g] + 1;
+        if (at + keys * n_heads <= lo) {
+            at += keys * n_heads;
+            continue;
+        }
+        for (uint32_t h = 0; h < n_heads && at < hi; h++, at += keys)
+            if (at >= lo) attn_item(e, j->rows, j->layer, g, h, task);
+    }
+}
+
 static void attn_task(void *p, unsigned task, unsigned n_tasks)
 {
     const struct attn_job *j = p;
     struct ds_engine *e = j->e;
-    /* A contiguous run of the items taken head by head: each thread reads
-    ** whole heads of q, K and V, and the causal cost of a head's groups
-    ** evens out over whole heads. (Items dealt out in turn had the threads
-    ** read every other head's 256 bytes of each row: 20% slower.) */
     const size_t n_grp = e->s.n_grp, n_items = n_grp * e->cfg.n_heads;
+    if (e->s.grp[n_grp] == n_grp) {         /* one row per group */
+        attn_task_rows(j, task, n_tasks);
+        return;
+    }
+    /* Groups of several rows (prompts, verification, their mix with single
+    ** rows): a contiguous run of the items taken head by head. Each thread
+    ** reads whole heads of q, K and V, and the causal cost of a head's
+    ** groups evens out over whole heads. (Items dealt out in turn had the
+    ** threads read every other head's 256 bytes of each row: 20% slower.) */
     for (size_t item = n_items * task / n_tasks; item < n_items * (task + 1) / n_tasks; item++)
         attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), task);
 }
