@@ -24,9 +24,9 @@
 **        -t splits rows across threads as the engine does; -r: best of how
 **        many timed repeats (default 5; raise it on a busy machine); -k: only
 **        that variant (and ref); -s: only these matrix shapes (no attention
-**        table); -n: no ref
-**        (no xref column: for quick A/B runs of one variant); -q: hot only,
-**        no streaming columns; -a: the attention table only.
+**        table); -n: no ref rows and no xref column (quick A/B runs of one
+**        variant); -q: hot only, no streaming columns; -a: the attention
+**        table only.
 **        Output: a table on stdout.
 ** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
 ** measured first (bench_peak.c); "%pk" is each compute figure's share of
