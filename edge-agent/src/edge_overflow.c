@@ -38,6 +38,7 @@
 #define MAX_CENTERS 32
 #define MAX_PENDING 4096
 #define RELAY_MAX   (1u << 20)      /* largest relay message forwarded (a final with its text) */
+#define TOPIC_CENTER_INFER "dspark/v1/center/infer/"     /* + model: the centers' shared requests */
 
 /* A center seen online. Offline ones leave the table at once; when it is
 ** full, the one seen longest ago that never took a request of ours makes
@@ -211,6 +212,14 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
     return true;
 }
 
+/* The request at a center with this key, or NULL (o->mu held). */
+static struct pending *pending_find(struct edge_overflow *o, unsigned long long key)
+{
+    for (unsigned i = 0; o->n_pending && i < MAX_PENDING; i++)
+        if (o->p[i].r && o->p[i].r->key == key) return &o->p[i];
+    return NULL;
+}
+
 /* A center's message about one of our requests: record or forward it.
 ** Taken only for a request this edge sent, from the center that accepted
 ** it (an accept names an online center; later ones are ignored), and only
@@ -227,9 +236,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
     pthread_mutex_lock(&o->mu);
-    struct pending *p = NULL;
-    for (unsigned i = 0; i < MAX_PENDING && !p; i++)
-        if (o->p[i].r && o->p[i].r->key == k) p = &o->p[i];
+    struct pending *p = pending_find(o, k);
     if (!p || p->lost) {                       /* taken back already: the late answer is dropped */
         pthread_mutex_unlock(&o->mu);
         cJSON_Delete(j);
@@ -377,7 +384,7 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
         return false;
     }
     char topic[192], key[24];
-    snprintf(topic, sizeof topic, "dspark/v1/center/infer/%s", r->req.model);
+    snprintf(topic, sizeof topic, TOPIC_CENTER_INFER "%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
     enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);
@@ -444,18 +451,12 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
 {
     struct edge_overflow *o = st;
     (void)why;
-    char key[24], *end;
-    if (strncmp(topic, "dspark/v1/center/infer/", 23) || !corr.p || !corr.n || corr.n >= sizeof key) return;
-    memcpy(key, corr.p, corr.n);
-    key[corr.n] = '\0';
-    unsigned long long k = strtoull(key, &end, 10);
-    if (*end) return;
+    unsigned long long k;
+    if (strncmp(topic, TOPIC_CENTER_INFER, sizeof TOPIC_CENTER_INFER - 1) || !edge__relay_key(corr.p, corr.n, &k))
+        return;
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; o->n_pending && i < MAX_PENDING; i++)
-        if (o->p[i].r && o->p[i].r->key == k && !o->p[i].center[0]) {
-            o->p[i].refused = true;
-            break;
-        }
+    struct pending *p = pending_find(o, k);
+    if (p && !p->center[0]) p->refused = true;
     pthread_mutex_unlock(&o->mu);
     ds_sched_wake(a->sched);
 }

@@ -544,7 +544,9 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
 {
     struct edge_specnet *n = st;
     (void)corr, (void)why;
-    if (strncmp(topic, "dspark/v1/center/spec/", 22) && strncmp(topic, "dspark/v1/center/session/", 25)) return;
+    if (strncmp(topic, TOPIC_SPEC_OPEN, sizeof TOPIC_SPEC_OPEN - 1) &&
+        strncmp(topic, TOPIC_SPEC_SESSION, sizeof TOPIC_SPEC_SESSION - 1))
+        return;
     if (!atomic_exchange(&n->denied, true))
         DS_LOG(DS_LOG_ERROR, "speculation with the centers is off until restart: the broker refused %s", topic);
     ds_sched_wake(a->sched);
