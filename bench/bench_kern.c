@@ -275,6 +275,14 @@ static const char *xref(char buf[16], double v, double ref)
     return buf;
 }
 
+/* The streamed columns' text: v in fmt, or "-" with -q (nothing streamed). */
+static const char *strm(char buf[16], const char *fmt, double v, bool stream)
+{
+    if (!stream) return "-";
+    snprintf(buf, 16, fmt, v);
+    return buf;
+}
+
 static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o)
 {
     const size_t blk_floats = (size_t)ATT_LAYERS * 2 * DS_KERN_KT * ATT_KVD;
@@ -466,10 +474,11 @@ int main(int argc, char **argv)
         }
         char dims[32];
         snprintf(dims, sizeof dims, "%zux%zu", sh->rows, sh->cols);
-        printf("%-11s %-10s %-12s %9.1f %6s %6s %9.1f %6s   (%s)\n", "memcpy", "read q8", dims,
-               mem_q8_hot / 1e9, "", "", mem_q8_str / 1e9, "", sh->what);
-        printf("%-11s %-10s %-12s %9.1f %6s %6s %9.1f\n", "memcpy", "read f32", dims,
-               mem_f32_hot / 1e9, "", "", mem_f32_str / 1e9);
+        char sg[16], sx[16];            /* the streamed columns' text */
+        printf("%-11s %-10s %-12s %9.1f %6s %6s %9s %6s   (%s)\n", "memcpy", "read q8", dims,
+               mem_q8_hot / 1e9, "", "", strm(sg, "%.1f", mem_q8_str / 1e9, stream), "", sh->what);
+        printf("%-11s %-10s %-12s %9.1f %6s %6s %9s\n", "memcpy", "read f32", dims,
+               mem_f32_hot / 1e9, "", "", strm(sg, "%.1f", mem_f32_str / 1e9, stream));
         double flop_pre = 2.0 * (double)sh->rows * (double)sh->cols * N_PREFILL;
         double sgemm = flop_pre / measure(NULL, OP_SGEMM, sh, &f32_hot, xf, y, &o);
         printf("%-11s %-10s %-12s %9s %6s %6s %9s %6s %10.1f %4.0f%%  (%d rows; core %s)\n", "openblas", "sgemm",
@@ -511,18 +520,18 @@ int main(int argc, char **argv)
             if (stream) dec_str = gbs_s / (double)q8_bytes * macs;
             const double t_mv = stream ? (double)q8_bytes / gbs_s : t;     /* one row, as the decode reads it */
             if (k == &ds_kern_ref) ref_mv = gbs;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_q8",
-                   dims, gbs / 1e9, gbs / mem_q8_hot, xref(xb, gbs, ref_mv), gbs_s / 1e9,
-                   stream ? gbs_s / mem_q8_str : 0.0, dec_rate / 1e9,
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9s %6s %10.1f %4.0f%%\n", k->name, "matvec_q8",
+                   dims, gbs / 1e9, gbs / mem_q8_hot, xref(xb, gbs, ref_mv), strm(sg, "%.1f", gbs_s / 1e9, stream),
+                   strm(sx, "%.2f", gbs_s / mem_q8_str, stream), dec_rate / 1e9,
                    bench_peak_pct(2 * dec_rate / 1e9, pk.int8_gops));
 
             t = measure(k, OP_MV_F32, sh, &f32_hot, xf, y, &o);
             gbs = (double)f32_bytes / t;
             gbs_s = stream ? (double)f32_bytes / measure(k, OP_MV_F32, sh, &f32_str, xf, y, &o) : 0;
             if (k == &ds_kern_ref) ref_f32 = gbs;
-            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%\n", k->name, "matvec_f32",
-                   dims, gbs / 1e9, gbs / mem_f32_hot, xref(xb, gbs, ref_f32), gbs_s / 1e9,
-                   stream ? gbs_s / mem_f32_str : 0.0, 2.0 * macs / t / 1e9,
+            printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9s %6s %10.1f %4.0f%%\n", k->name, "matvec_f32",
+                   dims, gbs / 1e9, gbs / mem_f32_hot, xref(xb, gbs, ref_f32), strm(sg, "%.1f", gbs_s / 1e9, stream),
+                   strm(sx, "%.2f", gbs_s / mem_f32_str, stream), 2.0 * macs / t / 1e9,
                    bench_peak_pct(2.0 * macs / t / 1e9, pk.fp32_gflops));
 
             double t1 = stream ? (double)f32_bytes / gbs_s : t;    /* one row, as the decode reads it */
@@ -535,9 +544,9 @@ int main(int argc, char **argv)
                 gbs = (double)f32_bytes / t;
                 double t_s = stream ? measure(k, op, sh, &f32_str, xf, y, &o) : t;
                 double gbs_v = stream ? (double)f32_bytes / t_s : 0.0;
-                printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%  (%d rows: %.2f one-row passes)\n",
-                       k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "", gbs_v / 1e9,
-                       stream ? gbs_v / mem_f32_str : 0.0, 2.0 * macs * n_rows / t_s / 1e9,
+                printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9s %6s %10.1f %4.0f%%  (%d rows: %.2f one-row passes)\n",
+                       k->name, "matmul_f32", dims, gbs / 1e9, gbs / mem_f32_hot, "",
+                       strm(sg, "%.1f", gbs_v / 1e9, stream), strm(sx, "%.2f", gbs_v / mem_f32_str, stream), 2.0 * macs * n_rows / t_s / 1e9,
                        bench_peak_pct(2.0 * macs * n_rows / t_s / 1e9, pk.fp32_gflops), n_rows, t_s / t1);
             }
 
@@ -553,10 +562,10 @@ int main(int argc, char **argv)
             if (k != &ds_kern_ref) {    /* a 16-stream batched decode step */
                 t = measure(k, OP_MM_Q8B, sh, &q8_hot, xq, y, &o);
                 double t_s = stream ? measure(k, OP_MM_Q8B, sh, &q8_str, xq, y, &o) : t;
-                printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9.1f %6.2f %10.1f %4.0f%%  (%d rows: %.2f one-row "
+                printf("%-11s %-10s %-12s %9.1f %6.2f %6s %9s %6s %10.1f %4.0f%%  (%d rows: %.2f one-row "
                        "passes)\n", k->name, "matmul_q8", dims, (double)q8_bytes / t / 1e9,
-                       (double)q8_bytes / t / mem_q8_hot, "", stream ? (double)q8_bytes / t_s / 1e9 : 0.0,
-                       stream ? (double)q8_bytes / t_s / mem_q8_str : 0.0, macs * N_BATCH / t_s / 1e9,
+                       (double)q8_bytes / t / mem_q8_hot, "", strm(sg, "%.1f", (double)q8_bytes / t_s / 1e9, stream),
+                       strm(sx, "%.2f", (double)q8_bytes / t_s / mem_q8_str, stream), macs * N_BATCH / t_s / 1e9,
                        bench_peak_pct(2 * macs * N_BATCH / t_s / 1e9, pk.int8_gops), N_BATCH, t_s / t_mv);
             }
 
@@ -578,7 +587,7 @@ int main(int argc, char **argv)
     printf("%%pk: share of the measured peak above (G op/s x 2 for the MAC rates); ");
     printf("G op/s: matvec_q8 G int8-MAC/s, matvec_f32 and matmul_f32 GFLOP/s (matmul_f32: streamed "
            "when streaming), matmul_q8 (n_tok %d, hot; n_tok %d: streamed when streaming) G int8-MAC/s; x dec = "
-           "matmul MAC rate / hot matvec_q8 MAC rate; one-row passes: the time of a streamed matvec; gemm_f32 and "
+           "matmul MAC rate / hot matvec_q8 MAC rate; one-row passes: the time of a streamed matvec (hot with -q); gemm_f32 and "
            "sgemm (n_tok %d) GFLOP/s, hot\n\n", N_TOK, N_BATCH, N_PREFILL);
     return o.shapes ? 0 : bench_attn(all, n_all, &o);     /* -s: the matrix table only */
 }

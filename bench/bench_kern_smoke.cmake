@@ -1,7 +1,8 @@
 # bench.kern_smoke: bench_kern's quick A/B options do what --help says.
 # -n -s 768x768 prints the selected variant's rows for that shape only: no
-# ref rows, no other shape, no attention table; an unknown shape or variant
-# exits 2 naming the known ones. Asserts no speed.
+# ref rows, no other shape, no attention table; -q puts "-" in the streamed
+# columns; an unknown shape or variant exits 2 naming the known ones.
+# Asserts no speed.
 # Usage: cmake -DBENCH=path/to/bench_kern -P bench_kern_smoke.cmake
 execute_process(COMMAND ${BENCH} -n -q -r 1 -s 768x768
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -14,6 +15,11 @@ foreach(want "matvec_q8  768x768" "matvec_f32 768x768" "matmul_q8  768x768")
     message(FATAL_ERROR "bench_kern -s 768x768: no '${want}' row in:\n${out}")
   endif()
 endforeach()
+# -q streams nothing: its streamed columns say "-", not a figure of 0
+string(REGEX MATCH "matvec_q8  768x768 +[0-9.]+ +[0-9.]+ +- +- " q_row "${out}")
+if(NOT q_row)
+  message(FATAL_ERROR "bench_kern -q: the matvec_q8 row's streamed columns are not '-':\n${out}")
+endif()
 foreach(unwanted "\nref " "2048x768" "32000x768" "attn_f32")
   string(FIND "${out}" "${unwanted}" at)
   if(NOT at EQUAL -1)
