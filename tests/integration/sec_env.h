@@ -17,7 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds/mqtt.h"
 #include "support/broker.h"
+#include "support/itest.h"
 #include "support/testutil.h"
 
 #define SEC_IDENTITIES "edge-1:edge center-1:center dev-1:device dev-2:device ops:ops publisher:publisher"
@@ -112,6 +114,30 @@ static inline struct ds_mqtt_tls sec_mtls(const struct sec_env *e, const char *i
     snprintf(key, 600, "%s/%s.key", e->pki, id);
     return (struct ds_mqtt_tls){ .cafile = cafile, .certfile = cert, .keyfile = key,
                                  .verify_hostname = true };
+}
+
+/* A client of certificate identity id on the mTLS listener, as client_id,
+** subscribed to topic (QoS 1) before it connects when topic is not NULL,
+** its messages into in when in is not NULL; connected, or NULL. */
+static inline struct ds_mqtt *sec_mtls_client(const struct sec_env *e, const char *id, const char *client_id,
+                                              struct it_inbox *in, const char *topic)
+{
+    char ca[600], cert[600], key[600];      /* ds_mqtt_create copies them */
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.tls = sec_mtls(e, id, ca, cert, key);
+    if (in) {
+        o.on_message = it_inbox_on_msg;
+        o.ud = in;
+    }
+    struct ds_mqtt *c = NULL;
+    if (ds_mqtt_create(e->mtls_uri, client_id, &o, &c) != DS_OK) return NULL;
+    if ((topic && ds_mqtt_subscribe(c, topic, 1) != DS_OK) || ds_mqtt_connect(c) != DS_OK ||
+        ds_mqtt_wait_connected(c, 20000) != DS_OK) {
+        ds_mqtt_destroy(c);
+        return NULL;
+    }
+    return c;
 }
 
 static void sec_env_stop(struct sec_env *e)

@@ -74,7 +74,6 @@ static const struct fam fams[] = {
 struct cli {
     struct ds_mqtt  *c;
     struct it_inbox *in;
-    char             ca[600], cert[600], key[600];
 };
 
 static struct sec_env g_env;
@@ -84,16 +83,9 @@ static unsigned       g_seq;
 static void cli_open(struct cli *k, const char *id)
 {
     k->in = it_inbox_new(100000);
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, id, k->ca, k->cert, k->key);
-    o.on_message = it_inbox_on_msg;
-    o.ud = k->in;
     char cid[64];
     snprintf(cid, sizeof cid, "acl-%s", id);
-    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, cid, &o, &k->c), DS_OK);
-    assert_int_equal(ds_mqtt_connect(k->c), DS_OK);
-    assert_int_equal(ds_mqtt_wait_connected(k->c, 20000), DS_OK);
+    assert_non_null(k->c = sec_mtls_client(&g_env, id, cid, k->in, NULL));
 }
 
 static void cli_close(struct cli *k)

@@ -314,17 +314,9 @@ static bool node_online(const char *node)
 {
     char topic[128];
     snprintf(topic, sizeof topic, "dspark/v1/status/%s", node);
-    char ca[600], cert[600], key[600];
     struct it_inbox *in = it_inbox_new(64);
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, "ops", ca, cert, key);
-    o.on_message = it_inbox_on_msg;
-    o.ud = in;
-    struct ds_mqtt *c = NULL;
-    bool ok = ds_mqtt_create(g_env.mtls_uri, "tls-ops", &o, &c) == DS_OK &&
-              ds_mqtt_subscribe(c, topic, 1) == DS_OK && ds_mqtt_connect(c) == DS_OK &&
-              ds_mqtt_wait_connected(c, 20000) == DS_OK && it_inbox_seen(in, "online", 60000);
+    struct ds_mqtt *c = sec_mtls_client(&g_env, "ops", "tls-ops", in, topic);
+    bool ok = c && it_inbox_seen(in, "online", 60000);
     ds_mqtt_destroy(c);
     it_inbox_free(in);
     if (!ok) it_log_tail(g_env.dir, 30);
@@ -375,23 +367,13 @@ static void test_edge_center_refused(void **state)
     g_edge = 0;
     /* Its persistent session would still take its share of the requests:
     ** a clean start under its client id ends it. */
-    char ca[600], cert[600], key[600];
-    struct ds_mqtt_opts o;
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, "edge-1", ca, cert, key);
-    struct ds_mqtt *c = NULL;
-    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "dspark-edge-edge-1", &o, &c), DS_OK);
-    assert_int_equal(ds_mqtt_connect(c), DS_OK);
-    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
+    struct ds_mqtt *c = sec_mtls_client(&g_env, "edge-1", "dspark-edge-edge-1", NULL, NULL);
+    assert_non_null(c);
     ds_mqtt_destroy(c);
     /* center-1's retained "online": the edge has a center to send to. */
-    ds_mqtt_opts_init(&o);
-    o.tls = sec_mtls(&g_env, "center-1", ca, cert, key);
     const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\","
                          "\"verifies\":[\"stories9\"]}";
-    assert_int_equal(ds_mqtt_create(g_env.mtls_uri, "tls-center-1", &o, &c), DS_OK);
-    assert_int_equal(ds_mqtt_connect(c), DS_OK);
-    assert_int_equal(ds_mqtt_wait_connected(c, 20000), DS_OK);
+    assert_non_null(c = sec_mtls_client(&g_env, "center-1", "tls-center-1", NULL, NULL));
     assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", online, strlen(online), 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
 
