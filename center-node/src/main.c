@@ -19,7 +19,7 @@ static const struct node_ext *const center_exts[] = {
 static const struct ds_node_role center_role = {
     .role = DS_MSG_ROLE_CENTER,
     .program = "dspark-center",
-    .infer_prefix = "dspark/v1/center/infer/",
+    .infer_prefix = TOPIC_CENTER_INFER,
     .share_group = "$share/dspark-center/",
     .about = "The center daemon: serves what edges overflow (requests on\n"
              "dspark/v1/center/infer/<model>, shared by every center) with the full-precision\n"

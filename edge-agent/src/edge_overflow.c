@@ -38,7 +38,6 @@
 #define MAX_CENTERS 32
 #define MAX_PENDING 4096
 #define RELAY_MAX   (1u << 20)      /* largest relay message forwarded (a final with its text) */
-#define TOPIC_CENTER_INFER "dspark/v1/center/infer/"     /* + model: the centers' shared requests */
 
 /* A center seen online. Offline ones leave the table at once; when it is
 ** full, the one seen longest ago that never took a request of ours makes
