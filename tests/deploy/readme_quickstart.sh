@@ -52,7 +52,7 @@ done
 mkdir "$tmp/run"
 ln -s "$(realpath "$build")" "$tmp/run/build"
 ln -s "$(realpath "$src/deploy")" "$tmp/run/deploy"
-(cd "$tmp/run" && PORT=$port exec setsid timeout -k 5 150 bash -euo pipefail "$tmp/block.sh" \
+(cd "$tmp/run" && PORT=$port TMPDIR=$tmp exec setsid timeout -k 5 150 bash -euo pipefail "$tmp/block.sh" \
     > "$tmp/out" 2> "$tmp/err") &
 sid=$!
 wait "$sid"
