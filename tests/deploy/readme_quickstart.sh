@@ -18,16 +18,16 @@ echo "README.md: $lines lines"
 [ "$lines" -le 300 ] || fail "README.md has $lines lines (at most 300)"
 
 command -v mosquitto_sub >/dev/null && command -v mosquitto_rr >/dev/null &&
-    [ -x /usr/sbin/mosquitto ] || { echo "SKIP: mosquitto, mosquitto_sub or mosquitto_rr missing"; exit 77; }
+  [ -x /usr/sbin/mosquitto ] || { echo "SKIP: mosquitto, mosquitto_sub or mosquitto_rr missing"; exit 77; }
 # deploy/edge.example.ini names its model relative to deploy/: ../../shared/models
 [ -f "$src/deploy/../../shared/models/stories260K.gguf" ] ||
-    { echo "SKIP: no ../shared/models/stories260K.gguf beside the checkout"; exit 77; }
+  { echo "SKIP: no ../shared/models/stories260K.gguf beside the checkout"; exit 77; }
 
 tmp=$(mktemp -d /tmp/ds-readme-qs-XXXXXX)
 sid=""
 cleanup() {
-    if [ -n "$sid" ]; then pkill -KILL -s "$sid" 2>/dev/null; fi
-    rm -rf "$tmp"
+  if [ -n "$sid" ]; then pkill -KILL -s "$sid" 2>/dev/null; fi
+  rm -rf "$tmp"
 }
 trap cleanup EXIT
 
@@ -35,7 +35,7 @@ trap cleanup EXIT
 # ```sh block must be there).
 awk '/<!-- quickstart:begin -->/{on=1; next} /<!-- quickstart:end -->/{on=0} on' "$readme" > "$tmp/between"
 [ "$(grep -c '^```sh$' "$tmp/between")" = 1 ] && [ "$(grep -c '^```$' "$tmp/between")" = 1 ] ||
-    fail "README.md: no single \`\`\`sh block between the quickstart markers"
+  fail "README.md: no single \`\`\`sh block between the quickstart markers"
 sed -e '/^```/d' "$tmp/between" > "$tmp/block.sh"
 [ "$(grep -cv '^\s*\(#.*\)\?$' "$tmp/block.sh")" -ge 5 ] || fail "the quick start block has almost no commands"
 echo "--- the quick start block"
@@ -44,7 +44,7 @@ cat "$tmp/block.sh"
 # A free loopback port.
 port=""
 for p in $(shuf -i 20000-60000 -n 50); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
 done
 [ -n "$port" ] || fail "no free port"
 
@@ -53,7 +53,7 @@ mkdir "$tmp/run"
 ln -s "$(realpath "$build")" "$tmp/run/build"
 ln -s "$(realpath "$src/deploy")" "$tmp/run/deploy"
 (cd "$tmp/run" && PORT=$port TMPDIR=$tmp exec setsid timeout -k 5 150 bash -euo pipefail "$tmp/block.sh" \
-    > "$tmp/out" 2> "$tmp/err") &
+  > "$tmp/out" 2> "$tmp/err") &
 sid=$!
 wait "$sid"
 rc=$?
@@ -63,7 +63,7 @@ echo "--- stderr"; cat "$tmp/err"
 
 # dspark infer: the text on stdout and its summary line on stderr.
 grep -qE '^finish: (length|stop); tokens: [0-9]+ prompt \+ [1-9][0-9]* completion; served by edge-1' "$tmp/err" ||
-    fail "no 'finish: ... served by edge-1' line from dspark infer"
+  fail "no 'finish: ... served by edge-1' line from dspark infer"
 head -1 "$tmp/out" | grep -q '[[:alpha:]]' || fail "dspark infer printed no text"
 # mosquitto_rr: the final, with the request's id, done and a text.
 python3 - "$tmp/out" <<'PY' || fail "no final from mosquitto_rr"
