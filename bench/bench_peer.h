@@ -1,6 +1,6 @@
 /*
-** bench_peer.h — llama.cpp side by side (README "Benchmarks: llama.cpp side
-** by side"): a bench given --peer PATH (bench/peer/build.sh's peer_llama)
+** bench_peer.h — llama.cpp side by side (bench/README.md "llama.cpp
+** side by side"): a bench given --peer PATH (bench/peer/build.sh's peer_llama)
 ** runs llama.cpp on the same model file in the same round as dspark.
 ** llama.cpp needs a vocabulary in the file, which the bench files lack:
 ** bench_peer_file gives a copy with a placeholder one (same tensors).

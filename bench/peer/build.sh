@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/peer/build.sh — build llama.cpp outside the checkout, and
 # peer_llama (peer_llama.c) against it, for benchmarks side by side and
-# reference logits (README "Benchmarks: llama.cpp side by side").
+# reference logits (bench/README.md "llama.cpp side by side").
 #
 #   bench/peer/build.sh SRC [OUT]      (OUT default /tmp/dspark-peer)
 #

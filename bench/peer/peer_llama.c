@@ -1,6 +1,6 @@
 /*
 ** peer_llama.c — llama.cpp as a peer, for benchmarks side by side and
-** reference logits (README "Benchmarks: llama.cpp side by side"). Not part
+** reference logits (bench/README.md "llama.cpp side by side"). Not part
 ** of the dspark build: bench/peer/build.sh compiles it against a llama.cpp
 ** source tree outside the checkout.
 **

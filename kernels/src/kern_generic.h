@@ -22,7 +22,7 @@
 ** cold. The portable attention below brings in the next block
 ** (keys of b + 1; after the last keys, the first values) a line or a row
 ** per step while it computes on this one. bench_kern's attention rows
-** measure it (the README's table next to them); the AVX-512 attn_f32
+** measure it (bench/README.md's table next to them); the AVX-512 attn_f32
 ** measured slower with it in the engine's item order and does without
 ** (its attn_f16, reading half the bytes, gains with it). */
 static inline void ds_kern__prefetch_floats(const float *p, size_t n)

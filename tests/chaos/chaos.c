@@ -1,5 +1,5 @@
 /*
-** chaos.c — the chaos suite (README "Chaos suite"): a device sends QoS 1
+** chaos.c — the chaos suite (tests/README.md "Chaos suite"): a device sends QoS 1
 ** requests while a part of the system is SIGKILLed and restarted at random
 ** moments, and every request gets exactly one final or error. Real
 ** mosquitto (persistence on, autosave as deploy/mosquitto/edge.conf), the
@@ -10,11 +10,11 @@
 **           center-0 is killed and restarted while it holds overflow work;
 **   edge    the edge is killed and restarted; the device sends again (same
 **           id, same correlation data) what has no answer once the edge is
-**           back online, as README "Operations" asks devices to do.
+**           back online, as docs/operations.md asks devices to do.
 **
 ** Usage: chaos_run broker|center|edge [requests [kills [seed]]]
 ** (defaults 10000, 20, the time). The device keeps at most WINDOW requests
-** unanswered and, as README "Operations" asks of devices, sends a request
+** unanswered and, as docs/operations.md asks of devices, sends a request
 ** again (same id, correlation data and body) when it has no answer after
 ** RETRY_S, up to RETRIES times (then it leaves the window, so that lost
 ** ones cannot stall it; the edge answers a request once, however often it
@@ -34,8 +34,8 @@
 ** that reaches the next run again, by the device's resend or the broker's
 ** redelivery, is known there); where the broker dies it is counted and
 ** reported: QoS 1 is at least once (a broker that delivered a final and died
-** before its PUBACK sends it again), and devices keep the first (README
-** "Topics"). Exit status 0 only when lost and dropped are 0, and duplicated
+** before its PUBACK sends it again), and devices keep the first (schemas/
+** README.md). Exit status 0 only when lost and dropped are 0, and duplicated
 ** too but in the broker scenario.
 **
 ** Owns: the brokers, the node processes, the device and its tallies.
@@ -474,7 +474,7 @@ int main(int argc, char **argv)
            atomic_load(&g.kills_done), acked ? "all" : "NOT ALL", finals, by_center, errors, lost, dup, dropped,
            atomic_load(&g.retried), again, chunks, strays, (unsigned long long)ms.requeued, renewed, reports, secs);
     /* A final the edge sent that a killed broker dropped (it had not saved the
-    ** device's session, README "Chaos suite") is lost to the device unless
+    ** device's session, tests/README.md "Chaos suite") is lost to the device unless
     ** its retry got it again (node_dedupe.c): it fails every scenario. A
     ** final delivered twice is QoS 1's at-least-once where the broker dies:
     ** one that delivered a final and died before acknowledging it sends it

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh — the chaos suite at full size (README "Chaos suite"): 10,000 QoS 1
+# run.sh — the chaos suite at full size (tests/README.md "Chaos suite"): 10,000 QoS 1
 # requests per scenario while the broker, a center or the edge is SIGKILLed
 # and restarted 20 times at random moments. Prints each scenario's report
 # line and a summary table; exit status 0 only if every scenario lost and

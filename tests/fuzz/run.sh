@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # run.sh — run every libFuzzer target for a set time and print one line per
 # target (runs, executions per second, coverage, crashes), then the table
-# row the README's fuzzing record uses. cpu_s is the CPU time the fuzzer
+# row tests/README.md's fuzzing record uses. cpu_s is the CPU time the fuzzer
 # used (user + system): on a shared machine it falls short of the wall time
-# asked for, and it is what the README's table counts.
+# asked for, and it is what tests/README.md's table counts.
 #
 #   tests/fuzz/run.sh [--cpu] [SECONDS_PER_TARGET] [TARGET...]   (default 300 s, all)
 #

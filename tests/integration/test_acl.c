@@ -1,6 +1,6 @@
 /*
 ** test_acl.c — integration.acl: the broker ACL of deploy/mosquitto/mkacl.sh
-** (README "Security") on a real mosquitto over mutual TLS, each role by its
+** (docs/security.md) on a real mosquitto over mutual TLS, each role by its
 ** certificate (CN = username). For every role and topic family:
 **   publish:   the role publishes (QoS 1) and waits for the PUBACK; then the
 **              auditor (a test-only identity that reads and writes dspark/v1/#)
@@ -159,7 +159,7 @@ static void test_acl_matrix(void **state)
 
     int bad = 0, cells = 0, refused_subacks = 0;
     printf("ACL matrix (P = publish reaches a reader, S = subscription receives; "
-           "y allowed, n denied, '.' not tried; * = differs from README)\n");
+           "y allowed, n denied, '.' not tried; * = differs from docs/security.md)\n");
     printf("%-22s %-34s", "family", "topic / filter");
     for (int r = 0; r < N_ROLES; r++) printf(" %-10s", role_id[r]);
     printf("\n");

@@ -177,8 +177,8 @@ static void edge_init(struct edge *e, int k, const char *tag, bool auto_promote,
     assert_non_null(f);
     /* Several edges share this broker and its $share/dspark-edge group, and
     ** are stopped one after another: without a session of their own, a
-    ** stopped one does not hold a share of the requests (README
-    ** "Operations: outages and restarts"). */
+    ** stopped one does not hold a share of the requests (docs/
+    ** operations.md "Outages and restarts"). */
     fprintf(f, "[node]\nname = %s\nlog_level = info\n[mqtt]\nuri = %s\nsession_expiry_s = 0\n[telemetry]\ninterval_s = 1\n"
                "[overflow]\nenabled = false\n"
                "[model %s]\npath = %s\nprecision = int8\nthreads = 1\n"

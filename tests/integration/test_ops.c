@@ -136,7 +136,7 @@ extern char **environ;
 
 /* A real node raises a real alert: edge-alert, wedged by the test hook after
 ** READY, publishes engine_stalled and exits with status 70. It shares the
-** edges' request group with edge-ops, so it keeps no session (README: several
+** edges' request group with edge-ops, so it keeps no session (docs/operations.md: several
 ** edges on one broker use session_expiry_s = 0): a dead member's session
 ** would hold every other request for ten minutes. */
 static void raise_alert(void)

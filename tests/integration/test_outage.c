@@ -1,6 +1,6 @@
 /*
 ** test_outage.c — what dspark-edge does across broker outages and its own
-** restarts (README "Operations: outages and restarts"): a real mosquitto
+** restarts (docs/operations.md "Outages and restarts"): a real mosquitto
 ** with persistence on, the real dspark-edge binary, and a device (ds_mqtt,
 ** persistent session) that records every reply. Shows:
 **   - the edge announces an MQTT Maximum Packet Size: a message larger than

@@ -323,7 +323,7 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 ** x sum(x block) off). Each block's float step is (d_w d_x) x its int32
 ** sum, the scales' product first, as llama.cpp takes it, over K chunks of
 ** 32 blocks as on AVX-512 (shared.formats' random-weight files flip top-1
-** with the float order: README, Q8_0 packing).
+** with the float order: bench/README.md, Q8_0 packing).
 **
 ** Q8_0 read in the file's rows (the kernels before these), one Zen 5 core,
 ** 2048 x 768, four rounds in turns: decode 56-58 -> 102-105 G op/s,
