@@ -35,7 +35,6 @@
 #include "ds/err.h"
 #include "ds/mqtt.h"
 
-#define DS_DIST_PREFIX          "dspark/v1/models/"
 #define DS_DIST_NODE_MAX        64u     /* node name: topic level, no '/', '+', '#' */
 #define DS_DIST_VERSION_MAX     DS_SEMVER_MAX   /* semantic version text */
 #define DS_DIST_MAX_RANGES      32u     /* ranges in one fetch request */
@@ -77,7 +76,7 @@ bool ds_dist_version_ok(const char *s);
 ** NULL) into buf; DS_ERR_RANGE when it does not fit. */
 DS_MUST_CHECK enum ds_err ds_dist_topic(char *buf, size_t cap, const char *name, const char *kind,
                                         const char *node);
-/* Split a topic under DS_DIST_PREFIX into name, kind and (optional) node,
+/* Split a topic under DS_TOPIC_MODELS into name, kind and (optional) node,
 ** BORROWED from topic; false for anything else. */
 bool ds_dist_topic_parse(const char *topic, struct ds_str *name, struct ds_str *kind, struct ds_str *node);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ds/keys.h"
+#include "ds/topics.h"
 #include "ds/utf8.h"
 
 static bool chars_ok(const char *s, size_t max, const char *extra)
@@ -42,15 +43,15 @@ bool ds_dist_node_ok(const char *s)
 
 enum ds_err ds_dist_topic(char *buf, size_t cap, const char *name, const char *kind, const char *node)
 {
-    int n = node ? snprintf(buf, cap, DS_DIST_PREFIX "%s/%s/%s", name, kind, node)
-                 : snprintf(buf, cap, DS_DIST_PREFIX "%s/%s", name, kind);
+    int n = node ? snprintf(buf, cap, DS_TOPIC_MODELS "%s/%s/%s", name, kind, node)
+                 : snprintf(buf, cap, DS_TOPIC_MODELS "%s/%s", name, kind);
     return n > 0 && (size_t)n < cap ? DS_OK : DS_ERR_RANGE;
 }
 
 bool ds_dist_topic_parse(const char *topic, struct ds_str *name, struct ds_str *kind, struct ds_str *node)
 {
-    size_t pl = strlen(DS_DIST_PREFIX);
-    if (strncmp(topic, DS_DIST_PREFIX, pl) != 0) return false;
+    size_t pl = strlen(DS_TOPIC_MODELS);
+    if (strncmp(topic, DS_TOPIC_MODELS, pl) != 0) return false;
     const char *p = topic + pl, *s1 = strchr(p, '/');
     if (!s1 || s1 == p) return false;
     *name = (struct ds_str){ p, (size_t)(s1 - p) };

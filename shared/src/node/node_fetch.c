@@ -278,7 +278,7 @@ static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 
 void node__fetch_listen(struct ds_node *a)
 {
-    node__listen(a, DS_DIST_PREFIX "+/manifest", false, on_dist, a->fetch);
+    node__listen(a, DS_TOPIC_MODELS "+/manifest", false, on_dist, a->fetch);
     node__listen(a, a->fetch->chunk_filter, false, on_dist, a->fetch);
 }
 

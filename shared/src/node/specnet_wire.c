@@ -73,7 +73,7 @@ bool specnet__get_tokens(const cJSON *j, const char *key, uint32_t max_n, uint32
 const char *specnet__sid(const cJSON *j)
 {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "session");
-    return cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX ? s->valuestring : NULL;
+    return cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < DS_CORR_SPEC_SID_MAX ? s->valuestring : NULL;
 }
 
 bool specnet__round_read(const cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k)
