@@ -233,9 +233,9 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
         goto done;
     }
     uint32_t vocab = ds_engine_config(nv->eng)->vocab_size, max_ctx = ds_engine_max_ctx(nv->eng);
-    if (!specnet__get_uint(j, "pos", max_ctx, &pos) || !specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, vocab, draft, &k)) {
+    if (!specnet__get_uint(j, "pos", max_ctx, &pos) || !specnet__get_tokens(j, "draft", DS_WIRE_SPEC_K_MAX, vocab, draft, &k)) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
-                     "pos: want an integer 0..%u; draft: want at most %u token ids below %u", max_ctx, DS_SPEC_K_MAX, vocab);
+                     "pos: want an integer 0..%u; draft: want at most %u token ids below %u", max_ctx, DS_WIRE_SPEC_K_MAX, vocab);
         goto done;
     }
     if ((ss = session_find(n, sid))) {                 /* a repeated open: a round of its session */
@@ -337,7 +337,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
     } else if (v && !(cJSON_IsNumber(v) && v->valuedouble == 1.0)) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
     } else if (!sid) {
-        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%d bytes", DS_CORR_SPEC_SID_MAX - 1);
+        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%u bytes", DS_CORR_SPEC_SID_MAX - 1);
     } else if (!on_session || cJSON_GetObjectItemCaseSensitive(j, "prompt")) {
         center_open(a, m, j, sid);              /* shared open, or a re-open sent to this center */
     } else {
@@ -352,7 +352,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
         } else if (!specnet__round_read(j, ds_engine_config(ss->ver->eng)->vocab_size, &pos, draft, &k)) {
             center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "round: want {\"session\", \"pos\": integer, \"draft\": [at most %u token ids below %u]}",
-                         DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);
+                         DS_WIRE_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);
         } else {
             center_apply(a, m, ss, pos, draft, k);
         }

@@ -62,13 +62,13 @@ static const struct fam fams[] = {
     { "telemetry center-1", DS_TOPIC_TELEMETRY "center-1", DS_TOPIC_TELEMETRY "center-1", "nnynn", "nnnyy" },
     { "rollout edge-1",     DS_TOPIC_ROLLOUT "edge-1",   DS_TOPIC_ROLLOUT "+",      "nynnn", "nnnyy" },
     { "control edge-1",     DS_TOPIC_CONTROL "edge-1",   DS_TOPIC_CONTROL "edge-1", "nnnny", "nynnn" },
-    { "control all",        DS_TOPIC_CONTROL "all",      DS_TOPIC_CONTROL "all",    "nnnny", "nyynn" },
+    { "control all",        DS_TOPIC_CONTROL_ALL,        DS_TOPIC_CONTROL_ALL,      "nnnny", "nyynn" },
     { "model manifest",     DS_TOPIC_MODELS "m/manifest", DS_TOPIC_MODELS "+/manifest", "nnyny", "nyynn" },
     { "model fetch",        DS_TOPIC_MODELS "m/fetch",   DS_TOPIC_MODELS "+/fetch", "nyynn", "nnyny" },
     { "model chunk edge-1", DS_TOPIC_MODELS "m/chunk/edge-1", DS_TOPIC_MODELS "+/chunk/edge-1", "nnyny", "nynnn" },
     { "alert edge-1",       DS_TOPIC_ALERT "edge-1",     DS_TOPIC_ALERT "+",        "nynnn", "nnnyn" },
     { "alert center-1",     DS_TOPIC_ALERT "center-1",   DS_TOPIC_ALERT "center-1", "nnynn", "nnnyn" },
-    { "everything",         DS_TOPIC_ROOT "everything",       DS_TOPIC_ROOT "#",              "-----", "nnnnn" },
+    { "everything",         DS_TOPIC_ROOT "everything",  DS_TOPIC_ROOT "#",         "-----", "nnnnn" },
 };
 #define N_FAMS (sizeof fams / sizeof fams[0])
 

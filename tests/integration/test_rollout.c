@@ -361,7 +361,7 @@ static void test_rollout_refusals(void **state)
     ** all nodes) and replayed now, and one dated an hour ahead. */
     env = envelope_at("rollback", "0.9.0", "all", -3600);
     int from0 = n_msgs();
-    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL "all", env, strlen(env), 1, false, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL_ALL, env, strlen(env), 1, false, NULL), DS_OK);
     e = wait_msg(DS_TOPIC_ROLLOUT NODE, from0, 20000, "\"ok\":false", NULL);
     assert_non_null(e);
     printf("an hour old: %s\n", e);

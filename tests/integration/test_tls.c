@@ -424,7 +424,7 @@ static void test_edge_center_refused(void **state)
     "user edge-9\ntopic read " DS_TOPIC_INFER "+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
     "topic read " DS_TOPIC_RELAY "edge-9\ntopic read " DS_TOPIC_STATUS "+\ntopic write " DS_TOPIC_STATUS "edge-9\n"   \
     "topic write " DS_TOPIC_TELEMETRY "edge-9\ntopic write " DS_TOPIC_ALERT "edge-9\n"                             \
-    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL "all"
+    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL
 
 static int setup(void **state)
 {

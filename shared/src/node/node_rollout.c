@@ -999,7 +999,7 @@ enum ds_err node__rollout_create(struct ds_node *a)
     a->ro = ro;
     pthread_mutex_init(&ro->mu, NULL);
     snprintf(ro->topic_node, sizeof ro->topic_node, DS_TOPIC_CONTROL "%s", a->cfg->node);
-    snprintf(ro->topic_all, sizeof ro->topic_all, DS_TOPIC_CONTROL "all");
+    snprintf(ro->topic_all, sizeof ro->topic_all, DS_TOPIC_CONTROL_ALL);
     snprintf(ro->topic_events, sizeof ro->topic_events, DS_TOPIC_ROLLOUT "%s", a->cfg->node);
     char why[DS_WHY_MAX] = "";
     enum ds_err rc = DS_OK;            /* no [keys] signer_pub: every control message is refused */

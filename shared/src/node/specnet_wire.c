@@ -79,7 +79,7 @@ const char *specnet__sid(const cJSON *j)
 bool specnet__round_read(const cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k)
 {
     return specnet__get_uint(j, "pos", UINT32_MAX - 1, pos) &&
-           specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, vocab, draft, k) &&
+           specnet__get_tokens(j, "draft", DS_WIRE_SPEC_K_MAX, vocab, draft, k) &&
            cJSON_GetObjectItemCaseSensitive(j, "draft");
 }
 

@@ -29,6 +29,9 @@
 
 struct cJSON;
 
+/* A round the wire allows fits the engine's verify pass (ds/spec.h). */
+_Static_assert(DS_WIRE_SPEC_K_MAX <= DS_SPEC_K_MAX, "a speculation round's drafts must fit ds_spec_verify");
+
 
 /* A message copied off Paho's thread. */
 struct spn_msg {
@@ -54,7 +57,7 @@ void specnet__publish(struct ds_node *a, const char *topic, const struct ds_mqtt
 /* j's "session": a string of 1..DS_CORR_SPEC_SID_MAX-1 bytes, else NULL. */
 const char *specnet__sid(const struct cJSON *j);
 /* A round as a center reads it: "pos" an integer and "draft" an array of at
-** most DS_SPEC_K_MAX token ids below vocab (present, maybe empty). */
+** most DS_WIRE_SPEC_K_MAX token ids below vocab (present, maybe empty). */
 bool specnet__round_read(const struct cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k);
 
 /* A verdict as the edge reads it, for a round of k drafts over a vocabulary
