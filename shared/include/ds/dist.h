@@ -34,8 +34,8 @@
 #include "ds/common.h"
 #include "ds/err.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 
-#define DS_DIST_NODE_MAX        64u     /* node name: topic level, no '/', '+', '#' */
 #define DS_DIST_VERSION_MAX     DS_SEMVER_MAX   /* semantic version text */
 #define DS_DIST_MAX_RANGES      32u     /* ranges in one fetch request */
 #define DS_DIST_MAX_ASK         256u    /* chunks one fetch request may ask for */
@@ -52,7 +52,7 @@ struct ds_dist_range {
 
 struct ds_dist_fetch {
     char                 version[DS_DIST_VERSION_MAX + 1];
-    char                 node[DS_DIST_NODE_MAX + 1];
+    char                 node[DS_TOPIC_NODE_MAX + 1];
     struct ds_dist_range ranges[DS_DIST_MAX_RANGES];
     unsigned             n_ranges;
 };
@@ -134,7 +134,7 @@ struct ds_dist_pub_opts {
 };
 
 struct ds_dist_pub_node {
-    char     node[DS_DIST_NODE_MAX + 1];
+    char     node[DS_TOPIC_NODE_MAX + 1];
     uint32_t chunks_sent;     /* distinct chunks of the version sent to it */
 };
 

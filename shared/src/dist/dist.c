@@ -35,7 +35,7 @@ bool ds_dist_version_ok(const char *s)
 bool ds_dist_node_ok(const char *s)
 {
     size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > DS_DIST_NODE_MAX || s[0] == '$' || strpbrk(s, "/+#")) return false;
+    if (n == 0 || n > DS_TOPIC_NODE_MAX || s[0] == '$' || strpbrk(s, "/+#")) return false;
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
     return ds_utf8_valid(s, n, NULL);
@@ -169,7 +169,7 @@ enum ds_err ds_dist_fetch_decode(const void *payload, size_t len, struct ds_dist
         goto out;
     }
     if (!cJSON_IsString(node) || !ds_dist_node_ok(node->valuestring)) {
-        why_fail(why, why_len, rc, "node: want a node name (1..%u bytes, no '/', '+', '#')", DS_DIST_NODE_MAX);
+        why_fail(why, why_len, rc, "node: want a node name (1..%u bytes, no '/', '+', '#')", DS_TOPIC_NODE_MAX);
         goto out;
     }
     int n = cJSON_GetArraySize(chunks);
