@@ -688,8 +688,8 @@ static void test_protocol(void **state)
         publish(g.cdev, DS_TOPIC_CENTER_SESSION "center-1", "test/creply/spec", "fc", json);
     }
     /* Garbage on the edge's relay topic: dropped, the edge carries on. */
-    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", "spec/edge-spec.bogus", "{\"nonsense\":");
-    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", "spec/", "[]");
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC "edge-spec.bogus", "{\"nonsense\":");
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC, "[]");
     send_req(g.dev, DS_TOPIC_INFER "stories", "after-garbage", tu_prompts[0],
              "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
     char *ag = answer("after-garbage", 30000);
