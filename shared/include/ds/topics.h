@@ -4,7 +4,7 @@
 ** speculation and the limits the topics and messages share. The protocol
 ** reference is schemas/README.md; ctest shared.topics compares its topic
 ** tables with this header both ways, and shared.topic_literals fails on a
-** "dspark/v1..." or "$share..." string in C code anywhere else, so the two
+** "dspark/v1..." or "$share/..." string in C code anywhere else, so the two
 ** cannot drift.
 **
 ** Use:      string-literal concatenation, DS_TOPIC_STATUS "%s" or
