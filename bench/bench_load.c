@@ -65,6 +65,7 @@
 #include "ds/log.h"
 #include "ds/model.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -905,7 +906,7 @@ int main(int argc, char **argv)
     bench_signals(on_signal);
     bench_sync_init(&b.mu, &b.cv);
     b.rng = o->seed ^ 0x5eed0f10adull;
-    snprintf(b.infer_topic, sizeof b.infer_topic, "dspark/v1/infer/%s", o->name);
+    snprintf(b.infer_topic, sizeof b.infer_topic, DS_TOPIC_INFER "%s", o->name);
     b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_load: warning: load average %.2f, figures will be noisy\n", b.load_start);

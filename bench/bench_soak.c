@@ -65,6 +65,7 @@
 #include "ds/log.h"
 #include "ds/model.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/mkmodel.h"
 #include "support/broker.h"
 #include "support/itest.h"
@@ -964,8 +965,8 @@ int main(int argc, char **argv)
     b.rng = o->seed ^ 0x50a1c0ffee11ull;
     b.mix = o->seed ^ 0x3a7e5eedull;
     b.soak_s = o->seconds ? o->seconds : o->minutes * 60;
-    snprintf(b.infer_topic, sizeof b.infer_topic, "dspark/v1/infer/" MODEL_NAME);
-    snprintf(b.cancel_topic, sizeof b.cancel_topic, "dspark/v1/cancel/bench-soak-%ld", (long)getpid());
+    snprintf(b.infer_topic, sizeof b.infer_topic, DS_TOPIC_INFER MODEL_NAME);
+    snprintf(b.cancel_topic, sizeof b.cancel_topic, DS_TOPIC_CANCEL "bench-soak-%ld", (long)getpid());
 
     int status = EXIT_FAILURE;
     enum ds_err rc;

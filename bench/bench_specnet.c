@@ -36,6 +36,7 @@
 #include "bench_util.h"
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -69,7 +70,7 @@ static void on_msg(void *ud, const struct ds_mqtt_msg *m)
 {
     (void)ud;
     pthread_mutex_lock(&G.mu);
-    if (!strncmp(m->topic, "dspark/v1/status/", 17)) {
+    if (!strncmp(m->topic, DS_TOPIC_STATUS, DS_TOPIC_LEN(DS_TOPIC_STATUS))) {
         cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
         const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node"), *st = cJSON_GetObjectItemCaseSensitive(j, "state");
         if (cJSON_IsString(node) && cJSON_IsString(st) && !strcmp(st->valuestring, "online") && G.n_online < 8)
@@ -171,15 +172,15 @@ static int run_mode(const struct opts *o, struct ds_mqtt *c, const char *uri, co
     double drafted = 0, accepted = 0, secs_all = 0, paired_all = 0;
     static unsigned seq;
     double warm;
-    free(ask(c, "dspark/v1/infer/m", tu_prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
+    free(ask(c, DS_TOPIC_INFER "m", tu_prompts[0], 4, seq++, &warm));   /* first-request costs out of the figures */
     for (unsigned i = 0; i < o->n_prompts; i++) {
         double secs = 0, paired = 0;
         if (k) {
-            char *pf = ask(c, "dspark/v1/center/infer/m", tu_prompts[i], o->tokens[which], seq++, &paired);
+            char *pf = ask(c, DS_TOPIC_CENTER_INFER "m", tu_prompts[i], o->tokens[which], seq++, &paired);
             paired_all += paired;
             free(pf);
         }
-        char *f = ask(c, "dspark/v1/infer/m", tu_prompts[i], o->tokens[which], seq++, &secs);
+        char *f = ask(c, DS_TOPIC_INFER "m", tu_prompts[i], o->tokens[which], seq++, &secs);
         cJSON *j = f ? cJSON_Parse(f) : NULL;
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
         if (!cJSON_IsString(text)) {
@@ -316,7 +317,7 @@ int main(int argc, char **argv)
     mo.on_message = on_msg;
     struct ds_mqtt *c = NULL;
     if (ds_mqtt_create(tb_broker_uri(b), "bench-specnet", &mo, &c) != DS_OK || ds_mqtt_connect(c) != DS_OK ||
-        ds_mqtt_subscribe(c, "bench/specnet/reply", 1) != DS_OK || ds_mqtt_subscribe(c, "dspark/v1/status/+", 1) != DS_OK ||
+        ds_mqtt_subscribe(c, "bench/specnet/reply", 1) != DS_OK || ds_mqtt_subscribe(c, DS_TOPIC_STATUS "+", 1) != DS_OK ||
         ds_mqtt_wait_subscribed(c, 20000) != DS_OK) {
         fprintf(stderr, "bench_specnet: cannot connect to %s\n", tb_broker_uri(b));
         ds_mqtt_destroy(c);

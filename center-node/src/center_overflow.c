@@ -17,7 +17,7 @@
 static void admitted(struct ds_node *a, void *st, struct node_req *r)
 {
     (void)st;
-    if (strncmp(r->reply, TOPIC_RELAY, strlen(TOPIC_RELAY)) != 0) return;     /* straight from a device */
+    if (strncmp(r->reply, DS_TOPIC_RELAY, strlen(DS_TOPIC_RELAY)) != 0) return;     /* straight from a device */
     cJSON *acc = cJSON_CreateObject();
     cJSON_AddNumberToObject(acc, "v", 1);
     cJSON_AddStringToObject(acc, "id", r->req.id);

@@ -36,7 +36,7 @@
 #define INBOX_MAX 256              /* messages waiting for the engine loop */
 
 struct spn_session {               /* one edge's sequence */
-    char                     sid[SID_MAX];   /* "" = free */
+    char                     sid[DS_CORR_SPEC_SID_MAX];   /* "" = free */
     struct node_version     *ver;            /* pinned while the session lives */
     struct ds_seq           *seq;
     struct ds_spec_verifier *v;
@@ -83,7 +83,7 @@ static enum ds_err create(struct ds_node *a, void **st)
         return DS_ERR_NOMEM;
     }
     pthread_mutex_init(&n->mu, NULL);
-    snprintf(n->session_topic, sizeof n->session_topic, TOPIC_SPEC_SESSION "%s", a->cfg->node);
+    snprintf(n->session_topic, sizeof n->session_topic, DS_TOPIC_CENTER_SESSION "%s", a->cfg->node);
     *st = n;
     return DS_OK;
 }
@@ -118,7 +118,7 @@ static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
 static void start(struct ds_node *a, void *st)
 {
     struct center_specnet *n = st;
-    node__listen(a, "$share/dspark-center/" TOPIC_SPEC_OPEN "+", true, on_message, n);
+    node__listen(a, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+", true, on_message, n);
     node__listen(a, n->session_topic, false, on_message, n);
 }
 
@@ -214,11 +214,11 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
     }
     struct node_model *nm = node__find_model(a, req.model, strlen(req.model));
     struct node_version *nv = nm ? nm->active : NULL;      /* the session stays on it */
-    bool shared = !strncmp(m->topic, TOPIC_SPEC_OPEN, strlen(TOPIC_SPEC_OPEN));
+    bool shared = !strncmp(m->topic, DS_TOPIC_CENTER_SPEC, strlen(DS_TOPIC_CENTER_SPEC));
     uint32_t pos = 0, k = 0, n_context = 0;
     int32_t draft[DS_SPEC_K_MAX];
     struct spn_session *ss = NULL;
-    if (shared && strcmp(m->topic + strlen(TOPIC_SPEC_OPEN), req.model) != 0) {
+    if (shared && strcmp(m->topic + strlen(DS_TOPIC_CENTER_SPEC), req.model) != 0) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         goto done;
     }
@@ -233,9 +233,9 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
         goto done;
     }
     uint32_t vocab = ds_engine_config(nv->eng)->vocab_size, max_ctx = ds_engine_max_ctx(nv->eng);
-    if (!specnet__get_uint(j, "pos", max_ctx, &pos) || !specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, vocab, draft, &k)) {
+    if (!specnet__get_uint(j, "pos", max_ctx, &pos) || !specnet__get_tokens(j, "draft", DS_WIRE_SPEC_K_MAX, vocab, draft, &k)) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
-                     "pos: want an integer 0..%u; draft: want at most %u token ids below %u", max_ctx, DS_SPEC_K_MAX, vocab);
+                     "pos: want an integer 0..%u; draft: want at most %u token ids below %u", max_ctx, DS_WIRE_SPEC_K_MAX, vocab);
         goto done;
     }
     if ((ss = session_find(n, sid))) {                 /* a repeated open: a round of its session */
@@ -337,7 +337,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
     } else if (v && !(cJSON_IsNumber(v) && v->valuedouble == 1.0)) {
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
     } else if (!sid) {
-        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%d bytes", SID_MAX - 1);
+        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%u bytes", DS_CORR_SPEC_SID_MAX - 1);
     } else if (!on_session || cJSON_GetObjectItemCaseSensitive(j, "prompt")) {
         center_open(a, m, j, sid);              /* shared open, or a re-open sent to this center */
     } else {
@@ -352,7 +352,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
         } else if (!specnet__round_read(j, ds_engine_config(ss->ver->eng)->vocab_size, &pos, draft, &k)) {
             center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "round: want {\"session\", \"pos\": integer, \"draft\": [at most %u token ids below %u]}",
-                         DS_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);
+                         DS_WIRE_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);
         } else {
             center_apply(a, m, ss, pos, draft, k);
         }

@@ -19,10 +19,10 @@ static const struct node_ext *const center_exts[] = {
 static const struct ds_node_role center_role = {
     .role = DS_MSG_ROLE_CENTER,
     .program = "dspark-center",
-    .infer_prefix = TOPIC_CENTER_INFER,
-    .share_group = "$share/dspark-center/",
+    .infer_prefix = DS_TOPIC_CENTER_INFER,
+    .share_group = DS_SHARE_CENTER,
     .about = "The center daemon: serves what edges overflow (requests on\n"
-             "dspark/v1/center/infer/<model>, shared by every center) with the full-precision\n"
+             DS_TOPIC_CENTER_INFER "<model>, shared by every center) with the full-precision\n"
              "model, answering the device directly; publishes status and telemetry.\n",
     .exts = center_exts,
     .gpu_module = "dspark-cuda.so",     /* FP16 on the GPU where it and a device are present */

@@ -81,7 +81,7 @@ static enum ds_err create(struct ds_node *a, void **st)
         return DS_ERR_NOMEM;
     }
     pthread_mutex_init(&o->mu, NULL);
-    snprintf(o->relay_topic, sizeof o->relay_topic, TOPIC_RELAY "%s", a->cfg->node);
+    snprintf(o->relay_topic, sizeof o->relay_topic, DS_TOPIC_RELAY "%s", a->cfg->node);
     *st = o;
     return DS_OK;
 }
@@ -299,7 +299,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 static void start(struct ds_node *a, void *st)
 {
     struct edge_overflow *o = st;
-    node__listen(a, "dspark/v1/status/+", false, on_status, o);
+    node__listen(a, DS_TOPIC_STATUS "+", false, on_status, o);
     node__listen(a, o->relay_topic, false, on_relay, o);
 }
 
@@ -383,7 +383,7 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
         return false;
     }
     char topic[192], key[24];
-    snprintf(topic, sizeof topic, TOPIC_CENTER_INFER "%s", r->req.model);
+    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
     enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);
@@ -451,7 +451,7 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
     struct edge_overflow *o = st;
     (void)why;
     unsigned long long k;
-    if (strncmp(topic, TOPIC_CENTER_INFER, sizeof TOPIC_CENTER_INFER - 1) || !edge__relay_key(corr.p, corr.n, &k))
+    if (strncmp(topic, DS_TOPIC_CENTER_INFER, sizeof DS_TOPIC_CENTER_INFER - 1) || !edge__relay_key(corr.p, corr.n, &k))
         return;
     pthread_mutex_lock(&o->mu);
     struct pending *p = pending_find(o, k);

@@ -66,7 +66,7 @@
 
 struct spn_box {                   /* one running speculative request */
     bool           used;
-    char           sid[SID_MAX];
+    char           sid[DS_CORR_SPEC_SID_MAX];
     struct spn_msg m[MAILBOX_MAX];
     unsigned       n;
 };
@@ -99,7 +99,7 @@ struct spn_req {
     bool                      waiting;
     uint64_t                  sent_ns;
     unsigned                  opens;
-    char                      sid[SID_MAX], center[64], version[64], precision[8];
+    char                      sid[DS_CORR_SPEC_SID_MAX], center[64], version[64], precision[8];
     char                      avoid[64];     /* the center that failed this request last */
     char                      target[64];    /* where the open in flight went ("" = shared) */
 };
@@ -123,7 +123,7 @@ static enum ds_err create(struct ds_node *a, void **st)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     n->nonce = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    snprintf(n->relay_topic, sizeof n->relay_topic, TOPIC_RELAY "%s", c->node);
+    snprintf(n->relay_topic, sizeof n->relay_topic, DS_TOPIC_RELAY "%s", c->node);
     *st = n;
     return DS_OK;
 }
@@ -144,11 +144,11 @@ static void destroy(struct ds_node *a, void *st)
 static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_specnet *n = st;
-    size_t pl = strlen(CORR_PREFIX);
+    size_t pl = strlen(DS_CORR_SPEC);
     if (!msg->correlation.p || msg->correlation.n <= pl ||
-        msg->correlation.n >= pl + SID_MAX || memcmp(msg->correlation.p, CORR_PREFIX, pl))
+        msg->correlation.n >= pl + DS_CORR_SPEC_SID_MAX || memcmp(msg->correlation.p, DS_CORR_SPEC, pl))
         return false;
-    char sid[SID_MAX];
+    char sid[DS_CORR_SPEC_SID_MAX];
     memcpy(sid, (const char *)msg->correlation.p + pl, msg->correlation.n - pl);
     sid[msg->correlation.n - pl] = '\0';
     pthread_mutex_lock(&n->mu);
@@ -188,7 +188,7 @@ static void edge_send_close(struct ds_node *a, const char *center, const char *s
 {
     struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
     char topic[192];
-    snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", center);
+    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", center);
     cJSON *j = specnet__new_msg(sid);
     cJSON_AddTrueToObject(j, "close");
     struct ds_mqtt_props p = { .response_topic = n->relay_topic };
@@ -372,7 +372,7 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     s->pos = s->n_ctx;
     bool open = !s->center[0];
     cJSON *j = open ? edge__overflow_req_json(r) : specnet__new_msg(NULL);
-    char topic[192], corr[SID_MAX + 8];
+    char topic[192], corr[DS_CORR_SPEC_SID_MAX + 8];
     cJSON_DeleteItemFromObjectCaseSensitive(j, "session");
     cJSON_AddStringToObject(j, "session", s->sid);
     s->target[0] = '\0';
@@ -380,19 +380,19 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     ** center does not verify this model (the shared open could reach it). */
     bool direct = open && (s->opens > 1 || edge__centers_verifying(a, r->req.model) < edge__centers_live(a));
     if (direct && edge__center_pick(a, r->req.model, s->avoid, s->target)) {
-        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->target);
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", s->target);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else if (open) {
-        snprintf(topic, sizeof topic, TOPIC_SPEC_OPEN "%s", r->req.model);
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SPEC "%s", r->req.model);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else {
-        snprintf(topic, sizeof topic, TOPIC_SPEC_SESSION "%s", s->center);
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", s->center);
     }
     cJSON_AddNumberToObject(j, "pos", s->pos);
     specnet__add_tokens(j, "draft", s->draft, k);
     uint32_t expiry_s = 0;
     if (r->deadline_ns) expiry_s = (uint32_t)((r->deadline_ns - DS_MIN(r->deadline_ns, now) + 999999999ull) / 1000000000ull);
-    int cl = snprintf(corr, sizeof corr, CORR_PREFIX "%s", s->sid);
+    int cl = snprintf(corr, sizeof corr, DS_CORR_SPEC "%s", s->sid);
     struct ds_mqtt_props p = { n->relay_topic, corr, (size_t)cl, expiry_s, false };
     specnet__publish(a, topic, &p, j);
     s->waiting = true;
@@ -544,8 +544,8 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
 {
     struct edge_specnet *n = st;
     (void)corr, (void)why;
-    if (strncmp(topic, TOPIC_SPEC_OPEN, sizeof TOPIC_SPEC_OPEN - 1) &&
-        strncmp(topic, TOPIC_SPEC_SESSION, sizeof TOPIC_SPEC_SESSION - 1))
+    if (strncmp(topic, DS_TOPIC_CENTER_SPEC, sizeof DS_TOPIC_CENTER_SPEC - 1) &&
+        strncmp(topic, DS_TOPIC_CENTER_SESSION, sizeof DS_TOPIC_CENTER_SESSION - 1))
         return;
     if (!atomic_exchange(&n->denied, true))
         DS_LOG(DS_LOG_ERROR, "speculation with the centers is off until restart: the broker refused %s", topic);

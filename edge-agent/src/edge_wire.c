@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/topics.h"
 #include "edge_wire.h"
 
 /* The bits of models that the "verifies" list of status j names. */
@@ -36,8 +37,8 @@ bool edge__status_decode(const char *topic, const void *payload, size_t len, cha
               strcmp(role->valuestring, "center") == 0 && *n->valuestring &&
               strlen(n->valuestring) < EDGE_CENTER_NAME_MAX;
     /* A status speaks only for the node of its own topic. */
-    if (ok && (strncmp(topic, TOPIC_STATUS, strlen(TOPIC_STATUS)) != 0 ||
-               strcmp(topic + strlen(TOPIC_STATUS), n->valuestring) != 0)) {
+    if (ok && (strncmp(topic, DS_TOPIC_STATUS, strlen(DS_TOPIC_STATUS)) != 0 ||
+               strcmp(topic + strlen(DS_TOPIC_STATUS), n->valuestring) != 0)) {
         DS_LOG(DS_LOG_WARN, "status on %s names node %.64s: ignored", topic, n->valuestring);
         ok = false;
     }

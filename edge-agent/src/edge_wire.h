@@ -14,7 +14,6 @@
 struct cJSON;
 
 #define EDGE_CENTER_NAME_MAX 64     /* bytes of a center's name, NUL included */
-#define TOPIC_STATUS "dspark/v1/status/"
 
 /* A center's status on topic: {"node","role":"center","state",...} naming
 ** the node of its own topic (1..63 bytes: dspark/v1/status/ alone is no

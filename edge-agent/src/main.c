@@ -18,10 +18,10 @@ static const struct node_ext *const edge_exts[] = {
 static const struct ds_node_role edge_role = {
     .role = DS_MSG_ROLE_EDGE,
     .program = "dspark-edge",
-    .infer_prefix = "dspark/v1/infer/",
-    .share_group = "$share/dspark-edge/",
+    .infer_prefix = DS_TOPIC_INFER,
+    .share_group = DS_SHARE_EDGE,
     .about = "The edge daemon: serves INT8/FP32 models to devices over MQTT (requests on\n"
-             "dspark/v1/infer/<model>), with priorities, deadlines and dynamic batching,\n"
+             DS_TOPIC_INFER "<model>), with priorities, deadlines and dynamic batching,\n"
              "and publishes status and telemetry.\n",
     .exts = edge_exts,
 };

@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "ds/common.h"
 #include "ds/log.h"
+#include "ds/topics.h"
 #include "fleet.h"
 #include "httpd.h"
 
@@ -152,7 +153,7 @@ static char *render(struct fleet *f, size_t *len)
     gauge_each(&b, nodes, n, l, "dspark_spec_proposed_total", "counter", "Draft tokens proposed (nodes that speculate).", "spec.proposed");
     gauge_each(&b, nodes, n, l, "dspark_spec_accepted_total", "counter", "Draft tokens the target accepted.", "spec.accepted");
     gauge_each(&b, nodes, n, l, "dspark_spec_acceptance_ratio", "gauge", "Accepted / proposed draft tokens since start.", "spec.acceptance");
-    metric_head(&b, "dspark_alert", "gauge", "1 while the node's alert for this health check is raised (dspark/v1/alert/<node>), else 0.");
+    metric_head(&b, "dspark_alert", "gauge", "1 while the node's alert for this health check is raised (" DS_TOPIC_ALERT "<node>), else 0.");
     for (int i = 0; i < n; i++)
         for (int c = 0; c < DS_MSG_CHECK_COUNT; c++)
             bprintf(&b, "dspark_alert{node=\"%s\",role=\"%s\",check=\"%s\"} %d\n", l[i].node, l[i].role,
@@ -239,8 +240,8 @@ static void exporter_usage(FILE *f)
         "usage: dspark exporter -b BROKER [--listen ADDR:PORT] [broker security]\n"
         "\n"
         "Serves the fleet's telemetry as Prometheus metrics on http://ADDR:PORT/metrics\n"
-        "(default 127.0.0.1:9464). Reads dspark/v1/status/+, dspark/v1/telemetry/+ and\n"
-        "dspark/v1/alert/+ (an ops identity of mkacl.sh may); publishes nothing.\n"
+        "(default 127.0.0.1:9464). Reads " DS_TOPIC_STATUS "+, " DS_TOPIC_TELEMETRY "+ and\n"
+        DS_TOPIC_ALERT "+ (an ops identity of mkacl.sh may); publishes nothing.\n"
         "\n"
         "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://)\n"
         "  -l, --listen ADDR:PORT  where /metrics is served (default 127.0.0.1:9464)\n"

@@ -30,6 +30,7 @@
 #include "ds/mqtt.h"
 #include "ds/msg.h"
 #include "ds/sched.h"
+#include "ds/topics.h"
 
 #define INFER_EXIT_CONN    1
 #define INFER_EXIT_ARGS    2
@@ -37,8 +38,6 @@
 #define INFER_EXIT_TIMEOUT 4
 
 #define INFER_DEFAULT_URI  "tcp://127.0.0.1:1883"
-#define INFER_REPLY_PREFIX "dspark/v1/reply/"
-#define INFER_TOPIC_PREFIX "dspark/v1/infer/"
 #define INFER_MAX_CONC     4096u
 
 static void infer_usage(FILE *f)
@@ -48,7 +47,7 @@ static void infer_usage(FILE *f)
         "       dspark infer [-b URI] -m MODEL --message ROLE:TEXT [--message ROLE:TEXT ...] [options]\n"
         "       dspark infer [-b URI] [-m MODEL] --file REQUESTS.jsonl [--concurrency N] [options]\n"
         "\n"
-        "Send inference requests to dspark/v1/infer/<MODEL> over MQTT 5 and print the\n"
+        "Send inference requests to " DS_TOPIC_INFER "<MODEL> over MQTT 5 and print the\n"
         "answers. One request: its text on stdout (as it streams with --stream), then\n"
         "one summary line on stderr (finish reason, tokens, who served it, the node's\n"
         "queue/ttft/total ms and the client-side round trip).\n"
@@ -729,7 +728,7 @@ static void handle_refused(struct session *s, const struct reply *rp)
     r->outcome = OUT_REFUSED;
     snprintf(r->code, sizeof r->code, "refused");
     fprintf(stderr, "dspark infer: %s%sthe broker refused the request (%s): may this identity publish to "
-            INFER_TOPIC_PREFIX "%s? (the ACL's device role may: deploy/mosquitto/mkacl.sh)\n",
+            DS_TOPIC_INFER "%s? (the ACL's device role may: deploy/mosquitto/mkacl.sh)\n",
             s->single ? "" : r->id, s->single ? "" : ": ", rp->refused, r->model);
     if (!s->single && !s->a->json) print_line(r);
     live_remove(s, slot);
@@ -806,8 +805,8 @@ static void handle_reply(struct session *s, const struct reply *rp)
 
 static enum ds_err send_req(struct session *s, struct req *r)
 {
-    char topic[sizeof INFER_TOPIC_PREFIX + DS_MSG_MODEL_MAX];
-    snprintf(topic, sizeof topic, INFER_TOPIC_PREFIX "%s", r->model);
+    char topic[sizeof DS_TOPIC_INFER + DS_MSG_MODEL_MAX];
+    snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s", r->model);
     struct ds_mqtt_props pr = { .response_topic = s->reply_topic, .correlation = r->id,
                                 .correlation_len = strlen(r->id), .expiry_s = r->expiry_s };
     r->sent_ms = ds_now_ms();
@@ -851,7 +850,7 @@ static int session_run(struct session *s)
             if (s->single) {
                 if (s->shown_len) printf("\n");
                 fprintf(stderr, "dspark infer: no answer within %llu ms (request %s on "
-                        INFER_TOPIC_PREFIX "%s)\n", (unsigned long long)s->a->timeout_ms, r->id,
+                        DS_TOPIC_INFER "%s)\n", (unsigned long long)s->a->timeout_ms, r->id,
                         r->model);
             } else if (!s->a->json) {
                 print_line(r);
@@ -979,12 +978,12 @@ int cmd_infer(int argc, char **argv)
     // Replies come on dspark/v1/reply/<identity>/<client id> when the broker
     // knows us by a username or certificate (the ACL lets a device read only
     // its own dspark/v1/reply/<username>/#), else dspark/v1/reply/<client id>.
-    char client_id[64], ident[128], reply_topic[sizeof INFER_REPLY_PREFIX + 64 + 128];
+    char client_id[64], ident[128], reply_topic[sizeof DS_TOPIC_REPLY + 64 + 128];
     make_client_id(client_id, sizeof client_id);
     if (ds_mqtt_identity(&a.tls, ident, sizeof ident) && !strpbrk(ident, "/+#"))
-        snprintf(reply_topic, sizeof reply_topic, INFER_REPLY_PREFIX "%s/%s", ident, client_id);
+        snprintf(reply_topic, sizeof reply_topic, DS_TOPIC_REPLY "%s/%s", ident, client_id);
     else
-        snprintf(reply_topic, sizeof reply_topic, INFER_REPLY_PREFIX "%s", client_id);
+        snprintf(reply_topic, sizeof reply_topic, DS_TOPIC_REPLY "%s", client_id);
 
     struct session s = { .a = &a, .reply_topic = reply_topic, .single = !a.file };
     int status;

@@ -19,6 +19,7 @@
 #include "ds/log.h"
 #include "ds/model.h"
 #include "ds/registry.h"
+#include "ds/topics.h"
 
 /* ---- progress on stderr ---- */
 
@@ -61,7 +62,7 @@ static void pack_usage(FILE *f)
         "Encrypt a model file chunk by chunk (XChaCha20-Poly1305 secretstream, last\n"
         "chunk tagged FINAL), seal its key to each node key, and sign a manifest\n"
         "(Ed25519). Writes DIR/" DS_BUNDLE_CIPHER " and DIR/" DS_BUNDLE_MANIFEST " (the exact bytes\n"
-        "published on dspark/v1/models/<name>/manifest). Progress on stderr.\n"
+        "published on " DS_TOPIC_MODELS "<name>/manifest). Progress on stderr.\n"
         "\n"
         "  -m, --model FILE       the model file (GGUF or llama2.c checkpoint)\n"
         "      --name N           model name: 1..64 of [A-Za-z0-9._-]\n"

@@ -27,6 +27,7 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "ds/msg.h"
+#include "ds/topics.h"
 
 #define MODEL_DEFAULT_URI "tcp://127.0.0.1:1883"
 #define MAX_INBOX         4096
@@ -106,7 +107,7 @@ static void control_usage(FILE *f, const char *cmd)
         "usage: dspark model %s --signer KEY.sec --name MODEL --version V%s [options]\n"
         "\n"
         "Sign a '%s' command with the publisher's key and send it to the nodes on\n"
-        "dspark/v1/control/<NODE|all>; print each node's answer (dspark/v1/rollout/<node>).\n"
+        DS_TOPIC_CONTROL "<NODE|all>; print each node's answer (" DS_TOPIC_ROLLOUT "<node>).\n"
         "  promote   V becomes active; requests in flight finish on the old version\n"
         "  canary    V serves --pct percent of clients (by a hash of the client id)\n"
         "  shadow    V answers a mirror of every request; clients get the active's answers\n"
@@ -221,8 +222,8 @@ int cmd_model_control(int argc, char **argv)
         return 0;
     }
     char topic[200], filter[200];
-    snprintf(topic, sizeof topic, "dspark/v1/control/%s", node);
-    snprintf(filter, sizeof filter, "dspark/v1/rollout/%s", strcmp(node, "all") ? node : "+");
+    snprintf(topic, sizeof topic, DS_TOPIC_CONTROL "%s", node);
+    snprintf(filter, sizeof filter, DS_TOPIC_ROLLOUT "%s", strcmp(node, "all") ? node : "+");
     struct inbox b = { .n = 0 };
     pthread_mutex_init(&b.mu, NULL);
     int status = 1;
@@ -280,7 +281,7 @@ static void list_usage(FILE *f)
         "usage: dspark model list --broker URI [--wait-ms MS]\n"
         "\n"
         "Every node's model versions and their states, from the nodes' retained\n"
-        "telemetry (dspark/v1/telemetry/+): one line per node, model and loaded\n"
+        "telemetry (" DS_TOPIC_TELEMETRY "+): one line per node, model and loaded\n"
         "version (active, canary with its share, shadow, draining), then each node's\n"
         "downloads (state, bytes, rate and ETA while downloading) and its latest\n"
         "rollout events.\n"
@@ -323,7 +324,7 @@ int cmd_model_list_telemetry(int argc, char **argv)
     struct inbox b = { .n = 0 };
     pthread_mutex_init(&b.mu, NULL);
     if (cli_mqtt_check("model list", uri, &tls) != DS_OK) return 2;
-    struct ds_mqtt *mq = connect_to("list", uri, &tls, "dspark/v1/telemetry/+", &b);
+    struct ds_mqtt *mq = connect_to("list", uri, &tls, DS_TOPIC_TELEMETRY "+", &b);
     if (!mq) {
         inbox_free(&b);
         return 1;
@@ -381,7 +382,7 @@ int cmd_model_list_telemetry(int argc, char **argv)
     inbox_free(&b);
     if (!nodes)     /* mosquitto grants every subscription and drops what the ACL forbids on delivery */
         fprintf(stderr, "dspark model list: no telemetry on %s within %llu ms: is a node up, and may this identity "
-                "read dspark/v1/telemetry/+? (the ACL's ops and publisher roles may: deploy/mosquitto/mkacl.sh)\n",
+                "read " DS_TOPIC_TELEMETRY "+? (the ACL's ops and publisher roles may: deploy/mosquitto/mkacl.sh)\n",
                 uri, (unsigned long long)wait_ms);
     return nodes ? 0 : 4;
 }

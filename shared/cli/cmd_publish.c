@@ -16,6 +16,7 @@
 #include "ds/bundle.h"
 #include "ds/dist.h"
 #include "ds/log.h"
+#include "ds/topics.h"
 
 static void publish_usage(FILE *f)
 {
@@ -24,9 +25,9 @@ static void publish_usage(FILE *f)
         "       dspark model publish --clear --name NAME [--broker URI]\n"
         "\n"
         "Offer a bundle made by 'dspark model pack' to the nodes: its signed manifest\n"
-        "is published retained on dspark/v1/models/<name>/manifest, and the encrypted\n"
-        "chunks are sent to each node that asks (dspark/v1/models/<name>/fetch ->\n"
-        "dspark/v1/models/<name>/chunk/<node>) until SIGINT or SIGTERM. The bundle is\n"
+        "is published retained on " DS_TOPIC_MODELS "<name>/manifest, and the encrypted\n"
+        "chunks are sent to each node that asks (" DS_TOPIC_MODELS "<name>/fetch ->\n"
+        DS_TOPIC_MODELS "<name>/chunk/<node>) until SIGINT or SIGTERM. The bundle is\n"
         "checked first (signature and every chunk) and refused if it does not verify.\n"
         "Progress goes to stderr once a second while there is traffic, and at the end.\n"
         "Nodes keep what they fetched: a node that loses the publisher resumes when it\n"
@@ -132,7 +133,7 @@ int cmd_model_publish(int argc, char **argv)
         enum ds_err rc = ds_dist_unpublish(o.uri, &tls, o.name, 10000);
         if (rc == DS_ERR_DENIED) {
             fprintf(stderr, "dspark model publish: the broker %s refused to clear the manifest of %s: may this "
-                    "identity publish to dspark/v1/models/%s/manifest? (deploy/mosquitto/mkacl.sh's publisher "
+                    "identity publish to " DS_TOPIC_MODELS "%s/manifest? (deploy/mosquitto/mkacl.sh's publisher "
                     "role may)\n", o.uri, o.name, o.name);
             return 1;
         }

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "ds/log.h"
+#include "ds/topics.h"
 #include "fleet.h"
 
 static volatile sig_atomic_t g_stop;
@@ -32,8 +33,8 @@ static void top_usage(FILE *f)
         "A live view of the fleet: one line per node (role, state, requests/s,\n"
         "tokens/s, queue per tier, p50/p99 total latency over the last 60 s,\n"
         "errors, KV cache use, speculation acceptance, open alert, models), and a\n"
-        "line per open alert, from dspark/v1/status/+, dspark/v1/telemetry/+ and\n"
-        "dspark/v1/alert/+.\n"
+        "line per open alert, from " DS_TOPIC_STATUS "+, " DS_TOPIC_TELEMETRY "+ and\n"
+        DS_TOPIC_ALERT "+.\n"
         "\n"
         "keys:  n sort by name   r by requests/s   t by tokens/s   p by p99\n"
         "       e edges only     c centers only    a all roles     q quit\n"
@@ -149,7 +150,7 @@ static void draw(struct fleet *f, char role_filter)
     }
     if (!n)         /* an ACL that forbids reading them looks the same: the broker drops, says nothing */
         printf("(waiting for status and telemetry: is a node up, and may this identity read\r\n"
-               " dspark/v1/status/+ and dspark/v1/telemetry/+? mkacl.sh's ops role may)\r\n");
+               " " DS_TOPIC_STATUS "+ and " DS_TOPIC_TELEMETRY "+? mkacl.sh's ops role may)\r\n");
     else if (!shown)
         printf("(no %s node among %d; 'a' shows all)\r\n", role_filter == 'e' ? "edge" : "center", n);
     if (alerts) printf("\r\n");

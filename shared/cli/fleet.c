@@ -16,10 +16,8 @@
 #include "cli.h"
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 
-#define TOPIC_STATUS    "dspark/v1/status/"
-#define TOPIC_TELEMETRY "dspark/v1/telemetry/"
-#define TOPIC_ALERT     "dspark/v1/alert/"
 
 struct fleet {
     pthread_mutex_t   mu;
@@ -90,7 +88,7 @@ const char *fleet_alert(const struct fleet_node *nd)
 ** topic names counts. */
 static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
 {
-    const char *name = m->topic + strlen(TOPIC_ALERT);
+    const char *name = m->topic + strlen(DS_TOPIC_ALERT);
     struct ds_msg_alert al;
     char why[DS_WHY_MAX];
     if (!m->len) return;
@@ -112,12 +110,12 @@ static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
 static void on_message(void *ud, const struct ds_mqtt_msg *m)
 {
     struct fleet *f = ud;
-    if (!strncmp(m->topic, TOPIC_ALERT, strlen(TOPIC_ALERT))) {
+    if (!strncmp(m->topic, DS_TOPIC_ALERT, strlen(DS_TOPIC_ALERT))) {
         on_alert(f, m);
         return;
     }
-    bool status = !strncmp(m->topic, TOPIC_STATUS, strlen(TOPIC_STATUS));
-    const char *name = m->topic + strlen(status ? TOPIC_STATUS : TOPIC_TELEMETRY);
+    bool status = !strncmp(m->topic, DS_TOPIC_STATUS, strlen(DS_TOPIC_STATUS));
+    const char *name = m->topic + strlen(status ? DS_TOPIC_STATUS : DS_TOPIC_TELEMETRY);
     if (!m->len) return;   // a cleared retained message
     cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
     if (!cJSON_IsObject(j)) {
@@ -156,7 +154,7 @@ struct fleet *fleet_open(const char *cmd, const char *uri, const struct ds_mqtt_
     char id[64];
     snprintf(id, sizeof id, "dspark-%s-%ld-%ld", cmd, (long)getpid(), (long)(ds_now_ns() % 1000000));
     static const struct cli_sub subs[] = {
-        { TOPIC_STATUS "+", 1 }, { TOPIC_TELEMETRY "+", 0 }, { TOPIC_ALERT "+", 1 },
+        { DS_TOPIC_STATUS "+", 1 }, { DS_TOPIC_TELEMETRY "+", 0 }, { DS_TOPIC_ALERT "+", 1 },
     };
     if (!(f->mq = cli_mqtt_open(cmd, uri, id, &o, subs, DS_ARRAY_LEN(subs), 10000, NULL, NULL))) {
         fleet_close(f);

@@ -54,6 +54,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -114,7 +115,7 @@ static void on_msg(void *ud, const struct ds_mqtt_msg *m)
     (void)ud;
     struct tally *t = &g.t;
     const char *p = m->payload;
-    if (!strncmp(m->topic, "dspark/v1/status/" EDGE, strlen("dspark/v1/status/" EDGE))) {
+    if (!strncmp(m->topic, DS_TOPIC_STATUS EDGE, strlen(DS_TOPIC_STATUS EDGE))) {
         if (HAS(p, m->len, "\"state\":\"online\"")) {
             pthread_mutex_lock(&t->mu);
             t->edge_online++;
@@ -150,7 +151,7 @@ static void dev_connect(const char *uri)
     o.reconnect_max_ms = 2000;
     if (ds_mqtt_create(uri, "dev-chaos", &o, &g.dev) != DS_OK || ds_mqtt_connect(g.dev) != DS_OK ||
         ds_mqtt_subscribe(g.dev, REPLY, 1) != DS_OK ||
-        ds_mqtt_subscribe(g.dev, "dspark/v1/status/+", 1) != DS_OK ||
+        ds_mqtt_subscribe(g.dev, DS_TOPIC_STATUS "+", 1) != DS_OK ||
         ds_mqtt_wait_connected(g.dev, 20000) != DS_OK || ds_mqtt_wait_subscribed(g.dev, 20000) != DS_OK) {
         fprintf(stderr, "chaos: the device cannot connect to %s\n", uri);
         exit(1);
@@ -176,7 +177,7 @@ static void send_req(int i)
     g.t.tries[i]++;
     pthread_mutex_unlock(&g.t.mu);
     enum ds_err rc;
-    while ((rc = ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p)) == DS_ERR_BUSY)
+    while ((rc = ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p)) == DS_ERR_BUSY)
         usleep(10000);                     /* the device's own queue is full: wait, never drop */
     if (rc != DS_OK) {
         fprintf(stderr, "chaos: publish %s: %s\n", id, ds_strerror(rc));

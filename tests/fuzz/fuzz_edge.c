@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/topics.h"
 #include "edge_wire.h"
 #include "fuzz_util.h"
 
@@ -41,12 +42,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t bits;
     switch (data[0] & 3) {
     case 0:
-        if (edge__status_decode(TOPIC_STATUS "center-1", p, n, name, &online, models, 2, &bits) &&
+        if (edge__status_decode(DS_TOPIC_STATUS "center-1", p, n, name, &online, models, 2, &bits) &&
             (strcmp(name, "center-1") != 0 || (bits != UINT32_MAX && (bits & ~3u))))   /* only our 2 models' bits */
             abort();
         break;
     case 1:
-        if (edge__status_decode(TOPIC_STATUS, p, n, name, &online, models, 2, &bits)) abort();
+        if (edge__status_decode(DS_TOPIC_STATUS, p, n, name, &online, models, 2, &bits)) abort();
         break;
     case 2: {
         cJSON *j = cJSON_ParseWithLength(p, n);

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/topics.h"
 #include "fuzz_util.h"
 #include "specnet_wire.h"
 
@@ -38,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t k = data[0] % (DS_SPEC_K_MAX + 1), vocab = data[1] ? data[1] : 32000;
     cJSON *j = cJSON_ParseWithLength((const char *)data + 2, size - 2);
     const char *sid = specnet__sid(j);
-    if (sid && (!*sid || strlen(sid) >= SID_MAX)) abort();
+    if (sid && (!*sid || strlen(sid) >= DS_CORR_SPEC_SID_MAX)) abort();
     uint32_t pos, n;
     int32_t draft[DS_SPEC_K_MAX], ctx[64];
     if (specnet__round_read(j, vocab, &pos, draft, &n)) {

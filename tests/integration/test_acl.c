@@ -27,6 +27,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "sec_env.h"
 #include "support/itest.h"
 
@@ -34,8 +35,8 @@ enum { DEV, EDGE, CENTER, OPS, PUB, N_ROLES };
 static const char *const role_id[N_ROLES] = { "dev-1", "edge-1", "center-1", "ops", "publisher" };
 /* A topic each role may read, for the auditor's control message. */
 static const char *const role_ctl[N_ROLES] = {
-    "dspark/v1/reply/dev-1/ctl", "dspark/v1/relay/edge-1", "dspark/v1/center/session/center-1",
-    "dspark/v1/alert/ctl", "dspark/v1/rollout/ctl",
+    DS_TOPIC_REPLY "dev-1/ctl", DS_TOPIC_RELAY "edge-1", DS_TOPIC_CENTER_SESSION "center-1",
+    DS_TOPIC_ALERT "ctl", DS_TOPIC_ROLLOUT "ctl",
 };
 
 /* One topic family: the topic published to, the filter subscribed, and the
@@ -45,29 +46,29 @@ struct fam {
     const char *name, *topic, *filter, *pub, *sub;
 };
 static const struct fam fams[] = {
-    { "infer",              "dspark/v1/infer/m",          "dspark/v1/infer/+",        "ynnnn", "nynnn" },
-    { "infer $share",       "dspark/v1/infer/m",          "$share/dspark-edge/dspark/v1/infer/+", "-----", "nynnn" },
-    { "reply own (dev-1)",  "dspark/v1/reply/dev-1/x",    "dspark/v1/reply/dev-1/#",  "nyynn", "ynnnn" },
-    { "reply other (dev-2)", "dspark/v1/reply/dev-2/x",   "dspark/v1/reply/dev-2/#",  "nyynn", "nnnnn" },
-    { "cancel own (dev-1)", "dspark/v1/cancel/dev-1/r1",  "dspark/v1/cancel/#",       "ynnnn", "nyynn" },
-    { "cancel other (dev-2)", "dspark/v1/cancel/dev-2/r1", "dspark/v1/cancel/dev-2/#", "nnnnn", "nyynn" },
-    { "center infer",       "dspark/v1/center/infer/m",   "$share/dspark-center/dspark/v1/center/infer/+", "nynnn", "nnynn" },
-    { "center spec",        "dspark/v1/center/spec/m",    "$share/dspark-center/dspark/v1/center/spec/+", "nynnn", "nnynn" },
-    { "center session",     "dspark/v1/center/session/center-1", "dspark/v1/center/session/center-1", "nynnn", "nnynn" },
-    { "relay (edge-1)",     "dspark/v1/relay/edge-1",     "dspark/v1/relay/edge-1",   "nnynn", "nynnn" },
-    { "status edge-1",      "dspark/v1/status/edge-1",    "dspark/v1/status/+",       "nynnn", "nyyyn" },
-    { "status center-1",    "dspark/v1/status/center-1",  "dspark/v1/status/center-1", "nnynn", "nyyyn" },
-    { "telemetry edge-1",   "dspark/v1/telemetry/edge-1", "dspark/v1/telemetry/+",    "nynnn", "nnnyy" },
-    { "telemetry center-1", "dspark/v1/telemetry/center-1", "dspark/v1/telemetry/center-1", "nnynn", "nnnyy" },
-    { "rollout edge-1",     "dspark/v1/rollout/edge-1",   "dspark/v1/rollout/+",      "nynnn", "nnnyy" },
-    { "control edge-1",     "dspark/v1/control/edge-1",   "dspark/v1/control/edge-1", "nnnny", "nynnn" },
-    { "control all",        "dspark/v1/control/all",      "dspark/v1/control/all",    "nnnny", "nyynn" },
-    { "model manifest",     "dspark/v1/models/m/manifest", "dspark/v1/models/+/manifest", "nnyny", "nyynn" },
-    { "model fetch",        "dspark/v1/models/m/fetch",   "dspark/v1/models/+/fetch", "nyynn", "nnyny" },
-    { "model chunk edge-1", "dspark/v1/models/m/chunk/edge-1", "dspark/v1/models/+/chunk/edge-1", "nnyny", "nynnn" },
-    { "alert edge-1",       "dspark/v1/alert/edge-1",     "dspark/v1/alert/+",        "nynnn", "nnnyn" },
-    { "alert center-1",     "dspark/v1/alert/center-1",   "dspark/v1/alert/center-1", "nnynn", "nnnyn" },
-    { "everything",         "dspark/v1/everything",       "dspark/v1/#",              "-----", "nnnnn" },
+    { "infer",              DS_TOPIC_INFER "m",          DS_TOPIC_INFER "+",        "ynnnn", "nynnn" },
+    { "infer $share",       DS_TOPIC_INFER "m",          DS_SHARE_EDGE DS_TOPIC_INFER "+", "-----", "nynnn" },
+    { "reply own (dev-1)",  DS_TOPIC_REPLY "dev-1/x",    DS_TOPIC_REPLY "dev-1/#",  "nyynn", "ynnnn" },
+    { "reply other (dev-2)", DS_TOPIC_REPLY "dev-2/x",   DS_TOPIC_REPLY "dev-2/#",  "nyynn", "nnnnn" },
+    { "cancel own (dev-1)", DS_TOPIC_CANCEL "dev-1/r1",  DS_TOPIC_CANCEL "#",       "ynnnn", "nyynn" },
+    { "cancel other (dev-2)", DS_TOPIC_CANCEL "dev-2/r1", DS_TOPIC_CANCEL "dev-2/#", "nnnnn", "nyynn" },
+    { "center infer",       DS_TOPIC_CENTER_INFER "m",   DS_SHARE_CENTER DS_TOPIC_CENTER_INFER "+", "nynnn", "nnynn" },
+    { "center spec",        DS_TOPIC_CENTER_SPEC "m",    DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+", "nynnn", "nnynn" },
+    { "center session",     DS_TOPIC_CENTER_SESSION "center-1", DS_TOPIC_CENTER_SESSION "center-1", "nynnn", "nnynn" },
+    { "relay (edge-1)",     DS_TOPIC_RELAY "edge-1",     DS_TOPIC_RELAY "edge-1",   "nnynn", "nynnn" },
+    { "status edge-1",      DS_TOPIC_STATUS "edge-1",    DS_TOPIC_STATUS "+",       "nynnn", "nyyyn" },
+    { "status center-1",    DS_TOPIC_STATUS "center-1",  DS_TOPIC_STATUS "center-1", "nnynn", "nyyyn" },
+    { "telemetry edge-1",   DS_TOPIC_TELEMETRY "edge-1", DS_TOPIC_TELEMETRY "+",    "nynnn", "nnnyy" },
+    { "telemetry center-1", DS_TOPIC_TELEMETRY "center-1", DS_TOPIC_TELEMETRY "center-1", "nnynn", "nnnyy" },
+    { "rollout edge-1",     DS_TOPIC_ROLLOUT "edge-1",   DS_TOPIC_ROLLOUT "+",      "nynnn", "nnnyy" },
+    { "control edge-1",     DS_TOPIC_CONTROL "edge-1",   DS_TOPIC_CONTROL "edge-1", "nnnny", "nynnn" },
+    { "control all",        DS_TOPIC_CONTROL_ALL,        DS_TOPIC_CONTROL_ALL,      "nnnny", "nyynn" },
+    { "model manifest",     DS_TOPIC_MODELS "m/manifest", DS_TOPIC_MODELS "+/manifest", "nnyny", "nyynn" },
+    { "model fetch",        DS_TOPIC_MODELS "m/fetch",   DS_TOPIC_MODELS "+/fetch", "nyynn", "nnyny" },
+    { "model chunk edge-1", DS_TOPIC_MODELS "m/chunk/edge-1", DS_TOPIC_MODELS "+/chunk/edge-1", "nnyny", "nynnn" },
+    { "alert edge-1",       DS_TOPIC_ALERT "edge-1",     DS_TOPIC_ALERT "+",        "nynnn", "nnnyn" },
+    { "alert center-1",     DS_TOPIC_ALERT "center-1",   DS_TOPIC_ALERT "center-1", "nnynn", "nnnyn" },
+    { "everything",         DS_TOPIC_ROOT "everything",  DS_TOPIC_ROOT "#",         "-----", "nnnnn" },
 };
 #define N_FAMS (sizeof fams / sizeof fams[0])
 
@@ -119,7 +120,7 @@ static bool try_publish(int r, const struct fam *f)
     it_inbox_clear(g_audit.in);
     assert_int_equal(ds_mqtt_publish(g_role[r].c, f->topic, msg, strlen(msg), 1, false, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(g_role[r].c, 20000), DS_OK);   // PUBACK: routed by now
-    assert_int_equal(ds_mqtt_publish(g_audit.c, "dspark/v1/audit/ctl", ctl, strlen(ctl), 1, false, NULL),
+    assert_int_equal(ds_mqtt_publish(g_audit.c, DS_TOPIC_ROOT "audit/ctl", ctl, strlen(ctl), 1, false, NULL),
                      DS_OK);
     return arrived_before(&g_audit, ctl + 8, msg + 8);
 }
@@ -154,7 +155,7 @@ static void test_acl_matrix(void **state)
         assert_int_equal(ds_mqtt_subscribe(g_role[r].c, role_ctl[r], 1), DS_OK);
         assert_int_equal(ds_mqtt_wait_subscribed(g_role[r].c, 20000), DS_OK);
     }
-    assert_int_equal(ds_mqtt_subscribe(g_audit.c, "dspark/v1/#", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g_audit.c, DS_TOPIC_ROOT "#", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g_audit.c, 20000), DS_OK);
 
     int bad = 0, cells = 0, refused_subacks = 0;
@@ -201,7 +202,7 @@ static int setup(void **state)
 {
     (void)state;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    if (!sec_env_start(&g_env, "user audit\ntopic readwrite dspark/v1/#", "audit:ops")) return -1;
+    if (!sec_env_start(&g_env, "user audit\ntopic readwrite " DS_TOPIC_ROOT "#", "audit:ops")) return -1;
     for (int r = 0; r < N_ROLES; r++) cli_open(&g_role[r], role_id[r]);
     cli_open(&g_audit, "audit");
     return 0;

@@ -20,6 +20,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -44,7 +45,7 @@ static void test_center_serves_overflow_topic(void **state)
     struct it_inbox *in = it_inbox_new(64);
     assert_non_null(in);
     struct ds_mqtt *dev = it_device(tb_broker_uri(b), "dev-center-test", in,
-                                    (const char *const[]){ "test/reply/center", "dspark/v1/status/center-t", NULL });
+                                    (const char *const[]){ "test/reply/center", DS_TOPIC_STATUS "center-t", NULL });
     assert_non_null(dev);
 
     pid_t pid = it_spawn(dir, "center-node/dspark-center", "center", conf, 0);
@@ -56,7 +57,7 @@ static void test_center_serves_overflow_topic(void **state)
 
     const char *req = "{\"id\":\"ov-1\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":196}";
     struct ds_mqtt_props p = { "test/reply/center", "ov-1", 4, 30, false };
-    assert_int_equal(ds_mqtt_publish(dev, "dspark/v1/center/infer/stories", req, strlen(req), 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(dev, DS_TOPIC_CENTER_INFER "stories", req, strlen(req), 1, false, &p), DS_OK);
     char *fin = wait_for(in, "\"done\":true", 30000);
     assert_non_null(fin);
     cJSON *j = cJSON_Parse(fin);

@@ -44,6 +44,7 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "ds/registry.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -142,7 +143,7 @@ static char *infer(const char *id)
     char json[256];
     snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"%s\",\"prompt\":\"Once upon\",\"max_tokens\":8}", id, MODEL);
     struct ds_mqtt_props p = { "test/dist/reply", id, strlen(id), 60, false };
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/" MODEL, json, strlen(json), 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER MODEL, json, strlen(json), 1, false, &p), DS_OK);
     char needle[160];
     snprintf(needle, sizeof needle, "\"id\":\"%s\"", id);
     char *fin = wait_msg(WAIT_MS, needle, "\"done\":true");
@@ -483,9 +484,9 @@ static int setup(void **state)
     g.in = it_inbox_new(4096);
     assert_non_null(g.in);
     g.dev = it_device(tb_broker_uri(g.broker), "test-dist-device", g.in,
-                      (const char *const[]){ "test/dist/reply", "dspark/v1/status/+", NULL });
+                      (const char *const[]){ "test/dist/reply", DS_TOPIC_STATUS "+", NULL });
     assert_non_null(g.dev);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/telemetry/+", 0), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, DS_TOPIC_TELEMETRY "+", 0), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
     return 0;
 }
@@ -495,7 +496,7 @@ static int each_setup(void **state)
 {
     (void)state;
     reap_all();
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/manifest", "", 0, 1, true, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_MODELS MODEL "/manifest", "", 0, 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(g.dev, 10000), DS_OK);
     return 0;
 }
@@ -690,9 +691,9 @@ static void test_dist_two_edges_fetch_and_install(void **state)
         "{\"v\":1,\"version\":\"1.0.0\",\"node\":\"x\",\"chunks\":[[99990,99999]]}",
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(bad_fetch); i++)
-        assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/fetch", bad_fetch[i], strlen(bad_fetch[i]),
+        assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_MODELS MODEL "/fetch", bad_fetch[i], strlen(bad_fetch[i]),
                                          1, false, NULL), DS_OK);
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/models/" MODEL "/chunk/edge-a", "DSC1\0\0", 6, 1, false, NULL),
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_MODELS MODEL "/chunk/edge-a", "DSC1\0\0", 6, 1, false, NULL),
                      DS_OK);
     assert_true(edge_log_has(&a, "malformed chunk frame", WAIT_MS));
     for (int t = 0; t < WAIT_MS / 50; t++) {
@@ -990,7 +991,7 @@ static void test_dist_garbage_frames(void **state)
     ** is reported under its own name (the last slot was reused unrenamed). */
     for (int i = 0; i < 12; i++) {
         char jt[192];
-        snprintf(jt, sizeof jt, "dspark/v1/models/junk-%d/manifest", i);
+        snprintf(jt, sizeof jt, DS_TOPIC_MODELS "junk-%d/manifest", i);
         assert_int_equal(ds_mqtt_publish(g.dev, jt, "junk", 4, 1, false, NULL), DS_OK);
     }
     char *tel = wait_msg(WAIT_MS, "\"node\":\"edge-b\"", "\"model\":\"junk-11\"");

@@ -31,6 +31,7 @@
 #include "ds/model.h"
 #include "ds/mqtt.h"
 #include "ds/tok.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/mkmodel.h"
@@ -82,7 +83,7 @@ static void dev_send_raw(struct dev *d, const char *model, const char *json, siz
                          uint32_t expiry_s)
 {
     char topic[128];
-    snprintf(topic, sizeof topic, "dspark/v1/infer/%s", model);
+    snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s", model);
     struct ds_mqtt_props p = { d->topic, corr, corr ? strlen(corr) : 0, expiry_s, false };
     assert_int_equal(ds_mqtt_publish(d->c, topic, json, len, 1, false, &p), DS_OK);
 }
@@ -203,7 +204,7 @@ static bool wait_status(const char *state, int ms)
 {
     char want[64];
     snprintf(want, sizeof want, "\"state\":\"%s\"", state);
-    char *st = fetch("dspark/v1/status/edge-t", want, ms);
+    char *st = fetch(DS_TOPIC_STATUS "edge-t", want, ms);
     free(st);
     return st != NULL;
 }
@@ -379,7 +380,7 @@ static void send_cancel_on(const char *topic, const char *id)
     assert_int_equal(ds_mqtt_publish(g.dev->c, topic, cj, (size_t)n, 1, false, NULL), DS_OK);
 }
 
-static void send_cancel(const char *id) { send_cancel_on("dspark/v1/cancel/test", id); }
+static void send_cancel(const char *id) { send_cancel_on(DS_TOPIC_CANCEL "test", id); }
 
 /* Long requests fill every slot; a short deadline expires in the queue; a
 ** queued request is cancelled; a flood past the bound is refused. */
@@ -399,7 +400,7 @@ static void test_deadline_overload_cancel(void **state)
         snprintf(id, sizeof id, "long-%d", i);
         dev_send_to(hog, "tiny", id, "\"prompt\":\"Once\",\"max_tokens\":4096,\"priority\":\"high\",\"temperature\":0");
     }
-    char *tele = fetch("dspark/v1/telemetry/edge-t", "\"active\":8", 30000);
+    char *tele = fetch(DS_TOPIC_TELEMETRY "edge-t", "\"active\":8", 30000);
     assert_non_null(tele);
     free(tele);
     dev_send(g.dev, "late-1", "\"prompt\":\"Hi\",\"max_tokens\":5,\"priority\":\"low\",\"deadline_ms\":20");
@@ -408,13 +409,13 @@ static void test_deadline_overload_cancel(void **state)
     /* A device on the secured scheme's reply topic: only a cancel under its
     ** own identity (dspark/v1/cancel/alice/...) stops its request. */
     struct dev *alice = dev_new(tb_broker_uri(g.broker), "alice");
-    snprintf(alice->topic, sizeof alice->topic, "dspark/v1/reply/alice/t");
+    snprintf(alice->topic, sizeof alice->topic, DS_TOPIC_REPLY "alice/t");
     assert_int_equal(ds_mqtt_subscribe(alice->c, alice->topic, 1), DS_OK);
     dev_ready(alice);
     dev_send(alice, "owned-1", "\"prompt\":\"Hi\",\"max_tokens\":3,\"priority\":\"low\"");
     dev_send(alice, "owned-2", "\"prompt\":\"Hi\",\"max_tokens\":4096,\"priority\":\"low\"");
-    send_cancel_on("dspark/v1/cancel/mallory/x", "owned-1");     /* not hers to cancel */
-    send_cancel_on("dspark/v1/cancel/alice/x", "owned-2");
+    send_cancel_on(DS_TOPIC_CANCEL "mallory/x", "owned-1");     /* not hers to cancel */
+    send_cancel_on(DS_TOPIC_CANCEL "alice/x", "owned-2");
     for (int i = 0; i < 150; i++) {                     /* 150 normal against a bound of 100 */
         snprintf(id, sizeof id, "flood-%d", i);
         dev_send(g.dev, id, "\"prompt\":\"A\",\"max_tokens\":2,\"priority\":\"normal\"");
@@ -495,7 +496,7 @@ static void test_high_slot_and_client_quota(void **state)
     }
     /* The telemetry (every second): 3 queued once all 10 are in, so 7
     ** running (all 8 slots and 2 queued without the reserved slot). */
-    char *tele = fetch("dspark/v1/telemetry/edge-t", "\"normal\":0,\"low\":3}", 30000);
+    char *tele = fetch(DS_TOPIC_TELEMETRY "edge-t", "\"normal\":0,\"low\":3}", 30000);
     assert_non_null(tele);
     assert_non_null(strstr(tele, "\"active\":7,"));
     free(tele);
@@ -645,7 +646,7 @@ static void test_chat(void **state)
     free(out);
 
     /* Telemetry names each model's template family. */
-    char *tel = fetch("dspark/v1/telemetry/edge-t", "\"chat_template\":\"llama2-sys-strip\"", 15000);
+    char *tel = fetch(DS_TOPIC_TELEMETRY "edge-t", "\"chat_template\":\"llama2-sys-strip\"", 15000);
     assert_non_null(tel);
     assert_non_null(strstr(tel, "\"name\":\"stories\",\"version\":\"7\",\"precision\":\"int8\",\"chat_template\":\"none\""));
     validate("telemetry", tel);
@@ -744,13 +745,13 @@ static void test_malformed(void **state)
     int rl = snprintf(rt, sizeof rt, "{\"id\":\"rt\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":2,"
                       "\"reply_to\":\"%s\"}", g.dev->topic);
     struct ds_mqtt_props no_rt = { NULL, "rt-1", 4, 0, false };
-    assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev->c, DS_TOPIC_INFER "stories", rt, (size_t)rl, 1, false, &no_rt), DS_OK);
     /* The same device with a request that does not decode (max_tokens 0):
     ** its reply_to still gets the error, as a Response Topic would. */
     rl = snprintf(rt, sizeof rt, "{\"id\":\"rtbad\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":0,"
                   "\"reply_to\":\"%s\"}", g.dev->topic);
     struct ds_mqtt_props no_rt_bad = { NULL, "rt-2", 4, 0, false };
-    assert_int_equal(ds_mqtt_publish(g.dev->c, "dspark/v1/infer/stories", rt, (size_t)rl, 1, false, &no_rt_bad), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev->c, DS_TOPIC_INFER "stories", rt, (size_t)rl, 1, false, &no_rt_bad), DS_OK);
     long kt = dev_wait(g.dev, "tiny-1", 30000), kr = dev_wait(g.dev, "rt-1", 30000), kb = dev_wait(g.dev, "rt-2", 30000);
     assert_true(kt >= 0 && kr >= 0 && kb >= 0);
     assert_non_null(strstr(dev_json(g.dev, kt), "\"model\":\"tiny\""));
@@ -805,8 +806,8 @@ static void test_broker_restart(void **state)
     assert_non_null(strstr(dev_json(g.dev, k), "\"done\":true"));
     printf("served again %.0f ms after the broker came back\n", (double)(ds_now_ns() - t0) / 1e6);
     /* Status and telemetry, as a dashboard reads them, validate too. */
-    char *status = fetch("dspark/v1/status/edge-t", "\"online\"", 10000);
-    char *tele = fetch("dspark/v1/telemetry/edge-t", "\"uptime_s\"", 10000);
+    char *status = fetch(DS_TOPIC_STATUS "edge-t", "\"online\"", 10000);
+    char *tele = fetch(DS_TOPIC_TELEMETRY "edge-t", "\"uptime_s\"", 10000);
     assert_non_null(status);
     assert_non_null(tele);
     validate("status", status);

@@ -32,6 +32,7 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "ds/msg.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 
 extern char **environ;
@@ -229,8 +230,8 @@ static void test_mqtt_properties(void **state)
     struct ds_mqtt *m1 = client(b, "share-1", s1, NULL), *m2 = client(b, "share-2", s2, NULL);
     connect_and_wait(m1);
     connect_and_wait(m2);
-    assert_int_equal(ds_mqtt_subscribe(m1, "$share/pool/sh/t", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(m2, "$share/pool/sh/t", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(m1, DS_SHARE_PREFIX "pool/sh/t", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(m2, DS_SHARE_PREFIX "pool/sh/t", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(m1, 5000), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(m2, 5000), DS_OK);
     for (int i = 0; i < 20; i++)
@@ -453,7 +454,7 @@ static void test_mqtt_reconnect(void **state)
 
 /* ---- 5. last will ---- */
 
-#define WILL_TOPIC "dspark/v1/status/will-child"
+#define WILL_TOPIC DS_TOPIC_STATUS "will-child"
 
 /* Child process: connect with an "offline" will, publish "online", report
 ** ready on stdout, then wait to be killed. */

@@ -30,6 +30,7 @@
 #include "ds/common.h"
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -122,7 +123,7 @@ static char *alert_wait(struct it_inbox *in, const char *check, const char *st, 
     char n1[64], n2[64];
     snprintf(n1, sizeof n1, "\"check\":\"%s\"", check);
     snprintf(n2, sizeof n2, "\"state\":\"%s\"", st);
-    struct it_match m = { .topic_prefix = "dspark/v1/alert/edge-n", .needle = n1, .needle2 = n2 };
+    struct it_match m = { .topic_prefix = DS_TOPIC_ALERT "edge-n", .needle = n1, .needle2 = n2 };
     char *j = it_inbox_find(in, &m, from, ms, at, NULL);
     if (j) assert_int_not_equal(it_validate(g.dir, "alert", j), IT_INVALID);
     return j;
@@ -161,7 +162,7 @@ static void restart_clears(struct it_inbox *in, const char *check)
     assert_int_not_equal(access(g.state, F_OK), 0);
     /* What ops sees on arrival: the retained alert state, cleared. */
     struct it_inbox *late = it_inbox_new(16);
-    const char *const f[] = { "dspark/v1/alert/+", NULL };
+    const char *const f[] = { DS_TOPIC_ALERT "+", NULL };
     struct ds_mqtt *dev = it_device(tb_broker_uri(g.broker), "ops-late", late, f);
     assert_non_null(dev);
     j = alert_wait(late, check, "cleared", 0, 5000, NULL);
@@ -184,7 +185,7 @@ static void restart_clears(struct it_inbox *in, const char *check)
 
 static struct ds_mqtt *ops_client(struct it_inbox *in)
 {
-    const char *const f[] = { "dspark/v1/alert/+", NULL };
+    const char *const f[] = { DS_TOPIC_ALERT "+", NULL };
     struct ds_mqtt *dev = it_device(tb_broker_uri(g.broker), "ops-alerts", in, f);
     assert_non_null(dev);
     return dev;

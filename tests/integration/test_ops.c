@@ -38,6 +38,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -98,7 +99,7 @@ static void need_tool(const char *tool)
 static char *telemetry_of(const char *node, const char *needle, int ms)
 {
     char topic[128];
-    snprintf(topic, sizeof topic, "dspark/v1/telemetry/%s", node);
+    snprintf(topic, sizeof topic, DS_TOPIC_TELEMETRY "%s", node);
     struct it_match m = { .topic_prefix = topic, .needle = needle, .newest_first = true };
     return it_inbox_find(g.in, &m, 0, ms, NULL, NULL);
 }
@@ -113,8 +114,8 @@ static void start_fleet(void)
     if (tb_broker_start(&bo, &g.b) != DS_OK) FAIL("mosquitto with a websockets listener did not start");
     g.dir = tu_tmpdir();
     g.dev = it_device(tb_broker_uri(g.b), "dev-ops", g.in,
-                      (const char *const[]){ "test/reply/ops", "dspark/v1/status/+", "dspark/v1/telemetry/+",
-                                             "dspark/v1/alert/+", NULL });
+                      (const char *const[]){ "test/reply/ops", DS_TOPIC_STATUS "+", DS_TOPIC_TELEMETRY "+",
+                                             DS_TOPIC_ALERT "+", NULL });
     if (!g.dev) FAIL("device client");
     char conf[2048];
     snprintf(conf, sizeof conf,
@@ -163,7 +164,7 @@ static void raise_alert(void)
     pid_t pid = it_spawn_cfg("edge-agent/dspark-edge", cfg, log, 0, envp);
     free(envp);
     if (pid <= 0) FAIL("spawn edge-alert");
-    struct it_match m = { .topic_prefix = "dspark/v1/alert/edge-alert", .needle = "\"check\":\"engine_stalled\"",
+    struct it_match m = { .topic_prefix = DS_TOPIC_ALERT "edge-alert", .needle = "\"check\":\"engine_stalled\"",
                           .needle2 = "\"state\":\"raised\"" };
     char *a = it_inbox_find(g.in, &m, 0, 60000, NULL, NULL);
     int st = -1;
@@ -189,7 +190,7 @@ static void serve_requests(void)
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":16%s}", id,
                          i % 2 ? ",\"route\":\"center\"" : ",\"route\":\"edge\"");
         struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0, false };
-        if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) != DS_OK) FAIL("publish");
+        if (ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p) != DS_OK) FAIL("publish");
     }
     for (int i = 0; i < N_REQ; i++) {
         snprintf(id, sizeof id, "ops-%d", i);
@@ -202,12 +203,12 @@ static void serve_requests(void)
     const char *one = "{\"id\":\"ops-spec\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,"
                       "\"route\":\"edge\"}";
     struct ds_mqtt_props p = { .response_topic = "test/reply/ops", .correlation = "ops-spec", .correlation_len = 8 };
-    if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", one, strlen(one), 1, false, &p) != DS_OK) FAIL("publish");
+    if (ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", one, strlen(one), 1, false, &p) != DS_OK) FAIL("publish");
     char *a = it_inbox_answer(g.in, "ops-spec", 60000, NULL);
     if (!a || !strstr(a, "\"drafted\"")) FAIL("ops-spec not decoded speculatively: %s", a ? a : "no answer");
     free(a);
     /* The next telemetry from the edge was snapshotted after that final. */
-    struct it_match tm = { .topic_prefix = "dspark/v1/telemetry/edge-ops" };
+    struct it_match tm = { .topic_prefix = DS_TOPIC_TELEMETRY "edge-ops" };
     char *t = it_inbox_find(g.in, &tm, it_inbox_len(g.in), 20000, NULL, NULL);
     if (!t || it_json_num(t, "spec", "proposed") <= 0 || !(it_json_num(t, "spec", "acceptance") > 0) ||
         it_json_num(t, "kv", "total_blocks") <= 0)
@@ -249,7 +250,7 @@ static void *load_main(void *ud)
                          "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":8,\"route\":\"%s\"}",
                          id, load.sent % 2 ? "center" : "edge");
         struct ds_mqtt_props p = { "test/reply/ops", id, strlen(id), 0, false };
-        if (ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p) == DS_OK) load.sent++;
+        if (ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p) == DS_OK) load.sent++;
         usleep(100000);
     }
     return NULL;
@@ -260,7 +261,7 @@ static void *load_main(void *ud)
 static double p99_after(const char *node, int from)
 {
     char topic[128];
-    snprintf(topic, sizeof topic, "dspark/v1/telemetry/%s", node);
+    snprintf(topic, sizeof topic, DS_TOPIC_TELEMETRY "%s", node);
     struct it_match m = { .topic_prefix = topic };
     int at;
     char *t = it_inbox_find(g.in, &m, from, 20000, &at, NULL);

@@ -39,6 +39,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -68,7 +69,7 @@ static void dev_connect(void)
     assert_int_equal(ds_mqtt_create(tb_broker_uri(g.broker), "dev-outage", &o, &g.dev), DS_OK);
     assert_int_equal(ds_mqtt_connect(g.dev), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(g.dev, REPLY, 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/status/edge-t", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, DS_TOPIC_STATUS "edge-t", 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_connected(g.dev, 20000), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
 }
@@ -77,7 +78,7 @@ static void dev_connect(void)
 static void send_req(const char *model, const char *id, const char *corr, const char *extra)
 {
     char topic[128], json[1024];
-    snprintf(topic, sizeof topic, "dspark/v1/infer/%s", model);
+    snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s", model);
     int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"%s\"%s%s}", id, model, *extra ? "," : "", extra);
     struct ds_mqtt_props p = { .response_topic = REPLY, .correlation = corr, .correlation_len = strlen(corr) };
     assert_int_equal(ds_mqtt_publish(g.dev, topic, json, (size_t)n, 1, false, &p), DS_OK);
@@ -111,7 +112,7 @@ static bool wait_status(const char *state, int ms)
         bool hit = false;
         const struct it_msg *m = it_inbox_lock(g.in, &n);
         for (int i = n; i-- > 0;)
-            if (!strcmp(m[i].topic, "dspark/v1/status/edge-t")) {
+            if (!strcmp(m[i].topic, DS_TOPIC_STATUS "edge-t")) {
                 hit = strstr(m[i].json, want) != NULL;
                 break;
             }
@@ -206,7 +207,7 @@ static void test_max_packet(void **state)
     memcpy(big + BIG - 2, "\"}", 2);
     long before = peak_rss_kib(g.edge);
     struct ds_mqtt_props p = { .response_topic = REPLY, .correlation = "huge", .correlation_len = 4 };
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", big, BIG, 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", big, BIG, 1, false, &p), DS_OK);
     free(big);
     /* The request right after it is served; had the big one reached the
     ** edge, its error (payload too large) would have come first. */
@@ -326,7 +327,7 @@ static void test_broker_down(void **state)
         chunks += nc;
     }
     /* The edge's telemetry counts the chunks it did not send. */
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/telemetry/edge-t", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, DS_TOPIC_TELEMETRY "edge-t", 1), DS_OK);
     /* Every chunk that did not arrive was dropped by the edge, not lost on
     ** the way (at least half of them counted: a token may make no text). */
     double missing = N * TOKENS - chunks, dropped = -1;
@@ -337,7 +338,7 @@ static void test_broker_down(void **state)
         free(tel);
         if (dropped < missing / 2) usleep(20000);
     }
-    assert_int_equal(ds_mqtt_unsubscribe(g.dev, "dspark/v1/telemetry/edge-t"), DS_OK);
+    assert_int_equal(ds_mqtt_unsubscribe(g.dev, DS_TOPIC_TELEMETRY "edge-t"), DS_OK);
     printf("broker down while %d streams ran: each final arrived once after it came back; %d of %d chunks "
            "arrived, the edge dropped %.0f while the broker was away\n", N, chunks, N * TOKENS, dropped);
     assert_true(chunks < N * TOKENS);               /* some were produced while it was away */

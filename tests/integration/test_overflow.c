@@ -24,6 +24,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -49,7 +50,7 @@ static void send_req(const char *id, const char *extra)
     char json[1024];
     int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",%s}", id, extra);
     struct ds_mqtt_props p = { "test/reply/ov", id, strlen(id), 0, false };
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p), DS_OK);
 }
 
 #define field it_json_str
@@ -119,7 +120,7 @@ static int setup(void **state)
     g.dir = tu_tmpdir();
 
     g.dev = it_device(tb_broker_uri(g.edge_b), "dev-ov", g.in,
-                      (const char *const[]){ "test/reply/ov", "dspark/v1/status/+", NULL });
+                      (const char *const[]){ "test/reply/ov", DS_TOPIC_STATUS "+", NULL });
     assert_non_null(g.dev);
 
     g.center[0] = start_center(0);
@@ -173,7 +174,7 @@ static void test_route_center_no_id_and_chat(void **state)
     (void)state;
     static const char noid[] = "{\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"route\":\"center\"}";
     struct ds_mqtt_props p = { .response_topic = "test/reply/ov", .correlation = "rc-noid", .correlation_len = 7 };
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/stories", noid, strlen(noid), 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", noid, strlen(noid), 1, false, &p), DS_OK);
     send_req("rc-chat", "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"route\":\"center\"");
     char *fin = answer("rc-noid", 30000);
     assert_non_null(fin);
@@ -437,7 +438,7 @@ static void test_center_table_strangers(void **state)
     restart_edge("edge-table");
     for (int i = 0; i < 40; i++) {
         char topic[64], json[128];
-        snprintf(topic, sizeof topic, "dspark/v1/status/fake-%d", i);
+        snprintf(topic, sizeof topic, DS_TOPIC_STATUS "fake-%d", i);
         snprintf(json, sizeof json, "{\"v\":1,\"node\":\"fake-%d\",\"role\":\"center\",\"state\":\"online\"}", i);
         struct ds_mqtt_props p = { 0 };
         assert_int_equal(ds_mqtt_publish(g.dev, topic, json, strlen(json), 1, true, &p), DS_OK);
@@ -451,7 +452,7 @@ static void test_center_table_strangers(void **state)
     assert_true(it_log_wait(g.dir, "edge-table", "center center-1 is offline", 1, 10000));
     for (int i = 0; i < 40; i++) {                 /* the retained strangers go */
         char topic[64];
-        snprintf(topic, sizeof topic, "dspark/v1/status/fake-%d", i);
+        snprintf(topic, sizeof topic, DS_TOPIC_STATUS "fake-%d", i);
         struct ds_mqtt_props p = { 0 };
         assert_int_equal(ds_mqtt_publish(g.dev, topic, "", 0, 1, true, &p), DS_OK);
     }
@@ -465,7 +466,7 @@ static void test_forged_status_and_relay(void **state)
 {
     (void)state;
     restart_edge("edge-forged");
-    publish_raw("dspark/v1/status/evil",
+    publish_raw(DS_TOPIC_STATUS "evil",
                 NULL, "{\"v\":1,\"node\":\"center-0\",\"role\":\"center\",\"state\":\"offline\"}");
     assert_true(it_log_wait(g.dir, "edge-forged", "names node center-0: ignored", 1, 10000));
     send_req("hc-1", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
@@ -475,23 +476,23 @@ static void test_forged_status_and_relay(void **state)
     free(a);
     /* Only a stranger "online" now: a request sent to the centers waits for
     ** an accept that never comes, while forged finals arrive for it. */
-    publish_raw("dspark/v1/status/fake-x", NULL, "{\"v\":1,\"node\":\"fake-x\",\"role\":\"center\",\"state\":\"online\"}");
+    publish_raw(DS_TOPIC_STATUS "fake-x", NULL, "{\"v\":1,\"node\":\"fake-x\",\"role\":\"center\",\"state\":\"online\"}");
     assert_true(it_log_wait(g.dir, "edge-forged", "center fake-x is online", 1, 10000));
     kill(g.center[0], SIGTERM);
     waitpid(g.center[0], NULL, 0);
     g.center[0] = 0;
     assert_true(it_log_wait(g.dir, "edge-forged", "center center-0 is offline", 1, 10000));
     struct ds_mqtt *spy = it_device(tb_broker_uri(g.edge_b), "spy-ov", g.in,
-                                    (const char *const[]){ "dspark/v1/center/infer/+", NULL });
+                                    (const char *const[]){ DS_TOPIC_CENTER_INFER "+", NULL });
     assert_non_null(spy);
     send_req("hc-2", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
     assert_true(seen("\"id\":\"hc-2\"", 10000));             /* it went to the centers */
     for (int k = 1; k <= 64; k++) {
         char key[16];
         snprintf(key, sizeof key, "%d", k);
-        publish_raw("dspark/v1/relay/edge-ov", key, "{\"v\":1,\"id\":\"hc-2\",\"done\":true,\"text\":\"FORGED\","
+        publish_raw(DS_TOPIC_RELAY "edge-ov", key, "{\"v\":1,\"id\":\"hc-2\",\"done\":true,\"text\":\"FORGED\","
                     "\"finish_reason\":\"stop\",\"usage\":{},\"served_by\":{\"node\":\"fake-x\"},\"timing\":{}}");
-        publish_raw("dspark/v1/relay/edge-ov", key, "{\"v\":1,\"id\":\"hc-2\",\"delta\":\"FORGED\",\"index\":0}");
+        publish_raw(DS_TOPIC_RELAY "edge-ov", key, "{\"v\":1,\"id\":\"hc-2\",\"delta\":\"FORGED\",\"index\":0}");
     }
     a = answer("hc-2", 30000);
     assert_non_null(a);

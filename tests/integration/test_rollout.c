@@ -34,6 +34,7 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "ds/registry.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/mkmodel.h"
@@ -71,7 +72,7 @@ static void send_req(struct ds_mqtt *c, const char *who, const char *id, const c
                      client_id ? client_id : "", client_id ? "\"" : "");
     snprintf(reply, sizeof reply, "test/reply/%s", who);
     struct ds_mqtt_props p = { reply, id, strlen(id), 0, false };
-    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/infer/stories", json, (size_t)n, 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p), DS_OK);
 }
 
 static char *wait_answer(const char *corr, int ms, uint64_t *at_ns) { return it_inbox_answer(g.in, corr, ms, at_ns); }
@@ -168,8 +169,8 @@ static char *envelope_at(const char *cmd, const char *version, const char *targe
 static char *refused(const char *payload)
 {
     int from = n_msgs();
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, payload, strlen(payload), 1, false, NULL), DS_OK);
-    char *e = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"ok\":false", NULL);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL NODE, payload, strlen(payload), 1, false, NULL), DS_OK);
+    char *e = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 20000, "\"ok\":false", NULL);
     assert_non_null(e);
     return e;
 }
@@ -249,7 +250,7 @@ static void start_edge(void)
     int from = n_msgs();
     g.edge = it_spawn_cfg("edge-agent/dspark-edge", g.cfg, g.log, IT_STDOUT_TOO, NULL);
     assert_true(g.edge > 0);
-    char *t = wait_msg("dspark/v1/telemetry/" NODE, from, 30000, "\"versions\"", NULL);
+    char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, from, 30000, "\"versions\"", NULL);
     assert_non_null(t);
     free(t);
 }
@@ -305,8 +306,8 @@ static int setup(void **state)
             tu_model("stories260K.bin"), slow, old, rnd, tiny);
     fclose(f);
     g.dev = client("dev-main", "test/reply/main");
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/rollout/#", 1), DS_OK);
-    assert_int_equal(ds_mqtt_subscribe(g.dev, "dspark/v1/telemetry/" NODE, 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, DS_TOPIC_ROLLOUT "#", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(g.dev, DS_TOPIC_TELEMETRY NODE, 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(g.dev, 20000), DS_OK);
     start_edge();
     return 0;
@@ -360,8 +361,8 @@ static void test_rollout_refusals(void **state)
     ** all nodes) and replayed now, and one dated an hour ahead. */
     env = envelope_at("rollback", "0.9.0", "all", -3600);
     int from0 = n_msgs();
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/all", env, strlen(env), 1, false, NULL), DS_OK);
-    e = wait_msg("dspark/v1/rollout/" NODE, from0, 20000, "\"ok\":false", NULL);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL_ALL, env, strlen(env), 1, false, NULL), DS_OK);
+    e = wait_msg(DS_TOPIC_ROLLOUT NODE, from0, 20000, "\"ok\":false", NULL);
     assert_non_null(e);
     printf("an hour old: %s\n", e);
     /* The node's clock has moved on by the CLI's run and the trip (seconds under TSan). */
@@ -399,8 +400,8 @@ static void test_rollout_refusals(void **state)
     env = envelope("rollback", "0.9.0", g.signer);
     g.replay = strdup(env);                                   /* replayed again after a restart */
     int from = n_msgs();
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, env, strlen(env), 1, false, NULL), DS_OK);
-    char *ok = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"event\":\"rollback\"", "\"ok\":true");
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL NODE, env, strlen(env), 1, false, NULL), DS_OK);
+    char *ok = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 20000, "\"event\":\"rollback\"", "\"ok\":true");
     assert_non_null(ok);
     free(ok);
     v = ask("r-2", NULL);
@@ -432,12 +433,12 @@ static void test_rollout_refusals(void **state)
     int rows0 = log_refusals("");
     const char *junk = "{\"v\":1,\"type\":\"control\",\"cmd\":\"rollback\"}";
     for (int i = 0; i < 5000; i++)
-        assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, junk, strlen(junk), 0, false, NULL), DS_OK);
+        assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL NODE, junk, strlen(junk), 0, false, NULL), DS_OK);
     env = envelope("promote", "1.1.0", g.rogue);          /* the last one: its reason ends the flood */
     from = n_msgs();
-    assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/control/" NODE, env, strlen(env), 1, false, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL NODE, env, strlen(env), 1, false, NULL), DS_OK);
     free(env);
-    e = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"ok\":false", "unknown key");
+    e = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 20000, "\"ok\":false", "unknown key");
     assert_non_null(e);
     printf("flood: %s\n", e);
     free(e);
@@ -544,7 +545,7 @@ static void test_rollout_hot_swaps_under_load(void **state)
     for (int i = from; i < nm; i++) {
         const char *d = strstr(msg[i].json, "draining ");
         unsigned n;
-        if (!strncmp(msg[i].topic, "dspark/v1/rollout/", 18) && d && sscanf(d, "draining %u", &n) == 1) in_flight += n;
+        if (!strncmp(msg[i].topic, DS_TOPIC_ROLLOUT, DS_TOPIC_LEN(DS_TOPIC_ROLLOUT)) && d && sscanf(d, "draining %u", &n) == 1) in_flight += n;
     }
     it_inbox_unlock(g.in);
     double sum_ms = 0, max_ms = 0;
@@ -604,7 +605,7 @@ static void test_rollout_canary_20pct(void **state)
     struct ds_reg_event ev;
     assert_int_equal(reg_latest("1.1.0", &ev), DS_REG_CANARY);
     /* dspark model list shows it from telemetry. */
-    char *t = wait_msg("dspark/v1/telemetry/" NODE, 0, 10000, "\"state\":\"canary\"", NULL);
+    char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 10000, "\"state\":\"canary\"", NULL);
     assert_non_null(t);
     free(t);
     assert_int_equal(cli("list -b %s --wait-ms 1500", tb_broker_uri(g.broker)), 0);
@@ -653,7 +654,7 @@ static void test_rollout_shadow(void **state)
     /* The comparison: in telemetry, then in the registry's metrics. */
     char want[64];
     snprintf(want, sizeof want, "\"compared\":%d", N);
-    char *t = wait_msg("dspark/v1/telemetry/" NODE, 0, 120000, "\"shadow\":{\"version\":\"1.3.0\"", want);
+    char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 120000, "\"shadow\":{\"version\":\"1.3.0\"", want);
     assert_non_null(t);
     printf("shadow: %.300s\n", strstr(t, "\"shadow\""));
     assert_non_null(strstr(t, "\"token_agreement\""));
@@ -702,7 +703,7 @@ static void test_rollout_slow_version_rolled_back(void **state)
         free(v);
         free(a);
     }
-    char *e = wait_msg("dspark/v1/rollout/" NODE, from, 60000, "\"event\":\"auto-rollback\"", "\"version\":\"1.2.0\"");
+    char *e = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 60000, "\"event\":\"auto-rollback\"", "\"version\":\"1.2.0\"");
     assert_non_null(e);
     printf("%d of %d on the slow version; event: %s\n", on_slow, N, e);
     assert_non_null(strstr(e, "p99"));
@@ -713,7 +714,7 @@ static void test_rollout_slow_version_rolled_back(void **state)
     printf("registry: %s -> %s: %s\n", ds_reg_state_name(ev.from), ds_reg_state_name(ev.to), ev.reason);
     assert_non_null(strstr(ev.reason, "automatic rollback"));
     assert_non_null(strstr(ev.reason, "p99"));
-    char *t = wait_msg("dspark/v1/telemetry/" NODE, from, 10000, "\"auto-rollback\"", NULL);
+    char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, from, 10000, "\"auto-rollback\"", NULL);
     assert_non_null(t);
     free(t);
     char *v = ask("slow-after", "slow-client-0");
@@ -741,7 +742,7 @@ static void test_rollout_slow_version_rolled_back(void **state)
         free(v);
         free(a);
     }
-    e = wait_msg("dspark/v1/rollout/" NODE, from, 60000, "\"event\":\"auto-rollback\"", "promoted 1.2.0");
+    e = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 60000, "\"event\":\"auto-rollback\"", "promoted 1.2.0");
     assert_non_null(e);
     printf("probation: %d of %d answered by 1.2.0 (those in flight at the rollback included); %s\n", by_slow, N / 2, e);
     assert_non_null(strstr(e, "\"version\":\"1.0.0\""));           /* back to the version it replaced */
@@ -778,7 +779,7 @@ static void test_rollout_failing_version_rolled_back(void **state)
         free(v);
         free(a);
     }
-    char *e = wait_msg("dspark/v1/rollout/" NODE, from, 30000, "\"event\":\"auto-rollback\"", "\"version\":\"1.4.0\"");
+    char *e = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 30000, "\"event\":\"auto-rollback\"", "\"version\":\"1.4.0\"");
     assert_non_null(e);
     printf("%d of %d failed on the broken canary; event: %s\n", failed, N, e);
     assert_non_null(strstr(e, "error rate"));
@@ -856,7 +857,7 @@ static void test_rollout_restart_keeps_active_and_replay_guard(void **state)
     assert_int_equal(ds_reg_version_find(reg, "stories", "1.3.0", &rv), DS_OK);
     assert_int_equal(ds_reg_activate(reg, rv.id, DS_REG_RETIRED, "test: activated by another writer"), DS_OK);
     ds_reg_close(reg);
-    e = wait_msg("dspark/v1/rollout/" NODE, from, 20000, "\"event\":\"auto-promote\"", "\"ok\":true");
+    e = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 20000, "\"event\":\"auto-promote\"", "\"ok\":true");
     assert_non_null(e);
     printf("registry follow: %s\n", e);
     free(e);

@@ -28,6 +28,7 @@
 
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/mkmodel.h"
@@ -54,7 +55,7 @@ static void send_req(const char *model, const char *corr, const char *prompt, co
     char json[2048], topic[128];
     int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%d%s%s}",
                      corr, model, prompt, TOKENS, *extra ? "," : "", extra);
-    snprintf(topic, sizeof topic, "dspark/v1/infer/%s", model);
+    snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s", model);
     struct ds_mqtt_props p = { "test/reply/spec", corr, strlen(corr), 60, false };
     assert_int_equal(ds_mqtt_publish(g.dev, topic, json, (size_t)n, 1, false, &p), DS_OK);
 }
@@ -144,7 +145,7 @@ static int setup(void **state)
     g.in = it_inbox_new(MAX_MSGS);
     assert_non_null(g.in);
     g.dev = it_device(tb_broker_uri(g.broker), "dev-spec-test", g.in,
-                      (const char *const[]){ "test/reply/spec", "dspark/v1/status/spec-t", NULL });
+                      (const char *const[]){ "test/reply/spec", DS_TOPIC_STATUS "spec-t", NULL });
     assert_non_null(g.dev);
     g.pid = start_node(g.cfg, g.log);
     it_inbox_seen(g.in, "\"state\":\"online\"", 20000);   /* then warm up, below */
@@ -156,7 +157,7 @@ static int setup(void **state)
         snprintf(corr, sizeof corr, "warm-%d", t);
         int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"plain\",\"prompt\":\"Hi\",\"max_tokens\":1}", corr);
         struct ds_mqtt_props p = { "test/reply/spec", corr, strlen(corr), 60, false };
-        assert_int_equal(ds_mqtt_publish(g.dev, "dspark/v1/infer/plain", json, (size_t)n, 1, false, &p), DS_OK);
+        assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "plain", json, (size_t)n, 1, false, &p), DS_OK);
         char *fin = wait_final(corr, 2000);
         free(fin);
         if (fin) return 0;

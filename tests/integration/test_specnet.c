@@ -39,6 +39,7 @@
 #include "ds/mqtt.h"
 #include "ds/sampler.h"
 #include "ds/tok.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/testutil.h"
@@ -154,12 +155,12 @@ static int setup(void **state)
     g.dir = tu_tmpdir();
 
     g.dev = it_device(tb_broker_uri(g.edge_b), "dev-spec", g.in,
-                      (const char *const[]){ "test/reply/spec", "dspark/v1/status/+", NULL });
+                      (const char *const[]){ "test/reply/spec", DS_TOPIC_STATUS "+", NULL });
     assert_non_null(g.dev);
     /* Also the edge's opens and rounds as they reach the centers (schema checks). */
     g.cdev = it_device(tb_broker_uri(g.center_b), "cdev-spec", g.in,
-                       (const char *const[]){ "test/creply/spec", "dspark/v1/center/spec/+",
-                                              "dspark/v1/center/session/+", "dspark/v1/relay/+", NULL });
+                       (const char *const[]){ "test/creply/spec", DS_TOPIC_CENTER_SPEC "+",
+                                              DS_TOPIC_CENTER_SESSION "+", DS_TOPIC_RELAY "+", NULL });
     assert_non_null(g.cdev);
 
     g.center[0] = start_center(0, 16);
@@ -170,7 +171,7 @@ static int setup(void **state)
     char id[32];
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(id, sizeof id, "plain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S);
+        send_req(g.cdev, DS_TOPIC_CENTER_INFER "stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S);
     }
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(id, sizeof id, "plain-%d", i);
@@ -221,7 +222,7 @@ static void greedy_identity(const char *tag)
         snprintf(id, sizeof id, "%s-%d", tag, i);
         snprintf(extra, sizeof extra, "\"max_tokens\":%d,\"route\":\"center\",\"stream\":%s", GEN,
                  i % 2 ? "true" : "false");
-        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], extra);
+        send_req(g.dev, DS_TOPIC_INFER "stories", id, tu_prompts[i], extra);
     }
     double drafted = 0, accepted = 0, rounds = 0, tokens = 0;
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -268,8 +269,8 @@ static void test_greedy_identity(void **state)
 {
     (void)state;
     greedy_identity("spec");
-    char *open = wire_msg("dspark/v1/center/spec/", "\"draft\""), *round = wire_msg("dspark/v1/center/session/", "\"pos\"");
-    char *close = wire_msg("dspark/v1/center/session/", "\"close\"");
+    char *open = wire_msg(DS_TOPIC_CENTER_SPEC, "\"draft\""), *round = wire_msg(DS_TOPIC_CENTER_SESSION, "\"pos\"");
+    char *close = wire_msg(DS_TOPIC_CENTER_SESSION, "\"close\"");
     assert_non_null(open);
     assert_non_null(round);
     assert_non_null(close);
@@ -310,7 +311,7 @@ static void test_center_killed(void **state)
     char id[32], extra[160], *plain[N];
     for (int i = 0; i < N; i++) {                 /* longer answers, so that sessions are mid-way */
         snprintf(id, sizeof id, "kplain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[i], "\"max_tokens\":" KGEN_S);
+        send_req(g.cdev, DS_TOPIC_CENTER_INFER "stories", id, tu_prompts[i], "\"max_tokens\":" KGEN_S);
     }
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "kplain-%d", i);
@@ -323,7 +324,7 @@ static void test_center_killed(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "kill-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":30000");
-        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], extra);
+        send_req(g.dev, DS_TOPIC_INFER "stories", id, tu_prompts[i], extra);
     }
     int at = 0;
     char *first = nth_msg("kill-0", 0, 30000, &at);    /* streaming has begun */
@@ -400,7 +401,7 @@ static void test_sampled(void **state)
     for (int i = 0; i < SEEDS; i++) {
         snprintf(id, sizeof id, "smp-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":2,\"route\":\"center\",\"temperature\":1,\"seed\":%d", i);
-        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[2], extra);
+        send_req(g.dev, DS_TOPIC_INFER "stories", id, tu_prompts[2], extra);
         if (i % 100 == 99) {                           /* within the edge's queue */
             char *a = answer(id, 60000);
             assert_non_null(a);
@@ -421,12 +422,12 @@ static void test_sampled(void **state)
     int nm;
     const struct it_msg *msg = it_inbox_lock(g.in, &nm);
     for (int i = from; i < nm; i++) {                   /* each open, then its verdict */
-        if (strncmp(msg[i].topic, "dspark/v1/center/spec/", 22) || !strstr(msg[i].json, "\"id\":\"smp-")) continue;
+        if (strncmp(msg[i].topic, DS_TOPIC_CENTER_SPEC, DS_TOPIC_LEN(DS_TOPIC_CENTER_SPEC)) || !strstr(msg[i].json, "\"id\":\"smp-")) continue;
         cJSON *op = cJSON_Parse(msg[i].json);
         const cJSON *draft = cJSON_GetObjectItemCaseSensitive(op, "draft");
         const cJSON *pos = cJSON_GetObjectItemCaseSensitive(op, "pos");
         for (int k = i + 1; k < nm; k++) {
-            if (strcmp(msg[k].corr, msg[i].corr) || strncmp(msg[k].topic, "dspark/v1/relay/", 16)) continue;
+            if (strcmp(msg[k].corr, msg[i].corr) || strncmp(msg[k].topic, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY))) continue;
             cJSON *v = cJSON_Parse(msg[k].json);
             const cJSON *vpos = cJSON_GetObjectItemCaseSensitive(v, "pos");
             const cJSON *acc = cJSON_GetObjectItemCaseSensitive(v, "accepted");
@@ -493,7 +494,7 @@ static void test_center_stuck(void **state)
     char id[32], extra[160], *plain[N];
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "splain-%d", i);
-        send_req(g.cdev, "dspark/v1/center/infer/stories", id, tu_prompts[N + i], "\"max_tokens\":" KGEN_S);
+        send_req(g.cdev, DS_TOPIC_CENTER_INFER "stories", id, tu_prompts[N + i], "\"max_tokens\":" KGEN_S);
     }
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "splain-%d", i);
@@ -505,7 +506,7 @@ static void test_center_stuck(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof id, "stuck-%d", i);
         snprintf(extra, sizeof extra, "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"stream\":true,\"deadline_ms\":60000");
-        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[N + i], extra);
+        send_req(g.dev, DS_TOPIC_INFER "stories", id, tu_prompts[N + i], extra);
     }
     int at = 0;
     char *first = nth_msg("stuck-0", 0, 30000, &at);
@@ -588,7 +589,7 @@ static void test_protocol(void **state)
         ref[i] = ds_argmax(lg, ds_engine_config(e)->vocab_size);
         assert_int_equal(ds_engine_eval(e, seq, &ref[i], 1, lg, false), DS_OK);
     }
-    const char *rounds = "dspark/v1/center/session/center-1";
+    const char *rounds = DS_TOPIC_CENTER_SESSION "center-1";
     char json[1024];
     /* Malformed, unknown session, wrong version: refused with a reason. */
     expect_error(rounds, "p1", "not json", "not a JSON object");
@@ -599,7 +600,7 @@ static void test_protocol(void **state)
     ** and a wrong one after it: 1 accepted, the correction is ref[1]. */
     snprintf(json, sizeof json, "{\"id\":\"proto\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"t1\","
              "\"pos\":%zu,\"draft\":[%d,%d]}", n, ref[0], (ref[1] + 1) % 512);
-    char *a = ask("dspark/v1/center/spec/stories", "o1", json);
+    char *a = ask(DS_TOPIC_CENTER_SPEC "stories", "o1", json);
     validate("spec_verdict", a);
     char *node = field(a, "node", NULL);
     assert_non_null(node);
@@ -608,7 +609,7 @@ static void test_protocol(void **state)
     assert_int_equal((int)num(a, "pos", NULL), (int)n);
     free(a);
     char topic[128];
-    snprintf(topic, sizeof topic, "dspark/v1/center/session/%s", node);
+    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", node);
     /* Next round at pos n+2, all accepted: the bonus is the target's. */
     snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[%d,%d]}", n + 2, ref[2], ref[3]);
     a = ask(topic, "r1", json);
@@ -638,11 +639,11 @@ static void test_protocol(void **state)
     /* An open whose pos does not match the center's tokenization. */
     snprintf(json, sizeof json, "{\"id\":\"proto2\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"t2\","
              "\"pos\":%zu,\"draft\":[]}", n + 3);
-    expect_error("dspark/v1/center/spec/stories", "o2", json, "different tokenizers");
+    expect_error(DS_TOPIC_CENTER_SPEC "stories", "o2", json, "different tokenizers");
     snprintf(json, sizeof json, "{\"id\":\"proto3\",\"model\":\"nosuch\",\"prompt\":\"x\",\"session\":\"t3\",\"pos\":2}");
-    expect_error("dspark/v1/center/spec/nosuch", "o3", json, "not served");
+    expect_error(DS_TOPIC_CENTER_SPEC "nosuch", "o3", json, "not served");
     snprintf(json, sizeof json, "{\"id\":\"proto4\",\"model\":\"stories\",\"session\":\"t4\",\"pos\":2}");
-    expect_error("dspark/v1/center/spec/stories", "o4", json, "prompt");
+    expect_error(DS_TOPIC_CENTER_SPEC "stories", "o4", json, "prompt");
     /* Only the session's owner (the Response Topic that opened it) may close
     ** it or send rounds: a close from another topic or from none is ignored,
     ** and a round from another topic refused. */
@@ -669,11 +670,11 @@ static void test_protocol(void **state)
         snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"%s\","
                  "\"pos\":%zu,\"draft\":[]}", sid, sid, n);
         if (i < 16) {
-            a = ask("dspark/v1/center/session/center-1", corr, json);
+            a = ask(DS_TOPIC_CENTER_SESSION "center-1", corr, json);
             assert_int_equal((int)num(a, "token", NULL), ref[0]);
             free(a);
         } else {
-            char *full = ask("dspark/v1/center/session/center-1", corr, json);
+            char *full = ask(DS_TOPIC_CENTER_SESSION "center-1", corr, json);
             char *code = field(full, "error", "code");
             printf("17th session on center-1: %s\n", full);
             validate("spec_verdict", full);
@@ -684,12 +685,12 @@ static void test_protocol(void **state)
     }
     for (int i = 0; i < 16; i++) {
         snprintf(json, sizeof json, "{\"v\":1,\"session\":\"full-%d\",\"close\":true}", i);
-        publish(g.cdev, "dspark/v1/center/session/center-1", "test/creply/spec", "fc", json);
+        publish(g.cdev, DS_TOPIC_CENTER_SESSION "center-1", "test/creply/spec", "fc", json);
     }
     /* Garbage on the edge's relay topic: dropped, the edge carries on. */
-    publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/edge-spec.bogus", "{\"nonsense\":");
-    publish(g.cdev, "dspark/v1/relay/edge-spec", "test/creply/spec", "spec/", "[]");
-    send_req(g.dev, "dspark/v1/infer/stories", "after-garbage", tu_prompts[0],
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC "edge-spec.bogus", "{\"nonsense\":");
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC, "[]");
+    send_req(g.dev, DS_TOPIC_INFER "stories", "after-garbage", tu_prompts[0],
              "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
     char *ag = answer("after-garbage", 30000);
     assert_non_null(ag);
@@ -698,7 +699,7 @@ static void test_protocol(void **state)
     free(agt);
     free(ag);
     /* Still serving plain requests. */
-    send_req(g.cdev, "dspark/v1/center/infer/stories", "after-proto", tu_prompts[0], "\"max_tokens\":" GEN_S);
+    send_req(g.cdev, DS_TOPIC_CENTER_INFER "stories", "after-proto", tu_prompts[0], "\"max_tokens\":" GEN_S);
     char *fin = answer("after-proto", 30000);
     assert_non_null(fin);
     char *text = field(fin, "text", NULL);
@@ -720,7 +721,7 @@ static void test_deadline(void **state)
     (void)state;
     kill(g.center[0], SIGSTOP);
     kill(g.center[1], SIGSTOP);
-    send_req(g.dev, "dspark/v1/infer/stories", "late-1", tu_prompts[0],
+    send_req(g.dev, DS_TOPIC_INFER "stories", "late-1", tu_prompts[0],
              "\"max_tokens\":" KGEN_S ",\"route\":\"center\",\"deadline_ms\":1500");
     char *a = answer("late-1", 30000);
     kill(g.center[0], SIGCONT);
@@ -757,7 +758,7 @@ static void test_no_verifier(void **state)
     char id[32];
     for (int i = 0; i < 4; i++) {
         snprintf(id, sizeof id, "plainrelay-%d", i);
-        send_req(g.dev, "dspark/v1/infer/stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
+        send_req(g.dev, DS_TOPIC_INFER "stories", id, tu_prompts[i], "\"max_tokens\":" GEN_S ",\"route\":\"center\"");
     }
     for (int i = 0; i < 4; i++) {
         snprintf(id, sizeof id, "plainrelay-%d", i);
@@ -772,7 +773,7 @@ static void test_no_verifier(void **state)
         free(text); free(by); free(tier); free(a);
     }
     /* No session was even opened. */
-    assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = "dspark/v1/center/spec/" }, from, 0, NULL, NULL));
+    assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SPEC }, from, 0, NULL, NULL));
     printf("only center-2 ([spec] sessions = 0, status \"verifies\":[]): 4 route=center requests relayed plainly "
            "to it, no speculation session opened, text == plain center decoding\n");
 }

@@ -27,6 +27,7 @@
 #include "ds/common.h"
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 #include "sec_env.h"
 #include "support/itest.h"
 
@@ -221,13 +222,13 @@ static void test_acl_refusals(void **state)
     } cases[] = {
         { "infer", "infer -m stories -p x --timeout-ms 60000",
           "dspark infer: the broker refused the request (Not authorized): may this identity publish to "
-          "dspark/v1/infer/stories?" },
+          DS_TOPIC_INFER "stories?" },
         { "model promote", "model promote -k %1$s/signer.sec -n stories --version 9.0.0 --node edge-1 --wait-ms 60000",
-          "dspark model promote: the broker refused the command on dspark/v1/control/edge-1 (Not authorized)" },
+          "dspark model promote: the broker refused the command on " DS_TOPIC_CONTROL "edge-1 (Not authorized)" },
         { "model publish --clear", "model publish --clear --name stories",
-          "refused to clear the manifest of stories: may this identity publish to dspark/v1/models/stories/manifest?" },
+          "refused to clear the manifest of stories: may this identity publish to " DS_TOPIC_MODELS "stories/manifest?" },
         { "model publish", "model publish -d %2$s -k %1$s/signer.pub --quiet --log-level error",
-          "the broker refused the manifest on dspark/v1/models/stories/manifest (Not authorized)" },
+          "the broker refused the manifest on " DS_TOPIC_MODELS "stories/manifest (Not authorized)" },
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
         char args[2048];
@@ -259,7 +260,7 @@ static void test_acl_refusals(void **state)
     out = tu_run(cmd, &st);
     printf("model list as dev-1: exit %d: %s", st, out ? out : "");
     assert_int_equal(st, 4);
-    assert_non_null(out && strstr(out, "may this identity read dspark/v1/telemetry/+?") ? out : NULL);
+    assert_non_null(out && strstr(out, "may this identity read " DS_TOPIC_TELEMETRY "+?") ? out : NULL);
     free(out);
 }
 
@@ -313,7 +314,7 @@ static void test_edge_wrong_ca(void **state)
 static bool node_online(const char *node)
 {
     char topic[128];
-    snprintf(topic, sizeof topic, "dspark/v1/status/%s", node);
+    snprintf(topic, sizeof topic, DS_TOPIC_STATUS "%s", node);
     struct it_inbox *in = it_inbox_new(64);
     struct ds_mqtt *c = sec_mtls_client(&g_env, "ops", "tls-ops", in, topic);
     bool ok = c && it_inbox_seen(in, "online", 60000);
@@ -374,7 +375,7 @@ static void test_edge_center_refused(void **state)
     const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\","
                          "\"verifies\":[\"stories9\"]}";
     assert_non_null(c = sec_mtls_client(&g_env, "center-1", "tls-center-1", NULL, NULL));
-    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", online, strlen(online), 1, true, NULL), DS_OK);
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_STATUS "center-1", online, strlen(online), 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
 
     char conf[4096], pw[700], args[4096];
@@ -405,25 +406,25 @@ static void test_edge_center_refused(void **state)
         free(out[i]);
     }
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "speculation with the centers is off until restart: the "
-                                  "broker refused dspark/v1/center/"), 1);
+                                  "broker refused " DS_TOPIC_ROOT "center/"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center to verify with: decoding the rest here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no verdict from"), 0);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
-                                  "dspark/v1/center/infer/stories9 (Not authorized)"), 1);
+                                  DS_TOPIC_CENTER_INFER "stories9 (Not authorized)"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
                                   "here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);
-    assert_int_equal(ds_mqtt_publish(c, "dspark/v1/status/center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_STATUS "center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
     ds_mqtt_destroy(c);
 }
 
 /* edge-9: an edge's topics without dspark/v1/center/# (test_edge_center_refused). */
 #define EDGE9_ACL                                                                                      \
-    "user edge-9\ntopic read dspark/v1/infer/+\ntopic read dspark/v1/cancel/#\ntopic write dspark/v1/reply/#\n" \
-    "topic read dspark/v1/relay/edge-9\ntopic read dspark/v1/status/+\ntopic write dspark/v1/status/edge-9\n"   \
-    "topic write dspark/v1/telemetry/edge-9\ntopic write dspark/v1/alert/edge-9\n"                             \
-    "topic read dspark/v1/control/edge-9\ntopic read dspark/v1/control/all"
+    "user edge-9\ntopic read " DS_TOPIC_INFER "+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
+    "topic read " DS_TOPIC_RELAY "edge-9\ntopic read " DS_TOPIC_STATUS "+\ntopic write " DS_TOPIC_STATUS "edge-9\n"   \
+    "topic write " DS_TOPIC_TELEMETRY "edge-9\ntopic write " DS_TOPIC_ALERT "edge-9\n"                             \
+    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL
 
 static int setup(void **state)
 {

@@ -33,6 +33,7 @@
 #include "ds/log.h"
 #include "ds/mqtt.h"
 #include "ds/msg.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/testutil.h"
 
@@ -272,7 +273,7 @@ static int setup(void **state)
     o.on_message = responder_on_message;
     o.ud = &f->resp;
     if (ds_mqtt_create(tb_broker_uri(f->broker), "test-edge", &o, &f->resp.mqtt) != DS_OK ||
-        ds_mqtt_subscribe(f->resp.mqtt, "$share/dspark-edge/dspark/v1/infer/+", 1) != DS_OK ||
+        ds_mqtt_subscribe(f->resp.mqtt, DS_SHARE_EDGE DS_TOPIC_INFER "+", 1) != DS_OK ||
         ds_mqtt_connect(f->resp.mqtt) != DS_OK ||
         ds_mqtt_wait_connected(f->resp.mqtt, 10000) != DS_OK ||
         ds_mqtt_wait_subscribed(f->resp.mqtt, 10000) != DS_OK) {
@@ -339,7 +340,7 @@ static void test_cli_infer_text(void **state)
     assert_non_null(f->resp.last_corr);
     assert_string_equal(f->resp.last_corr, f->resp.last.id);
     assert_non_null(strstr(f->resp.last.id, "dspark-infer-"));
-    assert_int_equal(strncmp(f->resp.last_rt, "dspark/v1/reply/dspark-infer-", 29), 0);
+    assert_int_equal(strncmp(f->resp.last_rt, DS_TOPIC_REPLY "dspark-infer-", DS_TOPIC_LEN(DS_TOPIC_REPLY "dspark-infer-")), 0);
     assert_false(f->resp.last_has_expiry);
     pthread_mutex_unlock(&f->resp.mu);
     cli_out_free(&o);
@@ -548,7 +549,7 @@ static void test_cli_infer_concurrency(void **state)
 ** topic and the ACL, instead of waiting out --timeout-ms. */
 static void test_cli_infer_refused(void **state)
 {
-    char *acl = write_file(state, "acl", "topic read dspark/v1/reply/#\n");
+    char *acl = write_file(state, "acl", "topic read " DS_TOPIC_REPLY "#\n");
     static char conf[PATH_MAX + 16];    /* BORROWED by the broker until teardown */
     snprintf(conf, sizeof conf, "acl_file %s\n", acl);
     const struct tb_broker_opts bo = { .extra_conf = conf };
@@ -560,7 +561,7 @@ static void test_cli_infer_refused(void **state)
                                                  "--timeout-ms", "60000", NULL });
     assert_int_equal(o.rc, 1);
     ASSERT_CONTAINS(o.err, "the broker refused the request (Not authorized): may this identity publish to "
-                           "dspark/v1/infer/tiny?");
+                           DS_TOPIC_INFER "tiny?");
     ASSERT_CONTAINS(o.err, "mkacl.sh");
     assert_null(strstr(o.err, "no answer within"));
     assert_null(strstr(o.err, "warn"));             /* one line, not the wrapper's warning as well */
@@ -576,7 +577,7 @@ static void test_cli_infer_refused(void **state)
     ASSERT_CONTAINS(o.out, "r1\trefused\t");
     ASSERT_CONTAINS(o.out, "r2\trefused\t");
     ASSERT_CONTAINS(o.err, "dspark infer: r2: the broker refused the request (Not authorized): may this identity "
-                           "publish to dspark/v1/infer/other?");
+                           "publish to " DS_TOPIC_INFER "other?");
     ASSERT_CONTAINS(o.err, "requests: 2, answered 0 (0 ok, 0 error), no answer 0, refused by the broker 2\n");
     ASSERT_CONTAINS(o.err, "errors: refused 2\n");
     ASSERT_CONTAINS(o.err, "  all           0 ");  /* no latency for a refused request */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "ds/dist.h"
+#include "ds/topics.h"
 #include "support/testutil.h"
 
 static void check_schema(const char *const *texts, const bool *valid, size_t n)
@@ -174,20 +175,20 @@ static void test_dist_topics(void **state)
     (void)state;
     char t[128];
     assert_int_equal(ds_dist_topic(t, sizeof t, "stories", "chunk", "edge-1"), DS_OK);
-    assert_string_equal(t, "dspark/v1/models/stories/chunk/edge-1");
+    assert_string_equal(t, DS_TOPIC_MODELS "stories/chunk/edge-1");
     assert_int_equal(ds_dist_topic(t, 20, "stories", "chunk", "edge-1"), DS_ERR_RANGE);
     struct ds_str name, kind, node;
-    assert_true(ds_dist_topic_parse("dspark/v1/models/stories/chunk/edge-1", &name, &kind, &node));
+    assert_true(ds_dist_topic_parse(DS_TOPIC_MODELS "stories/chunk/edge-1", &name, &kind, &node));
     assert_int_equal(name.n, 7);
     assert_memory_equal(kind.p, "chunk", 5);
     assert_string_equal(node.p, "edge-1");
-    assert_true(ds_dist_topic_parse("dspark/v1/models/stories/manifest", &name, &kind, &node));
+    assert_true(ds_dist_topic_parse(DS_TOPIC_MODELS "stories/manifest", &name, &kind, &node));
     assert_null(node.p);
-    assert_false(ds_dist_topic_parse("dspark/v1/models//manifest", &name, &kind, &node));
-    assert_false(ds_dist_topic_parse("dspark/v1/models/x", &name, &kind, &node));
-    assert_false(ds_dist_topic_parse("dspark/v1/models/x/chunk/a/b", &name, &kind, &node));
-    assert_false(ds_dist_topic_parse("dspark/v1/models/x/chunk/", &name, &kind, &node));
-    assert_false(ds_dist_topic_parse("dspark/v1/infer/x", &name, &kind, &node));
+    assert_false(ds_dist_topic_parse(DS_TOPIC_MODELS "/manifest", &name, &kind, &node));
+    assert_false(ds_dist_topic_parse(DS_TOPIC_MODELS "x", &name, &kind, &node));
+    assert_false(ds_dist_topic_parse(DS_TOPIC_MODELS "x/chunk/a/b", &name, &kind, &node));
+    assert_false(ds_dist_topic_parse(DS_TOPIC_MODELS "x/chunk/", &name, &kind, &node));
+    assert_false(ds_dist_topic_parse(DS_TOPIC_INFER "x", &name, &kind, &node));
     assert_true(ds_dist_version_ok("1.0.0-rc.1+build.5"));
     assert_false(ds_dist_version_ok("1.0.0/x"));
     assert_true(ds_dist_node_ok("edge-1"));

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ds/common.h"
+#include "ds/topics.h"
 #include "support/testutil.h"
 
 #define MOSQUITTO_DEFAULT "/usr/sbin/mosquitto"
@@ -267,7 +268,7 @@ void tb_bridge_conf(char *buf, size_t n, uint16_t center_port)
     snprintf(buf, n,
              "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
              "cleansession true\nrestart_timeout 1\n"
-             "topic dspark/v1/center/# out 1\ntopic dspark/v1/cancel/# out 1\n"
-             "topic dspark/v1/relay/# in 1\ntopic dspark/v1/status/# in 1\n",
+             "topic " DS_TOPIC_ROOT "center/# out 1\ntopic " DS_TOPIC_CANCEL "# out 1\n"
+             "topic " DS_TOPIC_RELAY "# in 1\ntopic " DS_TOPIC_STATUS "# in 1\n",
              center_port);
 }

@@ -34,9 +34,8 @@
 #include "ds/common.h"
 #include "ds/err.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 
-#define DS_DIST_PREFIX          "dspark/v1/models/"
-#define DS_DIST_NODE_MAX        64u     /* node name: topic level, no '/', '+', '#' */
 #define DS_DIST_VERSION_MAX     DS_SEMVER_MAX   /* semantic version text */
 #define DS_DIST_MAX_RANGES      32u     /* ranges in one fetch request */
 #define DS_DIST_MAX_ASK         256u    /* chunks one fetch request may ask for */
@@ -53,7 +52,7 @@ struct ds_dist_range {
 
 struct ds_dist_fetch {
     char                 version[DS_DIST_VERSION_MAX + 1];
-    char                 node[DS_DIST_NODE_MAX + 1];
+    char                 node[DS_TOPIC_NODE_MAX + 1];
     struct ds_dist_range ranges[DS_DIST_MAX_RANGES];
     unsigned             n_ranges;
 };
@@ -77,7 +76,7 @@ bool ds_dist_version_ok(const char *s);
 ** NULL) into buf; DS_ERR_RANGE when it does not fit. */
 DS_MUST_CHECK enum ds_err ds_dist_topic(char *buf, size_t cap, const char *name, const char *kind,
                                         const char *node);
-/* Split a topic under DS_DIST_PREFIX into name, kind and (optional) node,
+/* Split a topic under DS_TOPIC_MODELS into name, kind and (optional) node,
 ** BORROWED from topic; false for anything else. */
 bool ds_dist_topic_parse(const char *topic, struct ds_str *name, struct ds_str *kind, struct ds_str *node);
 
@@ -135,7 +134,7 @@ struct ds_dist_pub_opts {
 };
 
 struct ds_dist_pub_node {
-    char     node[DS_DIST_NODE_MAX + 1];
+    char     node[DS_TOPIC_NODE_MAX + 1];
     uint32_t chunks_sent;     /* distinct chunks of the version sent to it */
 };
 

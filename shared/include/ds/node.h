@@ -55,7 +55,7 @@ struct ds_node_model_cfg {
     char    *draft;         /* speculative decoding: "int8" (INT8 copy of this
                             ** model) or a model file with the same vocabulary;
                             ** NULL = off */
-    uint32_t spec_k;        /* drafts per round, 1..16 (default 4; adapts within) */
+    uint32_t spec_k;        /* drafts per round, 1..DS_SPEC_K_MAX (default 8; adapts within) */
     int      line;          /* config line of its path key (else its first key); 0 = not from a file */
 };
 
@@ -99,7 +99,7 @@ struct ds_node_config {
     uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
     char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
     bool     speculate;         /* [overflow] speculate: draft route=center work here, verify at a center */
-    uint32_t spec_k;            /* [overflow] spec_k: most drafts per round (adaptive below it) */
+    uint32_t spec_k;            /* [overflow] spec_k: most drafts per round, 1..DS_WIRE_SPEC_K_MAX (adaptive below it) */
     uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms: a round unanswered this long = center lost */
     bool     spec_pipeline;     /* [overflow] spec_pipeline: draft the next block while a round is out */
     uint32_t spec_sessions;     /* [spec] sessions (center): verify sessions kept at once; 0 = none */

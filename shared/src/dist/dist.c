@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ds/keys.h"
+#include "ds/topics.h"
 #include "ds/utf8.h"
 
 static bool chars_ok(const char *s, size_t max, const char *extra)
@@ -34,7 +35,7 @@ bool ds_dist_version_ok(const char *s)
 bool ds_dist_node_ok(const char *s)
 {
     size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > DS_DIST_NODE_MAX || s[0] == '$' || strpbrk(s, "/+#")) return false;
+    if (n == 0 || n > DS_TOPIC_NODE_MAX || s[0] == '$' || strpbrk(s, "/+#")) return false;
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
     return ds_utf8_valid(s, n, NULL);
@@ -42,15 +43,15 @@ bool ds_dist_node_ok(const char *s)
 
 enum ds_err ds_dist_topic(char *buf, size_t cap, const char *name, const char *kind, const char *node)
 {
-    int n = node ? snprintf(buf, cap, DS_DIST_PREFIX "%s/%s/%s", name, kind, node)
-                 : snprintf(buf, cap, DS_DIST_PREFIX "%s/%s", name, kind);
+    int n = node ? snprintf(buf, cap, DS_TOPIC_MODELS "%s/%s/%s", name, kind, node)
+                 : snprintf(buf, cap, DS_TOPIC_MODELS "%s/%s", name, kind);
     return n > 0 && (size_t)n < cap ? DS_OK : DS_ERR_RANGE;
 }
 
 bool ds_dist_topic_parse(const char *topic, struct ds_str *name, struct ds_str *kind, struct ds_str *node)
 {
-    size_t pl = strlen(DS_DIST_PREFIX);
-    if (strncmp(topic, DS_DIST_PREFIX, pl) != 0) return false;
+    size_t pl = strlen(DS_TOPIC_MODELS);
+    if (strncmp(topic, DS_TOPIC_MODELS, pl) != 0) return false;
     const char *p = topic + pl, *s1 = strchr(p, '/');
     if (!s1 || s1 == p) return false;
     *name = (struct ds_str){ p, (size_t)(s1 - p) };
@@ -168,7 +169,7 @@ enum ds_err ds_dist_fetch_decode(const void *payload, size_t len, struct ds_dist
         goto out;
     }
     if (!cJSON_IsString(node) || !ds_dist_node_ok(node->valuestring)) {
-        why_fail(why, why_len, rc, "node: want a node name (1..%u bytes, no '/', '+', '#')", DS_DIST_NODE_MAX);
+        why_fail(why, why_len, rc, "node: want a node name (1..%u bytes, no '/', '+', '#')", DS_TOPIC_NODE_MAX);
         goto out;
     }
     int n = cJSON_GetArraySize(chunks);

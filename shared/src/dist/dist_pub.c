@@ -21,6 +21,7 @@
 #include "ds/keys.h"
 #include "ds/log.h"
 #include "ds/mqtt.h"
+#include "ds/topics.h"
 
 struct job {
     struct ds_dist_fetch f;
@@ -125,7 +126,7 @@ static bool wait_window(struct ds_dist_pub *p)
 static void serve(struct ds_dist_pub *p, const struct job *j, uint8_t *buf, size_t cap)
 {
     char topic[192];
-    if (ds_dist_topic(topic, sizeof topic, p->m.name, "chunk", j->f.node) != DS_OK) return;
+    if (ds_dist_topic(topic, sizeof topic, p->m.name, DS_TOPIC_KIND_CHUNK, j->f.node) != DS_OK) return;
     size_t hl = ds_dist_frame_header_len(j->f.version);
     if (j->not_served) {
         if (ds_dist_frame_header(buf, cap, j->f.version, 0, 1, DS_DIST_NOT_SERVED) == DS_OK &&
@@ -313,8 +314,8 @@ enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, struct ds_dist_
     }
     rc = DS_ERR_NOMEM;
     if (!(p->jobs = calloc(DS_DIST_PUB_MAX_JOBS, sizeof *p->jobs))) goto fail;
-    if (ds_dist_topic(p->fetch_topic, sizeof p->fetch_topic, p->m.name, "fetch", NULL) != DS_OK ||
-        ds_dist_topic(p->manifest_topic, sizeof p->manifest_topic, p->m.name, "manifest", NULL) != DS_OK) {
+    if (ds_dist_topic(p->fetch_topic, sizeof p->fetch_topic, p->m.name, DS_TOPIC_KIND_FETCH, NULL) != DS_OK ||
+        ds_dist_topic(p->manifest_topic, sizeof p->manifest_topic, p->m.name, DS_TOPIC_KIND_MANIFEST, NULL) != DS_OK) {
         rc = DS_ERR_RANGE;
         goto fail;
     }
@@ -354,7 +355,7 @@ enum ds_err ds_dist_unpublish(const char *uri, const struct ds_mqtt_tls *tls, co
 {
     atomic_bool denied = false;
     char topic[192], cid[96];
-    if (ds_dist_topic(topic, sizeof topic, name, "manifest", NULL) != DS_OK) return DS_ERR_RANGE;
+    if (ds_dist_topic(topic, sizeof topic, name, DS_TOPIC_KIND_MANIFEST, NULL) != DS_OK) return DS_ERR_RANGE;
     snprintf(cid, sizeof cid, "dspark-unpublish-%ld", (long)getpid());
     struct ds_mqtt *c;
     struct ds_mqtt_opts mo;

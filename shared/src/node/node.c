@@ -617,8 +617,8 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     ds_msg_limits_init(&a->limits);
     a->limits.max_payload = c->max_payload;
     a->limits.max_prompt = c->max_prompt;
-    snprintf(a->status_topic, sizeof a->status_topic, "dspark/v1/status/%s", c->node);
-    snprintf(a->telemetry_topic, sizeof a->telemetry_topic, "dspark/v1/telemetry/%s", c->node);
+    snprintf(a->status_topic, sizeof a->status_topic, DS_TOPIC_STATUS "%s", c->node);
+    snprintf(a->telemetry_topic, sizeof a->telemetry_topic, DS_TOPIC_TELEMETRY "%s", c->node);
     enum ds_err rc = DS_ERR_NOMEM;
     a->active = calloc(2 * (size_t)c->max_active, sizeof *a->active);
     if (!a->active) goto fail;

@@ -15,6 +15,8 @@
 #include "ds/engine.h"
 #include "ds/log.h"
 #include "ds/node.h"
+#include "ds/spec.h"
+#include "ds/topics.h"
 
 #define O(f) offsetof(struct ds_node_config, f)
 static const struct ds_cfg_key node_keys[] = {
@@ -61,7 +63,7 @@ static const struct ds_cfg_key node_keys[] = {
     { "models", "fetch_timeout_ms", DS_CFG_U32, O(fetch_timeout_ms), "5000", 100, 600000, 0, "ask again for chunks after this long without one" },
     { "publish", "dirs", DS_CFG_STR, O(publish_dirs), NULL, 0, 0, 0, "bundle directories to offer to the fleet, comma-separated (checked with [keys] signer_pub)" },
     { "overflow", "speculate", DS_CFG_BOOL, O(speculate), "false", 0, 0, 0, "edge: route=center requests for a model served here too are drafted here (INT8) and verified at a center" },
-    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "8", 1, 16, 0, "edge: most draft tokens per round (k adapts to the acceptance below it)" },
+    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "8", 1, DS_WIRE_SPEC_K_MAX, 0, "edge: most draft tokens per round (k adapts to the acceptance below it)" },
     { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0, "edge: a round unanswered this long means its center is lost (fall back)" },
     { "overflow", "spec_pipeline", DS_CFG_BOOL, O(spec_pipeline), "false", 0, 0, 0, "edge: while a round is at the center, draft the next block as if all were accepted (used when they were); pays only with high acceptance and the edge on its own cores" },
     { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "4", 0, 256, 0, "center: edge-drafted sessions verified at once; each reserves one more KV sequence of the context at start (0 = refuse them)" },
@@ -165,7 +167,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
                         "threads, ctx, kv_cache, cascade, draft, spec_k)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
-    unsigned long lo = u == &m->spec_k ? 1 : 0, hi = u == &m->threads ? 256ul : u == &m->spec_k ? 16ul : 1048576ul;
+    unsigned long lo = u == &m->spec_k ? 1 : 0, hi = u == &m->threads ? 256ul : u == &m->spec_k ? (unsigned long)DS_SPEC_K_MAX : 1048576ul;
     if (!*value || *end || *value == '-' || v < lo || v > hi)
         return snprintf(err, n, "'%s' is not a whole number in %lu..%lu", value, lo, hi), -1;
     *u = (uint32_t)v;
@@ -491,5 +493,6 @@ void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)
     fprintf(f, "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
                "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION),\n"
                "                     draft (speculative decoding: int8 = INT8 copy of the model, or a model file with the\n"
-               "                     same vocabulary; unset = off), spec_k (drafts per round 1..16, default 8, adapts)\n");
+               "                     same vocabulary; unset = off), spec_k (drafts per round 1..%u, default 8, adapts)\n",
+            DS_SPEC_K_MAX);
 }

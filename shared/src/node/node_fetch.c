@@ -238,8 +238,11 @@ static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     struct ds_str name, kind, node;
     if (!ds_dist_topic_parse(msg->topic, &name, &kind, &node)) return false;
     enum inbox_kind k;
-    if (kind.n == 8 && !memcmp(kind.p, "manifest", 8) && !node.p) k = IN_MANIFEST;
-    else if (kind.n == 5 && !memcmp(kind.p, "chunk", 5) && node.p && !strcmp(node.p, a->cfg->node)) k = IN_CHUNK;
+    if (kind.n == DS_TOPIC_LEN(DS_TOPIC_KIND_MANIFEST) && !memcmp(kind.p, DS_TOPIC_KIND_MANIFEST, kind.n) && !node.p)
+        k = IN_MANIFEST;
+    else if (kind.n == DS_TOPIC_LEN(DS_TOPIC_KIND_CHUNK) && !memcmp(kind.p, DS_TOPIC_KIND_CHUNK, kind.n) && node.p &&
+             !strcmp(node.p, a->cfg->node))
+        k = IN_CHUNK;
     else return true;                           /* our own fetch requests, other nodes' chunks */
     if (name.n > DS_NAME_MAX) {
         DS_LOG(DS_LOG_WARN, "%s: model name longer than %u: ignored", msg->topic, DS_NAME_MAX);
@@ -278,7 +281,7 @@ static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 
 void node__fetch_listen(struct ds_node *a)
 {
-    node__listen(a, DS_DIST_PREFIX "+/manifest", false, on_dist, a->fetch);
+    node__listen(a, DS_TOPIC_MODELS "+/" DS_TOPIC_KIND_MANIFEST, false, on_dist, a->fetch);
     node__listen(a, a->fetch->chunk_filter, false, on_dist, a->fetch);
 }
 
@@ -618,7 +621,7 @@ static enum ds_err dl_open(struct node_fetch *f, struct download *d, bool resume
 {
     enum ds_err rc = version_paths(f, d->m.name, d->m.version, true, d->part, d->tmp, d->final);
     if (rc != DS_OK) return rc;
-    if (ds_dist_topic(d->fetch_topic, sizeof d->fetch_topic, d->m.name, "fetch", NULL) != DS_OK) return DS_ERR_RANGE;
+    if (ds_dist_topic(d->fetch_topic, sizeof d->fetch_topic, d->m.name, DS_TOPIC_KIND_FETCH, NULL) != DS_OK) return DS_ERR_RANGE;
     uint32_t n = d->m.chunk_count;
     d->held = calloc(n, 1);
     d->tries = calloc(n, 1);
@@ -885,7 +888,7 @@ enum ds_err node__fetch_create(struct ds_node *a)
         DS_LOG(DS_LOG_ERROR, "config: [models] dir %s: %s", c->models_dir, strerror(errno));
         return DS_ERR_IO;
     }
-    if (ds_dist_topic(f->chunk_filter, sizeof f->chunk_filter, "+", "chunk", c->node) != DS_OK) return DS_ERR_RANGE;
+    if (ds_dist_topic(f->chunk_filter, sizeof f->chunk_filter, "+", DS_TOPIC_KIND_CHUNK, c->node) != DS_OK) return DS_ERR_RANGE;
     if (pthread_create(&f->th, NULL, fetch_thread, f) != 0) return DS_ERR_NOMEM;
     f->started = true;
     DS_LOG(DS_LOG_INFO, "model distribution: node key %s, %zu trusted signer(s), registry %s, models in %s",

@@ -279,7 +279,7 @@ enum ds_err node__health_create(struct ds_node *a)
     struct node_health *h = calloc(1, sizeof *h);
     if (!h) return DS_ERR_NOMEM;
     h->a = a;
-    snprintf(h->topic, sizeof h->topic, "dspark/v1/alert/%s", a->cfg->node);
+    snprintf(h->topic, sizeof h->topic, DS_TOPIC_ALERT "%s", a->cfg->node);
     node__state_file(a->cfg->health_state_file, "alert", a->cfg->node, "json", h->state_file, sizeof h->state_file);
     pthread_mutex_init(&h->mu, NULL);
     pthread_condattr_t ca;

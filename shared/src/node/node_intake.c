@@ -27,8 +27,8 @@ void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_m
     struct node_route *rt = &a->routes[a->n_routes++];
     snprintf(rt->filter, sizeof rt->filter, "%s", filter);
     const char *t = filter;
-    if (!strncmp(t, "$share/", 7)) {                  /* messages arrive without $share/<group>/ */
-        t = strchr(t + 7, '/');
+    if (!strncmp(t, DS_SHARE_PREFIX, DS_TOPIC_LEN(DS_SHARE_PREFIX))) {   /* messages arrive without $share/<group>/ */
+        t = strchr(t + DS_TOPIC_LEN(DS_SHARE_PREFIX), '/');
         t = t ? t + 1 : "";
     }
     size_t n = strcspn(t, "+#");
@@ -224,7 +224,7 @@ void node__cfg_publish(struct ds_node *a)
 
 static uint64_t client_key(const char *reply)
 {
-    static const char secured[] = "dspark/v1/reply/";
+    static const char secured[] = DS_TOPIC_REPLY;
     size_t n = strlen(reply);
     if (!strncmp(reply, secured, sizeof secured - 1)) {
         const char *slash = strchr(reply + sizeof secured - 1, '/');
@@ -242,7 +242,7 @@ bool node__quota_take(struct ds_node *a, struct node_req *r)
     struct node_quota *q = &a->quota;
     /* A center's requests come from edges (relay topics): the device is the
     ** request's client, which the edge fills in. */
-    bool relayed = !strncmp(r->reply, "dspark/v1/relay/", 16) && r->req.client;
+    bool relayed = !strncmp(r->reply, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY)) && r->req.client;
     uint64_t key = client_key(relayed ? r->req.client : r->reply);
     bool ok = true;
     pthread_mutex_lock(&q->mu);
@@ -292,7 +292,7 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
 {
     (void)st;
     struct node_cancel *c = calloc(1, sizeof *c);
-    if (c && !node__cancel_decode(msg->topic + strlen(TOPIC_CANCEL), msg->payload, msg->len, c)) {
+    if (c && !node__cancel_decode(msg->topic + strlen(DS_TOPIC_CANCEL), msg->payload, msg->len, c)) {
         free(c);
         c = NULL;
     }
@@ -308,7 +308,7 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         atomic_store(&a->cancel_new, true);
         ds_sched_wake(a->sched);
     } else {
-        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on dspark/v1/cancel/<sender>/...", msg->topic);
+        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on " DS_TOPIC_CANCEL "<sender>/...", msg->topic);
     }
     return true;
 }
@@ -321,9 +321,9 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
 ** Reply topics outside that scheme (an open lab broker) keep the id alone. */
 static bool cancel_owns(const struct node_cancel *c, const struct node_req *r)
 {
-    static const char scheme[] = "dspark/v1/reply/";
+    static const char scheme[] = DS_TOPIC_REPLY;
     const char *topic = r->reply;
-    if (topic && !strncmp(topic, TOPIC_RELAY, strlen(TOPIC_RELAY)) && r->req.client) topic = r->req.client;
+    if (topic && !strncmp(topic, DS_TOPIC_RELAY, strlen(DS_TOPIC_RELAY)) && r->req.client) topic = r->req.client;
     if (!topic || strncmp(topic, scheme, strlen(scheme)) != 0) return true;
     const char *who = topic + strlen(scheme);
     size_t n = strcspn(who, "/");
@@ -349,5 +349,5 @@ void node__intake_listen(struct ds_node *a)
     char filter[160];
     snprintf(filter, sizeof filter, "%s%s+", a->role->share_group, a->role->infer_prefix);
     node__listen(a, filter, true, on_infer, NULL);      /* every model: an unknown one gets model_not_found */
-    node__listen(a, TOPIC_CANCEL "#", false, on_cancel, NULL);
+    node__listen(a, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
 }

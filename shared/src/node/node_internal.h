@@ -78,8 +78,6 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
 void        node__version_free(struct node_version *v);
 
 /* node_rollout.c (engine thread unless said otherwise) */
-#define TOPIC_CONTROL "dspark/v1/control/"
-#define TOPIC_ROLLOUT "dspark/v1/rollout/"
 enum ds_err node__rollout_create(struct ds_node *a);      /* keys, registry */
 /* Load m's first active version: the registry's active one if it has a
 ** source, else the config's; records local versions in the registry. */

@@ -530,7 +530,7 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
 static bool on_control(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 {
     struct node_rollout *ro = st;
-    const char *target = msg->topic + strlen(TOPIC_CONTROL);
+    const char *target = msg->topic + strlen(DS_TOPIC_CONTROL);
     if (strcmp(msg->topic, ro->topic_node) && strcmp(msg->topic, ro->topic_all)) return true;
     struct node_cmd *c = calloc(1, sizeof *c);
     char why[DS_WHY_MAX] = "";
@@ -998,9 +998,9 @@ enum ds_err node__rollout_create(struct ds_node *a)
     if (!ro) return DS_ERR_NOMEM;
     a->ro = ro;
     pthread_mutex_init(&ro->mu, NULL);
-    snprintf(ro->topic_node, sizeof ro->topic_node, TOPIC_CONTROL "%s", a->cfg->node);
-    snprintf(ro->topic_all, sizeof ro->topic_all, TOPIC_CONTROL "all");
-    snprintf(ro->topic_events, sizeof ro->topic_events, TOPIC_ROLLOUT "%s", a->cfg->node);
+    snprintf(ro->topic_node, sizeof ro->topic_node, DS_TOPIC_CONTROL "%s", a->cfg->node);
+    snprintf(ro->topic_all, sizeof ro->topic_all, DS_TOPIC_CONTROL_ALL);
+    snprintf(ro->topic_events, sizeof ro->topic_events, DS_TOPIC_ROLLOUT "%s", a->cfg->node);
     char why[DS_WHY_MAX] = "";
     enum ds_err rc = DS_OK;            /* no [keys] signer_pub: every control message is refused */
     if (a->cfg->signer_pub && *a->cfg->signer_pub)

@@ -25,13 +25,11 @@
 #include "ds/sched.h"
 #include "ds/spec.h"
 #include "ds/tok.h"
+#include "ds/topics.h"
 
 struct cJSON;
 struct node_ext;
 
-#define TOPIC_CANCEL "dspark/v1/cancel/"
-#define TOPIC_RELAY  "dspark/v1/relay/"
-#define TOPIC_CENTER_INFER "dspark/v1/center/infer/"     /* + model: what edges overflow, shared by every center */
 #define MAX_CANCELS  256
 #define NODE_MAX_EXTS   8             /* extensions a role lists */
 #define NODE_MAX_ROUTES 16            /* topic filters a node listens to */

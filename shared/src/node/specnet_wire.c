@@ -73,13 +73,13 @@ bool specnet__get_tokens(const cJSON *j, const char *key, uint32_t max_n, uint32
 const char *specnet__sid(const cJSON *j)
 {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "session");
-    return cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < SID_MAX ? s->valuestring : NULL;
+    return cJSON_IsString(s) && *s->valuestring && strlen(s->valuestring) < DS_CORR_SPEC_SID_MAX ? s->valuestring : NULL;
 }
 
 bool specnet__round_read(const cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k)
 {
     return specnet__get_uint(j, "pos", UINT32_MAX - 1, pos) &&
-           specnet__get_tokens(j, "draft", DS_SPEC_K_MAX, vocab, draft, k) &&
+           specnet__get_tokens(j, "draft", DS_WIRE_SPEC_K_MAX, vocab, draft, k) &&
            cJSON_GetObjectItemCaseSensitive(j, "draft");
 }
 

@@ -29,10 +29,9 @@
 
 struct cJSON;
 
-#define TOPIC_SPEC_OPEN    "dspark/v1/center/spec/"
-#define TOPIC_SPEC_SESSION "dspark/v1/center/session/"
-#define CORR_PREFIX        "spec/"
-#define SID_MAX            128     /* session id bytes, NUL included */
+/* A round the wire allows fits the engine's verify pass (ds/spec.h). */
+_Static_assert(DS_WIRE_SPEC_K_MAX <= DS_SPEC_K_MAX, "a speculation round's drafts must fit ds_spec_verify");
+
 
 /* A message copied off Paho's thread. */
 struct spn_msg {
@@ -55,10 +54,10 @@ bool specnet__get_tokens(const struct cJSON *j, const char *key, uint32_t max_n,
 void specnet__add_tokens(struct cJSON *j, const char *key, const int32_t *t, uint32_t n);
 /* Publish j (TAKES it) at QoS 1 with props p (may be NULL). */
 void specnet__publish(struct ds_node *a, const char *topic, const struct ds_mqtt_props *p, struct cJSON *j);
-/* j's "session": a string of 1..SID_MAX-1 bytes, else NULL. */
+/* j's "session": a string of 1..DS_CORR_SPEC_SID_MAX-1 bytes, else NULL. */
 const char *specnet__sid(const struct cJSON *j);
 /* A round as a center reads it: "pos" an integer and "draft" an array of at
-** most DS_SPEC_K_MAX token ids below vocab (present, maybe empty). */
+** most DS_WIRE_SPEC_K_MAX token ids below vocab (present, maybe empty). */
 bool specnet__round_read(const struct cJSON *j, uint32_t vocab, uint32_t *pos, int32_t *draft, uint32_t *k);
 
 /* A verdict as the edge reads it, for a round of k drafts over a vocabulary
