@@ -6,8 +6,11 @@
 #define DS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "cli_flags.h"
 #include "ds/mqtt.h"
 
 /* One subcommand: its name, entry point (argv[0] = the name) and summary. */
@@ -16,6 +19,12 @@ struct cli_command {
     int (*fn)(int argc, char **argv);
     const char *summary;
 };
+
+/* Run the command argv names (after any global options, which go on to it
+** right after its name: --log-level L, --log-format F; --help and --version
+** answer here). prog: "dspark" or "dspark model", for the lines printed. */
+int cli_dispatch(const char *prog, const struct cli_command *cmds, size_t n, int argc, char **argv,
+                 void (*usage)(FILE *f));
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);           /* cmd_tokenize.c */
