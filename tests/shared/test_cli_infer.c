@@ -623,7 +623,7 @@ static void test_cli_infer_bad_args(void **state)
         { { "infer", "--model-name", "t", "-f", bad_line, "-p", "x", NULL }, "drop -p" },
         { { "infer", "--model-name", "t", "-f", bad_line, "--concurrency", "0", NULL }, "--concurrency" },
         { { "infer", "--model-name", "t", "-f", bad_line, NULL }, "bad.jsonl:2: max_tokens" },
-        { { "infer", "-f", bad_line, NULL }, "bad.jsonl:1: no \"model\" and no -m" },
+        { { "infer", "-f", bad_line, NULL }, "bad.jsonl:1: no \"model\" and no --model-name" },
         { { "infer", "--model-name", "t", "-f", not_obj, NULL }, "notobj.jsonl:1: not a JSON object" },
         { { "infer", "--model-name", "t", "-f", dup, NULL }, "dup.jsonl:2: id \"x\" already used" },
         { { "infer", "--model-name", "t", "-f", empty, NULL }, "no requests" },
