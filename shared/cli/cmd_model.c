@@ -176,19 +176,20 @@ done:
 static void verify_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark model verify -d DIR --trust SIGNER.pub [--trust ...] [--node NODE.sec [-o FILE]]\n"
+        "usage: dspark model verify -d DIR --trust SIGNER.pub [--trust ...] [--node-key NODE.sec [-o FILE]]\n"
         "\n"
         "Check a bundle here, as a node would: the manifest's signature against the\n"
-        "trusted publisher keys, then every chunk's hash. With --node, also open the\n"
+        "trusted publisher keys, then every chunk's hash. With --node-key, also open the\n"
         "content key and decrypt (MACs, FINAL tag, size, whole-file hash); the model\n"
         "is written to FILE with -o, else checked and discarded.\n"
         "\n"
         "  -d, --dir DIR          the bundle directory (dspark model pack -o DIR)\n"
         "      --trust KEY.pub    a trusted publisher key (repeat for more)\n"
-        "      --node KEY.sec     a node key the bundle should be sealed to\n"
-        "  -o, --out FILE         where to write the decrypted model (needs --node)\n"
+        "      --node-key KEY.sec a node key the bundle should be sealed to\n"
+        "  -o, --out FILE         where to write the decrypted model (needs --node-key)\n"
         "  -h, --help             this text\n"
-        "\n" CLI_GLOBAL_HELP);
+        "\n" CLI_GLOBAL_HELP
+        "\nOld spelling, for one release: --node KEY.sec (--node names a node elsewhere).\n");
 }
 
 static int model_verify(int argc, char **argv)
@@ -196,9 +197,13 @@ static int model_verify(int argc, char **argv)
     enum { O_TRUST = 256, O_NODE };
     static const int common[] = { CLI_F_DIR, CLI_F_OUT, 0 };
     static const struct option own[] = {
-        { "trust", required_argument, 0, O_TRUST }, { "node", required_argument, 0, O_NODE }, { 0, 0, 0, 0 },
+        { "trust", required_argument, 0, O_TRUST }, { "node-key", required_argument, 0, O_NODE }, { 0, 0, 0, 0 },
     };
-    static const struct cli_spec spec = { "model verify", common, own, NULL };
+    static const struct cli_old old[] = {
+        { "--node", required_argument, O_NODE, "--node-key KEY.sec", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "model verify", common, own, old };
     struct cli_parser cp;
     const char *dir = NULL, *node_path = NULL, *out = NULL, **trust = calloc((size_t)argc, sizeof *trust);
     size_t n_trust = 0, wire_len = 0;
@@ -221,7 +226,7 @@ static int model_verify(int argc, char **argv)
     }
     if (!cli_parser_done(&cp)) goto done;
     if (!dir || !n_trust || (out && !node_path)) {
-        fprintf(stderr, "dspark model verify: need -d DIR and at least one --trust (and --node for -o)\n\n");
+        fprintf(stderr, "dspark model verify: need -d DIR and at least one --trust (and --node-key for -o)\n\n");
         verify_usage(stderr);
         goto done;
     }

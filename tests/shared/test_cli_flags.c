@@ -273,6 +273,7 @@ static void test_old_spellings(void **state)
         { { "model", "pack" }, { "--name", "s" }, "model pack", "--name", "--model-name N" },
         { { "model", "pack" }, { "--version", "1.0.0" }, "model pack", "--version", "--model-version V" },
         { { "model", "list" }, { "--model", "s" }, "model list", "--model", "--model-name NAME" },
+        { { "model", "verify" }, { "--node", "n.sec" }, "model verify", "--node", "--node-key KEY.sec" },
         { { "model", "promote" }, { "-k", "s.sec" }, "model promote", "-k", "--signer FILE" },
         { { "model", "canary" }, { "-p", "20" }, "model canary", "-p", "--pct P" },
         { { "model", "shadow" }, { "-n", "s" }, "model shadow", "-n", "--model-name MODEL" },

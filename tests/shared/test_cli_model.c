@@ -77,7 +77,7 @@ static void test_pack_verify(void **state)
              "--chunk-kb 64", model);
     expect(0, "packed stories 1.0.0 (f32)", "model pack %s", args);
     expect(1, "already holds a bundle", "model pack %s", args);
-    expect(0, "ok\n", "model verify -d b1 --trust pub.pub --node n1.sec -o %s", "out.gguf");
+    expect(0, "ok\n", "model verify -d b1 --trust pub.pub --node-key n1.sec -o %s", "out.gguf");
     size_t a_len, b_len;
     char out_path[600];
     snprintf(out_path, sizeof out_path, "%s/out.gguf", g_dir);
@@ -87,7 +87,7 @@ static void test_pack_verify(void **state)
     free(a);
     free(b);
     expect(0, "all 19 chunk hashes match", "model verify -d b1 --trust %s", "pub.pub");
-    expect(1, "REFUSED: stories 1.0.0: bundle not sealed to node key", "model verify -d b1 --trust pub.pub --node %s",
+    expect(1, "REFUSED: stories 1.0.0: bundle not sealed to node key", "model verify -d b1 --trust pub.pub --node-key %s",
            "n2.sec");
     expect(1, "REFUSED: signed manifest: signed by unknown key", "model verify -d b1 --trust %s", "other.pub");
     /* n1.pub is a node key: refused as a trust anchor before anything else. */
@@ -106,7 +106,7 @@ static void test_pack_verify(void **state)
     char sec[600];
     snprintf(sec, sizeof sec, "%s/n1.sec", g_dir);
     chmod(sec, 0644);
-    expect(1, "chmod 600", "model verify -d b1 --trust pub.pub --node %s", "n1.sec");
+    expect(1, "chmod 600", "model verify -d b1 --trust pub.pub --node-key %s", "n1.sec");
     chmod(sec, 0600);
     /* A file that is no model needs --precision. */
     char blob[600];
