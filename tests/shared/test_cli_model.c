@@ -87,8 +87,8 @@ static void test_pack_verify(void **state)
     free(a);
     free(b);
     expect(0, "all 19 chunk hashes match", "model verify -d b1 --trust %s", "pub.pub");
-    expect(1, "REFUSED: stories 1.0.0: bundle not sealed to node key", "model verify -d b1 --trust pub.pub --node-key %s",
-           "n2.sec");
+    expect(1, "REFUSED: stories 1.0.0: bundle not sealed to node key",
+           "model verify -d b1 --trust pub.pub --node-key %s", "n2.sec");
     expect(1, "REFUSED: signed manifest: signed by unknown key", "model verify -d b1 --trust %s", "other.pub");
     /* n1.pub is a node key: refused as a trust anchor before anything else. */
     expect(1, "want a signer key", "model verify -d b1 --trust %s", "n1.pub");
