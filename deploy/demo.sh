@@ -141,14 +141,14 @@ echo "edge 'demo-edge' serving stories (int8, version 1.0.0) and stories-fp32"
 
 echo
 echo "== one streamed request (INT8, greedy) =="
-./build/shared/dspark infer -H "$uri" $DEV -m stories -p "Once upon a time" -n 60 --stream
+./build/shared/dspark infer -b "$uri" $DEV --model-name stories -p "Once upon a time" -n 60 --stream
 echo
 echo "== the same prompt on the FP32 model =="
-./build/shared/dspark infer -H "$uri" $DEV -m stories-fp32 -p "Once upon a time" -n 60
+./build/shared/dspark infer -b "$uri" $DEV --model-name stories-fp32 -p "Once upon a time" -n 60
 
 echo
 echo "== routed to the center: the edge drafts with INT8, the center verifies with FP32 =="
-$B infer -H "$uri" $DEV -m stories -p "Once upon a time" -n 60 --route center --json 2>/dev/null | python3 -c '
+$B infer -b "$uri" $DEV --model-name stories -p "Once upon a time" -n 60 --route center --json 2>/dev/null | python3 -c '
 import json, sys
 f = json.loads(sys.stdin.readline())
 u, s = f["usage"], f["served_by"]
@@ -164,23 +164,23 @@ for i in $(seq 1 48); do
   printf '{"prompt":"One day, a little %s","max_tokens":48,"priority":"%s","temperature":0.8,"seed":%d}\n' \
     "$(echo cat dog bird fox bear frog | cut -d' ' -f$(( i % 6 + 1 )))" "$t" "$i"
 done > "$work/requests.jsonl"
-./build/shared/dspark infer -H "$uri" $DEV -m stories --file "$work/requests.jsonl" --concurrency 48 > "$work/answers.txt"
+./build/shared/dspark infer -b "$uri" $DEV --model-name stories --file "$work/requests.jsonl" --concurrency 48 > "$work/answers.txt"
 head -n 5 "$work/answers.txt"
 echo "... ($(wc -l < "$work/answers.txt") answers: id, finish, client ms, edge ms)"
 
 echo
 echo "== a new version over the bus: pack (sign, encrypt, seal to the edge), publish, fetch, promote =="
-$B model pack -m "$M/stories260K.gguf" --name stories --version 1.1.0 --signer "$work/signer.sec" \
+$B model pack -m "$M/stories260K.gguf" --model-name stories --model-version 1.1.0 --signer "$work/signer.sec" \
     --to "$work/edge.pub" --chunk-kb 64 -o "$work/bundle" 2>/dev/null
 $B model publish --dir "$work/bundle" --signer-pub "$work/signer.pub" --broker "$uri" $PUBL --quiet 2>/dev/null &
 pids+=($!)
 for _ in $(seq 1 150); do
-  $B model list --registry "$work/edge-registry.db" --model stories 2>/dev/null | grep -q "1.1.0.*verified" && break
+  $B model list --registry "$work/edge-registry.db" --model-name stories 2>/dev/null | grep -q "1.1.0.*verified" && break
   sleep 0.2
 done
-$B model list --registry "$work/edge-registry.db" --model stories
-$B model promote --broker "$uri" $PUBL --signer "$work/signer.sec" --name stories --version 1.1.0 --node demo-edge
-$B infer -H "$uri" $DEV -m stories -p "Once upon a time" -n 20 --json | python3 -c '
+$B model list --registry "$work/edge-registry.db" --model-name stories
+$B model promote --broker "$uri" $PUBL --signer "$work/signer.sec" --model-name stories --model-version 1.1.0 --node demo-edge
+$B infer -b "$uri" $DEV --model-name stories -p "Once upon a time" -n 20 --json | python3 -c '
 import json, sys
 s = json.loads(sys.stdin.readline())["served_by"]
 print("next request served by %s, model %s version %s" % (s["node"], s["model"], s["version"]))'

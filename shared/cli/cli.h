@@ -6,8 +6,11 @@
 #define DS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "cli_flags.h"
 #include "ds/mqtt.h"
 
 /* One subcommand: its name, entry point (argv[0] = the name) and summary. */
@@ -16,6 +19,12 @@ struct cli_command {
     int (*fn)(int argc, char **argv);
     const char *summary;
 };
+
+/* Run the command argv names (after any global options, which go on to it
+** right after its name: --log-level L, --log-format F; --help and --version
+** answer here). prog: "dspark" or "dspark model", for the lines printed. */
+int cli_dispatch(const char *prog, const struct cli_command *cmds, size_t n, int argc, char **argv,
+                 void (*usage)(FILE *f));
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);           /* cmd_tokenize.c */
@@ -39,12 +48,12 @@ bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, ui
 bool cli_set_log_level(const char *s);
 bool cli_parse_f32(const char *name, const char *s, float lo, float hi, float *out);
 
-/* Broker security flags, the same in every subcommand that connects: add
-** CLI_MQTT_LONG_OPTS to the getopt_long table, hand every option code to
-** cli_mqtt_opt (1 = taken, 0 = not a security flag, -1 = bad value, printed),
-** print CLI_MQTT_HELP in the usage, and call cli_mqtt_check before
-** connecting (prints "dspark PROG: reason" once). Start from a
-** ds_mqtt_opts_init'ed .tls (verify_hostname on). */
+/* Broker security flags, the same in every subcommand that connects: give
+** cli_parser_init (cli_flags.h) the .tls to fill, which then takes
+** CLI_MQTT_LONG_OPTS through cli_mqtt_opt (1 = taken, 0 = not a security
+** flag, -1 = bad value, printed); print CLI_MQTT_HELP in the usage, and call
+** cli_mqtt_check before connecting (prints "dspark PROG: reason" once).
+** Start from a ds_mqtt_opts_init'ed .tls (verify_hostname on). */
 enum { CLI_O_CAFILE = 900, CLI_O_CAPATH, CLI_O_CERTFILE, CLI_O_KEYFILE, CLI_O_KEYPASS, CLI_O_TLSVER,
        CLI_O_VERIFY, CLI_O_USERNAME, CLI_O_PASSFILE };
 #define CLI_MQTT_LONG_OPTS                                                                     \

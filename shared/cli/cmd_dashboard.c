@@ -99,34 +99,33 @@ static void dashboard_usage(FILE *f)
         "The page itself connects to the broker over MQTT over WebSockets; --broker\n"
         "is put into the URL it prints (?broker=...). The page is read-only.\n"
         "\n"
-        "  --listen ADDR:PORT   default 127.0.0.1:8080 (port 0: any free port)\n"
-        "  --broker URL         ws:// or wss:// URL of the broker's websockets listener\n"
-        "  --dir DIR            serve DIR instead of the built-in files\n");
+        "  -l, --listen ADDR:PORT  default 127.0.0.1:8080 (port 0: any free port)\n"
+        "  -b, --broker URL     ws:// or wss:// URL of the broker's websockets listener, for\n"
+        "                       the page (default: none; the page's form offers ws://<host>:9001)\n"
+        "  -d, --dir DIR        serve DIR instead of the built-in files\n"
+        "  -h, --help           this text\n"
+        "\n" CLI_GLOBAL_HELP);
 }
 
 int cmd_dashboard(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "listen", required_argument, 0, 'l' }, { "broker", required_argument, 0, 'b' },
-        { "dir", required_argument, 0, 'd' },    { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 },
-    };
+    static const int common[] = { CLI_F_LISTEN, CLI_F_BROKER, CLI_F_DIR, 0 };
+    static const struct cli_spec spec = { "dashboard", common, NULL, NULL };
+    struct cli_parser p;
     const char *listen = "127.0.0.1:8080", *broker = NULL, *dir = NULL;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":l:b:d:h", opts, NULL)) != -1) {
+    cli_parser_init(&p, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'l': listen = optarg; break;
-        case 'b': broker = optarg; break;
-        case 'd': dir = optarg; break;
-        case 'h': dashboard_usage(stdout); return 0;
-        default: fprintf(stderr, "dspark dashboard: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        case CLI_STOP: return p.status;
+        case CLI_F_LISTEN: listen = optarg; break;
+        case CLI_F_BROKER: broker = optarg; break;
+        case CLI_F_DIR: dir = optarg; break;
+        case CLI_F_HELP: dashboard_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "dspark dashboard: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     struct httpd *h = httpd_start("dashboard", listen, serve, (void *)dir);
     if (!h) return 1;
     printf("dspark dashboard: http://%s/%s%s\n", httpd_addr(h), broker ? "?broker=" : "", broker ? broker : "");

@@ -237,51 +237,47 @@ static int serve(void *ud, const char *url, struct httpd_reply *r)
 static void exporter_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark exporter -b BROKER [--listen ADDR:PORT] [broker security]\n"
+        "usage: dspark exporter [-b BROKER] [--listen ADDR:PORT] [broker security]\n"
         "\n"
         "Serves the fleet's telemetry as Prometheus metrics on http://ADDR:PORT/metrics\n"
         "(default 127.0.0.1:9464). Reads " DS_TOPIC_STATUS "+, " DS_TOPIC_TELEMETRY "+ and\n"
         DS_TOPIC_ALERT "+ (an ops identity of mkacl.sh may); publishes nothing.\n"
         "\n"
-        "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://)\n"
+        "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://; default " CLI_BROKER_DEFAULT ")\n"
         "  -l, --listen ADDR:PORT  where /metrics is served (default 127.0.0.1:9464)\n"
-        "  -u USER              the same as --username USER\n"
-        "\n" CLI_MQTT_HELP);
+        "  -u USER              the same as --username USER (old spelling, for one release: --user)\n"
+        "  -h, --help           this text\n"
+        "\n" CLI_MQTT_HELP "\n" CLI_GLOBAL_HELP);
 }
 
 int cmd_exporter(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "broker", required_argument, 0, 'b' },   { "listen", required_argument, 0, 'l' },
-        { "user", required_argument, 0, 'u' },     { "password", required_argument, 0, 'P' },
-        { "help", no_argument, 0, 'h' },           CLI_MQTT_LONG_OPTS,
-        { 0, 0, 0, 0 },
+    enum { O_USER = 256 };
+    static const int common[] = { CLI_F_BROKER, CLI_F_LISTEN, 0 };
+    static const struct cli_old old[] = {
+        { "--user", required_argument, O_USER, "-u/--username USER", false },
+        { 0, 0, 0, 0, false },
     };
-    const char *uri = NULL, *listen = "127.0.0.1:9464";
+    static const struct cli_spec spec = { "exporter", common, NULL, old };
+    struct cli_parser p;
+    const char *uri = CLI_BROKER_DEFAULT, *listen = "127.0.0.1:9464";
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     struct ds_mqtt_tls tls = mo.tls;
-    int c, taken;
+    int c;
     ds_log_set(NULL, NULL, DS_LOG_WARN);    /* the connection's lost/back lines, not info */
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:l:u:P:h", opts, NULL)) != -1) {
-        if ((taken = cli_mqtt_opt(c, optarg, &tls)) != 0) {
-            if (taken < 0) return 2;
-            continue;
-        }
+    cli_parser_init(&p, &spec, argc, argv, &tls);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'b': uri = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'u': tls.username = optarg; break;
-        case 'P': return cli_password_flag("exporter");
-        case 'h': exporter_usage(stdout); return 0;
-        default: fprintf(stderr, "dspark exporter: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        case CLI_STOP: return p.status;
+        case CLI_F_BROKER: uri = optarg; break;
+        case CLI_F_LISTEN: listen = optarg; break;
+        case O_USER: tls.username = optarg; break;
+        case CLI_F_HELP: exporter_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (!uri || optind < argc) {
-        fprintf(stderr, "dspark exporter: -b BROKER is required (see --help)\n");
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     struct fleet *f = fleet_open("exporter", uri, &tls);
     if (!f) return 1;
     struct httpd *h = httpd_start("exporter", listen, serve, f);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,15 +38,15 @@
 #define INFER_EXIT_ERROR   3
 #define INFER_EXIT_TIMEOUT 4
 
-#define INFER_DEFAULT_URI  "tcp://127.0.0.1:1883"
+#define INFER_DEFAULT_URI  CLI_BROKER_DEFAULT
 #define INFER_MAX_CONC     4096u
 
 static void infer_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark infer [-b URI] -m MODEL -p PROMPT [options]\n"
-        "       dspark infer [-b URI] -m MODEL --message ROLE:TEXT [--message ROLE:TEXT ...] [options]\n"
-        "       dspark infer [-b URI] [-m MODEL] --file REQUESTS.jsonl [--concurrency N] [options]\n"
+        "usage: dspark infer [-b URI] --model-name NAME -p PROMPT [options]\n"
+        "       dspark infer [-b URI] --model-name NAME --message ROLE:TEXT [--message ROLE:TEXT ...] [options]\n"
+        "       dspark infer [-b URI] [--model-name NAME] -f REQUESTS.jsonl [--concurrency N] [options]\n"
         "\n"
         "Send inference requests to " DS_TOPIC_INFER "<MODEL> over MQTT 5 and print the\n"
         "answers. One request: its text on stdout (as it streams with --stream), then\n"
@@ -53,16 +54,17 @@ static void infer_usage(FILE *f)
         "queue/ttft/total ms and the client-side round trip).\n"
         "\n"
         "  -b, --broker URI       broker (default " INFER_DEFAULT_URI ")\n"
-        "  -m, --model NAME       model name; also the default for --file lines without one\n"
+        "      --model-name NAME  the served model's name; also the default for --file lines\n"
+        "                         without one\n"
         "  -p, --prompt TEXT      prompt, fed to the model as it is\n"
         "  -M, --message ROLE:TEXT  one chat message (repeat, in order; ROLE is system, user or\n"
         "                         assistant): sent as \"messages\", which the node lays out with\n"
         "                         the model's chat template (instead of -p)\n"
-        "  -n, --tokens N         max_tokens, 1..4096 (default: the node's, 128)\n"
+        "  -n, --n-predict N      max_tokens, 1..4096 (default: the node's, 128)\n"
         "      --temp T           temperature, 0..2, 0 = greedy\n"
         "      --top-p P          nucleus sampling cut, (0, 1]\n"
         "      --top-k K          keep the K most likely tokens, 0 = off\n"
-        "      --seed S           sampling seed, 0..2^64-1\n"
+        "  -s, --seed S           sampling seed, 0..2^64-1\n"
         "      --priority P       high, normal or low\n"
         "      --deadline-ms MS   answer within MS of receipt or get deadline_exceeded\n"
         "                         (also sent as the MQTT Message Expiry, rounded up to s)\n"
@@ -75,9 +77,9 @@ static void infer_usage(FILE *f)
         "      --json             print each final or error message as received, one per line\n"
         "  -f, --file PATH        requests, one JSON object per line (schemas/request.schema.json;\n"
         "                         '-' = stdin); a line without \"id\" gets one, without \"model\"\n"
-        "                         gets -m; the options above fill in fields a line leaves out\n"
-        "  -c, --concurrency N    requests in flight at once with --file (default 1)\n"
-        "      --log-level L      error, warn, info or debug (default warn)\n"
+        "                         gets --model-name; the options above fill in fields a line\n"
+        "                         leaves out\n"
+        "      --concurrency N    requests in flight at once with --file (default 1)\n"
         "  -h, --help             this text\n"
         "\n"
         "With --file, stdout gets one line per answer: id, finish reason or error code\n"
@@ -88,7 +90,12 @@ static void infer_usage(FILE *f)
         "Exit status: 0 all answered, 1 no connection to the broker or a request the\n"
         "broker refused (its ACL: code \"refused\", at once), 2 bad arguments, 3 an error\n"
         "reply, 4 no answer within --timeout-ms (1 wins over 4, 4 over 3).\n"
-        "\n" CLI_MQTT_HELP);
+        "\n"
+        "Old spellings, for one release, each with a line on stderr: -m/--model NAME (now\n"
+        "--model-name NAME; -m is a model file in every other command, so -m naming an\n"
+        "existing file is refused here), -c N (now --concurrency N; -c is a config file),\n"
+        "--tokens N (now -n/--n-predict N), -H/--host URI (now -b/--broker URI).\n"
+        "\n" CLI_MQTT_HELP "\n" CLI_GLOBAL_HELP);
 }
 
 /* ---- arguments ---- */
@@ -119,36 +126,50 @@ static bool model_name_ok(const char *s)
 
 static int parse_args(int argc, char **argv, struct infer_args *a)
 {
-    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PRIO, O_DEADLINE, O_ROUTE, O_STREAM, O_ID,
-           O_TIMEOUT, O_CONNECT, O_JSON, O_LOG };
-    static const struct option opts[] = {
-        { "broker", required_argument, 0, 'b' },
-        { "host", required_argument, 0, 'H' },      /* hidden alias of --broker (older scripts) */        { "model", required_argument, 0, 'm' },
-        { "prompt", required_argument, 0, 'p' },      { "tokens", required_argument, 0, 'n' },
+    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_PRIO, O_DEADLINE, O_ROUTE, O_STREAM, O_ID, O_TIMEOUT, O_CONNECT,
+           O_JSON, O_CONC, O_OLD_MODEL };
+    static const int common[] = { CLI_F_BROKER, CLI_F_MODEL_NAME, CLI_F_PROMPT, CLI_F_N_PREDICT, CLI_F_SEED,
+                                  CLI_F_FILE, 0 };
+    static const struct option own[] = {
         { "message", required_argument, 0, 'M' },
         { "temp", required_argument, 0, O_TEMP },     { "top-p", required_argument, 0, O_TOPP },
-        { "top-k", required_argument, 0, O_TOPK },    { "seed", required_argument, 0, O_SEED },
-        { "priority", required_argument, 0, O_PRIO }, { "deadline-ms", required_argument, 0, O_DEADLINE },
+        { "top-k", required_argument, 0, O_TOPK },    { "priority", required_argument, 0, O_PRIO },
+        { "deadline-ms", required_argument, 0, O_DEADLINE },
         { "route", required_argument, 0, O_ROUTE },   { "stream", no_argument, 0, O_STREAM },
         { "id", required_argument, 0, O_ID },         { "timeout-ms", required_argument, 0, O_TIMEOUT },
         { "connect-timeout-ms", required_argument, 0, O_CONNECT },
-        { "json", no_argument, 0, O_JSON },           { "file", required_argument, 0, 'f' },
-        { "concurrency", required_argument, 0, 'c' }, { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },              CLI_MQTT_LONG_OPTS,
+        { "json", no_argument, 0, O_JSON },           { "concurrency", required_argument, 0, O_CONC },
         { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "-m", required_argument, O_OLD_MODEL, "--model-name NAME", true },
+        { "--model", required_argument, O_OLD_MODEL, "--model-name NAME", true },
+        { "-c", required_argument, O_CONC, "--concurrency N", false },
+        { "--tokens", required_argument, CLI_F_N_PREDICT, "-n/--n-predict N", false },
+        { "-H", required_argument, CLI_F_BROKER, "-b/--broker URI", false },
+        { "--host", required_argument, CLI_F_BROKER, "-b/--broker URI", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "infer", common, own, old };
+    struct cli_parser p;
+    struct stat st;
     int c;
     bool has_conc = false;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:H:m:p:M:n:f:c:h", opts, NULL)) != -1) {
-        int t = cli_mqtt_opt(c, optarg, &a->tls);
-        if (t < 0) return 2;
-        if (t > 0) continue;
+    cli_parser_init(&p, &spec, argc, argv, &a->tls);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'b':
-        case 'H': a->uri = optarg; break;
-        case 'm': a->model = optarg; break;
-        case 'p': a->prompt = optarg; break;
+        case CLI_STOP: return p.status ? p.status : 1;
+        case CLI_F_BROKER: a->uri = optarg; break;
+        case CLI_F_MODEL_NAME: a->model = optarg; break;
+        case O_OLD_MODEL:
+            // -m is a model file everywhere else: one naming a file is a mistake here.
+            if (stat(optarg, &st) == 0 && S_ISREG(st.st_mode))
+                return cli_usage_error(spec.prog, "-m %s: that is a model file; infer asks a served model by "
+                                       "name: give --model-name NAME", optarg);
+            cli_deprecated(&p, "-m/--model NAME", "--model-name NAME");
+            a->model = optarg;
+            break;
+        case CLI_F_PROMPT: a->prompt = optarg; break;
         case 'M': {
             const char *colon = strchr(optarg, ':');
             char role[16] = "";
@@ -165,8 +186,8 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
             a->msgs[a->n_msgs++] = optarg;
             break;
         }
-        case 'f': a->file = optarg; break;
-        case 'n':
+        case CLI_F_FILE: a->file = optarg; break;
+        case CLI_F_N_PREDICT:
             if (!cli_parse_u64("-n", optarg, 1, DS_MSG_MAX_TOKENS_MAX, &a->n)) return 2;
             a->has_n = true;
             break;
@@ -186,7 +207,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
             if (!cli_parse_u64("--top-k", optarg, 0, 262144, &a->top_k)) return 2;
             a->has_top_k = true;
             break;
-        case O_SEED:
+        case CLI_F_SEED:
             if (!cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &a->seed)) return 2;
             a->has_seed = true;
             break;
@@ -218,28 +239,18 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
             if (!cli_parse_u64("--connect-timeout-ms", optarg, 1, 3600000, &a->connect_ms)) return 2;
             break;
         case O_JSON: a->json = true; break;
-        case 'c':
+        case O_CONC:
             if (!cli_parse_u64("--concurrency", optarg, 1, INFER_MAX_CONC, &a->concurrency)) return 2;
             has_conc = true;
             break;
-        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
-        case 'h': infer_usage(stdout); return 1;
-        case ':':
-            fprintf(stderr, "dspark infer: %s needs a value\n", argv[optind - 1]);
-            return 2;
-        default:
-            fprintf(stderr, "dspark infer: unknown option '%s' (see dspark infer --help)\n",
-                    argv[optind - 1]);
-            return 2;
+        case CLI_F_HELP: infer_usage(stdout); return 1;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "dspark infer: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     if (cli_mqtt_check("infer", a->uri, &a->tls) != DS_OK) return 2;
     if (a->model && !model_name_ok(a->model)) {
-        fprintf(stderr, "dspark infer: -m: '%s' is not a model name (1..128 of A-Z a-z 0-9 . _ : -, "
+        fprintf(stderr, "dspark infer: --model-name: '%s' is not a model name (1..128 of A-Z a-z 0-9 . _ : -, "
                 "starting with a letter or digit)\n", a->model);
         return 2;
     }
@@ -256,7 +267,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
         return 2;
     }
     if (!a->model) {
-        fprintf(stderr, "dspark infer: -m MODEL is required\n");
+        fprintf(stderr, "dspark infer: --model-name NAME is required\n");
         return 2;
     }
     if (a->prompt && a->n_msgs) {
@@ -451,7 +462,7 @@ static int reqs_from_file(const struct infer_args *a, const char *client_id, str
         if (rc == 0 && !apply_defaults(obj, a)) rc = 2;
         if (rc) fprintf(stderr, "dspark infer: out of memory\n");
         if (rc == 0 && !cJSON_HasObjectItem(obj, "model")) {
-            fprintf(stderr, "dspark infer: %s: no \"model\" and no -m\n", where);
+            fprintf(stderr, "dspark infer: %s: no \"model\" and no --model-name\n", where);
             rc = 2;
         }
         if (rc == 0 && n == cap) {

@@ -23,24 +23,26 @@ static void keygen_usage(FILE *f)
         "      --node             X25519 key pair of a node: bundles are sealed to its\n"
         "                         .pub, it opens them with its .sec\n"
         "  -o, --out PREFIX       path prefix of the two files\n"
-        "      --log-level L      error, warn, info or debug (default error)\n"
-        "  -h, --help             this text\n");
+        "  -h, --help             this text\n"
+        "\n" CLI_GLOBAL_HELP);
 }
 
 int cmd_keygen(int argc, char **argv)
 {
-    enum { O_SIGNER = 256, O_NODE, O_LOG };
-    static const struct option opts[] = {
-        { "signer", no_argument, 0, O_SIGNER }, { "node", no_argument, 0, O_NODE },
-        { "out", required_argument, 0, 'o' },   { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
+    enum { O_SIGNER = 256, O_NODE };
+    static const int common[] = { CLI_F_OUT, 0 };
+    static const struct option own[] = {
+        { "signer", no_argument, 0, O_SIGNER }, { "node", no_argument, 0, O_NODE }, { 0, 0, 0, 0 },
     };
+    static const struct cli_spec spec = { "keygen", common, own, NULL };
+    struct cli_parser p;
     const char *prefix = NULL;
     int kind = -1, c;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    cli_parser_init(&p, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
+        case CLI_STOP: return p.status;
         case O_SIGNER:
         case O_NODE:
             if (kind >= 0) {
@@ -49,13 +51,13 @@ int cmd_keygen(int argc, char **argv)
             }
             kind = c == O_SIGNER ? DS_KEY_SIGNER : DS_KEY_NODE;
             break;
-        case 'o': prefix = optarg; break;
-        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
-        case 'h': keygen_usage(stdout); return 0;
-        default: keygen_usage(stderr); return 2;
+        case CLI_F_OUT: prefix = optarg; break;
+        case CLI_F_HELP: keygen_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (kind < 0 || !prefix || !*prefix || optind < argc) {
+    if (!cli_parser_done(&p)) return p.status;
+    if (kind < 0 || !prefix || !*prefix) {
         fprintf(stderr, "dspark keygen: need --signer or --node, and -o PREFIX\n\n");
         keygen_usage(stderr);
         return 2;

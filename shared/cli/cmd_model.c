@@ -56,7 +56,7 @@ static struct progress progress_start(const char *what)
 static void pack_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark model pack -m FILE --name N --version V --signer KEY.sec\n"
+        "usage: dspark model pack -m FILE --model-name N --model-version V --signer KEY.sec\n"
         "                         --to NODE.pub [--to NODE.pub ...] -o DIR [options]\n"
         "\n"
         "Encrypt a model file chunk by chunk (XChaCha20-Poly1305 secretstream, last\n"
@@ -65,8 +65,8 @@ static void pack_usage(FILE *f)
         "published on " DS_TOPIC_MODELS "<name>/manifest). Progress on stderr.\n"
         "\n"
         "  -m, --model FILE       the model file (GGUF or llama2.c checkpoint)\n"
-        "      --name N           model name: 1..64 of [A-Za-z0-9._-]\n"
-        "      --version V        semantic version, e.g. 1.2.0\n"
+        "      --model-name N     model name: 1..64 of [A-Za-z0-9._-]\n"
+        "      --model-version V  semantic version, e.g. 1.2.0\n"
         "      --signer KEY.sec   publisher's signing key (dspark keygen --signer)\n"
         "      --to NODE.pub      a node allowed to open the bundle (repeat for more)\n"
         "      --chunk-kb K       chunk size in KiB, 1..4096 (default %u)\n"
@@ -74,8 +74,10 @@ static void pack_usage(FILE *f)
         "                         llama.cpp names it, e.g. q4_k_m, else its matrices' type)\n"
         "                         (required when FILE is not a model dspark can open)\n"
         "  -o, --out DIR          output directory (created; must not hold a bundle)\n"
-        "      --log-level L      error, warn, info or debug (default error)\n"
-        "  -h, --help             this text\n", DS_CHUNK_DEFAULT >> 10);
+        "  -h, --help             this text\n"
+        "\n" CLI_GLOBAL_HELP
+        "\nOld spellings, for one release: --name N, --version V (here the model's; --version\n"
+        "alone will print dspark's version, as everywhere else).\n", DS_CHUNK_DEFAULT >> 10);
 }
 
 /* The model's precision name, e.g. "q4_k_m"; false if it cannot be opened. */
@@ -90,15 +92,20 @@ static bool model_precision(const char *path, char *out, size_t cap)
 
 static int model_pack(int argc, char **argv)
 {
-    enum { O_NAME = 256, O_VERSION, O_SIGNER, O_TO, O_CHUNK, O_PREC, O_LOG };
-    static const struct option opts[] = {
-        { "model", required_argument, 0, 'm' },       { "name", required_argument, 0, O_NAME },
-        { "version", required_argument, 0, O_VERSION }, { "signer", required_argument, 0, O_SIGNER },
-        { "to", required_argument, 0, O_TO },         { "chunk-kb", required_argument, 0, O_CHUNK },
-        { "precision", required_argument, 0, O_PREC }, { "out", required_argument, 0, 'o' },
-        { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
+    enum { O_SIGNER = 256, O_TO, O_CHUNK, O_PREC };
+    static const int common[] = { CLI_F_MODEL, CLI_F_MODEL_NAME, CLI_F_MODEL_VERSION, CLI_F_OUT, 0 };
+    static const struct option own[] = {
+        { "signer", required_argument, 0, O_SIGNER }, { "to", required_argument, 0, O_TO },
+        { "chunk-kb", required_argument, 0, O_CHUNK }, { "precision", required_argument, 0, O_PREC },
         { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "--name", required_argument, CLI_F_MODEL_NAME, "--model-name N", false },
+        { "--version", required_argument, CLI_F_MODEL_VERSION, "--model-version V", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "model pack", common, own, old };
+    struct cli_parser cp;
     struct ds_pack_opts o = { 0 };
     const char *signer_path = NULL, **to = calloc((size_t)argc, sizeof *to);
     size_t n_to = 0;
@@ -107,24 +114,26 @@ static int model_pack(int argc, char **argv)
     int c, ret = 2;
     struct ds_key signer = { 0 }, *nodes = NULL;
     if (!to) return 1;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
+    cli_parser_init(&cp, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&cp)) != CLI_END) {
         switch (c) {
-        case 'm': o.model_path = optarg; break;
-        case O_NAME: o.name = optarg; break;
-        case O_VERSION: o.version = optarg; break;
+        case CLI_STOP: ret = cp.status; goto done;
+        case CLI_F_MODEL: o.model_path = optarg; break;
+        case CLI_F_MODEL_NAME: o.name = optarg; break;
+        case CLI_F_MODEL_VERSION: o.version = optarg; break;
         case O_SIGNER: signer_path = optarg; break;
         case O_TO: to[n_to++] = optarg; break;
         case O_CHUNK: if (!cli_parse_u64("--chunk-kb", optarg, 1, DS_CHUNK_MAX >> 10, &kb)) goto done; break;
         case O_PREC: o.precision = optarg; break;
-        case 'o': o.out_dir = optarg; break;
-        case O_LOG: if (!cli_set_log_level(optarg)) goto done; break;
-        case 'h': pack_usage(stdout); ret = 0; goto done;
-        default: pack_usage(stderr); goto done;
+        case CLI_F_OUT: o.out_dir = optarg; break;
+        case CLI_F_HELP: pack_usage(stdout); ret = 0; goto done;
+        default: goto done;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (!o.model_path || !o.name || !o.version || !signer_path || !n_to || !o.out_dir || optind < argc) {
-        fprintf(stderr, "dspark model pack: need -m, --name, --version, --signer, at least one --to, and -o\n\n");
+    if (!cli_parser_done(&cp)) goto done;
+    if (!o.model_path || !o.name || !o.version || !signer_path || !n_to || !o.out_dir) {
+        fprintf(stderr, "dspark model pack: need -m, --model-name, --model-version, --signer, at least one --to, "
+                "and -o\n\n");
         pack_usage(stderr);
         goto done;
     }
@@ -168,30 +177,35 @@ done:
 static void verify_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark model verify -d DIR --trust SIGNER.pub [--trust ...] [--node NODE.sec [-o FILE]]\n"
+        "usage: dspark model verify -d DIR --trust SIGNER.pub [--trust ...] [--node-key NODE.sec [-o FILE]]\n"
         "\n"
         "Check a bundle here, as a node would: the manifest's signature against the\n"
-        "trusted publisher keys, then every chunk's hash. With --node, also open the\n"
+        "trusted publisher keys, then every chunk's hash. With --node-key, also open the\n"
         "content key and decrypt (MACs, FINAL tag, size, whole-file hash); the model\n"
         "is written to FILE with -o, else checked and discarded.\n"
         "\n"
         "  -d, --dir DIR          the bundle directory (dspark model pack -o DIR)\n"
         "      --trust KEY.pub    a trusted publisher key (repeat for more)\n"
-        "      --node KEY.sec     a node key the bundle should be sealed to\n"
-        "  -o, --out FILE         where to write the decrypted model (needs --node)\n"
-        "      --log-level L      error, warn, info or debug (default error)\n"
-        "  -h, --help             this text\n");
+        "      --node-key KEY.sec a node key the bundle should be sealed to\n"
+        "  -o, --out FILE         where to write the decrypted model (needs --node-key)\n"
+        "  -h, --help             this text\n"
+        "\n" CLI_GLOBAL_HELP
+        "\nOld spelling, for one release: --node KEY.sec (--node names a node elsewhere).\n");
 }
 
 static int model_verify(int argc, char **argv)
 {
-    enum { O_TRUST = 256, O_NODE, O_LOG };
-    static const struct option opts[] = {
-        { "dir", required_argument, 0, 'd' },  { "trust", required_argument, 0, O_TRUST },
-        { "node", required_argument, 0, O_NODE }, { "out", required_argument, 0, 'o' },
-        { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 },
+    enum { O_TRUST = 256, O_NODE };
+    static const int common[] = { CLI_F_DIR, CLI_F_OUT, 0 };
+    static const struct option own[] = {
+        { "trust", required_argument, 0, O_TRUST }, { "node-key", required_argument, 0, O_NODE }, { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "--node", required_argument, O_NODE, "--node-key KEY.sec", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "model verify", common, own, old };
+    struct cli_parser cp;
     const char *dir = NULL, *node_path = NULL, *out = NULL, **trust = calloc((size_t)argc, sizeof *trust);
     size_t n_trust = 0, wire_len = 0;
     char why[DS_WHY_MAX] = "", mpath[4096], cpath[4096], tmp[4096], *wire = NULL;
@@ -199,20 +213,21 @@ static int model_verify(int argc, char **argv)
     struct ds_manifest m = { 0 };
     int c, ret = 2;
     if (!trust) return 1;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "d:o:h", opts, NULL)) != -1) {
+    cli_parser_init(&cp, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&cp)) != CLI_END) {
         switch (c) {
-        case 'd': dir = optarg; break;
+        case CLI_STOP: ret = cp.status; goto done;
+        case CLI_F_DIR: dir = optarg; break;
         case O_TRUST: trust[n_trust++] = optarg; break;
         case O_NODE: node_path = optarg; break;
-        case 'o': out = optarg; break;
-        case O_LOG: if (!cli_set_log_level(optarg)) goto done; break;
-        case 'h': verify_usage(stdout); ret = 0; goto done;
-        default: verify_usage(stderr); goto done;
+        case CLI_F_OUT: out = optarg; break;
+        case CLI_F_HELP: verify_usage(stdout); ret = 0; goto done;
+        default: goto done;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (!dir || !n_trust || (out && !node_path) || optind < argc) {
-        fprintf(stderr, "dspark model verify: need -d DIR and at least one --trust (and --node for -o)\n\n");
+    if (!cli_parser_done(&cp)) goto done;
+    if (!dir || !n_trust || (out && !node_path)) {
+        fprintf(stderr, "dspark model verify: need -d DIR and at least one --trust (and --node-key for -o)\n\n");
         verify_usage(stderr);
         goto done;
     }
@@ -267,17 +282,17 @@ done:
 static void list_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark model list --registry PATH [--model NAME] [--history]\n"
+        "usage: dspark model list --registry PATH [--model-name NAME] [--history]\n"
         "       dspark model list --broker URI [--wait-ms MS]   (every node, from telemetry; see --broker URI --help)\n"
         "\n"
         "Show every version a node's registry holds, with its state; with --history\n"
         "also every state change with its reason, oldest first.\n"
         "\n"
         "      --registry PATH    the node's registry file ([registry] path)\n"
-        "      --model NAME       only this model\n"
+        "      --model-name NAME  only this model (old spelling, for one release: --model NAME)\n"
         "      --history          also print the rollout history and refused manifests\n"
-        "      --log-level L      error, warn, info or debug (default error)\n"
-        "  -h, --help             this text\n");
+        "  -h, --help             this text\n"
+        "\n" CLI_GLOBAL_HELP);
 }
 
 static void fmt_time(int64_t ms, char *buf, size_t cap)
@@ -319,30 +334,36 @@ static int print_event(const struct ds_reg_event *e, void *ud)
 
 static int model_list(int argc, char **argv)
 {
-    enum { O_REG = 256, O_MODEL, O_HISTORY, O_LOG };
-    static const struct option opts[] = {
-        { "registry", required_argument, 0, O_REG }, { "model", required_argument, 0, O_MODEL },
-        { "history", no_argument, 0, O_HISTORY },    { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 },
+    enum { O_REG = 256, O_HISTORY };
+    static const int common[] = { CLI_F_MODEL_NAME, 0 };
+    static const struct option own[] = {
+        { "registry", required_argument, 0, O_REG }, { "history", no_argument, 0, O_HISTORY }, { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "--model", required_argument, CLI_F_MODEL_NAME, "--model-name NAME", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "model list", common, own, old };
+    struct cli_parser p;
     const char *path = NULL, *model = NULL;
     bool history = false;
     int c;
     for (int i = 1; i < argc; i++)            /* every node's versions, from telemetry */
         if (!strcmp(argv[i], "--broker") || !strcmp(argv[i], "-b") || !strncmp(argv[i], "--broker=", 9))
             return cmd_model_list_telemetry(argc, argv);
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_parser_init(&p, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
+        case CLI_STOP: return p.status;
         case O_REG: path = optarg; break;
-        case O_MODEL: model = optarg; break;
+        case CLI_F_MODEL_NAME: model = optarg; break;
         case O_HISTORY: history = true; break;
-        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
-        case 'h': list_usage(stdout); return 0;
-        default: list_usage(stderr); return 2;
+        case CLI_F_HELP: list_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (!path || optind < argc) {
+    if (!cli_parser_done(&p)) return p.status;
+    if (!path) {
         fprintf(stderr, "dspark model list: need --registry PATH\n\n");
         list_usage(stderr);
         return 2;
@@ -395,23 +416,11 @@ static void model_usage(FILE *f)
     fprintf(f, "usage: dspark model SUBCOMMAND [OPTIONS]\n\nsubcommands:\n");
     for (size_t i = 0; i < DS_ARRAY_LEN(model_commands); i++)
         fprintf(f, "  %-10s %s\n", model_commands[i].name, model_commands[i].summary);
-    fprintf(f, "\n'dspark model SUBCOMMAND --help' shows its options.\n");
+    fprintf(f, "\n'dspark model SUBCOMMAND --help' shows its options.\n\n" CLI_GLOBAL_HELP);
 }
 
 int cmd_model(int argc, char **argv)
 {
     ds_log_set(NULL, NULL, DS_LOG_ERROR);   /* each subcommand prints its own reasons */
-    if (argc < 2) {
-        model_usage(stderr);
-        return 2;
-    }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-        model_usage(stdout);
-        return 0;
-    }
-    for (size_t i = 0; i < DS_ARRAY_LEN(model_commands); i++)
-        if (strcmp(argv[1], model_commands[i].name) == 0) return model_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "dspark model: unknown subcommand '%s'\n\n", argv[1]);
-    model_usage(stderr);
-    return 2;
+    return cli_dispatch("dspark model", model_commands, DS_ARRAY_LEN(model_commands), argc, argv, model_usage);
 }

@@ -29,7 +29,7 @@
 #include "ds/msg.h"
 #include "ds/topics.h"
 
-#define MODEL_DEFAULT_URI "tcp://127.0.0.1:1883"
+#define MODEL_DEFAULT_URI CLI_BROKER_DEFAULT
 #define MAX_INBOX         4096
 
 /* ---- an inbox of messages (topic + payload) ---- */
@@ -104,7 +104,7 @@ static double jnum(const cJSON *o, const char *k)
 static void control_usage(FILE *f, const char *cmd)
 {
     fprintf(f,
-        "usage: dspark model %s --signer KEY.sec --name MODEL --version V%s [options]\n"
+        "usage: dspark model %s --signer KEY.sec --model-name MODEL --model-version V%s [options]\n"
         "\n"
         "Sign a '%s' command with the publisher's key and send it to the nodes on\n"
         DS_TOPIC_CONTROL "<NODE|all>; print each node's answer (" DS_TOPIC_ROLLOUT "<node>).\n"
@@ -114,10 +114,10 @@ static void control_usage(FILE *f, const char *cmd)
         "  rollback  V becomes active again (the only way to activate a lower version)\n"
         "\n"
         "  -b, --broker URI       broker (default " MODEL_DEFAULT_URI ")\n"
-        "  -k, --signer FILE      signer secret key (dspark keygen; mode 0600)\n"
-        "  -n, --name MODEL       model name\n"
-        "  -V, --version V        semantic version, e.g. 1.2.0\n"
-        "  -p, --pct P            canary share of clients, 1..100\n"
+        "      --signer FILE      signer secret key (dspark keygen; mode 0600)\n"
+        "      --model-name MODEL model name\n"
+        "      --model-version V  semantic version, e.g. 1.2.0\n"
+        "      --pct P            canary share of clients, 1..100\n"
         "  -N, --node NODE        one node, or all (default all)\n"
         "      --seq N            replay-guard sequence (default: Unix time in microseconds)\n"
         "      --ts MS            signing time, Unix ms (default: now; nodes refuse one outside\n"
@@ -125,23 +125,37 @@ static void control_usage(FILE *f, const char *cmd)
         "      --wait-ms MS       how long to wait for answers (default 15000; all: the whole time)\n"
         "      --print            print the signed message instead of sending it\n"
         "  -h, --help             this text\n"
-        "\n" CLI_MQTT_HELP,
+        "\n" CLI_MQTT_HELP "\n" CLI_GLOBAL_HELP
+        "\nOld spellings, for one release: -k FILE (now --signer), -n/--name (now --model-name),\n"
+        "-V/--version V (now --model-version; --version alone will print dspark's version),\n"
+        "-p P (now --pct; -p is a prompt everywhere else).\n",
         cmd, strcmp(cmd, "canary") ? "" : " --pct P", cmd);
 }
 
 int cmd_model_control(int argc, char **argv)
 {
     const char *cmd = argv[0];
-    enum { O_SEQ = 256, O_WAIT, O_PRINT, O_TS };
-    static const struct option opts[] = {
-        { "broker", required_argument, 0, 'b' }, { "signer", required_argument, 0, 'k' },
-        { "name", required_argument, 0, 'n' },   { "version", required_argument, 0, 'V' },
-        { "pct", required_argument, 0, 'p' },    { "node", required_argument, 0, 'N' },
-        { "seq", required_argument, 0, O_SEQ },  { "wait-ms", required_argument, 0, O_WAIT },
-        { "print", no_argument, 0, O_PRINT },    { "help", no_argument, 0, 'h' },
-        { "ts", required_argument, 0, O_TS },
-        CLI_MQTT_LONG_OPTS,                      { 0, 0, 0, 0 },
+    enum { O_SEQ = 256, O_WAIT, O_PRINT, O_TS, O_SIGNER, O_PCT };
+    static const int common[] = { CLI_F_BROKER, CLI_F_MODEL_NAME, CLI_F_MODEL_VERSION, 0 };
+    static const struct option own[] = {
+        { "signer", required_argument, 0, O_SIGNER }, { "pct", required_argument, 0, O_PCT },
+        { "node", required_argument, 0, 'N' },        { "seq", required_argument, 0, O_SEQ },
+        { "wait-ms", required_argument, 0, O_WAIT },  { "print", no_argument, 0, O_PRINT },
+        { "ts", required_argument, 0, O_TS },         { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "-k", required_argument, O_SIGNER, "--signer FILE", false },
+        { "-n", required_argument, CLI_F_MODEL_NAME, "--model-name MODEL", false },
+        { "--name", required_argument, CLI_F_MODEL_NAME, "--model-name MODEL", false },
+        { "-V", required_argument, CLI_F_MODEL_VERSION, "--model-version V", false },
+        { "--version", required_argument, CLI_F_MODEL_VERSION, "--model-version V", false },
+        { "-p", required_argument, O_PCT, "--pct P", false },
+        { 0, 0, 0, 0, false },
+    };
+    char prog[48];
+    snprintf(prog, sizeof prog, "model %s", cmd);
+    const struct cli_spec spec = { prog, common, own, old };
+    struct cli_parser p;
     const char *uri = MODEL_DEFAULT_URI, *signer = NULL, *name = NULL, *version = NULL, *node = "all";
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
@@ -149,41 +163,35 @@ int cmd_model_control(int argc, char **argv)
     uint64_t pct = 0, seq = 0, wait_ms = 15000, ts_ms = 0;
     bool print = false;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:k:n:V:p:N:h", opts, NULL)) != -1) {
-        int t = cli_mqtt_opt(c, optarg, &tls);
-        if (t < 0) return 2;
-        if (t > 0) continue;
+    cli_parser_init(&p, &spec, argc, argv, &tls);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'b': uri = optarg; break;
-        case 'k': signer = optarg; break;
-        case 'n': name = optarg; break;
-        case 'V': version = optarg; break;
+        case CLI_STOP: return p.status;
+        case CLI_F_BROKER: uri = optarg; break;
+        case O_SIGNER: signer = optarg; break;
+        case CLI_F_MODEL_NAME: name = optarg; break;
+        case CLI_F_MODEL_VERSION: version = optarg; break;
         case 'N': node = optarg; break;
-        case 'p': if (!cli_parse_u64("--pct", optarg, 1, 100, &pct)) return 2; break;
+        case O_PCT: if (!cli_parse_u64("--pct", optarg, 1, 100, &pct)) return 2; break;
         case O_SEQ: if (!cli_parse_u64("--seq", optarg, 1, 9007199254740991ull, &seq)) return 2; break;
         case O_TS: if (!cli_parse_u64("--ts", optarg, 1, 9007199254740991ull, &ts_ms)) return 2; break;
         case O_WAIT: if (!cli_parse_u64("--wait-ms", optarg, 1, 600000, &wait_ms)) return 2; break;
         case O_PRINT: print = true; break;
-        case 'h': control_usage(stdout, cmd); return 0;
-        case ':': fprintf(stderr, "dspark model %s: %s needs a value\n", cmd, argv[optind - 1]); return 2;
-        default: fprintf(stderr, "dspark model %s: unknown option %s\n", cmd, argv[optind - 1]); return 2;
+        case CLI_F_HELP: control_usage(stdout, cmd); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
+    if (!cli_parser_done(&p)) return p.status;
     struct ds_semver sv;
-    const char *bad = optind < argc ? "unexpected argument"
-                    : !signer ? "--signer KEY.sec is required"
-                    : !name || !ds_bundle_name_ok(name) ? "--name MODEL is required (letters, digits, '.', '_', '-')"
-                    : !version || ds_semver_parse(version, &sv) != DS_OK ? "--version must be a semantic version (1.2.0)"
+    const char *bad = !signer ? "--signer KEY.sec is required"
+                    : !name || !ds_bundle_name_ok(name) ? "--model-name MODEL is required (letters, digits, '.', "
+                                                          "'_', '-')"
+                    : !version || ds_semver_parse(version, &sv) != DS_OK ? "--model-version must be a semantic "
+                                                                           "version (1.2.0)"
                     : !strcmp(cmd, "canary") && !pct ? "canary needs --pct 1..100"
                     : strcmp(cmd, "canary") && pct ? "--pct is for canary only"
                     : !*node || strpbrk(node, "/+#") ? "--node must be a node name or all" : NULL;
-    if (bad) {
-        fprintf(stderr, "dspark model %s: %s (see --help)\n", cmd, bad);
-        return 2;
-    }
-    char prog[48];
-    snprintf(prog, sizeof prog, "model %s", cmd);
+    if (bad) return cli_usage_error(prog, "%s", bad);
     if (cli_mqtt_check(prog, uri, &tls) != DS_OK) return 2;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -285,42 +293,36 @@ static void list_usage(FILE *f)
         "version (active, canary with its share, shadow, draining), then each node's\n"
         "downloads (state, bytes, rate and ETA while downloading) and its latest\n"
         "rollout events.\n"
-        "  -b, --broker URI       broker\n"
+        "  -b, --broker URI       broker (default " MODEL_DEFAULT_URI ")\n"
         "      --wait-ms MS       how long to collect telemetry (default 1500)\n"
         "  -h, --help             this text\n"
-        "\n" CLI_MQTT_HELP);
+        "\n" CLI_MQTT_HELP "\n" CLI_GLOBAL_HELP);
 }
 
 int cmd_model_list_telemetry(int argc, char **argv)
 {
     enum { O_WAIT = 256 };
-    static const struct option opts[] = {
-        { "broker", required_argument, 0, 'b' }, { "wait-ms", required_argument, 0, O_WAIT },
-        { "help", no_argument, 0, 'h' },         CLI_MQTT_LONG_OPTS,
-        { 0, 0, 0, 0 },
-    };
+    static const int common[] = { CLI_F_BROKER, 0 };
+    static const struct option own[] = { { "wait-ms", required_argument, 0, O_WAIT }, { 0, 0, 0, 0 } };
+    static const struct cli_spec spec = { "model list", common, own, NULL };
+    struct cli_parser p;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     struct ds_mqtt_tls tls = mo.tls;
-    const char *uri = NULL;
+    const char *uri = MODEL_DEFAULT_URI;
     uint64_t wait_ms = 1500;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:h", opts, NULL)) != -1) {
-        int t = cli_mqtt_opt(c, optarg, &tls);
-        if (t < 0) return 2;
-        if (t > 0) continue;
+    cli_parser_init(&p, &spec, argc, argv, &tls);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'b': uri = optarg; break;
+        case CLI_STOP: return p.status;
+        case CLI_F_BROKER: uri = optarg; break;
         case O_WAIT: if (!cli_parse_u64("--wait-ms", optarg, 1, 600000, &wait_ms)) return 2; break;
-        case 'h': list_usage(stdout); return 0;
-        default: fprintf(stderr, "dspark model list: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        case CLI_F_HELP: list_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (!uri || optind < argc) {
-        fprintf(stderr, "dspark model list: --broker URI is required (see --help)\n");
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     struct inbox b = { .n = 0 };
     pthread_mutex_init(&b.mu, NULL);
     if (cli_mqtt_check("model list", uri, &tls) != DS_OK) return 2;

@@ -35,11 +35,11 @@ static void ppl_usage(FILE *f)
         "      --precision P      fp32 or int8 (default fp32)\n"
         "      --logits-out PATH  every position's logits: int32 n_pos, int32 n_vocab,\n"
         "                         then n_pos rows of n_vocab float32 (little endian)\n"
-        "      --threads N        compute threads (default: one per CPU)\n"
+        "  -t, --threads N        compute threads (default: one per CPU)\n"
         "      --ctx N            most tokens to evaluate (default min(model, 4096))\n"
         "      --batch N          rows per forward pass, 1..4096 (default 256)\n"
-        "      --log-level L      error, warn, info or debug (default warn)\n"
-        "  -h, --help             this text\n");
+        "  -h, --help             this text\n"
+        "\n" CLI_GLOBAL_HELP);
 }
 
 struct ppl_args {
@@ -50,41 +50,41 @@ struct ppl_args {
 
 static int parse_args(int argc, char **argv, struct ppl_args *a)
 {
-    static const struct option lo[] = {
-        { "model", 1, 0, 'm' }, { "tokenizer", 1, 0, 'z' }, { "file", 1, 0, 'f' },
-        { "ids", 1, 0, 'I' }, { "precision", 1, 0, 'P' }, { "logits-out", 1, 0, 'L' },
-        { "threads", 1, 0, 'T' }, { "ctx", 1, 0, 'C' }, { "batch", 1, 0, 'B' },
-        { "log-level", 1, 0, 'l' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+    enum { O_IDS = 256, O_PREC, O_LOGITS, O_CTX, O_BATCH };
+    static const int common[] = { CLI_F_MODEL, CLI_F_TOKENIZER, CLI_F_FILE, CLI_F_THREADS, 0 };
+    static const struct option own[] = {
+        { "ids", required_argument, 0, O_IDS },       { "precision", required_argument, 0, O_PREC },
+        { "logits-out", required_argument, 0, O_LOGITS }, { "ctx", required_argument, 0, O_CTX },
+        { "batch", required_argument, 0, O_BATCH },   { 0, 0, 0, 0 },
     };
+    static const struct cli_spec spec = { "perplexity", common, own, NULL };
+    struct cli_parser p;
     memset(a, 0, sizeof *a);
     a->batch = 256;
     a->precision = DS_PRECISION_FP32;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:z:f:h", lo, NULL)) != -1;) {
+    cli_parser_init(&p, &spec, argc, argv, NULL);
+    for (int c; (c = cli_parser_next(&p)) != CLI_END;) {
         switch (c) {
-        case 'm': a->model = optarg; break;
-        case 'z': a->tok = optarg; break;
-        case 'f': a->text = optarg; break;
-        case 'I': a->ids = optarg; break;
-        case 'L': a->logits_out = optarg; break;
-        case 'P':
+        case CLI_STOP: return p.status;
+        case CLI_F_MODEL: a->model = optarg; break;
+        case CLI_F_TOKENIZER: a->tok = optarg; break;
+        case CLI_F_FILE: a->text = optarg; break;
+        case O_IDS: a->ids = optarg; break;
+        case O_LOGITS: a->logits_out = optarg; break;
+        case O_PREC:
             if ((a->precision = ds_precision_parse(optarg)) < 0) {
                 fprintf(stderr, "dspark: --precision: '%s' is neither fp32 nor int8\n", optarg);
                 return 2;
             }
             break;
-        case 'T': if (!cli_parse_u64("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
-        case 'C': if (!cli_parse_u64("--ctx", optarg, 2, 1u << 20, &a->ctx)) return 2; break;
-        case 'B': if (!cli_parse_u64("--batch", optarg, 1, 4096, &a->batch)) return 2; break;
-        case 'l': if (!cli_set_log_level(optarg)) return 2; break;
-        case 'h': ppl_usage(stdout); return 0;
-        default: ppl_usage(stderr); return 2;
+        case CLI_F_THREADS: if (!cli_parse_u64("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
+        case O_CTX: if (!cli_parse_u64("--ctx", optarg, 2, 1u << 20, &a->ctx)) return 2; break;
+        case O_BATCH: if (!cli_parse_u64("--batch", optarg, 1, 4096, &a->batch)) return 2; break;
+        case CLI_F_HELP: ppl_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "dspark: perplexity: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     if (!a->model || !a->text == !a->ids) {
         fprintf(stderr, "dspark: perplexity: need -m MODEL and one of -f TEXT or --ids FILE\n");
         ppl_usage(stderr);

@@ -22,7 +22,7 @@ static void publish_usage(FILE *f)
 {
     fprintf(f,
         "usage: dspark model publish --dir BUNDLE_DIR --signer-pub FILE [--broker URI] [options]\n"
-        "       dspark model publish --clear --name NAME [--broker URI]\n"
+        "       dspark model publish --clear --model-name NAME [--broker URI]\n"
         "\n"
         "Offer a bundle made by 'dspark model pack' to the nodes: its signed manifest\n"
         "is published retained on " DS_TOPIC_MODELS "<name>/manifest, and the encrypted\n"
@@ -34,15 +34,15 @@ static void publish_usage(FILE *f)
         "is back.\n"
         "\n"
         "  -d, --dir DIR          bundle directory (%s + %s)\n"
-        "  -k, --signer-pub FILE  the signer's public key (dspark keygen --signer)\n"
-        "  -b, --broker URI       broker (default tcp://127.0.0.1:1883)\n"
-        "  -n, --name NAME        model name; must match the bundle's (optional)\n"
+        "      --signer-pub FILE  the signer's public key (dspark keygen --signer)\n"
+        "  -b, --broker URI       broker (default " CLI_BROKER_DEFAULT ")\n"
+        "      --model-name NAME  model name; must match the bundle's (optional)\n"
         "      --client-id ID     MQTT client id (default dspark-publish-<name>-<pid>)\n"
-        "      --clear            remove the retained manifest of --name and exit\n"
+        "      --clear            remove the retained manifest of --model-name and exit\n"
         "      --quiet            no progress lines\n"
-        "      --log-level L      error, warn, info or debug (default info)\n"
         "  -h, --help             this text\n"
-        "\n" CLI_MQTT_HELP,
+        "\n" CLI_MQTT_HELP "\n" CLI_GLOBAL_HELP
+        "\nOld spellings, for one release: -k FILE (now --signer-pub), -n/--name (now --model-name).\n",
         DS_BUNDLE_MANIFEST, DS_BUNDLE_CIPHER);
 }
 
@@ -86,48 +86,48 @@ static void print_progress(struct ds_dist_pub *p, void *ud)
 
 int cmd_model_publish(int argc, char **argv)
 {
-    enum { O_CLIENT = 256, O_CLEAR, O_QUIET, O_LOG };
-    static const struct option opts[] = {
-        { "dir", required_argument, 0, 'd' },    { "signer-pub", required_argument, 0, 'k' },
-        { "broker", required_argument, 0, 'b' }, { "name", required_argument, 0, 'n' },
-        { "client-id", required_argument, 0, O_CLIENT }, { "clear", no_argument, 0, O_CLEAR },
-        { "quiet", no_argument, 0, O_QUIET },   { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },         CLI_MQTT_LONG_OPTS,
+    enum { O_CLIENT = 256, O_CLEAR, O_QUIET, O_SIGNER_PUB };
+    static const int common[] = { CLI_F_DIR, CLI_F_BROKER, CLI_F_MODEL_NAME, 0 };
+    static const struct option own[] = {
+        { "signer-pub", required_argument, 0, O_SIGNER_PUB }, { "client-id", required_argument, 0, O_CLIENT },
+        { "clear", no_argument, 0, O_CLEAR },                 { "quiet", no_argument, 0, O_QUIET },
         { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "-k", required_argument, O_SIGNER_PUB, "--signer-pub FILE", false },
+        { "-n", required_argument, CLI_F_MODEL_NAME, "--model-name NAME", false },
+        { "--name", required_argument, CLI_F_MODEL_NAME, "--model-name NAME", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "model publish", common, own, old };
+    struct cli_parser cp;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     struct ds_mqtt_tls tls = mo.tls;
-    struct ds_dist_pub_opts o = { .uri = "tcp://127.0.0.1:1883", .tls = &tls };
+    struct ds_dist_pub_opts o = { .uri = CLI_BROKER_DEFAULT, .tls = &tls };
     bool clear = false, quiet = false;
     int c;
-    optind = 1;
     ds_log_set(NULL, NULL, DS_LOG_INFO);
-    while ((c = getopt_long(argc, argv, "d:k:b:n:h", opts, NULL)) != -1) {
-        int t = cli_mqtt_opt(c, optarg, &tls);
-        if (t < 0) return 2;
-        if (t > 0) continue;
+    cli_parser_init(&cp, &spec, argc, argv, &tls);
+    while ((c = cli_parser_next(&cp)) != CLI_END) {
         switch (c) {
-        case 'd': o.bundle_dir = optarg; break;
-        case 'k': o.signer_pub = optarg; break;
-        case 'b': o.uri = optarg; break;
-        case 'n': o.name = optarg; break;
+        case CLI_STOP: return cp.status;
+        case CLI_F_DIR: o.bundle_dir = optarg; break;
+        case O_SIGNER_PUB: o.signer_pub = optarg; break;
+        case CLI_F_BROKER: o.uri = optarg; break;
+        case CLI_F_MODEL_NAME: o.name = optarg; break;
         case O_CLIENT: o.client_id = optarg; break;
         case O_CLEAR: clear = true; break;
         case O_QUIET: quiet = true; break;
-        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
-        case 'h': publish_usage(stdout); return 0;
-        default: publish_usage(stderr); return 2;
+        case CLI_F_HELP: publish_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "dspark model publish: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    if (!cli_parser_done(&cp)) return cp.status;
     if (cli_mqtt_check("model publish", o.uri, &tls) != DS_OK) return 2;
     if (clear) {
         if (!o.name || !ds_bundle_name_ok(o.name)) {
-            fprintf(stderr, "dspark model publish: --clear needs --name NAME (a model name)\n");
+            fprintf(stderr, "dspark model publish: --clear needs --model-name NAME\n");
             return 2;
         }
         enum ds_err rc = ds_dist_unpublish(o.uri, &tls, o.name, 10000);

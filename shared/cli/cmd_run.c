@@ -33,13 +33,13 @@ static void run_usage(FILE *f)
         "  -p, --prompt TEXT      prompt (default: empty); BOS first if the model wants it\n"
         "      --chat             send -p as one user message, laid out by the model's chat\n"
         "                         template (GGUF tokenizer.chat_template; printed as sent)\n"
-        "  -n, --tokens N         tokens to generate after the prompt (default 256)\n"
+        "  -n, --n-predict N      tokens to generate after the prompt (default 256)\n"
         "      --temp T           temperature, 0 = greedy (default 0)\n"
         "      --top-p P          nucleus sampling cut, (0, 1] (default 1 = off)\n"
         "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
-        "      --seed S           random seed (default 0); same seed, same text\n"
+        "  -s, --seed S           random seed (default 0); same seed, same text\n"
         "      --precision P      fp32 or int8 (default fp32)\n"
-        "      --threads N        compute threads (default: one per CPU)\n"
+        "  -t, --threads N        compute threads (default: one per CPU)\n"
         "      --kernel NAME      force a kernel variant: ref, avx2, avxvnni, avx512vnni, neon, neondot\n"
         "      --ctx N            context length to allocate (default min(model, 4096))\n"
         "      --kv T             KV cache: f32 (default) or f16 (half the memory; keys and\n"
@@ -47,12 +47,12 @@ static void run_usage(FILE *f)
         "      --draft MODEL|int8 speculative decoding with this draft: int8 = an INT8\n"
         "                         copy of the target; or a model with the same vocabulary\n"
         "                         (run in INT8)\n"
-        "  -k, --spec-k K         drafts per round, 1..16 (default 8; adapts within 1..K)\n"
+        "      --spec-k K         drafts per round, 1..16 (default 8; adapts within 1..K)\n"
         "      --fixed-k          keep k at K instead of adapting it\n"
-        "      --log-level L      error, warn, info or debug (default warn)\n"
         "  -h, --help             this text\n"
-        "\n"
-        "Note: -n counts generated tokens only; llama2.c's run -n counts the prompt too.\n");
+        "\n" CLI_GLOBAL_HELP "\n"
+        "Note: -n counts generated tokens only; llama2.c's run -n counts the prompt too.\n"
+        "Old spellings, for one release: -k K (now --spec-k K), --tokens N (now -n N).\n");
 }
 
 struct run_args {
@@ -65,30 +65,35 @@ struct run_args {
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
-    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_SEED, O_PREC, O_THREADS, O_KERNEL, O_CTX, O_LOG, O_DRAFT, O_FIXED,
-           O_CHAT, O_KV };
-    static const struct option opts[] = {
-        { "model", required_argument, 0, 'm' },     { "tokenizer", required_argument, 0, 'z' },
-        { "prompt", required_argument, 0, 'p' },    { "tokens", required_argument, 0, 'n' },
+    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_PREC, O_KERNEL, O_CTX, O_DRAFT, O_FIXED, O_CHAT, O_KV, O_SPEC_K };
+    static const int common[] = { CLI_F_MODEL, CLI_F_TOKENIZER, CLI_F_PROMPT, CLI_F_N_PREDICT, CLI_F_SEED,
+                                  CLI_F_THREADS, 0 };
+    static const struct option own[] = {
         { "temp", required_argument, 0, O_TEMP },   { "top-p", required_argument, 0, O_TOPP },
-        { "top-k", required_argument, 0, O_TOPK },  { "seed", required_argument, 0, O_SEED },
-        { "precision", required_argument, 0, O_PREC }, { "threads", required_argument, 0, O_THREADS },
+        { "top-k", required_argument, 0, O_TOPK },  { "precision", required_argument, 0, O_PREC },
         { "kernel", required_argument, 0, O_KERNEL }, { "ctx", required_argument, 0, O_CTX },
-        { "log-level", required_argument, 0, O_LOG }, { "help", no_argument, 0, 'h' },
-        { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, 'k' },
+        { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, O_SPEC_K },
         { "fixed-k", no_argument, 0, O_FIXED },     { "chat", no_argument, 0, O_CHAT },
         { "kv", required_argument, 0, O_KV },
         { 0, 0, 0, 0 },
     };
+    static const struct cli_old old[] = {
+        { "-k", required_argument, O_SPEC_K, "--spec-k K", false },
+        { "--tokens", required_argument, CLI_F_N_PREDICT, "-n/--n-predict N", false },
+        { 0, 0, 0, 0, false },
+    };
+    static const struct cli_spec spec = { "run", common, own, old };
+    struct cli_parser p;
     uint64_t u;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:z:p:n:k:h", opts, NULL)) != -1) {
+    cli_parser_init(&p, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'm': a->model = optarg; break;
-        case 'z': a->tok = optarg; break;
-        case 'p': a->prompt = optarg; break;
-        case 'n': if (!cli_parse_u64("-n", optarg, 0, 1u << 20, &a->n)) return 2; break;
+        case CLI_STOP: return p.status ? p.status : 1;
+        case CLI_F_MODEL: a->model = optarg; break;
+        case CLI_F_TOKENIZER: a->tok = optarg; break;
+        case CLI_F_PROMPT: a->prompt = optarg; break;
+        case CLI_F_N_PREDICT: if (!cli_parse_u64("-n", optarg, 0, 1u << 20, &a->n)) return 2; break;
         case O_TEMP: if (!cli_parse_f32("--temp", optarg, 0.0f, 100.0f, &a->sp.temperature)) return 2; break;
         case O_TOPP:
             if (!cli_parse_f32("--top-p", optarg, 1e-6f, 1.0f, &a->sp.top_p)) return 2;
@@ -97,14 +102,14 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             if (!cli_parse_u64("--top-k", optarg, 0, 1u << 20, &u)) return 2;
             a->sp.top_k = (uint32_t)u;
             break;
-        case O_SEED: if (!cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &a->sp.seed)) return 2; break;
+        case CLI_F_SEED: if (!cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &a->sp.seed)) return 2; break;
         case O_PREC:
             if ((a->precision = ds_precision_parse(optarg)) < 0) {
                 fprintf(stderr, "dspark: --precision: '%s' is not fp32 or int8\n", optarg);
                 return 2;
             }
             break;
-        case O_THREADS: if (!cli_parse_u64("--threads", optarg, 1, 256, &a->threads)) return 2; break;
+        case CLI_F_THREADS: if (!cli_parse_u64("--threads", optarg, 1, 256, &a->threads)) return 2; break;
         case O_KERNEL: a->kernel = optarg; break;
         case O_CTX: if (!cli_parse_u64("--ctx", optarg, 1, 1u << 20, &a->ctx)) return 2; break;
         case O_KV:
@@ -113,21 +118,17 @@ static int parse_args(int argc, char **argv, struct run_args *a)
                 return 2;
             }
             break;
-        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
         case O_DRAFT: a->draft = optarg; break;
-        case 'k': if (!cli_parse_u64("-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
+        case O_SPEC_K: if (!cli_parse_u64("--spec-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
         case O_FIXED: a->fixed_k = true; break;
         case O_CHAT: a->chat = true; break;
-        case 'h': run_usage(stdout); return 1;
-        default: run_usage(stderr); return 2;
+        case CLI_F_HELP: run_usage(stdout); return 1;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "dspark run: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     if (!a->draft && (a->k || a->fixed_k)) {
-        fprintf(stderr, "dspark run: -k and --fixed-k need --draft MODEL|int8\n");
+        fprintf(stderr, "dspark run: --spec-k and --fixed-k need --draft MODEL|int8\n");
         return 2;
     }
     if (!a->model) {

@@ -31,9 +31,8 @@ static void tokenize_usage(FILE *f)
         "  -f, --file FILE     read the text from FILE (as it is, newlines included)\n"
         "      --ids           print only the ids, as one list: [1, 2, 3]\n"
         "      --bos           start with BOS (when the vocabulary has one)\n"
-        "      --log-level L   error, warn (default), info or debug\n"
         "  -h, --help          this text\n"
-        "\n"
+        "\n" CLI_GLOBAL_HELP "\n"
         "Special tokens written in the text (\"<|endoftext|>\") are encoded as text.\n");
 }
 
@@ -44,31 +43,28 @@ struct tokenize_args {
 
 static int parse_args(int argc, char **argv, struct tokenize_args *a)
 {
-    enum { O_IDS = 256, O_BOS, O_LOG };
-    static const struct option opts[] = {
-        { "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
-        { "file", required_argument, 0, 'f' },  { "ids", no_argument, 0, O_IDS },
-        { "bos", no_argument, 0, O_BOS },       { "log-level", required_argument, 0, O_LOG },
-        { "help", no_argument, 0, 'h' },        { 0, 0, 0, 0 },
+    enum { O_IDS = 256, O_BOS };
+    static const int common[] = { CLI_F_MODEL, CLI_F_PROMPT, CLI_F_FILE, 0 };
+    static const struct option own[] = {
+        { "ids", no_argument, 0, O_IDS }, { "bos", no_argument, 0, O_BOS }, { 0, 0, 0, 0 },
     };
+    static const struct cli_spec spec = { "tokenize", common, own, NULL };
+    struct cli_parser p;
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:h", opts, NULL)) != -1) {
+    cli_parser_init(&p, &spec, argc, argv, NULL);
+    while ((c = cli_parser_next(&p)) != CLI_END) {
         switch (c) {
-        case 'm': a->model = optarg; break;
-        case 'p': a->prompt = optarg; break;
-        case 'f': a->file = optarg; break;
+        case CLI_STOP: return p.status ? p.status : 1;
+        case CLI_F_MODEL: a->model = optarg; break;
+        case CLI_F_PROMPT: a->prompt = optarg; break;
+        case CLI_F_FILE: a->file = optarg; break;
         case O_IDS: a->ids_only = true; break;
         case O_BOS: a->bos = true; break;
-        case O_LOG: if (!cli_set_log_level(optarg)) return 2; break;
-        case 'h': tokenize_usage(stdout); return 1;
-        default: tokenize_usage(stderr); return 2;
+        case CLI_F_HELP: tokenize_usage(stdout); return 1;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "dspark tokenize: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    if (!cli_parser_done(&p)) return p.status;
     if (!a->model) {
         fprintf(stderr, "dspark tokenize: -m MODEL is required\n");
         return 2;

@@ -28,7 +28,7 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 static void top_usage(FILE *f)
 {
     fprintf(f,
-        "usage: dspark top -b BROKER [--interval-ms MS] [broker security]\n"
+        "usage: dspark top [-b BROKER] [--interval-ms MS] [broker security]\n"
         "\n"
         "A live view of the fleet: one line per node (role, state, requests/s,\n"
         "tokens/s, queue per tier, p50/p99 total latency over the last 60 s,\n"
@@ -39,10 +39,11 @@ static void top_usage(FILE *f)
         "keys:  n sort by name   r by requests/s   t by tokens/s   p by p99\n"
         "       e edges only     c centers only    a all roles     q quit\n"
         "\n"
-        "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://)\n"
+        "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://; default " CLI_BROKER_DEFAULT ")\n"
         "      --interval-ms MS redraw period (default 1000)\n"
-        "  -u USER              the same as --username USER\n"
-        "\n" CLI_MQTT_HELP);
+        "  -u USER              the same as --username USER (old spelling, for one release: --user)\n"
+        "  -h, --help           this text\n"
+        "\n" CLI_MQTT_HELP "\n" CLI_GLOBAL_HELP);
 }
 
 enum sort_key { SORT_NAME, SORT_REQ, SORT_TOK, SORT_P99 };
@@ -162,39 +163,34 @@ static void draw(struct fleet *f, char role_filter)
 
 int cmd_top(int argc, char **argv)
 {
-    enum { O_INTERVAL = 256 };
-    static const struct option opts[] = {
-        { "broker", required_argument, 0, 'b' },      { "user", required_argument, 0, 'u' },
-        { "password", required_argument, 0, 'P' },    { "interval-ms", required_argument, 0, O_INTERVAL },
-        { "help", no_argument, 0, 'h' },              CLI_MQTT_LONG_OPTS,
-        { 0, 0, 0, 0 },
+    enum { O_INTERVAL = 256, O_USER };
+    static const int common[] = { CLI_F_BROKER, 0 };
+    static const struct option own[] = { { "interval-ms", required_argument, 0, O_INTERVAL }, { 0, 0, 0, 0 } };
+    static const struct cli_old old[] = {
+        { "--user", required_argument, O_USER, "-u/--username USER", false },
+        { 0, 0, 0, 0, false },
     };
-    const char *uri = NULL;
+    static const struct cli_spec spec = { "top", common, own, old };
+    struct cli_parser cp;
+    const char *uri = CLI_BROKER_DEFAULT;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     struct ds_mqtt_tls tls = mo.tls;
     uint64_t interval_ms = 1000;
-    int c, taken;
+    int c;
     ds_log_set(NULL, NULL, DS_LOG_WARN);    /* the connection's lost/back lines, not info */
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:u:P:h", opts, NULL)) != -1) {
-        if ((taken = cli_mqtt_opt(c, optarg, &tls)) != 0) {
-            if (taken < 0) return 2;
-            continue;
-        }
+    cli_parser_init(&cp, &spec, argc, argv, &tls);
+    while ((c = cli_parser_next(&cp)) != CLI_END) {
         switch (c) {
-        case 'b': uri = optarg; break;
-        case 'u': tls.username = optarg; break;
-        case 'P': return cli_password_flag("top");
+        case CLI_STOP: return cp.status;
+        case CLI_F_BROKER: uri = optarg; break;
+        case O_USER: tls.username = optarg; break;
         case O_INTERVAL: if (!cli_parse_u64("--interval-ms", optarg, 100, 60000, &interval_ms)) return 2; break;
-        case 'h': top_usage(stdout); return 0;
-        default: fprintf(stderr, "dspark top: bad option %s (see --help)\n", argv[optind - 1]); return 2;
+        case CLI_F_HELP: top_usage(stdout); return 0;
+        default: return 2;   /* not reached: the parser returns only the codes above */
         }
     }
-    if (!uri || optind < argc) {
-        fprintf(stderr, "dspark top: -b BROKER is required (see --help)\n");
-        return 2;
-    }
+    if (!cli_parser_done(&cp)) return cp.status;
     struct fleet *f = fleet_open("top", uri, &tls);
     if (!f) return 1;
     signal(SIGINT, on_signal);

@@ -26,12 +26,18 @@ static const struct cli_command commands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dspark COMMAND [OPTIONS]\n\ncommands:\n");
+    fprintf(f, "usage: dspark [GLOBAL OPTIONS] COMMAND [OPTIONS]\n\ncommands:\n");
     for (size_t i = 0; i < DS_ARRAY_LEN(commands); i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\noptions before COMMAND:\n  --log-format text|json   log lines as text (default) or one JSON object each\n");
-    fprintf(f, "\n'dspark COMMAND --help' shows a command's options.\n"
-               "'dspark --version' prints the version.\n");
+    fprintf(f, "\n" CLI_GLOBAL_HELP);
+    fprintf(f, "\nflags that every command taking them spells and means the same way:\n"
+               "  -m, --model PATH       a model file        --model-name NAME  a served model's name\n"
+               "  -b, --broker URI       MQTT broker (default " CLI_BROKER_DEFAULT ")\n"
+               "  -p, --prompt TEXT      -n, --n-predict N   -s, --seed S       -t, --threads N\n"
+               "  -f, --file FILE        -o, --out PATH      -d, --dir DIR      -z, --tokenizer PATH\n"
+               "Old spellings (infer -m NAME, -c N; run -k K; model -n NAME, -p PCT, -k FILE, ...)\n"
+               "still work for one release, with one line on stderr naming the new spelling.\n");
+    fprintf(f, "\n'dspark COMMAND --help' shows a command's options.\n");
 }
 
 bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -78,30 +84,6 @@ bool cli_set_log_level(const char *s)
 int main(int argc, char **argv)
 {
     int fmt = ds_log_format_parse(getenv("DS_LOG_FORMAT"));
-    if (argc >= 3 && strcmp(argv[1], "--log-format") == 0) {
-        if ((fmt = ds_log_format_parse(argv[2])) < 0) {
-            fprintf(stderr, "dspark: --log-format: '%s' is not text or json\n", argv[2]);
-            return 2;
-        }
-        argc -= 2;
-        argv += 2;
-    }
     ds_log_set_format(fmt < 0 ? DS_LOG_FORMAT_TEXT : (enum ds_log_format)fmt, "dspark", NULL);
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("dspark %s\n", DS_VERSION);
-        return 0;
-    }
-    for (size_t i = 0; i < DS_ARRAY_LEN(commands); i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "dspark: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return cli_dispatch("dspark", commands, DS_ARRAY_LEN(commands), argc, argv, usage);
 }

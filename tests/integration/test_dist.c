@@ -633,8 +633,8 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     char sec[4300], uri[64];
     snprintf(sec, sizeof sec, "%s.sec", g.signer);
     snprintf(uri, sizeof uri, "%s", tb_broker_uri(g.broker));
-    char *pargv[] = { bin, "model", "promote", "--broker", uri, "--signer", sec, "--name", MODEL,
-                      "--version", "1.0.0", "--node", "edge-b", NULL };
+    char *pargv[] = { bin, "model", "promote", "--broker", uri, "--signer", sec, "--model-name", MODEL,
+                      "--model-version", "1.0.0", "--node", "edge-b", NULL };
     pid_t prom;
     int pst;
     assert_int_equal(posix_spawn(&prom, bin, NULL, NULL, pargv, environ), 0);
@@ -710,7 +710,8 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     assert_int_equal(waitpid(pub, &st, 0), pub);
     live_del(pub);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    char *clear[] = { bin, "model", "publish", "--clear", "--name", MODEL, "--broker", (char *)tb_broker_uri(g.broker), NULL };
+    char *clear[] = { bin, "model", "publish", "--clear", "--model-name", MODEL, "--broker",
+                      (char *)tb_broker_uri(g.broker), NULL };
     assert_int_equal(posix_spawn(&pub, bin, NULL, NULL, clear, environ), 0);
     assert_int_equal(waitpid(pub, &st, 0), pub);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -743,8 +744,8 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     static const struct { const char *args[4]; int status; const char *says; } cli[] = {
         { { "--help" }, 0, NULL },
         { { "--dir", "/nonexistent" }, 2, "--signer-pub are required" },
-        { { "--clear" }, 2, "--clear needs --name" },
-        { { "--bogus" }, 2, "usage:" },
+        { { "--clear" }, 2, "--clear needs --model-name" },
+        { { "--bogus" }, 2, "unknown option '--bogus' (see 'dspark model publish --help')" },
         { { NULL }, 1, "hash mismatch" },       /* --dir TAMPERED --signer-pub KEY, added below */
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cli); i++) {

@@ -134,8 +134,8 @@ static char *cli_out(void)
 /* A signed command to NODE, answered ok. */
 static void command(const char *cmd, const char *version, const char *extra)
 {
-    int st = cli("%s -b %s -k '%s' -n stories -V %s -N " NODE " %s", cmd, tb_broker_uri(g.broker), g.signer, version,
-                 extra ? extra : "");
+    int st = cli("%s -b %s --signer '%s' --model-name stories --model-version %s -N " NODE " %s", cmd,
+                 tb_broker_uri(g.broker), g.signer, version, extra ? extra : "");
     char *out = cli_out();
     if (st != 0) fail_msg("dspark model %s %s: exit %d: %s", cmd, version, st, out);
     free(out);
@@ -144,7 +144,8 @@ static void command(const char *cmd, const char *version, const char *extra)
 /* The signed envelope of a command, not sent. OWNED. */
 static char *envelope(const char *cmd, const char *version, const char *key)
 {
-    assert_int_equal(cli("%s -k '%s' -n stories -V %s -N " NODE " --print", cmd, key, version), 0);
+    assert_int_equal(cli("%s --signer '%s' --model-name stories --model-version %s -N " NODE " --print", cmd, key,
+                         version), 0);
     char *s = cli_out();
     s[strcspn(s, "\n")] = '\0';
     return s;
@@ -157,7 +158,8 @@ static char *envelope_at(const char *cmd, const char *version, const char *targe
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     long long ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + (long long)offset_s * 1000;
-    assert_int_equal(cli("%s -k '%s' -n stories -V %s -N %s --ts %lld --print", cmd, g.signer, version, target, ms),
+    assert_int_equal(cli("%s --signer '%s' --model-name stories --model-version %s -N %s --ts %lld --print", cmd,
+                         g.signer, version, target, ms),
                      0);
     char *s = cli_out();
     s[strcspn(s, "\n")] = '\0';
@@ -571,7 +573,7 @@ static void test_rollout_hot_swaps_under_load(void **state)
 static void test_rollout_canary_20pct(void **state)
 {
     (void)state;
-    command("canary", "1.1.0", "-p 20");
+    command("canary", "1.1.0", "--pct 20");
     enum { CLIENTS = 1000, BATCH = 100 };
     static char first[CLIENTS][16];
     int to_new = 0;
@@ -683,7 +685,7 @@ static void test_rollout_slow_version_rolled_back(void **state)
 {
     (void)state;
     int from = n_msgs();
-    command("canary", "1.2.0", "-p 50");
+    command("canary", "1.2.0", "--pct 50");
     enum { N = 40 };
     for (int i = 0; i < N; i++) {
         char id[32], cl[32];
@@ -759,7 +761,7 @@ static void test_rollout_failing_version_rolled_back(void **state)
 {
     (void)state;
     int from = n_msgs();
-    command("canary", "1.4.0", "-p 50");
+    command("canary", "1.4.0", "--pct 50");
     enum { N = 40 };
     int failed = 0;
     for (int i = 0; i < N; i++) {
@@ -805,7 +807,8 @@ static void test_rollout_promote_refused_when_registry_unwritable(void **state)
     sqlite3 *db;
     assert_int_equal(sqlite3_open(g.reg, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
-    int st = cli("promote -b %s -k '%s' -n stories -V 1.1.0 -N " NODE, tb_broker_uri(g.broker), g.signer);
+    int st = cli("promote -b %s --signer '%s' --model-name stories --model-version 1.1.0 -N " NODE,
+                 tb_broker_uri(g.broker), g.signer);
     char *out = cli_out();
     printf("promote with the registry locked: exit %d: %s", st, out);
     assert_int_equal(st, 3);                                 /* a node refused */

@@ -41,8 +41,8 @@ static int infer(const char *args, char **err, double *ms)
 {
     char errpath[700], cmd[8192];
     snprintf(errpath, sizeof errpath, "%s/infer.err", g_env.dir);
-    snprintf(cmd, sizeof cmd, "%s/shared/dspark infer -m stories -p 'Once upon a time' -n 8 --timeout-ms 60000 "
-             "--connect-timeout-ms 8000 %s 2>%s", DS_BUILD_DIR, args, errpath);
+    snprintf(cmd, sizeof cmd, "%s/shared/dspark infer --model-name stories -p 'Once upon a time' -n 8 "
+             "--timeout-ms 60000 --connect-timeout-ms 8000 %s 2>%s", DS_BUILD_DIR, args, errpath);
     int st = -1;
     double t0 = ds_now_ms();
     char *out = tu_run(cmd, &st);
@@ -83,7 +83,7 @@ static void test_infer_ok(void **state)
     snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
     sec_write_secret(pw, "pw-dev-1");
     /* Server-verified TLS, username + password file. */
-    snprintf(args, sizeof args, "-H %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
+    snprintf(args, sizeof args, "-b %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
     char *err;
     double ms;
     int st = infer(args, &err, &ms);
@@ -91,7 +91,7 @@ static void test_infer_ok(void **state)
     assert_int_equal(st, 0);
     free(err);
     /* Mutual TLS: dev-2's certificate is its identity. */
-    snprintf(args, sizeof args, "-H %s --cafile %s --certfile %s/dev-2.crt --keyfile %s/dev-2.key", g_env.mtls_uri,
+    snprintf(args, sizeof args, "-b %s --cafile %s --certfile %s/dev-2.crt --keyfile %s/dev-2.key", g_env.mtls_uri,
              g_ca, g_env.pki, g_env.pki);
     st = infer(args, &err, &ms);
     printf("mutual TLS:     exit %d in %.0f ms: %s", st, ms, err);
@@ -112,20 +112,20 @@ static void test_infer_failures(void **state)
     chmod(openpw, 0644);
     const char *login = "--username dev-1 --password-file";
 
-    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.tls_uri, g_other_ca, login, pw);
+    snprintf(args, sizeof args, "-b %s --cafile %s %s %s", g_env.tls_uri, g_other_ca, login, pw);
     expect_one_line("wrong CA", args, "(wrong cafile?)");
-    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.expired_uri, g_ca, login, pw);
+    snprintf(args, sizeof args, "-b %s --cafile %s %s %s", g_env.expired_uri, g_ca, login, pw);
     expect_one_line("expired certificate", args, "certificate has expired");
-    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.wronghost_uri, g_ca, login, pw);
+    snprintf(args, sizeof args, "-b %s --cafile %s %s %s", g_env.wronghost_uri, g_ca, login, pw);
     expect_one_line("wrong hostname", args, "does not name this host");
-    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.tls_uri, g_ca, login, badpw);
+    snprintf(args, sizeof args, "-b %s --cafile %s %s %s", g_env.tls_uri, g_ca, login, badpw);
     expect_one_line("wrong password", args, "refused by the broker");
-    snprintf(args, sizeof args, "-H %s %s %s", g_env.tls_uri, login, pw);
+    snprintf(args, sizeof args, "-b %s %s %s", g_env.tls_uri, login, pw);
     expect_one_line("TLS URI without CA", args, "no CA is set");
-    snprintf(args, sizeof args, "-H %s --cafile %s %s %s", g_env.tls_uri, g_ca, login, openpw);
+    snprintf(args, sizeof args, "-b %s --cafile %s %s %s", g_env.tls_uri, g_ca, login, openpw);
     expect_one_line("password file 0644", args, "readable or writable by group or others");
     /* mTLS with a certificate from another CA: the broker refuses it. */
-    snprintf(args, sizeof args, "-H %s --cafile %s --certfile %s/other-ca.crt --keyfile %s/other-ca.key",
+    snprintf(args, sizeof args, "-b %s --cafile %s --certfile %s/other-ca.crt --keyfile %s/other-ca.key",
              g_env.mtls_uri, g_ca, g_env.pki, g_env.pki);
     expect_one_line("unknown client cert", args, "TLS");
 }
@@ -211,8 +211,8 @@ static void test_acl_refusals(void **state)
     snprintf(login, sizeof login, "-b %s --cafile %s --username ops --password-file %s", g_env.tls_uri, g_ca, pw);
     int st;
     snprintf(cmd, sizeof cmd, "mkdir -p %s && %s/shared/dspark keygen --signer -o %s/signer >/dev/null && "
-             "%s/shared/dspark keygen --node -o %s/node >/dev/null && %s/shared/dspark model pack -m %s --name "
-             "stories --version 9.0.0 --signer %s/signer.sec --to %s/node.pub -o %s 2>/dev/null", keys,
+             "%s/shared/dspark keygen --node -o %s/node >/dev/null && %s/shared/dspark model pack -m %s --model-name "
+             "stories --model-version 9.0.0 --signer %s/signer.sec --to %s/node.pub -o %s 2>/dev/null", keys,
              DS_BUILD_DIR, keys, DS_BUILD_DIR, keys, DS_BUILD_DIR, tu_model("stories260K.gguf"), keys, keys, bundle);
     free(tu_run(cmd, &st));
     assert_int_equal(st, 0);
@@ -220,14 +220,15 @@ static void test_acl_refusals(void **state)
     static const struct {
         const char *what, *args, *want;
     } cases[] = {
-        { "infer", "infer -m stories -p x --timeout-ms 60000",
+        { "infer", "infer --model-name stories -p x --timeout-ms 60000",
           "dspark infer: the broker refused the request (Not authorized): may this identity publish to "
           DS_TOPIC_INFER "stories?" },
-        { "model promote", "model promote -k %1$s/signer.sec -n stories --version 9.0.0 --node edge-1 --wait-ms 60000",
+        { "model promote", "model promote --signer %1$s/signer.sec --model-name stories --model-version 9.0.0 "
+          "--node edge-1 --wait-ms 60000",
           "dspark model promote: the broker refused the command on " DS_TOPIC_CONTROL "edge-1 (Not authorized)" },
-        { "model publish --clear", "model publish --clear --name stories",
+        { "model publish --clear", "model publish --clear --model-name stories",
           "refused to clear the manifest of stories: may this identity publish to " DS_TOPIC_MODELS "stories/manifest?" },
-        { "model publish", "model publish -d %2$s -k %1$s/signer.pub --quiet --log-level error",
+        { "model publish", "model publish -d %2$s --signer-pub %1$s/signer.pub --quiet --log-level error",
           "the broker refused the manifest on " DS_TOPIC_MODELS "stories/manifest (Not authorized)" },
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
@@ -343,7 +344,7 @@ static void test_edge_password(void **state)
     snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
     sec_write_secret(pw, "pw-dev-1");
     assert_true(node_online("edge-1"));
-    snprintf(args, sizeof args, "-H %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
+    snprintf(args, sizeof args, "-b %s --cafile %s --username dev-1 --password-file %s", g_env.tls_uri, g_ca, pw);
     char *err;
     double ms;
     int st = infer(args, &err, &ms);
@@ -390,8 +391,9 @@ static void test_edge_center_refused(void **state)
     assert_true(it_log_wait(g_env.dir, "edge-9", "center center-1 is online", 1, 20000));
     snprintf(pw, sizeof pw, "%s/dev-1.pw", g_env.dir);
     sec_write_secret(pw, "pw-dev-1");
-    snprintf(args, sizeof args, "%s/shared/dspark infer -b %s --cafile %s --username dev-1 --password-file %s -m "
-             "stories9 -p 'Once upon a time' -n 8 --route center --timeout-ms 60000 2>&1 >/dev/null", DS_BUILD_DIR,
+    snprintf(args, sizeof args, "%s/shared/dspark infer -b %s --cafile %s --username dev-1 --password-file %s "
+             "--model-name stories9 -p 'Once upon a time' -n 8 --route center --timeout-ms 60000 2>&1 >/dev/null",
+             DS_BUILD_DIR,
              g_env.tls_uri, g_ca, pw);
     int st[2];
     char *out[2];

@@ -329,7 +329,8 @@ static char *write_file(void **state, const char *name, const char *text)
 static void test_cli_infer_text(void **state)
 {
     struct fx *f = *state;
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "-p", "world", NULL });
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "tiny", "-p", "world",
+                                                 NULL });
     assert_int_equal(o.rc, 0);
     assert_string_equal(o.out, "Hello world\n");
     ASSERT_CONTAINS(o.err, "finish: stop; tokens: 3 prompt + 2 completion; served by test-edge "
@@ -350,7 +351,7 @@ static void test_cli_infer_stream_fields(void **state)
 {
     struct fx *f = *state;
     struct cli_out o = run_cli((const char *[]){
-        "infer", "--host", uri(state), "--model", "tiny", "--prompt", "streamed world", "--stream",
+        "infer", "--broker", uri(state), "--model-name", "tiny", "--prompt", "streamed world", "--stream",
         "-n", "7", "--temp", "0.5", "--top-p", "0.9", "--top-k", "40", "--seed",
         "18446744073709551615", "--priority", "high", "--deadline-ms", "2500", "--route", "edge",
         "--id", "my-id-1", "--timeout-ms", "10000", NULL });
@@ -382,7 +383,8 @@ static void test_cli_infer_stream_fields(void **state)
 static void test_cli_infer_messages(void **state)
 {
     struct fx *f = *state;
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "--message", "system:Be brief.",
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "tiny",
+                                                 "--message", "system:Be brief.",
                                                  "-M", "user:Hi", "--message", "assistant:", "--message",
                                                  "user:What is 2:3?", NULL });
     assert_int_equal(o.rc, 0);
@@ -404,7 +406,7 @@ static void test_cli_infer_messages(void **state)
 
 static void test_cli_infer_json(void **state)
 {
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "-p", "j",
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "tiny", "-p", "j",
                                                  "--stream", "--json", "--id", "json-1", NULL });
     assert_int_equal(o.rc, 0);
     char *nl = strchr(o.out, '\n');
@@ -421,7 +423,7 @@ static void test_cli_infer_json(void **state)
 
 static void test_cli_infer_error_reply(void **state)
 {
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "nope", "-p", "x", NULL });
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "nope", "-p", "x", NULL });
     assert_int_equal(o.rc, 3);
     assert_string_equal(o.out, "");
     ASSERT_CONTAINS(o.err, "dspark infer: model_not_found: no model nope\n");
@@ -431,7 +433,7 @@ static void test_cli_infer_error_reply(void **state)
 static void test_cli_infer_no_answer(void **state)
 {
     double t0 = ds_now_ms();
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "silent", "-p", "x",
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "silent", "-p", "x",
                                                  "--timeout-ms", "300", NULL });
     double ms = ds_now_ms() - t0;
     assert_int_equal(o.rc, 4);
@@ -443,7 +445,7 @@ static void test_cli_infer_no_answer(void **state)
 static void test_cli_infer_no_broker(void **state)
 {
     (void)state;
-    struct cli_out o = run_cli((const char *[]){ "infer", "--broker", "tcp://127.0.0.1:1", "-m", "tiny", "-p",
+    struct cli_out o = run_cli((const char *[]){ "infer", "--broker", "tcp://127.0.0.1:1", "--model-name", "tiny", "-p",
                                                  "x", "--connect-timeout-ms", "300", NULL });
     assert_int_equal(o.rc, 1);
     ASSERT_CONTAINS(o.err, "cannot connect to tcp://127.0.0.1:1 within 300 ms");
@@ -471,7 +473,7 @@ static void test_cli_infer_file(void **state)
         "\n"
         "{\"id\":\"e\",\"model\":\"silent\",\"prompt\":\"x\"}\n"
         "{\"id\":\"f\",\"model\":\"other\",\"prompt\":\"six\",\"priority\":\"high\"}\n");
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "--file", path,
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "tiny", "--file", path,
                                                  "--concurrency", "3", "--timeout-ms", "1500", NULL });
     assert_int_equal(o.rc, 4);   // a timeout wins over the error reply
     assert_int_equal(count_lines(o.out), 6);
@@ -508,8 +510,8 @@ static void test_cli_infer_file_json(void **state)
         "{\"id\":\"j1\",\"prompt\":\"one\"}\n"
         "{\"id\":\"j2\",\"model\":\"nope\",\"prompt\":\"x\"}\n"
         "{\"id\":\"j3\",\"prompt\":\"three\",\"stream\":true}\n");
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "tiny", "-f", path,
-                                                 "-c", "2", "--json", NULL });
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "tiny", "-f", path,
+                                                 "--concurrency", "2", "--json", NULL });
     assert_int_equal(o.rc, 3);
     assert_int_equal(count_lines(o.out), 3);
     size_t finals = 0, errors = 0;
@@ -533,8 +535,8 @@ static void test_cli_infer_concurrency(void **state)
     char *path = write_file(state, "hold.jsonl",
         "{\"prompt\":\"1\"}\n{\"prompt\":\"2\"}\n{\"prompt\":\"3\"}\n"
         "{\"prompt\":\"4\",\"model\":\"tiny\"}\n");
-    struct cli_out o = run_cli((const char *[]){ "infer", "-H", uri(state), "-m", "hold", "-f", path,
-                                                 "-c", "3", "--timeout-ms", "10000", NULL });
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", uri(state), "--model-name", "hold", "-f", path,
+                                                 "--concurrency", "3", "--timeout-ms", "10000", NULL });
     assert_int_equal(o.rc, 0);
     assert_int_equal(count_lines(o.out), 4);
     ASSERT_CONTAINS(o.err, "requests: 4, answered 4 (4 ok, 0 error), no answer 0\n");
@@ -557,7 +559,7 @@ static void test_cli_infer_refused(void **state)
     assert_int_equal(tb_broker_start(&bo, &f->acl_broker), DS_OK);
     const struct tb_broker *b = f->acl_broker;
 
-    struct cli_out o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "-m", "tiny", "-p", "x",
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "--model-name", "tiny", "-p", "x",
                                                  "--timeout-ms", "60000", NULL });
     assert_int_equal(o.rc, 1);
     ASSERT_CONTAINS(o.err, "the broker refused the request (Not authorized): may this identity publish to "
@@ -570,7 +572,8 @@ static void test_cli_infer_refused(void **state)
 
     char *path = write_file(state, "refused.jsonl", "{\"id\":\"r1\",\"prompt\":\"a\"}\n"
                                                     "{\"id\":\"r2\",\"model\":\"other\",\"prompt\":\"b\"}\n");
-    o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "-m", "tiny", "-f", path, "-c", "2",
+    o = run_cli((const char *[]){ "infer", "-b", tb_broker_uri(b), "--model-name", "tiny", "-f", path,
+                                  "--concurrency", "2",
                                   "--timeout-ms", "60000", NULL });
     assert_int_equal(o.rc, 1);
     assert_int_equal(count_lines(o.out), 2);
@@ -594,37 +597,37 @@ static void test_cli_infer_bad_args(void **state)
     char *empty = write_file(state, "empty.jsonl", "\n\n");
     const char *u = uri(state);
     struct { const char *args[16]; const char *msg; } cases[] = {
-        { { "infer", "-H", u, "-p", "x", NULL }, "-m MODEL is required" },
-        { { "infer", "-H", u, "-m", "tiny", NULL }, "-p PROMPT is required" },
-        { { "infer", "-m", "a/b", "-p", "x", NULL }, "is not a model name" },
-        { { "infer", "-m", "t", "-p", "x", "-n", "0", NULL }, "-n: '0'" },
-        { { "infer", "-m", "t", "-p", "x", "-n", "5000", NULL }, "-n: '5000'" },
-        { { "infer", "-m", "t", "-p", "x", "--temp", "3", NULL }, "--temp" },
-        { { "infer", "-m", "t", "-p", "x", "--top-p", "0", NULL }, "--top-p" },
-        { { "infer", "-m", "t", "-p", "x", "--top-k", "-1", NULL }, "--top-k" },
-        { { "infer", "-m", "t", "-p", "x", "--seed", "18446744073709551616", NULL }, "--seed" },
-        { { "infer", "-m", "t", "-p", "x", "--priority", "urgent", NULL }, "--priority" },
-        { { "infer", "-m", "t", "-p", "x", "--route", "sideways", NULL }, "--route" },
-        { { "infer", "-m", "t", "-p", "x", "--deadline-ms", "0", NULL }, "--deadline-ms" },
-        { { "infer", "-m", "t", "-p", "x", "--timeout-ms", "1x", NULL }, "--timeout-ms" },
-        { { "infer", "-m", "t", "-p", "x", "--concurrency", "4", NULL }, "--concurrency needs --file" },
-        { { "infer", "-m", "t", "-p", "x", "--bogus", NULL }, "unknown option '--bogus'" },
-        { { "infer", "-m", "t", "--message", "tool:x", NULL }, "--message: 'tool:x' is not ROLE:TEXT" },
-        { { "infer", "-m", "t", "--message", "hello", NULL }, "--message: 'hello' is not ROLE:TEXT" },
-        { { "infer", "-m", "t", "-p", "x", "--message", "user:y", NULL }, "-p and --message exclude each other" },
-        { { "infer", "-m", "t", "-f", bad_line, "--message", "user:y", NULL }, "drop --message" },
-        { { "infer", "-m", "t", "-p", "x", "extra", NULL }, "unexpected argument 'extra'" },
-        { { "infer", "-m", "t", "-p", NULL }, "-p needs a value" },
-        { { "infer", "-m", "t", "-p", "x", "--id", "", NULL }, "id" },
-        { { "infer", "-b", "bogus://x", "-m", "t", "-p", "x", NULL }, "--broker bogus://x" },
-        { { "infer", "-m", "t", "-f", "/nonexistent/r.jsonl", NULL }, "cannot open" },
-        { { "infer", "-m", "t", "-f", bad_line, "-p", "x", NULL }, "drop -p" },
-        { { "infer", "-m", "t", "-f", bad_line, "-c", "0", NULL }, "--concurrency" },
-        { { "infer", "-m", "t", "-f", bad_line, NULL }, "bad.jsonl:2: max_tokens" },
-        { { "infer", "-f", bad_line, NULL }, "bad.jsonl:1: no \"model\" and no -m" },
-        { { "infer", "-m", "t", "-f", not_obj, NULL }, "notobj.jsonl:1: not a JSON object" },
-        { { "infer", "-m", "t", "-f", dup, NULL }, "dup.jsonl:2: id \"x\" already used" },
-        { { "infer", "-m", "t", "-f", empty, NULL }, "no requests" },
+        { { "infer", "-b", u, "-p", "x", NULL }, "--model-name NAME is required" },
+        { { "infer", "-b", u, "--model-name", "tiny", NULL }, "-p PROMPT is required" },
+        { { "infer", "--model-name", "a/b", "-p", "x", NULL }, "is not a model name" },
+        { { "infer", "--model-name", "t", "-p", "x", "-n", "0", NULL }, "-n: '0'" },
+        { { "infer", "--model-name", "t", "-p", "x", "-n", "5000", NULL }, "-n: '5000'" },
+        { { "infer", "--model-name", "t", "-p", "x", "--temp", "3", NULL }, "--temp" },
+        { { "infer", "--model-name", "t", "-p", "x", "--top-p", "0", NULL }, "--top-p" },
+        { { "infer", "--model-name", "t", "-p", "x", "--top-k", "-1", NULL }, "--top-k" },
+        { { "infer", "--model-name", "t", "-p", "x", "--seed", "18446744073709551616", NULL }, "--seed" },
+        { { "infer", "--model-name", "t", "-p", "x", "--priority", "urgent", NULL }, "--priority" },
+        { { "infer", "--model-name", "t", "-p", "x", "--route", "sideways", NULL }, "--route" },
+        { { "infer", "--model-name", "t", "-p", "x", "--deadline-ms", "0", NULL }, "--deadline-ms" },
+        { { "infer", "--model-name", "t", "-p", "x", "--timeout-ms", "1x", NULL }, "--timeout-ms" },
+        { { "infer", "--model-name", "t", "-p", "x", "--concurrency", "4", NULL }, "--concurrency needs --file" },
+        { { "infer", "--model-name", "t", "-p", "x", "--bogus", NULL }, "unknown option '--bogus'" },
+        { { "infer", "--model-name", "t", "--message", "tool:x", NULL }, "--message: 'tool:x' is not ROLE:TEXT" },
+        { { "infer", "--model-name", "t", "--message", "hello", NULL }, "--message: 'hello' is not ROLE:TEXT" },
+        { { "infer", "--model-name", "t", "-p", "x", "--message", "user:y", NULL }, "-p and --message exclude each other" },
+        { { "infer", "--model-name", "t", "-f", bad_line, "--message", "user:y", NULL }, "drop --message" },
+        { { "infer", "--model-name", "t", "-p", "x", "extra", NULL }, "unexpected argument 'extra'" },
+        { { "infer", "--model-name", "t", "-p", NULL }, "option '-p' needs a value" },
+        { { "infer", "--model-name", "t", "-p", "x", "--id", "", NULL }, "id" },
+        { { "infer", "-b", "bogus://x", "--model-name", "t", "-p", "x", NULL }, "--broker bogus://x" },
+        { { "infer", "--model-name", "t", "-f", "/nonexistent/r.jsonl", NULL }, "cannot open" },
+        { { "infer", "--model-name", "t", "-f", bad_line, "-p", "x", NULL }, "drop -p" },
+        { { "infer", "--model-name", "t", "-f", bad_line, "--concurrency", "0", NULL }, "--concurrency" },
+        { { "infer", "--model-name", "t", "-f", bad_line, NULL }, "bad.jsonl:2: max_tokens" },
+        { { "infer", "-f", bad_line, NULL }, "bad.jsonl:1: no \"model\" and no --model-name" },
+        { { "infer", "--model-name", "t", "-f", not_obj, NULL }, "notobj.jsonl:1: not a JSON object" },
+        { { "infer", "--model-name", "t", "-f", dup, NULL }, "dup.jsonl:2: id \"x\" already used" },
+        { { "infer", "--model-name", "t", "-f", empty, NULL }, "no requests" },
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
         struct cli_out o = run_cli(cases[i].args);

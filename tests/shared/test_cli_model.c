@@ -73,11 +73,11 @@ static void test_pack_verify(void **state)
     const char *model = tu_model("stories260K.gguf");
     if (access(model, R_OK) != 0) skip();
     char args[1024];
-    snprintf(args, sizeof args, "-m '%s' --name stories --version 1.0.0 --signer pub.sec --to n1.pub -o b1 --chunk-kb 64",
-             model);
+    snprintf(args, sizeof args, "-m '%s' --model-name stories --model-version 1.0.0 --signer pub.sec --to n1.pub -o b1 "
+             "--chunk-kb 64", model);
     expect(0, "packed stories 1.0.0 (f32)", "model pack %s", args);
     expect(1, "already holds a bundle", "model pack %s", args);
-    expect(0, "ok\n", "model verify -d b1 --trust pub.pub --node n1.sec -o %s", "out.gguf");
+    expect(0, "ok\n", "model verify -d b1 --trust pub.pub --node-key n1.sec -o %s", "out.gguf");
     size_t a_len, b_len;
     char out_path[600];
     snprintf(out_path, sizeof out_path, "%s/out.gguf", g_dir);
@@ -87,8 +87,8 @@ static void test_pack_verify(void **state)
     free(a);
     free(b);
     expect(0, "all 19 chunk hashes match", "model verify -d b1 --trust %s", "pub.pub");
-    expect(1, "REFUSED: stories 1.0.0: bundle not sealed to node key", "model verify -d b1 --trust pub.pub --node %s",
-           "n2.sec");
+    expect(1, "REFUSED: stories 1.0.0: bundle not sealed to node key",
+           "model verify -d b1 --trust pub.pub --node-key %s", "n2.sec");
     expect(1, "REFUSED: signed manifest: signed by unknown key", "model verify -d b1 --trust %s", "other.pub");
     /* n1.pub is a node key: refused as a trust anchor before anything else. */
     expect(1, "want a signer key", "model verify -d b1 --trust %s", "n1.pub");
@@ -106,7 +106,7 @@ static void test_pack_verify(void **state)
     char sec[600];
     snprintf(sec, sizeof sec, "%s/n1.sec", g_dir);
     chmod(sec, 0644);
-    expect(1, "chmod 600", "model verify -d b1 --trust pub.pub --node %s", "n1.sec");
+    expect(1, "chmod 600", "model verify -d b1 --trust pub.pub --node-key %s", "n1.sec");
     chmod(sec, 0600);
     /* A file that is no model needs --precision. */
     char blob[600];
@@ -114,22 +114,24 @@ static void test_pack_verify(void **state)
     f = fopen(blob, "wb");
     fputs("not a model at all\n", f);
     fclose(f);
-    expect(1, "give --precision", "model pack -m blob.bin --name h --version 1.0.0 --signer pub.sec --to n1.pub -o %s",
+    expect(1, "give --precision",
+           "model pack -m blob.bin --model-name h --model-version 1.0.0 --signer pub.sec --to n1.pub -o %s",
            "b2");
-    expect(0, "packed h 1.0.0 (raw)", "model pack -m blob.bin --precision raw --name h --version 1.0.0 "
+    expect(0, "packed h 1.0.0 (raw)", "model pack -m blob.bin --precision raw --model-name h --model-version 1.0.0 "
            "--signer pub.sec --to n1.pub -o %s", "b2");
     /* The precision people call a file by, from its general.file_type. */
-    expect(0, "packed r12m 1.0.0 (q4_k_m)", "model pack -m %s --name r12m --version 1.0.0 --signer pub.sec "
+    expect(0, "packed r12m 1.0.0 (q4_k_m)", "model pack -m %s --model-name r12m --model-version 1.0.0 --signer pub.sec "
            "--to n1.pub -o b4", tu_model("formats/r12M-Q4_K_M.gguf"));
-    expect(0, "packed r12m 1.0.1 (q6_k)", "model pack -m %s --name r12m --version 1.0.1 --signer pub.sec "
+    expect(0, "packed r12m 1.0.1 (q6_k)", "model pack -m %s --model-name r12m --model-version 1.0.1 --signer pub.sec "
            "--to n1.pub -o b5", tu_model("formats/r12M-Q6_K.gguf"));
-    expect(1, "semantic version", "model pack -m blob.bin --precision raw --name h --version 1.0 "
+    expect(1, "semantic version", "model pack -m blob.bin --precision raw --model-name h --model-version 1.0 "
            "--signer pub.sec --to n1.pub -o %s", "b3");
-    expect(1, "is a node key, want a signer key", "model pack -m blob.bin --precision raw --name h "
-           "--version 1.0.0 --signer n1.sec --to n1.pub -o %s", "b3");
-    expect(2, "--chunk-kb", "model pack -m x --name h --version 1.0.0 --signer pub.sec --to n1.pub --chunk-kb %s -o b3",
+    expect(1, "is a node key, want a signer key", "model pack -m blob.bin --precision raw --model-name h "
+           "--model-version 1.0.0 --signer n1.sec --to n1.pub -o %s", "b3");
+    expect(2, "--chunk-kb",
+           "model pack -m x --model-name h --model-version 1.0.0 --signer pub.sec --to n1.pub --chunk-kb %s -o b3",
            "0");
-    expect(2, "need -m", "model pack --name %s", "h");
+    expect(2, "need -m", "model pack --model-name %s", "h");
     expect(2, "need -d DIR", "model verify -d %s", "b1");
     expect(0, "usage: dspark model pack", "model pack %s", "--help");
     expect(0, "usage: dspark model verify", "model verify %s", "--help");
@@ -156,10 +158,10 @@ static void test_list(void **state)
     ds_reg_close(r);
     expect(0, "stories              1.2.0          active       q8_0", "model list --registry %s", "reg.db");
     expect(0, "verified     -> active       promoted by operator", "model list --history --registry %s", "reg.db");
-    expect(0, "(no versions of other)", "model list --model other --registry %s", "reg.db");
+    expect(0, "(no versions of other)", "model list --model-name other --registry %s", "reg.db");
     expect(2, "need --registry", "model list %s", "");
     expect(0, "usage: dspark model list", "model list %s", "--help");
-    expect(2, "unknown subcommand 'frobnicate'", "model %s", "frobnicate");
+    expect(2, "unknown command 'frobnicate'", "model %s", "frobnicate");
     expect(0, "pack", "model %s", "--help");
     expect(0, "keygen", "%s", "--help");
 }

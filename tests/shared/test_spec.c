@@ -207,7 +207,7 @@ static void test_cli_reference(void **state)
     int32_t ids[64];
     size_t n_prompt = encode("Once upon a time", ids, 64) - 1;
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p 'Once upon a time' -n %zu --draft int8 -k 3 "
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p 'Once upon a time' -n %zu --draft int8 --spec-k 3 "
              "--threads 1", DS_BUILD_DIR, tu_model("stories260K.gguf"), (size_t)200 - n_prompt);
     int rc;
     char *out = tu_run(cmd, &rc);
@@ -227,8 +227,8 @@ static void test_cli_reference(void **state)
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(out, "vocabulary"));
     free(out);
-    /* -k without a draft, and k out of range, are refused (usage error, 2). */
-    const char *bad[] = { "-k 3", "--draft int8 -k 0", "--draft int8 -k 17" };
+    /* --spec-k without a draft, and k out of range, are refused (usage error, 2). */
+    const char *bad[] = { "--spec-k 3", "--draft int8 --spec-k 0", "--draft int8 --spec-k 17" };
     for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {
         snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -n 4 %s 2>/dev/null >/dev/null", DS_BUILD_DIR,
                  tu_model("stories260K.gguf"), bad[i]);
