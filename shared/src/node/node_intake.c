@@ -64,15 +64,6 @@ void node__on_message(void *ud, const struct ds_mqtt_msg *msg)
     DS_LOG(DS_LOG_DEBUG, "message on %s: nobody here takes it", msg->topic);
 }
 
-bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why)
-{
-    for (unsigned i = 0; a->role->exts[i]; i++) {
-        const struct node_ext *x = a->role->exts[i];
-        if (a->ext_on[i] && x->take && x->take(a, a->ext_state[i], r, why)) return true;
-    }
-    return false;
-}
-
 /* ---- requests ---- */
 
 struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len)
@@ -206,10 +197,10 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
-    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__offer(a, r, NODE_TAKE_ROUTE))
+    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__ext_take(a, r, NODE_TAKE_ROUTE))
         return true;
     if (node__enqueue(a, r)) return true;
-    if (may_go && node__offer(a, r, NODE_TAKE_QUEUE_FULL)) return true;
+    if (may_go && node__ext_take(a, r, NODE_TAKE_QUEUE_FULL)) return true;
     node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
     return true;
 }

@@ -29,8 +29,28 @@ bool node__quota_take(struct ds_node *a, struct node_req *r);
 ** thread: at start and after a reload). */
 void node__cfg_publish(struct ds_node *a);
 void node__quota_give(struct node_req *r);
-/* Offer r to the role's take hooks in order; true when one took it. */
-bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
+
+/* node_ext.c: the one dispatch of the role's hooks (node_ext.h says when
+** each is called). Each calls every extension that is on and has the hook,
+** in the role's order; no other file walks the extension table. */
+enum ds_err node__ext_create_all(struct ds_node *a);          /* stops at the first that fails */
+void        node__ext_destroy_all(struct ds_node *a);         /* reverse order; after create_all, or zeroed */
+void        node__ext_start(struct ds_node *a);
+/* Offer r for why; true when one took it (the first that does). */
+bool        node__ext_take(struct ds_node *a, struct node_req *r, enum node_take why);
+void        node__ext_admitted(struct ds_node *a, struct node_req *r);
+void        node__ext_tick(struct ds_node *a, uint64_t now_ns);
+void        node__ext_idle(struct ds_node *a);
+/* r->owner's final hook only. */
+void        node__ext_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f);
+void        node__ext_telemetry(struct ds_node *a, struct cJSON *obj);
+void        node__ext_status(struct ds_node *a, struct ds_msg_status *s);
+unsigned    node__ext_pending(struct ds_node *a);
+void        node__ext_refused(struct ds_node *a, const char *topic, struct ds_str corr, const char *why);
+/* Extra KV sequences every listed extension asks for (config only: any time). */
+uint32_t    node__ext_kv_seqs(const struct ds_node *a);
+/* The largest max_msg of the extensions that are on. */
+uint32_t    node__ext_max_msg(const struct ds_node *a);
 
 /* node.c: a file kept across restarts: configured if set, else
 ** $STATE_DIRECTORY/STEM-NODE.EXT under systemd, else "" (none). */

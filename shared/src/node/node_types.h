@@ -206,7 +206,6 @@ struct ds_node {
     atomic_uint_fast64_t next_key;
     atomic_bool          stop, reload, draining;
     atomic_bool          announce;      /* connected: say online once subscribed (engine loop) */
-    uint32_t             verifies_said; /* bit i: the last status listed models[i] (engine loop) */
     atomic_bool          cancel_new;    /* a cancel arrived: look for its request in the queue */
     struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
     unsigned             n_active, n_mirrors;

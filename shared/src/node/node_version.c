@@ -45,8 +45,7 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     o.kv_type = (enum ds_kv_type)mc->kv_cache;
     o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
     o.kv_seqs = a->cfg->max_active;
-    for (unsigned i = 0; a->role->exts[i]; i++)         /* e.g. a center's speculation sessions */
-        if (a->role->exts[i]->kv_seqs) o.kv_seqs += a->role->exts[i]->kv_seqs(a->cfg);
+    o.kv_seqs += node__ext_kv_seqs(a);                  /* e.g. a center's speculation sessions */
     o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
     v->max_batch = o.max_batch;
     if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
