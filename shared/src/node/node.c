@@ -62,19 +62,6 @@ static void listen_all(struct ds_node *a, bool on)
     }
 }
 
-void node__state_file(const char *configured, const char *stem, const char *node, const char *ext, char *out,
-                      size_t n)
-{
-    /* systemd's StateDirectory= (the first of a list): /var/lib/dspark in the
-    ** units, which an edge and a center on one box share, hence the name. */
-    const char *sd = getenv("STATE_DIRECTORY");
-    out[0] = '\0';
-    if (configured && *configured)
-        snprintf(out, n, "%s", configured);
-    else if (sd && *sd == '/')
-        snprintf(out, n, "%.*s/%s-%s.%s", (int)strcspn(sd, ":"), sd, stem, node, ext);
-}
-
 /* ---- status ---- */
 
 static uint64_t unix_ms(void)
@@ -485,18 +472,6 @@ enum ds_err ds_node_run(struct ds_node *a)
     node_notify_cleanup(&nfy);
     DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(a->cfg->role), a->cfg->node);
     return DS_OK;
-}
-
-void ds_node_stop(struct ds_node *a)
-{
-    atomic_store(&a->stop, true);
-    ds_sched_wake(a->sched);
-}
-
-void ds_node_reload(struct ds_node *a)
-{
-    atomic_store(&a->reload, true);
-    ds_sched_wake(a->sched);
 }
 
 /* ---- create / destroy ---- */

@@ -49,6 +49,21 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
         node__publish(a, topic, corr, corr_len, json, len);
 }
 
+/* node__quota_take (node_intake.c) counted r against its client. */
+void node__quota_give(struct node_req *r)
+{
+    struct node_quota *q = r->quota;
+    if (!q) return;
+    r->quota = NULL;
+    pthread_mutex_lock(&q->mu);
+    for (unsigned i = 0; i < q->n; i++)
+        if (q->c[i].key == r->client) {
+            if (--q->c[i].n == 0) q->c[i] = q->c[--q->n];
+            break;
+        }
+    pthread_mutex_unlock(&q->mu);
+}
+
 void node__req_free(struct node_req *r)
 {
     if (!r) return;

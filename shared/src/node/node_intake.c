@@ -4,8 +4,8 @@
 ** and queued or offered to the role, and cancellations. Nothing here
 ** computes: the engine loop (node.c) does.
 **
-** Owns: the route table (written before the node connects, read-only
-** after) and the ids cancelled while queued or running (cancel_mu).
+** Owns: the ids cancelled while queued or running (cancel_mu). Reads the
+** route table (node_route.c writes it before the node connects).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,29 +16,6 @@
 #include "node_internal.h"
 
 /* ---- routes ---- */
-
-void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st)
-{
-    if (a->n_routes == NODE_MAX_ROUTES || strlen(filter) >= sizeof a->routes[0].filter) {
-        DS_LOG(DS_LOG_ERROR, "%s: not subscribed (at most %d filters of %zu bytes)", filter, NODE_MAX_ROUTES,
-               sizeof a->routes[0].filter - 1);
-        return;
-    }
-    struct node_route *rt = &a->routes[a->n_routes++];
-    snprintf(rt->filter, sizeof rt->filter, "%s", filter);
-    const char *t = filter;
-    if (!strncmp(t, "$share/", 7)) {                  /* messages arrive without $share/<group>/ */
-        t = strchr(t + 7, '/');
-        t = t ? t + 1 : "";
-    }
-    size_t n = strcspn(t, "+#");
-    memcpy(rt->prefix, t, n);
-    rt->prefix[n] = '\0';
-    rt->exact = t[n] == '\0';
-    rt->drain_stop = drain_stop;
-    rt->fn = fn;
-    rt->st = st;
-}
 
 static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
 static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
@@ -252,20 +229,6 @@ bool node__quota_take(struct ds_node *a, struct node_req *r)
     pthread_mutex_unlock(&q->mu);
     if (ok) r->quota = q, r->client = key;
     return ok;
-}
-
-void node__quota_give(struct node_req *r)
-{
-    struct node_quota *q = r->quota;
-    if (!q) return;
-    r->quota = NULL;
-    pthread_mutex_lock(&q->mu);
-    for (unsigned i = 0; i < q->n; i++)
-        if (q->c[i].key == r->client) {
-            if (--q->c[i].n == 0) q->c[i] = q->c[--q->n];
-            break;
-        }
-    pthread_mutex_unlock(&q->mu);
 }
 
 bool node__enqueue(struct ds_node *a, struct node_req *r)
