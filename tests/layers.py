@@ -321,6 +321,12 @@ def main():
     print(f"calls: {len(libs)} libraries, {downward} calls across libraries, all downward"
           if not call_problems else f"calls: {len(call_problems)} problems")
     problems += call_problems
+    roles = [n for n in ("edge", "center") if n in libs]
+    if "node" in libs and roles:                    # also a call problem above; said on its own line
+        role_syms = set().union(*(symbols(libs[n], True) for n in roles))
+        by_name = sorted(symbols(libs["node"], False) & role_syms)
+        print(f"role: the node library calls {len(by_name)} functions of {' or '.join(roles)} by name"
+              + (": " + ", ".join(by_name) if by_name else " (only through the hook table)"))
     if "node" in libs:
         cyc_problems, graph = check_file_cycles(libs["node"])
         if not self_test_cycles(graph):

@@ -6,7 +6,8 @@
 **
 ** The node core never names an edge or a center function: it calls role
 ** code only through these hooks, in the order the role lists them, like
-** ggml's backend interface or ds_kern_ops. Role code calls only what this
+** ggml's backend interface or ds_kern_ops; one file, node_ext.c, has a
+** function per hook and is the only one that walks the table. Role code calls only what this
 ** header declares (and ds/ headers).
 **
 ** Hooks (each may be NULL). st is what create() stored; an extension whose

@@ -220,8 +220,8 @@ struct ds_node {
     uint64_t             start_ns;
     char                 status_topic[160], telemetry_topic[160];
     const struct ds_node_role *role;     /* the daemon's hook table (node_ext.h) */
-    void                *ext_state[NODE_MAX_EXTS];   /* each extension's state (its create's) */
-    bool                 ext_on[NODE_MAX_EXTS];      /* created and not off by config */
+    void                *ext_state[NODE_MAX_EXTS];   /* each extension's state (its create's; node_ext.c) */
+    bool                 ext_on[NODE_MAX_EXTS];      /* created and not off by config (node_ext.c) */
     struct node_route    routes[NODE_MAX_ROUTES];    /* topic prefix -> handler (node_intake.c) */
     unsigned             n_routes;
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
