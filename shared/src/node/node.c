@@ -3,11 +3,13 @@
 ** interleaves prompt chunks with one batched decode step for every running
 ** sequence and publishes status and telemetry; and the node's creation,
 ** where the role's extensions (node_ext.h) are created in the order the
-** daemon lists them. Intake is node_intake.c, answers node_answer.c.
+** daemon lists them (node_ext.c calls every hook). Intake is node_intake.c,
+** answers node_answer.c; node_internal.h lists the order of the files (this
+** one calls down into the others, none calls back up).
 **
 ** Owns: the models, tokenizers and engines; the MQTT client; the scheduler;
 ** every accepted request from intake until its answer is published; each
-** extension's state, from its create to its destroy.
+** extension's state, from its create to its destroy (node_ext.c calls both).
 */
 #include <math.h>
 #include <stdio.h>
