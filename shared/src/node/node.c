@@ -271,11 +271,15 @@ void node__telemetry_spec(struct ds_node *a, cJSON *obj)
     cJSON_AddNumberToObject(sp, "proposed", (double)drafted);
     cJSON_AddNumberToObject(sp, "accepted", (double)accepted);
     cJSON_AddNumberToObject(sp, "acceptance", drafted ? (double)accepted / (double)drafted : 0.0);
-    /* Right after "kv", where the core puts it: the same key order whoever adds it. */
-    int at = 0;
-    for (const cJSON *it = obj->child; it && strcmp(it->string ? it->string : "", "kv"); it = it->next) at++;
-    if (at + 1 < cJSON_GetArraySize(obj) && (sp = cJSON_DetachItemViaPointer(obj, sp)))
-        cJSON_InsertItemInArray(obj, at + 1, sp);
+    /* Right after "kv", where the core puts it: the same key order whoever
+    ** adds it. What came between goes after it, in order (cJSON 1.7.15's
+    ** InsertItemInArray refuses an item detached from the end). */
+    cJSON *kv = cJSON_GetObjectItemCaseSensitive(obj, "kv");
+    for (cJSON *it = kv ? kv->next : NULL; it && it != sp;) {
+        cJSON *next = it->next;
+        cJSON_AddItemToArray(obj, cJSON_DetachItemViaPointer(obj, it));
+        it = next;
+    }
 }
 
 /* KV pool use of every loaded engine, and speculation where a version
