@@ -25,7 +25,10 @@
 **   take       intake or finish: offered r for `why`; true = the hook owns
 **              r now (sent it on, or queued it with node__enqueue after
 **              setting r->owner). Paho's thread for ROUTE and QUEUE_FULL,
-**              the engine loop for LOW_CONFIDENCE (r's run detached).
+**              the engine loop for LOW_CONFIDENCE (r still holds its run
+**              and weak answer: a hook that takes r calls
+**              node__cascade_detach before sending it on; one that gives
+**              it back leaves r as it was, and the weak answer goes out).
 **   admitted   engine loop: r was admitted. Every extension is told; the
 **              center's overflow side answers the relaying edge here.
 **   tick       engine loop, once per turn.
