@@ -12,9 +12,16 @@ Two checks, each of which fails the test:
             dspark library defines is defined at the same layer or a lower one;
             kernels call nothing in shared/; edge and center call nothing of
             each other.
-A self-test first plants an upward include and checks that it is caught, and the
-symbol check must see at least one downward call, so the test cannot pass by
-looking at nothing.
+  files     inside the node library, the calls between its object files
+            (nm per archive member) form no cycle: each file of
+            shared/src/node depends one way (node_internal.h lists the order).
+  hooks     only shared/src/node/node_ext.c walks the role's extension table
+            (->exts, exts[...], ext_state[...], ext_on[...]): every other file
+            calls its one function per hook.
+A self-test first plants an upward include, a loop over the extensions and a
+file cycle (a call back up, added to the node library's real graph) and checks
+that each is caught, and the symbol check must see at least one
+downward call, so the test cannot pass by looking at nothing.
 
 usage: layers.py SOURCE_DIR NAME=LIBRARY...   (NAME: kernels, kernels_cuda, base,
        engine, net, dist, node, edge, center)
@@ -116,6 +123,31 @@ def check_includes(root):
     return problems, seen
 
 
+# A walk over the role's extensions: the table itself or the node's per-extension arrays.
+EXT_WALK = re.compile(r'->\s*exts\b|\bexts\s*\[|\bext_state\s*\[|\bext_on\s*\[')
+EXT_DISPATCH = "shared/src/node/node_ext.c"
+
+
+def check_ext_dispatch(root):
+    """Files other than node_ext.c that walk the extension table, and how many files were read."""
+    problems, seen = [], 0
+    for top in ("shared", "edge-agent", "center-node"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if not f.endswith(".c"):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                seen += 1
+                if rel == EXT_DISPATCH:
+                    continue
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
+                    for n, line in enumerate(fh, 1):
+                        if EXT_WALK.search(line):
+                            problems.append(f"{rel}:{n}: walks the extensions ({line.strip()[:60]}): "
+                                            f"call a hook's function in {EXT_DISPATCH} instead")
+    return problems, seen
+
+
 def symbols(path, defined):
     args = ["nm", "-g", "--defined-only" if defined else "-u", path]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -125,6 +157,97 @@ def symbols(path, defined):
         if len(fields) >= 2 and not line.endswith(":"):
             names.add(fields[-1])
     return names
+
+
+def member_symbols(path, defined):
+    """{archive member: its global defined (or undefined) symbols} of a static library."""
+    args = ["nm", "-g", "--defined-only" if defined else "-u", path]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    members, cur = {}, None
+    for line in out.splitlines():
+        if line.endswith(":"):
+            cur = os.path.basename(line[:-1])
+            members.setdefault(cur, set())
+        elif cur is not None and line.split():
+            members[cur].add(line.split()[-1])
+    return members
+
+
+def file_graph(lib):
+    """{object file: the object files of the same library whose symbols it calls}."""
+    defined = member_symbols(lib, True)
+    owner = {sym: m for m, syms in defined.items() for sym in syms}
+    graph = {m: set() for m in defined}
+    for m, syms in member_symbols(lib, False).items():
+        graph.setdefault(m, set())
+        for sym in syms:
+            to = owner.get(sym)
+            if to is not None and to != m:
+                graph[m].add(to)
+    return graph
+
+
+def file_cycles(graph):
+    """One cycle (a list of files, first == last) for each strongly connected set of files."""
+    index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
+
+    def strong(v):                                  # Tarjan
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.add(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                sccs.append(scc)
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    cycles = []
+    for scc in sccs:                                # a shortest way back to the start, inside the set
+        start = min(scc)
+        prev, todo = {start: None}, [start]
+        found = None
+        while todo and found is None:
+            nxt = []
+            for v in todo:
+                for w in sorted(graph[v] & scc):
+                    if w == start:
+                        found = v
+                        break
+                    if w not in prev:
+                        prev[w] = v
+                        nxt.append(w)
+                if found is not None:
+                    break
+            todo = nxt
+        path, v = [], found
+        while v is not None:                        # found back to start, by prev
+            path.append(v)
+            v = prev[v]
+        cycles.append(path[::-1] + [start])
+    return cycles
+
+
+def check_file_cycles(lib):
+    graph = file_graph(lib)
+    problems = []
+    for cyc in file_cycles(graph):
+        problems.append("file cycle in the node library: " + " -> ".join(c.replace(".c.o", ".c") for c in cyc))
+    return problems, graph
 
 
 def check_calls(libs):
@@ -147,6 +270,16 @@ def check_calls(libs):
     return problems, downward
 
 
+def self_test_cycles(graph):
+    """A call back up planted in the node library's real graph must be reported as a cycle."""
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            planted = {k: set(v) for k, v in graph.items()}
+            planted[b].add(a)
+            return any(a in c and b in c for c in file_cycles(planted))
+    return False                                    # no call between files: the check sees nothing
+
+
 def self_test(root):
     """An upward include planted in a copy of the tree must be reported."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,7 +290,11 @@ def self_test(root):
         with open(os.path.join(tmp, "kernels/src/kern_ref.c"), "a") as fh:
             fh.write('\n#include "ds/log.h"\n')
         problems, _ = check_includes(tmp)
-    return len(problems) == 2
+        with open(os.path.join(tmp, "shared/src/node/node.c"), "a") as fh:
+            fh.write("\nstatic void planted(struct ds_node *a)\n{\n"
+                     "    for (unsigned i = 0; a->role->exts[i]; i++) (void)a->ext_state[i];\n}\n")
+        ext_problems, _ = check_ext_dispatch(tmp)
+    return len(problems) == 2 and any(p.startswith("shared/src/node/node.c:") for p in ext_problems)
 
 
 def main():
@@ -171,14 +308,33 @@ def main():
             print(f"layers.py: unknown library name {name}", file=sys.stderr)
             return 2
     if not self_test(root):
-        print("layers.py: self-test failed: a planted upward include was not caught")
+        print("layers.py: self-test failed: a planted upward include or extension loop was not caught")
         return 1
     problems, n_files = check_includes(root)
     print(f"includes: {n_files} files checked, {len(problems)} problems")
+    ext_problems, n_c = check_ext_dispatch(root)
+    print(f"hooks: {n_c} files checked, {len(ext_problems)} walk the extensions outside {EXT_DISPATCH}")
+    if n_c == 0 or not os.path.exists(os.path.join(root, EXT_DISPATCH)):
+        ext_problems.append(f"hooks: {EXT_DISPATCH} or the files to check are missing: the check looked at nothing")
+    problems += ext_problems
     call_problems, downward = check_calls(libs) if libs else ([], 0)
     print(f"calls: {len(libs)} libraries, {downward} calls across libraries, all downward"
           if not call_problems else f"calls: {len(call_problems)} problems")
     problems += call_problems
+    roles = [n for n in ("edge", "center") if n in libs]
+    if "node" in libs and roles:                    # also a call problem above; said on its own line
+        role_syms = set().union(*(symbols(libs[n], True) for n in roles))
+        by_name = sorted(symbols(libs["node"], False) & role_syms)
+        print(f"role: the node library calls {len(by_name)} functions of {' or '.join(roles)} by name"
+              + (": " + ", ".join(by_name) if by_name else " (only through the hook table)"))
+    if "node" in libs:
+        cyc_problems, graph = check_file_cycles(libs["node"])
+        if not self_test_cycles(graph):
+            cyc_problems.append("files: self-test failed: a planted cycle in the node library was not caught")
+        edges = sum(len(v) for v in graph.values())
+        print(f"files: {len(graph)} object files of the node library, {edges} calls between them, "
+              f"{sum(1 for p in cyc_problems if p.startswith('file cycle'))} cycles")
+        problems += cyc_problems
     if libs and downward == 0:
         problems.append("calls: no call across libraries seen: the symbol check looked at nothing")
     for p in problems:

@@ -9,6 +9,7 @@
 
 extern const struct node_ext center_overflow_ext;   /* center_overflow.c: tells the relaying edge who took its request */
 extern const struct node_ext center_specnet_ext;    /* center_specnet.c: verifies edges' drafts */
+extern const struct node_ext center_verifies_ext;   /* center_specnet.c: the status's "verifies" list */
 extern const struct node_ext center_publish_ext;    /* center_publish.c: serves model bundles */
 
 #endif

@@ -13,13 +13,15 @@
 ** never moves its KV cache. A session belongs to the Response Topic that
 ** opened it (the edge's relay topic): rounds and closes from any other are
 ** refused, so nobody else can end or steer it. An open for a model this
-** center does not verify (node__verifies: its target on a GPU) is refused;
-** its status leaves such models out of "verifies", so edges relay them.
+** center does not verify (verifies(): its target on a GPU) is refused;
+** its status leaves such models out of "verifies" (center_verifies_ext,
+** below), so edges relay them.
 **
 ** Threads: on_message only copies messages into the inbox under mu; the
 ** engine loop (tick) handles them.
 **
-** Owns: the session table (engine thread) and the inbox (mu).
+** Owns: the session table (engine thread) and the inbox (mu); the list of
+** models the retained status says it verifies (engine thread).
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,6 +71,71 @@ static void session_free(struct spn_session *ss)
     free(ss->owner);
     memset(ss, 0, sizeof *ss);
 }
+
+/* ---- which models this center verifies ---- */
+
+/* Whether drafts for version v are verified here: [spec] sessions, and v's
+** target on the CPU. A GPU target pass costs less than one CPU draft token
+** (README "GPU"): an edge's drafts would only slow it down. */
+static bool verifies(const struct ds_node *a, const struct node_version *v)
+{
+    return a->cfg->spec_sessions > 0 && v && strcmp(ds_engine_backend(v->eng), "cpu") == 0;
+}
+
+/* Bit i: this center verifies drafts of models[i] now. */
+static uint32_t verifies_now(const struct ds_node *a)
+{
+    uint32_t bits = 0;
+    for (unsigned i = 0; i < a->n_models; i++) bits |= (uint32_t)verifies(a, a->models[i].active) << i;
+    return bits;
+}
+
+/* What the last status said, and the names it listed. */
+struct center_verifies {
+    uint32_t    said;                        /* bit i: models[i] was listed */
+    const char *names[DS_NODE_MAX_MODELS];
+};
+
+static enum ds_err verifies_create(struct ds_node *a, void **st)
+{
+    struct center_verifies *cv = calloc(1, sizeof *cv);
+    if (!cv) return DS_ERR_NOMEM;
+    cv->said = verifies_now(a);              /* the models are loaded: the first status lists these */
+    *st = cv;
+    return DS_OK;
+}
+
+static void verifies_destroy(struct ds_node *a, void *st)
+{
+    (void)a;
+    free(st);
+}
+
+/* The retained status lists the models (even none: a center always says). */
+static void verifies_status(struct ds_node *a, void *st, struct ds_msg_status *s)
+{
+    struct center_verifies *cv = st;
+    cv->said = verifies_now(a);
+    unsigned n = 0;
+    for (unsigned i = 0; i < a->n_models; i++)
+        if (cv->said >> i & 1) cv->names[n++] = a->models[i].cfg->name;
+    s->verifies = cv->names;
+    s->n_verifies = n;
+}
+
+/* After a model's active version changed (promote, rollback; its backend
+** may differ), a center whose list changed says its status again. */
+static void verifies_tick(struct ds_node *a, void *st, uint64_t now)
+{
+    struct center_verifies *cv = st;
+    (void)now;
+    if (verifies_now(a) != cv->said) node__status_again(a);
+}
+
+const struct node_ext center_verifies_ext = {
+    .name = "center_verifies", .create = verifies_create, .destroy = verifies_destroy,
+    .tick = verifies_tick, .status = verifies_status,
+};
 
 /* ---- create / destroy ---- */
 
@@ -226,7 +293,7 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
         center_error(a, m, sid, DS_MSG_CODE_MODEL_NOT_FOUND, "model: %s is not served by this center", req.model);
         goto done;
     }
-    if (!node__verifies(a, nv)) {         /* its status does not list the model: an edge that opened anyway */
+    if (!verifies(a, nv)) {         /* its status does not list the model: an edge that opened anyway */
         center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                      "model: %s runs on %s here, where drafts do not pay: send the request plainly", req.model,
                      ds_engine_backend(nv->eng));

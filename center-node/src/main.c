@@ -12,6 +12,7 @@
 static const struct node_ext *const center_exts[] = {
     &center_overflow_ext,   /* tell the relaying edge who took its request */
     &center_specnet_ext,    /* verify edges' drafts ([spec] sessions) */
+    &center_verifies_ext,   /* the status lists the models it verifies drafts of */
     &center_publish_ext,    /* serve model bundles ([publish] dirs) */
     NULL,
 };

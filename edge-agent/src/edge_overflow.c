@@ -348,10 +348,10 @@ cJSON *edge__overflow_req_json(const struct node_req *r)
     return j;
 }
 
-/* Send r to the centers; true (r is held here until answered) or false. */
+/* Send r to the centers; true (r is held here until answered) or false.
+** Any reason: a center serves it; a weak answer's run ends here first. */
 static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
 {
-    (void)why;                                  /* any reason: a center serves it */
     struct edge_overflow *o = st;
     if (edge__centers_live(a) == 0) return false;
     cJSON *j = edge__overflow_req_json(r);
@@ -386,6 +386,8 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
     snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
+    bool cascade = why == NODE_TAKE_LOW_CONFIDENCE;
+    if (cascade) node__cascade_detach(a, r);    /* before the send: the relay may free r at once */
     enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);
     free(json);
     if (rc != DS_OK) {                          /* take it back: the caller serves it */
@@ -393,7 +395,10 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
         p->r = NULL;
         o->n_pending--;
         pthread_mutex_unlock(&o->mu);
-        return false;
+        if (!cascade) return false;
+        /* Its run is gone: served here again from the start (no further cascade). */
+        if (!node__enqueue(a, r)) node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "center unreachable and this edge is full");
+        return true;
     }
     atomic_fetch_add(&a->n_overflowed, 1);
     return true;

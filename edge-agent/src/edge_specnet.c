@@ -496,25 +496,38 @@ static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
     if (!s->waiting) edge_send(a, r, now);
 }
 
+/* Each running request drafted here takes its turn (it may be answered). */
+static bool run_one(struct ds_node *a, struct node_req *r, void *ud)
+{
+    if (r->owner == &edge_specnet_ext && r->role) edge_run(a, r, *(const uint64_t *)ud);
+    return true;
+}
+
 static void tick(struct ds_node *a, void *st, uint64_t now)
 {
     (void)st;
-    for (unsigned i = a->n_active; i-- > 0;)
-        if (i < a->n_active && a->active[i]->owner == &edge_specnet_ext && a->active[i]->role)
-            edge_run(a, a->active[i], now);
+    node__req_each(a, run_one, &now);
+}
+
+/* Whether r waits for a center's verdict; false stops the walk. */
+static bool is_waiting(struct ds_node *a, struct node_req *r, void *ud)
+{
+    (void)a;
+    bool *all = ud;
+    *all = r->owner == &edge_specnet_ext && ((const struct spn_req *)r->role)->waiting;
+    return *all;
 }
 
 /* Engine loop, every running request drafted here: wait for a verdict. */
 static void idle(struct ds_node *a, void *st)
 {
     (void)st;
-    for (unsigned i = 0; i < a->n_active; i++) {
-        const struct node_req *r = a->active[i];
-        if (r->owner != &edge_specnet_ext || !((const struct spn_req *)r->role)->waiting) return;
-    }
+    bool all = true;
+    node__req_each(a, is_waiting, &all);
+    if (!all) return;
     /* Every slot taken: queued work cannot start, and ds_sched_wait would
     ** return at once because of it; poll the verdicts each millisecond. */
-    if (a->n_active >= a->cfg->max_active) {
+    if (node__running(a) >= a->cfg->max_active) {
         struct timespec ts = { 0, 1000000 };
         nanosleep(&ts, NULL);
     } else {
@@ -552,8 +565,15 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
     ds_sched_wake(a->sched);
 }
 
+/* Speculation figures, from the first turn on (before any round). */
+static void telemetry(struct ds_node *a, void *st, struct cJSON *obj)
+{
+    (void)st;
+    node__telemetry_spec(a, obj);
+}
+
 const struct node_ext edge_specnet_ext = {
     .name = "edge_specnet", .create = create, .destroy = destroy, .start = start,
     .take = take, .admitted = admitted, .tick = tick, .idle = idle, .final = final, .req_free = req_free,
-    .refused = refused,
+    .telemetry = telemetry, .refused = refused,
 };

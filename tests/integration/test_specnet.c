@@ -136,6 +136,15 @@ static void start_edge(bool pipeline)
                              from, 20000, NULL, NULL);
     assert_non_null(up);
     free(up);
+    /* Its telemetry reports speculation from the start, before any round,
+    ** right after the KV figures (its extension adds it, in the core's place). */
+    char *tel = it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_TELEMETRY "edge-spec" }, from, 20000,
+                              NULL, NULL);
+    assert_non_null(tel);
+    const char *kv = strstr(tel, "\"kv\":{"), *kv_end = kv ? strchr(kv, '}') : NULL;
+    if (!kv_end || strncmp(kv_end, "},\"spec\":{\"rounds\":", 19) != 0) printf("telemetry: %s\n", tel);
+    assert_true(kv_end && strncmp(kv_end, "},\"spec\":{\"rounds\":", 19) == 0);
+    free(tel);
     /* It has seen a center's retained status: it can draft for one. */
     assert_true(it_log_wait(g.dir, "edge-spec", " is online", centers_seen + 1, 20000));
 }
@@ -155,7 +164,8 @@ static int setup(void **state)
     g.dir = tu_tmpdir();
 
     g.dev = it_device(tb_broker_uri(g.edge_b), "dev-spec", g.in,
-                      (const char *const[]){ "test/reply/spec", DS_TOPIC_STATUS "+", NULL });
+                      (const char *const[]){ "test/reply/spec", DS_TOPIC_STATUS "+",
+                                             DS_TOPIC_TELEMETRY "edge-spec", NULL });
     assert_non_null(g.dev);
     /* Also the edge's opens and rounds as they reach the centers (schema checks). */
     g.cdev = it_device(tb_broker_uri(g.center_b), "cdev-spec", g.in,

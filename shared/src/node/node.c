@@ -3,11 +3,13 @@
 ** interleaves prompt chunks with one batched decode step for every running
 ** sequence and publishes status and telemetry; and the node's creation,
 ** where the role's extensions (node_ext.h) are created in the order the
-** daemon lists them. Intake is node_intake.c, answers node_answer.c.
+** daemon lists them (node_ext.c calls every hook). Intake is node_intake.c,
+** answers node_answer.c; node_internal.h lists the order of the files (this
+** one calls down into the others, none calls back up).
 **
 ** Owns: the models, tokenizers and engines; the MQTT client; the scheduler;
 ** every accepted request from intake until its answer is published; each
-** extension's state, from its create to its destroy.
+** extension's state, from its create to its destroy (node_ext.c calls both).
 */
 #include <math.h>
 #include <stdio.h>
@@ -38,36 +40,13 @@
 
 /* ---- the role's extensions ---- */
 
-static unsigned ext_count(const struct ds_node *a)
-{
-    unsigned n = 0;
-    while (a->role->exts[n]) n++;
-    return n;
-}
-
-void *node__ext_state(struct ds_node *a, const struct node_ext *ext)
-{
-    for (unsigned i = 0; a->role->exts[i]; i++)
-        if (a->role->exts[i] == ext && a->ext_on[i]) return a->ext_state[i];
-    return NULL;
-}
-
-static unsigned role_pending(struct ds_node *a)
-{
-    unsigned n = 0;
-    for (unsigned i = 0; a->role->exts[i]; i++)
-        if (a->ext_on[i] && a->role->exts[i]->pending) n += a->role->exts[i]->pending(a, a->ext_state[i]);
-    return n;
-}
-
 /* Every running request waits for the role (nothing to compute): let it
 ** wait without spinning. */
 static void role_idle(struct ds_node *a)
 {
     for (unsigned i = 0; i < a->n_active; i++)
         if (!a->active[i]->role) return;
-    for (unsigned i = 0; a->role->exts[i]; i++)
-        if (a->ext_on[i] && a->role->exts[i]->idle) a->role->exts[i]->idle(a, a->ext_state[i]);
+    node__ext_idle(a);
 }
 
 /* Subscribe every route (on), or unsubscribe those that stop when draining.
@@ -85,19 +64,6 @@ static void listen_all(struct ds_node *a, bool on)
     }
 }
 
-void node__state_file(const char *configured, const char *stem, const char *node, const char *ext, char *out,
-                      size_t n)
-{
-    /* systemd's StateDirectory= (the first of a list): /var/lib/dspark in the
-    ** units, which an edge and a center on one box share, hence the name. */
-    const char *sd = getenv("STATE_DIRECTORY");
-    out[0] = '\0';
-    if (configured && *configured)
-        snprintf(out, n, "%s", configured);
-    else if (sd && *sd == '/')
-        snprintf(out, n, "%.*s/%s-%s.%s", (int)strcspn(sd, ":"), sd, stem, node, ext);
-}
-
 /* ---- status ---- */
 
 static uint64_t unix_ms(void)
@@ -107,37 +73,12 @@ static uint64_t unix_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-bool node__verifies(const struct ds_node *a, const struct node_version *v)
-{
-    /* A GPU target pass costs less than one CPU draft token (README "GPU"):
-    ** an edge's drafts would only slow it down. */
-    return a->cfg->role == DS_MSG_ROLE_CENTER && a->cfg->spec_sessions > 0 && v &&
-           strcmp(ds_engine_backend(v->eng), "cpu") == 0;
-}
-
-/* Bit i: this node verifies drafts of models[i] now. */
-static uint32_t verifies_now(const struct ds_node *a)
-{
-    uint32_t bits = 0;
-    for (unsigned i = 0; i < a->n_models; i++) bits |= (uint32_t)node__verifies(a, a->models[i].active) << i;
-    return bits;
-}
-
-void node__verifies_refresh(struct ds_node *a)
-{
-    if (a->cfg->role == DS_MSG_ROLE_CENTER && verifies_now(a) != a->verifies_said) atomic_store(&a->announce, true);
-}
+void node__status_again(struct ds_node *a) { atomic_store(&a->announce, true); }
 
 static void publish_status(struct ds_node *a, enum ds_msg_state state)
 {
     struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms(), NULL, 0 };
-    const char *verifies[DS_NODE_MAX_MODELS];
-    if (a->cfg->role == DS_MSG_ROLE_CENTER) {
-        st.verifies = verifies;
-        a->verifies_said = verifies_now(a);
-        for (unsigned i = 0; i < a->n_models; i++)
-            if (a->verifies_said >> i & 1) verifies[st.n_verifies++] = a->models[i].cfg->name;
-    }
+    node__ext_status(a, &st);           /* the role's fields (a center's "verifies") */
     char *json;
     size_t len;
     if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
@@ -168,11 +109,18 @@ static void on_refused(void *ud, const char *topic, struct ds_str corr, const ch
     struct ds_node *a = ud;
     DS_LOG(DS_LOG_WARN, "the broker refused this node's publish to %s (%s): may its identity publish there? "
            "(deploy/mosquitto/mkacl.sh lists what the %s role may)", topic, why, ds_msg_role_name(a->cfg->role));
-    for (unsigned i = 0; i < ext_count(a); i++)
-        if (a->ext_on[i] && a->role->exts[i]->refused) a->role->exts[i]->refused(a, a->ext_state[i], topic, corr, why);
+    node__ext_refused(a, topic, corr, why);
 }
 
 /* ---- engine loop ---- */
+
+void node__req_each(struct ds_node *a, node_req_fn fn, void *ud)
+{
+    for (unsigned i = a->n_active; i-- > 0;)
+        if (i < a->n_active && !fn(a, a->active[i], ud)) return;
+}
+
+unsigned node__running(const struct ds_node *a) { return a->n_active; }
 
 /* Sample one token from logits and handle it. */
 static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
@@ -246,8 +194,7 @@ static bool start(struct ds_node *a, struct node_req *r)
     a->active[a->n_active++] = r;
     /* The role hears of it: a center tells the relaying edge, an edge
     ** starts drafting a request it queued for speculation. */
-    for (unsigned i = 0; !r->mirror && a->role->exts[i]; i++)
-        if (a->ext_on[i] && a->role->exts[i]->admitted) a->role->exts[i]->admitted(a, a->ext_state[i], r);
+    if (!r->mirror) node__ext_admitted(a, r);
     return true;
 }
 
@@ -313,12 +260,35 @@ static void cancel_running(struct ds_node *a)
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
 
-/* KV pool use of every loaded engine, and speculation where the node
-** speculates (schemas/telemetry.schema.json: kv, spec). */
+void node__telemetry_spec(struct ds_node *a, cJSON *obj)
+{
+    if (cJSON_GetObjectItemCaseSensitive(obj, "spec")) return;
+    uint64_t rounds = atomic_load(&a->spec_rounds), drafted = atomic_load(&a->spec_drafted),
+             accepted = atomic_load(&a->spec_accepted);
+    cJSON *sp = cJSON_AddObjectToObject(obj, "spec");
+    if (!sp) return;
+    cJSON_AddNumberToObject(sp, "rounds", (double)rounds);
+    cJSON_AddNumberToObject(sp, "proposed", (double)drafted);
+    cJSON_AddNumberToObject(sp, "accepted", (double)accepted);
+    cJSON_AddNumberToObject(sp, "acceptance", drafted ? (double)accepted / (double)drafted : 0.0);
+    /* Right after "kv", where the core puts it: the same key order whoever
+    ** adds it. What came between goes after it, in order (cJSON 1.7.15's
+    ** InsertItemInArray refuses an item detached from the end). */
+    cJSON *kv = cJSON_GetObjectItemCaseSensitive(obj, "kv");
+    for (cJSON *it = kv ? kv->next : NULL; it && it != sp;) {
+        cJSON *next = it->next;
+        cJSON_AddItemToArray(obj, cJSON_DetachItemViaPointer(obj, it));
+        it = next;
+    }
+}
+
+/* KV pool use of every loaded engine, and speculation where a version
+** speculates or rounds were counted (schemas/telemetry.schema.json: kv,
+** spec; the role adds "spec" where it speculates: node__telemetry_spec). */
 static void telemetry_kv_spec(struct ds_node *a, cJSON *obj)
 {
     uint64_t used = 0, total = 0;
-    bool speculates = a->cfg->speculate && a->cfg->role == DS_MSG_ROLE_EDGE;
+    bool speculates = false;
     for (unsigned i = 0; i < a->n_models; i++)
         for (unsigned k = 0; k < a->models[i].n_vers; k++) {
             const struct node_version *v = a->models[i].vers[k];
@@ -338,15 +308,7 @@ static void telemetry_kv_spec(struct ds_node *a, cJSON *obj)
         cJSON_AddNumberToObject(kv, "total_blocks", (double)total);
         cJSON_AddNumberToObject(kv, "used_ratio", total ? (double)used / (double)total : 0.0);
     }
-    uint64_t rounds = atomic_load(&a->spec_rounds), drafted = atomic_load(&a->spec_drafted),
-             accepted = atomic_load(&a->spec_accepted);
-    if (!speculates && !rounds) return;
-    cJSON *sp = cJSON_AddObjectToObject(obj, "spec");
-    if (!sp) return;
-    cJSON_AddNumberToObject(sp, "rounds", (double)rounds);
-    cJSON_AddNumberToObject(sp, "proposed", (double)drafted);
-    cJSON_AddNumberToObject(sp, "accepted", (double)accepted);
-    cJSON_AddNumberToObject(sp, "acceptance", drafted ? (double)accepted / (double)drafted : 0.0);
+    if (speculates || atomic_load(&a->spec_rounds)) node__telemetry_spec(a, obj);
 }
 
 static void publish_telemetry(struct ds_node *a)
@@ -409,8 +371,7 @@ static void publish_telemetry(struct ds_node *a)
     }
     node__rollout_telemetry(a, obj);
     if (a->fetch) node__fetch_telemetry(a, obj);
-    for (unsigned i = 0; a->role->exts[i]; i++)
-        if (a->ext_on[i] && a->role->exts[i]->telemetry) a->role->exts[i]->telemetry(a, a->ext_state[i], obj);
+    node__ext_telemetry(a, obj);
     if (ds_metrics_telemetry_add(&s, obj) != DS_OK) DS_LOG(DS_LOG_DEBUG, "telemetry: histograms left out (out of memory)");
     ds_metrics_json_round(obj);
     char *json;
@@ -430,8 +391,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     node__intake_listen(a);
     node__rollout_listen(a);
     if (a->fetch) node__fetch_listen(a);
-    for (unsigned i = 0; a->role->exts[i]; i++)
-        if (a->ext_on[i] && a->role->exts[i]->start) a->role->exts[i]->start(a, a->ext_state[i]);
+    node__ext_start(a);
     enum ds_err rc = ds_mqtt_connect(a->mqtt);
     if (rc != DS_OK) return rc;
     listen_all(a, true);
@@ -480,8 +440,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             node__req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
         cancel_running(a);
         node__rollout_tick(a, now);
-        for (unsigned i = 0; a->role->exts[i]; i++)
-            if (a->ext_on[i] && a->role->exts[i]->tick) a->role->exts[i]->tick(a, a->ext_state[i], now);
+        node__ext_tick(a, now);
         /* Up to max_active sequences; the last reserve_high of them only for
         ** high-priority work, so a flood of long low streams never makes a
         ** high request wait for one of them to end. */
@@ -510,7 +469,7 @@ enum ds_err ds_node_run(struct ds_node *a)
             for (int t = 0; t < DS_TIER_COUNT; t++) q += ds_sched_depth(a->sched, (enum ds_tier)t);
             /* Requests the role holds (at a center) are waited for (bounded:
             ** their deadlines and the accept timeout hand them back here). */
-            bool held = role_pending(a) > 0 && now - drain_start < 60000000000ull;
+            bool held = node__ext_pending(a) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !held) break;
         }
         if (a->n_active == 0) ds_sched_wait(a->sched, 100);
@@ -526,18 +485,6 @@ enum ds_err ds_node_run(struct ds_node *a)
     return DS_OK;
 }
 
-void ds_node_stop(struct ds_node *a)
-{
-    atomic_store(&a->stop, true);
-    ds_sched_wake(a->sched);
-}
-
-void ds_node_reload(struct ds_node *a)
-{
-    atomic_store(&a->reload, true);
-    ds_sched_wake(a->sched);
-}
-
 /* ---- create / destroy ---- */
 
 void ds_node_destroy(struct ds_node *a)
@@ -551,8 +498,7 @@ void ds_node_destroy(struct ds_node *a)
     while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
     while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
     for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
-    for (unsigned i = a->role ? ext_count(a) : 0; i-- > 0;)     /* after the requests: they point into them */
-        if (a->ext_state[i] && a->role->exts[i]->destroy) a->role->exts[i]->destroy(a, a->ext_state[i]);
+    node__ext_destroy_all(a);           /* after the requests: they point into them */
     node__rollout_destroy(a);           /* joins loads in progress, which wake the scheduler */
     ds_sched_destroy(a->sched);
     for (unsigned i = 0; i < a->n_models; i++)
@@ -582,8 +528,7 @@ static uint32_t max_packet(const struct ds_node *a)
         uint32_t frame = DS_DIST_FRAME_FIXED + DS_DIST_VERSION_MAX + DS_CHUNK_MAX + DS_CHUNK_ABYTES;
         need = DS_MAX(need, DS_MAX(DS_ENVELOPE_MAX, frame));
     }
-    for (unsigned i = 0; a->role->exts[i]; i++)
-        if (a->ext_on[i]) need = DS_MAX(need, a->role->exts[i]->max_msg);
+    need = DS_MAX(need, node__ext_max_msg(a));
     return need + DS_NODE_MQTT_HEADROOM;
 }
 
@@ -596,7 +541,6 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     a->cfg = c;
     a->cfg_path = config_path;
     a->role = role;
-    DS_ASSERT(ext_count(a) <= NODE_MAX_EXTS);     /* a main.c's table, not input */
     a->start_ns = ds_now_ns();
     pthread_mutex_init(&a->cancel_mu, NULL);
     pthread_mutex_init(&a->quota.mu, NULL);
@@ -634,13 +578,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
     if ((rc = node__health_create(a)) != DS_OK) goto fail;
-    for (unsigned i = 0; i < ext_count(a); i++)     /* in the role's order: later ones may look up earlier ones */
-        if (!role->exts[i]->create) {
-            a->ext_on[i] = true;                    /* no state, always on */
-        } else {
-            if ((rc = role->exts[i]->create(a, &a->ext_state[i])) != DS_OK) goto fail;
-            a->ext_on[i] = a->ext_state[i] != NULL;
-        }
+    if ((rc = node__ext_create_all(a)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0 };
     char *will;
     size_t will_len;

@@ -49,6 +49,21 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
         node__publish(a, topic, corr, corr_len, json, len);
 }
 
+/* node__quota_take (node_intake.c) counted r against its client. */
+void node__quota_give(struct node_req *r)
+{
+    struct node_quota *q = r->quota;
+    if (!q) return;
+    r->quota = NULL;
+    pthread_mutex_lock(&q->mu);
+    for (unsigned i = 0; i < q->n; i++)
+        if (q->c[i].key == r->client) {
+            if (--q->c[i].n == 0) q->c[i] = q->c[--q->n];
+            break;
+        }
+    pthread_mutex_unlock(&q->mu);
+}
+
 void node__req_free(struct node_req *r)
 {
     if (!r) return;
@@ -89,12 +104,22 @@ void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code c
     node__req_fail(a, r, code, msg);
 }
 
-/* The role's last word on r's final (edge speculation: served_by). */
-static void role_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f)
+void node__cascade_detach(struct ds_node *a, struct node_req *r)
 {
-    for (unsigned i = 0; r->owner && a->role->exts[i]; i++)
-        if (a->role->exts[i] == r->owner && a->ext_on[i] && r->owner->final)
-            r->owner->final(a, a->ext_state[i], r, f);
+    DS_ASSERT(r->cascaded);
+    free(r->text);                      /* the center's answer replaces it */
+    r->text = NULL;
+    r->text_len = r->text_cap = 0;
+    r->n_gen = 0;
+    node__rollout_done(a, r, false, (double)(ds_now_ns() - r->recv_ns) / 1e6);
+    node__rollout_release(r);           /* r may leave this thread */
+    ds_seq_destroy(r->seq);
+    ds_sampler_destroy(r->smp);
+    free(r->ids);
+    r->seq = NULL;
+    r->smp = NULL;
+    r->ids = NULL;
+    r->n_ids = r->n_fed = 0;
 }
 
 void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
@@ -112,37 +137,15 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
         a->active[slot] = a->active[--a->n_active];
         DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: offering it on", r->req.id,
                r->logprob_sum / r->n_gen, (double)threshold);
-        /* Detach the edge's run before r changes hands: once sent, the
-        ** relay (Paho's thread) may answer and free r at any moment. */
-        char *text = r->text;
-        size_t text_len = r->text_len, text_cap = r->text_cap;
-        uint32_t n_gen = r->n_gen;
-        r->text = NULL;
-        r->text_len = r->text_cap = 0;
-        r->n_gen = 0;
+        /* The hook that takes r detaches its run before sending it on
+        ** (node__cascade_detach): once sent, the relay (Paho's thread)
+        ** may answer and free r at any moment. */
         r->cascaded = true;
-        struct node_version *pv = r->v;
-        node__rollout_done(a, r, false, (double)(now - r->recv_ns) / 1e6);
-        node__rollout_release(r);           /* r may leave this thread */
-        ds_seq_destroy(r->seq);
-        ds_sampler_destroy(r->smp);
-        free(r->ids);
-        r->seq = NULL;
-        r->smp = NULL;
-        r->ids = NULL;
-        r->n_ids = r->n_fed = 0;
-        if (node__offer(a, r, NODE_TAKE_LOW_CONFIDENCE)) {
+        if (node__ext_take(a, r, NODE_TAKE_LOW_CONFIDENCE)) {
             atomic_fetch_add(&a->n_cascaded, 1);
-            free(text);
             return;
         }
-        r->v = pv;                          /* nobody took it: answer with what we have */
-        pv->refs++;
-        r->text = text;
-        r->text_len = text_len;
-        r->text_cap = text_cap;
-        r->n_gen = n_gen;
-        a->active[a->n_active++] = r;
+        a->active[a->n_active++] = r;       /* nobody took it: answer with what we have */
         slot = a->n_active - 1;
     }
     struct ds_msg_final f = {
@@ -160,10 +163,10 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
         atomic_fetch_add(&a->spec_drafted, r->spec.drafted);
         atomic_fetch_add(&a->spec_accepted, r->spec.accepted);
     }
-    if (r->v && !r->cascaded) node__rollout_done(a, r, false, f.total_ms);
+    if (r->v) node__rollout_done(a, r, false, f.total_ms);
     a->n_mirrors -= r->mirror;
     if (!r->mirror) {
-        role_final(a, r, &f);
+        node__ext_final(a, r, &f);     /* the role's last word (edge speculation: served_by) */
         char *json;
         size_t len;
         if (ds_msg_final_encode(&f, &json, &len) == DS_OK) {

@@ -6,7 +6,8 @@
 **
 ** The node core never names an edge or a center function: it calls role
 ** code only through these hooks, in the order the role lists them, like
-** ggml's backend interface or ds_kern_ops. Role code calls only what this
+** ggml's backend interface or ds_kern_ops; one file, node_ext.c, has a
+** function per hook and is the only one that walks the table. Role code calls only what this
 ** header declares (and ds/ headers).
 **
 ** Hooks (each may be NULL). st is what create() stored; an extension whose
@@ -24,7 +25,10 @@
 **   take       intake or finish: offered r for `why`; true = the hook owns
 **              r now (sent it on, or queued it with node__enqueue after
 **              setting r->owner). Paho's thread for ROUTE and QUEUE_FULL,
-**              the engine loop for LOW_CONFIDENCE (r's run detached).
+**              the engine loop for LOW_CONFIDENCE (r still holds its run
+**              and weak answer: a hook that takes r calls
+**              node__cascade_detach before sending it on; one that gives
+**              it back leaves r as it was, and the weak answer goes out).
 **   admitted   engine loop: r was admitted. Every extension is told; the
 **              center's overflow side answers the relaying edge here.
 **   tick       engine loop, once per turn.
@@ -34,6 +38,9 @@
 **              may change f (served_by, usage).
 **   req_free   r is freed (r->owner is this extension).
 **   telemetry  add fields to the telemetry object.
+**   status     engine loop: fill s's role fields (a center's "verifies")
+**              before the retained status is published; what s points
+**              to must live until the next call (the extension's state).
 **   pending    requests it still holds; draining waits for them.
 **   refused    Paho's thread: the broker refused a publish of this node
 **              (its ACL): topic, Correlation Data (.p NULL if none), why.
@@ -69,6 +76,7 @@ struct node_ext {
     void        (*final)(struct ds_node *a, void *st, struct node_req *r, struct ds_msg_final *f);
     void        (*req_free)(struct node_req *r);
     void        (*telemetry)(struct ds_node *a, void *st, struct cJSON *obj);
+    void        (*status)(struct ds_node *a, void *st, struct ds_msg_status *s);
     unsigned    (*pending)(struct ds_node *a, void *st);
     void        (*refused)(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why);
     uint32_t    (*kv_seqs)(const struct ds_node_config *c);
@@ -140,12 +148,27 @@ bool node__enqueue(struct ds_node *a, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
 bool node__topic_ok(const char *t);
 struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len);
-/* node.c: whether this node verifies edge drafts for version v (a center
-** with [spec] sessions whose target runs on the CPU); its retained status
-** lists those models ("verifies"). */
-bool node__verifies(const struct ds_node *a, const struct node_version *v);
-/* node.c, engine loop: after a model's active version changed (promote,
-** rollback), a center whose list changed says its status again. */
-void node__verifies_refresh(struct ds_node *a);
+
+/* node_answer.c, engine loop, from a take hook offered r for
+** NODE_TAKE_LOW_CONFIDENCE that is about to send r on: r's local run ends
+** (its text, cache and sampler go; its version records it as served), so
+** that r may leave this thread. Call it only once nothing can make the hook
+** give r back; a send that fails after it queues r again (node__enqueue). */
+void node__cascade_detach(struct ds_node *a, struct node_req *r);
+
+/* node.c, engine loop: the running requests, last to first; fn may answer
+** or fail the one it is given (which leaves the set). fn returns false to
+** stop. */
+typedef bool (*node_req_fn)(struct ds_node *a, struct node_req *r, void *ud);
+void node__req_each(struct ds_node *a, node_req_fn fn, void *ud);
+/* node.c: running requests (shadow copies included), as max_active counts them. */
+unsigned node__running(const struct ds_node *a);
+/* node.c, engine loop: say the retained status again at the next turn (the
+** role's status fields changed, e.g. after a promote). */
+void node__status_again(struct ds_node *a);
+/* node.c: add the "spec" object (speculation of answered requests) to a
+** telemetry object, once: the core adds it where a version speculates
+** locally or rounds were counted, role code where it speculates. */
+void node__telemetry_spec(struct ds_node *a, struct cJSON *obj);
 
 #endif

@@ -4,8 +4,8 @@
 ** and queued or offered to the role, and cancellations. Nothing here
 ** computes: the engine loop (node.c) does.
 **
-** Owns: the route table (written before the node connects, read-only
-** after) and the ids cancelled while queued or running (cancel_mu).
+** Owns: the ids cancelled while queued or running (cancel_mu). Reads the
+** route table (node_route.c writes it before the node connects).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,29 +16,6 @@
 #include "node_internal.h"
 
 /* ---- routes ---- */
-
-void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st)
-{
-    if (a->n_routes == NODE_MAX_ROUTES || strlen(filter) >= sizeof a->routes[0].filter) {
-        DS_LOG(DS_LOG_ERROR, "%s: not subscribed (at most %d filters of %zu bytes)", filter, NODE_MAX_ROUTES,
-               sizeof a->routes[0].filter - 1);
-        return;
-    }
-    struct node_route *rt = &a->routes[a->n_routes++];
-    snprintf(rt->filter, sizeof rt->filter, "%s", filter);
-    const char *t = filter;
-    if (!strncmp(t, DS_SHARE_PREFIX, DS_TOPIC_LEN(DS_SHARE_PREFIX))) {   /* messages arrive without $share/<group>/ */
-        t = strchr(t + DS_TOPIC_LEN(DS_SHARE_PREFIX), '/');
-        t = t ? t + 1 : "";
-    }
-    size_t n = strcspn(t, "+#");
-    memcpy(rt->prefix, t, n);
-    rt->prefix[n] = '\0';
-    rt->exact = t[n] == '\0';
-    rt->drain_stop = drain_stop;
-    rt->fn = fn;
-    rt->st = st;
-}
 
 static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
 static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
@@ -62,15 +39,6 @@ void node__on_message(void *ud, const struct ds_mqtt_msg *msg)
         if (rt->fn(a, rt->st, msg)) return;
     }
     DS_LOG(DS_LOG_DEBUG, "message on %s: nobody here takes it", msg->topic);
-}
-
-bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why)
-{
-    for (unsigned i = 0; a->role->exts[i]; i++) {
-        const struct node_ext *x = a->role->exts[i];
-        if (a->ext_on[i] && x->take && x->take(a, a->ext_state[i], r, why)) return true;
-    }
-    return false;
 }
 
 /* ---- requests ---- */
@@ -206,10 +174,10 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
-    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__offer(a, r, NODE_TAKE_ROUTE))
+    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__ext_take(a, r, NODE_TAKE_ROUTE))
         return true;
     if (node__enqueue(a, r)) return true;
-    if (may_go && node__offer(a, r, NODE_TAKE_QUEUE_FULL)) return true;
+    if (may_go && node__ext_take(a, r, NODE_TAKE_QUEUE_FULL)) return true;
     node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
     return true;
 }
@@ -261,20 +229,6 @@ bool node__quota_take(struct ds_node *a, struct node_req *r)
     pthread_mutex_unlock(&q->mu);
     if (ok) r->quota = q, r->client = key;
     return ok;
-}
-
-void node__quota_give(struct node_req *r)
-{
-    struct node_quota *q = r->quota;
-    if (!q) return;
-    r->quota = NULL;
-    pthread_mutex_lock(&q->mu);
-    for (unsigned i = 0; i < q->n; i++)
-        if (q->c[i].key == r->client) {
-            if (--q->c[i].n == 0) q->c[i] = q->c[--q->n];
-            break;
-        }
-    pthread_mutex_unlock(&q->mu);
 }
 
 bool node__enqueue(struct ds_node *a, struct node_req *r)

@@ -2,10 +2,28 @@
 ** node_internal.h — what the node core's files share and role code does not
 ** see: node.c (the engine loop, create/destroy), node_intake.c (Paho's
 ** thread: dispatch, requests, cancels), node_answer.c (finals, errors,
-** tokens), node_version.c (loading versions), node_rollout.c (versions,
-** canary, shadow, rollback, signed control), node_spec_local.c (one-node
-** speculation), node_fetch.c (model distribution). Role code sees
-** node_ext.h only. Never installed.
+** tokens), node_version.c (loading versions and their drafts),
+** node_rollout.c (versions, canary, shadow, rollback, signed control),
+** node_spec_local.c (one-node speculation rounds), node_fetch.c (model
+** distribution), node_health.c (checks, alerts), node_dedupe.c (requests
+** delivered twice), node_ext.c (the one dispatch of the role's hooks),
+** node_route.c (the route table), node_ctl.c (stop, reload, state files).
+** Role code sees node_ext.h only. Never installed.
+**
+** File order: each file calls only files on a line below its own, or on its
+** own line, never back up (tests/layers.py, layers.deps, finds any cycle
+** in the calls between ds_node's object files):
+**   node_main.c                       the daemons' main (ds_node_main)
+**   node.c                            the engine loop, create/destroy
+**   specnet_wire.c
+**   node_intake.c  node_spec_local.c  requests in; speculation rounds
+**   node_answer.c                     finals, errors, tokens
+**   node_rollout.c                    versions, canary, shadow, control
+**   node_version.c node_fetch.c node_health.c
+**   node_ext.c node_route.c node_ctl.c node_dedupe.c node_config.c
+**   node_notify.c node_gpu.c metrics.c control_wire.c intake_wire.c
+** Threads below the loop (health, fetch) and the role's extensions reach
+** the loop only through flags (node_ctl.c) and the hook table (node_ext.c).
 */
 #ifndef DS_NODE_INTERNAL_H
 #define DS_NODE_INTERNAL_H
@@ -28,11 +46,32 @@ bool node__quota_take(struct ds_node *a, struct node_req *r);
 /* Copy the reloadable keys Paho's thread reads into their atomics (engine
 ** thread: at start and after a reload). */
 void node__cfg_publish(struct ds_node *a);
+/* node_answer.c: give r's count back (node__req_free does). */
 void node__quota_give(struct node_req *r);
-/* Offer r to the role's take hooks in order; true when one took it. */
-bool node__offer(struct ds_node *a, struct node_req *r, enum node_take why);
 
-/* node.c: a file kept across restarts: configured if set, else
+/* node_ext.c: the one dispatch of the role's hooks (node_ext.h says when
+** each is called). Each calls every extension that is on and has the hook,
+** in the role's order; no other file walks the extension table. */
+enum ds_err node__ext_create_all(struct ds_node *a);          /* stops at the first that fails */
+void        node__ext_destroy_all(struct ds_node *a);         /* reverse order; after create_all, or zeroed */
+void        node__ext_start(struct ds_node *a);
+/* Offer r for why; true when one took it (the first that does). */
+bool        node__ext_take(struct ds_node *a, struct node_req *r, enum node_take why);
+void        node__ext_admitted(struct ds_node *a, struct node_req *r);
+void        node__ext_tick(struct ds_node *a, uint64_t now_ns);
+void        node__ext_idle(struct ds_node *a);
+/* r->owner's final hook only. */
+void        node__ext_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f);
+void        node__ext_telemetry(struct ds_node *a, struct cJSON *obj);
+void        node__ext_status(struct ds_node *a, struct ds_msg_status *s);
+unsigned    node__ext_pending(struct ds_node *a);
+void        node__ext_refused(struct ds_node *a, const char *topic, struct ds_str corr, const char *why);
+/* Extra KV sequences every listed extension asks for (config only: any time). */
+uint32_t    node__ext_kv_seqs(const struct ds_node *a);
+/* The largest max_msg of the extensions that are on. */
+uint32_t    node__ext_max_msg(const struct ds_node *a);
+
+/* node_ctl.c: a file kept across restarts: configured if set, else
 ** $STATE_DIRECTORY/STEM-NODE.EXT under systemd, else "" (none). */
 void node__state_file(const char *configured, const char *stem, const char *node, const char *ext, char *out,
                       size_t n);
@@ -104,9 +143,9 @@ void        node__rollout_token(struct node_req *r, int32_t token);
 /* Add versions, states, shadow summary and events to a telemetry object. */
 void        node__rollout_telemetry(struct ds_node *a, struct cJSON *obj);
 
-/* node_spec_local.c: one-node speculative decoding */
-/* Draft engine and ds_spec for a version whose model config names a draft
-** (any thread, like node__version_load). */
+/* One-node speculative decoding. node_version.c: the draft engine and
+** ds_spec for a version whose model config names a draft (any thread, like
+** node__version_load). node_spec_local.c: the rounds. */
 enum ds_err node__spec_load(struct node_version *v);
 void        node__spec_unload(struct node_version *v);
 /* One speculative round for v's only running sequence, if it may take one;

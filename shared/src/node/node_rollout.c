@@ -386,7 +386,6 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
         m->cand = NULL;
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
-        node__verifies_refresh(a);               /* its backend may differ */
         set_state(old, NODE_V_DRAINING, now);
         snprintf(m->prev, sizeof m->prev, "%s", old->version);
         m->probation_end_ns = now + (uint64_t)a->cfg->ro_probation_s * 1000000000ull;
@@ -424,7 +423,6 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
         set_state(old, NODE_V_DRAINING, now);
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
-        node__verifies_refresh(a);               /* its backend may differ */
         snprintf(why, DS_WHY_MAX, "%s active again (was %s); draining %u request(s) on %s", v->version,
                  old->version, old->refs, old->version);
         return true;

@@ -204,7 +204,6 @@ struct ds_node {
     atomic_uint_fast64_t next_key;
     atomic_bool          stop, reload, draining;
     atomic_bool          announce;      /* connected: say online once subscribed (engine loop) */
-    uint32_t             verifies_said; /* bit i: the last status listed models[i] (engine loop) */
     atomic_bool          cancel_new;    /* a cancel arrived: look for its request in the queue */
     struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
     unsigned             n_active, n_mirrors;
@@ -219,8 +218,8 @@ struct ds_node {
     uint64_t             start_ns;
     char                 status_topic[160], telemetry_topic[160];
     const struct ds_node_role *role;     /* the daemon's hook table (node_ext.h) */
-    void                *ext_state[NODE_MAX_EXTS];   /* each extension's state (its create's) */
-    bool                 ext_on[NODE_MAX_EXTS];      /* created and not off by config */
+    void                *ext_state[NODE_MAX_EXTS];   /* each extension's state (its create's; node_ext.c) */
+    bool                 ext_on[NODE_MAX_EXTS];      /* created and not off by config (node_ext.c) */
     struct node_route    routes[NODE_MAX_ROUTES];    /* topic prefix -> handler (node_intake.c) */
     unsigned             n_routes;
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
