@@ -63,7 +63,7 @@ void ds_msg_limits_init(struct ds_msg_limits *lim)
 /* ---- generated ids ---- */
 
 /* getrandom(2) rather than libsodium: the wire codecs sit below the layer
-** that links libsodium (dist), and an id needs no more than the kernel's
+** that links libsodium (trust), and an id needs no more than the kernel's
 ** randomness. */
 void ds_msg_new_id(char out[DS_MSG_GEN_ID_LEN + 1])
 {
