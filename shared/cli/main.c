@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "ds/common.h"
+#include "ds/env.h"
 #include "ds/log.h"
 
 static const struct cli_command commands[] = {
@@ -77,7 +78,7 @@ bool cli_set_log_level(const char *s)
 
 int main(int argc, char **argv)
 {
-    int fmt = ds_log_format_parse(getenv("DS_LOG_FORMAT"));
+    int fmt = ds_log_format_parse(ds_env_get("LOG_FORMAT"));
     if (argc >= 3 && strcmp(argv[1], "--log-format") == 0) {
         if ((fmt = ds_log_format_parse(argv[2])) < 0) {
             fprintf(stderr, "dspark: --log-format: '%s' is not text or json\n", argv[2]);
