@@ -1,9 +1,10 @@
 /*
 ** node_spec_local.c — one-node speculative decoding in the serving node
 ** (ds/spec.h): each loaded version of a model whose config names a draft
-** (draft = int8 | PATH, spec_k = K) gets an INT8 draft engine (on the CPU)
-** with one KV sequence and a ds_spec, unless its target runs on a GPU (then
-** a CPU draft token costs more than a target pass: a warning, no draft).
+** (draft = int8 | PATH, spec_k = K) gets an INT8 draft engine (on the CPU,
+** opened with the target by ds_program_model_open) with one KV sequence and
+** a ds_spec, unless its target runs on a GPU (then a CPU draft token costs
+** more than a target pass: a warning, no draft).
 **
 ** Coexistence with the continuous batch: a speculative round runs only when
 ** the request is its version's ONLY running sequence and its prompt is in
@@ -35,9 +36,8 @@
 enum ds_err node__spec_load(struct node_version *v)
 {
     const struct ds_node_model_cfg *mc = v->m->cfg;
-    const struct ds_model *src = v->model;
     enum ds_err rc;
-    if (strcmp(ds_engine_backend(v->eng), "cpu") != 0) {
+    if (!v->draft_eng) {           /* ds_program_model_open opens no CPU draft beside a GPU target */
         /* Measured on an H200 (bench_spec --backend cuda, 110M shape): a CPU
         ** INT8 draft token 1.9-6 ms, a whole FP16 target pass 0.6 ms. */
         DS_LOG(DS_LOG_WARN, "model %s %s: the target runs on %s and a draft would run on the CPU, "
@@ -46,29 +46,15 @@ enum ds_err node__spec_load(struct node_version *v)
                mc->name, v->version, ds_engine_backend(v->eng), mc->draft);
         return DS_OK;
     }
-    if (strcmp(mc->draft, "int8") != 0) {
-        if ((rc = ds_model_open(mc->draft, &v->draft_model)) != DS_OK) {
-            DS_LOG(DS_LOG_ERROR, "model %s: cannot load draft %s: %s", mc->name, mc->draft, ds_strerror(rc));
-            return rc;
-        }
-        src = v->draft_model;
-    } else if (ds_engine_precision(v->eng) == DS_PRECISION_INT8) {
+    if (strcmp(mc->draft, "int8") == 0 && ds_engine_precision(v->eng) == DS_PRECISION_INT8)
         DS_LOG(DS_LOG_WARN, "model %s: draft = int8 on an INT8 model costs as much as the target: "
                "use precision = fp32 or a smaller draft", mc->name);
-    }
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = DS_PRECISION_INT8;
-    o.n_threads = mc->threads;
-    o.max_ctx = DS_MIN(ds_engine_max_ctx(v->eng), src->cfg.ctx_len);
-    o.kv_seqs = 1;
     struct ds_spec_opts so;
     ds_spec_opts_init(&so);
     so.k = mc->spec_k;
     struct ds_sampler_params p;
     ds_sampler_params_init(&p);
-    if ((rc = ds_engine_create(src, &o, &v->draft_eng)) != DS_OK ||
-        (rc = ds_seq_create(v->draft_eng, &v->draft_seq)) != DS_OK ||
+    if ((rc = ds_seq_create(v->draft_eng, &v->draft_seq)) != DS_OK ||
         (rc = ds_spec_create(v->draft_eng, v->eng, &p, &so, &v->spec)) != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: cannot start speculative decoding with draft %s: %s", mc->name,
                v->version, mc->draft, ds_strerror(rc));

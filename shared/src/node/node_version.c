@@ -9,19 +9,10 @@
 #include <string.h>
 
 #include "ds/chat.h"
-#include "ds/gguf.h"
 #include "ds/log.h"
+#include "ds/program.h"
 #include "ds/tok.h"
 #include "node_internal.h"
-
-/* The family of the model's GGUF tokenizer.chat_template; NONE without one
-** (llama2.c checkpoints, GGUFs converted without a template). */
-static enum ds_chat_tmpl chat_family(const struct ds_model *m)
-{
-    struct ds_str t;
-    if (!m->gguf || ds_gguf_get_str(m->gguf, "tokenizer.chat_template", &t) != DS_OK) return DS_CHAT_TMPL_NONE;
-    return ds_chat_detect(t.p, t.n);
-}
 
 enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
                                const char *path, struct node_version **out)
@@ -33,25 +24,40 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     if (!v) return DS_ERR_NOMEM;
     v->m = m;
     memcpy(v->version, version, strlen(version) + 1);
-    enum ds_err rc;
-    if ((rc = ds_model_open(path, &v->model)) != DS_OK) goto fail;
-    if ((rc = ds_model_tokenizer(v->model, mc->tokenizer, &v->tok)) != DS_OK) goto fail;
-    v->chat = chat_family(v->model);
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = (enum ds_precision)mc->precision;
-    o.backend = (enum ds_backend)mc->backend;
-    o.n_threads = mc->threads;
-    o.kv_type = (enum ds_kv_type)mc->kv_cache;
-    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
-    o.kv_seqs = a->cfg->max_active;
+    struct ds_program_model_opts po;
+    ds_program_model_opts_init(&po);
+    po.model = path;
+    po.tokenizer = mc->tokenizer;
+    struct ds_engine_opts *o = &po.engine;
+    o->precision = (enum ds_precision)mc->precision;
+    o->backend = (enum ds_backend)mc->backend;
+    o->n_threads = mc->threads;
+    o->kv_type = (enum ds_kv_type)mc->kv_cache;
+    o->max_ctx = mc->ctx;
+    po.ctx_cap = 2048;                                  /* ctx = 0: min(the model's, 2048) */
+    o->kv_seqs = a->cfg->max_active;
     for (unsigned i = 0; a->role->exts[i]; i++)         /* e.g. a center's speculation sessions */
-        if (a->role->exts[i]->kv_seqs) o.kv_seqs += a->role->exts[i]->kv_seqs(a->cfg);
-    o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
-    v->max_batch = o.max_batch;
-    if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
+        if (a->role->exts[i]->kv_seqs) o->kv_seqs += a->role->exts[i]->kv_seqs(a->cfg);
+    o->max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
+    v->max_batch = o->max_batch;
+    po.draft = mc->draft;                               /* INT8 on the CPU (node_spec_local.c) */
+    po.draft_engine.n_threads = mc->threads;
+    struct ds_program_model pm;
+    char why[DS_WHY_MAX];
+    enum ds_err rc = ds_program_model_open(&po, &pm, why, sizeof why);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "model %s %s: %s", mc->name, version, why);
+        goto fail;
+    }
+    /* The version holds each part itself (node__version_free, node__spec_unload). */
+    v->model = pm.model;
+    v->tok = pm.tok;
+    v->chat = pm.chat;
+    v->eng = pm.eng;
+    v->draft_model = pm.draft_model;
+    v->draft_eng = pm.draft_eng;
     rc = DS_ERR_NOMEM;
-    v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
+    v->logits = malloc((size_t)o->max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
     if (!v->logits) goto fail;
     if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
     DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u, %s KV cache, chat template %s",
