@@ -40,11 +40,6 @@ int ds_msg_code_parse(const char *s)
 static const char *const route_names[] = { "auto", "edge", "center" };
 static const char *const role_names[] = { "edge", "center" };
 
-const char *ds_msg_route_name(enum ds_msg_route r)
-{
-    return (unsigned)r < DS_ARRAY_LEN(route_names) ? route_names[r] : "auto";
-}
-
 const char *ds_msg_role_name(enum ds_msg_role r)
 {
     return (unsigned)r < DS_ARRAY_LEN(role_names) ? role_names[r] : "edge";
