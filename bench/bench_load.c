@@ -61,6 +61,7 @@
 
 #include "bench_mqtt.h"
 #include "bench_util.h"
+#include "loadgen.h"
 #include "ds/engine.h"
 #include "ds/log.h"
 #include "ds/model.h"
@@ -71,7 +72,7 @@
 #include "support/testutil.h"
 
 
-#define MAX_CLIENTS   64
+#define MAX_CLIENTS   LG_MAX_CLIENTS
 #define MAX_RATES     24
 #define MAX_RATE      100000.0
 #define NODE_NAME     "bench-edge"
@@ -105,15 +106,13 @@ struct slot {
     double   queue_ms, ttft_ms, total_ms;   /* the final's timing */
 };
 
-/* One set of requests (a rate step or a sample set); answers are matched
-** by the 8 bytes of correlation data: phase id and index. */
+/* One set of requests (a rate step or a sample set); lg.n: its slots. */
 struct phase {
-    uint32_t     id;
+    struct lg_phase lg;
     bool         raw;                /* echo round trips: any payload is an answer */
     const char  *topic;              /* where requests go; NULL = the infer topic */
     struct slot *s;
-    size_t       n;                  /* slots */
-    size_t       n_done, dups;
+    size_t       dups;
 };
 
 struct rate_result {
@@ -139,16 +138,10 @@ struct bench {
     char               cfg[4300], log[4300], center_log[4300];
     pid_t              edge, center;
     const char        *uri;
-    struct ds_mqtt    *cli[MAX_CLIENTS];
-    char               reply[MAX_CLIENTS][96];
+    struct lg          lg;           /* device clients, phases, replies */
     struct ds_mqtt    *echo;         /* echo client in this process */
     pid_t              echo_pid;     /* echo client in a child process */
     char               echo_topic[96], echo_proc_topic[96], infer_topic[160];
-    pthread_mutex_t    mu;
-    pthread_cond_t     cv;
-    struct phase      *cur;          /* guarded by mu */
-    uint32_t           next_phase;
-    size_t             strays;       /* answers for no current phase (late ones) */
     struct rate_result res[MAX_RATES * 2];
     size_t             n_res;
     struct overhead    ovh;
@@ -193,33 +186,21 @@ static bool parse_answer(struct slot *s, const void *payload, size_t len)
     return answer;
 }
 
-/* Paho's receive thread: stamp first, then match and parse. */
-static void on_reply(void *ud, const struct ds_mqtt_msg *m)
+/* A reply matched to request idx (loadgen.h: receive thread, mu held). */
+static bool on_reply(void *ud, struct lg_phase *lp, size_t idx, const struct ds_mqtt_msg *m, uint64_t now)
 {
-    uint64_t now = ds_now_ns();
-    struct bench *b = ud;
-    if (strncmp(m->topic, "dspark/", 7) == 0) return;         /* status or telemetry */
-    uint32_t id[2];
-    if (!m->correlation.p || m->correlation.n != sizeof id) return;
-    memcpy(id, m->correlation.p, sizeof id);
-    pthread_mutex_lock(&b->mu);
-    struct phase *p = b->cur;
-    if (!p || p->id != id[0] || id[1] >= p->n) {
-        b->strays++;
-    } else if (p->s[id[1]].state != ST_PENDING) {
+    (void)ud;
+    struct phase *p = lp->ud;
+    struct slot *s = &p->s[idx];
+    if (s->state != ST_PENDING) {
         p->dups++;
-    } else {
-        struct slot *s = &p->s[id[1]];
-        bool answer = true;
-        if (p->raw) s->state = ST_OK;
-        else answer = parse_answer(s, m->payload, m->len);
-        if (answer) {
-            s->done_ns = now;
-            p->n_done++;
-            pthread_cond_broadcast(&b->cv);
-        }
+        return false;
     }
-    pthread_mutex_unlock(&b->mu);
+    bool answer = true;
+    if (p->raw) s->state = ST_OK;
+    else answer = parse_answer(s, m->payload, m->len);
+    if (answer) s->done_ns = now;
+    return answer;
 }
 
 /* An echo client (ud: the address of its client pointer): publish every
@@ -235,21 +216,16 @@ static void on_echo(void *ud, const struct ds_mqtt_msg *m)
         fprintf(stderr, "bench_load: echo publish refused\n");
 }
 
+/* The device clients (loadgen.c) and the echo client of this process. */
 static enum ds_err clients_start(struct bench *b)
 {
-    const struct opts *o = &b->opt;
+    enum ds_err rc = lg_clients_start(&b->lg, b->uri, b->opt.clients);
+    if (rc != DS_OK) return rc;
     char id[96];
-    enum ds_err rc = DS_OK;
     long pid = (long)getpid();
-    for (unsigned i = 0; rc == DS_OK && i < o->clients; i++) {
-        snprintf(b->reply[i], sizeof b->reply[i], "bench/load/%ld/reply/%u", pid, i);
-        snprintf(id, sizeof id, "bench-load-%ld-%u", pid, i);
-        rc = bench_mqtt_client(b->uri, id, on_reply, b, b->reply[i], &b->cli[i]);
-    }
     snprintf(b->echo_topic, sizeof b->echo_topic, "bench/load/%ld/echo", pid);
     snprintf(id, sizeof id, "bench-load-%ld-echo", pid);
-    if (rc == DS_OK) rc = bench_mqtt_client(b->uri, id, on_echo, &b->echo, b->echo_topic, &b->echo);
-    for (unsigned i = 0; rc == DS_OK && i < o->clients; i++) rc = ds_mqtt_wait_subscribed(b->cli[i], 20000);
+    rc = bench_mqtt_client(b->uri, id, on_echo, &b->echo, b->echo_topic, &b->echo);
     if (rc == DS_OK) rc = ds_mqtt_wait_subscribed(b->echo, 20000);
     if (rc != DS_OK) fprintf(stderr, "bench_load: MQTT clients on %s: %s\n", b->uri, ds_strerror(rc));
     return rc;
@@ -257,7 +233,7 @@ static enum ds_err clients_start(struct bench *b)
 
 static void clients_stop(struct bench *b)
 {
-    bench_mqtt_destroy_all(b->cli, MAX_CLIENTS);
+    lg_clients_stop(&b->lg);
     ds_mqtt_destroy(b->echo);
     b->echo = NULL;
 }
@@ -298,19 +274,15 @@ static struct phase *phase_begin(struct bench *b, size_t n, const char *raw_topi
         free(s);
         return NULL;
     }
-    pthread_mutex_lock(&b->mu);
-    *p = (struct phase){ .id = ++b->next_phase, .raw = raw_topic != NULL, .topic = raw_topic, .s = s, .n = n };
-    b->cur = p;
-    pthread_mutex_unlock(&b->mu);
+    *p = (struct phase){ .lg = { .n = n, .ud = p }, .raw = raw_topic != NULL, .topic = raw_topic, .s = s };
+    lg_phase_begin(&b->lg, &p->lg);
     return p;
 }
 
 /* Detach p: later answers for it count as strays. */
 static void phase_end(struct bench *b, struct phase *p)
 {
-    pthread_mutex_lock(&b->mu);
-    if (b->cur == p) b->cur = NULL;
-    pthread_mutex_unlock(&b->mu);
+    lg_phase_end(&b->lg, &p->lg);
 }
 
 static void phase_free(struct phase *p)
@@ -320,20 +292,10 @@ static void phase_free(struct phase *p)
     free(p);
 }
 
-/* Wait until `want` answers of p arrived or the monotonic deadline passed. */
+/* Wait until `want` (>= 1) answers of p arrived or the monotonic deadline passed. */
 static size_t phase_wait(struct bench *b, struct phase *p, size_t want, uint64_t deadline_ns)
 {
-    pthread_mutex_lock(&b->mu);
-    while (p->n_done < want && !g_stop) {
-        uint64_t now = ds_now_ns();
-        if (now >= deadline_ns) break;
-        uint64_t t = DS_MIN(deadline_ns, now + 50000000u);   /* wake to look at g_stop */
-        struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
-        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
-    }
-    size_t n = p->n_done;
-    pthread_mutex_unlock(&b->mu);
-    return n;
+    return want ? lg_phase_wait(&b->lg, &p->lg, want, deadline_ns) : 0;
 }
 
 /* Publish request idx of p on client c; stamps sched/sent. Returns false
@@ -343,23 +305,20 @@ static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, c
 {
     char json[512];
     int n = snprintf(json, sizeof json, "{\"id\":\"b%u-%zu\",\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%u%s",
-                     p->id, idx, b->opt.name, prompt, max_tokens, greedy ? "" : ",\"temperature\":0.8");
+                     p->lg.id, idx, b->opt.name, prompt, max_tokens, greedy ? "" : ",\"temperature\":0.8");
     if (!greedy) n += snprintf(json + n, sizeof json - (size_t)n, ",\"seed\":%zu", idx);
     n += snprintf(json + n, sizeof json - (size_t)n, "}");
-    uint32_t corr[2] = { p->id, (uint32_t)idx };
-    struct ds_mqtt_props pr = { .response_topic = b->reply[c], .correlation = corr,
-                                .correlation_len = sizeof corr };
     struct slot *s = &p->s[idx];
     s->sched_ns = sched_ns;
     s->sent_ns = ds_now_ns();
     const char *topic = p->topic ? p->topic : b->infer_topic;
-    if (ds_mqtt_publish(b->cli[c], topic, json, (size_t)n, 1, false, &pr) == DS_OK) return true;
-    pthread_mutex_lock(&b->mu);
+    if (lg_publish(&b->lg, &p->lg, idx, c, topic, json, (size_t)n) == DS_OK) return true;
+    pthread_mutex_lock(&b->lg.mu);
     s->state = ST_ERR;
     s->err = BE_PUBLISH;
     s->done_ns = ds_now_ns();
-    p->n_done++;
-    pthread_mutex_unlock(&b->mu);
+    lg_done_locked(&b->lg, &p->lg);
+    pthread_mutex_unlock(&b->lg.mu);
     return false;
 }
 
@@ -407,7 +366,7 @@ static enum ds_err wait_ready(struct bench *b, const char *raw_topic)
     struct phase *p = phase_begin(b, 64, raw_topic);
     if (!p) return DS_ERR_NOMEM;
     enum ds_err rc = DS_ERR_TIMEOUT;
-    for (size_t i = 0; i < p->n && ds_now_ns() < end && !g_stop && edge_alive(b); i++) {
+    for (size_t i = 0; i < p->lg.n && ds_now_ns() < end && !g_stop && edge_alive(b); i++) {
         send_req(b, p, i, 0, ONE_PROMPT, 1, true, ds_now_ns());
         if (phase_wait(b, p, 1, ds_now_ns() + (raw_topic ? 200000000u : 1000000000u)) >= 1) {
             rc = DS_OK;
@@ -417,7 +376,7 @@ static enum ds_err wait_ready(struct bench *b, const char *raw_topic)
     phase_end(b, p);
     if (rc == DS_OK) {
         bool ok = false;
-        for (size_t i = 0; i < p->n && !ok; i++) ok = p->s[i].state == ST_OK;
+        for (size_t i = 0; i < p->lg.n && !ok; i++) ok = p->s[i].state == ST_OK;
         if (!ok) {
             fprintf(stderr, "bench_load: the edge answered with an error (model name '%s'?)\n", b->opt.name);
             rc = DS_ERR_INVAL;
@@ -437,13 +396,13 @@ static struct phase *sequential(struct bench *b, size_t n, const char *raw_topic
     for (size_t i = 0; i < n && !g_stop; i++) {
         if (!send_req(b, p, i, 0, ONE_PROMPT, 1, true, ds_now_ns())) continue;
         uint64_t t0 = ds_now_ns();
-        pthread_mutex_lock(&b->mu);
+        pthread_mutex_lock(&b->lg.mu);
         while (p->s[i].state == ST_PENDING && ds_now_ns() - t0 < 10000000000ull && !g_stop) {
             uint64_t t = ds_now_ns() + 50000000u;
             struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
-            pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+            pthread_cond_timedwait(&b->lg.cv, &b->lg.mu, &ts);
         }
-        pthread_mutex_unlock(&b->mu);
+        pthread_mutex_unlock(&b->lg.mu);
     }
     phase_end(b, p);
     return p;
@@ -509,18 +468,18 @@ static void measure_overhead(struct bench *b)
     if (!echo_in || !one || !v) goto done;
     double *rtt = v, *tot = v + n + 10, *q = v + 2 * (n + 10), *t1 = v + 3 * (n + 10);
     size_t k = 0;
-    for (size_t i = 10; echo && i < echo->n; i++)              /* the first 10 warm up */
+    for (size_t i = 10; echo && i < echo->lg.n; i++)              /* the first 10 warm up */
         if (echo->s[i].state == ST_OK) rtt[k++] = (double)(echo->s[i].done_ns - echo->s[i].sent_ns) / 1e3;
     ov->n_echo = k;
     ov->echo_us = bench_quantile(rtt, k, 0.5);
     k = 0;
-    for (size_t i = 10; i < echo_in->n; i++)
+    for (size_t i = 10; i < echo_in->lg.n; i++)
         if (echo_in->s[i].state == ST_OK) rtt[k++] = (double)(echo_in->s[i].done_ns - echo_in->s[i].sent_ns) / 1e3;
     ov->n_echo_in = k;
     ov->echo_in_us = bench_quantile(rtt, k, 0.5);
     k = 0;
     uint32_t pt = 0;
-    for (size_t i = 10; i < one->n; i++) {
+    for (size_t i = 10; i < one->lg.n; i++) {
         const struct slot *s = &one->s[i];
         if (s->state != ST_OK) continue;
         rtt[k] = (double)(s->done_ns - s->sent_ns) / 1e3;
@@ -592,7 +551,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     /* Under the lock: the receive thread may still write a late answer. */
     double *lat = malloc((sent ? sent : 1) * sizeof *lat), *lag = malloc((sent ? sent : 1) * sizeof *lag);
     size_t n_lat = 0, in_win = 0;
-    pthread_mutex_lock(&b->mu);
+    pthread_mutex_lock(&b->lg.mu);
     for (size_t i = 0; i < sent; i++) {
         const struct slot *s = &p->s[i];
         if (lag) lag[i] = (double)(s->sent_ns - s->sched_ns) / 1e6;
@@ -610,7 +569,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
             }
         }
     }
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&b->lg.mu);
     r->sent = sent;
     for (int k = 0; k < BE_COUNT; k++) r->n_err += r->err[k];
     r->sent_per_s = (double)sent / o->seconds;
@@ -904,7 +863,7 @@ int main(int argc, char **argv)
     const struct opts *o = &b.opt;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
     bench_signals(on_signal);
-    bench_sync_init(&b.mu, &b.cv);
+    lg_init(&b.lg, "bench_load", "load", on_reply, &b, &g_stop);
     b.rng = o->seed ^ 0x5eed0f10adull;
     snprintf(b.infer_topic, sizeof b.infer_topic, DS_TOPIC_INFER "%s", o->name);
     b.load_start = bench_load1();
@@ -961,7 +920,8 @@ int main(int argc, char **argv)
         sleep_ms(1000);                  /* the edge hears the center's retained status */
         sweep(&b, true);
     }
-    if (b.strays) fprintf(stderr, "bench_load: %zu late answers arrived after their rate's drain time\n", b.strays);
+    if (b.lg.strays)
+        fprintf(stderr, "bench_load: %zu late answers arrived after their rate's drain time\n", b.lg.strays);
     b.load_end = bench_load1();
     bool alive = edge_alive(&b);
     if (!alive) edge_log_tail(&b);
@@ -979,7 +939,6 @@ fail_edge:
 fail_dir:
     tb_broker_destroy(b.broker);
 fail_broker:
-    pthread_mutex_destroy(&b.mu);
-    pthread_cond_destroy(&b.cv);
+    lg_cleanup(&b.lg);
     return status;
 }

@@ -62,6 +62,7 @@
 
 #include "bench_mqtt.h"
 #include "bench_util.h"
+#include "loadgen.h"
 #include "ds/log.h"
 #include "ds/model.h"
 #include "ds/mqtt.h"
@@ -132,13 +133,12 @@ struct acc {
     size_t  n_lat, cap_lat;
 };
 
-/* One load phase (a sweep step, or the soak): requests matched by the 8
-** bytes of correlation data, phase id and index. */
+/* One load phase (a sweep step, or the soak); lg.n: the requests sent
+** (under mu), lg.n_done: those answered at least once. */
 struct phase {
-    uint32_t    id;
+    struct lg_phase lg;
     struct req *r;
-    size_t      cap, n;                   /* slots; requests sent */
-    size_t      n_done;                   /* requests answered at least once */
+    size_t      cap;                      /* slots */
     size_t      twice, wrong_id;          /* protocol violations */
     size_t      kind_sent[K_COUNT];       /* the mix as offered */
     struct acc  acc;                      /* the current window */
@@ -163,14 +163,8 @@ struct bench {
     char               chat_model[4300], log[4300], center_log[4300];
     pid_t              edge, center;
     const char        *uri;
-    struct ds_mqtt    *cli[MAX_CLIENTS];
-    char               reply[MAX_CLIENTS][96];
+    struct lg          lg;                /* device clients, phases, replies; lg.mu guards the phase */
     char               infer_topic[96], cancel_topic[96];
-    pthread_mutex_t    mu;
-    pthread_cond_t     cv;
-    struct phase      *cur;               /* guarded by mu */
-    uint32_t           next_phase;
-    size_t             strays;            /* answers for no current phase */
     uint64_t           rng, mix;          /* arrivals; the mix */
     struct step        steps[32];
     size_t             n_steps;
@@ -207,8 +201,8 @@ static bool expected(enum kind k, int err)
 }
 
 /* Record a final or an error (err BE_COUNT: a final) for request q of p;
-** mu held. */
-static void record(struct phase *p, struct req *q, const cJSON *j, int err, uint64_t now)
+** mu held. True for the request's first answer (the generator counts it). */
+static bool record(struct phase *p, struct req *q, const cJSON *j, int err, uint64_t now)
 {
     struct acc *a = &p->acc;
     if (q->answers++) {
@@ -216,14 +210,13 @@ static void record(struct phase *p, struct req *q, const cJSON *j, int err, uint
         ** of a resent one is then served, and its answer is a second one. */
         if (q->kind == K_RESENT && q->answers == 2 && q->state == ST_ERR) {
             a->served_again++;
-            return;
+            return false;
         }
         if (p->twice++ < 3)
-            fprintf(stderr, "bench_soak: request s%u-%zu (%s) answered twice\n", p->id, (size_t)(q - p->r),
+            fprintf(stderr, "bench_soak: request s%u-%zu (%s) answered twice\n", p->lg.id, (size_t)(q - p->r),
                     k_kind_name[q->kind]);
-        return;
+        return false;
     }
-    p->n_done++;
     q->done_ns = now;
     a->answered++;
     if (!expected((enum kind)q->kind, err)) a->unexpected++;
@@ -231,7 +224,7 @@ static void record(struct phase *p, struct req *q, const cJSON *j, int err, uint
         q->state = ST_ERR;
         q->err = (uint8_t)err;
         a->err[err]++;
-        return;
+        return true;
     }
     q->state = ST_FINAL;
     a->finals++;
@@ -242,68 +235,40 @@ static void record(struct phase *p, struct req *q, const cJSON *j, int err, uint
     a->cancelled += q->cancelled;
     a->by_center += q->by_center;
     if (q->kind == K_PLAIN) acc_lat(a, (double)(now - q->sched_ns) / 1e6);
+    return true;
 }
 
-/* Paho's receive thread: stamp, match by correlation data, check the id,
-** count chunks, record finals and errors. */
-static void on_reply(void *ud, const struct ds_mqtt_msg *m)
+/* A reply matched to request idx (loadgen.h: receive thread, mu held):
+** check its id, count chunks, record finals and errors. */
+static bool on_reply(void *ud, struct lg_phase *lp, size_t idx, const struct ds_mqtt_msg *m, uint64_t now)
 {
-    uint64_t now = ds_now_ns();
-    struct bench *b = ud;
-    uint32_t id[2];
-    if (strncmp(m->topic, "dspark/", 7) == 0 || !m->correlation.p || m->correlation.n != sizeof id) return;
-    memcpy(id, m->correlation.p, sizeof id);
+    (void)ud;
+    struct phase *p = lp->ud;
+    struct req *q = &p->r[idx];
     cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
-    pthread_mutex_lock(&b->mu);
-    struct phase *p = b->cur;
-    if (!p || p->id != id[0] || id[1] >= p->n) {
-        b->strays++;
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *rid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    char want[32];
+    snprintf(want, sizeof want, "s%u-%zu", lp->id, idx);
+    /* A made id is marked; a payload that is not JSON has none to echo: null. */
+    bool generated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "id_generated")) ||
+                     (q->kind == K_MALFORMED && cJSON_IsNull(rid));
+    if (j && !generated && (!cJSON_IsString(rid) || strcmp(rid->valuestring, want) != 0) && p->wrong_id++ < 3)
+        fprintf(stderr, "bench_soak: request %s (%s) answered with another id: %.*s\n", want,
+                k_kind_name[q->kind], (int)DS_MIN(m->len, 300u), (const char *)m->payload);
+    bool first = false;
+    if (!j) {
+        first = record(p, q, NULL, BE_OTHER, now);
+    } else if (err) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
+        first = record(p, q, j, bench_err_of(cJSON_IsString(code) ? code->valuestring : NULL), now);
+    } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "done"))) {
+        first = record(p, q, j, BE_COUNT, now);
     } else {
-        struct req *q = &p->r[id[1]];
-        const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(j, "id");
-        char want[32];
-        snprintf(want, sizeof want, "s%u-%u", id[0], id[1]);
-        /* A made id is marked; a payload that is not JSON has none to echo: null. */
-        bool generated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "id_generated")) ||
-                         (q->kind == K_MALFORMED && cJSON_IsNull(rid));
-        if (j && !generated && (!cJSON_IsString(rid) || strcmp(rid->valuestring, want) != 0) && p->wrong_id++ < 3)
-            fprintf(stderr, "bench_soak: request %s (%s) answered with another id: %.*s\n", want,
-                    k_kind_name[q->kind], (int)DS_MIN(m->len, 300u), (const char *)m->payload);
-        if (!j) {
-            record(p, q, NULL, BE_OTHER, now);
-        } else if (err) {
-            const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
-            record(p, q, j, bench_err_of(cJSON_IsString(code) ? code->valuestring : NULL), now);
-        } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "done"))) {
-            record(p, q, j, BE_COUNT, now);
-        } else {
-            p->acc.chunks++;
-        }
-        if (p->n_done == p->n) pthread_cond_broadcast(&b->cv);
+        p->acc.chunks++;
     }
-    pthread_mutex_unlock(&b->mu);
     cJSON_Delete(j);
-}
-
-static enum ds_err clients_start(struct bench *b)
-{
-    char id[96];
-    enum ds_err rc = DS_OK;
-    long pid = (long)getpid();
-    for (unsigned i = 0; rc == DS_OK && i < b->opt.clients; i++) {
-        snprintf(b->reply[i], sizeof b->reply[i], "bench/soak/%ld/reply/%u", pid, i);
-        snprintf(id, sizeof id, "bench-soak-%ld-%u", pid, i);
-        rc = bench_mqtt_client(b->uri, id, on_reply, b, b->reply[i], &b->cli[i]);
-    }
-    for (unsigned i = 0; rc == DS_OK && i < b->opt.clients; i++) rc = ds_mqtt_wait_subscribed(b->cli[i], 20000);
-    if (rc != DS_OK) fprintf(stderr, "bench_soak: MQTT clients on %s: %s\n", b->uri, ds_strerror(rc));
-    return rc;
-}
-
-static void clients_stop(struct bench *b)
-{
-    bench_mqtt_destroy_all(b->cli, MAX_CLIENTS);
+    return first;
 }
 
 /* ---- requests ---- */
@@ -346,32 +311,30 @@ static enum kind draw_kind(uint64_t *g)
     return K_PLAIN;
 }
 
-/* Publish request p->n (of kind k) on client c, scheduled at sched_ns; a
+/* Publish request p->lg.n (of kind k) on client c, scheduled at sched_ns; a
 ** publish the client refuses is recorded as that error. */
 static void send_req(struct bench *b, struct phase *p, enum kind k, unsigned c, uint64_t sched_ns, bool force_center)
 {
     char json[1024], rid[32];
-    pthread_mutex_lock(&b->mu);
-    size_t idx = p->n;
+    pthread_mutex_lock(&b->lg.mu);
+    size_t idx = p->lg.n;
     p->r[idx] = (struct req){ .sched_ns = sched_ns, .kind = (uint8_t)k };
-    p->n++;
+    p->lg.n++;
     p->acc.sent++;
-    pthread_mutex_unlock(&b->mu);
-    snprintf(rid, sizeof rid, "s%u-%zu", p->id, idx);
+    pthread_mutex_unlock(&b->lg.mu);
+    snprintf(rid, sizeof rid, "s%u-%zu", p->lg.id, idx);
     int n = k == K_MALFORMED ? snprintf(json, sizeof json, k_malformed[idx % DS_ARRAY_LEN(k_malformed)], rid)
                              : plain_json(b, json, sizeof json, rid, k, force_center);
-    uint32_t corr[2] = { p->id, (uint32_t)idx };
-    struct ds_mqtt_props pr = { .response_topic = b->reply[c], .correlation = corr, .correlation_len = sizeof corr };
-    enum ds_err rc = ds_mqtt_publish(b->cli[c], b->infer_topic, json, (size_t)n, 1, false, &pr);
-    if (rc == DS_OK && k == K_RESENT) rc = ds_mqtt_publish(b->cli[c], b->infer_topic, json, (size_t)n, 1, false, &pr);
+    enum ds_err rc = lg_publish(&b->lg, &p->lg, idx, c, b->infer_topic, json, (size_t)n);
+    if (rc == DS_OK && k == K_RESENT) rc = lg_publish(&b->lg, &p->lg, idx, c, b->infer_topic, json, (size_t)n);
     if (rc == DS_OK && k == K_CANCEL) {
         n = snprintf(json, sizeof json, "{\"id\":\"%s\"}", rid);
-        rc = ds_mqtt_publish(b->cli[c], b->cancel_topic, json, (size_t)n, 1, false, NULL);
+        rc = ds_mqtt_publish(b->lg.cli[c], b->cancel_topic, json, (size_t)n, 1, false, NULL);
     }
     if (rc == DS_OK) return;
-    pthread_mutex_lock(&b->mu);
-    record(p, &p->r[idx], NULL, BE_PUBLISH, ds_now_ns());
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_lock(&b->lg.mu);
+    if (record(p, &p->r[idx], NULL, BE_PUBLISH, ds_now_ns())) lg_done_locked(&b->lg, &p->lg);
+    pthread_mutex_unlock(&b->lg.mu);
 }
 
 /* ---- phases ---- */
@@ -386,10 +349,8 @@ static struct phase *phase_begin(struct bench *b, size_t cap)
         fprintf(stderr, "bench_soak: out of memory for %zu requests\n", cap);
         return NULL;
     }
-    pthread_mutex_lock(&b->mu);
-    *p = (struct phase){ .id = ++b->next_phase, .r = r, .cap = cap };
-    b->cur = p;
-    pthread_mutex_unlock(&b->mu);
+    *p = (struct phase){ .lg = { .ud = p }, .r = r, .cap = cap };
+    lg_phase_begin(&b->lg, &p->lg);
     return p;
 }
 
@@ -397,9 +358,7 @@ static struct phase *phase_begin(struct bench *b, size_t cap)
 static void phase_end(struct bench *b, struct phase *p)
 {
     if (!p) return;
-    pthread_mutex_lock(&b->mu);
-    if (b->cur == p) b->cur = NULL;
-    pthread_mutex_unlock(&b->mu);
+    lg_phase_end(&b->lg, &p->lg);
     free(p->acc.lat);
     free(p->r);
     free(p);
@@ -409,14 +368,10 @@ static void phase_end(struct bench *b, struct phase *p)
 ** number still pending. */
 static size_t phase_drain(struct bench *b, struct phase *p, uint64_t deadline_ns)
 {
-    pthread_mutex_lock(&b->mu);
-    while (p->n_done < p->n && !g_stop && ds_now_ns() < deadline_ns) {
-        uint64_t t = DS_MIN(deadline_ns, ds_now_ns() + 50000000u);
-        struct timespec ts = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
-        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
-    }
-    size_t pending = p->n - p->n_done;
-    pthread_mutex_unlock(&b->mu);
+    size_t done = lg_phase_wait(&b->lg, &p->lg, 0, deadline_ns);
+    pthread_mutex_lock(&b->lg.mu);
+    size_t pending = p->lg.n - done;
+    pthread_mutex_unlock(&b->lg.mu);
     return pending;
 }
 
@@ -450,7 +405,7 @@ static bool offer(struct bench *b, struct phase *p, double rate, uint64_t t0, ui
             next_win += win_ns;
             continue;
         }
-        if (p->n == p->cap) {
+        if (p->lg.n == p->cap) {
             fprintf(stderr, "bench_soak: all %zu request slots used; stopping early\n", p->cap);
             return false;
         }
@@ -508,14 +463,14 @@ static enum ds_err wait_ready(struct bench *b)
     struct phase *p = phase_begin(b, 256);
     if (!p) return DS_ERR_NOMEM;
     enum ds_err rc = DS_ERR_TIMEOUT;
-    while (p->n < p->cap && ds_now_ns() < end && !g_stop && bench_child_alive("bench_soak", &b->edge, "dspark-edge") &&
+    while (p->lg.n < p->cap && ds_now_ns() < end && !g_stop && bench_child_alive("bench_soak", &b->edge, "dspark-edge") &&
            bench_child_alive("bench_soak", &b->center, "dspark-center")) {
-        size_t i = p->n;
+        size_t i = p->lg.n;
         send_req(b, p, K_PLAIN, 0, ds_now_ns(), true);
         phase_drain(b, p, ds_now_ns() + 1000000000u);
-        pthread_mutex_lock(&b->mu);
+        pthread_mutex_lock(&b->lg.mu);
         bool ok = p->r[i].state == ST_FINAL && p->r[i].by_center;
-        pthread_mutex_unlock(&b->mu);
+        pthread_mutex_unlock(&b->lg.mu);
         if (ok) {
             rc = DS_OK;
             break;
@@ -538,15 +493,15 @@ static bool run_step(struct bench *b, double rate, struct step *s)
     uint64_t t0 = ds_now_ns() + 20000000u, dur = (uint64_t)(o->step_s * 1e9);
     bool ok = offer(b, p, rate, t0, dur, dur, NULL);
     bench_sleep_until(t0 + dur + STEP_GRACE_NS, &g_stop);
-    pthread_mutex_lock(&b->mu);
+    pthread_mutex_lock(&b->lg.mu);
     struct acc a;
     acc_take(p, &a);                       /* what was answered within the step and its grace */
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&b->lg.mu);
     s->pending = phase_drain(b, p, ds_now_ns() + DRAIN_S * 1000000000ull);
-    pthread_mutex_lock(&b->mu);
-    s->sent = p->n;
+    pthread_mutex_lock(&b->lg.mu);
+    s->sent = p->lg.n;
     s->unexpected = a.unexpected + p->acc.unexpected;
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&b->lg.mu);
     s->sent_s = (double)s->sent / o->step_s;
     s->ans_s = (double)a.answered / o->step_s;
     s->p99 = bench_quantile(a.lat, a.n_lat, 0.99);
@@ -638,10 +593,10 @@ static void on_window(struct bench *b, struct phase *p, double t_s)
     }
     struct row *r = &b->rows[b->n_rows++];
     struct acc a;
-    pthread_mutex_lock(&b->mu);
+    pthread_mutex_lock(&b->lg.mu);
     acc_take(p, &a);
-    size_t outstanding = p->n - p->n_done;
-    pthread_mutex_unlock(&b->mu);
+    size_t outstanding = p->lg.n - p->lg.n_done;
+    pthread_mutex_unlock(&b->lg.mu);
     double w = b->opt.window_s;
     *r = (struct row){ .t_s = t_s, .sent_s = (double)a.sent / w, .ans_s = (double)a.answered / w,
                        .p50 = bench_quantile(a.lat, a.n_lat, 0.50), .p99 = bench_quantile(a.lat, a.n_lat, 0.99),
@@ -670,13 +625,13 @@ static bool soak(struct bench *b)
     bool ok = offer(b, p, b->rate, t0, (uint64_t)(b->soak_s * 1e9), (uint64_t)(o->window_s * 1e9), on_window);
     size_t pending = phase_drain(b, p, ds_now_ns() + DRAIN_S * 1000000000ull);
     if (!g_stop) bench_sleep_until(ds_now_ns() + DUP_GRACE_MS * 1000000ull, &g_stop);
-    pthread_mutex_lock(&b->mu);
-    b->sent = p->n;
+    pthread_mutex_lock(&b->lg.mu);
+    b->sent = p->lg.n;
     b->never = g_stop ? 0 : pending;      /* interrupted: not drained, not judged */
     b->twice = p->twice;
     b->wrong_id = p->wrong_id;
     memcpy(b->kind_sent, p->kind_sent, sizeof b->kind_sent);
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&b->lg.mu);
     phase_end(b, p);
     return ok;
 }
@@ -737,7 +692,7 @@ static void print_summary(const struct bench *b)
     printf("mix sent:");
     for (int k = 0; k < K_COUNT; k++) printf(" %s %zu%s", k_kind_name[k], b->kind_sent[k], k + 1 < K_COUNT ? "," : "\n");
     printf("protocol: %zu requests, %zu never answered, %zu answered twice, %zu with another id, %zu strays%s\n",
-           b->sent, b->never, b->twice, b->wrong_id, b->strays, g_stop ? " (interrupted: not drained)" : "");
+           b->sent, b->never, b->twice, b->wrong_id, b->lg.strays, g_stop ? " (interrupted: not drained)" : "");
     if (b->n_rows == 0) return;
     struct row t = { 0 };
     for (size_t i = 0; i < b->n_rows; i++) {
@@ -853,7 +808,7 @@ static int write_json(const struct bench *b)
     json_counts(f, "mix_sent", k_kind_name, b->kind_sent, K_COUNT, ",\n");
     fprintf(f, "  \"protocol\": {\"requests\": %zu, \"never_answered\": %zu, \"answered_twice\": %zu, "
                "\"wrong_id\": %zu, \"strays\": %zu},\n",
-            b->sent, b->never, b->twice, b->wrong_id, b->strays);
+            b->sent, b->never, b->twice, b->wrong_id, b->lg.strays);
     struct verdict v = verdict(b);
     fprintf(f, "  \"verdict\": {\"judged\": %s, \"flat\": %s, \"p99_judged\": %s, \"why\": \"%s\"}\n}\n",
             v.judged ? "true" : "false", v.flat ? "true" : "false", v.p99_judged ? "true" : "false", v.why);
@@ -961,7 +916,7 @@ int main(int argc, char **argv)
     const struct opts *o = &b.opt;
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
     bench_signals(on_signal);
-    bench_sync_init(&b.mu, &b.cv);
+    lg_init(&b.lg, "bench_soak", "soak", on_reply, &b, &g_stop);
     b.rng = o->seed ^ 0x50a1c0ffee11ull;
     b.mix = o->seed ^ 0x3a7e5eedull;
     b.soak_s = o->seconds ? o->seconds : o->minutes * 60;
@@ -984,7 +939,7 @@ int main(int argc, char **argv)
     if (chat_model_write(&b) != DS_OK) goto fail_nodes;
     fprintf(stderr, "bench_soak: starting %s and %s on %s...\n", o->edge, o->center, b.uri);
     if (nodes_start(&b) != DS_OK) goto fail_nodes;
-    if (clients_start(&b) != DS_OK) goto fail_clients;
+    if (lg_clients_start(&b.lg, b.uri, o->clients) != DS_OK) goto fail_clients;
     fprintf(stderr, "bench_soak: waiting for an answer from the center through the edge...\n");
     if ((rc = wait_ready(&b)) != DS_OK) {
         fprintf(stderr, "bench_soak: no answer from the center through the edge: %s\n", ds_strerror(rc));
@@ -1005,7 +960,7 @@ int main(int argc, char **argv)
 
 fail_ready:
 fail_clients:
-    clients_stop(&b);
+    lg_clients_stop(&b.lg);
 fail_nodes:
     it_stop(b.edge, SIGTERM, 10000);     /* the edge drains and exits */
     it_stop(b.center, SIGTERM, 10000);
@@ -1014,7 +969,6 @@ fail_dir:
     tb_broker_destroy(b.broker);
 fail_broker:
     free(b.rows);
-    pthread_mutex_destroy(&b.mu);
-    pthread_cond_destroy(&b.cv);
+    lg_cleanup(&b.lg);
     return status;
 }

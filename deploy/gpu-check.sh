@@ -5,8 +5,8 @@
 # (dspark-cuda.so) and sees the GPU, runs the GPU tests (ctest -L gpu: kernels.cuda and
 # shared.engine_cuda, CUDA against the CPU FP32 engine) and a short CUDA
 # batched-decode benchmark (bench_batch --backend cuda, shapes 15m, 110m, 1b,
-# streams 1..64; baselines: 110m with DS_CUDA_GRAPHS=0, 110m and 1b with
-# DS_CUDA_GEMV=0) and speculative decoding with an FP16 CUDA target and the
+# streams 1..64; baselines: 110m with DSPARK_CUDA_GRAPHS=0, 110m and 1b with
+# DSPARK_CUDA_GEMV=0) and speculative decoding with an FP16 CUDA target and the
 # INT8 CPU draft (bench_spec --backend cuda, 110M shape). Budget: about 5 minutes on an H200
 # box with 16 cores (the 1b model file, 2.2 GB of random F16 weights, is
 # written once into $DS_BENCH_DIR and reused); a prebuilt run took 35 s.
@@ -119,15 +119,15 @@ for shape in ${DS_GPU_CHECK_SHAPES:-15m 110m 1b}; do
 done
 # The same without CUDA graphs (each op launched as it comes): the baseline
 # of the graphs' gain, measured in the same run.
-export DS_CUDA_GRAPHS=0
+export DSPARK_CUDA_GRAPHS=0
 bench bench-batch-cuda-110m-nographs 240 bench_batch --backend cuda --shape 110m --steps 32 --reps 3
-unset DS_CUDA_GRAPHS
+unset DSPARK_CUDA_GRAPHS
 # And without our GEMV kernel (every product through cuBLAS), graphs on.
-export DS_CUDA_GEMV=0
+export DSPARK_CUDA_GEMV=0
 for shape in 110m 1b; do
   bench "bench-batch-cuda-$shape-nogemv" 240 bench_batch --backend cuda --shape "$shape" --steps 32 --reps 3
 done
-unset DS_CUDA_GEMV
+unset DSPARK_CUDA_GEMV
 # Speculative decoding with the target in FP16 on the GPU and the INT8 draft
 # on the CPU (110M shape, random weights, k = 1..8 and adaptive).
 bench bench-spec-cuda 300 bench_spec --backend cuda --models 110m --reps 2

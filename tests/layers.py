@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """layers.py — the one-way dependency order of dspark, checked (ctest layers.deps).
 
-    kernels  <-  base -> engine -> net -> dist -> node -> edge-agent / center-node / cli
+    kernels  <-  base -> engine -> net -> trust -> node -> edge-agent / center-node / cli
 
 Two checks, each of which fails the test:
   includes  every #include "..." in kernels/, shared/ and the role folders
@@ -24,7 +24,7 @@ that each is caught, and the symbol check must see at least one
 downward call, so the test cannot pass by looking at nothing.
 
 usage: layers.py SOURCE_DIR NAME=LIBRARY...   (NAME: kernels, kernels_cuda, base,
-       engine, net, dist, node, edge, center)
+       engine, net, trust, node, edge, center)
 """
 import os
 import re
@@ -33,22 +33,23 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = ["kernels", "base", "engine", "net", "dist", "node", "role"]
+ORDER = ["kernels", "base", "engine", "net", "trust", "node", "role"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 # The layer of each public header (shared/include/ds, kernels/include/ds).
 HEADERS = {
     "kern.h": "kernels",
     "common.h": "base", "err.h": "base", "log.h": "base", "pool.h": "base", "utf8.h": "base",
-    "cfg.h": "base", "sched.h": "base",
+    "cfg.h": "base", "sched.h": "base", "env.h": "base",
     "gguf.h": "engine", "model.h": "engine", "tok.h": "engine", "sampler.h": "engine",
     "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
+    "program.h": "engine",
     "mqtt.h": "net", "msg.h": "net", "topics.h": "net",
-    "keys.h": "dist", "bundle.h": "dist", "registry.h": "dist", "dist.h": "dist",
+    "keys.h": "trust", "bundle.h": "trust", "registry.h": "trust", "dist.h": "trust",
     "node.h": "node", "metrics.h": "node",
 }
 # Libraries: their layer for the symbol check (edge and center are both "role").
 LIB_LAYER = {"kernels": "kernels", "kernels_cuda": "kernels", "base": "base", "engine": "engine",
-             "net": "net", "dist": "dist", "node": "node", "edge": "role", "center": "role"}
+             "net": "net", "trust": "trust", "node": "node", "edge": "role", "center": "role"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -339,7 +340,7 @@ def main():
         problems.append("calls: no call across libraries seen: the symbol check looked at nothing")
     for p in problems:
         print("  " + p)
-    print("layers: " + ("FAILED" if problems else "the order base -> engine -> net -> dist -> node -> roles holds"))
+    print("layers: " + ("FAILED" if problems else "the order base -> engine -> net -> trust -> node -> roles holds"))
     return 1 if problems else 0
 
 

@@ -40,7 +40,7 @@ struct ds_cuda {
     size_t         gemv_rows;    /* products of up to this many rows take the GEMV kernel */
 };
 
-/* The GEMV kernel's row limit: DS_CUDA_GEMV=0..8 in the environment (0:
+/* The GEMV kernel's row limit: DSPARK_CUDA_GEMV=0..8 in the environment (0:
 ** every product through cuBLAS, the baseline of bench runs), else its
 ** default (gemm.cu). Read once per context, at ds_cuda_create. */
 size_t ds_cuda__gemv_rows_from_env(void);

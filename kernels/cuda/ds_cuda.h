@@ -144,7 +144,7 @@ enum ds_err ds_cuda_kv_store_f16(struct ds_cuda *cu, size_t rows, size_t kv_dim,
                                  const uint16_t *v, const int64_t *dst, uint16_t *kc, uint16_t *vc);
 
 /* Y = X . W^T: FP16 inputs, FP32 accumulation; up to 2 rows of X (or
-** DS_CUDA_GEMV=0..8 in the environment when the context was created) by our
+** DSPARK_CUDA_GEMV=0..8 in the environment when the context was created) by our
 ** GEMV kernel when cols % 8 == 0 and x, w are 16-byte aligned, else by
 ** cuBLAS GemmEx.
 ** x: (n, cols) FP16; w: (rows, cols) FP16 as stored in the model file;

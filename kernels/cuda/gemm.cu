@@ -1,6 +1,6 @@
 /*
 ** gemm.cu — Y = X . W^T: FP16 X and W, FP32 accumulation, FP16 or FP32 Y.
-** One or two rows of X (decode; GEMV_DEFAULT, or DS_CUDA_GEMV) go to our
+** One or two rows of X (decode; GEMV_DEFAULT, or DSPARK_CUDA_GEMV) go to our
 ** own kernel, which streams W once with many loads in flight; more rows
 ** (batches, verification, prefill) go to cuBLAS GemmEx. On an H200 the
 ** kernel beat cuBLAS by 1.26x (110m) and 1.08x (1b) at one row, 1.15x and
@@ -22,12 +22,13 @@
 ** m = rows, n = n, k = cols.
 */
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common.cuh"
 
 #define GEMV_MAX_N   8      /* rows of X the GEMV kernel is built for */
-#define GEMV_DEFAULT 2      /* rows of X it takes unless DS_CUDA_GEMV says (H200 sweep) */
+#define GEMV_DEFAULT 2      /* rows of X it takes unless DSPARK_CUDA_GEMV says (H200 sweep) */
 #define GEMV_WARPS   8      /* warps (rows of W) per block */
 #define GEMV_UNROLL  8      /* 16-byte loads of W per lane in flight */
 
@@ -98,9 +99,15 @@ static void (*const gemv_launchers[GEMV_MAX_N])(cudaStream_t, int, int, const ui
     gemv_launch<5>, gemv_launch<6>, gemv_launch<7>, gemv_launch<8>,
 };
 
+/* DS_CUDA_GEMV, the old name, is read one more release with one warning
+** (the rule of ds/env.h, which kernels/ cannot call). */
 size_t ds_cuda__gemv_rows_from_env(void)
 {
-    const char *v = getenv("DS_CUDA_GEMV");
+    static int warned;
+    const char *v = getenv("DSPARK_CUDA_GEMV");
+    if (!v && (v = getenv("DS_CUDA_GEMV")) != NULL && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "dspark: warn: $DS_CUDA_GEMV is deprecated: set $DSPARK_CUDA_GEMV instead "
+                        "(the old name is read for one more release)\n");
     char *end = NULL;
     long n = v ? strtol(v, &end, 10) : -1;
     return v && end != v && *end == '\0' && n >= 0 && n <= GEMV_MAX_N ? (size_t)n : GEMV_DEFAULT;

@@ -1,6 +1,6 @@
 /*
 ** kern_dispatch.c — the list of compiled-in kernel variants and the one-time
-** choice among them (pthread_once), honouring DS_KERNEL.
+** choice among them (pthread_once), honouring DSPARK_KERNEL.
 **
 ** Globals: g_selected is the documented dispatch pointer: written once by
 **          pick() under g_once, read-only afterwards.
@@ -80,15 +80,21 @@ const struct ds_kern_ops *ds_kern__choose(const char *want, const struct ds_cpu_
     const struct ds_kern_ops *o = ds_kern_find(want);
     if (o && ds_kern__supported_on(o, f)) return o;
     if (warn)
-        fprintf(stderr, "dspark: warn: DS_KERNEL=%s is %s; using %s\n", want,
+        fprintf(stderr, "dspark: warn: DSPARK_KERNEL=%s is %s; using %s\n", want,
                 o ? "not supported by this CPU" : "not a kernel variant of this build",
                 best->name);
     return best;
 }
 
+/* DS_KERNEL, the old name, is read one more release with one warning (the
+** rule of ds/env.h, which kernels/ cannot call; pick runs once). */
 static void pick(void)
 {
-    g_selected = ds_kern__choose(getenv("DS_KERNEL"), ds_cpu_features_get(), true);
+    const char *want = getenv("DSPARK_KERNEL");
+    if (!want && (want = getenv("DS_KERNEL")) != NULL)
+        fprintf(stderr, "dspark: warn: $DS_KERNEL is deprecated: set $DSPARK_KERNEL instead "
+                        "(the old name is read for one more release)\n");
+    g_selected = ds_kern__choose(want, ds_cpu_features_get(), true);
 }
 
 const struct ds_kern_ops *ds_kern_select(void)

@@ -162,7 +162,7 @@ void ds_kern__qk_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
 bool ds_kern__supported_on(const struct ds_kern_ops *ops, const struct ds_cpu_features *f);
 
 /* The variant ds_kern_select() would pick on a CPU with features f when
-** DS_KERNEL holds want (NULL or "" = best supported). An unknown or
+** DSPARK_KERNEL holds want (NULL or "" = best supported). An unknown or
 ** unsupported want falls back to the best variant and, if warn is set,
 ** prints one warning line to stderr (kernels have no logger). Never NULL. */
 const struct ds_kern_ops *ds_kern__choose(const char *want, const struct ds_cpu_features *f,

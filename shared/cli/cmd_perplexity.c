@@ -15,6 +15,7 @@
 #include "ds/engine.h"
 #include "ds/log.h"
 #include "ds/model.h"
+#include "ds/program.h"
 #include "ds/tok.h"
 
 #define MAX_TOKENS (1u << 20)
@@ -189,15 +190,30 @@ int cmd_perplexity(int argc, char **argv)
     struct ppl_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
-    struct ds_model *m = NULL;
-    struct ds_tok *tok = NULL;
-    struct ds_engine *e = NULL;
+    struct ds_program_model pm = { 0 };
     int32_t *ids = malloc(MAX_TOKENS * sizeof *ids);
     char *text = NULL;
     FILE *out = NULL;
     size_t n = 0;
     rc = 1;
-    if (!ids || ds_model_open(a.model, &m) != DS_OK) goto done;
+    if (!ids) goto done;
+    struct ds_program_model_opts po;
+    ds_program_model_opts_init(&po);
+    po.model = a.model;
+    po.tokenizer = a.tok;
+    po.no_tokenizer = a.ids != NULL;          /* ids need no tokenizer */
+    po.engine.precision = (enum ds_precision)a.precision;
+    po.engine.n_threads = (unsigned)a.threads;
+    po.engine.max_ctx = (uint32_t)a.ctx;
+    po.engine.kv_seqs = 1;
+    po.engine.max_batch = (uint32_t)a.batch;
+    char why[DS_WHY_MAX];
+    if (ds_program_model_open(&po, &pm, why, sizeof why) != DS_OK) {
+        fprintf(stderr, "dspark: perplexity: %s\n", why);
+        goto done;
+    }
+    const struct ds_model *m = pm.model;
+    struct ds_engine *e = pm.eng;
     if (a.ids) {
         if (read_ids(a.ids, m->cfg.vocab_size, ids, MAX_TOKENS, &n) != 0) goto done;
     } else {
@@ -206,18 +222,9 @@ int cmd_perplexity(int argc, char **argv)
             fprintf(stderr, "dspark: perplexity: cannot read %s\n", a.text);
             goto done;
         }
-        if (ds_model_tokenizer(m, a.tok, &tok) != DS_OK ||
-            ds_tok_encode(tok, text, len, true, ids, MAX_TOKENS, &n) != DS_OK)
-            goto done;
+        if (ds_tok_encode(pm.tok, text, len, true, ids, MAX_TOKENS, &n) != DS_OK) goto done;
     }
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = (enum ds_precision)a.precision;
-    o.n_threads = (unsigned)a.threads;
-    o.max_ctx = (uint32_t)a.ctx;
-    o.kv_seqs = 1;
-    o.max_batch = (uint32_t)(n && n < a.batch ? n : a.batch);
-    if (ds_engine_create(m, &o, &e) != DS_OK) goto done;
+    uint32_t batch = (uint32_t)(n && n < a.batch ? n : a.batch);    /* rows per pass */
     if (n > ds_engine_max_ctx(e)) {
         fprintf(stderr, "dspark: perplexity: %zu tokens; evaluating the first %u (the context)\n", n,
                 ds_engine_max_ctx(e));
@@ -234,14 +241,12 @@ int cmd_perplexity(int argc, char **argv)
             goto done;
         }
     }
-    rc = evaluate(e, ids, n, o.max_batch, out);
+    rc = evaluate(e, ids, n, batch, out);
     if (out && fclose(out) != 0) rc = 1;
     out = NULL;
 done:
     if (out) fclose(out);
-    ds_engine_destroy(e);
-    ds_tok_destroy(tok);
-    ds_model_close(m);
+    ds_program_model_close(&pm);
     free(text);
     free(ids);
     return rc;

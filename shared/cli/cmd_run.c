@@ -16,6 +16,7 @@
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/model.h"
+#include "ds/program.h"
 #include "ds/sampler.h"
 #include "ds/spec.h"
 #include "ds/tok.h"
@@ -138,27 +139,6 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     return 0;
 }
 
-/* The draft engine: an INT8 copy of the target ("int8") or another model
-** (OWNED in *dm) run in INT8. The vocabulary check is ds_spec_create's. */
-static enum ds_err open_draft(const struct run_args *a, const struct ds_model *m,
-                              const struct ds_engine_opts *eo, struct ds_model **dm, struct ds_engine **de)
-{
-    struct ds_engine_opts o = *eo;
-    o.precision = DS_PRECISION_INT8;
-    const struct ds_model *src = m;
-    if (strcmp(a->draft, "int8") != 0) {
-        enum ds_err rc = ds_model_open(a->draft, dm);
-        if (rc) {
-            fprintf(stderr, "dspark run: cannot load draft model %s: %s\n", a->draft, ds_strerror(rc));
-            return rc;
-        }
-        src = *dm;
-    }
-    enum ds_err rc = ds_engine_create(src, &o, de);
-    if (rc) fprintf(stderr, "dspark run: cannot start the draft engine: %s\n", ds_strerror(rc));
-    return rc;
-}
-
 int cmd_run(int argc, char **argv)
 {
     struct run_args a = { .n = 256, .prompt = "" };
@@ -167,26 +147,29 @@ int cmd_run(int argc, char **argv)
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc == 1 ? 0 : prc;
 
-    struct ds_engine_opts eo;
-    ds_engine_opts_init(&eo);
-    eo.precision = (enum ds_precision)a.precision;
-    eo.n_threads = (unsigned)a.threads;
-    eo.max_ctx = (uint32_t)a.ctx;
-    eo.kv_seqs = 1;
-    eo.kv_type = (enum ds_kv_type)a.kv;
+    struct ds_program_model_opts po;
+    ds_program_model_opts_init(&po);
+    po.model = a.model;
+    po.tokenizer = a.tok;
+    struct ds_engine_opts *eo = &po.engine;
+    eo->precision = (enum ds_precision)a.precision;
+    eo->n_threads = (unsigned)a.threads;
+    eo->max_ctx = (uint32_t)a.ctx;
+    eo->kv_seqs = 1;
+    eo->kv_type = (enum ds_kv_type)a.kv;
     if (a.kernel) {
-        eo.kern = ds_kern_find(a.kernel);
-        if (!eo.kern || !ds_kern_supported(eo.kern)) {
+        eo->kern = ds_kern_find(a.kernel);
+        if (!eo->kern || !ds_kern_supported(eo->kern)) {
             fprintf(stderr, "dspark run: --kernel %s is not built in or not supported by this CPU\n",
                     a.kernel);
             return 2;
         }
     }
+    po.draft = a.draft;
+    po.draft_engine = *eo;                 /* the draft as the target, in INT8 */
 
     int status = 1;
-    struct ds_model *m = NULL, *dm = NULL;
-    struct ds_tok *tok = NULL;
-    struct ds_engine *e = NULL, *de = NULL;
+    struct ds_program_model pm = { 0 };
     struct ds_seq *seq = NULL, *dseq = NULL;
     struct ds_sampler *smp = NULL;
     struct ds_spec *sp = NULL;
@@ -196,41 +179,40 @@ int cmd_run(int argc, char **argv)
     struct ds_chat_span *spans = NULL;
     size_t n_spans = 0;
     enum ds_err rc;
-    if ((rc = ds_model_open(a.model, &m)) != DS_OK) {
-        fprintf(stderr, "dspark run: cannot load model %s: %s\n", a.model, ds_strerror(rc));
+    char err[DS_WHY_MAX];
+    if ((rc = ds_program_model_open(&po, &pm, err, sizeof err)) != DS_OK) {
+        fprintf(stderr, "dspark run: %s\n", err);
         goto done;
     }
-    if ((rc = ds_model_tokenizer(m, a.tok, &tok)) != DS_OK) {
-        fprintf(stderr, "dspark run: no usable tokenizer: %s\n", ds_strerror(rc));
-        goto done;
-    }
+    const struct ds_model *m = pm.model;
+    struct ds_tok *tok = pm.tok;
+    struct ds_engine *e = pm.eng, *de = pm.draft_eng;
     if (a.chat) {                          /* -p as a user turn, as a node lays out "messages" */
-        struct ds_str t = { 0 };
-        enum ds_chat_tmpl ct = m->gguf && ds_gguf_get_str(m->gguf, "tokenizer.chat_template", &t) == DS_OK
-                                   ? ds_chat_detect(t.p, t.n) : DS_CHAT_TMPL_NONE;
         struct ds_chat_msg user = { DS_CHAT_USER, (char *)a.prompt, strlen(a.prompt) };
-        if (ct == DS_CHAT_TMPL_NONE) {
+        if (pm.chat == DS_CHAT_TMPL_NONE) {
+            struct ds_str t = { 0 };
+            bool has = m->gguf && ds_gguf_get_str(m->gguf, "tokenizer.chat_template", &t) == DS_OK;
             fprintf(stderr, "dspark run: --chat: %s has no chat template dspark recognises (GGUF "
-                    "tokenizer.chat_template %s); run without --chat\n", a.model, t.n ? "not recognised" : "absent");
+                    "tokenizer.chat_template %s); run without --chat\n", a.model,
+                    has && t.n ? "not recognised" : "absent");
             goto done;
         }
-        if (ds_chat_format_spans(ct, &user, 1, &chat, NULL, &spans, &n_spans) != DS_OK) {
+        if (ds_chat_format_spans(pm.chat, &user, 1, &chat, NULL, &spans, &n_spans) != DS_OK) {
             fprintf(stderr, "dspark run: out of memory\n");
             goto done;
         }
         a.prompt = chat;
     }
-    if ((rc = ds_engine_create(m, &eo, &e)) != DS_OK || (rc = ds_seq_create(e, &seq)) != DS_OK ||
+    if ((rc = ds_seq_create(e, &seq)) != DS_OK ||
         (rc = ds_sampler_create(m->cfg.vocab_size, &a.sp, &smp)) != DS_OK) {
         fprintf(stderr, "dspark run: cannot start the engine: %s\n", ds_strerror(rc));
         goto done;
     }
-    if (a.draft) {
+    if (de) {
         struct ds_spec_opts so;
         ds_spec_opts_init(&so);
         if (a.k) so.k = (uint32_t)a.k;
         so.adaptive = !a.fixed_k;
-        if (open_draft(&a, m, &eo, &dm, &de) != DS_OK) goto done;
         if ((rc = ds_seq_create(de, &dseq)) != DS_OK || (rc = ds_spec_create(de, e, &a.sp, &so, &sp)) != DS_OK) {
             fprintf(stderr, "dspark run: cannot start speculative decoding with draft %s: %s\n", a.draft,
                     ds_strerror(rc));
@@ -346,10 +328,6 @@ done:
     ds_sampler_destroy(smp);
     ds_seq_destroy(dseq);
     ds_seq_destroy(seq);
-    ds_engine_destroy(de);
-    ds_engine_destroy(e);
-    ds_model_close(dm);
-    ds_tok_destroy(tok);
-    ds_model_close(m);
+    ds_program_model_close(&pm);
     return status;
 }

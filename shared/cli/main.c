@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "ds/common.h"
+#include "ds/env.h"
 #include "ds/log.h"
 
 static const struct cli_command commands[] = {
@@ -83,7 +84,7 @@ bool cli_set_log_level(const char *s)
 
 int main(int argc, char **argv)
 {
-    int fmt = ds_log_format_parse(getenv("DS_LOG_FORMAT"));
+    int fmt = ds_log_format_parse(ds_env_get("LOG_FORMAT"));
     ds_log_set_format(fmt < 0 ? DS_LOG_FORMAT_TEXT : (enum ds_log_format)fmt, "dspark", NULL);
     return cli_dispatch("dspark", commands, DS_ARRAY_LEN(commands), argc, argv, usage);
 }

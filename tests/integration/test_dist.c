@@ -15,7 +15,7 @@
 **     a bundle sealed to another node; a size over the quota; a validly
 **     signed corrupt model. Lost chunks and duplicated frames are survived;
 **   - an edge SIGKILLed mid-download resumes from the chunks it holds;
-**   - an edge that dies at each install step (DS_TEST_CRASH_AT) and restarts
+**   - an edge that dies at each install step (DSPARK_TEST_CRASH_AT) and restarts
 **     ends with exactly one active version, nothing left over, and
 **     PRAGMA integrity_check ok.
 */
@@ -197,10 +197,10 @@ static void edge_start(struct edge *e, const char *crash_at)
     char *env[512];
     int n = 0;
     for (char **p = environ; *p && n < 500; p++)
-        if (strncmp(*p, "DS_TEST_CRASH_AT=", 17) != 0) env[n++] = *p;
+        if (strncmp(*p, "DSPARK_TEST_CRASH_AT=", 21) != 0 && strncmp(*p, "DS_TEST_CRASH_AT=", 17) != 0) env[n++] = *p;
     char crash[64];
     if (crash_at) {
-        snprintf(crash, sizeof crash, "DS_TEST_CRASH_AT=%s", crash_at);
+        snprintf(crash, sizeof crash, "DSPARK_TEST_CRASH_AT=%s", crash_at);
         env[n++] = crash;
     }
     env[n] = NULL;

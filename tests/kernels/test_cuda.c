@@ -15,7 +15,7 @@
 **   rope                  per pair: |got - ref| <= 3e-3 |pair| + 1e-6 (angles up
 **                         to 4096 rad amplify powf's ulp); unrotated dims exact
 **   gemm                  NMSE <= 1e-6 (FP32 out), 1e-5 (FP16 out); run with
-**                         DS_CUDA_GEMV=8, so n <= 8 takes the GEMV kernel
+**                         DSPARK_CUDA_GEMV=8, so n <= 8 takes the GEMV kernel
 **   attention             |got - ref| <= 2e-3 |ref| + 2e-4
 */
 #include <math.h>
@@ -596,7 +596,7 @@ int main(void)
 {
     /* Every GEMV instantiation (1..8 rows) against the reference, not only
     ** the rows it takes by default (2); n = 9 and over still go to cuBLAS. */
-    setenv("DS_CUDA_GEMV", "8", 1);
+    setenv("DSPARK_CUDA_GEMV", "8", 1);
     int n = 0;
     enum ds_err rc = ds_cuda_device_count(&n);
     if (rc != DS_OK) {

@@ -1,7 +1,7 @@
 /*
 ** test_kern.c — ctest "kernels.ops": every compiled kernel variant against
 ** ds_kern_ref, on random inputs at awkward sizes and on extremes, plus CPU
-** detection and the DS_KERNEL override.
+** detection and the DSPARK_KERNEL override (and DS_KERNEL, its old name).
 **
 ** One cmocka test per (variant, op): a variant this CPU cannot run is
 ** reported SKIPPED, never passed. Inputs come from a fixed-seed generator
@@ -973,19 +973,20 @@ static void test_choose(void **state)
     assert_ptr_equal(ds_kern__choose("", real, false), best);
 }
 
-/* Runs this program again with DS_KERNEL=env and --print-selected, and
+/* Runs this program again with var=env (DSPARK_KERNEL, or DS_KERNEL, its
+** old name) and --print-selected, and
 ** returns what the new process printed (stdout and stderr): each child makes
 ** the one-time choice of ds_kern_select() afresh. posix_spawn, not fork: on
 ** a cross build (tests/cross) the program runs under qemu-user, which hangs
 ** forking a dynamically linked program (qemu 7.2) and cannot exec a foreign
 ** binary itself, so the child is started through the emulator. */
-static void run_child(const char *env, char *out, size_t cap)
+static void run_child(const char *var_name, const char *env, char *out, size_t cap)
 {
     char self[4096], var[128];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     assert_true(len > 0);
     self[len] = 0;
-    snprintf(var, sizeof var, "DS_KERNEL=%s", env);
+    snprintf(var, sizeof var, "%s=%s", var_name, env);
     char *envp[] = { var, NULL };
 #if defined(DS_TEST_EMULATOR)
     char *argv[] = { DS_TEST_EMULATOR, "-L", DS_TEST_SYSROOT, self, "--print-selected", NULL };
@@ -1018,10 +1019,16 @@ static void test_env_override(void **state)
 {
     (void)state;
     char out[1024];
-    run_child("ref", out, sizeof out);
+    run_child("DSPARK_KERNEL", "ref", out, sizeof out);
     assert_string_equal(out, "selected=ref\n");
-    run_child("no-such-variant", out, sizeof out);       /* refused, with a warning */
-    assert_non_null(strstr(out, "DS_KERNEL=no-such-variant"));
+    /* The old name still works for one release, with one deprecation warning. */
+    run_child("DS_KERNEL", "ref", out, sizeof out);
+    const char *dep = "dspark: warn: $DS_KERNEL is deprecated: set $DSPARK_KERNEL instead";
+    assert_non_null(strstr(out, dep));
+    assert_null(strstr(strstr(out, dep) + strlen(dep), "deprecated"));    /* once */
+    assert_non_null(strstr(out, "selected=ref\n"));
+    run_child("DSPARK_KERNEL", "no-such-variant", out, sizeof out);       /* refused, with a warning */
+    assert_non_null(strstr(out, "DSPARK_KERNEL=no-such-variant"));
     assert_non_null(strstr(out, "warn"));
     char want[64];
     snprintf(want, sizeof want, "selected=%s\n", ds_kern__choose(NULL, ds_cpu_features_get(), false)->name);
@@ -1029,7 +1036,7 @@ static void test_env_override(void **state)
     const struct ds_kern_ops *all[8];
     size_t n = ds_kern_all(all, 8);
     for (size_t i = 0; i < n; i++) {
-        run_child(all[i]->name, out, sizeof out);
+        run_child("DSPARK_KERNEL", all[i]->name, out, sizeof out);
         snprintf(want, sizeof want, "selected=%s\n", all[i]->name);
         if (ds_kern_supported(all[i])) assert_string_equal(out, want);
         else assert_non_null(strstr(out, "not supported by this CPU"));

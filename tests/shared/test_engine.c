@@ -565,9 +565,9 @@ int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
     /* ctest's shared.engine.VARIANT runs: a variant this CPU lacks is a skip. */
-    const char *want = getenv("DS_KERNEL");
+    const char *want = getenv("DSPARK_KERNEL");
     if (want && *want && strcmp(ds_kern_select()->name, want) != 0) {
-        printf("DS_KERNEL=%s: this CPU cannot run it (%s would run): skipped\n", want,
+        printf("DSPARK_KERNEL=%s: this CPU cannot run it (%s would run): skipped\n", want,
                ds_kern_select()->name);
         return 77;
     }

@@ -26,7 +26,7 @@
 ** Same backend, different batch shapes (batched vs one at a time, truncate
 ** vs fresh) differ only by cuBLAS's per-shape summation order: max |diff|
 ** <= 0.5% of the range, argmax equal (same margin rule). CUDA graphs vs
-** each op queued (DS_CUDA_GRAPHS=0): the same rule, and the test prints how
+** each op queued (DSPARK_CUDA_GRAPHS=0): the same rule, and the test prints how
 ** many rows are bit-identical (expected: all).
 */
 #include <math.h>
@@ -359,7 +359,7 @@ static void test_truncate_continue(void **state)
 
 /* Teacher-forced steps (a 5-token prompt, then one row a pass, each pass a
 ** replay of the graph recorded at its first use) and 3-row batched passes
-** give the same logits with graphs on as with DS_CUDA_GRAPHS=0, where each
+** give the same logits with graphs on as with DSPARK_CUDA_GRAPHS=0, where each
 ** op is queued as it comes: same kernels, same shapes. */
 static void test_graphs_same(void **state)
 {
@@ -368,9 +368,9 @@ static void test_graphs_same(void **state)
     assert_int_equal(ds_model_open(tu_model("stories260K.bin"), &m), DS_OK);
     struct ds_engine *e[2];
     e[0] = open_engine(m, DS_BACKEND_CUDA, 3);
-    assert_int_equal(setenv("DS_CUDA_GRAPHS", "0", 1), 0);
+    assert_int_equal(setenv("DSPARK_CUDA_GRAPHS", "0", 1), 0);
     e[1] = open_engine(m, DS_BACKEND_CUDA, 3);
-    assert_int_equal(unsetenv("DS_CUDA_GRAPHS"), 0);
+    assert_int_equal(unsetenv("DSPARK_CUDA_GRAPHS"), 0);
     const uint32_t V = m->cfg.vocab_size;
     enum { STEPS = 40, PROMPT_LEN = 5 };
     const int32_t prompt[PROMPT_LEN] = { 1, 403, 407, 261, 378 };

@@ -1,7 +1,9 @@
 /*
 ** test_log.c — the default log sink's line formats: text lines carry a UTC
 ** timestamp, program, node and level before the message; JSON lines are one
-** valid object each, with control characters and quotes escaped.
+** valid object each, with control characters and quotes escaped. And
+** ds_env_get: DSPARK_<NAME> first, a DS_<NAME> of the four old names after
+** it with one deprecation warning, no DS_ fallback for any other name.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "ds/env.h"
 #include "ds/log.h"
 
 /* What one DS_LOG call writes to stderr (OWNED). */
@@ -86,11 +89,51 @@ static void test_log_json_line(void **state)
     assert_int_equal(ds_log_format_parse(NULL), -1);
 }
 
+/* A sink that counts the warnings naming $DS_TEST_CRASH_AT. */
+static void count_deprecations(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
+{
+    (void)file;
+    (void)line;
+    if (lvl == DS_LOG_WARN && strstr(msg, "$DS_TEST_CRASH_AT is deprecated") &&
+        strstr(msg, "$DSPARK_TEST_CRASH_AT"))
+        (*(int *)ud)++;
+}
+
+static void test_env_prefix(void **state)
+{
+    (void)state;
+    int warnings = 0;
+    ds_log_set(count_deprecations, &warnings, DS_LOG_WARN);
+    unsetenv("DSPARK_TEST_CRASH_AT");
+    unsetenv("DS_TEST_CRASH_AT");
+    assert_null(ds_env_get("TEST_CRASH_AT"));
+    assert_int_equal(setenv("DSPARK_TEST_CRASH_AT", "verify", 1), 0);
+    assert_string_equal(ds_env_get("TEST_CRASH_AT"), "verify");
+    assert_int_equal(warnings, 0);
+    assert_int_equal(setenv("DS_TEST_CRASH_AT", "download", 1), 0);    /* the new name wins */
+    assert_string_equal(ds_env_get("TEST_CRASH_AT"), "verify");
+    assert_int_equal(warnings, 0);
+    unsetenv("DSPARK_TEST_CRASH_AT");                                  /* the old name, warned once */
+    assert_string_equal(ds_env_get("TEST_CRASH_AT"), "download");
+    assert_string_equal(ds_env_get("TEST_CRASH_AT"), "download");
+    assert_int_equal(warnings, 1);
+    unsetenv("DS_TEST_CRASH_AT");
+    /* A name that never had a DS_ spelling has no fallback. */
+    assert_int_equal(setenv("DS_GPU_MODULE", "/x.so", 1), 0);
+    assert_null(ds_env_get("GPU_MODULE"));
+    assert_int_equal(setenv("DSPARK_GPU_MODULE", "/y.so", 1), 0);
+    assert_string_equal(ds_env_get("GPU_MODULE"), "/y.so");
+    unsetenv("DS_GPU_MODULE");
+    unsetenv("DSPARK_GPU_MODULE");
+    ds_log_set(NULL, NULL, DS_LOG_INFO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_text_line),
         cmocka_unit_test(test_log_json_line),
+        cmocka_unit_test(test_env_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,7 @@
 **            engine splits rows across its own thread pool.
 ** Globals:   the selected ops pointer (set once, pthread_once) is one of the
 **            three documented globals.
-** Override:  DS_KERNEL=ref|avx2|avxvnni|avx512vnni|neon|neondot forces a variant (tests,
+** Override:  DSPARK_KERNEL=ref|avx2|avxvnni|avx512vnni|neon|neondot forces a variant (tests,
 **            benchmarks); a variant the CPU lacks is refused with a warning.
 */
 #ifndef DS_KERN_H
@@ -310,7 +310,7 @@ struct ds_cpu_features {
 };
 const struct ds_cpu_features *ds_cpu_features_get(void);
 
-/* The best variant this CPU supports, or the one DS_KERNEL names. Never NULL. */
+/* The best variant this CPU supports, or the one DSPARK_KERNEL names. Never NULL. */
 const struct ds_kern_ops *ds_kern_select(void);
 /* A compiled-in variant by name, or NULL if it is not built. */
 const struct ds_kern_ops *ds_kern_find(const char *name);

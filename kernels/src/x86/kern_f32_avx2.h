@@ -21,7 +21,7 @@
 #define F32A_TMAX 6             /* inputs per register tile (2 x 6 accumulators) */
 /* Most inputs of a two-panel tile (2 x 2 x 3 accumulators). AVX-512 takes
 ** up to 7 over two panels; here 4-7 inputs over two panels in groups of up
-** to 3 made the 110M verify slower (bench_spec, DS_KERNEL=avx2, 4-6 rows:
+** to 3 made the 110M verify slower (bench_spec, DSPARK_KERNEL=avx2, 4-6 rows:
 ** 9.6-10.4 -> 12.0-13.2 ms), so they take one panel. */
 #define F32A_T2MAX 3
 #define F32A_PF 8192            /* bytes ahead that each panel stream prefetches */

@@ -127,7 +127,6 @@ DS_MUST_CHECK enum ds_err ds_engine_create(const struct ds_model *m, const struc
 void ds_engine_destroy(struct ds_engine *e);
 
 const struct ds_model_config *ds_engine_config(const struct ds_engine *e);
-const struct ds_model        *ds_engine_model(const struct ds_engine *e);
 enum ds_precision             ds_engine_precision(const struct ds_engine *e);
 uint32_t                      ds_engine_max_ctx(const struct ds_engine *e);
 unsigned                      ds_engine_threads(const struct ds_engine *e);

@@ -76,14 +76,9 @@ DS_MUST_CHECK enum ds_err ds_gguf_open_mem(const void *data, size_t size, const 
                                            struct ds_gguf **out);
 void ds_gguf_close(struct ds_gguf *g);
 
-uint32_t    ds_gguf_version(const struct ds_gguf *g);
 const char *ds_gguf_name(const struct ds_gguf *g);      /* the path or the name given */
-const void *ds_gguf_base(const struct ds_gguf *g);      /* start of the file bytes */
-size_t      ds_gguf_size(const struct ds_gguf *g);
 
 /* ---- metadata ---- */
-/* Type of key's value, or DS_GGUF_TYPE_COUNT when the key is absent. */
-enum ds_gguf_type ds_gguf_key_type(const struct ds_gguf *g, const char *key);
 /* Scalars. DS_ERR_NOT_FOUND when absent; DS_ERR_FORMAT when the stored type
 ** does not convert (integers of any width convert if in range). */
 enum ds_err ds_gguf_get_u32(const struct ds_gguf *g, const char *key, uint32_t *out);

@@ -37,7 +37,7 @@ int  ds_log_format_parse(const char *s);
 ** name may be NULL: the program defaults to the executable's name, the
 ** node is left out). Both strings are copied (truncated to 63 bytes).
 ** Call from main before threads start. The environment variable
-** DS_LOG_FORMAT=json|text sets the format of a process that never calls this. */
+** DSPARK_LOG_FORMAT=json|text sets the format of a process that never calls this. */
 void ds_log_set_format(enum ds_log_format fmt, const char *prog, const char *node);
 
 /* The most verbose level written; an atomic, so that a reload may change it

@@ -105,7 +105,6 @@ enum ds_msg_role   { DS_MSG_ROLE_EDGE, DS_MSG_ROLE_CENTER };           /* also "
 enum ds_msg_finish { DS_MSG_FINISH_STOP, DS_MSG_FINISH_LENGTH, DS_MSG_FINISH_CANCELLED };
 enum ds_msg_state  { DS_MSG_STATE_ONLINE, DS_MSG_STATE_OFFLINE, DS_MSG_STATE_DRAINING };
 
-const char *ds_msg_route_name(enum ds_msg_route r);     /* "auto" | "edge" | "center" */
 const char *ds_msg_role_name(enum ds_msg_role r);       /* "edge" | "center" */
 
 /* ---- request ---- */

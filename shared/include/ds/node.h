@@ -127,7 +127,6 @@ DS_MUST_CHECK enum ds_err ds_node_config_load(struct ds_node_config *c, const ch
 DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment);
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
-void ds_node_config_describe(FILE *f);
 /* The keys of one role only, with that role's defaults (the daemons' --help). */
 void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
 /* Walk a "VERSION:VALUE, VERSION:VALUE" list ([model] versions, delay): from

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ds/env.h"
+
 _Atomic int ds_log__max = DS_LOG_INFO;
 static ds_log_fn g_sink;      /* NULL = stderr */
 static void     *g_sink_ud;
@@ -22,7 +24,7 @@ static void     *g_sink_ud;
 static const char *const level_name[] = { "error", "warn", "info", "debug" };
 
 /* Line format and names, set once by main (part of the log-sink global). */
-static int  g_format = -1;    /* -1: not set, read DS_LOG_FORMAT on first use */
+static int  g_format = -1;    /* -1: not set, read DSPARK_LOG_FORMAT on first use */
 static char g_prog[64], g_node[64];
 
 int ds_log_format_parse(const char *s)
@@ -66,7 +68,7 @@ static void append(char *out, size_t cap, size_t *n, const char *s)
 static size_t format_line(char *out, size_t cap, enum ds_log_level lvl, const char *msg)
 {
     if (g_format < 0) {
-        int f = ds_log_format_parse(getenv("DS_LOG_FORMAT"));
+        int f = ds_log_format_parse(ds_env_get("LOG_FORMAT"));
         g_format = f < 0 ? DS_LOG_FORMAT_TEXT : f;
     }
     const char *prog = g_prog[0] ? g_prog : program_invocation_short_name;

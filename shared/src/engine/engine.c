@@ -1424,7 +1424,6 @@ fail:
 }
 
 const struct ds_model_config *ds_engine_config(const struct ds_engine *e) { return &e->cfg; }
-const struct ds_model *ds_engine_model(const struct ds_engine *e) { return e->model; }
 enum ds_precision ds_engine_precision(const struct ds_engine *e) { return e->prec; }
 uint32_t ds_engine_max_ctx(const struct ds_engine *e) { return e->max_ctx; }
 unsigned ds_engine_threads(const struct ds_engine *e) { return ds_pool_size(e->pool); }

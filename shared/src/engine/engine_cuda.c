@@ -28,7 +28,7 @@
 ** Graphs: the layers of a pass of n <= GRAPH_MAX_ROWS rows are recorded as a
 ** CUDA graph the first time n occurs and replayed with one launch after that
 ** (a decode step is ~14 launches per layer, whose cost bounds one stream);
-** DS_CUDA_GRAPHS=0 in the environment queues every op instead.
+** DSPARK_CUDA_GRAPHS=0 in the environment queues every op instead.
 */
 #include "ds/engine_cuda.h"
 
@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/env.h"
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds_cuda.h"
@@ -69,7 +70,7 @@ struct ds_gpu {
     void                  *host_io;      /* staging of io */
     /* graph[n]: the layers of an n-row pass, recorded at its first use */
     struct ds_cuda_graph  *graph[GRAPH_MAX_ROWS + 1];
-    bool                   graphs_off;   /* DS_CUDA_GRAPHS=0, or a recording failed */
+    bool                   graphs_off;   /* DSPARK_CUDA_GRAPHS=0, or a recording failed */
     /* KV slots */
     pthread_mutex_t        mu;
     bool                   mu_ready;
@@ -264,7 +265,7 @@ static enum ds_err gpu_create(const struct ds_model *m, uint32_t max_batch, uint
     g->n_slots = n_slots;
     pthread_mutex_init(&g->mu, NULL);
     g->mu_ready = true;
-    const char *graphs = getenv("DS_CUDA_GRAPHS");
+    const char *graphs = ds_env_get("CUDA_GRAPHS");
     g->graphs_off = graphs && strcmp(graphs, "0") == 0;
     char info[160] = "";
     enum ds_err rc = DS_OK;

@@ -178,12 +178,6 @@ static const struct gguf_kv *find_kv(const struct ds_gguf *g, const char *key)
     return NULL;
 }
 
-enum ds_gguf_type ds_gguf_key_type(const struct ds_gguf *g, const char *key)
-{
-    const struct gguf_kv *kv = find_kv(g, key);
-    return kv ? kv->type : DS_GGUF_TYPE_COUNT;
-}
-
 /* Read an integer of any stored width as int64/uint64; 0 if not an integer. */
 static int kv_int(const struct gguf_kv *kv, int64_t *s, uint64_t *u, int *is_signed)
 {
@@ -521,10 +515,7 @@ const struct ds_gguf_tensor *ds_gguf_tensor_find(const struct ds_gguf *g, const 
     return hit ? (const struct ds_gguf_tensor *)*hit : NULL;
 }
 
-uint32_t    ds_gguf_version(const struct ds_gguf *g) { return g->version; }
 const char *ds_gguf_name(const struct ds_gguf *g)    { return g->name; }
-const void *ds_gguf_base(const struct ds_gguf *g)    { return g->base; }
-size_t      ds_gguf_size(const struct ds_gguf *g)    { return g->size; }
 
 /* ---- open / close ---- */
 

@@ -40,11 +40,6 @@ int ds_msg_code_parse(const char *s)
 static const char *const route_names[] = { "auto", "edge", "center" };
 static const char *const role_names[] = { "edge", "center" };
 
-const char *ds_msg_route_name(enum ds_msg_route r)
-{
-    return (unsigned)r < DS_ARRAY_LEN(route_names) ? route_names[r] : "auto";
-}
-
 const char *ds_msg_role_name(enum ds_msg_role r)
 {
     return (unsigned)r < DS_ARRAY_LEN(role_names) ? role_names[r] : "edge";
@@ -63,7 +58,7 @@ void ds_msg_limits_init(struct ds_msg_limits *lim)
 /* ---- generated ids ---- */
 
 /* getrandom(2) rather than libsodium: the wire codecs sit below the layer
-** that links libsodium (dist), and an id needs no more than the kernel's
+** that links libsodium (trust), and an id needs no more than the kernel's
 ** randomness. */
 void ds_msg_new_id(char out[DS_MSG_GEN_ID_LEN + 1])
 {

@@ -462,11 +462,6 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
     return bad_count ? DS_ERR_INVAL : DS_OK;
 }
 
-void ds_node_config_describe(FILE *f)
-{
-    ds_node_config_describe_role(f, DS_MSG_ROLE_EDGE);
-}
-
 /* Only the role's own keys (help texts start "edge:" or "center:" for the
 ** role-specific ones) and the role's true defaults. */
 void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)

@@ -32,7 +32,7 @@
 **   (bounded in bytes: beyond it chunks are dropped and asked for again);
 **   the engine loop only reads the progress snapshot for telemetry. Nothing
 **   heavy (hashing a whole file, decrypting, validating) runs on either.
-** Test hook: DS_TEST_CRASH_AT=download|verify|rename_before|rename_after|
+** Test hook: DSPARK_TEST_CRASH_AT=download|verify|rename_before|rename_after|
 **   commit_before|commit_after makes the node _exit(86) at that step (test
 **   only; integration.dist uses it to check recovery). Unset in production.
 */
@@ -51,6 +51,7 @@
 
 #include "ds/bundle.h"
 #include "ds/dist.h"
+#include "ds/env.h"
 #include "ds/keys.h"
 #include "ds/log.h"
 #include "ds/model.h"
@@ -115,7 +116,7 @@ struct node_fetch {
     struct ds_key       node_key;
     struct ds_key       signers[MAX_SIGNERS];
     size_t              n_signers;
-    const char         *crash_at;     /* DS_TEST_CRASH_AT */
+    const char         *crash_at;     /* DSPARK_TEST_CRASH_AT */
     char                chunk_filter[192];
     pthread_t           th;
     bool                started;
@@ -132,7 +133,7 @@ struct node_fetch {
 static void crash_point(struct node_fetch *f, const char *step)
 {
     if (f->crash_at && strcmp(f->crash_at, step) == 0) {
-        DS_LOG(DS_LOG_WARN, "DS_TEST_CRASH_AT=%s: exiting now (test hook)", step);
+        DS_LOG(DS_LOG_WARN, "DSPARK_TEST_CRASH_AT=%s: exiting now (test hook)", step);
         _exit(86);
     }
 }
@@ -854,9 +855,9 @@ enum ds_err node__fetch_create(struct ds_node *a)
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     a->fetch = f;
-    f->crash_at = getenv("DS_TEST_CRASH_AT");
+    f->crash_at = ds_env_get("TEST_CRASH_AT");
     if (f->crash_at && !*f->crash_at) f->crash_at = NULL;
-    if (f->crash_at) DS_LOG(DS_LOG_WARN, "DS_TEST_CRASH_AT=%s is set: this node exits at that step (tests only)", f->crash_at);
+    if (f->crash_at) DS_LOG(DS_LOG_WARN, "DSPARK_TEST_CRASH_AT=%s is set: this node exits at that step (tests only)", f->crash_at);
     char why[DS_WHY_MAX] = "";
     enum ds_err rc;
     if ((rc = ds_crypto_init()) != DS_OK) return rc;

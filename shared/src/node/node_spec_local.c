@@ -1,9 +1,10 @@
 /*
 ** node_spec_local.c — one-node speculative decoding in the serving node
 ** (ds/spec.h): each loaded version of a model whose config names a draft
-** (draft = int8 | PATH, spec_k = K) gets an INT8 draft engine (on the CPU)
-** with one KV sequence and a ds_spec, unless its target runs on a GPU (then
-** a CPU draft token costs more than a target pass: a warning, no draft).
+** (draft = int8 | PATH, spec_k = K) gets an INT8 draft engine (on the CPU,
+** opened with the target by ds_program_model_open) with one KV sequence and
+** a ds_spec, unless its target runs on a GPU (then a CPU draft token costs
+** more than a target pass: a warning, no draft).
 **
 ** Coexistence with the continuous batch: a speculative round runs only when
 ** the request is its version's ONLY running sequence and its prompt is in

@@ -13,28 +13,18 @@
 #include <string.h>
 
 #include "ds/chat.h"
-#include "ds/gguf.h"
 #include "ds/log.h"
+#include "ds/program.h"
 #include "ds/tok.h"
 #include "node_internal.h"
-
-/* The family of the model's GGUF tokenizer.chat_template; NONE without one
-** (llama2.c checkpoints, GGUFs converted without a template). */
-static enum ds_chat_tmpl chat_family(const struct ds_model *m)
-{
-    struct ds_str t;
-    if (!m->gguf || ds_gguf_get_str(m->gguf, "tokenizer.chat_template", &t) != DS_OK) return DS_CHAT_TMPL_NONE;
-    return ds_chat_detect(t.p, t.n);
-}
 
 /* ---- one-node speculation's draft (node_spec_local.c) ---- */
 
 enum ds_err node__spec_load(struct node_version *v)
 {
     const struct ds_node_model_cfg *mc = v->m->cfg;
-    const struct ds_model *src = v->model;
     enum ds_err rc;
-    if (strcmp(ds_engine_backend(v->eng), "cpu") != 0) {
+    if (!v->draft_eng) {           /* ds_program_model_open opens no CPU draft beside a GPU target */
         /* Measured on an H200 (bench_spec --backend cuda, 110M shape): a CPU
         ** INT8 draft token 1.9-6 ms, a whole FP16 target pass 0.6 ms. */
         DS_LOG(DS_LOG_WARN, "model %s %s: the target runs on %s and a draft would run on the CPU, "
@@ -43,29 +33,15 @@ enum ds_err node__spec_load(struct node_version *v)
                mc->name, v->version, ds_engine_backend(v->eng), mc->draft);
         return DS_OK;
     }
-    if (strcmp(mc->draft, "int8") != 0) {
-        if ((rc = ds_model_open(mc->draft, &v->draft_model)) != DS_OK) {
-            DS_LOG(DS_LOG_ERROR, "model %s: cannot load draft %s: %s", mc->name, mc->draft, ds_strerror(rc));
-            return rc;
-        }
-        src = v->draft_model;
-    } else if (ds_engine_precision(v->eng) == DS_PRECISION_INT8) {
+    if (strcmp(mc->draft, "int8") == 0 && ds_engine_precision(v->eng) == DS_PRECISION_INT8)
         DS_LOG(DS_LOG_WARN, "model %s: draft = int8 on an INT8 model costs as much as the target: "
                "use precision = fp32 or a smaller draft", mc->name);
-    }
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = DS_PRECISION_INT8;
-    o.n_threads = mc->threads;
-    o.max_ctx = DS_MIN(ds_engine_max_ctx(v->eng), src->cfg.ctx_len);
-    o.kv_seqs = 1;
     struct ds_spec_opts so;
     ds_spec_opts_init(&so);
     so.k = mc->spec_k;
     struct ds_sampler_params p;
     ds_sampler_params_init(&p);
-    if ((rc = ds_engine_create(src, &o, &v->draft_eng)) != DS_OK ||
-        (rc = ds_seq_create(v->draft_eng, &v->draft_seq)) != DS_OK ||
+    if ((rc = ds_seq_create(v->draft_eng, &v->draft_seq)) != DS_OK ||
         (rc = ds_spec_create(v->draft_eng, v->eng, &p, &so, &v->spec)) != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: cannot start speculative decoding with draft %s: %s", mc->name,
                v->version, mc->draft, ds_strerror(rc));
@@ -100,24 +76,39 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     if (!v) return DS_ERR_NOMEM;
     v->m = m;
     memcpy(v->version, version, strlen(version) + 1);
-    enum ds_err rc;
-    if ((rc = ds_model_open(path, &v->model)) != DS_OK) goto fail;
-    if ((rc = ds_model_tokenizer(v->model, mc->tokenizer, &v->tok)) != DS_OK) goto fail;
-    v->chat = chat_family(v->model);
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = (enum ds_precision)mc->precision;
-    o.backend = (enum ds_backend)mc->backend;
-    o.n_threads = mc->threads;
-    o.kv_type = (enum ds_kv_type)mc->kv_cache;
-    o.max_ctx = mc->ctx ? mc->ctx : DS_MIN(v->model->cfg.ctx_len, 2048u);
-    o.kv_seqs = a->cfg->max_active;
-    o.kv_seqs += node__ext_kv_seqs(a);                  /* e.g. a center's speculation sessions */
-    o.max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
-    v->max_batch = o.max_batch;
-    if ((rc = ds_engine_create(v->model, &o, &v->eng)) != DS_OK) goto fail;
+    struct ds_program_model_opts po;
+    ds_program_model_opts_init(&po);
+    po.model = path;
+    po.tokenizer = mc->tokenizer;
+    struct ds_engine_opts *o = &po.engine;
+    o->precision = (enum ds_precision)mc->precision;
+    o->backend = (enum ds_backend)mc->backend;
+    o->n_threads = mc->threads;
+    o->kv_type = (enum ds_kv_type)mc->kv_cache;
+    o->max_ctx = mc->ctx;
+    po.ctx_cap = 2048;                                  /* ctx = 0: min(the model's, 2048) */
+    o->kv_seqs = a->cfg->max_active;
+    o->kv_seqs += node__ext_kv_seqs(a);                 /* e.g. a center's speculation sessions */
+    o->max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
+    v->max_batch = o->max_batch;
+    po.draft = mc->draft;                               /* INT8 on the CPU (node_spec_local.c) */
+    po.draft_engine.n_threads = mc->threads;
+    struct ds_program_model pm;
+    char why[DS_WHY_MAX];
+    enum ds_err rc = ds_program_model_open(&po, &pm, why, sizeof why);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "model %s %s: %s", mc->name, version, why);
+        goto fail;
+    }
+    /* The version holds each part itself (node__version_free, node__spec_unload). */
+    v->model = pm.model;
+    v->tok = pm.tok;
+    v->chat = pm.chat;
+    v->eng = pm.eng;
+    v->draft_model = pm.draft_model;
+    v->draft_eng = pm.draft_eng;
     rc = DS_ERR_NOMEM;
-    v->logits = malloc((size_t)o.max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
+    v->logits = malloc((size_t)o->max_batch * v->model->cfg.vocab_size * sizeof *v->logits);
     if (!v->logits) goto fail;
     if (mc->draft && (rc = node__spec_load(v)) != DS_OK) goto fail;
     DS_LOG(DS_LOG_INFO, "model %s %s: %s, %s on %s, %s kernels, %u threads, ctx %u, %s KV cache, chat template %s",
