@@ -1,0 +1,125 @@
+/*
+** test_intake.c — node.intake: decoding at the node's door. Malformed or
+** misaddressed requests get one error on their response topic (or the
+** reply_to a 3.1.1 client put in the JSON), or none where no topic may be
+** answered; nothing of them is queued or counted as taken. A good request
+** after them is served.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cases.h"
+#include "harness.h"
+#include "node_types.h"
+
+/* The error code (and message) of corr's one answer. */
+static void expect_error(struct nh *h, const char *corr, const char *code, const char *in_message)
+{
+    char *a = nh_answer(h, corr, 5000);
+    if (!a) fail_msg("%s: no answer", corr);
+    char *got = nh_json_str(a, "error", "code"), *msg = nh_json_str(a, "error", "message");
+    if (!got || strcmp(got, code)) fail_msg("%s: want error %s, got %s", corr, code, a);
+    if (in_message && (!msg || !strstr(msg, in_message)))
+        fail_msg("%s: the message should name '%s': %s", corr, in_message, a);
+    assert_int_equal(nh_answers(h, corr), 1);
+    free(got);
+    free(msg);
+    free(a);
+}
+
+static void test_bad_requests(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);              /* parked: nothing computes while we look */
+    static const struct {
+        const char *corr, *topic, *payload, *code, *in_message;
+    } bad[] = {
+        { "b-json", NH_INFER, "not json at all", "invalid_request", NULL },
+        { "b-cut", NH_INFER, "{\"id\":\"b-cut\",\"model\":\"stories\",\"prompt\":\"Hi\"", "invalid_request", NULL },
+        { "b-max", NH_INFER, "{\"id\":\"b-max\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":-1}",
+          "invalid_request", "max_tokens" },
+        { "b-temp", NH_INFER, "{\"id\":\"b-temp\",\"model\":\"stories\",\"prompt\":\"Hi\",\"temperature\":\"hot\"}",
+          "invalid_request", "temperature" },
+        { "b-prio", NH_INFER, "{\"id\":\"b-prio\",\"model\":\"stories\",\"prompt\":\"Hi\",\"priority\":\"urgent\"}",
+          "invalid_request", "priority" },
+        { "b-noprompt", NH_INFER, "{\"id\":\"b-noprompt\",\"model\":\"stories\"}", "invalid_request", NULL },
+        { "b-model", "dspark/v1/infer/nosuch", "{\"id\":\"b-model\",\"model\":\"nosuch\",\"prompt\":\"Hi\"}",
+          "model_not_found", "stories" },
+        { "b-topic", NH_INFER, "{\"id\":\"b-topic\",\"model\":\"other\",\"prompt\":\"Hi\"}", "invalid_request",
+          "topic" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) nh_deliver(h, bad[i].topic, bad[i].payload, NH_REPLY, bad[i].corr);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_error(h, bad[i].corr, bad[i].code, bad[i].in_message);
+
+    /* MQTT 3.1.1: no Response Topic; the error goes to the JSON's reply_to. */
+    nh_deliver(h, NH_INFER, "{\"id\":\"b-v3\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":\"many\","
+               "\"reply_to\":\"test/reply/v3\"}", NULL, NULL);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "test/reply/v3", .answer = true }, 0, 5000, &p,
+                               NULL));
+    assert_non_null(strstr(p.payload, "\"invalid_request\""));
+    assert_non_null(strstr(p.payload, "\"b-v3\""));
+    stub_pub_cleanup(&p);
+    /* A response topic with wildcards, and none at all: nobody to answer. */
+    nh_deliver(h, NH_INFER, "{\"id\":\"b-wild\",\"model\":\"stories\",\"prompt\":\"Hi\"}", "test/+/x", "b-wild");
+    nh_deliver(h, NH_INFER, "{\"id\":\"b-none\",\"model\":\"stories\",\"prompt\":\"Hi\"}", NULL, "b-none");
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "b-wild" }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "b-none" }), 0);
+
+    /* None of them was queued or taken. */
+    assert_int_equal(nh_queued(h), 0);
+    assert_int_equal(atomic_load(&h->node->n_taken), 0);
+    nh_turns(h, 2);
+    assert_int_equal(nh_running(h), 0);
+
+    /* The node still serves: one good request, one final, from this edge. */
+    nh_request(h, "ok-1", "\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":0", NULL);
+    assert_int_equal(nh_queued(h), 1);
+    nh_release(h);
+    char *a = nh_answer(h, "ok-1", 20000);
+    assert_non_null(a);
+    assert_non_null(strstr(a, "\"done\":true"));
+    char *node = nh_json_str(a, "served_by", "node"), *tier = nh_json_str(a, "served_by", "tier");
+    assert_string_equal(node, NH_NODE);
+    assert_string_equal(tier, "edge");
+    assert_int_equal(nh_answers(h, "ok-1"), 1);
+    free(node);
+    free(tier);
+    free(a);
+    nh_stop(h);
+}
+
+/* The same request twice (a QoS 1 redelivery, DUP set) is served once. */
+static void test_duplicate_served_once(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    static const char req[] = "{\"id\":\"dup-1\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":4}";
+    struct stub_msg m = { .topic = NH_INFER, .payload = req, .response_topic = NH_REPLY, .corr = "dup-1" };
+    assert_true(stub_mqtt_deliver(h->mqtt, &m));
+    m.dup = true;
+    assert_true(stub_mqtt_deliver(h->mqtt, &m));
+    assert_int_equal(nh_queued(h), 1);
+    nh_release(h);
+    char *a = nh_answer(h, "dup-1", 20000);
+    assert_non_null(a);
+    free(a);
+    nh_hold(h);
+    assert_int_equal(nh_answers(h, "dup-1"), 1);
+    nh_stop(h);
+}
+
+int node_intake_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_duplicate_served_once),
+    };
+    return cmocka_run_group_tests_name("node.intake", tests, NULL, NULL);
+}
