@@ -50,6 +50,8 @@ struct ds_mqtt {
     unsigned           n_subs;
     struct stub_pub   *pub;
     size_t             n_pub, cap_pub;
+    stub_pub_fn        on_pub;        /* the test's hook, or NULL */
+    void              *on_pub_ud;
 };
 
 /* ---- clock ---- */
@@ -210,9 +212,12 @@ enum ds_err __wrap_ds_mqtt_publish(struct ds_mqtt *c, const char *topic, const v
         c->pub = bigger;
         c->cap_pub = cap;
     }
-    c->pub[c->n_pub++] = p;
+    c->pub[c->n_pub++] = p;                  /* p's strings stay until destroy */
+    stub_pub_fn fn = c->on_pub;
+    void *ud = c->on_pub_ud;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    if (fn) fn(ud, &p);
     return DS_OK;
 }
 
@@ -261,6 +266,14 @@ bool stub_mqtt_deliver(struct ds_mqtt *c, const struct stub_msg *m)
     c->o.on_message(c->o.ud, &msg);
     pthread_mutex_unlock(&c->deliver_mu);
     return true;
+}
+
+void stub_mqtt_on_publish(struct ds_mqtt *c, stub_pub_fn fn, void *ud)
+{
+    pthread_mutex_lock(&c->mu);
+    c->on_pub = fn;
+    c->on_pub_ud = ud;
+    pthread_mutex_unlock(&c->mu);
 }
 
 static bool is_answer(const char *json) { return strstr(json, "\"done\":true") || strstr(json, "\"error\":"); }

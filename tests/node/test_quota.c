@@ -91,6 +91,41 @@ static void test_cancel_gives_back(void **state)
     nh_stop(h);
 }
 
+/* A device that sends its next request the moment its answer arrives (the
+** hook runs in the node's publish, on its engine thread): the answered
+** request's count must be back by then, or a client at client_max is
+** refused for a request it was entitled to send. */
+struct next_on_answer {
+    struct ds_mqtt *mqtt;
+    bool            sent;
+};
+
+static void send_next(void *ud, const struct stub_pub *p)
+{
+    struct next_on_answer *x = ud;
+    if (x->sent || strcmp(p->corr, "n-1") || !strstr(p->payload, "\"done\":true")) return;
+    x->sent = true;
+    static const char req[] = "{\"id\":\"n-2\",\"model\":\"" NH_MODEL "\",\"prompt\":\"Once\",\"max_tokens\":4}";
+    struct stub_msg m = { .topic = NH_INFER, .payload = req, .response_topic = "test/reply/n", .corr = "n-2" };
+    stub_mqtt_deliver(x->mqtt, &m);
+}
+
+static void test_next_request_on_answer(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start((const char *const[]){ "sched.client_max=1", NULL });
+    struct next_on_answer x = { h->mqtt, false };
+    stub_mqtt_on_publish(h->mqtt, send_next, &x);
+    nh_request(h, "n-1", "\"prompt\":\"Once\",\"max_tokens\":4", "test/reply/n");
+    nh_release(h);
+    expect_done(h, "n-1");
+    expect_done(h, "n-2");
+    nh_hold(h);
+    stub_mqtt_on_publish(h->mqtt, NULL, NULL);
+    assert_true(x.sent);
+    nh_stop(h);
+}
+
 static void test_queue_full(void **state)
 {
     (void)state;
@@ -126,6 +161,7 @@ int node_quota_tests(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_max),
         cmocka_unit_test(test_cancel_gives_back),
+        cmocka_unit_test(test_next_request_on_answer),
         cmocka_unit_test(test_queue_full),
     };
     return cmocka_run_group_tests_name("node.quota", tests, NULL, NULL);
