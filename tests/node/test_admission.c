@@ -58,6 +58,37 @@ static void test_tier_order(void **state)
     nh_stop(h);
 }
 
+/* Four of each tier, queued low first: weighted fair sharing (8:4:1) gives
+** high most of the early slots and low the late ones, so each tier's mean
+** place in the answer order is before the next tier's. */
+static void test_weighted_share(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    static const char *const tiers[3] = { "low", "normal", "high" };
+    struct nh *h = nh_start((const char *const[]){ "batch.max_active=1", NULL });
+    char id[32], fields[128];
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < N; i++) {
+            snprintf(id, sizeof id, "%s-%d", tiers[t], i);
+            snprintf(fields, sizeof fields, "\"prompt\":\"Once\",\"max_tokens\":3,\"priority\":\"%s\"", tiers[t]);
+            nh_request(h, id, fields, NULL);
+        }
+    nh_release(h);
+    double mean[3] = { 0 };
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < N; i++) {
+            size_t at;
+            snprintf(id, sizeof id, "%s-%d", tiers[t], i);
+            expect_final(h, id, NH_NODE, &at);
+            mean[t] += (double)at / N;
+        }
+    printf("mean place in the answers: high %.1f, normal %.1f, low %.1f\n", mean[2], mean[1], mean[0]);
+    assert_true(mean[2] < mean[1]);
+    assert_true(mean[1] < mean[0]);
+    nh_stop(h);
+}
+
 static void test_late_goes_to_center(void **state)
 {
     (void)state;
@@ -141,6 +172,7 @@ int node_admission_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tier_order),
+        cmocka_unit_test(test_weighted_share),
         cmocka_unit_test(test_late_goes_to_center),
         cmocka_unit_test(test_late_without_center),
         cmocka_unit_test(test_route),
