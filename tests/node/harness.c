@@ -175,7 +175,8 @@ struct nh *nh_start(const char *const *overrides)
 {
     unsetenv("STATE_DIRECTORY");             /* answers and alerts in memory only */
     const char *lvl = getenv("DS_TEST_LOG");  /* "debug" to see the node's log */
-    ds_log_set(NULL, NULL, lvl ? (enum ds_log_level)ds_log_level_parse(lvl) : DS_LOG_ERROR);
+    int level = lvl ? ds_log_level_parse(lvl) : -1;
+    ds_log_set(NULL, NULL, level >= 0 ? (enum ds_log_level)level : DS_LOG_ERROR);
     struct nh *h = calloc(1, sizeof *h);
     struct nh_priv *x = calloc(1, sizeof *x);
     assert_non_null(h);
@@ -204,16 +205,22 @@ struct nh *nh_start(const char *const *overrides)
     return h;
 }
 
+void nh_drain(struct nh *h)
+{
+    struct nh_priv *x = h->priv;
+    if (!x->running) return;
+    ds_node_stop(h->node);
+    nh_release(h);
+    pthread_join(x->th, NULL);
+    x->running = false;
+    assert_int_equal(x->rc, DS_OK);
+}
+
 void nh_stop(struct nh *h)
 {
     if (!h) return;
     struct nh_priv *x = h->priv;
-    if (x->running) {
-        ds_node_stop(h->node);
-        nh_release(h);
-        pthread_join(x->th, NULL);
-        assert_int_equal(x->rc, DS_OK);
-    }
+    nh_drain(h);
     ds_node_destroy(h->node);
     ds_node_config_cleanup(&x->cfg);
     free(x);

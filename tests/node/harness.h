@@ -45,7 +45,11 @@ struct nh {
 ** "model.stories.cascade=-0.0001"). Returns with the loop parked at the gate
 ** of its first turn, connected and subscribed. Fails the test on error. */
 struct nh *nh_start(const char *const *overrides);
-/* Release the loop, stop the node (drain), join it, destroy; NULL-safe. */
+/* Stop the node as SIGTERM does (ds_node_stop: drain, answer what is
+** queued, say offline) and wait for its loop to end; what it published stays
+** readable until nh_stop. */
+void nh_drain(struct nh *h);
+/* nh_drain if not done, then destroy; NULL-safe. */
 void nh_stop(struct nh *h);
 
 /* Park the loop at its next tick (it may finish the turn it is in). */

@@ -160,11 +160,11 @@ static void test_route(void **state)
     assert_true(nh_sent_to_center(h, "r-center", 1000, key));
     assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = NH_CENTER, .needle = "r-edge" }), 0);
     assert_int_equal(nh_queued(h), 1);
-    nh_release(h);
-    expect_final(h, "r-edge", NH_NODE, NULL);
     nh_center_accept(h, key, "r-center", "center-a");
     nh_center_final(h, key, "r-center", "center-a", "ok");
     expect_final(h, "r-center", "center-a", NULL);
+    nh_release(h);
+    expect_final(h, "r-edge", NH_NODE, NULL);
     nh_stop(h);
 }
 

@@ -115,11 +115,46 @@ static void test_duplicate_served_once(void **state)
     nh_stop(h);
 }
 
+/* The node says online (retained) once subscribed; stopped, it answers
+** what it had queued and says offline. */
+static void test_online_drain_offline(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE }, 0, 0, &p, NULL));
+    assert_true(p.retained);
+    assert_non_null(strstr(p.payload, "\"state\":\"online\""));
+    stub_pub_cleanup(&p);
+    nh_request(h, "d-1", "\"prompt\":\"Once\",\"max_tokens\":4", NULL);
+    nh_request(h, "d-2", "\"prompt\":\"Once\",\"max_tokens\":4,\"priority\":\"low\"", NULL);
+    nh_drain(h);
+    for (int i = 1; i <= 2; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "d-%d", i);
+        char *a = nh_answer(h, id, 0);
+        assert_non_null(a);
+        assert_non_null(strstr(a, "\"done\":true"));
+        free(a);
+    }
+    /* An edge's persistent session keeps its request filter, so that the
+    ** broker holds what devices send until the next run. */
+    assert_true(stub_mqtt_subscribed(h->mqtt, "$share/dspark-edge/dspark/v1/infer/+"));
+    size_t online_at, offline_at;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE, .needle = "online" },
+                               0, 0, NULL, &online_at));
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE,
+                                                                .needle = "\"offline\"" }, 0, 0, NULL, &offline_at));
+    assert_true(offline_at > online_at);
+    nh_stop(h);
+}
+
 int node_intake_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_duplicate_served_once),
+        cmocka_unit_test(test_online_drain_offline),
     };
     return cmocka_run_group_tests_name("node.intake", tests, NULL, NULL);
 }
