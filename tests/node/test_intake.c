@@ -17,6 +17,8 @@
 #include "cases.h"
 #include "harness.h"
 #include "node_types.h"
+#include "support/itest.h"
+#include "support/testutil.h"
 
 /* The error code (and message) of corr's one answer. */
 static void expect_error(struct nh *h, const char *corr, const char *code, const char *in_message)
@@ -149,12 +151,43 @@ static void test_online_drain_offline(void **state)
     nh_stop(h);
 }
 
+/* What the node publishes here is what the schemas say: its status, an
+** error, a final, and the request it sends on to the centers. */
+static void test_wire_schemas(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    nh_center_status(h, "center-a", true);
+    nh_deliver(h, NH_INFER, "{\"id\":\"s-bad\",\"model\":\"stories\",\"max_tokens\":0}", NH_REPLY, "s-bad");
+    nh_request(h, "s-ok", "\"prompt\":\"Once\",\"max_tokens\":4", NULL);
+    nh_request(h, "s-center", "\"prompt\":\"Once\",\"max_tokens\":4,\"route\":\"center\",\"stop\":[\"x\"]", NULL);
+    nh_release(h);
+    struct { const char *schema; struct stub_match m; } want[] = {
+        { "status", { .topic = "dspark/v1/status/" NH_NODE } },
+        { "error", { .corr = "s-bad", .answer = true } },
+        { "final", { .corr = "s-ok", .answer = true } },
+        { "request", { .topic = NH_CENTER, .needle = "s-center" } },
+    };
+    char *dir = tu_tmpdir();
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        struct stub_pub p;
+        assert_true(stub_mqtt_find(h->mqtt, &want[i].m, 0, 20000, &p, NULL));
+        enum it_valid v = it_validate(dir, want[i].schema, p.payload);
+        if (v == IT_INVALID) fail_msg("not a valid %s: %s", want[i].schema, p.payload);
+        if (v == IT_NO_VALIDATOR) printf("no python3-jsonschema: %s not checked (shared.msg reports it)\n", want[i].schema);
+        stub_pub_cleanup(&p);
+    }
+    tu_rmdir(dir);
+    nh_stop(h);
+}
+
 int node_intake_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_duplicate_served_once),
         cmocka_unit_test(test_online_drain_offline),
+        cmocka_unit_test(test_wire_schemas),
     };
     return cmocka_run_group_tests_name("node.intake", tests, NULL, NULL);
 }
