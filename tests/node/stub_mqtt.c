@@ -43,7 +43,7 @@ struct ds_mqtt {
     char               client_id[128];
     pthread_mutex_t    mu;            /* everything below */
     pthread_cond_t     cv;            /* a publish was recorded */
-    pthread_mutex_t    deliver_mu;    /* one on_message at a time */
+    pthread_mutex_t    deliver_mu;    /* one delivering thread at a time */
     bool               connected, closed;
     uint64_t           connects, received;
     char               subs[STUB_MAX_SUBS][160];
@@ -79,7 +79,11 @@ enum ds_err __wrap_ds_mqtt_create(const char *uri, const char *client_id, const 
     c->o.will_payload = NULL;
     snprintf(c->client_id, sizeof c->client_id, "%s", client_id);
     pthread_mutex_init(&c->mu, NULL);
-    pthread_mutex_init(&c->deliver_mu, NULL);
+    pthread_mutexattr_t ma;                  /* recursive: a publish hook may deliver from inside a delivery */
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&c->deliver_mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&c->cv, NULL);
     *out = c;
     return DS_OK;

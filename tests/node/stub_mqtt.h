@@ -70,7 +70,8 @@ bool stub_mqtt_deliver(struct ds_mqtt *c, const struct stub_msg *m);
 /* fn(ud, p) after each publish is recorded, on the publishing thread (the
 ** node's), outside the stub's lock; p is BORROWED for the call. A device
 ** that sends its next message the moment it hears: fn may call
-** stub_mqtt_deliver (never a cmocka assertion: not the test's thread).
+** stub_mqtt_deliver, even from inside a delivery (a relayed answer), and
+** never a cmocka assertion (it may not be the test's thread).
 ** NULL: none. */
 typedef void (*stub_pub_fn)(void *ud, const struct stub_pub *p);
 void stub_mqtt_on_publish(struct ds_mqtt *c, stub_pub_fn fn, void *ud);

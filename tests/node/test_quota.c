@@ -126,6 +126,28 @@ static void test_next_request_on_answer(void **state)
     nh_stop(h);
 }
 
+/* The same for an answer a center gave, relayed by the edge (on Paho's
+** thread, where the relay arrives). */
+static void test_next_request_on_relayed_answer(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start((const char *const[]){ "sched.client_max=1", NULL });
+    struct next_on_answer x = { h->mqtt, false };
+    nh_center_status(h, "center-a", true);
+    nh_request(h, "n-1", "\"prompt\":\"Once\",\"max_tokens\":4,\"route\":\"center\"", "test/reply/n");
+    char key[64];
+    assert_true(nh_sent_to_center(h, "n-1", 1000, key));
+    nh_center_accept(h, key, "n-1", "center-a");
+    stub_mqtt_on_publish(h->mqtt, send_next, &x);
+    nh_center_final(h, key, "n-1", "center-a", "relayed");
+    stub_mqtt_on_publish(h->mqtt, NULL, NULL);
+    assert_true(x.sent);
+    expect_done(h, "n-1");
+    nh_release(h);
+    expect_done(h, "n-2");
+    nh_stop(h);
+}
+
 static void test_queue_full(void **state)
 {
     (void)state;
@@ -162,6 +184,7 @@ int node_quota_tests(void)
         cmocka_unit_test(test_client_max),
         cmocka_unit_test(test_cancel_gives_back),
         cmocka_unit_test(test_next_request_on_answer),
+        cmocka_unit_test(test_next_request_on_relayed_answer),
         cmocka_unit_test(test_queue_full),
     };
     return cmocka_run_group_tests_name("node.quota", tests, NULL, NULL);
