@@ -12,5 +12,6 @@ int node_deadline_tests(void);    /* test_deadline.c */
 int node_quota_tests(void);       /* test_quota.c */
 int node_cascade_tests(void);     /* test_cascade.c */
 int node_takeback_tests(void);    /* test_takeback.c */
+int node_center_tests(void);      /* test_center.c */
 
 #endif

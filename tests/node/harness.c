@@ -21,6 +21,7 @@
 
 #include "ds/log.h"
 #include "ds/node.h"
+#include "center.h"
 #include "edge.h"
 #include "harness.h"
 #include "node_ext.h"
@@ -88,6 +89,19 @@ static const struct ds_node_role nh_role = {
     .share_group = "$share/dspark-edge/",
     .about = "node-core tests",
     .exts = nh_exts,
+};
+
+static const struct node_ext *const nh_center_exts[] = {
+    &center_overflow_ext, &center_specnet_ext, &center_publish_ext, &gate_ext, NULL,
+};
+
+static const struct ds_node_role nh_center_role = {
+    .role = DS_MSG_ROLE_CENTER,
+    .program = "test_node",
+    .infer_prefix = TOPIC_CENTER_INFER,
+    .share_group = "$share/dspark-center/",
+    .about = "node-core tests (center)",
+    .exts = nh_center_exts,
 };
 
 struct nh_priv {
@@ -171,7 +185,7 @@ static void set(struct ds_node_config *c, const char *assignment)
     if (ds_node_config_set(c, assignment) != DS_OK) fail_msg("config: %s refused", assignment);
 }
 
-struct nh *nh_start(const char *const *overrides)
+static struct nh *start(const struct ds_node_role *role, const char *const *overrides)
 {
     unsetenv("STATE_DIRECTORY");             /* answers and alerts in memory only */
     const char *lvl = getenv("DS_TEST_LOG");  /* "debug" to see the node's log */
@@ -183,11 +197,14 @@ struct nh *nh_start(const char *const *overrides)
     assert_non_null(x);
     h->priv = x;
     struct ds_node_config *c = &x->cfg;
-    ds_node_config_init(c, DS_MSG_ROLE_EDGE);
+    bool center = role->role == DS_MSG_ROLE_CENTER;
+    ds_node_config_init(c, role->role);
     char path[4200];
     snprintf(path, sizeof path, "model." NH_MODEL ".path=%s", tu_model("stories260K.gguf"));
     const char *const base[] = {
-        "node.name=" NH_NODE, "mqtt.uri=tcp://stub.invalid:1883", path, "model." NH_MODEL ".precision=int8",
+        center ? "node.name=" NH_CENTER_NODE : "node.name=" NH_NODE, "mqtt.uri=tcp://stub.invalid:1883", path,
+        center ? "model." NH_MODEL ".precision=fp32" : "model." NH_MODEL ".precision=int8",
+        "model." NH_MODEL ".backend=cpu",
         "model." NH_MODEL ".threads=1", "model." NH_MODEL ".ctx=512", "batch.max_active=4", "batch.reserve_high=0",
         "health.stall_s=0", "health.broker_timeout_s=0", "health.registry_check_s=0", "telemetry.interval_s=3600",
         NULL,
@@ -195,15 +212,21 @@ struct nh *nh_start(const char *const *overrides)
     for (size_t i = 0; base[i]; i++) set(c, base[i]);
     for (size_t i = 0; overrides && overrides[i]; i++) set(c, overrides[i]);
     assert_int_equal(ds_node_config_check(c), DS_OK);
-    assert_int_equal(ds_node_create(c, NULL, &nh_role, &h->node), DS_OK);
+    assert_int_equal(ds_node_create(c, NULL, role, &h->node), DS_OK);
     h->mqtt = h->node->mqtt;
     assert_int_equal(pthread_create(&x->th, NULL, loop_thread, h), 0);
     x->running = true;
     nh_hold(h);                               /* the first turn: connected, subscribed, online */
     assert_true(stub_mqtt_connected(h->mqtt));
-    assert_true(stub_mqtt_subscribed(h->mqtt, "$share/dspark-edge/dspark/v1/infer/+"));
+    char filter[160];
+    snprintf(filter, sizeof filter, "%s%s+", role->share_group, role->infer_prefix);
+    assert_true(stub_mqtt_subscribed(h->mqtt, filter));
     return h;
 }
+
+struct nh *nh_start(const char *const *overrides) { return start(&nh_role, overrides); }
+
+struct nh *nh_start_center(const char *const *overrides) { return start(&nh_center_role, overrides); }
 
 void nh_drain(struct nh *h)
 {

@@ -25,6 +25,7 @@
 #include "stub_mqtt.h"
 
 #define NH_NODE       "edge-t"                      /* the node's name */
+#define NH_CENTER_NODE "center-t"                   /* ... in the center's role */
 #define NH_MODEL      "stories"
 #define NH_INFER      "dspark/v1/infer/" NH_MODEL
 #define NH_CENTER     "dspark/v1/center/infer/" NH_MODEL
@@ -45,6 +46,10 @@ struct nh {
 ** "model.stories.cascade=-0.0001"). Returns with the loop parked at the gate
 ** of its first turn, connected and subscribed. Fails the test on error. */
 struct nh *nh_start(const char *const *overrides);
+/* The same node in the center's role (ds_center: telling the relaying edge
+** who took its request), named NH_CENTER_NODE, FP32 on the CPU, taking
+** requests on dspark/v1/center/infer/+. */
+struct nh *nh_start_center(const char *const *overrides);
 /* Stop the node as SIGTERM does (ds_node_stop: drain, answer what is
 ** queued, say offline) and wait for its loop to end; what it published stays
 ** readable until nh_stop. */
