@@ -1,11 +1,12 @@
 /*
 ** harness.h — one serving node in the test process for the node-core tests
 ** (tests/node/): the real node (shared/src/node), the real edge role code
-** (ds_edge: overflow, cascade, take-back), the real engine on
-** stories260K, over the stub transport and clock of stub_mqtt.h.
+** (ds_edge: overflow, cascade, take-back) or the center's (ds_center), the
+** real engine on stories260K, over the stub transport and clock of
+** stub_mqtt.h.
 **
 ** The node's engine loop runs ds_node_run on a thread of its own. A gate,
-** one more extension after the edge's in the role table (its tick hook),
+** one more extension after the role's own in the role table (its tick hook),
 ** parks the loop there on demand, so that a test can queue work, move the
 ** clock and then let the loop turn exactly n times: what the loop does next
 ** is decided by the test, not by a race. A turn parked at the gate has
