@@ -289,9 +289,22 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         memcpy(copy, msg->payload, msg->len);
         if (kind == RELAY_LAST) node__dedupe_answered(a, r, copy, msg->len);
         else if (kind == RELAY_ERROR) node__dedupe_failed(a, r);    /* may be sent again */
-        node__publish(a, r->reply, r->corr, r->corr_len, copy, msg->len);
     }
-    if (last) node__req_free(r);
+    /* A last message frees r before the device hears it, so that its
+    ** client's count ([sched] client_max) is back when it sends the next. */
+    char *reply = r->reply;
+    void *corr = r->corr;
+    size_t corr_len = r->corr_len;
+    if (last) {
+        r->reply = NULL;
+        r->corr = NULL;
+        node__req_free(r);
+    }
+    if (copy) node__publish(a, reply, corr, corr_len, copy, msg->len);
+    if (last) {
+        free(reply);
+        free(corr);
+    }
     return true;
 }
 

@@ -87,6 +87,7 @@ void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code
         DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
     } else {
         node__dedupe_forget(&a->dedupe, r);               /* the same request may be sent again */
+        node__quota_give(r);                              /* before the answer: see node__finish */
         node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (error %s)", r->req.id ? r->req.id : "?", ds_msg_code_name(code));
     }
@@ -165,6 +166,9 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
     }
     if (r->v) node__rollout_done(a, r, false, f.total_ms);
     a->n_mirrors -= r->mirror;
+    /* Its client's count goes back before the answer goes out: a client at
+    ** [sched] client_max may send its next request the moment it hears. */
+    node__quota_give(r);
     if (!r->mirror) {
         node__ext_final(a, r, &f);     /* the role's last word (edge speculation: served_by) */
         char *json;

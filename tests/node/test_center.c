@@ -1,0 +1,126 @@
+/*
+** test_center.c — node.center: the same node in the center's role with its
+** role code (ds_center). A request an edge relays is accepted on the edge's
+** relay topic before its final, both with the edge's key; FP32 greedy gives
+** the reference text. The device the edge names ("client") is what
+** [sched] client_max counts and what a cancel must come from, whichever edge
+** relayed it.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cases.h"
+#include "harness.h"
+#include "node_types.h"
+#include "support/testutil.h"
+
+#define CENTER_INFER "dspark/v1/center/infer/" NH_MODEL
+
+/* A request as edge relays it: Response Topic its relay topic, key as
+** Correlation Data, the device as "client". */
+static void relay(struct nh *h, const char *edge, const char *key, const char *id, const char *client,
+                  const char *fields)
+{
+    char topic[128], json[1024];
+    snprintf(topic, sizeof topic, "dspark/v1/relay/%s", edge);
+    snprintf(json, sizeof json, "{\"v\":1,\"id\":\"%s\",\"model\":\"" NH_MODEL "\",\"route\":\"center\",\"client\":\"%s\",%s}",
+             id, client, fields);
+    nh_deliver(h, CENTER_INFER, json, topic, key);
+}
+
+static void test_relayed_request(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center(NULL);
+    relay(h, "edge-x", "17", "c-1", NH_REPLY, "\"prompt\":\"Once upon a time\",\"max_tokens\":196,\"temperature\":0");
+    nh_release(h);
+    struct stub_pub fin, acc;
+    size_t at_fin, at_acc;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/relay/edge-x", .corr = "17",
+                                                              .answer = true }, 0, 20000, &fin, &at_fin));
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/relay/edge-x", .corr = "17",
+                                                              .needle = "\"accepted_by\":\"" NH_CENTER_NODE "\"" },
+                               0, 0, &acc, &at_acc));
+    assert_true(at_acc < at_fin);                        /* the edge knows who holds it first */
+    char *tier = nh_json_str(fin.payload, "served_by", "tier"), *prec = nh_json_str(fin.payload, "served_by", "precision");
+    char *text = nh_json_str(fin.payload, "text", NULL), *ref = tu_reference_text();
+    assert_string_equal(tier, "center");
+    assert_string_equal(prec, "fp32");
+    assert_non_null(ref);
+    assert_string_equal(text, ref + strlen("Once upon a time"));
+    free(tier);
+    free(prec);
+    free(text);
+    free(ref);
+    stub_pub_cleanup(&fin);
+    stub_pub_cleanup(&acc);
+    nh_stop(h);
+}
+
+static void expect_on_relay(struct nh *h, const char *edge, const char *key, const char *needle)
+{
+    char topic[128];
+    snprintf(topic, sizeof topic, "dspark/v1/relay/%s", edge);
+    struct stub_pub p;
+    if (!stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = topic, .corr = key, .answer = true }, 0, 20000, &p,
+                        NULL))
+        fail_msg("key %s: no answer on %s", key, topic);
+    if (!strstr(p.payload, needle)) fail_msg("key %s: want '%s': %s", key, needle, p.payload);
+    stub_pub_cleanup(&p);
+}
+
+static void test_relayed_client_quota(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center((const char *const[]){ "sched.client_max=1", "batch.max_active=1", NULL });
+    static const char req[] = "\"prompt\":\"Once\",\"max_tokens\":4";
+    relay(h, "edge-x", "1", "q-1", "test/reply/dev", req);
+    relay(h, "edge-y", "2", "q-2", "test/reply/dev", req);       /* the same device through another edge */
+    relay(h, "edge-x", "3", "q-3", "test/reply/other", req);     /* another device through the same edge */
+    expect_on_relay(h, "edge-y", "2", "client_max");
+    assert_int_equal(nh_queued(h), 2);
+    nh_release(h);
+    expect_on_relay(h, "edge-x", "1", "\"done\":true");
+    expect_on_relay(h, "edge-x", "3", "\"done\":true");
+    nh_stop(h);
+}
+
+/* On the secured scheme only the device's own identity may cancel what an
+** edge relayed for it. */
+static void test_relayed_cancel_by_owner(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center((const char *const[]){ "batch.max_active=1", NULL });
+    static const char req[] = "\"prompt\":\"Once\",\"max_tokens\":4";
+    relay(h, "edge-x", "5", "hold", "test/reply/hold", "\"prompt\":\"Once\",\"max_tokens\":400,\"temperature\":0");
+    nh_turns(h, 1);                                              /* running: the others wait */
+    relay(h, "edge-x", "6", "own-1", "dspark/v1/reply/alice/t", req);
+    relay(h, "edge-x", "7", "own-2", "dspark/v1/reply/alice/t", req);
+    nh_deliver(h, "dspark/v1/cancel/mallory/x", "{\"id\":\"own-1\"}", NULL, NULL);   /* not hers */
+    nh_deliver(h, "dspark/v1/cancel/alice/x", "{\"id\":\"own-2\"}", NULL, NULL);
+    nh_deliver(h, "dspark/v1/cancel/hold/x", "{\"id\":\"hold\"}", NULL, NULL);
+    nh_release(h);
+    expect_on_relay(h, "edge-x", "7", "\"finish_reason\":\"cancelled\"");
+    expect_on_relay(h, "edge-x", "5", "\"finish_reason\":\"cancelled\"");
+    expect_on_relay(h, "edge-x", "6", "\"done\":true");
+    char *a = nh_answer(h, "6", 0);
+    assert_null(strstr(a, "\"cancelled\""));                   /* mallory's cancel was ignored */
+    free(a);
+    nh_stop(h);
+}
+
+int node_center_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_relayed_request),
+        cmocka_unit_test(test_relayed_client_quota),
+        cmocka_unit_test(test_relayed_cancel_by_owner),
+    };
+    return cmocka_run_group_tests_name("node.center", tests, NULL, NULL);
+}

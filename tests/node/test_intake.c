@@ -1,0 +1,207 @@
+/*
+** test_intake.c — node.intake: decoding at the node's door. Malformed or
+** misaddressed requests get one error on their response topic (or the
+** reply_to a 3.1.1 client put in the JSON), or none where no topic may be
+** answered; nothing of them is queued or counted as taken. A good request
+** after them is served.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "cases.h"
+#include "harness.h"
+#include "node_types.h"
+#include "support/testutil.h"
+
+/* The error code (and message) of corr's one answer. */
+static void expect_error(struct nh *h, const char *corr, const char *code, const char *in_message)
+{
+    char *a = nh_answer(h, corr, 5000);
+    if (!a) fail_msg("%s: no answer", corr);
+    char *got = nh_json_str(a, "error", "code"), *msg = nh_json_str(a, "error", "message");
+    if (!got || strcmp(got, code)) fail_msg("%s: want error %s, got %s", corr, code, a);
+    if (in_message && (!msg || !strstr(msg, in_message)))
+        fail_msg("%s: the message should name '%s': %s", corr, in_message, a);
+    assert_int_equal(nh_answers(h, corr), 1);
+    free(got);
+    free(msg);
+    free(a);
+}
+
+static void test_bad_requests(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);              /* parked: nothing computes while we look */
+    static const struct {
+        const char *corr, *topic, *payload, *code, *in_message;
+    } bad[] = {
+        { "b-json", NH_INFER, "not json at all", "invalid_request", NULL },
+        { "b-cut", NH_INFER, "{\"id\":\"b-cut\",\"model\":\"stories\",\"prompt\":\"Hi\"", "invalid_request", NULL },
+        { "b-max", NH_INFER, "{\"id\":\"b-max\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":-1}",
+          "invalid_request", "max_tokens" },
+        { "b-temp", NH_INFER, "{\"id\":\"b-temp\",\"model\":\"stories\",\"prompt\":\"Hi\",\"temperature\":\"hot\"}",
+          "invalid_request", "temperature" },
+        { "b-prio", NH_INFER, "{\"id\":\"b-prio\",\"model\":\"stories\",\"prompt\":\"Hi\",\"priority\":\"urgent\"}",
+          "invalid_request", "priority" },
+        { "b-noprompt", NH_INFER, "{\"id\":\"b-noprompt\",\"model\":\"stories\"}", "invalid_request", NULL },
+        { "b-model", "dspark/v1/infer/nosuch", "{\"id\":\"b-model\",\"model\":\"nosuch\",\"prompt\":\"Hi\"}",
+          "model_not_found", "stories" },
+        { "b-topic", NH_INFER, "{\"id\":\"b-topic\",\"model\":\"other\",\"prompt\":\"Hi\"}", "invalid_request",
+          "topic" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) nh_deliver(h, bad[i].topic, bad[i].payload, NH_REPLY, bad[i].corr);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_error(h, bad[i].corr, bad[i].code, bad[i].in_message);
+
+    /* MQTT 3.1.1: no Response Topic; the error goes to the JSON's reply_to. */
+    nh_deliver(h, NH_INFER, "{\"id\":\"b-v3\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":\"many\","
+               "\"reply_to\":\"test/reply/v3\"}", NULL, NULL);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "test/reply/v3", .answer = true }, 0, 5000, &p,
+                               NULL));
+    assert_non_null(strstr(p.payload, "\"invalid_request\""));
+    assert_non_null(strstr(p.payload, "\"b-v3\""));
+    stub_pub_cleanup(&p);
+    /* A response topic with wildcards, and none at all: nobody to answer. */
+    nh_deliver(h, NH_INFER, "{\"id\":\"b-wild\",\"model\":\"stories\",\"prompt\":\"Hi\"}", "test/+/x", "b-wild");
+    nh_deliver(h, NH_INFER, "{\"id\":\"b-none\",\"model\":\"stories\",\"prompt\":\"Hi\"}", NULL, "b-none");
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "b-wild" }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "b-none" }), 0);
+
+    /* None of them was queued or taken. */
+    assert_int_equal(nh_queued(h), 0);
+    assert_int_equal(atomic_load(&h->node->n_taken), 0);
+    nh_turns(h, 2);
+    assert_int_equal(nh_running(h), 0);
+
+    /* The node still serves: one good request, one final, from this edge. */
+    nh_request(h, "ok-1", "\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":0", NULL);
+    assert_int_equal(nh_queued(h), 1);
+    nh_release(h);
+    char *a = nh_answer(h, "ok-1", 20000);
+    assert_non_null(a);
+    assert_non_null(strstr(a, "\"done\":true"));
+    char *node = nh_json_str(a, "served_by", "node"), *tier = nh_json_str(a, "served_by", "tier");
+    assert_string_equal(node, NH_NODE);
+    assert_string_equal(tier, "edge");
+    assert_int_equal(nh_answers(h, "ok-1"), 1);
+    free(node);
+    free(tier);
+    free(a);
+    nh_stop(h);
+}
+
+/* The same request twice (a QoS 1 redelivery, DUP set) is served once. */
+static void test_duplicate_served_once(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    static const char req[] = "{\"id\":\"dup-1\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":4}";
+    struct stub_msg m = { .topic = NH_INFER, .payload = req, .response_topic = NH_REPLY, .corr = "dup-1" };
+    assert_true(stub_mqtt_deliver(h->mqtt, &m));
+    m.dup = true;
+    assert_true(stub_mqtt_deliver(h->mqtt, &m));
+    assert_int_equal(nh_queued(h), 1);
+    nh_release(h);
+    char *a = nh_answer(h, "dup-1", 20000);
+    assert_non_null(a);
+    free(a);
+    nh_hold(h);
+    assert_int_equal(nh_answers(h, "dup-1"), 1);
+    nh_stop(h);
+}
+
+/* The node says online (retained) once subscribed; stopped, it answers
+** what it had queued and says offline. */
+static void test_online_drain_offline(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE }, 0, 0, &p, NULL));
+    assert_true(p.retained);
+    assert_non_null(strstr(p.payload, "\"state\":\"online\""));
+    stub_pub_cleanup(&p);
+    nh_request(h, "d-1", "\"prompt\":\"Once\",\"max_tokens\":4", NULL);
+    nh_request(h, "d-2", "\"prompt\":\"Once\",\"max_tokens\":4,\"priority\":\"low\"", NULL);
+    nh_drain(h);
+    for (int i = 1; i <= 2; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "d-%d", i);
+        char *a = nh_answer(h, id, 0);
+        assert_non_null(a);
+        assert_non_null(strstr(a, "\"done\":true"));
+        free(a);
+    }
+    /* An edge's persistent session keeps its request filter, so that the
+    ** broker holds what devices send until the next run. */
+    assert_true(stub_mqtt_subscribed(h->mqtt, "$share/dspark-edge/dspark/v1/infer/+"));
+    size_t online_at, offline_at;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE, .needle = "online" },
+                               0, 0, NULL, &online_at));
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE,
+                                                                .needle = "\"offline\"" }, 0, 0, NULL, &offline_at));
+    assert_true(offline_at > online_at);
+    nh_stop(h);
+}
+
+/* What the node publishes here is what the schemas say: its status, an
+** error, a final, and the request it sends on to the centers. One run of
+** tests/support/jsonschema_check.py checks them all (a Python start costs
+** more than the rest of node.*). */
+static void test_wire_schemas(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    nh_center_status(h, "center-a", true);
+    nh_deliver(h, NH_INFER, "{\"id\":\"s-bad\",\"model\":\"stories\",\"max_tokens\":0}", NH_REPLY, "s-bad");
+    nh_request(h, "s-ok", "\"prompt\":\"Once\",\"max_tokens\":4", NULL);
+    nh_request(h, "s-center", "\"prompt\":\"Once\",\"max_tokens\":4,\"route\":\"center\",\"stop\":[\"x\"]", NULL);
+    nh_release(h);
+    struct { const char *schema; struct stub_match m; } want[] = {
+        { "status", { .topic = "dspark/v1/status/" NH_NODE } },
+        { "error", { .corr = "s-bad", .answer = true } },
+        { "final", { .corr = "s-ok", .answer = true } },
+        { "request", { .topic = NH_CENTER, .needle = "s-center" } },
+    };
+    char *dir = tu_tmpdir(), list[4300], path[4300];
+    snprintf(list, sizeof list, "%s/list.txt", dir);
+    FILE *lf = fopen(list, "w");
+    assert_non_null(lf);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        struct stub_pub p;
+        assert_true(stub_mqtt_find(h->mqtt, &want[i].m, 0, 20000, &p, NULL));
+        snprintf(path, sizeof path, "%s/%zu.%s.json", dir, i, want[i].schema);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        assert_true(fputs(p.payload, f) >= 0);
+        assert_int_equal(fclose(f), 0);
+        fprintf(lf, "%s/schemas/%s.schema.json\t%s\tvalid\n", DS_SOURCE_DIR, want[i].schema, path);
+        stub_pub_cleanup(&p);
+    }
+    assert_int_equal(fclose(lf), 0);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/support/jsonschema_check.py' < '%s'", DS_PYTHON3, DS_SOURCE_DIR, list);
+    int st = system(cmd);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) printf("no python3-jsonschema: not checked (shared.msg reports it)\n");
+    else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("a message does not match its schema (above)");
+    tu_rmdir(dir);
+    nh_stop(h);
+}
+
+int node_intake_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_duplicate_served_once),
+        cmocka_unit_test(test_online_drain_offline),
+        cmocka_unit_test(test_wire_schemas),
+    };
+    return cmocka_run_group_tests_name("node.intake", tests, NULL, NULL);
+}
