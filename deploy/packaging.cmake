@@ -51,10 +51,12 @@ add_custom_target(ds_doc ALL
           ${PROJECT_SOURCE_DIR}/deploy/gen-doc.sh
   COMMENT "man pages from deploy/man and --help")
 
-# ds_pkg_doc(COMPONENT PACKAGE): copyright and changelog of one package.
+# ds_pkg_doc(COMPONENT PACKAGE): copyright, changelog and lintian overrides of one package.
 function(ds_pkg_doc comp pkg)
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/copyright ${DS_DOC_DIR}/changelog.Debian.gz
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${pkg} COMPONENT ${comp})
+  install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/common.lintian-overrides
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides RENAME ${pkg} COMPONENT ${comp})
 endfunction()
 
 install(TARGETS dspark RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
@@ -129,9 +131,9 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)          # Depends from dpkg-shlibdeps
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-# Stripped programs; their symbols (and DWARF, in a build with -g such as
-# RelWithDebInfo) in one <package>-dbgsym per package.
-set(CPACK_STRIP_FILES ON)
+# Stripped programs (objcopy --strip-unneeded, by CPack's debuginfo step, which
+# also adds a .gnu_debuglink); their symbols, and DWARF in a build with -g such
+# as RelWithDebInfo, in <package>-dbgsym (.ddeb, /usr/lib/debug/.build-id/).
 set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
 set(CPACK_DEBIAN_CLI_PACKAGE_NAME dspark)
 set(CPACK_DEBIAN_EDGE_PACKAGE_NAME dspark-edge)
