@@ -73,14 +73,15 @@ trap 'rm -rf "$tmp"' EXIT
 
 # dspark(1): each command's --help; model's subcommands each their own.
 help=$("$dspark" --help)
-cmds=$(echo "$help" | awk '/^commands:/ { f = 1; next } f && /^  [a-z]/ { print $1; next } f { exit }')
+cmds=$(awk '/^commands:/ { f = 1; next } f && /^  [a-z]/ { print $1; next } { f = 0 }' <<<"$help")
 [ -n "$cmds" ] || { echo "gen-doc: no commands in dspark --help" >&2; exit 1; }
 : > "$tmp/commands"
 for c in $cmds; do
-  summary=$(echo "$help" | awk -v c="$c" '$1 == c { $1 = ""; sub(/^ +/, ""); print; exit }')
+  summary=$(awk -v c="$c" '$1 == c && !d { $1 = ""; sub(/^ +/, ""); print; d = 1 }' <<<"$help")
   { echo ".SS dspark $c"; echo "$summary" | help2roff; "$dspark" "$c" --help 2>&1 | help2roff; } >> "$tmp/commands"
   if [ "$c" = model ]; then
-    subs=$("$dspark" model --help 2>&1 | awk '/^subcommands:/ { f = 1; next } f && /^  [a-z]/ { print $1; next } f { exit }')
+    mh=$("$dspark" model --help 2>&1 || true)
+    subs=$(awk '/^subcommands:/ { f = 1; next } f && /^  [a-z]/ { print $1; next } { f = 0 }' <<<"$mh")
     for s in $subs; do
       { echo ".SS dspark model $s"; "$dspark" model "$s" --help 2>&1 | help2roff; } >> "$tmp/commands"
     done
@@ -94,9 +95,9 @@ for bin in "$edge" "$center"; do
   name=$(basename "$bin") role=${name#dspark-}
   other=dspark-edge; [ $role = edge ] && other=dspark-center
   h=$("$bin" --help)
-  echo "$h" | awk '/^  *-/ { f = 1 } /^configuration keys:/ { exit } f' | help2roff > "$tmp/$role.opts"
+  awk '/^  *-/ { f = 1 } /^configuration keys:/ { e = 1 } f && !e' <<<"$h" | help2roff > "$tmp/$role.opts"
   # the paragraph after the usage line: what the program does
-  echo "$h" | awk 'NR > 2 && /^SIGTERM/ { exit } NR > 2' | help2roff | sed '/^\.PP$/d' > "$tmp/$role.desc"
+  awk 'NR > 2 && /^SIGTERM/ { e = 1 } NR > 2 && !e' <<<"$h" | help2roff | sed '/^\.PP$/d' > "$tmp/$role.desc"
   # NAME's one line (whatis, apropos): written here, not cut from --help
   summary="serve LLM inference to devices over MQTT with INT8 models on the CPU"
   [ $role = center ] && summary="serve the edges' overflow, verify their drafts and publish model bundles"
