@@ -63,7 +63,7 @@ _dspark_value()
         ''|-*|'['*)           return 1 ;;
         *'|'*)                COMPREPLY=($(compgen -W "${mv//|/ }" -- "$cur")) ;;
         DIR*|*_DIR)           COMPREPLY=($(compgen -d -- "$cur")) ;;
-        PATH*|FILE*|*.sec|*.pub|*.ini|*FILE|*PATH|KEY*|CERT*|CA*|*.bin|*.gguf)
+        PATH*|FILE*|PREFIX*|*.sec|*.pub|*.ini|*FILE|*PATH|KEY*|CERT*|CA*|*.bin|*.gguf)
                               _dspark_files "$cur" ;;
         [A-Z]*)               COMPREPLY=() ;;
         *)                    return 1 ;;
