@@ -4,8 +4,8 @@
 # COMP_WORDS, the completion function called as bash calls it, COMPREPLY
 # compared with what must (and must not) be offered. The folder it runs in
 # holds files named like the words, so a completion that falls back to file
-# names where it should not is caught. zsh's _dspark: syntax (zsh -n) where
-# zsh is installed. Usage: completion.sh SOURCE_DIR BUILD_DIR
+# names where it should not is caught. zsh's _dspark where zsh is installed:
+# syntax (zsh -n), and five cases with compsys's builtins stood in for. Usage: completion.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
 PATH=$build/shared:$build/edge-agent:$build/center-node:$PATH
@@ -73,6 +73,23 @@ if command -v zsh >/dev/null; then
   head -1 "$src/deploy/completion/_dspark" | grep -qx '#compdef dspark dspark-edge dspark-center' \
     || { echo "FAIL: _dspark's #compdef line"; bad=$((bad + 1)); }
   echo "zsh: _dspark parses"
+  # zcheck "LINE" WANT: _dspark run as compsys would (words, CURRENT), with
+  # compadd, _files and _message standing in: WANT = what it offers, in order
+  zcheck() {
+    local got
+    got=$(zsh -fc 'compadd() { local a; for a in "$@"; do [[ $a == -S || $a == "" ]] && continue; print -rn -- "$a "; done }
+      _files() { print -rn -- "<files> " }; _message() { print -rn -- "<hint $3> " }
+      words=(${=1}); [[ $1 == *" " ]] && words+=("")
+      CURRENT=${#words}; source "$2"' zsh "$1" "$src/deploy/completion/_dspark" 2>&1)
+    n=$((n + 1))
+    if [[ "$got" == *"$2"* ]]; then echo "ok   zsh '$1' -> $got"
+    else echo "FAIL zsh '$1' -> $got (want $2)"; bad=$((bad + 1)); fi
+  }
+  zcheck "dspark run --precision " "fp32 int8 "
+  zcheck "dspark model p" "pack verify list promote"
+  zcheck "dspark run -m " "<files> "
+  zcheck "dspark infer -n " "<hint N> "
+  zcheck "dspark-edge --set node.n" "node.name="
 fi
 echo "$n cases, $bad failed"
 [ $bad = 0 ] && echo PASS
