@@ -88,16 +88,21 @@ foreach(role edge center)
   string(REPLACE "relative paths are relative to this file's folder" "relative paths are relative to /etc/dspark" ini "${ini}")
   file(WRITE ${CMAKE_BINARY_DIR}/debian/${role}.ini "${ini}")
   install(FILES ${CMAKE_BINARY_DIR}/debian/${role}.ini DESTINATION /etc/dspark COMPONENT ${role})
-  # maintainer scripts (deploy/debian/{postinst,prerm,postrm}, @ROLE@ filled in) and conffiles
+  # maintainer scripts (deploy/debian/{preinst,postinst,prerm,postrm}, @ROLE@ and
+  # @OLD_CONFFILES@ (conffiles of older versions to remove) filled in) and conffiles
   set(ROLE ${role})
-  foreach(s postinst prerm postrm)
+  set(OLD_CONFFILES /etc/dspark/mosquitto/dspark-${role}.conf)
+  if(role STREQUAL center)
+    string(APPEND OLD_CONFFILES " /etc/dspark/mosquitto/dspark-center-bridge.conf")
+  endif()
+  foreach(s preinst postinst prerm postrm)
     configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/${s} ${ctl}/${s} @ONLY
                    FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                                     WORLD_READ WORLD_EXECUTE)
   endforeach()
   file(WRITE ${ctl}/conffiles "/etc/dspark/${role}.ini\n")
   string(TOUPPER ${role} R)
-  set(CPACK_DEBIAN_${R}_PACKAGE_CONTROL_EXTRA "${ctl}/postinst;${ctl}/prerm;${ctl}/postrm;${ctl}/conffiles")
+  set(CPACK_DEBIAN_${R}_PACKAGE_CONTROL_EXTRA "${ctl}/preinst;${ctl}/postinst;${ctl}/prerm;${ctl}/postrm;${ctl}/conffiles")
   set(CPACK_DEBIAN_${R}_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
 endforeach()
 

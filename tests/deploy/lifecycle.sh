@@ -7,7 +7,8 @@
 #   1. dspark-broker-config puts /etc/mosquitto/conf.d/dspark.conf where
 #      Debian's mosquitto reads it; mosquitto starts on its stock
 #      mosquitto.conf and loads it (no "Duplicate ... value");
-#   2. dspark + dspark-edge: the postinst enables dspark-edge.service
+#   2. dspark + dspark-edge, over an edge of the old layout (a snippet in
+#      /etc/dspark/mosquitto, removed by the upgrade): the postinst enables dspark-edge.service
 #      (deb-systemd-helper) and starts it (deb-systemd-invoke) as systemd
 #      would for Type=notify: User=dspark, NOTIFY_SOCKET, READY=1 awaited
 #      (tests/deploy/fake_systemctl.py stands in for systemctl: no systemd
@@ -46,6 +47,16 @@ sed -i "s/^Version: .*/Version: ${v%-*}-2/" "$tmp/re/DEBIAN/control"
 mkdir -p "$tmp/pkgs/upgrade"
 dpkg-deb --root-owner-group -b "$tmp/re" "$tmp/pkgs/upgrade/" >/dev/null
 ls "$tmp"/pkgs/upgrade/*.deb >/dev/null || { echo "FAIL: rebuilding the edge package"; exit 1; }
+# The layout before 0.1.0-1: version 0.1.0, a mosquitto snippet under
+# /etc/dspark/mosquitto as a conffile, no maintainer scripts.
+dpkg-deb -R "$deb" "$tmp/old" || exit 1
+rm -f "$tmp"/old/DEBIAN/{preinst,postinst,prerm,postrm}
+sed -i "s/^Version: .*/Version: ${v%-*}/" "$tmp/old/DEBIAN/control"
+mkdir -p "$tmp/old/etc/dspark/mosquitto"
+cp "$src/deploy/mosquitto/edge.conf" "$tmp/old/etc/dspark/mosquitto/dspark-edge.conf"
+echo /etc/dspark/mosquitto/dspark-edge.conf >> "$tmp/old/DEBIAN/conffiles"
+mkdir -p "$tmp/pkgs/old"
+dpkg-deb --root-owner-group -b "$tmp/old" "$tmp/pkgs/old/" >/dev/null
 mkdir -p "$tmp/pkgs/models"
 cp "$models/stories260K.gguf" "$tmp/pkgs/models/"
 cp "$src/tests/deploy/fake_systemctl.py" "$tmp/pkgs/"
@@ -76,10 +87,14 @@ grep -q 'local only mode' /var/log/mosquitto/mosquitto.log && fail "mosquitto ru
 grep -q 'Opening ipv4 listen socket on port 1883' /var/log/mosquitto/mosquitto.log || fail "no listener on 1883"
 echo "mosquitto: $(cat mosq.err); listening on 127.0.0.1:1883"
 
-echo "== 2. dspark and dspark-edge: enabled and started as systemd would"
+echo "== 2. dspark and dspark-edge over the old layout: enabled and started as systemd would"
+dpkg -i old/dspark-edge_*.deb >dpkg.log 2>&1 || { cat dpkg.log; fail "dpkg -i the old dspark-edge"; }
+[ -f /etc/dspark/mosquitto/dspark-edge.conf ] || fail "the old package has no /etc/dspark/mosquitto snippet"
 mkdir -p /var/lib/dspark/models
 cp models/stories260K.gguf /var/lib/dspark/models/
 dpkg -i dspark_*.deb dspark-edge_*.deb >dpkg.log 2>&1 || { cat dpkg.log; fail "dpkg -i dspark dspark-edge"; }
+[ -e /etc/dspark/mosquitto ] && { ls -la /etc/dspark/mosquitto; cat dpkg.log; fail "the upgrade from the old layout left /etc/dspark/mosquitto"; }
+echo "the old layout's /etc/dspark/mosquitto removed by the upgrade"
 ls /etc/systemd/system/multi-user.target.wants/dspark-edge.service >/dev/null 2>&1 || { cat dpkg.log; fail "the postinst did not enable dspark-edge.service"; }
 grep -q '^--quiet --system start dspark-edge.service$\|start dspark-edge.service' /run/fake-systemd/log || fail "the postinst did not start dspark-edge.service"
 pid1=$(cat /run/fake-systemd/dspark-edge.service.pid)

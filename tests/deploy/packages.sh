@@ -84,7 +84,7 @@ dpkg-deb -f "$tmp"/pkgs/dspark-edge_*.deb Depends | grep -q libpaho-mqtt || fail
 # The postinst against stubs: nothing touches this machine's users.
 stub=$tmp/stub log=$tmp/calls
 mkdir -p "$stub"
-for c in addgroup adduser chown chgrp chmod mkdir systemctl deb-systemd-helper deb-systemd-invoke; do
+for c in addgroup adduser chown chgrp chmod mkdir systemctl deb-systemd-helper deb-systemd-invoke dpkg-maintscript-helper; do
   printf '#!/bin/sh\necho "%s $*" >> %s\n' "$c" "$log" > "$stub/$c"
 done
 printf '#!/bin/sh\ngrep -q "^$2:" %s/db 2>/dev/null\n' "$tmp" > "$stub/getent"
