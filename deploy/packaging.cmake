@@ -51,11 +51,18 @@ add_custom_target(ds_doc ALL
           ${PROJECT_SOURCE_DIR}/deploy/gen-doc.sh
   COMMENT "man pages from deploy/man and --help")
 
-# ds_pkg_doc(COMPONENT PACKAGE): copyright, changelog and lintian overrides of one package.
+# ds_pkg_doc(COMPONENT PACKAGE [MORE_OVERRIDES]): copyright, changelog and
+# lintian overrides (deploy/debian/common.lintian-overrides, then MORE_OVERRIDES) of one package.
 function(ds_pkg_doc comp pkg)
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/copyright ${DS_DOC_DIR}/changelog.Debian.gz
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${pkg} COMPONENT ${comp})
-  install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/common.lintian-overrides
+  file(READ ${PROJECT_SOURCE_DIR}/deploy/debian/common.lintian-overrides ov)
+  foreach(more ${ARGN})
+    file(READ ${more} m)
+    string(APPEND ov "${m}")
+  endforeach()
+  file(WRITE ${CMAKE_BINARY_DIR}/debian/${pkg}.lintian-overrides "${ov}")
+  install(FILES ${CMAKE_BINARY_DIR}/debian/${pkg}.lintian-overrides
           DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides RENAME ${pkg} COMPONENT ${comp})
 endfunction()
 
@@ -79,7 +86,7 @@ foreach(role edge center)
           DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME dspark-${role} COMPONENT ${role})
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/dspark-${role}.service DESTINATION /lib/systemd/system
           COMPONENT ${role})
-  ds_pkg_doc(${role} dspark-${role})
+  ds_pkg_doc(${role} dspark-${role} ${PROJECT_SOURCE_DIR}/deploy/debian/node.lintian-overrides)
   set(ctl ${CMAKE_BINARY_DIR}/debian/${role})
   file(MAKE_DIRECTORY ${ctl})
   # The example config, its model under /var/lib/dspark/models instead of the source tree's.
