@@ -78,12 +78,12 @@ cmds=$(awk '/^commands:/ { f = 1; next } f && /^  [a-z]/ { print $1; next } { f 
 : > "$tmp/commands"
 for c in $cmds; do
   summary=$(awk -v c="$c" '$1 == c && !d { $1 = ""; sub(/^ +/, ""); print; d = 1 }' <<<"$help")
-  { echo ".SS dspark $c"; echo "$summary" | help2roff; "$dspark" "$c" --help 2>&1 | help2roff; } >> "$tmp/commands"
+  { echo ".SS dspark $c"; echo "$summary" | help2roff; { "$dspark" "$c" --help 2>&1 || true; } | help2roff; } >> "$tmp/commands"
   if [ "$c" = model ]; then
     mh=$("$dspark" model --help 2>&1 || true)
     subs=$(awk '/^subcommands:/ { f = 1; next } f && /^  [a-z]/ { print $1; next } { f = 0 }' <<<"$mh")
     for s in $subs; do
-      { echo ".SS dspark model $s"; "$dspark" model "$s" --help 2>&1 | help2roff; } >> "$tmp/commands"
+      { echo ".SS dspark model $s"; { "$dspark" model "$s" --help 2>&1 || true; } | help2roff; } >> "$tmp/commands"
     done
   fi
 done
