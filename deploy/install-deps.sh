@@ -41,6 +41,11 @@ pkgs=(
   chromium                               # integration.dashboard: the page in headless Chromium
   curl                                   # integration.exporter fetches /metrics
   dpkg-dev fakeroot adduser              # deploy/package.sh: cpack -G DEB, dpkg-shlibdeps; postinst
+  file binutils                          # deploy/package.sh: CPack's -dbgsym split (file, objcopy, readelf)
+  lintian                                # deploy/package.sh (deploy.packages): 0 errors on every .deb
+  man-db                                 # deploy.packages: man -l renders each page
+  zsh                                    # deploy.completion: zsh -n on the zsh completion
+  iproute2                               # deploy.lifecycle: lo up in its network namespace
   systemd                                # deploy.units: systemd-analyze verify / security --offline
   stress-ng                              # loading the CPUs by hand next to bench_busy (optional)
 )
