@@ -85,8 +85,8 @@ static const struct node_ext *const nh_exts[] = { &edge_specnet_ext, &edge_overf
 static const struct ds_node_role nh_role = {
     .role = DS_MSG_ROLE_EDGE,
     .program = "test_node",
-    .infer_prefix = "dspark/v1/infer/",
-    .share_group = "$share/dspark-edge/",
+    .infer_prefix = DS_TOPIC_INFER,
+    .share_group = DS_SHARE_EDGE,
     .about = "node-core tests",
     .exts = nh_exts,
 };
@@ -98,8 +98,8 @@ static const struct node_ext *const nh_center_exts[] = {
 static const struct ds_node_role nh_center_role = {
     .role = DS_MSG_ROLE_CENTER,
     .program = "test_node",
-    .infer_prefix = TOPIC_CENTER_INFER,
-    .share_group = "$share/dspark-center/",
+    .infer_prefix = DS_TOPIC_CENTER_INFER,
+    .share_group = DS_SHARE_CENTER,
     .about = "node-core tests (center)",
     .exts = nh_center_exts,
 };
@@ -316,7 +316,7 @@ unsigned nh_answers(struct nh *h, const char *corr)
 void nh_center_status(struct nh *h, const char *center, bool online)
 {
     char topic[128], json[256];
-    snprintf(topic, sizeof topic, "dspark/v1/status/%s", center);
+    snprintf(topic, sizeof topic, DS_TOPIC_STATUS "%s", center);
     snprintf(json, sizeof json, "{\"v\":1,\"node\":\"%s\",\"role\":\"center\",\"state\":\"%s\",\"ts\":1}", center,
              online ? "online" : "offline");
     struct stub_msg m = { .topic = topic, .payload = json, .retained = true };

@@ -23,14 +23,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ds/topics.h"
 #include "stub_mqtt.h"
 
 #define NH_NODE       "edge-t"                      /* the node's name */
 #define NH_CENTER_NODE "center-t"                   /* ... in the center's role */
 #define NH_MODEL      "stories"
-#define NH_INFER      "dspark/v1/infer/" NH_MODEL
-#define NH_CENTER     "dspark/v1/center/infer/" NH_MODEL
-#define NH_RELAY      "dspark/v1/relay/" NH_NODE
+#define NH_INFER      DS_TOPIC_INFER NH_MODEL
+#define NH_CENTER     DS_TOPIC_CENTER_INFER NH_MODEL
+#define NH_RELAY      DS_TOPIC_RELAY NH_NODE
 #define NH_REPLY      "test/reply/dev"              /* the default device's response topic */
 
 struct ds_node;

@@ -20,7 +20,7 @@
 #include "node_types.h"
 #include "support/testutil.h"
 
-#define CENTER_INFER "dspark/v1/center/infer/" NH_MODEL
+#define CENTER_INFER DS_TOPIC_CENTER_INFER NH_MODEL
 
 /* A request as edge relays it: Response Topic its relay topic, key as
 ** Correlation Data, the device as "client". */
@@ -28,7 +28,7 @@ static void relay(struct nh *h, const char *edge, const char *key, const char *i
                   const char *fields)
 {
     char topic[128], json[1024];
-    snprintf(topic, sizeof topic, "dspark/v1/relay/%s", edge);
+    snprintf(topic, sizeof topic, DS_TOPIC_RELAY "%s", edge);
     snprintf(json, sizeof json, "{\"v\":1,\"id\":\"%s\",\"model\":\"" NH_MODEL "\",\"route\":\"center\",\"client\":\"%s\",%s}",
              id, client, fields);
     nh_deliver(h, CENTER_INFER, json, topic, key);
@@ -42,9 +42,9 @@ static void test_relayed_request(void **state)
     nh_release(h);
     struct stub_pub fin, acc;
     size_t at_fin, at_acc;
-    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/relay/edge-x", .corr = "17",
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-x", .corr = "17",
                                                               .answer = true }, 0, 20000, &fin, &at_fin));
-    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/relay/edge-x", .corr = "17",
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-x", .corr = "17",
                                                               .needle = "\"accepted_by\":\"" NH_CENTER_NODE "\"" },
                                0, 0, &acc, &at_acc));
     assert_true(at_acc < at_fin);                        /* the edge knows who holds it first */
@@ -66,7 +66,7 @@ static void test_relayed_request(void **state)
 static void expect_on_relay(struct nh *h, const char *edge, const char *key, const char *needle)
 {
     char topic[128];
-    snprintf(topic, sizeof topic, "dspark/v1/relay/%s", edge);
+    snprintf(topic, sizeof topic, DS_TOPIC_RELAY "%s", edge);
     struct stub_pub p;
     if (!stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = topic, .corr = key, .answer = true }, 0, 20000, &p,
                         NULL))
@@ -100,11 +100,11 @@ static void test_relayed_cancel_by_owner(void **state)
     static const char req[] = "\"prompt\":\"Once\",\"max_tokens\":4";
     relay(h, "edge-x", "5", "hold", "test/reply/hold", "\"prompt\":\"Once\",\"max_tokens\":400,\"temperature\":0");
     nh_turns(h, 1);                                              /* running: the others wait */
-    relay(h, "edge-x", "6", "own-1", "dspark/v1/reply/alice/t", req);
-    relay(h, "edge-x", "7", "own-2", "dspark/v1/reply/alice/t", req);
-    nh_deliver(h, "dspark/v1/cancel/mallory/x", "{\"id\":\"own-1\"}", NULL, NULL);   /* not hers */
-    nh_deliver(h, "dspark/v1/cancel/alice/x", "{\"id\":\"own-2\"}", NULL, NULL);
-    nh_deliver(h, "dspark/v1/cancel/hold/x", "{\"id\":\"hold\"}", NULL, NULL);
+    relay(h, "edge-x", "6", "own-1", DS_TOPIC_REPLY "alice/t", req);
+    relay(h, "edge-x", "7", "own-2", DS_TOPIC_REPLY "alice/t", req);
+    nh_deliver(h, DS_TOPIC_CANCEL "mallory/x", "{\"id\":\"own-1\"}", NULL, NULL);   /* not hers */
+    nh_deliver(h, DS_TOPIC_CANCEL "alice/x", "{\"id\":\"own-2\"}", NULL, NULL);
+    nh_deliver(h, DS_TOPIC_CANCEL "hold/x", "{\"id\":\"hold\"}", NULL, NULL);
     nh_release(h);
     expect_on_relay(h, "edge-x", "7", "\"finish_reason\":\"cancelled\"");
     expect_on_relay(h, "edge-x", "5", "\"finish_reason\":\"cancelled\"");

@@ -59,7 +59,7 @@ static void test_expired_while_queued(void **state)
     assert_int_equal(nh_answers(h, "hog"), 0);
 
     /* Its sender cancels the hog: the slot frees and fine is served. */
-    nh_deliver(h, "dspark/v1/cancel/dev/1", "{\"id\":\"hog\"}", NULL, NULL);
+    nh_deliver(h, DS_TOPIC_CANCEL "dev/1", "{\"id\":\"hog\"}", NULL, NULL);
     nh_release(h);
     char *a = nh_answer(h, "hog", 20000);
     assert_non_null(a);
@@ -89,7 +89,7 @@ static void test_time_left_is_kept(void **state)
     stub_clock_advance_ms(2000);                    /* now past it */
     nh_turns(h, 1);
     expect_deadline_exceeded(h, "edge-of");
-    nh_deliver(h, "dspark/v1/cancel/dev/1", "{\"id\":\"hog2\"}", NULL, NULL);
+    nh_deliver(h, DS_TOPIC_CANCEL "dev/1", "{\"id\":\"hog2\"}", NULL, NULL);
     nh_release(h);
     char *a = nh_answer(h, "hog2", 20000);
     assert_non_null(a);

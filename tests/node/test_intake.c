@@ -51,7 +51,7 @@ static void test_bad_requests(void **state)
         { "b-prio", NH_INFER, "{\"id\":\"b-prio\",\"model\":\"stories\",\"prompt\":\"Hi\",\"priority\":\"urgent\"}",
           "invalid_request", "priority" },
         { "b-noprompt", NH_INFER, "{\"id\":\"b-noprompt\",\"model\":\"stories\"}", "invalid_request", NULL },
-        { "b-model", "dspark/v1/infer/nosuch", "{\"id\":\"b-model\",\"model\":\"nosuch\",\"prompt\":\"Hi\"}",
+        { "b-model", DS_TOPIC_INFER "nosuch", "{\"id\":\"b-model\",\"model\":\"nosuch\",\"prompt\":\"Hi\"}",
           "model_not_found", "stories" },
         { "b-topic", NH_INFER, "{\"id\":\"b-topic\",\"model\":\"other\",\"prompt\":\"Hi\"}", "invalid_request",
           "topic" },
@@ -124,7 +124,7 @@ static void test_online_drain_offline(void **state)
     (void)state;
     struct nh *h = nh_start(NULL);
     struct stub_pub p;
-    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE }, 0, 0, &p, NULL));
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_STATUS NH_NODE }, 0, 0, &p, NULL));
     assert_true(p.retained);
     assert_non_null(strstr(p.payload, "\"state\":\"online\""));
     stub_pub_cleanup(&p);
@@ -141,11 +141,11 @@ static void test_online_drain_offline(void **state)
     }
     /* An edge's persistent session keeps its request filter, so that the
     ** broker holds what devices send until the next run. */
-    assert_true(stub_mqtt_subscribed(h->mqtt, "$share/dspark-edge/dspark/v1/infer/+"));
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_SHARE_EDGE DS_TOPIC_INFER "+"));
     size_t online_at, offline_at;
-    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE, .needle = "online" },
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_STATUS NH_NODE, .needle = "online" },
                                0, 0, NULL, &online_at));
-    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = "dspark/v1/status/" NH_NODE,
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_STATUS NH_NODE,
                                                                 .needle = "\"offline\"" }, 0, 0, NULL, &offline_at));
     assert_true(offline_at > online_at);
     nh_stop(h);
@@ -165,7 +165,7 @@ static void test_wire_schemas(void **state)
     nh_request(h, "s-center", "\"prompt\":\"Once\",\"max_tokens\":4,\"route\":\"center\",\"stop\":[\"x\"]", NULL);
     nh_release(h);
     struct { const char *schema; struct stub_match m; } want[] = {
-        { "status", { .topic = "dspark/v1/status/" NH_NODE } },
+        { "status", { .topic = DS_TOPIC_STATUS NH_NODE } },
         { "error", { .corr = "s-bad", .answer = true } },
         { "final", { .corr = "s-ok", .answer = true } },
         { "request", { .topic = NH_CENTER, .needle = "s-center" } },

@@ -50,10 +50,10 @@ static void test_client_max(void **state)
     nh_request(h, "a-3", req, "test/reply/a");          /* its third: refused */
     nh_request(h, "b-1", req, "test/reply/b");          /* another client: taken */
     /* One identity on the secured scheme, three topics: one client. */
-    nh_request(h, "al-1", req, "dspark/v1/reply/alice/x");
-    nh_request(h, "al-2", req, "dspark/v1/reply/alice/y");
-    nh_request(h, "al-3", req, "dspark/v1/reply/alice/z");
-    nh_request(h, "bob-1", req, "dspark/v1/reply/bob/x");
+    nh_request(h, "al-1", req, DS_TOPIC_REPLY "alice/x");
+    nh_request(h, "al-2", req, DS_TOPIC_REPLY "alice/y");
+    nh_request(h, "al-3", req, DS_TOPIC_REPLY "alice/z");
+    nh_request(h, "bob-1", req, DS_TOPIC_REPLY "bob/x");
     expect_overloaded(h, "a-3", "client_max");
     expect_overloaded(h, "al-3", "client_max");
     assert_int_equal(nh_queued(h), 6);
@@ -78,7 +78,7 @@ static void test_cancel_gives_back(void **state)
     (void)state;
     struct nh *h = nh_start((const char *const[]){ "sched.client_max=1", "batch.max_active=1", NULL });
     nh_request(h, "e-1", "\"prompt\":\"Once\",\"max_tokens\":4", "test/reply/e");
-    nh_deliver(h, "dspark/v1/cancel/e/1", "{\"id\":\"e-1\"}", NULL, NULL);
+    nh_deliver(h, DS_TOPIC_CANCEL "e/1", "{\"id\":\"e-1\"}", NULL, NULL);
     nh_release(h);
     char *a = nh_answer(h, "e-1", 20000);
     assert_non_null(a);
