@@ -312,7 +312,8 @@ done:
 static void center_handle(struct ds_node *a, const struct spn_msg *m)
 {
     struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
-    cJSON *j = m->len <= a->cfg->max_payload ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
+    cJSON *j = m->len <= a->cfg->max_payload && ds_msg_json_text_ok(m->payload, m->len, NULL)
+                   ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
     const char *sid = specnet__sid(j);
     bool on_session = !strcmp(m->topic, n->session_topic);

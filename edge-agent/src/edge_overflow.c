@@ -233,7 +233,8 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         DS_LOG(DS_LOG_WARN, "relay message of %zu bytes (at most %u): dropped", msg->len, RELAY_MAX);
         return true;
     }
-    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
+    cJSON *j = ds_msg_json_text_ok(msg->payload, msg->len, NULL) ? cJSON_ParseWithLength(msg->payload, msg->len)
+                                                               : NULL;
     pthread_mutex_lock(&o->mu);
     struct pending *p = pending_find(o, k);
     if (!p || p->lost) {                       /* taken back already: the late answer is dropped */

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/msg.h"
 #include "edge_wire.h"
 
 /* The bits of models that the "verifies" list of status j names. */
@@ -28,7 +29,7 @@ static uint32_t verified_models(const cJSON *j, const char *const *models, unsig
 bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
                          bool *online, const char *const *models, unsigned n_models, uint32_t *verifies)
 {
-    cJSON *j = cJSON_ParseWithLength(payload, len);
+    cJSON *j = ds_msg_json_text_ok(payload, len, NULL) ? cJSON_ParseWithLength(payload, len) : NULL;
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "node");
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
     const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");

@@ -108,6 +108,16 @@ enum ds_msg_state  { DS_MSG_STATE_ONLINE, DS_MSG_STATE_OFFLINE, DS_MSG_STATE_DRA
 const char *ds_msg_route_name(enum ds_msg_route r);     /* "auto" | "edge" | "center" */
 const char *ds_msg_role_name(enum ds_msg_role r);       /* "edge" | "center" */
 
+/* ---- JSON text ---- */
+
+/* True when p[0..n) is JSON text as RFC 8259 writes it, as far as cJSON does
+** not check: no byte order mark, no NUL, and outside strings no byte below
+** 0x20 but space, tab, CR and LF (cJSON skips every byte <= 0x20 as space,
+** so "\x01{...}" or a form feed between tokens would pass). Every decoder of
+** JSON from outside calls this before cJSON. When false and why is not NULL,
+** why (DS_WHY_MAX) names the byte and its offset. Pure. */
+bool ds_msg_json_text_ok(const void *p, size_t n, char *why);
+
 /* ---- request ---- */
 
 struct ds_msg_limits {
