@@ -39,7 +39,7 @@ bool edge__status_decode(const char *topic, const void *payload, size_t len, cha
     /* A status speaks only for the node of its own topic. */
     if (ok && (strncmp(topic, TOPIC_STATUS, strlen(TOPIC_STATUS)) != 0 ||
                strcmp(topic + strlen(TOPIC_STATUS), n->valuestring) != 0)) {
-        DS_LOG(DS_LOG_WARN, "status on %s names node %.64s: ignored", topic, n->valuestring);
+        DS_LOG_LIMITED(DS_LOG_WARN, "status on %s names node %.64s: ignored", topic, n->valuestring);
         ok = false;
     }
     if (ok) {

@@ -242,19 +242,19 @@ static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     else if (kind.n == 5 && !memcmp(kind.p, "chunk", 5) && node.p && !strcmp(node.p, a->cfg->node)) k = IN_CHUNK;
     else return true;                           /* our own fetch requests, other nodes' chunks */
     if (name.n > DS_NAME_MAX) {
-        DS_LOG(DS_LOG_WARN, "%s: model name longer than %u: ignored", msg->topic, DS_NAME_MAX);
+        DS_LOG_LIMITED(DS_LOG_WARN, "%s: model name longer than %u: ignored", msg->topic, DS_NAME_MAX);
         return true;
     }
     if (k == IN_MANIFEST && msg->len == 0) return true;     /* a cleared retained manifest */
     if (k == IN_MANIFEST && msg->len > DS_ENVELOPE_MAX) {
-        DS_LOG(DS_LOG_WARN, "%s: manifest of %zu bytes (at most %u): ignored", msg->topic, msg->len, DS_ENVELOPE_MAX);
+        DS_LOG_LIMITED(DS_LOG_WARN, "%s: manifest of %zu bytes (at most %u): ignored", msg->topic, msg->len, DS_ENVELOPE_MAX);
         return true;
     }
     pthread_mutex_lock(&f->mu);
     bool full = f->in_bytes + msg->len > INBOX_BYTES;
     pthread_mutex_unlock(&f->mu);
     if (full) {     /* a chunk is asked for again; a manifest comes back with the next connection */
-        DS_LOG(k == IN_CHUNK ? DS_LOG_DEBUG : DS_LOG_WARN, "%s: fetch inbox full (%u MiB): dropped", msg->topic,
+        DS_LOG_LIMITED(k == IN_CHUNK ? DS_LOG_DEBUG : DS_LOG_WARN, "%s: fetch inbox full (%u MiB): dropped", msg->topic,
                INBOX_BYTES >> 20);
         return true;
     }
@@ -530,20 +530,20 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
     struct ds_dist_frame fr;
     struct download *d = dl_find(f, name);
     if (ds_dist_frame_decode(p, len, &fr) != DS_OK) {
-        DS_LOG(DS_LOG_WARN, "model %s: malformed chunk frame of %zu bytes: ignored", name, len);
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s: malformed chunk frame of %zu bytes: ignored", name, len);
         return;
     }
     if (!d || strcmp(fr.version, d->m.version) != 0) return;     /* late: an old or finished download */
     if (fr.status == DS_DIST_NOT_SERVED) {
         if (!d->not_served)
-            DS_LOG(DS_LOG_WARN, "model %s %s: the publisher does not serve this version (any more); waiting",
+            DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: the publisher does not serve this version (any more); waiting",
                    name, fr.version);
         d->not_served = true;
         return;
     }
     d->not_served = false;
     if (fr.count != d->m.chunk_count) {
-        DS_LOG(DS_LOG_WARN, "model %s %s: frame says %u chunks, the manifest %u: ignored", name, fr.version,
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: frame says %u chunks, the manifest %u: ignored", name, fr.version,
                fr.count, d->m.chunk_count);
         return;
     }
@@ -556,7 +556,7 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
         ** so the real frame is still taken; silence re-asks with backoff. */
         if (d->tries[i] < UINT8_MAX) d->tries[i]++;
         if (d->tries[i] <= BAD_CHUNK_LOGGED)
-            DS_LOG(DS_LOG_WARN, "model %s %s: chunk %u: %s; frame dropped, waiting for a good one (%u bad)", name,
+            DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: chunk %u: %s; frame dropped, waiting for a good one (%u bad)", name,
                    fr.version, i, why, d->tries[i]);
         if (d->tries[i] == BAD_CHUNK_LOGGED) {
             char r[DS_REG_REASON_MAX];
@@ -690,12 +690,12 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
         snprintf(r, sizeof r, "manifest refused: %s", why);
         if (ds_reg_refusal_add(f->reg, name, NULL, r) != DS_OK)
             DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
-        DS_LOG(DS_LOG_WARN, "model %s: %s", name, r);
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s: %s", name, r);
         set_status(f, name, "?", "rejected", r);
         return;
     }
     if (strcmp(m.name, name) != 0) {
-        DS_LOG(DS_LOG_WARN, "model %s: manifest names model %s: refused (a manifest is valid on its own topic only)",
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s: manifest names model %s: refused (a manifest is valid on its own topic only)",
                name, m.name);
         if (ds_reg_refusal_add(f->reg, name, m.version, "manifest names another model than its topic") != DS_OK)
             DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
@@ -708,7 +708,7 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
     enum ds_err rc = ds_reg_version_find(f->reg, name, m.version, &v);
     if ((cur && !strcmp(cur->m.version, m.version) && sodium_memcmp(cur->m.hash, m.hash, DS_HASH_BYTES)) ||
         (rc == DS_OK && sodium_memcmp(v.hash, m.hash, DS_HASH_BYTES))) {
-        DS_LOG(DS_LOG_WARN, "model %s %s: manifest for another file than the one first seen under this version: "
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: manifest for another file than the one first seen under this version: "
                "ignored (a version names one file forever; publish a new version)", name, m.version);
         ds_manifest_cleanup(&m);
         return;
@@ -765,7 +765,7 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
         }
     }
     if (r[0]) {
-        DS_LOG(DS_LOG_WARN, "model %s %s refused: %s", name, m.version, r);
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s refused: %s", name, m.version, r);
         if (ds_reg_set_state(f->reg, id, DS_REG_REJECTED, r) != DS_OK)
             DS_LOG(DS_LOG_ERROR, "model %s %s: could not record the refusal", name, m.version);
         set_status(f, name, m.version, "rejected", r);

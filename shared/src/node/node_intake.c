@@ -146,7 +146,7 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
     if (r->reply && !node__topic_ok(r->reply)) {
-        DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
+        DS_LOG_LIMITED(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
                id ? id : "?", r->reply);
         ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
         node__req_free(r);
@@ -167,12 +167,12 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     case NODE_SEEN_NEW:
         break;
     case NODE_SEEN_COPY:                   /* the first copy's answer is the answer */
-        DS_LOG(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
+        DS_LOG_LIMITED(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
                r->reply);
         node__req_free(r);
         return true;
     case NODE_SEEN_REANSWER:               /* its final was lost on the way: the same final again */
-        DS_LOG(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
+        DS_LOG_LIMITED(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
                r->reply);
         node__publish(a, r->reply, r->corr, r->corr_len, final, final_len);
         node__req_free(r);
@@ -308,7 +308,7 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         atomic_store(&a->cancel_new, true);
         ds_sched_wake(a->sched);
     } else {
-        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on dspark/v1/cancel/<sender>/...", msg->topic);
+        DS_LOG_LIMITED(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on dspark/v1/cancel/<sender>/...", msg->topic);
     }
     return true;
 }
