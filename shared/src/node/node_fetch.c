@@ -66,6 +66,7 @@
 #define MARK_EVERY_NS   250000000ull  /* ... or this often */
 #define MAX_BACKOFF_MS  30000u
 #define RETRY_NS        5000000000ull /* an install step that failed for lack of disk, memory... */
+#define DOOR_NS         1000000000ull /* unreadable manifests: recorded at most once a second */
 
 enum inbox_kind { IN_MANIFEST, IN_CHUNK };
 
@@ -123,6 +124,13 @@ struct node_fetch {
     pthread_cond_t      cv;
     struct inmsg       *in_head, *in_tail;
     size_t              in_bytes;
+    /* Manifests refused before any version could be trusted (anyone who
+    ** can publish there may send them as fast as they like): the first in
+    ** a second is recorded (row, status, log line), the rest are counted
+    ** and the next record, at most a second later, says how many. Fetch
+    ** thread only. */
+    uint64_t            door_n, door_ns;
+    char                door_model[DS_NAME_MAX + 1], door_why[DS_REG_REASON_MAX];
     bool                stop;
     struct download     dl[MAX_DOWNLOADS];      /* fetch thread only */
     struct dl_status    st[MAX_DOWNLOADS];      /* under mu */
@@ -556,7 +564,7 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
         ** so the real frame is still taken; silence re-asks with backoff. */
         if (d->tries[i] < UINT8_MAX) d->tries[i]++;
         if (d->tries[i] <= BAD_CHUNK_LOGGED)
-            DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: chunk %u: %s; frame dropped, waiting for a good one (%u bad)", name,
+            DS_LOG(DS_LOG_WARN, "model %s %s: chunk %u: %s; frame dropped, waiting for a good one (%u bad)", name,
                    fr.version, i, why, d->tries[i]);
         if (d->tries[i] == BAD_CHUNK_LOGGED) {
             char r[DS_REG_REASON_MAX];
@@ -680,22 +688,37 @@ static void start(struct node_fetch *f, struct ds_manifest *m, int64_t id, bool 
     else ask_more(f, d, now);
 }
 
+/* Record the door's count and last reason: one row, one status, one line. */
+static void door_record(struct node_fetch *f, uint64_t now)
+{
+    char line[DS_REG_REASON_MAX];
+    if (f->door_n > 1)
+        snprintf(line, sizeof line, "%llu manifests refused since the last record; the last: %.400s",
+                 (unsigned long long)f->door_n, f->door_why);
+    else
+        snprintf(line, sizeof line, "%s", f->door_why);
+    if (ds_reg_refusal_add(f->reg, f->door_model, NULL, line) != DS_OK)
+        DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", f->door_model);
+    DS_LOG(DS_LOG_WARN, "model %s: %s", f->door_model, line);
+    set_status(f, f->door_model, "?", "rejected", line);
+    f->door_n = 0;
+    f->door_ns = now + DOOR_NS;
+}
+
 /* A manifest from the retained topic of model name. */
 static void on_manifest(struct node_fetch *f, const char *name, const char *wire, size_t len, uint64_t now)
 {
     struct ds_manifest m;
     char why[DS_WHY_MAX] = "";
     if (ds_manifest_parse(wire, len, f->signers, f->n_signers, &m, why) != DS_OK) {
-        char r[DS_REG_REASON_MAX];
-        snprintf(r, sizeof r, "manifest refused: %s", why);
-        if (ds_reg_refusal_add(f->reg, name, NULL, r) != DS_OK)
-            DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
-        DS_LOG_LIMITED(DS_LOG_WARN, "model %s: %s", name, r);
-        set_status(f, name, "?", "rejected", r);
+        f->door_n++;
+        snprintf(f->door_model, sizeof f->door_model, "%s", name);
+        snprintf(f->door_why, sizeof f->door_why, "manifest refused: %s", why);
+        if (now >= f->door_ns) door_record(f, now);
         return;
     }
     if (strcmp(m.name, name) != 0) {
-        DS_LOG_LIMITED(DS_LOG_WARN, "model %s: manifest names model %s: refused (a manifest is valid on its own topic only)",
+        DS_LOG(DS_LOG_WARN, "model %s: manifest names model %s: refused (a manifest is valid on its own topic only)",
                name, m.name);
         if (ds_reg_refusal_add(f->reg, name, m.version, "manifest names another model than its topic") != DS_OK)
             DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
@@ -708,7 +731,7 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
     enum ds_err rc = ds_reg_version_find(f->reg, name, m.version, &v);
     if ((cur && !strcmp(cur->m.version, m.version) && sodium_memcmp(cur->m.hash, m.hash, DS_HASH_BYTES)) ||
         (rc == DS_OK && sodium_memcmp(v.hash, m.hash, DS_HASH_BYTES))) {
-        DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: manifest for another file than the one first seen under this version: "
+        DS_LOG(DS_LOG_WARN, "model %s %s: manifest for another file than the one first seen under this version: "
                "ignored (a version names one file forever; publish a new version)", name, m.version);
         ds_manifest_cleanup(&m);
         return;
@@ -765,7 +788,7 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
         }
     }
     if (r[0]) {
-        DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s refused: %s", name, m.version, r);
+        DS_LOG(DS_LOG_WARN, "model %s %s refused: %s", name, m.version, r);
         if (ds_reg_set_state(f->reg, id, DS_REG_REJECTED, r) != DS_OK)
             DS_LOG(DS_LOG_ERROR, "model %s %s: could not record the refusal", name, m.version);
         set_status(f, name, m.version, "rejected", r);
@@ -783,6 +806,7 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
 /* Timeouts, registry flushes, requests, installs: one pass over downloads. */
 static void tick(struct node_fetch *f, uint64_t now)
 {
+    if (f->door_n && now >= f->door_ns) door_record(f, now);
     for (unsigned i = 0; i < MAX_DOWNLOADS; i++) {
         struct download *d = &f->dl[i];
         if (!d->used) continue;
