@@ -167,12 +167,12 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     case NODE_SEEN_NEW:
         break;
     case NODE_SEEN_COPY:                   /* the first copy's answer is the answer */
-        DS_LOG_LIMITED(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
+        DS_LOG(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
                r->reply);
         node__req_free(r);
         return true;
     case NODE_SEEN_REANSWER:               /* its final was lost on the way: the same final again */
-        DS_LOG_LIMITED(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
+        DS_LOG(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
                r->reply);
         node__publish(a, r->reply, r->corr, r->corr_len, final, final_len);
         node__req_free(r);
