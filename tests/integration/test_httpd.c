@@ -7,7 +7,8 @@
 ** address is still answered within 2 s, by the dashboard and by the
 ** exporter; an idle connection is closed by the server (10 s); with --dir,
 ** a symbolic link to /etc/passwd, a link to a folder and a FIFO are refused
-** (404) without blocking, while regular files are served.
+** (404) without blocking, while regular files are served; 64 KiB of
+** headers are refused (16 KiB per connection).
 ** (Linux routes all of 127.0.0.0/8 to lo: 127.0.0.2 plays the slow client.)
 */
 #include <arpa/inet.h>
@@ -180,6 +181,31 @@ static void test_httpd_dashboard_dir_refusals(void **state)
     assert_int_equal(get(g.dash_port, "/index.html", 2000, NULL), 200);      /* still serving */
 }
 
+/* Request line and headers are bounded (16 KiB): 64 KiB of headers are
+** refused (431 or the connection closed), and the server serves on. */
+static void test_httpd_bounded_headers(void **state)
+{
+    (void)state;
+    int fd = dial("127.0.0.1", g.dash_port, false);
+    assert_true(fd >= 0);
+    static char req[70000];
+    int n = snprintf(req, sizeof req, "GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ");
+    memset(req + n, 'a', 65536);
+    n += 65536;
+    n += snprintf(req + n, sizeof req - (size_t)n, "\r\n\r\n");
+    ssize_t w = write(fd, req, (size_t)n);
+    char buf[256] = "";
+    struct pollfd p = { fd, POLLIN, 0 };
+    ssize_t k = poll(&p, 1, 5000) == 1 ? read(fd, buf, sizeof buf - 1) : -2;
+    int status = 0;
+    if (k > 0 && sscanf(buf, "HTTP/1.%*d %d", &status) != 1) status = 0;
+    close(fd);
+    printf("64 KiB of headers (%zd bytes written): %s\n", w, k > 0 ? buf : k == -2 ? "no answer in 5 s" : "closed");
+    assert_true(k != -2);                                       /* answered or closed, not left hanging */
+    assert_true(status != 200);
+    assert_int_equal(get(g.dash_port, "/index.html", 2000, NULL), 200);
+}
+
 static void test_httpd_exporter_slowloris(void **state)
 {
     (void)state;
@@ -255,6 +281,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_httpd_dashboard_dir_refusals),
+        cmocka_unit_test(test_httpd_bounded_headers),
         cmocka_unit_test(test_httpd_dashboard_slowloris),
         cmocka_unit_test(test_httpd_exporter_slowloris),
     };
