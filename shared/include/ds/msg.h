@@ -6,7 +6,9 @@
 **
 ** Request decoding policy (ds_msg_infer_req_decode), in the order checked:
 **   - the payload is at most lim->max_payload bytes, strict UTF-8 (no
-**     overlongs, no surrogates), free of raw control characters inside
+**     overlongs, no surrogates), JSON text as RFC 8259 writes it (no byte
+**     order mark, nothing but space, tab, CR and LF between tokens:
+**     ds_msg_json_text_ok), free of raw control characters inside
 **     strings and of "\u0000" escapes (C strings cannot carry U+0000, and a
 **     silently truncated prompt is worse than a refusal), and one JSON object;
 **   - "v" is absent or 1; any other number is DS_ERR_VERSION;
