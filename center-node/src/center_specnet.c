@@ -175,7 +175,7 @@ static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
     bool ok = n->n_in < INBOX_MAX && specnet__msg_copy(&n->inbox[n->n_in], msg, true);
     if (ok) n->n_in++;
     pthread_mutex_unlock(&n->mu);
-    if (!ok) DS_LOG(DS_LOG_WARN, "speculation: %u messages waiting or out of memory: one on %s dropped", INBOX_MAX, msg->topic);
+    if (!ok) DS_LOG_LIMITED(DS_LOG_WARN, "speculation: %u messages waiting or out of memory: one on %s dropped", INBOX_MAX, msg->topic);
     ds_sched_wake(a->sched);
     return true;
 }
@@ -379,7 +379,8 @@ done:
 static void center_handle(struct ds_node *a, const struct spn_msg *m)
 {
     struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
-    cJSON *j = m->len <= a->cfg->max_payload ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
+    cJSON *j = m->len <= a->cfg->max_payload && ds_msg_json_text_ok(m->payload, m->len, NULL)
+                   ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
     const char *sid = specnet__sid(j);
     bool on_session = !strcmp(m->topic, n->session_topic);
@@ -388,7 +389,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
         /* Only the opener (its Response Topic, the edge's relay topic) may
         ** close; anyone else's close is dropped. Unknown: fine, no answer. */
         if (ss && (!m->reply || strcmp(m->reply, ss->owner) != 0))
-            DS_LOG(DS_LOG_WARN, "speculation session %s: close from %s, not its owner: ignored", sid,
+            DS_LOG_LIMITED(DS_LOG_WARN, "speculation session %s: close from %s, not its owner: ignored", sid,
                    m->reply ? m->reply : "(no Response Topic)");
         else if (ss)
             session_free(ss);
@@ -396,7 +397,7 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
         return;
     }
     if (!m->reply || !node__topic_ok(m->reply)) {
-        DS_LOG(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
+        DS_LOG_LIMITED(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
     } else if (m->len > a->cfg->max_payload) {
         center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, a->cfg->max_payload);
     } else if (!cJSON_IsObject(j)) {

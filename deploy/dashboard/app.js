@@ -12,8 +12,14 @@
  * equal upper bounds are added, then the quantile is read off the merged
  * buckets exactly as ds_hist_quantile does. Percentiles are never averaged.
  *
- * URL parameters: broker, user, password (also in the form); connect=1 is
- * implied when broker is given.
+ * URL parameters: broker (connects at once), insecure=1 (ticks "plain ws://").
+ * Credentials come from the form only: a user or password in the URL would sit
+ * in the browser's history, proxies' logs and Referer headers, so it is
+ * ignored, taken out of the address bar and warned about.
+ * Plain ws:// carries the password and every prompt in clear text: the page
+ * connects to a ws:// broker on another host than this machine only when told
+ * to ("plain ws://" ticked, for a lab); the default for a page served from
+ * another host is wss://HOST:9443 (deploy/mosquitto/edge.conf).
  */
 'use strict';
 
@@ -372,7 +378,34 @@ function setConn(state, text) {
   c.textContent = text || state;
 }
 
-function connect(url, user, password) {
+/* True for a host name that stays on this machine. */
+function isLoopback(host) {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+/* Why the page will not connect to url ('' when it will): not ws:// or
+ * wss://, or plain ws:// to another host without allowPlain. */
+function brokerProblem(url, allowPlain) {
+  let u;
+  try { u = new URL(url); } catch (e) { return 'not a URL: ' + url; }
+  if (u.protocol !== 'ws:' && u.protocol !== 'wss:') return 'the broker URL must start with wss:// (or ws:// on this machine)';
+  if (u.username || u.password) return 'credentials in the broker URL: type them in the user and password fields';
+  if (u.protocol === 'ws:' && !isLoopback(u.hostname) && !allowPlain)
+    return 'plain ws:// to ' + u.hostname + ' sends the password and every prompt in clear text: ' +
+      'use wss://' + u.host.replace(/:\d+$/, '') + ':9443, or tick "plain ws://" (a lab only)';
+  return '';
+}
+
+/* The broker the form offers first, for a page at (protocol, hostname). */
+function defaultBroker(protocol, hostname) {
+  if (!protocol.startsWith('http') || isLoopback(hostname)) return 'ws://127.0.0.1:9001';
+  return 'wss://' + hostname + ':9443';
+}
+
+function connect(url, user, password, allowPlain) {
+  const why = brokerProblem(url, allowPlain);
+  if (why) { setConn('error', why); return; }
   if (client) client.end(true);
   nodes.clear();
   setConn('connecting', 'connecting to ' + url);
@@ -393,19 +426,27 @@ function connect(url, user, password) {
 
 function main() {
   const p = new URLSearchParams(location.search);
-  const def = location.protocol.startsWith('http') ? `ws://${location.hostname}:9001` : 'ws://127.0.0.1:9001';
   const b = document.getElementById('broker'), u = document.getElementById('user'), pw = document.getElementById('password');
-  b.value = p.get('broker') || def;
-  u.value = p.get('user') || '';
-  pw.value = p.get('password') || '';
+  const plain = document.getElementById('insecure');
+  b.value = p.get('broker') || defaultBroker(location.protocol, location.hostname);
+  plain.checked = p.get('insecure') === '1';
+  const leaked = p.has('password') || p.has('user');
+  if (leaked) {                      // never used; out of the address bar at once
+    p.delete('password');
+    p.delete('user');
+    const q = p.toString();
+    history.replaceState(null, '', location.pathname + (q ? '?' + q : '') + location.hash);
+  }
   document.getElementById('connect').addEventListener('submit', (e) => {
     e.preventDefault();
-    connect(b.value.trim(), u.value, pw.value);
+    connect(b.value.trim(), u.value, pw.value, plain.checked);
   });
   if (typeof mqtt === 'undefined') { setConn('error', 'vendor/mqtt.min.js did not load'); return; }
-  if (p.get('broker')) connect(b.value, u.value, pw.value);
+  if (leaked) setConn('error', 'a user or password in the URL is ignored: type them in the form');
+  else if (p.get('broker')) connect(b.value, '', '', plain.checked);
   render();
   setInterval(render, 1000);
 }
 
-main();
+if (typeof document !== 'undefined') main();
+if (typeof module !== 'undefined') module.exports = { brokerProblem, defaultBroker, isLoopback };   // tests (node)

@@ -230,10 +230,11 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     unsigned long long k;
     if (!edge__relay_key(msg->correlation.p, msg->correlation.n, &k)) return true;   /* not one of ours */
     if (msg->len > RELAY_MAX) {
-        DS_LOG(DS_LOG_WARN, "relay message of %zu bytes (at most %u): dropped", msg->len, RELAY_MAX);
+        DS_LOG_LIMITED(DS_LOG_WARN, "relay message of %zu bytes (at most %u): dropped", msg->len, RELAY_MAX);
         return true;
     }
-    cJSON *j = cJSON_ParseWithLength(msg->payload, msg->len);
+    cJSON *j = ds_msg_json_text_ok(msg->payload, msg->len, NULL) ? cJSON_ParseWithLength(msg->payload, msg->len)
+                                                               : NULL;
     pthread_mutex_lock(&o->mu);
     struct pending *p = pending_find(o, k);
     if (!p || p->lost) {                       /* taken back already: the late answer is dropped */
@@ -272,7 +273,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     if (bad || kind == RELAY_ACCEPT) {
         pthread_mutex_unlock(&o->mu);
-        if (bad) DS_LOG(DS_LOG_WARN, "relay message for request %s: %s: dropped", r->req.id, bad);
+        if (bad) DS_LOG_LIMITED(DS_LOG_WARN, "relay message for request %s: %s: dropped", r->req.id, bad);
         cJSON_Delete(j);
         return true;
     }

@@ -406,7 +406,7 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
                         size_t why_len)
 {
     struct spn_req *s = r->role;
-    cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
+    cJSON *j = ds_msg_json_text_ok(m->payload, m->len, NULL) ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     struct spn_verdict v;
     specnet__verdict_read(j, s->k, ds_engine_config(r->v->eng)->vocab_size, &v);
     uint32_t acc = v.accepted, tok = v.token;

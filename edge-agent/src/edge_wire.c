@@ -9,6 +9,7 @@
 
 #include "ds/log.h"
 #include "ds/topics.h"
+#include "ds/msg.h"
 #include "edge_wire.h"
 
 /* The bits of models that the "verifies" list of status j names. */
@@ -29,7 +30,7 @@ static uint32_t verified_models(const cJSON *j, const char *const *models, unsig
 bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
                          bool *online, const char *const *models, unsigned n_models, uint32_t *verifies)
 {
-    cJSON *j = cJSON_ParseWithLength(payload, len);
+    cJSON *j = ds_msg_json_text_ok(payload, len, NULL) ? cJSON_ParseWithLength(payload, len) : NULL;
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "node");
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
     const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
@@ -39,7 +40,7 @@ bool edge__status_decode(const char *topic, const void *payload, size_t len, cha
     /* A status speaks only for the node of its own topic. */
     if (ok && (strncmp(topic, DS_TOPIC_STATUS, strlen(DS_TOPIC_STATUS)) != 0 ||
                strcmp(topic + strlen(DS_TOPIC_STATUS), n->valuestring) != 0)) {
-        DS_LOG(DS_LOG_WARN, "status on %s names node %.64s: ignored", topic, n->valuestring);
+        DS_LOG_LIMITED(DS_LOG_WARN, "status on %s names node %.64s: ignored", topic, n->valuestring);
         ok = false;
     }
     if (ok) {

@@ -3,6 +3,10 @@
 ** libmicrohttpd (Debian libmicrohttpd-dev) rather than a hand-written
 ** server: it handles keep-alive, partial reads and malformed requests,
 ** which a read-only metrics/dashboard endpoint should not get wrong.
+** Hardened against slow and many clients (issue N3): epoll (no FD_SETSIZE
+** ceiling, where select() stopped at 1,024 sockets and locked every new
+** client out), an idle timeout, a per-IP and a total connection limit, and a
+** per-connection memory limit that bounds the request line and headers.
 */
 #include "httpd.h"
 
@@ -12,6 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One client address holds at most this many connections (half-open ones
+** included); every client together at most HTTPD_MAX_CONNS. */
+#define HTTPD_PER_IP       16u
+#define HTTPD_MAX_CONNS    512u
+/* A connection with no traffic for this long is closed. */
+#define HTTPD_IDLE_S       10u
+/* Request line and headers of one connection (libmicrohttpd answers 431 or
+** 414 past it); a GET has no body worth keeping. */
+#define HTTPD_CONN_MEMORY  (16u * 1024u)
 
 struct httpd {
     struct MHD_Daemon *d;
@@ -65,8 +79,12 @@ struct httpd *httpd_start(const char *cmd, const char *listen, httpd_fn fn, void
     if (!h) return NULL;
     h->fn = fn;
     h->ud = ud;
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_END);
+    h->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_IDLE_S,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)HTTPD_PER_IP,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_MAX_CONNS,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTPD_CONN_MEMORY, MHD_OPTION_END);
     if (!h->d) {
         fprintf(stderr, "dspark %s: cannot listen on %s\n", cmd, listen);
         free(h);

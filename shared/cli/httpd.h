@@ -4,6 +4,9 @@
 **
 ** Ownership: httpd_start() returns an OWNED server (httpd_stop, NULL-safe).
 ** Threads:   the handler runs on libmicrohttpd's thread, one request at a time.
+** Limits:    epoll; a connection idle for 10 s is closed; 16 connections per
+**            client address, 512 in all; 16 KiB for a request's line and
+**            headers (httpd.c).
 */
 #ifndef DS_CLI_HTTPD_H
 #define DS_CLI_HTTPD_H

@@ -26,6 +26,7 @@
 #include "control_wire.h"
 #include "ds/keys.h"
 #include "ds/log.h"
+#include "ds/msg.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -54,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ctl_body b;
     why[0] = '\0';
     if (node__control_decode(body, "edge-1", target, 300, FUZZ_NOW_MS, &b, why)) {
+        if (!ds_msg_json_text_ok(body, body_len, NULL)) abort();     /* not strict JSON text, yet decoded */
         if ((unsigned)b.op >= OP_COUNT || !ds_bundle_name_ok(b.model) || strlen(b.version) >= sizeof b.version ||
             b.seq < 1 || (b.op == OP_CANARY ? b.pct < 1 || b.pct > 100 : b.pct != 0))
             abort();

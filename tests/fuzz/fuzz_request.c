@@ -29,6 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     if (!r.id || !r.model || (r.prompt == NULL) == (r.n_messages == 0)) abort();
+    if (!ds_msg_json_text_ok(data, size, NULL)) abort();            /* a BOM or a control byte got through */
     for (int t = 1; r.n_messages && t < (int)DS_CHAT_TMPL_COUNT; t++) {
         char *out;
         size_t n, n_sp;

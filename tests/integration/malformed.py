@@ -100,12 +100,13 @@ def client(name, port, protocol, inbox, reply_filter):
 
 def reply_to_readable(raw):
     """Can the edge read reply_to from raw? It reads the first JSON value
-    (cJSON: bytes up to 0x20, NUL included, are white space; what follows the
-    value is ignored; no NaN/Infinity; nesting bounded) to answer even a
-    request that fails to decode."""
+    (cJSON: bytes up to 0x20, NUL and other control bytes included, are white
+    space; what follows the value is ignored; no NaN/Infinity; nesting bounded)
+    to answer even a request that fails to decode, such as one with a control
+    byte between its tokens, which the decoder refuses as not JSON."""
     def no_constants(name):
         raise ValueError(name)
-    text = raw.replace(b"\x00", b" ").decode("utf-8", "replace").lstrip()
+    text = bytes(b if b >= 0x20 else 0x20 for b in raw).decode("utf-8", "replace").lstrip()
     try:
         dec = json.JSONDecoder(parse_constant=no_constants, strict=False)
         return isinstance(dec.raw_decode(text)[0], dict)

@@ -229,6 +229,30 @@ static void test_envelope(void **state)
             if (rc == DS_OK) fail_msg("flip of bit %d of byte %zu ('%c') accepted", b, i, env[i] ^ (1 << b));
             env[i] ^= (char)(1 << b);
         }
+    /* Strict JSON text (issue N5): a byte order mark before the envelope, a
+    ** control byte between its tokens; a signed body with one between its
+    ** tokens is refused by the manifest parser. */
+    char *bad = malloc(env_len + 3);
+    assert_non_null(bad);
+    memcpy(bad, "\xef\xbb\xbf", 3);
+    memcpy(bad + 3, env, env_len);
+    assert_int_equal(ds_envelope_verify(bad, env_len + 3, DS_SIG_CTX_CONTROL, &fx.signer, 1, &body, &body_len, NULL,
+                                        why), DS_ERR_FORMAT);
+    assert_why(why, "byte order mark");
+    assert_null(body);
+    memcpy(bad, env, env_len);
+    bad[env_len] = '\x0c';
+    assert_int_equal(ds_envelope_verify(bad, env_len + 1, DS_SIG_CTX_CONTROL, &fx.signer, 1, &body, &body_len, NULL,
+                                        why), DS_ERR_FORMAT);
+    assert_why(why, "control byte 0x0c");
+    free(bad);
+    char *menv;
+    size_t menv_len;
+    struct ds_manifest m;
+    assert_int_equal(ds_envelope_sign(&fx.signer, DS_SIG_CTX_MANIFEST, "\x01{}", 3, &menv, &menv_len), DS_OK);
+    assert_int_equal(ds_manifest_parse(menv, menv_len, &fx.signer, 1, &m, why), DS_ERR_FORMAT);
+    assert_why(why, "manifest body: control byte 0x01");
+    free(menv);
     /* A public-only key cannot sign; NUL inside a body is refused. */
     struct ds_key pub = fx.signer;
     pub.has_secret = false;

@@ -1,9 +1,12 @@
 /*
 ** test_log.c — the default log sink's line formats: text lines carry a UTC
 ** timestamp, program, node and level before the message; JSON lines are one
-** valid object each, with control characters and quotes escaped. And
-** ds_env_get: DSPARK_<NAME> first, a DS_<NAME> of the four old names after
-** it with one deprecation warning, no DS_ fallback for any other name.
+** valid object each, with control characters and quotes escaped.
+** DS_LOG_LIMITED (and DS_WHY, which logs through it) writes a bounded number
+** of lines a second per call site, and the next line says how many it left
+** out; other sites are not affected. And ds_env_get: DSPARK_<NAME> first,
+** a DS_<NAME> of the four old names after it with one deprecation warning,
+** no DS_ fallback for any other name.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,8 @@
 #include <cjson/cJSON.h>
 
 #include "ds/env.h"
+#include "base/io.h"
+#include "ds/err.h"
 #include "ds/log.h"
 
 /* What one DS_LOG call writes to stderr (OWNED). */
@@ -128,12 +133,65 @@ static void test_env_prefix(void **state)
     ds_log_set(NULL, NULL, DS_LOG_INFO);
 }
 
+struct kept {
+    int  n, n_why;
+    char last[1024];
+};
+
+static void keep(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
+{
+    (void)lvl;
+    (void)file;
+    (void)line;
+    struct kept *k = ud;
+    if (strstr(msg, "why-flood")) k->n_why++;
+    else k->n++;
+    snprintf(k->last, sizeof k->last, "%s", msg);
+}
+
+static void one_site(int i) { DS_LOG_LIMITED(DS_LOG_WARN, "refused message %d", i); }
+
+/* A flood through one site costs at most burst + rate x seconds lines. */
+static void test_log_limited(void **state)
+{
+    (void)state;
+    struct kept k = { 0 };
+    ds_log_set(keep, &k, DS_LOG_INFO);
+    uint64_t t0 = ds_now_ns();
+    for (int i = 0; i < 100000; i++) {
+        one_site(i);
+        char why[DS_WHY_MAX];
+        (void)DS_WHY(why, DS_ERR_AUTH, "why-flood %d", i);
+        assert_true(strstr(why, "why-flood") != NULL);          /* the reason always reaches the caller */
+    }
+    double s = (double)(ds_now_ns() - t0) / 1e9;
+    print_message("100000 calls in %.2f s: %d lines from DS_LOG_LIMITED, %d from DS_WHY\n", s, k.n, k.n_why);
+    int most = DS_LOG_LIMIT_BURST + (int)(s * DS_LOG_LIMIT_PER_S) + 1;
+    assert_true(k.n >= DS_LOG_LIMIT_BURST && k.n <= most);
+    assert_true(k.n_why >= DS_LOG_LIMIT_BURST && k.n_why <= most);
+    /* Another site is not starved by the flood. */
+    k.n = 0;
+    DS_LOG(DS_LOG_WARN, "a plain line");
+    DS_LOG_LIMITED(DS_LOG_WARN, "another site");
+    assert_int_equal(k.n, 2);
+    /* After a second's refill, the next line says how many were left out. */
+    usleep(1100 * 1000);
+    k.n = 0;
+    one_site(-1);
+    assert_int_equal(k.n, 1);
+    print_message("%s\n", k.last);
+    assert_non_null(strstr(k.last, "refused message -1 ("));
+    assert_non_null(strstr(k.last, "more like this suppressed in the last"));
+    ds_log_set(NULL, NULL, DS_LOG_INFO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_text_line),
         cmocka_unit_test(test_log_json_line),
         cmocka_unit_test(test_env_prefix),
+        cmocka_unit_test(test_log_limited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -750,6 +750,39 @@ static void test_msg_encoders_reject_bad_input(void **state)
     assert_int_equal(ds_msg_status_encode(&s, &out, NULL), DS_ERR_INVAL);
 }
 
+/* The JSON text check every outside decoder runs before cJSON (issue N5):
+** cJSON skips every byte <= 0x20 as space and takes a leading BOM for garbage
+** only sometimes; RFC 8259 allows space, tab, CR and LF between tokens. */
+static void test_msg_json_text(void **state)
+{
+    (void)state;
+    static const struct { const char *s; size_t n; bool ok; const char *why; } cases[] = {
+        { "{}", 2, true, NULL },
+        { " \t\r\n{ \"a\" :\t[1 ,\r\n2] }\n", 23, true, NULL },
+        { "{\"a\":\"\x01\x0c\"}", 10, true, NULL },              /* inside a string: scan_raw's */
+        { "{\"a\":\"\\\"\x0b\"}", 11, true, NULL },            /* after an escaped quote */
+        { "{\"a\":\"\xef\xbb\xbf\"}", 11, true, NULL },         /* U+FEFF as text is text */
+        { "\xef\xbb\xbf{}", 5, false, "byte order mark" },
+        { "\x01{}", 3, false, "control byte 0x01 outside a string at offset 0" },
+        { "{\x08}", 3, false, "control byte 0x08 outside a string at offset 1" },
+        { "{\"a\":\x0b" "1}", 8, false, "control byte 0x0b" },
+        { "{}\x0c", 3, false, "control byte 0x0c" },
+        { "{\"a\":1,\x1f\"b\":2}", 14, false, "control byte 0x1f" },
+        { "{\"a\":\"x\0\"}", 10, false, "NUL byte at offset 7" },
+        { "{}\0", 3, false, "control byte 0x00" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char why[DS_WHY_MAX] = "";
+        bool ok = ds_msg_json_text_ok(cases[i].s, cases[i].n, why);
+        if (ok != cases[i].ok) fail_msg("case %zu: got %d (%s), expected %d", i, ok, why, cases[i].ok);
+        if (!ok && !strstr(why, cases[i].why)) fail_msg("case %zu: '%s' lacks '%s'", i, why, cases[i].why);
+        assert_true(ds_msg_json_text_ok(cases[i].s, cases[i].n, NULL) == cases[i].ok);
+    }
+    /* Through the request decoder: invalid_request naming the payload. */
+    expect_fail("\xef\xbb\xbf{\"model\":\"m\",\"prompt\":\"x\"}", 29, DS_ERR_FORMAT, "payload");
+    expect_fail("{\"model\":\"m\",\x0c\"prompt\":\"x\"}", 27, DS_ERR_FORMAT, "payload");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -764,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_msg_bad_unicode_escapes),
         cmocka_unit_test(test_msg_encoders),
         cmocka_unit_test(test_msg_encoders_reject_bad_input),
+        cmocka_unit_test(test_msg_json_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

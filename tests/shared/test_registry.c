@@ -564,6 +564,76 @@ static void test_integrity_detects_damage(void **state)
     ds_reg_close(r);
 }
 
+/* Run sql on the file at p with a connection of its own (no dspark code). */
+static void raw_sql(const char *p, const char *sql)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+static void log_keep(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
+{
+    (void)file;
+    (void)line;
+    char *kept = ud;
+    if (lvl == DS_LOG_ERROR && strstr(msg, "damaged")) snprintf(kept, 512, "%s", msg);
+}
+
+/* Schema damage (issue N7): a dropped table or column, or a user_version
+** that went back, is found at open and handled as a bad page is: moved
+** aside, a new registry made, and the replay guard works in it. */
+static void test_schema_damage(void **state)
+{
+    (void)state;
+    static const struct { const char *name, *sql, *why; } cases[] = {
+        { "no-control-log.db", "DROP TABLE control_log", "table control_log is missing" },
+        { "no-index.db", "DROP INDEX control_log_signer", "index control_log_signer is missing" },
+        { "no-column.db", "ALTER TABLE refusals DROP COLUMN version", "table refusals has no column version" },
+        { "version-back.db", "PRAGMA user_version = 2", "table control_log of a later migration exists" },
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        const char *p = db_path(cases[i].name);
+        struct ds_reg *r;
+        assert_int_equal(ds_reg_open(p, &r), DS_OK);
+        struct ds_reg_control c = { .signer = "0123456789abcdef", .seq = 41, .has_seq = true, .parsed = true,
+                                    .target = "all", .cmd = "promote", .model = "m", .version = "1.0.0",
+                                    .accepted = true, .reason = "ok" };
+        assert_int_equal(ds_reg_control_log(r, &c), DS_OK);
+        ds_reg_close(r);
+        raw_sql(p, cases[i].sql);
+        /* Opened plainly: refused as damage (logged, saying what), the file left as it is. */
+        char logged[512] = "";
+        ds_log_set(log_keep, logged, DS_LOG_ERROR);
+        assert_int_equal(ds_reg_open(p, &r), DS_ERR_FORMAT);
+        ds_log_set(NULL, NULL, DS_LOG_ERROR);
+        assert_null(r);
+        if (!strstr(logged, cases[i].why)) fail_msg("%s: logged '%s', expected '%s'", cases[i].name, logged, cases[i].why);
+        /* Opened checked: moved aside (kept) and a new one made. */
+        char aside[4300];
+        assert_int_equal(ds_reg_open_checked(p, &r, aside, sizeof aside), DS_OK);
+        if (!strstr(aside, ".damaged-")) fail_msg("%s: not moved aside", cases[i].name);
+        assert_int_equal(access(aside, F_OK), 0);
+        assert_int_equal(raw_int(p, "PRAGMA user_version"), ds_reg_schema_version());
+        /* The replay guard works in the new registry: a seq is kept. */
+        uint64_t seq = 99;
+        assert_int_equal(ds_reg_control_last_seq(r, c.signer, &seq), DS_OK);
+        assert_int_equal(seq, 0);
+        c.seq = 42;
+        assert_int_equal(ds_reg_control_log(r, &c), DS_OK);
+        assert_int_equal(ds_reg_control_last_seq(r, c.signer, &seq), DS_OK);
+        assert_int_equal(seq, 42);
+        ds_reg_close(r);
+        /* A sound one is opened as it is. */
+        assert_int_equal(ds_reg_open_checked(p, &r, aside, sizeof aside), DS_OK);
+        assert_string_equal(aside, "");
+        assert_int_equal(ds_reg_control_last_seq(r, c.signer, &seq), DS_OK);
+        assert_int_equal(seq, 42);
+        ds_reg_close(r);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -591,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_concurrent_writers),
         cmocka_unit_test(test_integrity_detects_damage),
+        cmocka_unit_test(test_schema_damage),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -52,6 +52,23 @@ void ds_log__write(enum ds_log_level lvl, const char *file, int line,
             ds_log__write((lvl), __FILE__, __LINE__, __VA_ARGS__);                      \
     } while (0)
 
+/* DS_LOG for lines that outside input can cause at will (a refused message,
+** a bad signature, a garbage manifest): each call site (file and line) may
+** write DS_LOG_LIMIT_BURST lines at once and DS_LOG_LIMIT_PER_S a second
+** after that; the rest are counted, and the next line the site writes says
+** how many were left out ("(N more like this suppressed in the last T s)").
+** So a flood costs bounded log bytes a second, whatever its rate. Any thread
+** (one mutex around a small table of sites, part of the log-sink global). */
+#define DS_LOG_LIMIT_BURST 5
+#define DS_LOG_LIMIT_PER_S 1
+#define DS_LOG_LIMITED(lvl, ...)                                                         \
+    do {                                                                                 \
+        if ((int)(lvl) <= atomic_load_explicit(&ds_log__max, memory_order_relaxed))     \
+            ds_log__write_limited((lvl), __FILE__, __LINE__, __VA_ARGS__);              \
+    } while (0)
+void ds_log__write_limited(enum ds_log_level lvl, const char *file, int line,
+                           const char *fmt, ...) DS_PRINTF(4, 5);
+
 #define DS_ASSERT(cond)                                                    \
     do {                                                                   \
         if (!(cond)) ds_log__assert_fail(#cond, __FILE__, __LINE__);       \

@@ -6,7 +6,9 @@
 **
 ** Request decoding policy (ds_msg_infer_req_decode), in the order checked:
 **   - the payload is at most lim->max_payload bytes, strict UTF-8 (no
-**     overlongs, no surrogates), free of raw control characters inside
+**     overlongs, no surrogates), JSON text as RFC 8259 writes it (no byte
+**     order mark, nothing but space, tab, CR and LF between tokens:
+**     ds_msg_json_text_ok), free of raw control characters inside
 **     strings and of "\u0000" escapes (C strings cannot carry U+0000, and a
 **     silently truncated prompt is worse than a refusal), and one JSON object;
 **   - "v" is absent or 1; any other number is DS_ERR_VERSION;
@@ -106,6 +108,16 @@ enum ds_msg_finish { DS_MSG_FINISH_STOP, DS_MSG_FINISH_LENGTH, DS_MSG_FINISH_CAN
 enum ds_msg_state  { DS_MSG_STATE_ONLINE, DS_MSG_STATE_OFFLINE, DS_MSG_STATE_DRAINING };
 
 const char *ds_msg_role_name(enum ds_msg_role r);       /* "edge" | "center" */
+
+/* ---- JSON text ---- */
+
+/* True when p[0..n) is JSON text as RFC 8259 writes it, as far as cJSON does
+** not check: no byte order mark, no NUL, and outside strings no byte below
+** 0x20 but space, tab, CR and LF (cJSON skips every byte <= 0x20 as space,
+** so "\x01{...}" or a form feed between tokens would pass). Every decoder of
+** JSON from outside calls this before cJSON. When false and why is not NULL,
+** why (DS_WHY_MAX) names the byte and its offset. Pure. */
+bool ds_msg_json_text_ok(const void *p, size_t n, char *why);
 
 /* ---- request ---- */
 

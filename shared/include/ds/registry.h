@@ -106,7 +106,11 @@ struct ds_reg_metrics {
     const char *note;                  /* optional JSON text (shadow comparison etc.); BORROWED */
 };
 
-/* Open (create, migrate) the registry at path; sets the pragmas above. */
+/* Open (create, migrate) the registry at path; sets the pragmas above.
+** Before each migration and after the last, the file's tables, indexes and
+** columns are checked against what migrations 1..user_version make (below
+** the latest version, nothing of a later one may exist): a mismatch is
+** damage, DS_ERR_FORMAT, logged with what is missing. */
 DS_MUST_CHECK enum ds_err ds_reg_open(const char *path, struct ds_reg **out) DS_NONNULL(1, 2);
 void ds_reg_close(struct ds_reg *reg);
 
@@ -121,7 +125,8 @@ int ds_reg_schema_version(void);
 DS_MUST_CHECK enum ds_err ds_reg_probe_write(const char *path, char *why) DS_NONNULL(1, 2);
 
 /* PRAGMA integrity_check; DS_ERR_FORMAT with its first line in why if not "ok". */
-/* ds_reg_open, then PRAGMA quick_check. A damaged file (and its -wal/-shm)
+/* ds_reg_open, then PRAGMA quick_check. A damaged file (a bad page, or a
+** schema that lost a table, index or column) (and its -wal/-shm)
 ** is renamed to PATH.damaged-<UTC time>, kept, logged, and a new registry
 ** is made at path; *aside (aside_cap bytes) then holds the moved file's
 ** path, else "". Other failures (busy, I/O, newer schema) are returned. */

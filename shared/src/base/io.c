@@ -22,7 +22,10 @@ enum ds_err ds_why__set(char *why, enum ds_err rc, const char *file, int line, c
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (DS_LOG_WARN <= atomic_load_explicit(&ds_log__max, memory_order_relaxed)) ds_log__write(DS_LOG_WARN, file, line, "%s", buf);
+    /* Limited per site: the reasons are often about outside input, which
+    ** may come as fast as anyone likes (a flood of bad signatures). */
+    if (DS_LOG_WARN <= atomic_load_explicit(&ds_log__max, memory_order_relaxed))
+        ds_log__write_limited(DS_LOG_WARN, file, line, "%s", buf);
     if (why) memcpy(why, buf, sizeof buf);
     return rc;
 }

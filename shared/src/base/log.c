@@ -1,6 +1,7 @@
 /*
 ** log.c — the process-wide log sink (one of the three documented globals),
-** the default stderr sink, the monotonic clock and DS_ASSERT's failure path.
+** the default stderr sink, the per-site limit of DS_LOG_LIMITED, the
+** monotonic clock and DS_ASSERT's failure path.
 */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   // program_invocation_short_name
@@ -8,7 +9,9 @@
 #include "ds/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +142,74 @@ void ds_log__write(enum ds_log_level lvl, const char *file, int line, const char
     ssize_t w = write(STDERR_FILENO, out, len);
     (void)w;
     errno = saved;
+}
+
+/* ---- per-site limit (DS_LOG_LIMITED; part of the log-sink global) ---- */
+
+/* One call site's token bucket. A site that finds the table full shares
+** the last slot with every other such site. */
+struct limit_site {
+    const char *file;          /* NULL: free */
+    int         line;
+    double      tokens;
+    uint64_t    last_ns;       /* last refill */
+    uint64_t    suppressed;    /* lines left out since the last one written */
+    uint64_t    first_ns;      /* when the first of them was left out */
+};
+#define LIMIT_SITES 128
+static struct limit_site g_limit[LIMIT_SITES];
+static pthread_mutex_t   g_limit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether the site may write a line now; *suppressed and *over_s get what
+** was left out before it (0 when nothing). */
+static bool limit_take(const char *file, int line, uint64_t *suppressed, double *over_s)
+{
+    uint64_t now = ds_now_ns(), h = ((uintptr_t)file >> 3) * 31u + (unsigned)line;
+    pthread_mutex_lock(&g_limit_mu);
+    struct limit_site *s = &g_limit[LIMIT_SITES - 1];
+    for (unsigned k = 0; k < LIMIT_SITES - 1; k++) {
+        struct limit_site *c = &g_limit[(h + k) % (LIMIT_SITES - 1)];
+        if (!c->file) {
+            *c = (struct limit_site){ file, line, DS_LOG_LIMIT_BURST, now, 0, 0 };
+            s = c;
+            break;
+        }
+        if (c->file == file && c->line == line) {
+            s = c;
+            break;
+        }
+    }
+    if (!s->file) *s = (struct limit_site){ file, line, DS_LOG_LIMIT_BURST, now, 0, 0 };
+    s->tokens = DS_MIN((double)DS_LOG_LIMIT_BURST,
+                       s->tokens + (double)(now - s->last_ns) / 1e9 * DS_LOG_LIMIT_PER_S);
+    s->last_ns = now;
+    bool ok = s->tokens >= 1.0;
+    *suppressed = 0;
+    if (ok) {
+        s->tokens -= 1.0;
+        *suppressed = s->suppressed;
+        *over_s = (double)(now - s->first_ns) / 1e9;
+        s->suppressed = 0;
+    } else if (s->suppressed++ == 0) {
+        s->first_ns = now;
+    }
+    pthread_mutex_unlock(&g_limit_mu);
+    return ok;
+}
+
+void ds_log__write_limited(enum ds_log_level lvl, const char *file, int line, const char *fmt, ...)
+{
+    uint64_t n;
+    double over_s = 0;
+    if (!limit_take(file, line, &n, &over_s)) return;
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n) ds_log__write(lvl, file, line, "%s (%llu more like this suppressed in the last %.0f s)", msg,
+                         (unsigned long long)n, over_s);
+    else ds_log__write(lvl, file, line, "%s", msg);
 }
 
 void ds_log__assert_fail(const char *expr, const char *file, int line)

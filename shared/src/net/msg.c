@@ -604,6 +604,8 @@ enum ds_err ds_msg_infer_req_decode(const void *payload, size_t len, const struc
     if (!ds_utf8_valid(payload, len, &bad))
         return fail(err, DS_ERR_FORMAT, "payload", "invalid UTF-8 at offset %zu (byte 0x%02x); "
                     "expected strict UTF-8", bad, ((const uint8_t *)payload)[bad]);
+    char why[DS_WHY_MAX];
+    if (!ds_msg_json_text_ok(payload, len, why)) return fail(err, DS_ERR_FORMAT, "payload", "%s", why);
     enum ds_err rc = scan_raw(payload, len, err);
     if (rc != DS_OK) return rc;
 

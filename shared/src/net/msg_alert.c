@@ -73,7 +73,7 @@ enum ds_err ds_msg_alert_encode(const struct ds_msg_alert *al, char **out, size_
 
 static enum ds_err bad(char *why, const char *field, const char *what)
 {
-    if (why) snprintf(why, DS_WHY_MAX, "alert: %s: %s", field, what);
+    if (why) snprintf(why, DS_WHY_MAX, "alert: %.32s: %.200s", field, what);
     return DS_ERR_FORMAT;
 }
 
@@ -112,6 +112,8 @@ enum ds_err ds_msg_alert_decode(const void *payload, size_t len, struct ds_msg_a
     memset(out, 0, sizeof *out);
     if (len > 4096) return bad(why, "message", "longer than 4096 bytes");
     if (!ds_utf8_valid(payload, len, NULL) || memchr(payload, '\0', len)) return bad(why, "message", "not UTF-8 text");
+    char jwhy[DS_WHY_MAX];
+    if (!ds_msg_json_text_ok(payload, len, jwhy)) return bad(why, "message", jwhy);
     cJSON *o = cJSON_ParseWithLength(payload, len);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);

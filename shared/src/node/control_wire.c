@@ -20,7 +20,9 @@ const char *node__cmd_op_name(enum cmd_op op)
 bool node__control_decode(const char *body, const char *node, const char *target, uint32_t max_age_s,
                           uint64_t now_ms, struct ctl_body *out, char *why)
 {
-    cJSON *j = cJSON_Parse(body);
+    char jwhy[DS_WHY_MAX];
+    bool text_ok = ds_msg_json_text_ok(body, strlen(body), jwhy);
+    cJSON *j = text_ok ? cJSON_Parse(body) : NULL;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type"), *cmd = cJSON_GetObjectItemCaseSensitive(j, "cmd"),
                 *model = cJSON_GetObjectItemCaseSensitive(j, "model"),
                 *ver = cJSON_GetObjectItemCaseSensitive(j, "version"), *pct = cJSON_GetObjectItemCaseSensitive(j, "pct"),
@@ -31,7 +33,8 @@ bool node__control_decode(const char *body, const char *node, const char *target
     int op = -1;
     for (int i = 0; cJSON_IsString(cmd) && i < OP_COUNT; i++)
         if (!strcmp(cmd->valuestring, op_names[i])) op = i;
-    if (!cJSON_IsObject(j)) snprintf(why, DS_WHY_MAX, "body is not a JSON object");
+    if (!text_ok) snprintf(why, DS_WHY_MAX, "body: %.240s", jwhy);
+    else if (!cJSON_IsObject(j)) snprintf(why, DS_WHY_MAX, "body is not a JSON object");
     else if (!cJSON_IsNumber(v) || v->valuedouble != 1) snprintf(why, DS_WHY_MAX, "body: \"v\" must be 1");
     else if (!cJSON_IsString(type) || strcmp(type->valuestring, "control"))
         snprintf(why, DS_WHY_MAX, "body: \"type\" must be \"control\"");

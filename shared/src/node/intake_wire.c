@@ -19,7 +19,7 @@ bool node__topic_ok(const char *t)
 
 bool node__cancel_decode(const char *owner_topic, const void *payload, size_t len, struct node_cancel *out)
 {
-    cJSON *j = cJSON_ParseWithLength(payload, len);
+    cJSON *j = ds_msg_json_text_ok(payload, len, NULL) ? cJSON_ParseWithLength(payload, len) : NULL;
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
     size_t owner_len = strcspn(owner_topic, "/");
     bool ok = cJSON_IsString(id) && strlen(id->valuestring) <= DS_MSG_ID_MAX_BYTES && owner_len < sizeof out->owner;

@@ -107,7 +107,7 @@ static void on_connection(void *ud, bool connected)
 static void on_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
 {
     struct ds_node *a = ud;
-    DS_LOG(DS_LOG_WARN, "the broker refused this node's publish to %s (%s): may its identity publish there? "
+    DS_LOG_LIMITED(DS_LOG_WARN, "the broker refused this node's publish to %s (%s): may its identity publish there? "
            "(deploy/mosquitto/mkacl.sh lists what the %s role may)", topic, why, ds_msg_role_name(a->cfg->role));
     node__ext_refused(a, topic, corr, why);
 }

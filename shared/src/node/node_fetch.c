@@ -67,6 +67,7 @@
 #define MARK_EVERY_NS   250000000ull  /* ... or this often */
 #define MAX_BACKOFF_MS  30000u
 #define RETRY_NS        5000000000ull /* an install step that failed for lack of disk, memory... */
+#define DOOR_NS         1000000000ull /* unreadable manifests: recorded at most once a second */
 
 enum inbox_kind { IN_MANIFEST, IN_CHUNK };
 
@@ -124,6 +125,13 @@ struct node_fetch {
     pthread_cond_t      cv;
     struct inmsg       *in_head, *in_tail;
     size_t              in_bytes;
+    /* Manifests refused before any version could be trusted (anyone who
+    ** can publish there may send them as fast as they like): the first in
+    ** a second is recorded (row, status, log line), the rest are counted
+    ** and the next record, at most a second later, says how many. Fetch
+    ** thread only. */
+    uint64_t            door_n, door_ns;
+    char                door_model[DS_NAME_MAX + 1], door_why[DS_REG_REASON_MAX];
     bool                stop;
     struct download     dl[MAX_DOWNLOADS];      /* fetch thread only */
     struct dl_status    st[MAX_DOWNLOADS];      /* under mu */
@@ -246,19 +254,19 @@ static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         k = IN_CHUNK;
     else return true;                           /* our own fetch requests, other nodes' chunks */
     if (name.n > DS_NAME_MAX) {
-        DS_LOG(DS_LOG_WARN, "%s: model name longer than %u: ignored", msg->topic, DS_NAME_MAX);
+        DS_LOG_LIMITED(DS_LOG_WARN, "%s: model name longer than %u: ignored", msg->topic, DS_NAME_MAX);
         return true;
     }
     if (k == IN_MANIFEST && msg->len == 0) return true;     /* a cleared retained manifest */
     if (k == IN_MANIFEST && msg->len > DS_ENVELOPE_MAX) {
-        DS_LOG(DS_LOG_WARN, "%s: manifest of %zu bytes (at most %u): ignored", msg->topic, msg->len, DS_ENVELOPE_MAX);
+        DS_LOG_LIMITED(DS_LOG_WARN, "%s: manifest of %zu bytes (at most %u): ignored", msg->topic, msg->len, DS_ENVELOPE_MAX);
         return true;
     }
     pthread_mutex_lock(&f->mu);
     bool full = f->in_bytes + msg->len > INBOX_BYTES;
     pthread_mutex_unlock(&f->mu);
     if (full) {     /* a chunk is asked for again; a manifest comes back with the next connection */
-        DS_LOG(k == IN_CHUNK ? DS_LOG_DEBUG : DS_LOG_WARN, "%s: fetch inbox full (%u MiB): dropped", msg->topic,
+        DS_LOG_LIMITED(k == IN_CHUNK ? DS_LOG_DEBUG : DS_LOG_WARN, "%s: fetch inbox full (%u MiB): dropped", msg->topic,
                INBOX_BYTES >> 20);
         return true;
     }
@@ -534,20 +542,20 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
     struct ds_dist_frame fr;
     struct download *d = dl_find(f, name);
     if (ds_dist_frame_decode(p, len, &fr) != DS_OK) {
-        DS_LOG(DS_LOG_WARN, "model %s: malformed chunk frame of %zu bytes: ignored", name, len);
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s: malformed chunk frame of %zu bytes: ignored", name, len);
         return;
     }
     if (!d || strcmp(fr.version, d->m.version) != 0) return;     /* late: an old or finished download */
     if (fr.status == DS_DIST_NOT_SERVED) {
         if (!d->not_served)
-            DS_LOG(DS_LOG_WARN, "model %s %s: the publisher does not serve this version (any more); waiting",
+            DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: the publisher does not serve this version (any more); waiting",
                    name, fr.version);
         d->not_served = true;
         return;
     }
     d->not_served = false;
     if (fr.count != d->m.chunk_count) {
-        DS_LOG(DS_LOG_WARN, "model %s %s: frame says %u chunks, the manifest %u: ignored", name, fr.version,
+        DS_LOG_LIMITED(DS_LOG_WARN, "model %s %s: frame says %u chunks, the manifest %u: ignored", name, fr.version,
                fr.count, d->m.chunk_count);
         return;
     }
@@ -684,18 +692,33 @@ static void start(struct node_fetch *f, struct ds_manifest *m, int64_t id, bool 
     else ask_more(f, d, now);
 }
 
+/* Record the door's count and last reason: one row, one status, one line. */
+static void door_record(struct node_fetch *f, uint64_t now)
+{
+    char line[DS_REG_REASON_MAX];
+    if (f->door_n > 1)
+        snprintf(line, sizeof line, "%llu manifests refused since the last record; the last: %.400s",
+                 (unsigned long long)f->door_n, f->door_why);
+    else
+        snprintf(line, sizeof line, "%s", f->door_why);
+    if (ds_reg_refusal_add(f->reg, f->door_model, NULL, line) != DS_OK)
+        DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", f->door_model);
+    DS_LOG(DS_LOG_WARN, "model %s: %s", f->door_model, line);
+    set_status(f, f->door_model, "?", "rejected", line);
+    f->door_n = 0;
+    f->door_ns = now + DOOR_NS;
+}
+
 /* A manifest from the retained topic of model name. */
 static void on_manifest(struct node_fetch *f, const char *name, const char *wire, size_t len, uint64_t now)
 {
     struct ds_manifest m;
     char why[DS_WHY_MAX] = "";
     if (ds_manifest_parse(wire, len, f->signers, f->n_signers, &m, why) != DS_OK) {
-        char r[DS_REG_REASON_MAX];
-        snprintf(r, sizeof r, "manifest refused: %s", why);
-        if (ds_reg_refusal_add(f->reg, name, NULL, r) != DS_OK)
-            DS_LOG(DS_LOG_ERROR, "model %s: could not record the refusal", name);
-        DS_LOG(DS_LOG_WARN, "model %s: %s", name, r);
-        set_status(f, name, "?", "rejected", r);
+        f->door_n++;
+        snprintf(f->door_model, sizeof f->door_model, "%s", name);
+        snprintf(f->door_why, sizeof f->door_why, "manifest refused: %s", why);
+        if (now >= f->door_ns) door_record(f, now);
         return;
     }
     if (strcmp(m.name, name) != 0) {
@@ -787,6 +810,7 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
 /* Timeouts, registry flushes, requests, installs: one pass over downloads. */
 static void tick(struct node_fetch *f, uint64_t now)
 {
+    if (f->door_n && now >= f->door_ns) door_record(f, now);
     for (unsigned i = 0; i < MAX_DOWNLOADS; i++) {
         struct download *d = &f->dl[i];
         if (!d->used) continue;

@@ -114,7 +114,7 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     }
     const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
     if (r->reply && !node__topic_ok(r->reply)) {
-        DS_LOG(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
+        DS_LOG_LIMITED(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
                id ? id : "?", r->reply);
         ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
         node__req_free(r);
@@ -262,7 +262,7 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         atomic_store(&a->cancel_new, true);
         ds_sched_wake(a->sched);
     } else {
-        DS_LOG(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on " DS_TOPIC_CANCEL "<sender>/...", msg->topic);
+        DS_LOG_LIMITED(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on " DS_TOPIC_CANCEL "<sender>/...", msg->topic);
     }
     return true;
 }

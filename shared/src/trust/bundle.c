@@ -20,6 +20,7 @@
 
 #include "base/io.h"
 #include "ds/bundle.h"
+#include "ds/msg.h"
 
 _Static_assert(DS_CHUNK_ABYTES == crypto_secretstream_xchacha20poly1305_ABYTES, "chunk overhead");
 _Static_assert(DS_STREAM_HEADERBYTES == crypto_secretstream_xchacha20poly1305_HEADERBYTES, "stream header");
@@ -278,8 +279,9 @@ enum ds_err ds_manifest_parse(const char *wire, size_t wire_len, const struct ds
     enum ds_err rc = ds_envelope_verify(wire, wire_len, DS_SIG_CTX_MANIFEST, trusted, n_trusted, &body, &body_len,
                                         signer, why);
     if (rc != DS_OK) return rc;
-    cJSON *o = cJSON_ParseWithLength(body, body_len);
-    rc = manifest_from_json(o, signer, out, why);
+    char jwhy[DS_WHY_MAX];
+    cJSON *o = ds_msg_json_text_ok(body, body_len, jwhy) ? cJSON_ParseWithLength(body, body_len) : NULL;
+    rc = o ? manifest_from_json(o, signer, out, why) : DS_WHY(why, DS_ERR_FORMAT, "manifest body: %s", jwhy);
     cJSON_Delete(o);
     free(body);
     if (rc != DS_OK) ds_manifest_cleanup(out);

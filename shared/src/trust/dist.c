@@ -13,6 +13,7 @@
 
 #include "ds/keys.h"
 #include "ds/topics.h"
+#include "ds/msg.h"
 #include "ds/utf8.h"
 
 static bool chars_ok(const char *s, size_t max, const char *extra)
@@ -151,6 +152,9 @@ enum ds_err ds_dist_fetch_decode(const void *payload, size_t len, struct ds_dist
                         DS_DIST_FETCH_MAX_BYTES);
     if (!ds_utf8_valid(payload, len, NULL) || memchr(payload, '\0', len))
         return why_fail(why, why_len, DS_ERR_FORMAT, "fetch request is not UTF-8 JSON text");
+    char jwhy[DS_WHY_MAX];
+    if (!ds_msg_json_text_ok(payload, len, jwhy))
+        return why_fail(why, why_len, DS_ERR_FORMAT, "fetch request: %s", jwhy);
     cJSON *j = cJSON_ParseWithLength(payload, len);
     enum ds_err rc = DS_ERR_FORMAT;
     if (!cJSON_IsObject(j)) {

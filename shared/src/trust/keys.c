@@ -17,6 +17,7 @@
 
 #include "base/io.h"
 #include "ds/keys.h"
+#include "ds/msg.h"
 
 /* ---- keys ---- */
 
@@ -244,6 +245,9 @@ enum ds_err ds_envelope_verify(const char *wire, size_t wire_len, const char *ct
     if (wire_len > DS_ENVELOPE_MAX)
         return DS_WHY(why, DS_ERR_FORMAT, "signed %s: %zu bytes, over the limit of %u", ctx, wire_len,
                       DS_ENVELOPE_MAX);
+    char jwhy[DS_WHY_MAX];
+    if (!ds_msg_json_text_ok(wire, wire_len, jwhy))
+        return DS_WHY(why, DS_ERR_FORMAT, "signed %s: %s", ctx, jwhy);
     enum ds_err rc = ds_crypto_init();
     if (rc != DS_OK) return rc;
     cJSON *o = cJSON_ParseWithLength(wire, wire_len);

@@ -144,7 +144,126 @@ static enum ds_err user_version(struct ds_reg *r, int *out)
     return rc;
 }
 
-static enum ds_err migrate(struct ds_reg *r)
+/* ---- schema check ---- */
+
+/* A fresh in-memory database with migrations 1..upto applied: the schema a
+** registry at user_version upto must have. NULL when out of memory. */
+static sqlite3 *schema_expected(int upto)
+{
+    sqlite3 *db = NULL;
+    if (sqlite3_open(":memory:", &db) != SQLITE_OK) goto fail_open;
+    for (int i = 1; i <= upto; i++) {
+        const char *sql;
+        size_t len;
+        char *text = migration_find(i, &sql, &len) ? strndup(sql, len) : NULL;
+        bool ok = text && sqlite3_exec(db, text, NULL, NULL, NULL) == SQLITE_OK;
+        free(text);
+        if (!ok) goto fail_open;
+    }
+    return db;
+fail_open:
+    sqlite3_close(db);
+    return NULL;
+}
+
+static const char q_objects[] =
+    "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name";
+
+/* The type of the object called name in db ("table", "index"), copied to
+** out (16 bytes); "" when there is none. */
+static bool object_type(sqlite3 *db, const char *name, char out[16])
+{
+    sqlite3_stmt *st;
+    out[0] = '\0';
+    if (sqlite3_prepare_v2(db, "SELECT type FROM sqlite_master WHERE name = ?", -1, &st, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) snprintf(out, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE;
+}
+
+/* Every column of table in want is in r with the same declared type,
+** NOT NULL and primary-key position. */
+static enum ds_err columns_check(struct ds_reg *r, sqlite3 *want, const char *table, int version, char *why)
+{
+    sqlite3_stmt *w = NULL, *h = NULL;
+    enum ds_err rc = DS_OK;
+    static const char q[] = "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1)";
+    if (sqlite3_prepare_v2(want, q, -1, &w, NULL) != SQLITE_OK) {
+        rc = DS_ERR_NOMEM;
+        goto out;
+    }
+    if ((rc = prepare(r, "SELECT type, \"notnull\", pk FROM pragma_table_info(?1) WHERE name = ?2", &h)) != DS_OK)
+        goto out;
+    sqlite3_bind_text(w, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(h, 1, table, -1, SQLITE_STATIC);
+    while (rc == DS_OK && sqlite3_step(w) == SQLITE_ROW) {
+        const char *col = (const char *)sqlite3_column_text(w, 0), *type = (const char *)sqlite3_column_text(w, 1);
+        sqlite3_reset(h);
+        sqlite3_bind_text(h, 2, col, -1, SQLITE_TRANSIENT);
+        int st = sqlite3_step(h);
+        if (st == SQLITE_DONE)
+            rc = DS_WHY(why, DS_ERR_FORMAT, "schema version %d: table %s has no column %s", version, table, col);
+        else if (st != SQLITE_ROW)
+            rc = reg_fail(r, "read the schema");
+        else if (strcmp((const char *)sqlite3_column_text(h, 0), type) != 0 ||
+                 sqlite3_column_int(h, 1) != sqlite3_column_int(w, 2) ||
+                 sqlite3_column_int(h, 2) != sqlite3_column_int(w, 3))
+            rc = DS_WHY(why, DS_ERR_FORMAT, "schema version %d: column %s.%s is \"%s\"%s, expected \"%s\"%s", version,
+                        table, col, (const char *)sqlite3_column_text(h, 0),
+                        sqlite3_column_int(h, 1) ? " NOT NULL" : "", type, sqlite3_column_int(w, 2) ? " NOT NULL" : "");
+    }
+out:
+    sqlite3_finalize(w);
+    sqlite3_finalize(h);
+    return rc;
+}
+
+/* Whether r holds what migrations 1..version make: every table, index and
+** column (extra ones are allowed at the latest version, where an operator
+** may have added their own), and, below the latest, nothing that a later
+** migration would make (a user_version that went back). DS_ERR_FORMAT with
+** why when not: damage, as a bad page is. */
+static enum ds_err schema_check(struct ds_reg *r, int version, int latest, char *why)
+{
+    sqlite3 *want = schema_expected(version);
+    if (!want) return DS_ERR_NOMEM;
+    sqlite3_stmt *st = NULL;
+    enum ds_err rc = DS_OK;
+    if (sqlite3_prepare_v2(want, q_objects, -1, &st, NULL) != SQLITE_OK) {
+        rc = DS_ERR_NOMEM;
+        goto out;
+    }
+    while (rc == DS_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 0), *name = (const char *)sqlite3_column_text(st, 1);
+        char have[16];
+        if (!object_type(r->db, name, have)) rc = reg_fail(r, "read the schema");
+        else if (strcmp(have, type) != 0)
+            rc = DS_WHY(why, DS_ERR_FORMAT, "schema version %d: %s %s is missing", version, type, name);
+        else if (!strcmp(type, "table")) rc = columns_check(r, want, name, version, why);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != DS_OK || version == latest) goto out;
+    if ((rc = prepare(r, q_objects, &st)) != DS_OK) goto out;
+    while (rc == DS_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        char have[16];
+        if (!object_type(want, name, have)) rc = DS_ERR_NOMEM;
+        else if (!have[0])
+            rc = DS_WHY(why, DS_ERR_FORMAT, "schema version %d, but %s %s of a later migration exists (user_version "
+                        "went back)", version, (const char *)sqlite3_column_text(st, 0), name);
+    }
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(want);
+    return rc;
+}
+
+/* Check the schema at the file's version, then apply the migrations it lacks. */
+static enum ds_err migrate(struct ds_reg *r, char *why)
 {
     int latest = ds_reg_schema_version();
     for (;;) {
@@ -157,6 +276,7 @@ static enum ds_err migrate(struct ds_reg *r)
                    r->path, have, latest);
             return finish(r, DS_ERR_VERSION);
         }
+        if ((rc = schema_check(r, have, latest, why)) != DS_OK) return finish(r, rc);
         if (have == latest) return finish(r, DS_OK);
         const char *sql;
         size_t len;
@@ -171,7 +291,8 @@ static enum ds_err migrate(struct ds_reg *r)
     }
 }
 
-enum ds_err ds_reg_open(const char *path, struct ds_reg **out)
+/* ds_reg_open with the reason of a damaged schema in why (DS_WHY_MAX). */
+static enum ds_err reg_open(const char *path, struct ds_reg **out, char *why)
 {
     *out = NULL;
     struct ds_reg *r = calloc(1, sizeof *r);
@@ -198,12 +319,20 @@ enum ds_err ds_reg_open(const char *path, struct ds_reg **out)
         goto fail;
     }
     if ((rc = reg_exec(r, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", "pragmas")) != DS_OK ||
-        (rc = migrate(r)) != DS_OK)
+        (rc = migrate(r, why)) != DS_OK)
         goto fail;
     *out = r;
     return DS_OK;
 fail:
     ds_reg_close(r);
+    return rc;
+}
+
+enum ds_err ds_reg_open(const char *path, struct ds_reg **out)
+{
+    char why[DS_WHY_MAX] = "";
+    enum ds_err rc = reg_open(path, out, why);
+    if (rc == DS_ERR_FORMAT && why[0]) DS_LOG(DS_LOG_ERROR, "registry %s is damaged: %s", path, why);
     return rc;
 }
 
@@ -274,7 +403,7 @@ enum ds_err ds_reg_open_checked(const char *path, struct ds_reg **out, char *asi
     if (access(path, F_OK) != 0) return ds_reg_open(path, out);
     char why[DS_WHY_MAX] = "";
     struct ds_reg *r = NULL;
-    enum ds_err rc = ds_reg_open(path, &r);
+    enum ds_err rc = reg_open(path, &r, why);
     if (rc == DS_OK) rc = quick_check(r, why);
     if (rc == DS_OK) {
         *out = r;
