@@ -14,17 +14,17 @@
 
 #include "center.h"
 
-static void admitted(struct ds_node *a, void *st, struct node_req *r)
+static void admitted(struct ds_node *node, void *st, struct node_req *r)
 {
     (void)st;
     if (strncmp(r->reply, DS_TOPIC_RELAY, strlen(DS_TOPIC_RELAY)) != 0) return;     /* straight from a device */
     cJSON *acc = cJSON_CreateObject();
     cJSON_AddNumberToObject(acc, "v", 1);
     cJSON_AddStringToObject(acc, "id", r->req.id);
-    cJSON_AddStringToObject(acc, "accepted_by", a->cfg->node);
+    cJSON_AddStringToObject(acc, "accepted_by", node->cfg->node);
     char *json = cJSON_PrintUnformatted(acc);
     cJSON_Delete(acc);
-    if (json) node__publish(a, r->reply, r->corr, r->corr_len, json, strlen(json));
+    if (json) node__publish(node, r->reply, r->corr, r->corr_len, json, strlen(json));
 }
 
 const struct node_ext center_overflow_ext = { .name = "center_overflow", .admitted = admitted };

@@ -40,9 +40,9 @@ static void *pub_thread(void *arg)
     return NULL;
 }
 
-static enum ds_err create(struct ds_node *a, void **st)
+static enum ds_err create(struct ds_node *node, void **st)
 {
-    const struct ds_node_config *c = a->cfg;
+    const struct ds_node_config *c = node->cfg;
     if (!c->publish_dirs || !*c->publish_dirs) return DS_OK;   /* off */
     struct center_publish *np = calloc(1, sizeof *np);
     if (!np) return DS_ERR_NOMEM;
@@ -77,14 +77,14 @@ static enum ds_err create(struct ds_node *a, void **st)
     return rc;
 }
 
-static void start(struct ds_node *a, void *st)
+static void start(struct ds_node *node, void *st)
 {
     struct center_publish *np = st;
     for (unsigned i = 0; i < np->n; i++)
         np->pubs[i].running = pthread_create(&np->pubs[i].th, NULL, pub_thread, np->pubs[i].p) == 0;
 }
 
-static void destroy(struct ds_node *a, void *st)
+static void destroy(struct ds_node *node, void *st)
 {
     struct center_publish *np = st;
     for (unsigned i = 0; i < np->n; i++) {

@@ -77,16 +77,16 @@ static void session_free(struct spn_session *ss)
 /* Whether drafts for version v are verified here: [spec] sessions, and v's
 ** target on the CPU. A GPU target pass costs less than one CPU draft token
 ** (README "GPU"): an edge's drafts would only slow it down. */
-static bool verifies(const struct ds_node *a, const struct node_version *v)
+static bool verifies(const struct ds_node *node, const struct node_version *v)
 {
-    return a->cfg->spec_sessions > 0 && v && strcmp(ds_engine_backend(v->eng), "cpu") == 0;
+    return node->cfg->spec_sessions > 0 && v && strcmp(ds_engine_backend(v->eng), "cpu") == 0;
 }
 
 /* Bit i: this center verifies drafts of models[i] now. */
-static uint32_t verifies_now(const struct ds_node *a)
+static uint32_t verifies_now(const struct ds_node *node)
 {
     uint32_t bits = 0;
-    for (unsigned i = 0; i < a->n_models; i++) bits |= (uint32_t)verifies(a, a->models[i].active) << i;
+    for (unsigned i = 0; i < node->n_models; i++) bits |= (uint32_t)verifies(node, node->models[i].active) << i;
     return bits;
 }
 
@@ -96,40 +96,40 @@ struct center_verifies {
     const char *names[DS_NODE_MAX_MODELS];
 };
 
-static enum ds_err verifies_create(struct ds_node *a, void **st)
+static enum ds_err verifies_create(struct ds_node *node, void **st)
 {
     struct center_verifies *cv = calloc(1, sizeof *cv);
     if (!cv) return DS_ERR_NOMEM;
-    cv->said = verifies_now(a);              /* the models are loaded: the first status lists these */
+    cv->said = verifies_now(node);              /* the models are loaded: the first status lists these */
     *st = cv;
     return DS_OK;
 }
 
-static void verifies_destroy(struct ds_node *a, void *st)
+static void verifies_destroy(struct ds_node *node, void *st)
 {
-    (void)a;
+    (void)node;
     free(st);
 }
 
 /* The retained status lists the models (even none: a center always says). */
-static void verifies_status(struct ds_node *a, void *st, struct ds_msg_status *s)
+static void verifies_status(struct ds_node *node, void *st, struct ds_msg_status *s)
 {
     struct center_verifies *cv = st;
-    cv->said = verifies_now(a);
+    cv->said = verifies_now(node);
     unsigned n = 0;
-    for (unsigned i = 0; i < a->n_models; i++)
-        if (cv->said >> i & 1) cv->names[n++] = a->models[i].cfg->name;
+    for (unsigned i = 0; i < node->n_models; i++)
+        if (cv->said >> i & 1) cv->names[n++] = node->models[i].cfg->name;
     s->verifies = cv->names;
     s->n_verifies = n;
 }
 
 /* After a model's active version changed (promote, rollback; its backend
 ** may differ), a center whose list changed says its status again. */
-static void verifies_tick(struct ds_node *a, void *st, uint64_t now)
+static void verifies_tick(struct ds_node *node, void *st, uint64_t now)
 {
     struct center_verifies *cv = st;
     (void)now;
-    if (verifies_now(a) != cv->said) node__status_again(a);
+    if (verifies_now(node) != cv->said) node__status_again(node);
 }
 
 const struct node_ext center_verifies_ext = {
@@ -141,21 +141,21 @@ const struct node_ext center_verifies_ext = {
 
 static uint32_t kv_seqs(const struct ds_node_config *c) { return c->spec_sessions; }
 
-static enum ds_err create(struct ds_node *a, void **st)
+static enum ds_err create(struct ds_node *node, void **st)
 {
-    if (a->cfg->spec_sessions == 0) return DS_OK;         /* off */
+    if (node->cfg->spec_sessions == 0) return DS_OK;         /* off */
     struct center_specnet *n = calloc(1, sizeof *n);
-    if (!n || !(n->sess = calloc(n->n_sess = a->cfg->spec_sessions, sizeof *n->sess))) {
+    if (!n || !(n->sess = calloc(n->n_sess = node->cfg->spec_sessions, sizeof *n->sess))) {
         free(n);
         return DS_ERR_NOMEM;
     }
     pthread_mutex_init(&n->mu, NULL);
-    snprintf(n->session_topic, sizeof n->session_topic, DS_TOPIC_CENTER_SESSION "%s", a->cfg->node);
+    snprintf(n->session_topic, sizeof n->session_topic, DS_TOPIC_CENTER_SESSION "%s", node->cfg->node);
     *st = n;
     return DS_OK;
 }
 
-static void destroy(struct ds_node *a, void *st)
+static void destroy(struct ds_node *node, void *st)
 {
     struct center_specnet *n = st;
     for (unsigned i = 0; i < n->n_in; i++) specnet__msg_free(&n->inbox[i]);
@@ -168,7 +168,7 @@ static void destroy(struct ds_node *a, void *st)
 
 /* ---- Paho's thread: copy, wake the loop ---- */
 
-static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_message(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct center_specnet *n = st;
     pthread_mutex_lock(&n->mu);
@@ -176,30 +176,30 @@ static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
     if (ok) n->n_in++;
     pthread_mutex_unlock(&n->mu);
     if (!ok) DS_LOG_LIMITED(DS_LOG_WARN, "speculation: %u messages waiting or out of memory: one on %s dropped", INBOX_MAX, msg->topic);
-    ds_sched_wake(a->sched);
+    ds_sched_wake(node->sched);
     return true;
 }
 
 /* Opens are shared by the centers; draining takes no new sessions, while
 ** open ones keep their rounds until the loop ends. */
-static void start(struct ds_node *a, void *st)
+static void start(struct ds_node *node, void *st)
 {
     struct center_specnet *n = st;
-    node__listen(a, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+", true, on_message, n);
-    node__listen(a, n->session_topic, false, on_message, n);
+    node__listen(node, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+", true, on_message, n);
+    node__listen(node, n->session_topic, false, on_message, n);
 }
 
 /* ---- sessions, verification (engine loop) ---- */
 
-static void center_reply(struct ds_node *a, const struct spn_msg *m, cJSON *j)
+static void center_reply(struct ds_node *node, const struct spn_msg *m, cJSON *j)
 {
     struct ds_mqtt_props p = { .correlation = m->corr, .correlation_len = m->corr_len };
-    specnet__publish(a, m->reply, &p, j);
+    specnet__publish(node, m->reply, &p, j);
 }
 
-static void center_error(struct ds_node *a, const struct spn_msg *m, const char *sid, enum ds_msg_code code,
+static void center_error(struct ds_node *node, const struct spn_msg *m, const char *sid, enum ds_msg_code code,
                          const char *fmt, ...) DS_PRINTF(5, 6);
-static void center_error(struct ds_node *a, const struct spn_msg *m, const char *sid, enum ds_msg_code code,
+static void center_error(struct ds_node *node, const struct spn_msg *m, const char *sid, enum ds_msg_code code,
                          const char *fmt, ...)
 {
     char text[320];
@@ -208,13 +208,13 @@ static void center_error(struct ds_node *a, const struct spn_msg *m, const char 
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     DS_LOG(DS_LOG_INFO, "speculation session %s: %s", sid ? sid : "?", text);
-    ds_metrics_record_error(&a->metrics, (unsigned)code);
+    ds_metrics_record_error(&node->metrics, (unsigned)code);
     cJSON *j = specnet__new_msg(sid);
-    cJSON_AddStringToObject(j, "node", a->cfg->node);
+    cJSON_AddStringToObject(j, "node", node->cfg->node);
     cJSON *e = cJSON_AddObjectToObject(j, "error");
     cJSON_AddStringToObject(e, "code", ds_msg_code_name(code));
     cJSON_AddStringToObject(e, "message", text);
-    center_reply(a, m, j);
+    center_reply(node, m, j);
 }
 
 static struct spn_session *session_find(struct center_specnet *n, const char *sid)
@@ -225,22 +225,22 @@ static struct spn_session *session_find(struct center_specnet *n, const char *si
 }
 
 /* Verify one round of ss at pos and answer it. */
-static void center_apply(struct ds_node *a, const struct spn_msg *m, struct spn_session *ss, uint32_t pos,
+static void center_apply(struct ds_node *node, const struct spn_msg *m, struct spn_session *ss, uint32_t pos,
                          const int32_t *draft, uint32_t k)
 {
     ss->used_ns = ds_now_ns();
     if (ss->last_verdict && pos == ss->last_pos && k == ss->last_k && !memcmp(draft, ss->last_draft, k * sizeof *draft)) {
-        center_reply(a, m, cJSON_Parse(ss->last_verdict));            /* an exact repeat: same answer */
+        center_reply(node, m, cJSON_Parse(ss->last_verdict));            /* an exact repeat: same answer */
         return;
     }
     if (pos != ss->n_ctx) {
-        center_error(a, m, ss->sid, DS_MSG_CODE_INVALID_REQUEST,
+        center_error(node, m, ss->sid, DS_MSG_CODE_INVALID_REQUEST,
                      "pos: %u is stale or out of order; the session is at %u (refused, nothing applied)", pos, ss->n_ctx);
         return;
     }
     uint32_t max_ctx = ds_engine_max_ctx(ss->ver->eng);
     if (ss->n_ctx + k + 1 > max_ctx) {
-        center_error(a, m, ss->sid, DS_MSG_CODE_INVALID_REQUEST, "context full: %u + %u drafts + 1 > %u tokens",
+        center_error(node, m, ss->sid, DS_MSG_CODE_INVALID_REQUEST, "context full: %u + %u drafts + 1 > %u tokens",
                      ss->n_ctx, k, max_ctx);
         return;
     }
@@ -248,7 +248,7 @@ static void center_apply(struct ds_node *a, const struct spn_msg *m, struct spn_
     uint32_t acc = 0;
     enum ds_err rc = ds_spec_verify(ss->v, ss->seq, ss->ctx, ss->n_ctx, draft, k, NULL, out, &acc);
     if (rc != DS_OK) {
-        center_error(a, m, ss->sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
+        center_error(node, m, ss->sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
                      "verification failed: %s; session closed", ds_strerror(rc));
         session_free(ss);
         return;
@@ -259,7 +259,7 @@ static void center_apply(struct ds_node *a, const struct spn_msg *m, struct spn_
     cJSON_AddNumberToObject(j, "pos", pos);
     cJSON_AddNumberToObject(j, "accepted", acc);
     cJSON_AddNumberToObject(j, "token", out[acc]);
-    cJSON_AddStringToObject(j, "node", a->cfg->node);
+    cJSON_AddStringToObject(j, "node", node->cfg->node);
     cJSON_AddStringToObject(j, "version", ss->ver->version);
     cJSON_AddStringToObject(j, "precision", ds_precision_name(ds_engine_precision(ss->ver->eng)));
     free(ss->last_verdict);
@@ -267,60 +267,60 @@ static void center_apply(struct ds_node *a, const struct spn_msg *m, struct spn_
     ss->last_pos = pos;
     ss->last_k = k;
     memcpy(ss->last_draft, draft, k * sizeof *draft);
-    center_reply(a, m, j);
+    center_reply(node, m, j);
 }
 
-static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON *j, const char *sid)
+static void center_open(struct ds_node *node, const struct spn_msg *m, const cJSON *j, const char *sid)
 {
-    struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
+    struct center_specnet *n = node__ext_state(node, &center_specnet_ext);
     struct ds_infer_req req;
     struct ds_msg_error err;
-    if (ds_msg_infer_req_decode(m->payload, m->len, &a->limits, &req, &err) != DS_OK) {
-        center_error(a, m, sid, err.code, "%s", err.message);
+    if (ds_msg_infer_req_decode(m->payload, m->len, &node->limits, &req, &err) != DS_OK) {
+        center_error(node, m, sid, err.code, "%s", err.message);
         return;
     }
-    struct node_model *nm = node__find_model(a, req.model, strlen(req.model));
+    struct node_model *nm = node__find_model(node, req.model, strlen(req.model));
     struct node_version *nv = nm ? nm->active : NULL;      /* the session stays on it */
     bool shared = !strncmp(m->topic, DS_TOPIC_CENTER_SPEC, strlen(DS_TOPIC_CENTER_SPEC));
     uint32_t pos = 0, k = 0, n_context = 0;
     int32_t draft[DS_SPEC_K_MAX];
     struct spn_session *ss = NULL;
     if (shared && strcmp(m->topic + strlen(DS_TOPIC_CENTER_SPEC), req.model) != 0) {
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         goto done;
     }
     if (!nv) {
-        center_error(a, m, sid, DS_MSG_CODE_MODEL_NOT_FOUND, "model: %s is not served by this center", req.model);
+        center_error(node, m, sid, DS_MSG_CODE_MODEL_NOT_FOUND, "model: %s is not served by this center", req.model);
         goto done;
     }
-    if (!verifies(a, nv)) {         /* its status does not list the model: an edge that opened anyway */
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+    if (!verifies(node, nv)) {         /* its status does not list the model: an edge that opened anyway */
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                      "model: %s runs on %s here, where drafts do not pay: send the request plainly", req.model,
                      ds_engine_backend(nv->eng));
         goto done;
     }
     uint32_t vocab = ds_engine_config(nv->eng)->vocab_size, max_ctx = ds_engine_max_ctx(nv->eng);
     if (!specnet__get_uint(j, "pos", max_ctx, &pos) || !specnet__get_tokens(j, "draft", DS_WIRE_SPEC_K_MAX, vocab, draft, &k)) {
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                      "pos: want an integer 0..%u; draft: want at most %u token ids below %u", max_ctx, DS_WIRE_SPEC_K_MAX, vocab);
         goto done;
     }
     if ((ss = session_find(n, sid))) {                 /* a repeated open: a round of its session */
         if (strcmp(ss->owner, m->reply) != 0)
-            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
+            center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
         else
-            center_apply(a, m, ss, pos, draft, k);
+            center_apply(node, m, ss, pos, draft, k);
         ss = NULL;
         goto done;
     }
-    if (atomic_load(&a->draining)) {
-        center_error(a, m, sid, DS_MSG_CODE_OVERLOADED, "center is shutting down");
+    if (atomic_load(&node->draining)) {
+        center_error(node, m, sid, DS_MSG_CODE_OVERLOADED, "center is shutting down");
         goto done;
     }
     for (unsigned i = 0; i < n->n_sess && !ss; i++)
         if (!n->sess[i].sid[0]) ss = &n->sess[i];
     if (!ss) {
-        center_error(a, m, sid, DS_MSG_CODE_OVERLOADED, "all %u speculation sessions of this center are in use: "
+        center_error(node, m, sid, DS_MSG_CODE_OVERLOADED, "all %u speculation sessions of this center are in use: "
                      "decode plainly or open again later", n->n_sess);
         goto done;
     }
@@ -329,23 +329,23 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
     struct node_prompt pr;
     enum ds_msg_code code = node__prompt_text(nv, &req, &pr, why, sizeof why);
     if (code != DS_MSG_CODE_COUNT) {
-        center_error(a, m, sid, code, "%s", why);
+        center_error(node, m, sid, code, "%s", why);
         goto fail;
     }
     bool fits = (ss->ctx = malloc(max_ctx * sizeof *ss->ctx)) && node__prompt_encode(nv, &pr, ss->ctx, max_ctx, &n_prompt) == DS_OK;
     node__prompt_free(&pr);
     if (!fits) {
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "prompt: does not fit the %u-token context", max_ctx);
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "prompt: does not fit the %u-token context", max_ctx);
         goto fail;
     }
     if (!specnet__get_tokens(j, "context", max_ctx - (uint32_t)n_prompt, vocab, ss->ctx + n_prompt, &n_context)) {
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                      "context: want at most %u token ids below %u", max_ctx - (uint32_t)n_prompt, vocab);
         goto fail;
     }
     ss->n_ctx = (uint32_t)n_prompt + n_context;
     if (ss->n_ctx == 0 || pos != ss->n_ctx) {
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "pos: %u, but the prompt is %zu tokens here and the "
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "pos: %u, but the prompt is %zu tokens here and the "
                      "context %u (different tokenizers?)", pos, n_prompt, n_context);
         goto fail;
     }
@@ -354,12 +354,12 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
     if (sp.top_k > vocab) sp.top_k = 0;
     enum ds_err rc;
     if ((rc = ds_seq_create(nv->eng, &ss->seq)) != DS_OK || (rc = ds_spec_verifier_create(nv->eng, &sp, &ss->v)) != DS_OK) {
-        center_error(a, m, sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
+        center_error(node, m, sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
                      "session not opened: %s", ds_strerror(rc));
         goto fail;
     }
     if (!(ss->owner = strdup(m->reply))) {
-        center_error(a, m, sid, DS_MSG_CODE_INTERNAL, "session not opened: out of memory");
+        center_error(node, m, sid, DS_MSG_CODE_INTERNAL, "session not opened: out of memory");
         goto fail;
     }
     snprintf(ss->sid, sizeof ss->sid, "%s", sid);
@@ -368,7 +368,7 @@ static void center_open(struct ds_node *a, const struct spn_msg *m, const cJSON 
     ss->deadline_ns = m->deadline_ns;
     ss->last_pos = UINT32_MAX;
     DS_LOG(DS_LOG_DEBUG, "speculation session %s opened for request %s (%u tokens)", sid, req.id, ss->n_ctx);
-    center_apply(a, m, ss, pos, draft, k);
+    center_apply(node, m, ss, pos, draft, k);
     goto done;
 fail:
     session_free(ss);
@@ -376,10 +376,10 @@ done:
     ds_infer_req_cleanup(&req);
 }
 
-static void center_handle(struct ds_node *a, const struct spn_msg *m)
+static void center_handle(struct ds_node *node, const struct spn_msg *m)
 {
-    struct center_specnet *n = node__ext_state(a, &center_specnet_ext);
-    cJSON *j = m->len <= a->cfg->max_payload && ds_msg_json_text_ok(m->payload, m->len, NULL)
+    struct center_specnet *n = node__ext_state(node, &center_specnet_ext);
+    cJSON *j = m->len <= node->cfg->max_payload && ds_msg_json_text_ok(m->payload, m->len, NULL)
                    ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
     const char *sid = specnet__sid(j);
@@ -398,37 +398,37 @@ static void center_handle(struct ds_node *a, const struct spn_msg *m)
     }
     if (!m->reply || !node__topic_ok(m->reply)) {
         DS_LOG_LIMITED(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
-    } else if (m->len > a->cfg->max_payload) {
-        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, a->cfg->max_payload);
+    } else if (m->len > node->cfg->max_payload) {
+        center_error(node, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, node->cfg->max_payload);
     } else if (!cJSON_IsObject(j)) {
-        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: not a JSON object");
+        center_error(node, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: not a JSON object");
     } else if (v && !(cJSON_IsNumber(v) && v->valuedouble == 1.0)) {
-        center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "v: only version 1 is understood");
     } else if (!sid) {
-        center_error(a, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%u bytes", DS_CORR_SPEC_SID_MAX - 1);
+        center_error(node, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "session: want a string of 1..%u bytes", DS_CORR_SPEC_SID_MAX - 1);
     } else if (!on_session || cJSON_GetObjectItemCaseSensitive(j, "prompt")) {
-        center_open(a, m, j, sid);              /* shared open, or a re-open sent to this center */
+        center_open(node, m, j, sid);              /* shared open, or a re-open sent to this center */
     } else {
         struct spn_session *ss = session_find(n, sid);
         uint32_t pos, k;
         int32_t draft[DS_SPEC_K_MAX];
         if (!ss) {
-            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+            center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "session: unknown here (expired, closed or never opened): open a new one");
         } else if (strcmp(m->reply, ss->owner) != 0) {
-            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
+            center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: in use by another requester");
         } else if (!specnet__round_read(j, ds_engine_config(ss->ver->eng)->vocab_size, &pos, draft, &k)) {
-            center_error(a, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+            center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                          "round: want {\"session\", \"pos\": integer, \"draft\": [at most %u token ids below %u]}",
                          DS_WIRE_SPEC_K_MAX, ds_engine_config(ss->ver->eng)->vocab_size);
         } else {
-            center_apply(a, m, ss, pos, draft, k);
+            center_apply(node, m, ss, pos, draft, k);
         }
     }
     cJSON_Delete(j);
 }
 
-static void center_tick(struct ds_node *a, void *st, uint64_t now)
+static void center_tick(struct ds_node *node, void *st, uint64_t now)
 {
     struct center_specnet *n = st;
     _Static_assert(INBOX_MAX <= 256, "inbox copied on the stack");
@@ -439,13 +439,13 @@ static void center_tick(struct ds_node *a, void *st, uint64_t now)
     n->n_in = 0;
     pthread_mutex_unlock(&n->mu);
     for (unsigned i = 0; i < cnt; i++) {
-        center_handle(a, &batch[i]);
+        center_handle(node, &batch[i]);
         specnet__msg_free(&batch[i]);
     }
     if (now < n->next_sweep_ns) return;
     now = ds_now_ns();                          /* sessions were used since the caller's now */
     n->next_sweep_ns = now + 200000000ull;
-    const uint64_t idle = (uint64_t)a->cfg->spec_idle_ms * 1000000ull;
+    const uint64_t idle = (uint64_t)node->cfg->spec_idle_ms * 1000000ull;
     for (unsigned i = 0; i < n->n_sess; i++) {
         struct spn_session *ss = &n->sess[i];
         if (!ss->sid[0]) continue;

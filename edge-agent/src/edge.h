@@ -15,15 +15,15 @@ extern const struct node_ext edge_overflow_ext;   /* edge_overflow.c: overflow, 
 
 /* edge_overflow.c (any thread; 0 / false while overflow is off) */
 /* Live centers now. */
-unsigned edge__centers_live(struct ds_node *a);
+unsigned edge__centers_live(struct ds_node *node);
 /* Whether center name is online now. */
-bool     edge__center_online(struct ds_node *a, const char *name);
+bool     edge__center_online(struct ds_node *node, const char *name);
 /* Live centers whose status says they verify drafts of model (edge-drafted
 ** speculation; a center that does not, a GPU one say, gets it plainly). */
-unsigned edge__centers_verifying(struct ds_node *a, const char *model);
+unsigned edge__centers_verifying(struct ds_node *node, const char *model);
 /* A live center other than avoid that verifies model, into out; false when
 ** there is none. */
-bool     edge__center_pick(struct ds_node *a, const char *model, const char *avoid, char out[64]);
+bool     edge__center_pick(struct ds_node *node, const char *model, const char *avoid, char out[64]);
 /* The request as the edge forwards it to a center (OWNED cJSON object). */
 struct cJSON *edge__overflow_req_json(const struct node_req *r);
 

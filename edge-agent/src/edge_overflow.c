@@ -68,11 +68,11 @@ struct edge_overflow {
     char            relay_topic[128];
 };
 
-static struct edge_overflow *state(struct ds_node *a) { return node__ext_state(a, &edge_overflow_ext); }
+static struct edge_overflow *state(struct ds_node *node) { return node__ext_state(node, &edge_overflow_ext); }
 
-static enum ds_err create(struct ds_node *a, void **st)
+static enum ds_err create(struct ds_node *node, void **st)
 {
-    if (!a->cfg->overflow) return DS_OK;                   /* off */
+    if (!node->cfg->overflow) return DS_OK;                   /* off */
     struct edge_overflow *o = calloc(1, sizeof *o);
     if (!o) return DS_ERR_NOMEM;
     o->p = calloc(MAX_PENDING, sizeof *o->p);
@@ -81,12 +81,12 @@ static enum ds_err create(struct ds_node *a, void **st)
         return DS_ERR_NOMEM;
     }
     pthread_mutex_init(&o->mu, NULL);
-    snprintf(o->relay_topic, sizeof o->relay_topic, DS_TOPIC_RELAY "%s", a->cfg->node);
+    snprintf(o->relay_topic, sizeof o->relay_topic, DS_TOPIC_RELAY "%s", node->cfg->node);
     *st = o;
     return DS_OK;
 }
 
-static void destroy(struct ds_node *a, void *st)
+static void destroy(struct ds_node *node, void *st)
 {
     struct edge_overflow *o = st;
     for (unsigned i = 0; i < MAX_PENDING; i++) node__req_free(o->p[i].r);
@@ -95,9 +95,9 @@ static void destroy(struct ds_node *a, void *st)
     free(o);
 }
 
-unsigned edge__centers_live(struct ds_node *a)
+unsigned edge__centers_live(struct ds_node *node)
 {
-    struct edge_overflow *o = state(a);
+    struct edge_overflow *o = state(node);
     if (!o) return 0;
     unsigned n = 0;
     pthread_mutex_lock(&o->mu);
@@ -114,10 +114,10 @@ static uint32_t model_bit(const struct ds_node_config *c, const char *model)
     return 0;
 }
 
-unsigned edge__centers_verifying(struct ds_node *a, const char *model)
+unsigned edge__centers_verifying(struct ds_node *node, const char *model)
 {
-    struct edge_overflow *o = state(a);
-    uint32_t bit = model_bit(a->cfg, model);
+    struct edge_overflow *o = state(node);
+    uint32_t bit = model_bit(node->cfg, model);
     if (!o) return 0;
     unsigned n = 0;
     pthread_mutex_lock(&o->mu);
@@ -126,9 +126,9 @@ unsigned edge__centers_verifying(struct ds_node *a, const char *model)
     return n;
 }
 
-bool edge__center_online(struct ds_node *a, const char *name)
+bool edge__center_online(struct ds_node *node, const char *name)
 {
-    struct edge_overflow *o = state(a);
+    struct edge_overflow *o = state(node);
     bool on = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
@@ -137,10 +137,10 @@ bool edge__center_online(struct ds_node *a, const char *name)
     return on;
 }
 
-bool edge__center_pick(struct ds_node *a, const char *model, const char *avoid, char out[64])
+bool edge__center_pick(struct ds_node *node, const char *model, const char *avoid, char out[64])
 {
-    struct edge_overflow *o = state(a);
-    uint32_t bit = model_bit(a->cfg, model);
+    struct edge_overflow *o = state(node);
+    uint32_t bit = model_bit(node->cfg, model);
     bool got = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
@@ -154,7 +154,7 @@ bool edge__center_pick(struct ds_node *a, const char *model, const char *avoid, 
 }
 
 /* Requests still with a center (draining waits for them). */
-static unsigned pending(struct ds_node *a, void *st)
+static unsigned pending(struct ds_node *node, void *st)
 {
     struct edge_overflow *o = st;
     pthread_mutex_lock(&o->mu);
@@ -164,15 +164,15 @@ static unsigned pending(struct ds_node *a, void *st)
 }
 
 /* A center's status: remember it; when it goes away, mark its requests lost. */
-static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_status(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_overflow *o = st;
     char name[EDGE_CENTER_NAME_MAX];
     bool online;
     const char *models[DS_NODE_MAX_MODELS];
-    for (unsigned i = 0; i < a->cfg->n_models; i++) models[i] = a->cfg->models[i].name;
+    for (unsigned i = 0; i < node->cfg->n_models; i++) models[i] = node->cfg->models[i].name;
     uint32_t verifies;
-    if (!edge__status_decode(msg->topic, msg->payload, msg->len, name, &online, models, a->cfg->n_models, &verifies))
+    if (!edge__status_decode(msg->topic, msg->payload, msg->len, name, &online, models, node->cfg->n_models, &verifies))
         return true;
     uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
@@ -207,7 +207,7 @@ static bool on_status(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         }
     }
     pthread_mutex_unlock(&o->mu);
-    ds_sched_wake(a->sched);
+    ds_sched_wake(node->sched);
     return true;
 }
 
@@ -224,7 +224,7 @@ static struct pending *pending_find(struct edge_overflow *o, unsigned long long 
 ** it (an accept names an online center; later ones are ignored), and only
 ** when it is a message of the wire contract, bounded in size: anyone may
 ** publish on our relay topic, and the device must get nothing else. */
-static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_overflow *o = st;
     unsigned long long k;
@@ -252,7 +252,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         pthread_mutex_unlock(&o->mu);
         DS_LOG(DS_LOG_INFO, "request %s: refused before any center accepted it: served here", r->req.id);
         cJSON_Delete(j);
-        ds_sched_wake(a->sched);
+        ds_sched_wake(node->sched);
         return true;
     }
     const char *bad = kind == RELAY_BAD ? "not an accept, chunk, final or error of the schema for this request"
@@ -288,8 +288,8 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     char *copy = malloc(msg->len ? msg->len : 1);
     if (copy) {
         memcpy(copy, msg->payload, msg->len);
-        if (kind == RELAY_LAST) node__dedupe_answered(a, r, copy, msg->len);
-        else if (kind == RELAY_ERROR) node__dedupe_failed(a, r);    /* may be sent again */
+        if (kind == RELAY_LAST) node__dedupe_answered(node, r, copy, msg->len);
+        else if (kind == RELAY_ERROR) node__dedupe_failed(node, r);    /* may be sent again */
     }
     /* A last message frees r before the device hears it, so that its
     ** client's count ([sched] client_max) is back when it sends the next. */
@@ -301,7 +301,7 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
         r->corr = NULL;
         node__req_free(r);
     }
-    if (copy) node__publish(a, reply, corr, corr_len, copy, msg->len);
+    if (copy) node__publish(node, reply, corr, corr_len, copy, msg->len);
     if (last) {
         free(reply);
         free(corr);
@@ -310,11 +310,11 @@ static bool on_relay(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
 }
 
 /* Centers' status (retained, and their last will) and the relay topic. */
-static void start(struct ds_node *a, void *st)
+static void start(struct ds_node *node, void *st)
 {
     struct edge_overflow *o = st;
-    node__listen(a, DS_TOPIC_STATUS "+", false, on_status, o);
-    node__listen(a, o->relay_topic, false, on_relay, o);
+    node__listen(node, DS_TOPIC_STATUS "+", false, on_status, o);
+    node__listen(node, o->relay_topic, false, on_relay, o);
 }
 
 cJSON *edge__overflow_req_json(const struct node_req *r)
@@ -364,10 +364,10 @@ cJSON *edge__overflow_req_json(const struct node_req *r)
 
 /* Send r to the centers; true (r is held here until answered) or false.
 ** Any reason: a center serves it; a weak answer's run ends here first. */
-static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
+static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_take why)
 {
     struct edge_overflow *o = st;
-    if (edge__centers_live(a) == 0) return false;
+    if (edge__centers_live(node) == 0) return false;
     cJSON *j = edge__overflow_req_json(r);
     if (!j) return false;
     char *json = cJSON_PrintUnformatted(j);
@@ -401,8 +401,8 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
     bool cascade = why == NODE_TAKE_LOW_CONFIDENCE;
-    if (cascade) node__cascade_detach(a, r);    /* before the send: the relay may free r at once */
-    enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, &props);
+    if (cascade) node__cascade_detach(node, r);    /* before the send: the relay may free r at once */
+    enum ds_err rc = ds_mqtt_publish(node->mqtt, topic, json, strlen(json), 1, false, &props);
     free(json);
     if (rc != DS_OK) {                          /* take it back: the caller serves it */
         pthread_mutex_lock(&o->mu);
@@ -411,18 +411,19 @@ static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take
         pthread_mutex_unlock(&o->mu);
         if (!cascade) return false;
         /* Its run is gone: served here again from the start (no further cascade). */
-        if (!node__enqueue(a, r)) node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "center unreachable and this edge is full");
+        if (!node__enqueue(node, r))
+            node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "center unreachable and this edge is full");
         return true;
     }
-    atomic_fetch_add(&a->n_overflowed, 1);
+    atomic_fetch_add(&node->n_overflowed, 1);
     return true;
 }
 
 /* Engine loop: requests whose center died or never took them come back. */
-static void tick(struct ds_node *a, void *st, uint64_t now_ns)
+static void tick(struct ds_node *node, void *st, uint64_t now_ns)
 {
     struct edge_overflow *o = st;
-    const uint64_t accept_ns = (uint64_t)a->cfg->accept_timeout_ms * 1000000ull;
+    const uint64_t accept_ns = (uint64_t)node->cfg->accept_timeout_ms * 1000000ull;
     enum { BATCH = 64 };
     struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];
     unsigned n_back = 0;
@@ -449,15 +450,16 @@ static void tick(struct ds_node *a, void *st, uint64_t now_ns)
     for (unsigned k = 0; k < n_back; k++) {
         struct node_req *r = back[k].r;
         if (r->deadline_ns && now_ns >= r->deadline_ns) {
-            node__req_fail(a, r, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed at the center");
+            node__req_fail(node, r, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed at the center");
         } else if (back[k].relayed > 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "center lost after %u streamed chunks (%s); send the request again",
                      back[k].relayed, back[k].why);
-            node__req_fail(a, r, DS_MSG_CODE_INTERNAL, msg);
+            node__req_fail(node, r, DS_MSG_CODE_INTERNAL, msg);
         } else {
             DS_LOG(DS_LOG_WARN, "request %s: %s; serving it here", r->req.id, back[k].why);
-            if (!node__enqueue(a, r)) node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "center lost and this edge is full");
+            if (!node__enqueue(node, r))
+                node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "center lost and this edge is full");
         }
     }
 }
@@ -465,7 +467,7 @@ static void tick(struct ds_node *a, void *st, uint64_t now_ns)
 /* The broker refused a request sent to the centers (this edge's ACL):
 ** the engine loop serves it here at once, rather than after
 ** accept_timeout_ms as "no center took it". */
-static void refused(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why)
+static void refused(struct ds_node *node, void *st, const char *topic, struct ds_str corr, const char *why)
 {
     struct edge_overflow *o = st;
     (void)why;
@@ -476,7 +478,7 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
     struct pending *p = pending_find(o, k);
     if (p && !p->center[0]) p->refused = true;
     pthread_mutex_unlock(&o->mu);
-    ds_sched_wake(a->sched);
+    ds_sched_wake(node->sched);
 }
 
 const struct node_ext edge_overflow_ext = {

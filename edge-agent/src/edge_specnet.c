@@ -106,9 +106,9 @@ struct spn_req {
 
 /* ---- create / destroy ---- */
 
-static enum ds_err create(struct ds_node *a, void **st)
+static enum ds_err create(struct ds_node *node, void **st)
 {
-    const struct ds_node_config *c = a->cfg;
+    const struct ds_node_config *c = node->cfg;
     if (!c->speculate) return DS_OK;                       /* off */
     if (!c->overflow) {
         DS_LOG(DS_LOG_WARN, "[overflow] speculate needs [overflow] enabled = true: speculation off");
@@ -128,7 +128,7 @@ static enum ds_err create(struct ds_node *a, void **st)
     return DS_OK;
 }
 
-static void destroy(struct ds_node *a, void *st)
+static void destroy(struct ds_node *node, void *st)
 {
     struct edge_specnet *n = st;
     for (unsigned i = 0; i < n->n_box; i++)
@@ -141,7 +141,7 @@ static void destroy(struct ds_node *a, void *st)
 /* Paho's thread: a verdict on the relay topic (Correlation Data
 ** "spec/<session>") into its session's mailbox; anything else is the
 ** overflow's (false). */
-static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_message(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_specnet *n = st;
     size_t pl = strlen(DS_CORR_SPEC);
@@ -160,16 +160,16 @@ static bool on_message(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
         }
     }
     pthread_mutex_unlock(&n->mu);               /* unknown session: a late verdict, dropped */
-    ds_sched_wake(a->sched);
+    ds_sched_wake(node->sched);
     return true;
 }
 
 /* The relay topic is shared with edge_overflow.c: listed first, this side
 ** takes the messages of speculation sessions. */
-static void start(struct ds_node *a, void *st)
+static void start(struct ds_node *node, void *st)
 {
     struct edge_specnet *n = st;
-    node__listen(a, n->relay_topic, false, on_message, n);
+    node__listen(node, n->relay_topic, false, on_message, n);
 }
 
 static void spn_free(struct spn_req *s);
@@ -184,27 +184,27 @@ static void req_free(struct node_req *r)
 
 /* The close names our relay topic as Response Topic: the center takes a
 ** close only from the topic that opened the session. */
-static void edge_send_close(struct ds_node *a, const char *center, const char *sid)
+static void edge_send_close(struct ds_node *node, const char *center, const char *sid)
 {
-    struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
+    struct edge_specnet *n = node__ext_state(node, &edge_specnet_ext);
     char topic[192];
     snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", center);
     cJSON *j = specnet__new_msg(sid);
     cJSON_AddTrueToObject(j, "close");
     struct ds_mqtt_props p = { .response_topic = n->relay_topic };
-    specnet__publish(a, topic, &p, j);
+    specnet__publish(node, topic, &p, j);
 }
 
 /* A new session id for r; verdicts of the old one are dropped from now on. */
-static void edge_new_session(struct ds_node *a, struct node_req *r)
+static void edge_new_session(struct ds_node *node, struct node_req *r)
 {
     struct spn_req *s = r->role;
-    struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
+    struct edge_specnet *n = node__ext_state(node, &edge_specnet_ext);
     s->opens++;
     s->center[0] = '\0';
     s->waiting = s->ready = false;
     s->n_pre = 0;
-    snprintf(s->sid, sizeof s->sid, "%.64s.%llx.%llu.%u", a->cfg->node, (unsigned long long)n->nonce,
+    snprintf(s->sid, sizeof s->sid, "%.64s.%llx.%llu.%u", node->cfg->node, (unsigned long long)n->nonce,
              (unsigned long long)r->key, s->opens);
     pthread_mutex_lock(&n->mu);
     struct spn_box *b = &n->box[s->box];
@@ -216,23 +216,23 @@ static void edge_new_session(struct ds_node *a, struct node_req *r)
 
 /* Intake: a route=center request is queued here to be drafted (not relayed)
 ** while a center is live to verify. */
-static bool take(struct ds_node *a, void *st, struct node_req *r, enum node_take why)
+static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_take why)
 {
     (void)st;
     /* No live center verifies drafts of this model (none at all, or [spec]
     ** sessions = 0 on them, or its target on a GPU): edge_overflow.c relays
     ** it plainly. */
     if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner ||
-        edge__centers_verifying(a, r->req.model) == 0 || atomic_load(&((struct edge_specnet *)st)->denied))
+        edge__centers_verifying(node, r->req.model) == 0 || atomic_load(&((struct edge_specnet *)st)->denied))
         return false;
     r->owner = &edge_specnet_ext;
-    if (node__enqueue(a, r)) return true;
+    if (node__enqueue(node, r)) return true;
     r->owner = NULL;
     return false;
 }
 
 /* Engine loop: r (taken above) was admitted: set up its drafting. */
-static void admitted(struct ds_node *a, void *st, struct node_req *r)
+static void admitted(struct ds_node *node, void *st, struct node_req *r)
 {
     struct edge_specnet *n = st;
     if (r->owner != &edge_specnet_ext) return;
@@ -261,10 +261,10 @@ static void admitted(struct ds_node *a, void *st, struct node_req *r)
     s->n_ctx = s->n_prompt = (uint32_t)r->n_ids;
     /* Cost of a draft token against a round (network + target pass): a
     ** guess until measured (edge_verdict refines it). */
-    ds_spec_adapt_init(&s->ad, a->cfg->spec_k, false, 0.1f);
+    ds_spec_adapt_init(&s->ad, node->cfg->spec_k, false, 0.1f);
     r->role = s;
     r->n_fed = r->n_ids;                        /* the drafter feeds the prompt itself */
-    edge_new_session(a, r);
+    edge_new_session(node, r);
 }
 
 static void spn_free(struct spn_req *s)
@@ -285,7 +285,7 @@ static void spn_free(struct spn_req *s)
 }
 
 /* No live center to continue with: plain decoding here, from the history. */
-static void edge_go_local(struct ds_node *a, struct node_req *r)
+static void edge_go_local(struct ds_node *node, struct node_req *r)
 {
     struct spn_req *s = r->role;
     uint32_t want = s->n_ctx - 1, have = ds_seq_len(r->seq);
@@ -293,7 +293,7 @@ static void edge_go_local(struct ds_node *a, struct node_req *r)
     if (have > want) rc = ds_seq_truncate(r->seq, want);
     else if (have < want) rc = ds_engine_eval(r->v->eng, r->seq, s->ctx + have, want - have, NULL, false);
     if (rc != DS_OK) {
-        node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "center lost and the edge could not continue the text");
+        node__active_fail(node, r, DS_MSG_CODE_INTERNAL, "center lost and the edge could not continue the text");
         return;
     }
     DS_LOG(DS_LOG_WARN, "request %s: no center to verify with: decoding the rest here (%u tokens done)",
@@ -305,27 +305,27 @@ static void edge_go_local(struct ds_node *a, struct node_req *r)
 
 /* True when r goes on speculating (a new session); false when it was
 ** answered (and freed) or continues by plain decoding here. */
-static bool edge_fallback(struct ds_node *a, struct node_req *r, uint64_t now, const char *why)
+static bool edge_fallback(struct ds_node *node, struct node_req *r, uint64_t now, const char *why)
 {
     struct spn_req *s = r->role;
     DS_LOG(DS_LOG_WARN, "request %s, session %s: %s", r->req.id, s->sid, why);
-    if (s->center[0]) edge_send_close(a, s->center, s->sid);
+    if (s->center[0]) edge_send_close(node, s->center, s->sid);
     if (s->center[0] || s->target[0]) memcpy(s->avoid, s->center[0] ? s->center : s->target, sizeof s->avoid);
     if (r->deadline_ns && now >= r->deadline_ns) {
         char msg[200];
         snprintf(msg, sizeof msg, "deadline passed during speculation (%s; %u tokens streamed)", why, r->n_gen);
-        node__active_fail(a, r, DS_MSG_CODE_DEADLINE_EXCEEDED, msg);
+        node__active_fail(node, r, DS_MSG_CODE_DEADLINE_EXCEEDED, msg);
         return false;
     }
     if (ds_seq_len(r->seq) >= s->n_ctx && ds_seq_truncate(r->seq, s->n_ctx - 1) != DS_OK) {
-        node__active_fail(a, r, DS_MSG_CODE_INTERNAL, "draft cache rollback failed");
+        node__active_fail(node, r, DS_MSG_CODE_INTERNAL, "draft cache rollback failed");
         return false;
     }
-    if (s->opens < MAX_OPENS && edge__centers_verifying(a, r->req.model) > 0 && !atomic_load(&s->owner->denied)) {
-        edge_new_session(a, r);
+    if (s->opens < MAX_OPENS && edge__centers_verifying(node, r->req.model) > 0 && !atomic_load(&s->owner->denied)) {
+        edge_new_session(node, r);
         return true;
     }
-    edge_go_local(a, r);
+    edge_go_local(node, r);
     return false;
 }
 
@@ -346,7 +346,7 @@ static void edge_predraft(struct node_req *r)
 }
 
 /* Draft the next round and send it (an open while no center is pinned). */
-static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
+static void edge_send(struct ds_node *node, struct node_req *r, uint64_t now)
 {
     struct spn_req *s = r->role;
     struct edge_specnet *n = s->owner;
@@ -378,8 +378,8 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     s->target[0] = '\0';
     /* A re-open goes where it did not fail; so does an open while some live
     ** center does not verify this model (the shared open could reach it). */
-    bool direct = open && (s->opens > 1 || edge__centers_verifying(a, r->req.model) < edge__centers_live(a));
-    if (direct && edge__center_pick(a, r->req.model, s->avoid, s->target)) {
+    bool direct = open && (s->opens > 1 || edge__centers_verifying(node, r->req.model) < edge__centers_live(node));
+    if (direct && edge__center_pick(node, r->req.model, s->avoid, s->target)) {
         snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", s->target);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else if (open) {
@@ -394,15 +394,15 @@ static void edge_send(struct ds_node *a, struct node_req *r, uint64_t now)
     if (r->deadline_ns) expiry_s = (uint32_t)((r->deadline_ns - DS_MIN(r->deadline_ns, now) + 999999999ull) / 1000000000ull);
     int cl = snprintf(corr, sizeof corr, DS_CORR_SPEC "%s", s->sid);
     struct ds_mqtt_props p = { n->relay_topic, corr, (size_t)cl, expiry_s, false };
-    specnet__publish(a, topic, &p, j);
+    specnet__publish(node, topic, &p, j);
     s->waiting = true;
     s->sent_ns = now;
-    if (a->cfg->spec_pipeline) edge_predraft(r);
+    if (node->cfg->spec_pipeline) edge_predraft(r);
 }
 
 /* One verdict: 1 applied (*gone when r finished and was freed), 0 ignored
 ** (stale, or another center's answer to a repeated open), -1 failed (why). */
-static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_msg *m, bool *gone, char *why,
+static int edge_verdict(struct ds_node *node, struct node_req *r, const struct spn_msg *m, bool *gone, char *why,
                         size_t why_len)
 {
     struct spn_req *s = r->role;
@@ -414,7 +414,7 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
     if (!v.node) {
         snprintf(why, why_len, "malformed verdict (no node)");
     } else if (s->center[0] && strcmp(v.node, s->center)) {
-        if (!v.error) edge_send_close(a, v.node, s->sid);              /* took a repeated open */
+        if (!v.error) edge_send_close(node, v.node, s->sid);              /* took a repeated open */
         rc = 0;
     } else if (v.error) {
         snprintf(why, why_len, "center %s refused: %s", v.node, v.message ? v.message : "(no message)");
@@ -449,17 +449,17 @@ static int edge_verdict(struct ds_node *a, struct node_req *r, const struct spn_
         rc = 1;
         for (uint32_t i = 0; i <= acc && !*gone; i++) {
             s->ctx[s->n_ctx++] = t[i];
-            *gone = node__on_sampled(a, r, t[i], 0.0f);
+            *gone = node__on_sampled(node, r, t[i], 0.0f);
         }
     }
     cJSON_Delete(j);
     return rc;
 }
 
-static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
+static void edge_run(struct ds_node *node, struct node_req *r, uint64_t now)
 {
     struct spn_req *s = r->role;
-    struct edge_specnet *n = node__ext_state(a, &edge_specnet_ext);
+    struct edge_specnet *n = node__ext_state(node, &edge_specnet_ext);
     if (s->waiting) {
         struct spn_msg got[MAILBOX_MAX];
         pthread_mutex_lock(&n->mu);
@@ -472,71 +472,71 @@ static void edge_run(struct ds_node *a, struct node_req *r, uint64_t now)
         bool gone = false;
         char why[400] = "";
         for (unsigned i = 0; i < cnt; i++) {
-            if (res == 0) res = edge_verdict(a, r, &got[i], &gone, why, sizeof why);
+            if (res == 0) res = edge_verdict(node, r, &got[i], &gone, why, sizeof why);
             specnet__msg_free(&got[i]);
         }
         if (gone) return;
-        if (res < 0 && !edge_fallback(a, r, now, why)) return;
+        if (res < 0 && !edge_fallback(node, r, now, why)) return;
         if (res == 0) {
-            uint64_t timeout = (uint64_t)a->cfg->spec_timeout_ms * 1000000ull;
+            uint64_t timeout = (uint64_t)node->cfg->spec_timeout_ms * 1000000ull;
             if (atomic_load(&n->denied))
                 snprintf(why, sizeof why, "the broker refused this edge's speculation messages (its ACL)");
-            else if (s->center[0] && !edge__center_online(a, s->center))
+            else if (s->center[0] && !edge__center_online(node, s->center))
                 snprintf(why, sizeof why, "center %s went offline", s->center);
             else if (now - s->sent_ns > timeout)
                 snprintf(why, sizeof why, "no verdict from %s within %u ms", s->center[0] ? s->center : "any center",
-                         a->cfg->spec_timeout_ms);
+                         node->cfg->spec_timeout_ms);
             else if (r->deadline_ns && now >= r->deadline_ns)
                 snprintf(why, sizeof why, "no verdict from %s before the deadline", s->center[0] ? s->center : "any center");
             else
                 return;
-            if (!edge_fallback(a, r, now, why)) return;
+            if (!edge_fallback(node, r, now, why)) return;
         }
     }
-    if (!s->waiting) edge_send(a, r, now);
+    if (!s->waiting) edge_send(node, r, now);
 }
 
 /* Each running request drafted here takes its turn (it may be answered). */
-static bool run_one(struct ds_node *a, struct node_req *r, void *ud)
+static bool run_one(struct ds_node *node, struct node_req *r, void *ud)
 {
-    if (r->owner == &edge_specnet_ext && r->role) edge_run(a, r, *(const uint64_t *)ud);
+    if (r->owner == &edge_specnet_ext && r->role) edge_run(node, r, *(const uint64_t *)ud);
     return true;
 }
 
-static void tick(struct ds_node *a, void *st, uint64_t now)
+static void tick(struct ds_node *node, void *st, uint64_t now)
 {
     (void)st;
-    node__req_each(a, run_one, &now);
+    node__req_each(node, run_one, &now);
 }
 
 /* Whether r waits for a center's verdict; false stops the walk. */
-static bool is_waiting(struct ds_node *a, struct node_req *r, void *ud)
+static bool is_waiting(struct ds_node *node, struct node_req *r, void *ud)
 {
-    (void)a;
+    (void)node;
     bool *all = ud;
     *all = r->owner == &edge_specnet_ext && ((const struct spn_req *)r->role)->waiting;
     return *all;
 }
 
 /* Engine loop, every running request drafted here: wait for a verdict. */
-static void idle(struct ds_node *a, void *st)
+static void idle(struct ds_node *node, void *st)
 {
     (void)st;
     bool all = true;
-    node__req_each(a, is_waiting, &all);
+    node__req_each(node, is_waiting, &all);
     if (!all) return;
     /* Every slot taken: queued work cannot start, and ds_sched_wait would
     ** return at once because of it; poll the verdicts each millisecond. */
-    if (node__running(a) >= a->cfg->max_active) {
+    if (node__running(node) >= node->cfg->max_active) {
         struct timespec ts = { 0, 1000000 };
         nanosleep(&ts, NULL);
     } else {
-        ds_sched_wait(a->sched, 20);            /* a verdict or new work wakes it */
+        ds_sched_wait(node->sched, 20);            /* a verdict or new work wakes it */
     }
 }
 
 /* finish(): served_by and usage of a speculative answer; closes its center session. */
-static void final(struct ds_node *a, void *st, struct node_req *r, struct ds_msg_final *f)
+static void final(struct ds_node *node, void *st, struct node_req *r, struct ds_msg_final *f)
 {
     (void)st;
     struct spn_req *s = r->role;
@@ -546,14 +546,14 @@ static void final(struct ds_node *a, void *st, struct node_req *r, struct ds_msg
            (unsigned long long)s->pre_tries);
     if (!s->center[0]) return;
     f->served_by = (struct ds_msg_served_by){ s->center, DS_MSG_ROLE_CENTER, r->m->cfg->name, s->version, s->precision };
-    edge_send_close(a, s->center, s->sid);
+    edge_send_close(node, s->center, s->sid);
 }
 
 /* Paho's thread: the broker refused an open or a round (this edge may not
 ** publish to dspark/v1/center/spec/ or .../session/): every session goes
 ** on by plain decoding here at the next turn, and none opens again, rather
 ** than each waiting spec_timeout_ms per try. */
-static void refused(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why)
+static void refused(struct ds_node *node, void *st, const char *topic, struct ds_str corr, const char *why)
 {
     struct edge_specnet *n = st;
     (void)corr, (void)why;
@@ -562,14 +562,14 @@ static void refused(struct ds_node *a, void *st, const char *topic, struct ds_st
         return;
     if (!atomic_exchange(&n->denied, true))
         DS_LOG(DS_LOG_ERROR, "speculation with the centers is off until restart: the broker refused %s", topic);
-    ds_sched_wake(a->sched);
+    ds_sched_wake(node->sched);
 }
 
 /* Speculation figures, from the first turn on (before any round). */
-static void telemetry(struct ds_node *a, void *st, struct cJSON *obj)
+static void telemetry(struct ds_node *node, void *st, struct cJSON *obj)
 {
     (void)st;
-    node__telemetry_spec(a, obj);
+    node__telemetry_spec(node, obj);
 }
 
 const struct node_ext edge_specnet_ext = {

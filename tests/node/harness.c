@@ -39,9 +39,9 @@ struct gate {
     bool            parked;
 };
 
-static enum ds_err gate_create(struct ds_node *a, void **st)
+static enum ds_err gate_create(struct ds_node *node, void **st)
 {
-    (void)a;
+    (void)node;
     struct gate *g = calloc(1, sizeof *g);
     if (!g) return DS_ERR_NOMEM;
     pthread_mutex_init(&g->mu, NULL);
@@ -51,21 +51,21 @@ static enum ds_err gate_create(struct ds_node *a, void **st)
     return DS_OK;
 }
 
-static void gate_destroy(struct ds_node *a, void *st)
+static void gate_destroy(struct ds_node *node, void *st)
 {
-    (void)a;
+    (void)node;
     struct gate *g = st;
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
-static void gate_tick(struct ds_node *a, void *st, uint64_t now_ns)
+static void gate_tick(struct ds_node *node, void *st, uint64_t now_ns)
 {
     (void)now_ns;
     struct gate *g = st;
     pthread_mutex_lock(&g->mu);
-    while (g->hold && g->budget == 0 && !atomic_load(&a->stop)) {
+    while (g->hold && g->budget == 0 && !atomic_load(&node->stop)) {
         g->parked = true;
         pthread_cond_broadcast(&g->cv);
         pthread_cond_wait(&g->cv, &g->mu);
@@ -73,7 +73,7 @@ static void gate_tick(struct ds_node *a, void *st, uint64_t now_ns)
     if (g->hold && g->budget) g->budget--;
     g->parked = false;
     pthread_mutex_unlock(&g->mu);
-    ds_sched_wake(a->sched);                 /* an idle turn the test asked for: no 100 ms nap */
+    ds_sched_wake(node->sched);                 /* an idle turn the test asked for: no 100 ms nap */
 }
 
 static const struct node_ext gate_ext = {

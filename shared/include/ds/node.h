@@ -141,17 +141,17 @@ struct ds_node_role;
 ** and updated in place by reloads; role is BORROWED (static in a main.c). */
 DS_MUST_CHECK enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path,
                                          const struct ds_node_role *role, struct ds_node **out);
-void ds_node_destroy(struct ds_node *a);
+void ds_node_destroy(struct ds_node *node);
 /* Connect, serve until ds_node_stop(), then drain: stop taking requests,
 ** answer every accepted one, publish "offline", disconnect. */
-DS_MUST_CHECK enum ds_err ds_node_run(struct ds_node *a);
-void ds_node_stop(struct ds_node *a);
+DS_MUST_CHECK enum ds_err ds_node_run(struct ds_node *node);
+void ds_node_stop(struct ds_node *node);
 /* Ask the loop to re-read the config file (reloadable keys only). */
-void ds_node_reload(struct ds_node *a);
+void ds_node_reload(struct ds_node *node);
 /* What a failed health check calls, from the health thread, after its alert
 ** is out: the daemons exit with status (systemd restarts them); without a
 ** hook the node stops as on ds_node_stop. */
-void ds_node_on_fatal(struct ds_node *a, void (*fn)(int status));
+void ds_node_on_fatal(struct ds_node *node, void (*fn)(int status));
 
 /* A request's absolute deadline (ds_now_ns clock; 0 = none): the earlier of
 ** its MQTT 5 Message Expiry Interval (as the broker forwarded it, so time

@@ -42,11 +42,11 @@
 
 /* Every running request waits for the role (nothing to compute): let it
 ** wait without spinning. */
-static void role_idle(struct ds_node *a)
+static void role_idle(struct ds_node *node)
 {
-    for (unsigned i = 0; i < a->n_active; i++)
-        if (!a->active[i]->role) return;
-    node__ext_idle(a);
+    for (unsigned i = 0; i < node->n_active; i++)
+        if (!node->active[i]->role) return;
+    node__ext_idle(node);
 }
 
 /* Subscribe every route (on), or unsubscribe those that stop when draining.
@@ -54,12 +54,13 @@ static void role_idle(struct ds_node *a)
 ** stay subscribed: the session must hold them while the node is down, so
 ** that the broker keeps the requests sent meanwhile for the next run;
 ** requests that arrive while draining are answered "overloaded". */
-static void listen_all(struct ds_node *a, bool on)
+static void listen_all(struct ds_node *node, bool on)
 {
-    for (unsigned i = 0; i < a->n_routes; i++) {
-        const struct node_route *rt = &a->routes[i];
-        if (!on && (!rt->drain_stop || a->cfg->session_expiry_s)) continue;
-        enum ds_err rc = on ? ds_mqtt_subscribe(a->mqtt, rt->filter, 1) : ds_mqtt_unsubscribe(a->mqtt, rt->filter);
+    for (unsigned i = 0; i < node->n_routes; i++) {
+        const struct node_route *rt = &node->routes[i];
+        if (!on && (!rt->drain_stop || node->cfg->session_expiry_s)) continue;
+        enum ds_err rc = on ? ds_mqtt_subscribe(node->mqtt, rt->filter, 1)
+                            : ds_mqtt_unsubscribe(node->mqtt, rt->filter);
         if (rc != DS_OK) DS_LOG(DS_LOG_WARN, "%s %s failed", on ? "subscribe" : "unsubscribe", rt->filter);
     }
 }
@@ -73,31 +74,31 @@ static uint64_t unix_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-void node__status_again(struct ds_node *a) { atomic_store(&a->announce, true); }
+void node__status_again(struct ds_node *node) { atomic_store(&node->announce, true); }
 
-static void publish_status(struct ds_node *a, enum ds_msg_state state)
+static void publish_status(struct ds_node *node, enum ds_msg_state state)
 {
-    struct ds_msg_status st = { a->cfg->node, state, a->cfg->role, unix_ms(), NULL, 0 };
-    node__ext_status(a, &st);           /* the role's fields (a center's "verifies") */
+    struct ds_msg_status st = { node->cfg->node, state, node->cfg->role, unix_ms(), NULL, 0 };
+    node__ext_status(node, &st);           /* the role's fields (a center's "verifies") */
     char *json;
     size_t len;
     if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
-    if (ds_mqtt_publish(a->mqtt, a->status_topic, json, len, 1, true, NULL) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "could not publish status to %s", a->status_topic);
+    if (ds_mqtt_publish(node->mqtt, node->status_topic, json, len, 1, true, NULL) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "could not publish status to %s", node->status_topic);
     free(json);
 }
 
 static void on_connection(void *ud, bool connected)
 {
-    struct ds_node *a = ud;
+    struct ds_node *node = ud;
     /* "online" only once this connection's subscriptions hold: a center
     ** seen online before its request filter is in place would lose the
     ** first requests an edge sends it. The engine loop says it. */
     if (connected) {
-        atomic_store(&a->announce, true);
-        if (a->sched) ds_sched_wake(a->sched);
+        atomic_store(&node->announce, true);
+        if (node->sched) ds_sched_wake(node->sched);
     }
-    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", a->cfg->mqtt_uri,
+    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", node->cfg->mqtt_uri,
            connected ? "connected" : "connection lost; reconnecting");
 }
 
@@ -106,59 +107,59 @@ static void on_connection(void *ud, bool connected)
 ** which may act on what they sent (the edge serves a refused overflow). */
 static void on_refused(void *ud, const char *topic, struct ds_str corr, const char *why)
 {
-    struct ds_node *a = ud;
+    struct ds_node *node = ud;
     DS_LOG_LIMITED(DS_LOG_WARN, "the broker refused this node's publish to %s (%s): may its identity publish there? "
-           "(deploy/mosquitto/mkacl.sh lists what the %s role may)", topic, why, ds_msg_role_name(a->cfg->role));
-    node__ext_refused(a, topic, corr, why);
+           "(deploy/mosquitto/mkacl.sh lists what the %s role may)", topic, why, ds_msg_role_name(node->cfg->role));
+    node__ext_refused(node, topic, corr, why);
 }
 
 /* ---- engine loop ---- */
 
-void node__req_each(struct ds_node *a, node_req_fn fn, void *ud)
+void node__req_each(struct ds_node *node, node_req_fn fn, void *ud)
 {
-    for (unsigned i = a->n_active; i-- > 0;)
-        if (i < a->n_active && !fn(a, a->active[i], ud)) return;
+    for (unsigned i = node->n_active; i-- > 0;)
+        if (i < node->n_active && !fn(node, node->active[i], ud)) return;
 }
 
-unsigned node__running(const struct ds_node *a) { return a->n_active; }
+unsigned node__running(const struct ds_node *node) { return node->n_active; }
 
 /* Sample one token from logits and handle it. */
-static bool on_token(struct ds_node *a, struct node_req *r, const float *logits)
+static bool on_token(struct ds_node *node, struct node_req *r, const float *logits)
 {
     float lp = 0.0f;
     int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
-    return node__on_sampled(a, r, tok, lp);
+    return node__on_sampled(node, r, tok, lp);
 }
 
-static bool start(struct ds_node *a, struct node_req *r);
+static bool start(struct ds_node *node, struct node_req *r);
 
 /* Take a queued request into a running slot on the version chosen now (and
 ** its shadow copy onto the candidate): tokenize, check, allocate. */
-static void admit(struct ds_node *a, struct node_req *r)
+static void admit(struct ds_node *node, struct node_req *r)
 {
     r->start_ns = ds_now_ns();
-    node__rollout_pick(a, r);
+    node__rollout_pick(node, r);
     DS_LOG(DS_LOG_DEBUG, "request %s: admitted", r->req.id);
-    if (node__take_cancel(a, r)) {
-        a->active[a->n_active++] = r;
-        node__finish(a, r, DS_MSG_FINISH_CANCELLED);
+    if (node__take_cancel(node, r)) {
+        node->active[node->n_active++] = r;
+        node__finish(node, r, DS_MSG_FINISH_CANCELLED);
         return;
     }
-    if (!start(a, r)) return;
-    struct node_req *s = node__rollout_mirror(a, r);
-    if (s && start(a, s)) a->n_mirrors++;
+    if (!start(node, r)) return;
+    struct node_req *s = node__rollout_mirror(node, r);
+    if (s && start(node, s)) node->n_mirrors++;
 }
 
 /* Tokenize, check and allocate r's run on its version; false (r answered
 ** and freed) when it cannot run. */
-static bool start(struct ds_node *a, struct node_req *r)
+static bool start(struct ds_node *node, struct node_req *r)
 {
     struct node_version *v = r->v;
     char why[320];
     struct node_prompt p;
     enum ds_msg_code code = node__prompt_text(v, &r->req, &p, why, sizeof why);
     if (code != DS_MSG_CODE_COUNT) {
-        node__req_fail(a, r, code, why);
+        node__req_fail(node, r, code, why);
         return false;
     }
     size_t cap = p.len + 3;
@@ -167,18 +168,18 @@ static bool start(struct ds_node *a, struct node_req *r)
     bool ok = r->ids && node__prompt_encode(v, &p, r->ids, cap, &r->n_ids) == DS_OK;
     node__prompt_free(&p);
     if (!ok) {
-        node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
+        node__req_fail(node, r, DS_MSG_CODE_INTERNAL, "prompt could not be tokenized");
         return false;
     }
     if (r->n_ids == 0) {                        /* a model that adds no BOS, and an empty prompt */
-        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "prompt: empty, and this model starts from no BOS token");
+        node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "prompt: empty, and this model starts from no BOS token");
         return false;
     }
     uint32_t ctx = ds_engine_max_ctx(v->eng);
     if (r->n_ids + 1 >= ctx) {
         char msg[160];
         snprintf(msg, sizeof msg, "prompt: %zu tokens; the context holds %u", r->n_ids, ctx);
-        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, msg);
+        node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, msg);
         return false;
     }
     struct ds_sampler_params sp = r->req.sampling;
@@ -186,37 +187,37 @@ static bool start(struct ds_node *a, struct node_req *r)
     if (sp.top_k > ds_engine_config(v->eng)->vocab_size) sp.top_k = 0;
     r->sp = sp;
     if (ds_seq_create(v->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(v->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
-        node__req_fail(a, r, DS_MSG_CODE_INTERNAL, "out of memory");
+        node__req_fail(node, r, DS_MSG_CODE_INTERNAL, "out of memory");
         return false;
     }
     ds_tok_stream_init(&r->st);
     r->st.prev = r->ids[r->n_ids - 1];
-    a->active[a->n_active++] = r;
+    node->active[node->n_active++] = r;
     /* The role hears of it: a center tells the relaying edge, an edge
     ** starts drafting a request it queued for speculation. */
-    if (!r->mirror) node__ext_admitted(a, r);
+    if (!r->mirror) node__ext_admitted(node, r);
     return true;
 }
 
 /* One step for one loaded version: a decode row for every sequence running
 ** on it, plus prompt chunks for those still prefilling, in one forward pass. */
-static void step_version(struct ds_node *a, struct node_version *v)
+static void step_version(struct ds_node *node, struct node_version *v)
 {
-    if (v->spec && node__spec_step(a, v)) return;
+    if (v->spec && node__spec_step(node, v)) return;
     struct ds_batch_row rows[1024];
     struct node_req *owner[1024];    /* request of each row that wants logits */
     size_t n = 0, n_logits = 0;
     uint32_t budget = DS_MIN(v->max_batch, (uint32_t)DS_ARRAY_LEN(rows));
-    for (unsigned i = 0; i < a->n_active && n < budget; i++) {
-        struct node_req *r = a->active[i];
+    for (unsigned i = 0; i < node->n_active && n < budget; i++) {
+        struct node_req *r = node->active[i];
         if (r->v != v || r->n_fed < r->n_ids || r->role) continue;
         rows[n++] = (struct ds_batch_row){ r->seq, r->last, true };
         owner[n_logits++] = r;
     }
-    for (unsigned i = 0; i < a->n_active && n < budget; i++) {
-        struct node_req *r = a->active[i];
+    for (unsigned i = 0; i < node->n_active && n < budget; i++) {
+        struct node_req *r = node->active[i];
         if (r->v != v || r->n_fed >= r->n_ids) continue;
-        size_t k = DS_MIN(DS_MIN(r->n_ids - r->n_fed, (size_t)a->cfg->prefill_chunk), budget - n);
+        size_t k = DS_MIN(DS_MIN(r->n_ids - r->n_fed, (size_t)node->cfg->prefill_chunk), budget - n);
         for (size_t t = 0; t < k; t++) {
             bool last = r->n_fed + t + 1 == r->n_ids;
             rows[n++] = (struct ds_batch_row){ r->seq, r->ids[r->n_fed + t], last };
@@ -227,44 +228,45 @@ static void step_version(struct ds_node *a, struct node_version *v)
     if (n == 0) return;
     if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
     enum ds_err rc = ds_engine_forward(v->eng, rows, n, v->logits);
-    if (rc == DS_OK) a->step_tokens += n_logits;
+    if (rc == DS_OK) node->step_tokens += n_logits;
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
-        for (unsigned i = a->n_active; i-- > 0;)
-            if (a->active[i]->v == v && !a->active[i]->role)
-                node__active_fail(a, a->active[i], DS_MSG_CODE_INTERNAL, "the engine failed");
+        for (unsigned i = node->n_active; i-- > 0;)
+            if (node->active[i]->v == v && !node->active[i]->role)
+                node__active_fail(node, node->active[i], DS_MSG_CODE_INTERNAL, "the engine failed");
         return;
     }
     const uint32_t V = ds_engine_config(v->eng)->vocab_size;
-    for (size_t k = 0; k < n_logits; k++) on_token(a, owner[k], v->logits + k * V);
+    for (size_t k = 0; k < n_logits; k++) on_token(node, owner[k], v->logits + k * V);
 }
 
 static bool queued_cancelled(const struct ds_sched_item *it, void *ud) { return node__take_cancel(ud, it->user); }
 
 /* Cancels that arrived since the last turn: running requests stop now, and
 ** queued ones are answered at once rather than when they reach a slot. */
-static void cancel_running(struct ds_node *a)
+static void cancel_running(struct ds_node *node)
 {
-    for (unsigned i = a->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
-        if (!a->active[i]->mirror && node__take_cancel(a, a->active[i])) node__finish(a, a->active[i], DS_MSG_FINISH_CANCELLED);
+    for (unsigned i = node->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
+        if (!node->active[i]->mirror && node__take_cancel(node, node->active[i]))
+            node__finish(node, node->active[i], DS_MSG_FINISH_CANCELLED);
     struct ds_sched_item it;
-    if (!atomic_exchange(&a->cancel_new, false)) return;
-    while (a->n_active < 2 * a->cfg->max_active && ds_sched_take_if(a->sched, queued_cancelled, a, &it)) {
+    if (!atomic_exchange(&node->cancel_new, false)) return;
+    while (node->n_active < 2 * node->cfg->max_active && ds_sched_take_if(node->sched, queued_cancelled, node, &it)) {
         struct node_req *r = it.user;               /* as admit() answers a cancelled one: no compute */
         r->start_ns = ds_now_ns();
-        node__rollout_pick(a, r);
-        a->active[a->n_active++] = r;
-        node__finish(a, r, DS_MSG_FINISH_CANCELLED);
+        node__rollout_pick(node, r);
+        node->active[node->n_active++] = r;
+        node__finish(node, r, DS_MSG_FINISH_CANCELLED);
     }
 }
 
 static double ratio(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
 
-void node__telemetry_spec(struct ds_node *a, cJSON *obj)
+void node__telemetry_spec(struct ds_node *node, cJSON *obj)
 {
     if (cJSON_GetObjectItemCaseSensitive(obj, "spec")) return;
-    uint64_t rounds = atomic_load(&a->spec_rounds), drafted = atomic_load(&a->spec_drafted),
-             accepted = atomic_load(&a->spec_accepted);
+    uint64_t rounds = atomic_load(&node->spec_rounds), drafted = atomic_load(&node->spec_drafted),
+             accepted = atomic_load(&node->spec_accepted);
     cJSON *sp = cJSON_AddObjectToObject(obj, "spec");
     if (!sp) return;
     cJSON_AddNumberToObject(sp, "rounds", (double)rounds);
@@ -285,13 +287,13 @@ void node__telemetry_spec(struct ds_node *a, cJSON *obj)
 /* KV pool use of every loaded engine, and speculation where a version
 ** speculates or rounds were counted (schemas/telemetry.schema.json: kv,
 ** spec; the role adds "spec" where it speculates: node__telemetry_spec). */
-static void telemetry_kv_spec(struct ds_node *a, cJSON *obj)
+static void telemetry_kv_spec(struct ds_node *node, cJSON *obj)
 {
     uint64_t used = 0, total = 0;
     bool speculates = false;
-    for (unsigned i = 0; i < a->n_models; i++)
-        for (unsigned k = 0; k < a->models[i].n_vers; k++) {
-            const struct node_version *v = a->models[i].vers[k];
+    for (unsigned i = 0; i < node->n_models; i++)
+        for (unsigned k = 0; k < node->models[i].n_vers; k++) {
+            const struct node_version *v = node->models[i].vers[k];
             const struct ds_engine *engs[2] = { v->eng, v->draft_eng };
             for (int e = 0; e < 2; e++) {
                 if (!engs[e]) continue;
@@ -308,33 +310,34 @@ static void telemetry_kv_spec(struct ds_node *a, cJSON *obj)
         cJSON_AddNumberToObject(kv, "total_blocks", (double)total);
         cJSON_AddNumberToObject(kv, "used_ratio", total ? (double)used / (double)total : 0.0);
     }
-    if (speculates || atomic_load(&a->spec_rounds)) node__telemetry_spec(a, obj);
+    if (speculates || atomic_load(&node->spec_rounds)) node__telemetry_spec(node, obj);
 }
 
-static void publish_telemetry(struct ds_node *a)
+static void publish_telemetry(struct ds_node *node)
 {
     struct ds_metrics_snap s;
-    ds_metrics_snapshot(&a->metrics, ds_now_ns(), &s);
+    ds_metrics_snapshot(&node->metrics, ds_now_ns(), &s);
     struct ds_msg_model_info info[DS_NODE_MAX_MODELS];
-    for (unsigned i = 0; i < a->n_models; i++)
-        info[i] = (struct ds_msg_model_info){ a->models[i].cfg->name, a->models[i].active->version,
-                                              ds_precision_name(ds_engine_precision(a->models[i].active->eng)),
-                                              ds_chat_tmpl_name(a->models[i].active->chat) };
+    for (unsigned i = 0; i < node->n_models; i++)
+        info[i] = (struct ds_msg_model_info){ node->models[i].cfg->name, node->models[i].active->version,
+                                              ds_precision_name(ds_engine_precision(node->models[i].active->eng)),
+                                              ds_chat_tmpl_name(node->models[i].active->chat) };
     double le[DS_HIST_LE_N];
     uint64_t counts[DS_HIST_LE_N + 1];
     ds_hist_export(&s.total_ms, le, counts);
     struct ds_msg_telemetry t = {
-        .node = a->cfg->node, .role = a->cfg->role, .ts_ms = unix_ms(),
+        .node = node->cfg->node, .role = node->cfg->role, .ts_ms = unix_ms(),
         .uptime_s = s.uptime_s,
         .requests_per_s = s.requests_per_s, .tokens_per_s = s.tokens_per_s,
-        .overflow_ratio = ratio(atomic_load(&a->n_overflowed) - atomic_load(&a->n_cascaded), atomic_load(&a->n_taken)),
-        .cascade_ratio = ratio(atomic_load(&a->n_cascaded), atomic_load(&a->n_taken)),
+        .overflow_ratio = ratio(atomic_load(&node->n_overflowed) - atomic_load(&node->n_cascaded),
+                                atomic_load(&node->n_taken)),
+        .cascade_ratio = ratio(atomic_load(&node->n_cascaded), atomic_load(&node->n_taken)),
         .p50_ms = ds_hist_quantile(&s.total_ms, 0.5), .p90_ms = ds_hist_quantile(&s.total_ms, 0.9),
         .p99_ms = ds_hist_quantile(&s.total_ms, 0.99),
         .hist_le_ms = le, .hist_counts = counts, .n_hist = DS_HIST_LE_N,
-        .models = info, .n_models = a->n_models, .kernel = ds_engine_kernel(a->models[0].active->eng),
+        .models = info, .n_models = node->n_models, .kernel = ds_engine_kernel(node->models[0].active->eng),
     };
-    for (int i = 0; i < DS_TIER_COUNT; i++) t.queue_depth[i] = ds_sched_depth(a->sched, (enum ds_tier)i);
+    for (int i = 0; i < DS_TIER_COUNT; i++) t.queue_depth[i] = ds_sched_depth(node->sched, (enum ds_tier)i);
     for (int i = 0; i < DS_MSG_CODE_COUNT && i < DS_METRICS_N_ERRORS; i++) t.errors[i] = s.errors[i];
     cJSON *obj;
     if (ds_msg_telemetry_build(&t, &obj) != DS_OK) return;
@@ -351,13 +354,13 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(o, "p99", ds_hist_quantile(extra[i].h, 0.99));
         cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
     }
-    cJSON_AddNumberToObject(obj, "active", a->n_active - a->n_mirrors);
-    telemetry_kv_spec(a, obj);
-    cJSON_AddNumberToObject(obj, "duplicates", (double)atomic_load(&a->dedupe.duplicates));
-    cJSON_AddNumberToObject(obj, "reanswered", (double)atomic_load(&a->dedupe.reanswered));
+    cJSON_AddNumberToObject(obj, "active", node->n_active - node->n_mirrors);
+    telemetry_kv_spec(node, obj);
+    cJSON_AddNumberToObject(obj, "duplicates", (double)atomic_load(&node->dedupe.duplicates));
+    cJSON_AddNumberToObject(obj, "reanswered", (double)atomic_load(&node->dedupe.reanswered));
     /* What the broker connection went through (README "Operations"). */
     struct ds_mqtt_stats ms;
-    ds_mqtt_stats(a->mqtt, &ms);
+    ds_mqtt_stats(node->mqtt, &ms);
     cJSON *mq = cJSON_AddObjectToObject(obj, "mqtt");
     if (mq) {
         cJSON_AddNumberToObject(mq, "connects", (double)ms.connects);
@@ -369,34 +372,34 @@ static void publish_telemetry(struct ds_node *a)
         cJSON_AddNumberToObject(mq, "renewed", (double)ms.renewed);
         cJSON_AddNumberToObject(mq, "failed", (double)ms.failed);
     }
-    node__rollout_telemetry(a, obj);
-    if (a->fetch) node__fetch_telemetry(a, obj);
-    node__ext_telemetry(a, obj);
+    node__rollout_telemetry(node, obj);
+    if (node->fetch) node__fetch_telemetry(node, obj);
+    node__ext_telemetry(node, obj);
     if (ds_metrics_telemetry_add(&s, obj) != DS_OK) DS_LOG(DS_LOG_DEBUG, "telemetry: histograms left out (out of memory)");
     ds_metrics_json_round(obj);
     char *json;
     size_t len;
     if (ds_msg_json_print(obj, &json, &len) == DS_OK) {
         struct ds_mqtt_props best_effort = { .best_effort = true };   /* stale by the reconnect */
-        if (ds_mqtt_publish(a->mqtt, a->telemetry_topic, json, len, 0, true, &best_effort) != DS_OK)
+        if (ds_mqtt_publish(node->mqtt, node->telemetry_topic, json, len, 0, true, &best_effort) != DS_OK)
             DS_LOG(DS_LOG_DEBUG, "telemetry not published (not connected)");
         free(json);
     }
     cJSON_Delete(obj);
 }
 
-enum ds_err ds_node_run(struct ds_node *a)
+enum ds_err ds_node_run(struct ds_node *node)
 {
     /* Who handles what, fixed before the first message can arrive. */
-    node__intake_listen(a);
-    node__rollout_listen(a);
-    if (a->fetch) node__fetch_listen(a);
-    node__ext_start(a);
-    enum ds_err rc = ds_mqtt_connect(a->mqtt);
+    node__intake_listen(node);
+    node__rollout_listen(node);
+    if (node->fetch) node__fetch_listen(node);
+    node__ext_start(node);
+    enum ds_err rc = ds_mqtt_connect(node->mqtt);
     if (rc != DS_OK) return rc;
-    listen_all(a, true);
-    DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(a->cfg->role), a->cfg->node,
-           a->n_models, a->cfg->mqtt_uri);
+    listen_all(node, true);
+    DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(node->cfg->role), node->cfg->node,
+           node->n_models, node->cfg->mqtt_uri);
     /* READY=1 once the models are loaded (ds_node_create) and the broker has
     ** accepted us (ds_mqtt_connect returns at once and connects in the
     ** background). The loop feeds the watchdog, so a wedged engine stops the
@@ -405,112 +408,112 @@ enum ds_err ds_node_run(struct ds_node *a)
     node_notify_init(&nfy);
     bool ready = false;
     uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
-    node__health_start(a);
+    node__health_start(node);
     for (;;) {
-        atomic_store(&a->beat_ns, ds_now_ns());     /* the health thread's stall check */
+        atomic_store(&node->beat_ns, ds_now_ns());     /* the health thread's stall check */
         if (!ready) {
             struct ds_mqtt_stats ms;
-            ds_mqtt_stats(a->mqtt, &ms);
+            ds_mqtt_stats(node->mqtt, &ms);
             if (ms.connected) ready = node_notify_send(&nfy, "READY=1\nSTATUS=serving") || true;
         }
-        while (ready && nfy.wedge && !atomic_load(&a->stop)) usleep(100000);   /* test hook: no pings */
+        while (ready && nfy.wedge && !atomic_load(&node->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());
-        if (atomic_load(&a->announce) && ds_mqtt_wait_subscribed(a->mqtt, 0) != DS_ERR_TIMEOUT &&
-            atomic_exchange(&a->announce, false) && !atomic_load(&a->draining))
-            publish_status(a, DS_MSG_STATE_ONLINE);
-        if (atomic_load(&a->stop) && !atomic_load(&a->draining)) {
+        if (atomic_load(&node->announce) && ds_mqtt_wait_subscribed(node->mqtt, 0) != DS_ERR_TIMEOUT &&
+            atomic_exchange(&node->announce, false) && !atomic_load(&node->draining))
+            publish_status(node, DS_MSG_STATE_ONLINE);
+        if (atomic_load(&node->stop) && !atomic_load(&node->draining)) {
             node_notify_send(&nfy, "STOPPING=1");
-            atomic_store(&a->draining, true);
+            atomic_store(&node->draining, true);
             drain_start = ds_now_ns();
-            listen_all(a, false);
-            DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", a->n_active);
+            listen_all(node, false);
+            DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", node->n_active);
         }
-        if (atomic_exchange(&a->reload, false) && a->cfg_path) {
+        if (atomic_exchange(&node->reload, false) && node->cfg_path) {
             node_notify_send(&nfy, "RELOADING=1");
-            if (ds_node_config_load(a->cfg, a->cfg_path, true) == DS_OK) {
-                node__cfg_publish(a);
-                ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(a->cfg->log_level));
-                DS_LOG(DS_LOG_INFO, "config reloaded from %s", a->cfg_path);
+            if (ds_node_config_load(node->cfg, node->cfg_path, true) == DS_OK) {
+                node__cfg_publish(node);
+                ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(node->cfg->log_level));
+                DS_LOG(DS_LOG_INFO, "config reloaded from %s", node->cfg_path);
             }
             if (ready) node_notify_send(&nfy, "READY=1");
         }
         uint64_t now = ds_now_ns();
         struct ds_sched_item it;
-        while (ds_sched_pop_expired(a->sched, now, &it))
-            node__req_fail(a, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
-        cancel_running(a);
-        node__rollout_tick(a, now);
-        node__ext_tick(a, now);
+        while (ds_sched_pop_expired(node->sched, now, &it))
+            node__req_fail(node, it.user, DS_MSG_CODE_DEADLINE_EXCEEDED, "deadline passed while queued; not computed");
+        cancel_running(node);
+        node__rollout_tick(node, now);
+        node__ext_tick(node, now);
         /* Up to max_active sequences; the last reserve_high of them only for
         ** high-priority work, so a flood of long low streams never makes a
         ** high request wait for one of them to end. */
-        for (unsigned run; (run = a->n_active - a->n_mirrors) < a->cfg->max_active;) {
-            bool open = run + a->cfg->reserve_high < a->cfg->max_active;
-            if (!ds_sched_pop_upto(a->sched, now, open ? DS_TIER_LOW : DS_TIER_HIGH, &it)) break;
-            admit(a, it.user);
+        for (unsigned run; (run = node->n_active - node->n_mirrors) < node->cfg->max_active;) {
+            bool open = run + node->cfg->reserve_high < node->cfg->max_active;
+            if (!ds_sched_pop_upto(node->sched, now, open ? DS_TIER_LOW : DS_TIER_HIGH, &it)) break;
+            admit(node, it.user);
         }
         /* Tokens per second of the whole loop (sampling and publishing
         ** included): what admission divides queued work by. */
         uint64_t s0 = ds_now_ns();
-        a->step_tokens = 0;
-        for (unsigned i = 0; i < a->n_models; i++)
-            for (unsigned k = 0; k < a->models[i].n_vers; k++) step_version(a, a->models[i].vers[k]);
+        node->step_tokens = 0;
+        for (unsigned i = 0; i < node->n_models; i++)
+            for (unsigned k = 0; k < node->models[i].n_vers; k++) step_version(node, node->models[i].vers[k]);
         double dt = (double)(ds_now_ns() - s0) / 1e9;
-        if (a->step_tokens && dt > 0.0) {
-            double inst = (double)a->step_tokens / dt, old = atomic_load(&a->tok_rate);
-            atomic_store(&a->tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
+        if (node->step_tokens && dt > 0.0) {
+            double inst = (double)node->step_tokens / dt, old = atomic_load(&node->tok_rate);
+            atomic_store(&node->tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
         }
         if (now >= next_telemetry) {
-            publish_telemetry(a);
-            next_telemetry = now + (uint64_t)a->cfg->telemetry_s * 1000000000ull;
+            publish_telemetry(node);
+            next_telemetry = now + (uint64_t)node->cfg->telemetry_s * 1000000000ull;
         }
-        if (atomic_load(&a->draining) && a->n_active == 0) {
+        if (atomic_load(&node->draining) && node->n_active == 0) {
             uint32_t q = 0;
-            for (int t = 0; t < DS_TIER_COUNT; t++) q += ds_sched_depth(a->sched, (enum ds_tier)t);
+            for (int t = 0; t < DS_TIER_COUNT; t++) q += ds_sched_depth(node->sched, (enum ds_tier)t);
             /* Requests the role holds (at a center) are waited for (bounded:
             ** their deadlines and the accept timeout hand them back here). */
-            bool held = node__ext_pending(a) > 0 && now - drain_start < 60000000000ull;
+            bool held = node__ext_pending(node) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !held) break;
         }
-        if (a->n_active == 0) ds_sched_wait(a->sched, 100);
-        else role_idle(a);
+        if (node->n_active == 0) ds_sched_wait(node->sched, 100);
+        else role_idle(node);
     }
-    node__health_stop(a);               /* the loop stops turning from here on */
-    publish_telemetry(a);
-    publish_status(a, DS_MSG_STATE_OFFLINE);
-    if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
-    ds_mqtt_disconnect(a->mqtt, 2000);
+    node__health_stop(node);               /* the loop stops turning from here on */
+    publish_telemetry(node);
+    publish_status(node, DS_MSG_STATE_OFFLINE);
+    if (ds_mqtt_flush(node->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
+    ds_mqtt_disconnect(node->mqtt, 2000);
     node_notify_cleanup(&nfy);
-    DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(a->cfg->role), a->cfg->node);
+    DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(node->cfg->role), node->cfg->node);
     return DS_OK;
 }
 
 /* ---- create / destroy ---- */
 
-void ds_node_destroy(struct ds_node *a)
+void ds_node_destroy(struct ds_node *node)
 {
-    if (!a) return;
-    node__fetch_stop(a);                /* its thread publishes fetch requests */
-    node__health_destroy(a);            /* its thread publishes alerts */
-    ds_mqtt_destroy(a->mqtt);           /* no callback runs after this */
-    node__fetch_destroy(a);
+    if (!node) return;
+    node__fetch_stop(node);                /* its thread publishes fetch requests */
+    node__health_destroy(node);            /* its thread publishes alerts */
+    ds_mqtt_destroy(node->mqtt);           /* no callback runs after this */
+    node__fetch_destroy(node);
     struct ds_sched_item it;
-    while (a->sched && ds_sched_pop_expired(a->sched, UINT64_MAX, &it)) node__req_free(it.user);
-    while (a->sched && ds_sched_pop(a->sched, 0, &it)) node__req_free(it.user);
-    for (unsigned i = 0; i < a->n_active; i++) node__req_free(a->active[i]);
-    node__ext_destroy_all(a);           /* after the requests: they point into them */
-    node__rollout_destroy(a);           /* joins loads in progress, which wake the scheduler */
-    ds_sched_destroy(a->sched);
-    for (unsigned i = 0; i < a->n_models; i++)
-        for (unsigned k = 0; k < a->models[i].n_vers; k++) node__version_free(a->models[i].vers[k]);
-    for (unsigned i = 0; i < a->n_cancels; i++) free(a->cancels[i]);
-    pthread_mutex_destroy(&a->cancel_mu);
-    pthread_mutex_destroy(&a->quota.mu);
-    free(a->quota.c);
-    ds_metrics_cleanup(&a->metrics);
-    node__dedupe_cleanup(&a->dedupe);
-    free(a->active);
-    free(a);
+    while (node->sched && ds_sched_pop_expired(node->sched, UINT64_MAX, &it)) node__req_free(it.user);
+    while (node->sched && ds_sched_pop(node->sched, 0, &it)) node__req_free(it.user);
+    for (unsigned i = 0; i < node->n_active; i++) node__req_free(node->active[i]);
+    node__ext_destroy_all(node);           /* after the requests: they point into them */
+    node__rollout_destroy(node);           /* joins loads in progress, which wake the scheduler */
+    ds_sched_destroy(node->sched);
+    for (unsigned i = 0; i < node->n_models; i++)
+        for (unsigned k = 0; k < node->models[i].n_vers; k++) node__version_free(node->models[i].vers[k]);
+    for (unsigned i = 0; i < node->n_cancels; i++) free(node->cancels[i]);
+    pthread_mutex_destroy(&node->cancel_mu);
+    pthread_mutex_destroy(&node->quota.mu);
+    free(node->quota.c);
+    ds_metrics_cleanup(&node->metrics);
+    node__dedupe_cleanup(&node->dedupe);
+    free(node->active);
+    free(node);
 }
 
 /* The MQTT Maximum Packet Size this node announces: [mqtt] max_packet, or
@@ -519,16 +522,16 @@ void ds_node_destroy(struct ds_node *a)
 ** extensions take, e.g. an edge's relayed finals) plus the headers. The
 ** broker then drops anything larger for us (and logs it) instead of making
 ** us receive it. */
-static uint32_t max_packet(const struct ds_node *a)
+static uint32_t max_packet(const struct ds_node *node)
 {
-    const struct ds_node_config *c = a->cfg;
+    const struct ds_node_config *c = node->cfg;
     if (c->max_packet) return c->max_packet;
     uint32_t need = DS_MAX(c->max_payload, DS_NODE_CONTROL_MAX);
-    if (a->fetch) {
+    if (node->fetch) {
         uint32_t frame = DS_DIST_FRAME_FIXED + DS_DIST_VERSION_MAX + DS_CHUNK_MAX + DS_CHUNK_ABYTES;
         need = DS_MAX(need, DS_MAX(DS_ENVELOPE_MAX, frame));
     }
-    need = DS_MAX(need, node__ext_max_msg(a));
+    need = DS_MAX(need, node__ext_max_msg(node));
     return need + DS_NODE_MQTT_HEADROOM;
 }
 
@@ -536,49 +539,49 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
                            struct ds_node **out)
 {
     *out = NULL;
-    struct ds_node *a = calloc(1, sizeof *a);
-    if (!a) return DS_ERR_NOMEM;
-    a->cfg = c;
-    a->cfg_path = config_path;
-    a->role = role;
-    a->start_ns = ds_now_ns();
-    pthread_mutex_init(&a->cancel_mu, NULL);
-    pthread_mutex_init(&a->quota.mu, NULL);
-    node__cfg_publish(a);
-    if (ds_metrics_init(&a->metrics, a->start_ns) != DS_OK) {
-        free(a);
+    struct ds_node *node = calloc(1, sizeof *node);
+    if (!node) return DS_ERR_NOMEM;
+    node->cfg = c;
+    node->cfg_path = config_path;
+    node->role = role;
+    node->start_ns = ds_now_ns();
+    pthread_mutex_init(&node->cancel_mu, NULL);
+    pthread_mutex_init(&node->quota.mu, NULL);
+    node__cfg_publish(node);
+    if (ds_metrics_init(&node->metrics, node->start_ns) != DS_OK) {
+        free(node);
         return DS_ERR_NOMEM;
     }
     char answers[4096];
     node__state_file(c->answers_file, "answers", c->node, "bin", answers, sizeof answers);
-    enum ds_err drc = node__dedupe_init(&a->dedupe, answers);
+    enum ds_err drc = node__dedupe_init(&node->dedupe, answers);
     if (drc != DS_OK) {
-        ds_metrics_cleanup(&a->metrics);
-        free(a);
+        ds_metrics_cleanup(&node->metrics);
+        free(node);
         return drc;
     }
-    atomic_init(&a->next_key, 1);
-    ds_msg_limits_init(&a->limits);
-    a->limits.max_payload = c->max_payload;
-    a->limits.max_prompt = c->max_prompt;
-    snprintf(a->status_topic, sizeof a->status_topic, DS_TOPIC_STATUS "%s", c->node);
-    snprintf(a->telemetry_topic, sizeof a->telemetry_topic, DS_TOPIC_TELEMETRY "%s", c->node);
+    atomic_init(&node->next_key, 1);
+    ds_msg_limits_init(&node->limits);
+    node->limits.max_payload = c->max_payload;
+    node->limits.max_prompt = c->max_prompt;
+    snprintf(node->status_topic, sizeof node->status_topic, DS_TOPIC_STATUS "%s", c->node);
+    snprintf(node->telemetry_topic, sizeof node->telemetry_topic, DS_TOPIC_TELEMETRY "%s", c->node);
     enum ds_err rc = DS_ERR_NOMEM;
-    a->active = calloc(2 * (size_t)c->max_active, sizeof *a->active);
-    if (!a->active) goto fail;
-    if ((rc = node__rollout_create(a)) != DS_OK) goto fail;
-    for (unsigned i = 0; i < c->n_models; i++, a->n_models++) {
-        a->models[i].cfg = &c->models[i];
-        if ((rc = node__rollout_initial(a, &a->models[i])) != DS_OK) goto fail;
+    node->active = calloc(2 * (size_t)c->max_active, sizeof *node->active);
+    if (!node->active) goto fail;
+    if ((rc = node__rollout_create(node)) != DS_OK) goto fail;
+    for (unsigned i = 0; i < c->n_models; i++, node->n_models++) {
+        node->models[i].cfg = &c->models[i];
+        if ((rc = node__rollout_initial(node, &node->models[i])) != DS_OK) goto fail;
     }
     struct ds_sched_opts so;
     ds_sched_opts_init(&so);
     memcpy(so.cap, c->queue_cap, sizeof so.cap);
     so.age_ms = c->age_ms;
-    if ((rc = ds_sched_create(&so, &a->sched)) != DS_OK) goto fail;
-    if (c->node_sec && *c->node_sec && (rc = node__fetch_create(a)) != DS_OK) goto fail;
-    if ((rc = node__health_create(a)) != DS_OK) goto fail;
-    if ((rc = node__ext_create_all(a)) != DS_OK) goto fail;
+    if ((rc = ds_sched_create(&so, &node->sched)) != DS_OK) goto fail;
+    if (c->node_sec && *c->node_sec && (rc = node__fetch_create(node)) != DS_OK) goto fail;
+    if ((rc = node__health_create(node)) != DS_OK) goto fail;
+    if ((rc = node__ext_create_all(node)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0 };
     char *will;
     size_t will_len;
@@ -586,21 +589,21 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
     mo.tls = c->mqtt_tls;
-    mo.will_topic = a->status_topic;
+    mo.will_topic = node->status_topic;
     mo.will_payload = will;
     mo.will_len = will_len;
     mo.will_qos = 1;
     mo.will_retained = true;
     mo.keepalive_s = c->keepalive_s;
     mo.session_expiry_s = c->session_expiry_s;
-    mo.max_packet = max_packet(a);
+    mo.max_packet = max_packet(node);
     mo.on_message = node__on_message;
     mo.on_connection = on_connection;
     mo.on_refused = on_refused;
-    mo.ud = a;
+    mo.ud = node;
     char client_id[128];
     snprintf(client_id, sizeof client_id, "dspark-%s-%s", ds_msg_role_name(c->role), c->node);
-    rc = ds_mqtt_create(c->mqtt_uri, client_id, &mo, &a->mqtt);
+    rc = ds_mqtt_create(c->mqtt_uri, client_id, &mo, &node->mqtt);
     free(will);
     if (rc != DS_OK) goto fail;
     DS_LOG(DS_LOG_INFO, "mqtt: client id %s, %s, maximum packet size %u bytes", client_id,
@@ -608,9 +611,9 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if (c->session_expiry_s)
         DS_LOG(DS_LOG_INFO, "mqtt: the broker keeps requests for this node for %u s while it is down",
                c->session_expiry_s);
-    *out = a;
+    *out = node;
     return DS_OK;
 fail:
-    ds_node_destroy(a);
+    ds_node_destroy(node);
     return rc;
 }

@@ -13,31 +13,31 @@
 #include "ds/log.h"
 #include "node_internal.h"
 
-void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+void node__publish(struct ds_node *node, const char *topic, const void *corr, size_t corr_len,
                     char *json, size_t len)
 {
     struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
-    enum ds_err rc = ds_mqtt_publish(a->mqtt, topic, json, len, 1, false, &p);
+    enum ds_err rc = ds_mqtt_publish(node->mqtt, topic, json, len, 1, false, &p);
     if (rc != DS_OK)       /* counted in telemetry mqtt.refused */
         DS_LOG_LIMITED(DS_LOG_WARN, "could not publish the answer to %s: %s", topic,
                rc == DS_ERR_BUSY ? "the MQTT queue is full (broker away too long): answer lost" : ds_strerror(rc));
     free(json);
 }
 
-void node__publish_chunk(struct ds_node *a, const struct node_req *r, char *json, size_t len)
+void node__publish_chunk(struct ds_node *node, const struct node_req *r, char *json, size_t len)
 {
     struct ds_mqtt_props p = { .correlation = r->corr, .correlation_len = r->corr_len, .best_effort = true };
-    enum ds_err rc = ds_mqtt_publish(a->mqtt, r->reply, json, len, 1, false, &p);
+    enum ds_err rc = ds_mqtt_publish(node->mqtt, r->reply, json, len, 1, false, &p);
     if (rc != DS_OK)
         DS_LOG(DS_LOG_DEBUG, "request %s: chunk %u not sent (%s)", r->req.id, r->n_chunks - 1,
                rc == DS_ERR_BUSY ? "broker away or queue full" : ds_strerror(rc));
     free(json);
 }
 
-void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+void node__send_error(struct ds_node *node, const char *topic, const void *corr, size_t corr_len,
                        const char *id, bool id_generated, enum ds_msg_code code, const char *message)
 {
-    ds_metrics_record_error(&a->metrics, (unsigned)code);
+    ds_metrics_record_error(&node->metrics, (unsigned)code);
     if (!topic) {
         DS_LOG_LIMITED(DS_LOG_WARN, "request %s: %s: %s (no response topic: not answered)", id ? id : "?",
                ds_msg_code_name(code), message);
@@ -46,7 +46,7 @@ void node__send_error(struct ds_node *a, const char *topic, const void *corr, si
     char *json;
     size_t len;
     if (ds_msg_error_encode_gen(id, id_generated, code, message, &json, &len) == DS_OK)
-        node__publish(a, topic, corr, corr_len, json, len);
+        node__publish(node, topic, corr, corr_len, json, len);
 }
 
 /* node__quota_take (node_intake.c) counted r against its client. */
@@ -80,39 +80,39 @@ void node__req_free(struct node_req *r)
     free(r);
 }
 
-void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+void node__req_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code code, const char *msg)
 {
-    if (r->v) node__rollout_done(a, r, true, 0.0);
+    if (r->v) node__rollout_done(node, r, true, 0.0);
     if (r->mirror) {
         DS_LOG(DS_LOG_DEBUG, "shadow copy of %s failed: %s", r->req.id, msg);
     } else {
-        node__dedupe_forget(&a->dedupe, r);               /* the same request may be sent again */
+        node__dedupe_forget(&node->dedupe, r);               /* the same request may be sent again */
         node__quota_give(r);                              /* before the answer: see node__finish */
-        node__send_error(a, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
+        node__send_error(node, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (error %s)", r->req.id ? r->req.id : "?", ds_msg_code_name(code));
     }
     node__req_free(r);
 }
 
-void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg)
+void node__active_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code code, const char *msg)
 {
-    for (unsigned i = 0; i < a->n_active; i++)
-        if (a->active[i] == r) {
-            a->active[i] = a->active[--a->n_active];
-            a->n_mirrors -= r->mirror;
+    for (unsigned i = 0; i < node->n_active; i++)
+        if (node->active[i] == r) {
+            node->active[i] = node->active[--node->n_active];
+            node->n_mirrors -= r->mirror;
             break;
         }
-    node__req_fail(a, r, code, msg);
+    node__req_fail(node, r, code, msg);
 }
 
-void node__cascade_detach(struct ds_node *a, struct node_req *r)
+void node__cascade_detach(struct ds_node *node, struct node_req *r)
 {
     DS_ASSERT(r->cascaded);
     free(r->text);                      /* the center's answer replaces it */
     r->text = NULL;
     r->text_len = r->text_cap = 0;
     r->n_gen = 0;
-    node__rollout_done(a, r, false, (double)(ds_now_ns() - r->recv_ns) / 1e6);
+    node__rollout_done(node, r, false, (double)(ds_now_ns() - r->recv_ns) / 1e6);
     node__rollout_release(r);           /* r may leave this thread */
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
@@ -123,11 +123,11 @@ void node__cascade_detach(struct ds_node *a, struct node_req *r)
     r->n_ids = r->n_fed = 0;
 }
 
-void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
+void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish why)
 {
     unsigned slot = 0;
-    while (slot < a->n_active && a->active[slot] != r) slot++;
-    DS_ASSERT(slot < a->n_active);
+    while (slot < node->n_active && node->active[slot] != r) slot++;
+    DS_ASSERT(slot < node->n_active);
     uint64_t now = ds_now_ns();
     /* Cascade: an answer the model was not sure of is offered to the role
     ** (an edge asks a center), whose answer replaces it (streamed answers
@@ -135,53 +135,53 @@ void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why)
     float threshold = r->m->cfg->cascade;
     if (threshold < 0.0f && !r->mirror && !r->cascaded && !r->owner && !r->req.stream && why != DS_MSG_FINISH_CANCELLED &&
         r->n_gen > 0 && r->logprob_sum / r->n_gen < threshold) {
-        a->active[slot] = a->active[--a->n_active];
+        node->active[slot] = node->active[--node->n_active];
         DS_LOG(DS_LOG_INFO, "request %s: mean log-probability %.2f < %.2f: offering it on", r->req.id,
                r->logprob_sum / r->n_gen, (double)threshold);
         /* The hook that takes r detaches its run before sending it on
         ** (node__cascade_detach): once sent, the relay (Paho's thread)
         ** may answer and free r at any moment. */
         r->cascaded = true;
-        if (node__ext_take(a, r, NODE_TAKE_LOW_CONFIDENCE)) {
-            atomic_fetch_add(&a->n_cascaded, 1);
+        if (node__ext_take(node, r, NODE_TAKE_LOW_CONFIDENCE)) {
+            atomic_fetch_add(&node->n_cascaded, 1);
             return;
         }
-        a->active[a->n_active++] = r;       /* nobody took it: answer with what we have */
-        slot = a->n_active - 1;
+        node->active[node->n_active++] = r;       /* nobody took it: answer with what we have */
+        slot = node->n_active - 1;
     }
     struct ds_msg_final f = {
         .spec = r->spec.rounds ? &r->spec : NULL,
         .id = r->req.id, .id_generated = r->req.id_generated, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
-        .served_by = { a->cfg->node, a->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
+        .served_by = { node->cfg->node, node->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
                        r->v ? ds_precision_name(ds_engine_precision(r->v->eng)) : "" },
         .queue_ms = (double)(r->start_ns - r->recv_ns) / 1e6,
         .ttft_ms = r->first_ns ? (double)(r->first_ns - r->recv_ns) / 1e6 : 0.0,
         .total_ms = (double)(now - r->recv_ns) / 1e6,
     };
     if (r->spec.rounds && !r->mirror) {
-        atomic_fetch_add(&a->spec_rounds, r->spec.rounds);
-        atomic_fetch_add(&a->spec_drafted, r->spec.drafted);
-        atomic_fetch_add(&a->spec_accepted, r->spec.accepted);
+        atomic_fetch_add(&node->spec_rounds, r->spec.rounds);
+        atomic_fetch_add(&node->spec_drafted, r->spec.drafted);
+        atomic_fetch_add(&node->spec_accepted, r->spec.accepted);
     }
-    if (r->v) node__rollout_done(a, r, false, f.total_ms);
-    a->n_mirrors -= r->mirror;
+    if (r->v) node__rollout_done(node, r, false, f.total_ms);
+    node->n_mirrors -= r->mirror;
     /* Its client's count goes back before the answer goes out: a client at
     ** [sched] client_max may send its next request the moment it hears. */
     node__quota_give(r);
     if (!r->mirror) {
-        node__ext_final(a, r, &f);     /* the role's last word (edge speculation: served_by) */
+        node__ext_final(node, r, &f);     /* the role's last word (edge speculation: served_by) */
         char *json;
         size_t len;
         if (ds_msg_final_encode(&f, &json, &len) == DS_OK) {
-            node__dedupe_answered(a, r, json, len);     /* for a retry whose final was lost */
-            node__publish(a, r->reply, r->corr, r->corr_len, json, len);
+            node__dedupe_answered(node, r, json, len);     /* for a retry whose final was lost */
+            node__publish(node, r->reply, r->corr, r->corr_len, json, len);
         }
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (final, %u tokens)", r->req.id, r->n_gen);
-        ds_metrics_record_done(&a->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
+        ds_metrics_record_done(&node->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
     }
     node__req_free(r);
-    a->active[slot] = a->active[--a->n_active];
+    node->active[slot] = node->active[--node->n_active];
 }
 
 static bool append_text(struct node_req *r, const char *p, size_t n)
@@ -199,13 +199,13 @@ static bool append_text(struct node_req *r, const char *p, size_t n)
     return true;
 }
 
-bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob)
+bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, float logprob)
 {
     if (!r->first_ns) r->first_ns = ds_now_ns();
     r->logprob_sum += logprob;
     if (r->sh) node__rollout_token(r, tok);
     if (ds_tok_is_eog(r->v->tok, tok) || tok == ds_tok_bos(r->v->tok)) {   /* EOS, EOT, <|im_end|>... */
-        node__finish(a, r, DS_MSG_FINISH_STOP);
+        node__finish(node, r, DS_MSG_FINISH_STOP);
         return true;
     }
     if (r->n_ids + r->n_gen < r->ids_cap) r->ids[r->n_ids + r->n_gen] = tok;   /* the history */
@@ -215,7 +215,7 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
     if (ds_tok_stream_put(r->v->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
         size_t before = r->text_len;
         if (!append_text(r, piece, got)) {
-            node__finish(a, r, DS_MSG_FINISH_LENGTH);
+            node__finish(node, r, DS_MSG_FINISH_LENGTH);
             return true;
         }
         /* A stop string ends the answer before it. */
@@ -230,9 +230,9 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
                     struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
                     char *json;
                     size_t len;
-                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(a, r, json, len);
+                    if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(node, r, json, len);
                 }
-                node__finish(a, r, DS_MSG_FINISH_STOP);
+                node__finish(node, r, DS_MSG_FINISH_STOP);
                 return true;
             }
         }
@@ -240,11 +240,11 @@ bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float 
             struct ds_msg_chunk c = { r->req.id, piece, got, r->n_chunks++ };
             char *json;
             size_t len;
-            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(a, r, json, len);
+            if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(node, r, json, len);
         }
     }
     if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->v->eng)) {
-        node__finish(a, r, DS_MSG_FINISH_LENGTH);
+        node__finish(node, r, DS_MSG_FINISH_LENGTH);
         return true;
     }
     r->last = tok;

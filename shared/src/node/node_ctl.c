@@ -25,14 +25,14 @@ void node__state_file(const char *configured, const char *stem, const char *node
         snprintf(out, n, "%.*s/%s-%s.%s", (int)strcspn(sd, ":"), sd, stem, node, ext);
 }
 
-void ds_node_stop(struct ds_node *a)
+void ds_node_stop(struct ds_node *node)
 {
-    atomic_store(&a->stop, true);
-    ds_sched_wake(a->sched);
+    atomic_store(&node->stop, true);
+    ds_sched_wake(node->sched);
 }
 
-void ds_node_reload(struct ds_node *a)
+void ds_node_reload(struct ds_node *node)
 {
-    atomic_store(&a->reload, true);
-    ds_sched_wake(a->sched);
+    atomic_store(&node->reload, true);
+    ds_sched_wake(node->sched);
 }

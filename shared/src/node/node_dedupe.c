@@ -365,11 +365,11 @@ enum ds_err node__dedupe_init(struct node_dedupe *d, const char *file)
     /* The newer file's key, else the older's (a start cut short between
     ** the two renames), else the random one: a new pair of files. */
     if (!peek_key(d, d->path)) peek_key(d, old);
-    long a = load_file(d, old);
+    long node = load_file(d, old);
     long b = load_file(d, d->path);
     if (compact(d))
         DS_LOG(DS_LOG_INFO, "answers file %s: %u request(s) answered before this start remembered (%ld record(s) read)",
-               d->path, d->file_recs, DS_MAX(a, 0) + DS_MAX(b, 0));
+               d->path, d->file_recs, DS_MAX(node, 0) + DS_MAX(b, 0));
     return DS_OK;
 }
 
@@ -430,14 +430,14 @@ void node__dedupe_keep(struct node_dedupe *d, const struct node_req *r, const ch
     free(copy);                                 /* forgotten meanwhile, or evicted */
 }
 
-void node__dedupe_answered(struct ds_node *a, const struct node_req *r, const char *json, size_t len)
+void node__dedupe_answered(struct ds_node *node, const struct node_req *r, const char *json, size_t len)
 {
-    node__dedupe_keep(&a->dedupe, r, json, len);
+    node__dedupe_keep(&node->dedupe, r, json, len);
 }
 
-void node__dedupe_failed(struct ds_node *a, const struct node_req *r)
+void node__dedupe_failed(struct ds_node *node, const struct node_req *r)
 {
-    node__dedupe_forget(&a->dedupe, r);
+    node__dedupe_forget(&node->dedupe, r);
 }
 
 void node__dedupe_forget(struct node_dedupe *d, const struct node_req *r)

@@ -66,19 +66,19 @@ enum node_take {
 
 struct node_ext {
     const char  *name;
-    enum ds_err (*create)(struct ds_node *a, void **st);
-    void        (*destroy)(struct ds_node *a, void *st);
-    void        (*start)(struct ds_node *a, void *st);
-    bool        (*take)(struct ds_node *a, void *st, struct node_req *r, enum node_take why);
-    void        (*admitted)(struct ds_node *a, void *st, struct node_req *r);
-    void        (*tick)(struct ds_node *a, void *st, uint64_t now_ns);
-    void        (*idle)(struct ds_node *a, void *st);
-    void        (*final)(struct ds_node *a, void *st, struct node_req *r, struct ds_msg_final *f);
+    enum ds_err (*create)(struct ds_node *node, void **st);
+    void        (*destroy)(struct ds_node *node, void *st);
+    void        (*start)(struct ds_node *node, void *st);
+    bool        (*take)(struct ds_node *node, void *st, struct node_req *r, enum node_take why);
+    void        (*admitted)(struct ds_node *node, void *st, struct node_req *r);
+    void        (*tick)(struct ds_node *node, void *st, uint64_t now_ns);
+    void        (*idle)(struct ds_node *node, void *st);
+    void        (*final)(struct ds_node *node, void *st, struct node_req *r, struct ds_msg_final *f);
     void        (*req_free)(struct node_req *r);
-    void        (*telemetry)(struct ds_node *a, void *st, struct cJSON *obj);
-    void        (*status)(struct ds_node *a, void *st, struct ds_msg_status *s);
-    unsigned    (*pending)(struct ds_node *a, void *st);
-    void        (*refused)(struct ds_node *a, void *st, const char *topic, struct ds_str corr, const char *why);
+    void        (*telemetry)(struct ds_node *node, void *st, struct cJSON *obj);
+    void        (*status)(struct ds_node *node, void *st, struct ds_msg_status *s);
+    unsigned    (*pending)(struct ds_node *node, void *st);
+    void        (*refused)(struct ds_node *node, void *st, const char *topic, struct ds_str corr, const char *why);
     uint32_t    (*kv_seqs)(const struct ds_node_config *c);
     uint32_t      max_msg;
 };
@@ -97,24 +97,24 @@ struct ds_node_role {
 /* ---- what role code may call ---- */
 
 /* The state ext's create() stored, or NULL (off, or not listed). */
-void *node__ext_state(struct ds_node *a, const struct node_ext *ext);
+void *node__ext_state(struct ds_node *node, const struct node_ext *ext);
 /* Subscribe filter (QoS 1) once connected and route what matches it to fn
 ** with st. Before ds_node_run connects only (ext->start). drain_stop: the
 ** node unsubscribes it when it starts draining. */
-void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st);
+void node__listen(struct ds_node *node, const char *filter, bool drain_stop, node_msg_fn fn, void *st);
 
 /* node_dedupe.c: r's final is json (len bytes), about to be published: keep
 ** a copy, so that a device's retry whose final was lost gets it again. */
-void node__dedupe_answered(struct ds_node *a, const struct node_req *r, const char *json, size_t len);
+void node__dedupe_answered(struct ds_node *node, const struct node_req *r, const char *json, size_t len);
 /* r was answered with an error (a center's, relayed): forgotten, so the
 ** same request may be sent again and served. */
-void node__dedupe_failed(struct ds_node *a, const struct node_req *r);
+void node__dedupe_failed(struct ds_node *node, const struct node_req *r);
 
 /* node_answer.c */
-void node__publish(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+void node__publish(struct ds_node *node, const char *topic, const void *corr, size_t corr_len,
                    char *json, size_t len);                  /* TAKES json */
 /* id_generated: id is the node's (the request had none); the error says so. */
-void node__send_error(struct ds_node *a, const char *topic, const void *corr, size_t corr_len,
+void node__send_error(struct ds_node *node, const char *topic, const void *corr, size_t corr_len,
                       const char *id, bool id_generated, enum ds_msg_code code, const char *message);
 /* What a request feeds its model: the prompt as it is, or its messages laid
 ** out by the version's chat template (node_version.c). */
@@ -135,40 +135,40 @@ enum ds_err node__prompt_encode(const struct node_version *v, const struct node_
                                 size_t *n_ids);
 void node__prompt_free(struct node_prompt *p);
 void node__req_free(struct node_req *r);
-void node__req_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
+void node__req_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Engine loop: answer a running request with an error and free it. */
-void node__active_fail(struct ds_node *a, struct node_req *r, enum ds_msg_code code, const char *msg);
+void node__active_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Handle one token sampled for r (EOS, text, stop strings, stream chunk,
 ** limits); true when r is finished (answered and freed). */
-bool node__on_sampled(struct ds_node *a, struct node_req *r, int32_t tok, float logprob);
+bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, float logprob);
 
 /* node_intake.c */
 /* Queue r locally; false when the tier is full. */
-bool node__enqueue(struct ds_node *a, struct node_req *r);
+bool node__enqueue(struct ds_node *node, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
 bool node__topic_ok(const char *t);
-struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len);
+struct node_model *node__find_model(struct ds_node *node, const char *name, size_t len);
 
 /* node_answer.c, engine loop, from a take hook offered r for
 ** NODE_TAKE_LOW_CONFIDENCE that is about to send r on: r's local run ends
 ** (its text, cache and sampler go; its version records it as served), so
 ** that r may leave this thread. Call it only once nothing can make the hook
 ** give r back; a send that fails after it queues r again (node__enqueue). */
-void node__cascade_detach(struct ds_node *a, struct node_req *r);
+void node__cascade_detach(struct ds_node *node, struct node_req *r);
 
 /* node.c, engine loop: the running requests, last to first; fn may answer
 ** or fail the one it is given (which leaves the set). fn returns false to
 ** stop. */
-typedef bool (*node_req_fn)(struct ds_node *a, struct node_req *r, void *ud);
-void node__req_each(struct ds_node *a, node_req_fn fn, void *ud);
+typedef bool (*node_req_fn)(struct ds_node *node, struct node_req *r, void *ud);
+void node__req_each(struct ds_node *node, node_req_fn fn, void *ud);
 /* node.c: running requests (shadow copies included), as max_active counts them. */
-unsigned node__running(const struct ds_node *a);
+unsigned node__running(const struct ds_node *node);
 /* node.c, engine loop: say the retained status again at the next turn (the
 ** role's status fields changed, e.g. after a promote). */
-void node__status_again(struct ds_node *a);
+void node__status_again(struct ds_node *node);
 /* node.c: add the "spec" object (speculation of answered requests) to a
 ** telemetry object, once: the core adds it where a version speculates
 ** locally or rounds were counted, role code where it speculates. */
-void node__telemetry_spec(struct ds_node *a, struct cJSON *obj);
+void node__telemetry_spec(struct ds_node *node, struct cJSON *obj);
 
 #endif

@@ -112,7 +112,7 @@ struct download {
 };
 
 struct node_fetch {
-    struct ds_node     *a;
+    struct ds_node     *node;
     struct ds_reg      *reg;
     struct ds_key       node_key;
     struct ds_key       signers[MAX_SIGNERS];
@@ -209,9 +209,9 @@ static void update_progress(struct node_fetch *f, struct download *d, uint64_t n
     pthread_mutex_unlock(&f->mu);
 }
 
-void node__fetch_telemetry(struct ds_node *a, cJSON *obj)
+void node__fetch_telemetry(struct ds_node *node, cJSON *obj)
 {
-    struct node_fetch *f = a->fetch;
+    struct node_fetch *f = node->fetch;
     cJSON *arr = cJSON_AddArrayToObject(obj, "downloads");
     if (!arr) return;
     pthread_mutex_lock(&f->mu);
@@ -241,16 +241,16 @@ void node__fetch_telemetry(struct ds_node *a, cJSON *obj)
 
 /* ---- intake (Paho's thread): copy into the inbox, nothing else ---- */
 
-static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_dist(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct node_fetch *f = st;
-    struct ds_str name, kind, node;
-    if (!ds_dist_topic_parse(msg->topic, &name, &kind, &node)) return false;
+    struct ds_str name, kind, to;
+    if (!ds_dist_topic_parse(msg->topic, &name, &kind, &to)) return false;
     enum inbox_kind k;
-    if (kind.n == DS_TOPIC_LEN(DS_TOPIC_KIND_MANIFEST) && !memcmp(kind.p, DS_TOPIC_KIND_MANIFEST, kind.n) && !node.p)
+    if (kind.n == DS_TOPIC_LEN(DS_TOPIC_KIND_MANIFEST) && !memcmp(kind.p, DS_TOPIC_KIND_MANIFEST, kind.n) && !to.p)
         k = IN_MANIFEST;
-    else if (kind.n == DS_TOPIC_LEN(DS_TOPIC_KIND_CHUNK) && !memcmp(kind.p, DS_TOPIC_KIND_CHUNK, kind.n) && node.p &&
-             !strcmp(node.p, a->cfg->node))
+    else if (kind.n == DS_TOPIC_LEN(DS_TOPIC_KIND_CHUNK) && !memcmp(kind.p, DS_TOPIC_KIND_CHUNK, kind.n) && to.p &&
+             !strcmp(to.p, node->cfg->node))
         k = IN_CHUNK;
     else return true;                           /* our own fetch requests, other nodes' chunks */
     if (name.n > DS_NAME_MAX) {
@@ -288,10 +288,10 @@ static bool on_dist(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     return true;
 }
 
-void node__fetch_listen(struct ds_node *a)
+void node__fetch_listen(struct ds_node *node)
 {
-    node__listen(a, DS_TOPIC_MODELS "+/" DS_TOPIC_KIND_MANIFEST, false, on_dist, a->fetch);
-    node__listen(a, a->fetch->chunk_filter, false, on_dist, a->fetch);
+    node__listen(node, DS_TOPIC_MODELS "+/" DS_TOPIC_KIND_MANIFEST, false, on_dist, node->fetch);
+    node__listen(node, node->fetch->chunk_filter, false, on_dist, node->fetch);
 }
 
 /* ---- downloads (fetch thread) ---- */
@@ -350,11 +350,11 @@ static void reject(struct node_fetch *f, struct download *d, const char *why)
 /* Ask for the chunks missing and not outstanding, up to the window. */
 static void ask_more(struct node_fetch *f, struct download *d, uint64_t now)
 {
-    uint32_t window = f->a->cfg->fetch_window;
+    uint32_t window = f->node->cfg->fetch_window;
     if (d->n_out >= window || d->n_held == d->m.chunk_count) return;
     struct ds_dist_fetch req = { .n_ranges = 0 };
     snprintf(req.version, sizeof req.version, "%s", d->m.version);
-    snprintf(req.node, sizeof req.node, "%s", f->a->cfg->node);
+    snprintf(req.node, sizeof req.node, "%s", f->node->cfg->node);
     uint32_t budget = DS_MIN(window - d->n_out, DS_DIST_MAX_ASK);
     /* From the cursor on: chunks before it are held or outstanding, so a
     ** big download does not rescan its head on every chunk. */
@@ -378,7 +378,7 @@ static void ask_more(struct node_fetch *f, struct download *d, uint64_t now)
     char *json;
     size_t len;
     if (ds_dist_fetch_encode(&req, &json, &len) != DS_OK) return;
-    if (ds_mqtt_publish(f->a->mqtt, d->fetch_topic, json, len, 1, false, NULL) != DS_OK)
+    if (ds_mqtt_publish(f->node->mqtt, d->fetch_topic, json, len, 1, false, NULL) != DS_OK)
         DS_LOG(DS_LOG_DEBUG, "fetch request for %s not sent (not connected); asked again later", d->m.name);
     free(json);
     d->progress_ns = now;
@@ -437,7 +437,7 @@ static uint32_t rescan(struct node_fetch *f, struct download *d)
 static const char *auto_promote(struct node_fetch *f, const char *name, const char *version, int64_t id)
 {
     char why[DS_WHY_MAX];
-    if (!f->a->cfg->auto_promote || ds_reg_rollback_check(f->reg, name, version, false, why) != DS_OK) return "verified";
+    if (!f->node->cfg->auto_promote || ds_reg_rollback_check(f->reg, name, version, false, why) != DS_OK) return "verified";
     if (ds_reg_activate(f->reg, id, DS_REG_RETIRED, "auto_promote: activated when installed") != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: auto_promote: could not activate", name, version);
         return "verified";
@@ -595,7 +595,7 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
     d->marks[d->n_marks++] = i;
     d->rate_bytes += fr.len;
     d->progress_ns = now;
-    d->timeout_ms = f->a->cfg->fetch_timeout_ms;
+    d->timeout_ms = f->node->cfg->fetch_timeout_ms;
     if (d->n_held == d->m.chunk_count) {
         double sec = (double)(now - d->start_ns) / 1e9;
         DS_LOG(DS_LOG_INFO, "model %s %s: all %u chunks held; transfer: %u chunks, %.1f MB in %.3f s (%.1f MB/s)",
@@ -612,7 +612,7 @@ static void on_chunk(struct node_fetch *f, const char *name, const uint8_t *p, s
 static enum ds_err version_paths(struct node_fetch *f, const char *name, const char *version, bool mk, char *part,
                                  char *tmp, char *final)
 {
-    const char *dir = f->a->cfg->models_dir;
+    const char *dir = f->node->cfg->models_dir;
     char sub[DS_REG_PATH_MAX - DS_SEMVER_MAX - 16];     /* room for "/<version>.model" */
     if (snprintf(sub, sizeof sub, "%s/%s", dir, name) >= (int)sizeof sub) return DS_ERR_RANGE;
     if (mk && ((mkdir(dir, 0700) != 0 && errno != EEXIST) || (mkdir(sub, 0700) != 0 && errno != EEXIST))) {
@@ -674,11 +674,11 @@ static void start(struct node_fetch *f, struct ds_manifest *m, int64_t id, bool 
     memset(m, 0, sizeof *m);
     d->id = id;
     d->start_ns = d->rate_ns = d->marks_ns = now;
-    d->timeout_ms = f->a->cfg->fetch_timeout_ms;
+    d->timeout_ms = f->node->cfg->fetch_timeout_ms;
     enum ds_err rc = dl_open(f, d, resume);
     if (rc != DS_OK) {
         char r[DS_REG_REASON_MAX];
-        snprintf(r, sizeof r, "cannot write under [models] dir %s: %s", f->a->cfg->models_dir, ds_strerror(rc));
+        snprintf(r, sizeof r, "cannot write under [models] dir %s: %s", f->node->cfg->models_dir, ds_strerror(rc));
         DS_LOG(DS_LOG_ERROR, "model %s %s: %s", d->m.name, d->m.version, r);
         set_status(f, d->m.name, d->m.version, "downloading", r);
         dl_free(d);
@@ -777,8 +777,8 @@ static void on_manifest(struct node_fetch *f, const char *name, const char *wire
         snprintf(r, sizeof r, "%s", why);
     else {
         sodium_memzero(key, sizeof key);
-        uint64_t quota = (uint64_t)f->a->cfg->quota_mb << 20;
-        if (!existed && ds_manifest_check_space(&m, f->a->cfg->models_dir, quota, why) != DS_OK)
+        uint64_t quota = (uint64_t)f->node->cfg->quota_mb << 20;
+        if (!existed && ds_manifest_check_space(&m, f->node->cfg->models_dir, quota, why) != DS_OK)
             snprintf(r, sizeof r, "%s", why);
     }
     int64_t id = existed ? v.id : 0;
@@ -869,16 +869,16 @@ static void *fetch_thread(void *p)
 
 /* ---- create / destroy ---- */
 
-enum ds_err node__fetch_create(struct ds_node *a)
+enum ds_err node__fetch_create(struct ds_node *node)
 {
-    const struct ds_node_config *c = a->cfg;
+    const struct ds_node_config *c = node->cfg;
     struct node_fetch *f = calloc(1, sizeof *f);
     if (!f) return DS_ERR_NOMEM;
-    f->a = a;
+    f->node = node;
     for (unsigned i = 0; i < MAX_DOWNLOADS; i++) f->dl[i].fd = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
-    a->fetch = f;
+    node->fetch = f;
     f->crash_at = ds_env_get("TEST_CRASH_AT");
     if (f->crash_at && !*f->crash_at) f->crash_at = NULL;
     if (f->crash_at) DS_LOG(DS_LOG_WARN, "DSPARK_TEST_CRASH_AT=%s is set: this node exits at that step (tests only)", f->crash_at);
@@ -921,9 +921,9 @@ enum ds_err node__fetch_create(struct ds_node *a)
     return DS_OK;
 }
 
-void node__fetch_stop(struct ds_node *a)
+void node__fetch_stop(struct ds_node *node)
 {
-    struct node_fetch *f = a->fetch;
+    struct node_fetch *f = node->fetch;
     if (!f || !f->started) return;
     pthread_mutex_lock(&f->mu);
     f->stop = true;
@@ -933,11 +933,11 @@ void node__fetch_stop(struct ds_node *a)
     f->started = false;
 }
 
-void node__fetch_destroy(struct ds_node *a)
+void node__fetch_destroy(struct ds_node *node)
 {
-    struct node_fetch *f = a->fetch;
+    struct node_fetch *f = node->fetch;
     if (!f) return;
-    node__fetch_stop(a);
+    node__fetch_stop(node);
     for (unsigned i = 0; i < MAX_DOWNLOADS; i++)
         if (f->dl[i].used) {
             if (flush_marks(f, &f->dl[i], ds_now_ns()) != DS_OK)
@@ -954,5 +954,5 @@ void node__fetch_destroy(struct ds_node *a)
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
     free(f);
-    a->fetch = NULL;
+    node->fetch = NULL;
 }

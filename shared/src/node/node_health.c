@@ -48,7 +48,7 @@
 static const int exit_status[DS_MSG_CHECK_COUNT] = { 70, 69, 74 };
 
 struct node_health {
-    struct ds_node     *a;
+    struct ds_node     *node;
     pthread_t           th;
     bool                started;
     pthread_mutex_t     mu;
@@ -110,8 +110,8 @@ static void state_read(struct node_health *h)
     char why[DS_WHY_MAX] = "";
     struct ds_msg_alert al;
     if (n == sizeof buf) snprintf(why, sizeof why, "longer than 4096 bytes");
-    else if (ds_msg_alert_decode(buf, n, &al, why) == DS_OK && strcmp(al.node, h->a->cfg->node) != 0)
-        snprintf(why, sizeof why, "names node %s, not %s", al.node, h->a->cfg->node);
+    else if (ds_msg_alert_decode(buf, n, &al, why) == DS_OK && strcmp(al.node, h->node->cfg->node) != 0)
+        snprintf(why, sizeof why, "names node %s, not %s", al.node, h->node->cfg->node);
     else if (!why[0] && al.state != DS_MSG_ALERT_RAISED)
         snprintf(why, sizeof why, "not a raised alert");
     if (why[0]) {
@@ -132,7 +132,7 @@ static bool publish(struct node_health *h, const struct ds_msg_alert *al)
     char *json;
     size_t len;
     if (ds_msg_alert_encode(al, &json, &len) != DS_OK) return false;
-    bool ok = ds_mqtt_publish(h->a->mqtt, h->topic, json, len, 1, true, NULL) == DS_OK;
+    bool ok = ds_mqtt_publish(h->node->mqtt, h->topic, json, len, 1, true, NULL) == DS_OK;
     free(json);
     return ok;
 }
@@ -142,10 +142,10 @@ static void fail(struct node_health *h, enum ds_msg_check check, uint64_t since_
     DS_PRINTF(4, 5);
 static void fail(struct node_health *h, enum ds_msg_check check, uint64_t since_ms, const char *fmt, ...)
 {
-    struct ds_node *a = h->a;
-    struct ds_msg_alert al = { .role = a->cfg->role, .ts_ms = unix_ms(), .since_ms = since_ms,
+    struct ds_node *node = h->node;
+    struct ds_msg_alert al = { .role = node->cfg->role, .ts_ms = unix_ms(), .since_ms = since_ms,
                                .state = DS_MSG_ALERT_RAISED, .severity = DS_MSG_SEVERITY_CRITICAL, .check = check };
-    snprintf(al.node, sizeof al.node, "%s", a->cfg->node);
+    snprintf(al.node, sizeof al.node, "%s", node->cfg->node);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(al.message, sizeof al.message, fmt, ap);
@@ -159,24 +159,24 @@ static void fail(struct node_health *h, enum ds_msg_check check, uint64_t since_
     if (ds_msg_alert_encode(&al, &json, &len) == DS_OK) {
         state_write(h, json, len);
         struct ds_mqtt_stats ms;
-        ds_mqtt_stats(a->mqtt, &ms);
-        if (ms.connected && ds_mqtt_publish(a->mqtt, h->topic, json, len, 1, true, NULL) == DS_OK &&
-            ds_mqtt_flush(a->mqtt, 3000) != DS_OK)
+        ds_mqtt_stats(node->mqtt, &ms);
+        if (ms.connected && ds_mqtt_publish(node->mqtt, h->topic, json, len, 1, true, NULL) == DS_OK &&
+            ds_mqtt_flush(node->mqtt, 3000) != DS_OK)
             DS_LOG(DS_LOG_WARN, "health: the alert was not acknowledged within 3 s");
         free(json);
     }
-    if (a->on_fatal) a->on_fatal(status);       /* does not return in the daemons */
-    ds_node_stop(a);                            /* a library user without the hook: drain and stop */
+    if (node->on_fatal) node->on_fatal(status);       /* does not return in the daemons */
+    ds_node_stop(node);                            /* a library user without the hook: drain and stop */
 }
 
 /* ---- the checks ---- */
 
 static void check_once(struct node_health *h, uint64_t now)
 {
-    struct ds_node *a = h->a;
-    const struct ds_node_config *c = a->cfg;
+    struct ds_node *node = h->node;
+    const struct ds_node_config *c = node->cfg;
     struct ds_mqtt_stats ms;
-    ds_mqtt_stats(a->mqtt, &ms);
+    ds_mqtt_stats(node->mqtt, &ms);
     /* A process that did not run at all (SIGSTOP, a paused VM, a machine
     ** swapping hard) is not a stalled loop: after such a gap in these
     ** checks, time is counted again from the moment it runs. */
@@ -188,7 +188,7 @@ static void check_once(struct node_health *h, uint64_t now)
         h->down_since_ns = 0;
     }
     h->last_check_ns = now;
-    uint64_t beat = DS_MAX(atomic_load(&a->beat_ns), h->resumed_ns);
+    uint64_t beat = DS_MAX(atomic_load(&node->beat_ns), h->resumed_ns);
     uint64_t idle = beat && now > beat ? now - beat : 0;    /* the loop may have turned after now was read */
     bool turning = beat && idle < 2000000000ull;            /* the loop waits 100 ms at most when idle */
 
@@ -207,7 +207,7 @@ static void check_once(struct node_health *h, uint64_t now)
         h->healthy_since_ns = 0;
         if (c->health_broker_s && now - h->down_since_ns > (uint64_t)c->health_broker_s * 1000000000ull) {
             char err[256];
-            ds_mqtt_last_error(a->mqtt, err, sizeof err);
+            ds_mqtt_last_error(node->mqtt, err, sizeof err);
             fail(h, DS_MSG_CHECK_BROKER_UNREACHABLE, h->down_since_ms,
                  "broker %s unreachable for %.0f s (limit %u s: [health] broker_timeout_s)%s%s", c->mqtt_uri,
                  (double)(now - h->down_since_ns) / 1e9, c->health_broker_s, err[0] ? ": " : "", err);
@@ -274,35 +274,36 @@ static void *health_thread(void *p)
 
 /* ---- life cycle ---- */
 
-enum ds_err node__health_create(struct ds_node *a)
+enum ds_err node__health_create(struct ds_node *node)
 {
     struct node_health *h = calloc(1, sizeof *h);
     if (!h) return DS_ERR_NOMEM;
-    h->a = a;
-    snprintf(h->topic, sizeof h->topic, DS_TOPIC_ALERT "%s", a->cfg->node);
-    node__state_file(a->cfg->health_state_file, "alert", a->cfg->node, "json", h->state_file, sizeof h->state_file);
+    h->node = node;
+    snprintf(h->topic, sizeof h->topic, DS_TOPIC_ALERT "%s", node->cfg->node);
+    node__state_file(node->cfg->health_state_file, "alert", node->cfg->node, "json", h->state_file,
+                     sizeof h->state_file);
     pthread_mutex_init(&h->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&h->cv, &ca);
     pthread_condattr_destroy(&ca);
-    a->health = h;
+    node->health = h;
     state_read(h);
     return DS_OK;
 }
 
-void node__health_start(struct ds_node *a)
+void node__health_start(struct ds_node *node)
 {
-    struct node_health *h = a->health;
+    struct node_health *h = node->health;
     if (!h || h->started) return;
     h->started = pthread_create(&h->th, NULL, health_thread, h) == 0;
     if (!h->started) DS_LOG(DS_LOG_WARN, "health: no thread; the checks are off");
 }
 
-void node__health_stop(struct ds_node *a)
+void node__health_stop(struct ds_node *node)
 {
-    struct node_health *h = a->health;
+    struct node_health *h = node->health;
     if (!h || !h->started) return;
     pthread_mutex_lock(&h->mu);
     h->stop = true;
@@ -312,18 +313,18 @@ void node__health_stop(struct ds_node *a)
     h->started = false;
 }
 
-void node__health_destroy(struct ds_node *a)
+void node__health_destroy(struct ds_node *node)
 {
-    struct node_health *h = a->health;
+    struct node_health *h = node->health;
     if (!h) return;
-    node__health_stop(a);
+    node__health_stop(node);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
-    a->health = NULL;
+    node->health = NULL;
 }
 
-void ds_node_on_fatal(struct ds_node *a, void (*fn)(int status))
+void ds_node_on_fatal(struct ds_node *node, void (*fn)(int status))
 {
-    a->on_fatal = fn;
+    node->on_fatal = fn;
 }

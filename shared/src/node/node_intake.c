@@ -17,14 +17,14 @@
 
 /* ---- routes ---- */
 
-static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
-static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
+static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg);
+static bool on_cancel(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg);
 
 void node__on_message(void *ud, const struct ds_mqtt_msg *msg)
 {
-    struct ds_node *a = ud;
-    for (unsigned i = 0; i < a->n_routes; i++) {
-        const struct node_route *rt = &a->routes[i];
+    struct ds_node *node = ud;
+    for (unsigned i = 0; i < node->n_routes; i++) {
+        const struct node_route *rt = &node->routes[i];
         bool hit = rt->exact ? !strcmp(msg->topic, rt->prefix) : !strncmp(msg->topic, rt->prefix, strlen(rt->prefix));
         if (!hit) continue;
         /* What the persistent session kept while this node was down: its
@@ -36,18 +36,18 @@ void node__on_message(void *ud, const struct ds_mqtt_msg *msg)
             DS_LOG(DS_LOG_DEBUG, "message on %s kept by the broker for an earlier run: dropped", msg->topic);
             return;
         }
-        if (rt->fn(a, rt->st, msg)) return;
+        if (rt->fn(node, rt->st, msg)) return;
     }
     DS_LOG(DS_LOG_DEBUG, "message on %s: nobody here takes it", msg->topic);
 }
 
 /* ---- requests ---- */
 
-struct node_model *node__find_model(struct ds_node *a, const char *name, size_t len)
+struct node_model *node__find_model(struct ds_node *node, const char *name, size_t len)
 {
-    for (unsigned i = 0; i < a->n_models; i++)
-        if (strlen(a->models[i].cfg->name) == len && memcmp(a->models[i].cfg->name, name, len) == 0)
-            return &a->models[i];
+    for (unsigned i = 0; i < node->n_models; i++)
+        if (strlen(node->models[i].cfg->name) == len && memcmp(node->models[i].cfg->name, name, len) == 0)
+            return &node->models[i];
     return NULL;
 }
 
@@ -64,13 +64,13 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
 /* Admission by estimated finish time: the work queued ahead of r plus r's own,
 ** at the decode rate measured so far, against r's deadline and its tier's
 ** latency budget. */
-static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t now)
+static bool over_budget(struct ds_node *node, const struct node_req *r, uint64_t now)
 {
-    double rate = atomic_load(&a->tok_rate);
+    double rate = atomic_load(&node->tok_rate);
     if (!(rate > 0.0)) return false;              /* nothing measured yet */
     double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
-    double finish_ms = ((double)ds_sched_backlog(a->sched) + own) / rate * 1000.0;
-    double budget_ms = atomic_load(&a->live_budget_ms[r->req.priority]);
+    double finish_ms = ((double)ds_sched_backlog(node->sched) + own) / rate * 1000.0;
+    double budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]);
     if (r->deadline_ns) {
         double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
         if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
@@ -79,34 +79,34 @@ static bool over_budget(struct ds_node *a, const struct node_req *r, uint64_t no
 }
 
 /* "model: x is not served by this node; it serves a, b" into buf. */
-static void not_served(const struct ds_node *a, const char *model, char *buf, size_t cap)
+static void not_served(const struct ds_node *node, const char *model, char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, "model: '%.64s' is not served by this node; it serves", model);
-    for (unsigned i = 0; i < a->n_models && n > 0 && (size_t)n < cap; i++)
-        n += snprintf(buf + n, cap - (size_t)n, "%s %s", i ? "," : "", a->models[i].cfg->name);
+    for (unsigned i = 0; i < node->n_models && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s %s", i ? "," : "", node->models[i].cfg->name);
 }
 
 /* A request on <infer prefix><model>: decode, check, then queue it or offer
 ** it to the role. Always true: every message here is answered or logged. */
-static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     (void)st;
     uint64_t now = ds_now_ns();
-    const char *model_name = msg->topic + strlen(a->role->infer_prefix);
+    const char *model_name = msg->topic + strlen(node->role->infer_prefix);
 
     struct node_req *r = calloc(1, sizeof *r);
     if (!r) return true;
     r->recv_ns = now;
     struct ds_msg_error err;
-    enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &a->limits, &r->req, &err);
+    enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &node->limits, &r->req, &err);
     /* Where to answer: the MQTT 5 Response Topic, else the JSON reply_to. */
     if (msg->response_topic.p)
         r->reply = strndup(msg->response_topic.p, msg->response_topic.n);
     else if (rc == DS_OK && r->req.reply_to)
         r->reply = strdup(r->req.reply_to);
     else if (rc != DS_OK)
-        r->reply = node__reply_to_salvage(msg->payload, msg->len, a->limits.max_payload,
-                                          a->limits.max_topic);
+        r->reply = node__reply_to_salvage(msg->payload, msg->len, node->limits.max_payload,
+                                          node->limits.max_topic);
     if (msg->correlation.p && msg->correlation.n) {
         r->corr = malloc(msg->correlation.n);
         if (r->corr) memcpy(r->corr, msg->correlation.p, msg->correlation.n);
@@ -116,22 +116,22 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     if (r->reply && !node__topic_ok(r->reply)) {
         DS_LOG_LIMITED(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
                id ? id : "?", r->reply);
-        ds_metrics_record_error(&a->metrics, DS_MSG_CODE_INVALID_REQUEST);
+        ds_metrics_record_error(&node->metrics, DS_MSG_CODE_INVALID_REQUEST);
         node__req_free(r);
         return true;
     }
     if (rc != DS_OK) {
-        node__send_error(a, r->reply, r->corr, r->corr_len, id, err.id_generated, err.code, err.message);
+        node__send_error(node, r->reply, r->corr, r->corr_len, id, err.id_generated, err.code, err.message);
         node__req_free(r);
         return true;
     }
     if (!r->reply) {
-        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
+        node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
         return true;
     }
     char *final;
     size_t final_len;
-    switch (node__dedupe_claim(&a->dedupe, r, msg->dup, &final, &final_len)) {   /* node_dedupe.c */
+    switch (node__dedupe_claim(&node->dedupe, r, msg->dup, &final, &final_len)) {   /* node_dedupe.c */
     case NODE_SEEN_NEW:
         break;
     case NODE_SEEN_COPY:                   /* the first copy's answer is the answer */
@@ -142,52 +142,52 @@ static bool on_infer(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
     case NODE_SEEN_REANSWER:               /* its final was lost on the way: the same final again */
         DS_LOG(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
                r->reply);
-        node__publish(a, r->reply, r->corr, r->corr_len, final, final_len);
+        node__publish(node, r->reply, r->corr, r->corr_len, final, final_len);
         node__req_free(r);
         return true;
     }
     if (strcmp(r->req.model, model_name) != 0) {
-        node__req_fail(a, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
+        node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return true;
     }
-    r->m = node__find_model(a, model_name, strlen(model_name));
+    r->m = node__find_model(node, model_name, strlen(model_name));
     if (!r->m) {
         char why[400];
-        not_served(a, model_name, why, sizeof why);
-        node__req_fail(a, r, DS_MSG_CODE_MODEL_NOT_FOUND, why);
+        not_served(node, model_name, why, sizeof why);
+        node__req_fail(node, r, DS_MSG_CODE_MODEL_NOT_FOUND, why);
         return true;
     }
-    if (atomic_load(&a->draining)) {
-        node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
+    if (atomic_load(&node->draining)) {
+        node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
         return true;
     }
-    if (!node__quota_take(a, r)) {
+    if (!node__quota_take(node, r)) {
         char why[160];
         snprintf(why, sizeof why, "this client has %u requests queued or running here ([sched] client_max): wait "
-                 "for their answers before sending more", atomic_load(&a->live_client_max));
-        node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, why);
+                 "for their answers before sending more", atomic_load(&node->live_client_max));
+        node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, why);
         return true;
     }
     r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
-    r->key = atomic_fetch_add(&a->next_key, 1);
-    atomic_fetch_add(&a->n_taken, 1);
+    r->key = atomic_fetch_add(&node->next_key, 1);
+    atomic_fetch_add(&node->n_taken, 1);
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
-    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(a, r, now)) && node__ext_take(a, r, NODE_TAKE_ROUTE))
+    if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(node, r, now)) && node__ext_take(node, r, NODE_TAKE_ROUTE))
         return true;
-    if (node__enqueue(a, r)) return true;
-    if (may_go && node__ext_take(a, r, NODE_TAKE_QUEUE_FULL)) return true;
-    node__req_fail(a, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
+    if (node__enqueue(node, r)) return true;
+    if (may_go && node__ext_take(node, r, NODE_TAKE_QUEUE_FULL)) return true;
+    node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
     return true;
 }
 
 /* ---- per-client quota ---- */
 
-void node__cfg_publish(struct ds_node *a)
+void node__cfg_publish(struct ds_node *node)
 {
-    atomic_store(&a->live_client_max, a->cfg->client_max);
-    for (int t = 0; t < DS_TIER_COUNT; t++) atomic_store(&a->live_budget_ms[t], a->cfg->budget_ms[t]);
+    atomic_store(&node->live_client_max, node->cfg->client_max);
+    for (int t = 0; t < DS_TIER_COUNT; t++) atomic_store(&node->live_budget_ms[t], node->cfg->budget_ms[t]);
 }
 
 static uint64_t client_key(const char *reply)
@@ -203,11 +203,11 @@ static uint64_t client_key(const char *reply)
     return h;
 }
 
-bool node__quota_take(struct ds_node *a, struct node_req *r)
+bool node__quota_take(struct ds_node *node, struct node_req *r)
 {
-    uint32_t max = atomic_load(&a->live_client_max);
+    uint32_t max = atomic_load(&node->live_client_max);
     if (!max) return true;
-    struct node_quota *q = &a->quota;
+    struct node_quota *q = &node->quota;
     /* A center's requests come from edges (relay topics): the device is the
     ** request's client, which the edge fills in. */
     bool relayed = !strncmp(r->reply, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY)) && r->req.client;
@@ -231,18 +231,18 @@ bool node__quota_take(struct ds_node *a, struct node_req *r)
     return ok;
 }
 
-bool node__enqueue(struct ds_node *a, struct node_req *r)
+bool node__enqueue(struct ds_node *node, struct node_req *r)
 {
     struct ds_sched_item it = {
         .id = r->key, .tier = r->req.priority, .enqueued_ns = ds_now_ns(), .deadline_ns = r->deadline_ns,
         .cost = r->req.max_tokens + (uint32_t)(r->req.prompt_len / 4), .user = r,
     };
-    return ds_sched_push(a->sched, &it) == DS_OK;
+    return ds_sched_push(node->sched, &it) == DS_OK;
 }
 
 /* ---- cancellation ---- */
 
-static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_cancel(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     (void)st;
     struct node_cancel *c = calloc(1, sizeof *c);
@@ -251,16 +251,16 @@ static bool on_cancel(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg
         c = NULL;
     }
     if (c) {
-        pthread_mutex_lock(&a->cancel_mu);
-        if (a->n_cancels == MAX_CANCELS) {           /* forget the oldest */
-            free(a->cancels[0]);
-            memmove(a->cancels, a->cancels + 1, (MAX_CANCELS - 1) * sizeof *a->cancels);
-            a->n_cancels--;
+        pthread_mutex_lock(&node->cancel_mu);
+        if (node->n_cancels == MAX_CANCELS) {           /* forget the oldest */
+            free(node->cancels[0]);
+            memmove(node->cancels, node->cancels + 1, (MAX_CANCELS - 1) * sizeof *node->cancels);
+            node->n_cancels--;
         }
-        a->cancels[a->n_cancels++] = c;
-        pthread_mutex_unlock(&a->cancel_mu);
-        atomic_store(&a->cancel_new, true);
-        ds_sched_wake(a->sched);
+        node->cancels[node->n_cancels++] = c;
+        pthread_mutex_unlock(&node->cancel_mu);
+        atomic_store(&node->cancel_new, true);
+        ds_sched_wake(node->sched);
     } else {
         DS_LOG_LIMITED(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on " DS_TOPIC_CANCEL "<sender>/...", msg->topic);
     }
@@ -284,24 +284,24 @@ static bool cancel_owns(const struct node_cancel *c, const struct node_req *r)
     return strlen(c->owner) == n && memcmp(c->owner, who, n) == 0;
 }
 
-bool node__take_cancel(struct ds_node *a, const struct node_req *r)
+bool node__take_cancel(struct ds_node *node, const struct node_req *r)
 {
     bool hit = false;
-    pthread_mutex_lock(&a->cancel_mu);
-    for (unsigned i = 0; i < a->n_cancels && !hit; i++)
-        if (strcmp(a->cancels[i]->id, r->req.id) == 0 && cancel_owns(a->cancels[i], r)) {
-            free(a->cancels[i]);
-            a->cancels[i] = a->cancels[--a->n_cancels];
+    pthread_mutex_lock(&node->cancel_mu);
+    for (unsigned i = 0; i < node->n_cancels && !hit; i++)
+        if (strcmp(node->cancels[i]->id, r->req.id) == 0 && cancel_owns(node->cancels[i], r)) {
+            free(node->cancels[i]);
+            node->cancels[i] = node->cancels[--node->n_cancels];
             hit = true;
         }
-    pthread_mutex_unlock(&a->cancel_mu);
+    pthread_mutex_unlock(&node->cancel_mu);
     return hit;
 }
 
-void node__intake_listen(struct ds_node *a)
+void node__intake_listen(struct ds_node *node)
 {
     char filter[160];
-    snprintf(filter, sizeof filter, "%s%s+", a->role->share_group, a->role->infer_prefix);
-    node__listen(a, filter, true, on_infer, NULL);      /* every model: an unknown one gets model_not_found */
-    node__listen(a, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
+    snprintf(filter, sizeof filter, "%s%s+", node->role->share_group, node->role->infer_prefix);
+    node__listen(node, filter, true, on_infer, NULL);      /* every model: an unknown one gets model_not_found */
+    node__listen(node, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
 }

@@ -34,42 +34,42 @@
 /* Paho's message callback: the routes, in order (node__listen). */
 void node__on_message(void *ud, const struct ds_mqtt_msg *msg);
 /* The node's own topics: cancels, and requests for its role. */
-void node__intake_listen(struct ds_node *a);
+void node__intake_listen(struct ds_node *node);
 /* Whether r was cancelled by its sender (and forget that cancel). */
-bool node__take_cancel(struct ds_node *a, const struct node_req *r);
+bool node__take_cancel(struct ds_node *node, const struct node_req *r);
 /* The client a response topic stands for: dspark/v1/reply/<id>/... is <id>'s
 ** (the secured scheme: the ACL lets only <id> read there), any other topic
 ** its own client; a request relayed by an edge is its "client" field's (the
 ** device, as the edge names it). Count r against it, or false when it holds client_max
 ** already; node__req_free gives the count back. */
-bool node__quota_take(struct ds_node *a, struct node_req *r);
+bool node__quota_take(struct ds_node *node, struct node_req *r);
 /* Copy the reloadable keys Paho's thread reads into their atomics (engine
 ** thread: at start and after a reload). */
-void node__cfg_publish(struct ds_node *a);
+void node__cfg_publish(struct ds_node *node);
 /* node_answer.c: give r's count back (node__req_free does). */
 void node__quota_give(struct node_req *r);
 
 /* node_ext.c: the one dispatch of the role's hooks (node_ext.h says when
 ** each is called). Each calls every extension that is on and has the hook,
 ** in the role's order; no other file walks the extension table. */
-enum ds_err node__ext_create_all(struct ds_node *a);          /* stops at the first that fails */
-void        node__ext_destroy_all(struct ds_node *a);         /* reverse order; after create_all, or zeroed */
-void        node__ext_start(struct ds_node *a);
+enum ds_err node__ext_create_all(struct ds_node *node);          /* stops at the first that fails */
+void        node__ext_destroy_all(struct ds_node *node);         /* reverse order; after create_all, or zeroed */
+void        node__ext_start(struct ds_node *node);
 /* Offer r for why; true when one took it (the first that does). */
-bool        node__ext_take(struct ds_node *a, struct node_req *r, enum node_take why);
-void        node__ext_admitted(struct ds_node *a, struct node_req *r);
-void        node__ext_tick(struct ds_node *a, uint64_t now_ns);
-void        node__ext_idle(struct ds_node *a);
+bool        node__ext_take(struct ds_node *node, struct node_req *r, enum node_take why);
+void        node__ext_admitted(struct ds_node *node, struct node_req *r);
+void        node__ext_tick(struct ds_node *node, uint64_t now_ns);
+void        node__ext_idle(struct ds_node *node);
 /* r->owner's final hook only. */
-void        node__ext_final(struct ds_node *a, struct node_req *r, struct ds_msg_final *f);
-void        node__ext_telemetry(struct ds_node *a, struct cJSON *obj);
-void        node__ext_status(struct ds_node *a, struct ds_msg_status *s);
-unsigned    node__ext_pending(struct ds_node *a);
-void        node__ext_refused(struct ds_node *a, const char *topic, struct ds_str corr, const char *why);
+void        node__ext_final(struct ds_node *node, struct node_req *r, struct ds_msg_final *f);
+void        node__ext_telemetry(struct ds_node *node, struct cJSON *obj);
+void        node__ext_status(struct ds_node *node, struct ds_msg_status *s);
+unsigned    node__ext_pending(struct ds_node *node);
+void        node__ext_refused(struct ds_node *node, const char *topic, struct ds_str corr, const char *why);
 /* Extra KV sequences every listed extension asks for (config only: any time). */
-uint32_t    node__ext_kv_seqs(const struct ds_node *a);
+uint32_t    node__ext_kv_seqs(const struct ds_node *node);
 /* The largest max_msg of the extensions that are on. */
-uint32_t    node__ext_max_msg(const struct ds_node *a);
+uint32_t    node__ext_max_msg(const struct ds_node *node);
 
 /* node_ctl.c: a file kept across restarts: configured if set, else
 ** $STATE_DIRECTORY/STEM-NODE.EXT under systemd, else "" (none). */
@@ -100,10 +100,10 @@ void node__dedupe_forget(struct node_dedupe *d, const struct node_req *r);
 /* node_answer.c */
 /* A stream chunk of r: best effort (dropped while the broker is away; the
 ** final carries the whole text). TAKES json. */
-void node__publish_chunk(struct ds_node *a, const struct node_req *r, char *json, size_t len);
+void node__publish_chunk(struct ds_node *node, const struct node_req *r, char *json, size_t len);
 /* Answer r (a running request) with its final message and free its slot,
 ** unless the role takes a weak answer on (cascade). */
-void node__finish(struct ds_node *a, struct node_req *r, enum ds_msg_finish why);
+void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish why);
 
 /* node_gpu.c: load the GPU backend module NAME (dspark-cuda.so); desc says
 ** what happened, for the log and --version. */
@@ -112,36 +112,36 @@ enum node_gpu node__gpu_load(const char *name, char *desc, size_t n);
 
 /* node_version.c */
 /* Load a version's model file (any thread: reads only the config). */
-enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
+enum ds_err node__version_load(const struct ds_node *node, struct node_model *m, const char *version,
                                const char *path, struct node_version **out);
 void        node__version_free(struct node_version *v);
 
 /* node_rollout.c (engine thread unless said otherwise) */
-enum ds_err node__rollout_create(struct ds_node *a);      /* keys, registry */
+enum ds_err node__rollout_create(struct ds_node *node);      /* keys, registry */
 /* Load m's first active version: the registry's active one if it has a
 ** source, else the config's; records local versions in the registry. */
-enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m);
-void        node__rollout_destroy(struct ds_node *a);
+enum ds_err node__rollout_initial(struct ds_node *node, struct node_model *m);
+void        node__rollout_destroy(struct ds_node *node);
 /* Its control topics (node__listen), before connecting. */
-void        node__rollout_listen(struct ds_node *a);
+void        node__rollout_listen(struct ds_node *node);
 /* Once per loop turn: finished loads, queued commands, rollback checks,
 ** drained versions destroyed. */
-void        node__rollout_tick(struct ds_node *a, uint64_t now_ns);
+void        node__rollout_tick(struct ds_node *node, uint64_t now_ns);
 /* Pin r to the version that serves it (canary split by client hash). */
-void        node__rollout_pick(struct ds_node *a, struct node_req *r);
+void        node__rollout_pick(struct ds_node *node, struct node_req *r);
 /* r was admitted on the active version with a shadow candidate: its copy for
 ** the candidate (pinned, never answered), or NULL. */
-struct node_req *node__rollout_mirror(struct ds_node *a, struct node_req *r);
+struct node_req *node__rollout_mirror(struct ds_node *node, struct node_req *r);
 /* r (pinned) is done: ok with its latency, or failed. Records the window and
 ** the shadow comparison; called before node__req_free. */
-void        node__rollout_done(struct ds_node *a, struct node_req *r, bool failed, double total_ms);
+void        node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, double total_ms);
 /* Drop r's pin and shadow pair (node__req_free does it; the cascade does it
 ** before r leaves the engine thread). */
 void        node__rollout_release(struct node_req *r);
 /* Remember one generated token of a shadowed request (for agreement). */
 void        node__rollout_token(struct node_req *r, int32_t token);
 /* Add versions, states, shadow summary and events to a telemetry object. */
-void        node__rollout_telemetry(struct ds_node *a, struct cJSON *obj);
+void        node__rollout_telemetry(struct ds_node *node, struct cJSON *obj);
 
 /* One-node speculative decoding. node_version.c: the draft engine and
 ** ds_spec for a version whose model config names a draft (any thread, like
@@ -150,27 +150,27 @@ enum ds_err node__spec_load(struct node_version *v);
 void        node__spec_unload(struct node_version *v);
 /* One speculative round for v's only running sequence, if it may take one;
 ** false when v is left to the batched step. */
-bool        node__spec_step(struct ds_node *a, struct node_version *v);
+bool        node__spec_step(struct ds_node *node, struct node_version *v);
 
 /* node_fetch.c: fetch, verify and install models published on
 ** dspark/v1/models/<name>/... (only with [keys] node_sec set). Its own
 ** thread does the work; the hooks below only queue or read a snapshot. */
-enum ds_err node__fetch_create(struct ds_node *a);
+enum ds_err node__fetch_create(struct ds_node *node);
 /* Its manifest and chunk topics (node__listen), before connecting. */
-void        node__fetch_listen(struct ds_node *a);
+void        node__fetch_listen(struct ds_node *node);
 /* Adds "downloads" (progress, rate, ETA, last outcome) to a telemetry object. */
-void        node__fetch_telemetry(struct ds_node *a, struct cJSON *obj);
+void        node__fetch_telemetry(struct ds_node *node, struct cJSON *obj);
 /* Stop the thread (before the MQTT client goes), then free. */
-void        node__fetch_stop(struct ds_node *a);
-void        node__fetch_destroy(struct ds_node *a);
+void        node__fetch_stop(struct ds_node *node);
+void        node__fetch_destroy(struct ds_node *node);
 
 /* node_health.c: health checks and alerts (dspark/v1/alert/<node>). */
 /* Reads the state file's pending alert (a restart after a failed check). */
-enum ds_err node__health_create(struct ds_node *a);
+enum ds_err node__health_create(struct ds_node *node);
 /* The checking thread: started before the loop, stopped after it. */
-void        node__health_start(struct ds_node *a);
-void        node__health_stop(struct ds_node *a);
-void        node__health_destroy(struct ds_node *a);
+void        node__health_start(struct ds_node *node);
+void        node__health_stop(struct ds_node *node);
+void        node__health_destroy(struct ds_node *node);
 /* The exit status of a failed check (70 stalled, 69 broker, 74 registry). */
 int         node__health_exit_status(enum ds_msg_check c);
 

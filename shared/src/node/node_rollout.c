@@ -72,7 +72,7 @@ struct node_cmd {
 struct node_load {
     pthread_t            th;
     atomic_bool          done;
-    struct ds_node      *a;
+    struct ds_node      *node;
     struct node_model   *m;
     char                 version[NODE_VERSION_MAX], path[DS_REG_PATH_MAX];
     struct node_version *v;
@@ -212,10 +212,10 @@ fail:
 
 /* ---- events: log, telemetry, dspark/v1/rollout/<node> ---- */
 
-static void event(struct ds_node *a, const char *model, const char *version, const char *what, bool ok,
+static void event(struct ds_node *node, const char *model, const char *version, const char *what, bool ok,
                   const char *reason, const struct node_cmd *c)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     struct rollout_event *e = &ro->events[ro->n_events++ % MAX_EVENTS];
     e->ts_ms = unix_ms();
     snprintf(e->model, sizeof e->model, "%s", model ? model : "");
@@ -230,7 +230,7 @@ static void event(struct ds_node *a, const char *model, const char *version, con
            ok ? "done" : "refused", reason);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "v", 1);
-    cJSON_AddStringToObject(o, "node", a->cfg->node);
+    cJSON_AddStringToObject(o, "node", node->cfg->node);
     ds_msg_add_uint(o, "ts", e->ts_ms);
     cJSON_AddStringToObject(o, "event", what);
     cJSON_AddStringToObject(o, "model", e->model);
@@ -244,7 +244,7 @@ static void event(struct ds_node *a, const char *model, const char *version, con
     char *json;
     size_t len;
     if (ds_msg_json_print(o, &json, &len) == DS_OK) {
-        if (ds_mqtt_publish(a->mqtt, ro->topic_events, json, len, 1, false, NULL) != DS_OK)
+        if (ds_mqtt_publish(node->mqtt, ro->topic_events, json, len, 1, false, NULL) != DS_OK)
             DS_LOG(DS_LOG_DEBUG, "rollout event not published (not connected)");
         free(json);
     }
@@ -254,10 +254,10 @@ static void event(struct ds_node *a, const char *model, const char *version, con
 
 /* ---- versions ---- */
 
-static struct node_model *model_named(struct ds_node *a, const char *name)
+static struct node_model *model_named(struct ds_node *node, const char *name)
 {
-    for (unsigned i = 0; i < a->n_models; i++)
-        if (!strcmp(a->models[i].cfg->name, name)) return &a->models[i];
+    for (unsigned i = 0; i < node->n_models; i++)
+        if (!strcmp(node->models[i].cfg->name, name)) return &node->models[i];
     return NULL;
 }
 
@@ -270,7 +270,7 @@ static struct node_version *loaded(struct node_model *m, const char *version)
 
 /* Where version's file is: the config, else the registry (installed and
 ** verified or later). False with why when nowhere. */
-static bool source(struct ds_node *a, struct node_model *m, const char *version, char *path, size_t n, char *why)
+static bool source(struct ds_node *node, struct node_model *m, const char *version, char *path, size_t n, char *why)
 {
     const struct ds_node_model_cfg *mc = m->cfg;
     if (!strcmp(mc->version, version)) return snprintf(path, n, "%s", mc->path), true;
@@ -279,7 +279,7 @@ static bool source(struct ds_node *a, struct node_model *m, const char *version,
     for (const char *p = mc->versions; (p = ds_node_list_next(p, ver, sizeof ver, val, sizeof val, &bad));)
         if (!strcmp(ver, version)) return snprintf(path, n, "%s", val), true;
     struct ds_reg_version rv;
-    if (a->ro->reg && ds_reg_version_find(a->ro->reg, mc->name, version, &rv) == DS_OK) {
+    if (node->ro->reg && ds_reg_version_find(node->ro->reg, mc->name, version, &rv) == DS_OK) {
         if (rv.state == DS_REG_DOWNLOADING || rv.state == DS_REG_REJECTED || !rv.path[0]) {
             snprintf(why, DS_WHY_MAX, "%s %s is %s in the registry, not verified and installed", mc->name, version,
                      ds_reg_state_name(rv.state));
@@ -311,9 +311,9 @@ static void set_state(struct node_version *v, enum node_vstate s, uint64_t now)
 static void *load_worker(void *p)
 {
     struct node_load *l = p;
-    l->rc = node__version_load(l->a, l->m, l->version, l->path, &l->v);
+    l->rc = node__version_load(l->node, l->m, l->version, l->path, &l->v);
     atomic_store(&l->done, true);
-    ds_sched_wake(l->a->sched);
+    ds_sched_wake(l->node->sched);
     return NULL;
 }
 
@@ -345,10 +345,10 @@ static void retire(struct node_rollout *ro, struct node_version *v, enum ds_reg_
 ** undone by the next restart. The node's own rollback is applied whatever
 ** the registry says (it protects the clients now; the log says it is not
 ** durable, and the same check rolls back again after a restart). */
-static bool durable(struct ds_node *a, const struct node_cmd *c, struct node_model *m, struct node_version *v,
+static bool durable(struct ds_node *node, const struct node_cmd *c, struct node_model *m, struct node_version *v,
                     enum ds_reg_state to, enum ds_reg_state prev_to, const char *reason, char *why)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     enum ds_err rc = reg_move(ro, m->cfg->name, v->version, to, prev_to, reason);
     if (rc == DS_OK) return true;
     if (c->automatic) {
@@ -358,15 +358,15 @@ static bool durable(struct ds_node *a, const struct node_cmd *c, struct node_mod
     }
     snprintf(why, DS_WHY_MAX, "the registry did not record %s %s -> %s (%s): nothing changed; make %s writable "
              "(disk space, another writer holding it) and send the command again",
-             m->cfg->name, v->version, ds_reg_state_name(to), ds_strerror(rc), a->cfg->registry_path);
+             m->cfg->name, v->version, ds_reg_state_name(to), ds_strerror(rc), node->cfg->registry_path);
     return false;
 }
 
 /* Apply c to m with version v loaded. Returns the outcome in why. */
-static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_version *v, struct node_cmd *c,
+static bool apply_loaded(struct ds_node *node, struct node_model *m, struct node_version *v, struct node_cmd *c,
                          char *why)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     uint64_t now = ds_now_ns();
     char reason[DS_REG_REASON_MAX], signed_by[64];
     snprintf(signed_by, sizeof signed_by, "signed by key %s, seq %llu", c->signer, (unsigned long long)c->seq);
@@ -381,21 +381,21 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
             return true;
         }
         snprintf(reason, sizeof reason, "promoted over %s (%.300s)", old->version, by);
-        if (!durable(a, c, m, v, DS_REG_ACTIVE, DS_REG_RETIRED, reason, why)) return false;
+        if (!durable(node, c, m, v, DS_REG_ACTIVE, DS_REG_RETIRED, reason, why)) return false;
         if (cand && cand != v) retire(ro, cand, DS_REG_RETIRED, reason, now);
         m->cand = NULL;
         set_state(v, NODE_V_ACTIVE, now);
         m->active = v;
         set_state(old, NODE_V_DRAINING, now);
         snprintf(m->prev, sizeof m->prev, "%s", old->version);
-        m->probation_end_ns = now + (uint64_t)a->cfg->ro_probation_s * 1000000000ull;
+        m->probation_end_ns = now + (uint64_t)node->cfg->ro_probation_s * 1000000000ull;
         snprintf(why, DS_WHY_MAX, "%s active (was %s); draining %u request(s) on %s", v->version, old->version,
                  old->refs, old->version);
         return true;
     case OP_CANARY:
     case OP_SHADOW:
         snprintf(reason, sizeof reason, "%s (%.300s)", c->op == OP_CANARY ? "canary" : "shadow", by);
-        if (!durable(a, c, m, v, c->op == OP_CANARY ? DS_REG_CANARY : DS_REG_SHADOW, DS_REG_RETIRED, reason, why))
+        if (!durable(node, c, m, v, c->op == OP_CANARY ? DS_REG_CANARY : DS_REG_SHADOW, DS_REG_RETIRED, reason, why))
             return false;
         if (cand && cand != v) retire(ro, cand, DS_REG_RETIRED, "replaced by another candidate", now);
         set_state(v, c->op == OP_CANARY ? NODE_V_CANARY : NODE_V_SHADOW, now);
@@ -411,7 +411,7 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
     case OP_ROLLBACK:
     default:
         snprintf(reason, sizeof reason, "rolled back to %s (%.300s)", v->version, by);
-        if (v != old && !durable(a, c, m, v, DS_REG_ACTIVE, DS_REG_ROLLED_BACK, reason, why)) return false;
+        if (v != old && !durable(node, c, m, v, DS_REG_ACTIVE, DS_REG_ROLLED_BACK, reason, why)) return false;
         if (cand && cand != v) retire(ro, cand, DS_REG_ROLLED_BACK, reason, now);
         m->cand = NULL;
         m->prev[0] = '\0';
@@ -432,10 +432,10 @@ static bool apply_loaded(struct ds_node *a, struct node_model *m, struct node_ve
 /* Check c and apply it, or start loading its version (then c waits in
 ** m->waiting and is applied when the load is done). Returns false with why
 ** when refused; true with why empty when it is waiting. */
-static bool apply(struct ds_node *a, struct node_cmd *c, char *why)
+static bool apply(struct ds_node *node, struct node_cmd *c, char *why)
 {
     why[0] = '\0';
-    struct node_model *m = model_named(a, c->model);
+    struct node_model *m = model_named(node, c->model);
     if (!m) return snprintf(why, DS_WHY_MAX, "model %s is not served by this node", c->model), false;
     struct ds_semver want, cur;
     if (ds_semver_parse(c->version, &want) != DS_OK)
@@ -452,7 +452,7 @@ static bool apply(struct ds_node *a, struct node_cmd *c, char *why)
         return snprintf(why, DS_WHY_MAX, "%s is the active version; a candidate must be another one", c->version),
                false;
     struct node_version *v = loaded(m, c->version);
-    if (v) return apply_loaded(a, m, v, c, why);
+    if (v) return apply_loaded(node, m, v, c, why);
     if (m->load)
         return snprintf(why, DS_WHY_MAX, "%s %s is still loading; send again when it is done", c->model,
                         m->load->version), false;
@@ -461,11 +461,11 @@ static bool apply(struct ds_node *a, struct node_cmd *c, char *why)
                         m->n_vers, c->model), false;
     struct node_load *l = calloc(1, sizeof *l);
     if (!l) return snprintf(why, DS_WHY_MAX, "out of memory"), false;
-    if (!source(a, m, c->version, l->path, sizeof l->path, why)) {
+    if (!source(node, m, c->version, l->path, sizeof l->path, why)) {
         free(l);
         return false;
     }
-    l->a = a;
+    l->node = node;
     l->m = m;
     snprintf(l->version, sizeof l->version, "%s", c->version);
     atomic_init(&l->done, false);
@@ -485,25 +485,25 @@ static const char *cmd_name(const struct node_cmd *c)
 }
 
 /* Run c to its end or to its wait; frees c unless it waits. */
-static void run_cmd(struct ds_node *a, struct node_cmd *c)
+static void run_cmd(struct ds_node *node, struct node_cmd *c)
 {
     char why[DS_WHY_MAX];
-    bool ok = apply(a, c, why);
+    bool ok = apply(node, c, why);
     if (ok && !why[0]) return;                       /* waits for its load */
-    event(a, c->model, c->version, cmd_name(c), ok, why, c);
+    event(node, c->model, c->version, cmd_name(c), ok, why, c);
     free(c->body);
     free(c);
 }
 
 /* A command from the queue: refused at the door, replayed, malformed or run. */
-static void take_cmd(struct ds_node *a, struct node_cmd *c)
+static void take_cmd(struct ds_node *node, struct node_cmd *c)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     char why[DS_WHY_MAX];
     if (!c->body) {
-        event(a, NULL, NULL, "control", false, c->why, c);
-    } else if (!parse_body(c, a->cfg->node, a->cfg->ro_control_max_age_s, why)) {
-        event(a, NULL, NULL, "control", false, why, c);
+        event(node, NULL, NULL, "control", false, c->why, c);
+    } else if (!parse_body(c, node->cfg->node, node->cfg->ro_control_max_age_s, why)) {
+        event(node, NULL, NULL, "control", false, why, c);
     } else {
         unsigned s = 0;                              /* trusted key ids index seen[] */
         while (s < ro->n_trusted && strcmp(ro->trusted[s].id, c->signer)) s++;
@@ -512,9 +512,9 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
         if (c->seq <= last) {
             snprintf(why, sizeof why, "replayed or out of order: seq %llu <= %llu, the last seen from key %s",
                      (unsigned long long)c->seq, (unsigned long long)last, c->signer);
-            event(a, c->model, c->version, node__cmd_op_name(c->op), false, why, c);
+            event(node, c->model, c->version, node__cmd_op_name(c->op), false, why, c);
         } else {
-            run_cmd(a, c);
+            run_cmd(node, c);
             return;
         }
     }
@@ -525,7 +525,7 @@ static void take_cmd(struct ds_node *a, struct node_cmd *c)
 /* ---- intake (Paho's thread) ---- */
 
 /* A control message (Paho's thread): verified, then queued. */
-static bool on_control(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg)
+static bool on_control(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct node_rollout *ro = st;
     const char *target = msg->topic + strlen(DS_TOPIC_CONTROL);
@@ -563,14 +563,14 @@ static bool on_control(struct ds_node *a, void *st, const struct ds_mqtt_msg *ms
         free(c->body);
         free(c);
     }
-    if (queued || first) ds_sched_wake(a->sched);
+    if (queued || first) ds_sched_wake(node->sched);
     return true;
 }
 
-void node__rollout_listen(struct ds_node *a)
+void node__rollout_listen(struct ds_node *node)
 {
-    node__listen(a, a->ro->topic_node, false, on_control, a->ro);
-    node__listen(a, a->ro->topic_all, false, on_control, a->ro);
+    node__listen(node, node->ro->topic_node, false, on_control, node->ro);
+    node__listen(node, node->ro->topic_all, false, on_control, node->ro);
 }
 
 /* ---- requests ---- */
@@ -586,9 +586,9 @@ static uint64_t hash_str(const char *s)
     return h ^ (h >> 33);
 }
 
-void node__rollout_pick(struct ds_node *a, struct node_req *r)
+void node__rollout_pick(struct ds_node *node, struct node_req *r)
 {
-    (void)a;
+    (void)node;
     struct node_model *m = r->m;
     struct node_version *v = m->active;
     if (m->cand && m->cand->state == NODE_V_CANARY) {
@@ -607,9 +607,9 @@ static char *dup_or_null(const char *s, bool *ok)
     return d;
 }
 
-struct node_req *node__rollout_mirror(struct ds_node *a, struct node_req *r)
+struct node_req *node__rollout_mirror(struct ds_node *node, struct node_req *r)
 {
-    (void)a;
+    (void)node;
     struct node_model *m = r->m;
     if (r->mirror || !m->cand || m->cand->state != NODE_V_SHADOW || r->v != m->active) return NULL;
     struct node_req *s = calloc(1, sizeof *s);
@@ -679,9 +679,9 @@ static void shadow_compare(struct node_model *m, struct node_shadow *sh)
     m->sh_delta_sum += sh->ms[1] - sh->ms[0];
 }
 
-void node__rollout_done(struct ds_node *a, struct node_req *r, bool failed, double total_ms)
+void node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, double total_ms)
 {
-    (void)a;
+    (void)node;
     struct node_version *v = r->v;
     unsigned i = (v->win_head + v->win_n) % NODE_WIN_CAP;
     if (v->win_n == NODE_WIN_CAP) v->win_head = (v->win_head + 1) % NODE_WIN_CAP;
@@ -755,9 +755,9 @@ static struct win_stats window(const struct node_version *v, uint64_t now, uint6
 }
 
 /* The reason v breaches the thresholds now, or false. */
-static bool breached(struct ds_node *a, const struct node_version *v, uint64_t now, char *why, size_t n)
+static bool breached(struct ds_node *node, const struct node_version *v, uint64_t now, char *why, size_t n)
 {
-    const struct ds_node_config *c = a->cfg;
+    const struct ds_node_config *c = node->cfg;
     struct win_stats w = window(v, now, (uint64_t)c->ro_window_s * 1000000000ull);
     if (w.n < c->ro_min_requests) return false;
     double rate = (double)w.errors / w.n;
@@ -774,10 +774,10 @@ static bool breached(struct ds_node *a, const struct node_version *v, uint64_t n
 ** operator's tool) made a version active: serve it, as a promote would (with
 ** the same anti-rollback check). Acts once per change of the registry's
 ** active version. */
-static void follow_registry(struct ds_node *a, struct node_model *m)
+static void follow_registry(struct ds_node *node, struct node_model *m)
 {
     struct ds_reg_version rv;
-    if (!a->ro->reg || m->load || ds_reg_active_get(a->ro->reg, m->cfg->name, &rv) != DS_OK) return;
+    if (!node->ro->reg || m->load || ds_reg_active_get(node->ro->reg, m->cfg->name, &rv) != DS_OK) return;
     if (!strcmp(rv.version, m->reg_active) || !strcmp(rv.version, m->active->version)) {
         snprintf(m->reg_active, sizeof m->reg_active, "%s", rv.version);
         return;
@@ -787,62 +787,62 @@ static void follow_registry(struct ds_node *a, struct node_model *m)
     if (!c) return;
     c->automatic = true;
     c->op = OP_PROMOTE;
-    snprintf(c->target, sizeof c->target, "%s", a->cfg->node);
+    snprintf(c->target, sizeof c->target, "%s", node->cfg->node);
     snprintf(c->model, sizeof c->model, "%s", m->cfg->name);
     snprintf(c->version, sizeof c->version, "%.*s", (int)sizeof c->version - 1, rv.version);
     snprintf(c->reason, sizeof c->reason, "made active in the registry by another writer");
-    run_cmd(a, c);
+    run_cmd(node, c);
 }
 
-static void check_model(struct ds_node *a, struct node_model *m, uint64_t now)
+static void check_model(struct ds_node *node, struct node_model *m, uint64_t now)
 {
     char why[DS_REG_REASON_MAX - 64];
     struct node_version *cand = m->cand;
-    if (cand && breached(a, cand, now, why, sizeof why)) {
+    if (cand && breached(node, cand, now, why, sizeof why)) {
         char reason[DS_REG_REASON_MAX];
         snprintf(reason, sizeof reason, "automatic rollback of %s %s: %s", vstate_name(cand->state), cand->version, why);
         m->cand = NULL;
-        retire(a->ro, cand, DS_REG_ROLLED_BACK, reason, now);
+        retire(node->ro, cand, DS_REG_ROLLED_BACK, reason, now);
         struct node_cmd c = { .automatic = true, .op = OP_ROLLBACK };
-        snprintf(c.target, sizeof c.target, "%s", a->cfg->node);
-        event(a, m->cfg->name, cand->version, "auto-rollback", true, reason, &c);
+        snprintf(c.target, sizeof c.target, "%s", node->cfg->node);
+        event(node, m->cfg->name, cand->version, "auto-rollback", true, reason, &c);
         return;
     }
-    if (!m->prev[0] || now > m->probation_end_ns || m->load || !breached(a, m->active, now, why, sizeof why)) {
-        follow_registry(a, m);
+    if (!m->prev[0] || now > m->probation_end_ns || m->load || !breached(node, m->active, now, why, sizeof why)) {
+        follow_registry(node, m);
         return;
     }
     struct node_cmd *c = calloc(1, sizeof *c);
     if (!c) return;
     c->automatic = true;
     c->op = OP_ROLLBACK;
-    snprintf(c->target, sizeof c->target, "%s", a->cfg->node);
+    snprintf(c->target, sizeof c->target, "%s", node->cfg->node);
     snprintf(c->model, sizeof c->model, "%s", m->cfg->name);
     snprintf(c->version, sizeof c->version, "%s", m->prev);
     snprintf(c->reason, sizeof c->reason, "automatic rollback of promoted %s: %s", m->active->version, why);
     m->prev[0] = '\0';
-    run_cmd(a, c);
+    run_cmd(node, c);
 }
 
 /* A registry metrics snapshot of each candidate and version on probation. */
-static void snapshot(struct ds_node *a, uint64_t now)
+static void snapshot(struct ds_node *node, uint64_t now)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     if (!ro->reg) return;
-    for (unsigned i = 0; i < a->n_models; i++) {
-        struct node_model *m = &a->models[i];
+    for (unsigned i = 0; i < node->n_models; i++) {
+        struct node_model *m = &node->models[i];
         struct node_version *vs[2] = { m->cand, m->prev[0] && now < m->probation_end_ns ? m->active : NULL };
         for (int k = 0; k < 2; k++) {
             struct ds_reg_version rv;
             if (!vs[k] || ds_reg_version_find(ro->reg, m->cfg->name, vs[k]->version, &rv) != DS_OK) continue;
-            struct win_stats w = window(vs[k], now, (uint64_t)a->cfg->ro_window_s * 1000000000ull);
+            struct win_stats w = window(vs[k], now, (uint64_t)node->cfg->ro_window_s * 1000000000ull);
             char note[256] = "";
             if (vs[k]->state == NODE_V_SHADOW && m->sh_n)
                 snprintf(note, sizeof note, "{\"shadow\":{\"compared\":%llu,\"text_equal\":%llu,\"token_agreement\":%.4f,"
                          "\"latency_delta_ms\":%.2f,\"failed\":%llu}}", (unsigned long long)m->sh_n,
                          (unsigned long long)m->sh_equal, m->sh_agree_sum / (double)m->sh_n,
                          m->sh_delta_sum / (double)m->sh_n, (unsigned long long)m->sh_failed);
-            struct ds_reg_metrics rm = { .window_s = a->cfg->ro_window_s, .requests = w.n, .errors = w.errors,
+            struct ds_reg_metrics rm = { .window_s = node->cfg->ro_window_s, .requests = w.n, .errors = w.errors,
                                          .p50_ms = NAN, .p99_ms = w.n > w.errors ? w.p99_ms : NAN,
                                          .note = note[0] ? note : NULL };
             if (ds_reg_metrics_add(ro->reg, rv.id, &rm) != DS_OK)
@@ -853,7 +853,7 @@ static void snapshot(struct ds_node *a, uint64_t now)
 
 /* ---- the engine loop's turn ---- */
 
-static void finish_load(struct ds_node *a, struct node_model *m)
+static void finish_load(struct ds_node *node, struct node_model *m)
 {
     struct node_load *l = m->load;
     pthread_join(l->th, NULL);
@@ -866,22 +866,22 @@ static void finish_load(struct ds_node *a, struct node_model *m)
         l->v->delay_ms = delay_of(m->cfg, l->version);
         l->v->state = NODE_V_DRAINING;                      /* until the command gives it a role */
         m->vers[m->n_vers++] = l->v;
-        ok = apply_loaded(a, m, l->v, c, why);
+        ok = apply_loaded(node, m, l->v, c, why);
     } else {
         snprintf(why, sizeof why, "cannot load %s %s from %.150s: %s", m->cfg->name, l->version, l->path,
                  ds_strerror(l->rc));
     }
     free(l);
-    event(a, c->model, c->version, cmd_name(c), ok, why, c);
+    event(node, c->model, c->version, cmd_name(c), ok, why, c);
     free(c->body);
     free(c);
 }
 
-void node__rollout_tick(struct ds_node *a, uint64_t now)
+void node__rollout_tick(struct ds_node *node, uint64_t now)
 {
-    struct node_rollout *ro = a->ro;
-    for (unsigned i = 0; i < a->n_models; i++)
-        if (a->models[i].load && atomic_load(&a->models[i].load->done)) finish_load(a, &a->models[i]);
+    struct node_rollout *ro = node->ro;
+    for (unsigned i = 0; i < node->n_models; i++)
+        if (node->models[i].load && atomic_load(&node->models[i].load->done)) finish_load(node, &node->models[i]);
     pthread_mutex_lock(&ro->mu);
     struct node_cmd *c = ro->head;
     ro->head = ro->tail = NULL;
@@ -902,25 +902,25 @@ void node__rollout_tick(struct ds_node *a, uint64_t now)
         else
             snprintf(why, sizeof why, "%llu control messages refused at the door since the last report; the last: %s",
                      (unsigned long long)n_door, door.why);
-        event(a, NULL, NULL, "control", false, why, &door);
+        event(node, NULL, NULL, "control", false, why, &door);
         ro->door_ns = now + DOOR_NS;
     }
     while (c) {
         struct node_cmd *next = c->next;
-        take_cmd(a, c);
+        take_cmd(node, c);
         c = next;
     }
     if (now >= ro->next_check_ns) {
         ro->next_check_ns = now + CHECK_NS;
-        for (unsigned i = 0; i < a->n_models; i++) check_model(a, &a->models[i], now);
+        for (unsigned i = 0; i < node->n_models; i++) check_model(node, &node->models[i], now);
     }
     if (now >= ro->next_snap_ns) {
-        ro->next_snap_ns = now + (uint64_t)a->cfg->telemetry_s * 1000000000ull;
-        snapshot(a, now);
+        ro->next_snap_ns = now + (uint64_t)node->cfg->telemetry_s * 1000000000ull;
+        snapshot(node, now);
     }
     /* Versions swapped out whose last request is done. */
-    for (unsigned i = 0; i < a->n_models; i++) {
-        struct node_model *m = &a->models[i];
+    for (unsigned i = 0; i < node->n_models; i++) {
+        struct node_model *m = &node->models[i];
         for (unsigned k = m->n_vers; k-- > 0;) {
             struct node_version *v = m->vers[k];
             if (v->state != NODE_V_DRAINING || v->refs) continue;
@@ -933,19 +933,19 @@ void node__rollout_tick(struct ds_node *a, uint64_t now)
 
 /* ---- telemetry ---- */
 
-void node__rollout_telemetry(struct ds_node *a, struct cJSON *obj)
+void node__rollout_telemetry(struct ds_node *node, struct cJSON *obj)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     uint64_t now = ds_now_ns();
     if (ro->reg_damaged[0]) cJSON_AddStringToObject(obj, "registry_damaged", ro->reg_damaged);
     cJSON *models = cJSON_GetObjectItemCaseSensitive(obj, "models"), *it;
     cJSON_ArrayForEach(it, models) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
-        struct node_model *m = cJSON_IsString(name) ? model_named(a, name->valuestring) : NULL;
+        struct node_model *m = cJSON_IsString(name) ? model_named(node, name->valuestring) : NULL;
         cJSON *arr = m ? cJSON_AddArrayToObject(it, "versions") : NULL;
         for (unsigned k = 0; arr && k < m->n_vers; k++) {
             const struct node_version *v = m->vers[k];
-            struct win_stats w = window(v, now, (uint64_t)a->cfg->ro_window_s * 1000000000ull);
+            struct win_stats w = window(v, now, (uint64_t)node->cfg->ro_window_s * 1000000000ull);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "version", v->version);
             cJSON_AddStringToObject(o, "state", vstate_name(v->state));
@@ -990,38 +990,38 @@ void node__rollout_telemetry(struct ds_node *a, struct cJSON *obj)
 
 /* ---- create / destroy ---- */
 
-enum ds_err node__rollout_create(struct ds_node *a)
+enum ds_err node__rollout_create(struct ds_node *node)
 {
     struct node_rollout *ro = calloc(1, sizeof *ro);
     if (!ro) return DS_ERR_NOMEM;
-    a->ro = ro;
+    node->ro = ro;
     pthread_mutex_init(&ro->mu, NULL);
-    snprintf(ro->topic_node, sizeof ro->topic_node, DS_TOPIC_CONTROL "%s", a->cfg->node);
+    snprintf(ro->topic_node, sizeof ro->topic_node, DS_TOPIC_CONTROL "%s", node->cfg->node);
     snprintf(ro->topic_all, sizeof ro->topic_all, DS_TOPIC_CONTROL_ALL);
-    snprintf(ro->topic_events, sizeof ro->topic_events, DS_TOPIC_ROLLOUT "%s", a->cfg->node);
+    snprintf(ro->topic_events, sizeof ro->topic_events, DS_TOPIC_ROLLOUT "%s", node->cfg->node);
     char why[DS_WHY_MAX] = "";
     enum ds_err rc = DS_OK;            /* no [keys] signer_pub: every control message is refused */
-    if (a->cfg->signer_pub && *a->cfg->signer_pub)
-        rc = ds_dist_load_signers(a->cfg->signer_pub, ro->trusted, MAX_SIGNERS, &ro->n_trusted, why);
+    if (node->cfg->signer_pub && *node->cfg->signer_pub)
+        rc = ds_dist_load_signers(node->cfg->signer_pub, ro->trusted, MAX_SIGNERS, &ro->n_trusted, why);
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "config: [keys] signer_pub: %s", why);
         return rc;
     }
-    if (a->cfg->registry_path && *a->cfg->registry_path) {
+    if (node->cfg->registry_path && *node->cfg->registry_path) {
         /* Damage found at open: the file is moved aside and a new registry
         ** is filled from the configured models; telemetry says so. */
-        if ((rc = ds_reg_open_checked(a->cfg->registry_path, &ro->reg, ro->reg_damaged, sizeof ro->reg_damaged)) !=
+        if ((rc = ds_reg_open_checked(node->cfg->registry_path, &ro->reg, ro->reg_damaged, sizeof ro->reg_damaged)) !=
             DS_OK) {
-            DS_LOG(DS_LOG_ERROR, "registry %s: cannot open: %s", a->cfg->registry_path, ds_strerror(rc));
+            DS_LOG(DS_LOG_ERROR, "registry %s: cannot open: %s", node->cfg->registry_path, ds_strerror(rc));
             return rc;
         }
     }
     return DS_OK;
 }
 
-enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m)
+enum ds_err node__rollout_initial(struct ds_node *node, struct node_model *m)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     const struct ds_node_model_cfg *mc = m->cfg;
     const char *prec = ds_precision_name((enum ds_precision)mc->precision);
     reg_local(ro, mc->name, mc->version, mc->path, prec);
@@ -1033,11 +1033,11 @@ enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m)
     const char *version = mc->version;
     struct ds_reg_version rv;
     if (ro->reg && ds_reg_active_get(ro->reg, mc->name, &rv) == DS_OK && strcmp(rv.version, mc->version) &&
-        source(a, m, rv.version, path, sizeof path, why))
+        source(node, m, rv.version, path, sizeof path, why))
         version = rv.version;
     else
         snprintf(path, sizeof path, "%s", mc->path);
-    enum ds_err rc = node__version_load(a, m, version, path, &m->active);
+    enum ds_err rc = node__version_load(node, m, version, path, &m->active);
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s: cannot load %s %s: %s", mc->name, version, path, ds_strerror(rc));
         return rc;
@@ -1050,12 +1050,12 @@ enum ds_err node__rollout_initial(struct ds_node *a, struct node_model *m)
     return DS_OK;
 }
 
-void node__rollout_destroy(struct ds_node *a)
+void node__rollout_destroy(struct ds_node *node)
 {
-    struct node_rollout *ro = a->ro;
+    struct node_rollout *ro = node->ro;
     if (!ro) return;
-    for (unsigned i = 0; i < a->n_models; i++) {
-        struct node_model *m = &a->models[i];
+    for (unsigned i = 0; i < node->n_models; i++) {
+        struct node_model *m = &node->models[i];
         if (!m->load) continue;
         pthread_join(m->load->th, NULL);
         node__version_free(m->load->v);
@@ -1074,5 +1074,5 @@ void node__rollout_destroy(struct ds_node *a)
     ds_reg_close(ro->reg);
     pthread_mutex_destroy(&ro->mu);
     free(ro);
-    a->ro = NULL;
+    node->ro = NULL;
 }

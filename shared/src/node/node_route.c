@@ -14,14 +14,14 @@
 #include "ds/log.h"
 #include "node_internal.h"
 
-void node__listen(struct ds_node *a, const char *filter, bool drain_stop, node_msg_fn fn, void *st)
+void node__listen(struct ds_node *node, const char *filter, bool drain_stop, node_msg_fn fn, void *st)
 {
-    if (a->n_routes == NODE_MAX_ROUTES || strlen(filter) >= sizeof a->routes[0].filter) {
+    if (node->n_routes == NODE_MAX_ROUTES || strlen(filter) >= sizeof node->routes[0].filter) {
         DS_LOG(DS_LOG_ERROR, "%s: not subscribed (at most %d filters of %zu bytes)", filter, NODE_MAX_ROUTES,
-               sizeof a->routes[0].filter - 1);
+               sizeof node->routes[0].filter - 1);
         return;
     }
-    struct node_route *rt = &a->routes[a->n_routes++];
+    struct node_route *rt = &node->routes[node->n_routes++];
     snprintf(rt->filter, sizeof rt->filter, "%s", filter);
     const char *t = filter;
     if (!strncmp(t, DS_SHARE_PREFIX, DS_TOPIC_LEN(DS_SHARE_PREFIX))) {   /* messages arrive without $share/<group>/ */

@@ -34,13 +34,13 @@
 #include "ds/log.h"
 #include "node_internal.h"
 
-bool node__spec_step(struct ds_node *a, struct node_version *v)
+bool node__spec_step(struct ds_node *node, struct node_version *v)
 {
     struct node_req *r = NULL;
-    for (unsigned i = 0; i < a->n_active; i++) {
-        if (a->active[i]->v != v || a->active[i]->role) continue;  /* the role decodes it */
+    for (unsigned i = 0; i < node->n_active; i++) {
+        if (node->active[i]->v != v || node->active[i]->role) continue;  /* the role decodes it */
         if (r) return false;                    /* a batch: plain batched step */
-        r = a->active[i];
+        r = node->active[i];
     }
     /* Speculate only with room for a draft (two tokens left at least). */
     if (!r || v->m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 || r->n_gen + 2 > r->req.max_tokens ||
@@ -72,8 +72,8 @@ bool node__spec_step(struct ds_node *a, struct node_version *v)
     r->spec.drafted += (uint32_t)(now->drafted - st.drafted);
     r->spec.accepted += (uint32_t)(now->accepted - st.accepted);
     r->spec.emitted += (uint32_t)(now->emitted - st.emitted);
-    a->step_tokens += n_out;
+    node->step_tokens += n_out;
     for (uint32_t i = 0; i < n_out; i++)
-        if (node__on_sampled(a, r, out[i], 0.0f)) break;    /* finished: r is gone */
+        if (node__on_sampled(node, r, out[i], 0.0f)) break;    /* finished: r is gone */
     return true;
 }

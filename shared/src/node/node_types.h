@@ -113,7 +113,7 @@ struct node_quota {
 
 /* A message handler: true when the message was its (node_intake.c walks the
 ** routes in order and stops there). Paho's thread. */
-typedef bool (*node_msg_fn)(struct ds_node *a, void *st, const struct ds_mqtt_msg *msg);
+typedef bool (*node_msg_fn)(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg);
 
 #define NODE_DEDUPE_IDS 4096           /* recent requests remembered (node_dedupe.c) */
 #define NODE_DEDUPE_FINAL_BYTES (8u << 20)   /* finals kept to answer a device's retry again */

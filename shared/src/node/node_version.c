@@ -66,7 +66,7 @@ void node__spec_unload(struct node_version *v)
 
 /* ---- versions ---- */
 
-enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, const char *version,
+enum ds_err node__version_load(const struct ds_node *node, struct node_model *m, const char *version,
                                const char *path, struct node_version **out)
 {
     const struct ds_node_model_cfg *mc = m->cfg;
@@ -87,9 +87,9 @@ enum ds_err node__version_load(const struct ds_node *a, struct node_model *m, co
     o->kv_type = (enum ds_kv_type)mc->kv_cache;
     o->max_ctx = mc->ctx;
     po.ctx_cap = 2048;                                  /* ctx = 0: min(the model's, 2048) */
-    o->kv_seqs = a->cfg->max_active;
-    o->kv_seqs += node__ext_kv_seqs(a);                 /* e.g. a center's speculation sessions */
-    o->max_batch = DS_MAX(a->cfg->max_active + a->cfg->prefill_chunk, 64u);
+    o->kv_seqs = node->cfg->max_active;
+    o->kv_seqs += node__ext_kv_seqs(node);                 /* e.g. a center's speculation sessions */
+    o->max_batch = DS_MAX(node->cfg->max_active + node->cfg->prefill_chunk, 64u);
     v->max_batch = o->max_batch;
     po.draft = mc->draft;                               /* INT8 on the CPU (node_spec_local.c) */
     po.draft_engine.n_threads = mc->threads;

@@ -107,11 +107,11 @@ void specnet__add_tokens(cJSON *j, const char *key, const int32_t *t, uint32_t n
     for (uint32_t i = 0; arr && i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(t[i]));
 }
 
-void specnet__publish(struct ds_node *a, const char *topic, const struct ds_mqtt_props *p, cJSON *j)
+void specnet__publish(struct ds_node *node, const char *topic, const struct ds_mqtt_props *p, cJSON *j)
 {
     char *json = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
-    if (!json || ds_mqtt_publish(a->mqtt, topic, json, strlen(json), 1, false, p) != DS_OK)
+    if (!json || ds_mqtt_publish(node->mqtt, topic, json, strlen(json), 1, false, p) != DS_OK)
         DS_LOG(DS_LOG_WARN, "speculation: could not publish to %s", topic);
     free(json);
 }

@@ -53,7 +53,7 @@ bool specnet__get_tokens(const struct cJSON *j, const char *key, uint32_t max_n,
                          uint32_t *n);
 void specnet__add_tokens(struct cJSON *j, const char *key, const int32_t *t, uint32_t n);
 /* Publish j (TAKES it) at QoS 1 with props p (may be NULL). */
-void specnet__publish(struct ds_node *a, const char *topic, const struct ds_mqtt_props *p, struct cJSON *j);
+void specnet__publish(struct ds_node *node, const char *topic, const struct ds_mqtt_props *p, struct cJSON *j);
 /* j's "session": a string of 1..DS_CORR_SPEC_SID_MAX-1 bytes, else NULL. */
 const char *specnet__sid(const struct cJSON *j);
 /* A round as a center reads it: "pos" an integer and "draft" an array of at
