@@ -39,40 +39,13 @@
 #define GAP_NMSE_MAX 5e-3        /* the known gaps' guard (their figures: 1e-3 to 3e-3) */
 #define GAP_TOP1_MIN 0.75        /* (80% to 98%) */
 
-static size_t read_ids(int32_t *ids, size_t cap)
-{
-    FILE *f = fopen(FORMATS_DIR "/ids-a.txt", "r");
-    assert_non_null(f);
-    size_t n = 0;
-    long v;
-    while (n < cap && fscanf(f, "%ld", &v) == 1) ids[n++] = (int32_t)v;
-    fclose(f);
-    return n;
-}
+static size_t read_ids(int32_t *ids, size_t cap) { return tu_read_ids(FORMATS_DIR "/ids-a.txt", ids, cap); }
 
 static float *read_ref(const char *name, int32_t *n_pos, int32_t *n_vocab)
 {
     char path[512];
     snprintf(path, sizeof path, FORMATS_DIR "/%s.a.logits", name);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(n_pos, 4, 1, f), 1);
-    assert_int_equal(fread(n_vocab, 4, 1, f), 1);
-    assert_true(*n_pos > 0 && *n_vocab > 0 && *n_pos <= MAX_IDS);
-    size_t n = (size_t)*n_pos * (size_t)*n_vocab;
-    float *ref = malloc(n * sizeof *ref);
-    assert_non_null(ref);
-    assert_int_equal(fread(ref, sizeof *ref, n, f), n);
-    fclose(f);
-    return ref;
-}
-
-static size_t argmax(const float *x, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
+    return tu_read_logits(path, MAX_IDS, n_pos, n_vocab);
 }
 
 /* A case that does not reach the goal yet: it is held to the looser bound
@@ -120,48 +93,7 @@ static const struct gap *known_gap(const char *name, enum ds_precision prec)
 static float *logits_of(struct ds_model *m, enum ds_precision prec, const struct ds_kern_ops *kern,
                         enum ds_kv_type kv, const int32_t *ids, int32_t n_pos, const char **kern_name)
 {
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = prec;
-    o.kv_type = kv;
-    o.kern = kern;
-    o.n_threads = 2;
-    o.max_batch = (uint32_t)n_pos;
-    o.kv_seqs = 1;
-    struct ds_engine *e = NULL;
-    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
-    struct ds_seq *s = NULL;
-    assert_int_equal(ds_seq_create(e, &s), DS_OK);
-    struct ds_batch_row *rows = calloc((size_t)n_pos, sizeof *rows);
-    float *lg = malloc((size_t)n_pos * m->cfg.vocab_size * sizeof *lg);
-    assert_non_null(rows);
-    assert_non_null(lg);
-    for (int32_t i = 0; i < n_pos; i++) rows[i] = (struct ds_batch_row){ s, ids[i], true };
-    assert_int_equal(ds_engine_forward(e, rows, (size_t)n_pos, lg), DS_OK);
-    if (kern_name) *kern_name = ds_engine_kernel(e);
-    free(rows);
-    ds_seq_destroy(s);
-    ds_engine_destroy(e);
-    return lg;
-}
-
-/* NMSE of x against ref over n_pos rows of V, and the rows whose top-1 agree. */
-static double nmse_of(const float *x, const float *ref, int32_t n_pos, int32_t V, int *agree)
-{
-    double err = 0, var = 0;
-    *agree = 0;
-    for (int32_t p = 0; p < n_pos; p++) {
-        const float *a = x + (size_t)p * V, *r = ref + (size_t)p * V;
-        double mean = 0;
-        for (int32_t i = 0; i < V; i++) mean += r[i];
-        mean /= V;
-        for (int32_t i = 0; i < V; i++) {
-            err += ((double)a[i] - r[i]) * ((double)a[i] - r[i]);
-            var += ((double)r[i] - mean) * ((double)r[i] - mean);
-        }
-        *agree += argmax(a, (size_t)V) == argmax(r, (size_t)V);
-    }
-    return err / var;
+    return tu_logits(m, (int)prec, kern, (int)kv, ids, n_pos, kern_name);
 }
 
 /* A case: NAME.gguf opened, its reference logits (*ref, n_pos x n_vocab)
@@ -188,7 +120,7 @@ static void check_file(const char *name, enum ds_precision prec)
     const char *kname = NULL;
     float *lg = logits_of(m, prec, NULL, DS_KV_AUTO, ids, n_pos, &kname);
     int agree;
-    const double nmse = nmse_of(lg, ref, n_pos, n_vocab, &agree), top1 = (double)agree / n_pos;
+    const double nmse = tu_nmse(lg, ref, n_pos, n_vocab, &agree), top1 = (double)agree / n_pos;
     printf("formats: %-14s %-5s %-5s NMSE %.3g  top-1 %.1f%% (%d/%d)\n", name, ds_precision_name(prec),
            ds_dtype_name(m->layers[0].wq.type), nmse, 100 * top1, agree, n_pos);
     fflush(stdout);
@@ -200,7 +132,7 @@ static void check_file(const char *name, enum ds_precision prec)
         float *other = int8 ? logits_of(m, prec, &ds_kern_ref, DS_KV_AUTO, ids, n_pos, NULL)
                             : logits_of(m, DS_PRECISION_INT8, NULL, DS_KV_AUTO, ids, n_pos, NULL);
         int fa;
-        const double floor = nmse_of(other, lg, n_pos, n_vocab, &fa);
+        const double floor = tu_nmse(other, lg, n_pos, n_vocab, &fa);
         printf("formats: %s %s: BELOW THE GOAL (NMSE <= %g, top-1 >= %.0f%%), held to NMSE <= %g and top-1 >= "
                "%.0f%%; known gap: %s; floor: %s NMSE %.3g, top-1 %d/%d\n", name, ds_precision_name(prec),
                NMSE_MAX, 100 * TOP1_MIN, GAP_NMSE_MAX, 100 * gap_top1, gap->why,
@@ -237,8 +169,8 @@ static void check_kv_f16(const char *name, enum ds_precision prec)
     float *f32 = logits_of(m, prec, NULL, DS_KV_F32, ids, n_pos, NULL);
     float *f16 = logits_of(m, prec, NULL, DS_KV_F16, ids, n_pos, NULL);
     int agree, ref32, ref16;
-    const double own = nmse_of(f16, f32, n_pos, V, &agree);
-    const double r32 = nmse_of(f32, ref, n_pos, V, &ref32), r16 = nmse_of(f16, ref, n_pos, V, &ref16);
+    const double own = tu_nmse(f16, f32, n_pos, V, &agree);
+    const double r32 = tu_nmse(f32, ref, n_pos, V, &ref32), r16 = tu_nmse(f16, ref, n_pos, V, &ref16);
     printf("formats: %-14s %-5s f16 KV vs f32 KV: NMSE %.3g, top-1 %d/%d; vs the reference: NMSE %.3g "
            "(f32 KV %.3g), top-1 %d/%d (%d/%d)\n", name, ds_precision_name(prec), own, agree, n_pos, r16, r32,
            ref16, n_pos, ref32, n_pos);
@@ -330,7 +262,7 @@ static void check_converted(enum ds_ggml_type t, enum ds_dtype dt, const char *t
     float *f32 = logits_of(m, DS_PRECISION_FP32, NULL, DS_KV_AUTO, ids, n_pos, NULL);
     float *i8 = logits_of(m, DS_PRECISION_INT8, NULL, DS_KV_AUTO, ids, n_pos, &kname);
     int agree;
-    const double nmse = nmse_of(i8, f32, n_pos, V, &agree);
+    const double nmse = tu_nmse(i8, f32, n_pos, V, &agree);
     printf("formats: %-14s int8 (%s kernels) vs fp32 on the same file: NMSE %.3g  top-1 %d/%d\n", name, kname,
            nmse, agree, n_pos);
     fflush(stdout);

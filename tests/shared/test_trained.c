@@ -31,6 +31,7 @@
 
 #include "ds/engine.h"
 #include "ds/model.h"
+#include "support/testutil.h"
 
 #define TRAINED_DIR  DS_MODELS_DIR "/trained"
 #define MAX_IDS      1024
@@ -39,31 +40,14 @@
 #define PPL_TOL      0.005      /* |ppl / ppl_ref - 1| */
 #define KV_PPL_TOL   0.01       /* F16 KV against F32 KV */
 
-static size_t read_ids(int32_t *ids, size_t cap)
-{
-    FILE *f = fopen(TRAINED_DIR "/ids-t1.txt", "r");
-    assert_non_null(f);
-    size_t n = 0;
-    long v;
-    while (n < cap && fscanf(f, "%ld", &v) == 1) ids[n++] = (int32_t)v;
-    fclose(f);
-    return n;
-}
+static size_t read_ids(int32_t *ids, size_t cap) { return tu_read_ids(TRAINED_DIR "/ids-t1.txt", ids, cap); }
 
 static float *read_ref(const char *type, int32_t *n_pos, int32_t *n_vocab)
 {
     char path[512];
     snprintf(path, sizeof path, TRAINED_DIR "/t3M-%s.t1.logits", type);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(n_pos, 4, 1, f), 1);
-    assert_int_equal(fread(n_vocab, 4, 1, f), 1);
-    assert_true(*n_pos > 1 && *n_vocab > 0 && *n_pos <= MAX_IDS);
-    size_t n = (size_t)*n_pos * (size_t)*n_vocab;
-    float *ref = malloc(n * sizeof *ref);
-    assert_non_null(ref);
-    assert_int_equal(fread(ref, sizeof *ref, n, f), n);
-    fclose(f);
+    float *ref = tu_read_logits(path, MAX_IDS, n_pos, n_vocab);
+    assert_true(*n_pos > 1);
     return ref;
 }
 
@@ -71,50 +55,7 @@ static float *read_ref(const char *type, int32_t *n_pos, int32_t *n_vocab)
 static float *logits_of(struct ds_model *m, enum ds_precision prec, enum ds_kv_type kv, const int32_t *ids,
                         int32_t n_pos)
 {
-    struct ds_engine_opts o;
-    ds_engine_opts_init(&o);
-    o.precision = prec;
-    o.kv_type = kv;
-    o.n_threads = 2;
-    o.max_batch = (uint32_t)n_pos;
-    o.kv_seqs = 1;
-    struct ds_engine *e = NULL;
-    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
-    struct ds_seq *s = NULL;
-    assert_int_equal(ds_seq_create(e, &s), DS_OK);
-    float *lg = malloc((size_t)n_pos * m->cfg.vocab_size * sizeof *lg);
-    assert_non_null(lg);
-    assert_int_equal(ds_engine_eval(e, s, ids, (size_t)n_pos, lg, true), DS_OK);
-    ds_seq_destroy(s);
-    ds_engine_destroy(e);
-    return lg;
-}
-
-static size_t argmax(const float *x, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-/* NMSE of x against ref over n_pos rows of V; rows whose top-1 agree. */
-static double nmse_of(const float *x, const float *ref, int32_t n_pos, int32_t V, int *agree)
-{
-    double err = 0, var = 0;
-    *agree = 0;
-    for (int32_t p = 0; p < n_pos; p++) {
-        const float *a = x + (size_t)p * V, *r = ref + (size_t)p * V;
-        double mean = 0;
-        for (int32_t i = 0; i < V; i++) mean += r[i];
-        mean /= V;
-        for (int32_t i = 0; i < V; i++) {
-            err += ((double)a[i] - r[i]) * ((double)a[i] - r[i]);
-            var += ((double)r[i] - mean) * ((double)r[i] - mean);
-        }
-        *agree += argmax(a, (size_t)V) == argmax(r, (size_t)V);
-    }
-    return err / var;
+    return tu_logits(m, (int)prec, NULL, (int)kv, ids, n_pos, NULL);
 }
 
 /* Perplexity of ids[1..n_pos) under the rows lg[0..n_pos-1): exp of the
@@ -151,7 +92,7 @@ static void check_type(const char *type)
     for (size_t i = 0; i < 2; i++) {
         float *lg = logits_of(m, precs[i], DS_KV_F32, ids, n_pos);
         int agree;
-        const double nmse = nmse_of(lg, ref, n_pos, V, &agree), top1 = (double)agree / n_pos;
+        const double nmse = tu_nmse(lg, ref, n_pos, V, &agree), top1 = (double)agree / n_pos;
         const double ppl = perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
         const bool pass = nmse <= NMSE_MAX && top1 >= TOP1_MIN && fabs(ratio - 1) <= PPL_TOL;
         printf("trained: t3M-%-7s %-5s NMSE %.3g  top-1 %.1f%% (%d/%d)  perplexity %.4f / llama.cpp %.4f = %.5f"

@@ -1,5 +1,7 @@
 /* testutil.c — helpers shared by dspark's tests (see testutil.h). */
 #include "testutil.h"
+#include "ds/engine.h"
+#include "ds/model.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,4 +151,86 @@ void tu_skip_from_env(void)
 {
     const char *skip = getenv("DS_TEST_SKIP");
     if (skip != NULL && *skip != '\0') cmocka_set_skip_filter(skip);
+}
+
+/* ---- reference logits ---- */
+
+size_t tu_read_ids(const char *path, int32_t *ids, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = 0;
+    long v;
+    while (n < cap && fscanf(f, "%ld", &v) == 1) ids[n++] = (int32_t)v;
+    fclose(f);
+    return n;
+}
+
+float *tu_read_logits(const char *path, int32_t max_pos, int32_t *n_pos, int32_t *n_vocab)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(n_pos, 4, 1, f), 1);
+    assert_int_equal(fread(n_vocab, 4, 1, f), 1);
+    assert_true(*n_pos > 0 && *n_vocab > 0 && *n_pos <= max_pos);
+    size_t n = (size_t)*n_pos * (size_t)*n_vocab;
+    float *ref = malloc(n * sizeof *ref);
+    assert_non_null(ref);
+    assert_int_equal(fread(ref, sizeof *ref, n, f), n);
+    fclose(f);
+    return ref;
+}
+
+size_t tu_argmax(const float *x, size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+double tu_nmse(const float *x, const float *ref, int32_t n_pos, int32_t V, int *agree)
+{
+    double err = 0, var = 0;
+    *agree = 0;
+    for (int32_t p = 0; p < n_pos; p++) {
+        const float *a = x + (size_t)p * V, *r = ref + (size_t)p * V;
+        double mean = 0;
+        for (int32_t i = 0; i < V; i++) mean += r[i];
+        mean /= V;
+        for (int32_t i = 0; i < V; i++) {
+            err += ((double)a[i] - r[i]) * ((double)a[i] - r[i]);
+            var += ((double)r[i] - mean) * ((double)r[i] - mean);
+        }
+        *agree += tu_argmax(a, (size_t)V) == tu_argmax(r, (size_t)V);
+    }
+    return err / var;
+}
+
+float *tu_logits(struct ds_model *m, int prec, const struct ds_kern_ops *kern, int kv, const int32_t *ids,
+                 int32_t n_pos, const char **kern_name)
+{
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = (enum ds_precision)prec;
+    o.kv_type = (enum ds_kv_type)kv;
+    o.kern = kern;
+    o.n_threads = 2;
+    o.max_batch = (uint32_t)n_pos;
+    o.kv_seqs = 1;
+    struct ds_engine *e = NULL;
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    struct ds_seq *s = NULL;
+    assert_int_equal(ds_seq_create(e, &s), DS_OK);
+    struct ds_batch_row *rows = calloc((size_t)n_pos, sizeof *rows);
+    float *lg = malloc((size_t)n_pos * m->cfg.vocab_size * sizeof *lg);
+    assert_non_null(rows);
+    assert_non_null(lg);
+    for (int32_t i = 0; i < n_pos; i++) rows[i] = (struct ds_batch_row){ s, ids[i], true };
+    assert_int_equal(ds_engine_forward(e, rows, (size_t)n_pos, lg), DS_OK);
+    if (kern_name) *kern_name = ds_engine_kernel(e);
+    free(rows);
+    ds_seq_destroy(s);
+    ds_engine_destroy(e);
+    return lg;
 }

@@ -1,12 +1,14 @@
 /*
 ** testutil.h — small helpers shared by dspark's tests: model paths, the
-** reference text from ../shared/models/README.md, temp dirs, UTF-8 checks.
+** reference text from ../shared/models/README.md, temp dirs, UTF-8 checks,
+** and the reference-logits files of formats/ and trained/ with their measures.
 */
 #ifndef DS_TEST_UTIL_H
 #define DS_TEST_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* DS_MODELS_DIR "/" name, in a static buffer per call site's lifetime (copy it). */
 const char *tu_model(const char *name);
@@ -34,5 +36,26 @@ char *tu_run(const char *cmd, int *status);
 ** arm64 stage: the case that runs the x86 build's dspark); call before
 ** cmocka_run_group_tests, which then prints how many cases it runs. */
 void  tu_skip_from_env(void);
+
+/* ---- reference logits (DS_MODELS_DIR/formats, trained; their READMEs) ---- */
+
+/* Whitespace-separated token ids of path, at most cap; the count read
+** (asserts the file opens). */
+size_t tu_read_ids(const char *path, int32_t *ids, size_t cap);
+/* A logits file (int32 n_pos, int32 n_vocab, n_pos rows of n_vocab float32):
+** OWNED rows (free); asserts the file is whole and n_pos <= max_pos. */
+float *tu_read_logits(const char *path, int32_t max_pos, int32_t *n_pos, int32_t *n_vocab);
+size_t tu_argmax(const float *x, size_t n);
+/* NMSE of x against ref over n_pos rows of V: sum((x - ref)^2) / sum((ref -
+** row mean)^2); *agree = the rows whose top-1 agree. */
+double tu_nmse(const float *x, const float *ref, int32_t n_pos, int32_t V, int *agree);
+/* OWNED logits (n_pos rows of the vocabulary) of ids fed to m in one batch,
+** at precision prec (an enum ds_precision) on kernel table kern (NULL: the
+** one selected), KV cache kv (an enum ds_kv_type), 2 threads; *kern_name (if
+** not NULL) says which kernels ran. Asserts every step. */
+struct ds_model;
+struct ds_kern_ops;
+float *tu_logits(struct ds_model *m, int prec, const struct ds_kern_ops *kern, int kv, const int32_t *ids,
+                 int32_t n_pos, const char **kern_name);
 
 #endif
