@@ -1,0 +1,295 @@
+/*
+** cmd_chat.c — `dspark run -i`: an interactive chat with a local model.
+** Owns the loop: read a line at the ">>> " prompt, lay the whole
+** conversation out with the model's chat template (ds/chat.h), feed the
+** engine only the tokens past what its KV cache already holds, stream the
+** reply. The history lives in the KV cache: each turn re-encodes the laid-out
+** conversation and evaluates from the first token that differs from the
+** cache (normally the end of the last reply), so earlier turns are never
+** prefilled again.
+**
+** Keys: Enter sends a line; Ctrl-C during a reply stops it (the part shown
+** stays in the history) and returns to the prompt; Ctrl-C at the prompt
+** twice in a row, or Ctrl-D, quits (status 0).
+**
+** A model without a recognised chat template gets a plain layout:
+** "User: TEXT\nAssistant:" per turn (replies end at end of text or -n).
+** Context full: the turn that does not fit starts a new conversation (the
+** cache and the history are dropped; a note says so). A single line longer
+** than the context is refused.
+*/
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ds/chat.h"
+#include "ds/engine.h"
+#include "ds/model.h"
+#include "ds/sampler.h"
+#include "ds/tok.h"
+
+#define CHAT_PROMPT ">>> "
+
+/* Set by SIGINT; read and cleared by the loop. A signal flag is the one
+** kind of file-scope state a handler can share (as in cmd_top.c). */
+static volatile sig_atomic_t g_sigint;
+
+static void chat__on_sigint(int sig)
+{
+    (void)sig;
+    g_sigint = 1;
+}
+
+struct chat {
+    const struct cli_chat_opts *o;
+    struct ds_chat_msg         *msgs;     /* the conversation; contents OWNED */
+    size_t                      n_msgs, cap_msgs;
+    int32_t                    *cache;    /* the tokens in the KV cache, in order */
+    size_t                      n_cache;
+    int32_t                    *ids;      /* scratch: the laid-out conversation */
+    size_t                      cap_ids;  /* of cache and ids: the context */
+    float                      *logits;
+};
+
+static void chat__clear(struct chat *c)
+{
+    for (size_t i = 0; i < c->n_msgs; i++) free(c->msgs[i].content);
+    c->n_msgs = 0;
+}
+
+static enum ds_err chat__push(struct chat *c, enum ds_chat_role role, const char *text, size_t len)
+{
+    if (c->n_msgs == c->cap_msgs) {
+        size_t cap = c->cap_msgs ? 2 * c->cap_msgs : 16;
+        struct ds_chat_msg *m = realloc(c->msgs, cap * sizeof *m);
+        if (!m) return DS_ERR_NOMEM;
+        c->msgs = m;
+        c->cap_msgs = cap;
+    }
+    char *s = malloc(len + 1);
+    if (!s) return DS_ERR_NOMEM;
+    memcpy(s, text, len);
+    s[len] = '\0';
+    c->msgs[c->n_msgs++] = (struct ds_chat_msg){ role, s, len };
+    return DS_OK;
+}
+
+/* The plain layout for a model without a template (NUL-terminated, OWNED). */
+static char *chat__plain(const struct chat *c)
+{
+    size_t n = sizeof "Assistant:";
+    for (size_t i = 0; i < c->n_msgs; i++) n += c->msgs[i].len + sizeof "Assistant: \n";
+    char *s = malloc(n), *p = s;
+    if (!s) return NULL;
+    for (size_t i = 0; i < c->n_msgs; i++) {
+        const char *who = c->msgs[i].role == DS_CHAT_USER ? "User: " : "Assistant: ";
+        p += sprintf(p, "%s%.*s\n", who, (int)c->msgs[i].len, c->msgs[i].content);
+    }
+    strcpy(p, "Assistant:");
+    return s;
+}
+
+/* Encode the conversation into c->ids. DS_ERR_RANGE: longer than the context. */
+static enum ds_err chat__encode(struct chat *c, size_t *n_ids)
+{
+    const struct cli_chat_opts *o = c->o;
+    char *text = NULL;
+    struct ds_chat_span *spans = NULL;
+    size_t len = 0, n_spans = 0;
+    enum ds_err rc;
+    if (o->tmpl != DS_CHAT_TMPL_NONE) {
+        if ((rc = ds_chat_format_spans(o->tmpl, c->msgs, c->n_msgs, &text, &len, &spans, &n_spans)) != DS_OK)
+            return rc;
+        rc = ds_tok_encode_special(o->tok, text, len, ds_tok_add_bos(o->tok), spans, n_spans, c->ids, c->cap_ids,
+                                   n_ids);
+    } else {
+        if (!(text = chat__plain(c))) return DS_ERR_NOMEM;
+        rc = ds_tok_encode(o->tok, text, strlen(text), ds_tok_add_bos(o->tok), c->ids, c->cap_ids, n_ids);
+    }
+    free(text);
+    free(spans);
+    if (rc == DS_OK && *n_ids >= c->cap_ids) rc = DS_ERR_RANGE;   /* no room left for a reply */
+    return rc;
+}
+
+/* Bring the KV cache to c->ids[0..n): keep the common prefix, evaluate the
+** rest (at least the last token, for its logits). */
+static enum ds_err chat__feed(struct chat *c, size_t n)
+{
+    size_t keep = 0;
+    while (keep < n && keep < c->n_cache && c->cache[keep] == c->ids[keep]) keep++;
+    if (keep == n) keep--;
+    enum ds_err rc = ds_seq_truncate(c->o->seq, (uint32_t)keep);
+    if (rc != DS_OK) return rc;
+    c->n_cache = keep;
+    rc = ds_engine_eval(c->o->eng, c->o->seq, &c->ids[keep], n - keep, c->logits, false);
+    if (rc != DS_OK) return rc;
+    memcpy(&c->cache[keep], &c->ids[keep], (n - keep) * sizeof *c->ids);
+    c->n_cache = n;
+    return DS_OK;
+}
+
+static void chat__reset(struct chat *c)
+{
+    chat__clear(c);
+    c->n_cache = 0;
+    (void)ds_seq_truncate(c->o->seq, 0);   /* to 0 always succeeds */
+}
+
+/* Generate one reply into *reply (OWNED, grows). Returns DS_OK and sets
+** *full when the context filled up. */
+static enum ds_err chat__reply(struct chat *c, char **reply, size_t *n_reply, bool *full)
+{
+    const struct cli_chat_opts *o = c->o;
+    struct ds_tok_stream st;
+    ds_tok_stream_init(&st);
+    st.prev = c->cache[c->n_cache - 1];
+    size_t cap = 256, n = 0;
+    char piece[256], *out = malloc(cap);
+    if (!out) return DS_ERR_NOMEM;
+    enum ds_err rc = DS_OK;
+    *full = false;
+    for (uint64_t n_gen = 0; n_gen < o->n_predict && !g_sigint; n_gen++) {
+        int32_t next = ds_sampler_sample(o->smp, c->logits, NULL);
+        if (ds_tok_is_eog(o->tok, next) || next == ds_tok_bos(o->tok)) break;
+        if (c->n_cache >= c->cap_ids) {
+            *full = true;
+            break;
+        }
+        size_t got = 0;
+        if (ds_tok_stream_put(o->tok, &st, next, piece, sizeof piece, &got) == DS_OK && got) {
+            fwrite(piece, 1, got, stdout);
+            fflush(stdout);
+            if (n + got + 1 > cap) {
+                char *g = realloc(out, cap = 2 * (n + got + 1));
+                if (!g) {
+                    rc = DS_ERR_NOMEM;
+                    break;
+                }
+                out = g;
+            }
+            memcpy(out + n, piece, got);
+            n += got;
+        }
+        if ((rc = ds_engine_eval(o->eng, o->seq, &next, 1, c->logits, false)) != DS_OK) break;
+        c->cache[c->n_cache++] = next;
+    }
+    size_t got = 0;
+    if (rc == DS_OK && ds_tok_stream_flush(&st, piece, sizeof piece, &got) == DS_OK && got && n + got < cap) {
+        fwrite(piece, 1, got, stdout);
+        memcpy(out + n, piece, got);
+        n += got;
+    }
+    *reply = out;
+    *n_reply = n;
+    return rc;
+}
+
+/* One turn: the user's line in, the reply out. Returns non-OK only on an
+** engine or memory failure (the chat ends). */
+static enum ds_err chat__turn(struct chat *c, const char *line, size_t len)
+{
+    enum ds_err rc = chat__push(c, DS_CHAT_USER, line, len);
+    if (rc != DS_OK) return rc;
+    size_t n_ids = 0;
+    rc = chat__encode(c, &n_ids);
+    if (rc == DS_ERR_RANGE && c->n_msgs > 1) {      /* start over with this line alone */
+        struct ds_chat_msg last = c->msgs[--c->n_msgs];
+        chat__reset(c);
+        c->msgs[c->n_msgs++] = last;
+        printf("[context full (%zu tokens): a new conversation starts with this line]\n", c->cap_ids);
+        rc = chat__encode(c, &n_ids);
+    }
+    if (rc == DS_ERR_RANGE) {
+        printf("[this line does not fit in the context (%zu tokens); try a shorter one or --ctx]\n", c->cap_ids);
+        free(c->msgs[--c->n_msgs].content);
+        return DS_OK;
+    }
+    if (rc != DS_OK) return rc;
+    if ((rc = chat__feed(c, n_ids)) != DS_OK) return rc;
+    char *reply = NULL;
+    size_t n_reply = 0;
+    bool full = false;
+    rc = chat__reply(c, &reply, &n_reply, &full);
+    if (rc == DS_OK) rc = chat__push(c, DS_CHAT_ASSISTANT, reply, n_reply);
+    free(reply);
+    printf("\n");
+    if (g_sigint) printf("[interrupted]\n");
+    if (full) {
+        printf("[context full (%zu tokens): the next line starts a new conversation]\n", c->cap_ids);
+        chat__reset(c);
+    }
+    g_sigint = 0;
+    return rc;
+}
+
+int cli_chat(const struct cli_chat_opts *o)
+{
+    struct chat c = { .o = o };
+    uint32_t ctx = ds_engine_max_ctx(o->eng);
+    c.cap_ids = ctx;
+    c.cache = malloc(ctx * sizeof *c.cache);
+    c.ids = malloc(ctx * sizeof *c.ids);
+    c.logits = malloc((size_t)o->model->cfg.vocab_size * sizeof *c.logits);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = chat__on_sigint;           /* no SA_RESTART: Ctrl-C ends a read at the prompt */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+    int status = 1;
+    char *line = NULL;
+    size_t line_cap = 0;
+    bool armed = false;                        /* a Ctrl-C at the prompt was seen */
+    if (!c.cache || !c.ids || !c.logits) {
+        fprintf(stderr, "dspark run: out of memory\n");
+        goto done;
+    }
+    if (o->tmpl == DS_CHAT_TMPL_NONE)
+        printf("[%s has no chat template dspark recognises: turns are laid out as \"User: ...\" / "
+               "\"Assistant: ...\"]\n", o->model_path);
+    printf("[chat with %s (%s template, context %u tokens). Ctrl-C stops a reply; Ctrl-D quits.]\n",
+           o->model_path, ds_chat_tmpl_name(o->tmpl), ctx);
+    for (;;) {
+        fputs(CHAT_PROMPT, stdout);
+        fflush(stdout);
+        g_sigint = 0;
+        errno = 0;
+        ssize_t n = getline(&line, &line_cap, stdin);
+        if (n < 0) {
+            if (g_sigint || errno == EINTR) {
+                clearerr(stdin);
+                if (armed) {
+                    printf("\n");
+                    break;
+                }
+                armed = true;
+                printf("\n[Ctrl-C again or Ctrl-D to quit]\n");
+                continue;
+            }
+            printf("\n");                      /* Ctrl-D (end of input) */
+            break;
+        }
+        armed = false;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+        if (n == 0) continue;
+        enum ds_err rc = chat__turn(&c, line, (size_t)n);
+        if (rc != DS_OK) {
+            fprintf(stderr, "dspark run: %s\n", ds_strerror(rc));
+            goto done;
+        }
+    }
+    status = 0;
+done:
+    fflush(stdout);
+    sigaction(SIGINT, &old, NULL);
+    free(line);
+    chat__clear(&c);
+    free(c.msgs);
+    free(c.cache);
+    free(c.ids);
+    free(c.logits);
+    return status;
+}
