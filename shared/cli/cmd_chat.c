@@ -10,7 +10,10 @@
 **
 ** Keys: Enter sends a line; Ctrl-C during a reply stops it (the part shown
 ** stays in the history) and returns to the prompt; Ctrl-C at the prompt
-** twice in a row, or Ctrl-D, quits (status 0).
+** twice in a row, or Ctrl-D, quits (status 0). Commands at the prompt:
+** /clear starts a new conversation, /n N sets the most tokens per reply,
+** /bye quits, /help lists them. Each turn logs at info level how many of
+** its tokens the KV cache already held.
 **
 ** A model without a recognised chat template gets a plain layout:
 ** "User: TEXT\nAssistant:" per turn (replies end at end of text or -n).
@@ -27,6 +30,7 @@
 #include "cli.h"
 #include "ds/chat.h"
 #include "ds/engine.h"
+#include "ds/log.h"
 #include "ds/model.h"
 #include "ds/sampler.h"
 #include "ds/tok.h"
@@ -45,6 +49,8 @@ static void chat__on_sigint(int sig)
 
 struct chat {
     const struct cli_chat_opts *o;
+    uint64_t                    n_predict;  /* most tokens per reply (-n, /n) */
+    size_t                      turns;
     struct ds_chat_msg         *msgs;     /* the conversation; contents OWNED */
     size_t                      n_msgs, cap_msgs;
     int32_t                    *cache;    /* the tokens in the KV cache, in order */
@@ -52,6 +58,8 @@ struct chat {
     int32_t                    *ids;      /* scratch: the laid-out conversation */
     size_t                      cap_ids;  /* of cache and ids: the context */
     float                      *logits;
+    char                       *fed;      /* the text of the cache's tokens (OWNED) */
+    size_t                      n_fed;
 };
 
 static void chat__clear(struct chat *c)
@@ -85,14 +93,20 @@ static char *chat__plain(const struct chat *c)
     char *s = malloc(n), *p = s;
     if (!s) return NULL;
     for (size_t i = 0; i < c->n_msgs; i++) {
-        const char *who = c->msgs[i].role == DS_CHAT_USER ? "User: " : "Assistant: ";
+        /* A reply is the text the model wrote after "Assistant:", as it was. */
+        const char *who = c->msgs[i].role == DS_CHAT_USER ? "User: " : "Assistant:";
         p += sprintf(p, "%s%.*s\n", who, (int)c->msgs[i].len, c->msgs[i].content);
     }
     strcpy(p, "Assistant:");
     return s;
 }
 
-/* Encode the conversation into c->ids. DS_ERR_RANGE: longer than the context. */
+/* Encode the conversation into c->ids. When the laid-out text starts with
+** the text the cache holds (c->fed: last turn's layout and the reply, as
+** the model wrote it), only the rest is encoded, after the cached tokens:
+** the new turn is appended as is. Otherwise (a template that trims the
+** reply, say) the whole text is encoded, and chat__feed evaluates from the
+** first token that differs. DS_ERR_RANGE: longer than the context. */
 static enum ds_err chat__encode(struct chat *c, size_t *n_ids)
 {
     const struct cli_chat_opts *o = c->o;
@@ -103,16 +117,55 @@ static enum ds_err chat__encode(struct chat *c, size_t *n_ids)
     if (o->tmpl != DS_CHAT_TMPL_NONE) {
         if ((rc = ds_chat_format_spans(o->tmpl, c->msgs, c->n_msgs, &text, &len, &spans, &n_spans)) != DS_OK)
             return rc;
-        rc = ds_tok_encode_special(o->tok, text, len, ds_tok_add_bos(o->tok), spans, n_spans, c->ids, c->cap_ids,
-                                   n_ids);
-    } else {
-        if (!(text = chat__plain(c))) return DS_ERR_NOMEM;
-        rc = ds_tok_encode(o->tok, text, strlen(text), ds_tok_add_bos(o->tok), c->ids, c->cap_ids, n_ids);
+    } else {                                   /* all of it is text: nothing parses as a control token */
+        if (!(text = chat__plain(c)) || !(spans = malloc(sizeof *spans))) {
+            free(text);
+            return DS_ERR_NOMEM;
+        }
+        len = strlen(text);
+        spans[0] = (struct ds_chat_span){ 0, len };
+        n_spans = 1;
+    }
+    size_t from = 0, at = 0;                   /* text bytes and ids already in the cache */
+    if (c->n_cache && c->n_fed < len && !memcmp(text, c->fed, c->n_fed)) {
+        from = c->n_fed;
+        at = c->n_cache;
+        memcpy(c->ids, c->cache, at * sizeof *c->ids);
+        size_t k = 0;                          /* the spans past from, shifted to it */
+        for (size_t i = 0; i < n_spans; i++) {
+            size_t e = spans[i].off + spans[i].len;
+            if (e <= from) continue;
+            size_t b = DS_MAX(spans[i].off, from);
+            spans[k++] = (struct ds_chat_span){ b - from, e - b };
+        }
+        n_spans = k;
+    }
+    size_t n_new = 0;
+    rc = ds_tok_encode_special(o->tok, text + from, len - from, !from && ds_tok_add_bos(o->tok), spans, n_spans,
+                               c->ids + at, c->cap_ids - at, &n_new);
+    free(spans);
+    *n_ids = at + n_new;
+    if (rc == DS_OK && *n_ids >= c->cap_ids) rc = DS_ERR_RANGE;   /* no room left for a reply */
+    if (rc == DS_OK) {
+        free(c->fed);
+        c->fed = text;
+        c->n_fed = len;
+        text = NULL;
     }
     free(text);
-    free(spans);
-    if (rc == DS_OK && *n_ids >= c->cap_ids) rc = DS_ERR_RANGE;   /* no room left for a reply */
     return rc;
+}
+
+/* The reply's text joins what the cache holds. */
+static enum ds_err chat__fed_add(struct chat *c, const char *s, size_t n)
+{
+    char *f = realloc(c->fed, c->n_fed + n + 1);
+    if (!f) return DS_ERR_NOMEM;
+    memcpy(f + c->n_fed, s, n);
+    c->n_fed += n;
+    f[c->n_fed] = '\0';
+    c->fed = f;
+    return DS_OK;
 }
 
 /* Bring the KV cache to c->ids[0..n): keep the common prefix, evaluate the
@@ -122,6 +175,8 @@ static enum ds_err chat__feed(struct chat *c, size_t n)
     size_t keep = 0;
     while (keep < n && keep < c->n_cache && c->cache[keep] == c->ids[keep]) keep++;
     if (keep == n) keep--;
+    DS_LOG(DS_LOG_INFO, "chat: turn %zu: %zu tokens laid out, %zu of them reused from the KV cache, %zu "
+           "evaluated", ++c->turns, n, keep, n - keep);
     enum ds_err rc = ds_seq_truncate(c->o->seq, (uint32_t)keep);
     if (rc != DS_OK) return rc;
     c->n_cache = keep;
@@ -136,6 +191,7 @@ static void chat__reset(struct chat *c)
 {
     chat__clear(c);
     c->n_cache = 0;
+    c->n_fed = 0;
     (void)ds_seq_truncate(c->o->seq, 0);   /* to 0 always succeeds */
 }
 
@@ -152,7 +208,7 @@ static enum ds_err chat__reply(struct chat *c, char **reply, size_t *n_reply, bo
     if (!out) return DS_ERR_NOMEM;
     enum ds_err rc = DS_OK;
     *full = false;
-    for (uint64_t n_gen = 0; n_gen < o->n_predict && !g_sigint; n_gen++) {
+    for (uint64_t n_gen = 0; n_gen < c->n_predict && !g_sigint; n_gen++) {
         int32_t next = ds_sampler_sample(o->smp, c->logits, NULL);
         if (ds_tok_is_eog(o->tok, next) || next == ds_tok_bos(o->tok)) break;
         if (c->n_cache >= c->cap_ids) {
@@ -215,6 +271,7 @@ static enum ds_err chat__turn(struct chat *c, const char *line, size_t len)
     bool full = false;
     rc = chat__reply(c, &reply, &n_reply, &full);
     if (rc == DS_OK) rc = chat__push(c, DS_CHAT_ASSISTANT, reply, n_reply);
+    if (rc == DS_OK) rc = chat__fed_add(c, reply, n_reply);
     free(reply);
     printf("\n");
     if (g_sigint) printf("[interrupted]\n");
@@ -226,9 +283,30 @@ static enum ds_err chat__turn(struct chat *c, const char *line, size_t len)
     return rc;
 }
 
+/* A "/..." line: true if it was one (handled); *quit for /bye. */
+static bool chat__command(struct chat *c, const char *line, bool *quit)
+{
+    unsigned long long n;
+    char extra;
+    if (line[0] != '/') return false;
+    if (!strcmp(line, "/bye")) {
+        *quit = true;
+    } else if (!strcmp(line, "/clear")) {
+        chat__reset(c);
+        printf("[a new conversation]\n");
+    } else if (sscanf(line, "/n %llu %c", &n, &extra) == 1 && n >= 1 && n <= (1u << 20)) {
+        c->n_predict = n;
+        printf("[replies stop after %llu tokens]\n", n);
+    } else {
+        printf("[/clear: a new conversation; /n N: at most N tokens per reply (1..%u); /bye: quit. "
+               "Ctrl-C stops a reply, Ctrl-D quits.]\n", 1u << 20);
+    }
+    return true;
+}
+
 int cli_chat(const struct cli_chat_opts *o)
 {
-    struct chat c = { .o = o };
+    struct chat c = { .o = o, .n_predict = o->n_predict };
     uint32_t ctx = ds_engine_max_ctx(o->eng);
     c.cap_ids = ctx;
     c.cache = malloc(ctx * sizeof *c.cache);
@@ -250,7 +328,7 @@ int cli_chat(const struct cli_chat_opts *o)
     if (o->tmpl == DS_CHAT_TMPL_NONE)
         printf("[%s has no chat template dspark recognises: turns are laid out as \"User: ...\" / "
                "\"Assistant: ...\"]\n", o->model_path);
-    printf("[chat with %s (%s template, context %u tokens). Ctrl-C stops a reply; Ctrl-D quits.]\n",
+    printf("[chat with %s (%s template, context %u tokens). Ctrl-C stops a reply; Ctrl-D quits; /help.]\n",
            o->model_path, ds_chat_tmpl_name(o->tmpl), ctx);
     for (;;) {
         fputs(CHAT_PROMPT, stdout);
@@ -274,7 +352,13 @@ int cli_chat(const struct cli_chat_opts *o)
         }
         armed = false;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+        line[n] = '\0';
         if (n == 0) continue;
+        bool quit = false;
+        if (chat__command(&c, line, &quit)) {
+            if (quit) break;
+            continue;
+        }
         enum ds_err rc = chat__turn(&c, line, (size_t)n);
         if (rc != DS_OK) {
             fprintf(stderr, "dspark run: %s\n", ds_strerror(rc));
@@ -288,6 +372,7 @@ done:
     free(line);
     chat__clear(&c);
     free(c.msgs);
+    free(c.fed);
     free(c.cache);
     free(c.ids);
     free(c.logits);
