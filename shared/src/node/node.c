@@ -478,7 +478,7 @@ enum ds_err ds_node_run(struct ds_node *a)
     node__health_stop(a);               /* the loop stops turning from here on */
     publish_telemetry(a);
     publish_status(a, DS_MSG_STATE_OFFLINE);
-    if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
+    if (ds_mqtt_flush(a->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "%s were not acknowledged", atomic_load(&a->n_answers) ? "some answers, status or telemetry messages" : "the offline status and telemetry (this run answered nothing)");
     ds_mqtt_disconnect(a->mqtt, 2000);
     node_notify_cleanup(&nfy);
     DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(a->cfg->role), a->cfg->node);
