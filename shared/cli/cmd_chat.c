@@ -195,52 +195,55 @@ static void chat__reset(struct chat *c)
     (void)ds_seq_truncate(c->o->seq, 0);   /* to 0 always succeeds */
 }
 
-/* Generate one reply into *reply (OWNED, grows). Returns DS_OK and sets
-** *full when the context filled up. */
-static enum ds_err chat__reply(struct chat *c, char **reply, size_t *n_reply, bool *full)
+/* A piece of the reply: shown at once, and kept in b (grows). */
+struct chat_text {
+    char  *p;
+    size_t n, cap;
+};
+
+static enum ds_err chat__show(struct chat_text *b, const char *piece, size_t len)
+{
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = 2 * (b->n + len + 1);
+        char *g = realloc(b->p, cap);
+        if (!g) return DS_ERR_NOMEM;
+        b->p = g;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, piece, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+    return DS_OK;
+}
+
+/* Generate one reply into *b (OWNED). Sets *full when the context filled
+** up; a SIGINT ends it early. */
+static enum ds_err chat__reply(struct chat *c, struct chat_text *b, bool *full)
 {
     const struct cli_chat_opts *o = c->o;
     struct ds_tok_stream st;
     ds_tok_stream_init(&st);
     st.prev = c->cache[c->n_cache - 1];
-    size_t cap = 256, n = 0;
-    char piece[256], *out = malloc(cap);
-    if (!out) return DS_ERR_NOMEM;
+    char piece[256];
+    size_t got = 0;
     enum ds_err rc = DS_OK;
     *full = false;
-    for (uint64_t n_gen = 0; n_gen < c->n_predict && !g_sigint; n_gen++) {
+    for (uint64_t n_gen = 0; n_gen < c->n_predict && !g_sigint && rc == DS_OK; n_gen++) {
         int32_t next = ds_sampler_sample(o->smp, c->logits, NULL);
         if (ds_tok_is_eog(o->tok, next) || next == ds_tok_bos(o->tok)) break;
         if (c->n_cache >= c->cap_ids) {
             *full = true;
             break;
         }
-        size_t got = 0;
-        if (ds_tok_stream_put(o->tok, &st, next, piece, sizeof piece, &got) == DS_OK && got) {
-            fwrite(piece, 1, got, stdout);
-            fflush(stdout);
-            if (n + got + 1 > cap) {
-                char *g = realloc(out, cap = 2 * (n + got + 1));
-                if (!g) {
-                    rc = DS_ERR_NOMEM;
-                    break;
-                }
-                out = g;
-            }
-            memcpy(out + n, piece, got);
-            n += got;
-        }
-        if ((rc = ds_engine_eval(o->eng, o->seq, &next, 1, c->logits, false)) != DS_OK) break;
-        c->cache[c->n_cache++] = next;
+        if (ds_tok_stream_put(o->tok, &st, next, piece, sizeof piece, &got) == DS_OK && got)
+            rc = chat__show(b, piece, got);
+        if (rc == DS_OK && (rc = ds_engine_eval(o->eng, o->seq, &next, 1, c->logits, false)) == DS_OK)
+            c->cache[c->n_cache++] = next;
     }
-    size_t got = 0;
-    if (rc == DS_OK && ds_tok_stream_flush(&st, piece, sizeof piece, &got) == DS_OK && got && n + got < cap) {
-        fwrite(piece, 1, got, stdout);
-        memcpy(out + n, piece, got);
-        n += got;
-    }
-    *reply = out;
-    *n_reply = n;
+    if (rc == DS_OK && ds_tok_stream_flush(&st, piece, sizeof piece, &got) == DS_OK && got)
+        rc = chat__show(b, piece, got);
     return rc;
 }
 
@@ -252,27 +255,29 @@ static enum ds_err chat__turn(struct chat *c, const char *line, size_t len)
     if (rc != DS_OK) return rc;
     size_t n_ids = 0;
     rc = chat__encode(c, &n_ids);
-    if (rc == DS_ERR_RANGE && c->n_msgs > 1) {      /* start over with this line alone */
+    bool over = rc == DS_ERR_RANGE && c->n_msgs > 1;
+    if (over) {                                     /* start over with this line alone */
         struct ds_chat_msg last = c->msgs[--c->n_msgs];
         chat__reset(c);
         c->msgs[c->n_msgs++] = last;
-        printf("[context full (%zu tokens): a new conversation starts with this line]\n", c->cap_ids);
         rc = chat__encode(c, &n_ids);
     }
     if (rc == DS_ERR_RANGE) {
-        printf("[this line does not fit in the context (%zu tokens); try a shorter one or --ctx]\n", c->cap_ids);
+        printf("[this line does not fit in the context (%zu tokens)%s; try a shorter one or --ctx]\n", c->cap_ids,
+               over ? " even alone: the conversation was cleared" : "");
         free(c->msgs[--c->n_msgs].content);
         return DS_OK;
     }
+    if (over && rc == DS_OK)
+        printf("[context full (%zu tokens): a new conversation starts with this line]\n", c->cap_ids);
     if (rc != DS_OK) return rc;
     if ((rc = chat__feed(c, n_ids)) != DS_OK) return rc;
-    char *reply = NULL;
-    size_t n_reply = 0;
+    struct chat_text reply = { 0 };
     bool full = false;
-    rc = chat__reply(c, &reply, &n_reply, &full);
-    if (rc == DS_OK) rc = chat__push(c, DS_CHAT_ASSISTANT, reply, n_reply);
-    if (rc == DS_OK) rc = chat__fed_add(c, reply, n_reply);
-    free(reply);
+    rc = chat__reply(c, &reply, &full);
+    if (rc == DS_OK) rc = chat__push(c, DS_CHAT_ASSISTANT, reply.p ? reply.p : "", reply.n);
+    if (rc == DS_OK) rc = chat__fed_add(c, reply.p ? reply.p : "", reply.n);
+    free(reply.p);
     printf("\n");
     if (g_sigint) printf("[interrupted]\n");
     if (full) {

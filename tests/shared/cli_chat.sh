@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# shared.cli_chat — `dspark run -i` (the real binary) in a detached tmux pane,
+# shared.cli_chat — `dspark run -i` (the real binary): piped first (context
+# full, a line too long, end of input), then in a detached tmux pane,
 # driven by keystrokes as an operator would: two turns (the second must find
 # the first turn and its reply in the KV cache: the info log counts the
 # tokens reused), a long reply stopped by Ctrl-C mid-answer ("[interrupted]",
@@ -55,6 +56,24 @@ reply_longer() {
 }
 say() { T send-keys -t chat -l "$1" && T send-keys -t chat Enter; }
 
+# Piped, no terminal: a context that fills (96 tokens) starts a new
+# conversation and says so; a line longer than the context is refused; the
+# end of input quits with 0.
+long=$(printf 'word %.0s' $(seq 200))
+out=$(printf 'Hello\nMore please\n%s\nok\n' "$long" |
+      "$dspark" run -i -m "$models/stories260K.gguf" -n 40 --ctx 96 --log-level info 2>"$dir/pipe.err")
+st=$?
+((st == 0)) || fail "piped chat: exit $st; $(cat "$dir/pipe.err")"
+grep -qF "[context full (96 tokens): the next line starts a new conversation]" <<<"$out" ||
+    fail "piped chat: no context-full note in: $out"
+grep -qF "[this line does not fit in the context (96 tokens); try a shorter one or --ctx]" <<<"$out" ||
+    fail "piped chat: the long line was not refused: $out"
+grep -q "chat: turn 3: [0-9]* tokens laid out, 0 of them reused" "$dir/pipe.err" ||
+    fail "piped chat: the turn after the context filled did not start afresh: $(cat "$dir/pipe.err")"
+"$dspark" run -i -p hi -m "$models/stories260K.gguf" </dev/null 2>"$dir/p.err"
+st=$?
+((st == 2)) && grep -qF -- "-i takes its turns at the prompt" "$dir/p.err" || fail "-i with -p: exit $st, $(cat "$dir/p.err")"
+
 T new-session -d -s chat -x 200 -y 50 \
     "'$dspark' run -i -m '$model' -n 200 -t 1 --log-level info 2>'$dir/err'; echo CHAT-EXITED=\$?; sleep 300" ||
     fail "tmux new-session"
@@ -98,4 +117,4 @@ grep -q "chat: turn 4:" "$dir/err" || fail "turn 4 was not answered"
 T send-keys -t chat C-d
 wait_until "exit after Ctrl-D" 10 exited
 pane_has "CHAT-EXITED=0" || fail "dspark exited with $(pane | grep -o 'CHAT-EXITED=[0-9]*'), expected 0"
-echo "PASS: two turns (turn 2 reused $r2 cached tokens, evaluated $e2), Ctrl-C mid-answer, Ctrl-D exit 0"
+echo "PASS: piped (context full, long line, EOF); two turns (turn 2 reused $r2 cached tokens, evaluated $e2), Ctrl-C mid-answer, Ctrl-D exit 0"
