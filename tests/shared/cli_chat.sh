@@ -72,7 +72,9 @@ grep -q "chat: turn 3: [0-9]* tokens laid out, 0 of them reused" "$dir/pipe.err"
     fail "piped chat: the turn after the context filled did not start afresh: $(cat "$dir/pipe.err")"
 "$dspark" run -i -p hi -m "$models/stories260K.gguf" </dev/null 2>"$dir/p.err"
 st=$?
-((st == 2)) && grep -qF -- "-i takes its turns at the prompt" "$dir/p.err" || fail "-i with -p: exit $st, $(cat "$dir/p.err")"
+if ((st != 2)) || ! grep -qF -- "-i takes its turns at the prompt" "$dir/p.err"; then
+    fail "-i with -p: exit $st, $(cat "$dir/p.err")"
+fi
 
 T new-session -d -s chat -x 200 -y 50 \
     "'$dspark' run -i -m '$model' -n 200 -t 1 --log-level info 2>'$dir/err'; echo CHAT-EXITED=\$?; sleep 300" ||
@@ -87,8 +89,8 @@ say "Tell me more"
 wait_until "reply to turn 2" 30 at_prompt 3
 reply_longer "Tell me more" 20 || fail "turn 2: no reply"
 t1=$(sed -n 's/.*chat: turn 1: \([0-9]*\) tokens laid out.*/\1/p' "$dir/err")
-read -r t2 r2 e2 < <(sed -n 's/.*chat: turn 2: \([0-9]*\) tokens laid out, \([0-9]*\) of them reused from the KV cache, \([0-9]*\) evaluated.*/\1 \2 \3/p' "$dir/err")
-[ -n "$t1" ] && [ -n "${e2:-}" ] || fail "no 'chat: turn N' info lines"
+read -r _ r2 e2 < <(sed -n 's/.*chat: turn 2: \([0-9]*\) tokens laid out, \([0-9]*\) of them reused from the KV cache, \([0-9]*\) evaluated.*/\1 \2 \3/p' "$dir/err")
+if [ -z "$t1" ] || [ -z "${e2:-}" ]; then fail "no 'chat: turn N' info lines"; fi
 # The cache held turn 1's layout and its 200 reply tokens; only the new turn is evaluated.
 ((r2 == t1 + 200)) || fail "turn 2 reused $r2 cached tokens, expected turn 1's $t1 + its 200 reply tokens"
 ((e2 < 20)) || fail "turn 2 evaluated $e2 tokens: more than its own line's"
