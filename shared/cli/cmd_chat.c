@@ -279,7 +279,10 @@ static enum ds_err chat__turn(struct chat *c, const char *line, size_t len)
     if (rc == DS_OK) rc = chat__fed_add(c, reply.p ? reply.p : "", reply.n);
     free(reply.p);
     printf("\n");
-    if (g_sigint) printf("[interrupted]\n");
+    if (g_sigint) {
+        clearerr(stdout);                           /* a write the signal cut short */
+        printf("[interrupted]\n");
+    }
     if (full) {
         printf("[context full (%zu tokens): the next line starts a new conversation]\n", c->cap_ids);
         chat__reset(c);
