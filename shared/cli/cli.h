@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "cli_flags.h"
+#include "ds/chat.h"
 #include "ds/mqtt.h"
 
 /* One subcommand: its name, entry point (argv[0] = the name) and summary. */
@@ -40,6 +41,25 @@ int cmd_model_publish(int argc, char **argv);   /* cmd_publish.c */
 int cmd_top(int argc, char **argv);
 int cmd_exporter(int argc, char **argv);
 int cmd_dashboard(int argc, char **argv);
+
+/* `dspark run -i` (cmd_chat.c): the interactive chat on an open model, its
+** sequence (empty) and sampler. Returns the exit status. */
+struct ds_model;
+struct ds_tok;
+struct ds_engine;
+struct ds_seq;
+struct ds_sampler;
+struct cli_chat_opts {
+    const char            *model_path;   /* for the banner */
+    const struct ds_model *model;
+    const struct ds_tok   *tok;
+    struct ds_engine      *eng;
+    struct ds_seq         *seq;
+    struct ds_sampler     *smp;
+    enum ds_chat_tmpl      tmpl;         /* DS_CHAT_TMPL_NONE: the plain layout */
+    uint64_t               n_predict;    /* most tokens per reply */
+};
+int cli_chat(const struct cli_chat_opts *o);
 
 /* Parse a whole decimal/float argument within [lo, hi]; on failure print
 ** "dspark: NAME: ..." and return false. */

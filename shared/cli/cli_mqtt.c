@@ -4,6 +4,7 @@
 ** --broker, top, exporter), spelled as the daemons' [mqtt] keys with '-'
 ** for '_'; the '_' spelling is accepted too. A password is never a flag:
 ** --password-file. Also the one way they open a connection: create,
+** probe (ds_mqtt_probe: a refused port or an unknown host fails at once),
 ** subscribe, connect, wait, with one line of why when it fails.
 */
 #include <stdatomic.h>
@@ -73,7 +74,15 @@ struct ds_mqtt *cli_mqtt_open(const char *prog, const char *uri, const char *cli
                               const char *more, enum ds_err *why)
 {
     struct ds_mqtt *c = NULL;
-    enum ds_err rc = ds_mqtt_create(uri, client_id, o, &c);
+    char no[DS_WHY_MAX];
+    /* Fail at once on a refused connection or an unknown host (Paho would
+    ** retry both, silently, until ms ran out). */
+    enum ds_err rc = ds_mqtt_probe(uri, DS_MIN(ms, 2000u), no);
+    if (rc == DS_ERR_NOT_FOUND || rc == DS_ERR_IO) {
+        fprintf(stderr, "dspark %s: cannot connect to %s: %s\n", prog, uri, no);
+        goto fail;
+    }
+    rc = ds_mqtt_create(uri, client_id, o, &c);
     // Subscribe before connecting: the wrapper sends them with the connection.
     for (size_t i = 0; rc == DS_OK && i < n; i++) rc = ds_mqtt_subscribe(c, subs[i].filter, subs[i].qos);
     if (rc == DS_OK) rc = ds_mqtt_connect(c);

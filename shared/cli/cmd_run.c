@@ -34,6 +34,9 @@ static void run_usage(FILE *f)
         "  -p, --prompt TEXT      prompt (default: empty); BOS first if the model wants it\n"
         "      --chat             send -p as one user message, laid out by the model's chat\n"
         "                         template (GGUF tokenizer.chat_template; printed as sent)\n"
+        "  -i, --interactive      chat at a \">>> \" prompt: turns laid out by the chat template,\n"
+        "                         the history kept in the KV cache; Ctrl-C stops a reply,\n"
+        "                         Ctrl-D quits; -n is then the most tokens per reply\n"
         "  -n, --n-predict N      tokens to generate after the prompt (default 256)\n"
         "      --temp T           temperature, 0 = greedy (default 0)\n"
         "      --top-p P          nucleus sampling cut, (0, 1] (default 1 = off)\n"
@@ -59,7 +62,7 @@ static void run_usage(FILE *f)
 struct run_args {
     const char *model, *tok, *prompt, *kernel, *draft;
     uint64_t    n, threads, ctx, k;
-    bool        fixed_k, chat;
+    bool        fixed_k, chat, interactive;
     int         precision, kv;
     struct ds_sampler_params sp;
 };
@@ -75,7 +78,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         { "kernel", required_argument, 0, O_KERNEL }, { "ctx", required_argument, 0, O_CTX },
         { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, O_SPEC_K },
         { "fixed-k", no_argument, 0, O_FIXED },     { "chat", no_argument, 0, O_CHAT },
-        { "kv", required_argument, 0, O_KV },
+        { "kv", required_argument, 0, O_KV },       { "interactive", no_argument, 0, 'i' },
         { 0, 0, 0, 0 },
     };
     static const struct cli_old old[] = {
@@ -123,6 +126,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_SPEC_K: if (!cli_parse_u64("--spec-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
         case O_FIXED: a->fixed_k = true; break;
         case O_CHAT: a->chat = true; break;
+        case 'i': a->interactive = true; break;
         case CLI_F_HELP: run_usage(stdout); return 1;
         default: return 2;   /* not reached: the parser returns only the codes above */
         }
@@ -130,6 +134,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     if (!cli_parser_done(&p)) return p.status;
     if (!a->draft && (a->k || a->fixed_k)) {
         fprintf(stderr, "dspark run: --spec-k and --fixed-k need --draft MODEL|int8\n");
+        return 2;
+    }
+    if (a->interactive && (a->draft || a->chat || a->prompt)) {
+        fprintf(stderr, "dspark run: -i takes its turns at the prompt; leave out -p, --chat and --draft\n");
         return 2;
     }
     if (!a->model) {
@@ -141,11 +149,12 @@ static int parse_args(int argc, char **argv, struct run_args *a)
 
 int cmd_run(int argc, char **argv)
 {
-    struct run_args a = { .n = 256, .prompt = "" };
+    struct run_args a = { .n = 256 };
     ds_sampler_params_init(&a.sp);
     ds_log_set(NULL, NULL, DS_LOG_WARN);
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc == 1 ? 0 : prc;
+    if (!a.prompt) a.prompt = "";
 
     struct ds_program_model_opts po;
     ds_program_model_opts_init(&po);
@@ -218,6 +227,11 @@ int cmd_run(int argc, char **argv)
                     ds_strerror(rc));
             goto done;
         }
+    }
+    if (a.interactive) {
+        struct cli_chat_opts co = { a.model, m, tok, e, seq, smp, pm.chat, a.n };
+        status = cli_chat(&co);
+        goto done;
     }
     uint32_t ctx = ds_engine_max_ctx(e);
     size_t plen = strlen(a.prompt), n_ids = 0;

@@ -772,6 +772,70 @@ static void test_dist_two_edges_fetch_and_install(void **state)
     }
 }
 
+/* ---- dspark model publish --until-installed ---- */
+
+static void test_dist_publish_until_installed(void **state)
+{
+    (void)state;
+    static const int AB[] = { 0, 1, -1 };                 /* sealed to edge-a and edge-b: two targets */
+    char bdir[4400], bin[4200], spub[4300], cmd[13200];
+    snprintf(bdir, sizeof bdir, "%s", pack(tu_model("stories260K.gguf"), "7.0.0", &g.sk, "until", AB));
+    snprintf(bin, sizeof bin, "%s/shared/dspark", DS_BUILD_DIR);
+    snprintf(spub, sizeof spub, "%s.pub", g.signer);
+    struct edge a, b;
+    edge_init(&a, 0, "until", true, 0);
+    edge_init(&b, 1, "until", false, 0);
+    clear_inbox();
+    edge_start(&a, NULL);
+    wait_online(&a);
+
+    /* edge-b is down: edge-a installs, then the timeout names what is missing. */
+    snprintf(cmd, sizeof cmd, "'%s' model publish --dir '%s' --signer-pub '%s' --broker '%s' --quiet "
+             "--until-installed --timeout 8 2>&1", bin, bdir, spub, tb_broker_uri(g.broker));
+    int st;
+    uint64_t t0 = ds_now_ns();
+    char *out = tu_run(cmd, &st);
+    double s1 = (double)(ds_now_ns() - t0) / 1e9;
+    assert_non_null(out);
+    printf("%s", out);
+    assert_int_equal(st, 1);
+    assert_true(s1 >= 7.5 && s1 < 30);
+    assert_non_null(strstr(out, "waiting for 2 target nodes to install " MODEL " 7.0.0"));
+    assert_non_null(strstr(out, "edge-a: installed " MODEL " 7.0.0 (active)"));
+    assert_non_null(strstr(out, "timeout after 8 s: 1 of 2 target nodes installed " MODEL " 7.0.0"));
+    assert_non_null(strstr(out, "1 not heard from"));
+    assert_null(strstr(out, "all 2 target nodes"));
+    free(out);
+
+    /* With edge-b up, both have it: exit 0 as soon as edge-b reports it, well before the timeout. */
+    edge_start(&b, NULL);
+    wait_online(&b);
+    snprintf(cmd, sizeof cmd, "'%s' model publish --dir '%s' --signer-pub '%s' --broker '%s' --quiet "
+             "--until-installed --timeout 120 2>&1", bin, bdir, spub, tb_broker_uri(g.broker));
+    t0 = ds_now_ns();
+    out = tu_run(cmd, &st);
+    double s2 = (double)(ds_now_ns() - t0) / 1e9;
+    assert_non_null(out);
+    printf("%s", out);
+    assert_int_equal(st, 0);
+    assert_true(s2 < 60);
+    assert_non_null(strstr(out, "edge-a: installed " MODEL " 7.0.0 (active)"));
+    assert_non_null(strstr(out, "edge-b: installed " MODEL " 7.0.0 (verified)"));
+    assert_non_null(strstr(out, "all 2 target nodes installed " MODEL " 7.0.0"));
+    assert_string_equal(wait_state(&b, "7.0.0", "verified"), "verified");
+    free(out);
+
+    /* --timeout alone is refused. */
+    snprintf(cmd, sizeof cmd, "'%s' model publish --dir '%s' --signer-pub '%s' --timeout 5 2>&1", bin, bdir, spub);
+    out = tu_run(cmd, &st);
+    assert_non_null(out);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(out, "--timeout goes with --until-installed"));
+    free(out);
+    edge_stop(&a);
+    edge_stop(&b);
+}
+
 /* ---- the center publishes ([publish] dirs) ---- */
 
 static void test_dist_center_publishes(void **state)
@@ -1118,6 +1182,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_dist_two_edges_fetch_and_install, each_setup),
+        cmocka_unit_test_setup(test_dist_publish_until_installed, each_setup),
         cmocka_unit_test_setup(test_dist_center_publishes, each_setup),
         cmocka_unit_test_setup(test_dist_refusals, each_setup),
         cmocka_unit_test_setup(test_dist_garbage_frames, each_setup),

@@ -345,6 +345,34 @@ static void test_broker_down(void **state)
     assert_true(dropped >= missing / 2);
 }
 
+/* ---- an edge stopped while the broker is away, having answered nothing ---- */
+
+static void test_stop_broker_away(void **state)
+{
+    (void)state;
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-u\nlog_level = info\n[mqtt]\nuri = %s\n[telemetry]\ninterval_s = 1\n"
+             "[model stories]\npath = %s\nprecision = int8\n",
+             tb_broker_uri(g.broker), tu_model("stories260K.gguf"));
+    pid_t u = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-u", conf, IT_TRUNCATE);
+    assert_true(u > 0);
+    assert_true(it_log_wait(g.dir, "edge-u", ": connected to ", 1, 30000));
+    tb_broker_stop(g.broker);
+    assert_true(it_log_wait(g.dir, "edge-u", "connection to ", 1, 30000));   /* "... lost" */
+    int st = it_stop(u, SIGTERM, 30000);
+    assert_int_equal(tb_broker_restart(g.broker), DS_OK);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* One line says it drains; nothing claims answers it never gave. */
+    assert_int_equal(it_log_count(g.dir, "edge-u", "draining"), 1);
+    assert_int_equal(it_log_count(g.dir, "edge-u", "answers"), 0);
+    assert_int_equal(it_log_count(g.dir, "edge-u", "the offline status and telemetry (this run answered nothing) "
+                                                   "were not acknowledged"), 1);
+    assert_int_equal(it_log_count(g.dir, "edge-u", "stopped"), 1);
+    assert_true(wait_status("online", 30000));      /* edge-t is back on the restarted broker */
+    printf("edge stopped while the broker was away: 'draining' once, no claim of unacknowledged answers\n");
+}
+
 /* ---- item 12: the edge stopped: requests wait in its session ---- */
 
 static void restart_round(int sig, const char *tag)
@@ -507,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_dedupe_restart),
         cmocka_unit_test(test_broker_outage),
         cmocka_unit_test(test_broker_down),
+        cmocka_unit_test(test_stop_broker_away),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -19,7 +19,9 @@
 #include <cmocka.h>
 
 #include <cjson/cJSON.h>
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -442,15 +445,58 @@ static void test_cli_infer_no_answer(void **state)
     cli_out_free(&o);
 }
 
+/* A closed port: refused at once, with the default connect timeout (10 s). */
 static void test_cli_infer_no_broker(void **state)
 {
     (void)state;
+    uint64_t t0 = ds_now_ns();
     struct cli_out o = run_cli((const char *[]){ "infer", "--broker", "tcp://127.0.0.1:1", "--model-name", "tiny", "-p",
-                                                 "x", "--connect-timeout-ms", "300", NULL });
+                                                 "x", NULL });
+    uint64_t ms = (ds_now_ns() - t0) / 1000000;
     assert_int_equal(o.rc, 1);
-    ASSERT_CONTAINS(o.err, "cannot connect to tcp://127.0.0.1:1 within 300 ms");
-    ASSERT_CONTAINS(o.err, "is a broker listening there?");     /* and what to do next */
+    ASSERT_CONTAINS(o.err, "cannot connect to tcp://127.0.0.1:1: connection refused (is a broker listening on "
+                           "127.0.0.1:1?)");
     assert_null(strstr(o.err, "retry in"));          /* one clear line, no warning per retry */
+    assert_true(ms < 2000);
+    cli_out_free(&o);
+}
+
+/* A name that cannot resolve (RFC 6761 .invalid) says so. */
+static void test_cli_infer_unknown_host(void **state)
+{
+    (void)state;
+    uint64_t t0 = ds_now_ns();
+    struct cli_out o = run_cli((const char *[]){ "infer", "-b", "tcp://no-such-host.invalid:1883", "--model-name",
+                                                 "tiny", "-p", "x", NULL });
+    uint64_t ms = (ds_now_ns() - t0) / 1000000;
+    assert_int_equal(o.rc, 1);
+    ASSERT_CONTAINS(o.err, "cannot connect to tcp://no-such-host.invalid:1883: cannot resolve no-such-host.invalid");
+    assert_null(strstr(o.err, "Failure"));
+    assert_true(ms < 2000);
+    cli_out_free(&o);
+}
+
+/* Something listens but never answers MQTT: the connect timeout decides. */
+static void test_cli_infer_silent_listener(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t sl = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 8), 0);               /* the kernel completes handshakes; nobody reads */
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    char u[64];
+    snprintf(u, sizeof u, "tcp://127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    struct cli_out o = run_cli((const char *[]){ "infer", "--broker", u, "--model-name", "tiny", "-p", "x",
+                                                 "--connect-timeout-ms", "300", NULL });
+    close(fd);
+    assert_int_equal(o.rc, 1);
+    char want[128];
+    snprintf(want, sizeof want, "cannot connect to %s within 300 ms", u);
+    ASSERT_CONTAINS(o.err, want);
+    ASSERT_CONTAINS(o.err, "is a broker listening there?");
     cli_out_free(&o);
 }
 
@@ -668,6 +714,8 @@ int main(void)
         cmocka_unit_test(test_cli_infer_error_reply),
         cmocka_unit_test(test_cli_infer_no_answer),
         cmocka_unit_test(test_cli_infer_no_broker),
+        cmocka_unit_test(test_cli_infer_unknown_host),
+        cmocka_unit_test(test_cli_infer_silent_listener),
         cmocka_unit_test(test_cli_infer_file),
         cmocka_unit_test(test_cli_infer_file_json),
         cmocka_unit_test(test_cli_infer_concurrency),

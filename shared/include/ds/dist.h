@@ -141,6 +141,7 @@ struct ds_dist_pub_node {
 struct ds_dist_pub_stats {
     char     name[DS_NAME_MAX + 1], version[DS_DIST_VERSION_MAX + 1];
     uint32_t chunk_count;
+    uint32_t n_targets;       /* node keys the bundle is sealed to: the nodes it is for */
     uint64_t cipher_size;
     uint64_t requests, bad_requests, dropped_requests;
     uint64_t chunks_sent, bytes_sent;

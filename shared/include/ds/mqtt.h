@@ -290,4 +290,15 @@ void ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out);
 /* The reason of the last failed connect attempt ("" if none), copied into buf. */
 void ds_mqtt_last_error(struct ds_mqtt *c, char *buf, size_t cap);
 
+/* A one-shot program's check before it connects (Paho reports a refused
+** connection and a failed name lookup alike, as a bare failure, and the
+** wrapper retries both): resolve uri's host and try one TCP connection
+** (closed at once), within timeout_ms. DS_ERR_NOT_FOUND: the name does not
+** resolve (why: "cannot resolve HOST: ..."); DS_ERR_IO: every address
+** refused it (why: "connection refused (is a broker listening on
+** HOST:PORT?)"); DS_ERR_INVAL: not a broker URI. DS_OK otherwise, also when
+** the attempt is still pending at timeout_ms (then Paho's wait decides).
+** Blocking; why is DS_WHY_MAX bytes. */
+DS_MUST_CHECK enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why) DS_NONNULL(1, 3);
+
 #endif

@@ -1,19 +1,26 @@
 /*
 ** mqtt_net.c — the socket side of the MQTT wrapper: parse the broker URI,
 ** resolve its host, and give TCP_NODELAY to this process's sockets that are
-** connected to it (Paho has no socket hook; see ds/mqtt.h, pitfall 1).
-** Owns nothing: sockets belong to Paho, and are only tuned here.
+** connected to it (Paho has no socket hook; see ds/mqtt.h, pitfall 1); and
+** ds_mqtt_probe, a one-shot program's "is anything listening there?" check.
+** Owns nothing: sockets belong to Paho, and are only tuned here (the probe's
+** own socket is closed before it returns).
 */
 #include "mqtt_internal.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ds/log.h"
 
@@ -155,4 +162,54 @@ unsigned ds_mqtt__set_nodelay(const struct ds_mqtt__peer *peer)
         DS_LOG(DS_LOG_WARN, "mqtt: no socket to %s:%u found for TCP_NODELAY", peer->host,
                peer->port);
     return n;
+}
+
+/* One non-blocking connect to a: 0 connected, an errno value when it failed,
+** -1 still pending at timeout_ms. */
+static int probe__connect(const struct addrinfo *a, int timeout_ms)
+{
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) return errno;
+    int err = 0;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+            struct pollfd p = { .fd = fd, .events = POLLOUT };
+            socklen_t el = sizeof err;
+            if (poll(&p, 1, timeout_ms) != 1) err = -1;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+        }
+    }
+    close(fd);
+    return err;
+}
+
+enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why)
+{
+    struct ds_mqtt__peer peer;
+    why[0] = '\0';
+    if (ds_mqtt__parse_uri(uri, &peer) != DS_OK) {
+        snprintf(why, DS_WHY_MAX, "'%s' is not a broker URI (tcp://HOST:PORT)", uri);
+        return DS_ERR_INVAL;
+    }
+    char port[8];
+    snprintf(port, sizeof port, "%u", (unsigned)peer.port);
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+    int g = getaddrinfo(peer.host, port, &hints, &res);
+    if (g != 0) {
+        snprintf(why, DS_WHY_MAX, "cannot resolve %.200s: %s", peer.host,
+                 g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+        return DS_ERR_NOT_FOUND;
+    }
+    bool refused = true;                     /* every address said so */
+    for (struct addrinfo *a = res; a && refused; a = a->ai_next) {
+        int err = probe__connect(a, (int)DS_MIN(timeout_ms, (uint32_t)INT32_MAX));
+        refused = err == ECONNREFUSED;
+    }
+    freeaddrinfo(res);
+    if (!refused) return DS_OK;
+    snprintf(why, DS_WHY_MAX, "connection refused (is a broker listening on %s%.200s%s:%u?)",
+             strchr(peer.host, ':') ? "[" : "", peer.host, strchr(peer.host, ':') ? "]" : "",
+             (unsigned)peer.port);
+    return DS_ERR_IO;
 }

@@ -481,7 +481,10 @@ enum ds_err ds_node_run(struct ds_node *node)
     node__health_stop(node);               /* the loop stops turning from here on */
     publish_telemetry(node);
     publish_status(node, DS_MSG_STATE_OFFLINE);
-    if (ds_mqtt_flush(node->mqtt, 5000) != DS_OK) DS_LOG(DS_LOG_WARN, "some answers were not acknowledged");
+    if (ds_mqtt_flush(node->mqtt, 5000) != DS_OK)
+        DS_LOG(DS_LOG_WARN, "%s were not acknowledged", atomic_load(&node->n_answers)
+                   ? "some answers, status or telemetry messages"
+                   : "the offline status and telemetry (this run answered nothing)");
     ds_mqtt_disconnect(node->mqtt, 2000);
     node_notify_cleanup(&nfy);
     DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(node->cfg->role), node->cfg->node);

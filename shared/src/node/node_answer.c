@@ -18,6 +18,7 @@ void node__publish(struct ds_node *node, const char *topic, const void *corr, si
 {
     struct ds_mqtt_props p = { .correlation = corr, .correlation_len = corr_len };
     enum ds_err rc = ds_mqtt_publish(node->mqtt, topic, json, len, 1, false, &p);
+    if (rc == DS_OK) atomic_fetch_add(&node->n_answers, 1);
     if (rc != DS_OK)       /* counted in telemetry mqtt.refused */
         DS_LOG_LIMITED(DS_LOG_WARN, "could not publish the answer to %s: %s", topic,
                rc == DS_ERR_BUSY ? "the MQTT queue is full (broker away too long): answer lost" : ds_strerror(rc));

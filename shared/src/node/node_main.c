@@ -67,7 +67,7 @@ static void *signal_thread(void *p)
         if (sig == SIGHUP) {
             ds_node_reload(agent);
         } else {
-            DS_LOG(DS_LOG_INFO, "signal %d: draining", sig);
+            DS_LOG(DS_LOG_INFO, "signal %d: stopping", sig);
             ds_node_stop(agent);
         }
     }

@@ -225,6 +225,7 @@ struct ds_node {
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
+    atomic_uint_fast64_t n_answers;      /* finals and errors handed to MQTT (the shutdown line) */
     atomic_uint_fast64_t spec_rounds, spec_drafted, spec_accepted;  /* answered requests' speculation (telemetry) */
     struct node_rollout *ro;             /* control queue, registry, events */
     struct node_fetch   *fetch;          /* model distribution; NULL when not configured */

@@ -322,6 +322,7 @@ enum ds_err ds_dist_pub_create(const struct ds_dist_pub_opts *o, struct ds_dist_
     snprintf(p->st.name, sizeof p->st.name, "%s", p->m.name);
     snprintf(p->st.version, sizeof p->st.version, "%s", p->m.version);
     p->st.chunk_count = p->m.chunk_count;
+    p->st.n_targets = (uint32_t)p->m.n_seals;
     p->st.cipher_size = p->m.cipher_size;
     struct ds_mqtt_opts mo;
     ds_mqtt_opts_init(&mo);
