@@ -221,7 +221,7 @@ function addEvent(text, bad) {
   return li;
 }
 
-/* A node's own time (its messages' ts, Unix ms): the newest is when it last
+/* A node's own time (its status, telemetry and alert ts, Unix ms): the newest is when it last
  * spoke, however late this page heard of it (a retained message of a node
  * dead for an hour is an hour old). A live message also measures how far
  * its clock is off this browser's. */
@@ -267,6 +267,7 @@ function onMessage(topic, payload, retained) {
     const n = nodeOf(name);
     n.role = n.role || j.role;
     n.alerts[j.check] = { state: j.state, message: String(j.message || ''), ts: j.ts };
+    noteTs(n, j, true);     // its last word too (an offline last will has ts 0); no skew measure
     const key = [name, j.ts, j.state, j.check].join('|');
     if (seenEvents.has(key)) return;
     seenEvents.add(key);

@@ -105,6 +105,7 @@ static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
     if (!nd) f->st.ignored++;
     if (nd) {
         nd->seen_ms = fleet_unix_ms();
+        if (al.ts_ms > nd->node_ts_ms) nd->node_ts_ms = al.ts_ms;   /* its last word too (the will has no ts) */
         if (!nd->role[0]) copy_field(nd->role, sizeof nd->role, ds_msg_role_name(al.role));
         nd->alert[al.check] = al.state == DS_MSG_ALERT_RAISED;
         if (al.state == DS_MSG_ALERT_RAISED) copy_field(nd->alert_msg, sizeof nd->alert_msg, al.message);

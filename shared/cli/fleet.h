@@ -26,7 +26,8 @@ struct fleet_node {
     char          role[16];       /* from status or telemetry; "" unknown */
     char          state[16];      /* online | draining | offline | "" (no status yet) */
     uint64_t      seen_ms;        /* Unix ms (this viewer's clock) it last heard about it */
-    uint64_t      node_ts_ms;     /* the newest "ts" of its status or telemetry: the node's clock; 0 none */
+    uint64_t      node_ts_ms;     /* the newest "ts" of its status, telemetry or alert: the node's clock; 0 none
+                                   ** (an offline last will carries ts 0: written before the node died) */
     int64_t       skew_ms;        /* receipt - ts of its newest live (not retained) message */
     bool          skew_known;     /* skew_ms measured (a retained message says nothing of it) */
     struct cJSON *tel;            /* newest telemetry; NULL before the first */
@@ -35,7 +36,7 @@ struct fleet_node {
 };
 /* Beyond this the node's clock is called skewed (a live message takes far less). */
 #define FLEET_SKEW_MS 2000
-/* Seconds since the node's newest status or telemetry, by its own ts (so a
+/* Seconds since the node's newest status, telemetry or alert, by its own ts (so a
 ** retained message of a dead node is as old as the node wrote it, not as
 ** the viewer received it); -1 when it sent no ts. Never below 0. */
 double fleet_age_s(const struct fleet_node *nd, uint64_t now_ms);
