@@ -29,7 +29,9 @@
 ** dspark_node_last_seen_timestamp_seconds. The dashboard mode also sends
 ** edge-ops an unsigned control message, which it refuses: the page must show
 ** that event refused (red), before and after a reload (when only the
-** retained telemetry's rollout_events carry it).
+** retained telemetry's rollout_events carry it). top and the exporter also hear edge-skew,
+** whose one live telemetry is stamped a minute ahead: top prints its CLOCK
+** line, the exporter dspark_node_clock_skew_seconds of about -60.
 ** Output (screenshots, captures, /metrics) goes to DS_TEST_OUT/<mode>/.
 */
 #include <arpa/inet.h>
@@ -166,6 +168,19 @@ static void dead_node(void)
     if (it_validate(g.dir, "telemetry", json) == IT_INVALID) FAIL("edge-dead's telemetry does not match its schema: %s", json);
     if (ds_mqtt_publish(g.dev, DS_TOPIC_TELEMETRY "edge-dead", json, (size_t)n, 1, true, NULL) != DS_OK) FAIL("publish");
     if (!it_inbox_seen(g.in, "\"node\":\"edge-dead\",\"role\":\"edge\",\"ts\"", 10000)) FAIL("edge-dead's telemetry not retained");
+}
+
+/* edge-skew, whose clock is a minute ahead: one live (not retained)
+** telemetry, its ts a minute after now. A viewer that hears it says the
+** clock is skewed (and does not show it a minute old or stale). */
+static void skewed_node(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char json[256];
+    int n = snprintf(json, sizeof json, "{\"v\":1,\"node\":\"edge-skew\",\"role\":\"edge\",\"ts\":%llu,\"interval_s\":1}",
+                     (unsigned long long)now.tv_sec * 1000u + 60000u);
+    if (ds_mqtt_publish(g.dev, DS_TOPIC_TELEMETRY "edge-skew", json, (size_t)n, 1, false, NULL) != DS_OK) FAIL("publish");
 }
 
 /* An unsigned control message to edge-ops, which trusts no signer: refused,
@@ -532,6 +547,11 @@ static int test_top(void)
     c = capture();
     check_dead_row(c, "top (160 columns)");
     free(c);
+    skewed_node();
+    if (!pane_has("CLOCK edge-skew is ", " s ahead of this viewer", 10000)) {
+        c = capture();
+        FAIL("top does not say edge-skew's clock is a minute ahead:\n%s", c ? c : "");
+    }
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s q", g.tmux);
     free(tu_run(cmd, &st));
     if (!pane_has("TOP-EXITED 0", NULL, 5000)) FAIL("q did not quit top");
@@ -620,6 +640,22 @@ static int test_exporter(void)
         }
         free(m);
         if (ok != N_ANSWERED) FAIL("dspark_requests_total{outcome=\"ok\"} sums to %g, want %d", ok, N_ANSWERED);
+    }
+    {
+        /* A node's clock a minute ahead, heard live: a skew of -60 s. */
+        skewed_node();
+        double skew = 0;
+        for (int t = 0; t < 100 && !skew; t++) {
+            snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics", port);
+            int cst;
+            char *m = tu_run(cmd, &cst);
+            const char *k = m ? strstr(m, "dspark_node_clock_skew_seconds{node=\"edge-skew\",role=\"edge\"} ") : NULL;
+            if (k) skew = strtod(strchr(k, '}') + 2, NULL);
+            free(m);
+            if (!skew) usleep(100000);
+        }
+        if (!(skew < -58 && skew > -61)) FAIL("dspark_node_clock_skew_seconds of edge-skew: %g, want about -60", skew);
+        fprintf(stderr, "exporter: edge-skew's clock skew %g s\n", skew);
     }
     static const char *const paths[] = { "/-/healthy", "/-/ready" };
     for (size_t i = 0; i < 2; i++) {
