@@ -698,6 +698,27 @@ static int test_exporter(void)
     double acceptance = acc ? strtod(strchr(acc, '}') + 2, NULL) : -1;
     if (!(acceptance > 0 && acceptance <= 1)) FAIL("dspark_spec_acceptance_ratio of edge-ops: %g", acceptance);
     free(m);
+    /* The broker gone (the nodes stopped first): still healthy, no longer ready. */
+    it_stop(g.edge, SIGTERM, 10000);
+    it_stop(g.center, SIGTERM, 10000);
+    g.edge = g.center = 0;
+    tb_broker_stop(g.b);
+    char code_h[8] = "", code_r[8] = "";
+    for (int t = 0; t < 100 && strcmp(code_r, "503"); t++) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%u%s", port, paths[i]);
+            int hst;
+            char *code = tu_run(cmd, &hst);
+            snprintf(i ? code_r : code_h, sizeof code_h, "%s", code ? code : "");
+            free(code);
+        }
+        if (strcmp(code_r, "503")) usleep(100000);
+    }
+    if (strcmp(code_h, "200") || strcmp(code_r, "503"))
+        FAIL("broker stopped: /-/healthy %s (want 200), /-/ready %s (want 503)", code_h, code_r);
+    snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics | grep -x 'dspark_exporter_broker_connected 0'", port);
+    free(tu_run(cmd, &st));
+    if (st != 0) FAIL("broker stopped: dspark_exporter_broker_connected is not 0");
     return 0;
 }
 
