@@ -228,7 +228,7 @@ function addEvent(text, bad) {
 const SKEW_MS = 2000;
 function noteTs(n, j, retained) {
   if (typeof j.ts !== 'number' || !(j.ts > 0)) return;
-  if (j.ts > n.seen) n.seen = j.ts;
+  if (j.ts > n.seen || !retained) n.seen = j.ts;   // a live one is its word now, even behind
   if (!retained) n.skew = Date.now() - j.ts;
 }
 

@@ -145,7 +145,10 @@ struct screen {
 static void line(struct screen *sc, const char *color, const char *fmt, ...) DS_PRINTF(3, 4);
 static void line(struct screen *sc, const char *color, const char *fmt, ...)
 {
-    if (sc->height && sc->lines >= sc->height - 1) {   /* the last row says how many were cut */
+    /* Every line ends in a newline: height - 1 lines keep the header on the
+    ** screen (the last newline would scroll it), and one of them is kept for
+    ** the line that says how many were cut. */
+    if (sc->height && sc->lines >= sc->height - 2) {
         sc->cut++;
         return;
     }

@@ -113,14 +113,16 @@ static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
     pthread_mutex_unlock(&f->mu);
 }
 
-/* The message's "ts" (Unix ms, the node's clock): the newest is the node's
-** last word; a live one also measures the skew between the clocks. */
+/* The message's "ts" (Unix ms, the node's clock): of the retained ones the
+** newest is the node's last word, and a live one is its word now (even
+** behind an earlier ts: its clock was set back). A live one also measures
+** the skew between the clocks. */
 static void note_ts(struct fleet_node *nd, const cJSON *j, bool retained)
 {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "ts");
     if (!cJSON_IsNumber(ts) || !(ts->valuedouble > 0) || ts->valuedouble > 9e15) return;
     uint64_t t = (uint64_t)ts->valuedouble;
-    if (t > nd->node_ts_ms) nd->node_ts_ms = t;
+    if (t > nd->node_ts_ms || !retained) nd->node_ts_ms = t;
     if (!retained) {
         nd->skew_ms = (int64_t)nd->seen_ms - (int64_t)t;
         nd->skew_known = true;
