@@ -559,10 +559,16 @@ static int test_top(void)
     if (c && strstr(c, "NODE ")) FAIL("top left its table on the screen (no alternate screen?):\n%s", c);
     free(c);
     /* 100 columns: every row cut at the edge, none wrapped (-J joins wrapped ones). */
-    snprintf(cmd, sizeof cmd, "tmux kill-session -t %s; tmux new-session -d -s %s -x 100 -y 30 '%s/shared/dspark top -b %s 2>>%s/top.log; echo TOP-EXITED $?; sleep 30'",
-             g.tmux, g.tmux, DS_BUILD_DIR, tb_broker_uri(g.b), g.dir);
-    free(tu_run(cmd, &st));
-    if (st != 0) FAIL("tmux new-session (100 columns)");
+    /* A session of its own, started before the first is killed (the server
+    ** exits with its last session: a new one could race its exit). */
+    char first[sizeof g.tmux];
+    snprintf(first, sizeof first, "%s", g.tmux);
+    snprintf(g.tmux, sizeof g.tmux, "dstopw%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "tmux new-session -d -s %s -x 100 -y 30 '%s/shared/dspark top -b %s 2>>%s/top.log; echo TOP-EXITED $?; sleep 30' 2>&1 && tmux kill-session -t %s",
+             g.tmux, DS_BUILD_DIR, tb_broker_uri(g.b), g.dir, first);
+    char *o = tu_run(cmd, &st);
+    if (st != 0) FAIL("tmux new-session (100 columns): %s", o ? o : "");
+    free(o);
     if (!pane_has("edge-dead", "center-ops", 20000)) FAIL("top (100 columns) does not list the nodes");
     c = capture();
     for (const char *p = c; p && *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] ? 1 : 0))
