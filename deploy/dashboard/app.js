@@ -12,6 +12,11 @@
  * equal upper bounds are added, then the quantile is read off the merged
  * buckets exactly as ds_hist_quantile does. Percentiles are never averaged.
  *
+ * Ages are the nodes' own: a node's age is now minus the newest "ts" it
+ * wrote (noteTs), never when this page heard of it, and a node that stopped
+ * reporting is shown stale. A field that says how something went ("ok") is
+ * read as written: a missing one is an unknown outcome, never a success.
+ *
  * URL parameters: broker (connects at once), insecure=1 (ticks "plain ws://").
  * Credentials come from the form only: a user or password in the URL would sit
  * in the browser's history, proxies' logs and Referer headers, so it is
