@@ -12,6 +12,11 @@
  * equal upper bounds are added, then the quantile is read off the merged
  * buckets exactly as ds_hist_quantile does. Percentiles are never averaged.
  *
+ * Ages are the nodes' own: a node's age is now minus the newest "ts" it
+ * wrote (noteTs), never when this page heard of it, and a node that stopped
+ * reporting is shown stale. A field that says how something went ("ok") is
+ * read as written: a missing one is an unknown outcome, never a success.
+ *
  * URL parameters: broker (connects at once), insecure=1 (ticks "plain ws://").
  * Credentials come from the form only: a user or password in the URL would sit
  * in the browser's history, proxies' logs and Referer headers, so it is
@@ -26,7 +31,7 @@
 const HIST = ['queue_ms', 'ttft_ms', 'total_ms'];
 const KEEP = 300;                 // points kept per series (5 min at 1 s)
 const STEP = Math.pow(2, 1 / 8);  // fine bucket ratio (DS_HIST_SUB = 8)
-const nodes = new Map();          // name -> {name, role, state, seen, tel, series}
+const nodes = new Map();          // name -> {name, role, state, seen, skew, tel, series}
 const fleetSeries = newSeries();
 const events = [];
 let client = null;
@@ -189,7 +194,7 @@ function drawFleetCharts() {
 function nodeOf(name) {
   let n = nodes.get(name);
   if (!n) {
-    n = { name, role: '', state: '', seen: 0, tel: null, series: newSeries(), alerts: {} };
+    n = { name, role: '', state: '', seen: 0, skew: null, tel: null, series: newSeries(), alerts: {} };
     nodes.set(name, n);
   }
   return n;
@@ -204,19 +209,44 @@ function addRollout(node, j) {
   if (seenEvents.has(key)) return;
   seenEvents.add(key);
   const t = j.ts ? new Date(j.ts).toISOString().slice(11, 19) : '';
-  const ok = j.ok !== false;
-  addEvent(`${t} ${node} ${j.event} ${j.model} ${j.version}: ${ok ? 'ok' : 'refused'}: ${j.reason}`, !ok);
+  // Only an explicit true is success: an event without "ok" (an older node) is of unknown outcome.
+  const outcome = j.ok === true ? 'ok' : j.ok === false ? 'refused' : 'outcome unknown';
+  const li = addEvent(`${t} ${node} ${j.event} ${j.model} ${j.version}: ${outcome}: ${j.reason}`, j.ok !== true);
+  li.dataset.outcome = outcome;
+  li.dataset.node = node;
 }
 
 function addEvent(text, bad) {
   events.push({ text, bad });
   if (events.length > 200) events.shift();
   const ol = document.getElementById('events');
-  ol.prepend(el('li', { class: bad ? 'bad' : '' }, text));
+  const li = el('li', { class: bad ? 'bad' : '' }, text);
+  ol.prepend(li);
   while (ol.children.length > 200) ol.lastChild.remove();
+  return li;
 }
 
-function onMessage(topic, payload) {
+/* A node's own time (its status, telemetry and alert ts, Unix ms): the newest is when it last
+ * spoke, however late this page heard of it (a retained message of a node
+ * dead for an hour is an hour old). A live message also measures how far
+ * its clock is off this browser's. */
+const SKEW_MS = 2000;
+function noteTs(n, j, retained) {
+  if (typeof j.ts !== 'number' || !(j.ts > 0)) return;
+  if (j.ts > n.seen || !retained) n.seen = j.ts;   // a live one is its word now, even behind
+  if (!retained) n.skew = Date.now() - j.ts;
+}
+
+/* Stale: not offline, yet nothing for 3 telemetry periods (+2 s) by its own clock. */
+function isStale(n) {
+  if (n.state === 'offline' || !n.seen) return false;
+  const iv = num(n.tel, 'interval_s') || 5;
+  return Date.now() - n.seen > (3 * iv + 2) * 1000;
+}
+
+function skewed(n) { return n.skew != null && Math.abs(n.skew) > SKEW_MS; }
+
+function onMessage(topic, payload, retained) {
   if (!payload || !payload.length) return;       // a cleared retained message
   let j;
   try { j = JSON.parse(new TextDecoder().decode(payload)); } catch (e) { return; }
@@ -227,12 +257,12 @@ function onMessage(topic, payload) {
     const n = nodeOf(name);
     n.state = j.state || n.state;
     n.role = j.role || n.role;
-    n.seen = Date.now();
+    noteTs(n, j, retained);
   } else if (kind === 'telemetry') {
     const n = nodeOf(name);
     n.tel = j;
     n.role = j.role || n.role;
-    n.seen = Date.now();
+    noteTs(n, j, retained);
     if (Array.isArray(j.rollout_events)) for (const e of j.rollout_events) addRollout(name, e);
   } else if (kind === 'rollout') {
     addRollout(j.node || name, j);
@@ -242,6 +272,7 @@ function onMessage(topic, payload) {
     const n = nodeOf(name);
     n.role = n.role || j.role;
     n.alerts[j.check] = { state: j.state, message: String(j.message || ''), ts: j.ts };
+    noteTs(n, j, true);     // its last word too (an offline last will has ts 0); no skew measure
     const key = [name, j.ts, j.state, j.check].join('|');
     if (seenEvents.has(key)) return;
     seenEvents.add(key);
@@ -257,7 +288,7 @@ function openAlerts(n) {
   return Object.keys(n.alerts).filter((c) => n.alerts[c].state === 'raised').sort();
 }
 
-function isUp(n) { return n.state !== 'offline'; }
+function isUp(n) { return n.state !== 'offline' && !isStale(n); }
 
 function sample() {
   const up = [...nodes.values()].filter(isUp);
@@ -332,9 +363,12 @@ function render() {
       el('span', { class: 'badge', title: n.alerts[c].message }, c)));
     if (!alerts.length) badges.textContent = '-';
     const spark = el('canvas');
-    const tr = el('tr', { 'data-node': n.name, 'data-state': n.state || 'unknown', 'data-role': n.role },
+    const state = isStale(n) ? 'stale' : n.state;
+    const seen = el('td', { class: 'seen' }, ago(n.seen) + (skewed(n) ? ' (clock skew)' : ''));
+    if (skewed(n)) seen.title = `its clock is ${fmt(Math.abs(n.skew) / 1000, 1)} s ${n.skew > 0 ? 'behind' : 'ahead of'} this browser's: its age is off as much`;
+    const tr = el('tr', { 'data-node': n.name, 'data-state': state || 'unknown', 'data-role': n.role },
       el('td', { class: 'name' }, n.name), el('td', { class: 'role' }, n.role || '?'),
-      el('td', { class: 'state' }, n.state || '?'), badges, el('td', { class: 'seen' }, ago(n.seen)),
+      el('td', { class: 'state' }, state || '?'), badges, seen,
       el('td', { class: 'num req' }, isUp(n) ? fmt(num(t, 'rates.requests_per_s'), 2) : '-'),
       el('td', { class: 'num tok' }, isUp(n) ? fmt(num(t, 'rates.tokens_per_s'), 1) : '-'),
       el('td', { class: 'num queue' }, q),
@@ -418,7 +452,7 @@ function connect(url, user, password, allowPlain) {
     setConn('connected', 'connected to ' + url);
     client.subscribe(['dspark/v1/status/+', 'dspark/v1/telemetry/+', 'dspark/v1/rollout/+', 'dspark/v1/alert/+'], { qos: 0 });
   });
-  client.on('message', onMessage);
+  client.on('message', (topic, payload, packet) => onMessage(topic, payload, !!(packet && packet.retain)));
   client.on('reconnect', () => setConn('connecting', 'reconnecting to ' + url));
   client.on('close', () => { if (document.getElementById('conn').dataset.state === 'connected') setConn('disconnected'); });
   client.on('error', (e) => setConn('error', String(e && e.message || e)));

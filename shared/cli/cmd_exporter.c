@@ -5,7 +5,11 @@
 ** Every figure comes from the newest retained telemetry/status of each node
 ** (fleet.c); nothing is estimated. Histograms use the nodes' fixed coarse
 ** bounds ("hist" in telemetry.schema.json) as le labels, converted to
-** seconds as Prometheus' base unit wants, with exact _count and _sum.
+** seconds as Prometheus' base unit wants, with exact _count and _sum; per
+** model and priority tier where the node sends "totals" (else per node).
+** Counters (_total) are the nodes' cumulative totals, so rate() works.
+** Times and ages are the nodes' own "ts", never when this exporter heard.
+** /-/healthy answers while it serves; /-/ready once the broker is connected.
 */
 #include <getopt.h>
 #include <signal.h>
@@ -77,28 +81,84 @@ static void metric_head(struct buf *b, const char *name, const char *type, const
     bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* One histogram family for every node: telemetry "hist.<key>". */
+/* One histogram's series: h = {"count", "sum", "le", "counts"} (ms). */
+static void hist_series(struct buf *b, const char *name, const char *labels, const cJSON *h)
+{
+    const cJSON *le = fleet_get(h, "le"), *counts = fleet_get(h, "counts");
+    int nle = cJSON_GetArraySize(le);
+    if (!h || nle <= 0 || cJSON_GetArraySize(counts) != nle + 1) return;
+    double cum = 0;
+    for (int k = 0; k < nle; k++) {
+        cum += cJSON_GetArrayItem(counts, k)->valuedouble;
+        bprintf(b, "%s_bucket{%s,le=\"%g\"} %.0f\n", name, labels, cJSON_GetArrayItem(le, k)->valuedouble / 1000.0, cum);
+    }
+    bprintf(b, "%s_bucket{%s,le=\"+Inf\"} %.0f\n", name, labels, fleet_num(h, "count"));
+    bprintf(b, "%s_sum{%s} %g\n", name, labels, fleet_num(h, "sum") / 1000.0);
+    bprintf(b, "%s_count{%s} %.0f\n", name, labels, fleet_num(h, "count"));
+}
+
+/* The labels of one "totals" entry: node, role, model, tier. */
+static void totals_labels(const struct lbl *l, const cJSON *t, char *out, size_t cap)
+{
+    char mn[160], tier[24];
+    snprintf(out, cap, "node=\"%s\",role=\"%s\",model=\"%s\",tier=\"%s\"", l->node, l->role,
+             esc(fleet_str(t, "model"), mn, sizeof mn), esc(fleet_str(t, "tier"), tier, sizeof tier));
+}
+
+/* One histogram family for every node: per (model, tier) from telemetry
+** "totals[].<key>"; a node without totals (an older one) by "hist.<key>". */
 static void histogram(struct buf *b, const struct fleet_node *nodes, int n, const struct lbl *l, const char *key,
                       const char *name, const char *help)
 {
     metric_head(b, name, "histogram", help);
-    char path[64];
+    char path[64], labels[600];
     snprintf(path, sizeof path, "hist.%s", key);
     for (int i = 0; i < n; i++) {
-        const cJSON *h = fleet_get(nodes[i].tel, path);
-        const cJSON *le = fleet_get(h, "le"), *counts = fleet_get(h, "counts");
-        int nle = cJSON_GetArraySize(le);
-        if (!h || nle <= 0 || cJSON_GetArraySize(counts) != nle + 1) continue;
-        double cum = 0;
-        for (int k = 0; k < nle; k++) {
-            cum += cJSON_GetArrayItem(counts, k)->valuedouble;
-            bprintf(b, "%s_bucket{node=\"%s\",role=\"%s\",le=\"%g\"} %.0f\n", name, l[i].node, l[i].role,
-                    cJSON_GetArrayItem(le, k)->valuedouble / 1000.0, cum);
+        const cJSON *totals = fleet_get(nodes[i].tel, "totals"), *t;
+        if (cJSON_IsArray(totals)) {
+            cJSON_ArrayForEach(t, totals) {
+                totals_labels(&l[i], t, labels, sizeof labels);
+                hist_series(b, name, labels, fleet_get(t, key));
+            }
+            continue;
         }
-        bprintf(b, "%s_bucket{node=\"%s\",role=\"%s\",le=\"+Inf\"} %.0f\n", name, l[i].node, l[i].role,
-                fleet_num(h, "count"));
-        bprintf(b, "%s_sum{node=\"%s\",role=\"%s\"} %g\n", name, l[i].node, l[i].role, fleet_num(h, "sum") / 1000.0);
-        bprintf(b, "%s_count{node=\"%s\",role=\"%s\"} %.0f\n", name, l[i].node, l[i].role, fleet_num(h, "count"));
+        snprintf(labels, sizeof labels, "node=\"%s\",role=\"%s\"", l[i].node, l[i].role);
+        hist_series(b, name, labels, fleet_get(nodes[i].tel, path));
+    }
+}
+
+/* The counters of "totals": requests by outcome, prompt and generated tokens. */
+static void totals(struct buf *b, const struct fleet_node *nodes, int n, const struct lbl *l)
+{
+    char labels[600];
+    metric_head(b, "dspark_requests_total", "counter",
+                "Requests since the node started, by model, priority tier and outcome (ok: answered; else the error code).");
+    for (int i = 0; i < n; i++) {
+        const cJSON *t, *o;
+        cJSON_ArrayForEach(t, fleet_get(nodes[i].tel, "totals")) {
+            totals_labels(&l[i], t, labels, sizeof labels);
+            cJSON_ArrayForEach(o, fleet_get(t, "requests")) {
+                char oc[64];
+                if (cJSON_IsNumber(o))
+                    bprintf(b, "dspark_requests_total{%s,outcome=\"%s\"} %.0f\n", labels, esc(o->string, oc, sizeof oc),
+                            o->valuedouble);
+            }
+        }
+    }
+    static const struct { const char *name, *key, *help; } tok[] = {
+        { "dspark_prompt_tokens_total", "prompt_tokens", "Prompt tokens of the requests answered, since the node started." },
+        { "dspark_generated_tokens_total", "generated_tokens", "Tokens generated for the requests answered, since the node started." },
+    };
+    for (size_t k = 0; k < DS_ARRAY_LEN(tok); k++) {
+        metric_head(b, tok[k].name, "counter", tok[k].help);
+        for (int i = 0; i < n; i++) {
+            const cJSON *t;
+            cJSON_ArrayForEach(t, fleet_get(nodes[i].tel, "totals")) {
+                if (!cJSON_IsNumber(fleet_get(t, tok[k].key))) continue;
+                totals_labels(&l[i], t, labels, sizeof labels);
+                bprintf(b, "%s{%s} %.0f\n", tok[k].name, labels, fleet_num(t, tok[k].key));
+            }
+        }
     }
 }
 
@@ -136,17 +196,31 @@ static char *render(struct fleet *f, size_t *len)
     for (int i = 0; i < n; i++)
         bprintf(&b, "dspark_node_draining{node=\"%s\",role=\"%s\"} %d\n", l[i].node, l[i].role,
                 !strcmp(nodes[i].state, "draining"));
-    metric_head(&b, "dspark_node_last_seen_seconds", "gauge", "Unix time of the node's last status or telemetry.");
+    metric_head(&b, "dspark_node_last_seen_timestamp_seconds", "gauge",
+                "Unix time of the node's newest status or telemetry, by the node's own clock (its ts).");
     for (int i = 0; i < n; i++)
-        bprintf(&b, "dspark_node_last_seen_seconds{node=\"%s\",role=\"%s\"} %.3f\n", l[i].node, l[i].role,
-                (double)nodes[i].seen_ms / 1000.0);
+        if (nodes[i].node_ts_ms)
+            bprintf(&b, "dspark_node_last_seen_timestamp_seconds{node=\"%s\",role=\"%s\"} %.3f\n", l[i].node,
+                    l[i].role, (double)nodes[i].node_ts_ms / 1000.0);
+    metric_head(&b, "dspark_node_stale", "gauge",
+                "1 while a node not offline has sent nothing for 3 telemetry periods (by its own timestamps).");
+    uint64_t now = fleet_unix_ms();
+    for (int i = 0; i < n; i++)
+        bprintf(&b, "dspark_node_stale{node=\"%s\",role=\"%s\"} %d\n", l[i].node, l[i].role,
+                strcmp(nodes[i].state, "offline") != 0 && fleet_stale(&nodes[i], now));
+    metric_head(&b, "dspark_node_clock_skew_seconds", "gauge",
+                "This exporter's receipt time minus the node's ts, on its newest live message (positive: the node's clock is behind).");
+    for (int i = 0; i < n; i++)
+        if (nodes[i].skew_known)
+            bprintf(&b, "dspark_node_clock_skew_seconds{node=\"%s\",role=\"%s\"} %.3f\n", l[i].node, l[i].role,
+                    (double)nodes[i].skew_ms / 1000.0);
     gauge_each(&b, nodes, n, l, "dspark_uptime_seconds", "gauge", "Seconds since the node started.", "uptime_s");
     gauge_each(&b, nodes, n, l, "dspark_requests_per_second", "gauge", "Completed requests per second over the last telemetry interval.", "rates.requests_per_s");
     gauge_each(&b, nodes, n, l, "dspark_tokens_per_second", "gauge", "Generated tokens per second over the last telemetry interval.", "rates.tokens_per_s");
     gauge_each(&b, nodes, n, l, "dspark_overflow_ratio", "gauge", "Share of an edge's requests sent to a center.", "rates.overflow_ratio");
     gauge_each(&b, nodes, n, l, "dspark_cascade_ratio", "gauge", "Share of an edge's results escalated for low confidence.", "rates.cascade_ratio");
     gauge_each(&b, nodes, n, l, "dspark_active_requests", "gauge", "Requests being computed now.", "active");
-    gauge_each(&b, nodes, n, l, "dspark_requests_total", "counter", "Requests completed without error since start.", "hist.total_ms.count");
+    totals(&b, nodes, n, l);
 
     gauge_each(&b, nodes, n, l, "dspark_kv_used_blocks", "gauge", "KV cache blocks in use (every loaded engine of the node).", "kv.used_blocks");
     gauge_each(&b, nodes, n, l, "dspark_kv_capacity_blocks", "gauge", "KV cache blocks in all (the pools' capacity).", "kv.total_blocks");
@@ -212,6 +286,19 @@ static char *render(struct fleet *f, size_t *len)
     histogram(&b, nodes, n, l, "total_ms", "dspark_request_duration_seconds", "Time from submission to the final answer.");
     fleet_unlock(f);
     free(l);
+    struct fleet_stats st;
+    fleet_stats(f, &st);
+    metric_head(&b, "dspark_exporter_broker_connected", "gauge", "1 while this exporter is connected to the broker.");
+    bprintf(&b, "dspark_exporter_broker_connected %d\n", st.connected);
+    metric_head(&b, "dspark_exporter_broker_connects_total", "counter", "Successful connections to the broker, the first included.");
+    bprintf(&b, "dspark_exporter_broker_connects_total %llu\n", (unsigned long long)st.connects);
+    metric_head(&b, "dspark_exporter_messages_received_total", "counter", "Status, telemetry and alert messages received.");
+    bprintf(&b, "dspark_exporter_messages_received_total %llu\n", (unsigned long long)st.received);
+    metric_head(&b, "dspark_exporter_messages_dropped_total", "counter",
+                "Messages received and ignored: not JSON, not valid, or the node table full.");
+    bprintf(&b, "dspark_exporter_messages_dropped_total %llu\n", (unsigned long long)st.ignored);
+    metric_head(&b, "dspark_exporter_nodes", "gauge", "Nodes this exporter knows of.");
+    bprintf(&b, "dspark_exporter_nodes %d\n", n);
     if (!b.ok) {
         free(b.p);
         return NULL;
@@ -223,8 +310,18 @@ static char *render(struct fleet *f, size_t *len)
 static int serve(void *ud, const char *url, struct httpd_reply *r)
 {
     struct fleet *f = ud;
+    if (!strcmp(url, "/-/healthy") || !strcmp(url, "/-/ready")) {   /* Prometheus' own paths */
+        struct fleet_stats st;
+        fleet_stats(f, &st);
+        bool ok = !strcmp(url, "/-/healthy") || st.connected;
+        r->body = strdup(!strcmp(url, "/-/healthy") ? "dspark exporter is healthy.\n"
+                         : ok ? "dspark exporter is ready.\n" : "dspark exporter is not ready: the broker is not connected.\n");
+        r->len = r->body ? strlen(r->body) : 0;
+        r->type = "text/plain";
+        return ok ? 200 : 503;
+    }
     if (strcmp(url, "/metrics") != 0) {
-        r->body = strdup("dspark exporter: see /metrics\n");
+        r->body = strdup("dspark exporter: see /metrics, /-/healthy, /-/ready\n");
         r->len = r->body ? strlen(r->body) : 0;
         r->type = "text/plain";
         return strcmp(url, "/") ? 404 : 200;
@@ -240,7 +337,8 @@ static void exporter_usage(FILE *f)
         "usage: dspark exporter [-b BROKER] [--listen ADDR:PORT] [broker security]\n"
         "\n"
         "Serves the fleet's telemetry as Prometheus metrics on http://ADDR:PORT/metrics\n"
-        "(default 127.0.0.1:9464). Reads " DS_TOPIC_STATUS "+, " DS_TOPIC_TELEMETRY "+ and\n"
+        "(default 127.0.0.1:9464), /-/healthy (200 while it serves) and /-/ready (200\n"
+        "while the broker is connected, else 503). Reads " DS_TOPIC_STATUS "+, " DS_TOPIC_TELEMETRY "+ and\n"
         DS_TOPIC_ALERT "+ (an ops identity of mkacl.sh may); publishes nothing.\n"
         "\n"
         "  -b, --broker URI     tcp://host:1883 (or ssl://, ws://; default " CLI_BROKER_DEFAULT ")\n"

@@ -376,9 +376,12 @@ int cmd_model_list_telemetry(int argc, char **argv)
             const char *why = jstr(d, "reason");
             printf("%s%s\n", *why ? ": " : "", why);
         }
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(t, "rollout_events"))
-            printf("%-16s   event %s %s %s: %s\n", node, jstr(e, "event"), jstr(e, "model"), jstr(e, "version"),
-                   jstr(e, "reason"));
+        /* Done only when it says so: an event without "ok" (an older node) is of unknown outcome. */
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(t, "rollout_events")) {
+            const cJSON *ok = cJSON_GetObjectItemCaseSensitive(e, "ok");
+            printf("%-16s   event %s %s %s: %s: %s\n", node, jstr(e, "event"), jstr(e, "model"), jstr(e, "version"),
+                   cJSON_IsTrue(ok) ? "ok" : cJSON_IsFalse(ok) ? "refused" : "outcome unknown", jstr(e, "reason"));
+        }
         cJSON_Delete(t);
     }
     inbox_free(&b);

@@ -24,6 +24,7 @@ struct fleet {
     struct ds_mqtt   *mq;
     int               n;
     struct fleet_node nodes[FLEET_MAX_NODES];
+    struct fleet_stats st;
 };
 
 uint64_t fleet_unix_ms(void)
@@ -94,12 +95,17 @@ static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
     if (!m->len) return;
     if (ds_msg_alert_decode(m->payload, m->len, &al, why) != DS_OK || strcmp(al.node, name) != 0) {
         DS_LOG(DS_LOG_DEBUG, "%s: ignored (%s)", m->topic, why);
+        pthread_mutex_lock(&f->mu);
+        f->st.ignored++;
+        pthread_mutex_unlock(&f->mu);
         return;
     }
     pthread_mutex_lock(&f->mu);
     struct fleet_node *nd = node_of(f, name);
+    if (!nd) f->st.ignored++;
     if (nd) {
         nd->seen_ms = fleet_unix_ms();
+        if (al.ts_ms > nd->node_ts_ms) nd->node_ts_ms = al.ts_ms;   /* its last word too (the will has no ts) */
         if (!nd->role[0]) copy_field(nd->role, sizeof nd->role, ds_msg_role_name(al.role));
         nd->alert[al.check] = al.state == DS_MSG_ALERT_RAISED;
         if (al.state == DS_MSG_ALERT_RAISED) copy_field(nd->alert_msg, sizeof nd->alert_msg, al.message);
@@ -107,9 +113,63 @@ static void on_alert(struct fleet *f, const struct ds_mqtt_msg *m)
     pthread_mutex_unlock(&f->mu);
 }
 
+/* The message's "ts" (Unix ms, the node's clock): of the retained ones the
+** newest is the node's last word, and a live one is its word now (even
+** behind an earlier ts: its clock was set back). A live one also measures
+** the skew between the clocks. */
+static void note_ts(struct fleet_node *nd, const cJSON *j, bool retained)
+{
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "ts");
+    if (!cJSON_IsNumber(ts) || !(ts->valuedouble > 0) || ts->valuedouble > 9e15) return;
+    uint64_t t = (uint64_t)ts->valuedouble;
+    if (t > nd->node_ts_ms || !retained) nd->node_ts_ms = t;
+    if (!retained) {
+        nd->skew_ms = (int64_t)nd->seen_ms - (int64_t)t;
+        nd->skew_known = true;
+    }
+}
+
+double fleet_age_s(const struct fleet_node *nd, uint64_t now_ms)
+{
+    if (!nd->node_ts_ms) return -1;
+    return now_ms > nd->node_ts_ms ? (double)(now_ms - nd->node_ts_ms) / 1000 : 0;
+}
+
+bool fleet_skewed(const struct fleet_node *nd)
+{
+    return nd->skew_known && (nd->skew_ms > FLEET_SKEW_MS || nd->skew_ms < -FLEET_SKEW_MS);
+}
+
+bool fleet_stale(const struct fleet_node *nd, uint64_t now_ms)
+{
+    double iv = fleet_num(nd->tel, "interval_s");
+    if (!(iv >= 1)) iv = 5;
+    double age = fleet_age_s(nd, now_ms);
+    return age > 3 * iv + 2;
+}
+
+static void on_connection(void *ud, bool connected)
+{
+    struct fleet *f = ud;
+    pthread_mutex_lock(&f->mu);
+    f->st.connected = connected;
+    f->st.connects += connected;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fleet_stats(struct fleet *f, struct fleet_stats *out)
+{
+    pthread_mutex_lock(&f->mu);
+    *out = f->st;
+    pthread_mutex_unlock(&f->mu);
+}
+
 static void on_message(void *ud, const struct ds_mqtt_msg *m)
 {
     struct fleet *f = ud;
+    pthread_mutex_lock(&f->mu);
+    f->st.received++;
+    pthread_mutex_unlock(&f->mu);
     if (!strncmp(m->topic, DS_TOPIC_ALERT, strlen(DS_TOPIC_ALERT))) {
         on_alert(f, m);
         return;
@@ -120,12 +180,17 @@ static void on_message(void *ud, const struct ds_mqtt_msg *m)
     cJSON *j = cJSON_ParseWithLength(m->payload, m->len);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
+        pthread_mutex_lock(&f->mu);
+        f->st.ignored++;
+        pthread_mutex_unlock(&f->mu);
         return;
     }
     pthread_mutex_lock(&f->mu);
     struct fleet_node *nd = node_of(f, name);
+    if (!nd) f->st.ignored++;
     if (nd) {
         nd->seen_ms = fleet_unix_ms();
+        note_ts(nd, j, m->retained);
         if (*fleet_str(j, "role")) copy_field(nd->role, sizeof nd->role, fleet_str(j, "role"));
         if (status) {
             copy_field(nd->state, sizeof nd->state, fleet_str(j, "state"));
@@ -149,6 +214,7 @@ struct fleet *fleet_open(const char *cmd, const char *uri, const struct ds_mqtt_
     ds_mqtt_opts_init(&o);
     o.tls = *tls;
     o.on_message = on_message;
+    o.on_connection = on_connection;
     o.ud = f;
     o.connect_timeout_s = 5;
     char id[64];

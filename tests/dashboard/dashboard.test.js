@@ -10,7 +10,12 @@
 //                    own (merged buckets); edge-alert (wedged by the test,
 //                    gone) shown with its engine_stalled badge and counted
 //                    as the one open alert; KV use and the edge's speculation
-//                    acceptance shown; screenshot saved
+//                    acceptance shown; edge-ops's refused control command
+//                    shown refused (red); edge-dead (retained messages
+//                    written an hour ago) shown stale, an hour old; then
+//                    the page reloaded (a viewer restart) shows both the
+//                    same, the refusal now from the telemetry alone;
+//                    screenshot saved
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -30,6 +35,34 @@ async function waitFile(p, ms) {
     await new Promise((r) => setTimeout(r, 50));
   }
   throw new Error('no ' + p);
+}
+
+// edge-dead is stale and an hour old by its own ts; edge-ops's refused
+// control command is listed as refused, in red, never as ok.
+async function checkStaleAndRefused(page, when) {
+  await page.waitForFunction(() => {
+    const r = document.querySelector('#nodes tr[data-node="edge-dead"]');
+    return r && r.dataset.state === 'stale' && r.querySelector('.state').textContent === 'stale' &&
+      /^(6\d|7[0-5]) min ago$/.test(r.querySelector('.seen').textContent);
+  }, { timeout: T }).catch(async (e) => {
+    log('NODES TABLE', await page.$eval('#nodes', (t) => t.innerText));
+    throw e;
+  });
+  const dead = await page.$eval('#nodes tr[data-node="edge-dead"]', (r) => ({
+    seen: r.querySelector('.seen').textContent, req: r.querySelector('.req').textContent,
+    color: getComputedStyle(r.querySelector('.state')).color,
+  }));
+  if (dead.req !== '-') throw new Error('stale edge-dead shown with a rate: ' + dead.req);
+  if (dead.color !== 'rgb(248, 81, 73)') throw new Error('stale state not red: ' + dead.color);
+  await page.waitForFunction(() => [...document.querySelectorAll('#events li')].some((li) =>
+    li.dataset.node === 'edge-ops' && /no trusted signer key/.test(li.textContent)), { timeout: T });
+  const evs = await page.$$eval('#events li', (lis) => lis.filter((li) => li.dataset.node === 'edge-ops' &&
+    /no trusted signer key/.test(li.textContent)).map((li) => ({ text: li.textContent, outcome: li.dataset.outcome,
+    cls: li.className, color: getComputedStyle(li).color })));
+  for (const e of evs)
+    if (e.outcome !== 'refused' || / ok: /.test(e.text) || e.cls !== 'bad' || e.color !== 'rgb(248, 81, 73)')
+      throw new Error('refused command shown as ' + JSON.stringify(e));
+  log(`${when}: edge-dead ${dead.seen} (stale); refused command: ${evs[0].text}`);
 }
 
 (async () => {
@@ -112,6 +145,10 @@ async function waitFile(p, ms) {
     log('spec accept edge-ops', spec, '; fleet', kspec);
     const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
     if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
+    await checkStaleAndRefused(page, 'first load');
+    await page.reload();
+    await page.waitForFunction(() => document.getElementById('conn').dataset.state === 'connected', { timeout: T });
+    await checkStaleAndRefused(page, 'after a reload');
     await page.screenshot({ path: path.join(out, 'dashboard.png') });
     log('PASS');
   } finally {

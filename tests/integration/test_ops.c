@@ -20,6 +20,18 @@
 ** install it (deploy/install-deps.sh). Everything waits for events.
 ** The dashboard mode also checks that `dspark dashboard` serves the page's
 ** files as they are in deploy/dashboard/ and nothing outside it.
+** In every mode edge-dead, a node that died an hour ago, is in the broker as
+** it would be: its retained online status and telemetry, whose ts (the
+** node's clock) is an hour old. Every tool, started after that, must show
+** it stale with an age of an hour (never "seen 2 s ago"): the dashboard
+** after a reload too, top in a 100-column tmux pane without wrapped rows and
+** in --once's plain table, the exporter as dspark_node_stale 1 and its ts as
+** dspark_node_last_seen_timestamp_seconds. The dashboard mode also sends
+** edge-ops an unsigned control message, which it refuses: the page must show
+** that event refused (red), before and after a reload (when only the
+** retained telemetry's rollout_events carry it). top and the exporter also hear edge-skew,
+** whose one live telemetry is stamped a minute ahead: top prints its CLOCK
+** line, the exporter dspark_node_clock_skew_seconds of about -60.
 ** Output (screenshots, captures, /metrics) goes to DS_TEST_OUT/<mode>/.
 */
 #include <arpa/inet.h>
@@ -34,6 +46,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ds/log.h"
@@ -131,6 +144,55 @@ static void start_fleet(void)
     if (g.center <= 0 || g.edge <= 0) FAIL("spawn");
     if (!it_inbox_seen(g.in, "\"node\":\"center-ops\",\"state\":\"online\"", 30000)) FAIL("center not online");
     if (!it_inbox_seen(g.in, "\"node\":\"edge-ops\",\"state\":\"online\"", 30000)) FAIL("edge not online");
+}
+
+/* ts of edge-dead's retained messages: an hour before the test (Unix ms). */
+static uint64_t g_dead_ts;
+
+/* edge-dead: what the broker holds of an edge that died an hour ago (its
+** last will not yet there, as after a broker restart): a retained online
+** status and telemetry written by its clock then. */
+static void dead_node(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    g_dead_ts = (uint64_t)now.tv_sec * 1000u - 3600u * 1000u;
+    char json[512];
+    int n = snprintf(json, sizeof json, "{\"v\":1,\"node\":\"edge-dead\",\"state\":\"online\",\"role\":\"edge\",\"ts\":%llu}",
+                     (unsigned long long)g_dead_ts);
+    if (it_validate(g.dir, "status", json) == IT_INVALID) FAIL("edge-dead's status does not match its schema: %s", json);
+    if (ds_mqtt_publish(g.dev, DS_TOPIC_STATUS "edge-dead", json, (size_t)n, 1, true, NULL) != DS_OK) FAIL("publish");
+    n = snprintf(json, sizeof json,
+                 "{\"v\":1,\"node\":\"edge-dead\",\"role\":\"edge\",\"ts\":%llu,\"interval_s\":1,"
+                 "\"rates\":{\"requests_per_s\":3.5,\"tokens_per_s\":90}}", (unsigned long long)g_dead_ts);
+    if (it_validate(g.dir, "telemetry", json) == IT_INVALID) FAIL("edge-dead's telemetry does not match its schema: %s", json);
+    if (ds_mqtt_publish(g.dev, DS_TOPIC_TELEMETRY "edge-dead", json, (size_t)n, 1, true, NULL) != DS_OK) FAIL("publish");
+    if (!it_inbox_seen(g.in, "\"node\":\"edge-dead\",\"role\":\"edge\",\"ts\"", 10000)) FAIL("edge-dead's telemetry not retained");
+}
+
+/* edge-skew, whose clock is a minute ahead: one live (not retained)
+** telemetry, its ts a minute after now. A viewer that hears it says the
+** clock is skewed (and does not show it a minute old or stale). */
+static void skewed_node(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char json[256];
+    int n = snprintf(json, sizeof json, "{\"v\":1,\"node\":\"edge-skew\",\"role\":\"edge\",\"ts\":%llu,\"interval_s\":1}",
+                     (unsigned long long)now.tv_sec * 1000u + 60000u);
+    if (ds_mqtt_publish(g.dev, DS_TOPIC_TELEMETRY "edge-skew", json, (size_t)n, 1, false, NULL) != DS_OK) FAIL("publish");
+}
+
+/* An unsigned control message to edge-ops, which trusts no signer: refused,
+** and its telemetry's rollout_events say so ("ok":false). */
+static void refuse_control(void)
+{
+    const char *cmd = "{\"v\":1,\"action\":\"promote\",\"model\":\"stories\",\"version\":\"9.9.9\"}";
+    if (ds_mqtt_publish(g.dev, DS_TOPIC_CONTROL "edge-ops", cmd, strlen(cmd), 1, false, NULL) != DS_OK) FAIL("publish");
+    char *t = telemetry_of("edge-ops", "\"ok\":false", 20000);
+    if (!t || !strstr(t, "no trusted signer key")) FAIL("edge-ops telemetry without the refused control event: %s", t ? t : "none");
+    if (it_validate(g.dir, "telemetry", t) == IT_INVALID) FAIL("telemetry does not match its schema: %s", t);
+    free(t);
 }
 
 extern char **environ;
@@ -328,9 +390,11 @@ static int test_dashboard(void)
     struct stat st;
     if (stat(mods, &st) != 0) FAIL("%s missing: run 'npm ci' in tests/dashboard (deploy/test.sh does)", mods);
     start_fleet();
+    dead_node();
     check_dashboard_server();
     serve_requests();
     raise_alert();
+    refuse_control();
     char cmd[4096], expect[1200];
     snprintf(expect, sizeof expect, "%s/expect.json", g.out);
     unlink(expect);
@@ -381,8 +445,38 @@ static char *capture(void)
 {
     char cmd[128];
     int st;
-    snprintf(cmd, sizeof cmd, "tmux capture-pane -p -t %s", g.tmux);
+    snprintf(cmd, sizeof cmd, "tmux capture-pane -p -J -t %s", g.tmux);   /* -J: a wrapped row comes back whole */
     return tu_run(cmd, &st);
+}
+
+/* The pane's line that starts with "name " (OWNED), or NULL. */
+static char *row_of(const char *c, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = c; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, n) && p[n] == ' ') {
+            size_t len = strcspn(p, "\n");
+            char *r = malloc(len + 1);
+            if (r) {
+                memcpy(r, p, len);
+                r[len] = 0;
+            }
+            return r;
+        }
+    return NULL;
+}
+
+/* edge-dead's row in top's text c says stale and 60m on (an hour by its ts). */
+static void check_dead_row(const char *c, const char *where)
+{
+    char *r = c ? row_of(c, "edge-dead") : NULL;
+    char state[16] = "", seen[16] = "";
+    if (r) sscanf(r, "%*s %*s %15s %*s %*s %*s %*s %*s %*s %15s", state, seen);
+    int min = atoi(seen);      /* an hour and the test's minutes so far */
+    if (strcmp(state, "stale") || seen[strlen(seen) ? strlen(seen) - 1 : 0] != 'm' || min < 60 || min > 75)
+        FAIL("%s: edge-dead shown '%s', seen '%s', want stale, 60m to 75m:\n%s", where, state, seen, c ? c : "");
+    fprintf(stderr, "%s: %s\n", where, r);
+    free(r);
 }
 
 static bool pane_has(const char *a, const char *b, int ms)
@@ -401,6 +495,7 @@ static int test_top(void)
 {
     need_tool("tmux");
     start_fleet();
+    dead_node();
     serve_requests();
     raise_alert();
     free(telemetry_of("edge-ops", "\"window\":{\"s\":60", 20000));
@@ -449,9 +544,50 @@ static int test_top(void)
     if (f && c) fputs(c, f);
     if (f) fclose(f);
     free(c);
+    c = capture();
+    check_dead_row(c, "top (160 columns)");
+    free(c);
+    skewed_node();
+    if (!pane_has("CLOCK edge-skew is ", " s ahead of this viewer", 10000)) {
+        c = capture();
+        FAIL("top does not say edge-skew's clock is a minute ahead:\n%s", c ? c : "");
+    }
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s q", g.tmux);
     free(tu_run(cmd, &st));
     if (!pane_has("TOP-EXITED 0", NULL, 5000)) FAIL("q did not quit top");
+    c = capture();
+    if (c && strstr(c, "NODE ")) FAIL("top left its table on the screen (no alternate screen?):\n%s", c);
+    free(c);
+    /* 100 columns: every row cut at the edge, none wrapped (-J joins wrapped ones). */
+    /* A session of its own, started before the first is killed (the server
+    ** exits with its last session: a new one could race its exit). */
+    char first[sizeof g.tmux];
+    snprintf(first, sizeof first, "%s", g.tmux);
+    snprintf(g.tmux, sizeof g.tmux, "dstopw%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "tmux new-session -d -s %s -x 100 -y 30 '%s/shared/dspark top -b %s 2>>%s/top.log; echo TOP-EXITED $?; sleep 30' 2>&1 && tmux kill-session -t %s",
+             g.tmux, DS_BUILD_DIR, tb_broker_uri(g.b), g.dir, first);
+    char *o = tu_run(cmd, &st);
+    if (st != 0) FAIL("tmux new-session (100 columns): %s", o ? o : "");
+    free(o);
+    if (!pane_has("edge-dead", "center-ops", 20000)) FAIL("top (100 columns) does not list the nodes");
+    c = capture();
+    for (const char *p = c; p && *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] ? 1 : 0))
+        if (strcspn(p, "\n") > 100) FAIL("top (100 columns) wrapped a row of %zu characters:\n%s", strcspn(p, "\n"), c);
+    check_dead_row(c, "top (100 columns)");
+    snprintf(path, sizeof path, "%s/top-100.txt", g.out);
+    f = fopen(path, "w");
+    if (f && c) fputs(c, f);
+    if (f) fclose(f);
+    free(c);
+    snprintf(cmd, sizeof cmd, "tmux send-keys -t %s q", g.tmux);
+    free(tu_run(cmd, &st));
+    if (!pane_has("TOP-EXITED 0", NULL, 5000)) FAIL("q did not quit top (100 columns)");
+    /* --once: one plain table on stdout, no escape codes, and exit 0. */
+    snprintf(cmd, sizeof cmd, "%s/shared/dspark top --once -b %s 2>>%s/top.log", DS_BUILD_DIR, tb_broker_uri(g.b), g.dir);
+    c = tu_run(cmd, &st);
+    if (st != 0 || !c || strchr(c, '\033') || !strstr(c, "edge-ops")) FAIL("top --once (exit %d):\n%s", st, c ? c : "");
+    check_dead_row(c, "top --once");
+    free(c);
     return 0;
 }
 
@@ -462,6 +598,7 @@ static int test_exporter(void)
     need_tool("promtool");
     need_tool("curl");
     start_fleet();
+    dead_node();
     serve_requests();
     raise_alert();
     char path[1200], cmd[4096];
@@ -498,6 +635,42 @@ static int test_exporter(void)
         if (total != N_ANSWERED) usleep(100000);
     }
     if (total != N_ANSWERED) FAIL("histogram counts %g, want %d", total, N_ANSWERED);
+    {
+        /* Counters: the requests answered, by model, tier and outcome. */
+        size_t len;
+        char *m = tu_read_file(metrics, &len);
+        double ok = 0;
+        for (const char *p = m; p && (p = strstr(p, "\ndspark_requests_total{")) != NULL; p++) {
+            const char *sp = strchr(p, '}');
+            if (sp && strstr(p, "outcome=\"ok\"") && strstr(p, "outcome=\"ok\"") < sp) ok += strtod(sp + 1, NULL);
+        }
+        free(m);
+        if (ok != N_ANSWERED) FAIL("dspark_requests_total{outcome=\"ok\"} sums to %g, want %d", ok, N_ANSWERED);
+    }
+    {
+        /* A node's clock a minute ahead, heard live: a skew of -60 s. */
+        skewed_node();
+        double skew = 0;
+        for (int t = 0; t < 100 && !skew; t++) {
+            snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics", port);
+            int cst;
+            char *m = tu_run(cmd, &cst);
+            const char *k = m ? strstr(m, "dspark_node_clock_skew_seconds{node=\"edge-skew\",role=\"edge\"} ") : NULL;
+            if (k) skew = strtod(strchr(k, '}') + 2, NULL);
+            free(m);
+            if (!skew) usleep(100000);
+        }
+        if (!(skew < -58 && skew > -61)) FAIL("dspark_node_clock_skew_seconds of edge-skew: %g, want about -60", skew);
+        fprintf(stderr, "exporter: edge-skew's clock skew %g s\n", skew);
+    }
+    static const char *const paths[] = { "/-/healthy", "/-/ready" };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%u%s", port, paths[i]);
+        int hst;
+        char *code = tu_run(cmd, &hst);
+        if (!code || strcmp(code, "200") != 0) FAIL("exporter %s: HTTP %s", paths[i], code ? code : "?");
+        free(code);
+    }
     snprintf(cmd, sizeof cmd, "promtool check metrics < '%s' 2>&1", metrics);
     int st;
     char *o = tu_run(cmd, &st);
@@ -507,7 +680,18 @@ static int test_exporter(void)
     // The +Inf bucket equals _count for every series, and le bounds are real.
     size_t len;
     char *m = tu_read_file(metrics, &len);
-    if (!m || !strstr(m, "dspark_request_duration_seconds_bucket{node=\"edge-ops\",role=\"edge\",le=\"0.001\"}")
+    char dead[160];
+    snprintf(dead, sizeof dead, "dspark_node_last_seen_timestamp_seconds{node=\"edge-dead\",role=\"edge\"} %.3f\n",
+             (double)g_dead_ts / 1000.0);
+    if (!m || !strstr(m, "dspark_request_duration_seconds_bucket{node=\"edge-ops\",role=\"edge\",model=\"stories\",tier=\"normal\",le=\"0.001\"}")
+        || !strstr(m, dead)
+        || !strstr(m, "dspark_node_stale{node=\"edge-dead\",role=\"edge\"} 1")
+        || !strstr(m, "dspark_node_stale{node=\"edge-ops\",role=\"edge\"} 0")
+        || !strstr(m, "dspark_prompt_tokens_total{node=\"edge-ops\",role=\"edge\",model=\"stories\",tier=\"normal\"} ")
+        || !strstr(m, "dspark_generated_tokens_total{node=\"center-ops\",role=\"center\",model=\"stories\",tier=\"normal\"} ")
+        || !strstr(m, "dspark_exporter_broker_connected 1")
+        || !strstr(m, "dspark_exporter_messages_received_total ")
+        || strstr(m, "dspark_node_last_seen_seconds")
         || !strstr(m, "dspark_node_up{node=\"center-ops\",role=\"center\"} 1")
         || !strstr(m, "dspark_model_info{node=\"edge-ops\"")
         || !strstr(m, "dspark_alert{node=\"edge-alert\",role=\"edge\",check=\"engine_stalled\"} 1")
@@ -520,6 +704,27 @@ static int test_exporter(void)
     double acceptance = acc ? strtod(strchr(acc, '}') + 2, NULL) : -1;
     if (!(acceptance > 0 && acceptance <= 1)) FAIL("dspark_spec_acceptance_ratio of edge-ops: %g", acceptance);
     free(m);
+    /* The broker gone (the nodes stopped first): still healthy, no longer ready. */
+    it_stop(g.edge, SIGTERM, 10000);
+    it_stop(g.center, SIGTERM, 10000);
+    g.edge = g.center = 0;
+    tb_broker_stop(g.b);
+    char code_h[8] = "", code_r[8] = "";
+    for (int t = 0; t < 100 && strcmp(code_r, "503"); t++) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%u%s", port, paths[i]);
+            int hst;
+            char *code = tu_run(cmd, &hst);
+            snprintf(i ? code_r : code_h, sizeof code_h, "%s", code ? code : "");
+            free(code);
+        }
+        if (strcmp(code_r, "503")) usleep(100000);
+    }
+    if (strcmp(code_h, "200") || strcmp(code_r, "503"))
+        FAIL("broker stopped: /-/healthy %s (want 200), /-/ready %s (want 503)", code_h, code_r);
+    snprintf(cmd, sizeof cmd, "curl -sf http://127.0.0.1:%u/metrics | grep -x 'dspark_exporter_broker_connected 0'", port);
+    free(tu_run(cmd, &st));
+    if (st != 0) FAIL("broker stopped: dspark_exporter_broker_connected is not 0");
     return 0;
 }
 

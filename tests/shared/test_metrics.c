@@ -10,12 +10,14 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
 #include "ds/metrics.h"
+#include "ds/msg.h"
 
 /* The rank-ceil(q*n) sample of 1..n, the reference for uniform data. */
 static double uniform_ref(double q, unsigned n)
@@ -372,6 +374,63 @@ static void check_snap_consistent(const struct ds_metrics_snap *s)
     assert_int_equal(sum, s->requests);
 }
 
+/* Per (model, tier) totals: outcomes counted apart, tokens and latencies of
+** the answered ones only, a full table counted as dropped, and telemetry
+** "totals" with exact counters and coarse histograms. */
+static void test_metrics_totals_by_model_tier(void **state)
+{
+    (void)state;
+    static struct ds_metrics m;
+    assert_int_equal(ds_metrics_init(&m, 1000), DS_OK);
+    ds_metrics_record_by(&m, "stories", "normal", -1, 5, 16, 1.5, 3.0, 40.0);
+    ds_metrics_record_by(&m, "stories", "normal", -1, 7, 8, 0.5, NAN, 70000.0);   /* no first token; above 60 s */
+    ds_metrics_record_by(&m, "stories", "normal", DS_MSG_CODE_OVERLOADED, 0, 0, NAN, NAN, NAN);
+    ds_metrics_record_by(&m, "stories", "high", DS_MSG_CODE_DEADLINE_EXCEEDED, 0, 0, NAN, NAN, NAN);
+    ds_metrics_record_by(&m, "other", "low", 1000, 0, 0, NAN, NAN, NAN);          /* out of range: the last slot */
+    char name[16];
+    for (int i = 3; i < DS_METRICS_BY_MAX + 2; i++) {
+        snprintf(name, sizeof name, "m%d", i);
+        ds_metrics_record_by(&m, name, "normal", -1, 1, 1, 1, 1, 1);
+    }
+    static struct ds_metrics_snap s;
+    ds_metrics_snapshot(&m, 2000, &s);
+    assert_int_equal(s.n_by, DS_METRICS_BY_MAX);
+    assert_int_equal(s.by_dropped, 2);
+    const struct ds_metrics_by *b = &s.by[0];
+    assert_string_equal(b->model, "stories");
+    assert_string_equal(b->tier, "normal");
+    assert_int_equal(b->requests[0], 2);
+    assert_int_equal(b->requests[1 + DS_MSG_CODE_OVERLOADED], 1);
+    assert_int_equal(b->prompt_tokens, 12);
+    assert_int_equal(b->generated_tokens, 24);
+    assert_int_equal(b->total_ms.count, 2);
+    assert_int_equal(b->ttft_ms.count, 1);
+    assert_int_equal(b->total_ms.le[DS_HIST_LE_N], 1);          /* 70 s: above the highest bound */
+    assert_true(fabs(b->total_ms.sum_ms - 70040.0) < 1e-9);
+    assert_int_equal(s.by[1].requests[1 + DS_MSG_CODE_DEADLINE_EXCEEDED], 1);
+    assert_int_equal(s.by[1].total_ms.count, 0);
+    assert_int_equal(s.by[2].requests[DS_METRICS_N_ERRORS], 1);
+    cJSON *o = cJSON_CreateObject();
+    assert_non_null(o);
+    assert_int_equal(ds_metrics_telemetry_add(&s, o), DS_OK);
+    const cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "totals"), 0);
+    assert_string_equal(cJSON_GetObjectItem(t, "tier")->valuestring, "normal");
+    const cJSON *req = cJSON_GetObjectItem(t, "requests");
+    assert_int_equal(cJSON_GetObjectItem(req, "ok")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItem(req, "overloaded")->valueint, 1);
+    assert_int_equal(cJSON_GetArraySize(req), 2);                 /* outcomes never seen left out */
+    assert_int_equal(cJSON_GetObjectItem(t, "generated_tokens")->valueint, 24);
+    const cJSON *h = cJSON_GetObjectItem(t, "total_ms");
+    assert_int_equal(cJSON_GetObjectItem(h, "count")->valueint, 2);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(h, "counts")), DS_HIST_LE_N + 1);
+    /* A table never written sends "ok": 0 for a key seen only with errors. */
+    const cJSON *t1 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "totals"), 1);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(t1, "requests"), "ok")->valueint, 0);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "totals")), DS_METRICS_BY_MAX);
+    cJSON_Delete(o);
+    ds_metrics_cleanup(&m);
+}
+
 static void test_metrics_record_snapshot_race(void **state)
 {
     (void)state;
@@ -412,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_metrics_rates_from_snapshots),
         cmocka_unit_test(test_metrics_recent_window_ages_out),
         cmocka_unit_test(test_metrics_telemetry_json),
+        cmocka_unit_test(test_metrics_totals_by_model_tier),
         cmocka_unit_test(test_metrics_record_snapshot_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -123,8 +123,34 @@ struct ds_metrics_slot {
     struct ds_hist queue_ms, ttft_ms, total_ms;
 };
 
+/* A coarse histogram: the exact counts for ds_hist_le_ms (non-cumulative,
+** the last one above the highest bound), count and sum. What a per-key
+** Prometheus histogram needs, at 144 bytes. */
+struct ds_hist_le {
+    uint64_t count;
+    double   sum_ms;
+    uint64_t le[DS_HIST_LE_N + 1];
+};
+
+/* Cumulative totals for one (model, tier): requests by outcome (index 0
+** "ok": a final sent; 1 + code: an error reply with that enum ds_msg_code,
+** codes past the table in its last slot), the prompt and generated tokens of
+** the requests answered with a final, and their latencies. */
+#define DS_METRICS_BY_MAX 32       /* (model, tier) keys; later keys go uncounted (by_dropped) */
+#define DS_METRICS_NAME_MAX 64
+struct ds_metrics_by {
+    char              model[DS_METRICS_NAME_MAX + 1];
+    char              tier[8];
+    uint64_t          requests[DS_METRICS_N_ERRORS + 1];
+    uint64_t          prompt_tokens, generated_tokens;
+    struct ds_hist_le queue_ms, ttft_ms, total_ms;
+};
+
 struct ds_metrics {
     pthread_mutex_t mu;
+    struct ds_metrics_by by[DS_METRICS_BY_MAX];   /* first n_by in use */
+    unsigned        n_by;
+    uint64_t        by_dropped;    /* outcomes not counted: the table was full */
     struct ds_hist  queue_ms;      /* submit -> scheduled */
     struct ds_hist  ttft_ms;       /* submit -> first token */
     struct ds_hist  total_ms;      /* submit -> done */
@@ -140,6 +166,9 @@ struct ds_metrics {
 /* A consistent copy, taken under the lock. */
 struct ds_metrics_snap {
     struct ds_hist queue_ms, ttft_ms, total_ms;   /* cumulative since init */
+    struct ds_metrics_by by[DS_METRICS_BY_MAX];   /* cumulative since init, first n_by */
+    unsigned n_by;
+    uint64_t by_dropped;
     uint64_t requests, tokens;                    /* cumulative since init */
     uint64_t errors[DS_METRICS_N_ERRORS];         /* cumulative since init */
     double   uptime_s;                            /* now_ns - init's now_ns */
@@ -167,6 +196,15 @@ void ds_metrics_record_done_at(struct ds_metrics *m, uint64_t now_ns, double que
 /* One request failed with code (an enum ds_msg_code); codes outside
 ** 0..DS_METRICS_N_ERRORS-1 count in the last slot. */
 void ds_metrics_record_error(struct ds_metrics *m, unsigned code) DS_NONNULL(1);
+/* The outcome of one request of model at priority tier ("high" | "normal" |
+** "low"), for the per-key totals: code -1 when it was answered with a final
+** (its tokens and latencies counted; a NaN ttft_ms is left out), else the
+** enum ds_msg_code of its error reply (tokens and latencies not counted).
+** Separate from record_done/record_error, which feed rates and the node-wide
+** histograms. A model name longer than DS_METRICS_NAME_MAX is cut. */
+void ds_metrics_record_by(struct ds_metrics *m, const char *model, const char *tier, int code,
+                          uint64_t prompt_tokens, uint64_t generated_tokens, double queue_ms, double ttft_ms,
+                          double total_ms) DS_NONNULL(1, 2, 3);
 
 /* Copy everything into *out, compute the rates over [window start,
 ** now_ns) and merge the recent histograms of the slots that are inside
@@ -183,7 +221,11 @@ void ds_metrics_window_reset(struct ds_metrics *m, uint64_t now_ns) DS_NONNULL(1
 
 struct cJSON;
 
-/* Adds "hist" and "window" to a telemetry object (schemas/telemetry.schema.json).
+/* Adds "hist", "window" and "totals" to a telemetry object (schemas/telemetry.schema.json).
+** "totals": [{"model", "tier", "requests": {"ok": n, "<error code>": n, ...},
+** "prompt_tokens", "generated_tokens", "queue_ms"|"ttft_ms"|"total_ms":
+** {"count", "sum", "le", "counts"}}] per (model, tier), cumulative since
+** start: what Prometheus counters and labelled histograms are made of.
 ** "hist": {"queue_ms"|"ttft_ms"|"total_ms": {"count", "sum", "le", "counts"}}
 ** since start, with the coarse bounds ds_hist_le_ms as le and their
 ** DS_HIST_LE_N + 1 exact non-cumulative counts (what Prometheus histograms

@@ -217,6 +217,47 @@ void ds_metrics_record_error(struct ds_metrics *m, unsigned code)
     pthread_mutex_unlock(&m->mu);
 }
 
+static void le_record(struct ds_hist_le *h, double ms)
+{
+    if (isnan(ms)) return;
+    if (!(ms > 0)) ms = 0;
+    if (ms > DS_HIST_CLAMP_MS) ms = DS_HIST_CLAMP_MS;
+    h->count++;
+    h->sum_ms += ms;
+    h->le[le_of(ms)]++;
+}
+
+void ds_metrics_record_by(struct ds_metrics *m, const char *model, const char *tier, int code,
+                          uint64_t prompt_tokens, uint64_t generated_tokens, double queue_ms, double ttft_ms,
+                          double total_ms)
+{
+    char name[DS_METRICS_NAME_MAX + 1];
+    snprintf(name, sizeof name, "%s", model);
+    pthread_mutex_lock(&m->mu);
+    struct ds_metrics_by *b = NULL;
+    for (unsigned i = 0; i < m->n_by && !b; i++)
+        if (!strcmp(m->by[i].model, name) && !strcmp(m->by[i].tier, tier)) b = &m->by[i];
+    if (!b && m->n_by < DS_METRICS_BY_MAX) {
+        b = &m->by[m->n_by++];
+        memset(b, 0, sizeof *b);
+        memcpy(b->model, name, strlen(name) + 1);
+        snprintf(b->tier, sizeof b->tier, "%s", tier);
+    }
+    if (!b) {
+        m->by_dropped++;
+    } else if (code < 0) {
+        b->requests[0]++;
+        b->prompt_tokens += prompt_tokens;
+        b->generated_tokens += generated_tokens;
+        le_record(&b->queue_ms, queue_ms);
+        le_record(&b->ttft_ms, ttft_ms);
+        le_record(&b->total_ms, total_ms);
+    } else {
+        b->requests[1 + (code < DS_METRICS_N_ERRORS ? code : DS_METRICS_N_ERRORS - 1)]++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
 static double per_s(uint64_t n, uint64_t dt_ns)
 {
     return dt_ns ? (double)n * 1e9 / (double)dt_ns : 0;
@@ -230,6 +271,9 @@ void ds_metrics_snapshot(struct ds_metrics *m, uint64_t now_ns, struct ds_metric
     out->total_ms = m->total_ms;
     out->requests = m->requests;
     out->tokens   = m->tokens;
+    memcpy(out->by, m->by, sizeof m->by[0] * m->n_by);
+    out->n_by       = m->n_by;
+    out->by_dropped = m->by_dropped;
     memcpy(out->errors, m->errors, sizeof m->errors);
     uint64_t dt = now_ns > m->win_ns ? now_ns - m->win_ns : 0;
     uint64_t up = now_ns > m->start_ns ? now_ns - m->start_ns : 0;
@@ -323,6 +367,46 @@ static bool add_cumulative_hist(cJSON *hist, const char *name, const struct ds_h
            && add_numbers(o, "counts", counts, DS_HIST_LE_N + 1);
 }
 
+static bool add_le_hist(cJSON *o, const char *name, const struct ds_hist_le *h)
+{
+    cJSON *x = cJSON_AddObjectToObject(o, name);
+    double counts[DS_HIST_LE_N + 1];
+    for (size_t i = 0; i <= DS_HIST_LE_N; i++) counts[i] = (double)h->le[i];
+    return x && cJSON_AddNumberToObject(x, "count", (double)h->count)
+           && cJSON_AddNumberToObject(x, "sum", h->sum_ms)
+           && add_numbers(x, "le", ds_hist_le_ms, DS_HIST_LE_N)
+           && add_numbers(x, "counts", counts, DS_HIST_LE_N + 1);
+}
+
+/* "totals": one object per (model, tier); an outcome never seen is left out. */
+static bool add_totals(const struct ds_metrics_snap *s, cJSON *obj)
+{
+    cJSON *arr = cJSON_AddArrayToObject(obj, "totals");
+    for (unsigned i = 0; arr && i < s->n_by; i++) {
+        const struct ds_metrics_by *b = &s->by[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(arr, o)) {
+            cJSON_Delete(o);
+            return false;
+        }
+        cJSON *req = cJSON_AddObjectToObject(o, "requests");
+        if (!cJSON_AddStringToObject(o, "model", b->model) || !cJSON_AddStringToObject(o, "tier", b->tier) || !req)
+            return false;
+        for (unsigned k = 0; k <= DS_METRICS_N_ERRORS; k++) {
+            if (!b->requests[k] && k) continue;
+            const char *name = k ? ds_msg_code_name((enum ds_msg_code)(k - 1)) : "ok";
+            if (!cJSON_GetObjectItemCaseSensitive(req, name) && !cJSON_AddNumberToObject(req, name, (double)b->requests[k]))
+                return false;
+        }
+        if (!cJSON_AddNumberToObject(o, "prompt_tokens", (double)b->prompt_tokens)
+            || !cJSON_AddNumberToObject(o, "generated_tokens", (double)b->generated_tokens)
+            || !add_le_hist(o, "queue_ms", &b->queue_ms) || !add_le_hist(o, "ttft_ms", &b->ttft_ms)
+            || !add_le_hist(o, "total_ms", &b->total_ms))
+            return false;
+    }
+    return arr != NULL;
+}
+
 enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s, cJSON *obj)
 {
     cJSON *hist = cJSON_AddObjectToObject(obj, "hist");
@@ -333,7 +417,8 @@ enum ds_err ds_metrics_telemetry_add(const struct ds_metrics_snap *s, cJSON *obj
     bool ok = win && cJSON_AddNumberToObject(win, "s", DS_METRICS_WIN_S)
               && add_window_hist(win, "queue_ms", &s->recent_queue_ms)
               && add_window_hist(win, "ttft_ms", &s->recent_ttft_ms)
-              && add_window_hist(win, "total_ms", &s->recent_total_ms);
+              && add_window_hist(win, "total_ms", &s->recent_total_ms)
+              && add_totals(s, obj);
     return ok ? DS_OK : DS_ERR_NOMEM;
 }
 

@@ -354,6 +354,7 @@ static void publish_telemetry(struct ds_node *node)
         cJSON_AddNumberToObject(o, "p99", ds_hist_quantile(extra[i].h, 0.99));
         cJSON_AddNumberToObject(o, "count", (double)extra[i].h->count);
     }
+    cJSON_AddNumberToObject(obj, "interval_s", node->cfg->telemetry_s);   /* viewers: stale after a few */
     cJSON_AddNumberToObject(obj, "active", node->n_active - node->n_mirrors);
     telemetry_kv_spec(node, obj);
     cJSON_AddNumberToObject(obj, "duplicates", (double)atomic_load(&node->dedupe.duplicates));

@@ -90,6 +90,9 @@ void node__req_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code c
         node__dedupe_forget(&node->dedupe, r);               /* the same request may be sent again */
         node__quota_give(r);                              /* before the answer: see node__finish */
         node__send_error(node, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
+        if (r->m)
+            ds_metrics_record_by(&node->metrics, r->m->cfg->name, ds_tier_name(r->req.priority), (int)code, 0, 0,
+                                 (double)NAN, (double)NAN, (double)NAN);
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (error %s)", r->req.id ? r->req.id : "?", ds_msg_code_name(code));
     }
     node__req_free(r);
@@ -180,6 +183,8 @@ void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish w
         }
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (final, %u tokens)", r->req.id, r->n_gen);
         ds_metrics_record_done(&node->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);
+        ds_metrics_record_by(&node->metrics, r->m->cfg->name, ds_tier_name(r->req.priority), -1, r->n_ids, r->n_gen,
+                             f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms);
     }
     node__req_free(r);
     node->active[slot] = node->active[--node->n_active];

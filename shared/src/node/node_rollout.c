@@ -90,6 +90,7 @@ struct node_shadow {
 
 struct rollout_event {
     uint64_t ts_ms;
+    bool     ok;                            /* done; false: refused or failed */
     char     model[DS_NAME_MAX + 1], version[NODE_VERSION_MAX], event[24], reason[DS_REG_REASON_MAX];
 };
 
@@ -218,6 +219,7 @@ static void event(struct ds_node *node, const char *model, const char *version, 
     struct node_rollout *ro = node->ro;
     struct rollout_event *e = &ro->events[ro->n_events++ % MAX_EVENTS];
     e->ts_ms = unix_ms();
+    e->ok = ok;
     snprintf(e->model, sizeof e->model, "%s", model ? model : "");
     snprintf(e->version, sizeof e->version, "%s", version ? version : "");
     snprintf(e->event, sizeof e->event, "%s", what);
@@ -983,6 +985,7 @@ void node__rollout_telemetry(struct ds_node *node, struct cJSON *obj)
         cJSON_AddStringToObject(o, "model", e->model);
         cJSON_AddStringToObject(o, "version", e->version);
         cJSON_AddStringToObject(o, "event", e->event);
+        cJSON_AddBoolToObject(o, "ok", e->ok);
         cJSON_AddStringToObject(o, "reason", e->reason);
         cJSON_AddItemToArray(ev, o);
     }
