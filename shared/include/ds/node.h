@@ -115,15 +115,22 @@ struct ds_node_config {
     /* Where each key came from, for check messages (file:line). Relative
     ** paths in the file are resolved against the file's folder at load. */
     char    *file;              /* OWNED: the config file loaded, NULL if none */
+    char   **overrides;         /* OWNED: every ds_node_config_set assignment, in order; a
+                                ** reload applies them over the file again */
+    unsigned n_overrides;
     int      key_lines[64];     /* line per entry of the key table (0 = default) */
     int      cur_line;          /* scratch: the line being parsed */
 };
 
 void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role);   /* defaults */
 void ds_node_config_cleanup(struct ds_node_config *c);
-/* Load path over c (reload: only reloadable keys change). */
+/* Load path over c. reload: read path anew, apply c's overrides (every
+** ds_node_config_set) over it, check it, then take the changed reloadable
+** keys and log each change as "applied" or "needs a restart"; a file with
+** errors changes nothing ("keeping the running config"). */
 DS_MUST_CHECK enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload);
-/* One "section.key=value" override; "model.NAME.key=value" for models. */
+/* One "section.key=value" override; "model.NAME.key=value" for models.
+** Kept in c->overrides: a reload applies it again. */
 DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment);
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
@@ -146,7 +153,8 @@ void ds_node_destroy(struct ds_node *node);
 ** answer every accepted one, publish "offline", disconnect. */
 DS_MUST_CHECK enum ds_err ds_node_run(struct ds_node *node);
 void ds_node_stop(struct ds_node *node);
-/* Ask the loop to re-read the config file (reloadable keys only). */
+/* Ask the loop to re-read the config file (reloadable keys only; the
+** command line's overrides hold). */
 void ds_node_reload(struct ds_node *node);
 /* What a failed health check calls, from the health thread, after its alert
 ** is out: the daemons exit with status (systemd restarts them); without a

@@ -217,6 +217,10 @@ void ds_node_config_cleanup(struct ds_node_config *c)
         free(c->models[i].draft);
     }
     c->n_models = 0;
+    for (unsigned i = 0; i < c->n_overrides; i++) free(c->overrides[i]);
+    free(c->overrides);
+    c->overrides = NULL;
+    c->n_overrides = 0;
     free(c->file);
     c->file = NULL;
 }
@@ -296,41 +300,156 @@ static int key_line(const struct ds_node_config *c, const char *section, const c
     return 0;
 }
 
-enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload)
+/* Key k's value in obj as text, for the reload log. */
+static const char *key_text(const struct ds_cfg_key *k, const void *obj, char *buf, size_t n)
 {
-    if (!reload) {
-        struct ds_cfg_spec sp = spec_for(c);
-        enum ds_err rc = ds_cfg_load(&sp, c, path, false);
-        /* A slot kept for high work costs a small node a large share of its
-        ** slots: by default only nodes of 8 or more keep one. */
-        if (!key_line(c, "batch", "reserve_high") && c->max_active < 8) c->reserve_high = 0;
-        free(c->file);
-        c->file = strdup(path);
-        if (rc != DS_ERR_NOT_FOUND && rc != DS_ERR_IO && resolve_paths(c, path) != DS_OK && rc == DS_OK)
-            rc = DS_ERR_NOMEM;
-        return rc;
+    const char *field = (const char *)obj + k->offset;
+    switch (k->type) {
+    case DS_CFG_STR: {
+        const char *v = *(char *const *)field;
+        snprintf(buf, n, "'%s'", v ? v : "");
+        break;
     }
-    /* A reload parses into a scratch copy (models are not reloadable) and
-    ** takes over the reloadable keys only. */
+    case DS_CFG_U32: snprintf(buf, n, "%u", *(const uint32_t *)field); break;
+    case DS_CFG_F32: snprintf(buf, n, "%g", (double)*(const float *)field); break;
+    case DS_CFG_BOOL: snprintf(buf, n, "%s", *(const bool *)field ? "true" : "false"); break;
+    }
+    return buf;
+}
+
+static bool key_same(const struct ds_cfg_key *k, const void *a, const void *b)
+{
+    const char *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+    switch (k->type) {
+    case DS_CFG_STR: {
+        const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
+        return (!sa || !*sa) ? (!sb || !*sb) : (sb && !strcmp(sa, sb));
+    }
+    case DS_CFG_U32: return *(const uint32_t *)fa == *(const uint32_t *)fb;
+    case DS_CFG_F32: return *(const float *)fa == *(const float *)fb;
+    case DS_CFG_BOOL: return *(const bool *)fa == *(const bool *)fb;
+    }
+    return true;
+}
+
+/* Take k's value from src into dst (strings change hands: src gets dst's). */
+static void key_take(const struct ds_cfg_key *k, void *dst, void *src)
+{
+    char *fd = (char *)dst + k->offset, *fs = (char *)src + k->offset;
+    size_t size = k->type == DS_CFG_STR ? sizeof(char *) : k->type == DS_CFG_U32 ? sizeof(uint32_t)
+                : k->type == DS_CFG_F32 ? sizeof(float) : sizeof(bool);
+    char tmp[sizeof(char *) > sizeof(uint32_t) ? sizeof(char *) : sizeof(uint32_t)];
+    memcpy(tmp, fd, size);
+    memcpy(fd, fs, size);
+    memcpy(fs, tmp, size);
+}
+
+static bool str_same(const char *a, const char *b)
+{
+    return (!a || !*a) ? (!b || !*b) : (b && !strcmp(a, b));
+}
+
+/* Whether [model NAME] differs between two configs (models load at start only). */
+static bool model_same(const struct ds_node_model_cfg *a, const struct ds_node_model_cfg *b)
+{
+    return str_same(a->path, b->path) && str_same(a->tokenizer, b->tokenizer) && str_same(a->version, b->version)
+        && a->precision == b->precision && a->backend == b->backend && a->threads == b->threads
+        && a->ctx == b->ctx && a->kv_cache == b->kv_cache && a->cascade == b->cascade
+        && str_same(a->versions, b->versions) && str_same(a->delay, b->delay) && str_same(a->draft, b->draft)
+        && a->spec_k == b->spec_k;
+}
+
+/* Report every [model NAME] added, removed or changed; the count. */
+static unsigned models_changed(const struct ds_node_config *run, const struct ds_node_config *next)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < next->n_models; i++) {
+        const struct ds_node_model_cfg *was = NULL;
+        for (unsigned j = 0; j < run->n_models && !was; j++)
+            if (!strcmp(run->models[j].name, next->models[i].name)) was = &run->models[j];
+        if (was && model_same(was, &next->models[i])) continue;
+        DS_LOG(DS_LOG_WARN, "config reload: [model %s] %s: needs a restart (the running model is kept)",
+               next->models[i].name, was ? "changed" : "added");
+        n++;
+    }
+    for (unsigned j = 0; j < run->n_models; j++) {
+        bool kept = false;
+        for (unsigned i = 0; i < next->n_models && !kept; i++)
+            kept = !strcmp(run->models[j].name, next->models[i].name);
+        if (kept) continue;
+        DS_LOG(DS_LOG_WARN, "config reload: [model %s] removed: needs a restart (the running model is kept)",
+               run->models[j].name);
+        n++;
+    }
+    return n;
+}
+
+/* A reload: the file is read into a scratch config with the command line's
+** overrides applied over it again (they hold across SIGHUP), checked as at
+** start, and compared key by key: a changed reloadable key is taken and
+** logged "applied", any other change is logged "needs a restart" and left
+** as it runs. A file with any error changes nothing. */
+static enum ds_err reload(struct ds_node_config *c, const char *path)
+{
     struct ds_node_config tmp;
     ds_node_config_init(&tmp, c->role);
-    struct ds_cfg_spec sp = spec_for(&tmp);
-    enum ds_err rc = ds_cfg_load(&sp, &tmp, path, false);
-    if (rc == DS_OK) {
-        char *lvl = c->log_level;
-        c->log_level = tmp.log_level;
-        tmp.log_level = lvl;
-        c->telemetry_s = tmp.telemetry_s;
-        c->client_max = tmp.client_max;
-        c->ro_p99_ms = tmp.ro_p99_ms;
-        c->ro_error_rate = tmp.ro_error_rate;
-        c->ro_window_s = tmp.ro_window_s;
-        c->ro_min_requests = tmp.ro_min_requests;
-        c->ro_probation_s = tmp.ro_probation_s;
-        memcpy(c->budget_ms, tmp.budget_ms, sizeof c->budget_ms);
+    enum ds_err rc = ds_node_config_load(&tmp, path, false);
+    for (unsigned i = 0; rc == DS_OK && i < c->n_overrides; i++) rc = ds_node_config_set(&tmp, c->overrides[i]);
+    if (rc == DS_OK) rc = ds_node_config_check(&tmp);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "config reload: %s has errors (listed above); keeping the running config", path);
+        ds_node_config_cleanup(&tmp);
+        return rc;
     }
+    unsigned applied = 0, restart = 0;
+    char was[160], now[160];
+    for (size_t i = 0; i < DS_ARRAY_LEN(node_keys); i++) {
+        const struct ds_cfg_key *k = &node_keys[i];
+        if (key_same(k, c, &tmp)) continue;
+        key_text(k, c, was, sizeof was);
+        key_text(k, &tmp, now, sizeof now);
+        if (k->flags & DS_CFG_RELOADABLE) {
+            key_take(k, c, &tmp);
+            DS_LOG(DS_LOG_INFO, "config reload: [%s] %s %s -> %s: applied", k->section, k->name, was, now);
+            applied++;
+        } else {
+            DS_LOG(DS_LOG_WARN, "config reload: [%s] %s %s -> %s: needs a restart (running with %s)", k->section,
+                   k->name, was, now, was);
+            restart++;
+        }
+    }
+    restart += models_changed(c, &tmp);
+    memcpy(c->key_lines, tmp.key_lines, sizeof c->key_lines);
+    DS_LOG(DS_LOG_INFO, "config reloaded from %s: %u key(s) applied, %u need a restart%s", path, applied, restart,
+           c->n_overrides ? " (command-line overrides kept)" : "");
     ds_node_config_cleanup(&tmp);
+    return DS_OK;
+}
+
+enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload_keys)
+{
+    if (reload_keys) return reload(c, path);
+    struct ds_cfg_spec sp = spec_for(c);
+    enum ds_err rc = ds_cfg_load(&sp, c, path, false);
+    /* A slot kept for high work costs a small node a large share of its
+    ** slots: by default only nodes of 8 or more keep one. */
+    if (!key_line(c, "batch", "reserve_high") && c->max_active < 8) c->reserve_high = 0;
+    free(c->file);
+    c->file = strdup(path);
+    if (rc != DS_ERR_NOT_FOUND && rc != DS_ERR_IO && resolve_paths(c, path) != DS_OK && rc == DS_OK)
+        rc = DS_ERR_NOMEM;
     return rc;
+}
+
+/* Keep a command-line override, so that a reload applies it again. */
+static enum ds_err remember(struct ds_node_config *c, const char *assignment)
+{
+    char **o = realloc(c->overrides, (c->n_overrides + 1) * sizeof *o);
+    if (!o) return DS_ERR_NOMEM;
+    c->overrides = o;
+    if (!(o[c->n_overrides] = strdup(assignment))) return DS_ERR_NOMEM;
+    c->n_overrides++;
+    return DS_OK;
 }
 
 enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment)
@@ -348,10 +467,11 @@ enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment)
             DS_LOG(DS_LOG_ERROR, "override [model %s] %s: %s", mname, key, err);
             return DS_ERR_INVAL;
         }
-        return DS_OK;
+        return remember(c, assignment);
     }
     struct ds_cfg_spec sp = spec_for(c);
-    return ds_cfg_set(&sp, c, assignment);
+    enum ds_err rc = ds_cfg_set(&sp, c, assignment);
+    return rc == DS_OK ? remember(c, assignment) : rc;
 }
 
 const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad)
