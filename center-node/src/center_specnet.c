@@ -24,6 +24,7 @@
 ** models the retained status says it verifies (engine thread).
 */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,7 +458,18 @@ static void center_tick(struct ds_node *node, void *st, uint64_t now)
     }
 }
 
+#define O(f) offsetof(struct ds_node_config, f)
+static const struct ds_cfg_key specnet_keys[] = {
+    { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "4", 0, 256, 0,
+      "edge-drafted sessions verified at once; each reserves one more KV sequence of the context at start "
+      "(0 = refuse them)" },
+    { "spec", "idle_ms", DS_CFG_U32, O(spec_idle_ms), "30000", 100, 3600000, 0,
+      "forget a session (and its KV) idle this long" },
+};
+#undef O
+
 const struct node_ext center_specnet_ext = {
+    .keys = specnet_keys, .n_keys = DS_ARRAY_LEN(specnet_keys),
     .name = "center_specnet", .create = create, .destroy = destroy, .start = start,
     .tick = center_tick, .kv_seqs = kv_seqs,
 };

@@ -12,6 +12,7 @@ struct cJSON;
 
 extern const struct node_ext edge_specnet_ext;    /* edge_specnet.c: draft here, verify at a center */
 extern const struct node_ext edge_overflow_ext;   /* edge_overflow.c: overflow, cascade, take-back */
+extern const struct ds_node_role edge_role;       /* edge_role.c: the daemon's role table */
 
 /* edge_overflow.c (any thread; 0 / false while overflow is off) */
 /* Live centers now. */

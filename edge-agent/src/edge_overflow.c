@@ -25,6 +25,7 @@
 ** one mutex; touched from Paho's thread and the engine loop).
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -481,7 +482,18 @@ static void refused(struct ds_node *node, void *st, const char *topic, struct ds
     ds_sched_wake(node->sched);
 }
 
+#define O(f) offsetof(struct ds_node_config, f)
+static const struct ds_cfg_key overflow_keys[] = {
+    { "overflow", "enabled", DS_CFG_BOOL, O(overflow), "true", 0, 0, 0,
+      "send work to live centers when it cannot finish in time" },
+    { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0,
+      "serve locally what no center took within this" },
+};
+#undef O
+
 const struct node_ext edge_overflow_ext = {
+    .keys = overflow_keys, .n_keys = DS_ARRAY_LEN(overflow_keys),
+    .model_help = "cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off)",
     .name = "edge_overflow", .max_msg = RELAY_MAX, .create = create, .destroy = destroy, .start = start, .take = take,
     .tick = tick, .pending = pending, .refused = refused,
 };

@@ -49,6 +49,7 @@
 ** admission until spn_free).
 */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@
 
 #include "ds/log.h"
 #include "ds/spec.h"
+#include "ds/topics.h"
 #include "edge.h"
 #include "specnet_wire.h"
 
@@ -572,7 +574,22 @@ static void telemetry(struct ds_node *node, void *st, struct cJSON *obj)
     node__telemetry_spec(node, obj);
 }
 
+#define O(f) offsetof(struct ds_node_config, f)
+static const struct ds_cfg_key specnet_keys[] = {
+    { "overflow", "speculate", DS_CFG_BOOL, O(speculate), "false", 0, 0, 0,
+      "route=center requests for a model served here too are drafted here (INT8) and verified at a center" },
+    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "8", 1, DS_WIRE_SPEC_K_MAX, 0,
+      "most draft tokens per round (k adapts to the acceptance below it)" },
+    { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0,
+      "a round unanswered this long means its center is lost (fall back)" },
+    { "overflow", "spec_pipeline", DS_CFG_BOOL, O(spec_pipeline), "false", 0, 0, 0,
+      "while a round is at the center, draft the next block as if all were accepted (used when they were); "
+      "pays only with high acceptance and the edge on its own cores" },
+};
+#undef O
+
 const struct node_ext edge_specnet_ext = {
+    .keys = specnet_keys, .n_keys = DS_ARRAY_LEN(specnet_keys),
     .name = "edge_specnet", .create = create, .destroy = destroy, .start = start,
     .take = take, .admitted = admitted, .tick = tick, .idle = idle, .final = final, .req_free = req_free,
     .telemetry = telemetry, .refused = refused,

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "ds/cfg.h"
 #include "ds/common.h"
 #include "ds/err.h"
 #include "ds/mqtt.h"
@@ -32,6 +33,8 @@
 #include "ds/sched.h"
 
 #define DS_NODE_MAX_MODELS 8
+/* Config keys of a node: the core's, its extensions' and the foreign ones. */
+#define DS_NODE_MAX_KEYS   96
 /* Bytes of an MQTT PUBLISH beyond its payload that [mqtt] max_packet allows
 ** for: fixed header, topic, response topic, correlation data, properties. */
 #define DS_NODE_MQTT_HEADROOM 8192u
@@ -43,7 +46,7 @@ struct ds_node_model_cfg {
     char    *path;          /* GGUF or llama2.c file */
     char    *tokenizer;     /* tokenizer.bin (llama2.c models only) */
     char    *version;       /* reported in served_by (default "1") */
-    int      precision;     /* enum ds_precision (default: int8 on an edge, fp32 on a center) */
+    int      precision;     /* enum ds_precision (default: the role's, int8 on an edge, fp32 on a center) */
     int      backend;       /* enum ds_backend (default auto: CUDA for fp32 where a GPU is) */
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */
@@ -59,8 +62,10 @@ struct ds_node_model_cfg {
     int      line;          /* config line of its path key (else its first key); 0 = not from a file */
 };
 
+struct ds_node_role;
+
 struct ds_node_config {
-    enum ds_msg_role role;      /* set by the binary, not by the file */
+    enum ds_msg_role role;      /* the role table's, not the file's (status, telemetry, client id) */
     char    *node;              /* [node] name */
     char    *log_level;         /* [node] log_level */
     char    *log_format;        /* [node] log_format: text or json */
@@ -80,9 +85,12 @@ struct ds_node_config {
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */
     uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
-    bool     overflow;          /* [overflow] enabled (edge) */
-    uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
-    uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
+    /* Keys of the role's extensions (their tables, node_ext.h) below are
+    ** marked (ext); every other is the core's. */
+    bool     overflow;          /* [overflow] enabled (ext: edge_overflow) */
+    uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only (the core's
+                                         ** admission reads them: core keys, used where a role overflows) */
+    uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms (ext: edge_overflow) */
     char    *registry_path;     /* [registry] path: model registry (SQLite) */
     char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
     uint32_t ro_p99_ms;         /* [rollout] p99_ms: roll back a new version slower than this */
@@ -98,12 +106,12 @@ struct ds_node_config {
     uint32_t fetch_window;      /* [models] fetch_window: chunks in flight per download */
     uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
     char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
-    bool     speculate;         /* [overflow] speculate: draft route=center work here, verify at a center */
-    uint32_t spec_k;            /* [overflow] spec_k: most drafts per round, 1..DS_WIRE_SPEC_K_MAX (adaptive below it) */
-    uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms: a round unanswered this long = center lost */
-    bool     spec_pipeline;     /* [overflow] spec_pipeline: draft the next block while a round is out */
-    uint32_t spec_sessions;     /* [spec] sessions (center): verify sessions kept at once; 0 = none */
-    uint32_t spec_idle_ms;      /* [spec] idle_ms (center): forget a session idle this long */
+    bool     speculate;         /* [overflow] speculate (ext: edge_specnet): draft route=center work here */
+    uint32_t spec_k;            /* [overflow] spec_k (ext): most drafts per round, 1..DS_WIRE_SPEC_K_MAX */
+    uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms (ext): a round unanswered this long = center lost */
+    bool     spec_pipeline;     /* [overflow] spec_pipeline (ext): draft the next block while a round is out */
+    uint32_t spec_sessions;     /* [spec] sessions (ext: center_specnet): verify sessions at once; 0 = none */
+    uint32_t spec_idle_ms;      /* [spec] idle_ms (ext: center_specnet): forget a session idle this long */
     uint32_t health_stall_s;    /* [health] stall_s: engine loop stalled this long = alert + exit (0 = off) */
     uint32_t health_broker_s;   /* [health] broker_timeout_s: broker unreachable this long = exit (0 = off) */
     uint32_t health_registry_s; /* [health] registry_check_s: registry write probe period (0 = off) */
@@ -112,17 +120,25 @@ struct ds_node_config {
     char    *answers_file;      /* [node] answers_file: finals remembered across a restart */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
+    int      model_precision;   /* [model NAME] precision where a section sets none (the role's default) */
+    /* The key table: the core's rows, then each extension's of the role,
+    ** then the foreign ones (ds_node_config_init copies them). */
+    const struct ds_node_role *role_table;   /* BORROWED; NULL = the core's keys only */
+    struct ds_cfg_key keys[DS_NODE_MAX_KEYS];
+    size_t   n_keys;
     /* Where each key came from, for check messages (file:line). Relative
     ** paths in the file are resolved against the file's folder at load. */
     char    *file;              /* OWNED: the config file loaded, NULL if none */
     char   **overrides;         /* OWNED: every ds_node_config_set assignment, in order; a
                                 ** reload applies them over the file again */
     unsigned n_overrides;
-    int      key_lines[64];     /* line per entry of the key table (0 = default) */
+    int      key_lines[DS_NODE_MAX_KEYS];   /* line per entry of keys (0 = default) */
     int      cur_line;          /* scratch: the line being parsed */
 };
 
-void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role);   /* defaults */
+/* Defaults: the core's keys and those of role's extensions (role may be
+** NULL: the core's only, an edge's defaults), then the role's defaults. */
+void ds_node_config_init(struct ds_node_config *c, const struct ds_node_role *role);
 void ds_node_config_cleanup(struct ds_node_config *c);
 /* Load path over c. reload: read path anew, apply c's overrides (every
 ** ds_node_config_set) over it, check it, then take the changed reloadable
@@ -134,8 +150,9 @@ DS_MUST_CHECK enum ds_err ds_node_config_load(struct ds_node_config *c, const ch
 DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment);
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
-/* The keys of one role only, with that role's defaults (the daemons' --help). */
-void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
+/* The keys a daemon of role reads: the core's and its extensions', with
+** the role's defaults (the daemons' --help). */
+void ds_node_config_describe(FILE *f, const struct ds_node_role *role);
 /* Walk a "VERSION:VALUE, VERSION:VALUE" list ([model] versions, delay): from
 ** p, copy the next entry's version and value and return where the walk goes
 ** on; NULL at the end, or with *bad set when the entry is malformed (no ':',
@@ -143,7 +160,6 @@ void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
 const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad);
 
 struct ds_node;
-struct ds_node_role;
 /* config_path (may be NULL) is re-read on ds_node_reload(). c is BORROWED
 ** and updated in place by reloads; role is BORROWED (static in a main.c). */
 DS_MUST_CHECK enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path,

@@ -2,11 +2,16 @@
 ** node_ext.c — the one dispatch of the role's hooks (node_ext.h): one
 ** function per hook, each calling every extension the daemon lists, in its
 ** order, that is on and has the hook. The node core calls these; no other
-** file walks the extension table (tests/layers.py checks it).
+** file walks the extension table (tests/layers.py checks it). Two more
+** walks serve the config before any node exists: the extensions' key rows
+** and their --help lines for [model NAME].
 **
 ** Owns: nothing. The extensions' states live in struct ds_node (ext_state,
 ** ext_on), written by node__ext_create_all and node__ext_destroy_all only.
 */
+#include <stdio.h>
+#include <string.h>
+
 #include "ds/log.h"
 #include "node_internal.h"
 
@@ -131,4 +136,21 @@ uint32_t node__ext_max_msg(const struct ds_node *node)
     for (unsigned i = 0; i < ext_count(node); i++)
         if (node->ext_on[i]) need = DS_MAX(need, node->role->exts[i]->max_msg);
     return need;
+}
+
+void node__ext_config_keys(const struct ds_node_role *role, struct ds_cfg_key *out, size_t *n, size_t cap)
+{
+    for (size_t i = 0; role && role->exts && role->exts[i]; i++) {
+        const struct node_ext *x = role->exts[i];
+        if (!x->keys) continue;
+        DS_ASSERT(*n + x->n_keys <= cap);
+        memcpy(out + *n, x->keys, x->n_keys * sizeof *out);
+        *n += x->n_keys;
+    }
+}
+
+void node__ext_model_help(const struct ds_node_role *role, FILE *f, const char *indent)
+{
+    for (size_t i = 0; role && role->exts && role->exts[i]; i++)
+        if (role->exts[i]->model_help) fprintf(f, "%s%s,\n", indent, role->exts[i]->model_help);
 }

@@ -27,7 +27,6 @@
 
 static void usage(FILE *f, const struct ds_node_role *role)
 {
-    bool center = role->role == DS_MSG_ROLE_CENTER;
     fprintf(f, "usage: %s -c CONFIG [options]\n\n%s", role->program, role->about);
     fprintf(f,
         "SIGTERM drains and exits. SIGHUP re-reads the config file: changed keys marked\n"
@@ -41,8 +40,8 @@ static void usage(FILE *f, const struct ds_node_role *role)
         "      --log-level L      error, warn, info or debug (overrides [node] log_level)\n"
         "  -h, --help             this text and the configuration keys\n"
         "      --version          print the version\n"
-        "\nconfiguration keys:\n", center ? "center" : "edge");
-    ds_node_config_describe_role(f, role->role);
+        "\nconfiguration keys:\n", ds_msg_role_name(role->role));
+    ds_node_config_describe(f, role);
 }
 
 static int g_sig_pipe[2] = { -1, -1 };     /* the daemon's signal channel (documented global) */
@@ -105,7 +104,6 @@ static void offender(int argc, char **argv, const struct option *opts, char *out
 int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
 {
     const char *bin = role->program;
-    bool center = role->role == DS_MSG_ROLE_CENTER;
     enum { O_CHECK = 256, O_LOG, O_VERSION };
     static const struct option opts[] = {
         { "config", required_argument, 0, 'c' }, { "set", required_argument, 0, 's' },
@@ -114,7 +112,7 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
         { 0, 0, 0, 0 },
     };
     struct ds_node_config cfg;
-    ds_node_config_init(&cfg, role->role);
+    ds_node_config_init(&cfg, role);
     const char *path = NULL, *log_level = NULL;
     char *sets[64];
     int n_sets = 0, check_only = 0, c, status = 2;
@@ -161,7 +159,7 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
     }
     /* Without -c: the packaged config, /etc/dspark/<role>.ini. */
     char def_path[64];
-    snprintf(def_path, sizeof def_path, "/etc/dspark/%s.ini", center ? "center" : "edge");
+    snprintf(def_path, sizeof def_path, "/etc/dspark/%s.ini", ds_msg_role_name(role->role));
     if (!path) path = def_path;
     /* Every problem in one pass: parse errors, bad overrides and the checks
     ** below are all reported before anything heavy (models) is loaded. */
