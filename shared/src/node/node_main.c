@@ -5,10 +5,10 @@
 **
 ** Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config file
 ** with the command line's overrides over it again and applies the changed
-** reloadable keys (node_config.c logs each change). The handler only writes the signal number to a pipe (the
-** self-pipe trick: libraries such as OpenBLAS start threads before main, so
-** sigwait on blocked signals would not see every signal); a thread reads the
-** pipe and calls the agent.
+** reloadable keys (node_config.c logs each change). The handler only writes
+** the signal number to a pipe (the self-pipe trick: libraries such as
+** OpenBLAS start threads before main, so sigwait on blocked signals would
+** not see every signal); a thread reads the pipe and calls the agent.
 */
 #include <errno.h>
 #include <getopt.h>
