@@ -1,7 +1,8 @@
 /*
 ** test_node.c — the serving node's pure pieces: deadlines from Message
 ** Expiry and deadline_ms, and its configuration (keys, model sections,
-** overrides, checks).
+** overrides, checks, each role's keys and defaults from the real role
+** tables, reloads).
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,18 +186,26 @@ static void test_config_roles(void **state)
     struct ds_node_config c;
     ds_node_config_init(&c, &edge_role);
     assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
-    assert_false(c.overflow);
-    assert_int_equal(c.spec_k, 4);
+    const struct edge_overflow_cfg *oc = node__ext_config(&c, &edge_overflow_ext);
+    const struct edge_specnet_cfg *ec = node__ext_config(&c, &edge_specnet_ext);
+    assert_non_null(oc);
+    assert_non_null(ec);
+    assert_false(oc->enabled);
+    assert_int_equal(oc->accept_timeout_ms, 3000);                      /* its default */
+    assert_int_equal(ec->spec_k, 4);
+    assert_int_equal(ec->spec_timeout_ms, 5000);
     assert_int_equal(c.budget_ms[DS_TIER_LOW], 50);
-    assert_int_equal(c.spec_sessions, 0);                               /* the center's: ignored */
+    assert_null(node__ext_config(&c, &center_specnet_ext));            /* the center's: ignored */
     assert_int_equal(c.models[0].precision, DS_PRECISION_INT8);
     assert_int_equal(ds_node_config_set(&c, "spec.sessions=2"), DS_OK);  /* accepted on the command line too */
-    assert_int_equal(c.spec_sessions, 0);
     ds_node_config_cleanup(&c);
     ds_node_config_init(&c, &center_role);
     assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
-    assert_int_equal(c.spec_sessions, 2);
-    assert_int_equal(c.spec_k, 0);                                      /* the edge's: ignored */
+    const struct center_specnet_cfg *sc = node__ext_config(&c, &center_specnet_ext);
+    assert_non_null(sc);
+    assert_int_equal(sc->sessions, 2);
+    assert_int_equal(sc->idle_ms, 30000);
+    assert_null(node__ext_config(&c, &edge_specnet_ext));              /* the edge's: ignored */
     assert_int_equal(c.budget_ms[DS_TIER_LOW], 50);                     /* a core key (the admission's) */
     assert_int_equal(c.models[0].precision, DS_PRECISION_FP32);         /* the center's default */
     ds_node_config_cleanup(&c);

@@ -4,13 +4,16 @@
 ** main both dspark-edge and dspark-center are thin shells over.
 **
 ** Roles: a daemon passes its role table (struct ds_node_role, node_ext.h:
-**        where its requests arrive and the hooks of its role code, listed
-**        in edge-agent/src/main.c or center-node/src/main.c). An edge takes
-**        requests on $share/dspark-edge/dspark/v1/infer/+ and defaults to
-**        INT8; a center takes overflow on
+**        where its requests arrive, the hooks and config keys of its role
+**        code, its config defaults; edge-agent/src/edge_role.c,
+**        center-node/src/center_role.c). An edge takes requests on
+**        $share/dspark-edge/dspark/v1/infer/+ and defaults to INT8; a
+**        center takes overflow on
 **        $share/dspark-center/dspark/v1/center/infer/+ and defaults to FP32.
 **        Everything else (validation, scheduling, batching, replies,
-**        telemetry, drain, versions, distribution) is the same code.
+**        telemetry, drain, versions, distribution) is the same code. The
+**        config below holds the core's keys; the role's extensions' keys
+**        live in their own structs inside it (ext_cfg).
 ** Threads:   ds_node_run() runs the engine loop on the calling thread;
 **            MQTT callbacks arrive on Paho's thread and only decode, check
 **            and queue (they never compute). ds_node_stop() and
@@ -35,6 +38,8 @@
 #define DS_NODE_MAX_MODELS 8
 /* Config keys of a node: the core's, its extensions' and the foreign ones. */
 #define DS_NODE_MAX_KEYS   96
+/* Bytes for the config structs of a role's extensions. */
+#define DS_NODE_EXT_CFG_MAX 256
 /* Bytes of an MQTT PUBLISH beyond its payload that [mqtt] max_packet allows
 ** for: fixed header, topic, response topic, correlation data, properties. */
 #define DS_NODE_MQTT_HEADROOM 8192u
@@ -85,12 +90,8 @@ struct ds_node_config {
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */
     uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
-    /* Keys of the role's extensions (their tables, node_ext.h) below are
-    ** marked (ext); every other is the core's. */
-    bool     overflow;          /* [overflow] enabled (ext: edge_overflow) */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only (the core's
                                          ** admission reads them: core keys, used where a role overflows) */
-    uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms (ext: edge_overflow) */
     char    *registry_path;     /* [registry] path: model registry (SQLite) */
     char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
     uint32_t ro_p99_ms;         /* [rollout] p99_ms: roll back a new version slower than this */
@@ -106,12 +107,6 @@ struct ds_node_config {
     uint32_t fetch_window;      /* [models] fetch_window: chunks in flight per download */
     uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
     char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
-    bool     speculate;         /* [overflow] speculate (ext: edge_specnet): draft route=center work here */
-    uint32_t spec_k;            /* [overflow] spec_k (ext): most drafts per round, 1..DS_WIRE_SPEC_K_MAX */
-    uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms (ext): a round unanswered this long = center lost */
-    bool     spec_pipeline;     /* [overflow] spec_pipeline (ext): draft the next block while a round is out */
-    uint32_t spec_sessions;     /* [spec] sessions (ext: center_specnet): verify sessions at once; 0 = none */
-    uint32_t spec_idle_ms;      /* [spec] idle_ms (ext: center_specnet): forget a session idle this long */
     uint32_t health_stall_s;    /* [health] stall_s: engine loop stalled this long = alert + exit (0 = off) */
     uint32_t health_broker_s;   /* [health] broker_timeout_s: broker unreachable this long = exit (0 = off) */
     uint32_t health_registry_s; /* [health] registry_check_s: registry write probe period (0 = off) */
@@ -126,6 +121,10 @@ struct ds_node_config {
     const struct ds_node_role *role_table;   /* BORROWED; NULL = the core's keys only */
     struct ds_cfg_key keys[DS_NODE_MAX_KEYS];
     size_t   n_keys;
+    /* The config structs of the role's extensions, one after another in
+    ** the role's order (node_ext.c lays them out; role code reaches its own
+    ** with node__ext_config). Their strings are owned here too. */
+    _Alignas(16) unsigned char ext_cfg[DS_NODE_EXT_CFG_MAX];
     /* Where each key came from, for check messages (file:line). Relative
     ** paths in the file are resolved against the file's folder at load. */
     char    *file;              /* OWNED: the config file loaded, NULL if none */

@@ -51,8 +51,9 @@
 **              than a request); the node's MQTT Maximum Packet Size covers it.
 **   keys       its configuration keys (n_keys rows; NULL = none), with their
 **              defaults and help: the daemon parses, defaults and describes
-**              the core's keys and those of its extensions. The rows point
-**              at fields of struct ds_node_config (for now: they live there).
+**              the core's keys and those of its extensions. The rows'
+**              offsets are into its own config struct of cfg_size bytes,
+**              which node__ext_config finds in the node's config.
 **   model_help more [model NAME] keys it reads, for --help (the core parses
 **              every model key).
 */
@@ -90,6 +91,7 @@ struct node_ext {
     uint32_t      max_msg;
     const struct ds_cfg_key *keys;
     size_t        n_keys;
+    size_t        cfg_size;
     const char   *model_help;
 };
 
@@ -113,6 +115,10 @@ struct ds_node_role {
 };
 
 /* ---- what role code may call ---- */
+
+/* ext's config struct (its keys' values) inside c, or NULL when c's role
+** does not list ext. Any thread; c is the node's (node->cfg) or a test's. */
+const void *node__ext_config(const struct ds_node_config *c, const struct node_ext *ext);
 
 /* The state ext's create() stored, or NULL (off, or not listed). */
 void *node__ext_state(struct ds_node *node, const struct node_ext *ext);
