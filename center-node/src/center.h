@@ -11,5 +11,13 @@ extern const struct node_ext center_overflow_ext;   /* center_overflow.c: tells 
 extern const struct node_ext center_specnet_ext;    /* center_specnet.c: verifies edges' drafts */
 extern const struct node_ext center_verifies_ext;   /* center_specnet.c: the status's "verifies" list */
 extern const struct node_ext center_publish_ext;    /* center_publish.c: serves model bundles */
+extern const struct ds_node_role center_role;       /* center_role.c: the daemon's role table */
+extern const char *const center_defaults[];         /* center_role.c: its config defaults */
+
+/* center_specnet's config (its keys; node__ext_config finds it). */
+struct center_specnet_cfg {
+    uint32_t sessions;    /* [spec] sessions: verify sessions kept at once; 0 = none */
+    uint32_t idle_ms;     /* [spec] idle_ms: forget a session idle this long */
+};
 
 #endif

@@ -24,6 +24,7 @@
 ** models the retained status says it verifies (engine thread).
 */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,20 @@ static void session_free(struct spn_session *ss)
     memset(ss, 0, sizeof *ss);
 }
 
+/* center_specnet's config (center.h), inside the node's: [spec] sessions
+** and idle_ms; 0 where the role does not list center_specnet. */
+static uint32_t sessions_of(const struct ds_node *node)
+{
+    const struct center_specnet_cfg *c = node__ext_config(node->cfg, &center_specnet_ext);
+    return c ? c->sessions : 0;
+}
+
+static uint32_t idle_ms_of(const struct ds_node *node)
+{
+    const struct center_specnet_cfg *c = node__ext_config(node->cfg, &center_specnet_ext);
+    return c ? c->idle_ms : 0;
+}
+
 /* ---- which models this center verifies ---- */
 
 /* Whether drafts for version v are verified here: [spec] sessions, and v's
@@ -79,7 +94,7 @@ static void session_free(struct spn_session *ss)
 ** (README "GPU"): an edge's drafts would only slow it down. */
 static bool verifies(const struct ds_node *node, const struct node_version *v)
 {
-    return node->cfg->spec_sessions > 0 && v && strcmp(ds_engine_backend(v->eng), "cpu") == 0;
+    return sessions_of(node) > 0 && v && strcmp(ds_engine_backend(v->eng), "cpu") == 0;
 }
 
 /* Bit i: this center verifies drafts of models[i] now. */
@@ -139,13 +154,17 @@ const struct node_ext center_verifies_ext = {
 
 /* ---- create / destroy ---- */
 
-static uint32_t kv_seqs(const struct ds_node_config *c) { return c->spec_sessions; }
+static uint32_t kv_seqs(const struct ds_node_config *c)
+{
+    const struct center_specnet_cfg *sc = node__ext_config(c, &center_specnet_ext);
+    return sc ? sc->sessions : 0;
+}
 
 static enum ds_err create(struct ds_node *node, void **st)
 {
-    if (node->cfg->spec_sessions == 0) return DS_OK;         /* off */
+    if (sessions_of(node) == 0) return DS_OK;         /* off */
     struct center_specnet *n = calloc(1, sizeof *n);
-    if (!n || !(n->sess = calloc(n->n_sess = node->cfg->spec_sessions, sizeof *n->sess))) {
+    if (!n || !(n->sess = calloc(n->n_sess = sessions_of(node), sizeof *n->sess))) {
         free(n);
         return DS_ERR_NOMEM;
     }
@@ -445,7 +464,7 @@ static void center_tick(struct ds_node *node, void *st, uint64_t now)
     if (now < n->next_sweep_ns) return;
     now = ds_now_ns();                          /* sessions were used since the caller's now */
     n->next_sweep_ns = now + 200000000ull;
-    const uint64_t idle = (uint64_t)node->cfg->spec_idle_ms * 1000000ull;
+    const uint64_t idle = (uint64_t)idle_ms_of(node) * 1000000ull;
     for (unsigned i = 0; i < n->n_sess; i++) {
         struct spn_session *ss = &n->sess[i];
         if (!ss->sid[0]) continue;
@@ -457,7 +476,18 @@ static void center_tick(struct ds_node *node, void *st, uint64_t now)
     }
 }
 
+#define O(f) offsetof(struct center_specnet_cfg, f)
+static const struct ds_cfg_key specnet_keys[] = {
+    { "spec", "sessions", DS_CFG_U32, O(sessions), "4", 0, 256, 0,
+      "edge-drafted sessions verified at once; each reserves one more KV sequence of the context at start "
+      "(0 = refuse them)" },
+    { "spec", "idle_ms", DS_CFG_U32, O(idle_ms), "30000", 100, 3600000, 0,
+      "forget a session (and its KV) idle this long" },
+};
+#undef O
+
 const struct node_ext center_specnet_ext = {
+    .keys = specnet_keys, .n_keys = DS_ARRAY_LEN(specnet_keys), .cfg_size = sizeof(struct center_specnet_cfg),
     .name = "center_specnet", .create = create, .destroy = destroy, .start = start,
     .tick = center_tick, .kv_seqs = kv_seqs,
 };

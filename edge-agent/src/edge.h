@@ -12,6 +12,19 @@ struct cJSON;
 
 extern const struct node_ext edge_specnet_ext;    /* edge_specnet.c: draft here, verify at a center */
 extern const struct node_ext edge_overflow_ext;   /* edge_overflow.c: overflow, cascade, take-back */
+extern const struct ds_node_role edge_role;       /* edge_role.c: the daemon's role table */
+
+/* The extensions' config (their keys; node__ext_config finds them). */
+struct edge_overflow_cfg {
+    bool     enabled;             /* [overflow] enabled */
+    uint32_t accept_timeout_ms;   /* [overflow] accept_timeout_ms */
+};
+struct edge_specnet_cfg {
+    bool     speculate;           /* [overflow] speculate: draft route=center work here */
+    uint32_t spec_k;              /* [overflow] spec_k: most drafts per round, 1..DS_WIRE_SPEC_K_MAX */
+    uint32_t spec_timeout_ms;     /* [overflow] spec_timeout_ms: a round unanswered this long = center lost */
+    bool     spec_pipeline;       /* [overflow] spec_pipeline: draft the next block while a round is out */
+};
 
 /* edge_overflow.c (any thread; 0 / false while overflow is off) */
 /* Live centers now. */

@@ -25,6 +25,7 @@
 ** one mutex; touched from Paho's thread and the engine loop).
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +71,17 @@ struct edge_overflow {
 
 static struct edge_overflow *state(struct ds_node *node) { return node__ext_state(node, &edge_overflow_ext); }
 
+/* Its config (edge.h), inside the node's. */
+static const struct edge_overflow_cfg *ovf_cfg(const struct ds_node *node)
+{
+    const struct edge_overflow_cfg *c = node__ext_config(node->cfg, &edge_overflow_ext);
+    DS_ASSERT(c);                   /* its hooks run only where the role lists it */
+    return c;
+}
+
 static enum ds_err create(struct ds_node *node, void **st)
 {
-    if (!node->cfg->overflow) return DS_OK;                   /* off */
+    if (!ovf_cfg(node)->enabled) return DS_OK;               /* off */
     struct edge_overflow *o = calloc(1, sizeof *o);
     if (!o) return DS_ERR_NOMEM;
     o->p = calloc(MAX_PENDING, sizeof *o->p);
@@ -423,7 +432,7 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
 static void tick(struct ds_node *node, void *st, uint64_t now_ns)
 {
     struct edge_overflow *o = st;
-    const uint64_t accept_ns = (uint64_t)node->cfg->accept_timeout_ms * 1000000ull;
+    const uint64_t accept_ns = (uint64_t)ovf_cfg(node)->accept_timeout_ms * 1000000ull;
     enum { BATCH = 64 };
     struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];
     unsigned n_back = 0;
@@ -481,7 +490,18 @@ static void refused(struct ds_node *node, void *st, const char *topic, struct ds
     ds_sched_wake(node->sched);
 }
 
+#define O(f) offsetof(struct edge_overflow_cfg, f)
+static const struct ds_cfg_key overflow_keys[] = {
+    { "overflow", "enabled", DS_CFG_BOOL, O(enabled), "true", 0, 0, 0,
+      "send work to live centers when it cannot finish in time" },
+    { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0,
+      "serve locally what no center took within this" },
+};
+#undef O
+
 const struct node_ext edge_overflow_ext = {
+    .keys = overflow_keys, .n_keys = DS_ARRAY_LEN(overflow_keys), .cfg_size = sizeof(struct edge_overflow_cfg),
+    .model_help = "cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off)",
     .name = "edge_overflow", .max_msg = RELAY_MAX, .create = create, .destroy = destroy, .start = start, .take = take,
     .tick = tick, .pending = pending, .refused = refused,
 };

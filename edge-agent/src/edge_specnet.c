@@ -49,6 +49,7 @@
 ** admission until spn_free).
 */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@
 
 #include "ds/log.h"
 #include "ds/spec.h"
+#include "ds/topics.h"
 #include "edge.h"
 #include "specnet_wire.h"
 
@@ -106,11 +108,20 @@ struct spn_req {
 
 /* ---- create / destroy ---- */
 
+/* Its config (edge.h), inside the node's. */
+static const struct edge_specnet_cfg *spec_cfg(const struct ds_node *node)
+{
+    const struct edge_specnet_cfg *c = node__ext_config(node->cfg, &edge_specnet_ext);
+    DS_ASSERT(c);                   /* its hooks run only where the role lists it */
+    return c;
+}
+
 static enum ds_err create(struct ds_node *node, void **st)
 {
     const struct ds_node_config *c = node->cfg;
-    if (!c->speculate) return DS_OK;                       /* off */
-    if (!c->overflow) {
+    const struct edge_overflow_cfg *oc = node__ext_config(c, &edge_overflow_ext);
+    if (!spec_cfg(node)->speculate) return DS_OK;          /* off */
+    if (!oc || !oc->enabled) {
         DS_LOG(DS_LOG_WARN, "[overflow] speculate needs [overflow] enabled = true: speculation off");
         return DS_OK;
     }
@@ -261,7 +272,7 @@ static void admitted(struct ds_node *node, void *st, struct node_req *r)
     s->n_ctx = s->n_prompt = (uint32_t)r->n_ids;
     /* Cost of a draft token against a round (network + target pass): a
     ** guess until measured (edge_verdict refines it). */
-    ds_spec_adapt_init(&s->ad, node->cfg->spec_k, false, 0.1f);
+    ds_spec_adapt_init(&s->ad, spec_cfg(node)->spec_k, false, 0.1f);
     r->role = s;
     r->n_fed = r->n_ids;                        /* the drafter feeds the prompt itself */
     edge_new_session(node, r);
@@ -397,7 +408,7 @@ static void edge_send(struct ds_node *node, struct node_req *r, uint64_t now)
     specnet__publish(node, topic, &p, j);
     s->waiting = true;
     s->sent_ns = now;
-    if (node->cfg->spec_pipeline) edge_predraft(r);
+    if (spec_cfg(node)->spec_pipeline) edge_predraft(r);
 }
 
 /* One verdict: 1 applied (*gone when r finished and was freed), 0 ignored
@@ -478,14 +489,14 @@ static void edge_run(struct ds_node *node, struct node_req *r, uint64_t now)
         if (gone) return;
         if (res < 0 && !edge_fallback(node, r, now, why)) return;
         if (res == 0) {
-            uint64_t timeout = (uint64_t)node->cfg->spec_timeout_ms * 1000000ull;
+            uint64_t timeout = (uint64_t)spec_cfg(node)->spec_timeout_ms * 1000000ull;
             if (atomic_load(&n->denied))
                 snprintf(why, sizeof why, "the broker refused this edge's speculation messages (its ACL)");
             else if (s->center[0] && !edge__center_online(node, s->center))
                 snprintf(why, sizeof why, "center %s went offline", s->center);
             else if (now - s->sent_ns > timeout)
                 snprintf(why, sizeof why, "no verdict from %s within %u ms", s->center[0] ? s->center : "any center",
-                         node->cfg->spec_timeout_ms);
+                         spec_cfg(node)->spec_timeout_ms);
             else if (r->deadline_ns && now >= r->deadline_ns)
                 snprintf(why, sizeof why, "no verdict from %s before the deadline", s->center[0] ? s->center : "any center");
             else
@@ -572,7 +583,22 @@ static void telemetry(struct ds_node *node, void *st, struct cJSON *obj)
     node__telemetry_spec(node, obj);
 }
 
+#define O(f) offsetof(struct edge_specnet_cfg, f)
+static const struct ds_cfg_key specnet_keys[] = {
+    { "overflow", "speculate", DS_CFG_BOOL, O(speculate), "false", 0, 0, 0,
+      "route=center requests for a model served here too are drafted here (INT8) and verified at a center" },
+    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "8", 1, DS_WIRE_SPEC_K_MAX, 0,
+      "most draft tokens per round (k adapts to the acceptance below it)" },
+    { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0,
+      "a round unanswered this long means its center is lost (fall back)" },
+    { "overflow", "spec_pipeline", DS_CFG_BOOL, O(spec_pipeline), "false", 0, 0, 0,
+      "while a round is at the center, draft the next block as if all were accepted (used when they were); "
+      "pays only with high acceptance and the edge on its own cores" },
+};
+#undef O
+
 const struct node_ext edge_specnet_ext = {
+    .keys = specnet_keys, .n_keys = DS_ARRAY_LEN(specnet_keys), .cfg_size = sizeof(struct edge_specnet_cfg),
     .name = "edge_specnet", .create = create, .destroy = destroy, .start = start,
     .take = take, .admitted = admitted, .tick = tick, .idle = idle, .final = final, .req_free = req_free,
     .telemetry = telemetry, .refused = refused,

@@ -147,22 +147,26 @@ static void write_chat_model(void)
     ds_model_close(m);
 }
 
-/* The edge's config; client_max (reloadable) is 200 but in the quota test. */
-static void write_config_quota(unsigned client_max)
+/* The edge's config; client_max (reloadable) is 200 but in the quota and
+** reload tests, which change log_level and max_prompt too and may add extra
+** lines. */
+static void write_config_full(const char *log_level, unsigned client_max, unsigned max_prompt, const char *extra)
 {
     snprintf(g.cfg, sizeof g.cfg, "%s/edge.ini", g.dir);
     FILE *f = fopen(g.cfg, "w");
     assert_non_null(f);
-    fprintf(f, "[node]\nname = edge-t\nlog_level = info\n[mqtt]\nuri = %s\n"
+    fprintf(f, "%s[node]\nname = edge-t\nlog_level = %s\n[mqtt]\nuri = %s\n[limits]\nmax_prompt = %u\n"
                "[sched]\nqueue_high = 100\nqueue_normal = 100\nqueue_low = 100\nage_ms = 5000\nclient_max = %u\n"
                "[batch]\nmax_active = 8\nreserve_high = 1\nprefill_chunk = 32\n[telemetry]\ninterval_s = 1\n"
                "[model stories]\npath = %s\nprecision = int8\nversion = 7\nctx = 512\n"
                "[model tiny]\npath = %s\nprecision = fp32\nthreads = 1\nbackend = cpu\n"
                "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\nkv_cache = f16\n",
-            tb_broker_uri(g.broker), client_max, tu_model("stories260K.gguf"), tu_model("llama-2-tiny-random.gguf"),
-            g.chat);
+            extra, log_level, tb_broker_uri(g.broker), max_prompt, client_max, tu_model("stories260K.gguf"),
+            tu_model("llama-2-tiny-random.gguf"), g.chat);
     fclose(f);
 }
+
+static void write_config_quota(unsigned client_max) { write_config_full("info", client_max, 32768, ""); }
 
 static void write_config(void) { write_config_quota(200); }
 
@@ -818,6 +822,121 @@ static void test_broker_restart(void **state)
     free(tele);
 }
 
+/* Client "main" sends two long requests (greedy tiny runs to its context)
+** to id-1 and id-2: true when the second is refused for client_max (then
+** the first is cancelled and answered), false when both were taken. */
+static bool second_refused(const char *tag)
+{
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%s-1", tag);
+    snprintf(b, sizeof b, "%s-2", tag);
+    const char *req = "\"prompt\":\"Once\",\"max_tokens\":4096,\"temperature\":0";
+    dev_send_to(g.dev, "tiny", a, req);
+    dev_send_to(g.dev, "tiny", b, req);
+    long k = -1;
+    for (int t = 0; t < 300 && k < 0; t++) k = dev_wait(g.dev, b, 100);     /* refused at once, or running */
+    bool refused = k >= 0 && strstr(dev_json(g.dev, k), "client_max") != NULL;
+    send_cancel(a);
+    send_cancel(b);
+    assert_true(dev_wait(g.dev, a, 30000) >= 0);
+    assert_true(dev_wait(g.dev, b, 30000) >= 0);
+    return refused;
+}
+
+/* SIGHUP: the command line's overrides hold (here --log-level debug and
+** -s sched.client_max=1 over a file saying info and 200, even after the
+** file changes log_level); a changed reloadable key is applied; a changed
+** key that needs a restart is logged so and not applied; a file with an
+** error changes nothing. */
+static void test_reload(void **state)
+{
+    (void)state;
+    assert_int_not_equal(it_stop(g.edge, SIGTERM, 30000), -1);
+    static const char *const args[] = { "-s", "sched.client_max=1", "--log-level", "debug", NULL };
+    write_config_full("info", 200, 32768, "");
+    g.edge = it_spawn_cfg_args("edge-agent/dspark-edge", g.cfg, args, g.log, IT_STDOUT_TOO, NULL);
+    assert_true(g.edge > 0);
+    assert_true(wait_status("online", 20000));
+    assert_true(second_refused("hup-a"));                   /* the override, before any reload */
+
+    /* client_max is 200 in the file and the override says 1; log_level
+    ** warn in the file is overridden too; max_prompt needs a restart. */
+    int n = it_log_count(g.dir, "edge", "config reloaded");
+    int quota_lines = it_log_count(g.dir, "edge", "[sched] client_max");
+    int level_lines = it_log_count(g.dir, "edge", "[node] log_level");
+    write_config_full("warn", 200, 64, "");
+    kill(g.edge, SIGHUP);
+    assert_true(it_log_wait(g.dir, "edge", "config reloaded", n + 1, 20000));
+    assert_int_equal(it_log_count(g.dir, "edge", "[limits] max_prompt 32768 -> 64: needs a restart"), 1);
+    assert_int_equal(it_log_count(g.dir, "edge", "[sched] client_max"), quota_lines);   /* the override: no change */
+    assert_int_equal(it_log_count(g.dir, "edge", "[node] log_level"), level_lines);
+    assert_int_equal(it_log_count(g.dir, "edge", "command-line overrides kept"), 1);
+    assert_true(second_refused("hup-b"));                   /* client_max = 1 still */
+    int admitted = it_log_count(g.dir, "edge", ": admitted");
+    assert_true(admitted > 0);                              /* debug lines: --log-level debug holds */
+    char prompt[300];                                       /* 200 bytes > 64: served, max_prompt unchanged */
+    memset(prompt, 'a', 200);
+    prompt[200] = '\0';
+    char extra[400];
+    snprintf(extra, sizeof extra, "\"prompt\":\"%s\",\"max_tokens\":2", prompt);
+    dev_send(g.dev, "hup-long", extra);
+    long k = dev_wait(g.dev, "hup-long", 30000);
+    assert_true(k >= 0);
+    assert_non_null(strstr(dev_json(g.dev, k), "\"done\":true"));
+    assert_true(it_log_count(g.dir, "edge", ": admitted") > admitted);
+
+    /* A reloadable key the command line leaves alone: applied and in effect.
+    ** telemetry.interval_s 1 -> 3 (max_prompt back to what runs). */
+    FILE *f;
+    write_config_full("info", 200, 32768, "");
+    f = fopen(g.cfg, "a");
+    assert_non_null(f);
+    fprintf(f, "[telemetry]\ninterval_s = 3\n");
+    fclose(f);
+    n = it_log_count(g.dir, "edge", "config reloaded");
+    kill(g.edge, SIGHUP);
+    assert_true(it_log_wait(g.dir, "edge", "config reloaded", n + 1, 20000));
+    assert_int_equal(it_log_count(g.dir, "edge", "[telemetry] interval_s 1 -> 3: applied"), 1);
+    assert_int_equal(it_log_count(g.dir, "edge", "needs a restart"), 1);          /* only the first reload's */
+    /* In effect: two telemetry messages at least 2.5 s apart (1 s before). */
+    int from = it_inbox_len(g.dev->in);
+    assert_int_equal(ds_mqtt_subscribe(g.dev->c, DS_TOPIC_TELEMETRY "edge-t", 1), DS_OK);
+    int at1 = -1, at2 = -1;
+    uint64_t ns1 = 0, ns2 = 0;
+    struct it_match tm = { .topic_prefix = DS_TOPIC_TELEMETRY "edge-t" };
+    char *t0 = it_inbox_find(g.dev->in, &tm, from, 10000, &at1, NULL);   /* may be the retained one: skipped */
+    assert_non_null(t0);
+    free(t0);
+    char *t1 = it_inbox_find(g.dev->in, &tm, at1 + 1, 10000, &at1, &ns1);
+    assert_non_null(t1);
+    char *t2 = it_inbox_find(g.dev->in, &tm, at1 + 1, 10000, &at2, &ns2);
+    assert_non_null(t2);
+    uint64_t gap_ms = (ns2 - ns1) / 1000000u;
+    printf("telemetry every %llu ms after interval_s = 3 was reloaded\n", (unsigned long long)gap_ms);
+    assert_true(gap_ms >= 2500);
+    free(t1);
+    free(t2);
+    assert_int_equal(ds_mqtt_unsubscribe(g.dev->c, DS_TOPIC_TELEMETRY "edge-t"), DS_OK);
+
+    /* A bad file (a bad value, and client_max 200 that must not be taken
+    ** with it): nothing changes. */
+    write_config_full("info", 200, 32768, "");
+    f = fopen(g.cfg, "a");
+    assert_non_null(f);
+    fprintf(f, "[batch]\nmax_active = many\n");
+    fclose(f);
+    n = it_log_count(g.dir, "edge", "keeping the running config");
+    kill(g.edge, SIGHUP);
+    assert_true(it_log_wait(g.dir, "edge", "keeping the running config", n + 1, 20000));
+    assert_true(it_log_count(g.dir, "edge", "'many' is not a whole number") >= 1);
+    assert_true(second_refused("hup-c"));                   /* the running config serves on */
+
+    /* Back to the plain edge for the tests after this one. */
+    assert_int_not_equal(it_stop(g.edge, SIGTERM, 30000), -1);
+    write_config();
+    start_edge();
+}
+
 static void test_sigterm_under_load(void **state)
 {
     (void)state;
@@ -863,6 +982,7 @@ int main(void)
         cmocka_unit_test(test_high_slot_and_client_quota),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_broker_restart),
+        cmocka_unit_test(test_reload),
         cmocka_unit_test(test_sigterm_under_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

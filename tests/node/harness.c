@@ -102,6 +102,7 @@ static const struct ds_node_role nh_center_role = {
     .share_group = DS_SHARE_CENTER,
     .about = "node-core tests (center)",
     .exts = nh_center_exts,
+    .defaults = center_defaults,
 };
 
 struct nh_priv {
@@ -198,7 +199,7 @@ static struct nh *start(const struct ds_node_role *role, const char *const *over
     h->priv = x;
     struct ds_node_config *c = &x->cfg;
     bool center = role->role == DS_MSG_ROLE_CENTER;
-    ds_node_config_init(c, role->role);
+    ds_node_config_init(c, role);
     char path[4200];
     snprintf(path, sizeof path, "model." NH_MODEL ".path=%s", tu_model("stories260K.gguf"));
     const char *const base[] = {

@@ -129,12 +129,48 @@ static void test_reload(void **state)
     tu_rmdir(dir);
 }
 
+/* DS_CFG_IGNORED: another program's key is accepted and checked, never
+** stored, defaulted or described. */
+static void test_ignored(void **state)
+{
+    (void)state;
+    static const struct ds_cfg_key k2[] = {
+        { "mqtt", "uri", DS_CFG_STR, offsetof(struct conf, uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
+        { "other", "count", DS_CFG_U32, 0, "7", 1, 10, DS_CFG_IGNORED, "not ours" },
+        { "other", "name", DS_CFG_STR, 0, NULL, 0, 0, DS_CFG_IGNORED, NULL },
+    };
+    const struct ds_cfg_spec sp = { k2, 3, NULL, NULL, NULL, NULL };
+    char *dir = tu_tmpdir();
+    memset(&g_conf, 0, sizeof g_conf);
+    assert_int_equal(ds_cfg_defaults(&sp, &g_conf), DS_OK);
+    assert_string_equal(g_conf.uri, "tcp://127.0.0.1:1883");    /* not overwritten by the ignored rows */
+    const char *p = write_tmp(dir, "[other]\ncount = 3\nname = x\n");
+    assert_int_equal(ds_cfg_load(&sp, &g_conf, p, false), DS_OK);
+    assert_string_equal(g_conf.uri, "tcp://127.0.0.1:1883");
+    p = write_tmp(dir, "[other]\ncount = 11\n");
+    assert_int_equal(ds_cfg_load(&sp, &g_conf, p, false), DS_ERR_FORMAT);     /* still checked */
+    assert_int_equal(ds_cfg_set(&sp, &g_conf, "other.count=2"), DS_OK);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    assert_non_null(m);
+    ds_cfg_describe(&sp, m);
+    fclose(m);
+    assert_non_null(strstr(buf, "[mqtt] uri"));
+    assert_null(strstr(buf, "[other]"));
+    free(buf);
+    ds_cfg_cleanup(&sp, &g_conf);                                   /* frees uri only */
+    assert_null(g_conf.uri);
+    tu_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_file_overrides),
         cmocka_unit_test(test_errors_reported),
         cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
 ** test_node.c — the serving node's pure pieces: deadlines from Message
 ** Expiry and deadline_ms, and its configuration (keys, model sections,
-** overrides, checks).
+** overrides, checks, each role's keys and defaults from the real role
+** tables, reloads).
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 #include "ds/engine.h"
 #include "ds/log.h"
 #include "ds/node.h"
+#include "center.h"                 /* the real role tables: their keys and defaults */
+#include "edge.h"
 #include "support/testutil.h"
 
 #define S 1000000000ull
@@ -45,7 +48,7 @@ static void test_config(void **state)
             tu_model("stories260K.gguf"), tu_model("stories260K.bin"), tu_model("tok512.bin"));
     fclose(f);
     struct ds_node_config c;
-    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    ds_node_config_init(&c, &edge_role);
     assert_int_equal(c.max_active, 16);
     assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
     assert_int_equal(ds_node_config_set(&c, "mqtt.uri=tcp://10.1.2.3:1884"), DS_OK);
@@ -89,7 +92,7 @@ static void test_config(void **state)
     assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* unreadable model file */
     ds_node_config_cleanup(&c);
     /* No model at all. */
-    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    ds_node_config_init(&c, &edge_role);
     assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);
     ds_node_config_cleanup(&c);
     tu_rmdir(dir);
@@ -100,7 +103,7 @@ static void test_config_dist(void **state)
 {
     (void)state;
     struct ds_node_config c;
-    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    ds_node_config_init(&c, &edge_role);
     char set[4200];
     snprintf(set, sizeof set, "model.a.path=%s", tu_model("stories260K.gguf"));
     assert_int_equal(ds_node_config_set(&c, set), DS_OK);
@@ -125,7 +128,7 @@ static void test_config_dist(void **state)
     assert_int_equal(ds_node_config_set(&c, "models.auto_promote=true"), DS_OK);
     assert_true(c.auto_promote);
     ds_node_config_cleanup(&c);
-    ds_node_config_init(&c, DS_MSG_ROLE_CENTER);
+    ds_node_config_init(&c, &center_role);
     assert_int_equal(ds_node_config_set(&c, set), DS_OK);
     assert_int_equal(ds_node_config_set(&c, "publish.dirs=/tmp/bundle"), DS_OK);
     assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);           /* bundles are checked with signer_pub */
@@ -142,7 +145,7 @@ static void test_config_mqtt(void **state)
     struct ds_node_config c;
     char set[4200];
     snprintf(set, sizeof set, "model.a.path=%s", tu_model("stories260K.gguf"));
-    ds_node_config_init(&c, DS_MSG_ROLE_EDGE);
+    ds_node_config_init(&c, &edge_role);
     assert_int_equal(ds_node_config_set(&c, set), DS_OK);
     assert_int_equal(c.session_expiry_s, 600);
     assert_int_equal(c.max_packet, 0);
@@ -154,9 +157,127 @@ static void test_config_mqtt(void **state)
     assert_int_equal(ds_node_config_set(&c, "limits.max_payload=1024"), DS_OK);
     assert_int_equal(ds_node_config_check(&c), DS_OK);
     ds_node_config_cleanup(&c);
-    ds_node_config_init(&c, DS_MSG_ROLE_CENTER);
+    ds_node_config_init(&c, &center_role);
     assert_int_equal(c.session_expiry_s, 0);                            /* pools share their requests */
     ds_node_config_cleanup(&c);
+}
+
+/* Write text to dir/name; the path in out. */
+static void write_file(const char *dir, const char *name, const char *text, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+    FILE *f = fopen(out, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Each daemon parses, defaults and describes the core's keys and its own
+** extensions'; the other role's keys in a shared file are accepted
+** (type-checked) and ignored; no help text carries a role prefix. */
+static void test_config_roles(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    char path[4200], text[4600];
+    snprintf(text, sizeof text, "[overflow]\nenabled = false\nspec_k = 4\nbudget_low_ms = 50\n[spec]\nsessions = 2\n"
+             "[model a]\npath = %s\n", tu_model("stories260K.gguf"));
+    write_file(dir, "any.ini", text, path, sizeof path);
+    struct ds_node_config c;
+    ds_node_config_init(&c, &edge_role);
+    assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
+    const struct edge_overflow_cfg *oc = node__ext_config(&c, &edge_overflow_ext);
+    const struct edge_specnet_cfg *ec = node__ext_config(&c, &edge_specnet_ext);
+    assert_non_null(oc);
+    assert_non_null(ec);
+    assert_false(oc->enabled);
+    assert_int_equal(oc->accept_timeout_ms, 3000);                      /* its default */
+    assert_int_equal(ec->spec_k, 4);
+    assert_int_equal(ec->spec_timeout_ms, 5000);
+    assert_int_equal(c.budget_ms[DS_TIER_LOW], 50);
+    assert_null(node__ext_config(&c, &center_specnet_ext));            /* the center's: ignored */
+    assert_int_equal(c.models[0].precision, DS_PRECISION_INT8);
+    assert_int_equal(ds_node_config_set(&c, "spec.sessions=2"), DS_OK);  /* accepted on the command line too */
+    ds_node_config_cleanup(&c);
+    ds_node_config_init(&c, &center_role);
+    assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
+    const struct center_specnet_cfg *sc = node__ext_config(&c, &center_specnet_ext);
+    assert_non_null(sc);
+    assert_int_equal(sc->sessions, 2);
+    assert_int_equal(sc->idle_ms, 30000);
+    assert_null(node__ext_config(&c, &edge_specnet_ext));              /* the edge's: ignored */
+    assert_int_equal(c.budget_ms[DS_TIER_LOW], 50);                     /* a core key (the admission's) */
+    assert_int_equal(c.models[0].precision, DS_PRECISION_FP32);         /* the center's default */
+    ds_node_config_cleanup(&c);
+    /* Ignored, but still checked. */
+    write_file(dir, "bad.ini", "[overflow]\nenabled = maybe\n", path, sizeof path);
+    ds_node_config_init(&c, &center_role);
+    assert_int_equal(ds_node_config_load(&c, path, false), DS_ERR_FORMAT);
+    ds_node_config_cleanup(&c);
+    write_file(dir, "bad2.ini", "[spec]\nsessions = 999\n", path, sizeof path);
+    ds_node_config_init(&c, &edge_role);
+    assert_int_equal(ds_node_config_load(&c, path, false), DS_ERR_FORMAT);
+    ds_node_config_cleanup(&c);
+    /* --help: each its own keys, the role's defaults, no prefixes. */
+    const struct ds_node_role *roles[] = { &edge_role, &center_role };
+    for (int r = 0; r < 2; r++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        assert_non_null(m);
+        ds_node_config_describe(m, roles[r]);
+        fclose(m);
+        assert_null(strstr(buf, "edge:"));
+        assert_null(strstr(buf, "center:"));
+        assert_non_null(strstr(buf, "[overflow] budget_high_ms"));
+        bool center = r == 1;
+        assert_true((strstr(buf, "[spec] sessions") != NULL) == center);
+        assert_true((strstr(buf, "[overflow] enabled") != NULL) == !center);
+        assert_true((strstr(buf, "cascade (") != NULL) == !center);
+        assert_non_null(strstr(buf, center ? "default fp32" : "default int8"));
+        char *se = strstr(buf, "[mqtt] session_expiry_s");
+        assert_non_null(se);
+        assert_non_null(strstr(se, center ? "default 0 " : "default 600 "));
+        free(buf);
+    }
+    tu_rmdir(dir);
+}
+
+/* A reload: the overrides hold over the file, changed reloadable keys are
+** taken, others are not, and a file with an error changes nothing. */
+static void test_config_reload(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    char path[4200], text[4600];
+    const char *model = tu_model("stories260K.gguf");
+    snprintf(text, sizeof text, "[node]\nlog_level = info\n[sched]\nclient_max = 100\n[telemetry]\ninterval_s = 5\n"
+             "[batch]\nmax_active = 16\n[model a]\npath = %s\n", model);
+    write_file(dir, "r.ini", text, path, sizeof path);
+    struct ds_node_config c;
+    ds_node_config_init(&c, &edge_role);
+    assert_int_equal(ds_node_config_load(&c, path, false), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "sched.client_max=3"), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "node.log_level=debug"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    snprintf(text, sizeof text, "[node]\nlog_level = warn\n[sched]\nclient_max = 50\n[telemetry]\ninterval_s = 7\n"
+             "[batch]\nmax_active = 4\n[model a]\npath = %s\n", model);
+    write_file(dir, "r.ini", text, path, sizeof path);
+    assert_int_equal(ds_node_config_load(&c, path, true), DS_OK);
+    assert_int_equal(c.client_max, 3);                                  /* overrides hold */
+    assert_string_equal(c.log_level, "debug");
+    assert_int_equal(c.telemetry_s, 7);                                 /* reloadable: applied */
+    assert_int_equal(c.max_active, 16);                                 /* needs a restart: kept */
+    snprintf(text, sizeof text, "[telemetry]\ninterval_s = 9\n[batch]\nmax_active = lots\n[model a]\npath = %s\n", model);
+    write_file(dir, "r.ini", text, path, sizeof path);
+    assert_int_not_equal(ds_node_config_load(&c, path, true), DS_OK);
+    assert_int_equal(c.telemetry_s, 7);                                 /* a bad file: nothing taken */
+    snprintf(text, sizeof text, "[telemetry]\ninterval_s = 9\n[model a]\npath = %s/missing.gguf\n", dir);
+    write_file(dir, "r.ini", text, path, sizeof path);
+    assert_int_not_equal(ds_node_config_load(&c, path, true), DS_OK);   /* fails its check */
+    assert_int_equal(c.telemetry_s, 7);
+    ds_node_config_cleanup(&c);
+    tu_rmdir(dir);
 }
 
 int main(void)
@@ -167,6 +288,8 @@ int main(void)
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_config_dist),
         cmocka_unit_test(test_config_mqtt),
+        cmocka_unit_test(test_config_roles),
+        cmocka_unit_test(test_config_reload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,12 @@ extern char **environ;
 
 pid_t it_spawn_cfg(const char *bin, const char *cfg, const char *log, int flags, char *const envp[])
 {
+    return it_spawn_cfg_args(bin, cfg, NULL, log, flags, envp);
+}
+
+pid_t it_spawn_cfg_args(const char *bin, const char *cfg, const char *const *args, const char *log, int flags,
+                        char *const envp[])
+{
     char path[4300];
     if (bin[0] == '/') snprintf(path, sizeof path, "%s", bin);
     else snprintf(path, sizeof path, "%s/%s", DS_BUILD_DIR, bin);
@@ -41,7 +47,8 @@ pid_t it_spawn_cfg(const char *bin, const char *cfg, const char *log, int flags,
     int mode = O_WRONLY | O_CREAT | (flags & IT_TRUNCATE ? O_TRUNC : O_APPEND);
     posix_spawn_file_actions_addopen(&fa, 2, log, mode, 0644);
     if (flags & IT_STDOUT_TOO) posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_APPEND, 0644);
-    char *argv[] = { path, "-c", (char *)cfg, NULL };
+    char *argv[16] = { path, "-c", (char *)cfg, NULL };
+    for (size_t i = 0; args && args[i] && i < 12; i++) argv[3 + i] = (char *)args[i], argv[4 + i] = NULL;
     pid_t pid;
     int rc = posix_spawn(&pid, path, &fa, NULL, argv, envp ? envp : environ);
     posix_spawn_file_actions_destroy(&fa);

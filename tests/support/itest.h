@@ -33,6 +33,9 @@ pid_t it_spawn(const char *dir, const char *bin, const char *name, const char *c
 /* Start bin -c cfg (an existing file) like it_spawn, stderr to log, with the
 ** environment envp (NULL: this process's). */
 pid_t it_spawn_cfg(const char *bin, const char *cfg, const char *log, int flags, char *const envp[]);
+/* The same with more arguments after "-c cfg" (NULL-terminated; NULL = none). */
+pid_t it_spawn_cfg_args(const char *bin, const char *cfg, const char *const *args, const char *log, int flags,
+                        char *const envp[]);
 
 /* Send sig (SIGTERM usually) and wait up to timeout_ms; SIGKILL then if it is
 ** still running. Returns the wait status, -1 when pid <= 0 or not a child. */

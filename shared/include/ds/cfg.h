@@ -24,6 +24,9 @@
 enum ds_cfg_type { DS_CFG_STR, DS_CFG_U32, DS_CFG_F32, DS_CFG_BOOL };
 
 #define DS_CFG_RELOADABLE 1u
+/* Accepted and type-checked, never stored (offset unused): a key another
+** program sharing the file reads. Not described, no default. */
+#define DS_CFG_IGNORED    2u
 
 struct ds_cfg_key {
     const char      *section;     /* "mqtt" */
@@ -32,7 +35,7 @@ struct ds_cfg_key {
     size_t           offset;      /* offsetof(struct ..., field): char *, uint32_t, float or bool */
     const char      *def;         /* default as text; NULL = no default (strings only) */
     double           min, max;    /* numeric range, inclusive */
-    unsigned         flags;       /* DS_CFG_RELOADABLE */
+    unsigned         flags;       /* DS_CFG_RELOADABLE, DS_CFG_IGNORED */
     const char      *help;
 };
 

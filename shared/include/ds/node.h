@@ -4,13 +4,16 @@
 ** main both dspark-edge and dspark-center are thin shells over.
 **
 ** Roles: a daemon passes its role table (struct ds_node_role, node_ext.h:
-**        where its requests arrive and the hooks of its role code, listed
-**        in edge-agent/src/main.c or center-node/src/main.c). An edge takes
-**        requests on $share/dspark-edge/dspark/v1/infer/+ and defaults to
-**        INT8; a center takes overflow on
+**        where its requests arrive, the hooks and config keys of its role
+**        code, its config defaults; edge-agent/src/edge_role.c,
+**        center-node/src/center_role.c). An edge takes requests on
+**        $share/dspark-edge/dspark/v1/infer/+ and defaults to INT8; a
+**        center takes overflow on
 **        $share/dspark-center/dspark/v1/center/infer/+ and defaults to FP32.
 **        Everything else (validation, scheduling, batching, replies,
-**        telemetry, drain, versions, distribution) is the same code.
+**        telemetry, drain, versions, distribution) is the same code. The
+**        config below holds the core's keys; the role's extensions' keys
+**        live in their own structs inside it (ext_cfg).
 ** Threads:   ds_node_run() runs the engine loop on the calling thread;
 **            MQTT callbacks arrive on Paho's thread and only decode, check
 **            and queue (they never compute). ds_node_stop() and
@@ -25,6 +28,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "ds/cfg.h"
 #include "ds/common.h"
 #include "ds/err.h"
 #include "ds/mqtt.h"
@@ -32,6 +36,10 @@
 #include "ds/sched.h"
 
 #define DS_NODE_MAX_MODELS 8
+/* Config keys of a node: the core's, its extensions' and the foreign ones. */
+#define DS_NODE_MAX_KEYS   96
+/* Bytes for the config structs of a role's extensions. */
+#define DS_NODE_EXT_CFG_MAX 256
 /* Bytes of an MQTT PUBLISH beyond its payload that [mqtt] max_packet allows
 ** for: fixed header, topic, response topic, correlation data, properties. */
 #define DS_NODE_MQTT_HEADROOM 8192u
@@ -43,7 +51,7 @@ struct ds_node_model_cfg {
     char    *path;          /* GGUF or llama2.c file */
     char    *tokenizer;     /* tokenizer.bin (llama2.c models only) */
     char    *version;       /* reported in served_by (default "1") */
-    int      precision;     /* enum ds_precision (default: int8 on an edge, fp32 on a center) */
+    int      precision;     /* enum ds_precision (default: the role's, int8 on an edge, fp32 on a center) */
     int      backend;       /* enum ds_backend (default auto: CUDA for fp32 where a GPU is) */
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */
@@ -59,8 +67,10 @@ struct ds_node_model_cfg {
     int      line;          /* config line of its path key (else its first key); 0 = not from a file */
 };
 
+struct ds_node_role;
+
 struct ds_node_config {
-    enum ds_msg_role role;      /* set by the binary, not by the file */
+    enum ds_msg_role role;      /* the role table's, not the file's (status, telemetry, client id) */
     char    *node;              /* [node] name */
     char    *log_level;         /* [node] log_level */
     char    *log_format;        /* [node] log_format: text or json */
@@ -80,9 +90,8 @@ struct ds_node_config {
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */
     uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
-    bool     overflow;          /* [overflow] enabled (edge) */
-    uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only */
-    uint32_t accept_timeout_ms; /* [overflow] accept_timeout_ms */
+    uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only (the core's
+                                         ** admission reads them: core keys, used where a role overflows) */
     char    *registry_path;     /* [registry] path: model registry (SQLite) */
     char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
     uint32_t ro_p99_ms;         /* [rollout] p99_ms: roll back a new version slower than this */
@@ -98,12 +107,6 @@ struct ds_node_config {
     uint32_t fetch_window;      /* [models] fetch_window: chunks in flight per download */
     uint32_t fetch_timeout_ms;  /* [models] fetch_timeout_ms: ask again after this long without a chunk */
     char    *publish_dirs;      /* [publish] dirs: bundle directories this node offers (the center's job) */
-    bool     speculate;         /* [overflow] speculate: draft route=center work here, verify at a center */
-    uint32_t spec_k;            /* [overflow] spec_k: most drafts per round, 1..DS_WIRE_SPEC_K_MAX (adaptive below it) */
-    uint32_t spec_timeout_ms;   /* [overflow] spec_timeout_ms: a round unanswered this long = center lost */
-    bool     spec_pipeline;     /* [overflow] spec_pipeline: draft the next block while a round is out */
-    uint32_t spec_sessions;     /* [spec] sessions (center): verify sessions kept at once; 0 = none */
-    uint32_t spec_idle_ms;      /* [spec] idle_ms (center): forget a session idle this long */
     uint32_t health_stall_s;    /* [health] stall_s: engine loop stalled this long = alert + exit (0 = off) */
     uint32_t health_broker_s;   /* [health] broker_timeout_s: broker unreachable this long = exit (0 = off) */
     uint32_t health_registry_s; /* [health] registry_check_s: registry write probe period (0 = off) */
@@ -112,23 +115,43 @@ struct ds_node_config {
     char    *answers_file;      /* [node] answers_file: finals remembered across a restart */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
+    int      model_precision;   /* [model NAME] precision where a section sets none (the role's default) */
+    /* The key table: the core's rows, then each extension's of the role,
+    ** then the foreign ones (ds_node_config_init copies them). */
+    const struct ds_node_role *role_table;   /* BORROWED; NULL = the core's keys only */
+    struct ds_cfg_key keys[DS_NODE_MAX_KEYS];
+    size_t   n_keys;
+    /* The config structs of the role's extensions, one after another in
+    ** the role's order (node_ext.c lays them out; role code reaches its own
+    ** with node__ext_config). Their strings are owned here too. */
+    _Alignas(16) unsigned char ext_cfg[DS_NODE_EXT_CFG_MAX];
     /* Where each key came from, for check messages (file:line). Relative
     ** paths in the file are resolved against the file's folder at load. */
     char    *file;              /* OWNED: the config file loaded, NULL if none */
-    int      key_lines[64];     /* line per entry of the key table (0 = default) */
+    char   **overrides;         /* OWNED: every ds_node_config_set assignment, in order; a
+                                ** reload applies them over the file again */
+    unsigned n_overrides;
+    int      key_lines[DS_NODE_MAX_KEYS];   /* line per entry of keys (0 = default) */
     int      cur_line;          /* scratch: the line being parsed */
 };
 
-void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role);   /* defaults */
+/* Defaults: the core's keys and those of role's extensions (role may be
+** NULL: the core's only, an edge's defaults), then the role's defaults. */
+void ds_node_config_init(struct ds_node_config *c, const struct ds_node_role *role);
 void ds_node_config_cleanup(struct ds_node_config *c);
-/* Load path over c (reload: only reloadable keys change). */
+/* Load path over c. reload: read path anew, apply c's overrides (every
+** ds_node_config_set) over it, check it, then take the changed reloadable
+** keys and log each change as "applied" or "needs a restart"; a file with
+** errors changes nothing ("keeping the running config"). */
 DS_MUST_CHECK enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload);
-/* One "section.key=value" override; "model.NAME.key=value" for models. */
+/* One "section.key=value" override; "model.NAME.key=value" for models.
+** Kept in c->overrides: a reload applies it again. */
 DS_MUST_CHECK enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment);
 /* Cross-field checks after loading (at least one model, files exist...). */
 DS_MUST_CHECK enum ds_err ds_node_config_check(const struct ds_node_config *c);
-/* The keys of one role only, with that role's defaults (the daemons' --help). */
-void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
+/* The keys a daemon of role reads: the core's and its extensions', with
+** the role's defaults (the daemons' --help). */
+void ds_node_config_describe(FILE *f, const struct ds_node_role *role);
 /* Walk a "VERSION:VALUE, VERSION:VALUE" list ([model] versions, delay): from
 ** p, copy the next entry's version and value and return where the walk goes
 ** on; NULL at the end, or with *bad set when the entry is malformed (no ':',
@@ -136,7 +159,6 @@ void ds_node_config_describe_role(FILE *f, enum ds_msg_role role);
 const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad);
 
 struct ds_node;
-struct ds_node_role;
 /* config_path (may be NULL) is re-read on ds_node_reload(). c is BORROWED
 ** and updated in place by reloads; role is BORROWED (static in a main.c). */
 DS_MUST_CHECK enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path,
@@ -146,7 +168,8 @@ void ds_node_destroy(struct ds_node *node);
 ** answer every accepted one, publish "offline", disconnect. */
 DS_MUST_CHECK enum ds_err ds_node_run(struct ds_node *node);
 void ds_node_stop(struct ds_node *node);
-/* Ask the loop to re-read the config file (reloadable keys only). */
+/* Ask the loop to re-read the config file (reloadable keys only; the
+** command line's overrides hold). */
 void ds_node_reload(struct ds_node *node);
 /* What a failed health check calls, from the health thread, after its alert
 ** is out: the daemons exit with status (systemd restarts them); without a

@@ -68,6 +68,7 @@ static int assign(const struct ds_cfg_key *k, void *obj, const char *value, bool
         }
         break;
     }
+    if (k->flags & DS_CFG_IGNORED) return 0;        /* valid, and not ours to keep */
     if (only_if_reloadable && !(k->flags & DS_CFG_RELOADABLE)) {
         bool same;
         switch (k->type) {
@@ -109,7 +110,7 @@ enum ds_err ds_cfg_defaults(const struct ds_cfg_spec *sp, void *obj)
     char err[256];
     for (size_t i = 0; i < sp->n_keys; i++) {
         const struct ds_cfg_key *k = &sp->keys[i];
-        if (!k->def) continue;
+        if (!k->def || (k->flags & DS_CFG_IGNORED)) continue;
         if (assign(k, obj, k->def, false, err, sizeof err) != 0) {
             DS_LOG(DS_LOG_ERROR, "config default [%s] %s: %s", k->section, k->name, err);
             return DS_ERR_INVAL;
@@ -206,7 +207,7 @@ enum ds_err ds_cfg_set(const struct ds_cfg_spec *sp, void *obj, const char *assi
 void ds_cfg_cleanup(const struct ds_cfg_spec *sp, void *obj)
 {
     for (size_t i = 0; obj && i < sp->n_keys; i++)
-        if (sp->keys[i].type == DS_CFG_STR) {
+        if (sp->keys[i].type == DS_CFG_STR && !(sp->keys[i].flags & DS_CFG_IGNORED)) {
             char **s = (char **)((char *)obj + sp->keys[i].offset);
             free(*s);
             *s = NULL;
@@ -219,12 +220,14 @@ void ds_cfg_describe(const struct ds_cfg_spec *sp, FILE *f)
     int wk = 0, wd = 0;                 /* columns as wide as the widest key and default */
     for (size_t i = 0; i < sp->n_keys; i++) {
         const struct ds_cfg_key *k = &sp->keys[i];
+        if (k->flags & DS_CFG_IGNORED) continue;
         int n = (int)(strlen(k->section) + strlen(k->name) + 3), d = (int)strlen(k->def ? k->def : "(none)");
         wk = n > wk ? n : wk;
         wd = d > wd ? d : wd;
     }
     for (size_t i = 0; i < sp->n_keys; i++) {
         const struct ds_cfg_key *k = &sp->keys[i];
+        if (k->flags & DS_CFG_IGNORED) continue;
         char key[256];
         snprintf(key, sizeof key, "[%s] %s", k->section, k->name);
         fprintf(f, "  %-*s %-6s default %-*s %s%s\n", wk, key, tn[k->type], wd, k->def ? k->def : "(none)",

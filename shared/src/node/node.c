@@ -431,10 +431,9 @@ enum ds_err ds_node_run(struct ds_node *node)
         }
         if (atomic_exchange(&node->reload, false) && node->cfg_path) {
             node_notify_send(&nfy, "RELOADING=1");
-            if (ds_node_config_load(node->cfg, node->cfg_path, true) == DS_OK) {
+            if (ds_node_config_load(node->cfg, node->cfg_path, true) == DS_OK) {   /* it logs each change */
                 node__cfg_publish(node);
                 ds_log_set(NULL, NULL, (enum ds_log_level)ds_log_level_parse(node->cfg->log_level));
-                DS_LOG(DS_LOG_INFO, "config reloaded from %s", node->cfg_path);
             }
             if (ready) node_notify_send(&nfy, "READY=1");
         }

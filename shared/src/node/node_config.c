@@ -1,6 +1,8 @@
 /*
-** node_config.c — a serving node's configuration: the key table (defaults,
-** ranges, which keys SIGHUP reloads) and the [model NAME] sections.
+** node_config.c — a serving node's configuration: the core's key table
+** (defaults, ranges, which keys SIGHUP reloads), joined at init with the
+** keys of the role's extensions (node_ext.h) and the role's defaults; the
+** [model NAME] sections; reloads.
 **
 ** Owns: the strings inside struct ds_node_config.
 */
@@ -17,16 +19,17 @@
 #include "ds/node.h"
 #include "ds/spec.h"
 #include "ds/topics.h"
+#include "node_internal.h"
 
 #define O(f) offsetof(struct ds_node_config, f)
-static const struct ds_cfg_key node_keys[] = {
+static const struct ds_cfg_key core_keys[] = {
     { "node", "name", DS_CFG_STR, O(node), "node-1", 0, 0, 0, "node name: topics, served_by, telemetry" },
     { "node", "log_level", DS_CFG_STR, O(log_level), "info", 0, 0, DS_CFG_RELOADABLE, "error, warn, info or debug" },
     { "node", "answers_file", DS_CFG_STR, O(answers_file), NULL, 0, 0, 0, "finals remembered across a restart, so a request redelivered or retried after one is not answered twice (default $STATE_DIRECTORY/answers-NAME.bin under systemd; none without either: memory only)" },
     { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
-    { "mqtt", "session_expiry_s", DS_CFG_U32, O(session_expiry_s), "600", 0, 604800, 0, "persistent session: the broker keeps this node's requests while it is down, this long (0 = clean start; center default 0)" },
+    { "mqtt", "session_expiry_s", DS_CFG_U32, O(session_expiry_s), "600", 0, 604800, 0, "persistent session: the broker keeps this node's requests while it is down, this long (0 = clean start)" },
     { "mqtt", "max_packet", DS_CFG_U32, O(max_packet), "0", 0, 268435460, 0, "MQTT Maximum Packet Size asked of the broker, bytes (0 = the largest message this node takes, plus headers)" },
     { "mqtt", "cafile", DS_CFG_STR, O(mqtt_tls.cafile), NULL, 0, 0, 0, "CA certificate(s) (PEM) the broker's must chain to; needed by ssl://, mqtts://, wss://" },
     { "mqtt", "capath", DS_CFG_STR, O(mqtt_tls.capath), NULL, 0, 0, 0, "directory of hashed CA certificates (instead of cafile)" },
@@ -47,11 +50,9 @@ static const struct ds_cfg_key node_keys[] = {
     { "batch", "prefill_chunk", DS_CFG_U32, O(prefill_chunk), "32", 1, 1024, 0, "prompt tokens per step, so streams keep flowing" },
     { "telemetry", "interval_s", DS_CFG_U32, O(telemetry_s), "5", 1, 3600, DS_CFG_RELOADABLE, "telemetry period" },
     { "limits", "max_payload", DS_CFG_U32, O(max_payload), "65536", 256, 16777216, 0, "largest request, bytes" },
-    { "overflow", "enabled", DS_CFG_BOOL, O(overflow), "true", 0, 0, 0, "edge: send work to live centers when it cannot finish in time" },
-    { "overflow", "budget_high_ms", DS_CFG_U32, O(budget_ms[DS_TIER_HIGH]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: overflow high work expected to finish later than this (0 = deadline only)" },
-    { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for normal" },
-    { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "edge: same for low" },
-    { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0, "edge: serve locally what no center took within this" },
+    { "overflow", "budget_high_ms", DS_CFG_U32, O(budget_ms[DS_TIER_HIGH]), "0", 0, 3600000, DS_CFG_RELOADABLE, "send high work expected to finish later than this to a center, where the role overflows (0 = deadline only; the admission reads it)" },
+    { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "same for normal" },
+    { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "same for low" },
     { "registry", "path", DS_CFG_STR, O(registry_path), NULL, 0, 0, 0, "model registry (SQLite file)" },
     { "keys", "signer_pub", DS_CFG_STR, O(signer_pub), NULL, 0, 0, 0, "trusted publisher public key file(s), comma-separated" },
     { "keys", "node_sec", DS_CFG_STR, O(node_sec), NULL, 0, 0, 0, "this node's secret key file (mode 0600): set = fetch models published on the broker" },
@@ -62,12 +63,6 @@ static const struct ds_cfg_key node_keys[] = {
     { "models", "fetch_window", DS_CFG_U32, O(fetch_window), "16", 1, 256, 0, "chunks in flight per download" },
     { "models", "fetch_timeout_ms", DS_CFG_U32, O(fetch_timeout_ms), "5000", 100, 600000, 0, "ask again for chunks after this long without one" },
     { "publish", "dirs", DS_CFG_STR, O(publish_dirs), NULL, 0, 0, 0, "bundle directories to offer to the fleet, comma-separated (checked with [keys] signer_pub)" },
-    { "overflow", "speculate", DS_CFG_BOOL, O(speculate), "false", 0, 0, 0, "edge: route=center requests for a model served here too are drafted here (INT8) and verified at a center" },
-    { "overflow", "spec_k", DS_CFG_U32, O(spec_k), "8", 1, DS_WIRE_SPEC_K_MAX, 0, "edge: most draft tokens per round (k adapts to the acceptance below it)" },
-    { "overflow", "spec_timeout_ms", DS_CFG_U32, O(spec_timeout_ms), "5000", 100, 600000, 0, "edge: a round unanswered this long means its center is lost (fall back)" },
-    { "overflow", "spec_pipeline", DS_CFG_BOOL, O(spec_pipeline), "false", 0, 0, 0, "edge: while a round is at the center, draft the next block as if all were accepted (used when they were); pays only with high acceptance and the edge on its own cores" },
-    { "spec", "sessions", DS_CFG_U32, O(spec_sessions), "4", 0, 256, 0, "center: edge-drafted sessions verified at once; each reserves one more KV sequence of the context at start (0 = refuse them)" },
-    { "spec", "idle_ms", DS_CFG_U32, O(spec_idle_ms), "30000", 100, 3600000, 0, "center: forget a session (and its KV) idle this long" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
     { "rollout", "p99_ms", DS_CFG_U32, O(ro_p99_ms), "2000", 1, 3600000, DS_CFG_RELOADABLE, "roll back a canary/shadow/just-promoted version whose P99 passes this" },
     { "rollout", "error_rate", DS_CFG_F32, O(ro_error_rate), "0.05", 0, 1, DS_CFG_RELOADABLE, "... or whose share of failed requests passes this" },
@@ -99,7 +94,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     memset(m, 0, sizeof *m);
     m->name = strdup(name);
     m->version = strdup("1");
-    m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    m->precision = c->model_precision;
     m->backend = DS_BACKEND_AUTO;
     m->spec_k = 8;
     if (!m->name || !m->version) {
@@ -174,33 +169,62 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
     return 0;
 }
 
+/* Whether row i's section came up in an earlier row (to list it once). */
+static bool section_known_before(const struct ds_node_config *c, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (!strcmp(c->keys[j].section, c->keys[i].section)) return true;
+    return false;
+}
+
 static int on_section(void *ud, const char *section, const char *key, const char *value, char *err, size_t n)
 {
-    if (strncmp(section, "model ", 6) != 0) {
-        snprintf(err, n, "unknown section (want node, mqtt, sched, batch, telemetry, limits, overflow, spec, registry, keys, models, publish, rollout or 'model NAME')");
-        return -1;
-    }
-    return set_model_key(ud, section + 6, key, value, err, n);
+    struct ds_node_config *c = ud;
+    if (strncmp(section, "model ", 6) == 0) return set_model_key(c, section + 6, key, value, err, n);
+    /* The sections this daemon knows, from its table. */
+    size_t used = (size_t)snprintf(err, n, "unknown section (want ");
+    for (size_t i = 0; i < c->n_keys && used < n; i++)
+        if (!section_known_before(c, i))
+            used += (size_t)snprintf(err + used, n - used, "%s, ", c->keys[i].section);
+    if (used < n) snprintf(err + used, n - used, "or 'model NAME')");
+    return -1;
 }
 
 static struct ds_cfg_spec spec_for(struct ds_node_config *c)
 {
-    _Static_assert(DS_ARRAY_LEN(node_keys) <= DS_ARRAY_LEN(((struct ds_node_config *)0)->key_lines),
-                   "key_lines holds a line per key");
-    return (struct ds_cfg_spec){ node_keys, DS_ARRAY_LEN(node_keys), on_section, c, c->key_lines, &c->cur_line };
+    return (struct ds_cfg_spec){ c->keys, c->n_keys, on_section, c, c->key_lines, &c->cur_line };
 }
 
-void ds_node_config_init(struct ds_node_config *c, enum ds_msg_role role)
+/* Append rows to c's table (a role's tables are a main.c's, not input). */
+static void add_keys(struct ds_node_config *c, const struct ds_cfg_key *k, size_t n)
+{
+    DS_ASSERT(c->n_keys + n <= DS_ARRAY_LEN(c->keys));
+    memcpy(c->keys + c->n_keys, k, n * sizeof *k);
+    c->n_keys += n;
+}
+
+void ds_node_config_init(struct ds_node_config *c, const struct ds_node_role *role)
 {
     memset(c, 0, sizeof *c);
-    c->role = role;
+    c->role = role ? role->role : DS_MSG_ROLE_EDGE;
+    c->role_table = role;
+    c->model_precision = DS_PRECISION_INT8;
+    add_keys(c, core_keys, DS_ARRAY_LEN(core_keys));
+    node__ext_config_keys(role, c->keys, &c->n_keys, DS_ARRAY_LEN(c->keys));
+    if (role && role->foreign) add_keys(c, role->foreign, role->n_foreign);
     struct ds_cfg_spec sp = spec_for(c);
-    if (ds_cfg_defaults(&sp, c) != DS_OK) DS_LOG(DS_LOG_ERROR, "edge config: bad built-in default");
-    /* Centers share their requests ($share/dspark-center/...), and
-    ** mosquitto 2.0 hands a shared subscription's messages round robin to
-    ** every member with a session, online or not: a stopped center with a
-    ** persistent session would hold its share until it came back. */
-    if (role == DS_MSG_ROLE_CENTER) c->session_expiry_s = 0;
+    if (ds_cfg_defaults(&sp, c) != DS_OK) DS_LOG(DS_LOG_ERROR, "node config: bad built-in default");
+    /* The role's own defaults (a center's session_expiry_s = 0, FP32). */
+    for (size_t i = 0; role && role->defaults && role->defaults[i]; i++) {
+        const char *d = role->defaults[i];
+        if (!strncmp(d, "model.precision=", 16)) {
+            int p = ds_precision_parse(d + 16);
+            DS_ASSERT(p >= 0);
+            c->model_precision = p;
+        } else if (ds_cfg_set(&sp, c, d) != DS_OK) {
+            DS_LOG(DS_LOG_ERROR, "node config: bad role default '%s'", d);
+        }
+    }
 }
 
 void ds_node_config_cleanup(struct ds_node_config *c)
@@ -217,6 +241,10 @@ void ds_node_config_cleanup(struct ds_node_config *c)
         free(c->models[i].draft);
     }
     c->n_models = 0;
+    for (unsigned i = 0; i < c->n_overrides; i++) free(c->overrides[i]);
+    free(c->overrides);
+    c->overrides = NULL;
+    c->n_overrides = 0;
     free(c->file);
     c->file = NULL;
 }
@@ -291,46 +319,161 @@ static enum ds_err resolve_paths(struct ds_node_config *c, const char *path)
 /* The line key section.name was set on; 0 when it was not. */
 static int key_line(const struct ds_node_config *c, const char *section, const char *name)
 {
-    for (size_t i = 0; i < DS_ARRAY_LEN(node_keys); i++)
-        if (!strcmp(node_keys[i].section, section) && !strcmp(node_keys[i].name, name)) return c->key_lines[i];
+    for (size_t i = 0; i < c->n_keys; i++)
+        if (!strcmp(c->keys[i].section, section) && !strcmp(c->keys[i].name, name)) return c->key_lines[i];
     return 0;
 }
 
-enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload)
+/* Key k's value in obj as text, for the reload log. */
+static const char *key_text(const struct ds_cfg_key *k, const void *obj, char *buf, size_t n)
 {
-    if (!reload) {
-        struct ds_cfg_spec sp = spec_for(c);
-        enum ds_err rc = ds_cfg_load(&sp, c, path, false);
-        /* A slot kept for high work costs a small node a large share of its
-        ** slots: by default only nodes of 8 or more keep one. */
-        if (!key_line(c, "batch", "reserve_high") && c->max_active < 8) c->reserve_high = 0;
-        free(c->file);
-        c->file = strdup(path);
-        if (rc != DS_ERR_NOT_FOUND && rc != DS_ERR_IO && resolve_paths(c, path) != DS_OK && rc == DS_OK)
-            rc = DS_ERR_NOMEM;
+    const char *field = (const char *)obj + k->offset;
+    switch (k->type) {
+    case DS_CFG_STR: {
+        const char *v = *(char *const *)field;
+        snprintf(buf, n, "'%s'", v ? v : "");
+        break;
+    }
+    case DS_CFG_U32: snprintf(buf, n, "%u", *(const uint32_t *)field); break;
+    case DS_CFG_F32: snprintf(buf, n, "%g", (double)*(const float *)field); break;
+    case DS_CFG_BOOL: snprintf(buf, n, "%s", *(const bool *)field ? "true" : "false"); break;
+    }
+    return buf;
+}
+
+static bool key_same(const struct ds_cfg_key *k, const void *a, const void *b)
+{
+    const char *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+    switch (k->type) {
+    case DS_CFG_STR: {
+        const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
+        return (!sa || !*sa) ? (!sb || !*sb) : (sb && !strcmp(sa, sb));
+    }
+    case DS_CFG_U32: return *(const uint32_t *)fa == *(const uint32_t *)fb;
+    case DS_CFG_F32: return *(const float *)fa == *(const float *)fb;
+    case DS_CFG_BOOL: return *(const bool *)fa == *(const bool *)fb;
+    }
+    return true;
+}
+
+/* Take k's value from src into dst (strings change hands: src gets dst's). */
+static void key_take(const struct ds_cfg_key *k, void *dst, void *src)
+{
+    char *fd = (char *)dst + k->offset, *fs = (char *)src + k->offset;
+    size_t size = k->type == DS_CFG_STR ? sizeof(char *) : k->type == DS_CFG_U32 ? sizeof(uint32_t)
+                : k->type == DS_CFG_F32 ? sizeof(float) : sizeof(bool);
+    char tmp[sizeof(char *) > sizeof(uint32_t) ? sizeof(char *) : sizeof(uint32_t)];
+    memcpy(tmp, fd, size);
+    memcpy(fd, fs, size);
+    memcpy(fs, tmp, size);
+}
+
+static bool str_same(const char *a, const char *b)
+{
+    return (!a || !*a) ? (!b || !*b) : (b && !strcmp(a, b));
+}
+
+/* Whether [model NAME] differs between two configs (models load at start only). */
+static bool model_same(const struct ds_node_model_cfg *a, const struct ds_node_model_cfg *b)
+{
+    return str_same(a->path, b->path) && str_same(a->tokenizer, b->tokenizer) && str_same(a->version, b->version)
+        && a->precision == b->precision && a->backend == b->backend && a->threads == b->threads
+        && a->ctx == b->ctx && a->kv_cache == b->kv_cache && a->cascade == b->cascade
+        && str_same(a->versions, b->versions) && str_same(a->delay, b->delay) && str_same(a->draft, b->draft)
+        && a->spec_k == b->spec_k;
+}
+
+/* Report every [model NAME] added, removed or changed; the count. */
+static unsigned models_changed(const struct ds_node_config *run, const struct ds_node_config *next)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < next->n_models; i++) {
+        const struct ds_node_model_cfg *was = NULL;
+        for (unsigned j = 0; j < run->n_models && !was; j++)
+            if (!strcmp(run->models[j].name, next->models[i].name)) was = &run->models[j];
+        if (was && model_same(was, &next->models[i])) continue;
+        DS_LOG(DS_LOG_WARN, "config reload: [model %s] %s: needs a restart (the running model is kept)",
+               next->models[i].name, was ? "changed" : "added");
+        n++;
+    }
+    for (unsigned j = 0; j < run->n_models; j++) {
+        bool kept = false;
+        for (unsigned i = 0; i < next->n_models && !kept; i++)
+            kept = !strcmp(run->models[j].name, next->models[i].name);
+        if (kept) continue;
+        DS_LOG(DS_LOG_WARN, "config reload: [model %s] removed: needs a restart (the running model is kept)",
+               run->models[j].name);
+        n++;
+    }
+    return n;
+}
+
+/* A reload: the file is read into a scratch config with the command line's
+** overrides applied over it again (they hold across SIGHUP), checked as at
+** start, and compared key by key: a changed reloadable key is taken and
+** logged "applied", any other change is logged "needs a restart" and left
+** as it runs. A file with any error changes nothing. */
+static enum ds_err reload(struct ds_node_config *c, const char *path)
+{
+    struct ds_node_config tmp;
+    ds_node_config_init(&tmp, c->role_table);
+    enum ds_err rc = ds_node_config_load(&tmp, path, false);
+    for (unsigned i = 0; rc == DS_OK && i < c->n_overrides; i++) rc = ds_node_config_set(&tmp, c->overrides[i]);
+    if (rc == DS_OK) rc = ds_node_config_check(&tmp);
+    if (rc != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "config reload: %s has errors (listed above); keeping the running config", path);
+        ds_node_config_cleanup(&tmp);
         return rc;
     }
-    /* A reload parses into a scratch copy (models are not reloadable) and
-    ** takes over the reloadable keys only. */
-    struct ds_node_config tmp;
-    ds_node_config_init(&tmp, c->role);
-    struct ds_cfg_spec sp = spec_for(&tmp);
-    enum ds_err rc = ds_cfg_load(&sp, &tmp, path, false);
-    if (rc == DS_OK) {
-        char *lvl = c->log_level;
-        c->log_level = tmp.log_level;
-        tmp.log_level = lvl;
-        c->telemetry_s = tmp.telemetry_s;
-        c->client_max = tmp.client_max;
-        c->ro_p99_ms = tmp.ro_p99_ms;
-        c->ro_error_rate = tmp.ro_error_rate;
-        c->ro_window_s = tmp.ro_window_s;
-        c->ro_min_requests = tmp.ro_min_requests;
-        c->ro_probation_s = tmp.ro_probation_s;
-        memcpy(c->budget_ms, tmp.budget_ms, sizeof c->budget_ms);
+    unsigned applied = 0, restart = 0;
+    char was[160], now[160];
+    for (size_t i = 0; i < c->n_keys; i++) {
+        const struct ds_cfg_key *k = &c->keys[i];
+        if ((k->flags & DS_CFG_IGNORED) || key_same(k, c, &tmp)) continue;
+        key_text(k, c, was, sizeof was);
+        key_text(k, &tmp, now, sizeof now);
+        if (k->flags & DS_CFG_RELOADABLE) {
+            key_take(k, c, &tmp);
+            DS_LOG(DS_LOG_INFO, "config reload: [%s] %s %s -> %s: applied", k->section, k->name, was, now);
+            applied++;
+        } else {
+            DS_LOG(DS_LOG_WARN, "config reload: [%s] %s %s -> %s: needs a restart (running with %s)", k->section,
+                   k->name, was, now, was);
+            restart++;
+        }
     }
+    restart += models_changed(c, &tmp);
+    memcpy(c->key_lines, tmp.key_lines, sizeof c->key_lines);
+    DS_LOG(DS_LOG_INFO, "config reloaded from %s: %u key(s) applied, %u need a restart%s", path, applied, restart,
+           c->n_overrides ? " (command-line overrides kept)" : "");
     ds_node_config_cleanup(&tmp);
+    return DS_OK;
+}
+
+enum ds_err ds_node_config_load(struct ds_node_config *c, const char *path, bool reload_keys)
+{
+    if (reload_keys) return reload(c, path);
+    struct ds_cfg_spec sp = spec_for(c);
+    enum ds_err rc = ds_cfg_load(&sp, c, path, false);
+    /* A slot kept for high work costs a small node a large share of its
+    ** slots: by default only nodes of 8 or more keep one. */
+    if (!key_line(c, "batch", "reserve_high") && c->max_active < 8) c->reserve_high = 0;
+    free(c->file);
+    c->file = strdup(path);
+    if (rc != DS_ERR_NOT_FOUND && rc != DS_ERR_IO && resolve_paths(c, path) != DS_OK && rc == DS_OK)
+        rc = DS_ERR_NOMEM;
     return rc;
+}
+
+/* Keep a command-line override, so that a reload applies it again. */
+static enum ds_err remember(struct ds_node_config *c, const char *assignment)
+{
+    char **o = realloc(c->overrides, (c->n_overrides + 1) * sizeof *o);
+    if (!o) return DS_ERR_NOMEM;
+    c->overrides = o;
+    if (!(o[c->n_overrides] = strdup(assignment))) return DS_ERR_NOMEM;
+    c->n_overrides++;
+    return DS_OK;
 }
 
 enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment)
@@ -348,10 +491,11 @@ enum ds_err ds_node_config_set(struct ds_node_config *c, const char *assignment)
             DS_LOG(DS_LOG_ERROR, "override [model %s] %s: %s", mname, key, err);
             return DS_ERR_INVAL;
         }
-        return DS_OK;
+        return remember(c, assignment);
     }
     struct ds_cfg_spec sp = spec_for(c);
-    return ds_cfg_set(&sp, c, assignment);
+    enum ds_err rc = ds_cfg_set(&sp, c, assignment);
+    return rc == DS_OK ? remember(c, assignment) : rc;
 }
 
 const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *val, size_t val_len, bool *bad)
@@ -377,8 +521,8 @@ const char *ds_node_list_next(const char *p, char *ver, size_t ver_len, char *va
 static const char *where(const struct ds_node_config *c, const char *section, const char *name, int line,
                          char *buf, size_t n)
 {
-    for (size_t i = 0; section && i < DS_ARRAY_LEN(node_keys); i++)
-        if (!strcmp(node_keys[i].section, section) && !strcmp(node_keys[i].name, name)) line = c->key_lines[i];
+    for (size_t i = 0; section && i < c->n_keys; i++)
+        if (!strcmp(c->keys[i].section, section) && !strcmp(c->keys[i].name, name)) line = c->key_lines[i];
     if (c->file && line > 0) snprintf(buf, n, "%s:%d", c->file, line);
     else snprintf(buf, n, "%s", c->file ? c->file : "config");
     return buf;
@@ -462,32 +606,36 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
     return bad_count ? DS_ERR_INVAL : DS_OK;
 }
 
-/* Only the role's own keys (help texts start "edge:" or "center:" for the
-** role-specific ones) and the role's true defaults. */
-void ds_node_config_describe_role(FILE *f, enum ds_msg_role role)
+/* The keys a daemon of role reads (the core's and its extensions'), each
+** with the default that daemon starts from. */
+void ds_node_config_describe(FILE *f, const struct ds_node_role *role)
 {
-    bool center = role == DS_MSG_ROLE_CENTER;
-    struct ds_cfg_key keys[DS_ARRAY_LEN(node_keys)];
-    size_t n = 0;
-    for (size_t i = 0; i < DS_ARRAY_LEN(node_keys); i++) {
-        const char *h = node_keys[i].help ? node_keys[i].help : "";
-        if (!strncmp(h, center ? "edge:" : "center:", center ? 5 : 7)) continue;
-        keys[n++] = node_keys[i];
-        if (center && !strcmp(node_keys[i].name, "session_expiry_s")) keys[n - 1].def = "0";
+    struct ds_node_config *c = malloc(sizeof *c);
+    if (!c) return;
+    ds_node_config_init(c, role);
+    /* Defaults as the role sets them: the text the override gave. */
+    for (size_t i = 0; role && role->defaults && role->defaults[i]; i++) {
+        const char *d = role->defaults[i], *dot = strchr(d, '.'), *eq = strchr(d, '=');
+        for (size_t k = 0; dot && eq && k < c->n_keys; k++)
+            if (strlen(c->keys[k].section) == (size_t)(dot - d) && !strncmp(c->keys[k].section, d, (size_t)(dot - d))
+                && strlen(c->keys[k].name) == (size_t)(eq - dot - 1) && !strncmp(c->keys[k].name, dot + 1,
+                                                                                   (size_t)(eq - dot - 1)))
+                c->keys[k].def = eq + 1;
     }
-    struct ds_cfg_spec sp = { keys, n, NULL, NULL, NULL, NULL };
+    struct ds_cfg_spec sp = { c->keys, c->n_keys, NULL, NULL, NULL, NULL };
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (int8|fp32, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
                "                     kv_cache (f32, the default, or f16: half the KV memory, K and V rounded to halves),\n"
                "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
                "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n",
-            center ? "fp32" : "int8");
-    if (!center)
-        fprintf(f, "                     cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off),\n");
+            ds_precision_name((enum ds_precision)c->model_precision));
+    node__ext_model_help(role, f, "                     ");
     fprintf(f, "                     versions (more local versions for rollout: \"1.1.0:/path/a.bin, 1.2.0:/path/b.gguf\"; repeat the key to add),\n"
                "                     delay (drills/tests: \"VERSION:MS\" sleeps MS before each forward pass of VERSION),\n"
                "                     draft (speculative decoding: int8 = INT8 copy of the model, or a model file with the\n"
                "                     same vocabulary; unset = off), spec_k (drafts per round 1..%u, default 8, adapts)\n",
             DS_SPEC_K_MAX);
+    ds_node_config_cleanup(c);
+    free(c);
 }

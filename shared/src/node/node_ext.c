@@ -2,11 +2,17 @@
 ** node_ext.c — the one dispatch of the role's hooks (node_ext.h): one
 ** function per hook, each calling every extension the daemon lists, in its
 ** order, that is on and has the hook. The node core calls these; no other
-** file walks the extension table (tests/layers.py checks it).
+** file walks the extension table (tests/layers.py checks it). Two more
+** walks serve the config before any node exists: the extensions' key rows
+** and their --help lines for [model NAME].
 **
 ** Owns: nothing. The extensions' states live in struct ds_node (ext_state,
 ** ext_on), written by node__ext_create_all and node__ext_destroy_all only.
 */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "ds/log.h"
 #include "node_internal.h"
 
@@ -131,4 +137,44 @@ uint32_t node__ext_max_msg(const struct ds_node *node)
     for (unsigned i = 0; i < ext_count(node); i++)
         if (node->ext_on[i]) need = DS_MAX(need, node->role->exts[i]->max_msg);
     return need;
+}
+
+/* Where extension i's config struct starts in ext_cfg: after those before
+** it, each rounded up to 16 bytes. */
+static size_t ext_cfg_at(const struct ds_node_role *role, size_t i)
+{
+    size_t at = 0;
+    for (size_t j = 0; j < i; j++) at += (role->exts[j]->cfg_size + 15) & ~(size_t)15;
+    return at;
+}
+
+void node__ext_config_keys(const struct ds_node_role *role, struct ds_cfg_key *out, size_t *n, size_t cap)
+{
+    for (size_t i = 0; role && role->exts && role->exts[i]; i++) {
+        const struct node_ext *x = role->exts[i];
+        size_t at = ext_cfg_at(role, i);
+        DS_ASSERT(at + x->cfg_size <= DS_NODE_EXT_CFG_MAX);   /* a main.c's tables, not input */
+        if (!x->keys) continue;
+        DS_ASSERT(*n + x->n_keys <= cap);
+        for (size_t k = 0; k < x->n_keys; k++) {
+            DS_ASSERT(x->keys[k].offset < x->cfg_size);
+            out[*n] = x->keys[k];
+            out[*n].offset += offsetof(struct ds_node_config, ext_cfg) + at;
+            (*n)++;
+        }
+    }
+}
+
+const void *node__ext_config(const struct ds_node_config *c, const struct node_ext *ext)
+{
+    const struct ds_node_role *role = c->role_table;
+    for (size_t i = 0; role && role->exts && role->exts[i]; i++)
+        if (role->exts[i] == ext) return c->ext_cfg + ext_cfg_at(role, i);
+    return NULL;
+}
+
+void node__ext_model_help(const struct ds_node_role *role, FILE *f, const char *indent)
+{
+    for (size_t i = 0; role && role->exts && role->exts[i]; i++)
+        if (role->exts[i]->model_help) fprintf(f, "%s%s,\n", indent, role->exts[i]->model_help);
 }

@@ -1,7 +1,7 @@
 /*
 ** node_ext.h — how role code plugs into the serving node: the hook table
-** (struct node_ext), the role table each daemon's main.c lists
-** (struct ds_node_role), and the calls role code may make down into the
+** (struct node_ext), the role table of each daemon (struct ds_node_role,
+** edge_role.c, center_role.c), and the calls role code may make down into the
 ** node (intake, answers, versions). Never installed.
 **
 ** The node core never names an edge or a center function: it calls role
@@ -46,13 +46,21 @@
 **              (its ACL): topic, Correlation Data (.p NULL if none), why.
 **              The node has logged it; the hook acts on what it sent.
 **   kv_seqs    extra KV sequences the engines need (from the config only).
-** And one figure:
+** And figures:
 **   max_msg    the largest message its listeners take, bytes (0: none larger
 **              than a request); the node's MQTT Maximum Packet Size covers it.
+**   keys       its configuration keys (n_keys rows; NULL = none), with their
+**              defaults and help: the daemon parses, defaults and describes
+**              the core's keys and those of its extensions. The rows'
+**              offsets are into its own config struct of cfg_size bytes,
+**              which node__ext_config finds in the node's config.
+**   model_help more [model NAME] keys it reads, for --help (the core parses
+**              every model key).
 */
 #ifndef DS_NODE_EXT_H
 #define DS_NODE_EXT_H
 
+#include "ds/cfg.h"
 #include "node_types.h"
 
 struct cJSON;
@@ -81,6 +89,10 @@ struct node_ext {
     void        (*refused)(struct ds_node *node, void *st, const char *topic, struct ds_str corr, const char *why);
     uint32_t    (*kv_seqs)(const struct ds_node_config *c);
     uint32_t      max_msg;
+    const struct ds_cfg_key *keys;
+    size_t        n_keys;
+    size_t        cfg_size;
+    const char   *model_help;
 };
 
 /* A daemon: its role, where its requests arrive, and its extensions. */
@@ -92,9 +104,21 @@ struct ds_node_role {
     const char                   *about;         /* --help's paragraph */
     const struct node_ext *const *exts;          /* NULL-terminated, in call order */
     const char                   *gpu_module;    /* "dspark-cuda.so" (node_gpu.c); NULL = none */
+    /* Its config defaults over the keys' own: "section.key=value", and
+    ** "model.precision=fp32" for every [model NAME]; NULL-terminated. */
+    const char *const            *defaults;
+    /* Keys of the other daemon's extensions, flagged DS_CFG_IGNORED: one
+    ** config file may serve any node, so they are accepted (type-checked)
+    ** and ignored, never described. */
+    const struct ds_cfg_key      *foreign;
+    size_t                        n_foreign;
 };
 
 /* ---- what role code may call ---- */
+
+/* ext's config struct (its keys' values) inside c, or NULL when c's role
+** does not list ext. Any thread; c is the node's (node->cfg) or a test's. */
+const void *node__ext_config(const struct ds_node_config *c, const struct node_ext *ext);
 
 /* The state ext's create() stored, or NULL (off, or not listed). */
 void *node__ext_state(struct ds_node *node, const struct node_ext *ext);

@@ -70,6 +70,12 @@ void        node__ext_refused(struct ds_node *node, const char *topic, struct ds
 uint32_t    node__ext_kv_seqs(const struct ds_node *node);
 /* The largest max_msg of the extensions that are on. */
 uint32_t    node__ext_max_msg(const struct ds_node *node);
+/* For the config, before any node (role may be NULL): the key rows of
+** every extension role lists, in its order, appended to out[*n] (cap rows
+** in all: a main.c's tables, asserted); its extensions' model_help lines
+** for --help, each after indent. */
+void        node__ext_config_keys(const struct ds_node_role *role, struct ds_cfg_key *out, size_t *n, size_t cap);
+void        node__ext_model_help(const struct ds_node_role *role, FILE *f, const char *indent);
 
 /* node_ctl.c: a file kept across restarts: configured if set, else
 ** $STATE_DIRECTORY/STEM-NODE.EXT under systemd, else "" (none). */

@@ -3,11 +3,12 @@
 ** command line, load the config, install the signal thread, and run the
 ** node (node.c).
 **
-** Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config's
-** reloadable keys. The handler only writes the signal number to a pipe (the
-** self-pipe trick: libraries such as OpenBLAS start threads before main, so
-** sigwait on blocked signals would not see every signal); a thread reads the
-** pipe and calls the agent.
+** Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config file
+** with the command line's overrides over it again and applies the changed
+** reloadable keys (node_config.c logs each change). The handler only writes
+** the signal number to a pipe (the self-pipe trick: libraries such as
+** OpenBLAS start threads before main, so sigwait on blocked signals would
+** not see every signal); a thread reads the pipe and calls the agent.
 */
 #include <errno.h>
 #include <getopt.h>
@@ -26,10 +27,11 @@
 
 static void usage(FILE *f, const struct ds_node_role *role)
 {
-    bool center = role->role == DS_MSG_ROLE_CENTER;
     fprintf(f, "usage: %s -c CONFIG [options]\n\n%s", role->program, role->about);
     fprintf(f,
-        "SIGTERM drains and exits; SIGHUP reloads.\n"
+        "SIGTERM drains and exits. SIGHUP re-reads the config file: changed keys marked\n"
+        "(SIGHUP reloads) are applied, others are logged as needing a restart; -s and\n"
+        "--log-level hold; a file with errors changes nothing.\n"
         "\n"
         "  -c, --config FILE      INI configuration (default /etc/dspark/%s.ini; relative paths\n"
         "                         in it are relative to its folder)\n"
@@ -38,8 +40,8 @@ static void usage(FILE *f, const struct ds_node_role *role)
         "      --log-level L      error, warn, info or debug (overrides [node] log_level)\n"
         "  -h, --help             this text and the configuration keys\n"
         "      --version          print the version\n"
-        "\nconfiguration keys:\n", center ? "center" : "edge");
-    ds_node_config_describe_role(f, role->role);
+        "\nconfiguration keys:\n", ds_msg_role_name(role->role));
+    ds_node_config_describe(f, role);
 }
 
 static int g_sig_pipe[2] = { -1, -1 };     /* the daemon's signal channel (documented global) */
@@ -74,10 +76,34 @@ static void *signal_thread(void *p)
     return NULL;
 }
 
+/* The option getopt stopped at, as typed ("-x", or "--name" without any
+** "=value"): optopt is a short option's letter, the val of a long one given
+** a value it does not take, or 0 for an unknown long one (then it is
+** argv[optind - 1]). *is_long: it was spelled "--name". */
+static void offender(int argc, char **argv, const struct option *opts, char *out, size_t cap, bool *is_long)
+{
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    *is_long = false;
+    if (!strncmp(arg, "--", 2)) {
+        int len = (int)strcspn(arg, "=");
+        bool ours = optopt == 0;
+        for (size_t i = 0; !ours && opts[i].name; i++)
+            ours = opts[i].val == optopt && (int)strlen(opts[i].name) == len - 2 &&
+                   !strncmp(opts[i].name, arg + 2, (size_t)len - 2);
+        if (ours) {
+            snprintf(out, cap, "%.*s", len > 100 ? 100 : len, arg);
+            *is_long = true;
+            return;
+        }
+    }
+    bool letter = (optopt >= 'a' && optopt <= 'z') || (optopt >= 'A' && optopt <= 'Z') ||
+                  (optopt >= '0' && optopt <= '9');
+    snprintf(out, cap, "-%c", letter ? optopt : '?');
+}
+
 int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
 {
     const char *bin = role->program;
-    bool center = role->role == DS_MSG_ROLE_CENTER;
     enum { O_CHECK = 256, O_LOG, O_VERSION };
     static const struct option opts[] = {
         { "config", required_argument, 0, 'c' }, { "set", required_argument, 0, 's' },
@@ -86,11 +112,16 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
         { 0, 0, 0, 0 },
     };
     struct ds_node_config cfg;
-    ds_node_config_init(&cfg, role->role);
+    ds_node_config_init(&cfg, role);
     const char *path = NULL, *log_level = NULL;
     char *sets[64];
     int n_sets = 0, check_only = 0, c, status = 2;
-    while ((c = getopt_long(argc, argv, "c:s:h", opts, NULL)) != -1) {
+    /* One line and exit 2 for a command-line mistake, as dspark does
+    ** (shared/cli/cli_flags.c): getopt's own messages are off. */
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":c:s:h", opts, NULL)) != -1) {
+        char what[128];
+        bool is_long;
         switch (c) {
         case 'c': path = optarg; break;
         case 's':
@@ -109,16 +140,26 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
             }
             status = 0;
             goto out;
-        default: usage(stderr, role); goto out;
+        case ':':
+            offender(argc, argv, opts, what, sizeof what, &is_long);
+            fprintf(stderr, "%s: option '%s' needs a value (see '%s --help')\n", bin, what, bin);
+            goto out;
+        default:
+            offender(argc, argv, opts, what, sizeof what, &is_long);
+            if (is_long && optopt)
+                fprintf(stderr, "%s: option '%s' takes no value (see '%s --help')\n", bin, what, bin);
+            else
+                fprintf(stderr, "%s: unknown option '%s' (see '%s --help')\n", bin, what, bin);
+            goto out;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", bin, argv[optind]);
+        fprintf(stderr, "%s: unexpected argument '%s' (see '%s --help')\n", bin, argv[optind], bin);
         goto out;
     }
     /* Without -c: the packaged config, /etc/dspark/<role>.ini. */
     char def_path[64];
-    snprintf(def_path, sizeof def_path, "/etc/dspark/%s.ini", center ? "center" : "edge");
+    snprintf(def_path, sizeof def_path, "/etc/dspark/%s.ini", ds_msg_role_name(role->role));
     if (!path) path = def_path;
     /* Every problem in one pass: parse errors, bad overrides and the checks
     ** below are all reported before anything heavy (models) is loaded. */
@@ -130,11 +171,10 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
     bool bad = lrc != DS_OK;
     for (int i = 0; i < n_sets; i++)
         if (ds_node_config_set(&cfg, sets[i]) != DS_OK) bad = true;
-    if (log_level) {
-        char *s = strdup(log_level);
-        if (!s) goto out;
-        free(cfg.log_level);
-        cfg.log_level = s;
+    if (log_level) {            /* an override like -s, kept across SIGHUP */
+        char set[128];
+        snprintf(set, sizeof set, "node.log_level=%.100s", log_level);
+        if (ds_node_config_set(&cfg, set) != DS_OK) bad = true;
     }
     if (ds_node_config_check(&cfg) != DS_OK || bad) {
         fprintf(stderr, "%s: fix the config file %s (every problem is listed above; --help lists the keys)\n",
