@@ -396,7 +396,7 @@ static void center_handle(struct ds_node *node, const struct spn_msg *m)
         cJSON_Delete(j);
         return;
     }
-    if (!m->reply || !node__topic_ok(m->reply)) {
+    if (!m->reply || !node__topic_ok(m->reply) || !node__reply_scheme_ok(m->reply, true)) {
         DS_LOG_LIMITED(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
     } else if (m->len > node->cfg->max_payload) {
         center_error(node, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, node->cfg->max_payload);

@@ -97,6 +97,71 @@ static void test_bad_requests(void **state)
     nh_stop(h);
 }
 
+/* Response Topics and reply_to inside dspark/v1/ other than reply/ (the
+** node's own status, telemetry, alert and rollout topics, control/all, the
+** centers' and relays' topics, a model's fetch topic): refused, nothing
+** published there nor queued. reply/ and topics outside dspark/v1/ (a lab
+** broker's app/x/reply) are served. */
+static void test_control_plane_reply(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    static const char *const bad[] = {
+        DS_TOPIC_STATUS NH_NODE, DS_TOPIC_TELEMETRY NH_NODE, DS_TOPIC_ALERT NH_NODE, DS_TOPIC_ROLLOUT NH_NODE,
+        DS_TOPIC_CONTROL_ALL, DS_TOPIC_CONTROL NH_NODE, DS_TOPIC_CENTER_INFER NH_MODEL,
+        DS_TOPIC_CENTER_SPEC NH_MODEL, DS_TOPIC_CENTER_SESSION "center-1", DS_TOPIC_RELAY "edge-2",
+        DS_TOPIC_INFER NH_MODEL, DS_TOPIC_CANCEL "dev-2/x", DS_TOPIC_MODELS NH_MODEL "/" DS_TOPIC_KIND_FETCH,
+        DS_TOPIC_ROOT "x", DS_TOPIC_ROOT "/reply/dev-1",
+    };
+    char corr[32], body[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(corr, sizeof corr, "cp-rt-%zu", i);                          /* MQTT 5 Response Topic */
+        snprintf(body, sizeof body, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":2}", corr);
+        nh_deliver(h, NH_INFER, body, bad[i], corr);
+        snprintf(corr, sizeof corr, "cp-v3-%zu", i);                          /* MQTT 3.1.1 reply_to */
+        snprintf(body, sizeof body, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Hi\",\"reply_to\":\"%s\"}",
+                 corr, bad[i]);
+        nh_deliver(h, NH_INFER, body, NULL, corr);
+        snprintf(corr, sizeof corr, "cp-bad-%zu", i);                         /* a bad request's salvaged reply_to */
+        snprintf(body, sizeof body, "{\"id\":\"%s\",\"model\":\"stories\",\"max_tokens\":-1,\"reply_to\":\"%s\"}",
+                 corr, bad[i]);
+        nh_deliver(h, NH_INFER, body, NULL, corr);
+    }
+    assert_int_equal(nh_queued(h), 0);
+    assert_int_equal(atomic_load(&h->node->n_taken), 0);
+
+    /* The secured scheme's reply topic and a lab client's own topic are served. */
+    nh_request(h, "cp-ok-reply", "\"prompt\":\"Once\",\"max_tokens\":2", DS_TOPIC_REPLY "dev-1/app");
+    nh_request(h, "cp-ok-app", "\"prompt\":\"Once\",\"max_tokens\":2", "app/x/reply");
+    assert_int_equal(nh_queued(h), 2);
+    nh_release(h);
+    char *a = nh_answer(h, "cp-ok-reply", 20000), *b = nh_answer(h, "cp-ok-app", 20000);
+    assert_non_null(a);
+    assert_non_null(b);
+    free(a);
+    free(b);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .corr = "cp-ok-reply", .answer = true }, 0, 0, &p, NULL));
+    assert_string_equal(p.topic, DS_TOPIC_REPLY "dev-1/app");
+    stub_pub_cleanup(&p);
+    nh_hold(h);
+    /* Nothing of the refused ones anywhere; on dspark/v1/ only what the two
+    ** good ones got (their chunks are not streamed: one final each on reply/). */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        static const char *const kinds[] = { "cp-rt-%zu", "cp-v3-%zu", "cp-bad-%zu" };
+        for (size_t k = 0; k < 3; k++) {
+            snprintf(corr, sizeof corr, kinds[k], i);
+            assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = corr }), 0);
+            assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = bad[i], .needle = corr }), 0);
+        }
+    }
+    size_t on_reply = stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic_prefix = DS_TOPIC_REPLY });
+    size_t cp_msgs = stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic_prefix = DS_TOPIC_ROOT, .needle = "\"cp-" });
+    assert_int_equal(on_reply, 1);
+    assert_int_equal(cp_msgs, 1);                            /* the one cp- message on dspark/v1/ is on reply/ */
+    nh_stop(h);
+}
+
 /* The same request twice (a QoS 1 redelivery, DUP set) is served once. */
 static void test_duplicate_served_once(void **state)
 {
@@ -199,6 +264,7 @@ int node_intake_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_control_plane_reply),
         cmocka_unit_test(test_duplicate_served_once),
         cmocka_unit_test(test_online_drain_offline),
         cmocka_unit_test(test_wire_schemas),

@@ -120,6 +120,13 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         node__req_free(r);
         return true;
     }
+    if (r->reply && !node__reply_scheme_ok(r->reply, node->role->role == DS_MSG_ROLE_CENTER)) {
+        DS_LOG_LIMITED(DS_LOG_WARN, "request %s: response topic '%s' is a dspark control-plane topic, not "
+                       DS_TOPIC_REPLY "<identity>/...: not answered", id ? id : "?", r->reply);
+        ds_metrics_record_error(&node->metrics, DS_MSG_CODE_INVALID_REQUEST);
+        node__req_free(r);
+        return true;
+    }
     if (rc != DS_OK) {
         node__send_error(node, r->reply, r->corr, r->corr_len, id, err.id_generated, err.code, err.message);
         node__req_free(r);
