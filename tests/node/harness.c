@@ -218,9 +218,10 @@ static struct nh *start(const struct ds_node_role *role, const char *const *over
     x->running = true;
     nh_hold(h);                               /* the first turn: connected, subscribed, online */
     assert_true(stub_mqtt_connected(h->mqtt));
-    char filter[160];
+    char filter[160], with_id[170];        /* requests: the plain form, or ([intake] identity) <model>/<identity> */
     snprintf(filter, sizeof filter, "%s%s+", role->share_group, role->infer_prefix);
-    assert_true(stub_mqtt_subscribed(h->mqtt, filter));
+    snprintf(with_id, sizeof with_id, "%s/+", filter);
+    assert_true(stub_mqtt_subscribed(h->mqtt, filter) || stub_mqtt_subscribed(h->mqtt, with_id));
     return h;
 }
 
