@@ -46,8 +46,10 @@ struct fam {
     const char *name, *topic, *filter, *pub, *sub;
 };
 static const struct fam fams[] = {
-    { "infer",              DS_TOPIC_INFER "m",          DS_TOPIC_INFER "+",        "ynnnn", "nynnn" },
-    { "infer $share",       DS_TOPIC_INFER "m",          DS_SHARE_EDGE DS_TOPIC_INFER "+", "-----", "nynnn" },
+    { "infer (no identity)", DS_TOPIC_INFER "m",         DS_TOPIC_INFER "+",        "nnnnn", "nnnnn" },
+    { "infer own (dev-1)",  DS_TOPIC_INFER "m/dev-1",    DS_TOPIC_INFER "+/+",      "ynnnn", "nynnn" },
+    { "infer other (dev-2)", DS_TOPIC_INFER "m/dev-2",   DS_TOPIC_INFER "+/dev-2",  "nnnnn", "nynnn" },
+    { "infer $share",       DS_TOPIC_INFER "m/dev-1",    DS_SHARE_EDGE DS_TOPIC_INFER "+/+", "-----", "nynnn" },
     { "reply own (dev-1)",  DS_TOPIC_REPLY "dev-1/x",    DS_TOPIC_REPLY "dev-1/#",  "nyynn", "ynnnn" },
     { "reply other (dev-2)", DS_TOPIC_REPLY "dev-2/x",   DS_TOPIC_REPLY "dev-2/#",  "nyynn", "nnnnn" },
     { "cancel own (dev-1)", DS_TOPIC_CANCEL "dev-1/r1",  DS_TOPIC_CANCEL "#",       "ynnnn", "nyynn" },

@@ -222,7 +222,7 @@ static void test_acl_refusals(void **state)
     } cases[] = {
         { "infer", "infer --model-name stories -p x --timeout-ms 60000",
           "dspark infer: the broker refused the request (Not authorized): may this identity publish to "
-          DS_TOPIC_INFER "stories?" },
+          DS_TOPIC_INFER "stories/ops?" },
         { "model promote", "model promote --signer %1$s/signer.sec --model-name stories --model-version 9.0.0 "
           "--node edge-1 --wait-ms 60000",
           "dspark model promote: the broker refused the command on " DS_TOPIC_CONTROL "edge-1 (Not authorized)" },
@@ -423,7 +423,7 @@ static void test_edge_center_refused(void **state)
 
 /* edge-9: an edge's topics without dspark/v1/center/# (test_edge_center_refused). */
 #define EDGE9_ACL                                                                                      \
-    "user edge-9\ntopic read " DS_TOPIC_INFER "+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
+    "user edge-9\ntopic read " DS_TOPIC_INFER "+/+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
     "topic read " DS_TOPIC_RELAY "edge-9\ntopic read " DS_TOPIC_STATUS "+\ntopic write " DS_TOPIC_STATUS "edge-9\n"   \
     "topic write " DS_TOPIC_TELEMETRY "edge-9\ntopic write " DS_TOPIC_ALERT "edge-9\n"                             \
     "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL

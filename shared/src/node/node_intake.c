@@ -105,8 +105,8 @@ static const char *reply_refused(const struct ds_node *node, const char *reply, 
     if (reply && !node__topic_ok(reply)) return "has wildcards or is a $ topic";
     if (reply && !node__reply_scheme_ok(reply, node->role->role == DS_MSG_ROLE_CENTER))
         return "is a dspark control-plane topic, not " DS_TOPIC_REPLY "<identity>/...";
-    if (identity && (!*identity || strchr(identity, '/') || strlen(identity) > DS_TOPIC_NODE_MAX))
-        return "comes with a request whose topic's identity level is empty or too long";
+    if (identity && (!*identity || strchr(identity, '/')))
+        return "comes with a request whose topic's identity level is empty or not one level";
     if (identity && reply && !reply_of(reply, identity))
         return "is not the sender's own " DS_TOPIC_REPLY "<identity>/...";
     if (!identity && node->identity_topic && node->role->role == DS_MSG_ROLE_EDGE)
