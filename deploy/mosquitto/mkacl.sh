@@ -36,6 +36,7 @@ for pair in "$@"; do
         echo "topic write $P/center/session/+"
         echo "topic read $P/relay/$n"
         echo "topic read $P/status/+"
+        echo "topic read $P/center/status/+"
         echo "topic write $P/status/$n"
         echo "topic write $P/telemetry/$n"
         echo "topic write $P/rollout/$n"
@@ -54,6 +55,8 @@ for pair in "$@"; do
         echo "topic write $P/reply/#"
         echo "topic read $P/status/+"
         echo "topic write $P/status/$n"
+        echo "# its role, vouched: edges count a status saying center only with it"
+        echo "topic write $P/center/status/$n"
         echo "topic write $P/telemetry/$n"
         echo "topic write $P/rollout/$n"
         echo "topic write $P/alert/$n"
@@ -85,6 +88,7 @@ for pair in "$@"; do
         echo "topic write $P/cancel/#"
         echo "topic read $P/relay/#"
         echo "topic readwrite $P/status/#"
+        echo "topic read $P/center/status/#"
         echo "topic write $P/telemetry/#"
         echo "topic write $P/alert/#" ;;
     *) echo "mkacl: $n: unknown role '$role' (device, edge, center, ops, publisher, bridge)" >&2; exit 2 ;;

@@ -60,6 +60,8 @@ static const struct fam fams[] = {
     { "relay (edge-1)",     DS_TOPIC_RELAY "edge-1",     DS_TOPIC_RELAY "edge-1",   "nnynn", "nynnn" },
     { "status edge-1",      DS_TOPIC_STATUS "edge-1",    DS_TOPIC_STATUS "+",       "nynnn", "nyyyn" },
     { "status center-1",    DS_TOPIC_STATUS "center-1",  DS_TOPIC_STATUS "center-1", "nnynn", "nyyyn" },
+    { "center vouch",       DS_TOPIC_CENTER_STATUS "center-1", DS_TOPIC_CENTER_STATUS "+", "nnynn", "nynnn" },
+    { "center vouch edge-1", DS_TOPIC_CENTER_STATUS "edge-1", DS_TOPIC_CENTER_STATUS "edge-1", "nnnnn", "nynnn" },
     { "telemetry edge-1",   DS_TOPIC_TELEMETRY "edge-1", DS_TOPIC_TELEMETRY "+",    "nynnn", "nnnyy" },
     { "telemetry center-1", DS_TOPIC_TELEMETRY "center-1", DS_TOPIC_TELEMETRY "center-1", "nnynn", "nnnyy" },
     { "rollout edge-1",     DS_TOPIC_ROLLOUT "edge-1",   DS_TOPIC_ROLLOUT "+",      "nynnn", "nnnyy" },

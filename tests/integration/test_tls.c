@@ -491,6 +491,9 @@ static void test_edge_center_refused(void **state)
                          "\"verifies\":[\"stories9\"]}";
     assert_non_null(c = sec_mtls_client(&g_env, "center-1", "tls-center-1", NULL, NULL));
     assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_STATUS "center-1", online, strlen(online), 1, true, NULL), DS_OK);
+    /* ... and its vouch, which only a center identity may write (N6). */
+    const char *vouch = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\"}";
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_CENTER_STATUS "center-1", vouch, strlen(vouch), 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
 
     char conf[4096], pw[700], args[4096];
@@ -531,16 +534,18 @@ static void test_edge_center_refused(void **state)
                                   "here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);
     assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_STATUS "center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_CENTER_STATUS "center-1", "", 0, 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
     ds_mqtt_destroy(c);
 }
 
-/* edge-9: an edge's topics without dspark/v1/center/# (test_edge_center_refused). */
+/* edge-9: an edge's topics without dspark/v1/center/# but the centers'
+** vouches, which it reads (test_edge_center_refused). */
 #define EDGE9_ACL                                                                                      \
     "user edge-9\ntopic read " DS_TOPIC_INFER "+/+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
     "topic read " DS_TOPIC_RELAY "edge-9\ntopic read " DS_TOPIC_STATUS "+\ntopic write " DS_TOPIC_STATUS "edge-9\n"   \
     "topic write " DS_TOPIC_TELEMETRY "edge-9\ntopic write " DS_TOPIC_ALERT "edge-9\n"                             \
-    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL
+    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL "\ntopic read " DS_TOPIC_CENTER_STATUS "+"
 
 static int setup(void **state)
 {
