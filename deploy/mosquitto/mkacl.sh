@@ -31,7 +31,7 @@ for pair in "$@"; do
         echo "topic read $P/infer/+/+"
         echo "topic read $P/cancel/#"
         echo "topic write $P/reply/#"
-        echo "topic write $P/center/infer/+"
+        echo "topic write $P/center/infer/+/$n"
         echo "topic write $P/center/spec/+"
         echo "topic write $P/center/session/+"
         echo "topic read $P/relay/$n"
@@ -47,7 +47,7 @@ for pair in "$@"; do
         echo "topic write $P/models/+/fetch"
         echo "topic read $P/models/+/chunk/$n" ;;
     center)
-        echo "topic read $P/center/infer/+"
+        echo "topic read $P/center/infer/+/+"
         echo "topic read $P/center/spec/+"
         echo "topic read $P/center/session/$n"
         echo "topic read $P/cancel/#"

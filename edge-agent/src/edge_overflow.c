@@ -446,7 +446,10 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
         return false;
     }
     char topic[192], key[24];
-    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
+    if (node->identity_topic)                   /* the form whose identity level the ACL pins to this edge */
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s/%.64s", r->req.model, node->cfg->node);
+    else
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
     bool cascade = why == NODE_TAKE_LOW_CONFIDENCE;

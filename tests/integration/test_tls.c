@@ -309,7 +309,7 @@ static void test_identity_spoof(void **state)
     assert_non_null(c2);
     assert_non_null(co);
     assert_non_null(cc);
-    assert_int_equal(ds_mqtt_subscribe(cc, DS_TOPIC_CENTER_INFER "+", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(cc, DS_TOPIC_CENTER_INFER "#", 1), DS_OK);
     assert_int_equal(ds_mqtt_subscribe(cc, DS_TOPIC_MODELS "+/" DS_TOPIC_KIND_FETCH, 1), DS_OK);
     assert_int_equal(ds_mqtt_wait_subscribed(cc, 20000), DS_OK);
     assert_true(it_inbox_seen(ops, "online", 20000));            /* edge-1's retained status */
@@ -529,7 +529,7 @@ static void test_edge_center_refused(void **state)
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center to verify with: decoding the rest here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no verdict from"), 0);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
-                                  DS_TOPIC_CENTER_INFER "stories9 (Not authorized)"), 1);
+                                  DS_TOPIC_CENTER_INFER "stories9/edge-9 (Not authorized)"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
                                   "here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);

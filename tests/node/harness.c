@@ -329,10 +329,12 @@ bool nh_sent_to_center(struct nh *h, const char *id, int ms, char key[64])
     char needle[128];
     snprintf(needle, sizeof needle, "\"id\":\"%s\"", id);
     struct stub_pub p;
-    if (!stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = NH_CENTER, .needle = needle }, 0, ms, &p, NULL))
+    /* The plain topic, or ([intake] identity = topic) the one naming this edge. */
+    if (!stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic_prefix = NH_CENTER, .needle = needle }, 0, ms, &p, NULL))
         return false;
     snprintf(key, 64, "%s", p.corr);
-    bool ok = p.response_topic && !strcmp(p.response_topic, NH_RELAY) && *p.corr;
+    bool ok = p.response_topic && !strcmp(p.response_topic, NH_RELAY) && *p.corr &&
+              (!strcmp(p.topic, NH_CENTER) || !strcmp(p.topic, NH_CENTER "/" NH_NODE));
     stub_pub_cleanup(&p);
     return ok;
 }

@@ -189,6 +189,7 @@ static void test_center_vouch(void **state)
     nh_deliver(h, NH_INFER "/dev-1", "{\"id\":\"v-2\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":2,"
                "\"route\":\"center\"}", DS_TOPIC_REPLY "dev-1/a", "v-2");
     assert_true(nh_sent_to_center(h, "v-2", 1000, key));
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = NH_CENTER "/" NH_NODE, .needle = "v-2" }), 1);
     nh_center_accept(h, key, "v-2", "center-a");
     nh_center_final(h, key, "v-2", "center-a", "ok");
     expect_final(h, "v-2", "center-a", NULL);

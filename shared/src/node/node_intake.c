@@ -86,10 +86,14 @@ static void not_served(const struct ds_node *node, const char *model, size_t len
         n += snprintf(buf + n, cap - (size_t)n, "%s %s", i ? "," : "", node->models[i].cfg->name);
 }
 
-/* Whether reply is DS_TOPIC_REPLY <identity> or below it. */
-static bool reply_of(const char *reply, const char *identity)
+/* Whether reply is the identity's: a device's DS_TOPIC_REPLY <identity> or
+** below it; a relaying edge's (center) exactly DS_TOPIC_RELAY <identity>. */
+static bool reply_of(const char *reply, const char *identity, bool center)
 {
     size_t n = strlen(identity);
+    if (center)
+        return !strncmp(reply, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY)) &&
+               !strcmp(reply + DS_TOPIC_LEN(DS_TOPIC_RELAY), identity);
     if (strncmp(reply, DS_TOPIC_REPLY, DS_TOPIC_LEN(DS_TOPIC_REPLY)) != 0) return false;
     reply += DS_TOPIC_LEN(DS_TOPIC_REPLY);
     return strncmp(reply, identity, n) == 0 && (reply[n] == '/' || reply[n] == '\0');
@@ -107,11 +111,13 @@ static const char *reply_refused(const struct ds_node *node, const char *reply, 
         return "is a dspark control-plane topic, not " DS_TOPIC_REPLY "<identity>/...";
     if (identity && (!*identity || strchr(identity, '/')))
         return "comes with a request whose topic's identity level is empty or not one level";
-    if (identity && reply && !reply_of(reply, identity))
-        return "is not the sender's own " DS_TOPIC_REPLY "<identity>/...";
-    if (!identity && node->identity_topic && node->role->role == DS_MSG_ROLE_EDGE)
-        return "comes with a request on " DS_TOPIC_INFER "<model> without the sender's identity, which this node "
-               "does not take ([intake] identity = topic: send on " DS_TOPIC_INFER "<model>/<identity>)";
+    bool center = node->role->role == DS_MSG_ROLE_CENTER;
+    if (identity && reply && !reply_of(reply, identity, center))
+        return center ? "is not the sending edge's own " DS_TOPIC_RELAY "<edge>"
+                      : "is not the sender's own " DS_TOPIC_REPLY "<identity>/...";
+    if (!identity && node->identity_topic)
+        return "comes with a request on <infer topic>/<model> without the sender's identity, which this node "
+               "does not take ([intake] identity = topic: send on <infer topic>/<model>/<identity>)";
     return NULL;
 }
 
@@ -336,14 +342,12 @@ void node__intake_listen(struct ds_node *node)
     const char *mode = node->cfg->intake_identity;
     node->identity_topic = !strcmp(mode, "topic") || (!strcmp(mode, "auto") && ds_mqtt_uri_is_tls(node->cfg->mqtt_uri));
     char filter[160];
-    /* Every model: an unknown one gets model_not_found. A device's requests
-    ** carry its identity (an edge's); the plain form only on a lab broker. */
-    bool edge = node->role->role == DS_MSG_ROLE_EDGE;
-    if (edge) {
-        snprintf(filter, sizeof filter, "%s%s+/+", node->role->share_group, node->role->infer_prefix);
-        node__listen(node, filter, true, on_infer, NULL);
-    }
+    /* Every model: an unknown one gets model_not_found. Requests carry their
+    ** sender's identity (a device's at an edge, a relaying edge's at a
+    ** center); the plain form only on a lab broker. */
+    snprintf(filter, sizeof filter, "%s%s+/+", node->role->share_group, node->role->infer_prefix);
+    node__listen(node, filter, true, on_infer, NULL);
     snprintf(filter, sizeof filter, "%s%s+", node->role->share_group, node->role->infer_prefix);
-    if (!edge || !node->identity_topic) node__listen(node, filter, true, on_infer, NULL);
+    if (!node->identity_topic) node__listen(node, filter, true, on_infer, NULL);
     node__listen(node, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
 }
