@@ -32,8 +32,8 @@ for pair in "$@"; do
         echo "topic read $P/cancel/#"
         echo "topic write $P/reply/#"
         echo "topic write $P/center/infer/+/$n"
-        echo "topic write $P/center/spec/+"
-        echo "topic write $P/center/session/+"
+        echo "topic write $P/center/spec/+/$n"
+        echo "topic write $P/center/session/+/$n"
         echo "topic read $P/relay/$n"
         echo "topic read $P/status/+"
         echo "topic read $P/center/status/+"
@@ -48,8 +48,8 @@ for pair in "$@"; do
         echo "topic read $P/models/+/chunk/$n" ;;
     center)
         echo "topic read $P/center/infer/+/+"
-        echo "topic read $P/center/spec/+"
-        echo "topic read $P/center/session/$n"
+        echo "topic read $P/center/spec/+/+"
+        echo "topic read $P/center/session/$n/+"
         echo "topic read $P/cancel/#"
         echo "topic write $P/relay/+"
         echo "topic write $P/reply/#"

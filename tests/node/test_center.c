@@ -95,6 +95,34 @@ static void test_relay_identity(void **state)
     nh_stop(h);
 }
 
+/* D13, [intake] identity = topic: a speculation open or round is taken only
+** on the topic naming its sending edge (center/spec/<model>/<edge>,
+** center/session/<center>/<edge>) with that edge's relay topic as Response
+** Topic, so the session's owner is the edge the ACL pins. edge-x naming
+** edge-y's relay topic gets nothing; with its own it gets an answer (here
+** the center's refusal to verify drafts on the CPU). */
+static void test_spec_identity(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center((const char *const[]){ "intake.identity=topic", NULL });
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+/+"));
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_TOPIC_CENTER_SESSION NH_CENTER_NODE "/+"));
+    static const char open[] = "{\"v\":1,\"session\":\"s-1\",\"id\":\"sp-1\",\"model\":\"" NH_MODEL "\","
+                               "\"prompt\":\"Once\",\"pos\":0,\"draft\":[]}";
+    nh_deliver(h, DS_TOPIC_CENTER_SPEC NH_MODEL "/edge-x", open, DS_TOPIC_RELAY "edge-y", DS_CORR_SPEC "s-1");
+    nh_deliver(h, DS_TOPIC_CENTER_SESSION NH_CENTER_NODE "/edge-x", open, DS_TOPIC_RELAY "edge-y", DS_CORR_SPEC "s-1");
+    nh_deliver(h, DS_TOPIC_CENTER_SPEC NH_MODEL "/edge-x", open, DS_TOPIC_RELAY "edge-x", DS_CORR_SPEC "s-1");
+    nh_release(h);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-x", .corr = DS_CORR_SPEC "s-1" },
+                               0, 20000, &p, NULL));
+    stub_pub_cleanup(&p);
+    nh_hold(h);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-y" }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = DS_CORR_SPEC "s-1" }), 1);
+    nh_stop(h);
+}
+
 static void expect_on_relay(struct nh *h, const char *edge, const char *key, const char *needle)
 {
     char topic[128];
@@ -152,6 +180,7 @@ int node_center_tests(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_relayed_request),
         cmocka_unit_test(test_relay_identity),
+        cmocka_unit_test(test_spec_identity),
         cmocka_unit_test(test_relayed_client_quota),
         cmocka_unit_test(test_relayed_cancel_by_owner),
     };
