@@ -217,7 +217,7 @@ static bool on_status(struct ds_node *node, void *st, const struct ds_mqtt_msg *
         bool was = c->online;
         c->online = online;
         if (online && !was && !live(node, o, c))              /* its vouch may still come (retained, any order) */
-            DS_LOG_LIMITED(DS_LOG_WARN, "center %s: not counted until it vouches on " DS_TOPIC_CENTER_STATUS
+            DS_LOG_LIMITED(DS_LOG_INFO, "center %s: counted once it vouches on " DS_TOPIC_CENTER_STATUS
                            "%s, which only a center may write", c->name, c->name);
         c->verifies = verifies;
         c->seen_ns = now;
