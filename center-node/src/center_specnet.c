@@ -204,6 +204,13 @@ static bool on_message(struct ds_node *node, void *st, const struct ds_mqtt_msg 
 static void start(struct ds_node *node, void *st)
 {
     struct center_specnet *n = st;
+    if (node->identity_topic) {            /* the sending edge's name last: its ACL pins it */
+        char filter[200];
+        node__listen(node, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+/+", true, on_message, n);
+        snprintf(filter, sizeof filter, "%s/+", n->session_topic);
+        node__listen(node, filter, false, on_message, n);
+        return;
+    }
     node__listen(node, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+", true, on_message, n);
     node__listen(node, n->session_topic, false, on_message, n);
 }
@@ -304,7 +311,8 @@ static void center_open(struct ds_node *node, const struct spn_msg *m, const cJS
     uint32_t pos = 0, k = 0, n_context = 0;
     int32_t draft[DS_SPEC_K_MAX];
     struct spn_session *ss = NULL;
-    if (shared && strcmp(m->topic + strlen(DS_TOPIC_CENTER_SPEC), req.model) != 0) {
+    const char *tm = m->topic + strlen(DS_TOPIC_CENTER_SPEC);
+    if (shared && (strcspn(tm, "/") != strlen(req.model) || strncmp(tm, req.model, strlen(req.model)) != 0)) {
         center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         goto done;
     }
@@ -402,7 +410,23 @@ static void center_handle(struct ds_node *node, const struct spn_msg *m)
                    ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "v");
     const char *sid = specnet__sid(j);
-    bool on_session = !strcmp(m->topic, n->session_topic);
+    size_t sl = strlen(n->session_topic);
+    bool on_session = !strncmp(m->topic, n->session_topic, sl) && (m->topic[sl] == '\0' || m->topic[sl] == '/');
+    /* The sending edge: the topic's last level (identity form), which the
+    ** ACL pins; with [intake] identity = topic a session belongs to it: its
+    ** Response Topic must be that edge's relay topic, so the owner check
+    ** below (the Response Topic) is by the enforced identity (D13). */
+    const char *sender = on_session ? (m->topic[sl] == '/' ? m->topic + sl + 1 : NULL)
+                                    : strchr(m->topic + strlen(DS_TOPIC_CENTER_SPEC), '/');
+    if (sender && !on_session) sender++;
+    if (node->identity_topic &&
+        (!sender || !*sender || !m->reply || strncmp(m->reply, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY)) ||
+         strcmp(m->reply + DS_TOPIC_LEN(DS_TOPIC_RELAY), sender))) {
+        DS_LOG_LIMITED(DS_LOG_WARN, "speculation message on %s: Response Topic %s is not the sending edge's "
+                       DS_TOPIC_RELAY "<edge>: dropped", m->topic, m->reply ? m->reply : "(none)");
+        cJSON_Delete(j);
+        return;
+    }
     if (on_session && sid && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "close"))) {
         struct spn_session *ss = session_find(n, sid);
         /* Only the opener (its Response Topic, the edge's relay topic) may
@@ -415,7 +439,7 @@ static void center_handle(struct ds_node *node, const struct spn_msg *m)
         cJSON_Delete(j);
         return;
     }
-    if (!m->reply || !node__topic_ok(m->reply)) {
+    if (!m->reply || !node__topic_ok(m->reply) || !node__reply_scheme_ok(m->reply, true)) {
         DS_LOG_LIMITED(DS_LOG_WARN, "speculation message on %s without a usable Response Topic: dropped", m->topic);
     } else if (m->len > node->cfg->max_payload) {
         center_error(node, m, NULL, DS_MSG_CODE_INVALID_REQUEST, "payload: %zu bytes, at most %u", m->len, node->cfg->max_payload);

@@ -5,7 +5,9 @@
 # IDENTITY is the MQTT username (password clients) or the certificate CN
 # (use_identity_as_username on an mTLS listener); for nodes it must equal the
 # node's [node] name, because its status/telemetry/rollout/relay/session/chunk
-# topics carry that name. ROLE is one of device, edge, center, ops, publisher,
+# topics carry that name; for devices it is the last level of the request
+# topic, dspark/v1/infer/<model>/<identity>, which the nodes answer only on
+# dspark/v1/reply/<identity>/... ROLE is one of device, edge, center, ops, publisher,
 # bridge. Every identity gets its own block (mosquitto's %u patterns apply to
 # every user, so they cannot give a node topics a device must not have);
 # anything not listed is denied. README "Security" has the table.
@@ -22,18 +24,19 @@ for pair in "$@"; do
     echo "user $n"
     case $role in
     device)
-        echo "topic write $P/infer/+"
+        echo "topic write $P/infer/+/$n"
         echo "topic write $P/cancel/$n/#"
         echo "topic read $P/reply/$n/#" ;;
     edge)
-        echo "topic read $P/infer/+"
+        echo "topic read $P/infer/+/+"
         echo "topic read $P/cancel/#"
         echo "topic write $P/reply/#"
-        echo "topic write $P/center/infer/+"
-        echo "topic write $P/center/spec/+"
-        echo "topic write $P/center/session/+"
+        echo "topic write $P/center/infer/+/$n"
+        echo "topic write $P/center/spec/+/$n"
+        echo "topic write $P/center/session/+/$n"
         echo "topic read $P/relay/$n"
         echo "topic read $P/status/+"
+        echo "topic read $P/center/status/+"
         echo "topic write $P/status/$n"
         echo "topic write $P/telemetry/$n"
         echo "topic write $P/rollout/$n"
@@ -44,14 +47,16 @@ for pair in "$@"; do
         echo "topic write $P/models/+/fetch"
         echo "topic read $P/models/+/chunk/$n" ;;
     center)
-        echo "topic read $P/center/infer/+"
-        echo "topic read $P/center/spec/+"
-        echo "topic read $P/center/session/$n"
+        echo "topic read $P/center/infer/+/+"
+        echo "topic read $P/center/spec/+/+"
+        echo "topic read $P/center/session/$n/+"
         echo "topic read $P/cancel/#"
         echo "topic write $P/relay/+"
         echo "topic write $P/reply/#"
         echo "topic read $P/status/+"
         echo "topic write $P/status/$n"
+        echo "# its role, vouched: edges count a status saying center only with it"
+        echo "topic write $P/center/status/$n"
         echo "topic write $P/telemetry/$n"
         echo "topic write $P/rollout/$n"
         echo "topic write $P/alert/$n"
@@ -83,6 +88,7 @@ for pair in "$@"; do
         echo "topic write $P/cancel/#"
         echo "topic read $P/relay/#"
         echo "topic readwrite $P/status/#"
+        echo "topic read $P/center/status/#"
         echo "topic write $P/telemetry/#"
         echo "topic write $P/alert/#" ;;
     *) echo "mkacl: $n: unknown role '$role' (device, edge, center, ops, publisher, bridge)" >&2; exit 2 ;;

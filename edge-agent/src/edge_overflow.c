@@ -67,6 +67,11 @@ struct edge_overflow {
     struct pending *p;             /* MAX_PENDING slots; r == NULL when free */
     unsigned        n_pending;
     char            relay_topic[128];
+    /* Names that vouched on DS_TOPIC_CENTER_STATUS <name>, which the ACL lets
+    ** only that center write; oldest first. With [intake] identity = topic a
+    ** status saying "center" counts only for these (N6). */
+    char            vouched[MAX_CENTERS][64];
+    unsigned        n_vouched;
 };
 
 static struct edge_overflow *state(struct ds_node *node) { return node__ext_state(node, &edge_overflow_ext); }
@@ -77,6 +82,17 @@ static const struct edge_overflow_cfg *ovf_cfg(const struct ds_node *node)
     const struct edge_overflow_cfg *c = node__ext_config(node->cfg, &edge_overflow_ext);
     DS_ASSERT(c);                   /* its hooks run only where the role lists it */
     return c;
+}
+
+/* Whether c counts as a live center: online, and on a broker whose ACL
+** scheme is in use ([intake] identity = topic) vouched for. o->mu held. */
+static bool live(const struct ds_node *node, const struct edge_overflow *o, const struct center *c)
+{
+    if (!c->online) return false;
+    if (!node->identity_topic) return true;
+    for (unsigned i = 0; i < o->n_vouched; i++)
+        if (!strcmp(o->vouched[i], c->name)) return true;
+    return false;
 }
 
 static enum ds_err create(struct ds_node *node, void **st)
@@ -110,7 +126,7 @@ unsigned edge__centers_live(struct ds_node *node)
     if (!o) return 0;
     unsigned n = 0;
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; i < o->n_centers; i++) n += o->centers[i].online;
+    for (unsigned i = 0; i < o->n_centers; i++) n += live(node, o, &o->centers[i]);
     pthread_mutex_unlock(&o->mu);
     return n;
 }
@@ -130,7 +146,7 @@ unsigned edge__centers_verifying(struct ds_node *node, const char *model)
     if (!o) return 0;
     unsigned n = 0;
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; i < o->n_centers; i++) n += o->centers[i].online && (o->centers[i].verifies & bit);
+    for (unsigned i = 0; i < o->n_centers; i++) n += live(node, o, &o->centers[i]) && (o->centers[i].verifies & bit);
     pthread_mutex_unlock(&o->mu);
     return n;
 }
@@ -141,7 +157,8 @@ bool edge__center_online(struct ds_node *node, const char *name)
     bool on = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; i < o->n_centers && !on; i++) on = o->centers[i].online && !strcmp(o->centers[i].name, name);
+    for (unsigned i = 0; i < o->n_centers && !on; i++)
+        on = live(node, o, &o->centers[i]) && !strcmp(o->centers[i].name, name);
     pthread_mutex_unlock(&o->mu);
     return on;
 }
@@ -154,7 +171,7 @@ bool edge__center_pick(struct ds_node *node, const char *model, const char *avoi
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; i < o->n_centers && !got; i++)
-        if (o->centers[i].online && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
+        if (live(node, o, &o->centers[i]) && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
             memcpy(out, o->centers[i].name, 64);
             got = true;
         }
@@ -206,7 +223,11 @@ static bool on_status(struct ds_node *node, void *st, const struct ds_mqtt_msg *
     if (c) {
         if (c->online != online)
             DS_LOG(online ? DS_LOG_INFO : DS_LOG_WARN, "center %s is %s", c->name, online ? "online" : "offline");
+        bool was = c->online;
         c->online = online;
+        if (online && !was && !live(node, o, c))              /* its vouch may still come (retained, any order) */
+            DS_LOG_LIMITED(DS_LOG_INFO, "center %s: counted once it vouches on " DS_TOPIC_CENTER_STATUS
+                           "%s, which only a center may write", c->name, c->name);
         c->verifies = verifies;
         c->seen_ns = now;
         if (!online) {
@@ -272,7 +293,7 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     if (!bad && kind == RELAY_ACCEPT) {
         struct center *c = NULL;
         for (unsigned i = 0; i < o->n_centers && !c; i++)
-            if (o->centers[i].online && !strcmp(o->centers[i].name, by)) c = &o->centers[i];
+            if (live(node, o, &o->centers[i]) && !strcmp(o->centers[i].name, by)) c = &o->centers[i];
         if (!c) {
             bad = "accepted by a center that is not online";
         } else {
@@ -318,11 +339,39 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     return true;
 }
 
-/* Centers' status (retained, and their last will) and the relay topic. */
+/* A center's vouch (retained) on DS_TOPIC_CENTER_STATUS <name>: remembered;
+** an empty payload (the retained vouch cleared) forgets it. */
+static bool on_vouch(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
+{
+    struct edge_overflow *o = st;
+    const char *name = msg->topic + DS_TOPIC_LEN(DS_TOPIC_CENTER_STATUS);
+    if (!*name || strchr(name, '/') || strlen(name) >= sizeof o->vouched[0]) return true;
+    pthread_mutex_lock(&o->mu);
+    unsigned i = 0;
+    while (i < o->n_vouched && strcmp(o->vouched[i], name)) i++;
+    if (i < o->n_vouched) {                                   /* known: forget it, or keep it (newest) */
+        memmove(o->vouched[i], o->vouched[i + 1], (o->n_vouched - i - 1) * sizeof o->vouched[0]);
+        o->n_vouched--;
+    }
+    if (msg->len) {
+        if (o->n_vouched == MAX_CENTERS) {                   /* full: the oldest goes */
+            memmove(o->vouched[0], o->vouched[1], (MAX_CENTERS - 1) * sizeof o->vouched[0]);
+            o->n_vouched--;
+        }
+        snprintf(o->vouched[o->n_vouched++], sizeof o->vouched[0], "%s", name);
+    }
+    pthread_mutex_unlock(&o->mu);
+    ds_sched_wake(node->sched);
+    return true;
+}
+
+/* Centers' status (retained, and their last will), their vouches and the
+** relay topic. */
 static void start(struct ds_node *node, void *st)
 {
     struct edge_overflow *o = st;
     node__listen(node, DS_TOPIC_STATUS "+", false, on_status, o);
+    node__listen(node, DS_TOPIC_CENTER_STATUS "+", false, on_vouch, o);
     node__listen(node, o->relay_topic, false, on_relay, o);
 }
 
@@ -406,7 +455,10 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
         return false;
     }
     char topic[192], key[24];
-    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
+    if (node->identity_topic)                   /* the form whose identity level the ACL pins to this edge */
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s/%.64s", r->req.model, node->cfg->node);
+    else
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
     snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
     struct ds_mqtt_props props = { o->relay_topic, key, strlen(key), expiry_s, false };
     bool cascade = why == NODE_TAKE_LOW_CONFIDENCE;

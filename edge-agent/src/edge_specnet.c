@@ -193,13 +193,21 @@ static void req_free(struct node_req *r)
 
 /* ---- edge: draft, send, apply, fall back ---- */
 
+/* prefix level, and with [intake] identity = topic "/" this edge's name:
+** the level the ACL pins to this edge, which the center binds the session to. */
+static void spec_topic(const struct ds_node *node, char *buf, size_t cap, const char *prefix, const char *level)
+{
+    if (node->identity_topic) snprintf(buf, cap, "%s%s/%.64s", prefix, level, node->cfg->node);
+    else snprintf(buf, cap, "%s%s", prefix, level);
+}
+
 /* The close names our relay topic as Response Topic: the center takes a
 ** close only from the topic that opened the session. */
 static void edge_send_close(struct ds_node *node, const char *center, const char *sid)
 {
     struct edge_specnet *n = node__ext_state(node, &edge_specnet_ext);
     char topic[192];
-    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", center);
+    spec_topic(node, topic, sizeof topic, DS_TOPIC_CENTER_SESSION, center);
     cJSON *j = specnet__new_msg(sid);
     cJSON_AddTrueToObject(j, "close");
     struct ds_mqtt_props p = { .response_topic = n->relay_topic };
@@ -391,13 +399,13 @@ static void edge_send(struct ds_node *node, struct node_req *r, uint64_t now)
     ** center does not verify this model (the shared open could reach it). */
     bool direct = open && (s->opens > 1 || edge__centers_verifying(node, r->req.model) < edge__centers_live(node));
     if (direct && edge__center_pick(node, r->req.model, s->avoid, s->target)) {
-        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", s->target);
+        spec_topic(node, topic, sizeof topic, DS_TOPIC_CENTER_SESSION, s->target);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else if (open) {
-        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SPEC "%s", r->req.model);
+        spec_topic(node, topic, sizeof topic, DS_TOPIC_CENTER_SPEC, r->req.model);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else {
-        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_SESSION "%s", s->center);
+        spec_topic(node, topic, sizeof topic, DS_TOPIC_CENTER_SESSION, s->center);
     }
     cJSON_AddNumberToObject(j, "pos", s->pos);
     specnet__add_tokens(j, "draft", s->draft, k);

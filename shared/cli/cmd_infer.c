@@ -48,8 +48,9 @@ static void infer_usage(FILE *f)
         "       dspark infer [-b URI] --model-name NAME --message ROLE:TEXT [--message ROLE:TEXT ...] [options]\n"
         "       dspark infer [-b URI] [--model-name NAME] -f REQUESTS.jsonl [--concurrency N] [options]\n"
         "\n"
-        "Send inference requests to " DS_TOPIC_INFER "<MODEL> over MQTT 5 and print the\n"
-        "answers. One request: its text on stdout (as it streams with --stream), then\n"
+        "Send inference requests to " DS_TOPIC_INFER "<MODEL>/<IDENTITY> over MQTT 5 (the\n"
+        "identity: the username or the certificate's CN; without one, " DS_TOPIC_INFER "<MODEL>,\n"
+        "which only a lab broker's nodes take) and print the answers. One request: its text on stdout (as it streams with --stream), then\n"
         "one summary line on stderr (finish reason, tokens, who served it, the node's\n"
         "queue/ttft/total ms and the client-side round trip).\n"
         "\n"
@@ -630,6 +631,7 @@ struct session {
     struct ds_mqtt *mqtt;
     struct inbox    inbox;
     const char     *reply_topic;
+    const char     *identity;   /* the broker's name for us (a topic level), or NULL */
     struct req     *reqs;
     size_t          n_reqs;
     size_t         *live;       /* indices of requests in flight */
@@ -739,8 +741,9 @@ static void handle_refused(struct session *s, const struct reply *rp)
     r->outcome = OUT_REFUSED;
     snprintf(r->code, sizeof r->code, "refused");
     fprintf(stderr, "dspark infer: %s%sthe broker refused the request (%s): may this identity publish to "
-            DS_TOPIC_INFER "%s? (the ACL's device role may: deploy/mosquitto/mkacl.sh)\n",
-            s->single ? "" : r->id, s->single ? "" : ": ", rp->refused, r->model);
+            DS_TOPIC_INFER "%s%s%s? (the ACL's device role may: deploy/mosquitto/mkacl.sh)\n",
+            s->single ? "" : r->id, s->single ? "" : ": ", rp->refused, r->model, s->identity ? "/" : "",
+            s->identity ? s->identity : "");
     if (!s->single && !s->a->json) print_line(r);
     live_remove(s, slot);
 }
@@ -816,8 +819,11 @@ static void handle_reply(struct session *s, const struct reply *rp)
 
 static enum ds_err send_req(struct session *s, struct req *r)
 {
-    char topic[sizeof DS_TOPIC_INFER + DS_MSG_MODEL_MAX];
-    snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s", r->model);
+    char topic[sizeof DS_TOPIC_INFER + DS_MSG_MODEL_MAX + 130];
+    if (s->identity)                            /* the form whose identity level the broker's ACL pins */
+        snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s/%s", r->model, s->identity);
+    else
+        snprintf(topic, sizeof topic, DS_TOPIC_INFER "%s", r->model);
     struct ds_mqtt_props pr = { .response_topic = s->reply_topic, .correlation = r->id,
                                 .correlation_len = strlen(r->id), .expiry_s = r->expiry_s };
     r->sent_ms = ds_now_ms();
@@ -861,8 +867,8 @@ static int session_run(struct session *s)
             if (s->single) {
                 if (s->shown_len) printf("\n");
                 fprintf(stderr, "dspark infer: no answer within %llu ms (request %s on "
-                        DS_TOPIC_INFER "%s)\n", (unsigned long long)s->a->timeout_ms, r->id,
-                        r->model);
+                        DS_TOPIC_INFER "%s%s%s)\n", (unsigned long long)s->a->timeout_ms, r->id,
+                        r->model, s->identity ? "/" : "", s->identity ? s->identity : "");
             } else if (!s->a->json) {
                 print_line(r);
             }
@@ -991,12 +997,14 @@ int cmd_infer(int argc, char **argv)
     // its own dspark/v1/reply/<username>/#), else dspark/v1/reply/<client id>.
     char client_id[64], ident[128], reply_topic[sizeof DS_TOPIC_REPLY + 64 + 128];
     make_client_id(client_id, sizeof client_id);
-    if (ds_mqtt_identity(&a.tls, ident, sizeof ident) && !strpbrk(ident, "/+#"))
+    bool have_ident = ds_mqtt_identity(&a.tls, ident, sizeof ident) && *ident && !strpbrk(ident, "/+#");
+    if (have_ident)
         snprintf(reply_topic, sizeof reply_topic, DS_TOPIC_REPLY "%s/%s", ident, client_id);
     else
         snprintf(reply_topic, sizeof reply_topic, DS_TOPIC_REPLY "%s", client_id);
 
-    struct session s = { .a = &a, .reply_topic = reply_topic, .single = !a.file };
+    struct session s = { .a = &a, .reply_topic = reply_topic, .identity = have_ident ? ident : NULL,
+                         .single = !a.file };
     int status;
     if (a.file) {
         if ((status = reqs_from_file(&a, client_id, &s.reqs, &s.n_reqs)) != 0) return status;

@@ -35,7 +35,7 @@ enum { DEV, EDGE, CENTER, OPS, PUB, N_ROLES };
 static const char *const role_id[N_ROLES] = { "dev-1", "edge-1", "center-1", "ops", "publisher" };
 /* A topic each role may read, for the auditor's control message. */
 static const char *const role_ctl[N_ROLES] = {
-    DS_TOPIC_REPLY "dev-1/ctl", DS_TOPIC_RELAY "edge-1", DS_TOPIC_CENTER_SESSION "center-1",
+    DS_TOPIC_REPLY "dev-1/ctl", DS_TOPIC_RELAY "edge-1", DS_TOPIC_CENTER_SESSION "center-1/ctl",
     DS_TOPIC_ALERT "ctl", DS_TOPIC_ROLLOUT "ctl",
 };
 
@@ -46,18 +46,26 @@ struct fam {
     const char *name, *topic, *filter, *pub, *sub;
 };
 static const struct fam fams[] = {
-    { "infer",              DS_TOPIC_INFER "m",          DS_TOPIC_INFER "+",        "ynnnn", "nynnn" },
-    { "infer $share",       DS_TOPIC_INFER "m",          DS_SHARE_EDGE DS_TOPIC_INFER "+", "-----", "nynnn" },
+    { "infer (no identity)", DS_TOPIC_INFER "m",         DS_TOPIC_INFER "+",        "nnnnn", "nnnnn" },
+    { "infer own (dev-1)",  DS_TOPIC_INFER "m/dev-1",    DS_TOPIC_INFER "+/+",      "ynnnn", "nynnn" },
+    { "infer other (dev-2)", DS_TOPIC_INFER "m/dev-2",   DS_TOPIC_INFER "+/dev-2",  "nnnnn", "nynnn" },
+    { "infer $share",       DS_TOPIC_INFER "m/dev-1",    DS_SHARE_EDGE DS_TOPIC_INFER "+/+", "-----", "nynnn" },
     { "reply own (dev-1)",  DS_TOPIC_REPLY "dev-1/x",    DS_TOPIC_REPLY "dev-1/#",  "nyynn", "ynnnn" },
     { "reply other (dev-2)", DS_TOPIC_REPLY "dev-2/x",   DS_TOPIC_REPLY "dev-2/#",  "nyynn", "nnnnn" },
     { "cancel own (dev-1)", DS_TOPIC_CANCEL "dev-1/r1",  DS_TOPIC_CANCEL "#",       "ynnnn", "nyynn" },
     { "cancel other (dev-2)", DS_TOPIC_CANCEL "dev-2/r1", DS_TOPIC_CANCEL "dev-2/#", "nnnnn", "nyynn" },
-    { "center infer",       DS_TOPIC_CENTER_INFER "m",   DS_SHARE_CENTER DS_TOPIC_CENTER_INFER "+", "nynnn", "nnynn" },
-    { "center spec",        DS_TOPIC_CENTER_SPEC "m",    DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+", "nynnn", "nnynn" },
-    { "center session",     DS_TOPIC_CENTER_SESSION "center-1", DS_TOPIC_CENTER_SESSION "center-1", "nynnn", "nnynn" },
+    { "center infer",       DS_TOPIC_CENTER_INFER "m/edge-1", DS_SHARE_CENTER DS_TOPIC_CENTER_INFER "+/+", "nynnn", "nnynn" },
+    { "center infer other", DS_TOPIC_CENTER_INFER "m/edge-2", DS_TOPIC_CENTER_INFER "+/edge-2", "nnnnn", "nnynn" },
+    { "center infer (no id)", DS_TOPIC_CENTER_INFER "m", DS_TOPIC_CENTER_INFER "+", "nnnnn", "nnnnn" },
+    { "center spec",        DS_TOPIC_CENTER_SPEC "m/edge-1", DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+/+", "nynnn", "nnynn" },
+    { "center spec (no id)", DS_TOPIC_CENTER_SPEC "m",   DS_TOPIC_CENTER_SPEC "+",  "nnnnn", "nnnnn" },
+    { "center session",     DS_TOPIC_CENTER_SESSION "center-1/edge-1", DS_TOPIC_CENTER_SESSION "center-1/+", "nynnn", "nnynn" },
+    { "center session other", DS_TOPIC_CENTER_SESSION "center-1/edge-2", DS_TOPIC_CENTER_SESSION "center-1/edge-2", "nnnnn", "nnynn" },
     { "relay (edge-1)",     DS_TOPIC_RELAY "edge-1",     DS_TOPIC_RELAY "edge-1",   "nnynn", "nynnn" },
     { "status edge-1",      DS_TOPIC_STATUS "edge-1",    DS_TOPIC_STATUS "+",       "nynnn", "nyyyn" },
     { "status center-1",    DS_TOPIC_STATUS "center-1",  DS_TOPIC_STATUS "center-1", "nnynn", "nyyyn" },
+    { "center vouch",       DS_TOPIC_CENTER_STATUS "center-1", DS_TOPIC_CENTER_STATUS "+", "nnynn", "nynnn" },
+    { "center vouch edge-1", DS_TOPIC_CENTER_STATUS "edge-1", DS_TOPIC_CENTER_STATUS "edge-1", "nnnnn", "nynnn" },
     { "telemetry edge-1",   DS_TOPIC_TELEMETRY "edge-1", DS_TOPIC_TELEMETRY "+",    "nynnn", "nnnyy" },
     { "telemetry center-1", DS_TOPIC_TELEMETRY "center-1", DS_TOPIC_TELEMETRY "center-1", "nnynn", "nnnyy" },
     { "rollout edge-1",     DS_TOPIC_ROLLOUT "edge-1",   DS_TOPIC_ROLLOUT "+",      "nynnn", "nnnyy" },

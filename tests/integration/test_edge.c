@@ -10,7 +10,8 @@
 ** out by a model's chat template (a copy of stories260K with Meta's Llama 2
 ** template added) give the same text as `dspark run` on the laid-out prompt;
 ** a model without a template refuses them by name; a request without an id
-** gets one made for it, marked id_generated.
+** gets one made for it, marked id_generated. A Response Topic or reply_to
+** on dspark/v1/'s own topics (not reply/) is refused, logged, never answered.
 */
 #include <errno.h>
 #include <pthread.h>
@@ -27,6 +28,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "ds/common.h"
 #include "ds/log.h"
 #include "ds/model.h"
 #include "ds/mqtt.h"
@@ -299,6 +301,63 @@ static void test_same_text_as_run(void **state)
     assert_string_equal(node, "edge-t");
     assert_string_equal(ver, "7");
     free(text); free(node); free(ver); free(final); free(out);
+}
+
+/* A lab broker (no ACL): requests whose Response Topic (MQTT 5) or reply_to
+** (3.1.1) is one of dspark/v1/'s own topics other than reply/ are refused:
+** one log line each, nothing published for them anywhere on dspark/v1/
+** (a spy reads it all), edge-t's status stays online; a request answered on
+** dspark/v1/reply/<anything> and one on a lab topic of the device's are
+** served. */
+static void test_control_plane_reply(void **state)
+{
+    (void)state;
+    struct it_inbox *spy = it_inbox_new(MAX_MSGS);
+    struct ds_mqtt *c = it_device(tb_broker_uri(g.broker), "cp-spy", spy, (const char *const[]){ DS_TOPIC_ROOT "#", NULL });
+    assert_non_null(c);
+    static const struct {
+        const char *topic;
+        bool v3;
+    } bad[] = {
+        { DS_TOPIC_STATUS "edge-t", false }, { DS_TOPIC_CONTROL_ALL, false },
+        { DS_TOPIC_TELEMETRY "edge-t", true }, { DS_TOPIC_RELAY "edge-t", true },
+    };
+    int before = it_log_count(g.dir, "edge", "is a dspark control-plane topic");
+    char json[512], corr[32];
+    for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {
+        snprintf(corr, sizeof corr, "cp-%zu", i);
+        int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\","
+                         "\"max_tokens\":4%s%s%s}", corr, bad[i].v3 ? ",\"reply_to\":\"" : "",
+                         bad[i].v3 ? bad[i].topic : "", bad[i].v3 ? "\"" : "");
+        struct ds_mqtt_props p = { bad[i].v3 ? NULL : bad[i].topic, corr, strlen(corr), 0, false };
+        assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p), DS_OK);
+    }
+    /* Served: the secured scheme's reply topic, and a lab topic of the device's. */
+    const char *ok_req = "{\"id\":\"cp-ok\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":4}";
+    struct ds_mqtt_props p = { DS_TOPIC_REPLY "lab-dev/x", "cp-ok", 5, 0, false };
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_INFER "stories", ok_req, strlen(ok_req), 1, false, &p), DS_OK);
+    dev_send(g.dev, "cp-app", "\"prompt\":\"Once\",\"max_tokens\":4");
+    char *a = it_inbox_answer(spy, "cp-ok", 30000, NULL);
+    assert_non_null(a && strstr(a, "\"done\":true") ? a : NULL);
+    free(a);
+    assert_true(dev_wait(g.dev, "cp-app", 30000) >= 0);
+    int after = it_log_count(g.dir, "edge", "is a dspark control-plane topic");
+    printf("control-plane reply topics: %d refusal line(s) logged\n", after - before);
+    assert_int_equal(after - before, (int)DS_ARRAY_LEN(bad));
+    int n, on_root = 0;
+    const struct it_msg *m = it_inbox_lock(spy, &n);
+    for (int i = 0; i < n; i++) {
+        if (!strncmp(m[i].topic, DS_TOPIC_INFER, DS_TOPIC_LEN(DS_TOPIC_INFER))) continue;   /* the requests */
+        if (m[i].json && strstr(m[i].json, "\"cp-") && strcmp(m[i].corr, "cp-ok") != 0) on_root++;
+        if (!strncmp(m[i].topic, DS_TOPIC_STATUS, DS_TOPIC_LEN(DS_TOPIC_STATUS)) && m[i].json &&
+            !strstr(m[i].json, "\"online\""))
+            on_root++;
+    }
+    it_inbox_unlock(spy);
+    assert_int_equal(on_root, 0);
+    ds_mqtt_destroy(c);
+    it_inbox_free(spy);
+    assert_true(wait_status("online", 5000));
 }
 
 static double median(double *v, size_t n)
@@ -976,6 +1035,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_text_as_run),
+        cmocka_unit_test(test_control_plane_reply),
         cmocka_unit_test(test_chat),                /* before the tests that load the edge */
         cmocka_unit_test(test_200_concurrent),
         cmocka_unit_test(test_deadline_overload_cancel),

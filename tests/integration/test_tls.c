@@ -222,7 +222,7 @@ static void test_acl_refusals(void **state)
     } cases[] = {
         { "infer", "infer --model-name stories -p x --timeout-ms 60000",
           "dspark infer: the broker refused the request (Not authorized): may this identity publish to "
-          DS_TOPIC_INFER "stories?" },
+          DS_TOPIC_INFER "stories/ops?" },
         { "model promote", "model promote --signer %1$s/signer.sec --model-name stories --model-version 9.0.0 "
           "--node edge-1 --wait-ms 60000",
           "dspark model promote: the broker refused the command on " DS_TOPIC_CONTROL "edge-1 (Not authorized)" },
@@ -263,6 +263,120 @@ static void test_acl_refusals(void **state)
     assert_int_equal(st, 4);
     assert_non_null(out && strstr(out, "may this identity read " DS_TOPIC_TELEMETRY "+?") ? out : NULL);
     free(out);
+}
+
+static bool node_online(const char *node);
+
+/* Messages in in whose payload holds needle. */
+static int inbox_holding(struct it_inbox *in, const char *needle)
+{
+    int n, hits = 0;
+    const struct it_msg *m = it_inbox_lock(in, &n);
+    for (int i = 0; i < n; i++) hits += m[i].json && strstr(m[i].json, needle) != NULL;
+    it_inbox_unlock(in);
+    return hits;
+}
+
+/* One request of dev-1's or dev-2's: on topic, answered (if at all) on reply,
+** Correlation Data id; reply NULL: MQTT 3.1.1 style, reply_to in the JSON. */
+static void send_req(struct ds_mqtt *c, const char *topic, const char *id, const char *reply, bool v3)
+{
+    char json[512];
+    snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\","
+             "\"max_tokens\":120%s%s%s}", id, v3 ? ",\"reply_to\":\"" : "", v3 ? reply : "", v3 ? "\"" : "");
+    struct ds_mqtt_props p = { .response_topic = v3 ? NULL : reply, .correlation = id, .correlation_len = strlen(id) };
+    assert_int_equal(ds_mqtt_publish(c, topic, json, strlen(json), 1, false, &p), DS_OK);
+}
+
+/* N1 on the generated ACL over mutual TLS, the edge at [sched] client_max
+** 4: dev-1 sends on its own request topic with Response Topics (and
+** reply_to) of dev-2's inbox and of edge-1's status, telemetry, alert,
+** rollout, control/all, center and model topics, and on dev-2's request
+** topic (the broker refuses that). Nothing of it reaches dev-2 or any of
+** those topics; dev-2's four requests right after, one with the (reply
+** topic, id, correlation) dev-1 sent first, are all served, each once;
+** dev-1's own request is served; edge-1's retained status (what `dspark
+** exporter` reads) still says online. */
+static void test_identity_spoof(void **state)
+{
+    (void)state;
+    struct it_inbox *d1 = it_inbox_new(64), *d2 = it_inbox_new(64), *ops = it_inbox_new(256), *ctr = it_inbox_new(256);
+    struct ds_mqtt *c1 = sec_mtls_client(&g_env, "dev-1", "tls-dev-1", d1, DS_TOPIC_REPLY "dev-1/#");
+    struct ds_mqtt *c2 = sec_mtls_client(&g_env, "dev-2", "tls-dev-2", d2, DS_TOPIC_REPLY "dev-2/#");
+    struct ds_mqtt *co = sec_mtls_client(&g_env, "ops", "tls-ops-watch", ops, DS_TOPIC_ROOT "+/edge-1");
+    struct ds_mqtt *cc = sec_mtls_client(&g_env, "center-1", "tls-center-watch", ctr, DS_TOPIC_CONTROL_ALL);
+    assert_non_null(c1);
+    assert_non_null(c2);
+    assert_non_null(co);
+    assert_non_null(cc);
+    assert_int_equal(ds_mqtt_subscribe(cc, DS_TOPIC_CENTER_INFER "#", 1), DS_OK);
+    assert_int_equal(ds_mqtt_subscribe(cc, DS_TOPIC_MODELS "+/" DS_TOPIC_KIND_FETCH, 1), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(cc, 20000), DS_OK);
+    assert_true(it_inbox_seen(ops, "online", 20000));            /* edge-1's retained status */
+
+    static const char *const targets[] = {
+        DS_TOPIC_STATUS "edge-1", DS_TOPIC_TELEMETRY "edge-1", DS_TOPIC_ALERT "edge-1", DS_TOPIC_ROLLOUT "edge-1",
+        DS_TOPIC_CONTROL_ALL, DS_TOPIC_CENTER_INFER "stories", DS_TOPIC_MODELS "stories/" DS_TOPIC_KIND_FETCH,
+        DS_TOPIC_REPLY "dev-2/app",
+    };
+    const char *own = DS_TOPIC_INFER "stories/dev-1", *other = DS_TOPIC_INFER "stories/dev-2";
+    char id[64];
+    for (size_t i = 0; i < DS_ARRAY_LEN(targets); i++)
+        for (int v3 = 0; v3 < 2; v3++) {
+            snprintf(id, sizeof id, "spoof-%zu-%d", i, v3);
+            send_req(c1, own, id, targets[i], v3);
+        }
+    for (int i = 0; i < 8; i++) {                                 /* dev-2's quota, dev-2's next request */
+        snprintf(id, sizeof id, "spoof-quota-%d", i);
+        send_req(c1, own, i ? id : "d2-next", DS_TOPIC_REPLY "dev-2/app", false);
+        send_req(c1, other, id, DS_TOPIC_REPLY "dev-2/app", false);
+    }
+    assert_int_equal(ds_mqtt_flush(c1, 10000), DS_OK);           /* routed to the edge before acknowledged */
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "d2-%d", i);
+        send_req(c2, other, i ? id : "d2-next", DS_TOPIC_REPLY "dev-2/app", false);
+    }
+    send_req(c1, own, "d1-own", DS_TOPIC_REPLY "dev-1/app", false);
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, "d2-%d", i);
+        char *a = it_inbox_answer(d2, i ? id : "d2-next", 60000, NULL);
+        printf("dev-2's %s: %s\n", i ? id : "d2-next", a ? a : "(no answer)");
+        assert_non_null(a && strstr(a, "\"done\":true") ? a : NULL);
+        free(a);
+        assert_int_equal(it_inbox_count_answers(d2, i ? id : "d2-next"), 1);
+    }
+    char *a = it_inbox_answer(d1, "d1-own", 60000, NULL);
+    assert_non_null(a && strstr(a, "\"done\":true") ? a : NULL);
+    free(a);
+    assert_int_equal(it_inbox_len(d2), 4);                        /* dev-2's own answers, nothing of dev-1's */
+    assert_int_equal(inbox_holding(d2, "spoof-"), 0);
+    assert_int_equal(inbox_holding(d1, "spoof-"), 0);             /* refused: not answered at all */
+    assert_int_equal(inbox_holding(ops, "spoof-"), 0);
+    assert_int_equal(inbox_holding(ctr, "spoof-"), 0);
+    assert_int_equal(inbox_holding(ops, "d2-next"), 0);
+    assert_int_equal(inbox_holding(ops, "\"offline\""), 0);
+    int n;
+    const struct it_msg *m = it_inbox_lock(ops, &n);
+    int status_msgs = 0, status_online = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(m[i].topic, DS_TOPIC_STATUS "edge-1")) {
+            status_msgs++;
+            status_online += m[i].json && strstr(m[i].json, "\"online\"") != NULL;
+        }
+    it_inbox_unlock(ops);
+    printf("spoofing as dev-1: dev-2 got %d answers (its own), edge-1's status %d message(s), %d online\n",
+           it_inbox_len(d2), status_msgs, status_online);
+    assert_true(status_msgs >= 1);
+    assert_int_equal(status_online, status_msgs);
+    ds_mqtt_destroy(c1);
+    ds_mqtt_destroy(c2);
+    ds_mqtt_destroy(co);
+    ds_mqtt_destroy(cc);
+    it_inbox_free(d1);
+    it_inbox_free(d2);
+    it_inbox_free(ops);
+    it_inbox_free(ctr);
+    assert_true(node_online("edge-1"));                           /* what the exporter reads, retained */
 }
 
 /* dspark-edge with a wrong CA: exactly one "cannot connect" line (the
@@ -377,6 +491,9 @@ static void test_edge_center_refused(void **state)
                          "\"verifies\":[\"stories9\"]}";
     assert_non_null(c = sec_mtls_client(&g_env, "center-1", "tls-center-1", NULL, NULL));
     assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_STATUS "center-1", online, strlen(online), 1, true, NULL), DS_OK);
+    /* ... and its vouch, which only a center identity may write (N6). */
+    const char *vouch = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\"}";
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_CENTER_STATUS "center-1", vouch, strlen(vouch), 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
 
     char conf[4096], pw[700], args[4096];
@@ -412,21 +529,23 @@ static void test_edge_center_refused(void **state)
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center to verify with: decoding the rest here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no verdict from"), 0);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused this node's publish to "
-                                  DS_TOPIC_CENTER_INFER "stories9 (Not authorized)"), 1);
+                                  DS_TOPIC_CENTER_INFER "stories9/edge-9 (Not authorized)"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "the broker refused to pass it to the centers; serving it "
                                   "here"), 1);
     assert_int_equal(it_log_count(g_env.dir, "edge-9", "no center took it"), 0);
     assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_STATUS "center-1", "", 0, 1, true, NULL), DS_OK);  /* gone */
+    assert_int_equal(ds_mqtt_publish(c, DS_TOPIC_CENTER_STATUS "center-1", "", 0, 1, true, NULL), DS_OK);
     assert_int_equal(ds_mqtt_flush(c, 10000), DS_OK);
     ds_mqtt_destroy(c);
 }
 
-/* edge-9: an edge's topics without dspark/v1/center/# (test_edge_center_refused). */
+/* edge-9: an edge's topics without dspark/v1/center/# but the centers'
+** vouches, which it reads (test_edge_center_refused). */
 #define EDGE9_ACL                                                                                      \
-    "user edge-9\ntopic read " DS_TOPIC_INFER "+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
+    "user edge-9\ntopic read " DS_TOPIC_INFER "+/+\ntopic read " DS_TOPIC_CANCEL "#\ntopic write " DS_TOPIC_REPLY "#\n" \
     "topic read " DS_TOPIC_RELAY "edge-9\ntopic read " DS_TOPIC_STATUS "+\ntopic write " DS_TOPIC_STATUS "edge-9\n"   \
     "topic write " DS_TOPIC_TELEMETRY "edge-9\ntopic write " DS_TOPIC_ALERT "edge-9\n"                             \
-    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL
+    "topic read " DS_TOPIC_CONTROL "edge-9\ntopic read " DS_TOPIC_CONTROL_ALL "\ntopic read " DS_TOPIC_CENTER_STATUS "+"
 
 static int setup(void **state)
 {
@@ -439,7 +558,7 @@ static int setup(void **state)
     char conf[4096];
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-1\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-1.crt\n"
-             "keyfile = %s/edge-1.key\n[overflow]\nenabled = false\n"
+             "keyfile = %s/edge-1.key\n[overflow]\nenabled = false\n[sched]\nclient_max = 4\n"
              "[model stories]\npath = %s\nprecision = int8\nctx = 256\n",
              g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
     g_edge = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge", conf, IT_TRUNCATE);
@@ -462,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_infer_failures),
         cmocka_unit_test(test_exporter_tls),
         cmocka_unit_test(test_acl_refusals),
+        cmocka_unit_test(test_identity_spoof),
         cmocka_unit_test(test_edge_wrong_ca),
         cmocka_unit_test(test_edge_password),
         cmocka_unit_test(test_edge_center_refused),

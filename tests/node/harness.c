@@ -219,9 +219,10 @@ static struct nh *start(const struct ds_node_role *role, const char *const *over
     x->running = true;
     nh_hold(h);                               /* the first turn: connected, subscribed, online */
     assert_true(stub_mqtt_connected(h->mqtt));
-    char filter[160];
+    char filter[160], with_id[170];        /* requests: the plain form, or ([intake] identity) <model>/<identity> */
     snprintf(filter, sizeof filter, "%s%s+", role->share_group, role->infer_prefix);
-    assert_true(stub_mqtt_subscribed(h->mqtt, filter));
+    snprintf(with_id, sizeof with_id, "%s/+", filter);
+    assert_true(stub_mqtt_subscribed(h->mqtt, filter) || stub_mqtt_subscribed(h->mqtt, with_id));
     return h;
 }
 
@@ -329,10 +330,12 @@ bool nh_sent_to_center(struct nh *h, const char *id, int ms, char key[64])
     char needle[128];
     snprintf(needle, sizeof needle, "\"id\":\"%s\"", id);
     struct stub_pub p;
-    if (!stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = NH_CENTER, .needle = needle }, 0, ms, &p, NULL))
+    /* The plain topic, or ([intake] identity = topic) the one naming this edge. */
+    if (!stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic_prefix = NH_CENTER, .needle = needle }, 0, ms, &p, NULL))
         return false;
     snprintf(key, 64, "%s", p.corr);
-    bool ok = p.response_topic && !strcmp(p.response_topic, NH_RELAY) && *p.corr;
+    bool ok = p.response_topic && !strcmp(p.response_topic, NH_RELAY) && *p.corr &&
+              (!strcmp(p.topic, NH_CENTER) || !strcmp(p.topic, NH_CENTER "/" NH_NODE));
     stub_pub_cleanup(&p);
     return ok;
 }

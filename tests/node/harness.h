@@ -82,7 +82,8 @@ unsigned nh_answers(struct nh *h, const char *corr);
 
 /* A center's retained status (online) or its last will (offline). */
 void nh_center_status(struct nh *h, const char *center, bool online);
-/* The request id the edge sent on to the centers (dspark/v1/center/infer/...),
+/* The request id the edge sent on to the centers (dspark/v1/center/infer/<model>,
+** or .../<model>/<this edge> with [intake] identity = topic),
 ** waiting up to ms: its Correlation Data (the edge's key) in key; false
 ** when it was not sent. */
 bool nh_sent_to_center(struct nh *h, const char *id, int ms, char key[64]);

@@ -168,6 +168,42 @@ static void test_route(void **state)
     nh_stop(h);
 }
 
+/* N6: with [intake] identity = topic (the ACL scheme in use) a status saying
+** "center" counts only for a node that vouched on dspark/v1/center/status/
+** <name>, which the ACL lets only a center identity write. edge-x's status
+** alone: route=center is served here; once center-a has vouched (before or
+** after its status), it goes there; a cleared vouch stops it. */
+static void test_center_vouch(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start((const char *const[]){ "intake.identity=topic", NULL });
+    static const char vouch_a[] = "{\"v\":1,\"node\":\"center-a\",\"role\":\"center\"}";
+    nh_center_status(h, "edge-x", true);                         /* an edge claiming a center's role */
+    nh_deliver(h, NH_INFER "/dev-1", "{\"id\":\"v-1\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":2,"
+               "\"route\":\"center\"}", DS_TOPIC_REPLY "dev-1/a", "v-1");
+    char key[64];
+    assert_false(nh_sent_to_center(h, "v-1", 200, key));
+    assert_int_equal(nh_queued(h), 1);                            /* served here */
+    nh_center_status(h, "center-a", true);                        /* status first, vouch after */
+    nh_deliver(h, DS_TOPIC_CENTER_STATUS "center-a", vouch_a, NULL, NULL);
+    nh_deliver(h, NH_INFER "/dev-1", "{\"id\":\"v-2\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":2,"
+               "\"route\":\"center\"}", DS_TOPIC_REPLY "dev-1/a", "v-2");
+    assert_true(nh_sent_to_center(h, "v-2", 1000, key));
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = NH_CENTER "/" NH_NODE, .needle = "v-2" }), 1);
+    nh_center_accept(h, key, "v-2", "center-a");
+    nh_center_final(h, key, "v-2", "center-a", "ok");
+    expect_final(h, "v-2", "center-a", NULL);
+    nh_deliver(h, DS_TOPIC_CENTER_STATUS "center-a", "", NULL, NULL);   /* the vouch cleared */
+    nh_deliver(h, NH_INFER "/dev-1", "{\"id\":\"v-3\",\"model\":\"stories\",\"prompt\":\"Once\",\"max_tokens\":2,"
+               "\"route\":\"center\"}", DS_TOPIC_REPLY "dev-1/a", "v-3");
+    assert_false(nh_sent_to_center(h, "v-3", 200, key));
+    assert_int_equal(nh_queued(h), 2);
+    nh_release(h);
+    expect_final(h, "v-1", NH_NODE, NULL);
+    expect_final(h, "v-3", NH_NODE, NULL);
+    nh_stop(h);
+}
+
 int node_admission_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -176,6 +212,7 @@ int node_admission_tests(void)
         cmocka_unit_test(test_late_goes_to_center),
         cmocka_unit_test(test_late_without_center),
         cmocka_unit_test(test_route),
+        cmocka_unit_test(test_center_vouch),
     };
     return cmocka_run_group_tests_name("node.admission", tests, NULL, NULL);
 }

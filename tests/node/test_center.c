@@ -63,6 +63,66 @@ static void test_relayed_request(void **state)
     nh_stop(h);
 }
 
+/* [intake] identity = topic: a center takes relays only on
+** dspark/v1/center/infer/<model>/<edge> (the ACL lets only <edge> publish
+** there) and answers them only on that edge's dspark/v1/relay/<edge>: edge-x
+** naming edge-y's relay topic, and the plain form, are not answered. */
+static void test_relay_identity(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center((const char *const[]){ "intake.identity=topic", NULL });
+    static const char req[] = "{\"v\":1,\"id\":\"%s\",\"model\":\"" NH_MODEL "\",\"route\":\"center\","
+                              "\"client\":\"" DS_TOPIC_REPLY "dev-1/a\",\"prompt\":\"Once\",\"max_tokens\":2}";
+    char json[512];
+    snprintf(json, sizeof json, req, "ri-other");
+    nh_deliver(h, CENTER_INFER "/edge-x", json, DS_TOPIC_RELAY "edge-y", "31");
+    snprintf(json, sizeof json, req, "ri-plain");
+    nh_deliver(h, CENTER_INFER, json, DS_TOPIC_RELAY "edge-x", "32");
+    snprintf(json, sizeof json, req, "ri-below");
+    nh_deliver(h, CENTER_INFER "/edge-x", json, DS_TOPIC_RELAY "edge-x/more", "33");
+    assert_int_equal(nh_queued(h), 0);
+    snprintf(json, sizeof json, req, "ri-own");
+    nh_deliver(h, CENTER_INFER "/edge-x", json, DS_TOPIC_RELAY "edge-x", "34");
+    assert_int_equal(nh_queued(h), 1);
+    nh_release(h);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-x", .corr = "34",
+                                                             .answer = true }, 0, 20000, &p, NULL));
+    stub_pub_cleanup(&p);
+    nh_hold(h);
+    for (const char *const *k = (const char *const[]){ "31", "32", "33", NULL }; *k; k++)
+        assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = *k }), 0);
+    nh_stop(h);
+}
+
+/* D13, [intake] identity = topic: a speculation open or round is taken only
+** on the topic naming its sending edge (center/spec/<model>/<edge>,
+** center/session/<center>/<edge>) with that edge's relay topic as Response
+** Topic, so the session's owner is the edge the ACL pins. edge-x naming
+** edge-y's relay topic gets nothing; with its own it gets an answer (here
+** the center's refusal to verify drafts on the CPU). */
+static void test_spec_identity(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center((const char *const[]){ "intake.identity=topic", NULL });
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+/+"));
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_TOPIC_CENTER_SESSION NH_CENTER_NODE "/+"));
+    static const char open[] = "{\"v\":1,\"session\":\"s-1\",\"id\":\"sp-1\",\"model\":\"" NH_MODEL "\","
+                               "\"prompt\":\"Once\",\"pos\":0,\"draft\":[]}";
+    nh_deliver(h, DS_TOPIC_CENTER_SPEC NH_MODEL "/edge-x", open, DS_TOPIC_RELAY "edge-y", DS_CORR_SPEC "s-1");
+    nh_deliver(h, DS_TOPIC_CENTER_SESSION NH_CENTER_NODE "/edge-x", open, DS_TOPIC_RELAY "edge-y", DS_CORR_SPEC "s-1");
+    nh_deliver(h, DS_TOPIC_CENTER_SPEC NH_MODEL "/edge-x", open, DS_TOPIC_RELAY "edge-x", DS_CORR_SPEC "s-1");
+    nh_release(h);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-x", .corr = DS_CORR_SPEC "s-1" },
+                               0, 20000, &p, NULL));
+    stub_pub_cleanup(&p);
+    nh_hold(h);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_RELAY "edge-y" }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = DS_CORR_SPEC "s-1" }), 1);
+    nh_stop(h);
+}
+
 static void expect_on_relay(struct nh *h, const char *edge, const char *key, const char *needle)
 {
     char topic[128];
@@ -119,6 +179,8 @@ int node_center_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_relayed_request),
+        cmocka_unit_test(test_relay_identity),
+        cmocka_unit_test(test_spec_identity),
         cmocka_unit_test(test_relayed_client_quota),
         cmocka_unit_test(test_relayed_cancel_by_owner),
     };

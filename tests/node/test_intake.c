@@ -97,6 +97,149 @@ static void test_bad_requests(void **state)
     nh_stop(h);
 }
 
+/* Response Topics and reply_to inside dspark/v1/ other than reply/ (the
+** node's own status, telemetry, alert and rollout topics, control/all, the
+** centers' and relays' topics, a model's fetch topic): refused, nothing
+** published there nor queued. reply/ and topics outside dspark/v1/ (a lab
+** broker's app/x/reply) are served. */
+static void test_control_plane_reply(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    static const char *const bad[] = {
+        DS_TOPIC_STATUS NH_NODE, DS_TOPIC_TELEMETRY NH_NODE, DS_TOPIC_ALERT NH_NODE, DS_TOPIC_ROLLOUT NH_NODE,
+        DS_TOPIC_CONTROL_ALL, DS_TOPIC_CONTROL NH_NODE, DS_TOPIC_CENTER_INFER NH_MODEL,
+        DS_TOPIC_CENTER_SPEC NH_MODEL, DS_TOPIC_CENTER_SESSION "center-1", DS_TOPIC_RELAY "edge-2",
+        DS_TOPIC_INFER NH_MODEL, DS_TOPIC_CANCEL "dev-2/x", DS_TOPIC_MODELS NH_MODEL "/" DS_TOPIC_KIND_FETCH,
+        DS_TOPIC_ROOT "x", DS_TOPIC_ROOT "/reply/dev-1",
+    };
+    char corr[32], body[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(corr, sizeof corr, "cp-rt-%zu", i);                          /* MQTT 5 Response Topic */
+        snprintf(body, sizeof body, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Hi\",\"max_tokens\":2}", corr);
+        nh_deliver(h, NH_INFER, body, bad[i], corr);
+        snprintf(corr, sizeof corr, "cp-v3-%zu", i);                          /* MQTT 3.1.1 reply_to */
+        snprintf(body, sizeof body, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Hi\",\"reply_to\":\"%s\"}",
+                 corr, bad[i]);
+        nh_deliver(h, NH_INFER, body, NULL, corr);
+        snprintf(corr, sizeof corr, "cp-bad-%zu", i);                         /* a bad request's salvaged reply_to */
+        snprintf(body, sizeof body, "{\"id\":\"%s\",\"model\":\"stories\",\"max_tokens\":-1,\"reply_to\":\"%s\"}",
+                 corr, bad[i]);
+        nh_deliver(h, NH_INFER, body, NULL, corr);
+    }
+    assert_int_equal(nh_queued(h), 0);
+    assert_int_equal(atomic_load(&h->node->n_taken), 0);
+
+    /* The secured scheme's reply topic and a lab client's own topic are served. */
+    nh_request(h, "cp-ok-reply", "\"prompt\":\"Once\",\"max_tokens\":2", DS_TOPIC_REPLY "dev-1/app");
+    nh_request(h, "cp-ok-app", "\"prompt\":\"Once\",\"max_tokens\":2", "app/x/reply");
+    assert_int_equal(nh_queued(h), 2);
+    nh_release(h);
+    char *a = nh_answer(h, "cp-ok-reply", 20000), *b = nh_answer(h, "cp-ok-app", 20000);
+    assert_non_null(a);
+    assert_non_null(b);
+    free(a);
+    free(b);
+    struct stub_pub p;
+    assert_true(stub_mqtt_find(h->mqtt, &(struct stub_match){ .corr = "cp-ok-reply", .answer = true }, 0, 0, &p, NULL));
+    assert_string_equal(p.topic, DS_TOPIC_REPLY "dev-1/app");
+    stub_pub_cleanup(&p);
+    nh_hold(h);
+    /* Nothing of the refused ones anywhere; on dspark/v1/ only what the two
+    ** good ones got (their chunks are not streamed: one final each on reply/). */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        static const char *const kinds[] = { "cp-rt-%zu", "cp-v3-%zu", "cp-bad-%zu" };
+        for (size_t k = 0; k < 3; k++) {
+            snprintf(corr, sizeof corr, kinds[k], i);
+            assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = corr }), 0);
+            assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = bad[i], .needle = corr }), 0);
+        }
+    }
+    size_t on_reply = stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic_prefix = DS_TOPIC_REPLY });
+    size_t cp_msgs = stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic_prefix = DS_TOPIC_ROOT, .needle = "\"cp-" });
+    assert_int_equal(on_reply, 1);
+    assert_int_equal(cp_msgs, 1);                            /* the one cp- message on dspark/v1/ is on reply/ */
+    nh_stop(h);
+}
+
+/* "{"id":id,"model":"stories","prompt":"Once","max_tokens":2}" into buf. */
+static const char *small_req(char *buf, size_t cap, const char *id)
+{
+    snprintf(buf, cap, "{\"id\":\"%s\",\"model\":\"" NH_MODEL "\",\"prompt\":\"Once\",\"max_tokens\":2}", id);
+    return buf;
+}
+
+/* [intake] identity = topic: only dspark/v1/infer/<model>/<identity> is
+** subscribed and taken, answered only on dspark/v1/reply/<identity>/...
+** dev-1 cannot have an answer sent to dev-2's reply topic, spend dev-2's
+** quota (client_max 1) or claim dev-2's next (reply topic, id, correlation)
+** first: dev-2's own request after all that is queued, not refused and not
+** dropped as a copy. */
+static void test_identity_topic(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start((const char *const[]){ "intake.identity=topic", "sched.client_max=1", NULL });
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_SHARE_EDGE DS_TOPIC_INFER "+/+"));
+    assert_false(stub_mqtt_subscribed(h->mqtt, DS_SHARE_EDGE DS_TOPIC_INFER "+"));
+    char b[256];
+    /* dev-1 "as" dev-2: dev-2's reply topic, its next id and correlation. */
+    for (int i = 0; i < 4; i++)
+        nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "dev2-next"), DS_TOPIC_REPLY "dev-2/app", "dev2-next");
+    nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "id-app"), "app/x/reply", "id-app");
+    nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "id-stat"), DS_TOPIC_STATUS NH_NODE, "id-stat");
+    nh_deliver(h, NH_INFER "/", small_req(b, sizeof b, "id-empty"), DS_TOPIC_REPLY "/x", "id-empty");
+    /* The plain form carries no identity: not taken here. */
+    nh_deliver(h, NH_INFER, small_req(b, sizeof b, "id-plain"), DS_TOPIC_REPLY "dev-1/app", "id-plain");
+    assert_int_equal(nh_queued(h), 0);
+    assert_int_equal(atomic_load(&h->node->n_taken), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic_prefix = DS_TOPIC_REPLY }), 0);
+    /* dev-2's own request: taken (quota and dedupe untouched); dev-1's own, too. */
+    nh_deliver(h, NH_INFER "/dev-2", small_req(b, sizeof b, "dev2-next"), DS_TOPIC_REPLY "dev-2/app", "dev2-next");
+    nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "dev1-own"), DS_TOPIC_REPLY "dev-1", "dev1-own");
+    assert_int_equal(nh_queued(h), 2);
+    nh_release(h);
+    char *a = nh_answer(h, "dev2-next", 20000), *d = nh_answer(h, "dev1-own", 20000);
+    assert_non_null(a);
+    assert_non_null(d);
+    assert_non_null(strstr(a, "\"done\":true"));
+    free(a);
+    free(d);
+    nh_hold(h);
+    assert_int_equal(nh_answers(h, "dev2-next"), 1);
+    static const char *const refused[] = { "id-app", "id-stat", "id-empty", "id-plain" };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = refused[i] }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_REPLY "dev-2/app" }), 1);
+    nh_stop(h);
+}
+
+/* A lab node ([intake] identity auto on tcp://: none) takes both forms; the
+** identity form still binds the reply topic to the identity. */
+static void test_identity_lab(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_SHARE_EDGE DS_TOPIC_INFER "+/+"));
+    assert_true(stub_mqtt_subscribed(h->mqtt, DS_SHARE_EDGE DS_TOPIC_INFER "+"));
+    char b[256];
+    nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "lab-other"), NH_REPLY, "lab-other");
+    nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "lab-dev2"), DS_TOPIC_REPLY "dev-2/x", "lab-dev2");
+    assert_int_equal(nh_queued(h), 0);
+    nh_deliver(h, NH_INFER "/dev-1", small_req(b, sizeof b, "lab-own"), DS_TOPIC_REPLY "dev-1/x", "lab-own");
+    nh_deliver(h, NH_INFER, small_req(b, sizeof b, "lab-plain"), NH_REPLY, "lab-plain");
+    assert_int_equal(nh_queued(h), 2);
+    nh_release(h);
+    char *a = nh_answer(h, "lab-own", 20000), *p = nh_answer(h, "lab-plain", 20000);
+    assert_non_null(a);
+    assert_non_null(p);
+    free(a);
+    free(p);
+    nh_hold(h);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "lab-other" }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "lab-dev2" }), 0);
+    nh_stop(h);
+}
+
 /* The same request twice (a QoS 1 redelivery, DUP set) is served once. */
 static void test_duplicate_served_once(void **state)
 {
@@ -199,6 +342,9 @@ int node_intake_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_control_plane_reply),
+        cmocka_unit_test(test_identity_topic),
+        cmocka_unit_test(test_identity_lab),
         cmocka_unit_test(test_duplicate_served_once),
         cmocka_unit_test(test_online_drain_offline),
         cmocka_unit_test(test_wire_schemas),

@@ -234,6 +234,8 @@ struct ds_mqtt_stats {
     uint32_t nodelay_sockets;        /* sockets given TCP_NODELAY at the last connect */
 };
 
+/* Whether uri is a TLS URI (ssl://, mqtts://, wss://). */
+bool ds_mqtt_uri_is_tls(const char *uri);
 /* Check uri and t together before connecting: a TLS URI without a CA, a
 ** certificate without its key, an unknown tls_version, unreadable files, a
 ** password or key file readable by group or others. DS_OK, or DS_ERR_INVAL /

@@ -86,6 +86,7 @@ struct ds_node_config {
     uint32_t max_active;        /* [batch] max_active: sequences decoded together */
     uint32_t reserve_high;      /* [batch] reserve_high: slots only high-priority requests take */
     uint32_t client_max;        /* [sched] client_max: one client's requests queued or running (0 = no cap) */
+    char    *intake_identity;   /* [intake] identity: topic, none or auto (topic on a TLS broker URI) */
     uint32_t prefill_chunk;     /* [batch] prefill_chunk: prompt tokens per step */
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */

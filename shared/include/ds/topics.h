@@ -26,13 +26,14 @@
 #define DS_TOPIC_ROOT "dspark/v1/"
 
 /* Requests and their answers. */
-#define DS_TOPIC_INFER          DS_TOPIC_ROOT "infer/"           /* + <model>: devices ask */
+#define DS_TOPIC_INFER          DS_TOPIC_ROOT "infer/"           /* + <model>/<identity>: devices ask */
 #define DS_TOPIC_REPLY          DS_TOPIC_ROOT "reply/"           /* + <identity>/...: secured response topics */
 #define DS_TOPIC_CANCEL         DS_TOPIC_ROOT "cancel/"          /* + <sender>/...: {"id"} */
 #define DS_TOPIC_RELAY          DS_TOPIC_ROOT "relay/"           /* + <edge>: a center answers an edge */
 #define DS_TOPIC_CENTER_INFER   DS_TOPIC_ROOT "center/infer/"    /* + <model>: edges overflow, every center shares */
 #define DS_TOPIC_CENTER_SPEC    DS_TOPIC_ROOT "center/spec/"     /* + <model>: a speculation session opens */
 #define DS_TOPIC_CENTER_SESSION DS_TOPIC_ROOT "center/session/"  /* + <center>: rounds of an open session */
+#define DS_TOPIC_CENTER_STATUS  DS_TOPIC_ROOT "center/status/"   /* + <center>: retained, a center vouches its role */
 
 /* What every node reports (retained). */
 #define DS_TOPIC_STATUS    DS_TOPIC_ROOT "status/"      /* + <node>: online, draining, offline (will) */

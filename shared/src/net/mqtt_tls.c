@@ -36,6 +36,11 @@ bool ds_mqtt__uri_is_tls(const char *uri)
                    strncmp(uri, "wss://", 6) == 0);
 }
 
+bool ds_mqtt_uri_is_tls(const char *uri)
+{
+    return ds_mqtt__uri_is_tls(uri);
+}
+
 static enum ds_err file_ok(const char *what, const char *path, bool secret, char *why)
 {
     struct stat st;

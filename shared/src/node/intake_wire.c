@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ds/topics.h"
 #include "ds/utf8.h"
 #include "intake_wire.h"
 #include "node_ext.h"
@@ -15,6 +16,13 @@
 bool node__topic_ok(const char *t)
 {
     return t && *t && !strpbrk(t, "+#") && t[0] != '$';
+}
+
+bool node__reply_scheme_ok(const char *t, bool relay_ok)
+{
+    if (strncmp(t, DS_TOPIC_ROOT, DS_TOPIC_LEN(DS_TOPIC_ROOT)) != 0) return true;   /* not dspark's: the client's */
+    if (!strncmp(t, DS_TOPIC_REPLY, DS_TOPIC_LEN(DS_TOPIC_REPLY))) return true;
+    return relay_ok && !strncmp(t, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY));
 }
 
 bool node__cancel_decode(const char *owner_topic, const void *payload, size_t len, struct node_cancel *out)

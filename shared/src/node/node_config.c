@@ -44,6 +44,7 @@ static const struct ds_cfg_key core_keys[] = {
     { "sched", "queue_normal", DS_CFG_U32, O(queue_cap[DS_TIER_NORMAL]), "256", 1, 65536, 0, "queued normal requests" },
     { "sched", "queue_low", DS_CFG_U32, O(queue_cap[DS_TIER_LOW]), "256", 1, 65536, 0, "queued low requests" },
     { "sched", "age_ms", DS_CFG_U32, O(age_ms), "2000", 0, 3600000, 0, "a request waiting this long goes first (0 = off)" },
+    { "intake", "identity", DS_CFG_STR, O(intake_identity), "auto", 0, 0, 0, "topic: devices send on " DS_TOPIC_INFER "<model>/<identity> and get answers only on " DS_TOPIC_REPLY "<identity>/... (the broker's ACL pins <identity>); none: " DS_TOPIC_INFER "<model> is taken too (a lab broker); auto: topic on a TLS broker URI, none on tcp://" },
     { "sched", "client_max", DS_CFG_U32, O(client_max), "128", 0, 65536, DS_CFG_RELOADABLE, "requests one client may have queued or running here; more are 'overloaded' (0 = no cap)" },
     { "batch", "max_active", DS_CFG_U32, O(max_active), "16", 1, 256, 0, "sequences decoded together" },
     { "batch", "reserve_high", DS_CFG_U32, O(reserve_high), "1", 0, 255, 0, "of max_active, slots kept for high-priority requests (normal and low never take them); default 0 when max_active < 8" },
@@ -553,6 +554,8 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
             c->log_level);
     if (ds_log_format_parse(c->log_format) < 0)
         BAD(AT("node", "log_format", 0), "[node] log_format '%s' is not text or json", c->log_format);
+    if (strcmp(c->intake_identity, "topic") && strcmp(c->intake_identity, "none") && strcmp(c->intake_identity, "auto"))
+        BAD(AT("intake", "identity", 0), "[intake] identity '%s' is not topic, none or auto", c->intake_identity);
     char why[DS_WHY_MAX];
     if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK)
         BAD(AT("mqtt", "uri", 0), "[mqtt] %s", why);

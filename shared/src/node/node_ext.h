@@ -171,6 +171,12 @@ bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, flo
 bool node__enqueue(struct ds_node *node, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
 bool node__topic_ok(const char *t);
+/* A topic (node__topic_ok) a node may answer a client on: anything outside
+** dspark/v1/ (the client's own, on a lab broker), dspark/v1/reply/..., and
+** with relay_ok (a center answering an edge) dspark/v1/relay/...; never
+** the other dspark/v1/ topics (status, telemetry, control, ...), which a
+** node would otherwise publish on in a client's name. */
+bool node__reply_scheme_ok(const char *t, bool relay_ok);
 struct node_model *node__find_model(struct ds_node *node, const char *name, size_t len);
 
 /* node_answer.c, engine loop, from a take hook offered r for

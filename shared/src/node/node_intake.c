@@ -79,20 +79,58 @@ static bool over_budget(struct ds_node *node, const struct node_req *r, uint64_t
 }
 
 /* "model: x is not served by this node; it serves a, b" into buf. */
-static void not_served(const struct ds_node *node, const char *model, char *buf, size_t cap)
+static void not_served(const struct ds_node *node, const char *model, size_t len, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "model: '%.64s' is not served by this node; it serves", model);
+    int n = snprintf(buf, cap, "model: '%.*s' is not served by this node; it serves", (int)DS_MIN(len, 64), model);
     for (unsigned i = 0; i < node->n_models && n > 0 && (size_t)n < cap; i++)
         n += snprintf(buf + n, cap - (size_t)n, "%s %s", i ? "," : "", node->models[i].cfg->name);
 }
 
-/* A request on <infer prefix><model>: decode, check, then queue it or offer
-** it to the role. Always true: every message here is answered or logged. */
+/* Whether reply is the identity's: a device's DS_TOPIC_REPLY <identity> or
+** below it; a relaying edge's (center) exactly DS_TOPIC_RELAY <identity>. */
+static bool reply_of(const char *reply, const char *identity, bool center)
+{
+    size_t n = strlen(identity);
+    if (center)
+        return !strncmp(reply, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY)) &&
+               !strcmp(reply + DS_TOPIC_LEN(DS_TOPIC_RELAY), identity);
+    if (strncmp(reply, DS_TOPIC_REPLY, DS_TOPIC_LEN(DS_TOPIC_REPLY)) != 0) return false;
+    reply += DS_TOPIC_LEN(DS_TOPIC_REPLY);
+    return strncmp(reply, identity, n) == 0 && (reply[n] == '/' || reply[n] == '\0');
+}
+
+/* Where r may be answered, judged before anything is published for it:
+** NULL when it may, else why not (logged; r is then not answered). The
+** identity form <infer prefix><model>/<identity> (the broker's ACL lets
+** only <identity> publish there) answers only on DS_TOPIC_REPLY
+** <identity>/...; the plain form only where [intake] identity allows it. */
+static const char *reply_refused(const struct ds_node *node, const char *reply, const char *identity)
+{
+    if (reply && !node__topic_ok(reply)) return "has wildcards or is a $ topic";
+    if (reply && !node__reply_scheme_ok(reply, node->role->role == DS_MSG_ROLE_CENTER))
+        return "is a dspark control-plane topic, not " DS_TOPIC_REPLY "<identity>/...";
+    if (identity && (!*identity || strchr(identity, '/')))
+        return "comes with a request whose topic's identity level is empty or not one level";
+    bool center = node->role->role == DS_MSG_ROLE_CENTER;
+    if (identity && reply && !reply_of(reply, identity, center))
+        return center ? "is not the sending edge's own " DS_TOPIC_RELAY "<edge>"
+                      : "is not the sender's own " DS_TOPIC_REPLY "<identity>/...";
+    if (!identity && node->identity_topic)
+        return "comes with a request on <infer topic>/<model> without the sender's identity, which this node "
+               "does not take ([intake] identity = topic: send on <infer topic>/<model>/<identity>)";
+    return NULL;
+}
+
+/* A request on <infer prefix><model>[/<identity>]: decode, check, then queue
+** it or offer it to the role. Always true: every message here is answered
+** or logged. */
 static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     (void)st;
     uint64_t now = ds_now_ns();
     const char *model_name = msg->topic + strlen(node->role->infer_prefix);
+    size_t model_len = strcspn(model_name, "/");
+    const char *identity = model_name[model_len] == '/' ? model_name + model_len + 1 : NULL;
 
     struct node_req *r = calloc(1, sizeof *r);
     if (!r) return true;
@@ -113,9 +151,10 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         r->corr_len = r->corr ? msg->correlation.n : 0;
     }
     const char *id = rc == DS_OK ? r->req.id : err.has_id ? err.id : NULL;
-    if (r->reply && !node__topic_ok(r->reply)) {
-        DS_LOG_LIMITED(DS_LOG_WARN, "request %s: response topic '%s' has wildcards or is a $ topic: not answered",
-               id ? id : "?", r->reply);
+    const char *refused = reply_refused(node, r->reply, identity);
+    if (refused) {
+        DS_LOG_LIMITED(DS_LOG_WARN, "request %s on %s: response topic '%s' %s: not answered", id ? id : "?",
+                       msg->topic, r->reply ? r->reply : "(none)", refused);
         ds_metrics_record_error(&node->metrics, DS_MSG_CODE_INVALID_REQUEST);
         node__req_free(r);
         return true;
@@ -146,14 +185,14 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         node__req_free(r);
         return true;
     }
-    if (strcmp(r->req.model, model_name) != 0) {
+    if (strlen(r->req.model) != model_len || memcmp(r->req.model, model_name, model_len) != 0) {
         node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return true;
     }
-    r->m = node__find_model(node, model_name, strlen(model_name));
+    r->m = node__find_model(node, model_name, model_len);
     if (!r->m) {
         char why[400];
-        not_served(node, model_name, why, sizeof why);
+        not_served(node, model_name, model_len, why, sizeof why);
         node__req_fail(node, r, DS_MSG_CODE_MODEL_NOT_FOUND, why);
         return true;
     }
@@ -300,8 +339,15 @@ bool node__take_cancel(struct ds_node *node, const struct node_req *r)
 
 void node__intake_listen(struct ds_node *node)
 {
+    const char *mode = node->cfg->intake_identity;
+    node->identity_topic = !strcmp(mode, "topic") || (!strcmp(mode, "auto") && ds_mqtt_uri_is_tls(node->cfg->mqtt_uri));
     char filter[160];
+    /* Every model: an unknown one gets model_not_found. Requests carry their
+    ** sender's identity (a device's at an edge, a relaying edge's at a
+    ** center); the plain form only on a lab broker. */
+    snprintf(filter, sizeof filter, "%s%s+/+", node->role->share_group, node->role->infer_prefix);
+    node__listen(node, filter, true, on_infer, NULL);
     snprintf(filter, sizeof filter, "%s%s+", node->role->share_group, node->role->infer_prefix);
-    node__listen(node, filter, true, on_infer, NULL);      /* every model: an unknown one gets model_not_found */
+    if (!node->identity_topic) node__listen(node, filter, true, on_infer, NULL);
     node__listen(node, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
 }

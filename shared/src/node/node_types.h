@@ -203,6 +203,7 @@ struct ds_node {
     struct ds_msg_limits limits;
     atomic_uint_fast64_t next_key;
     atomic_bool          stop, reload, draining;
+    bool                 identity_topic;  /* [intake] identity resolved: only infer/<model>/<identity> (node_intake.c) */
     atomic_bool          announce;      /* connected: say online once subscribed (engine loop) */
     atomic_bool          cancel_new;    /* a cancel arrived: look for its request in the queue */
     struct node_req    **active;        /* 2 * max_active: requests and their shadow copies */
