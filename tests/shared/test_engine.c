@@ -537,7 +537,9 @@ static void test_backend_choice(void **state)
     ds_engine_opts_init(&o);
     assert_int_equal(o.backend, DS_BACKEND_CPU);
     o.n_threads = 1;
-    o.precision = DS_PRECISION_FP16;                   /* reported by CUDA, never asked for */
+    o.precision = DS_PRECISION_FP16;                   /* what CUDA runs: the CPU refuses it */
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_ERR_UNSUPPORTED);
+    o.precision = (enum ds_precision)7;
     assert_int_equal(ds_engine_create(m, &o, &e), DS_ERR_INVAL);
     o.precision = DS_PRECISION_FP32;
     o.backend = DS_BACKEND_AUTO;
@@ -561,6 +563,62 @@ static void test_backend_choice(void **state)
     ds_model_close(m);
 }
 
+/* The logits of "Once upon a time" on model in precision p (one thread). */
+static float *native_logits(const char *model, enum ds_precision p, enum ds_precision *ran)
+{
+    struct ds_model *m;
+    struct ds_engine *e;
+    struct ds_seq *sq;
+    struct ds_engine_opts o;
+    static const int32_t ids[] = { 1, 403, 407, 261, 378, 356 };
+    assert_int_equal(ds_model_open(model, &m), DS_OK);
+    ds_engine_opts_init(&o);
+    o.precision = p;
+    o.n_threads = 1;
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    *ran = ds_engine_precision(e);
+    float *lg = malloc(m->cfg.vocab_size * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(ds_seq_create(e, &sq), DS_OK);
+    assert_int_equal(ds_engine_eval(e, sq, ids, DS_ARRAY_LEN(ids), lg, false), DS_OK);
+    ds_seq_destroy(sq);
+    ds_engine_destroy(e);
+    ds_model_close(m);
+    return lg;
+}
+
+/* native: a quantized file in its own blocks (the INT8 path, the same
+** logits bit for bit), an F32 file in FP32, reported as what runs. */
+static void test_precision_native(void **state)
+{
+    (void)state;
+    assert_int_equal(ds_precision_parse("native"), DS_PRECISION_NATIVE);
+    assert_int_equal(ds_precision_parse("int8"), DS_PRECISION_INT8);
+    assert_int_equal(ds_precision_parse("fp16"), DS_PRECISION_FP16);
+    assert_int_equal(ds_precision_parse("q8"), -1);
+    assert_string_equal(ds_precision_name(DS_PRECISION_NATIVE), "native");
+    assert_string_equal(ds_precision_name(DS_PRECISION_INT8), "int8");
+    struct { const char *file; enum ds_precision same, ran; } cases[] = {
+        { "stories260K.bin", DS_PRECISION_FP32, DS_PRECISION_FP32 },              /* F32: FP32 */
+        { "formats/r12M-Q8_0.gguf", DS_PRECISION_INT8, DS_PRECISION_NATIVE },     /* Q8_0 blocks */
+        { "formats/r12M-Q4_K_M.gguf", DS_PRECISION_INT8, DS_PRECISION_NATIVE },   /* K-quants */
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        enum ds_precision ran, ran_same;
+        struct ds_model *m;
+        assert_int_equal(ds_model_open(tu_model(cases[i].file), &m), DS_OK);
+        const uint32_t vocab = m->cfg.vocab_size;
+        ds_model_close(m);
+        float *a = native_logits(tu_model(cases[i].file), DS_PRECISION_NATIVE, &ran);
+        float *b = native_logits(tu_model(cases[i].file), cases[i].same, &ran_same);
+        assert_int_equal(ran, cases[i].ran);
+        assert_int_equal(ran_same, cases[i].same);
+        assert_memory_equal(a, b, vocab * sizeof *a);
+        free(a);
+        free(b);
+    }
+}
+
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
@@ -579,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_reference_text_gguf),
         cmocka_unit_test(test_reference_text_cli),
         cmocka_unit_test(test_int8_matches_fp32),
+        cmocka_unit_test(test_precision_native),
         cmocka_unit_test(test_converted_gguf),
         cmocka_unit_test(test_legacy_quant_gguf),
         cmocka_unit_test(test_tiny_random_generates),

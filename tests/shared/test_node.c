@@ -59,7 +59,7 @@ static void test_config(void **state)
     assert_int_equal(c.models[0].precision, DS_PRECISION_FP32);
     assert_int_equal(c.models[0].ctx, 256);
     assert_int_equal(c.models[0].threads, 2);
-    assert_int_equal(c.models[1].precision, DS_PRECISION_INT8);      /* the edge default */
+    assert_int_equal(c.models[1].precision, DS_PRECISION_NATIVE);    /* the edge default */
     assert_int_equal(c.models[0].backend, DS_BACKEND_CPU);
     assert_int_equal(c.models[1].backend, DS_BACKEND_AUTO);          /* the default */
     assert_int_equal(c.models[0].kv_cache, DS_KV_F16);

@@ -53,7 +53,8 @@ _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV block
 
 const char *ds_precision_name(enum ds_precision p)
 {
-    return p == DS_PRECISION_INT8 ? "int8" : p == DS_PRECISION_FP16 ? "fp16" : "fp32";
+    static const char *const names[] = { "fp32", "int8", "fp16", "native" };   /* enum order */
+    return (unsigned)p < DS_ARRAY_LEN(names) ? names[p] : "fp32";
 }
 
 int ds_precision_parse(const char *s)
@@ -61,6 +62,8 @@ int ds_precision_parse(const char *s)
     if (!s) return -1;
     if (strcmp(s, "fp32") == 0) return DS_PRECISION_FP32;
     if (strcmp(s, "int8") == 0) return DS_PRECISION_INT8;
+    if (strcmp(s, "native") == 0) return DS_PRECISION_NATIVE;
+    if (strcmp(s, "fp16") == 0) return DS_PRECISION_FP16;
     return -1;
 }
 
@@ -171,7 +174,8 @@ struct ds_seq {
 struct ds_engine {
     const struct ds_model       *model;
     struct ds_model_config       cfg;
-    enum ds_precision            prec;
+    enum ds_precision            prec;         /* FP32 or INT8 (CPU), FP16 (GPU) */
+    bool                         native;       /* NATIVE asked for, INT8 runs (ds_engine_precision) */
     const struct ds_kern_ops    *kern;
     struct ds_pool              *pool;
     uint32_t                     max_batch, max_ctx;
@@ -1334,9 +1338,10 @@ static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts
         return DS_ERR_UNSUPPORTED;
     }
     int n_dev = ops->devices();
-    if (!forced && (n_dev == 0 || o->precision != DS_PRECISION_FP32)) {
+    if (!forced && (n_dev == 0 || (o->precision != DS_PRECISION_FP32 &&
+                                    o->precision != DS_PRECISION_FP16))) {
         DS_LOG(DS_LOG_DEBUG, "engine: backend auto: %s, so the CPU runs",
-               n_dev ? "int8 asked for" : "no CUDA device");
+               n_dev ? "int8 or native asked for" : "no CUDA device");
         return DS_OK;
     }
     if (n_dev == 0) {
@@ -1383,16 +1388,18 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
         DS_LOG(DS_LOG_ERROR, "engine: backend %d is not cpu, auto or cuda", (int)o->backend);
         return DS_ERR_INVAL;
     }
-    if (o->precision != DS_PRECISION_FP32 && o->precision != DS_PRECISION_INT8) {
-        DS_LOG(DS_LOG_ERROR, "engine: precision %s cannot be asked for (fp32 or int8; fp16 is what "
-               "backend cuda runs)", ds_precision_name(o->precision));
+    if ((unsigned)o->precision > DS_PRECISION_NATIVE) {
+        DS_LOG(DS_LOG_ERROR, "engine: precision %d is not native, fp32, fp16 or int8", (int)o->precision);
         return DS_ERR_INVAL;
     }
     struct ds_engine *e = calloc(1, sizeof *e);
     if (!e) return DS_ERR_NOMEM;
     e->model = m;
     e->cfg = m->cfg;
-    e->prec = o->precision;
+    /* native: FP32 for an F32 file, else the INT8 path (ds/engine.h: enum ds_precision) */
+    e->native = o->precision == DS_PRECISION_NATIVE && m->layers[0].wq.type != DS_DTYPE_F32;
+    e->prec = o->precision != DS_PRECISION_NATIVE ? o->precision
+              : e->native                         ? DS_PRECISION_INT8 : DS_PRECISION_FP32;
     e->kern = o->kern ? o->kern : ds_kern_select();
     e->max_batch = o->max_batch;
     e->max_ctx = o->max_ctx ? DS_MIN(o->max_ctx, m->cfg.ctx_len) : DS_MIN(m->cfg.ctx_len, DEFAULT_MAX_CTX);
@@ -1402,6 +1409,11 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     uint32_t blocks_per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
     enum ds_err rc;
     if ((rc = pick_backend(e, o)) != DS_OK) goto fail;
+    if (!e->gpu && e->prec == DS_PRECISION_FP16) {
+        DS_LOG(DS_LOG_ERROR, "engine: precision fp16 runs on backend cuda only; on the CPU: native or fp32");
+        rc = DS_ERR_UNSUPPORTED;
+        goto fail;
+    }
     e->kv_type = e->gpu ? DS_KV_F16 : o->kv_type == DS_KV_F16 ? DS_KV_F16 : DS_KV_F32;
     static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
     if (e->prec == DS_PRECISION_FP32 && !e->kern->gemm_f32) pthread_once(&blas_checked, check_blas_core);
@@ -1413,7 +1425,7 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type == DS_KV_F16)) != DS_OK)
         goto fail;
     DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token, "
-           "%s KV cache", ds_precision_name(e->prec), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
+           "%s KV cache", ds_precision_name(ds_engine_precision(e)), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
            e->max_ctx, (double)e->weight_bytes / 1e6, ds_kv_type_name(e->kv_type));
     *out = e;
     return DS_OK;
@@ -1424,7 +1436,10 @@ fail:
 }
 
 const struct ds_model_config *ds_engine_config(const struct ds_engine *e) { return &e->cfg; }
-enum ds_precision ds_engine_precision(const struct ds_engine *e) { return e->prec; }
+enum ds_precision ds_engine_precision(const struct ds_engine *e)
+{
+    return e->native && e->prec == DS_PRECISION_INT8 ? DS_PRECISION_NATIVE : e->prec;
+}
 uint32_t ds_engine_max_ctx(const struct ds_engine *e) { return e->max_ctx; }
 unsigned ds_engine_threads(const struct ds_engine *e) { return ds_pool_size(e->pool); }
 const char *ds_engine_kernel(const struct ds_engine *e) { return e->gpu ? "cuda-f16" : e->kern->name; }

@@ -99,7 +99,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     memset(m, 0, sizeof *m);
     m->name = strdup(name);
     m->version = strdup("1");
-    m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    m->precision = c->role == DS_MSG_ROLE_CENTER ? DS_PRECISION_FP32 : DS_PRECISION_NATIVE;
     m->backend = DS_BACKEND_AUTO;
     m->spec_k = 8;
     if (!m->name || !m->version) {
@@ -152,7 +152,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
     }
     if (!strcmp(key, "precision")) {
         if ((m->precision = ds_precision_parse(value)) < 0)
-            return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
+            return snprintf(err, n, "'%s' is not native, fp32, fp16 or int8", value), -1;
         return 0;
     }
     if (!strcmp(key, "kv_cache")) {
