@@ -35,6 +35,7 @@
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/pool.h"
+#include "engine_fit.h"
 
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
@@ -189,6 +190,9 @@ struct ds_engine {
     struct kv_pool               kv;
     enum ds_kv_type              kv_type;      /* F32 or F16 (GPU: F16, its own cache) */
     uint64_t                     weight_bytes;
+    uint64_t                     in_place;     /* bytes of weights read from the mapping as they are */
+    uint64_t                     repacked;     /* bytes of the file's blocks repacked into kernel tiles */
+    uint64_t                     converted;    /* bytes of weights converted (FP32, or quantized here) */
     bool                         q8k_dim;      /* INT8: some K-quant matrix has dim columns (fill s.xk) */
     bool                         q8k_hid;      /* INT8: some w2 is a K-quant (fill s.hk) */
     bool                         q8_dim;       /* INT8: some other matrix has dim columns (fill s.xq) */
@@ -223,9 +227,42 @@ static bool mat_is_qk(const struct mat *m)
     return m->qx && (m->qt == DS_KQ_Q4_K || m->qt == DS_KQ_Q5_K || m->qt == DS_KQ_Q6_K);
 }
 
+static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
+                                    bool neox);
+
+/* Drop [p, p + bytes) of the model's mapping from the process (the whole
+** pages inside it): a matrix prepared into a copy reads its file pages no
+** more, and without this they stay resident next to the copy (peak RSS near
+** twice the file). They stay in the page cache for the next start; the
+** mapping is MAP_PRIVATE and read only, so any later read faults them back in
+** from the file (a tied output's embedding rows). */
+static void release_mapped(const struct ds_model *model, const void *p, size_t bytes)
+{
+    if (!ds_model_in_mapping(model, p, bytes)) return;
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* As mat_prepare_copy; then the file's pages of a matrix the engine copied
+** are released, and the bytes counted (in place, repacked or converted). */
+static enum ds_err mat_prepare(struct ds_engine *e, const struct ds_weight *w, struct mat *m, bool neox)
+{
+    enum ds_err rc = mat_prepare_copy(e, w, m, neox);
+    if (rc != DS_OK) return rc;
+    const uint64_t bytes = (uint64_t)w->rows * ds_weight_row_bytes(w);
+    if (!m->owned) {
+        e->in_place += bytes;
+        return DS_OK;
+    }
+    const bool same = e->prec != DS_PRECISION_FP32 ? m->qx || w->type == DS_DTYPE_Q8_0 : w->type == DS_DTYPE_F32;
+    *(same ? &e->repacked : &e->converted) += bytes;
+    release_mapped(e->model, w->data, bytes);
+    return DS_OK;
+}
+
 /* As mat_prepare_rows, with Q/K rows reordered first for NEOX RoPE. */
-static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
-                               bool neox)
+static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
+                                    bool neox)
 {
     if (!neox) return mat_prepare_rows(e, w, m);
     const size_t rb = ds_weight_row_bytes(w);
@@ -1420,7 +1457,22 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     /* CUDA: the CPU side only validates and positions rows (one thread, no
     ** weights, no KV pool). */
     if ((rc = ds_pool_create(e->gpu ? 1 : o->n_threads, &e->pool)) != DS_OK) goto fail;
-    if (!e->gpu && (rc = prepare_weights(e)) != DS_OK) goto fail;
+    if (!e->gpu) {
+        const struct ds_model_config *c = &e->cfg;
+        const uint64_t kv = (uint64_t)blocks_per_seq * o->kv_seqs * c->n_layers * 2 * DS_KV_BLOCK * c->kv_dim *
+                            (e->kv_type == DS_KV_F16 ? 2 : 4);
+        const uint64_t scratch = (uint64_t)e->max_batch * (6 * c->dim + 2 * c->kv_dim + 3 * c->hidden_dim) * 4 +
+                                 (uint64_t)e->max_ctx * c->rope_dim * 4 +
+                                 (uint64_t)ds_pool_size(e->pool) * ATT_SCRATCH(e) * 4;
+        if ((rc = ds_engine__fit(m, e->prec == DS_PRECISION_FP32, kv, scratch)) != DS_OK) {
+            ds_engine_destroy(e);           /* logged with the figures */
+            return rc;
+        }
+        if ((rc = prepare_weights(e)) != DS_OK) goto fail;
+        DS_LOG(DS_LOG_INFO, "engine: %s: weights %.1f MB read in place from the file, %.1f MB repacked into "
+               "%s tiles, %.1f MB converted to %s", m->path, (double)e->in_place / 1e6, (double)e->repacked / 1e6,
+               e->kern->name, (double)e->converted / 1e6, e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0");
+    }
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
     if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type == DS_KV_F16)) != DS_OK)
         goto fail;
