@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -619,6 +622,55 @@ static void test_precision_native(void **state)
     }
 }
 
+static void fit_log(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
+{
+    (void)file, (void)line;
+    if (lvl == DS_LOG_ERROR && strstr(msg, "does not fit in the address space") && strstr(msg, "KV cache"))
+        *(bool *)ud = true;
+}
+
+/* A model that cannot fit is refused before its weights are prepared, with
+** the figures: in a child whose address space ends a few MB past what it
+** holds, an engine with a 64-context KV pool (~40 MB) is DS_ERR_NOMEM and
+** the log names the address space and the KV cache; with 4 contexts it
+** fits under a generous limit. */
+static void test_refuses_what_cannot_fit(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct ds_model *m;
+        struct ds_engine *e;
+        struct ds_engine_opts o;
+        bool said = false;
+        if (ds_model_open(tu_model("stories260K.bin"), &m) != DS_OK) _exit(10);
+        ds_log_set(fit_log, &said, DS_LOG_ERROR);
+        ds_engine_opts_init(&o);
+        o.n_threads = 1;
+        o.kv_seqs = 4;
+        o.max_ctx = 512;
+        if (ds_engine_create(m, &o, &e) != DS_OK) _exit(11);       /* fits without a limit */
+        ds_engine_destroy(e);
+        char line[256];
+        long vm_kb = 0;
+        FILE *f = fopen("/proc/self/status", "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "VmSize: %ld kB", &vm_kb) == 1) break;
+        if (f) fclose(f);
+        if (vm_kb <= 0) _exit(12);
+        const struct rlimit rl = { (rlim_t)(vm_kb + 8192) * 1024, RLIM_INFINITY };
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(13);
+        o.kv_seqs = 64;                                              /* 64 x 512 x 5 layers x 2 x 64 x 4 B */
+        if (ds_engine_create(m, &o, &e) != DS_ERR_NOMEM) _exit(14);
+        _exit(said ? 0 : 15);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
@@ -638,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_reference_text_cli),
         cmocka_unit_test(test_int8_matches_fp32),
         cmocka_unit_test(test_precision_native),
+        cmocka_unit_test(test_refuses_what_cannot_fit),
         cmocka_unit_test(test_converted_gguf),
         cmocka_unit_test(test_legacy_quant_gguf),
         cmocka_unit_test(test_tiny_random_generates),

@@ -30,6 +30,11 @@
 ** Threads:   one thread drives an engine at a time (it runs its own pool).
 ** Memory:    everything is allocated at create; a forward pass allocates
 **            nothing (KV blocks come from the pool and go back to it).
+**            The file's pages of a matrix prepared into a copy are dropped
+**            from the process (they stay in the page cache), so peak RSS
+**            stays near the file plus the KV cache; a model whose weights,
+**            KV pool and scratch pass MemAvailable or RLIMIT_AS is refused
+**            at create (DS_ERR_NOMEM, the figures logged).
 */
 #ifndef DS_ENGINE_H
 #define DS_ENGINE_H

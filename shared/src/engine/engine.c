@@ -3,7 +3,9 @@
 **
 ** Owns: prepared weight matrices (converted or packed copies, or borrowed
 ** from the model's mapping when the kernel reads the file's type as it is:
-** F32 or Q8_0 for a variant without a packed layout for it), the scratch
+** F32 or Q8_0 for a variant without a packed layout for it; a copied
+** matrix's file pages are then dropped from the process: release_mapped),
+** the scratch
 ** buffers of struct run_state, the RoPE table, the thread pool and the KV
 ** block pool that every struct ds_seq of this engine draws from.
 **

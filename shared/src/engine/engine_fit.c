@@ -22,15 +22,17 @@ static uint64_t prepared_bytes(const struct ds_weight *w, bool fp32)
     return file + file / 32;                                      /* K-quant tiles: 4 bytes per 144 */
 }
 
-/* MemAvailable in bytes; 0 when /proc/meminfo cannot be read. */
-static uint64_t mem_available(void)
+/* The figure of key (e.g. "MemAvailable:") in a /proc file, in bytes; 0
+** when it cannot be read. */
+static uint64_t proc_kb(const char *path, const char *key)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
+    FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
     unsigned long long kb = 0;
+    const size_t n = strlen(key);
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        if (strncmp(line, key, n) == 0 && sscanf(line + n, "%llu kB", &kb) == 1) break;
     fclose(f);
     return (uint64_t)kb * 1024;
 }
@@ -45,7 +47,7 @@ enum ds_err ds_engine__fit(const struct ds_model *m, bool fp32, uint64_t kv, uin
     }
     weights += prepared_bytes(&m->output, fp32);
     if (!m->tied_output) weights += (uint64_t)m->tok_embd.rows * ds_weight_row_bytes(&m->tok_embd);
-    const uint64_t need = weights + kv + scratch, avail = mem_available(), file = ds_model_file_bytes(m);
+    const uint64_t need = weights + kv + scratch, avail = proc_kb("/proc/meminfo", "MemAvailable:");
     const double MB = 1e6;
     if (avail && need > avail) {
         DS_LOG(DS_LOG_ERROR, "%s: does not fit in memory: %.0f MB needed (weights %.0f MB %s, KV cache %.0f MB, "
@@ -54,11 +56,16 @@ enum ds_err ds_engine__fit(const struct ds_model *m, bool fp32, uint64_t kv, uin
                kv / MB, scratch / MB, avail / MB);
         return DS_ERR_NOMEM;
     }
+    /* the file is mapped already: what is left under the limit must hold the rest */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && need + file > (uint64_t)rl.rlim_cur) {
-        DS_LOG(DS_LOG_ERROR, "%s: does not fit in the address space: %.0f MB needed (the file's mapping %.0f MB, "
-               "weights %.0f MB, KV cache %.0f MB, scratch %.0f MB), RLIMIT_AS %.0f MB", m->path,
-               (need + file) / MB, file / MB, weights / MB, kv / MB, scratch / MB, (double)rl.rlim_cur / MB);
+    const uint64_t used = proc_kb("/proc/self/status", "VmSize:");
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && used &&
+        need > ((uint64_t)rl.rlim_cur > used ? (uint64_t)rl.rlim_cur - used : 0)) {
+        DS_LOG(DS_LOG_ERROR, "%s: does not fit in the address space: %.0f MB needed (weights %.0f MB, KV cache "
+               "%.0f MB, scratch %.0f MB), %.0f MB left under RLIMIT_AS %.0f MB (%.0f MB in use, the file's "
+               "mapping of %.0f MB with it)", m->path, need / MB, weights / MB, kv / MB, scratch / MB,
+               ((double)rl.rlim_cur - (double)used) / MB, (double)rl.rlim_cur / MB, used / MB,
+               ds_model_file_bytes(m) / MB);
         return DS_ERR_NOMEM;
     }
     return DS_OK;
