@@ -49,7 +49,7 @@ _dspark_value()
 {
     local opt=$1 help=$2 cur=${COMP_WORDS[COMP_CWORD]} mv
     case $opt in
-        --precision)          COMPREPLY=($(compgen -W "fp32 int8" -- "$cur")); return 0 ;;
+        --precision)          COMPREPLY=($(compgen -W "native fp32 int8" -- "$cur")); return 0 ;;
         --kv-cache|--kv)      COMPREPLY=($(compgen -W "f32 f16" -- "$cur")); return 0 ;;
         --backend)            COMPREPLY=($(compgen -W "auto cpu cuda" -- "$cur")); return 0 ;;
         --priority)           COMPREPLY=($(compgen -W "high normal low" -- "$cur")); return 0 ;;

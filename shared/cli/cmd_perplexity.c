@@ -33,7 +33,8 @@ static void ppl_usage(FILE *f)
         "  -z, --tokenizer PATH   llama2.c tokenizer.bin (for -f with llama2.c checkpoints)\n"
         "  -f, --file PATH        text, tokenized with the model's vocabulary (BOS first)\n"
         "      --ids PATH         token ids, whitespace-separated decimal\n"
-        "      --precision P      fp32 or int8 (default fp32)\n"
+        "      --precision P      native (default: a quantized file in its own blocks, an\n"
+        "                         F32 file in FP32, F16/BF16 as Q8_0), fp32, or int8\n"
         "      --logits-out PATH  every position's logits: int32 n_pos, int32 n_vocab,\n"
         "                         then n_pos rows of n_vocab float32 (little endian)\n"
         "  -t, --threads N        compute threads (default: one per CPU)\n"
@@ -62,7 +63,7 @@ static int parse_args(int argc, char **argv, struct ppl_args *a)
     struct cli_parser p;
     memset(a, 0, sizeof *a);
     a->batch = 256;
-    a->precision = DS_PRECISION_FP32;
+    a->precision = DS_PRECISION_NATIVE;
     cli_parser_init(&p, &spec, argc, argv, NULL);
     for (int c; (c = cli_parser_next(&p)) != CLI_END;) {
         switch (c) {
@@ -74,7 +75,7 @@ static int parse_args(int argc, char **argv, struct ppl_args *a)
         case O_LOGITS: a->logits_out = optarg; break;
         case O_PREC:
             if ((a->precision = ds_precision_parse(optarg)) < 0) {
-                fprintf(stderr, "dspark: --precision: '%s' is neither fp32 nor int8\n", optarg);
+                fprintf(stderr, "dspark: --precision: '%s' is not native, fp32 or int8\n", optarg);
                 return 2;
             }
             break;

@@ -42,7 +42,8 @@ static void run_usage(FILE *f)
         "      --top-p P          nucleus sampling cut, (0, 1] (default 1 = off)\n"
         "      --top-k K          keep the K most likely tokens (default 0 = off)\n"
         "  -s, --seed S           random seed (default 0); same seed, same text\n"
-        "      --precision P      fp32 or int8 (default fp32)\n"
+        "      --precision P      native (default: a quantized file in its own blocks, an\n"
+        "                         F32 file in FP32, F16/BF16 as Q8_0), fp32, or int8\n"
         "  -t, --threads N        compute threads (default: one per CPU)\n"
         "      --kernel NAME      force a kernel variant: ref, avx2, avxvnni, avx512vnni, neon, neondot\n"
         "      --ctx N            context length to allocate (default min(model, 4096))\n"
@@ -109,7 +110,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case CLI_F_SEED: if (!cli_parse_u64("--seed", optarg, 0, UINT64_MAX, &a->sp.seed)) return 2; break;
         case O_PREC:
             if ((a->precision = ds_precision_parse(optarg)) < 0) {
-                fprintf(stderr, "dspark: --precision: '%s' is not fp32 or int8\n", optarg);
+                fprintf(stderr, "dspark: --precision: '%s' is not native, fp32 or int8\n", optarg);
                 return 2;
             }
             break;
@@ -149,7 +150,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
 
 int cmd_run(int argc, char **argv)
 {
-    struct run_args a = { .n = 256 };
+    struct run_args a = { .n = 256, .precision = DS_PRECISION_NATIVE };
     ds_sampler_params_init(&a.sp);
     ds_log_set(NULL, NULL, DS_LOG_WARN);
     int prc = parse_args(argc, argv, &a);

@@ -47,7 +47,7 @@ check "dspark " _dspark "run infer model top keygen --help --version" "pack-me.t
 check "dspark mo" _dspark "=model"
 check "dspark model " _dspark "pack verify list promote rollback" "pack-me.txt model.gguf"
 check "dspark model p" _dspark "pack promote" "pack-me.txt promote.txt"
-check "dspark run --precision " _dspark "=fp32 int8"
+check "dspark run --precision " _dspark "=native fp32 int8"
 check "dspark run --precision i" _dspark "=int8"
 check "dspark run --pre" _dspark "=--precision"
 check "dspark run -m " _dspark "model.gguf pack-me.txt sub"
@@ -85,7 +85,7 @@ if command -v zsh >/dev/null; then
     if [[ "$got" == *"$2"* ]]; then echo "ok   zsh '$1' -> $got"
     else echo "FAIL zsh '$1' -> $got (want $2)"; bad=$((bad + 1)); fi
   }
-  zcheck "dspark run --precision " "fp32 int8 "
+  zcheck "dspark run --precision " "native fp32 int8 "
   zcheck "dspark model p" "pack verify list promote"
   zcheck "dspark run -m " "<files> "
   zcheck "dspark infer -n " "<hint N> "

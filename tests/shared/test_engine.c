@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -537,7 +540,9 @@ static void test_backend_choice(void **state)
     ds_engine_opts_init(&o);
     assert_int_equal(o.backend, DS_BACKEND_CPU);
     o.n_threads = 1;
-    o.precision = DS_PRECISION_FP16;                   /* reported by CUDA, never asked for */
+    o.precision = DS_PRECISION_FP16;                   /* what CUDA runs: the CPU refuses it */
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_ERR_UNSUPPORTED);
+    o.precision = (enum ds_precision)7;
     assert_int_equal(ds_engine_create(m, &o, &e), DS_ERR_INVAL);
     o.precision = DS_PRECISION_FP32;
     o.backend = DS_BACKEND_AUTO;
@@ -561,6 +566,111 @@ static void test_backend_choice(void **state)
     ds_model_close(m);
 }
 
+/* The logits of "Once upon a time" on model in precision p (one thread). */
+static float *native_logits(const char *model, enum ds_precision p, enum ds_precision *ran)
+{
+    struct ds_model *m;
+    struct ds_engine *e;
+    struct ds_seq *sq;
+    struct ds_engine_opts o;
+    static const int32_t ids[] = { 1, 403, 407, 261, 378, 356 };
+    assert_int_equal(ds_model_open(model, &m), DS_OK);
+    ds_engine_opts_init(&o);
+    o.precision = p;
+    o.n_threads = 1;
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    *ran = ds_engine_precision(e);
+    float *lg = malloc(m->cfg.vocab_size * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(ds_seq_create(e, &sq), DS_OK);
+    assert_int_equal(ds_engine_eval(e, sq, ids, DS_ARRAY_LEN(ids), lg, false), DS_OK);
+    ds_seq_destroy(sq);
+    ds_engine_destroy(e);
+    ds_model_close(m);
+    return lg;
+}
+
+/* native: a quantized file in its own blocks (the INT8 path, the same
+** logits bit for bit), an F32 file in FP32, reported as what runs. */
+static void test_precision_native(void **state)
+{
+    (void)state;
+    assert_int_equal(ds_precision_parse("native"), DS_PRECISION_NATIVE);
+    assert_int_equal(ds_precision_parse("int8"), DS_PRECISION_INT8);
+    assert_int_equal(ds_precision_parse("fp16"), DS_PRECISION_FP16);
+    assert_int_equal(ds_precision_parse("q8"), -1);
+    assert_string_equal(ds_precision_name(DS_PRECISION_NATIVE), "native");
+    assert_string_equal(ds_precision_name(DS_PRECISION_INT8), "int8");
+    struct { const char *file; enum ds_precision same, ran; } cases[] = {
+        { "stories260K.bin", DS_PRECISION_FP32, DS_PRECISION_FP32 },              /* F32: FP32 */
+        { "formats/r12M-Q8_0.gguf", DS_PRECISION_INT8, DS_PRECISION_NATIVE },     /* Q8_0 blocks */
+        { "formats/r12M-Q4_K_M.gguf", DS_PRECISION_INT8, DS_PRECISION_NATIVE },   /* K-quants */
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
+        enum ds_precision ran, ran_same;
+        struct ds_model *m;
+        assert_int_equal(ds_model_open(tu_model(cases[i].file), &m), DS_OK);
+        const uint32_t vocab = m->cfg.vocab_size;
+        ds_model_close(m);
+        float *a = native_logits(tu_model(cases[i].file), DS_PRECISION_NATIVE, &ran);
+        float *b = native_logits(tu_model(cases[i].file), cases[i].same, &ran_same);
+        assert_int_equal(ran, cases[i].ran);
+        assert_int_equal(ran_same, cases[i].same);
+        assert_memory_equal(a, b, vocab * sizeof *a);
+        free(a);
+        free(b);
+    }
+}
+
+static void fit_log(enum ds_log_level lvl, const char *file, int line, const char *msg, void *ud)
+{
+    (void)file, (void)line;
+    if (lvl == DS_LOG_ERROR && strstr(msg, "does not fit in the address space") && strstr(msg, "KV cache"))
+        *(bool *)ud = true;
+}
+
+/* A model that cannot fit is refused before its weights are prepared, with
+** the figures: in a child whose address space ends a few MB past what it
+** holds, an engine with a 64-context KV pool (~40 MB) is DS_ERR_NOMEM and
+** the log names the address space and the KV cache; with 4 contexts it
+** fits under a generous limit. */
+static void test_refuses_what_cannot_fit(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct ds_model *m;
+        struct ds_engine *e;
+        struct ds_engine_opts o;
+        bool said = false;
+        if (ds_model_open(tu_model("stories260K.bin"), &m) != DS_OK) _exit(10);
+        ds_log_set(fit_log, &said, DS_LOG_ERROR);
+        ds_engine_opts_init(&o);
+        o.n_threads = 1;
+        o.kv_seqs = 4;
+        o.max_ctx = 512;
+        if (ds_engine_create(m, &o, &e) != DS_OK) _exit(11);       /* fits without a limit */
+        ds_engine_destroy(e);
+        char line[256];
+        long vm_kb = 0;
+        FILE *f = fopen("/proc/self/status", "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "VmSize: %ld kB", &vm_kb) == 1) break;
+        if (f) fclose(f);
+        if (vm_kb <= 0) _exit(12);
+        const struct rlimit rl = { (rlim_t)(vm_kb + 8192) * 1024, RLIM_INFINITY };
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(13);
+        o.kv_seqs = 64;                                              /* 64 x 512 x 5 layers x 2 x 64 x 4 B */
+        if (ds_engine_create(m, &o, &e) != DS_ERR_NOMEM) _exit(14);
+        _exit(said ? 0 : 15);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     ds_log_set(NULL, NULL, DS_LOG_WARN);
@@ -579,6 +689,8 @@ int main(void)
         cmocka_unit_test(test_reference_text_gguf),
         cmocka_unit_test(test_reference_text_cli),
         cmocka_unit_test(test_int8_matches_fp32),
+        cmocka_unit_test(test_precision_native),
+        cmocka_unit_test(test_refuses_what_cannot_fit),
         cmocka_unit_test(test_converted_gguf),
         cmocka_unit_test(test_legacy_quant_gguf),
         cmocka_unit_test(test_tiny_random_generates),

@@ -62,7 +62,7 @@ static void test_config(void **state)
     assert_int_equal(c.models[0].precision, DS_PRECISION_FP32);
     assert_int_equal(c.models[0].ctx, 256);
     assert_int_equal(c.models[0].threads, 2);
-    assert_int_equal(c.models[1].precision, DS_PRECISION_INT8);      /* the edge default */
+    assert_int_equal(c.models[1].precision, DS_PRECISION_NATIVE);    /* the edge default */
     assert_int_equal(c.models[0].backend, DS_BACKEND_CPU);
     assert_int_equal(c.models[1].backend, DS_BACKEND_AUTO);          /* the default */
     assert_int_equal(c.models[0].kv_cache, DS_KV_F16);
@@ -196,7 +196,7 @@ static void test_config_roles(void **state)
     assert_int_equal(ec->spec_timeout_ms, 5000);
     assert_int_equal(c.budget_ms[DS_TIER_LOW], 50);
     assert_null(node__ext_config(&c, &center_specnet_ext));            /* the center's: ignored */
-    assert_int_equal(c.models[0].precision, DS_PRECISION_INT8);
+    assert_int_equal(c.models[0].precision, DS_PRECISION_NATIVE);                  /* the file's own type */
     assert_int_equal(ds_node_config_set(&c, "spec.sessions=2"), DS_OK);  /* accepted on the command line too */
     ds_node_config_cleanup(&c);
     ds_node_config_init(&c, &center_role);
@@ -234,7 +234,7 @@ static void test_config_roles(void **state)
         assert_true((strstr(buf, "[spec] sessions") != NULL) == center);
         assert_true((strstr(buf, "[overflow] enabled") != NULL) == !center);
         assert_true((strstr(buf, "cascade (") != NULL) == !center);
-        assert_non_null(strstr(buf, center ? "default fp32" : "default int8"));
+        assert_non_null(strstr(buf, center ? "default fp32" : "default native"));
         char *se = strstr(buf, "[mqtt] session_expiry_s");
         assert_non_null(se);
         assert_non_null(strstr(se, center ? "default 0 " : "default 600 "));

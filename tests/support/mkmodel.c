@@ -13,6 +13,8 @@
 const struct mk_shape mk_shape_15m = { 288, 768, 6, 6, 6, 32000, 256 };
 const struct mk_shape mk_shape_110m = { 768, 2048, 12, 12, 12, 32000, 1024 };
 const struct mk_shape mk_shape_1b = { 2048, 5632, 22, 32, 4, 32000, 2048 };
+const struct mk_shape mk_shape_l32_1b = { 2048, 8192, 16, 32, 8, 128256, 2048 };
+const struct mk_shape mk_shape_q25_1b5 = { 1536, 8960, 28, 12, 2, 151936, 2048 };
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -90,19 +92,23 @@ static enum ds_err add_mat(struct ds_gguf_writer *w, const char *name, const flo
     return rc;
 }
 
-static enum ds_err put_config(struct ds_gguf_writer *w, const struct ds_model_config *c, const char *name)
+static enum ds_err put_config(struct ds_gguf_writer *w, const struct ds_model_config *c, const char *name,
+                              const char *arch)
 {
-    enum ds_err rc = ds_gguf_writer_str(w, "general.architecture", "llama");
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s.%s", arch, k), key)
+    enum ds_err rc = ds_gguf_writer_str(w, "general.architecture", arch);
     if (rc == DS_OK) rc = ds_gguf_writer_str(w, "general.name", name);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.embedding_length", c->dim);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.feed_forward_length", c->hidden_dim);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.block_count", c->n_layers);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.attention.head_count", c->n_heads);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.attention.head_count_kv", c->n_kv_heads);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.context_length", c->ctx_len);
-    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "llama.rope.dimension_count", c->rope_dim);
-    if (rc == DS_OK) rc = ds_gguf_writer_f32(w, "llama.rope.freq_base", c->rope_theta);
-    if (rc == DS_OK) rc = ds_gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_eps);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("embedding_length"), c->dim);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("feed_forward_length"), c->hidden_dim);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("block_count"), c->n_layers);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("attention.head_count"), c->n_heads);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("attention.head_count_kv"), c->n_kv_heads);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("context_length"), c->ctx_len);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, KEY("rope.dimension_count"), c->rope_dim);
+    if (rc == DS_OK) rc = ds_gguf_writer_f32(w, KEY("rope.freq_base"), c->rope_theta);
+    if (rc == DS_OK) rc = ds_gguf_writer_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_eps);
+#undef KEY
     return rc;
 }
 
@@ -131,13 +137,13 @@ static float *values(struct src s, uint32_t rows, uint32_t cols)
 
 static enum ds_err write_model(const char *path, const struct ds_model_config *c, const char *name,
                                const struct ds_model *m, uint64_t seed, enum ds_ggml_type mat_type,
-                               const char *chat_template)
+                               const char *chat_template, uint32_t flags)
 {
     struct ds_gguf_writer *w;
     enum ds_err rc = ds_gguf_writer_create(&w);
     if (rc != DS_OK) return rc;
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
-    rc = put_config(w, c, name);
+    rc = put_config(w, c, name, flags & MK_QWEN2 ? "qwen2" : "llama");
     /* The vocabulary, copied from the source GGUF when there is one. */
     if (rc == DS_OK && m && m->gguf) {
         const struct ds_str *toks;
@@ -167,7 +173,7 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
         const struct ds_weight *w;
         uint32_t rows, cols;
         int is_norm;
-    } *t = calloc(3 + 9 * (size_t)c->n_layers, sizeof *t);
+    } *t = calloc(4 + 12 * (size_t)c->n_layers, sizeof *t);
     size_t nt = 0;
     if (!t) rc = DS_ERR_NOMEM;
 #define ADD(nm, wp, r, cc, norm) do { snprintf(t[nt].name, sizeof t[nt].name, "%s", nm); t[nt].w = (wp); \
@@ -175,7 +181,8 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
     if (t) {
         ADD("token_embd.weight", m ? &m->tok_embd : NULL, c->vocab_size, c->dim, 0);
         ADD("output_norm.weight", m ? &m->out_norm : NULL, 1, c->dim, 1);
-        ADD("output.weight", m ? &m->output : NULL, c->vocab_size, c->dim, 0);
+        if (!(flags & MK_TIED)) ADD("output.weight", m ? &m->output : NULL, c->vocab_size, c->dim, 0);
+        if (flags & MK_ROPE_FREQS) ADD("rope_freqs.weight", NULL, 1, c->rope_dim / 2, 1);
     }
     for (uint32_t l = 0; t && l < c->n_layers; l++) {
         const struct ds_layer_weights *L = m ? &m->layers[l] : NULL;
@@ -187,6 +194,11 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
         LAYER("attn_k.weight", wk, c->kv_dim, c->dim, 0);
         LAYER("attn_v.weight", wv, c->kv_dim, c->dim, 0);
         LAYER("attn_output.weight", wo, c->dim, c->dim, 0);
+        if (flags & MK_QWEN2) {
+            LAYER("attn_q.bias", bq, 1, c->dim, 1);
+            LAYER("attn_k.bias", bk, 1, c->kv_dim, 1);
+            LAYER("attn_v.bias", bv, 1, c->kv_dim, 1);
+        }
         LAYER("ffn_norm.weight", ffn_norm, 1, c->dim, 1);
         LAYER("ffn_gate.weight", w1, c->hidden_dim, c->dim, 0);
         LAYER("ffn_down.weight", w2, c->dim, c->hidden_dim, 0);
@@ -213,6 +225,12 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
 enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                             uint64_t seed)
 {
+    return mk_random_model_flags(path, s, mat_type, seed, 0);
+}
+
+enum ds_err mk_random_model_flags(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
+                                  uint64_t seed, uint32_t flags)
+{
     struct ds_model_config c = {
         .dim = s->dim, .hidden_dim = s->hidden_dim, .n_layers = s->n_layers, .n_heads = s->n_heads,
         .n_kv_heads = s->n_kv_heads, .vocab_size = s->vocab_size, .ctx_len = s->ctx_len,
@@ -222,18 +240,18 @@ enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_
     c.kv_dim = c.n_kv_heads * c.head_dim;
     c.rope_dim = c.head_dim;
     if (c.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &c, "random", NULL, seed, mat_type, NULL);
+    return write_model(path, &c, "random", NULL, seed, mat_type, NULL, flags);
 }
 
 enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type)
 {
     if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &m->cfg, m->name, m, 0, mat_type, NULL);
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type, NULL, 0);
 }
 
 enum ds_err mk_convert_model_chat(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type,
                                   const char *chat_template)
 {
     if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &m->cfg, m->name, m, 0, mat_type, chat_template);
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type, chat_template, 0);
 }

@@ -12,11 +12,19 @@
 struct mk_shape {
     uint32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, ctx_len;
 };
+/* Flags of mk_random_model_flags. */
+#define MK_TIED       1u    /* no output.weight: the classifier is token_embd (Llama 3.2 1B) */
+#define MK_ROPE_FREQS 2u    /* a rope_freqs.weight (Llama 3.x; all 1: the plain frequencies) */
+#define MK_QWEN2      4u    /* architecture qwen2: Q/K/V biases, NEOX RoPE (Qwen2.5) */
 
 /* Shapes of the llama2.c TinyStories models. */
 extern const struct mk_shape mk_shape_15m;    /* dim 288, hidden 768, 6 layers, 6 heads, vocab 32000 */
 extern const struct mk_shape mk_shape_110m;   /* dim 768, hidden 2048, 12 layers, 12 heads, vocab 32000 */
 extern const struct mk_shape mk_shape_1b;     /* TinyLlama-1.1B: dim 2048, hidden 5632, 22 layers, 32 heads (4 KV) */
+extern const struct mk_shape mk_shape_l32_1b; /* Llama 3.2 1B: dim 2048, hidden 8192, 16 layers, 32 heads (8 KV),
+                                              ** vocab 128256 (write with MK_TIED | MK_ROPE_FREQS) */
+extern const struct mk_shape mk_shape_q25_1b5;/* Qwen2.5 1.5B: dim 1536, hidden 8960, 28 layers, 12 heads (2 KV),
+                                              ** vocab 151936 (write with MK_QWEN2) */
 
 /* mat_type beyond ggml's numbers: llama.cpp's Q4_K_M and Q5_K_M mixes
 ** (Q4_K or Q5_K, with Q6_K for the classifier and some attn_v / ffn_down). */
@@ -29,6 +37,9 @@ extern const struct mk_shape mk_shape_1b;     /* TinyLlama-1.1B: dim 2048, hidde
 ** are not whole blocks falls back to F16). */
 enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                             uint64_t seed);
+/* The same with flags (MK_*): tied output, rope_freqs, the qwen2 architecture. */
+enum ds_err mk_random_model_flags(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
+                                  uint64_t seed, uint32_t flags);
 
 /* Copy m (with its GGUF vocabulary, if any) to path with every matrix in
 ** mat_type; Q8_0 falls back to F16 for a matrix whose row length is not a

@@ -30,6 +30,11 @@
 ** Threads:   one thread drives an engine at a time (it runs its own pool).
 ** Memory:    everything is allocated at create; a forward pass allocates
 **            nothing (KV blocks come from the pool and go back to it).
+**            The file's pages of a matrix prepared into a copy are dropped
+**            from the process (they stay in the page cache), so peak RSS
+**            stays near the file plus the KV cache; a model whose weights,
+**            KV pool and scratch pass MemAvailable or RLIMIT_AS is refused
+**            at create (DS_ERR_NOMEM, the figures logged).
 */
 #ifndef DS_ENGINE_H
 #define DS_ENGINE_H
@@ -42,10 +47,21 @@
 
 struct ds_kern_ops;
 
-/* FP16 is what a CUDA engine runs and reports; it is never requested. */
-enum ds_precision { DS_PRECISION_FP32, DS_PRECISION_INT8, DS_PRECISION_FP16 };
+/* Named after what runs. NATIVE ("native", what programs ask for by
+** default): a quantized file in its own blocks (Q8_0 through the INT8
+** kernels, Q4_0..Q6_K through the 4-6 bit ones, activations quantized per
+** block); an F32 file in FP32 (the engine then reports FP32); F16 and BF16
+** files as Q8_0 blocks quantized at load (on the CPU the INT8 kernels read a
+** quarter of FP32's bytes per token, and Q8_0's rounding of 16-bit weights
+** stays within the references' agreement floors; fp32 is the exact choice).
+** INT8 ("int8", the old name): the INT8 kernels whatever the file holds (an
+** F32 file quantized at load too; the int8 draft). FP32: every weight as
+** floats. FP16: what a CUDA engine runs and reports; asking for it picks the
+** GPU backend (auto or cuda); the CPU refuses it. */
+enum ds_precision { DS_PRECISION_FP32, DS_PRECISION_INT8, DS_PRECISION_FP16, DS_PRECISION_NATIVE };
+/* "fp32", "int8", "fp16" or "native". */
 const char *ds_precision_name(enum ds_precision p);
-/* "fp32" or "int8"; -1 for anything else. */
+/* "native", "fp32", "fp16" or "int8"; -1 for anything else. */
 int ds_precision_parse(const char *s);
 
 enum ds_backend { DS_BACKEND_CPU, DS_BACKEND_AUTO, DS_BACKEND_CUDA };
@@ -108,7 +124,7 @@ const char *ds_kv_type_name(enum ds_kv_type t);
 int ds_kv_type_parse(const char *s);
 
 struct ds_engine_opts {
-    enum ds_precision precision;    /* default FP32 */
+    enum ds_precision precision;    /* default FP32 (programs ask for NATIVE) */
     unsigned  n_threads;            /* 0 = one per CPU */
     uint32_t  max_batch;            /* rows per forward pass (default 64) */
     uint32_t  max_ctx;              /* 0 = min(model context, 4096) */

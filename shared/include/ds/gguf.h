@@ -77,6 +77,9 @@ DS_MUST_CHECK enum ds_err ds_gguf_open_mem(const void *data, size_t size, const 
 void ds_gguf_close(struct ds_gguf *g);
 
 const char *ds_gguf_name(const struct ds_gguf *g);      /* the path or the name given */
+/* The file mapping of a handle from ds_gguf_open() (*base NULL, *size 0 for
+** a caller's buffer, ds_gguf_open_mem). */
+void ds_gguf_mapping(const struct ds_gguf *g, const void **base, size_t *size);
 
 /* ---- metadata ---- */
 /* Scalars. DS_ERR_NOT_FOUND when absent; DS_ERR_FORMAT when the stored type

@@ -117,5 +117,10 @@ const char *ds_dtype_name(enum ds_dtype t);
 ** names its mixes ("q4_k_m", "q6_k", "q8_0", "f16"), else the type of the
 ** first layer's matrices ("q8_0", "f32"). Into buf (>= 16 bytes); returns buf. */
 const char *ds_model_precision_name(const struct ds_model *m, char *buf, size_t n);
+/* Whether [p, p + n) lies in m's file mapping (read only, MAP_PRIVATE: its
+** pages can be dropped from the process and fault back in from the file). */
+bool ds_model_in_mapping(const struct ds_model *m, const void *p, size_t n);
+/* Bytes of m's file. */
+size_t ds_model_file_bytes(const struct ds_model *m);
 
 #endif

@@ -51,7 +51,7 @@ struct ds_node_model_cfg {
     char    *path;          /* GGUF or llama2.c file */
     char    *tokenizer;     /* tokenizer.bin (llama2.c models only) */
     char    *version;       /* reported in served_by (default "1") */
-    int      precision;     /* enum ds_precision (default: the role's, int8 on an edge, fp32 on a center) */
+    int      precision;     /* enum ds_precision (default: the role's: native on an edge, fp32 on a center) */
     int      backend;       /* enum ds_backend (default auto: CUDA for fp32 where a GPU is) */
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */

@@ -3,7 +3,9 @@
 **
 ** Owns: prepared weight matrices (converted or packed copies, or borrowed
 ** from the model's mapping when the kernel reads the file's type as it is:
-** F32 or Q8_0 for a variant without a packed layout for it), the scratch
+** F32 or Q8_0 for a variant without a packed layout for it; a copied
+** matrix's file pages are then dropped from the process: release_mapped),
+** the scratch
 ** buffers of struct run_state, the RoPE table, the thread pool and the KV
 ** block pool that every struct ds_seq of this engine draws from.
 **
@@ -35,6 +37,7 @@
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/pool.h"
+#include "engine_fit.h"
 
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
@@ -53,7 +56,8 @@ _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV block
 
 const char *ds_precision_name(enum ds_precision p)
 {
-    return p == DS_PRECISION_INT8 ? "int8" : p == DS_PRECISION_FP16 ? "fp16" : "fp32";
+    static const char *const names[] = { "fp32", "int8", "fp16", "native" };   /* enum order */
+    return (unsigned)p < DS_ARRAY_LEN(names) ? names[p] : "fp32";
 }
 
 int ds_precision_parse(const char *s)
@@ -61,6 +65,8 @@ int ds_precision_parse(const char *s)
     if (!s) return -1;
     if (strcmp(s, "fp32") == 0) return DS_PRECISION_FP32;
     if (strcmp(s, "int8") == 0) return DS_PRECISION_INT8;
+    if (strcmp(s, "native") == 0) return DS_PRECISION_NATIVE;
+    if (strcmp(s, "fp16") == 0) return DS_PRECISION_FP16;
     return -1;
 }
 
@@ -171,7 +177,8 @@ struct ds_seq {
 struct ds_engine {
     const struct ds_model       *model;
     struct ds_model_config       cfg;
-    enum ds_precision            prec;
+    enum ds_precision            prec;         /* FP32 or INT8 (CPU), FP16 (GPU) */
+    bool                         native;       /* NATIVE asked for, INT8 runs (ds_engine_precision) */
     const struct ds_kern_ops    *kern;
     struct ds_pool              *pool;
     uint32_t                     max_batch, max_ctx;
@@ -185,6 +192,9 @@ struct ds_engine {
     struct kv_pool               kv;
     enum ds_kv_type              kv_type;      /* F32 or F16 (GPU: F16, its own cache) */
     uint64_t                     weight_bytes;
+    uint64_t                     in_place;     /* bytes of weights read from the mapping as they are */
+    uint64_t                     repacked;     /* bytes of the file's blocks repacked into kernel tiles */
+    uint64_t                     converted;    /* bytes of weights converted (FP32, or quantized here) */
     bool                         q8k_dim;      /* INT8: some K-quant matrix has dim columns (fill s.xk) */
     bool                         q8k_hid;      /* INT8: some w2 is a K-quant (fill s.hk) */
     bool                         q8_dim;       /* INT8: some other matrix has dim columns (fill s.xq) */
@@ -219,9 +229,42 @@ static bool mat_is_qk(const struct mat *m)
     return m->qx && (m->qt == DS_KQ_Q4_K || m->qt == DS_KQ_Q5_K || m->qt == DS_KQ_Q6_K);
 }
 
+static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
+                                    bool neox);
+
+/* Drop [p, p + bytes) of the model's mapping from the process (the whole
+** pages inside it): a matrix prepared into a copy reads its file pages no
+** more, and without this they stay resident next to the copy (peak RSS near
+** twice the file). They stay in the page cache for the next start; the
+** mapping is MAP_PRIVATE and read only, so any later read faults them back in
+** from the file (a tied output's embedding rows). */
+static void release_mapped(const struct ds_model *model, const void *p, size_t bytes)
+{
+    if (!ds_model_in_mapping(model, p, bytes)) return;
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* As mat_prepare_copy; then the file's pages of a matrix the engine copied
+** are released, and the bytes counted (in place, repacked or converted). */
+static enum ds_err mat_prepare(struct ds_engine *e, const struct ds_weight *w, struct mat *m, bool neox)
+{
+    enum ds_err rc = mat_prepare_copy(e, w, m, neox);
+    if (rc != DS_OK) return rc;
+    const uint64_t bytes = (uint64_t)w->rows * ds_weight_row_bytes(w);
+    if (!m->owned) {
+        e->in_place += bytes;
+        return DS_OK;
+    }
+    const bool same = e->prec != DS_PRECISION_FP32 ? m->qx || w->type == DS_DTYPE_Q8_0 : w->type == DS_DTYPE_F32;
+    *(same ? &e->repacked : &e->converted) += bytes;
+    release_mapped(e->model, w->data, bytes);
+    return DS_OK;
+}
+
 /* As mat_prepare_rows, with Q/K rows reordered first for NEOX RoPE. */
-static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
-                               bool neox)
+static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_weight *w, struct mat *m,
+                                    bool neox)
 {
     if (!neox) return mat_prepare_rows(e, w, m);
     const size_t rb = ds_weight_row_bytes(w);
@@ -237,6 +280,28 @@ static enum ds_err mat_prepare(const struct ds_engine *e, const struct ds_weight
         m->owned = copy;
     else free(copy);
     return rc;
+}
+
+/* One K-quant matrix being packed (mat_pack_qx): the pool's threads each
+** pack whole tiles of rows, in chunks whose output starts 64-byte aligned
+** (kern.h: the rows from r0 start r0 * n_sb * ds_qk_packed_sb bytes in).
+** One thread alone took a fifth of a 48-token TinyLlama-shape Q4_K_M run. */
+struct qk_pack_job {
+    const struct ds_kern_ops *k;
+    const struct ds_weight   *w;
+    enum ds_kern_qtype        qt;
+    size_t                    n_sb, chunk;   /* rows per step: whole tiles, aligned output */
+    uint8_t                  *out;
+};
+
+static void qk_pack_task(void *p, unsigned task, unsigned n_tasks)
+{
+    const struct qk_pack_job *j = p;
+    size_t lo, hi;
+    ds_pool_split(j->w->rows, task, n_tasks, j->chunk, &lo, &hi);
+    if (lo >= hi) return;
+    j->k->qk_pack(j->qt, hi - lo, j->n_sb, (const uint8_t *)j->w->data + lo * ds_weight_row_bytes(j->w),
+                  j->out + lo * j->n_sb * ds_qk_packed_sb(j->qt));
 }
 
 /* 4-, 5- and 6-bit rows into the tiles of a variant that has a layout for
@@ -256,7 +321,12 @@ static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight
     if (ds_qx_packs(k, m->qt)) {
         k->qx_pack(m->qt, w->rows, m->nb, w->data, packed);
     } else {
-        k->qk_pack(m->qt, w->rows, n_sb, w->data, packed);
+        /* chunks of whole tiles whose packed bytes are a multiple of 64 */
+        const size_t tile = (size_t)k->qk_pack_rows * n_sb * ds_qk_packed_sb(m->qt);
+        size_t tiles = 1;
+        while ((tile * tiles) % 64 && tiles < 64) tiles++;
+        struct qk_pack_job j = { k, w, m->qt, n_sb, (size_t)k->qk_pack_rows * tiles, packed };
+        ds_pool_run(e->pool, qk_pack_task, &j);
         m->qx_row = n_sb * ds_qk_packed_sb(m->qt);
     }
     m->qx = packed;
@@ -1334,9 +1404,10 @@ static enum ds_err pick_backend(struct ds_engine *e, const struct ds_engine_opts
         return DS_ERR_UNSUPPORTED;
     }
     int n_dev = ops->devices();
-    if (!forced && (n_dev == 0 || o->precision != DS_PRECISION_FP32)) {
+    if (!forced && (n_dev == 0 || (o->precision != DS_PRECISION_FP32 &&
+                                    o->precision != DS_PRECISION_FP16))) {
         DS_LOG(DS_LOG_DEBUG, "engine: backend auto: %s, so the CPU runs",
-               n_dev ? "int8 asked for" : "no CUDA device");
+               n_dev ? "int8 or native asked for" : "no CUDA device");
         return DS_OK;
     }
     if (n_dev == 0) {
@@ -1383,16 +1454,18 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
         DS_LOG(DS_LOG_ERROR, "engine: backend %d is not cpu, auto or cuda", (int)o->backend);
         return DS_ERR_INVAL;
     }
-    if (o->precision != DS_PRECISION_FP32 && o->precision != DS_PRECISION_INT8) {
-        DS_LOG(DS_LOG_ERROR, "engine: precision %s cannot be asked for (fp32 or int8; fp16 is what "
-               "backend cuda runs)", ds_precision_name(o->precision));
+    if ((unsigned)o->precision > DS_PRECISION_NATIVE) {
+        DS_LOG(DS_LOG_ERROR, "engine: precision %d is not native, fp32, fp16 or int8", (int)o->precision);
         return DS_ERR_INVAL;
     }
     struct ds_engine *e = calloc(1, sizeof *e);
     if (!e) return DS_ERR_NOMEM;
     e->model = m;
     e->cfg = m->cfg;
-    e->prec = o->precision;
+    /* native: FP32 for an F32 file, else the INT8 path (ds/engine.h: enum ds_precision) */
+    e->native = o->precision == DS_PRECISION_NATIVE && m->layers[0].wq.type != DS_DTYPE_F32;
+    e->prec = o->precision != DS_PRECISION_NATIVE ? o->precision
+              : e->native                         ? DS_PRECISION_INT8 : DS_PRECISION_FP32;
     e->kern = o->kern ? o->kern : ds_kern_select();
     e->max_batch = o->max_batch;
     e->max_ctx = o->max_ctx ? DS_MIN(o->max_ctx, m->cfg.ctx_len) : DS_MIN(m->cfg.ctx_len, DEFAULT_MAX_CTX);
@@ -1402,18 +1475,38 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
     uint32_t blocks_per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
     enum ds_err rc;
     if ((rc = pick_backend(e, o)) != DS_OK) goto fail;
+    if (!e->gpu && e->prec == DS_PRECISION_FP16) {
+        DS_LOG(DS_LOG_ERROR, "engine: precision fp16 runs on backend cuda only; on the CPU: native or fp32");
+        rc = DS_ERR_UNSUPPORTED;
+        goto fail;
+    }
     e->kv_type = e->gpu ? DS_KV_F16 : o->kv_type == DS_KV_F16 ? DS_KV_F16 : DS_KV_F32;
     static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
     if (e->prec == DS_PRECISION_FP32 && !e->kern->gemm_f32) pthread_once(&blas_checked, check_blas_core);
     /* CUDA: the CPU side only validates and positions rows (one thread, no
     ** weights, no KV pool). */
     if ((rc = ds_pool_create(e->gpu ? 1 : o->n_threads, &e->pool)) != DS_OK) goto fail;
-    if (!e->gpu && (rc = prepare_weights(e)) != DS_OK) goto fail;
+    if (!e->gpu) {
+        const struct ds_model_config *c = &e->cfg;
+        const uint64_t kv = (uint64_t)blocks_per_seq * o->kv_seqs * c->n_layers * 2 * DS_KV_BLOCK * c->kv_dim *
+                            (e->kv_type == DS_KV_F16 ? 2 : 4);
+        const uint64_t scratch = (uint64_t)e->max_batch * (6 * c->dim + 2 * c->kv_dim + 3 * c->hidden_dim) * 4 +
+                                 (uint64_t)e->max_ctx * c->rope_dim * 4 +
+                                 (uint64_t)ds_pool_size(e->pool) * ATT_SCRATCH(e) * 4;
+        if ((rc = ds_engine__fit(m, e->prec == DS_PRECISION_FP32, kv, scratch)) != DS_OK) {
+            ds_engine_destroy(e);           /* logged with the figures */
+            return rc;
+        }
+        if ((rc = prepare_weights(e)) != DS_OK) goto fail;
+        DS_LOG(DS_LOG_INFO, "engine: %s: weights %.1f MB read in place from the file, %.1f MB repacked into "
+               "%s tiles, %.1f MB converted to %s", m->path, (double)e->in_place / 1e6, (double)e->repacked / 1e6,
+               e->kern->name, (double)e->converted / 1e6, e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0");
+    }
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
     if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type == DS_KV_F16)) != DS_OK)
         goto fail;
     DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token, "
-           "%s KV cache", ds_precision_name(e->prec), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
+           "%s KV cache", ds_precision_name(ds_engine_precision(e)), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
            e->max_ctx, (double)e->weight_bytes / 1e6, ds_kv_type_name(e->kv_type));
     *out = e;
     return DS_OK;
@@ -1424,7 +1517,10 @@ fail:
 }
 
 const struct ds_model_config *ds_engine_config(const struct ds_engine *e) { return &e->cfg; }
-enum ds_precision ds_engine_precision(const struct ds_engine *e) { return e->prec; }
+enum ds_precision ds_engine_precision(const struct ds_engine *e)
+{
+    return e->native && e->prec == DS_PRECISION_INT8 ? DS_PRECISION_NATIVE : e->prec;
+}
 uint32_t ds_engine_max_ctx(const struct ds_engine *e) { return e->max_ctx; }
 unsigned ds_engine_threads(const struct ds_engine *e) { return ds_pool_size(e->pool); }
 const char *ds_engine_kernel(const struct ds_engine *e) { return e->gpu ? "cuda-f16" : e->kern->name; }

@@ -519,6 +519,12 @@ const char *ds_gguf_name(const struct ds_gguf *g)    { return g->name; }
 
 /* ---- open / close ---- */
 
+void ds_gguf_mapping(const struct ds_gguf *g, const void **base, size_t *size)
+{
+    *base = g && g->mapped ? g->base : NULL;
+    *size = g && g->mapped ? g->size : 0;
+}
+
 void ds_gguf_close(struct ds_gguf *g)
 {
     if (!g) return;

@@ -488,6 +488,23 @@ enum ds_err ds_model_open(const char *path, struct ds_model **out)
     return DS_OK;
 }
 
+bool ds_model_in_mapping(const struct ds_model *m, const void *p, size_t n)
+{
+    const void *base = m->map;
+    size_t size = m->map_size;
+    if (!base) ds_gguf_mapping(m->gguf, &base, &size);
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
+    return base && p && a >= b && n <= size && a - b <= size - n;
+}
+
+size_t ds_model_file_bytes(const struct ds_model *m)
+{
+    const void *base = m->map;
+    size_t size = m->map_size;
+    if (!base) ds_gguf_mapping(m->gguf, &base, &size);
+    return size;
+}
+
 /* llama.cpp's llama_ftype values (general.file_type) and their names. */
 static const char *const file_types[] = {
     [0] = "f32",     [1] = "f16",     [2] = "q4_0",    [3] = "q4_1",    [7] = "q8_0",

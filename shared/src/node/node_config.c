@@ -148,7 +148,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
     }
     if (!strcmp(key, "precision")) {
         if ((m->precision = ds_precision_parse(value)) < 0)
-            return snprintf(err, n, "'%s' is not fp32 or int8", value), -1;
+            return snprintf(err, n, "'%s' is not native, fp32, fp16 or int8", value), -1;
         return 0;
     }
     if (!strcmp(key, "kv_cache")) {
@@ -209,7 +209,7 @@ void ds_node_config_init(struct ds_node_config *c, const struct ds_node_role *ro
     memset(c, 0, sizeof *c);
     c->role = role ? role->role : DS_MSG_ROLE_EDGE;
     c->role_table = role;
-    c->model_precision = DS_PRECISION_INT8;
+    c->model_precision = DS_PRECISION_NATIVE;   /* the file's own blocks; a center's role says fp32 */
     add_keys(c, core_keys, DS_ARRAY_LEN(core_keys));
     node__ext_config_keys(role, c->keys, &c->n_keys, DS_ARRAY_LEN(c->keys));
     if (role && role->foreign) add_keys(c, role->foreign, role->n_foreign);
@@ -628,7 +628,7 @@ void ds_node_config_describe(FILE *f, const struct ds_node_role *role)
     struct ds_cfg_spec sp = { c->keys, c->n_keys, NULL, NULL, NULL, NULL };
     ds_cfg_describe(&sp, f);
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
-               "                     precision (int8|fp32, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
+               "                     precision (native|fp32|int8, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
                "                     kv_cache (f32, the default, or f16: half the KV memory, K and V rounded to halves),\n"
                "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
                "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n",

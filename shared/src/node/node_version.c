@@ -33,7 +33,7 @@ enum ds_err node__spec_load(struct node_version *v)
                mc->name, v->version, ds_engine_backend(v->eng), mc->draft);
         return DS_OK;
     }
-    if (strcmp(mc->draft, "int8") == 0 && ds_engine_precision(v->eng) == DS_PRECISION_INT8)
+    if (strcmp(mc->draft, "int8") == 0 && ds_engine_precision(v->eng) != DS_PRECISION_FP32)
         DS_LOG(DS_LOG_WARN, "model %s: draft = int8 on an INT8 model costs as much as the target: "
                "use precision = fp32 or a smaller draft", mc->name);
     struct ds_spec_opts so;
