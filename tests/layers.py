@@ -36,7 +36,7 @@ HEADERS = {
     "gguf.h": "engine", "model.h": "engine", "tok.h": "engine", "sampler.h": "engine",
     "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
     "grammar.h": "engine",
-    "mqtt.h": "net", "msg.h": "net", "topics.h": "net",
+    "mqtt.h": "net", "msg.h": "net", "topics.h": "net", "json_schema.h": "net",
     "keys.h": "dist", "bundle.h": "dist", "registry.h": "dist", "dist.h": "dist",
     "node.h": "node", "metrics.h": "node",
 }
