@@ -282,6 +282,7 @@ bool ds_grammar_accept_bytes(struct ds_grammar_state *st, const void *p, size_t 
     st->n_buf = 0;
     if (!grow((void **)&st->buf, &st->cap_buf, st->n_top, sizeof *st->buf)) return false;
     memcpy(st->buf, st->top, (size_t)st->n_top * sizeof *st->buf);
+    st->n_buf = st->n_top;
     uint32_t lo = 0, hi = st->n_top;
     for (size_t i = 0; i < n; i++) {
         uint32_t k = advance(st, lo, hi, b[i]);
