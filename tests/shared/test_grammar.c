@@ -518,6 +518,58 @@ static void test_grammar_structured(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* dspark run --json-schema / --grammar: stdout is the output alone, and it is valid. */
+static void test_grammar_run_cli(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    char schema[4200], bad[4200], gram[4200], cmd[16000];
+    snprintf(schema, sizeof schema, "%s/s.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    snprintf(gram, sizeof gram, "%s/g.gbnf", dir);
+    FILE *f = fopen(schema, "w");
+    assert_non_null(f);
+    fputs(k_schemas[1], f);
+    fclose(f);
+    f = fopen(bad, "w");
+    assert_non_null(f);
+    fputs("{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[]}}}", f);
+    fclose(f);
+    f = fopen(gram, "w");
+    assert_non_null(f);
+    fputs("root ::= \"Answer: \" (\"yes\" | \"no\") \".\"\n", f);
+    fclose(f);
+    for (int seed = 0; seed < 3; seed++) {
+        snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --json-schema '%s' -p 'Once upon a time' "
+                 "--temp 1 -s %d -t 1 2>/dev/null", DS_BUILD_DIR, tu_model("stories260K.gguf"), schema, seed);
+        int st;
+        char *out = tu_run(cmd, &st);
+        assert_non_null(out);
+        assert_int_equal(st, 0);
+        cJSON *j = cJSON_Parse(out);
+        if (!j) fail_msg("dspark run --json-schema printed: %s", out);
+        assert_true(cJSON_IsObject(cJSON_GetObjectItem(j, "user")));
+        cJSON_Delete(j);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --grammar '%s' -p 'Is it' -t 1 2>/dev/null",
+             DS_BUILD_DIR, tu_model("stories260K.gguf"), gram);
+    int st;
+    char *out = tu_run(cmd, &st);
+    assert_non_null(out);
+    if (strcmp(out, "Answer: yes.\n") != 0 && strcmp(out, "Answer: no.\n") != 0) fail_msg("--grammar printed '%s'", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --json-schema '%s' -p x 2>&1", DS_BUILD_DIR,
+             tu_model("stories260K.gguf"), bad);
+    out = tu_run(cmd, &st);
+    assert_non_null(out);
+    assert_int_equal(st, 1);
+    if (!strstr(out, "json_schema: unsupported keyword 'oneOf' at /properties/x")) fail_msg("refusal printed '%s'", out);
+    free(out);
+    tu_rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest t[] = {
@@ -527,6 +579,8 @@ int main(void)
         cmocka_unit_test(test_schema_refusals),
         cmocka_unit_test(test_grammar_mask),
         cmocka_unit_test(test_grammar_structured),
+        cmocka_unit_test(test_grammar_run_cli),
     };
+    tu_skip_from_env();
     return cmocka_run_group_tests(t, setup, teardown);
 }
