@@ -71,6 +71,9 @@ uint32_t ds_grammar_n_rules(const struct ds_grammar *g);
 DS_MUST_CHECK enum ds_err ds_grammar_state_create(const struct ds_grammar *g, struct ds_grammar_state **out);
 void ds_grammar_state_destroy(struct ds_grammar_state *st);
 void ds_grammar_state_reset(struct ds_grammar_state *st);
+/* dst takes src's position (both of the same grammar; dst's cache stays):
+** a fork to try tokens on, e.g. a speculative draft's. */
+DS_MUST_CHECK enum ds_err ds_grammar_state_copy(struct ds_grammar_state *dst, const struct ds_grammar_state *src);
 /* Feed bytes; false (and the state unchanged) when the grammar refuses
 ** them. */
 bool ds_grammar_accept_bytes(struct ds_grammar_state *st, const void *p, size_t n);

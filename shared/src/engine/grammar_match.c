@@ -275,6 +275,22 @@ void ds_grammar_state_destroy(struct ds_grammar_state *st)
     free(st);
 }
 
+enum ds_err ds_grammar_state_copy(struct ds_grammar_state *dst, const struct ds_grammar_state *src)
+{
+    if (dst->g != src->g) return DS_ERR_INVAL;
+    if (dst == src) return DS_OK;
+    if (!grow((void **)&dst->nd, &dst->cap_nd, src->n_nd, sizeof *dst->nd) ||
+        !grow((void **)&dst->top, &dst->cap_top, src->n_top, sizeof *dst->top))
+        return DS_ERR_NOMEM;
+    if (src->n_nd) memcpy(dst->nd, src->nd, (size_t)src->n_nd * sizeof *dst->nd);
+    if (src->n_top) memcpy(dst->top, src->top, (size_t)src->n_top * sizeof *dst->top);
+    dst->n_nd = src->n_nd;
+    dst->n_top = src->n_top;
+    dst->n_buf = 0;
+    dst->oom = false;
+    return DS_OK;
+}
+
 bool ds_grammar_accept_bytes(struct ds_grammar_state *st, const void *p, size_t n)
 {
     const uint8_t *b = p;
