@@ -764,7 +764,7 @@ static enum ds_err flatten(struct parser *p, int32_t root, struct ds_grammar **o
         ds_grammar_destroy(g);
         return DS_ERR_NOMEM;
     }
-    memcpy(g->set, p->set, (size_t)p->n_set * sizeof *g->set);
+    if (p->n_set) memcpy(g->set, p->set, (size_t)p->n_set * sizeof *g->set);
     g->n_set = p->n_set;
     uint32_t ai = 0, ei = 0;
     for (uint32_t r = 0; r < p->n_r; r++) {

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ds/grammar.h"
+#include "ds/utf8.h"
 
 #define MAX_BOUND 1e15          /* |minimum|, |maximum| */
 #define INT_LIMIT 9999999999999999LL    /* 16 digits: what an unbounded side allows */
@@ -1051,6 +1052,10 @@ enum ds_err ds_json_schema_to_gbnf(const char *json, size_t len, const struct ds
     }
     if (len > DS_JSON_SCHEMA_MAX_TEXT) {
         fail(&c, DS_ERR_RANGE, "schema of %zu bytes is longer than %u", len, DS_JSON_SCHEMA_MAX_TEXT);
+        return c.err;
+    }
+    if (!ds_utf8_valid(json, len, NULL)) {
+        fail(&c, DS_ERR_FORMAT, "not valid UTF-8");
         return c.err;
     }
     cJSON *root = cJSON_ParseWithLength(json, len);
