@@ -291,44 +291,55 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Probe: feed prefix to a fresh state, then compare its mask with byte-level acceptance of each token. */
-static void mask_vs_bytes(const struct ds_grammar *g, const char *prefix)
+/* Probe: feed prefix to a fresh state, then compare its mask (vocabulary v
+** of tok) with byte-level acceptance of each token. */
+static void mask_vs_bytes_of(const struct ds_tok *tok, const struct ds_grammar_vocab *v, const struct ds_grammar *g,
+                             const char *prefix)
 {
+    uint32_t V = ds_tok_n_vocab(tok);
+    uint8_t *mask = malloc(V);
+    assert_non_null(mask);
     struct ds_grammar_state *st, *probe;
     assert_int_equal(ds_grammar_state_create(g, &st), DS_OK);
     assert_true(ds_grammar_accept_bytes(st, prefix, strlen(prefix)));
-    uint32_t n = ds_grammar_mask(st, F.v, F.mask), count = 0;
-    for (uint32_t id = 0; id < F.V; id++) {
+    uint32_t n = ds_grammar_mask(st, v, mask), count = 0;
+    for (uint32_t id = 0; id < V; id++) {
         size_t len;
-        const char *p = ds_tok_token_bytes(F.tok, (int32_t)id, &len);
-        const char *piece = ds_tok_piece(F.tok, (int32_t)id);
+        const char *p = ds_tok_token_bytes(tok, (int32_t)id, &len);
+        const char *piece = ds_tok_piece(tok, (int32_t)id);
         bool want;
-        if (ds_tok_is_eog(F.tok, (int32_t)id)) {
+        if (ds_tok_is_eog(tok, (int32_t)id)) {
             want = ds_grammar_is_complete(st);
-        } else if ((int32_t)id == ds_tok_bos(F.tok) || strcmp(piece, "<unk>") == 0 || !p || len == 0) {
+        } else if ((int32_t)id == ds_tok_bos(tok) || strcmp(piece, "<unk>") == 0 || !p || len == 0) {
             want = false;
         } else {
             assert_int_equal(ds_grammar_state_create(g, &probe), DS_OK);
             want = ds_grammar_accept_bytes(probe, prefix, strlen(prefix)) && ds_grammar_accept_bytes(probe, p, len);
             ds_grammar_state_destroy(probe);
         }
-        if (want != (F.mask[id] != 0))
-            fail_msg("prefix '%s', token %u '%s': mask %d, bytes %d", prefix, id, piece, F.mask[id], want);
-        count += F.mask[id];
+        if (want != (mask[id] != 0))
+            fail_msg("prefix '%s', token %u '%s': mask %d, bytes %d", prefix, id, piece, mask[id], want);
+        count += mask[id];
     }
     assert_int_equal(count, n);
     assert_true(n > 0);
     /* the same state again: from the cache, the same mask */
-    uint8_t *again = malloc(F.V);
+    uint8_t *again = malloc(V);
     assert_non_null(again);
-    assert_int_equal(ds_grammar_mask(st, F.v, again), n);
-    assert_memory_equal(again, F.mask, F.V);
+    assert_int_equal(ds_grammar_mask(st, v, again), n);
+    assert_memory_equal(again, mask, V);
     uint64_t hits, misses;
     ds_grammar_cache_stats(st, &hits, &misses);
     assert_int_equal(hits, 1);
     assert_int_equal(misses, 1);
     free(again);
+    free(mask);
     ds_grammar_state_destroy(st);
+}
+
+static void mask_vs_bytes(const struct ds_grammar *g, const char *prefix)
+{
+    mask_vs_bytes_of(F.tok, F.v, g, prefix);
 }
 
 static void test_grammar_mask(void **state)
@@ -359,6 +370,25 @@ static void test_grammar_mask(void **state)
     assert_int_equal(ds_grammar_accept_token(st, F.v, (int32_t)F.V), DS_ERR_RANGE);
     ds_grammar_state_destroy(st);
     ds_grammar_destroy(g);
+}
+
+/* The same on Llama 2's 32,000 tokens, where whole subtrees of plain tokens
+** are taken at once inside strings: at every remaining length. */
+static void test_grammar_mask_32k(void **state)
+{
+    (void)state;
+    struct ds_tok *tok;
+    struct ds_grammar_vocab *v;
+    assert_int_equal(ds_tok_create_from_file(tu_model("tokenizer.bin"), 32000, &tok), DS_OK);
+    assert_int_equal(ds_grammar_vocab_create(tok, &v), DS_OK);
+    struct ds_grammar *g = schema_ok("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":9},"
+                                     "\"t\":{\"type\":\"string\",\"pattern\":\"^[a-z ]{2,5}!$\"}},\"required\":[\"s\",\"t\"]}");
+    static const char *const prefixes[] = {"{\"s\":\"", "{\"s\":\"abc", "{\"s\":\"abcdef\\n", "{\"s\":\"abcdefgh",
+                                           "{\"s\":\"\",\"t\":\"a", "{\"s\":\"\",\"t\":\"ab c"};
+    for (size_t i = 0; i < DS_ARRAY_LEN(prefixes); i++) mask_vs_bytes_of(tok, v, g, prefixes[i]);
+    ds_grammar_destroy(g);
+    ds_grammar_vocab_destroy(v);
+    ds_tok_destroy(tok);
 }
 
 /* ---- structured output on stories260K ---- */
@@ -578,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_schema_keywords),
         cmocka_unit_test(test_schema_refusals),
         cmocka_unit_test(test_grammar_mask),
+        cmocka_unit_test(test_grammar_mask_32k),
         cmocka_unit_test(test_grammar_structured),
         cmocka_unit_test(test_grammar_run_cli),
     };

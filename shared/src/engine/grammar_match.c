@@ -40,6 +40,19 @@ struct centry {
     bool      used;
 };
 
+/* A mask walk's memo: the expanded stacks of a successor {pos, parent},
+** buf[lo..hi), computed once per walk (every trie node whose byte leads a
+** stack to the same successor shares them). gen: the walk it belongs to. */
+struct memo {
+    uint64_t key;
+    uint32_t lo, hi;
+    uint32_t gen;
+    uint32_t disp;      /* its dispatch table */
+};
+
+#define DISP_NONE  0xFFFFu
+#define DISP_MULTI 0xFFFEu
+
 struct ds_grammar_state {
     const struct ds_grammar *g;
     struct node *nd;
@@ -52,15 +65,35 @@ struct ds_grammar_state {
     uint32_t    *key;           /* scratch for the cache key */
     uint32_t     n_key, cap_key;
     struct centry cache[CACHE_SLOTS];
+    struct memo *memo;          /* (n_memo_slot) open addressing */
+    uint32_t     n_memo_slot, n_memo_used, gen;
+    uint16_t    *disp;          /* dispatch tables, 256 entries each: byte -> the one stack of a */
+    uint32_t     n_disp, cap_disp;  /* range taking it (its offset), DISP_NONE or DISP_MULTI */
+    int16_t     *closed;        /* per dispatch table: how many plain bytes in a row its range takes */
+    uint32_t     cap_closed;    /* the same way (-1: not known yet) */
     uint64_t     hits, misses;
 };
 
 struct tnode {
     uint32_t end;       /* one past the last node of this subtree (preorder) */
-    uint32_t ids_off;   /* sorted ids ending here: ids[ids_off .. ids_off + n_ids) */
+    uint32_t ids_off;   /* sorted ids ending here: ids[ids_off .. ids_off + n_ids); the
+                        ** subtree's ids are ids[ids_off .. t[end].ids_off) (preorder = sorted order) */
     uint32_t n_ids;
+    uint16_t height;    /* bytes on the longest path down from this node, its own included */
     uint8_t  byte;
+    uint8_t  plain;     /* the node's byte and every byte below it are plain string bytes */
 };
+
+/* Plain string bytes: printable ASCII but '"' and '\\', what a JSON string
+** holds unescaped. A state that takes any run of them up to some length
+** the same way (a free string's interior) lets the walk mark a whole
+** subtree of plain tokens at once. */
+static bool plain_byte(uint8_t b)
+{
+    return b >= 0x20 && b <= 0x7E && b != '"' && b != '\\';
+}
+
+#define CLOSED_MAX 64u
 
 struct ds_grammar_vocab {
     uint32_t      n_vocab;
@@ -70,6 +103,7 @@ struct ds_grammar_vocab {
     struct tnode *t;        /* t[0] is the root */
     uint32_t      n_t;
     int32_t      *ids;
+    uint32_t      n_sorted;     /* entries of ids */
 };
 
 /* ---- arena and stacks ---- */
@@ -272,6 +306,9 @@ void ds_grammar_state_destroy(struct ds_grammar_state *st)
     free(st->top);
     free(st->buf);
     free(st->key);
+    free(st->memo);
+    free(st->disp);
+    free(st->closed);
     free(st);
 }
 
@@ -424,6 +461,19 @@ enum ds_err ds_grammar_vocab_create(const struct ds_tok *tok, struct ds_grammar_
     }
     while (depth > 0) v->t[path[--depth]].end = v->n_t;
     v->t[0].end = v->n_t;
+    v->n_sorted = n_ids;
+    /* heights and plain flags, children (later in preorder) first */
+    for (uint32_t i = v->n_t; i-- > 1;) {
+        struct tnode *t = &v->t[i];
+        uint32_t h = 0;
+        bool plain = plain_byte(t->byte);
+        for (uint32_t c = i + 1; c < t->end; c = v->t[c].end) {
+            h = DS_MAX(h, v->t[c].height);
+            plain = plain && v->t[c].plain;
+        }
+        t->height = (uint16_t)DS_MIN(h + 1, 0xFFFFu);
+        t->plain = plain;
+    }
     *out = v;
     return DS_OK;
 fail:
@@ -450,21 +500,172 @@ uint32_t ds_grammar_vocab_size(const struct ds_grammar_vocab *v)
 
 /* ---- masks ---- */
 
-static void walk(struct ds_grammar_state *st, const struct ds_grammar_vocab *v, uint32_t node, uint32_t lo,
-                 uint32_t hi, uint32_t *bits, uint32_t *n_allowed)
+static bool memo_grow(struct ds_grammar_state *st)
 {
+    uint32_t n = st->n_memo_slot ? st->n_memo_slot * 2 : 4096;
+    struct memo *m = calloc(n, sizeof *m);
+    if (!m) return false;
+    for (uint32_t i = 0; i < st->n_memo_slot; i++) {
+        const struct memo *o = &st->memo[i];
+        if (o->gen != st->gen) continue;
+        uint32_t h = (uint32_t)((o->key * 0x9e3779b97f4a7c15ull) >> 32) & (n - 1);
+        while (m[h].gen == st->gen) h = (h + 1) & (n - 1);
+        m[h] = *o;
+    }
+    free(st->memo);
+    st->memo = m;
+    st->n_memo_slot = n;
+    return true;
+}
+
+/* A dispatch table for the stacks buf[lo..hi); its index, or UINT32_MAX. */
+static uint32_t dispatch(struct ds_grammar_state *st, uint32_t lo, uint32_t hi)
+{
+    const struct ds_grammar *g = st->g;
+    if (!grow((void **)&st->disp, &st->cap_disp, (st->n_disp + 1) * 256u, sizeof *st->disp)) return UINT32_MAX;
+    if (!grow((void **)&st->closed, &st->cap_closed, st->n_disp + 1, sizeof *st->closed)) return UINT32_MAX;
+    st->closed[st->n_disp] = -1;
+    uint16_t *d = st->disp + (size_t)st->n_disp * 256u;
+    for (uint32_t b = 0; b < 256; b++) d[b] = DISP_NONE;
+    for (uint32_t i = lo; i < hi; i++) {
+        int32_t top = st->buf[i];
+        if (top < 0) continue;
+        const uint32_t *set = g->set[g->e[st->nd[top].pos].arg];
+        for (uint32_t w = 0; w < 8; w++) {
+            for (uint32_t bits = set[w]; bits; bits &= bits - 1) {
+                uint32_t b = w * 32 + (uint32_t)__builtin_ctz(bits);
+                d[b] = d[b] == DISP_NONE ? (uint16_t)(i - lo) : DISP_MULTI;
+            }
+        }
+    }
+    return st->n_disp++;
+}
+
+/* The expanded stacks that stack buf[i] becomes once its top byte is
+** consumed, in buf[*lo..*hi); false when out of memory. */
+static bool successor(struct ds_grammar_state *st, uint32_t i, uint32_t *lo, uint32_t *hi, uint32_t *disp)
+{
+    const struct ds_grammar *g = st->g;
+    int32_t t = st->buf[i];
+    uint32_t pos = st->nd[t].pos + 1;
+    int32_t parent = st->nd[t].parent;
+    if (g->e[pos].kind == DS_GRAMMAR__END) {        /* the alternative ends: its parent is next */
+        if (parent < 0) {
+            pos = UINT32_MAX;
+        } else {
+            pos = st->nd[parent].pos;
+            parent = st->nd[parent].parent;
+        }
+    }
+    uint64_t key = ((uint64_t)pos << 32) | (uint32_t)(parent + 1);
+    if (st->n_memo_used * 2 >= st->n_memo_slot && !memo_grow(st)) return false;
+    uint32_t mask = st->n_memo_slot - 1;
+    uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+    while (st->memo[h].gen == st->gen) {
+        if (st->memo[h].key == key) {
+            *lo = st->memo[h].lo;
+            *hi = st->memo[h].hi;
+            *disp = st->memo[h].disp;
+            return true;
+        }
+        h = (h + 1) & mask;
+    }
+    uint32_t from = st->n_buf;
+    if (pos == UINT32_MAX) {
+        push_top(st, from, -1);
+    } else {
+        int32_t n = node_new(st, pos, parent);
+        if (n == -2) return false;
+        expand(st, from, n);
+    }
+    if (st->oom) return false;
+    uint32_t d = dispatch(st, from, st->n_buf);
+    if (d == UINT32_MAX) return false;
+    st->memo[h] = (struct memo){.key = key, .lo = from, .hi = st->n_buf, .gen = st->gen, .disp = d};
+    st->n_memo_used++;
+    *lo = from;
+    *hi = st->n_buf;
+    *disp = d;
+    return true;
+}
+
+/* How many plain bytes in a row (up to limit) the range buf[lo..hi) with
+** dispatch table disp takes, each by its one stack and all to one successor. */
+static uint32_t closed_depth(struct ds_grammar_state *st, uint32_t lo, uint32_t disp, uint32_t limit)
+{
+    if (limit == 0) return 0;
+    if (st->closed[disp] >= 0) return DS_MIN((uint32_t)st->closed[disp], limit);
+    const uint16_t *d = st->disp + (size_t)disp * 256u;
+    uint16_t code = d[0x20];
+    bool same = code != DISP_NONE && code != DISP_MULTI;
+    for (uint32_t b = 0x21; same && b <= 0x7E; b++)
+        if (plain_byte((uint8_t)b) && d[b] != code) same = false;
+    uint32_t r = 0, slo, shi, sd;
+    if (same && successor(st, lo + code, &slo, &shi, &sd)) r = 1 + closed_depth(st, slo, sd, limit - 1);
+    if (r < limit || limit == CLOSED_MAX) st->closed[disp] = (int16_t)r;    /* exact, or as far as looked */
+    return r;
+}
+
+/* Mark the tokens of trie node `node` and walk its children; buf[lo..hi)
+** are the expanded stacks after the node's bytes, disp their dispatch table. */
+static void walk(struct ds_grammar_state *st, const struct ds_grammar_vocab *v, uint32_t node, uint32_t lo,
+                 uint32_t hi, uint32_t disp, uint32_t *bits, uint32_t *n_allowed)
+{
+    const struct ds_grammar *g = st->g;
     const struct tnode *t = &v->t[node];
     for (uint32_t i = 0; i < t->n_ids; i++) {
         int32_t id = v->ids[t->ids_off + i];
         bits[(uint32_t)id >> 5] |= 1u << ((uint32_t)id & 31);
     }
     *n_allowed += t->n_ids;
-    for (uint32_t c = node + 1; c < t->end; c = v->t[c].end) {
-        uint32_t mark_nd = st->n_nd, mark_buf = st->n_buf;
-        uint32_t k = advance(st, lo, hi, v->t[c].byte);
-        if (k > 0 && !st->oom) walk(st, v, c, mark_buf, mark_buf + k, bits, n_allowed);
-        st->n_nd = mark_nd;
-        st->n_buf = mark_buf;
+    for (uint32_t c = node + 1; c < v->t[node].end; c = v->t[c].end) {
+        uint8_t b = v->t[c].byte;
+        uint16_t code = st->disp[(size_t)disp * 256u + b];     /* re-read: successor() may move disp */
+        if (code == DISP_NONE) continue;
+        uint32_t slo, shi, sd;
+        if (v->t[c].plain && closed_depth(st, lo, disp, CLOSED_MAX) >= v->t[c].height) {
+            /* every token below takes only plain bytes, no more than the state takes: all allowed */
+            uint32_t end = v->t[c].end < v->n_t ? v->t[v->t[c].end].ids_off : v->n_sorted;
+            for (uint32_t k = v->t[c].ids_off; k < end; k++) {
+                int32_t id = v->ids[k];
+                if (v->kind[id] != 1) continue;
+                bits[(uint32_t)id >> 5] |= 1u << ((uint32_t)id & 31);
+                (*n_allowed)++;
+            }
+            continue;
+        }
+        if (code != DISP_MULTI) {
+            if (!successor(st, lo + code, &slo, &shi, &sd)) {
+                st->oom = true;
+                return;
+            }
+            if (shi > slo) walk(st, v, c, slo, shi, sd, bits, n_allowed);
+            continue;
+        }
+        /* several stacks take the byte: their successors' union, computed
+        ** first (successor() appends to buf), then gathered */
+        for (int pass = 0; pass < 2; pass++) {
+            uint32_t from = st->n_buf;
+            for (uint32_t i = lo; i < hi; i++) {
+                int32_t top = st->buf[i];
+                if (top < 0 || !ds_grammar__set_has(g->set[g->e[st->nd[top].pos].arg], b)) continue;
+                if (!successor(st, i, &slo, &shi, &sd)) {
+                    st->oom = true;
+                    return;
+                }
+                if (pass == 1)
+                    for (uint32_t k = slo; k < shi; k++) push_top(st, from, st->buf[k]);
+            }
+            if (pass == 1 && !st->oom && st->n_buf > from) {
+                uint32_t ud = dispatch(st, from, st->n_buf);
+                if (ud == UINT32_MAX) {
+                    st->oom = true;
+                    return;
+                }
+                walk(st, v, c, from, st->n_buf, ud, bits, n_allowed);
+            }
+        }
+        if (st->oom) return;
     }
 }
 
@@ -537,9 +738,19 @@ uint32_t ds_grammar_mask(struct ds_grammar_state *st, const struct ds_grammar_vo
             memcpy(st->buf, st->top, (size_t)st->n_top * sizeof *st->buf);
             st->n_buf = st->n_top;
             uint32_t mark = st->n_nd;
-            walk(st, v, 0, 0, st->n_top, bits, &n_allowed);
+            st->gen++;
+            st->n_memo_used = 0;
+            if (st->gen == 0) {         /* wrapped: forget every slot */
+                if (st->memo) memset(st->memo, 0, (size_t)st->n_memo_slot * sizeof *st->memo);
+                st->gen = 1;
+            }
+            st->n_disp = 0;
+            uint32_t d0 = dispatch(st, 0, st->n_top);
+            if (d0 == UINT32_MAX) st->oom = true;
+            else walk(st, v, 0, 0, st->n_top, d0, bits, &n_allowed);
             st->n_nd = mark;
             st->n_buf = 0;
+            st->n_disp = 0;
         }
         bool oom = st->oom;
         st->oom = false;
