@@ -23,6 +23,7 @@
 #include "ds/grammar.h"
 #include "ds/json_schema.h"
 #include "ds/model.h"
+#include "ds/msg.h"
 #include "ds/sampler.h"
 #include "ds/tok.h"
 #include "support/testutil.h"
@@ -249,6 +250,68 @@ static void test_schema_refusals(void **state)
     strcat(deep, "{}");
     for (int i = 0; i < 40; i++) strcat(deep, "}");
     expect_schema_error(deep, DS_ERR_RANGE, "nested deeper");
+}
+
+/* ---- the wire: response_format and grammar in a request ---- */
+
+static enum ds_err decode(const char *json, struct ds_infer_req *r, struct ds_msg_error *err)
+{
+    memset(err, 0, sizeof *err);
+    return ds_msg_infer_req_decode(json, strlen(json), NULL, r, err);
+}
+
+static void expect_request_error(const char *json, const char *field, const char *needle)
+{
+    struct ds_infer_req r;
+    struct ds_msg_error err;
+    enum ds_err rc = decode(json, &r, &err);
+    if (rc == DS_OK || strcmp(err.field, field) != 0 || !strstr(err.message, needle) ||
+        err.code != DS_MSG_CODE_INVALID_REQUEST)
+        fail_msg("request %s: got %d, field '%s', '%s'; want field '%s' with '%s'", json, rc, err.field, err.message,
+                 field, needle);
+    assert_null(r.grammar);
+    ds_infer_req_cleanup(&r);
+}
+
+static void test_grammar_request(void **state)
+{
+    (void)state;
+    struct ds_infer_req r;
+    struct ds_msg_error err;
+    assert_int_equal(decode("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+                            "\"json_schema\":{\"name\":\"act\",\"strict\":true,\"schema\":{\"type\":\"object\","
+                            "\"properties\":{\"on\":{\"type\":\"boolean\"}},\"required\":[\"on\"]}}}}", &r, &err), DS_OK);
+    assert_non_null(r.grammar);
+    assert_true(matches(r.grammar, "{\"on\":true}"));
+    assert_false(matches(r.grammar, "{}"));
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(decode("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}", &r, &err),
+                     DS_OK);
+    assert_non_null(r.grammar);
+    assert_true(matches(r.grammar, "{\"a\":[1,2]}"));
+    assert_false(matches(r.grammar, "[1]"));
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(decode("{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":\"root ::= [ab]{2}\"}", &r, &err), DS_OK);
+    assert_non_null(r.grammar);
+    assert_true(matches(r.grammar, "ba"));
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(decode("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"},\"grammar\":null}",
+                            &r, &err), DS_OK);
+    assert_null(r.grammar);
+    ds_infer_req_cleanup(&r);
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                         "{\"schema\":{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[]}}}}}}",
+                         "response_format", "json_schema: unsupported keyword 'oneOf' at /properties/x");
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\"}}",
+                         "response_format", "expected \"json_schema\"");
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"yaml\"}}", "response_format",
+                         "\"yaml\" is not");
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":\"json\"}", "response_format", "expected");
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"},"
+                         "\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar", "together with response_format");
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":\"root ::= valeu\"}", "grammar",
+                         "unknown rule 'valeu'");
+    expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":5}", "grammar", "expected grammar text");
 }
 
 /* ---- the model ---- */
@@ -607,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_grammar_errors),
         cmocka_unit_test(test_schema_keywords),
         cmocka_unit_test(test_schema_refusals),
+        cmocka_unit_test(test_grammar_request),
         cmocka_unit_test(test_grammar_mask),
         cmocka_unit_test(test_grammar_mask_32k),
         cmocka_unit_test(test_grammar_structured),

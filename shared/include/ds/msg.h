@@ -41,7 +41,13 @@
 **   bytes, no '+' or '#', not starting with '$'; client 1..128 code points
 **   (the canary split hashes it; absent: the response topic is hashed);
 **   messages 1..DS_MSG_MESSAGES_MAX entries, each content a string (may be
-**   empty), all contents together at most lim->max_prompt bytes.
+**   empty), all contents together at most lim->max_prompt bytes;
+**   structured output: "response_format" {"type": "text"} (the default),
+**   {"type": "json_object"} or {"type": "json_schema", "json_schema":
+**   {"schema": {...}}} (OpenAI's form; ds/json_schema.h's subset, an
+**   unsupported keyword refused by name: "response_format: json_schema:
+**   unsupported keyword 'oneOf' at /properties/x"), or "grammar" (grammar
+**   text, ds/grammar.h), not both; compiled at decode into req->grammar.
 **
 ** Ownership: a decoded struct ds_infer_req OWNS its strings; free them with
 **            ds_infer_req_cleanup() (NULL-safe, idempotent). Encoders return
@@ -68,6 +74,7 @@
 #include "ds/sched.h"
 
 struct cJSON;
+struct ds_grammar;
 
 #define DS_MSG_VERSION          1
 #define DS_MSG_ID_MAX           128u                     /* code points */
@@ -152,6 +159,7 @@ struct ds_infer_req {
     enum ds_msg_route        route;
     char                    *reply_to;      /* OWNED topic, NULL = none */
     char                    *client;        /* OWNED client id (canary split), NULL = none */
+    struct ds_grammar       *grammar;       /* OWNED: what the output must follow; NULL = free text */
 };
 
 /* Decode one request. payload need not be NUL-terminated; lim may be NULL
