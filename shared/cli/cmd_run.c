@@ -75,10 +75,9 @@ struct run_args {
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
-    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_PREC, O_KERNEL, O_CTX, O_DRAFT, O_FIXED, O_CHAT, O_KV, O_SPEC_K, O_GRAMMAR,
-           O_SCHEMA };
+    enum { O_TEMP = 256, O_TOPP, O_TOPK, O_PREC, O_KERNEL, O_CTX, O_DRAFT, O_FIXED, O_CHAT, O_KV, O_SPEC_K };
     static const int common[] = { CLI_F_MODEL, CLI_F_TOKENIZER, CLI_F_PROMPT, CLI_F_N_PREDICT, CLI_F_SEED,
-                                  CLI_F_THREADS, 0 };
+                                  CLI_F_THREADS, CLI_F_GRAMMAR, CLI_F_JSON_SCHEMA, 0 };
     static const struct option own[] = {
         { "temp", required_argument, 0, O_TEMP },   { "top-p", required_argument, 0, O_TOPP },
         { "top-k", required_argument, 0, O_TOPK },  { "precision", required_argument, 0, O_PREC },
@@ -86,7 +85,6 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         { "draft", required_argument, 0, O_DRAFT }, { "spec-k", required_argument, 0, O_SPEC_K },
         { "fixed-k", no_argument, 0, O_FIXED },     { "chat", no_argument, 0, O_CHAT },
         { "kv", required_argument, 0, O_KV },
-        { "grammar", required_argument, 0, O_GRAMMAR }, { "json-schema", required_argument, 0, O_SCHEMA },
         { 0, 0, 0, 0 },
     };
     static const struct cli_old old[] = {
@@ -134,8 +132,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_SPEC_K: if (!cli_parse_u64("--spec-k", optarg, 1, DS_SPEC_K_MAX, &a->k)) return 2; break;
         case O_FIXED: a->fixed_k = true; break;
         case O_CHAT: a->chat = true; break;
-        case O_GRAMMAR: a->grammar = optarg; break;
-        case O_SCHEMA: a->schema = optarg; break;
+        case CLI_F_GRAMMAR: a->grammar = optarg; break;
+        case CLI_F_JSON_SCHEMA: a->schema = optarg; break;
         case CLI_F_HELP: run_usage(stdout); return 1;
         default: return 2;   /* not reached: the parser returns only the codes above */
         }

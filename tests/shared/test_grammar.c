@@ -254,10 +254,14 @@ static void test_schema_refusals(void **state)
 
 /* ---- the wire: response_format and grammar in a request ---- */
 
+/* Decoded as a node that enforces grammars (lim.grammar) would. */
 static enum ds_err decode(const char *json, struct ds_infer_req *r, struct ds_msg_error *err)
 {
+    struct ds_msg_limits lim;
+    ds_msg_limits_init(&lim);
+    lim.grammar = true;
     memset(err, 0, sizeof *err);
-    return ds_msg_infer_req_decode(json, strlen(json), NULL, r, err);
+    return ds_msg_infer_req_decode(json, strlen(json), &lim, r, err);
 }
 
 static void expect_request_error(const char *json, const char *field, const char *needle)
@@ -312,6 +316,22 @@ static void test_grammar_request(void **state)
     expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":\"root ::= valeu\"}", "grammar",
                          "unknown rule 'valeu'");
     expect_request_error("{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":5}", "grammar", "expected grammar text");
+    /* a node that does not enforce grammars (the default limits) refuses them, never answers in free text */
+    static const char *const refused[] = {
+        "{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}",
+        "{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}",
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(refused); i++) {
+        memset(&err, 0, sizeof err);
+        assert_int_equal(ds_msg_infer_req_decode(refused[i], strlen(refused[i]), NULL, &r, &err), DS_ERR_FORMAT);
+        assert_non_null(strstr(err.message, "structured output is not served by this node"));
+        assert_null(r.grammar);
+        ds_infer_req_cleanup(&r);
+    }
+    const char *text = "{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}";
+    assert_int_equal(ds_msg_infer_req_decode(text, strlen(text), NULL, &r, &err), DS_OK);
+    assert_null(r.grammar);
+    ds_infer_req_cleanup(&r);
 }
 
 /* ---- the model ---- */

@@ -47,7 +47,8 @@
 **   {"schema": {...}}} (OpenAI's form; ds/json_schema.h's subset, an
 **   unsupported keyword refused by name: "response_format: json_schema:
 **   unsupported keyword 'oneOf' at /properties/x"), or "grammar" (grammar
-**   text, ds/grammar.h), not both; compiled at decode into req->grammar.
+**   text, ds/grammar.h), not both; compiled at decode into req->grammar;
+**   refused (invalid_request) unless lim->grammar says the node enforces it.
 **
 ** Ownership: a decoded struct ds_infer_req OWNS its strings; free them with
 **            ds_infer_req_cleanup() (NULL-safe, idempotent). Encoders return
@@ -124,6 +125,9 @@ struct ds_msg_limits {
     uint32_t max_top_k;      /* ceiling of "top_k": the model's vocabulary (default 262144) */
     size_t   max_stop_len;   /* bytes per stop string (default 64) */
     size_t   max_topic;      /* bytes of "reply_to" (default 256) */
+    bool     grammar;        /* take "response_format" / "grammar": only a node that
+                             ** enforces req->grammar sets it; default false, so that
+                             ** such a request is refused, never answered in free text */
 };
 void ds_msg_limits_init(struct ds_msg_limits *lim);
 

@@ -60,6 +60,7 @@ void ds_msg_limits_init(struct ds_msg_limits *lim)
     lim->max_top_k = 262144;
     lim->max_stop_len = 64;
     lim->max_topic = 256;
+    lim->grammar = false;
 }
 
 /* ---- generated ids ---- */
@@ -558,6 +559,14 @@ static enum ds_err decode_fields(const cJSON *const *f, const struct ds_msg_limi
     if (PRESENT(F_CLIENT) &&
         (rc = get_str(f[F_CLIENT], "client", DS_MSG_ID_MAX_BYTES, DS_MSG_ID_MAX, false, &r->client, err)) != DS_OK)
         return rc;
+    if (!lim->grammar && PRESENT(F_GRAMMAR))
+        return fail(err, DS_ERR_FORMAT, "grammar",
+                    "structured output is not served by this node");
+    if (!lim->grammar && PRESENT(F_RESPONSE_FORMAT) &&
+        !(cJSON_IsObject(f[F_RESPONSE_FORMAT]) &&
+          cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f[F_RESPONSE_FORMAT], "type")) &&
+          strcmp(cJSON_GetObjectItemCaseSensitive(f[F_RESPONSE_FORMAT], "type")->valuestring, "text") == 0))
+        return fail(err, DS_ERR_FORMAT, "response_format", "structured output is not served by this node");
     if ((PRESENT(F_RESPONSE_FORMAT) || PRESENT(F_GRAMMAR)) &&
         (rc = get_format(PRESENT(F_RESPONSE_FORMAT) ? f[F_RESPONSE_FORMAT] : NULL,
                          PRESENT(F_GRAMMAR) ? f[F_GRAMMAR] : NULL, r, err)) != DS_OK)
