@@ -793,12 +793,14 @@ static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
     /* T_i(first) as rules: t[2i] with no member before, t[2i+1] after one. */
     uint32_t *val = calloc(n, sizeof *val), *t = calloc(2 * (size_t)n, sizeof *t);
     bool *must = calloc(n, sizeof *must);
-    bool ok = val && t && must;
+    const cJSON **pp = calloc(n, sizeof *pp);
+    bool ok = val && t && must && pp;
     if (!ok) fail(c, DS_ERR_NOMEM, "out of memory");
     uint32_t i = 0;
     for (const cJSON *p = props ? props->child : NULL; ok && p; p = p->next, i++) {
         size_t o1 = path_push(c, "properties"), o2 = path_push(c, p->string);
         DS_UNUSED(o2);
+        pp[i] = p;
         ok = gen(c, p, &val[i]);
         path_pop(c, o1);
         for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
@@ -806,12 +808,8 @@ static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
     }
     for (i = 0; ok && i < 2 * n; i++) t[i] = rule_new(c);
     i = n;
-    const cJSON *p = NULL;
     while (ok && i-- > 0) {
-        /* the i-th property */
-        p = props->child;
-        for (uint32_t k = 0; k < i; k++) p = p->next;
-        cJSON *key = cJSON_CreateString(p->string);
+        cJSON *key = cJSON_CreateString(pp[i]->string);
         char *kt = key ? cJSON_PrintUnformatted(key) : NULL;
         cJSON_Delete(key);
         if (!kt) {
@@ -838,6 +836,7 @@ static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
     free(val);
     free(t);
     free(must);
+    free(pp);
     return ok && !c->err;
 }
 
