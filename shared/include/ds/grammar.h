@@ -22,8 +22,14 @@
 ** The matcher's state is a set of stacks of grammar positions (a stack per
 ** way the bytes so far can be parsed). ds_grammar_mask walks a trie of the
 ** vocabulary's byte strings once with that state, pruning a branch at its
-** first byte the grammar refuses, and keeps the masks of the last states
-** in a cache keyed by the state's content.
+** first byte the grammar refuses; within a walk the stacks a byte leads to
+** are computed once per successor and shared by every trie node that
+** reaches it, and where the state takes any run of plain string bytes up
+** to some length (a free string's interior) a whole subtree of plain
+** tokens no longer than that is taken at once. The masks of the last 64
+** states are cached, keyed by the state's content. Cost on Llama 2's
+** 32,000 tokens (bench/bench_grammar.c): tens of microseconds in JSON's
+** structure, about 0.4 ms inside a free string.
 **
 ** Tokens are the bytes ds_tok_token_bytes gives (SentencePiece: "▁" is a
 ** space, <0xNN> is the byte NN); control, unknown and unused tokens are
