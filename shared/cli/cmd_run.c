@@ -163,26 +163,13 @@ static int parse_args(int argc, char **argv, struct run_args *a)
 static struct ds_grammar *load_grammar(const struct run_args *a)
 {
     const char *path = a->grammar ? a->grammar : a->schema;
-    size_t cap = a->grammar ? DS_GRAMMAR_MAX_TEXT : DS_JSON_SCHEMA_MAX_TEXT;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "dspark run: cannot open %s: %m\n", path);
-        return NULL;
-    }
-    char *text = malloc(cap + 1);
-    size_t n = text ? fread(text, 1, cap + 1, f) : 0;
-    bool err = ferror(f);
-    fclose(f);
+    size_t n;
+    char *text = cli_read_text("run", path, a->grammar ? DS_GRAMMAR_MAX_TEXT : DS_JSON_SCHEMA_MAX_TEXT, &n);
+    if (!text) return NULL;
     struct ds_grammar *g = NULL;
     char why[DS_WHY_MAX];
-    if (!text || err) {
-        fprintf(stderr, "dspark run: cannot read %s\n", path);
-    } else if (n > cap) {
-        fprintf(stderr, "dspark run: %s is longer than %zu bytes\n", path, cap);
-    } else if ((a->grammar ? ds_grammar_parse(text, n, &g, why) : ds_json_schema_grammar(text, n, NULL, &g, why)) !=
-               DS_OK) {
+    if ((a->grammar ? ds_grammar_parse(text, n, &g, why) : ds_json_schema_grammar(text, n, NULL, &g, why)) != DS_OK)
         fprintf(stderr, "dspark run: %s: %s\n", path, why);
-    }
     free(text);
     return g;
 }

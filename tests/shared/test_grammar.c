@@ -631,7 +631,8 @@ static void test_grammar_structured(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
-/* dspark run --json-schema / --grammar: stdout is the output alone, and it is valid. */
+/* dspark run --json-schema / --grammar: stdout is the output alone, and it
+** is valid; dspark infer refuses an unsupported keyword before sending. */
 static void test_grammar_run_cli(void **state)
 {
     (void)state;
@@ -679,6 +680,15 @@ static void test_grammar_run_cli(void **state)
     assert_non_null(out);
     assert_int_equal(st, 1);
     if (!strstr(out, "json_schema: unsupported keyword 'oneOf' at /properties/x")) fail_msg("refusal printed '%s'", out);
+    free(out);
+    /* dspark infer checks the request as a node would, before it connects */
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' infer --model-name m -p x --json-schema '%s' -b tcp://127.0.0.1:1 2>&1",
+             DS_BUILD_DIR, bad);
+    out = tu_run(cmd, &st);
+    assert_non_null(out);
+    assert_int_equal(st, 2);
+    if (!strstr(out, "response_format: json_schema: unsupported keyword 'oneOf' at /properties/x"))
+        fail_msg("dspark infer printed '%s'", out);
     free(out);
     tu_rmdir(dir);
 }
