@@ -32,7 +32,7 @@ pkgs=(
   libutf8proc-dev                        # Unicode categories for the BPE pre-tokenizers
   libssl-dev openssl                     # the MQTT wrapper's TLS diagnosis; deploy/pki/mkpki.sh
   libcmocka-dev                          # unit tests
-  python3-jsonschema                     # shared.msg validates encoder output against schemas/
+  python3-jsonschema                     # shared.msg validates encoder output against schemas/; shared.grammar its outputs
   python3-paho-mqtt                      # integration.malformed: a third-party MQTT 5 / 3.1.1 client
   libmicrohttpd-dev                      # dspark exporter / dspark dashboard (HTTP)
   libncurses-dev                         # terminal handling headers (dspark top draws with plain ANSI)

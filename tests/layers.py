@@ -42,8 +42,8 @@ HEADERS = {
     "cfg.h": "base", "sched.h": "base", "env.h": "base",
     "gguf.h": "engine", "model.h": "engine", "tok.h": "engine", "sampler.h": "engine",
     "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
-    "program.h": "engine",
-    "mqtt.h": "net", "msg.h": "net", "topics.h": "net",
+    "program.h": "engine", "grammar.h": "engine",
+    "mqtt.h": "net", "msg.h": "net", "topics.h": "net", "json_schema.h": "net",
     "keys.h": "trust", "bundle.h": "trust", "registry.h": "trust", "dist.h": "trust",
     "node.h": "node", "metrics.h": "node",
 }

@@ -67,6 +67,9 @@ bool cli_parse_u64(const char *name, const char *s, uint64_t lo, uint64_t hi, ui
 /* Apply "--log-level s" (error, warn, info, debug); false after printing why. */
 bool cli_set_log_level(const char *s);
 bool cli_parse_f32(const char *name, const char *s, float lo, float hi, float *out);
+/* The text of the file at path, at most cap bytes, OWNED and NUL-terminated
+** (*len bytes before the NUL); NULL after printing "dspark PROG: why". */
+char *cli_read_text(const char *prog, const char *path, size_t cap, size_t *len);
 
 /* Broker security flags, the same in every subcommand that connects: give
 ** cli_parser_init (cli_flags.h) the .tls to fill, which then takes

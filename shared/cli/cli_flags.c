@@ -33,6 +33,8 @@ static const struct option cli__common[] = {
     { "tokenizer", required_argument, 0, CLI_F_TOKENIZER },
     { "model-name", required_argument, 0, CLI_F_MODEL_NAME },
     { "model-version", required_argument, 0, CLI_F_MODEL_VERSION },
+    { "grammar", required_argument, 0, CLI_F_GRAMMAR },
+    { "json-schema", required_argument, 0, CLI_F_JSON_SCHEMA },
 };
 
 /* Taken by every subcommand. */

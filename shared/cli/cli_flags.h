@@ -8,6 +8,7 @@
 **   -n, --n-predict N       tokens to generate (llama.cpp's -n)
 **   -o, --out PATH          -d, --dir DIR           -l, --listen ADDR:PORT
 **   -z, --tokenizer PATH    -u, --username NAME     --model-version V
+**   --grammar FILE          --json-schema FILE      constrain the output (ds/grammar.h, ds/json_schema.h)
 **   -h, --help              -c is left to a config file (the daemons' -c CONFIG)
 **   global, before or after the subcommand: --log-level L, --log-format F, --version
 **
@@ -40,7 +41,7 @@ enum cli_flag {
     CLI_F_BROKER = 'b', CLI_F_DIR = 'd', CLI_F_FILE = 'f', CLI_F_HELP = 'h', CLI_F_LISTEN = 'l',
     CLI_F_MODEL = 'm', CLI_F_N_PREDICT = 'n', CLI_F_OUT = 'o', CLI_F_PROMPT = 'p', CLI_F_SEED = 's',
     CLI_F_THREADS = 't', CLI_F_TOKENIZER = 'z',
-    CLI_F_MODEL_NAME = 700, CLI_F_MODEL_VERSION,
+    CLI_F_MODEL_NAME = 700, CLI_F_MODEL_VERSION, CLI_F_GRAMMAR, CLI_F_JSON_SCHEMA,
 };
 
 /* An old spelling, accepted for one release: "-k" or "--tokens" (as typed,

@@ -71,6 +71,9 @@ static void infer_usage(FILE *f)
         "                         (also sent as the MQTT Message Expiry, rounded up to s)\n"
         "      --route R          auto, edge or center\n"
         "      --stream           ask for stream chunks and print them as they arrive\n"
+        "      --json-schema FILE send \"response_format\" json_schema with this schema: the\n"
+        "                         answer is JSON valid against it (shared/include/ds/json_schema.h)\n"
+        "      --grammar FILE     send \"grammar\": the answer follows this GBNF-like grammar\n"
         "      --id ID            request id (default: <client id>-<n>; a request sent without\n"
         "                         one gets one from the node, marked \"id_generated\")\n"
         "      --timeout-ms MS    give up on a request after MS without its answer (default 30000)\n"
@@ -110,6 +113,8 @@ struct infer_args {
     bool        has_n, has_top_k, has_seed, has_deadline, has_temp, has_top_p;
     bool        stream, json;
     struct ds_mqtt_tls tls;   /* broker security flags (cli.h) */
+    const char *grammar, *schema;   /* --grammar FILE, --json-schema FILE */
+    cJSON      *format;       /* OWNED: what they add to each request ("grammar" text or "response_format") */
 };
 
 /* The request schema's model pattern: it names a topic level. */
@@ -130,7 +135,7 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
     enum { O_TEMP = 256, O_TOPP, O_TOPK, O_PRIO, O_DEADLINE, O_ROUTE, O_STREAM, O_ID, O_TIMEOUT, O_CONNECT,
            O_JSON, O_CONC, O_OLD_MODEL };
     static const int common[] = { CLI_F_BROKER, CLI_F_MODEL_NAME, CLI_F_PROMPT, CLI_F_N_PREDICT, CLI_F_SEED,
-                                  CLI_F_FILE, 0 };
+                                  CLI_F_FILE, CLI_F_GRAMMAR, CLI_F_JSON_SCHEMA, 0 };
     static const struct option own[] = {
         { "message", required_argument, 0, 'M' },
         { "temp", required_argument, 0, O_TEMP },     { "top-p", required_argument, 0, O_TOPP },
@@ -188,6 +193,8 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
             break;
         }
         case CLI_F_FILE: a->file = optarg; break;
+        case CLI_F_GRAMMAR: a->grammar = optarg; break;
+        case CLI_F_JSON_SCHEMA: a->schema = optarg; break;
         case CLI_F_N_PREDICT:
             if (!cli_parse_u64("-n", optarg, 1, DS_MSG_MAX_TOKENS_MAX, &a->n)) return 2;
             a->has_n = true;
@@ -250,6 +257,10 @@ static int parse_args(int argc, char **argv, struct infer_args *a)
     }
     if (!cli_parser_done(&p)) return p.status;
     if (cli_mqtt_check("infer", a->uri, &a->tls) != DS_OK) return 2;
+    if (a->grammar && a->schema) {
+        fprintf(stderr, "dspark infer: --grammar and --json-schema exclude each other\n");
+        return 2;
+    }
     if (a->model && !model_name_ok(a->model)) {
         fprintf(stderr, "dspark infer: --model-name: '%s' is not a model name (1..128 of A-Z a-z 0-9 . _ : -, "
                 "starting with a letter or digit)\n", a->model);
@@ -333,6 +344,11 @@ static bool apply_defaults(cJSON *obj, const struct infer_args *a)
     if (a->has_deadline)
         ADD("deadline_ms", cJSON_AddNumberToObject(obj, "deadline_ms", (double)a->deadline_ms));
     if (a->route) ADD("route", cJSON_AddStringToObject(obj, "route", a->route));
+    if (a->format && !cJSON_HasObjectItem(obj, "grammar") && !cJSON_HasObjectItem(obj, "response_format")) {
+        cJSON *dup = cJSON_Duplicate(a->format, 1);
+        ok = ok && dup && cJSON_AddItemToObject(obj, a->grammar ? "grammar" : "response_format", dup);
+        if (!ok) cJSON_Delete(dup);
+    }
 #undef ADD
     return ok;
 }
@@ -349,7 +365,10 @@ static int req_from_json(cJSON *obj, const char *where, struct req *r)
     }
     struct ds_infer_req q;
     struct ds_msg_error err;
-    enum ds_err rc = ds_msg_infer_req_decode(text, strlen(text), NULL, &q, &err);
+    struct ds_msg_limits lim;
+    ds_msg_limits_init(&lim);
+    lim.grammar = true;     /* checked here as a node that serves structured output would */
+    enum ds_err rc = ds_msg_infer_req_decode(text, strlen(text), &lim, &q, &err);
     if (rc != DS_OK) {
         fprintf(stderr, "dspark infer: %s: %s\n", where, err.message);
         free(text);
@@ -981,6 +1000,42 @@ static void make_client_id(char *buf, size_t cap)
              (unsigned long long)(r & 0xffffffffu));
 }
 
+/* --grammar FILE as a "grammar" string, --json-schema FILE as
+** "response_format" {"type": "json_schema", "json_schema": {"name", "schema"}}
+** in a->format; 0, or 2 after printing why. */
+static int load_format(struct infer_args *a)
+{
+    if (!a->grammar && !a->schema) return 0;
+    size_t n;
+    /* a request is at most 64 KiB (ds_msg_limits.max_payload): so is what goes in it */
+    char *text = cli_read_text("infer", a->grammar ? a->grammar : a->schema, 65536, &n);
+    if (!text) return 2;
+    if (a->grammar) {
+        a->format = cJSON_CreateString(text);
+    } else {
+        cJSON *schema = cJSON_ParseWithLength(text, n);
+        cJSON *rf = schema ? cJSON_CreateObject() : NULL, *js = rf ? cJSON_AddObjectToObject(rf, "json_schema") : NULL;
+        if (!schema) {
+            fprintf(stderr, "dspark infer: %s is not JSON\n", a->schema);
+        } else if (rf && js && cJSON_AddStringToObject(rf, "type", "json_schema") &&
+                   cJSON_AddStringToObject(js, "name", "schema") && cJSON_AddItemToObject(js, "schema", schema)) {
+            schema = NULL;
+            a->format = rf;
+            rf = NULL;
+        }
+        cJSON_Delete(schema);
+        cJSON_Delete(rf);
+    }
+    free(text);
+    if (!a->format) {
+        fprintf(stderr, "dspark infer: cannot use %s\n", a->grammar ? a->grammar : a->schema);
+        return 2;
+    }
+    return 0;
+}
+
+static int infer_run(struct infer_args *ap, struct ds_mqtt_opts o);
+
 int cmd_infer(int argc, char **argv)
 {
     struct infer_args a = { .uri = INFER_DEFAULT_URI, .timeout_ms = 30000, .connect_ms = 10000,
@@ -991,6 +1046,16 @@ int cmd_infer(int argc, char **argv)
     a.tls = o.tls;
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc == 1 ? 0 : prc;
+    int status = load_format(&a);
+    if (status == 0) status = infer_run(&a, o);
+    cJSON_Delete(a.format);
+    return status;
+}
+
+/* The requests of a, sent and answered. */
+static int infer_run(struct infer_args *ap, struct ds_mqtt_opts o)
+{
+    struct infer_args a = *ap;      /* a copy: the session reads it, nothing writes it */
 
     // Replies come on dspark/v1/reply/<identity>/<client id> when the broker
     // knows us by a username or certificate (the ACL lets a device read only

@@ -3,6 +3,8 @@
 ** stdout, then one line of prefill and decode speed on stderr. With --draft,
 ** decoding is speculative (ds/spec.h): same tokens when greedy, same
 ** distribution when sampling, and the stats line adds the draft's numbers.
+** With --grammar or --json-schema, every token is sampled among those the
+** grammar allows (ds/grammar.h), and only the constrained output is printed.
 */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,6 +15,8 @@
 #include "ds/chat.h"
 #include "ds/engine.h"
 #include "ds/gguf.h"
+#include "ds/grammar.h"
+#include "ds/json_schema.h"
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/model.h"
@@ -54,6 +58,12 @@ static void run_usage(FILE *f)
         "                         (run in INT8)\n"
         "      --spec-k K         drafts per round, 1..16 (default 8; adapts within 1..K)\n"
         "      --fixed-k          keep k at K instead of adapting it\n"
+        "      --grammar FILE     constrain the output to a GBNF-like grammar (rule root;\n"
+        "                         the syntax: shared/include/ds/grammar.h); the prompt is\n"
+        "                         not echoed, so stdout is the output alone\n"
+        "      --json-schema FILE constrain the output to JSON valid against this schema\n"
+        "                         (the subset: shared/include/ds/json_schema.h; an\n"
+        "                         unsupported keyword is refused by name)\n"
         "  -h, --help             this text\n"
         "\n" CLI_GLOBAL_HELP "\n"
         "Note: -n counts generated tokens only; llama2.c's run -n counts the prompt too.\n"
@@ -61,7 +71,7 @@ static void run_usage(FILE *f)
 }
 
 struct run_args {
-    const char *model, *tok, *prompt, *kernel, *draft;
+    const char *model, *tok, *prompt, *kernel, *draft, *grammar, *schema;
     uint64_t    n, threads, ctx, k;
     bool        fixed_k, chat, interactive;
     int         precision, kv;
@@ -72,7 +82,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
 {
     enum { O_TEMP = 256, O_TOPP, O_TOPK, O_PREC, O_KERNEL, O_CTX, O_DRAFT, O_FIXED, O_CHAT, O_KV, O_SPEC_K };
     static const int common[] = { CLI_F_MODEL, CLI_F_TOKENIZER, CLI_F_PROMPT, CLI_F_N_PREDICT, CLI_F_SEED,
-                                  CLI_F_THREADS, 0 };
+                                  CLI_F_THREADS, CLI_F_GRAMMAR, CLI_F_JSON_SCHEMA, 0 };
     static const struct option own[] = {
         { "temp", required_argument, 0, O_TEMP },   { "top-p", required_argument, 0, O_TOPP },
         { "top-k", required_argument, 0, O_TOPK },  { "precision", required_argument, 0, O_PREC },
@@ -128,6 +138,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_FIXED: a->fixed_k = true; break;
         case O_CHAT: a->chat = true; break;
         case 'i': a->interactive = true; break;
+        case CLI_F_GRAMMAR: a->grammar = optarg; break;
+        case CLI_F_JSON_SCHEMA: a->schema = optarg; break;
         case CLI_F_HELP: run_usage(stdout); return 1;
         default: return 2;   /* not reached: the parser returns only the codes above */
         }
@@ -141,11 +153,39 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         fprintf(stderr, "dspark run: -i takes its turns at the prompt; leave out -p, --chat and --draft\n");
         return 2;
     }
+    if ((a->grammar || a->schema) && a->interactive) {
+        fprintf(stderr, "dspark run: --grammar/--json-schema with -i is not supported yet\n");
+        return 2;
+    }
+    if (a->grammar && a->schema) {
+        fprintf(stderr, "dspark run: --grammar and --json-schema exclude each other\n");
+        return 2;
+    }
+    if ((a->grammar || a->schema) && a->draft) {
+        fprintf(stderr, "dspark run: --grammar/--json-schema with --draft is not supported yet\n");
+        return 2;
+    }
     if (!a->model) {
         fprintf(stderr, "dspark run: -m MODEL is required (try ../shared/models/stories260K.gguf)\n");
         return 2;
     }
     return 0;
+}
+
+/* The grammar of --grammar FILE or --json-schema FILE (OWNED), or NULL with
+** a line on stderr. */
+static struct ds_grammar *load_grammar(const struct run_args *a)
+{
+    const char *path = a->grammar ? a->grammar : a->schema;
+    size_t n;
+    char *text = cli_read_text("run", path, a->grammar ? DS_GRAMMAR_MAX_TEXT : DS_JSON_SCHEMA_MAX_TEXT, &n);
+    if (!text) return NULL;
+    struct ds_grammar *g = NULL;
+    char why[DS_WHY_MAX];
+    if ((a->grammar ? ds_grammar_parse(text, n, &g, why) : ds_json_schema_grammar(text, n, NULL, &g, why)) != DS_OK)
+        fprintf(stderr, "dspark run: %s: %s\n", path, why);
+    free(text);
+    return g;
 }
 
 int cmd_run(int argc, char **argv)
@@ -188,6 +228,10 @@ int cmd_run(int argc, char **argv)
     char *chat = NULL;
     struct ds_chat_span *spans = NULL;
     size_t n_spans = 0;
+    struct ds_grammar *gram = NULL;
+    struct ds_grammar_state *gst = NULL;
+    struct ds_grammar_vocab *gv = NULL;
+    uint8_t *gmask = NULL;
     enum ds_err rc;
     char err[DS_WHY_MAX];
     if ((rc = ds_program_model_open(&po, &pm, err, sizeof err)) != DS_OK) {
@@ -197,6 +241,14 @@ int cmd_run(int argc, char **argv)
     const struct ds_model *m = pm.model;
     struct ds_tok *tok = pm.tok;
     struct ds_engine *e = pm.eng, *de = pm.draft_eng;
+    if (a.grammar || a.schema) {
+        if (!(gram = load_grammar(&a))) goto done;
+        if ((rc = ds_grammar_state_create(gram, &gst)) != DS_OK || (rc = ds_grammar_vocab_create(tok, &gv)) != DS_OK ||
+            !(gmask = malloc(ds_grammar_vocab_size(gv)))) {
+            fprintf(stderr, "dspark run: cannot start the grammar: %s\n", ds_strerror(rc ? rc : DS_ERR_NOMEM));
+            goto done;
+        }
+    }
     if (a.chat) {                          /* -p as a user turn, as a node lays out "messages" */
         struct ds_chat_msg user = { DS_CHAT_USER, (char *)a.prompt, strlen(a.prompt) };
         if (pm.chat == DS_CHAT_TMPL_NONE) {
@@ -262,8 +314,10 @@ int cmd_run(int argc, char **argv)
                 "shorter prompt)\n", n_ids, ctx);
         goto done;
     }
-    fputs(a.prompt, stdout);
-    fflush(stdout);
+    if (!gram) {
+        fputs(a.prompt, stdout);
+        fflush(stdout);
+    }
 
     /* Prefill. Speculative: both caches take all but the last prompt token,
     ** which the first round feeds (ds/spec.h context convention). */
@@ -296,7 +350,18 @@ int cmd_run(int argc, char **argv)
             rc = ds_spec_step(sp, dseq, seq, ids, (uint32_t)n_hist, (uint32_t)(a.n - n_gen), next, &n_next);
         } else {
             rc = n_hist > n_ids ? ds_engine_eval(e, seq, &ids[n_hist - 1], 1, logits, false) : DS_OK;
+            if (gram && !rc) {
+                if (ds_grammar_mask(gst, gv, gmask) == 0) {
+                    why = "grammar dead end";
+                    break;
+                }
+                ds_grammar_apply_mask(logits, gmask, ds_grammar_vocab_size(gv));
+            }
             next[0] = ds_sampler_sample(smp, logits, NULL);
+            if (gram && !rc && !ds_tok_is_eog(tok, next[0]) && ds_grammar_accept_token(gst, gv, next[0]) != DS_OK) {
+                why = "grammar refused the token";
+                break;
+            }
         }
         if (rc != DS_OK) {
             fprintf(stderr, "\ndspark run: decode failed: %s\n", ds_strerror(rc));
@@ -320,6 +385,8 @@ out:
     uint64_t t2 = ds_now_ns();
     printf("\n");
     fflush(stdout);
+    if (gram && !ds_grammar_is_complete(gst))
+        fprintf(stderr, "dspark run: the output is incomplete for the grammar (stop: %s); raise -n\n", why);
     double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
     fprintf(stderr, "prefill: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; stop: %s "
             "[%s, %s kernels, %u threads%s]", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
@@ -335,6 +402,10 @@ out:
     fprintf(stderr, "\n");
     status = 0;
 done:
+    free(gmask);
+    ds_grammar_vocab_destroy(gv);
+    ds_grammar_state_destroy(gst);
+    ds_grammar_destroy(gram);
     free(chat);
     free(spans);
     free(ids);

@@ -71,6 +71,27 @@ bad:
     return false;
 }
 
+char *cli_read_text(const char *prog, const char *path, size_t cap, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "dspark %s: cannot open %s: %s\n", prog, path, strerror(errno));
+        return NULL;
+    }
+    char *text = malloc(cap + 2);
+    size_t n = text ? fread(text, 1, cap + 1, f) : 0;
+    bool bad = !text || ferror(f);
+    fclose(f);
+    if (bad || n > cap) {
+        fprintf(stderr, "dspark %s: %s: %s\n", prog, path, !text ? "out of memory" : bad ? "cannot read it" : "too long");
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    *len = n;
+    return text;
+}
+
 bool cli_set_log_level(const char *s)
 {
     int lvl = ds_log_level_parse(s);

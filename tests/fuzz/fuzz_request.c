@@ -1,7 +1,8 @@
 /*
 ** fuzz_request.c — libFuzzer target for the request decoder
 ** (ds_msg_infer_req_decode: prompt or messages, made ids) and the chat
-** layouts (ds/chat.h). Input: a request payload. One that decodes with
+** layouts (ds/chat.h), with response_format / grammar compiled as a node
+** that serves structured output does. Input: a request payload. One that decodes with
 ** messages is laid out in every template family, and the content spans
 ** are checked against the text; the payload is also read as a template
 ** text by the detector.
@@ -24,7 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)ds_chat_detect((const char *)data, size);
     struct ds_infer_req r;
     struct ds_msg_error e;
-    if (ds_msg_infer_req_decode(data, size, NULL, &r, &e) != DS_OK) {
+    struct ds_msg_limits lim;
+    ds_msg_limits_init(&lim);
+    lim.grammar = true;           /* as a node that serves structured output: response_format, grammar */
+    if (ds_msg_infer_req_decode(data, size, &lim, &r, &e) != DS_OK) {
         if (!e.field[0] || !e.message[0] || r.id) abort();           /* an error names its field */
         return 0;
     }

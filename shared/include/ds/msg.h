@@ -43,7 +43,14 @@
 **   bytes, no '+' or '#', not starting with '$'; client 1..128 code points
 **   (the canary split hashes it; absent: the response topic is hashed);
 **   messages 1..DS_MSG_MESSAGES_MAX entries, each content a string (may be
-**   empty), all contents together at most lim->max_prompt bytes.
+**   empty), all contents together at most lim->max_prompt bytes;
+**   structured output: "response_format" {"type": "text"} (the default),
+**   {"type": "json_object"} or {"type": "json_schema", "json_schema":
+**   {"schema": {...}}} (OpenAI's form; ds/json_schema.h's subset, an
+**   unsupported keyword refused by name: "response_format: json_schema:
+**   unsupported keyword 'oneOf' at /properties/x"), or "grammar" (grammar
+**   text, ds/grammar.h), not both; compiled at decode into req->grammar;
+**   refused (invalid_request) unless lim->grammar says the node enforces it.
 **
 ** Ownership: a decoded struct ds_infer_req OWNS its strings; free them with
 **            ds_infer_req_cleanup() (NULL-safe, idempotent). Encoders return
@@ -70,6 +77,7 @@
 #include "ds/sched.h"
 
 struct cJSON;
+struct ds_grammar;
 
 #define DS_MSG_VERSION          1
 #define DS_MSG_ID_MAX           128u                     /* code points */
@@ -128,6 +136,9 @@ struct ds_msg_limits {
     uint32_t max_top_k;      /* ceiling of "top_k": the model's vocabulary (default 262144) */
     size_t   max_stop_len;   /* bytes per stop string (default 64) */
     size_t   max_topic;      /* bytes of "reply_to" (default 256) */
+    bool     grammar;        /* take "response_format" / "grammar": only a node that
+                             ** enforces req->grammar sets it; default false, so that
+                             ** such a request is refused, never answered in free text */
 };
 void ds_msg_limits_init(struct ds_msg_limits *lim);
 
@@ -163,6 +174,7 @@ struct ds_infer_req {
     enum ds_msg_route        route;
     char                    *reply_to;      /* OWNED topic, NULL = none */
     char                    *client;        /* OWNED client id (canary split), NULL = none */
+    struct ds_grammar       *grammar;       /* OWNED: what the output must follow; NULL = free text */
 };
 
 /* Decode one request. payload need not be NUL-terminated; lim may be NULL

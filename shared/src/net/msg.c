@@ -15,6 +15,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "ds/grammar.h"
+#include "ds/json_schema.h"
 #include "ds/utf8.h"
 
 /* ---- names ---- */
@@ -53,6 +55,7 @@ void ds_msg_limits_init(struct ds_msg_limits *lim)
     lim->max_top_k = 262144;
     lim->max_stop_len = 64;
     lim->max_topic = 256;
+    lim->grammar = false;
 }
 
 /* ---- generated ids ---- */
@@ -323,12 +326,12 @@ static enum ds_err get_seed(const cJSON *it, uint64_t *out, struct ds_msg_error 
 enum req_field {
     F_V, F_ID, F_MODEL, F_PROMPT, F_MAX_TOKENS, F_TEMPERATURE, F_TOP_P, F_TOP_K, F_SEED,
     F_STOP, F_STREAM, F_PRIORITY, F_DEADLINE_MS, F_ROUTE, F_REPLY_TO, F_CLIENT, F_MESSAGES,
-    F_ID_GENERATED, F_COUNT
+    F_ID_GENERATED, F_RESPONSE_FORMAT, F_GRAMMAR, F_COUNT
 };
 static const char *const field_names[F_COUNT] = {
     "v", "id", "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed",
     "stop", "stream", "priority", "deadline_ms", "route", "reply_to", "client", "messages",
-    "id_generated",
+    "id_generated", "response_format", "grammar",
 };
 
 /* "messages": 1..DS_MSG_MESSAGES_MAX objects {"role", "content"}; other keys
@@ -429,6 +432,51 @@ static enum ds_err get_reply_to(const cJSON *it, const struct ds_msg_limits *lim
     return DS_OK;
 }
 
+/* "grammar" (grammar text) or "response_format" ({"type": "text" |
+** "json_object" | "json_schema", "json_schema": {"schema": {...}}}),
+** compiled to r->grammar; a refusal names the keyword and its place. */
+static enum ds_err get_format(const cJSON *rf, const cJSON *gr, struct ds_infer_req *r, struct ds_msg_error *err)
+{
+    char why[DS_WHY_MAX];
+    enum ds_err rc;
+    const char *type = NULL;
+    const cJSON *schema = NULL;
+    if (rf) {
+        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(t))
+            return fail(err, DS_ERR_FORMAT, "response_format", "expected {\"type\": \"text\" | \"json_object\" | "
+                        "\"json_schema\", ...}");
+        type = t->valuestring;
+        if (strcmp(type, "json_schema") == 0) {
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+            if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+                return fail(err, DS_ERR_FORMAT, "response_format", "json_schema: expected \"json_schema\": "
+                            "{\"schema\": {...}}");
+        } else if (strcmp(type, "json_object") != 0 && strcmp(type, "text") != 0) {
+            return fail(err, DS_ERR_RANGE, "response_format", "type \"%.32s\" is not text, json_object or "
+                        "json_schema", type);
+        }
+    }
+    bool constrained = type && strcmp(type, "text") != 0;
+    if (gr && constrained)
+        return fail(err, DS_ERR_FORMAT, "grammar", "given together with response_format %s; expected one", type);
+    if (gr) {
+        if (!cJSON_IsString(gr) || !gr->valuestring)
+            return fail(err, DS_ERR_FORMAT, "grammar", "expected grammar text, got %s", type_name(gr));
+        rc = ds_grammar_parse(gr->valuestring, strlen(gr->valuestring), &r->grammar, why);
+        if (rc) return fail(err, rc == DS_ERR_NOMEM ? rc : DS_ERR_FORMAT, "grammar", "%s", why);
+        return DS_OK;
+    }
+    if (!constrained) return DS_OK;
+    char *text = schema ? cJSON_PrintUnformatted(schema) : strdup("{\"type\":\"object\"}");
+    if (!text) return fail(err, DS_ERR_NOMEM, "response_format", "out of memory");
+    rc = ds_json_schema_grammar(text, strlen(text), NULL, &r->grammar, why);
+    free(text);
+    if (rc) return fail(err, rc == DS_ERR_NOMEM ? rc : DS_ERR_FORMAT, "response_format", "%s", why);
+    return DS_OK;
+}
+
 /* Every field except id and v, in a fixed order so that the first error
 ** reported does not depend on the key order of the payload. */
 static enum ds_err decode_fields(const cJSON *const *f, const struct ds_msg_limits *lim,
@@ -505,6 +553,18 @@ static enum ds_err decode_fields(const cJSON *const *f, const struct ds_msg_limi
     if (PRESENT(F_REPLY_TO) && (rc = get_reply_to(f[F_REPLY_TO], lim, r, err)) != DS_OK) return rc;
     if (PRESENT(F_CLIENT) &&
         (rc = get_str(f[F_CLIENT], "client", DS_MSG_ID_MAX_BYTES, DS_MSG_ID_MAX, false, &r->client, err)) != DS_OK)
+        return rc;
+    if (!lim->grammar && PRESENT(F_GRAMMAR))
+        return fail(err, DS_ERR_FORMAT, "grammar",
+                    "structured output is not served by this node");
+    if (!lim->grammar && PRESENT(F_RESPONSE_FORMAT) &&
+        !(cJSON_IsObject(f[F_RESPONSE_FORMAT]) &&
+          cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f[F_RESPONSE_FORMAT], "type")) &&
+          strcmp(cJSON_GetObjectItemCaseSensitive(f[F_RESPONSE_FORMAT], "type")->valuestring, "text") == 0))
+        return fail(err, DS_ERR_FORMAT, "response_format", "structured output is not served by this node");
+    if ((PRESENT(F_RESPONSE_FORMAT) || PRESENT(F_GRAMMAR)) &&
+        (rc = get_format(PRESENT(F_RESPONSE_FORMAT) ? f[F_RESPONSE_FORMAT] : NULL,
+                         PRESENT(F_GRAMMAR) ? f[F_GRAMMAR] : NULL, r, err)) != DS_OK)
         return rc;
 #undef PRESENT
     return DS_OK;
@@ -643,5 +703,6 @@ void ds_infer_req_cleanup(struct ds_infer_req *req)
     for (uint32_t i = 0; req->messages && i < req->n_messages; i++) free(req->messages[i].content);
     free(req->messages);
     for (uint32_t i = 0; i < DS_MSG_STOP_MAX; i++) free(req->stop[i]);   /* unused ones are NULL */
+    ds_grammar_destroy(req->grammar);
     memset(req, 0, sizeof *req);
 }
