@@ -295,6 +295,20 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #undef QX_DOT
 #undef QX_NAME
 
+/* ---- attn_q8: the Q8_0 KV cache (kern_attn_q8_x86.h) ---- */
+
+#if defined(DS_KERN_AVXVNNI)
+#define AQ8_DOT(acc, u, s) (acc = _mm256_dpbusd_avx_epi32(acc, u, s))
+#else
+#define AQ8_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
+#endif
+#define AQ8_QUANT quantize_q8_avx2
+#define AQ8_NAME  attn_q8_avx2
+#include "kern_attn_q8_x86.h"
+#undef AQ8_DOT
+#undef AQ8_QUANT
+#undef AQ8_NAME
+
 /* ---- quantize_q8k (kern_qk_x86.h) ---- */
 #include "kern_qk_x86.h"
 
@@ -796,6 +810,7 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .rmsnorm_f32 = rmsnorm_f32_avx2,
     .attn_f32        = attn_generic,
     .attn_f16        = attn_f16_avx2,
+    .attn_q8         = attn_q8_avx2,
     .f32_to_f16      = f32_to_f16_avx2,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,

@@ -1,0 +1,130 @@
+/*
+** kern_attn_q8_x86.h — attn_q8 (kern.h: attention over a Q8_0 KV cache) on
+** 256-bit vectors, included by kern_avx2.c (so kern_avxvnni.c too) and
+** kern_avx512vnni.c. The including file defines AQ8_DOT(acc, u, s): acc
+** (8 x int32) += sums of 4 adjacent products of unsigned bytes u and
+** signed bytes s (maddubs + madd, or vpdpbusd), AQ8_QUANT, its
+** quantize_q8, and AQ8_NAME, the function's name.
+**
+** Each query row is quantized once (into scratch); a key's score is, per
+** 32-value block, the int8 dot of |q| with k carrying q's sign (exact in
+** int32), turned to float and scaled by d_q * d_k into one accumulator per
+** key; eight keys' accumulators are summed across lanes together. The
+** values are turned to floats as they are loaded and added with weight p *
+** d_v, 64 (or 32) dimensions held in registers across all the keys.
+** Keys and values of the next block are prefetched during the first row's
+** pass (a block's slice of a head starts a page in the engine's pool).
+*/
+#ifndef DS_KERN_ATTN_Q8_X86_H
+#define DS_KERN_ATTN_Q8_X86_H
+
+/* The horizontal sums of a[0..7], lane i = sum of a[i]. */
+static inline __attribute__((always_inline)) __m256 aq8_hsum8(const __m256 a[8])
+{
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Scores of keys j0 .. j0+7 of one block (rows of nb Q8_0 blocks at kb)
+** against the quantized row qi, times scale, into s[0..7]. */
+static inline __attribute__((always_inline)) void aq8_scores8(size_t nb, const struct ds_q8_block *qi,
+                                                              const struct ds_q8_block *kb, size_t j0, float scale,
+                                                              float *s)
+{
+    __m256 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    for (size_t c = 0; c < nb; c++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)qi[c].qs), ua = _mm256_abs_epi8(qv);
+        const float dq = _cvtsh_ss(qi[c].d);
+        for (int j = 0; j < 8; j++) {
+            const struct ds_q8_block *kc = kb + (j0 + (size_t)j) * nb + c;
+            const __m256i sk = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)kc->qs), qv);
+            __m256i isum = _mm256_setzero_si256();
+            AQ8_DOT(isum, ua, sk);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dq * _cvtsh_ss(kc->d)), acc[j]);
+        }
+    }
+    _mm256_storeu_ps(s, _mm256_mul_ps(aq8_hsum8(acc), _mm256_set1_ps(scale)));
+}
+
+/* attn_weights_generic (kern_generic.h, which kern_avx512vnni.c does not
+** include): each row's softmax over its own lim[i] keys, 0 for the later
+** ones up to n_keys; out's rows zeroed. */
+static void aq8_weights(size_t nq, size_t hd, const uint32_t *lim, size_t n_keys, float *s, size_t lds, float *out,
+                        size_t ldo)
+{
+    for (size_t i = 0; i < nq; i++) {
+        float *x = s + i * lds, maxv = x[0], sum = 0.0f;
+        for (size_t j = 1; j < lim[i]; j++) maxv = x[j] > maxv ? x[j] : maxv;
+        for (size_t j = 0; j < lim[i]; j++) {
+            x[j] = expf(x[j] - maxv);
+            sum += x[j];
+        }
+        const float inv = 1.0f / sum;
+        for (size_t j = 0; j < lim[i]; j++) x[j] *= inv;
+        memset(x + lim[i], 0, (n_keys - lim[i]) * sizeof *x);
+        memset(out + i * ldo, 0, hd * sizeof *out);
+    }
+}
+
+/* The 8 codes at p as floats. */
+static inline __attribute__((always_inline)) __m256 aq8_load8(const int8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Row o += sum over j < n of p[j] * value j, blocks c0 .. c0+NC-1 (NC = 1
+** or 2: 32 or 64 dimensions in registers); pf: prefetch each next block's
+** rows. */
+static inline __attribute__((always_inline)) void aq8_values(int NC, size_t nb, size_t n, const float *p,
+                                                             const struct ds_q8_block *const *v, size_t c0,
+                                                             float *o, bool pf)
+{
+    __m256 acc[2][4];
+    for (int c = 0; c < NC; c++)
+        for (int t = 0; t < 4; t++) acc[c][t] = _mm256_setzero_ps();
+    for (size_t j = 0; j < n; j++) {
+        const struct ds_q8_block *vj = v[j / DS_KERN_KT] + j % DS_KERN_KT * nb + c0;
+        if (pf && j % DS_KERN_KT == 0 && j + DS_KERN_KT < n) {
+            const char *nx = (const char *)v[j / DS_KERN_KT + 1];
+            for (size_t off = 0; off < DS_KERN_KT * nb * sizeof *vj; off += 64) __builtin_prefetch(nx + off, 0, 3);
+        }
+        for (int c = 0; c < NC; c++) {
+            const __m256 a = _mm256_set1_ps(p[j] * _cvtsh_ss(vj[c].d));
+            for (int t = 0; t < 4; t++) acc[c][t] = _mm256_fmadd_ps(a, aq8_load8(vj[c].qs + 8 * t), acc[c][t]);
+        }
+    }
+    for (int c = 0; c < NC; c++)
+        for (int t = 0; t < 4; t++) _mm256_storeu_ps(o + (c0 + (size_t)c) * DS_Q8_BLOCK + 8 * t, acc[c][t]);
+}
+
+static void AQ8_NAME(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                     const struct ds_q8_block *const *k, const struct ds_q8_block *const *v, float scale, float *out,
+                     size_t ldo, float *scratch)
+{
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim), nb = hd / DS_Q8_BLOCK;
+    const size_t blk_bytes = DS_KERN_KT * nb * sizeof(struct ds_q8_block);
+    const size_t n_kb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    const struct ds_q8_block *qq = ds_kern__attn_q8_rows(AQ8_QUANT, nq, hd, n_blk, q, ldq, scratch);
+    for (size_t b = 0; b < n_kb; b++) {
+        const size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        const char *nx = (const char *)(b + 1 < n_kb ? k[b + 1] : v[0]);
+        for (size_t off = 0; off < blk_bytes; off += 64) __builtin_prefetch(nx + off, 0, 3);
+        for (size_t i = 0; i < nq; i++) {
+            float *s = scratch + i * lds + b * DS_KERN_KT, t[DS_KERN_KT];
+            aq8_scores8(nb, qq + i * nb, k[b], 0, scale, t);
+            if (nk > 8) aq8_scores8(nb, qq + i * nb, k[b], 8, scale, t + 8);
+            memcpy(s, t, nk * sizeof *t);
+        }
+    }
+    aq8_weights(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    for (size_t i = 0; i < nq; i++) {
+        size_t c = 0;
+        for (; c + 2 <= nb; c += 2) aq8_values(2, nb, lim[i], scratch + i * lds, v, c, out + i * ldo, i == 0);
+        if (c < nb) aq8_values(1, nb, lim[i], scratch + i * lds, v, c, out + i * ldo, i == 0);
+    }
+}
+
+#endif
