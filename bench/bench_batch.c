@@ -210,8 +210,11 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
         double q = (double)c->n_heads * c->head_dim;
         double layer = (double)c->dim * (q + 2.0 * c->kv_dim) + q * c->dim + 3.0 * c->dim * c->hidden_dim;
         b->row_ops = 2.0 * ((double)c->n_layers * layer + (double)c->vocab_size * c->dim);
-        /* keys and values of every layer; FP16 on CUDA and with --kv f16 */
-        b->kv_pos_bytes = 2.0 * c->n_layers * c->kv_dim * (ds_engine_kv_type(e) == DS_KV_F16 || o->cuda ? 2 : 4);
+        /* keys and values of every layer; FP16 on CUDA and with --kv f16,
+        ** 34 bytes per 32 values with --kv q8_0 */
+        const enum ds_kv_type kt = ds_engine_kv_type(e);
+        b->kv_pos_bytes = 2.0 * c->n_layers * c->kv_dim *
+                          (kt == DS_KV_Q8_0 ? 34.0 / 32 : kt == DS_KV_F16 || o->cuda ? 2 : 4);
     }
     unsigned steps = DS_MIN(o->steps, ds_engine_max_ctx(e) - DECODE_PROMPT - 1);
     b->steps = steps;
@@ -356,7 +359,7 @@ static void usage(FILE *f)
                "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
                "  --precision P      int8 (default; the edge's path) or fp32 (the center's: F32 file)\n"
                "  --shape S          15m (default), 110m or 1b (dim 2048, 22 layers, 32/4 heads)\n"
-               "  --kv T             CPU KV cache: f32 (default) or f16\n"
+               "  --kv T             CPU KV cache: f32 (default), f16 or q8_0\n"
                "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
                "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"
                "  --dir DIR          where the random-weight model is written and reused\n"
