@@ -897,6 +897,9 @@ static void rows_run(struct rows_job *j)
 ** Work items are (group, head): a group is up to ATT_ROWS consecutive rows
 ** of one sequence at consecutive positions (a prefill chunk, a draft
 ** verification), so each key block is scored against all of them at once.
+** A group of one row (decode) takes several heads that share a KV head
+** (grouped-query attention) in one item instead, as the kernel's rows: its
+** keys and values are read once for all of them (attn_task_rows).
 ** Per item, one attn_f32 (attn_f16, attn_q8) call over the sequence's KV blocks: scores, a
 ** softmax per row over its own causal range, the weighted values. */
 
@@ -919,19 +922,22 @@ static void attn_groups(struct ds_engine *e, const struct ds_batch_row *rows, si
     s->grp[s->n_grp] = (uint32_t)n;
 }
 
+/* Item (g, h): head h of group g's rows; or, nh > 1 (a group of one row),
+** heads h .. h + nh - 1 of that row, which share one KV head. */
 static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint32_t l, uint32_t g,
-                      uint32_t h, unsigned task)
+                      uint32_t h, uint32_t nh, unsigned task)
 {
     const struct ds_model_config *c = &e->cfg;
     struct run_state *s = &e->s;
-    const uint32_t hd = c->head_dim, r0 = s->grp[g], nq = s->grp[g + 1] - r0;
+    const uint32_t hd = c->head_dim, r0 = s->grp[g], n_rows = s->grp[g + 1] - r0, nq = nh > 1 ? nh : n_rows;
     const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * head_elems(e);
     const struct ds_seq *seq = rows[r0].seq;
-    const uint32_t n_blk = (s->pos[r0 + nq - 1] + DS_KV_BLOCK) / DS_KV_BLOCK;   /* keys: last row's pos + 1 */
+    const uint32_t n_blk = (s->pos[r0 + n_rows - 1] + DS_KV_BLOCK) / DS_KV_BLOCK;   /* keys: last row's pos + 1 */
     const float *q = s->q + (size_t)r0 * c->dim + (size_t)h * hd, scale = 1.0f / sqrtf((float)hd);
     float *out = s->xb + (size_t)r0 * c->dim + (size_t)h * hd, *scratch = s->att + task * ATT_SCRATCH(e);
+    const size_t ld = nh > 1 ? hd : c->dim;       /* between the kernel's rows: heads, or tokens */
     uint32_t lim[ATT_ROWS];
-    for (uint32_t i = 0; i < nq; i++) lim[i] = s->pos[r0 + i] + 1;
+    for (uint32_t i = 0; i < nq; i++) lim[i] = s->pos[r0 + (nh > 1 ? 0 : i)] + 1;
     const size_t first = (size_t)task * 2 * ATT_BLOCKS(e), k0 = kv_off * DS_KV_BLOCK, v0 = v_off(e) + k0;
     if (e->kv.q8) {
         const struct ds_q8_block **kb = s->att_kvq + first, **vb = kb + ATT_BLOCKS(e);
@@ -939,21 +945,21 @@ static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint
             kb[b] = e->kv.q8 + k_at(e, seq, l, b) + k0;
             vb[b] = e->kv.q8 + k_at(e, seq, l, b) + v0;
         }
-        e->kern->attn_q8(nq, hd, n_blk, lim, q, c->dim, kb, vb, scale, out, c->dim, scratch);
+        e->kern->attn_q8(nq, hd, n_blk, lim, q, ld, kb, vb, scale, out, ld, scratch);
     } else if (e->kv.f16) {
         const uint16_t **kt = s->att_kv16 + first, **vb = kt + ATT_BLOCKS(e);
         for (uint32_t b = 0; b < n_blk; b++) {
             kt[b] = e->kv.f16 + k_at(e, seq, l, b) + k0;
             vb[b] = e->kv.f16 + k_at(e, seq, l, b) + v0;
         }
-        e->kern->attn_f16(nq, hd, n_blk, lim, q, c->dim, kt, vb, hd, scale, out, c->dim, scratch);
+        e->kern->attn_f16(nq, hd, n_blk, lim, q, ld, kt, vb, hd, scale, out, ld, scratch);
     } else {
         const float **kt = s->att_kv + first, **vb = kt + ATT_BLOCKS(e);
         for (uint32_t b = 0; b < n_blk; b++) {
             kt[b] = e->kv.f32 + k_at(e, seq, l, b) + k0;
             vb[b] = e->kv.f32 + k_at(e, seq, l, b) + v0;
         }
-        e->kern->attn_f32(nq, hd, n_blk, lim, q, c->dim, kt, vb, hd, scale, out, c->dim, scratch);
+        e->kern->attn_f32(nq, hd, n_blk, lim, q, ld, kt, vb, hd, scale, out, ld, scratch);
     }
 }
 
@@ -964,12 +970,20 @@ static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint
 ** 119-124 us a layer this way against 128-144 head by head (four rounds in
 ** turns); bench/compare.sh --bench batch, medians: 16 streams 1986 -> 2079
 ** tok/s (4 rounds, 64 steps), 1399 -> 1436 (3 rounds, 200 steps). Rows at
-** different positions cost different amounts: the split is by keys. */
+** different positions cost different amounts: the split is by keys.
+** An item takes nh heads of one KV head (grouped-query attention): the
+** most that divides the group and leaves at least one item per task, up to
+** ATT_ROWS, so a KV head's keys and values stream from memory once for nh
+** heads, not nh times. (1B shape, one stream at position 4000: the F32
+** cache's 2 MB a KV head and layer came from DRAM for each of 8 heads.) */
 static void attn_task_rows(const struct attn_job *j, unsigned task, unsigned n_tasks)
 {
     struct ds_engine *e = j->e;
     const struct run_state *s = &e->s;
-    const uint32_t n_heads = e->cfg.n_heads;
+    const uint32_t n_heads = e->cfg.n_heads, grp = n_heads / e->cfg.n_kv_heads;
+    const uint32_t cap = DS_MIN(DS_MIN(grp, ATT_ROWS), DS_MAX(1u, s->n_grp * n_heads / n_tasks));
+    uint32_t nh = cap;
+    while (grp % nh) nh--;                  /* heads per item: a divisor of grp */
     uint64_t total = 0;
     for (uint32_t g = 0; g < s->n_grp; g++) total += (uint64_t)s->pos[g] + 1;
     total *= n_heads;
@@ -983,8 +997,8 @@ static void attn_task_rows(const struct attn_job *j, unsigned task, unsigned n_t
             at += keys * n_heads;
             continue;
         }
-        for (uint32_t h = 0; h < n_heads && at < hi; h++, at += keys)
-            if (at >= lo) attn_item(e, j->rows, j->layer, g, h, task);
+        for (uint32_t h = 0; h < n_heads && at < hi; h += nh, at += keys * nh)
+            if (at >= lo) attn_item(e, j->rows, j->layer, g, h, nh, task);
     }
 }
 
@@ -1003,7 +1017,7 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
     ** groups evens out over whole heads. (Items dealt out in turn had the
     ** threads read every other head's 256 bytes of each row: 20% slower.) */
     for (size_t item = n_items * task / n_tasks; item < n_items * (task + 1) / n_tasks; item++)
-        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), task);
+        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), 1, task);
 }
 
 /* Rotate pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head. */
