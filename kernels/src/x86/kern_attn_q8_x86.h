@@ -49,23 +49,58 @@ static inline __attribute__((always_inline)) void aq8_scores8(size_t nb, const s
     _mm256_storeu_ps(s, _mm256_mul_ps(aq8_hsum8(acc), _mm256_set1_ps(scale)));
 }
 
+/* exp(x) on 8 lanes, x clamped to [-87, 88] (2^n stays a normal float;
+** exp(-87) = 1.6e-38 stands for anything smaller, which a softmax whose
+** sum is at least 1 cannot tell from 0): Cody-Waite reduction by ln 2 and
+** the degree-6 polynomial of kern_avx512vnni.c's exp_ps, within a few ulp. */
+static inline __attribute__((always_inline)) __m256 aq8_exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 /* attn_weights_generic (kern_generic.h, which kern_avx512vnni.c does not
-** include): each row's softmax over its own lim[i] keys, 0 for the later
-** ones up to n_keys; out's rows zeroed. */
-static void aq8_weights(size_t nq, size_t hd, const uint32_t *lim, size_t n_keys, float *s, size_t lds, float *out,
-                        size_t ldo)
+** include) on 8 lanes: each row's softmax over its own lim[i] keys (the
+** tail past the last 8 in scalar code, expf), 0 for the later ones up to
+** n_keys. A scalar expf per key is 2.8 million calls a token at 4,000
+** positions of the 1B shape (32 heads, 22 layers). */
+static void aq8_weights(size_t nq, const uint32_t *lim, size_t n_keys, float *s, size_t lds)
 {
     for (size_t i = 0; i < nq; i++) {
-        float *x = s + i * lds, maxv = x[0], sum = 0.0f;
-        for (size_t j = 1; j < lim[i]; j++) maxv = x[j] > maxv ? x[j] : maxv;
-        for (size_t j = 0; j < lim[i]; j++) {
-            x[j] = expf(x[j] - maxv);
-            sum += x[j];
+        float *x = s + i * lds;
+        const size_t n = lim[i], n8 = n / 8 * 8;
+        __m256 mv = _mm256_set1_ps(-INFINITY);
+        for (size_t j = 0; j < n8; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + j));
+        float t[8], maxv = -INFINITY, sum = 0.0f;
+        _mm256_storeu_ps(t, mv);
+        for (size_t j = 0; j < 8; j++) maxv = t[j] > maxv ? t[j] : maxv;
+        for (size_t j = n8; j < n; j++) maxv = x[j] > maxv ? x[j] : maxv;
+        const __m256 m8 = _mm256_set1_ps(maxv);
+        __m256 sv = _mm256_setzero_ps();
+        for (size_t j = 0; j < n8; j += 8) {
+            const __m256 e = aq8_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), m8));
+            _mm256_storeu_ps(x + j, e);
+            sv = _mm256_add_ps(sv, e);
         }
-        const float inv = 1.0f / sum;
-        for (size_t j = 0; j < lim[i]; j++) x[j] *= inv;
-        memset(x + lim[i], 0, (n_keys - lim[i]) * sizeof *x);
-        memset(out + i * ldo, 0, hd * sizeof *out);
+        _mm256_storeu_ps(t, sv);
+        for (size_t j = 0; j < 8; j++) sum += t[j];
+        for (size_t j = n8; j < n; j++) sum += x[j] = expf(x[j] - maxv);
+        const __m256 inv = _mm256_set1_ps(1.0f / sum);
+        for (size_t j = 0; j < n8; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), inv));
+        for (size_t j = n8; j < n; j++) x[j] *= 1.0f / sum;
+        memset(x + n, 0, (n_keys - n) * sizeof *x);
     }
 }
 
@@ -119,7 +154,7 @@ static void AQ8_NAME(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, co
             memcpy(s, t, nk * sizeof *t);
         }
     }
-    aq8_weights(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    aq8_weights(nq, lim, n_keys, scratch, lds);
     for (size_t i = 0; i < nq; i++) {
         size_t c = 0;
         for (; c + 2 <= nb; c += 2) aq8_values(2, nb, lim[i], scratch + i * lds, v, c, out + i * ldo, i == 0);
