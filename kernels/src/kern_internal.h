@@ -99,11 +99,11 @@ static inline size_t ds_kern__attn_lds(size_t n_blk) { return (n_blk | 1) * DS_K
 typedef void ds_kern__quantize_q8_fn(size_t n, const float *x, struct ds_q8_block *out);
 
 /* The query rows of attn_q8 as Q8_0 blocks, nb = hd / 32 a row, into the
-** scratch past the scores (ds_kern_attn_q8_floats). */
+** scratch past the scores and a block of values (ds_kern_attn_q8_floats). */
 static inline struct ds_q8_block *ds_kern__attn_q8_rows(ds_kern__quantize_q8_fn *quant, size_t nq, size_t hd,
                                                         size_t n_blk, const float *q, size_t ldq, float *scratch)
 {
-    struct ds_q8_block *qq = (struct ds_q8_block *)(void *)(scratch + nq * (n_blk + 1) * DS_KERN_KT);
+    struct ds_q8_block *qq = (struct ds_q8_block *)(void *)(scratch + nq * (n_blk + 1) * DS_KERN_KT + DS_KERN_KT * hd);
     for (size_t i = 0; i < nq; i++) quant(hd, q + i * ldq, qq + i * (hd / DS_Q8_BLOCK));
     return qq;
 }

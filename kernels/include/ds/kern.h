@@ -311,11 +311,12 @@ static inline size_t ds_qk_packed_bytes(const struct ds_kern_ops *k, enum ds_ker
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */
 #define DS_KERN_KT 16
 
-/* Floats of scratch that attn_q8 takes: attn_f32's scores, then the nq
-** query rows as Q8_0 blocks. */
+/* Floats of scratch that attn_q8 takes: attn_f32's scores, one block's
+** values as floats (DS_KERN_KT x hd), then the nq query rows as Q8_0
+** blocks. */
 static inline size_t ds_kern_attn_q8_floats(size_t nq, size_t hd, size_t n_blk)
 {
-    return nq * (n_blk + 1) * DS_KERN_KT +
+    return nq * (n_blk + 1) * DS_KERN_KT + DS_KERN_KT * hd +
            (nq * (hd / DS_Q8_BLOCK) * sizeof(struct ds_q8_block) + sizeof(float) - 1) / sizeof(float);
 }
 

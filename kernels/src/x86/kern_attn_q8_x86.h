@@ -10,8 +10,8 @@
 ** 32-value block, the int8 dot of |q| with k carrying q's sign (exact in
 ** int32), turned to float and scaled by d_q * d_k into one accumulator per
 ** key; eight keys' accumulators are summed across lanes together. The
-** values are turned to floats as they are loaded and added with weight p *
-** d_v, 64 (or 32) dimensions held in registers across all the keys.
+** values are turned to floats (d_v * code) a block of keys at a time, once
+** for all the rows, and each row adds them with its weights.
 ** Keys and values of the next block are prefetched during the first row's
 ** pass (a block's slice of a head starts a page in the engine's pool).
 */
@@ -104,35 +104,58 @@ static void aq8_weights(size_t nq, const uint32_t *lim, size_t n_keys, float *s,
     }
 }
 
-/* The 8 codes at p as floats. */
-static inline __attribute__((always_inline)) __m256 aq8_load8(const int8_t *p)
+/* Block b's values (nk keys, nb Q8_0 blocks each) as floats d * code into
+** vf, key j at vf + j * hd: once per block for all the rows. */
+static inline __attribute__((always_inline)) void aq8_dequant(size_t nk, size_t nb, const struct ds_q8_block *vb,
+                                                              float *vf)
 {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+    for (size_t j = 0; j < nk; j++)
+        for (size_t c = 0; c < nb; c++) {
+            const struct ds_q8_block *x = vb + j * nb + c;
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(x->d));
+            float *o = vf + (j * nb + c) * DS_Q8_BLOCK;
+            for (int t = 0; t < 4; t++) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * t)));
+                _mm256_storeu_ps(o + 8 * t, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+            }
+        }
 }
 
-/* Row o += sum over j < n of p[j] * value j, blocks c0 .. c0+NC-1 (NC = 1
-** or 2: 32 or 64 dimensions in registers); pf: prefetch each next block's
-** rows. */
-static inline __attribute__((always_inline)) void aq8_values(int NC, size_t nb, size_t n, const float *p,
-                                                             const struct ds_q8_block *const *v, size_t c0,
-                                                             float *o, bool pf)
+/* o[d0 .. d0 + 8 NV) += sum over j < nk of p[j] * vf[j * hd + d], NV
+** vectors held in registers across the block's keys. */
+static inline __attribute__((always_inline)) void aq8_accum(int NV, size_t nk, size_t hd, const float *p,
+                                                            const float *vf, size_t d0, float *o)
 {
-    __m256 acc[2][4];
-    for (int c = 0; c < NC; c++)
-        for (int t = 0; t < 4; t++) acc[c][t] = _mm256_setzero_ps();
-    for (size_t j = 0; j < n; j++) {
-        const struct ds_q8_block *vj = v[j / DS_KERN_KT] + j % DS_KERN_KT * nb + c0;
-        if (pf && j % DS_KERN_KT == 0 && j + DS_KERN_KT < n) {
-            const char *nx = (const char *)v[j / DS_KERN_KT + 1];
-            for (size_t off = 0; off < DS_KERN_KT * nb * sizeof *vj; off += 64) __builtin_prefetch(nx + off, 0, 3);
-        }
-        for (int c = 0; c < NC; c++) {
-            const __m256 a = _mm256_set1_ps(p[j] * _cvtsh_ss(vj[c].d));
-            for (int t = 0; t < 4; t++) acc[c][t] = _mm256_fmadd_ps(a, aq8_load8(vj[c].qs + 8 * t), acc[c][t]);
+    __m256 acc[8];
+    for (int t = 0; t < NV; t++) acc[t] = _mm256_loadu_ps(o + d0 + 8 * (size_t)t);
+    for (size_t j = 0; j < nk; j++) {
+        const __m256 a = _mm256_set1_ps(p[j]);
+        for (int t = 0; t < NV; t++)
+            acc[t] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vf + j * hd + d0 + 8 * (size_t)t), acc[t]);
+    }
+    for (int t = 0; t < NV; t++) _mm256_storeu_ps(o + d0 + 8 * (size_t)t, acc[t]);
+}
+
+/* aq8_accum for one row straight from the blocks (no pass through vf):
+** the same d * code products, rounded the same, added in the same order,
+** so the results are aq8_accum's bit for bit. */
+static inline __attribute__((always_inline)) void aq8_accum_q8(int NV, size_t nk, size_t nb, const float *p,
+                                                               const struct ds_q8_block *vb, size_t d0, float *o)
+{
+    __m256 acc[8];
+    for (int t = 0; t < NV; t++) acc[t] = _mm256_loadu_ps(o + d0 + 8 * (size_t)t);
+    for (size_t j = 0; j < nk; j++) {
+        const __m256 a = _mm256_set1_ps(p[j]);
+        for (int c = 0; c < NV / 4; c++) {
+            const struct ds_q8_block *x = vb + j * nb + d0 / DS_Q8_BLOCK + (size_t)c;
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(x->d));
+            for (int t = 0; t < 4; t++) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * t)));
+                acc[4 * c + t] = _mm256_fmadd_ps(a, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), acc[4 * c + t]);
+            }
         }
     }
-    for (int c = 0; c < NC; c++)
-        for (int t = 0; t < 4; t++) _mm256_storeu_ps(o + (c0 + (size_t)c) * DS_Q8_BLOCK + 8 * t, acc[c][t]);
+    for (int t = 0; t < NV; t++) _mm256_storeu_ps(o + d0 + 8 * (size_t)t, acc[t]);
 }
 
 static void AQ8_NAME(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
@@ -155,10 +178,33 @@ static void AQ8_NAME(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, co
         }
     }
     aq8_weights(nq, lim, n_keys, scratch, lds);
-    for (size_t i = 0; i < nq; i++) {
-        size_t c = 0;
-        for (; c + 2 <= nb; c += 2) aq8_values(2, nb, lim[i], scratch + i * lds, v, c, out + i * ldo, i == 0);
-        if (c < nb) aq8_values(1, nb, lim[i], scratch + i * lds, v, c, out + i * ldo, i == 0);
+    /* Values block by block: each block turned to floats once (vf), then
+    ** every row that sees its keys adds them, 64 dimensions at a time in
+    ** registers. One pass over V for all the rows: with grouped-query
+    ** attention the engine's rows are the heads of one KV head, and V read
+    ** row by row came from L3 again for each (1B shape: 272 KB a KV head at
+    ** 4,000 positions). */
+    float *vf = scratch + nq * (n_blk + 1) * DS_KERN_KT;
+    for (size_t i = 0; i < nq; i++) memset(out + i * ldo, 0, hd * sizeof *out);
+    for (size_t b = 0; b < n_kb; b++) {
+        const size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        if (b + 1 < n_kb)
+            for (size_t off = 0; off < blk_bytes; off += 64) __builtin_prefetch((const char *)v[b + 1] + off, 0, 3);
+        if (nq == 1) {                  /* one row: no reuse, straight from the blocks */
+            const float *p = scratch + b * DS_KERN_KT;
+            size_t d0 = 0;
+            for (; d0 + 64 <= hd; d0 += 64) aq8_accum_q8(8, nk, nb, p, v[b], d0, out);
+            if (d0 < hd) aq8_accum_q8(4, nk, nb, p, v[b], d0, out);
+            continue;
+        }
+        aq8_dequant(nk, nb, v[b], vf);
+        for (size_t i = 0; i < nq; i++) {
+            if (lim[i] <= b * DS_KERN_KT) continue;          /* weights 0: no keys of this block */
+            const float *p = scratch + i * lds + b * DS_KERN_KT;
+            size_t d0 = 0;
+            for (; d0 + 64 <= hd; d0 += 64) aq8_accum(8, nk, hd, p, vf, d0, out + i * ldo);
+            if (d0 < hd) aq8_accum(4, nk, hd, p, vf, d0, out + i * ldo);     /* hd is a multiple of 32 */
+        }
     }
 }
 
