@@ -47,7 +47,8 @@
 #define ATT_BLOCKS(e)     (((e)->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK)  /* KV blocks of a full context */
 #define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT + \
                            2 * (size_t)(e)->cfg.head_dim * DS_KERN_KT)   /* attn_f32/f16 floats per thread
-                                   ** (attn_q8's query blocks, 8.5 head_dim bytes, fit the last term) */
+                                   ** (attn_q8's: ds_kern_attn_q8_floats, its block of values and
+                                   ** query blocks, 16 + 2.2 head_dim floats, fit the last term) */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
