@@ -1141,6 +1141,16 @@ static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t
         }
         for (size_t i = 0; i < nq * ldo; i++) o[i] = -7.0f;
         k->attn_f16(nq, hd, n_blk, lim, q, ldq, kh, vh, ldv, 0.125f, o, ldo, scratch);
+        /* a row alone gives its bits in the batch (decode and prefill agree) */
+        float *one = xmalloc(hd * sizeof *one);
+        for (size_t i = 0; i < nq; i++) {
+            k->attn_f16(1, hd, n_blk, &lim[i], q + i * ldq, ldq, kh, vh, ldv, 0.125f, one, hd, scratch);
+            if (memcmp(one, o + i * ldo, hd * sizeof *one) != 0) {
+                print_error("%s: row %zu alone differs from row %zu of %zu\n", what, i, i, nq);
+                fail();
+            }
+        }
+        free(one);
     } else {
         k->attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, o, ldo, scratch);
     }

@@ -233,6 +233,43 @@ DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const
     }
 }
 
+/* Several rows' weighted values (the first hd / 8 * 8 dimensions; out's
+** rows zeroed): block by block, its values turned to floats once into vf
+** (DS_KERN_KT x hd floats), then each row adds the keys it sees, 64
+** dimensions at a time in registers. One pass over V for all the rows:
+** with grouped-query attention the engine's decode rows are the heads of
+** one KV head, and V read row by row came from L3 again for each. Each
+** value gets the same FMAs in the same order as one row's pass below, so
+** a row's bits do not depend on the rows beside it. */
+static void att16_values_blocks(size_t nq, size_t hd, const uint32_t *lim, size_t n_keys, const float *p,
+                                size_t ldp, const uint16_t *const *v, size_t ldv, float *out, size_t ldo, float *vf)
+{
+    const size_t hv = hd / 8 * 8, n_kb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t b = 0; b < n_kb; b++) {
+        const size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        if (b + 1 < n_kb && ldv == hd) ds_kern__prefetch_halves(v[b + 1], DS_KERN_KT * hd);
+        for (size_t j = 0; j < nk; j++)
+            for (size_t d = 0; d < hv; d += 8) _mm256_storeu_ps(vf + j * hd + d, load8_f16(v[b] + j * ldv + d));
+        for (size_t i = 0; i < nq; i++) {
+            if (lim[i] <= b * DS_KERN_KT) continue;
+            const size_t n = DS_KERN_KT < lim[i] - b * DS_KERN_KT ? nk : lim[i] - b * DS_KERN_KT;
+            const float *pb = p + i * ldp + b * DS_KERN_KT;
+            float *o = out + i * ldo;
+            for (size_t d0 = 0; d0 < hv; d0 += 64) {
+                const size_t nv = (hv - d0) / 8 < 8 ? (hv - d0) / 8 : 8;
+                __m256 a[8];
+                for (size_t t = 0; t < 8; t++) a[t] = t < nv ? _mm256_loadu_ps(o + d0 + 8 * t) : _mm256_setzero_ps();
+                for (size_t j = 0; j < n; j++) {
+                    const __m256 pj = _mm256_set1_ps(pb[j]);
+                    for (size_t t = 0; t < 8; t++)
+                        if (t < nv) a[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vf + j * hd + d0 + 8 * t), a[t]);
+                }
+                for (size_t t = 0; t < nv; t++) _mm256_storeu_ps(o + d0 + 8 * t, a[t]);
+            }
+        }
+    }
+}
+
 /* kern.h attn_f16 on AVX2 + F16C: scores two rows at a time over each
 ** block's keys, attn_generic's softmax, then each row's weighted values,
 ** 32 dimensions at a time held in registers across all the keys. The
@@ -253,10 +290,11 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
         if (i < nq) att16_scores(1, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
     }
     attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    if (nq > 1) att16_values_blocks(nq, hd, lim, n_keys, scratch, lds, v, ldv, out, ldo, scratch + nq * (n_blk + 1) * DS_KERN_KT);
     for (size_t i = 0; i < nq; i++) {
         const float *p = scratch + i * lds;
         float *o = out + i * ldo;
-        size_t d0 = 0;
+        size_t d0 = nq > 1 ? hd / 8 * 8 : 0;        /* several rows: the vectors are done */
         for (size_t nv; d0 + 8 <= hd; d0 += 8 * nv) {
             nv = (hd - d0) / 8 < 4 ? (hd - d0) / 8 : 4;                   /* whole vectors of 8 here */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
