@@ -23,8 +23,11 @@
 ** Long context (--positions 100,1000,4000): one stream in a --ctx context
 ** (default 4096; the file is written with that context), for each KV cache
 ** in --kv (a comma list here; default f32,f16,q8_0): the sequence is filled
-** once to the last position by prefill (max_batch-token chunks, timed and
-** shown as "fill"), then at each position P from the last, truncated back
+** once to the last position (timed, shown as "fill"): by default FILL_CHUNK
+** positions of prefill, then copies of them (ds_seq_extend_copy: the
+** attention's cost is that of the context's length, whatever its keys
+** hold); --fill prefill runs the whole prefill (minutes on the 1B shape
+** with 2 threads), then at each position P from the last, truncated back
 ** to P, --steps
 ** single-token decode steps are timed (median of --reps runs, after one
 ** warm-up run). Reported: tok/s at each position and the last position's
@@ -77,6 +80,7 @@ struct opts {
     enum ds_kv_type kvs[MAX_KV];    /* --kv in that mode: the caches to compare */
     size_t      n_kvs;
     unsigned    ctx;                /* --ctx: that mode's context (default 4096) */
+    bool        fill_prefill;       /* --fill prefill: fill by prefill alone, no copies */
 };
 
 static const struct mk_shape *shape_of(const struct opts *o)
@@ -334,9 +338,11 @@ static enum ds_err run_context_kv(struct bench *b, const struct ds_model *m, enu
         x ^= x << 17;
         tok[t] = (int32_t)(x % V);
     }
-    fprintf(stderr, "bench_batch: %s KV: filling %u positions...", r->kv, last);
+    const unsigned real = o->fill_prefill ? last : DS_MIN(last, FILL_CHUNK);
+    fprintf(stderr, "bench_batch: %s KV: filling %u positions (%u by prefill)...", r->kv, last, real);
     double t0 = bench_now_s();
-    if ((rc = ds_engine_eval(e, s, tok, last, NULL, false)) != DS_OK) goto done;
+    if ((rc = ds_engine_eval(e, s, tok, real, NULL, false)) != DS_OK) goto done;
+    if (last > real && (rc = ds_seq_extend_copy(s, last - real)) != DS_OK) goto done;
     r->fill_s = bench_now_s() - t0;
     fprintf(stderr, " %.1f s\n", r->fill_s);
     for (size_t p = o->n_positions; p-- > 0;) {        /* last first: truncating only shrinks */
@@ -377,10 +383,12 @@ static void print_context(const struct bench *b)
 {
     const struct opts *o = &b->opt;
     printf("\nlong-context decode, %s shape, %s (%s file, %.1f MB of weights per step), kernel %s, %u thread%s;\n"
-           "one stream in a %u context, %u decode steps from each position; median of %u runs (min-max)\n"
+           "one stream in a %u context (filled by %s), %u decode steps from each position; median of %u runs\n"
+           "(min-max)\n"
            "load average (1 min) %.2f at start, %.2f at end\n\n",
            o->shape, b->precision ? b->precision : "?", file_type(o), (double)b->weight_bytes / 1e6,
-           b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", o->ctx, o->steps, o->reps,
+           b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", o->ctx,
+           o->fill_prefill ? "prefill" : "prefill and copies", o->steps, o->reps,
            b->load_start, b->load_end);
     printf("%-5s | %7s", "KV", "fill s");
     for (size_t p = 0; p < o->n_positions; p++) printf(" | pos %-5u tok/s (min-max)", o->positions[p]);
@@ -408,8 +416,9 @@ static int write_context_json(const struct bench *b)
     fprintf(f, "{\n  \"bench\": \"batch-context\", \"version\": 1,\n");
     fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"%s-shape\", \"precision\": \"%s\",\n",
             sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "", o->shape, b->precision ? b->precision : "");
-    fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"ctx\": %u, \"steps\": %u, \"reps\": %u,\n  ",
-            (unsigned long long)b->weight_bytes, o->threads, o->ctx, o->steps, o->reps);
+    fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"ctx\": %u, \"fill\": \"%s\", \"steps\": %u, "
+            "\"reps\": %u,\n  ", (unsigned long long)b->weight_bytes, o->threads, o->ctx,
+            o->fill_prefill ? "prefill" : "copy", o->steps, o->reps);
     bench_json_num(f, "load_start", b->load_start, ", ");
     bench_json_num(f, "load_end", b->load_end, ",\n");
     fprintf(f, "  \"results\": [\n");
@@ -542,13 +551,15 @@ static void usage(FILE *f)
                "                     with each KV cache of --kv (there a comma list; default\n"
                "                     f32,f16,q8_0)\n"
                "  --ctx N            the long-context mode's context (default 4096)\n"
+               "  --fill F           how it fills the context: copy (default: %u positions of\n"
+               "                     prefill, then copies of them) or prefill (all of it)\n"
                "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
                "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"
                "  --dir DIR          where the random-weight model is written and reused\n"
                "                     (default /tmp/dspark-bench)\n"
                "  --json PATH        JSON output (default bench-batch.json)\n"
                "  --help\n",
-            MAX_STREAMS);
+            MAX_STREAMS, FILL_CHUNK);
 }
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -613,6 +624,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "precision", required_argument, NULL, 'p' }, { "shape", required_argument, NULL, 'S' },
         { "backend", required_argument, NULL, 'b' }, { "kv", required_argument, NULL, 'K' },
         { "positions", required_argument, NULL, 'P' }, { "ctx", required_argument, NULL, 'c' },
+        { "fill", required_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
@@ -642,6 +654,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'K': bad = parse_kvs(optarg, o); break;
         case 'P': bad = parse_positions(optarg, o); break;
         case 'c': bad = parse_uint(optarg, 64, 1u << 20, &o->ctx); break;
+        case 'f':
+            bad = strcmp(optarg, "copy") && strcmp(optarg, "prefill");
+            o->fill_prefill = !strcmp(optarg, "prefill");
+            break;
         case 'b':
             bad = strcmp(optarg, "cpu") && strcmp(optarg, "cuda");
             o->cuda = !strcmp(optarg, "cuda");

@@ -384,6 +384,57 @@ static void kv_q8_0_fp32(void **st)       { (void)st; check_kv("r12M-Q8_0", DS_P
 static void kv_q8_0_l3_int8(void **st)    { (void)st; check_kv("l3-12M-Q8_0", DS_PRECISION_INT8, DS_KV_Q8_0); }
 static void kv_q8_0_qwen2_int8(void **st) { (void)st; check_kv("q12M-Q8_0", DS_PRECISION_INT8, DS_KV_Q8_0); }
 
+/* ds_seq_extend_copy, with each cache: a sequence of 40 positions grown by
+** copies to 90 (past a block and a page of blocks) gives finite logits at
+** 90; refused past max_ctx and on an empty sequence, changing nothing;
+** truncated back to 40 it decodes as if never grown (the copies wrote no
+** position below 40), bit for bit. */
+static void check_extend_copy(enum ds_kv_type kv)
+{
+    static int32_t ids[MAX_IDS];
+    assert_true(read_ids(ids, MAX_IDS) >= 41);
+    struct ds_model *m = NULL;
+    assert_int_equal(ds_model_open(FORMATS_DIR "/r12M-Q8_0.gguf", &m), DS_OK);
+    const size_t V = m->cfg.vocab_size;
+    struct ds_engine_opts o;
+    ds_engine_opts_init(&o);
+    o.precision = DS_PRECISION_INT8;
+    o.n_threads = 2;
+    o.max_ctx = 128;
+    o.kv_seqs = 2;
+    o.kv_type = kv;
+    struct ds_engine *e = NULL;
+    assert_int_equal(ds_engine_create(m, &o, &e), DS_OK);
+    struct ds_seq *a = NULL, *b = NULL;
+    assert_int_equal(ds_seq_create(e, &a), DS_OK);
+    assert_int_equal(ds_seq_create(e, &b), DS_OK);
+    float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
+    assert_non_null(la);
+    assert_non_null(lb);
+    assert_int_equal(ds_seq_extend_copy(a, 8), DS_ERR_RANGE);             /* empty */
+    assert_int_equal(ds_engine_eval(e, a, ids, 40, NULL, false), DS_OK);
+    assert_int_equal(ds_engine_eval(e, b, ids, 40, NULL, false), DS_OK);
+    assert_int_equal(ds_seq_extend_copy(a, 89), DS_ERR_RANGE);            /* 129 > max_ctx */
+    assert_int_equal(ds_seq_len(a), 40);
+    assert_int_equal(ds_seq_extend_copy(a, 50), DS_OK);
+    assert_int_equal(ds_seq_len(a), 90);
+    assert_int_equal(ds_engine_eval(e, a, &ids[40], 1, la, false), DS_OK);
+    for (size_t v = 0; v < V; v++) assert_true(isfinite(la[v]));
+    assert_int_equal(ds_seq_truncate(a, 40), DS_OK);
+    assert_int_equal(ds_engine_eval(e, a, &ids[40], 1, la, false), DS_OK);
+    assert_int_equal(ds_engine_eval(e, b, &ids[40], 1, lb, false), DS_OK);
+    assert_memory_equal(la, lb, V * sizeof *la);
+    free(la);
+    free(lb);
+    ds_seq_destroy(a);
+    ds_seq_destroy(b);
+    ds_engine_destroy(e);
+    ds_model_close(m);
+}
+static void extend_copy_f32(void **st)  { (void)st; check_extend_copy(DS_KV_F32); }
+static void extend_copy_f16(void **st)  { (void)st; check_extend_copy(DS_KV_F16); }
+static void extend_copy_q8_0(void **st) { (void)st; check_extend_copy(DS_KV_Q8_0); }
+
 /* A Q8_0 cache needs whole 32-value blocks per head: stories260K's heads
 ** have 8 dimensions, and the engine refuses it at create (f16 is taken). */
 static void kv_q8_0_head_dim(void **st)
@@ -424,6 +475,8 @@ int main(void)
         cmocka_unit_test(kv_q8_0_steps),    cmocka_unit_test(kv_q8_0_int8),
         cmocka_unit_test(kv_q8_0_fp32),     cmocka_unit_test(kv_q8_0_l3_int8),
         cmocka_unit_test(kv_q8_0_qwen2_int8), cmocka_unit_test(kv_q8_0_head_dim),
+        cmocka_unit_test(extend_copy_f32),  cmocka_unit_test(extend_copy_f16),
+        cmocka_unit_test(extend_copy_q8_0),
     };
     tu_skip_from_env();
     return cmocka_run_group_tests(tests, NULL, NULL);

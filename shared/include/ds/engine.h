@@ -154,6 +154,15 @@ void     ds_seq_destroy(struct ds_seq *s);
 uint32_t ds_seq_len(const struct ds_seq *s);
 /* Forget positions >= n_pos (KV rollback); frees whole blocks past it. */
 enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos);
+/* Grow s by n_pos positions without a forward pass: position len + i gets
+** the keys and values of position i % len, in every layer. What attention
+** computes over them means nothing (they keep their own positions'
+** rotations); how long it takes is what a context of that length costs:
+** a long context for benchmarks in seconds instead of a prefill of
+** minutes (bench_batch --positions). DS_ERR_RANGE on an empty sequence or
+** past max_ctx, DS_ERR_BUSY when the pool is full (s unchanged on error);
+** DS_ERR_UNSUPPORTED on the GPU backend. */
+DS_MUST_CHECK enum ds_err ds_seq_extend_copy(struct ds_seq *s, uint32_t n_pos);
 
 /* ---- forward ---- */
 struct ds_batch_row {

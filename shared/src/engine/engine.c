@@ -657,6 +657,36 @@ enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos)
     return DS_OK;
 }
 
+enum ds_err ds_seq_extend_copy(struct ds_seq *s, uint32_t n_pos)
+{
+    struct ds_engine *e = s->eng;
+    if (e->gpu) return DS_ERR_UNSUPPORTED;
+    if (s->len == 0 || n_pos > e->max_ctx - s->len) return DS_ERR_RANGE;
+    enum ds_err rc = seq_reserve(s, s->len + n_pos);
+    if (rc != DS_OK) return rc;
+    const struct ds_model_config *c = &e->cfg;
+    const struct kv_pool *kv = &e->kv;
+    unsigned char *pool = kv->q8 ? (void *)kv->q8 : kv->f16 ? (void *)kv->f16 : (void *)kv->f32;
+    const size_t es = kv->q8 ? sizeof *kv->q8 : kv->f16 ? sizeof *kv->f16 : sizeof *kv->f32;
+    const size_t he = head_elems(e), len0 = s->len;
+    for (size_t p = len0; p < len0 + n_pos; p++) {
+        const size_t q = (p - len0) % len0, pi = p % DS_KV_BLOCK, qi = q % DS_KV_BLOCK;
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            const size_t kd = k_at(e, s, l, (uint32_t)(p / DS_KV_BLOCK)), ks = k_at(e, s, l, (uint32_t)(q / DS_KV_BLOCK));
+            for (size_t h = 0; h < c->n_kv_heads; h++) {        /* V, and K where rows are not transposed */
+                const size_t dh = (h * DS_KV_BLOCK + pi) * he, sh = (h * DS_KV_BLOCK + qi) * he;
+                memcpy(pool + (kd + v_off(e) + dh) * es, pool + (ks + v_off(e) + sh) * es, he * es);
+                if (kv->q8) memcpy(pool + (kd + dh) * es, pool + (ks + sh) * es, he * es);
+            }
+            if (!kv->q8)                                        /* K transposed: [kv_dim][position in block] */
+                for (size_t d = 0; d < c->kv_dim; d++)
+                    memcpy(pool + (kd + d * DS_KV_BLOCK + pi) * es, pool + (ks + d * DS_KV_BLOCK + qi) * es, es);
+        }
+    }
+    s->len += n_pos;
+    return DS_OK;
+}
+
 void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks)
 {
     if (e->gpu) {               /* a slot is a whole context's worth of blocks */
