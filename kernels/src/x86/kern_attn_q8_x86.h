@@ -11,9 +11,11 @@
 ** int32), turned to float and scaled by d_q * d_k into one accumulator per
 ** key; eight keys' accumulators are summed across lanes together. The
 ** values are turned to floats (d_v * code) a block of keys at a time, once
-** for all the rows, and each row adds them with its weights.
-** Keys and values of the next block are prefetched during the first row's
-** pass (a block's slice of a head starts a page in the engine's pool).
+** for all the rows, and each row adds them with its weights (one row: the
+** same products straight from the blocks). The softmax runs on 8 lanes
+** (aq8_exp8). The next block's keys, then values, are prefetched while a
+** block is worked on (a block's slice of a head starts a page in the
+** engine's pool).
 */
 #ifndef DS_KERN_ATTN_Q8_X86_H
 #define DS_KERN_ATTN_Q8_X86_H
