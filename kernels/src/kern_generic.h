@@ -97,9 +97,9 @@ static void attn_weights_generic(size_t nq, size_t hd, const uint32_t *lim, size
 
 /* kern.h attn_f32: every block's scores, an exact softmax per row over its
 ** own keys (later keys weigh 0), then the weighted values. */
-static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
-                         const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
-                         size_t ldo, float *scratch)
+static inline void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q,
+                                size_t ldq, const float *const *kt, const float *const *v, size_t ldv, float scale,
+                                float *out, size_t ldo, float *scratch)
 {
     const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {

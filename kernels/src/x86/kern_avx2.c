@@ -197,6 +197,39 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
     }
 }
 
+/* ---- attn_q8: the Q8_0 KV cache (kern_attn_q8_x86.h; its softmax on 8
+** lanes, aq8_weights, serves attn_f32 and attn_f16 below too) ---- */
+
+#if defined(DS_KERN_AVXVNNI)
+#define AQ8_DOT(acc, u, s) (acc = _mm256_dpbusd_avx_epi32(acc, u, s))
+#else
+#define AQ8_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
+#endif
+#define AQ8_QUANT quantize_q8_avx2
+#define AQ8_NAME  attn_q8_avx2
+#include "kern_attn_q8_x86.h"
+#undef AQ8_DOT
+#undef AQ8_QUANT
+#undef AQ8_NAME
+
+/* kern.h attn_f32: attn_generic's passes (kern_generic.h) with the softmax
+** on 8 lanes (aq8_weights) instead of a scalar expf per key. */
+static void attn_f32_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                          const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
+                          size_t ldo, float *scratch)
+{
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
+    const size_t n_kb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t b = 0; b < n_kb; b++)
+        attn_scores_generic(nq, hd, ds_kern__attn_block_keys(n_keys, b), q, ldq, kt[b], scale,
+                            scratch + b * DS_KERN_KT, lds, ds_kern__attn_next(kt, v, hd, ldv, b, n_kb));
+    aq8_weights(nq, lim, n_keys, scratch, lds);
+    for (size_t i = 0; i < nq; i++) memset(out + i * ldo, 0, hd * sizeof *out);
+    for (size_t b = 0; b < n_kb; b++)
+        attn_values_generic(nq, hd, ds_kern__attn_block_keys(n_keys, b), scratch + b * DS_KERN_KT, lds, v[b], ldv,
+                            out, ldo, b + 1 < n_kb ? v[b + 1] : NULL);
+}
+
 /* ---- FP16 KV cache (F16C) ---- */
 
 static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
@@ -289,7 +322,8 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
             att16_scores(2, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
         if (i < nq) att16_scores(1, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
     }
-    attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    aq8_weights(nq, lim, n_keys, scratch, lds);
+    for (size_t i = 0; i < nq; i++) memset(out + i * ldo, 0, hd * sizeof *out);
     if (nq > 1) att16_values_blocks(nq, hd, lim, n_keys, scratch, lds, v, ldv, out, ldo, scratch + nq * (n_blk + 1) * DS_KERN_KT);
     for (size_t i = 0; i < nq; i++) {
         const float *p = scratch + i * lds;
@@ -333,19 +367,6 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #undef QX_DOT
 #undef QX_NAME
 
-/* ---- attn_q8: the Q8_0 KV cache (kern_attn_q8_x86.h) ---- */
-
-#if defined(DS_KERN_AVXVNNI)
-#define AQ8_DOT(acc, u, s) (acc = _mm256_dpbusd_avx_epi32(acc, u, s))
-#else
-#define AQ8_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
-#endif
-#define AQ8_QUANT quantize_q8_avx2
-#define AQ8_NAME  attn_q8_avx2
-#include "kern_attn_q8_x86.h"
-#undef AQ8_DOT
-#undef AQ8_QUANT
-#undef AQ8_NAME
 
 /* ---- quantize_q8k (kern_qk_x86.h) ---- */
 #include "kern_qk_x86.h"
@@ -846,7 +867,7 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
-    .attn_f32        = attn_generic,
+    .attn_f32        = attn_f32_avx2,
     .attn_f16        = attn_f16_avx2,
     .attn_q8         = attn_q8_avx2,
     .f32_to_f16      = f32_to_f16_avx2,
