@@ -20,6 +20,20 @@
 ** machine's peak at --threads (bench_peak.c; FP32 peak for fp32, INT8 for
 ** int8; none for cuda).
 **
+** Long context (--positions 100,1000,4000): one stream in a --ctx context
+** (default 4096; the file is written with that context), for each KV cache
+** in --kv (a comma list here; default f32,f16,q8_0): the sequence is filled
+** once to the last position (timed, shown as "fill"): by default FILL_CHUNK
+** positions of prefill, then copies of them (ds_seq_extend_copy: the
+** attention's cost is that of the context's length, whatever its keys
+** hold); --fill prefill runs the whole prefill (minutes on the 1B shape
+** with 2 threads). Then --steps single-token decode steps are timed at
+** each position P (truncated back to P), the positions in turns over
+** --reps rounds after a warm-up round (median of the rounds). Reported:
+** tok/s at each position and the last position's figure over the
+** first's (the issue's goal: >= 0.7 from 100 to 4,000 of 4,096 on the 1B
+** shape).
+**
 ** This is not a test: nothing is asserted; the exit status is non-zero only
 ** when something could not run. Progress goes to stderr, the table to
 ** stdout, every figure to the JSON file (--json).
@@ -47,6 +61,9 @@
 #define MAX_REPS       64
 #define DECODE_PROMPT  8             /* prompt tokens per sequence before the timed steps */
 #define MODEL_SEED     20240601u     /* same seed (and file names) as bench_engine's models */
+#define MAX_POSITIONS  8
+#define MAX_KV         3
+#define FILL_CHUNK     256u          /* prefill rows per pass when filling a long context */
 
 struct opts {
     bool        quick;
@@ -58,6 +75,12 @@ struct opts {
     const char *shape;              /* --shape: 15m, 110m or 1b */
     bool        cuda;               /* --backend cuda: FP16 on the GPU (F16 file) */
     enum ds_kv_type kv;             /* --kv: the CPU KV cache (default auto) */
+    unsigned    positions[MAX_POSITIONS];   /* --positions: long-context mode when n_positions > 0 */
+    size_t      n_positions;
+    enum ds_kv_type kvs[MAX_KV];    /* --kv in that mode: the caches to compare */
+    size_t      n_kvs;
+    unsigned    ctx;                /* --ctx: that mode's context (default 4096) */
+    bool        fill_prefill;       /* --fill prefill: fill by prefill alone, no copies */
 };
 
 static const struct mk_shape *shape_of(const struct opts *o)
@@ -79,8 +102,17 @@ struct result {
     double       gops, peak_pct;     /* G op/s of the weight matmuls; share of the peak */
 };
 
+/* Long context: one KV cache's figures. */
+struct ctx_result {
+    const char        *kv;
+    double             fill_s;                    /* prefill to the last position */
+    struct bench_stats tps[MAX_POSITIONS];        /* decode tok/s at each position */
+};
+
 struct bench {
     struct opts   opt;
+    struct ctx_result ctx_res[MAX_KV];
+    size_t        n_ctx_res;
     struct result res[MAX_COUNTS];
     size_t        n_res;
     const char   *kernel, *precision, *kv;
@@ -109,6 +141,8 @@ static bool file_exists(const char *path)
 ** when it is missing or unreadable. */
 static enum ds_err open_or_write(const char *path, const struct opts *o, struct ds_model **out)
 {
+    struct mk_shape shape = *shape_of(o);
+    if (o->n_positions) shape.ctx_len = o->ctx;       /* long context: the file's own context */
     if (file_exists(path) && ds_model_open(path, out) == DS_OK) {
         fprintf(stderr, "bench_batch: reusing %s\n", path);
         return DS_OK;
@@ -116,7 +150,7 @@ static enum ds_err open_or_write(const char *path, const struct opts *o, struct 
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fprintf(stderr, "bench_batch: writing %s...\n", path);
-    enum ds_err rc = mk_random_model(tmp, shape_of(o), o->cuda ? DS_GGML_TYPE_F16 : o->fp32 ? DS_GGML_TYPE_F32
+    enum ds_err rc = mk_random_model(tmp, &shape, o->cuda ? DS_GGML_TYPE_F16 : o->fp32 ? DS_GGML_TYPE_F32
                                                                             : DS_GGML_TYPE_Q8_0, MODEL_SEED);
     if (rc == DS_OK && rename(tmp, path) != 0) rc = DS_ERR_IO;
     if (rc != DS_OK) {
@@ -210,8 +244,11 @@ static enum ds_err run_all(struct bench *b, const struct ds_model *m)
         double q = (double)c->n_heads * c->head_dim;
         double layer = (double)c->dim * (q + 2.0 * c->kv_dim) + q * c->dim + 3.0 * c->dim * c->hidden_dim;
         b->row_ops = 2.0 * ((double)c->n_layers * layer + (double)c->vocab_size * c->dim);
-        /* keys and values of every layer; FP16 on CUDA and with --kv f16 */
-        b->kv_pos_bytes = 2.0 * c->n_layers * c->kv_dim * (ds_engine_kv_type(e) == DS_KV_F16 || o->cuda ? 2 : 4);
+        /* keys and values of every layer; FP16 on CUDA and with --kv f16,
+        ** 34 bytes per 32 values with --kv q8_0 */
+        const enum ds_kv_type kt = ds_engine_kv_type(e);
+        b->kv_pos_bytes = 2.0 * c->n_layers * c->kv_dim *
+                          (kt == DS_KV_Q8_0 ? 34.0 / 32 : kt == DS_KV_F16 || o->cuda ? 2 : 4);
     }
     unsigned steps = DS_MIN(o->steps, ds_engine_max_ctx(e) - DECODE_PROMPT - 1);
     b->steps = steps;
@@ -256,6 +293,168 @@ done:
     ds_engine_destroy(e);
     free(logits);
     return rc;
+}
+
+/* ---- long context ---- */
+
+/* One KV cache: fill to the last position, then the decode figures at
+** each position into r. */
+static enum ds_err run_context_kv(struct bench *b, const struct ds_model *m, enum ds_kv_type kv,
+                                  struct ctx_result *r)
+{
+    const struct opts *o = &b->opt;
+    struct ds_engine_opts eo;
+    ds_engine_opts_init(&eo);
+    eo.precision = o->fp32 ? DS_PRECISION_FP32 : DS_PRECISION_INT8;
+    eo.n_threads = o->threads;
+    eo.max_batch = FILL_CHUNK;
+    eo.max_ctx = o->ctx;
+    eo.kv_seqs = 1;
+    eo.kv_type = kv;
+    if (o->kernel && !(eo.kern = ds_kern_find(o->kernel))) return DS_ERR_UNSUPPORTED;
+    const unsigned last = o->positions[o->n_positions - 1];
+    const uint32_t V = m->cfg.vocab_size;
+    struct ds_engine *e = NULL;
+    struct ds_seq *s = NULL;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *tok = malloc(((size_t)last + o->steps + 1) * sizeof *tok);
+    enum ds_err rc = logits && tok ? ds_engine_create(m, &eo, &e) : DS_ERR_NOMEM;
+    if (rc == DS_OK) rc = ds_seq_create(e, &s);
+    if (rc != DS_OK) goto done;
+    if (last + o->steps > ds_engine_max_ctx(e)) {
+        fprintf(stderr, "bench_batch: position %u + %u steps is past the context (%u)\n", last, o->steps,
+                ds_engine_max_ctx(e));
+        rc = DS_ERR_RANGE;
+        goto done;
+    }
+    b->kernel = ds_engine_kernel(e);
+    b->precision = ds_precision_name(ds_engine_precision(e));
+    b->weight_bytes = ds_engine_weight_bytes(e);
+    r->kv = ds_kv_type_name(ds_engine_kv_type(e));
+    uint64_t x = 88172645463325252ull;
+    for (unsigned t = 0; t < last + o->steps + 1; t++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        tok[t] = (int32_t)(x % V);
+    }
+    const unsigned real = o->fill_prefill ? last : DS_MIN(last, FILL_CHUNK);
+    fprintf(stderr, "bench_batch: %s KV: filling %u positions (%u by prefill)...", r->kv, last, real);
+    double t0 = bench_now_s();
+    if ((rc = ds_engine_eval(e, s, tok, real, NULL, false)) != DS_OK) goto done;
+    if (last > real && (rc = ds_seq_extend_copy(s, last - real)) != DS_OK) goto done;
+    r->fill_s = bench_now_s() - t0;
+    fprintf(stderr, " %.1f s\n", r->fill_s);
+    /* Runs in turns: each round takes every position, last first (truncating
+    ** only shrinks), and grows the sequence back to the last position by
+    ** copies before the next; so a machine's load that comes and goes
+    ** weighs on every position alike. Round 0 is the warm-up. */
+    double tps[MAX_POSITIONS][MAX_REPS];
+    fprintf(stderr, "bench_batch: %s KV: positions", r->kv);
+    for (size_t p = 0; p < o->n_positions; p++) fprintf(stderr, " %u", o->positions[p]);
+    fprintf(stderr, ", %u steps x %u rounds...", o->steps, o->reps);
+    for (unsigned rep = 0; rep <= o->reps && rc == DS_OK; rep++) {
+        const unsigned n = rep == 0 ? DS_MIN(o->steps, 2u) : o->steps;
+        if (ds_seq_len(s) < last && (rc = ds_seq_extend_copy(s, last - ds_seq_len(s))) != DS_OK) break;
+        for (size_t p = o->n_positions; p-- > 0 && rc == DS_OK;) {
+            const unsigned at = o->positions[p];
+            if ((rc = ds_seq_truncate(s, at)) != DS_OK) break;
+            double t1 = bench_now_s();
+            for (unsigned i = 0; i < n && rc == DS_OK; i++) rc = ds_engine_eval(e, s, &tok[at + i], 1, logits, false);
+            if (rep > 0) tps[p][rep - 1] = n / (bench_now_s() - t1);
+        }
+    }
+    if (rc != DS_OK) goto done;
+    for (size_t p = 0; p < o->n_positions; p++) {
+        r->tps[p] = bench_stats_of(tps[p], o->reps);
+        fprintf(stderr, " %.2f", r->tps[p].med);
+    }
+    fprintf(stderr, " tok/s\n");
+done:
+    if (rc != DS_OK) fprintf(stderr, "bench_batch: %s KV: %s\n", ds_kv_type_name(kv), ds_strerror(rc));
+    ds_seq_destroy(s);
+    ds_engine_destroy(e);
+    free(tok);
+    free(logits);
+    return rc;
+}
+
+static enum ds_err run_context(struct bench *b, const struct ds_model *m)
+{
+    for (size_t i = 0; i < b->opt.n_kvs; i++) {
+        enum ds_err rc = run_context_kv(b, m, b->opt.kvs[i], &b->ctx_res[b->n_ctx_res]);
+        if (rc != DS_OK) return rc;
+        b->n_ctx_res++;
+    }
+    return DS_OK;
+}
+
+static void print_context(const struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    printf("\nlong-context decode, %s shape, %s (%s file, %.1f MB of weights per step), kernel %s, %u thread%s;\n"
+           "one stream in a %u context (filled by %s), %u decode steps from each position; median of %u runs\n"
+           "(min-max)\n"
+           "load average (1 min) %.2f at start, %.2f at end\n\n",
+           o->shape, b->precision ? b->precision : "?", file_type(o), (double)b->weight_bytes / 1e6,
+           b->kernel ? b->kernel : "?", o->threads, o->threads == 1 ? "" : "s", o->ctx,
+           o->fill_prefill ? "prefill" : "prefill and copies", o->steps, o->reps,
+           b->load_start, b->load_end);
+    printf("%-5s | %7s", "KV", "fill s");
+    for (size_t p = 0; p < o->n_positions; p++) printf(" | pos %-5u tok/s (min-max)", o->positions[p]);
+    printf(" | %u/%u\n", o->positions[o->n_positions - 1], o->positions[0]);
+    for (size_t i = 0; i < b->n_ctx_res; i++) {
+        const struct ctx_result *r = &b->ctx_res[i];
+        printf("%-5s | %7.1f", r->kv, r->fill_s);
+        for (size_t p = 0; p < o->n_positions; p++) {
+            char t[48];
+            snprintf(t, sizeof t, "%.2f (%.2f-%.2f)", r->tps[p].med, r->tps[p].lo, r->tps[p].hi);
+            printf(" | %-25s", t);
+        }
+        printf(" | %.2f\n", r->tps[o->n_positions - 1].med / r->tps[0].med);
+    }
+}
+
+static int write_context_json(const struct bench *b)
+{
+    const struct opts *o = &b->opt;
+    FILE *f = fopen(o->json, "w");
+    if (!f) {
+        fprintf(stderr, "bench_batch: cannot write %s: %s\n", o->json, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "{\n  \"bench\": \"batch-context\", \"version\": 1,\n");
+    fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"model\": \"%s-shape\", \"precision\": \"%s\",\n",
+            sysconf(_SC_NPROCESSORS_ONLN), b->kernel ? b->kernel : "", o->shape, b->precision ? b->precision : "");
+    fprintf(f, "  \"weight_bytes\": %llu, \"threads\": %u, \"ctx\": %u, \"fill\": \"%s\", \"steps\": %u, "
+            "\"reps\": %u,\n  ", (unsigned long long)b->weight_bytes, o->threads, o->ctx,
+            o->fill_prefill ? "prefill" : "copy", o->steps, o->reps);
+    bench_json_num(f, "load_start", b->load_start, ", ");
+    bench_json_num(f, "load_end", b->load_end, ",\n");
+    fprintf(f, "  \"results\": [\n");
+    for (size_t i = 0; i < b->n_ctx_res; i++) {
+        const struct ctx_result *r = &b->ctx_res[i];
+        fprintf(f, "    {\"kv\": \"%s\", ", r->kv);
+        bench_json_num(f, "fill_s", r->fill_s, ", ");
+        fprintf(f, "\"positions\": [");
+        for (size_t p = 0; p < o->n_positions; p++) {
+            fprintf(f, "{\"position\": %u, ", o->positions[p]);
+            bench_json_num(f, "median_tok_s", r->tps[p].med, ", ");
+            bench_json_num(f, "min_tok_s", r->tps[p].lo, ", ");
+            bench_json_num(f, "max_tok_s", r->tps[p].hi, "");
+            fprintf(f, "}%s", p + 1 < o->n_positions ? ", " : "");
+        }
+        fprintf(f, "], ");
+        bench_json_num(f, "last_over_first", r->tps[o->n_positions - 1].med / r->tps[0].med, "");
+        fprintf(f, "}%s\n", i + 1 < b->n_ctx_res ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "bench_batch: cannot write %s\n", o->json);
+        return -1;
+    }
+    fprintf(stderr, "bench_batch: wrote %s\n", o->json);
+    return 0;
 }
 
 /* ---- report ---- */
@@ -356,14 +555,21 @@ static void usage(FILE *f)
                "  --kernel NAME      force a kernel variant (ref, avx2, avx512vnni, ...)\n"
                "  --precision P      int8 (default; the edge's path) or fp32 (the center's: F32 file)\n"
                "  --shape S          15m (default), 110m or 1b (dim 2048, 22 layers, 32/4 heads)\n"
-               "  --kv T             CPU KV cache: f32 (default) or f16\n"
+               "  --kv T             CPU KV cache: f32 (default), f16 or q8_0\n"
+               "  --positions LIST   long context: decode tok/s of one stream at these positions\n"
+               "                     (ascending, comma list; e.g. 100,1000,4000 with --shape 1b),\n"
+               "                     with each KV cache of --kv (there a comma list; default\n"
+               "                     f32,f16,q8_0)\n"
+               "  --ctx N            the long-context mode's context (default 4096)\n"
+               "  --fill F           how it fills the context: copy (default: %u positions of\n"
+               "                     prefill, then copies of them) or prefill (all of it)\n"
                "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
                "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"
                "  --dir DIR          where the random-weight model is written and reused\n"
                "                     (default /tmp/dspark-bench)\n"
                "  --json PATH        JSON output (default bench-batch.json)\n"
                "  --help\n",
-            MAX_STREAMS);
+            MAX_STREAMS, FILL_CHUNK);
 }
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
@@ -387,6 +593,37 @@ static int parse_streams(const char *s, struct opts *o)
     return o->n_counts ? 0 : -1;
 }
 
+/* --kv: one cache, or in the long-context mode a comma list of them (o->kvs). */
+static int parse_kvs(const char *s, struct opts *o)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_kvs = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int k = ds_kv_type_parse(t);
+        if (o->n_kvs == MAX_KV || k < 0) return -1;
+        o->kvs[o->n_kvs++] = (enum ds_kv_type)k;
+    }
+    if (!o->n_kvs) return -1;
+    o->kv = o->kvs[0];
+    return 0;
+}
+
+/* --positions: ascending, at least 1. */
+static int parse_positions(const char *s, struct opts *o)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_positions = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        unsigned *p = &o->positions[o->n_positions];
+        if (o->n_positions == MAX_POSITIONS || parse_uint(t, 1, 1u << 20, p) != 0) return -1;
+        if (o->n_positions && *p <= p[-1]) return -1;
+        o->n_positions++;
+    }
+    return o->n_positions ? 0 : -1;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
@@ -396,10 +633,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "dir", required_argument, NULL, 'd' },     { "json", required_argument, NULL, 'j' },
         { "precision", required_argument, NULL, 'p' }, { "shape", required_argument, NULL, 'S' },
         { "backend", required_argument, NULL, 'b' }, { "kv", required_argument, NULL, 'K' },
+        { "positions", required_argument, NULL, 'P' }, { "ctx", required_argument, NULL, 'c' },
+        { "fill", required_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
-                        .dir = "/tmp/dspark-bench", .json = "bench-batch.json", .shape = "15m" };
+                        .dir = "/tmp/dspark-bench", .json = "bench-batch.json", .shape = "15m", .ctx = 4096 };
     bool streams_set = false;
     unsigned reps = 0, steps = 0;
     int c, li = 0;
@@ -422,12 +661,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
             bad = strcmp(optarg, "15m") && strcmp(optarg, "110m") && strcmp(optarg, "1b");
             o->shape = optarg;
             break;
-        case 'K': {
-            int t = ds_kv_type_parse(optarg);
-            bad = t < 0;
-            o->kv = t < 0 ? DS_KV_AUTO : (enum ds_kv_type)t;
+        case 'K': bad = parse_kvs(optarg, o); break;
+        case 'P': bad = parse_positions(optarg, o); break;
+        case 'c': bad = parse_uint(optarg, 64, 1u << 20, &o->ctx); break;
+        case 'f':
+            bad = strcmp(optarg, "copy") && strcmp(optarg, "prefill");
+            o->fill_prefill = !strcmp(optarg, "prefill");
             break;
-        }
         case 'b':
             bad = strcmp(optarg, "cpu") && strcmp(optarg, "cuda");
             o->cuda = !strcmp(optarg, "cuda");
@@ -450,6 +690,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
         memcpy(o->streams, gpu_streams, sizeof gpu_streams);
         o->n_counts = DS_ARRAY_LEN(gpu_streams);
     }
+    if (o->n_kvs > 1 && !o->n_positions) {
+        fprintf(stderr, "bench_batch: --kv takes a list only with --positions\n");
+        return -1;
+    }
+    if (o->n_positions && o->cuda) {
+        fprintf(stderr, "bench_batch: --positions measures the CPU KV caches (not --backend cuda)\n");
+        return -1;
+    }
+    if (o->n_positions && !o->n_kvs) {
+        static const enum ds_kv_type all[MAX_KV] = { DS_KV_F32, DS_KV_F16, DS_KV_Q8_0 };
+        memcpy(o->kvs, all, sizeof all);
+        o->n_kvs = MAX_KV;
+    }
     o->reps = reps ? reps : o->quick ? 2 : 5;
     o->steps = steps ? steps : o->quick ? 16 : 64;
     return 0;
@@ -469,10 +722,22 @@ int main(int argc, char **argv)
         printf("bench_batch: no CUDA device: nothing measured\n");
         return EXIT_SUCCESS;
     }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/random-%s-%s.gguf", o->dir, o->shape, file_type(o));
+    char path[4200], ctx[32] = "";
+    if (o->n_positions) snprintf(ctx, sizeof ctx, "-ctx%u", o->ctx);
+    snprintf(path, sizeof path, "%s/random-%s%s-%s.gguf", o->dir, o->shape, ctx, file_type(o));
     struct ds_model *m = NULL;
     if (open_or_write(path, o, &m) != DS_OK) return EXIT_FAILURE;
+    if (o->n_positions) {
+        b.load_start = bench_load1();
+        int status = run_context(&b, m) == DS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+        b.load_end = bench_load1();
+        ds_model_close(m);
+        if (b.n_ctx_res) {
+            print_context(&b);
+            if (write_context_json(&b) != 0) status = EXIT_FAILURE;
+        }
+        return status;
+    }
     b.load_start = bench_load1();
     if (b.load_start > 0.5)
         fprintf(stderr, "bench_batch: warning: load average %.2f, figures will be noisy\n", b.load_start);

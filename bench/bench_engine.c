@@ -70,6 +70,7 @@ struct opts {
     unsigned    reps, steps, prompt;
     size_t      bw_mib;
     double      budget_s;            /* stop repeating a figure past this (after 2 reps) */
+    enum ds_kv_type kv;              /* --kv: the KV cache (default auto: f32) */
 };
 
 enum variant { V_FP32, V_INT8_LOAD, V_INT8_Q8, V_COUNT };
@@ -242,6 +243,7 @@ static enum ds_err run_engine(struct bench *b, const struct ds_model *m, enum ds
     eo.max_batch = DS_MAX(o->prompt, 1u);
     eo.kv_seqs = 1;
     eo.kern = b->kern;
+    eo.kv_type = o->kv;
     struct ds_engine *e = NULL;
     struct ds_seq *s = NULL;
     float *logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
@@ -324,6 +326,11 @@ static enum ds_err bench_model(struct bench *b, const struct model_spec *ms)
         rc = ds_model_open(f32_path, &mf);
     }
     if (rc != DS_OK) goto done;
+    if (o->kv == DS_KV_Q8_0 && mf->cfg.head_dim % DS_Q8_BLOCK != 0) {
+        fprintf(stderr, "bench_engine: %s skipped: --kv q8_0 needs a head dimension that is a multiple of %d "
+                "(it has %u)\n", ms->label, DS_Q8_BLOCK, mf->cfg.head_dim);
+        goto done;
+    }
     snprintf(q8_path, sizeof q8_path, "%s/%s-%s-q8_0.gguf", o->dir, ms->shape ? "random" : "stories",
              ms->key);
     if ((rc = bench_model_open_or_write(q8_path, ms->shape, ms->shape ? NULL : mf, DS_GGML_TYPE_Q8_0, &mq)) != DS_OK)
@@ -453,12 +460,13 @@ static void print_table(const struct bench *b)
         printf("  %u thread%s  FP32 %7.1f GFLOP/s (%.1f) %s   INT8 %7.1f GOPS (%.1f) %s\n", o->threads[i],
                o->threads[i] == 1 ? " " : "s", b->peak[i].fp32_gflops, b->peak[i].fp32_wall, b->peak[i].fp32_isa,
                b->peak[i].int8_gops, b->peak[i].int8_wall, b->peak[i].int8_isa);
-    printf("\nengine: kernel %s, OpenBLAS core %s; decode %u steps after %u tokens, prefill %u tokens;\n"
+    printf("\nengine: kernel %s, OpenBLAS core %s, %s KV cache; decode %u steps after %u tokens, prefill %u tokens;\n"
            "median of up to %u runs (min-max). ceil = bandwidth / weight bytes, with the DRAM stream\n"
            "above and (@size) a buffer the size of the weights, which may sit in cache.\n"
            "pre/i8 = prefill tok/s / INT8 decode tok/s (int8-q8's for fp32). pre GOPS = G op/s of the\n"
            "prefill's weight matmuls; %%pk = that / the peak above (FP32 peak for fp32, INT8 for int8).\n\n",
-           b->n_res ? b->res[0].kernel : "?", openblas_get_corename(), o->steps, DECODE_PROMPT, o->prompt,
+           b->n_res ? b->res[0].kernel : "?", openblas_get_corename(), ds_kv_type_name(o->kv), o->steps,
+           DECODE_PROMPT, o->prompt,
            o->reps);
     printf("%-11s %-9s %3s %6s | %-22s %7s %6s %6s | %-22s %6s %8s %5s %4s\n", "model", "variant", "thr", "wt MB",
            "decode tok/s", "ceil", "%ceil", "%@size", "prefill tok/s", "pre/i8", "pre GOPS", "%pk", "drop");
@@ -510,9 +518,9 @@ static int write_json(const struct bench *b)
         return -1;
     }
     fprintf(f, "{\n  \"bench\": \"engine\", \"version\": 1, \"quick\": %s,\n", o->quick ? "true" : "false");
-    fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"openblas_core\": \"%s\",\n",
+    fprintf(f, "  \"cpus\": %ld, \"kernel\": \"%s\", \"openblas_core\": \"%s\", \"kv\": \"%s\",\n",
             sysconf(_SC_NPROCESSORS_ONLN), b->n_res ? b->res[0].kernel : b->kern ? b->kern->name : "",
-            openblas_get_corename());
+            openblas_get_corename(), ds_kv_type_name(o->kv));
     fprintf(f, "  ");
     bench_json_num(f, "load_start", b->load_start, ", ");
     bench_json_num(f, "load_end", b->load_end, ",\n");
@@ -595,6 +603,8 @@ static void usage(FILE *f)
             "  --bw-mib N         bandwidth buffer in MiB (default 1024; --quick 256)\n"
             "  --budget S         stop repeating a figure after S seconds, at least 2 runs (default 60)\n"
             "  --peer PATH        llama.cpp side by side: bench/peer/build.sh's peer_llama\n"
+            "  --kv T             KV cache: f32 (default), f16 or q8_0 (models whose heads are\n"
+            "                     not whole 32-value blocks, stories260K's, are skipped)\n"
             "  --help\n",
             DS_MODELS_DIR);
 }
@@ -642,7 +652,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "stories", required_argument, NULL, 's' }, { "reps", required_argument, NULL, 'r' },
         { "steps", required_argument, NULL, 'n' }, { "prompt", required_argument, NULL, 'p' },
         { "bw-mib", required_argument, NULL, 'b' }, { "budget", required_argument, NULL, 'B' },
-        { "peer", required_argument, NULL, 'P' },
+        { "peer", required_argument, NULL, 'P' },  { "kv", required_argument, NULL, 'K' },
         { "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 },
     };
     static char stories[4096];
@@ -663,6 +673,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 't': bad = parse_list(optarg, o, 't'); break;
         case 'k': o->kernel = optarg; break;
         case 'P': o->peer = optarg; break;
+        case 'K': {
+            int t = ds_kv_type_parse(optarg);
+            bad = t < 0;
+            o->kv = t < 0 ? DS_KV_AUTO : (enum ds_kv_type)t;
+            break;
+        }
         case 'd': o->dir = optarg; break;
         case 'j': o->json = optarg; break;
         case 's': o->stories = optarg; break;

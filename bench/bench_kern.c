@@ -9,7 +9,8 @@
 ** 16-stream step: GB/s, G int8 MAC/s, one-row passes) and gemm_f32 with 120 tokens (FP32
 ** prefill: GFLOP/s, against OpenBLAS sgemm on the same split, whichever
 ** core it runs) on the model's matrix shapes (dim 768, hidden 2048, vocab
-** 32000). Then attn_f32 (and attn_f16, over halves) for one decode row of one head (head_dim 64) over
+** 32000). Then attn_f32 (and attn_f16, over halves; attn_q8, over Q8_0
+** blocks laid out as the engine's Q8_0 cache) for one decode row of one head (head_dim 64) over
 ** 43, 139 and 523 positions of a KV cache laid out as the engine's: each
 ** 16-position block's keys and values for the head are 4 KB slices of a
 ** 1.2 MB block (all layers), so every slice starts a page.
@@ -238,12 +239,16 @@ static double measure(const struct ds_kern_ops *k, enum op op, const struct shap
 struct att_item {
     const float    *kt[ATT_MAX_BLK], *v[ATT_MAX_BLK];    /* attn_f32 */
     const uint16_t *kh[ATT_MAX_BLK], *vh[ATT_MAX_BLK];   /* attn_f16: the same slices of a cache of halves */
+    const struct ds_q8_block *kq[ATT_MAX_BLK], *vq[ATT_MAX_BLK];   /* attn_q8: the head's rows of Q8_0 blocks */
 };
+
+enum att_cache { ATT_F32, ATT_F16, ATT_Q8 };
+static const char *const att_op[] = { "attn_f32", "attn_f16", "attn_q8" };
 
 /* Keys a row sees over n_blk blocks: the last block part full. */
 static uint32_t att_keys(size_t n_blk) { return (uint32_t)(n_blk * DS_KERN_KT - 5); }
 
-static double att_time(const struct ds_kern_ops *k, bool f16, const struct att_item *it, size_t n_items,
+static double att_time(const struct ds_kern_ops *k, enum att_cache f16, const struct att_item *it, size_t n_items,
                        size_t n_blk, int repeats)
 {
     static float q[ATT_HD], out[ATT_HD], scratch[(ATT_MAX_BLK + 1) * DS_KERN_KT + 2 * ATT_HD * DS_KERN_KT];
@@ -255,7 +260,9 @@ static double att_time(const struct ds_kern_ops *k, bool f16, const struct att_i
         double t0 = now_s(), t;
         do {
             for (size_t i = 0; i < n_items; i++, calls++)
-                if (f16)
+                if (f16 == ATT_Q8)
+                    k->attn_q8(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kq, it[i].vq, 0.125f, out, ATT_HD, scratch);
+                else if (f16 == ATT_F16)
                     k->attn_f16(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kh, it[i].vh, ATT_HD, 0.125f, out, ATT_HD,
                                 scratch);
                 else
@@ -290,13 +297,16 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
     const size_t heads = ATT_KVD / ATT_HD;
     float *pool = aligned_alloc(4096, n_pool * blk_floats * sizeof(float));
     uint16_t *pool16 = aligned_alloc(4096, n_pool * blk_floats * sizeof(uint16_t));
+    const size_t blk_q8 = blk_floats / DS_Q8_BLOCK, hb = ATT_HD / DS_Q8_BLOCK;   /* Q8_0 blocks a KV block, a head row */
+    struct ds_q8_block *pool8 = malloc(n_pool * blk_q8 * sizeof *pool8);
     struct att_item *it = malloc(n_pool * heads * sizeof *it);
-    if (!pool || !pool16 || !it) {
+    if (!pool || !pool16 || !pool8 || !it) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
     unsigned seed = 777u;
     for (size_t i = 0; i < n_pool * blk_floats; i++) pool16[i] = ds_f32_to_f16(pool[i] = 0.1f * frand(&seed));
+    ds_kern_ref.quantize_q8(n_pool * blk_floats, pool, pool8);
     printf("%-11s %-10s %-12s %9s %6s %6s", "variant", "op", "positions", "hot ns", "GB/s", "xref");
     printf(o->stream ? " %9s %6s\n" : "\n", "strm ns", "GB/s");
     static const size_t blks[] = { 3, 9, ATT_MAX_BLK };
@@ -313,12 +323,16 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
                 it[i].v[b] = pool + v_off;
                 it[i].kh[b] = pool16 + k_off;
                 it[i].vh[b] = pool16 + v_off;
+                const size_t kq_off = blk / DS_Q8_BLOCK + h * DS_KERN_KT * hb;     /* [head][position][blocks] */
+                it[i].kq[b] = pool8 + kq_off;
+                it[i].vq[b] = pool8 + kq_off + DS_KERN_KT * ATT_KVD / DS_Q8_BLOCK;
             }
         }
         char pos[16];
         snprintf(pos, sizeof pos, "%u", (unsigned)att_keys(n_blk));
-        for (int f16 = 0; f16 < 2; f16++) {
-            const double bytes = 2.0 * att_keys(n_blk) * ATT_HD * (f16 ? sizeof(uint16_t) : sizeof(float));
+        for (enum att_cache f16 = ATT_F32; f16 <= ATT_Q8; f16++) {
+            const double bytes = 2.0 * att_keys(n_blk) * ATT_HD *
+                                 (f16 == ATT_Q8 ? 34.0 / 32 : f16 == ATT_F16 ? sizeof(uint16_t) : sizeof(float));
             double ref_hot = 0;
             for (size_t vi = 0; vi < n_all; vi++) {
                 const struct ds_kern_ops *k = all[vi];
@@ -328,7 +342,7 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
                 double hot = att_time(k, f16, it, 1, n_blk, o->repeats);
                 char xb[16];
                 if (k == &ds_kern_ref) ref_hot = hot;
-                printf("%-11s %-10s %-12s %9.0f %6.1f %5s%s", k->name, f16 ? "attn_f16" : "attn_f32", pos,
+                printf("%-11s %-10s %-12s %9.0f %6.1f %5s%s", k->name, att_op[f16], pos,
                        hot * 1e9, bytes / hot / 1e9, ref_hot > 0 ? xref(xb, ref_hot, hot) : "", ref_hot > 0 ? "x" : " ");
                 if (o->stream) {
                     double str = att_time(k, f16, it, n_items, n_blk, o->repeats);
@@ -338,10 +352,11 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
             }
         }
     }
-    printf("attn_f32 (attn_f16: over an FP16 cache): one query row, one head (head_dim %d); ns per call; GB/s\n"
+    printf("attn_f32 (attn_f16: over an FP16 cache; attn_q8: Q8_0): one query row, one head (head_dim %d); ns per call; GB/s\n"
            "of keys and values read\n\n", ATT_HD);
     free(pool);
     free(pool16);
+    free(pool8);
     free(it);
     return 0;
 }

@@ -97,9 +97,9 @@ static void attn_weights_generic(size_t nq, size_t hd, const uint32_t *lim, size
 
 /* kern.h attn_f32: every block's scores, an exact softmax per row over its
 ** own keys (later keys weigh 0), then the weighted values. */
-static void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
-                         const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
-                         size_t ldo, float *scratch)
+static inline void attn_generic(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q,
+                                size_t ldq, const float *const *kt, const float *const *v, size_t ldv, float scale,
+                                float *out, size_t ldo, float *scratch)
 {
     const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
@@ -146,6 +146,44 @@ static inline void attn_f16_generic(ds_kern__f16_to_f32_fn *cvt, size_t nq, size
         else
             for (size_t j = 0; j < nk; j++) cvt(hd, v[b] + j * ldv, vf + j * hd);
         attn_values_generic(nq, hd, nk, scratch + b * DS_KERN_KT, lds, vf, hd, out, ldo, NULL);
+    }
+}
+
+/* kern.h attn_q8 for variants without their own: each key's score block by
+** block (an exact int32 dot, then d_q * d_k in float), attn_generic's
+** softmax, then the values dequantized block by block as they are added. */
+static inline void attn_q8_generic(ds_kern__quantize_q8_fn *quant, size_t nq, size_t hd, size_t n_blk,
+                                   const uint32_t *lim, const float *q, size_t ldq,
+                                   const struct ds_q8_block *const *k, const struct ds_q8_block *const *v,
+                                   float scale, float *out, size_t ldo, float *scratch)
+{
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim), nb = hd / DS_Q8_BLOCK;
+    const struct ds_q8_block *qq = ds_kern__attn_q8_rows(quant, nq, hd, n_blk, q, ldq, scratch);
+    for (size_t b = 0; b * DS_KERN_KT < n_keys; b++) {
+        const size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        for (size_t i = 0; i < nq; i++)
+            for (size_t j = 0; j < nk; j++) {
+                const struct ds_q8_block *kj = k[b] + j * nb, *qi = qq + i * nb;
+                float sum = 0.0f;
+                for (size_t c = 0; c < nb; c++) {
+                    int32_t isum = 0;
+                    for (size_t t = 0; t < DS_Q8_BLOCK; t++) isum += (int32_t)qi[c].qs[t] * kj[c].qs[t];
+                    sum += ds_f16_to_f32(qi[c].d) * ds_f16_to_f32(kj[c].d) * (float)isum;
+                }
+                scratch[i * lds + b * DS_KERN_KT + j] = sum * scale;
+            }
+    }
+    attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    for (size_t i = 0; i < nq; i++) {
+        float *o = out + i * ldo;
+        for (size_t j = 0; j < lim[i]; j++) {
+            const struct ds_q8_block *vj = v[j / DS_KERN_KT] + j % DS_KERN_KT * nb;
+            const float p = scratch[i * lds + j];
+            for (size_t c = 0; c < nb; c++) {
+                const float a = p * ds_f16_to_f32(vj[c].d);
+                for (size_t t = 0; t < DS_Q8_BLOCK; t++) o[c * DS_Q8_BLOCK + t] += a * (float)vj[c].qs[t];
+            }
+        }
     }
 }
 

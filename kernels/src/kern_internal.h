@@ -95,6 +95,19 @@ static inline size_t ds_kern__attn_block_keys(size_t n_keys, size_t b)
 ** of DS_KERN_KT, so that the rows fall in different L1 sets. */
 static inline size_t ds_kern__attn_lds(size_t n_blk) { return (n_blk | 1) * DS_KERN_KT; }
 
+/* quantize_q8 of a variant (attn_q8_generic, kern_attn_q8_x86.h). */
+typedef void ds_kern__quantize_q8_fn(size_t n, const float *x, struct ds_q8_block *out);
+
+/* The query rows of attn_q8 as Q8_0 blocks, nb = hd / 32 a row, into the
+** scratch past the scores and a block of values (ds_kern_attn_q8_floats). */
+static inline struct ds_q8_block *ds_kern__attn_q8_rows(ds_kern__quantize_q8_fn *quant, size_t nq, size_t hd,
+                                                        size_t n_blk, const float *q, size_t ldq, float *scratch)
+{
+    struct ds_q8_block *qq = (struct ds_q8_block *)(void *)(scratch + nq * (n_blk + 1) * DS_KERN_KT + DS_KERN_KT * hd);
+    for (size_t i = 0; i < nq; i++) quant(hd, q + i * ldq, qq + i * (hd / DS_Q8_BLOCK));
+    return qq;
+}
+
 /* The n halves at p into cache, a line per prefetch: attn_f16's next
 ** blocks (the portable one, AVX2's and AVX-512's). */
 static inline void ds_kern__prefetch_halves(const uint16_t *p, size_t n)

@@ -108,6 +108,13 @@ static void attn_f16_ref(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim
     attn_f16_generic(f16_to_f32_ref, nq, hd, n_blk, lim, q, ldq, kt, v, ldv, scale, out, ldo, scratch);
 }
 
+static void attn_q8_ref(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                        const struct ds_q8_block *const *k, const struct ds_q8_block *const *v, float scale,
+                        float *out, size_t ldo, float *scratch)
+{
+    attn_q8_generic(quantize_q8_ref, nq, hd, n_blk, lim, q, ldq, k, v, scale, out, ldo, scratch);
+}
+
 const struct ds_kern_ops ds_kern_ref = {
     .abi_version = DS_KERN_ABI,
     .name        = "ref",
@@ -129,6 +136,7 @@ const struct ds_kern_ops ds_kern_ref = {
     .rmsnorm_f32 = rmsnorm_f32_ref,
     .attn_f32        = attn_generic,
     .attn_f16        = attn_f16_ref,
+    .attn_q8         = attn_q8_ref,
     .f32_to_f16      = f32_to_f16_ref,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,

@@ -51,8 +51,9 @@ static void run_usage(FILE *f)
         "  -t, --threads N        compute threads (default: one per CPU)\n"
         "      --kernel NAME      force a kernel variant: ref, avx2, avxvnni, avx512vnni, neon, neondot\n"
         "      --ctx N            context length to allocate (default min(model, 4096))\n"
-        "      --kv T             KV cache: f32 (default) or f16 (half the memory; keys and\n"
-        "                         values rounded to halves)\n"
+        "      --kv T             KV cache: f32 (default), f16 (half the memory; keys and\n"
+        "                         values rounded to halves) or q8_0 (0.27x the memory;\n"
+        "                         Q8_0 blocks, head dimension a multiple of 32)\n"
         "      --draft MODEL|int8 speculative decoding with this draft: int8 = an INT8\n"
         "                         copy of the target; or a model with the same vocabulary\n"
         "                         (run in INT8)\n"
@@ -129,7 +130,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case O_CTX: if (!cli_parse_u64("--ctx", optarg, 1, 1u << 20, &a->ctx)) return 2; break;
         case O_KV:
             if ((a->kv = ds_kv_type_parse(optarg)) < 0) {
-                fprintf(stderr, "dspark: --kv: '%s' is not f32 or f16\n", optarg);
+                fprintf(stderr, "dspark: --kv: '%s' is not f32, f16 or q8_0\n", optarg);
                 return 2;
             }
             break;
@@ -391,7 +392,9 @@ out:
     fprintf(stderr, "prefill: %zu tokens, %.1f tok/s; decode: %zu tokens, %.1f tok/s; stop: %s "
             "[%s, %s kernels, %u threads%s]", n_ids, pre_s > 0 ? (double)n_ids / pre_s : 0.0, n_gen,
             dec_s > 0 ? (double)n_gen / dec_s : 0.0, why, ds_precision_name(ds_engine_precision(e)),
-            ds_engine_kernel(e), ds_engine_threads(e), ds_engine_kv_type(e) == DS_KV_F16 ? ", f16 KV" : "");
+            ds_engine_kernel(e), ds_engine_threads(e), ds_engine_kv_type(e) == DS_KV_F16    ? ", f16 KV"
+                                                       : ds_engine_kv_type(e) == DS_KV_Q8_0 ? ", q8_0 KV"
+                                                                                           : "");
     if (sp) {
         const struct ds_spec_stats *ss = ds_spec_stats(sp);
         fprintf(stderr, "; speculative (draft %s): drafted %llu, accepted %llu, acceptance %.3f, "

@@ -1148,6 +1148,16 @@ static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t
         }
         for (size_t i = 0; i < nq * ldo; i++) o[i] = -7.0f;
         k->attn_f16(nq, hd, n_blk, lim, q, ldq, kh, vh, ldv, 0.125f, o, ldo, scratch);
+        /* a row alone gives its bits in the batch (decode and prefill agree) */
+        float *one = xmalloc(hd * sizeof *one);
+        for (size_t i = 0; i < nq; i++) {
+            k->attn_f16(1, hd, n_blk, &lim[i], q + i * ldq, ldq, kh, vh, ldv, 0.125f, one, hd, scratch);
+            if (memcmp(one, o + i * ldo, hd * sizeof *one) != 0) {
+                print_error("%s: row %zu alone differs from row %zu of %zu\n", what, i, i, nq);
+                fail();
+            }
+        }
+        free(one);
     } else {
         k->attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, o, ldo, scratch);
     }
@@ -1204,6 +1214,144 @@ static void check_attn_all(void **state, bool f16)
                     check_attn(k, nqs[b], hds[a], keys[c], false, 1.0f, f16);
                 }
     check_attn(k, 8, 64, 100, true, 6.0f, f16);       /* scores far apart: weights near 0 and 1 */
+}
+
+/* attn_q8 on one item: keys and values random, each key's and value's row
+** quantized by ref's quantize_q8 (the engine's cache holds exactly such
+** rows), slots past the last key with NaN scales and random codes.
+**   ref against attn_f32 on the dequantized keys and values: the only
+**   difference is the query's int8 rounding, at most 0.6 d_q per value (half
+**   a step, and the FP16 rounding of d: 127 x 2^-11 of it), so each score
+**   moves by at most E = scale * sum |k| * 0.6 d_q and each weight by a
+**   factor within exp(+-2E): out within mag (exp(2 max E) - 1) of it, plus
+**   attn_f32's own tolerance;
+**   the variant against ref: the same int32 block dots, its float sums in
+**   another order: attn_f32's tolerance. */
+static void check_attn_q8(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t n_keys, bool causal, float amp)
+{
+    const size_t n_blk = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT, ldq = hd + 5, ldo = hd + 2, nb = hd / DS_Q8_BLOCK;
+    const size_t n_scratch = ds_kern_attn_q8_floats(nq, hd, n_blk);
+    float *q = xmalloc(nq * ldq * sizeof *q), *o = xmalloc(nq * ldo * sizeof *o), *orf = xmalloc(nq * ldo * sizeof *o);
+    float *of = xmalloc(nq * ldo * sizeof *of), *scratch = xmalloc(n_scratch * sizeof *scratch);
+    const float **kt = xmalloc(n_blk * sizeof *kt), **v = xmalloc(n_blk * sizeof *v);
+    const struct ds_q8_block **kq = xmalloc(n_blk * sizeof *kq), **vq = xmalloc(n_blk * sizeof *vq);
+    float *row = xmalloc(hd * sizeof *row);
+    uint32_t lim[64];
+    unsigned seed = (unsigned)(nq * 131 + hd * 17 + n_keys);
+    for (size_t i = 0; i < nq; i++) {
+        seed = seed * 1103515245u + 12345u;
+        lim[i] = causal ? (uint32_t)(n_keys > nq - 1 - i ? n_keys - (nq - 1 - i) : 1)
+                        : (uint32_t)(1 + (seed >> 8) % n_keys);
+    }
+    lim[nq - 1] = (uint32_t)n_keys;
+    fill_f(q, nq * ldq, amp);
+    for (size_t b = 0; b < n_blk; b++) {
+        float *kb = xmalloc(hd * DS_KERN_KT * sizeof *kb), *vb = xmalloc(DS_KERN_KT * hd * sizeof *vb);
+        struct ds_q8_block *kqb = xmalloc(DS_KERN_KT * nb * sizeof *kqb), *vqb = xmalloc(DS_KERN_KT * nb * sizeof *vqb);
+        for (size_t j = 0; j < DS_KERN_KT; j++) {
+            const bool past = b * DS_KERN_KT + j >= n_keys;
+            fill_f(row, hd, amp);
+            ds_kern_ref.quantize_q8(hd, row, kqb + j * nb);
+            fill_f(row, hd, 1.0f);
+            ds_kern_ref.quantize_q8(hd, row, vqb + j * nb);
+            for (size_t c = 0; c < nb && past; c++) {      /* slots past the last key */
+                kqb[j * nb + c].d = vqb[j * nb + c].d = 0x7e00u;
+                for (size_t t = 0; t < DS_Q8_BLOCK; t++) kqb[j * nb + c].qs[t] = vqb[j * nb + c].qs[t] = rnd_i8();
+            }
+            for (size_t d = 0; d < hd; d++) {
+                const struct ds_q8_block *kc = kqb + j * nb + d / DS_Q8_BLOCK, *vc = vqb + j * nb + d / DS_Q8_BLOCK;
+                kb[d * DS_KERN_KT + j] = ds_f16_to_f32(kc->d) * kc->qs[d % DS_Q8_BLOCK];
+                vb[j * hd + d] = ds_f16_to_f32(vc->d) * vc->qs[d % DS_Q8_BLOCK];
+            }
+        }
+        kt[b] = kb;
+        v[b] = vb;
+        kq[b] = kqb;
+        vq[b] = vqb;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attn_q8 (nq %zu, hd %zu, %zu keys, %s)", nq, hd, n_keys,
+             causal ? "causal" : "any limits");
+    for (size_t i = 0; i < nq * ldo; i++) o[i] = orf[i] = of[i] = -7.0f;
+    float *sf = xmalloc((nq * (n_blk + 1) * DS_KERN_KT) * sizeof *sf);
+    ds_kern_ref.attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, hd, 0.125f, of, ldo, sf);
+    free(sf);
+    ds_kern_ref.attn_q8(nq, hd, n_blk, lim, q, ldq, kq, vq, 0.125f, orf, ldo, scratch);
+    k->attn_q8(nq, hd, n_blk, lim, q, ldq, kq, vq, 0.125f, o, ldo, scratch);
+    /* A row's result does not depend on the rows beside it: the engine's
+    ** decode (a row's heads) and prefill (a head's rows) must agree. */
+    float *one = xmalloc(hd * sizeof *one);
+    for (size_t i = 0; i < nq; i++) {
+        k->attn_q8(1, hd, n_blk, &lim[i], q + i * ldq, ldq, kq, vq, 0.125f, one, hd, scratch);
+        if (memcmp(one, o + i * ldo, hd * sizeof *one) != 0) {
+            print_error("%s: row %zu alone differs from row %zu of %zu\n", what, i, i, nq);
+            fail();
+        }
+    }
+    free(one);
+    for (size_t i = 0; i < nq; i++) {
+        double smag = 0, emax = 0;
+        for (size_t j = 0; j < lim[i]; j++) {
+            double sum = 0, e = 0;
+            for (size_t c = 0; c < nb; c++) {
+                double qmax = 0, ksum = 0;
+                for (size_t t = 0; t < DS_Q8_BLOCK; t++) {
+                    const size_t d = c * DS_Q8_BLOCK + t;
+                    const double kd = kt[j / DS_KERN_KT][d * DS_KERN_KT + j % DS_KERN_KT];
+                    qmax = fmax(qmax, fabs(q[i * ldq + d]));
+                    ksum += fabs(kd);
+                    sum += fabs((double)q[i * ldq + d] * kd);
+                }
+                e += 0.125 * ksum * 0.6 * qmax / 127;
+            }
+            smag = fmax(smag, 0.125 * sum);
+            emax = fmax(emax, e);
+        }
+        const double tol = DS_TOL_EXP * 8 + 2 * FLT_EPSILON * smag;
+        for (size_t d = 0; d < ldo; d++) {
+            size_t at = i * ldo + d;
+            if (d >= hd) {
+                assert_true(o[at] == -7.0f && orf[at] == -7.0f);
+                continue;
+            }
+            double mag = 0;
+            for (size_t j = 0; j < lim[i]; j++) mag = fmax(mag, fabs(v[j / DS_KERN_KT][j % DS_KERN_KT * hd + d]));
+            check_near("attn_q8 ref vs attn_f32 on the dequantized cache", at, orf[at], of[at], mag,
+                       tol + expm1(2 * emax));
+            check_near(what, at, o[at], orf[at], mag, tol);
+        }
+    }
+    for (size_t b = 0; b < n_blk; b++) {
+        free((void *)kt[b]);
+        free((void *)v[b]);
+        free((void *)kq[b]);
+        free((void *)vq[b]);
+    }
+    free(kt);
+    free(v);
+    free(kq);
+    free(vq);
+    free(row);
+    free(q);
+    free(o);
+    free(orf);
+    free(of);
+    free(scratch);
+}
+
+static void test_attn_q8(void **state)
+{
+    const struct ds_kern_ops *k = variant(state);
+    static const size_t hds[] = { 32, 64, 96, 128, 256 }, nqs[] = { 1, 2, 3, 5, 8, 9, 17 };
+    static const size_t keys[] = { 1, 5, 8, 9, 16, 17, 40, 100, 300 };
+    for (size_t a = 0; a < N_OF(hds); a++)
+        for (size_t b = 0; b < N_OF(nqs); b++)
+            for (size_t c = 0; c < N_OF(keys); c++)
+                if (keys[c] >= nqs[b]) {
+                    check_attn_q8(k, nqs[b], hds[a], keys[c], true, 1.0f);
+                    check_attn_q8(k, nqs[b], hds[a], keys[c], false, 1.0f);
+                }
+    check_attn_q8(k, 8, 64, 100, true, 6.0f);         /* scores far apart: weights near 0 and 1 */
 }
 
 static void test_attn_f32(void **state) { check_attn_all(state, false); }
@@ -1314,6 +1462,7 @@ static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "dot_f32", test_dot_f32 },
     { "axpy_f32", test_axpy_f32 }, { "rmsnorm_f32", test_rmsnorm_f32 },
     { "attn_f32", test_attn_f32 }, { "attn_f16", test_attn_f16 },
+    { "attn_q8", test_attn_q8 },
     { "f32_to_f16", test_f32_to_f16 }, { "silu_mul_f32", test_silu_mul_f32 },
     { "rope_f32", test_rope_f32 },
 };

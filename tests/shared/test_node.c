@@ -68,6 +68,9 @@ static void test_config(void **state)
     assert_int_equal(c.models[0].kv_cache, DS_KV_F16);
     assert_int_equal(c.models[1].kv_cache, DS_KV_AUTO);              /* the default: f32 */
     assert_string_equal(c.models[1].version, "1");
+    assert_int_equal(ds_node_config_set(&c, "model.b.kv_cache=q8_0"), DS_OK);
+    assert_int_equal(c.models[1].kv_cache, DS_KV_Q8_0);
+    assert_int_equal(ds_node_config_set(&c, "model.b.kv_cache=auto"), DS_OK);
     /* Bad values are refused, each with its reason. */
     assert_int_equal(ds_node_config_set(&c, "model.a.precision=fp8"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a.backend=gpu"), DS_ERR_INVAL);

@@ -11,8 +11,8 @@
 ** held-out ids under dspark's logits over the perplexity under llama.cpp's.
 ** Regression bounds (issue 45; measured values are far inside them):
 **   NMSE <= 2e-4, top-1 >= 98%, perplexity ratio within 0.5%.
-** And the FP16 KV cache on the trained model: perplexity within 1% of the
-** F32 cache's, in both precisions.
+** And the FP16 and Q8_0 KV caches on the trained model: perplexity within
+** 1% of the F32 cache's, in both precisions.
 **
 ** Random weights (formats/, test_formats.c) cannot judge a quantized
 ** engine: one rounding flip cascades. These weights give the peaked
@@ -38,7 +38,7 @@
 #define NMSE_MAX     2e-4
 #define TOP1_MIN     0.98
 #define PPL_TOL      0.005      /* |ppl / ppl_ref - 1| */
-#define KV_PPL_TOL   0.01       /* F16 KV against F32 KV */
+#define KV_PPL_TOL   0.01       /* F16 or Q8_0 KV against F32 KV */
 
 static size_t read_ids(int32_t *ids, size_t cap) { return tu_read_ids(TRAINED_DIR "/ids-t1.txt", ids, cap); }
 
@@ -107,9 +107,9 @@ static void check_type(const char *type)
     assert_true(ok);
 }
 
-/* The FP16 KV cache against the F32 one on the trained model: perplexity
-** of the held-out ids within 1%, in both precisions. */
-static void check_kv_f16(const char *type)
+/* The FP16 (Q8_0) KV cache against the F32 one on the trained model:
+** perplexity of the held-out ids within 1%, in both precisions. */
+static void check_kv(const char *type, enum ds_kv_type kv)
 {
     static int32_t ids[MAX_IDS];
     const size_t n_ids = read_ids(ids, MAX_IDS);
@@ -123,11 +123,12 @@ static void check_kv_f16(const char *type)
     bool ok = true;
     for (size_t i = 0; i < 2; i++) {
         float *f32 = logits_of(m, precs[i], DS_KV_F32, ids, n_pos);
-        float *f16 = logits_of(m, precs[i], DS_KV_F16, ids, n_pos);
+        float *f16 = logits_of(m, precs[i], kv, ids, n_pos);
         const double p32 = perplexity(f32, ids, n_pos, V), p16 = perplexity(f16, ids, n_pos, V);
         const bool pass = fabs(p16 / p32 - 1) <= KV_PPL_TOL;
-        printf("trained: t3M-%-7s %-5s f16 KV perplexity %.4f / f32 KV %.4f = %.5f  %s\n", type,
-               ds_precision_name(precs[i]), p16, p32, p16 / p32, pass ? "ok" : "FAIL (bound: within 1%)");
+        printf("trained: t3M-%-7s %-5s %-4s KV perplexity %.4f / f32 KV %.4f = %.5f  %s\n", type,
+               ds_precision_name(precs[i]), ds_kv_type_name(kv), p16, p32, p16 / p32,
+               pass ? "ok" : "FAIL (bound: within 1%)");
         fflush(stdout);
         ok = ok && pass;
         free(f32);
@@ -151,8 +152,10 @@ TYPE_TEST(t3m_q4_k_m, "Q4_K_M")
 TYPE_TEST(t3m_q4_1, "Q4_1")
 TYPE_TEST(t3m_q4_0, "Q4_0")
 
-static void t3m_kv_f16_q8_0(void **state) { (void)state; check_kv_f16("Q8_0"); }
-static void t3m_kv_f16_q4_k_m(void **state) { (void)state; check_kv_f16("Q4_K_M"); }
+static void t3m_kv_f16_q8_0(void **state) { (void)state; check_kv("Q8_0", DS_KV_F16); }
+static void t3m_kv_f16_q4_k_m(void **state) { (void)state; check_kv("Q4_K_M", DS_KV_F16); }
+static void t3m_kv_q8_0_q8_0(void **state) { (void)state; check_kv("Q8_0", DS_KV_Q8_0); }
+static void t3m_kv_q8_0_q4_k_m(void **state) { (void)state; check_kv("Q4_K_M", DS_KV_Q8_0); }
 
 int main(void)
 {
@@ -162,6 +165,7 @@ int main(void)
         cmocka_unit_test(t3m_q5_1),   cmocka_unit_test(t3m_q5_0),   cmocka_unit_test(t3m_q4_k_m),
         cmocka_unit_test(t3m_q4_1),   cmocka_unit_test(t3m_q4_0),
         cmocka_unit_test(t3m_kv_f16_q8_0), cmocka_unit_test(t3m_kv_f16_q4_k_m),
+        cmocka_unit_test(t3m_kv_q8_0_q8_0), cmocka_unit_test(t3m_kv_q8_0_q4_k_m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

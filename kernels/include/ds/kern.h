@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DS_KERN_ABI 12u
+#define DS_KERN_ABI 13u
 
 /* INT8 block: 32 int8 values and one FP16 scale; value[i] = d * qs[i].
 ** Byte-identical to GGUF/ggml Q8_0, so Q8_0 tensors are used straight from
@@ -204,6 +204,18 @@ struct ds_kern_ops {
     void (*attn_f16)(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
                      const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
                      size_t ldo, float *scratch);
+    /* attn_f32 over a Q8_0 cache (hd a multiple of 32): block b's keys are
+    ** DS_KERN_KT rows of hd / 32 Q8_0 blocks, key j at k[b] + j * hd / 32,
+    ** and its values the same, at v[b] + j * hd / 32. Each query row is
+    ** quantized as quantize_q8 does (into scratch); a score is scale * the
+    ** sum over the row's blocks c of d_q[c] * d_k[c] * (the exact int32
+    ** dot of their 32 codes), in float in any order; the softmax is
+    ** attn_f32's, and a value is d_v * code, block by block. Slots at or
+    ** past max lim[i] may hold anything. A quarter of the FP32 cache's
+    ** bytes per key (34 per 32 values). scratch: ds_kern_attn_q8_floats(). */
+    void (*attn_q8)(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                    const struct ds_q8_block *const *k, const struct ds_q8_block *const *v, float scale,
+                    float *out, size_t ldo, float *scratch);
     /* out[i] = x[i] as an IEEE half, rounded to nearest even: the bits of
     ** ds_f32_to_f16 below (NaN stays NaN, its payload may differ). */
     void (*f32_to_f16)(size_t n, const float *x, uint16_t *out);
@@ -298,6 +310,15 @@ static inline size_t ds_qk_packed_bytes(const struct ds_kern_ops *k, enum ds_ker
 
 /* Keys per transposed key block of attn_f32 (the engine's KV block). */
 #define DS_KERN_KT 16
+
+/* Floats of scratch that attn_q8 takes: attn_f32's scores, one block's
+** values as floats (DS_KERN_KT x hd), then the nq query rows as Q8_0
+** blocks. */
+static inline size_t ds_kern_attn_q8_floats(size_t nq, size_t hd, size_t n_blk)
+{
+    return nq * (n_blk + 1) * DS_KERN_KT + DS_KERN_KT * hd +
+           (nq * (hd / DS_Q8_BLOCK) * sizeof(struct ds_q8_block) + sizeof(float) - 1) / sizeof(float);
+}
 
 extern const struct ds_kern_ops ds_kern_ref;          /* the oracle, always built */
 

@@ -322,6 +322,15 @@ static void attn_f16_neon(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
     attn_f16_generic(f16_to_f32_neon, nq, hd, n_blk, lim, q, ldq, kt, v, ldv, scale, out, ldo, scratch);
 }
 
+/* attn_q8: the portable one over this variant's quantize_q8 (no
+** hand-written NEON version yet; the compiler vectorizes its loops). */
+static void attn_q8_neon(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                         const struct ds_q8_block *const *k, const struct ds_q8_block *const *v, float scale,
+                         float *out, size_t ldo, float *scratch)
+{
+    attn_q8_generic(quantize_q8_neon, nq, hd, n_blk, lim, q, ldq, k, v, scale, out, ldo, scratch);
+}
+
 #include "kern_qx_neon.h"
 
 const struct ds_kern_ops NEON_OPS = {
@@ -344,6 +353,7 @@ const struct ds_kern_ops NEON_OPS = {
     .rmsnorm_f32 = rmsnorm_f32_neon,
     .attn_f32        = attn_generic,
     .attn_f16        = attn_f16_neon,
+    .attn_q8         = attn_q8_neon,
     .f32_to_f16      = f32_to_f16_neon,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,

@@ -197,6 +197,39 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
     }
 }
 
+/* ---- attn_q8: the Q8_0 KV cache (kern_attn_q8_x86.h; its softmax on 8
+** lanes, aq8_weights, serves attn_f32 and attn_f16 below too) ---- */
+
+#if defined(DS_KERN_AVXVNNI)
+#define AQ8_DOT(acc, u, s) (acc = _mm256_dpbusd_avx_epi32(acc, u, s))
+#else
+#define AQ8_DOT(acc, u, s) (acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))))
+#endif
+#define AQ8_QUANT quantize_q8_avx2
+#define AQ8_NAME  attn_q8_avx2
+#include "kern_attn_q8_x86.h"
+#undef AQ8_DOT
+#undef AQ8_QUANT
+#undef AQ8_NAME
+
+/* kern.h attn_f32: attn_generic's passes (kern_generic.h) with the softmax
+** on 8 lanes (aq8_weights) instead of a scalar expf per key. */
+static void attn_f32_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
+                          const float *const *kt, const float *const *v, size_t ldv, float scale, float *out,
+                          size_t ldo, float *scratch)
+{
+    const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
+    const size_t n_kb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t b = 0; b < n_kb; b++)
+        attn_scores_generic(nq, hd, ds_kern__attn_block_keys(n_keys, b), q, ldq, kt[b], scale,
+                            scratch + b * DS_KERN_KT, lds, ds_kern__attn_next(kt, v, hd, ldv, b, n_kb));
+    aq8_weights(nq, lim, n_keys, scratch, lds);
+    for (size_t i = 0; i < nq; i++) memset(out + i * ldo, 0, hd * sizeof *out);
+    for (size_t b = 0; b < n_kb; b++)
+        attn_values_generic(nq, hd, ds_kern__attn_block_keys(n_keys, b), scratch + b * DS_KERN_KT, lds, v[b], ldv,
+                            out, ldo, b + 1 < n_kb ? v[b + 1] : NULL);
+}
+
 /* ---- FP16 KV cache (F16C) ---- */
 
 static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
@@ -233,6 +266,43 @@ DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const
     }
 }
 
+/* Several rows' weighted values (the first hd / 8 * 8 dimensions; out's
+** rows zeroed): block by block, its values turned to floats once into vf
+** (DS_KERN_KT x hd floats), then each row adds the keys it sees, 64
+** dimensions at a time in registers. One pass over V for all the rows:
+** with grouped-query attention the engine's decode rows are the heads of
+** one KV head, and V read row by row came from L3 again for each. Each
+** value gets the same FMAs in the same order as one row's pass below, so
+** a row's bits do not depend on the rows beside it. */
+static void att16_values_blocks(size_t nq, size_t hd, const uint32_t *lim, size_t n_keys, const float *p,
+                                size_t ldp, const uint16_t *const *v, size_t ldv, float *out, size_t ldo, float *vf)
+{
+    const size_t hv = hd / 8 * 8, n_kb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t b = 0; b < n_kb; b++) {
+        const size_t nk = ds_kern__attn_block_keys(n_keys, b);
+        if (b + 1 < n_kb && ldv == hd) ds_kern__prefetch_halves(v[b + 1], DS_KERN_KT * hd);
+        for (size_t j = 0; j < nk; j++)
+            for (size_t d = 0; d < hv; d += 8) _mm256_storeu_ps(vf + j * hd + d, load8_f16(v[b] + j * ldv + d));
+        for (size_t i = 0; i < nq; i++) {
+            if (lim[i] <= b * DS_KERN_KT) continue;
+            const size_t n = DS_KERN_KT < lim[i] - b * DS_KERN_KT ? nk : lim[i] - b * DS_KERN_KT;
+            const float *pb = p + i * ldp + b * DS_KERN_KT;
+            float *o = out + i * ldo;
+            for (size_t d0 = 0; d0 < hv; d0 += 64) {
+                const size_t nv = (hv - d0) / 8 < 8 ? (hv - d0) / 8 : 8;
+                __m256 a[8];
+                for (size_t t = 0; t < 8; t++) a[t] = t < nv ? _mm256_loadu_ps(o + d0 + 8 * t) : _mm256_setzero_ps();
+                for (size_t j = 0; j < n; j++) {
+                    const __m256 pj = _mm256_set1_ps(pb[j]);
+                    for (size_t t = 0; t < 8; t++)
+                        if (t < nv) a[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vf + j * hd + d0 + 8 * t), a[t]);
+                }
+                for (size_t t = 0; t < nv; t++) _mm256_storeu_ps(o + d0 + 8 * t, a[t]);
+            }
+        }
+    }
+}
+
 /* kern.h attn_f16 on AVX2 + F16C: scores two rows at a time over each
 ** block's keys, attn_generic's softmax, then each row's weighted values,
 ** 32 dimensions at a time held in registers across all the keys. The
@@ -252,11 +322,13 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
             att16_scores(2, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
         if (i < nq) att16_scores(1, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
     }
-    attn_weights_generic(nq, hd, lim, n_keys, scratch, lds, out, ldo);
+    aq8_weights(nq, lim, n_keys, scratch, lds);
+    for (size_t i = 0; i < nq; i++) memset(out + i * ldo, 0, hd * sizeof *out);
+    if (nq > 1) att16_values_blocks(nq, hd, lim, n_keys, scratch, lds, v, ldv, out, ldo, scratch + nq * (n_blk + 1) * DS_KERN_KT);
     for (size_t i = 0; i < nq; i++) {
         const float *p = scratch + i * lds;
         float *o = out + i * ldo;
-        size_t d0 = 0;
+        size_t d0 = nq > 1 ? hd / 8 * 8 : 0;        /* several rows: the vectors are done */
         for (size_t nv; d0 + 8 <= hd; d0 += 8 * nv) {
             nv = (hd - d0) / 8 < 4 ? (hd - d0) / 8 : 4;                   /* whole vectors of 8 here */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -294,6 +366,7 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
 #include "kern_qx_x86.h"
 #undef QX_DOT
 #undef QX_NAME
+
 
 /* ---- quantize_q8k (kern_qk_x86.h) ---- */
 #include "kern_qk_x86.h"
@@ -794,8 +867,9 @@ const struct ds_kern_ops DS_KERN_TABLE = {
     .dot_f32     = dot_f32_avx2,
     .axpy_f32    = axpy_f32_avx2,
     .rmsnorm_f32 = rmsnorm_f32_avx2,
-    .attn_f32        = attn_generic,
+    .attn_f32        = attn_f32_avx2,
     .attn_f16        = attn_f16_avx2,
+    .attn_q8         = attn_q8_avx2,
     .f32_to_f16      = f32_to_f16_avx2,
     .silu_mul_f32    = silu_mul_generic,
     .rope_f32        = rope_generic,

@@ -885,6 +885,16 @@ static void rope_avx512(size_t n_heads, size_t head_dim, size_t rope_dim, float 
 #undef QX_DOT
 #undef QX_NAME
 
+/* ---- attn_q8: the Q8_0 KV cache, on 256 bits (kern_attn_q8_x86.h) ---- */
+
+#define AQ8_DOT(acc, u, s) (acc = _mm256_dpbusd_epi32(acc, u, s))
+#define AQ8_QUANT quantize_q8_avx512
+#define AQ8_NAME  attn_q8_avx512
+#include "kern_attn_q8_x86.h"
+#undef AQ8_DOT
+#undef AQ8_QUANT
+#undef AQ8_NAME
+
 /* Q4_0, Q4_1, Q5_0 and Q5_1 come packed (qx_pack) and run the Q8_0 tiles'
 ** code; the K-quants (matmul_qx's, against Q8_0 activations: tests only)
 ** stream the file's rows on 256 bits. */
@@ -1163,6 +1173,7 @@ const struct ds_kern_ops ds_kern_avx512vnni = {
     .rmsnorm_f32 = rmsnorm_f32_avx512,
     .attn_f32        = attn_avx512,
     .attn_f16        = attn_f16_avx512,
+    .attn_q8         = attn_q8_avx512,
     .f32_to_f16      = f32_to_f16_avx512,
     .silu_mul_f32    = silu_mul_avx512,
     .rope_f32        = rope_avx512,

@@ -116,11 +116,15 @@ int ds_backend_parse(const char *s);
 ** attention reads per step for one rounding of K and V to 11 bits (as
 ** llama.cpp's default cache does); FP32 (AUTO, the default) keeps every
 ** accuracy figure as measured against the references, which were made with
-** an F32 cache. (CUDA keeps its own FP16 cache.) README, "KV cache". */
-enum ds_kv_type { DS_KV_AUTO, DS_KV_F32, DS_KV_F16 };
-/* "auto", "f32" or "f16". */
+** an F32 cache. Q8_0 (llama.cpp's -ctk/-ctv q8_0) keeps K and V as Q8_0
+** blocks of 32 values along the head (34 bytes a block: 0.27x the F32
+** cache), and attention reads them as they are (kern.h attn_q8); the head
+** dimension must be a multiple of 32. (CUDA keeps its own FP16 cache and
+** refuses Q8_0.) README, "KV cache". */
+enum ds_kv_type { DS_KV_AUTO, DS_KV_F32, DS_KV_F16, DS_KV_Q8_0 };
+/* "auto", "f32", "f16" or "q8_0". */
 const char *ds_kv_type_name(enum ds_kv_type t);
-/* "auto", "f32" or "f16"; -1 for anything else. */
+/* "auto", "f32", "f16" or "q8_0"; -1 for anything else. */
 int ds_kv_type_parse(const char *s);
 
 struct ds_engine_opts {
@@ -150,7 +154,7 @@ unsigned                      ds_engine_threads(const struct ds_engine *e);
 const char                   *ds_engine_backend(const struct ds_engine *e);
 /* Name of the kernel variant in use ("avx512vnni", ..., "cuda-f16"). */
 const char                   *ds_engine_kernel(const struct ds_engine *e);
-/* The KV cache's type as created: DS_KV_F32 or DS_KV_F16 (CUDA: F16). */
+/* The KV cache's type as created: DS_KV_F32, DS_KV_F16 or DS_KV_Q8_0 (CUDA: F16). */
 enum ds_kv_type               ds_engine_kv_type(const struct ds_engine *e);
 /* Bytes of weights one decode step streams in this precision. */
 uint64_t                      ds_engine_weight_bytes(const struct ds_engine *e);
@@ -165,6 +169,15 @@ void     ds_seq_destroy(struct ds_seq *s);
 uint32_t ds_seq_len(const struct ds_seq *s);
 /* Forget positions >= n_pos (KV rollback); frees whole blocks past it. */
 enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos);
+/* Grow s by n_pos positions without a forward pass: position len + i gets
+** the keys and values of position i % len, in every layer. What attention
+** computes over them means nothing (they keep their own positions'
+** rotations); how long it takes is what a context of that length costs:
+** a long context for benchmarks in seconds instead of a prefill of
+** minutes (bench_batch --positions). DS_ERR_RANGE on an empty sequence or
+** past max_ctx, DS_ERR_BUSY when the pool is full (s unchanged on error);
+** DS_ERR_UNSUPPORTED on the GPU backend. */
+DS_MUST_CHECK enum ds_err ds_seq_extend_copy(struct ds_seq *s, uint32_t n_pos);
 
 /* ---- forward ---- */
 struct ds_batch_row {

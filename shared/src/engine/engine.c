@@ -49,7 +49,9 @@
 #define ATT_ROWS          8u       /* query rows of one sequence scored together */
 #define ATT_BLOCKS(e)     (((e)->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK)  /* KV blocks of a full context */
 #define ATT_SCRATCH(e)    ((size_t)ATT_ROWS * (ATT_BLOCKS(e) + 1) * DS_KERN_KT + \
-                           2 * (size_t)(e)->cfg.head_dim * DS_KERN_KT)   /* attn_f32/f16 floats per thread */
+                           2 * (size_t)(e)->cfg.head_dim * DS_KERN_KT)   /* attn_f32/f16 floats per thread
+                                   ** (attn_q8's: ds_kern_attn_q8_floats, its block of values and
+                                   ** query blocks, 16 + 2.2 head_dim floats, fit the last term) */
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
@@ -77,12 +79,12 @@ const char *ds_backend_name(enum ds_backend b)
 
 const char *ds_kv_type_name(enum ds_kv_type t)
 {
-    return t == DS_KV_F32 ? "f32" : t == DS_KV_F16 ? "f16" : "auto";
+    return t == DS_KV_F32 ? "f32" : t == DS_KV_F16 ? "f16" : t == DS_KV_Q8_0 ? "q8_0" : "auto";
 }
 
 int ds_kv_type_parse(const char *s)
 {
-    static const char *const names[] = { "auto", "f32", "f16" };     /* enum order */
+    static const char *const names[] = { "auto", "f32", "f16", "q8_0" };     /* enum order */
     for (int i = 0; s && i < (int)DS_ARRAY_LEN(names); i++)
         if (strcmp(s, names[i]) == 0) return i;
     return -1;
@@ -133,7 +135,8 @@ struct run_state {
     float              *hb, *hb2;/* (B, hidden) */
     float              *att;     /* (n_threads, ATT_SCRATCH) attention scores */
     const float       **att_kv;  /* (n_threads, 2, ATT_BLOCKS) an item's key and value blocks */
-    const uint16_t    **att_kv16;/* the same for an FP16 cache (one of the two is allocated) */
+    const uint16_t    **att_kv16;/* the same for an FP16 cache */
+    const struct ds_q8_block **att_kvq; /* the same for a Q8_0 cache (one of the three is allocated) */
     float              *lg_in;   /* (B, dim) normed rows that want logits */
     struct ds_q8_block *xq;      /* (B, blocks of dim) quantized input (INT8) */
     struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
@@ -153,10 +156,14 @@ struct run_state {
 ** so that one head's values are one contiguous stream. (V as [position]
 ** [kv_dim] read a head's 256 bytes every 3 KB on the 110M shape; those
 ** lines crowd into a few L1 sets, and the value pass ran 50% slower.)
-** Elements are floats or halves (enum ds_kv_type): one of f32, f16 is set. */
+** Elements are floats or halves (enum ds_kv_type), or Q8_0 blocks: then a
+** position's row of a head is head_dim / 32 blocks, K as V, not transposed
+** (attn_q8 dots whole blocks). One of f32, f16, q8 is set. */
 struct kv_pool {
     float          *f32;
     uint16_t       *f16;
+    struct ds_q8_block *q8;
+    size_t          row_elems;   /* elements of a position's K (or V) in a layer: kv_dim, or kv_dim / 32 blocks */
     uint32_t        n_blocks;
     uint32_t       *free_list;   /* stack of free block ids */
     uint32_t        n_free;
@@ -585,18 +592,22 @@ static void *kv_alloc(size_t bytes)
     return p;
 }
 
-static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks, bool f16)
+static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks,
+                           enum ds_kv_type type)
 {
     pthread_mutex_init(&kv->mu, NULL);
     kv->ready = true;
-    kv->block_elems = (size_t)c->n_layers * 2 * DS_KV_BLOCK * c->kv_dim;
+    kv->row_elems = type == DS_KV_Q8_0 ? c->kv_dim / DS_Q8_BLOCK : c->kv_dim;
+    kv->block_elems = (size_t)c->n_layers * 2 * DS_KV_BLOCK * kv->row_elems;
     kv->n_blocks = n_blocks;
     size_t n = (size_t)n_blocks * kv->block_elems;
-    void *pool = kv_alloc(n * (f16 ? sizeof *kv->f16 : sizeof *kv->f32));
-    if (f16) kv->f16 = pool;
+    void *pool = kv_alloc(n * (type == DS_KV_Q8_0 ? sizeof *kv->q8 : type == DS_KV_F16 ? sizeof *kv->f16
+                                                                                       : sizeof *kv->f32));
+    if (type == DS_KV_Q8_0) kv->q8 = pool;
+    else if (type == DS_KV_F16) kv->f16 = pool;
     else kv->f32 = pool;
     kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
-    if (!(kv->f32 || kv->f16) || !kv->free_list) return DS_ERR_NOMEM;
+    if (!pool || !kv->free_list) return DS_ERR_NOMEM;
     for (uint32_t i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
     kv->n_free = n_blocks;
     return DS_OK;
@@ -607,17 +618,25 @@ static void kv_cleanup(struct kv_pool *kv)
     if (kv->ready) pthread_mutex_destroy(&kv->mu);
     free(kv->f32);
     free(kv->f16);
+    free(kv->q8);
     free(kv->free_list);
 }
 
-/* Element index of layer l's keys in KV block b of s, [kv_dim][DS_KV_BLOCK];
-** its values, [kv head][DS_KV_BLOCK][head_dim], follow at + v_off(e). */
+/* Element index of layer l's keys in KV block b of s, [kv_dim][DS_KV_BLOCK]
+** (Q8_0: [kv head][DS_KV_BLOCK][head_dim / 32 blocks]); its values, [kv
+** head][DS_KV_BLOCK][head_dim] (Q8_0: in blocks), follow at + v_off(e). */
 static inline size_t k_at(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t b)
 {
-    return (size_t)s->blocks[b] * e->kv.block_elems + (size_t)l * 2 * DS_KV_BLOCK * e->cfg.kv_dim;
+    return (size_t)s->blocks[b] * e->kv.block_elems + (size_t)l * 2 * DS_KV_BLOCK * e->kv.row_elems;
 }
 
-static inline size_t v_off(const struct ds_engine *e) { return (size_t)DS_KV_BLOCK * e->cfg.kv_dim; }
+static inline size_t v_off(const struct ds_engine *e) { return (size_t)DS_KV_BLOCK * e->kv.row_elems; }
+
+/* Elements of one head's row of K or V: head_dim, or head_dim / 32 blocks. */
+static inline size_t head_elems(const struct ds_engine *e)
+{
+    return e->kv.q8 ? e->cfg.head_dim / DS_Q8_BLOCK : e->cfg.head_dim;
+}
 
 /* Make room for n_pos positions in s; all or nothing. */
 static enum ds_err seq_reserve(struct ds_seq *s, uint32_t n_pos)
@@ -705,6 +724,36 @@ enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos)
     s->len = n_pos;
     seq_release(s, (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
     if (n_pos == 0) gpu_release(s);
+    return DS_OK;
+}
+
+enum ds_err ds_seq_extend_copy(struct ds_seq *s, uint32_t n_pos)
+{
+    struct ds_engine *e = s->eng;
+    if (e->gpu) return DS_ERR_UNSUPPORTED;
+    if (s->len == 0 || n_pos > e->max_ctx - s->len) return DS_ERR_RANGE;
+    enum ds_err rc = seq_reserve(s, s->len + n_pos);
+    if (rc != DS_OK) return rc;
+    const struct ds_model_config *c = &e->cfg;
+    const struct kv_pool *kv = &e->kv;
+    unsigned char *pool = kv->q8 ? (void *)kv->q8 : kv->f16 ? (void *)kv->f16 : (void *)kv->f32;
+    const size_t es = kv->q8 ? sizeof *kv->q8 : kv->f16 ? sizeof *kv->f16 : sizeof *kv->f32;
+    const size_t he = head_elems(e), len0 = s->len;
+    for (size_t p = len0; p < len0 + n_pos; p++) {
+        const size_t q = (p - len0) % len0, pi = p % DS_KV_BLOCK, qi = q % DS_KV_BLOCK;
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            const size_t kd = k_at(e, s, l, (uint32_t)(p / DS_KV_BLOCK)), ks = k_at(e, s, l, (uint32_t)(q / DS_KV_BLOCK));
+            for (size_t h = 0; h < c->n_kv_heads; h++) {        /* V, and K where rows are not transposed */
+                const size_t dh = (h * DS_KV_BLOCK + pi) * he, sh = (h * DS_KV_BLOCK + qi) * he;
+                memcpy(pool + (kd + v_off(e) + dh) * es, pool + (ks + v_off(e) + sh) * es, he * es);
+                if (kv->q8) memcpy(pool + (kd + dh) * es, pool + (ks + sh) * es, he * es);
+            }
+            if (!kv->q8)                                        /* K transposed: [kv_dim][position in block] */
+                for (size_t d = 0; d < c->kv_dim; d++)
+                    memcpy(pool + (kd + d * DS_KV_BLOCK + pi) * es, pool + (ks + d * DS_KV_BLOCK + qi) * es, es);
+        }
+    }
+    s->len += n_pos;
     return DS_OK;
 }
 
@@ -893,10 +942,16 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
             if (L->bv) e->kern->axpy_f32(kvd, 1.0f, L->bv, s->v + r * kvd);
             rope(e, s->q + r * dim, c->n_heads, s->pos[r]);
             rope(e, s->k + r * kvd, c->n_kv_heads, s->pos[r]);
-            const size_t hd = c->head_dim, at = k_at(e, j->rows[r].seq, j->layer, s->pos[r] / DS_KV_BLOCK) +
-                                                  v_off(e) + s->pos[r] % DS_KV_BLOCK * hd;
+            const size_t hd = c->head_dim, he = head_elems(e),
+                         kat = k_at(e, j->rows[r].seq, j->layer, s->pos[r] / DS_KV_BLOCK) + s->pos[r] % DS_KV_BLOCK * he,
+                         at = kat + v_off(e);
             const float *v = s->v + r * kvd;
-            if (e->kv.f16) {
+            if (e->kv.q8) {             /* K and V alike, row by row, as Q8_0 blocks */
+                for (size_t h = 0; h < c->n_kv_heads; h++) {
+                    e->kern->quantize_q8(hd, s->k + r * kvd + h * hd, e->kv.q8 + kat + h * DS_KV_BLOCK * he);
+                    e->kern->quantize_q8(hd, v + h * hd, e->kv.q8 + at + h * DS_KV_BLOCK * he);
+                }
+            } else if (e->kv.f16) {
                 for (size_t h = 0; h < c->n_kv_heads; h++)
                     e->kern->f32_to_f16(hd, v + h * hd, e->kv.f16 + at + h * DS_KV_BLOCK * hd);
                 e->kern->f32_to_f16(kvd, s->k + r * kvd, s->k16 + r * kvd);
@@ -909,7 +964,7 @@ static void rows_span(const struct rows_job *j, size_t lo, size_t hi)
     /* Keys go in transposed: dimension by dimension over the rows, so the
     ** consecutive positions of a block fill one cache line while it is in
     ** L1 (row by row, each of a row's kv_dim stores lands on another line). */
-    if (j->ops & ROW_ROPE_KV)
+    if ((j->ops & ROW_ROPE_KV) && !e->kv.q8)
         for (size_t r0 = lo; r0 < hi; r0 += 32) {
             size_t dst[32];             /* each row's first key slot */
             size_t n = DS_MIN((size_t)32, hi - r0);
@@ -943,7 +998,10 @@ static void rows_run(struct rows_job *j)
 ** Work items are (group, head): a group is up to ATT_ROWS consecutive rows
 ** of one sequence at consecutive positions (a prefill chunk, a draft
 ** verification), so each key block is scored against all of them at once.
-** Per item, one attn_f32 (attn_f16) call over the sequence's KV blocks: scores, a
+** A group of one row (decode) takes several heads that share a KV head
+** (grouped-query attention) in one item instead, as the kernel's rows: its
+** keys and values are read once for all of them (attn_task_rows).
+** Per item, one attn_f32 (attn_f16, attn_q8) call over the sequence's KV blocks: scores, a
 ** softmax per row over its own causal range, the weighted values. */
 
 struct attn_job {
@@ -965,34 +1023,44 @@ static void attn_groups(struct ds_engine *e, const struct ds_batch_row *rows, si
     s->grp[s->n_grp] = (uint32_t)n;
 }
 
+/* Item (g, h): head h of group g's rows; or, nh > 1 (a group of one row),
+** heads h .. h + nh - 1 of that row, which share one KV head. */
 static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint32_t l, uint32_t g,
-                      uint32_t h, unsigned task)
+                      uint32_t h, uint32_t nh, unsigned task)
 {
     const struct ds_model_config *c = &e->cfg;
     struct run_state *s = &e->s;
-    const uint32_t hd = c->head_dim, r0 = s->grp[g], nq = s->grp[g + 1] - r0;
-    const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * hd;
+    const uint32_t hd = c->head_dim, r0 = s->grp[g], n_rows = s->grp[g + 1] - r0, nq = nh > 1 ? nh : n_rows;
+    const size_t kv_off = (size_t)(h / (c->n_heads / c->n_kv_heads)) * head_elems(e);
     const struct ds_seq *seq = rows[r0].seq;
-    const uint32_t n_blk = (s->pos[r0 + nq - 1] + DS_KV_BLOCK) / DS_KV_BLOCK;   /* keys: last row's pos + 1 */
+    const uint32_t n_blk = (s->pos[r0 + n_rows - 1] + DS_KV_BLOCK) / DS_KV_BLOCK;   /* keys: last row's pos + 1 */
     const float *q = s->q + (size_t)r0 * c->dim + (size_t)h * hd, scale = 1.0f / sqrtf((float)hd);
     float *out = s->xb + (size_t)r0 * c->dim + (size_t)h * hd, *scratch = s->att + task * ATT_SCRATCH(e);
+    const size_t ld = nh > 1 ? hd : c->dim;       /* between the kernel's rows: heads, or tokens */
     uint32_t lim[ATT_ROWS];
-    for (uint32_t i = 0; i < nq; i++) lim[i] = s->pos[r0 + i] + 1;
+    for (uint32_t i = 0; i < nq; i++) lim[i] = s->pos[r0 + (nh > 1 ? 0 : i)] + 1;
     const size_t first = (size_t)task * 2 * ATT_BLOCKS(e), k0 = kv_off * DS_KV_BLOCK, v0 = v_off(e) + k0;
-    if (e->kv.f16) {
+    if (e->kv.q8) {
+        const struct ds_q8_block **kb = s->att_kvq + first, **vb = kb + ATT_BLOCKS(e);
+        for (uint32_t b = 0; b < n_blk; b++) {
+            kb[b] = e->kv.q8 + k_at(e, seq, l, b) + k0;
+            vb[b] = e->kv.q8 + k_at(e, seq, l, b) + v0;
+        }
+        e->kern->attn_q8(nq, hd, n_blk, lim, q, ld, kb, vb, scale, out, ld, scratch);
+    } else if (e->kv.f16) {
         const uint16_t **kt = s->att_kv16 + first, **vb = kt + ATT_BLOCKS(e);
         for (uint32_t b = 0; b < n_blk; b++) {
             kt[b] = e->kv.f16 + k_at(e, seq, l, b) + k0;
             vb[b] = e->kv.f16 + k_at(e, seq, l, b) + v0;
         }
-        e->kern->attn_f16(nq, hd, n_blk, lim, q, c->dim, kt, vb, hd, scale, out, c->dim, scratch);
+        e->kern->attn_f16(nq, hd, n_blk, lim, q, ld, kt, vb, hd, scale, out, ld, scratch);
     } else {
         const float **kt = s->att_kv + first, **vb = kt + ATT_BLOCKS(e);
         for (uint32_t b = 0; b < n_blk; b++) {
             kt[b] = e->kv.f32 + k_at(e, seq, l, b) + k0;
             vb[b] = e->kv.f32 + k_at(e, seq, l, b) + v0;
         }
-        e->kern->attn_f32(nq, hd, n_blk, lim, q, c->dim, kt, vb, hd, scale, out, c->dim, scratch);
+        e->kern->attn_f32(nq, hd, n_blk, lim, q, ld, kt, vb, hd, scale, out, ld, scratch);
     }
 }
 
@@ -1003,12 +1071,20 @@ static void attn_item(struct ds_engine *e, const struct ds_batch_row *rows, uint
 ** 119-124 us a layer this way against 128-144 head by head (four rounds in
 ** turns); bench/compare.sh --bench batch, medians: 16 streams 1986 -> 2079
 ** tok/s (4 rounds, 64 steps), 1399 -> 1436 (3 rounds, 200 steps). Rows at
-** different positions cost different amounts: the split is by keys. */
+** different positions cost different amounts: the split is by keys.
+** An item takes nh heads of one KV head (grouped-query attention): the
+** most that divides the group and leaves at least one item per task, up to
+** ATT_ROWS, so a KV head's keys and values stream from memory once for nh
+** heads, not nh times. (1B shape, one stream at position 4000: the F32
+** cache's 2 MB a KV head and layer came from DRAM for each of 8 heads.) */
 static void attn_task_rows(const struct attn_job *j, unsigned task, unsigned n_tasks)
 {
     struct ds_engine *e = j->e;
     const struct run_state *s = &e->s;
-    const uint32_t n_heads = e->cfg.n_heads;
+    const uint32_t n_heads = e->cfg.n_heads, grp = n_heads / e->cfg.n_kv_heads;
+    const uint32_t cap = DS_MIN(DS_MIN(grp, ATT_ROWS), DS_MAX(1u, s->n_grp * n_heads / n_tasks));
+    uint32_t nh = cap;
+    while (grp % nh) nh--;                  /* heads per item: a divisor of grp */
     uint64_t total = 0;
     for (uint32_t g = 0; g < s->n_grp; g++) total += (uint64_t)s->pos[g] + 1;
     total *= n_heads;
@@ -1022,8 +1098,8 @@ static void attn_task_rows(const struct attn_job *j, unsigned task, unsigned n_t
             at += keys * n_heads;
             continue;
         }
-        for (uint32_t h = 0; h < n_heads && at < hi; h++, at += keys)
-            if (at >= lo) attn_item(e, j->rows, j->layer, g, h, task);
+        for (uint32_t h = 0; h < n_heads && at < hi; h += nh, at += keys * nh)
+            if (at >= lo) attn_item(e, j->rows, j->layer, g, h, nh, task);
     }
 }
 
@@ -1042,7 +1118,7 @@ static void attn_task(void *p, unsigned task, unsigned n_tasks)
     ** groups evens out over whole heads. (Items dealt out in turn had the
     ** threads read every other head's 256 bytes of each row: 20% slower.) */
     for (size_t item = n_items * task / n_tasks; item < n_items * (task + 1) / n_tasks; item++)
-        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), task);
+        attn_item(e, j->rows, j->layer, (uint32_t)(item % n_grp), (uint32_t)(item / n_grp), 1, task);
 }
 
 /* Rotate pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head. */
@@ -1322,6 +1398,8 @@ static enum ds_err alloc_state(struct ds_engine *e)
         s->k16 = malloc(B * c->kv_dim * sizeof *s->k16);
         s->att_kv16 = malloc(n_kv_ptr * sizeof *s->att_kv16);
         if (!s->k16 || !s->att_kv16) return DS_ERR_NOMEM;
+    } else if (e->kv_type == DS_KV_Q8_0) {
+        if (!(s->att_kvq = malloc(n_kv_ptr * sizeof *s->att_kvq))) return DS_ERR_NOMEM;
     } else if (!(s->att_kv = malloc(n_kv_ptr * sizeof *s->att_kv))) {
         return DS_ERR_NOMEM;
     }
@@ -1377,7 +1455,7 @@ void ds_engine_destroy(struct ds_engine *e)
     free(e->owned_bias);
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->att_kv16); free(s->k16); free(s->xq); free(s->hq); free(s->xk); free(s->hk); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
+    free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->att_kv16); free(s->att_kvq); free(s->k16); free(s->xq); free(s->hq); free(s->xk); free(s->hk); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
     kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
@@ -1446,9 +1524,14 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                o->max_batch, o->kv_seqs);
         return DS_ERR_RANGE;
     }
-    if ((unsigned)o->kv_type > DS_KV_F16) {
-        DS_LOG(DS_LOG_ERROR, "engine: kv_type %d is not auto, f32 or f16", (int)o->kv_type);
+    if ((unsigned)o->kv_type > DS_KV_Q8_0) {
+        DS_LOG(DS_LOG_ERROR, "engine: kv_type %d is not auto, f32, f16 or q8_0", (int)o->kv_type);
         return DS_ERR_INVAL;
+    }
+    if (o->kv_type == DS_KV_Q8_0 && (m->cfg.head_dim == 0 || m->cfg.head_dim % DS_Q8_BLOCK != 0)) {
+        DS_LOG(DS_LOG_ERROR, "engine: kv_cache q8_0 needs a head dimension that is a multiple of %d; %s has "
+               "%u (use f16 or f32)", DS_Q8_BLOCK, m->path, m->cfg.head_dim);
+        return DS_ERR_UNSUPPORTED;
     }
     if ((unsigned)o->backend > DS_BACKEND_CUDA) {
         DS_LOG(DS_LOG_ERROR, "engine: backend %d is not cpu, auto or cuda", (int)o->backend);
@@ -1480,7 +1563,13 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
         rc = DS_ERR_UNSUPPORTED;
         goto fail;
     }
-    e->kv_type = e->gpu ? DS_KV_F16 : o->kv_type == DS_KV_F16 ? DS_KV_F16 : DS_KV_F32;
+    if (e->gpu && o->kv_type == DS_KV_Q8_0) {
+        DS_LOG(DS_LOG_ERROR, "engine: kv_cache q8_0 is for the CPU backend; the CUDA backend keeps an FP16 KV "
+               "cache (set kv_cache = f16 or auto, or backend = cpu)");
+        rc = DS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    e->kv_type = e->gpu ? DS_KV_F16 : o->kv_type == DS_KV_AUTO ? DS_KV_F32 : o->kv_type;
     static pthread_once_t blas_checked = PTHREAD_ONCE_INIT;   /* one warning per process */
     if (e->prec == DS_PRECISION_FP32 && !e->kern->gemm_f32) pthread_once(&blas_checked, check_blas_core);
     /* CUDA: the CPU side only validates and positions rows (one thread, no
@@ -1503,7 +1592,7 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                e->kern->name, (double)e->converted / 1e6, e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0");
     }
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
-    if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type == DS_KV_F16)) != DS_OK)
+    if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type)) != DS_OK)
         goto fail;
     DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token, "
            "%s KV cache", ds_precision_name(ds_engine_precision(e)), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),

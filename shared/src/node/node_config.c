@@ -153,7 +153,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
     }
     if (!strcmp(key, "kv_cache")) {
         if ((m->kv_cache = ds_kv_type_parse(value)) < 0)
-            return snprintf(err, n, "'%s' is not f32 or f16", value), -1;
+            return snprintf(err, n, "'%s' is not f32, f16 or q8_0", value), -1;
         return 0;
     }
     uint32_t *u = !strcmp(key, "threads") ? &m->threads : !strcmp(key, "ctx") ? &m->ctx
