@@ -142,7 +142,7 @@ __attribute__((target("avx2,avxvnni"))) static int64_t int8_ymm_vnni(size_t iter
     }
     __m256i t = a[0];
     for (int i = 1; i < CHAINS; i++) t = _mm256_add_epi32(t, a[i]);
-    return _mm256_extract_epi32(t, 0) + _mm256_extract_epi32(t, 7);
+    return (int64_t)_mm256_extract_epi32(t, 0) + _mm256_extract_epi32(t, 7);   /* int + int may overflow */
 }
 #endif
 
@@ -160,7 +160,7 @@ __attribute__((target("avx2"))) static int64_t int8_ymm_avx2(size_t iters)
             a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a[i], s), one));
     __m256i t = a[0];
     for (int i = 1; i < CHAINS; i++) t = _mm256_add_epi32(t, a[i]);
-    return _mm256_extract_epi32(t, 0) + _mm256_extract_epi32(t, 7);
+    return (int64_t)_mm256_extract_epi32(t, 0) + _mm256_extract_epi32(t, 7);
 }
 
 #endif /* PEAK_X86 */

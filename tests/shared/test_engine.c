@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -661,6 +662,10 @@ static void test_refuses_what_cannot_fit(void **state)
         if (vm_kb <= 0) _exit(12);
         const struct rlimit rl = { (rlim_t)(vm_kb + 8192) * 1024, RLIM_INFINITY };
         if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(13);
+        /* qemu-user (the arm64 stage) keeps the guest's address space itself and
+        ** does not enforce the limit: a mapping far past it must fail first. */
+        void *probe = mmap(NULL, 64u << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (probe != MAP_FAILED) _exit(77);
         o.kv_seqs = 64;                                              /* 64 x 512 x 5 layers x 2 x 64 x 4 B */
         if (ds_engine_create(m, &o, &e) != DS_ERR_NOMEM) _exit(14);
         _exit(said ? 0 : 15);
@@ -668,6 +673,10 @@ static void test_refuses_what_cannot_fit(void **state)
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77) {
+        printf("RLIMIT_AS is not enforced here (a 64 MiB mapping past it succeeded; qemu-user?): skipped\n");
+        skip();
+    }
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
