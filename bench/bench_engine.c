@@ -150,79 +150,24 @@ static bool disturbed(double mark, double seconds)
 
 /* ---- memory read bandwidth ---- */
 
-/* Sum of n words. Plain loop, vectorized by the compiler (-O3); the clones
-** pick AVX-512 or AVX2 at run time so one binary runs on every x86 CPU.
-** Integer sums need no -ffast-math to vectorize. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-static uint64_t sum_words(const uint64_t *p, size_t n)
-{
-    uint64_t s = 0;
-    for (size_t i = 0; i < n; i++) s += p[i];
-    return s;
-}
-
-struct bw_worker {
-    pthread_t          tid;
-    pthread_barrier_t *bar;
-    const uint64_t    *p;
-    size_t             n;        /* words */
-    unsigned           passes;
-    uint64_t           sum;
-};
-
-static void *bw_run(void *arg)
-{
-    struct bw_worker *w = arg;
-    pthread_barrier_wait(w->bar);
-    for (unsigned i = 0; i < w->passes; i++) w->sum += sum_words(w->p, w->n);
-    pthread_barrier_wait(w->bar);
-    return NULL;
-}
-
-/* Read bandwidth (GB/s) of `bytes` of b->buf split over `threads` threads,
-** the calling thread being the first (so no worker can finish before the
-** clock starts); small buffers are read several times so each run moves
-** about buf_bytes. */
-/* Keeps the read loops from being optimised away. */
-static volatile uint64_t bw_sink;
-
+/* Read bandwidth (GB/s) of `bytes` of b->buf split over `threads` threads
+** (bench_read_gbs); small buffers are read several times so each run moves
+** about buf_bytes; runs disturbed by other work are dropped and redone. */
 static struct bench_stats bw_measure(struct bench *b, size_t bytes, unsigned threads, unsigned reps)
 {
     double v[MAX_REPS];
-    struct bw_worker w[64];
-    pthread_barrier_t bar;
     size_t words = DS_MIN(bytes, b->buf_bytes) / 8;
     unsigned passes = (unsigned)DS_MAX((size_t)1, b->buf_bytes / (words * 8));
     threads = DS_MIN(threads, 64u);
     unsigned dropped = 0;
     for (unsigned r = 0; r < reps;) {
-        double mark = others_mark();
-        pthread_barrier_init(&bar, NULL, threads);
-        for (unsigned t = 0; t < threads; t++) {
-            size_t lo = words * t / threads, hi = words * (t + 1) / threads;
-            w[t] = (struct bw_worker){ .bar = &bar, .p = b->buf + lo, .n = hi - lo, .passes = passes };
-            if (t > 0 && pthread_create(&w[t].tid, NULL, bw_run, &w[t]) != 0) {
-                fprintf(stderr, "bench_engine: pthread_create failed\n");
-                exit(EXIT_FAILURE);
-            }
-        }
-        pthread_barrier_wait(&bar);
-        double t0 = bench_now_s();
-        for (unsigned i = 0; i < passes; i++) w[0].sum += sum_words(w[0].p, w[0].n);
-        pthread_barrier_wait(&bar);
-        double t1 = bench_now_s();
-        for (unsigned t = 0; t < threads; t++) {
-            if (t > 0) pthread_join(w[t].tid, NULL);
-            bw_sink += w[t].sum;
-        }
-        pthread_barrier_destroy(&bar);
-        if (disturbed(mark, t1 - t0) && dropped < 2 * reps) {
+        double mark = others_mark(), dt;
+        double gbs = bench_read_gbs(b->buf, words, passes, threads, &dt);
+        if (disturbed(mark, dt) && dropped < 2 * reps) {
             dropped++;
             continue;
         }
-        v[r++] = (double)words * 8 * passes / (t1 - t0) / 1e9;
+        v[r++] = gbs;
     }
     struct bench_stats st = bench_stats_of(v, reps);
     st.discarded = dropped;

@@ -73,61 +73,11 @@ struct opts {
 
 /* ---- read bandwidth ---- */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-static uint64_t sum_words(const uint64_t *p, size_t n)
-{
-    uint64_t s = 0;
-    for (size_t i = 0; i < n; i++) s += p[i];
-    return s;
-}
-
-struct bw_part {
-    pthread_t          tid;
-    pthread_barrier_t *bar;
-    const uint64_t    *p;
-    size_t             n;
-    uint64_t           sum;
-};
-
-static void *bw_thread(void *arg)
-{
-    struct bw_part *w = arg;
-    pthread_barrier_wait(w->bar);
-    w->sum = sum_words(w->p, w->n);
-    pthread_barrier_wait(w->bar);
-    return NULL;
-}
-
-static volatile uint64_t bw_sink;
-
-/* GB/s of `threads` threads reading buf (words), the best of 5. */
+/* GB/s of `threads` threads reading buf (words), the best of 5 (bench_read_gbs). */
 static double bw_measure(const uint64_t *buf, size_t words, unsigned threads)
 {
     double best = 0;
-    struct bw_part w[MAX_THREADS * 8];
-    for (int r = 0; r < 5; r++) {
-        pthread_barrier_t bar;
-        pthread_barrier_init(&bar, NULL, threads);
-        for (unsigned t = 0; t < threads; t++) {
-            const size_t lo = words * t / threads, hi = words * (t + 1) / threads;
-            w[t] = (struct bw_part){ .bar = &bar, .p = buf + lo, .n = hi - lo };
-            if (t > 0 && pthread_create(&w[t].tid, NULL, bw_thread, &w[t]) != 0) {
-                fprintf(stderr, "bench_size: pthread_create failed\n");
-                exit(EXIT_FAILURE);
-            }
-        }
-        pthread_barrier_wait(&bar);
-        const double t0 = bench_now_s();
-        w[0].sum = sum_words(w[0].p, w[0].n);
-        pthread_barrier_wait(&bar);
-        const double dt = bench_now_s() - t0;
-        for (unsigned t = 1; t < threads; t++) pthread_join(w[t].tid, NULL);
-        for (unsigned t = 0; t < threads; t++) bw_sink += w[t].sum;
-        pthread_barrier_destroy(&bar);
-        best = fmax(best, (double)words * 8 / dt / 1e9);
-    }
+    for (int r = 0; r < 5; r++) best = fmax(best, bench_read_gbs(buf, words, 1, threads, NULL));
     return best;
 }
 

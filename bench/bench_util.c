@@ -2,6 +2,7 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,3 +79,69 @@ bool bench_cuda_device(void)
     return false;
 #endif
 }
+
+/* ---- memory read bandwidth ---- */
+
+/* Sum of n words. Plain loop, vectorized by the compiler (-O3); the clones
+** pick AVX-512 or AVX2 at run time so one binary runs on every x86 CPU.
+** Integer sums need no -ffast-math to vectorize. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static uint64_t sum_words(const uint64_t *p, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i++) s += p[i];
+    return s;
+}
+
+struct bw_worker {
+    pthread_t          tid;
+    pthread_barrier_t *bar;
+    const uint64_t    *p;
+    size_t             n;        /* words */
+    unsigned           passes;
+    uint64_t           sum;
+};
+
+static void *bw_run(void *arg)
+{
+    struct bw_worker *w = arg;
+    pthread_barrier_wait(w->bar);
+    for (unsigned i = 0; i < w->passes; i++) w->sum += sum_words(w->p, w->n);
+    pthread_barrier_wait(w->bar);
+    return NULL;
+}
+
+/* Keeps the read loops from being optimised away. */
+static volatile uint64_t bw_sink;
+
+double bench_read_gbs(const uint64_t *p, size_t words, unsigned passes, unsigned threads, double *secs)
+{
+    struct bw_worker w[64];
+    pthread_barrier_t bar;
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    pthread_barrier_init(&bar, NULL, threads);
+    for (unsigned t = 0; t < threads; t++) {
+        size_t lo = words * t / threads, hi = words * (t + 1) / threads;
+        w[t] = (struct bw_worker){ .bar = &bar, .p = p + lo, .n = hi - lo, .passes = passes };
+        if (t > 0 && pthread_create(&w[t].tid, NULL, bw_run, &w[t]) != 0) {
+            fprintf(stderr, "bench: pthread_create failed\n");
+            exit(EXIT_FAILURE);
+        }
+    }
+    pthread_barrier_wait(&bar);
+    double t0 = bench_now_s();
+    for (unsigned i = 0; i < passes; i++) w[0].sum += sum_words(w[0].p, w[0].n);
+    pthread_barrier_wait(&bar);
+    double dt = bench_now_s() - t0;
+    for (unsigned t = 0; t < threads; t++) {
+        if (t > 0) pthread_join(w[t].tid, NULL);
+        bw_sink += w[t].sum;
+    }
+    pthread_barrier_destroy(&bar);
+    if (secs) *secs = dt;
+    return (double)words * 8 * passes / dt / 1e9;
+}
+

@@ -5,12 +5,20 @@
 #ifndef DS_BENCH_UTIL_H
 #define DS_BENCH_UTIL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 struct bench_stats {
     double   med, lo, hi;
     unsigned n, discarded;       /* runs kept; runs dropped as disturbed */
 };
 
 double bench_now_s(void);
+/* One timed read of the words 64-bit words at p, `passes` times over, split
+** across `threads` threads (the caller is the first, so no worker finishes
+** before the clock starts): GB/s; *secs (if not NULL) the seconds it took.
+** Exits if a thread cannot be started. */
+double bench_read_gbs(const uint64_t *p, size_t words, unsigned passes, unsigned threads, double *secs);
 /* 1-minute load average (NaN when unknown): other work skews every figure. */
 double bench_load1(void);
 int    bench_cmp_double(const void *a, const void *b);
