@@ -181,7 +181,7 @@ static void test_common_flags(void **state)
     (void)state;
     static const struct {
         const char *cmd[2];
-        const char *args[24];
+        const char *args[28];
     } cases[] = {
         { { "run" }, { "-m", "m.gguf", "--model", "m.gguf", "-z", "t.bin", "--tokenizer", "t.bin", "-p", "x",
                        "--prompt", "x", "-n", "3", "--n-predict", "3", "-s", "7", "--seed", "7", "-t", "1",
@@ -209,7 +209,7 @@ static void test_common_flags(void **state)
                                     "--model-name", "s", "-u", "ops" } },
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
-        const char *v[32], *extra[26];
+        const char *v[32], *extra[30];
         size_t n = 0;
         for (; cases[i].args[n]; n++) extra[n] = cases[i].args[n];
         extra[n++] = "--help";
