@@ -45,8 +45,15 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
         -DDS_SANITIZE_ADDRESS=ON -DDS_SANITIZE_UNDEFINED=ON -DDS_FATAL_WARNINGS=ON >/dev/null
   cmake --build build-asan -j "$jobs"
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -LE "nosan${skip:+|$skip}"
+  # Short forms (DS_TEST_SHORT=1, tests/README.md) and two passes: the
+  # CPU-bound tests one at a time, then the integration and chaos suites,
+  # which mostly wait on brokers, daemons and timeouts, two at a time.
+  asan_rc=0
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 DS_TEST_SHORT=1
+  ctest --test-dir build-asan --output-on-failure -LE "nosan|integration|chaos${skip:+|$skip}" || asan_rc=1
+  ctest --test-dir build-asan --output-on-failure -j 2 -L "integration|chaos" -LE "nosan${skip:+|$skip}" || asan_rc=1
+  unset ASAN_OPTIONS UBSAN_OPTIONS DS_TEST_SHORT
+  [ "$asan_rc" = 0 ]
 
   # The integration suite under TSan (README "ThreadSanitizer"). Every
   # process (tests, daemons, CLI) writes its reports to build-tsan/tsan/
