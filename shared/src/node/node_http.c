@@ -27,6 +27,7 @@
 */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -776,11 +777,14 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
     char why[400];
     enum node_admit a = node__admit(node, r, r->recv_ns, false, 0, why, sizeof why);
     if (a != NODE_ADMIT_OK) {
-        node__req_free(r);                   /* releases the sink */
         enum ds_msg_code code = a == NODE_ADMIT_NO_MODEL ? DS_MSG_CODE_MODEL_NOT_FOUND : DS_MSG_CODE_OVERLOADED;
         ds_metrics_record_error(&node->metrics, code);
+        if (r->m)                             /* as node__req_fail counts an MQTT request's */
+            ds_metrics_record_by(&node->metrics, r->m->cfg->name, ds_tier_name(r->req.priority), (int)code, 0, 0,
+                                 (double)NAN, (double)NAN, (double)NAN);
         ds_openai_error_from_code(code, a == NODE_ADMIT_QUOTA, why, &e);
         if (a == NODE_ADMIT_NO_MODEL) snprintf(e.param, sizeof e.param, "model");
+        node__req_free(r);                   /* releases the sink */
         return reply_error(c, &e);
     }
     c->submitted = true;                     /* r is the node's now: never touched here again */
