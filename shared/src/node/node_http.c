@@ -758,13 +758,13 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
     if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)ci->client_addr)->sin_addr, peer, sizeof peer);
     const char *who = client ? client : r->req.client ? r->req.client : peer;
-    size_t wl = strlen(who) + 6;
+    size_t wl = strlen(who) + sizeof NODE_HTTP_REPLY;
     r->reply = malloc(wl);
     if (!r->reply) {
         node__req_free(r);
         return reply(c, 500, "application/json", NULL, 0);
     }
-    snprintf(r->reply, wl, "http:%s", who);
+    snprintf(r->reply, wl, NODE_HTTP_REPLY "%s", who);
     if (!r->req.deadline_ms) r->req.deadline_ms = h->cfg.deadline_ms;
     c->include_usage = c->x.include_usage;
     snprintf(c->rid, sizeof c->rid, "%s", r->req.id);
