@@ -76,7 +76,8 @@ struct http_count {
 struct node_http {
     struct ds_node    *node;
     struct http_cfg    cfg;
-    struct MHD_Daemon *d;
+    struct MHD_Daemon *d;                  /* NULL until start */
+    struct sockaddr_in sa;                 /* [http] listen */
     char               addr[64];           /* bound "ADDR:PORT" */
     char               name[128];          /* the node's name and role, copied at create */
     enum ds_msg_role   role;
@@ -882,6 +883,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static const struct http_cfg *cfg_of(const struct ds_node_config *c) { return node__ext_config(c, &node_http_ext); }
 
+/* The config is checked here (--check too); the port is bound by start,
+** so that --check beside a running daemon does not find it taken. */
 static enum ds_err create(struct ds_node *node, void **st)
 {
     const struct http_cfg *cfg = cfg_of(node->cfg);
@@ -896,33 +899,46 @@ static enum ds_err create(struct ds_node *node, void **st)
     h->created_s = (uint64_t)time(NULL);
     snprintf(h->name, sizeof h->name, "%s", node->cfg->node);
     pthread_mutex_init(&h->mu, NULL);
-    struct sockaddr_in sa;
     unsigned flags;
     struct MHD_OptionItem opts[16];
     char why[200];
-    if (!h->cfg.listen || !http_listen_options(h, &sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
+    if (!h->cfg.listen || !http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
         DS_LOG(DS_LOG_ERROR, "%s", h->cfg.listen ? why : "out of memory");
-        goto fail;
+        free(h->cfg.listen);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return DS_ERR_INVAL;
     }
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    *st = h;
+    return DS_OK;
+}
+
+/* Before the node connects: listen. A port that cannot be had stops the
+** daemon at once (exit 1), as a bad config would. */
+static void start(struct ds_node *node, void *st)
+{
+    struct node_http *h = st;
+    unsigned flags;
+    struct MHD_OptionItem opts[16];
+    char why[200];
+    if (http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
+        errno = 0;
+        h->d = MHD_start_daemon(flags, ntohs(h->sa.sin_port), NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
+                                MHD_OPTION_END);
+    }
     if (!h->d) {
         DS_LOG(DS_LOG_ERROR, "[http] listen = %s: cannot listen there (%s)", h->cfg.listen,
                errno ? strerror(errno) : "libmicrohttpd refused");
-        goto fail;
+        if (node->on_fatal) node->on_fatal(1);   /* the daemons exit here */
+        atomic_store(&node->stop, true);
+        return;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
-    snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(sa.sin_port));
+    inet_ntop(AF_INET, &h->sa.sin_addr, ip, sizeof ip);
+    snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(h->sa.sin_port));
     DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on http://%s/v1 (at most %u connections)", h->addr,
            h->cfg.max_connections);
-    *st = h;
-    return DS_OK;
-fail:
-    free(h->cfg.listen);
-    pthread_mutex_destroy(&h->mu);
-    free(h);
-    return DS_ERR_INVAL;
 }
 
 static void destroy(struct ds_node *node, void *st)
@@ -930,7 +946,7 @@ static void destroy(struct ds_node *node, void *st)
     (void)node;
     struct node_http *h = st;
     atomic_store(&h->stopping, true);        /* waiting connections answer and return */
-    MHD_stop_daemon(h->d);
+    if (h->d) MHD_stop_daemon(h->d);
     pthread_mutex_destroy(&h->mu);
     free(h->cfg.listen);
     free(h);
@@ -977,5 +993,5 @@ static const struct ds_cfg_key http_keys[] = {
 
 const struct node_ext node_http_ext = {
     .name = "http", .keys = http_keys, .n_keys = DS_ARRAY_LEN(http_keys), .cfg_size = sizeof(struct http_cfg),
-    .create = create, .destroy = destroy, .tick = tick,
+    .create = create, .destroy = destroy, .start = start, .tick = tick,
 };
