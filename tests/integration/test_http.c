@@ -9,7 +9,8 @@
 **     models, chat and completions non-streamed and streamed, one error of
 **     each status (400, 404, 429, 503 with Retry-After), an abort that frees
 **     the slot within a few steps, route center answered by the center;
-**   - curl: /health 200 "ok" on both nodes, /metrics passes `promtool check
+**   - curl: /health 200 "ok" on both nodes, a completion from the center's
+**     own API, /metrics passes `promtool check
 **     metrics` and counts the requests the client made; an unknown path 404
 **     in OpenAI's error shape;
 **   - draining (SIGTERM with a request running): /health 503 "draining" with
@@ -172,6 +173,13 @@ static void curl_checks(void)
     snprintf(args, sizeof args, "http://127.0.0.1:%u/health", g.center_port);
     char *o = curl(args, &code);
     if (code != 200 || !strstr(o, "\"status\":\"ok\"") || !strstr(o, "\"role\":\"center\"")) FAIL("center /health: %d %s", code, o);
+    free(o);
+    /* The center serves HTTP itself too. */
+    snprintf(args, sizeof args, "-H 'content-type: application/json' -d '{\"model\":\"chat\",\"prompt\":\"Once\","
+             "\"max_tokens\":4}' http://127.0.0.1:%u/v1/completions", g.center_port);
+    o = curl(args, &code);
+    if (code != 200 || !strstr(o, "\"tier\":\"center\"") || !strstr(o, "\"completion_tokens\":"))
+        FAIL("a request to the center's own API: %d %s", code, o);
     free(o);
     /* An unknown path: OpenAI's error shape. */
     snprintf(args, sizeof args, "http://127.0.0.1:%u/v1/nothing", g.edge_port);
