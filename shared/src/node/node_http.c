@@ -560,7 +560,7 @@ static void sse_add(struct http_call *c, const char *text, size_t n)
     size_t have = c->out_len - c->out_off;
     char *p = malloc(have + n + 1);
     if (!p) return;
-    memcpy(p, c->out + c->out_off, have);
+    if (have) memcpy(p, c->out + c->out_off, have);
     memcpy(p + have, text, n);
     p[have + n] = '\0';
     free(c->out);
