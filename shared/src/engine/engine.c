@@ -1003,6 +1003,8 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         return rc;
     }
     if (e->gpu) goto done;
+    /* the ids for the prefix cache, before keep_logit_rows moves positions */
+    for (size_t r = 0; r < n; r++) ds_engine__seq_note(rows[r].seq, s->pos[r], rows[r].token);
 
     const size_t dim = c->dim;
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
@@ -1046,6 +1048,7 @@ done:
         q->len += q->pending;
         q->pending = 0;
     }
+    for (size_t r = 0; r < n; r++) ds_engine__seq_publish(rows[r].seq);    /* blocks now full */
     return DS_OK;
 }
 
@@ -1306,11 +1309,12 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                e->kern->name, (double)e->converted / 1e6, e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0");
     }
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
-    if (!e->gpu && (rc = ds_engine__kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type)) != DS_OK)
+    if (!e->gpu && (rc = ds_engine__kv_init(e, blocks_per_seq * o->kv_seqs, o)) != DS_OK)
         goto fail;
     DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token, "
-           "%s KV cache", ds_precision_name(ds_engine_precision(e)), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
-           e->max_ctx, (double)e->weight_bytes / 1e6, ds_kv_type_name(e->kv_type));
+           "%s KV cache, prefix cache of %u idle blocks", ds_precision_name(ds_engine_precision(e)), e->backend,
+           ds_engine_kernel(e), ds_pool_size(e->pool), e->max_ctx, (double)e->weight_bytes / 1e6,
+           ds_kv_type_name(e->kv_type), e->kv.st.max_idle);
     *out = e;
     return DS_OK;
 fail:

@@ -79,6 +79,26 @@ struct kv_pool {
     size_t          block_elems;
     pthread_mutex_t mu;
     bool            ready;       /* mu initialised */
+    /* Every block's holders, and the prefix cache (ds/engine.h): registered
+    ** blocks in a hash table of chains, idle ones (ref 0) in an LRU list. */
+    uint32_t       *ref;         /* per block: sequences holding it */
+    struct kv_entry *ent;        /* per block: its key and ids, when registered */
+    uint32_t       *bucket;      /* n_bucket chain heads (a power of 2), KV_NONE = empty */
+    uint32_t        n_bucket;
+    uint32_t        lru_old, lru_new;   /* idle registered blocks, oldest first */
+    uint64_t        seed;        /* the chain's key before the first block */
+    struct ds_prefix_stats st;   /* st.max_idle: the LRU's bound, 0 = off */
+};
+
+#define KV_NONE UINT32_MAX
+
+/* A registered block: the key of its prefix (parent's key and its ids). */
+struct kv_entry {
+    uint64_t key, parent;
+    uint32_t hnext;              /* next block in its hash chain */
+    uint32_t lprev, lnext;       /* LRU neighbours while idle */
+    bool     registered;
+    int32_t  tok[DS_KV_BLOCK];
 };
 
 struct ds_seq {
@@ -88,6 +108,11 @@ struct ds_seq {
     uint32_t          len;       /* positions in the cache */
     uint32_t          pending;   /* rows of the current batch (forward only) */
     int32_t           gpu_slot;  /* CUDA backend: its KV region, -1 = none */
+    /* Prefix cache on: the ids at its positions, its full blocks' keys. */
+    int32_t          *tokens;    /* (cap_blocks * DS_KV_BLOCK) */
+    uint64_t         *keys;      /* (cap_blocks) */
+    uint32_t          n_keyed;   /* blocks [0, n_keyed) have their key and were offered */
+    bool              no_cache;  /* ds_seq_extend_copy: its positions hold no ids' keys */
 };
 
 struct ds_engine {
@@ -139,16 +164,24 @@ static inline size_t head_elems(const struct ds_engine *e)
 
 /* ---- engine_kv.c ---- */
 
-/* The pool of n_blocks blocks of type for a model of config c; on error the
-** pool is left for ds_engine__kv_cleanup. */
-enum ds_err ds_engine__kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks,
-                               enum ds_kv_type type);
+/* The pool of n_blocks blocks for e (its config, KV type, the prefix
+** cache's bound and seed from o); on error the pool is left for
+** ds_engine__kv_cleanup. */
+enum ds_err ds_engine__kv_init(struct ds_engine *e, uint32_t n_blocks, const struct ds_engine_opts *o);
 void        ds_engine__kv_cleanup(struct kv_pool *kv);
 /* Make room for n_pos positions in s; all or nothing (DS_ERR_RANGE past its
 ** context, DS_ERR_BUSY when the pool has too few free blocks). */
 enum ds_err ds_engine__seq_reserve(struct ds_seq *s, uint32_t n_pos);
 /* Give s's blocks past its first keep_blocks back to the pool. */
 void        ds_engine__seq_release(struct ds_seq *s, uint32_t keep_blocks);
+/* After a forward pass wrote token at position pos of s (s->len not yet
+** grown): note the id for the prefix cache. */
+static inline void ds_engine__seq_note(struct ds_seq *s, uint32_t pos, int32_t token)
+{
+    if (s->tokens) s->tokens[pos] = token;
+}
+/* s has grown: register its blocks that are now full (prefix cache). */
+void        ds_engine__seq_publish(struct ds_seq *s);
 /* The GPU backend: give s's KV slot back, if it holds one. */
 void        ds_engine__seq_gpu_release(struct ds_seq *s);
 
