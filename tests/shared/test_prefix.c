@@ -151,7 +151,8 @@ static void check_equal(const char *label, const struct ds_model *m, enum ds_pre
     assert_memory_equal(hot_a, cold_a, sizeof hot_a);
     assert_memory_equal(hot_b, cold_b, sizeof hot_b);
     assert_memory_equal(again_a, cold_a, sizeof again_a);
-    assert_true(diff <= 1e-3f);
+    assert_true(same_bits);         /* the kernels give a row the same bits in any batch (kernels.ops) */
+    (void)diff;
     free(lg_cold);
     free(lg_hot);
 }
