@@ -226,15 +226,15 @@ enum ds_err ds_engine__seq_reserve(struct ds_seq *s, uint32_t n_pos)
 {
     struct kv_pool *kv = &s->eng->kv;
     uint32_t need = (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
-    /* the block the next position goes into, when a registered one holds
-    ** earlier positions of it (s was truncated into it) */
+    /* the block the next position goes into, when s holds earlier positions
+    ** of it: a registered one there (s was truncated into it) is read only */
     const uint32_t part = s->len / DS_KV_BLOCK;
-    const bool shared = kv->ent && n_pos > s->len && s->len % DS_KV_BLOCK && part < s->n_blocks &&
-                        kv->ent[s->blocks[part]].registered;
-    if (need <= s->n_blocks && !shared) return DS_OK;
+    const bool in_part = kv->ent && n_pos > s->len && s->len % DS_KV_BLOCK && part < s->n_blocks;
+    if (need <= s->n_blocks && !in_part) return DS_OK;
     if (need > s->cap_blocks) return DS_ERR_RANGE;
     enum ds_err rc = DS_OK;
     pthread_mutex_lock(&kv->mu);
+    const bool shared = in_part && kv->ent[s->blocks[part]].registered;
     const uint32_t fresh = need > s->n_blocks ? need - s->n_blocks : 0;
     const uint32_t b = shared ? s->blocks[part] : KV_NONE;
     const bool copy = shared && kv->ref[b] > 1;
