@@ -165,8 +165,10 @@ const char                   *ds_engine_kernel(const struct ds_engine *e);
 enum ds_kv_type               ds_engine_kv_type(const struct ds_engine *e);
 /* Bytes of weights one decode step streams in this precision. */
 uint64_t                      ds_engine_weight_bytes(const struct ds_engine *e);
-/* KV blocks free / total in the engine's pool (CUDA: a sequence holds a
-** whole context's blocks from its first token until truncated to 0). */
+/* KV blocks free / total in the engine's pool; free counts the prefix
+** cache's idle blocks, which the pool takes back when it needs them (CUDA:
+** a sequence holds a whole context's blocks from its first token until
+** truncated to 0). */
 void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks);
 /* Bytes of one KV block (DS_KV_BLOCK positions of every layer's K and V);
 ** 0 on the GPU backend. */
