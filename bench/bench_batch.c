@@ -34,6 +34,12 @@
 ** first's (the issue's goal: >= 0.7 from 100 to 4,000 of 4,096 on the 1B
 ** shape).
 **
+** Prefix cache (--prefix): time to first token of a repeated --system-token
+** system prompt (default 400) with and without the engine's prefix cache,
+** and N streams sharing it (default 16): KV memory and throughput with and
+** without sharing (bench_prefix.c; default shape 110m, whose context holds
+** it; --quick: 15m with a 100-token system prompt).
+**
 ** This is not a test: nothing is asserted; the exit status is non-zero only
 ** when something could not run. Progress goes to stderr, the table to
 ** stdout, every figure to the JSON file (--json).
@@ -49,6 +55,7 @@
 #include <unistd.h>
 
 #include "bench_peak.h"
+#include "bench_prefix.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
@@ -81,6 +88,8 @@ struct opts {
     size_t      n_kvs;
     unsigned    ctx;                /* --ctx: that mode's context (default 4096) */
     bool        fill_prefill;       /* --fill prefill: fill by prefill alone, no copies */
+    bool        prefix;             /* --prefix: the prefix cache's mode (bench_prefix.c) */
+    unsigned    system, user;       /* --system, --user: its prompt's parts in tokens */
 };
 
 static const struct mk_shape *shape_of(const struct opts *o)
@@ -563,6 +572,12 @@ static void usage(FILE *f)
                "  --ctx N            the long-context mode's context (default 4096)\n"
                "  --fill F           how it fills the context: copy (default: %u positions of\n"
                "                     prefill, then copies of them) or prefill (all of it)\n"
+               "  --prefix           prefix cache: time to first token of a repeated system\n"
+               "                     prompt with and without it, and N streams (the largest of\n"
+               "                     --streams; default 16) sharing it: KV MB and tokens/s\n"
+               "                     (default --shape 110m; --quick: 15m, --system 100)\n"
+               "  --system N         its system prompt's tokens (default 400)\n"
+               "  --user N           each request's own tokens after it (default 16)\n"
                "  --backend B        cpu (default) or cuda (FP16 on GPU 0, F16 file; default\n"
                "                     streams 1..64; prints \"no CUDA device\" and exits 0 without one)\n"
                "  --dir DIR          where the random-weight model is written and reused\n"
@@ -634,12 +649,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "precision", required_argument, NULL, 'p' }, { "shape", required_argument, NULL, 'S' },
         { "backend", required_argument, NULL, 'b' }, { "kv", required_argument, NULL, 'K' },
         { "positions", required_argument, NULL, 'P' }, { "ctx", required_argument, NULL, 'c' },
-        { "fill", required_argument, NULL, 'f' },
+        { "fill", required_argument, NULL, 'f' },   { "prefix", no_argument, NULL, 'x' },
+        { "system", required_argument, NULL, 'y' }, { "user", required_argument, NULL, 'u' },
         { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .streams = { 1, 2, 4, 8, 16, 32 }, .n_counts = 6, .threads = 2,
                         .dir = "/tmp/dspark-bench", .json = "bench-batch.json", .shape = "15m", .ctx = 4096 };
-    bool streams_set = false;
+    bool streams_set = false, shape_set = false;
     unsigned reps = 0, steps = 0;
     int c, li = 0;
     while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
@@ -660,6 +676,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'S':
             bad = strcmp(optarg, "15m") && strcmp(optarg, "110m") && strcmp(optarg, "1b");
             o->shape = optarg;
+            shape_set = true;
             break;
         case 'K': bad = parse_kvs(optarg, o); break;
         case 'P': bad = parse_positions(optarg, o); break;
@@ -672,6 +689,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
             bad = strcmp(optarg, "cpu") && strcmp(optarg, "cuda");
             o->cuda = !strcmp(optarg, "cuda");
             break;
+        case 'x': o->prefix = true; break;
+        case 'y': bad = parse_uint(optarg, 1, 1u << 16, &o->system); break;
+        case 'u': bad = parse_uint(optarg, 1, 1u << 16, &o->user); break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
         }
@@ -703,6 +723,17 @@ static int parse_args(int argc, char **argv, struct opts *o)
         memcpy(o->kvs, all, sizeof all);
         o->n_kvs = MAX_KV;
     }
+    if (o->prefix && (o->cuda || o->n_positions)) {
+        fprintf(stderr, "bench_batch: --prefix measures the CPU's prefix cache, alone (not with --backend cuda "
+                "or --positions)\n");
+        return -1;
+    }
+    if (o->prefix) {
+        if (!shape_set) o->shape = o->quick ? "15m" : "110m";
+        if (!o->system) o->system = o->quick ? 100 : 400;
+        if (!o->user) o->user = 16;
+        if (!streams_set) o->streams[0] = o->quick ? 4 : 16, o->n_counts = 1;
+    }
     o->reps = reps ? reps : o->quick ? 2 : 5;
     o->steps = steps ? steps : o->quick ? 16 : 64;
     return 0;
@@ -727,6 +758,20 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/random-%s%s-%s.gguf", o->dir, o->shape, ctx, file_type(o));
     struct ds_model *m = NULL;
     if (open_or_write(path, o, &m) != DS_OK) return EXIT_FAILURE;
+    if (o->prefix) {
+        unsigned most = 1;
+        for (size_t i = 0; i < o->n_counts; i++) most = DS_MAX(most, o->streams[i]);
+        struct prefix_opts po = { m, o->shape, o->fp32 ? DS_PRECISION_FP32 : DS_PRECISION_INT8, o->kv, NULL,
+                                  o->threads, o->system, o->user, most, o->steps, o->reps, o->quick, o->json };
+        if (o->kernel && (!(po.kern = ds_kern_find(o->kernel)) || !ds_kern_supported(po.kern))) {
+            fprintf(stderr, "bench_batch: kernel '%s' is not available here\n", o->kernel);
+            ds_model_close(m);
+            return EXIT_FAILURE;
+        }
+        int status = bench_prefix_run(&po) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        ds_model_close(m);
+        return status;
+    }
     if (o->n_positions) {
         b.load_start = bench_load1();
         int status = run_context(&b, m) == DS_OK ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -71,6 +71,18 @@ static void test_config(void **state)
     assert_int_equal(ds_node_config_set(&c, "model.b.kv_cache=q8_0"), DS_OK);
     assert_int_equal(c.models[1].kv_cache, DS_KV_Q8_0);
     assert_int_equal(ds_node_config_set(&c, "model.b.kv_cache=auto"), DS_OK);
+    assert_int_equal(c.models[1].prefix_cache, DS_PREFIX_CACHE_AUTO);  /* the default: half the pool */
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=24"), DS_OK);
+    assert_int_equal(c.models[1].prefix_cache, 24);
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=64 MB"), DS_OK);
+    assert_int_equal(c.models[1].prefix_cache_bytes, (uint64_t)64 << 20);
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=off"), DS_OK);
+    assert_int_equal(c.models[1].prefix_cache, 0);
+    assert_int_equal(c.models[1].prefix_cache_bytes, 0);
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=auto"), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=-3"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=12 GB"), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "model.b.prefix_cache=MB"), DS_ERR_INVAL);
     /* Bad values are refused, each with its reason. */
     assert_int_equal(ds_node_config_set(&c, "model.a.precision=fp8"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a.backend=gpu"), DS_ERR_INVAL);

@@ -136,7 +136,14 @@ struct ds_engine_opts {
     const struct ds_kern_ops *kern; /* NULL = ds_kern_select() */
     enum ds_backend backend;        /* default CPU (see Backends above) */
     enum ds_kv_type kv_type;        /* default AUTO */
+    /* Prefix cache (see "prefix cache" below): at most this many KV blocks
+    ** that no sequence holds are kept for reuse; 0 (the default) = off,
+    ** DS_PREFIX_CACHE_AUTO = half the pool. prefix_cache_bytes, when not 0,
+    ** sets it instead: as many blocks as fit in that many bytes. */
+    uint32_t  prefix_cache_blocks;
+    uint64_t  prefix_cache_bytes;
 };
+#define DS_PREFIX_CACHE_AUTO UINT32_MAX
 void ds_engine_opts_init(struct ds_engine_opts *o);
 
 struct ds_engine;
@@ -158,9 +165,43 @@ const char                   *ds_engine_kernel(const struct ds_engine *e);
 enum ds_kv_type               ds_engine_kv_type(const struct ds_engine *e);
 /* Bytes of weights one decode step streams in this precision. */
 uint64_t                      ds_engine_weight_bytes(const struct ds_engine *e);
-/* KV blocks free / total in the engine's pool (CUDA: a sequence holds a
-** whole context's blocks from its first token until truncated to 0). */
+/* KV blocks free / total in the engine's pool; free counts the prefix
+** cache's idle blocks, which the pool takes back when it needs them (CUDA:
+** a sequence holds a whole context's blocks from its first token until
+** truncated to 0). */
 void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks);
+/* Bytes of one KV block (DS_KV_BLOCK positions of every layer's K and V);
+** 0 on the GPU backend. */
+uint64_t ds_engine_kv_block_bytes(const struct ds_engine *e);
+
+/* ---- prefix cache ----
+** A KV block full of DS_KV_BLOCK positions is keyed by a hash chain: the
+** key of the block before it (for the first, a seed made of the engine's
+** model, precision and KV type) and this block's token ids. When a forward
+** pass fills a block, the block is registered under its key; a sequence
+** that starts with the same token ids takes a reference to it instead of
+** computing it again (ds_seq_prefix_reuse), so prefill starts after it.
+** Blocks are shared only whole and read only: a sequence that must write
+** into a registered block (after ds_seq_truncate into it, a speculation
+** rollback) takes it back if it alone holds it, else copies it first.
+** When no sequence holds a registered block any more it stays, idle, in an
+** LRU of at most prefix_cache_blocks blocks; a pool short of free blocks
+** takes the oldest idle ones first (so the cache costs no memory of its
+** own: idle blocks count as free in ds_engine_kv_usage). Each engine has
+** its own pool, so blocks are never shared across models or versions; a
+** chat template or any other change of token ids simply does not match.
+** A hash match is confirmed by the block's own ids and its parent's key.
+** Off on the GPU backend. */
+struct ds_prefix_stats {
+    uint32_t max_idle;          /* the LRU's bound (0 = off) */
+    uint32_t registered;        /* blocks under a key, held or idle */
+    uint32_t idle;              /* of those, held by no sequence (the LRU) */
+    uint64_t lookups;           /* ds_seq_prefix_reuse calls */
+    uint64_t hit_blocks;        /* blocks they took from the cache */
+    uint64_t evicted;           /* idle blocks taken back for other uses */
+    uint64_t copied;            /* shared blocks copied before a write */
+};
+void ds_engine_prefix_stats(const struct ds_engine *e, struct ds_prefix_stats *out);
 
 /* ---- sequences (KV cache) ---- */
 DS_MUST_CHECK enum ds_err ds_seq_create(struct ds_engine *e, struct ds_seq **out);
@@ -178,6 +219,14 @@ enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos);
 ** past max_ctx, DS_ERR_BUSY when the pool is full (s unchanged on error);
 ** DS_ERR_UNSUPPORTED on the GPU backend. */
 DS_MUST_CHECK enum ds_err ds_seq_extend_copy(struct ds_seq *s, uint32_t n_pos);
+/* An empty s takes the cached blocks that hold the longest prefix of
+** tokens[0..n) in whole blocks, leaving at least one token to compute (its
+** logits are the next step's); *n_reused (a multiple of DS_KV_BLOCK) is how
+** many positions s now holds: feed tokens[*n_reused..n) next. With the
+** prefix cache off, on the GPU backend, or with nothing cached, *n_reused
+** is 0. DS_ERR_INVAL when s is not empty. */
+DS_MUST_CHECK enum ds_err ds_seq_prefix_reuse(struct ds_seq *s, const int32_t *tokens, size_t n,
+                                              uint32_t *n_reused);
 
 /* ---- forward ---- */
 struct ds_batch_row {

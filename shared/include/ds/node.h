@@ -56,6 +56,9 @@ struct ds_node_model_cfg {
     uint32_t threads;       /* 0 = one per CPU */
     uint32_t ctx;           /* 0 = min(model, 2048) */
     int      kv_cache;      /* enum ds_kv_type: the CPU KV cache (default f32) */
+    uint32_t prefix_cache;  /* idle KV blocks the prefix cache keeps (ds/engine.h): DS_PREFIX_CACHE_AUTO
+                            ** (the default, "auto": half the KV pool), 0 = off ("off") */
+    uint64_t prefix_cache_bytes; /* "N MB": as many blocks as fit in N MiB instead (0 = use prefix_cache) */
     float    cascade;       /* edge: send a non-streamed answer whose mean token
                             ** log-probability is below this to a center; 0 = off */
     char    *versions;      /* more local versions: "1.1.0:/path/a.bin, 1.2.0:/path/b.gguf" (NULL = none) */

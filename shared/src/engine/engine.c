@@ -6,8 +6,9 @@
 ** F32 or Q8_0 for a variant without a packed layout for it; a copied
 ** matrix's file pages are then dropped from the process: release_mapped),
 ** the scratch
-** buffers of struct run_state, the RoPE table, the thread pool and the KV
-** block pool that every struct ds_seq of this engine draws from.
+** buffers of struct run_state, the RoPE table and the thread pool. The KV
+** block pool and the sequences that draw from it are engine_kv.c's; the
+** state both files read is engine_internal.h's.
 **
 ** The forward pass reads like llama2.c's: layer_steps() lists a layer's
 ** steps in the order the math is written, and one of two schedules runs them
@@ -20,9 +21,9 @@
 **
 ** Backends: a GPU backend plugs in through struct ds_gpu_ops
 ** (ds_engine_gpu_register; the CUDA one is engine_cuda.c, linked by
-** dspark-center only). This file still owns the API, sequences, their KV
-** slots and validation; ds_engine_forward positions the rows and hands them
-** to the backend's forward.
+** dspark-center only). This file still owns the API and validation
+** (engine_kv.c a sequence's KV slot); ds_engine_forward positions the rows
+** and hands them to the backend's forward.
 */
 #include "ds/engine.h"
 
@@ -38,6 +39,7 @@
 #include "ds/log.h"
 #include "ds/pool.h"
 #include "engine_fit.h"
+#include "engine_internal.h"
 
 #define DEFAULT_MAX_BATCH 64u
 #define DEFAULT_MAX_CTX   4096u
@@ -105,112 +107,6 @@ void ds_engine_opts_init(struct ds_engine_opts *o)
     o->max_batch = DEFAULT_MAX_BATCH;
     o->kv_seqs = DEFAULT_KV_SEQS;
 }
-
-/* A weight matrix ready for the engine's precision. */
-struct mat {
-    uint32_t                  rows, cols;
-    uint32_t                  nb;        /* Q8 blocks per row (cols rounded up) */
-    const float              *f;         /* FP32: rows x cols */
-    const struct ds_q8_block *q;         /* INT8: rows x nb */
-    const uint8_t            *qx;        /* INT8, 4/5/6-bit types: the file's rows, for matmul_qx */
-    enum ds_kern_qtype        qt;        /* their type; K-quants meet Q8_K activations (matmul_qk) */
-    size_t                    qx_row;    /* bytes per row */
-    void                     *owned;     /* converted copy, if any */
-};
-
-struct layer {
-    const float *attn_norm, *ffn_norm;   /* (dim) */
-    struct mat   wq, wk, wv, wo, w1, w2, w3;
-    const float *bq, *bk, *bv;           /* biases (qwen2) or NULL; bq, bk in wq, wk's row order */
-};
-
-/* Scratch for max_batch rows; allocated once at create. */
-struct run_state {
-    float              *x;       /* (B, dim) residual stream */
-    float              *xb;      /* (B, dim) normed input / attention output */
-    float              *xb2;     /* (B, dim) projection output */
-    float              *q;       /* (B, dim) */
-    float              *k, *v;   /* (B, kv_dim) */
-    uint16_t           *k16;     /* (B, kv_dim) k as halves (FP16 cache) */
-    float              *hb, *hb2;/* (B, hidden) */
-    float              *att;     /* (n_threads, ATT_SCRATCH) attention scores */
-    const float       **att_kv;  /* (n_threads, 2, ATT_BLOCKS) an item's key and value blocks */
-    const uint16_t    **att_kv16;/* the same for an FP16 cache */
-    const struct ds_q8_block **att_kvq; /* the same for a Q8_0 cache (one of the three is allocated) */
-    float              *lg_in;   /* (B, dim) normed rows that want logits */
-    struct ds_q8_block *xq;      /* (B, blocks of dim) quantized input (INT8) */
-    struct ds_q8_block *hq;      /* (B, blocks of hidden) quantized SwiGLU output (INT8) */
-    struct ds_q8k_block *xk;     /* (B, dim / 256) xq's input as Q8_K, when a K-quant matrix reads it */
-    struct ds_q8k_block *hk;     /* (B, hidden / 256) hq's input as Q8_K, when a K-quant w2 reads it */
-    uint32_t           *pos;     /* (B) position of each row */
-    uint32_t           *grp;     /* (B + 1) first row of each attention group */
-    struct ds_batch_row *out_rows;/* (B) the rows that want logits, for the last layer's end */
-    struct step         *steps;   /* (n_layers * LAYER_STEPS) a forward pass's steps */
-    uint32_t            n_grp;
-};
-
-/* KV blocks: each holds DS_KV_BLOCK positions of K and V for every layer,
-** laid out [layer][k|v] and then K transposed, [kv_dim][position in block],
-** so that attention scores run over positions in SIMD lanes
-** (attn_f32), and V head by head, [kv head][position in block][head_dim],
-** so that one head's values are one contiguous stream. (V as [position]
-** [kv_dim] read a head's 256 bytes every 3 KB on the 110M shape; those
-** lines crowd into a few L1 sets, and the value pass ran 50% slower.)
-** Elements are floats or halves (enum ds_kv_type), or Q8_0 blocks: then a
-** position's row of a head is head_dim / 32 blocks, K as V, not transposed
-** (attn_q8 dots whole blocks). One of f32, f16, q8 is set. */
-struct kv_pool {
-    float          *f32;
-    uint16_t       *f16;
-    struct ds_q8_block *q8;
-    size_t          row_elems;   /* elements of a position's K (or V) in a layer: kv_dim, or kv_dim / 32 blocks */
-    uint32_t        n_blocks;
-    uint32_t       *free_list;   /* stack of free block ids */
-    uint32_t        n_free;
-    size_t          block_elems;
-    pthread_mutex_t mu;
-    bool            ready;       /* mu initialised */
-};
-
-struct ds_seq {
-    struct ds_engine *eng;
-    uint32_t         *blocks;    /* block ids, one per DS_KV_BLOCK positions */
-    uint32_t          n_blocks, cap_blocks;
-    uint32_t          len;       /* positions in the cache */
-    uint32_t          pending;   /* rows of the current batch (forward only) */
-    int32_t           gpu_slot;  /* CUDA backend: its KV region, -1 = none */
-};
-
-struct ds_engine {
-    const struct ds_model       *model;
-    struct ds_model_config       cfg;
-    enum ds_precision            prec;         /* FP32 or INT8 (CPU), FP16 (GPU) */
-    bool                         native;       /* NATIVE asked for, INT8 runs (ds_engine_precision) */
-    const struct ds_kern_ops    *kern;
-    struct ds_pool              *pool;
-    uint32_t                     max_batch, max_ctx;
-    struct layer                *layers;
-    const float                 *out_norm;
-    struct mat                   output;
-    float                       *owned_norms;  /* F16 norms converted to F32 */
-    float                       *owned_bias;   /* Q/K/V biases, 2 * (dim + 2 kv_dim) per layer */
-    float                       *rope;         /* (max_ctx, rope_dim/2, 2) cos, sin */
-    struct run_state             s;
-    struct kv_pool               kv;
-    enum ds_kv_type              kv_type;      /* F32 or F16 (GPU: F16, its own cache) */
-    uint64_t                     weight_bytes;
-    uint64_t                     in_place;     /* bytes of weights read from the mapping as they are */
-    uint64_t                     repacked;     /* bytes of the file's blocks repacked into kernel tiles */
-    uint64_t                     converted;    /* bytes of weights converted (FP32, or quantized here) */
-    bool                         q8k_dim;      /* INT8: some K-quant matrix has dim columns (fill s.xk) */
-    bool                         q8k_hid;      /* INT8: some w2 is a K-quant (fill s.hk) */
-    bool                         q8_dim;       /* INT8: some other matrix has dim columns (fill s.xq) */
-    bool                         q8_hid;       /* INT8: some other w2 (fill s.hq) */
-    struct ds_gpu               *gpu;          /* non-NULL: the GPU backend runs (gpu_ops) */
-    const struct ds_gpu_ops     *gpu_ops;
-    struct ds_gpu_row           *gpu_rows;     /* max_batch rows of a GPU pass */
-    const char                  *backend;      /* ds_engine_backend() */
-};
 
 /* ---- weights ---- */
 
@@ -571,123 +467,7 @@ static enum ds_err prepare_weights(struct ds_engine *e)
     return DS_OK;
 }
 
-/* ---- KV pool ---- */
-
-/* The pool's memory. A large pool asks for 2 MB pages (where the kernel's
-** transparent huge pages are "madvise" or "always"): batched decode reads
-** every stream's blocks each step, each block's slice of a head starts a
-** 4 KB page, and with 4 KB pages those reads miss the TLB (bench_batch
-** --shape 110m, 16 streams over 256 steps, in turns: 1095-1330 ->
-** 1164-1519 tok/s). A small pool keeps 4 KB pages: it fits the TLB's reach
-** anyway, and 2 MB pages would grow its resident size in 2 MB steps. */
-#define KV_HUGE_MIN ((size_t)32 << 20)
-static void *kv_alloc(size_t bytes)
-{
-    const size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) / huge * huge;
-    void *p = bytes >= KV_HUGE_MIN ? aligned_alloc(huge, rounded) : NULL;
-    if (!p) return malloc(bytes);
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, rounded, MADV_HUGEPAGE);       /* advice: without THP, 4 KB pages */
-#endif
-    return p;
-}
-
-static enum ds_err kv_init(struct kv_pool *kv, const struct ds_model_config *c, uint32_t n_blocks,
-                           enum ds_kv_type type)
-{
-    pthread_mutex_init(&kv->mu, NULL);
-    kv->ready = true;
-    kv->row_elems = type == DS_KV_Q8_0 ? c->kv_dim / DS_Q8_BLOCK : c->kv_dim;
-    kv->block_elems = (size_t)c->n_layers * 2 * DS_KV_BLOCK * kv->row_elems;
-    kv->n_blocks = n_blocks;
-    size_t n = (size_t)n_blocks * kv->block_elems;
-    void *pool = kv_alloc(n * (type == DS_KV_Q8_0 ? sizeof *kv->q8 : type == DS_KV_F16 ? sizeof *kv->f16
-                                                                                       : sizeof *kv->f32));
-    if (type == DS_KV_Q8_0) kv->q8 = pool;
-    else if (type == DS_KV_F16) kv->f16 = pool;
-    else kv->f32 = pool;
-    kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
-    if (!pool || !kv->free_list) return DS_ERR_NOMEM;
-    for (uint32_t i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
-    kv->n_free = n_blocks;
-    return DS_OK;
-}
-
-static void kv_cleanup(struct kv_pool *kv)
-{
-    if (kv->ready) pthread_mutex_destroy(&kv->mu);
-    free(kv->f32);
-    free(kv->f16);
-    free(kv->q8);
-    free(kv->free_list);
-}
-
-/* Element index of layer l's keys in KV block b of s, [kv_dim][DS_KV_BLOCK]
-** (Q8_0: [kv head][DS_KV_BLOCK][head_dim / 32 blocks]); its values, [kv
-** head][DS_KV_BLOCK][head_dim] (Q8_0: in blocks), follow at + v_off(e). */
-static inline size_t k_at(const struct ds_engine *e, const struct ds_seq *s, uint32_t l, uint32_t b)
-{
-    return (size_t)s->blocks[b] * e->kv.block_elems + (size_t)l * 2 * DS_KV_BLOCK * e->kv.row_elems;
-}
-
-static inline size_t v_off(const struct ds_engine *e) { return (size_t)DS_KV_BLOCK * e->kv.row_elems; }
-
-/* Elements of one head's row of K or V: head_dim, or head_dim / 32 blocks. */
-static inline size_t head_elems(const struct ds_engine *e)
-{
-    return e->kv.q8 ? e->cfg.head_dim / DS_Q8_BLOCK : e->cfg.head_dim;
-}
-
-/* Make room for n_pos positions in s; all or nothing. */
-static enum ds_err seq_reserve(struct ds_seq *s, uint32_t n_pos)
-{
-    struct kv_pool *kv = &s->eng->kv;
-    uint32_t need = (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
-    if (need <= s->n_blocks) return DS_OK;
-    if (need > s->cap_blocks) return DS_ERR_RANGE;
-    enum ds_err rc = DS_OK;
-    pthread_mutex_lock(&kv->mu);
-    if (need - s->n_blocks > kv->n_free) rc = DS_ERR_BUSY;
-    else
-        while (s->n_blocks < need) s->blocks[s->n_blocks++] = kv->free_list[--kv->n_free];
-    pthread_mutex_unlock(&kv->mu);
-    return rc;
-}
-
-static void seq_release(struct ds_seq *s, uint32_t keep_blocks)
-{
-    struct kv_pool *kv = &s->eng->kv;
-    if (s->n_blocks <= keep_blocks) return;
-    pthread_mutex_lock(&kv->mu);
-    while (s->n_blocks > keep_blocks) kv->free_list[kv->n_free++] = s->blocks[--s->n_blocks];
-    pthread_mutex_unlock(&kv->mu);
-}
-
-enum ds_err ds_seq_create(struct ds_engine *e, struct ds_seq **out)
-{
-    *out = NULL;
-    struct ds_seq *s = calloc(1, sizeof *s);
-    if (!s) return DS_ERR_NOMEM;
-    s->eng = e;
-    s->gpu_slot = -1;
-    s->cap_blocks = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
-    s->blocks = malloc(s->cap_blocks * sizeof *s->blocks);
-    if (!s->blocks) {
-        free(s);
-        return DS_ERR_NOMEM;
-    }
-    *out = s;
-    return DS_OK;
-}
-
-/* ---- the GPU backend's KV slots and passes ---- */
-
-static void gpu_release(struct ds_seq *s)
-{
-    if (!s->eng->gpu || s->gpu_slot < 0) return;
-    s->eng->gpu_ops->release(s->eng->gpu, s->gpu_slot);
-    s->gpu_slot = -1;
-}
+/* ---- the GPU backend's passes ---- */
 
 /* Give a slot to every sequence of rows that has none (all or nothing:
 ** DS_ERR_BUSY with none claimed when too few are free), then run the rows. */
@@ -699,78 +479,12 @@ static enum ds_err gpu_forward(struct ds_engine *e, const struct ds_batch_row *r
         if (rows[r].seq->gpu_slot < 0) rc = e->gpu_ops->claim(e->gpu, &rows[r].seq->gpu_slot);
     if (rc != DS_OK) {          /* sequences with no positions yet had no slot before */
         for (size_t i = 0; i < r; i++)
-            if (ds_seq_len(rows[i].seq) == 0) gpu_release(rows[i].seq);
+            if (ds_seq_len(rows[i].seq) == 0) ds_engine__seq_gpu_release(rows[i].seq);
         return rc;
     }
     for (r = 0; r < n; r++)
         e->gpu_rows[r] = (struct ds_gpu_row){ rows[r].seq->gpu_slot, rows[r].token, e->s.pos[r], rows[r].logits };
     return e->gpu_ops->forward(e->gpu, e->gpu_rows, n, logits);
-}
-
-void ds_seq_destroy(struct ds_seq *s)
-{
-    if (!s) return;
-    seq_release(s, 0);
-    gpu_release(s);
-    free(s->blocks);
-    free(s);
-}
-
-uint32_t ds_seq_len(const struct ds_seq *s) { return s->len; }
-
-enum ds_err ds_seq_truncate(struct ds_seq *s, uint32_t n_pos)
-{
-    if (n_pos > s->len) return DS_ERR_RANGE;
-    s->len = n_pos;
-    seq_release(s, (n_pos + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
-    if (n_pos == 0) gpu_release(s);
-    return DS_OK;
-}
-
-enum ds_err ds_seq_extend_copy(struct ds_seq *s, uint32_t n_pos)
-{
-    struct ds_engine *e = s->eng;
-    if (e->gpu) return DS_ERR_UNSUPPORTED;
-    if (s->len == 0 || n_pos > e->max_ctx - s->len) return DS_ERR_RANGE;
-    enum ds_err rc = seq_reserve(s, s->len + n_pos);
-    if (rc != DS_OK) return rc;
-    const struct ds_model_config *c = &e->cfg;
-    const struct kv_pool *kv = &e->kv;
-    unsigned char *pool = kv->q8 ? (void *)kv->q8 : kv->f16 ? (void *)kv->f16 : (void *)kv->f32;
-    const size_t es = kv->q8 ? sizeof *kv->q8 : kv->f16 ? sizeof *kv->f16 : sizeof *kv->f32;
-    const size_t he = head_elems(e), len0 = s->len;
-    for (size_t p = len0; p < len0 + n_pos; p++) {
-        const size_t q = (p - len0) % len0, pi = p % DS_KV_BLOCK, qi = q % DS_KV_BLOCK;
-        for (uint32_t l = 0; l < c->n_layers; l++) {
-            const size_t kd = k_at(e, s, l, (uint32_t)(p / DS_KV_BLOCK)), ks = k_at(e, s, l, (uint32_t)(q / DS_KV_BLOCK));
-            for (size_t h = 0; h < c->n_kv_heads; h++) {        /* V, and K where rows are not transposed */
-                const size_t dh = (h * DS_KV_BLOCK + pi) * he, sh = (h * DS_KV_BLOCK + qi) * he;
-                memcpy(pool + (kd + v_off(e) + dh) * es, pool + (ks + v_off(e) + sh) * es, he * es);
-                if (kv->q8) memcpy(pool + (kd + dh) * es, pool + (ks + sh) * es, he * es);
-            }
-            if (!kv->q8)                                        /* K transposed: [kv_dim][position in block] */
-                for (size_t d = 0; d < c->kv_dim; d++)
-                    memcpy(pool + (kd + d * DS_KV_BLOCK + pi) * es, pool + (ks + d * DS_KV_BLOCK + qi) * es, es);
-        }
-    }
-    s->len += n_pos;
-    return DS_OK;
-}
-
-void ds_engine_kv_usage(const struct ds_engine *e, uint32_t *free_blocks, uint32_t *total_blocks)
-{
-    if (e->gpu) {               /* a slot is a whole context's worth of blocks */
-        uint32_t per_seq = (e->max_ctx + DS_KV_BLOCK - 1) / DS_KV_BLOCK;
-        e->gpu_ops->kv_usage(e->gpu, free_blocks, total_blocks);
-        *free_blocks *= per_seq;
-        *total_blocks *= per_seq;
-        return;
-    }
-    struct kv_pool *kv = (struct kv_pool *)&e->kv;
-    pthread_mutex_lock(&kv->mu);
-    *free_blocks = kv->n_free;
-    pthread_mutex_unlock(&kv->mu);
-    *total_blocks = kv->n_blocks;
 }
 
 /* ---- parallel matrix multiply ---- */
@@ -1278,17 +992,19 @@ enum ds_err ds_engine_forward(struct ds_engine *e, const struct ds_batch_row *ro
         else if (q->len + q->pending >= e->max_ctx) rc = DS_ERR_RANGE;
         else s->pos[r] = q->len + q->pending++;
     }
-    for (size_t r = 0; r < n && rc == DS_OK && !e->gpu; r++) rc = seq_reserve(rows[r].seq, s->pos[r] + 1);
+    for (size_t r = 0; r < n && rc == DS_OK && !e->gpu; r++) rc = ds_engine__seq_reserve(rows[r].seq, s->pos[r] + 1);
     if (rc == DS_OK && e->gpu) rc = gpu_forward(e, rows, n, logits);
     if (rc != DS_OK) {
         for (size_t r = 0; r < n; r++) {
             struct ds_seq *q = rows[r].seq;
-            seq_release(q, (q->len + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
+            ds_engine__seq_release(q, (q->len + DS_KV_BLOCK - 1) / DS_KV_BLOCK);
             q->pending = 0;
         }
         return rc;
     }
     if (e->gpu) goto done;
+    /* the ids for the prefix cache, before keep_logit_rows moves positions */
+    for (size_t r = 0; r < n; r++) ds_engine__seq_note(rows[r].seq, s->pos[r], rows[r].token);
 
     const size_t dim = c->dim;
     for (size_t r = 0; r < n; r++) embed(e, rows[r].token, s->x + r * dim);
@@ -1332,6 +1048,7 @@ done:
         q->len += q->pending;
         q->pending = 0;
     }
+    for (size_t r = 0; r < n; r++) ds_engine__seq_publish(rows[r].seq);    /* blocks now full */
     return DS_OK;
 }
 
@@ -1456,7 +1173,7 @@ void ds_engine_destroy(struct ds_engine *e)
     struct run_state *s = &e->s;
     free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
     free(s->hb); free(s->hb2); free(s->lg_in); free(s->att); free(s->att_kv); free(s->att_kv16); free(s->att_kvq); free(s->k16); free(s->xq); free(s->hq); free(s->xk); free(s->hk); free(s->pos); free(s->grp); free(s->out_rows); free(s->steps);
-    kv_cleanup(&e->kv);
+    ds_engine__kv_cleanup(&e->kv);
     ds_pool_destroy(e->pool);
     free(e);
 }
@@ -1592,11 +1309,12 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
                e->kern->name, (double)e->converted / 1e6, e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0");
     }
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
-    if (!e->gpu && (rc = kv_init(&e->kv, &e->cfg, blocks_per_seq * o->kv_seqs, e->kv_type)) != DS_OK)
+    if (!e->gpu && (rc = ds_engine__kv_init(e, blocks_per_seq * o->kv_seqs, o)) != DS_OK)
         goto fail;
     DS_LOG(DS_LOG_DEBUG, "engine: %s on %s, %s kernels, %u threads, ctx %u, %.1f MB of weights per token, "
-           "%s KV cache", ds_precision_name(ds_engine_precision(e)), e->backend, ds_engine_kernel(e), ds_pool_size(e->pool),
-           e->max_ctx, (double)e->weight_bytes / 1e6, ds_kv_type_name(e->kv_type));
+           "%s KV cache, prefix cache of %u idle blocks", ds_precision_name(ds_engine_precision(e)), e->backend,
+           ds_engine_kernel(e), ds_pool_size(e->pool), e->max_ctx, (double)e->weight_bytes / 1e6,
+           ds_kv_type_name(e->kv_type), e->kv.st.max_idle);
     *out = e;
     return DS_OK;
 fail:

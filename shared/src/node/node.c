@@ -190,6 +190,11 @@ static bool start(struct ds_node *node, struct node_req *r)
         node__req_fail(node, r, DS_MSG_CODE_INTERNAL, "out of memory");
         return false;
     }
+    uint32_t cached = 0;                        /* a prompt's whole blocks another request computed */
+    if (ds_seq_prefix_reuse(r->seq, r->ids, r->n_ids, &cached) == DS_OK && cached) {
+        r->n_fed = cached;
+        DS_LOG(DS_LOG_DEBUG, "request %s: %u of %zu prompt tokens from the prefix cache", r->req.id, cached, r->n_ids);
+    }
     ds_tok_stream_init(&r->st);
     r->st.prev = r->ids[r->n_ids - 1];
     node->active[node->n_active++] = r;

@@ -98,6 +98,7 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     m->precision = c->model_precision;
     m->backend = DS_BACKEND_AUTO;
     m->spec_k = 8;
+    m->prefix_cache = DS_PREFIX_CACHE_AUTO;
     if (!m->name || !m->version) {
         free(m->name);
         free(m->version);
@@ -106,6 +107,26 @@ static struct ds_node_model_cfg *model_slot(struct ds_node_config *c, const char
     }
     c->n_models++;
     return m;
+}
+
+/* [model] prefix_cache: "auto" (half the KV pool), "off", a number of KV
+** blocks (0 = off), or "N MB" (as many blocks as fit in N MiB). */
+static int parse_prefix_cache(struct ds_node_model_cfg *m, const char *value, char *err, size_t n)
+{
+    if (!strcmp(value, "auto") || !strcmp(value, "off")) {
+        m->prefix_cache = value[0] == 'a' ? DS_PREFIX_CACHE_AUTO : 0;
+        m->prefix_cache_bytes = 0;
+        return 0;
+    }
+    char *end;
+    unsigned long v = strtoul(value, &end, 10);
+    while (*end == ' ') end++;
+    const bool mb = (end[0] == 'M' || end[0] == 'm') && (end[1] == 'B' || end[1] == 'b') && !end[2];
+    if (!*value || *value == '-' || end == value || (*end && !mb) || v > 1048576ul)
+        return snprintf(err, n, "'%s' is not auto, off, a number of KV blocks (0..1048576) or \"N MB\"", value), -1;
+    m->prefix_cache = mb ? 0 : (uint32_t)v;
+    m->prefix_cache_bytes = mb ? (uint64_t)v << 20 : 0;
+    return 0;
 }
 
 static int set_model_key(struct ds_node_config *c, const char *name, const char *key, const char *value,
@@ -151,6 +172,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
             return snprintf(err, n, "'%s' is not native, fp32, fp16 or int8", value), -1;
         return 0;
     }
+    if (!strcmp(key, "prefix_cache")) return parse_prefix_cache(m, value, err, n);
     if (!strcmp(key, "kv_cache")) {
         if ((m->kv_cache = ds_kv_type_parse(value)) < 0)
             return snprintf(err, n, "'%s' is not f32, f16 or q8_0", value), -1;
@@ -160,7 +182,7 @@ static int set_model_key(struct ds_node_config *c, const char *name, const char 
                 : !strcmp(key, "spec_k") ? &m->spec_k : NULL;
     if (!u)
         return snprintf(err, n, "unknown model key (path, tokenizer, version, versions, delay, precision, backend, "
-                        "threads, ctx, kv_cache, cascade, draft, spec_k)"), -1;
+                        "threads, ctx, kv_cache, prefix_cache, cascade, draft, spec_k)"), -1;
     char *end;
     unsigned long v = strtoul(value, &end, 10);
     unsigned long lo = u == &m->spec_k ? 1 : 0, hi = u == &m->threads ? 256ul : u == &m->spec_k ? (unsigned long)DS_SPEC_K_MAX : 1048576ul;
@@ -380,6 +402,7 @@ static bool model_same(const struct ds_node_model_cfg *a, const struct ds_node_m
     return str_same(a->path, b->path) && str_same(a->tokenizer, b->tokenizer) && str_same(a->version, b->version)
         && a->precision == b->precision && a->backend == b->backend && a->threads == b->threads
         && a->ctx == b->ctx && a->kv_cache == b->kv_cache && a->cascade == b->cascade
+        && a->prefix_cache == b->prefix_cache && a->prefix_cache_bytes == b->prefix_cache_bytes
         && str_same(a->versions, b->versions) && str_same(a->delay, b->delay) && str_same(a->draft, b->draft)
         && a->spec_k == b->spec_k;
 }
@@ -630,6 +653,8 @@ void ds_node_config_describe(FILE *f, const struct ds_node_role *role)
     fprintf(f, "  [model NAME]       path (GGUF or llama2.c), tokenizer (llama2.c only), version (\"1\"),\n"
                "                     precision (native|fp32|int8, default %s), threads (0 = all CPUs), ctx (0 = min(model, 2048)),\n"
                "                     kv_cache (f32, the default, or f16: half the KV memory, K and V rounded to halves),\n"
+               "                     prefix_cache (auto, the default: half the KV pool kept for repeated prompt\n"
+               "                     prefixes; off; N KV blocks; or \"N MB\"),\n"
                "                     backend (auto|cpu|cuda, default auto: FP16 on a GPU when one is found and\n"
                "                     precision is fp32, else the CPU; cuda refuses to start without a GPU),\n",
             ds_precision_name((enum ds_precision)c->model_precision));

@@ -85,6 +85,8 @@ enum ds_err node__version_load(const struct ds_node *node, struct node_model *m,
     o->backend = (enum ds_backend)mc->backend;
     o->n_threads = mc->threads;
     o->kv_type = (enum ds_kv_type)mc->kv_cache;
+    o->prefix_cache_blocks = mc->prefix_cache;
+    o->prefix_cache_bytes = mc->prefix_cache_bytes;
     o->max_ctx = mc->ctx;
     po.ctx_cap = 2048;                                  /* ctx = 0: min(the model's, 2048) */
     o->kv_seqs = node->cfg->max_active;
