@@ -122,19 +122,19 @@ static const char *reply_refused(const struct ds_node *node, const char *reply, 
 }
 
 /* A request on <infer prefix><model>[/<identity>]: decode, check, then queue
-** it or offer it to the role. Always true: every message here is answered
-** or logged. */
-static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
+** it or offer it to the role. replay: the journal's record it comes from
+** (its deadline and journal id), NULL for a message from the broker. */
+static void take_request(struct ds_node *node, const struct ds_mqtt_msg *msg, const struct node_jrec *replay)
 {
-    (void)st;
     uint64_t now = ds_now_ns();
     const char *model_name = msg->topic + strlen(node->role->infer_prefix);
     size_t model_len = strcspn(model_name, "/");
     const char *identity = model_name[model_len] == '/' ? model_name + model_len + 1 : NULL;
 
     struct node_req *r = calloc(1, sizeof *r);
-    if (!r) return true;
+    if (!r) return;
     r->recv_ns = now;
+    if (replay) r->journal = &node->journal, r->jid = replay->jid;   /* freed: done */
     struct ds_msg_error err;
     enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &node->limits, &r->req, &err);
     /* Where to answer: the MQTT 5 Response Topic, else the JSON reply_to. */
@@ -157,16 +157,16 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
                        msg->topic, r->reply ? r->reply : "(none)", refused);
         ds_metrics_record_error(&node->metrics, DS_MSG_CODE_INVALID_REQUEST);
         node__req_free(r);
-        return true;
+        return;
     }
     if (rc != DS_OK) {
         node__send_error(node, r->reply, r->corr, r->corr_len, id, err.id_generated, err.code, err.message);
         node__req_free(r);
-        return true;
+        return;
     }
     if (!r->reply) {
         node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
-        return true;
+        return;
     }
     char *final;
     size_t final_len;
@@ -177,48 +177,98 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         DS_LOG(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
                r->reply);
         node__req_free(r);
-        return true;
+        return;
     case NODE_SEEN_REANSWER:               /* its final was lost on the way: the same final again */
         DS_LOG(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
                r->reply);
         node__publish(node, r->reply, r->corr, r->corr_len, final, final_len);
         node__req_free(r);
-        return true;
+        return;
     }
     if (strlen(r->req.model) != model_len || memcmp(r->req.model, model_name, model_len) != 0) {
         node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
-        return true;
+        return;
     }
     r->m = node__find_model(node, model_name, model_len);
     if (!r->m) {
         char why[400];
         not_served(node, model_name, model_len, why, sizeof why);
         node__req_fail(node, r, DS_MSG_CODE_MODEL_NOT_FOUND, why);
-        return true;
+        return;
     }
     if (atomic_load(&node->draining)) {
         node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
-        return true;
+        return;
     }
     if (!node__quota_take(node, r)) {
         char why[160];
         snprintf(why, sizeof why, "this client has %u requests queued or running here ([sched] client_max): wait "
                  "for their answers before sending more", atomic_load(&node->live_client_max));
         node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, why);
-        return true;
+        return;
     }
     r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
+    if (replay && replay->deadline_ms) {
+        uint64_t unix_now = node__unix_ms();
+        r->deadline_ns = now + (replay->deadline_ms - DS_MIN(replay->deadline_ms, unix_now)) * 1000000ull;
+    }
+    if (!replay) node__journal_accept(&node->journal, r, msg->topic, msg->payload, msg->len);
     r->key = atomic_fetch_add(&node->next_key, 1);
     atomic_fetch_add(&node->n_taken, 1);
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
     if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(node, r, now)) && node__ext_take(node, r, NODE_TAKE_ROUTE))
-        return true;
-    if (node__enqueue(node, r)) return true;
-    if (may_go && node__ext_take(node, r, NODE_TAKE_QUEUE_FULL)) return true;
+        return;
+    if (node__enqueue(node, r)) return;
+    if (may_go && node__ext_take(node, r, NODE_TAKE_QUEUE_FULL)) return;
     node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
+}
+
+/* Always true: every request here is answered or logged. */
+static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
+{
+    (void)st;
+    take_request(node, msg, NULL);
     return true;
+}
+
+void node__intake_replay(struct ds_node *node)
+{
+    struct node_journal *j = &node->journal;
+    if (!j->n_pending) return;
+    uint64_t unix_now = node__unix_ms();
+    unsigned taken = 0, expired = 0;
+    for (unsigned i = 0; i < j->n_pending; i++) {
+        struct node_jrec *rec = &j->pending[i];
+        const char *prefix = node->role->infer_prefix;
+        if (strncmp(rec->topic, prefix, strlen(prefix)) != 0 || !node__topic_ok(rec->topic)) {
+            DS_LOG(DS_LOG_WARN, "accepted_file: a record for topic '%.100s' is not a request: dropped", rec->topic);
+            node__journal_done(j, rec->jid);
+        } else if (rec->deadline_ms && rec->deadline_ms <= unix_now) {
+            /* Past its deadline: the device has retried, or will; an answer now would cross that one. */
+            DS_LOG(DS_LOG_INFO, "accepted_file: a request accepted by the last run is past its deadline: dropped "
+                   "(the device's retry owns it)");
+            node__journal_done(j, rec->jid);
+            expired++;
+        } else {
+            struct ds_mqtt_msg m = {
+                .topic = rec->topic, .topic_len = strlen(rec->topic), .payload = rec->payload, .len = rec->len,
+                .qos = 1, .response_topic = { rec->reply, strlen(rec->reply) },
+                .correlation = { rec->corr, rec->corr_len },
+            };
+            take_request(node, &m, rec);
+            taken++;
+        }
+        node__jrec_free(rec);
+    }
+    free(j->pending);
+    j->pending = NULL;
+    j->n_pending = 0;
+    atomic_fetch_add(&j->replayed, taken);
+    atomic_fetch_add(&j->expired, expired);
+    DS_LOG(DS_LOG_INFO, "accepted_file: %u request(s) accepted by the last run taken again, %u past their deadline "
+           "dropped", taken, expired);
 }
 
 /* ---- per-client quota ---- */
