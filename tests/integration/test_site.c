@@ -75,7 +75,7 @@ static void start_edge(int i)
     char conf[2048];
     snprintf(conf, sizeof conf,
              "[node]\nname = %s\nlog_level = debug\nanswers_file = answers-%s.bin\naccepted_file = accepted-%s.bin\n"
-             "[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n[telemetry]\ninterval_s = 1\n"
+             "[mqtt]\nuri = %s\n[batch]\nmax_active = 1\n[telemetry]\ninterval_s = 1\n"
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\n",
              edge_name(i), edge_name(i), edge_name(i), tb_broker_uri(g.broker), tu_model("stories260K.gguf"));
     g.edge[i] = it_spawn(g.dir, "edge-agent/dspark-edge", edge_name(i), conf, 0);
@@ -110,7 +110,7 @@ static void publish(const struct req *r)
     char topic[128], json[512];
     snprintf(topic, sizeof topic, DS_TOPIC_INFER "stories");
     int n = snprintf(json, sizeof json,
-                     "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":64,"
+                     "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":256,"
                      "\"deadline_ms\":%d}", r->id, DEADLINE_MS);
     struct ds_mqtt_props p = { .response_topic = REPLY, .correlation = r->id, .correlation_len = strlen(r->id) };
     assert_int_equal(ds_mqtt_publish(g.dev, topic, json, (size_t)n, 1, false, &p), DS_OK);
@@ -247,7 +247,7 @@ static void kill_round(int victim, int burst, int wave)
     int done = 0;
     while (ds_now_ns() < end && (done = served_by(name, from, g.n_reqs)) < 1) {
         pump();
-        usleep(5000);
+        usleep(2000);
     }
     assert_true(done >= 1 && done < burst / N_EDGES);
     assert_int_equal(it_stop(g.edge[victim], SIGKILL, 10000) != -1, 1);
@@ -294,7 +294,7 @@ static void test_kill_under_load(void **state)
 {
     (void)state;
     bool long_form = getenv("DSPARK_TEST_SITE_LONG") && !strcmp(getenv("DSPARK_TEST_SITE_LONG"), "1");
-    int rounds = long_form ? N_EDGES : 1, burst = long_form ? 60 : 30, wave = long_form ? 30 : 12;
+    int rounds = long_form ? N_EDGES : 1, burst = long_form ? 90 : 60, wave = long_form ? 30 : 12;
     for (int v = 0; v < rounds; v++) kill_round((v + 1) % N_EDGES, burst, wave);
     printf("3 edges, %d round(s) of one SIGKILLed under load: %d requests, %d retries by the device, every one "
            "answered once\n", rounds, g.n_reqs, g.retries);
