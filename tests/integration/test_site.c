@@ -18,7 +18,7 @@
 **     kept by the broker and answered after its restart (the one-edge
 **     guarantee, as integration.outage shows for an edge alone from the
 **     start).
-** Short form by default; DSPARK_TEST_SITE_LONG=1 runs a longer load and
+** Short form by default; DS_TEST_SITE_LONG=1 runs a longer load and
 ** kills each edge in turn.
 */
 #include <setjmp.h>
@@ -293,7 +293,7 @@ static void kill_round(int victim, int burst, int wave)
 static void test_kill_under_load(void **state)
 {
     (void)state;
-    bool long_form = getenv("DSPARK_TEST_SITE_LONG") && !strcmp(getenv("DSPARK_TEST_SITE_LONG"), "1");
+    bool long_form = getenv("DS_TEST_SITE_LONG") && !strcmp(getenv("DS_TEST_SITE_LONG"), "1");
     int rounds = long_form ? N_EDGES : 1, burst = long_form ? 90 : 60, wave = long_form ? 30 : 12;
     for (int v = 0; v < rounds; v++) kill_round((v + 1) % N_EDGES, burst, wave);
     printf("3 edges, %d round(s) of one SIGKILLed under load: %d requests, %d retries by the device, every one "

@@ -180,7 +180,8 @@ void node__site_telemetry(struct ds_node *node, cJSON *obj)
     cJSON *o = cJSON_AddObjectToObject(obj, "intake");
     if (!o) return;
     pthread_mutex_lock(&s->mu);
-    cJSON_AddStringToObject(o, "session", node->intake_mqtt && s->many ? "clean" : "persistent");
+    bool clean = (node->intake_mqtt && s->many) || node->cfg->session_expiry_s == 0;
+    cJSON_AddStringToObject(o, "session", clean ? "clean" : "persistent");
     cJSON_AddStringToObject(o, "shared", node->cfg->intake_shared);
     cJSON_AddNumberToObject(o, "peers", s->n_peers);
     cJSON_AddNumberToObject(o, "moves", (double)s->moves);
