@@ -236,6 +236,7 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
 void node__intake_replay(struct ds_node *node)
 {
     struct node_journal *j = &node->journal;
+    node__journal_start(j);
     if (!j->n_pending) return;
     uint64_t unix_now = node__unix_ms();
     unsigned taken = 0, expired = 0;

@@ -113,10 +113,13 @@ struct node_jrec {                  /* one accepted request, as journaled */
     size_t   corr_len, len;
 };
 /* file: the accepted file, or NULL/"" (none). Reads what the last run left
-** (j->pending) and starts the file again with only that. A file that cannot
-** be read or written is warned about, never fatal. */
+** (j->pending); writes nothing. A file that cannot be read or written is
+** warned about, never fatal. */
 enum ds_err node__journal_init(struct node_journal *j, const char *file, uint32_t max_payload);
 void node__journal_cleanup(struct node_journal *j);          /* after init, or zeroed */
+/* Serving from now on: the file rewritten with what is pending, then
+** appended to (not at --check). */
+void node__journal_start(struct node_journal *j);
 /* r (its reply, corr and deadline set) was accepted from topic with payload:
 ** journaled, r->journal and r->jid set. Any thread. */
 void node__journal_accept(struct node_journal *j, struct node_req *r, const char *topic, const void *payload,

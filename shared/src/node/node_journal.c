@@ -318,8 +318,12 @@ enum ds_err node__journal_init(struct node_journal *j, const char *file, uint32_
     } else if (errno != ENOENT) {
         DS_LOG(DS_LOG_WARN, "accepted_file %s: cannot read it (%s)", j->path, strerror(errno));
     }
-    rewrite(j);
     return DS_OK;
+}
+
+void node__journal_start(struct node_journal *j)
+{
+    if (j->ready && j->path[0] && j->fd < 0) rewrite(j);
 }
 
 void node__journal_cleanup(struct node_journal *j)
