@@ -6,7 +6,9 @@
 ** node_rollout.c (versions, canary, shadow, rollback, signed control),
 ** node_spec_local.c (one-node speculation rounds), node_fetch.c (model
 ** distribution), node_health.c (checks, alerts), node_dedupe.c (requests
-** delivered twice), node_ext.c (the one dispatch of the role's hooks),
+** delivered twice), node_journal.c (accepted requests kept for the next
+** run), node_site.c (which session takes the shared intake), node_ext.c
+** (the one dispatch of the role's hooks),
 ** node_route.c (the route table), node_ctl.c (stop, reload, state files).
 ** Role code sees node_ext.h only. Never installed.
 **
