@@ -422,6 +422,7 @@ enum ds_err ds_node_run(struct ds_node *node)
             struct ds_mqtt_stats ms;
             ds_mqtt_stats(node->mqtt, &ms);
             if (ms.connected) ready = node_notify_send(&nfy, "READY=1\nSTATUS=serving") || true;
+            if (ms.connected) node__site_connected(node);
         }
         while (ready && nfy.wedge && !atomic_load(&node->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());

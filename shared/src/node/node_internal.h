@@ -150,8 +150,10 @@ bool        node__site_wants_connection(const struct ds_node_config *c);
 bool        node__site_intake_route(const struct ds_node *node, const struct node_route *rt);
 /* Its status route (auto: peers), before connecting. */
 void        node__site_listen(struct ds_node *node);
-/* Subscribe the intake where it belongs and connect the intake client. */
+/* Subscribe the intake where it belongs (before connecting). */
 void        node__site_start(struct ds_node *node);
+/* The node's own connection is up: connect the intake client (once; engine thread). */
+void        node__site_connected(struct ds_node *node);
 /* Draining: true when the intake left the group (clean session). */
 bool        node__site_drain(struct ds_node *node);
 void        node__site_telemetry(struct ds_node *node, struct cJSON *obj);

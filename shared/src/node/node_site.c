@@ -45,6 +45,7 @@ struct node_site {
     pthread_mutex_t mu;
     bool            auto_mode, many;        /* many: the intake is on the clean connection */
     bool            started, draining;
+    bool            connecting;             /* the intake client was told to connect (engine thread) */
     char            peers[SITE_MAX_PEERS][SITE_NAME_MAX];   /* others of this role seen online */
     unsigned        n_peers;
     bool            overfull;               /* more peers than the table holds: many */
@@ -155,8 +156,16 @@ void node__site_start(struct ds_node *node)
     if (s->many) DS_LOG(DS_LOG_INFO, "intake: [intake] shared = many: requests taken on a clean session");
     if (node->intake_mqtt) move_intake(node, s->many ? node->intake_mqtt : node->mqtt, NULL);
     pthread_mutex_unlock(&s->mu);
-    if (node->intake_mqtt && ds_mqtt_connect(node->intake_mqtt) != DS_OK)
-        DS_LOG(DS_LOG_WARN, "intake connection: could not start it");
+}
+
+void node__site_connected(struct ds_node *node)
+{
+    struct node_site *s = node->site;
+    /* Only once the node's own connection made it: a broker that refuses
+    ** this node (a wrong CA, credentials) is reported once, by that one. */
+    if (!s || !node->intake_mqtt || s->connecting) return;
+    s->connecting = true;
+    if (ds_mqtt_connect(node->intake_mqtt) != DS_OK) DS_LOG(DS_LOG_WARN, "intake connection: could not start it");
 }
 
 bool node__site_drain(struct ds_node *node)
