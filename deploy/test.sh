@@ -32,6 +32,9 @@ fi
 # integration.dashboard drives Chromium with puppeteer-core (pinned in
 # tests/dashboard/package-lock.json).
 (cd tests/dashboard && npm ci --no-audit --no-fund)
+# integration.http drives the node's HTTP API with the official openai client
+# (pinned in tests/http/package-lock.json).
+(cd tests/http && npm ci --no-audit --no-fund)
 
 echo "== Release build (gcc, -Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDS_FATAL_WARNINGS=ON >/dev/null
@@ -45,8 +48,15 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
         -DDS_SANITIZE_ADDRESS=ON -DDS_SANITIZE_UNDEFINED=ON -DDS_FATAL_WARNINGS=ON >/dev/null
   cmake --build build-asan -j "$jobs"
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -LE "nosan${skip:+|$skip}"
+  # Short forms (DS_TEST_SHORT=1, tests/README.md) and two passes: the
+  # CPU-bound tests one at a time, then the integration and chaos suites,
+  # which mostly wait on brokers, daemons and timeouts, two at a time.
+  asan_rc=0
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 DS_TEST_SHORT=1
+  ctest --test-dir build-asan --output-on-failure -LE "nosan|integration|chaos${skip:+|$skip}" || asan_rc=1
+  ctest --test-dir build-asan --output-on-failure -j 2 -L "integration|chaos" -LE "nosan${skip:+|$skip}" || asan_rc=1
+  unset ASAN_OPTIONS UBSAN_OPTIONS DS_TEST_SHORT
+  [ "$asan_rc" = 0 ]
 
   # The integration suite under TSan (README "ThreadSanitizer"). Every
   # process (tests, daemons, CLI) writes its reports to build-tsan/tsan/
@@ -62,7 +72,8 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
         test_integration_edge test_integration_cli_infer test_integration_acl test_integration_tls \
         test_integration_outage test_integration_notify test_integration_center test_integration_overflow \
         test_integration_rollout test_integration_dist test_integration_specnet test_integration_spec_node \
-        test_integration_ops test_integration_httpd test_integration_flood test_integration_site
+        test_integration_ops test_integration_httpd test_integration_flood test_integration_http \
+        test_integration_site
   rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan
   tsan_rc=0
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$PWD/build-tsan/tsan/report" \

@@ -408,10 +408,14 @@ static void test_sampling_distribution(void **state)
     struct ds_sampler_params p;
     ds_sampler_params_init(&p);
     p.temperature = 1.0f;
-    assert_fits(M_PLAIN, F.bad, &p);                /* the harness itself */
-    assert_fits(M_SPEC, F.d, &p);                   /* INT8 draft */
+    /* Short form (tu_short, the ASan stage): the random draft only, which
+    ** takes the residual-draw paths the INT8 draft and the greedy split also
+    ** take, each 3,000 seeds; the power check stays. */
+    bool full = !tu_short();
+    if (full) assert_fits(M_PLAIN, F.bad, &p);      /* the harness itself */
+    if (full) assert_fits(M_SPEC, F.d, &p);         /* INT8 draft */
     assert_fits(M_SPEC, F.bad, &p);                 /* random draft: residual draws */
-    assert_fits(M_SPLIT_GREEDY_DRAFT, F.bad, &p);   /* q = NULL: greedy drafts */
+    if (full) assert_fits(M_SPLIT_GREEDY_DRAFT, F.bad, &p);   /* q = NULL: greedy drafts */
     double r[2];
     sample_fit(M_DRAFT_ONLY, F.bad, &p, r);         /* power: the draft's own distribution fails */
     assert_true(r[0] > 1.0 && r[1] > 1.0);
@@ -419,7 +423,7 @@ static void test_sampling_distribution(void **state)
     p.top_k = 40;
     p.top_p = 0.9f;
     assert_fits(M_SPEC, F.bad, &p);
-    assert_fits(M_SPEC, F.d, &p);
+    if (full) assert_fits(M_SPEC, F.d, &p);
 }
 
 /* Same seed, same tokens; another seed, other tokens (somewhere). */

@@ -153,6 +153,12 @@ void tu_skip_from_env(void)
     if (skip != NULL && *skip != '\0') cmocka_set_skip_filter(skip);
 }
 
+bool tu_short(void)
+{
+    const char *v = getenv("DS_TEST_SHORT");
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
 /* ---- reference logits ---- */
 
 size_t tu_read_ids(const char *path, int32_t *ids, size_t cap)

@@ -36,6 +36,10 @@ char *tu_run(const char *cmd, int *status);
 ** arm64 stage: the case that runs the x86 build's dspark); call before
 ** cmocka_run_group_tests, which then prints how many cases it runs. */
 void  tu_skip_from_env(void);
+/* DS_TEST_SHORT=1 (the ASan stage of deploy/test.sh): a test whose long
+** cases only repeat what a short one reaches runs the short form (each
+** such test says what it leaves out). */
+bool  tu_short(void);
 
 /* ---- reference logits (DS_MODELS_DIR/formats, trained; their READMEs) ---- */
 

@@ -170,11 +170,29 @@ struct node_route {
     void       *st;
 };
 
+/* The reply of an HTTP request: NODE_HTTP_REPLY <client>, never published
+** to; the '+' (a wildcard, which no MQTT request's response topic may hold)
+** keeps its client apart from any device's for the quota. */
+#define NODE_HTTP_REPLY "+http:"
+
+/* Where a request's answers go instead of its response topic: an HTTP
+** connection (node_http.c). Each answer message of the wire contract (a
+** stream chunk, then one final or one error) is handed over as JSON text,
+** BORROWED, from whichever thread answers (the engine loop, Paho's thread
+** for a center's relayed answers); last is true for the final or error,
+** after which deliver is not called again. release: the request is freed
+** (no more deliveries, whether or not the last came). */
+struct node_sink {
+    void (*deliver)(struct node_sink *s, const char *json, size_t len, bool last);
+    void (*release)(struct node_sink *s);
+};
+
 /* One accepted request, from intake to its answer. */
 struct node_req {
     uint64_t             key;           /* scheduler id */
     struct ds_infer_req  req;
-    char                *reply;         /* response topic */
+    char                *reply;         /* response topic; with a sink, NODE_HTTP_REPLY <client> */
+    struct node_sink    *sink;          /* answers go here instead (HTTP), or NULL */
     void                *corr;          /* correlation data, may be NULL */
     size_t               corr_len;
     struct node_model   *m;
@@ -207,6 +225,9 @@ struct node_req {
     uint64_t             client;        /* node__client_key of its response topic */
     struct node_journal *journal;       /* journaled there as accepted (done written when freed); NULL: not */
     uint64_t             jid;
+    const struct ds_mqtt_msg *intake_msg;   /* during node__admit only: the MQTT message r came in (journaled);
+                                        ** NULL: not from MQTT (HTTP) */
+    uint64_t             replay_deadline_ms;   /* taken again from the journal: its deadline (Unix ms); 0: none */
 };
 
 struct ds_node {
