@@ -32,7 +32,7 @@ static void accept_one(struct node_journal *j, struct node_req *r, const char *i
     r->deadline_ns = deadline_in_ms ? ds_now_ns() + deadline_in_ms * 1000000ull : 0;
     char payload[128];
     int n = snprintf(payload, sizeof payload, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once\"}", id);
-    node__journal_accept(j, r, "dspark/v1/infer/stories", payload, (size_t)n);
+    node__journal_accept(j, r, DS_TOPIC_INFER "stories", payload, (size_t)n);
     assert_ptr_equal(r->journal, j);
     assert_true(r->jid != 0);
 }
@@ -72,7 +72,7 @@ static void test_round_trip(void **state)
     assert_non_null(ra);
     assert_non_null(rc);
     assert_null(find(&j, "r-b"));
-    assert_string_equal(ra->topic, "dspark/v1/infer/stories");
+    assert_string_equal(ra->topic, DS_TOPIC_INFER "stories");
     assert_string_equal(ra->reply, "test/reply/j");
     assert_true(ra->len > 0 && memmem(ra->payload, ra->len, "\"id\":\"r-a\"", 10) != NULL);
     assert_int_equal(ra->jid, a.jid);
