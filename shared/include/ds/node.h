@@ -90,6 +90,7 @@ struct ds_node_config {
     uint32_t reserve_high;      /* [batch] reserve_high: slots only high-priority requests take */
     uint32_t client_max;        /* [sched] client_max: one client's requests queued or running (0 = no cap) */
     char    *intake_identity;   /* [intake] identity: topic, none or auto (topic on a TLS broker URI) */
+    char    *intake_shared;     /* [intake] shared: single, many or auto (node_site.c) */
     uint32_t prefill_chunk;     /* [batch] prefill_chunk: prompt tokens per step */
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */
@@ -117,6 +118,7 @@ struct ds_node_config {
     uint32_t health_clear_s;    /* [health] clear_s: healthy this long after a restart clears the alert */
     char    *health_state_file; /* [health] state_file: the raised alert, kept across the restart */
     char    *answers_file;      /* [node] answers_file: finals remembered across a restart */
+    char    *accepted_file;     /* [node] accepted_file: accepted, unanswered requests journaled (node_journal.c) */
     struct ds_node_model_cfg models[DS_NODE_MAX_MODELS];
     unsigned n_models;
     int      model_precision;   /* [model NAME] precision where a section sets none (the role's default) */

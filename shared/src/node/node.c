@@ -58,6 +58,7 @@ static void listen_all(struct ds_node *node, bool on)
 {
     for (unsigned i = 0; i < node->n_routes; i++) {
         const struct node_route *rt = &node->routes[i];
+        if (node__site_intake_route(node, rt)) continue;     /* node_site.c places the shared intake */
         if (!on && (!rt->drain_stop || node->cfg->session_expiry_s)) continue;
         enum ds_err rc = on ? ds_mqtt_subscribe(node->mqtt, rt->filter, 1)
                             : ds_mqtt_unsubscribe(node->mqtt, rt->filter);
@@ -379,6 +380,7 @@ static void publish_telemetry(struct ds_node *node)
         cJSON_AddNumberToObject(mq, "failed", (double)ms.failed);
     }
     node__rollout_telemetry(node, obj);
+    node__site_telemetry(node, obj);
     if (node->fetch) node__fetch_telemetry(node, obj);
     node__ext_telemetry(node, obj);
     if (ds_metrics_telemetry_add(&s, obj) != DS_OK) DS_LOG(DS_LOG_DEBUG, "telemetry: histograms left out (out of memory)");
@@ -398,12 +400,16 @@ enum ds_err ds_node_run(struct ds_node *node)
 {
     /* Who handles what, fixed before the first message can arrive. */
     node__intake_listen(node);
+    node__site_listen(node);
     node__rollout_listen(node);
     if (node->fetch) node__fetch_listen(node);
     node__ext_start(node);
+    /* What the last run accepted and did not answer, before anything new. */
+    node__intake_replay(node);
+    listen_all(node, true);
+    node__site_start(node);
     enum ds_err rc = ds_mqtt_connect(node->mqtt);
     if (rc != DS_OK) return rc;
-    listen_all(node, true);
     DS_LOG(DS_LOG_INFO, "%s %s serving %u model(s) on %s", ds_msg_role_name(node->cfg->role), node->cfg->node,
            node->n_models, node->cfg->mqtt_uri);
     /* READY=1 once the models are loaded (ds_node_create) and the broker has
@@ -421,6 +427,7 @@ enum ds_err ds_node_run(struct ds_node *node)
             struct ds_mqtt_stats ms;
             ds_mqtt_stats(node->mqtt, &ms);
             if (ms.connected) ready = node_notify_send(&nfy, "READY=1\nSTATUS=serving") || true;
+            if (ms.connected) node__site_connected(node);
         }
         while (ready && nfy.wedge && !atomic_load(&node->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());
@@ -432,6 +439,7 @@ enum ds_err ds_node_run(struct ds_node *node)
             atomic_store(&node->draining, true);
             drain_start = ds_now_ns();
             listen_all(node, false);
+            if (node__site_drain(node)) DS_LOG(DS_LOG_INFO, "draining: left the shared intake (the other nodes take new requests)");
             DS_LOG(DS_LOG_INFO, "draining: %u running, answering what is queued", node->n_active);
         }
         if (atomic_exchange(&node->reload, false) && node->cfg_path) {
@@ -490,6 +498,7 @@ enum ds_err ds_node_run(struct ds_node *node)
         DS_LOG(DS_LOG_WARN, "%s were not acknowledged", atomic_load(&node->n_answers)
                    ? "some answers, status or telemetry messages"
                    : "the offline status and telemetry (this run answered nothing)");
+    if (node->intake_mqtt) ds_mqtt_disconnect(node->intake_mqtt, 1000);
     ds_mqtt_disconnect(node->mqtt, 2000);
     node_notify_cleanup(&nfy);
     DS_LOG(DS_LOG_INFO, "%s %s stopped", ds_msg_role_name(node->cfg->role), node->cfg->node);
@@ -504,7 +513,8 @@ void ds_node_destroy(struct ds_node *node)
     atomic_store(&node->draining, true);   /* threads that admit (HTTP, node_http.c) take nothing more */
     node__fetch_stop(node);                /* its thread publishes fetch requests */
     node__health_destroy(node);            /* its thread publishes alerts */
-    ds_mqtt_destroy(node->mqtt);           /* no callback runs after this */
+    ds_mqtt_destroy(node->intake_mqtt);    /* no callback runs after these */
+    ds_mqtt_destroy(node->mqtt);
     node__fetch_destroy(node);
     struct ds_sched_item it;
     while (node->sched && ds_sched_pop_expired(node->sched, UINT64_MAX, &it)) node__req_free(it.user);
@@ -521,6 +531,8 @@ void ds_node_destroy(struct ds_node *node)
     free(node->quota.c);
     ds_metrics_cleanup(&node->metrics);
     node__dedupe_cleanup(&node->dedupe);
+    node__journal_cleanup(&node->journal);   /* after the requests: freeing them writes done */
+    node__site_destroy(node);
     free(node->active);
     free(node);
 }
@@ -565,6 +577,16 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     node__state_file(c->answers_file, "answers", c->node, "bin", answers, sizeof answers);
     enum ds_err drc = node__dedupe_init(&node->dedupe, answers);
     if (drc != DS_OK) {
+        ds_metrics_cleanup(&node->metrics);
+        free(node);
+        return drc;
+    }
+    char accepted[4096];
+    node__state_file(c->accepted_file, "accepted", c->node, "bin", accepted, sizeof accepted);
+    if ((drc = node__journal_init(&node->journal, accepted, c->max_payload)) != DS_OK ||
+        (drc = node__site_create(node)) != DS_OK) {
+        node__journal_cleanup(&node->journal);
+        node__dedupe_cleanup(&node->dedupe);
         ds_metrics_cleanup(&node->metrics);
         free(node);
         return drc;
@@ -620,6 +642,22 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if (c->session_expiry_s)
         DS_LOG(DS_LOG_INFO, "mqtt: the broker keeps requests for this node for %u s while it is down",
                c->session_expiry_s);
+    /* The shared intake's clean-start connection ([intake] shared, node_site.c):
+    ** no last will (the node's own connection says online and offline), and
+    ** nothing published on it. */
+    if (node__site_wants_connection(c)) {
+        mo.will_topic = NULL;
+        mo.will_payload = NULL;
+        mo.will_len = 0;
+        mo.session_expiry_s = 0;
+        mo.on_connection = NULL;
+        mo.on_refused = NULL;
+        char intake_id[160];
+        snprintf(intake_id, sizeof intake_id, "%s-intake", client_id);
+        if ((rc = ds_mqtt_create(c->mqtt_uri, intake_id, &mo, &node->intake_mqtt)) != DS_OK) goto fail;
+        DS_LOG(DS_LOG_INFO, "mqtt: shared intake ([intake] shared = %s) may move to client id %s, clean start",
+               c->intake_shared, intake_id);
+    }
     *out = node;
     return DS_OK;
 fail:

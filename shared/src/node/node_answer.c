@@ -84,6 +84,7 @@ void node__quota_give(struct node_req *r)
 void node__req_free(struct node_req *r)
 {
     if (!r) return;
+    if (r->journal) node__journal_done(r->journal, r->jid);   /* no longer this node's to answer */
     node__quota_give(r);
     node__rollout_release(r);
     if (r->owner && r->owner->req_free) r->owner->req_free(r);

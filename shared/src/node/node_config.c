@@ -26,6 +26,7 @@ static const struct ds_cfg_key core_keys[] = {
     { "node", "name", DS_CFG_STR, O(node), "node-1", 0, 0, 0, "node name: topics, served_by, telemetry" },
     { "node", "log_level", DS_CFG_STR, O(log_level), "info", 0, 0, DS_CFG_RELOADABLE, "error, warn, info or debug" },
     { "node", "answers_file", DS_CFG_STR, O(answers_file), NULL, 0, 0, 0, "finals remembered across a restart, so a request redelivered or retried after one is not answered twice (default $STATE_DIRECTORY/answers-NAME.bin under systemd; none without either: memory only)" },
+    { "node", "accepted_file", DS_CFG_STR, O(accepted_file), NULL, 0, 0, 0, "requests accepted and not yet answered, journaled so that a restart after a crash or SIGKILL answers them (default $STATE_DIRECTORY/accepted-NAME.bin under systemd; none without either)" },
     { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
@@ -45,6 +46,7 @@ static const struct ds_cfg_key core_keys[] = {
     { "sched", "queue_low", DS_CFG_U32, O(queue_cap[DS_TIER_LOW]), "256", 1, 65536, 0, "queued low requests" },
     { "sched", "age_ms", DS_CFG_U32, O(age_ms), "2000", 0, 3600000, 0, "a request waiting this long goes first (0 = off)" },
     { "intake", "identity", DS_CFG_STR, O(intake_identity), "auto", 0, 0, 0, "topic: devices send on " DS_TOPIC_INFER "<model>/<identity> and get answers only on " DS_TOPIC_REPLY "<identity>/... (the broker's ACL pins <identity>); none: " DS_TOPIC_INFER "<model> is taken too (a lab broker); auto: topic on a TLS broker URI, none on tcp://" },
+    { "intake", "shared", DS_CFG_STR, O(intake_shared), "auto", 0, 0, 0, "which MQTT session takes requests from the role's shared subscription: single: the node's persistent one (the broker keeps requests while it is down); many: a second, clean-start connection (a dead node leaves the group at once); auto: single while no other node of this role is online on the broker, many while one is" },
     { "sched", "client_max", DS_CFG_U32, O(client_max), "128", 0, 65536, DS_CFG_RELOADABLE, "requests one client may have queued or running here; more are 'overloaded' (0 = no cap)" },
     { "batch", "max_active", DS_CFG_U32, O(max_active), "16", 1, 256, 0, "sequences decoded together" },
     { "batch", "reserve_high", DS_CFG_U32, O(reserve_high), "1", 0, 255, 0, "of max_active, slots kept for high-priority requests (normal and low never take them); default 0 when max_active < 8" },
@@ -324,7 +326,7 @@ static enum ds_err resolve_paths(struct ds_node_config *c, const char *path)
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     if (slash == path) snprintf(dir, sizeof dir, "/");
     char **one[] = { &c->registry_path, &c->node_sec, &c->node_pub, &c->models_dir, &c->health_state_file,
-                     &c->answers_file };
+                     &c->answers_file, &c->accepted_file };
     char **many[] = { &c->signer_pub, &c->publish_dirs };
     enum ds_err rc = DS_OK;
     for (size_t i = 0; i < DS_ARRAY_LEN(one) && rc == DS_OK; i++) rc = resolve_list(one[i], dir, false);
@@ -579,6 +581,8 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
         BAD(AT("node", "log_format", 0), "[node] log_format '%s' is not text or json", c->log_format);
     if (strcmp(c->intake_identity, "topic") && strcmp(c->intake_identity, "none") && strcmp(c->intake_identity, "auto"))
         BAD(AT("intake", "identity", 0), "[intake] identity '%s' is not topic, none or auto", c->intake_identity);
+    if (strcmp(c->intake_shared, "single") && strcmp(c->intake_shared, "many") && strcmp(c->intake_shared, "auto"))
+        BAD(AT("intake", "shared", 0), "[intake] shared '%s' is not single, many or auto", c->intake_shared);
     char why[DS_WHY_MAX];
     if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK)
         BAD(AT("mqtt", "uri", 0), "[mqtt] %s", why);

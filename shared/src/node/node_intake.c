@@ -122,19 +122,19 @@ static const char *reply_refused(const struct ds_node *node, const char *reply, 
 }
 
 /* A request on <infer prefix><model>[/<identity>]: decode, check, then queue
-** it or offer it to the role. Always true: every message here is answered
-** or logged. */
-static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
+** it or offer it to the role. replay: the journal's record it comes from
+** (its deadline and journal id), NULL for a message from the broker. */
+static void take_request(struct ds_node *node, const struct ds_mqtt_msg *msg, const struct node_jrec *replay)
 {
-    (void)st;
     uint64_t now = ds_now_ns();
     const char *model_name = msg->topic + strlen(node->role->infer_prefix);
     size_t model_len = strcspn(model_name, "/");
     const char *identity = model_name[model_len] == '/' ? model_name + model_len + 1 : NULL;
 
     struct node_req *r = calloc(1, sizeof *r);
-    if (!r) return true;
+    if (!r) return;
     r->recv_ns = now;
+    if (replay) r->journal = &node->journal, r->jid = replay->jid;   /* freed: done */
     struct ds_msg_error err;
     enum ds_err rc = ds_msg_infer_req_decode(msg->payload, msg->len, &node->limits, &r->req, &err);
     /* Where to answer: the MQTT 5 Response Topic, else the JSON reply_to. */
@@ -157,16 +157,16 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
                        msg->topic, r->reply ? r->reply : "(none)", refused);
         ds_metrics_record_error(&node->metrics, DS_MSG_CODE_INVALID_REQUEST);
         node__req_free(r);
-        return true;
+        return;
     }
     if (rc != DS_OK) {
         node__send_error(node, r->reply, r->corr, r->corr_len, id, err.id_generated, err.code, err.message);
         node__req_free(r);
-        return true;
+        return;
     }
     if (!r->reply) {
         node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "no response topic (MQTT 5 Response Topic or reply_to)");
-        return true;
+        return;
     }
     char *final;
     size_t final_len;
@@ -177,19 +177,21 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         DS_LOG(DS_LOG_INFO, "request %s on %s: a copy of one queued, running or answered: ignored", r->req.id,
                r->reply);
         node__req_free(r);
-        return true;
+        return;
     case NODE_SEEN_REANSWER:               /* its final was lost on the way: the same final again */
         DS_LOG(DS_LOG_INFO, "request %s on %s: sent again after its final: the same final again", r->req.id,
                r->reply);
         node__publish(node, r->reply, r->corr, r->corr_len, final, final_len);
         node__req_free(r);
-        return true;
+        return;
     }
     if (strlen(r->req.model) != model_len || memcmp(r->req.model, model_name, model_len) != 0) {
         node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
-        return true;
+        return;
     }
     char why[400];
+    r->intake_msg = msg;                   /* journaled by node__admit, which clears it */
+    r->replay_deadline_ms = replay ? replay->deadline_ms : 0;
     switch (node__admit(node, r, now, msg->has_expiry, msg->expiry_s, why, sizeof why)) {
     case NODE_ADMIT_OK:
         break;
@@ -202,8 +204,55 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, why);
         break;
     }
+}
+
+/* Always true: every request here is answered or logged. */
+static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
+{
+    (void)st;
+    take_request(node, msg, NULL);
     return true;
 }
+
+void node__intake_replay(struct ds_node *node)
+{
+    struct node_journal *j = &node->journal;
+    node__journal_start(j);
+    if (!j->n_pending) return;
+    uint64_t unix_now = node__unix_ms();
+    unsigned taken = 0, expired = 0;
+    for (unsigned i = 0; i < j->n_pending; i++) {
+        struct node_jrec *rec = &j->pending[i];
+        const char *prefix = node->role->infer_prefix;
+        if (strncmp(rec->topic, prefix, strlen(prefix)) != 0 || !node__topic_ok(rec->topic)) {
+            DS_LOG(DS_LOG_WARN, "accepted_file: a record for topic '%.100s' is not a request: dropped", rec->topic);
+            node__journal_done(j, rec->jid);
+        } else if (rec->deadline_ms && rec->deadline_ms <= unix_now) {
+            /* Past its deadline: the device has retried, or will; an answer now would cross that one. */
+            DS_LOG(DS_LOG_INFO, "accepted_file: a request accepted by the last run is past its deadline: dropped "
+                   "(the device's retry owns it)");
+            node__journal_done(j, rec->jid);
+            expired++;
+        } else {
+            struct ds_mqtt_msg m = {
+                .topic = rec->topic, .topic_len = strlen(rec->topic), .payload = rec->payload, .len = rec->len,
+                .qos = 1, .response_topic = { rec->reply, strlen(rec->reply) },
+                .correlation = { rec->corr, rec->corr_len },
+            };
+            take_request(node, &m, rec);
+            taken++;
+        }
+        node__jrec_free(rec);
+    }
+    free(j->pending);
+    j->pending = NULL;
+    j->n_pending = 0;
+    atomic_fetch_add(&j->replayed, taken);
+    atomic_fetch_add(&j->expired, expired);
+    DS_LOG(DS_LOG_INFO, "accepted_file: %u request(s) accepted by the last run taken again, %u past their deadline "
+           "dropped", taken, expired);
+}
+
 
 enum node_admit node__admit(struct ds_node *node, struct node_req *r, uint64_t now, bool has_expiry, uint32_t expiry_s,
                             char *why, size_t why_cap)
@@ -223,6 +272,13 @@ enum node_admit node__admit(struct ds_node *node, struct node_req *r, uint64_t n
         return NODE_ADMIT_QUOTA;
     }
     r->deadline_ns = ds_node_deadline_ns(now, has_expiry, expiry_s, r->req.deadline_ms);
+    if (r->replay_deadline_ms) {           /* taken again from the journal: its first deadline */
+        uint64_t unix_now = node__unix_ms();
+        r->deadline_ns = now + (r->replay_deadline_ms - DS_MIN(r->replay_deadline_ms, unix_now)) * 1000000ull;
+    }
+    if (r->intake_msg && !r->journal)     /* an MQTT request: kept for the next run until answered */
+        node__journal_accept(&node->journal, r, r->intake_msg->topic, r->intake_msg->payload, r->intake_msg->len);
+    r->intake_msg = NULL;                  /* borrowed for the call only */
     r->key = atomic_fetch_add(&node->next_key, 1);
     atomic_fetch_add(&node->n_taken, 1);
     /* Here, or the role's (an edge's centers) when route says so or this

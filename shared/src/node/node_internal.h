@@ -6,7 +6,9 @@
 ** node_rollout.c (versions, canary, shadow, rollback, signed control),
 ** node_spec_local.c (one-node speculation rounds), node_fetch.c (model
 ** distribution), node_health.c (checks, alerts), node_dedupe.c (requests
-** delivered twice), node_ext.c (the one dispatch of the role's hooks),
+** delivered twice), node_journal.c (accepted requests kept for the next
+** run), node_site.c (which session takes the shared intake), node_ext.c
+** (the one dispatch of the role's hooks),
 ** node_route.c (the route table), node_ctl.c (stop, reload, state files).
 ** Role code sees node_ext.h only. Never installed.
 **
@@ -21,7 +23,8 @@
 **   node_answer.c                     finals, errors, tokens
 **   node_rollout.c                    versions, canary, shadow, control
 **   node_version.c node_fetch.c node_health.c
-**   node_ext.c node_route.c node_ctl.c node_dedupe.c node_config.c
+**   node_site.c                       which session takes the shared intake
+**   node_ext.c node_route.c node_ctl.c node_dedupe.c node_journal.c node_config.c
 **   node_notify.c node_gpu.c metrics.c control_wire.c intake_wire.c
 ** Threads below the loop (health, fetch) and the role's extensions reach
 ** the loop only through flags (node_ctl.c) and the hook table (node_ext.c).
@@ -103,6 +106,58 @@ enum node_seen_as node__dedupe_claim(struct node_dedupe *d, const struct node_re
 void node__dedupe_keep(struct node_dedupe *d, const struct node_req *r, const char *json, size_t len);
 /* r was answered with an error: a copy sent later is served. */
 void node__dedupe_forget(struct node_dedupe *d, const struct node_req *r);
+
+/* node_journal.c: requests accepted and not yet answered, for the next run
+** ([node] accepted_file; the rule is there). */
+struct node_jrec {                  /* one accepted request, as journaled */
+    uint64_t jid, deadline_ms;      /* deadline: Unix ms, 0 = none */
+    char    *topic, *reply;
+    void    *corr, *payload;
+    size_t   corr_len, len;
+};
+/* file: the accepted file, or NULL/"" (none). Reads what the last run left
+** (j->pending); writes nothing. A file that cannot be read or written is
+** warned about, never fatal. */
+enum ds_err node__journal_init(struct node_journal *j, const char *file, uint32_t max_payload);
+void node__journal_cleanup(struct node_journal *j);          /* after init, or zeroed */
+/* Serving from now on: the file rewritten with what is pending, then
+** appended to (not at --check). */
+void node__journal_start(struct node_journal *j);
+/* r (its reply, corr and deadline set) was accepted from topic with payload:
+** journaled, r->journal and r->jid set. Any thread. */
+void node__journal_accept(struct node_journal *j, struct node_req *r, const char *topic, const void *payload,
+                          size_t len);
+/* The request journaled as jid is no longer this node's (node__req_free). */
+void node__journal_done(struct node_journal *j, uint64_t jid);
+/* Parse a journal image: the accepts without a done (OWNED array, each freed
+** with node__jrec_free), and how many bytes checked (the rest is damage).
+** For the start and the fuzz target. */
+enum ds_err node__journal_parse(const void *data, size_t len, uint32_t max_payload, struct node_jrec **out,
+                                unsigned *n_out, size_t *good);
+void node__jrec_free(struct node_jrec *r);
+uint64_t node__unix_ms(void);
+/* node_intake.c: take the requests the journal kept (engine thread, before
+** the node connects): each goes through intake again with its own deadline;
+** those past it are dropped (the device's retry owns them). */
+void node__intake_replay(struct ds_node *node);
+
+/* node_site.c: which MQTT session takes the role's shared intake ([intake]
+** shared; the rule is there). */
+enum ds_err node__site_create(struct ds_node *node);
+void        node__site_destroy(struct ds_node *node);
+/* Whether c asks for a clean intake connection beside the node's own. */
+bool        node__site_wants_connection(const struct ds_node_config *c);
+/* Whether rt is an intake route the site moves (node.c leaves it alone). */
+bool        node__site_intake_route(const struct ds_node *node, const struct node_route *rt);
+/* Its status route (auto: peers), before connecting. */
+void        node__site_listen(struct ds_node *node);
+/* Subscribe the intake where it belongs (before connecting). */
+void        node__site_start(struct ds_node *node);
+/* The node's own connection is up: connect the intake client (once; engine thread). */
+void        node__site_connected(struct ds_node *node);
+/* Draining: true when the intake left the group (clean session). */
+bool        node__site_drain(struct ds_node *node);
+void        node__site_telemetry(struct ds_node *node, struct cJSON *obj);
 
 /* node_answer.c */
 /* A stream chunk of r: best effort (dropped while the broker is away; the

@@ -145,6 +145,21 @@ struct node_dedupe {
     bool                 write_failed;  /* warned once per failing streak */
 };
 
+/* Requests accepted and not yet answered, journaled for the next run
+** (node_journal.c): an append-only file of accept and done records. */
+struct node_journal {
+    pthread_mutex_t      mu;
+    bool                 ready;
+    char                 path[4096];    /* "" = none */
+    int                  fd;            /* appends go here; -1 = none */
+    uint64_t             next_id;       /* journal ids: this run's start time, then +1 each */
+    bool                 write_failed;  /* warned once per failing streak */
+    uint32_t             max_payload;   /* [limits] max_payload: a longer record is damage */
+    struct node_jrec    *pending;       /* read at start, taken again by node__intake_replay */
+    unsigned             n_pending;
+    atomic_uint_fast64_t replayed, expired;   /* taken again at start; dropped past their deadline */
+};
+
 /* One topic filter the node subscribed to and who handles what matches it. */
 struct node_route {
     char        filter[160];           /* as subscribed ($share/... included) */
@@ -208,6 +223,11 @@ struct node_req {
     void                *role;
     struct node_quota   *quota;         /* counted against its client there (NULL: not counted) */
     uint64_t             client;        /* node__client_key of its response topic */
+    struct node_journal *journal;       /* journaled there as accepted (done written when freed); NULL: not */
+    uint64_t             jid;
+    const struct ds_mqtt_msg *intake_msg;   /* during node__admit only: the MQTT message r came in (journaled);
+                                        ** NULL: not from MQTT (HTTP) */
+    uint64_t             replay_deadline_ms;   /* taken again from the journal: its deadline (Unix ms); 0: none */
 };
 
 struct ds_node {
@@ -252,6 +272,9 @@ struct ds_node {
     atomic_uint_fast64_t beat_ns;        /* the loop's last turn (ds_now_ns); 0 before the first */
     void               (*on_fatal)(int status);   /* the daemon's exit after a failed check; NULL = stop */
     struct node_dedupe   dedupe;         /* requests delivered twice (node_dedupe.c) */
+    struct node_journal  journal;        /* accepted, not answered: for the next run (node_journal.c) */
+    struct ds_mqtt      *intake_mqtt;    /* the shared intake's clean-start connection, or NULL (node_site.c) */
+    struct node_site    *site;           /* which session takes the shared intake (node_site.c) */
 };
 
 #endif
