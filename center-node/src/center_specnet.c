@@ -320,6 +320,11 @@ static void center_open(struct ds_node *node, const struct spn_msg *m, const cJS
         center_error(node, m, sid, DS_MSG_CODE_MODEL_NOT_FOUND, "model: %s is not served by this center", req.model);
         goto done;
     }
+    if (req.grammar) {                 /* verification does not mask: structured output is decoded plainly */
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                     "grammar: structured output is not verified from drafts here: send the request plainly");
+        goto done;
+    }
     if (!verifies(node, nv)) {         /* its status does not list the model: an edge that opened anyway */
         center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
                      "model: %s runs on %s here, where drafts do not pay: send the request plainly", req.model,

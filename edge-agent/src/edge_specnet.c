@@ -31,6 +31,10 @@
 ** .../session/) turns speculation off until restart: running requests
 ** decode on here at once, later ones are relayed plainly.
 **
+** Structured output (a request with a grammar) is never drafted: it is
+** relayed plainly and the center enforces the grammar while decoding (a
+** center refuses a session opened with one).
+**
 ** Sampling (temperature > 0): drafts are greedy and the center verifies with
 ** the request's sampling parameters and q = NULL (a deterministic draft:
 ** ds/spec.h), which keeps each token distributed exactly as the target's
@@ -241,7 +245,10 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
     /* No live center verifies drafts of this model (none at all, or [spec]
     ** sessions = 0 on them, or its target on a GPU): edge_overflow.c relays
     ** it plainly. */
-    if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner ||
+    /* Structured output is relayed plainly too: the center's verification
+    ** does not mask its target's logits with the request's grammar
+    ** (docs/usage.md "Structured output"). */
+    if (why == NODE_TAKE_LOW_CONFIDENCE || r->req.route != DS_MSG_ROUTE_CENTER || r->owner || r->req.grammar ||
         edge__centers_verifying(node, r->req.model) == 0 || atomic_load(&((struct edge_specnet *)st)->denied))
         return false;
     r->owner = &edge_specnet_ext;

@@ -19,7 +19,9 @@
 **
 ** Which requests: any, streamed or not, greedy or sampled (rejection
 ** sampling keeps the target's distribution; the request's seed seeds the
-** rounds). Not: models with cascade set (the cascade needs the per-token
+** rounds). Not: requests with a grammar (structured output: the batched
+** step masks each token; docs/usage.md "Structured output"), models with
+** cascade set (the cascade needs the per-token
 ** log-probabilities of plain decoding), and the last DS_SPEC_K_MAX + 2
 ** positions of the context (plain steps end the answer exactly as without
 ** speculation).
@@ -43,7 +45,7 @@ bool node__spec_step(struct ds_node *node, struct node_version *v)
         r = node->active[i];
     }
     /* Speculate only with room for a draft (two tokens left at least). */
-    if (!r || v->m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 || r->n_gen + 2 > r->req.max_tokens ||
+    if (!r || r->gst || v->m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 || r->n_gen + 2 > r->req.max_tokens ||
         r->ids_cap < r->n_ids + r->req.max_tokens + 1)
         return false;
     uint32_t n_ctx = (uint32_t)(r->n_ids + r->n_gen);

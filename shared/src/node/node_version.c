@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ds/chat.h"
+#include "ds/grammar.h"
 #include "ds/log.h"
 #include "ds/program.h"
 #include "ds/tok.h"
@@ -123,6 +124,27 @@ fail:
     return rc;
 }
 
+enum ds_err node__grammar_vocab(struct node_version *v)
+{
+    if (v->gvocab) return DS_OK;
+    uint64_t t0 = ds_now_ns();
+    struct ds_grammar_vocab *gv = NULL;
+    enum ds_err rc = ds_grammar_vocab_create(v->tok, &gv);
+    uint8_t *mask = rc == DS_OK ? malloc(DS_MAX(ds_grammar_vocab_size(gv), 1u)) : NULL;
+    if (!mask) {
+        DS_LOG(DS_LOG_ERROR, "model %s %s: the vocabulary trie for structured output could not be built: %s",
+               v->m->cfg->name, v->version, ds_strerror(rc != DS_OK ? rc : DS_ERR_NOMEM));
+        ds_grammar_vocab_destroy(gv);
+        return rc != DS_OK ? rc : DS_ERR_NOMEM;
+    }
+    v->gvocab = gv;
+    v->gmask = mask;
+    DS_LOG(DS_LOG_INFO, "model %s %s: structured output: vocabulary trie of %u tokens built in %.1f ms, %.2f MiB",
+           v->m->cfg->name, v->version, ds_grammar_vocab_size(gv), (double)(ds_now_ns() - t0) / 1e6,
+           (double)(ds_grammar_vocab_bytes(gv) + ds_grammar_vocab_size(gv)) / (1024.0 * 1024.0));
+    return DS_OK;
+}
+
 enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
                                    char *why, size_t why_cap)
 {
@@ -164,6 +186,8 @@ void node__version_free(struct node_version *v)
 {
     if (!v) return;
     node__spec_unload(v);
+    ds_grammar_vocab_destroy(v->gvocab);
+    free(v->gmask);
     ds_engine_destroy(v->eng);
     ds_tok_destroy(v->tok);
     ds_model_close(v->model);
