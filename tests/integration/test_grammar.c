@@ -10,7 +10,10 @@
 ** "stop"; a "grammar" text is followed exactly; an unsupported keyword is
 ** refused with invalid_request naming it; requests with route=center are
 ** relayed with their schema (not drafted, though the edge speculates) and
-** the center's answers validate as well.
+** the center's answers validate as well (a plain one is drafted); a
+** cascaded weak answer is re-asked at the center with its schema; with
+** one-node speculation on, requests with a schema are decoded plainly and
+** validate.
 ** DS_GRAMMAR_FULL=1: 200 requests at the edge instead of 40.
 */
 #include <setjmp.h>
@@ -152,6 +155,23 @@ static void check_list(void)
     assert_non_null(g.list);
 }
 
+/* The edge anew under name with extra keys in its [model t3m] section (the
+** old one stopped first: edges share the request topic). */
+static void restart_edge(const char *name, const char *model_keys)
+{
+    if (g.edge > 0) it_stop(g.edge, SIGTERM, 5000);
+    char conf[2048], want[96];
+    snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\nsession_expiry_s = 0\n[batch]\nmax_active = 8\n"
+             "[overflow]\nspeculate = true\n"
+             "[model t3m]\npath = %s\nthreads = 1\nctx = 256\n%s",
+             name, tb_broker_uri(g.b), tu_model("trained/t3M-Q8_0.gguf"), model_keys);
+    g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", name, conf, 0);
+    assert_true(g.edge > 0);
+    snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
+    assert_true(it_inbox_seen(g.in, want, 20000));
+    assert_true(it_log_wait(g.dir, name, "center center-gr is online", 1, 20000));
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -183,14 +203,7 @@ static int setup(void **state)
     assert_true(it_inbox_seen(g.in, "\"node\":\"center-gr\",\"state\":\"online\"", 20000));
     /* The edge speculates for route=center requests: structured output is
     ** relayed plainly all the same. */
-    snprintf(conf, sizeof conf, "[node]\nname = edge-gr\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
-             "[overflow]\nspeculate = true\n"
-             "[model t3m]\npath = %s\nprecision = int8\nthreads = 1\nctx = 256\n",
-             tb_broker_uri(g.b), tu_model("trained/t3M-Q8_0.gguf"));
-    g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-gr", conf, 0);
-    assert_true(g.edge > 0);
-    assert_true(it_inbox_seen(g.in, "\"node\":\"edge-gr\",\"state\":\"online\"", 20000));
-    assert_true(it_log_wait(g.dir, "edge-gr", "center center-gr is online", 1, 20000));
+    restart_edge("edge-gr", "precision = int8\n");
     return 0;
 }
 
@@ -219,6 +232,7 @@ static char *final_text(const char *id, const char *tier)
     if (!fr || !text || strcmp(fr, "stop") != 0 || !t || strcmp(t, tier) != 0)
         fail_msg("%s: expected a final with finish_reason stop from the %s: %s", id, tier, fin);
     if (strstr(fin, "\"drafted\"")) fail_msg("%s: structured output was drafted: %s", id, fin);
+    if (strcmp(tier, "center") == 0 && !strstr(fin, "\"node\":\"center-gr\"")) fail_msg("%s: %s", id, fin);
     free(fr);
     free(t);
     free(fin);
@@ -349,6 +363,59 @@ static void test_schemas_at_center(void **state)
         free(text);
     }
     check_list();
+    /* The same edge drafts a plain route=center request: speculation was on,
+    ** and only structured output stepped aside. */
+    send_req("c-plain", "Once upon a time", 0.0f, 1, false, -1, NULL, "center");
+    char *fin = it_inbox_answer(g.in, "c-plain", 60000, NULL);
+    assert_non_null(fin);
+    if (!strstr(fin, "\"drafted\"")) fail_msg("a plain route=center request was not drafted: %s", fin);
+    free(fin);
+}
+
+/* Cascade: an edge whose model sends every weak answer on (cascade near 0)
+** re-asks the center with the schema; the center's answer replaces the
+** edge's and validates. */
+static void test_cascade(void **state)
+{
+    (void)state;
+    restart_edge("edge-cas", "precision = int8\ncascade = -0.0001\n");
+    for (int k = 0; k < 10; k++) {
+        char id[32];
+        snprintf(id, sizeof id, "cas-%d", k);
+        send_req(id, k_prompts[k % DS_ARRAY_LEN(k_prompts)], 1.5f, 3000 + k, false, k, NULL, "edge");
+    }
+    for (int k = 0; k < 10; k++) {
+        char id[32];
+        snprintf(id, sizeof id, "cas-%d", k);
+        char *text = final_text(id, "center");
+        list_text(text, k, "valid");
+        free(text);
+    }
+    check_list();
+    assert_true(it_log_count(g.dir, "edge-cas", "offering it on") >= 10);
+}
+
+/* One-node speculation (an FP32 target with its INT8 copy as draft): a
+** request with a schema is decoded plainly, masked at every token, and
+** validates; a plain request alone on the model is decoded speculatively. */
+static void test_local_speculation(void **state)
+{
+    (void)state;
+    restart_edge("edge-spec", "precision = fp32\ndraft = int8\n");
+    for (int k = 0; k < 10; k++) {
+        char id[32];
+        snprintf(id, sizeof id, "sp-%d", k);
+        send_req(id, k_prompts[k % DS_ARRAY_LEN(k_prompts)], k % 2 ? 1.0f : 0.0f, 4000 + k, false, k, NULL, "edge");
+        char *text = final_text(id, "edge");          /* one at a time: each alone on the model */
+        list_text(text, k, "valid");
+        free(text);
+    }
+    check_list();
+    send_req("sp-plain", "Once upon a time", 0.0f, 1, false, -1, NULL, "edge");
+    char *fin = it_inbox_answer(g.in, "sp-plain", 60000, NULL);
+    assert_non_null(fin);
+    if (!strstr(fin, "\"drafted\"")) fail_msg("a plain request alone was not decoded speculatively: %s", fin);
+    free(fin);
 }
 
 int main(void)
@@ -359,6 +426,8 @@ int main(void)
         cmocka_unit_test(test_grammar_text),
         cmocka_unit_test(test_unsupported_keyword),
         cmocka_unit_test(test_schemas_at_center),
+        cmocka_unit_test(test_cascade),
+        cmocka_unit_test(test_local_speculation),
     };
     return cmocka_run_group_tests(t, setup, teardown);
 }
