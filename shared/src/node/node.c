@@ -131,8 +131,7 @@ unsigned node__running(const struct ds_node *node) { return node->n_active; }
 static bool grammar_mask(struct ds_node *node, struct node_req *r, float *logits)
 {
     const struct node_version *v = r->v;
-    const uint32_t V = ds_engine_config(v->eng)->vocab_size, G = ds_grammar_vocab_size(v->gvocab);
-    if (ds_grammar_mask(r->gst, v->gvocab, v->gmask) == 0) {
+    if (node__grammar_apply(v, r->gst, logits) == 0) {
         if (ds_grammar_is_complete(r->gst)) {
             node__finish(node, r, DS_MSG_FINISH_STOP);
         } else {
@@ -143,8 +142,6 @@ static bool grammar_mask(struct ds_node *node, struct node_req *r, float *logits
         }
         return false;
     }
-    ds_grammar_apply_mask(logits, v->gmask, DS_MIN(V, G));
-    for (uint32_t i = G; i < V; i++) logits[i] = -INFINITY;   /* rows the tokenizer has no text for */
     return true;
 }
 

@@ -75,6 +75,7 @@ void node__req_free(struct node_req *r)
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_grammar_state_destroy(r->gst);
+    ds_grammar_state_destroy(r->gfork);
     ds_infer_req_cleanup(&r->req);
     free(r->reply);
     free(r->corr);
@@ -123,10 +124,11 @@ void node__cascade_detach(struct ds_node *node, struct node_req *r)
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_grammar_state_destroy(r->gst);   /* the center follows req.grammar from the start */
+    ds_grammar_state_destroy(r->gfork);
     free(r->ids);
     r->seq = NULL;
     r->smp = NULL;
-    r->gst = NULL;
+    r->gst = r->gfork = NULL;
     r->ids = NULL;
     r->n_ids = r->n_fed = 0;
 }

@@ -19,8 +19,11 @@
 **
 ** Which requests: any, streamed or not, greedy or sampled (rejection
 ** sampling keeps the target's distribution; the request's seed seeds the
-** rounds). Not: requests with a grammar (structured output: the batched
-** step masks each token; docs/usage.md "Structured output"), models with
+** rounds). Structured output (a request with a grammar) speculates under
+** its mask: a fork of the request's matcher follows the round's drafts, and
+** both the draft's and the target's logits at each position are masked
+** (ds_spec_step_masked), so greedy output is plain masked greedy decoding
+** and sampling keeps plain masked sampling's distribution. Not: models with
 ** cascade set (the cascade needs the per-token
 ** log-probabilities of plain decoding), and the last DS_SPEC_K_MAX + 2
 ** positions of the context (plain steps end the answer exactly as without
@@ -33,8 +36,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "ds/grammar.h"
 #include "ds/log.h"
 #include "node_internal.h"
+
+/* ds_spec_mask_fn for r: position i of the round is masked by the state r's
+** matcher reaches through the i tokens before it (its fork gfork, copied
+** at i = 0 and advanced one token per call). */
+static bool spec_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct node_req *r = ud;
+    const struct node_version *v = r->v;
+    if (i == 0 ? ds_grammar_state_copy(r->gfork, r->gst) != DS_OK
+               : ds_grammar_accept_token(r->gfork, v->gvocab, before[i - 1]) != DS_OK)
+        return false;
+    return node__grammar_apply(v, r->gfork, logits) > 0;
+}
 
 bool node__spec_step(struct ds_node *node, struct node_version *v)
 {
@@ -45,11 +62,12 @@ bool node__spec_step(struct ds_node *node, struct node_version *v)
         r = node->active[i];
     }
     /* Speculate only with room for a draft (two tokens left at least). */
-    if (!r || r->gst || v->m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 || r->n_gen + 2 > r->req.max_tokens ||
+    if (!r || v->m->cfg->cascade < 0.0f || r->n_fed < r->n_ids || r->n_gen == 0 || r->n_gen + 2 > r->req.max_tokens ||
         r->ids_cap < r->n_ids + r->req.max_tokens + 1)
         return false;
     uint32_t n_ctx = (uint32_t)(r->n_ids + r->n_gen);
     if (n_ctx + DS_SPEC_K_MAX + 2 >= ds_engine_max_ctx(v->draft_eng)) return false;
+    if (r->gst && !r->gfork && ds_grammar_state_create(r->req.grammar, &r->gfork) != DS_OK) return false;
     if (v->spec_owner != r->key) {
         if (ds_seq_truncate(v->draft_seq, 0) != DS_OK || ds_spec_reset(v->spec, &r->sp) != DS_OK) return false;
         v->spec_owner = r->key;
@@ -58,8 +76,9 @@ bool node__spec_step(struct ds_node *node, struct node_version *v)
     int32_t out[DS_SPEC_K_MAX + 1];
     uint32_t n_out;
     if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
-    enum ds_err rc = ds_spec_step(v->spec, v->draft_seq, r->seq, r->ids, n_ctx, r->req.max_tokens - r->n_gen,
-                                  out, &n_out);
+    struct ds_spec_mask mask = { spec_mask, r };
+    enum ds_err rc = ds_spec_step_masked(v->spec, v->draft_seq, r->seq, r->ids, n_ctx, r->req.max_tokens - r->n_gen,
+                                         r->gst ? &mask : NULL, out, &n_out);
     if (rc != DS_OK) {
         /* Back to a known state; the batched step serves r (and reports a
         ** target failure itself). */

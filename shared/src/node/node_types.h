@@ -184,6 +184,7 @@ struct node_req {
     struct ds_seq       *seq;
     struct ds_sampler   *smp;
     struct ds_grammar_state *gst;       /* where the output is in req.grammar; NULL: free text */
+    struct ds_grammar_state *gfork;     /* a copy of gst that follows a speculative round's drafts */
     struct ds_tok_stream st;
     int32_t              last;          /* token to feed next */
     uint32_t             n_gen, n_chunks;

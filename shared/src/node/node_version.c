@@ -8,6 +8,7 @@
 ** Owns: each version's draft model (a separate file only), draft engine,
 ** draft sequence and ds_spec (node_version fields).
 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,16 @@ enum ds_err node__grammar_vocab(struct node_version *v)
            v->m->cfg->name, v->version, ds_grammar_vocab_size(gv), (double)(ds_now_ns() - t0) / 1e6,
            (double)(ds_grammar_vocab_bytes(gv) + ds_grammar_vocab_size(gv)) / (1024.0 * 1024.0));
     return DS_OK;
+}
+
+uint32_t node__grammar_apply(const struct node_version *v, struct ds_grammar_state *st, float *logits)
+{
+    const uint32_t V = ds_engine_config(v->eng)->vocab_size, G = ds_grammar_vocab_size(v->gvocab);
+    uint32_t n = ds_grammar_mask(st, v->gvocab, v->gmask);
+    if (n == 0) return 0;
+    ds_grammar_apply_mask(logits, v->gmask, DS_MIN(V, G));
+    for (uint32_t i = G; i < V; i++) logits[i] = -INFINITY;   /* rows the tokenizer has no text for */
+    return n;
 }
 
 enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
