@@ -8,9 +8,10 @@
 ** with the schema every answer (greedy and sampled, streamed or not, many
 ** grammars in one batch) parses as JSON and validates, finish_reason
 ** "stop"; a "grammar" text is followed exactly; an unsupported keyword is
-** refused with invalid_request naming it; requests with route=center are
-** relayed with their schema (not drafted, though the edge speculates) and
-** the center's answers validate as well (a plain one is drafted); a
+** refused with invalid_request naming it; the center alone follows the
+** schemas; requests with route=center are drafted by the edge under their
+** schema and verified by the center under it, validate, and greedy equal
+** the center's plain masked decoding; a
 ** cascaded weak answer is re-asked at the center with its schema; with
 ** one-node speculation on, requests with a schema are drafted and verified
 ** under their mask, validate, and greedy equal plain masked decoding.
@@ -96,8 +97,8 @@ static char *schema_path(int k)
 
 /* Publish a request: prompt, sampling, and one of response_format (schema
 ** k), grammar text, or neither (k < 0, gbnf NULL). */
-static void send_req(const char *id, const char *prompt, float temp, int seed, bool stream, int k, const char *gbnf,
-                     const char *route)
+static void send_req_on(const char *topic, const char *id, const char *prompt, float temp, int seed, bool stream, int k,
+                        const char *gbnf, const char *route)
 {
     cJSON *j = cJSON_CreateObject();
     assert_non_null(j);
@@ -124,8 +125,14 @@ static void send_req(const char *id, const char *prompt, float temp, int seed, b
     cJSON_Delete(j);
     assert_non_null(json);
     struct ds_mqtt_props p = { .response_topic = REPLY, .correlation = id, .correlation_len = strlen(id) };
-    assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "t3m", json, strlen(json), 1, false, &p), DS_OK);
+    assert_int_equal(ds_mqtt_publish(g.dev, topic, json, strlen(json), 1, false, &p), DS_OK);
     free(json);
+}
+
+static void send_req(const char *id, const char *prompt, float temp, int seed, bool stream, int k, const char *gbnf,
+                     const char *route)
+{
+    send_req_on(DS_TOPIC_INFER "t3m", id, prompt, temp, seed, stream, k, gbnf, route);
 }
 
 /* The final's text into a file listed against schema k (expect: "valid" or
@@ -196,7 +203,7 @@ static int setup(void **state)
     g.dev = it_device(tb_broker_uri(g.b), "dev-gr", g.in, (const char *const[]){ REPLY, DS_TOPIC_STATUS "+", NULL });
     assert_non_null(g.dev);
     char conf[2048];
-    snprintf(conf, sizeof conf, "[node]\nname = center-gr\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
+    snprintf(conf, sizeof conf, "[node]\nname = center-gr\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = 12\n"
              "[model t3m]\npath = %s\nbackend = cpu\nthreads = 1\nctx = 256\n",
              tb_broker_uri(g.b), tu_model("trained/t3M-f32.gguf"));
     g.center = it_spawn(g.dir, "center-node/dspark-center", "center-gr", conf, 0);
@@ -314,7 +321,8 @@ static void test_schemas_at_edge(void **state)
     assert_int_equal(it_log_count(g.dir, "edge-gr", "structured output: vocabulary trie"), 1);
 }
 
-/* A "grammar" text is followed exactly, at the edge and through the center. */
+/* A "grammar" text is followed exactly, at the edge and through the center
+** (drafted at the edge, verified at the center). */
 static void test_grammar_text(void **state)
 {
     (void)state;
@@ -323,7 +331,7 @@ static void test_grammar_text(void **state)
     send_req("g-center", "Is it", 0.0f, 7, false, -1, gbnf, "center");
     const char *ids[2] = { "g-edge", "g-center" }, *tiers[2] = { "edge", "center" };
     for (int i = 0; i < 2; i++) {
-        char *text = final_text(ids[i], tiers[i]);
+        char *text = final_text_as(ids[i], tiers[i], i == 1);   /* route=center: drafted at the edge */
         if (strcmp(text, "Answer: yes.") != 0 && strcmp(text, "Answer: no.") != 0)
             fail_msg("%s: '%s' does not follow the grammar", ids[i], text);
         free(text);
@@ -352,11 +360,28 @@ static void test_unsupported_keyword(void **state)
     free(err);
 }
 
-/* route=center: the edge relays the request with its schema (plainly, not
-** drafted) and the center's FP32 model follows it. */
+/* The center alone (its topic, plain decoding) follows each schema; then
+** route=center through the speculating edge: its INT8 model drafts under
+** the schema, the center verifies each row under it, the answers validate,
+** and greedy ones equal the center's plain masked decoding token for token. */
 static void test_schemas_at_center(void **state)
 {
     (void)state;
+    for (int k = 0; k < 10; k++) {
+        char id[32];
+        snprintf(id, sizeof id, "p-%d", k);
+        send_req_on(DS_TOPIC_CENTER_INFER "t3m", id, k_prompts[k % DS_ARRAY_LEN(k_prompts)], k % 2 ? 1.0f : 0.0f,
+                    2000 + k, false, k, NULL, NULL);
+    }
+    for (int k = 0; k < 10; k++) {
+        char id[32];
+        snprintf(id, sizeof id, "p-%d", k);
+        char *text = final_text(id, "center");
+        if (k < 2) printf("center, schema %d: %s\n", k, text);
+        list_text(text, k, "valid");
+        g.center_text[k] = text;
+    }
+    check_list();
     for (int k = 0; k < 10; k++) {
         char id[32];
         snprintf(id, sizeof id, "c-%d", k);
@@ -366,14 +391,15 @@ static void test_schemas_at_center(void **state)
     for (int k = 0; k < 10; k++) {
         char id[32];
         snprintf(id, sizeof id, "c-%d", k);
-        char *text = final_text(id, "center");
-        if (k < 2) printf("center, schema %d: %s\n", k, text);
+        char *text = final_text_as(id, "center", true);
+        if (k % 2 == 0 && strcmp(text, g.center_text[k]) != 0)
+            fail_msg("schema %d, greedy: edge-drafted '%s' != the center's plain '%s'", k, text, g.center_text[k]);
+        if (k < 2) printf("edge-drafted, center-verified, schema %d: %s\n", k, text);
         list_text(text, k, "valid");
-        g.center_text[k] = text;
+        free(text);
     }
     check_list();
-    /* The same edge drafts a plain route=center request: speculation was on,
-    ** and only structured output stepped aside. */
+    /* A plain route=center request is drafted the same way. */
     send_req("c-plain", "Once upon a time", 0.0f, 1, false, -1, NULL, "center");
     char *fin = it_inbox_answer(g.in, "c-plain", 60000, NULL);
     assert_non_null(fin);

@@ -121,13 +121,6 @@ enum node_gpu node__gpu_load(const char *name, char *desc, size_t n);
 enum ds_err node__version_load(const struct ds_node *node, struct node_model *m, const char *version,
                                const char *path, struct node_version **out);
 void        node__version_free(struct node_version *v);
-/* v's vocabulary trie and mask row for structured output, built at the
-** first call (engine thread; logs its size and build time once). */
-enum ds_err node__grammar_vocab(struct node_version *v);
-/* Mask logits (the engine's vocabulary) to the tokens st allows next (EOS
-** only when complete); returns how many, 0 at a dead end (logits then
-** untouched). v->gvocab is built. */
-uint32_t    node__grammar_apply(const struct node_version *v, struct ds_grammar_state *st, float *logits);
 
 /* node_rollout.c (engine thread unless said otherwise) */
 enum ds_err node__rollout_create(struct ds_node *node);      /* keys, registry */

@@ -36,22 +36,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "ds/grammar.h"
 #include "ds/log.h"
 #include "node_internal.h"
-
-/* ds_spec_mask_fn for r: position i of the round is masked by the state r's
-** matcher reaches through the i tokens before it (its fork gfork, copied
-** at i = 0 and advanced one token per call). */
-static bool spec_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
-{
-    struct node_req *r = ud;
-    const struct node_version *v = r->v;
-    if (i == 0 ? ds_grammar_state_copy(r->gfork, r->gst) != DS_OK
-               : ds_grammar_accept_token(r->gfork, v->gvocab, before[i - 1]) != DS_OK)
-        return false;
-    return node__grammar_apply(v, r->gfork, logits) > 0;
-}
 
 bool node__spec_step(struct ds_node *node, struct node_version *v)
 {
@@ -67,7 +53,6 @@ bool node__spec_step(struct ds_node *node, struct node_version *v)
         return false;
     uint32_t n_ctx = (uint32_t)(r->n_ids + r->n_gen);
     if (n_ctx + DS_SPEC_K_MAX + 2 >= ds_engine_max_ctx(v->draft_eng)) return false;
-    if (r->gst && !r->gfork && ds_grammar_state_create(r->req.grammar, &r->gfork) != DS_OK) return false;
     if (v->spec_owner != r->key) {
         if (ds_seq_truncate(v->draft_seq, 0) != DS_OK || ds_spec_reset(v->spec, &r->sp) != DS_OK) return false;
         v->spec_owner = r->key;
@@ -76,7 +61,7 @@ bool node__spec_step(struct ds_node *node, struct node_version *v)
     int32_t out[DS_SPEC_K_MAX + 1];
     uint32_t n_out;
     if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
-    struct ds_spec_mask mask = { spec_mask, r };
+    struct ds_spec_mask mask = { node__grammar_spec_mask, r };
     enum ds_err rc = ds_spec_step_masked(v->spec, v->draft_seq, r->seq, r->ids, n_ctx, r->req.max_tokens - r->n_gen,
                                          r->gst ? &mask : NULL, out, &n_out);
     if (rc != DS_OK) {

@@ -156,6 +156,17 @@ uint32_t node__grammar_apply(const struct node_version *v, struct ds_grammar_sta
     return n;
 }
 
+bool node__grammar_spec_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct node_req *r = ud;
+    const struct node_version *v = r->v;
+    if (!r->gfork && ds_grammar_state_create(r->req.grammar, &r->gfork) != DS_OK) return false;
+    if (i == 0 ? ds_grammar_state_copy(r->gfork, r->gst) != DS_OK
+               : ds_grammar_accept_token(r->gfork, v->gvocab, before[i - 1]) != DS_OK)
+        return false;
+    return node__grammar_apply(v, r->gfork, logits) > 0;
+}
+
 enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
                                    char *why, size_t why_cap)
 {
