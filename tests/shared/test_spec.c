@@ -12,6 +12,9 @@
 **  - KV rollback: after a run with rejections both caches continue exactly
 **    like a fresh plain run over the same history (tokens, and logits bit
 **    for bit);
+**  - under a mask that depends on the tokens before (ds_spec_step_masked:
+**    structured output), greedy is plain masked greedy token for token,
+**    INT8 and random drafts;
 **  - adaptive k, argument checks, reproducibility of sampled runs.
 */
 #include <math.h>
@@ -199,6 +202,77 @@ static void test_greedy_bad_draft(void **state)
 }
 
 /* `dspark run --draft int8` prints the reference text, like plain run. */
+/* ---- constrained: a mask that depends on the tokens before ---- */
+
+/* Allowed after token prev: ids with (id + prev) % 3 != 0. */
+static bool rule_ok(int32_t prev, int32_t id) { return (id + prev) % 3 != 0; }
+
+struct rule_mask { int32_t last; uint32_t calls; };
+
+static bool rule_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct rule_mask *m = ud;
+    int32_t prev = i ? before[i - 1] : m->last;
+    m->calls++;
+    for (uint32_t id = 0; id < F.V; id++)
+        if (!rule_ok(prev, (int32_t)id)) logits[id] = -INFINITY;
+    return true;
+}
+
+/* Greedy speculative under the mask == plain masked greedy, token for
+** token, with the INT8 draft and with a random one (rejections), and every
+** token follows the rule. */
+static void test_greedy_masked(void **state)
+{
+    (void)state;
+    struct ds_engine *drafts[2] = { F.d, F.bad };
+    for (int d = 0; d < 2; d++) {
+        struct ds_sampler_params p;
+        ds_sampler_params_init(&p);
+        struct ds_spec *sp = spec_new(drafts[d], 6, true, &p);
+        struct ds_spec_stats tot = { 0 };
+        for (size_t i = 0; i < 10; i++) {
+            int32_t want[256], got[256 + DS_SPEC_K_MAX];
+            size_t n = encode(tu_prompts[i], want, 64);
+            memcpy(got, want, n * sizeof *want);
+            struct ds_seq *s;                            /* plain masked greedy */
+            assert_int_equal(ds_seq_create(F.t, &s), DS_OK);
+            assert_int_equal(ds_engine_eval(F.t, s, want, n, F.lg, false), DS_OK);
+            for (size_t j = 0; j < GEN; j++) {
+                struct rule_mask m = { want[n + j - 1], 0 };
+                assert_true(rule_mask(&m, 0, NULL, F.lg));
+                want[n + j] = ds_argmax(F.lg, F.V);
+                if (j + 1 < GEN) assert_int_equal(ds_engine_eval(F.t, s, &want[n + j], 1, F.lg, false), DS_OK);
+            }
+            ds_seq_destroy(s);
+            struct ds_seq *ds, *ts;
+            assert_int_equal(ds_seq_create(drafts[d], &ds), DS_OK);
+            assert_int_equal(ds_seq_create(F.t, &ts), DS_OK);
+            assert_int_equal(ds_spec_reset(sp, &p), DS_OK);
+            size_t n_hist = n, end = n + GEN;
+            struct rule_mask m = { 0, 0 };
+            while (n_hist < end) {
+                uint32_t k_got;
+                m.last = got[n_hist - 1];
+                struct ds_spec_mask mask = { rule_mask, &m };
+                assert_int_equal(ds_spec_step_masked(sp, ds, ts, got, (uint32_t)n_hist, (uint32_t)(end - n_hist), &mask,
+                                                     got + n_hist, &k_got), DS_OK);
+                n_hist += k_got;
+            }
+            for (size_t j = n; j < end; j++) assert_true(rule_ok(got[j - 1], got[j]));
+            if (memcmp(got, want, end * sizeof *got) != 0) fail_msg("draft %d, prompt %zu: masked speculative != masked plain", d, i);
+            assert_true(m.calls > 0);
+            ds_spec_stats_add(&tot, ds_spec_stats(sp));
+            ds_seq_destroy(ds);
+            ds_seq_destroy(ts);
+        }
+        fprintf(stderr, "%s draft under a mask: acceptance %.3f, %.2f tokens per target pass\n", d ? "random" : "int8",
+                ds_spec_stats_acceptance(&tot), ds_spec_stats_tokens_per_pass(&tot));
+        assert_true(tot.drafted > 0);
+        ds_spec_destroy(sp);
+    }
+}
+
 static void test_cli_reference(void **state)
 {
     (void)state;
@@ -599,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_greedy_int8_draft),
         cmocka_unit_test(test_greedy_bad_draft),
+        cmocka_unit_test(test_greedy_masked),
         cmocka_unit_test(test_cli_reference),
         cmocka_unit_test(test_kv_rollback),
         cmocka_unit_test(test_sampling_reproducible),
