@@ -667,6 +667,34 @@ static void test_grammar_run_cli(void **state)
         cJSON_Delete(j);
         free(out);
     }
+    /* with --draft int8 the drafts and verified rows are masked: greedy is
+    ** the plain masked text, and a sampled answer is valid as well */
+    char *plain = NULL;
+    for (int draft = 0; draft < 2; draft++) {
+        snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --json-schema '%s' -p 'Once upon a time' -t 1 %s "
+                 "2>/dev/null", DS_BUILD_DIR, tu_model("stories260K.gguf"), schema, draft ? "--draft int8" : "");
+        int st;
+        char *out = tu_run(cmd, &st);
+        assert_non_null(out);
+        assert_int_equal(st, 0);
+        if (!draft) plain = out;
+        else if (strcmp(out, plain) != 0) fail_msg("--draft int8 printed '%s', plain '%s'", out, plain);
+        if (draft) free(out);
+    }
+    free(plain);
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --json-schema '%s' -p 'The cat' --temp 1 -s 5 -t 1 "
+             "--draft int8 2>/dev/null", DS_BUILD_DIR, tu_model("stories260K.gguf"), schema);
+    {
+        int st;
+        char *out = tu_run(cmd, &st);
+        assert_non_null(out);
+        assert_int_equal(st, 0);
+        cJSON *j = cJSON_Parse(out);
+        if (!j) fail_msg("dspark run --json-schema --draft int8 printed: %s", out);
+        assert_true(cJSON_IsObject(cJSON_GetObjectItem(j, "user")));
+        cJSON_Delete(j);
+        free(out);
+    }
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --grammar '%s' -p 'Is it' -t 1 2>/dev/null",
              DS_BUILD_DIR, tu_model("stories260K.gguf"), gram);
     int st;
