@@ -5,8 +5,13 @@
 ** only the config); the engine loop owns what it returns. The draft side
 ** here is only loading: node_spec_local.c runs the rounds.
 **
+** Structured output: each version's vocabulary trie and mask row, built at
+** its first request with a grammar, and the masking both the batched step
+** and speculation's rounds use (node__grammar_apply).
+**
 ** Owns: each version's draft model (a separate file only), draft engine,
-** draft sequence and ds_spec (node_version fields).
+** draft sequence and ds_spec; its grammar vocabulary and mask row
+** (node_version fields).
 */
 #include <math.h>
 #include <stdio.h>
