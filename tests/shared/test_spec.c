@@ -8,7 +8,8 @@
 **    tokens over 3000 seeds against the target's exact plain-sampling
 **    distribution (alpha = 0.001; the same test rejects the draft's own
 **    distribution, so it has power), at T = 1 and with top-k/top-p, for the
-**    one-node step and for greedy drafts verified with q = NULL;
+**    one-node step and for greedy drafts verified with q = NULL, and under
+**    a mask against the exact masked distribution;
 **  - KV rollback: after a run with rejections both caches continue exactly
 **    like a fresh plain run over the same history (tokens, and logits bit
 **    for bit);
@@ -348,7 +349,8 @@ static double chi2(const unsigned *counts, const double *p, unsigned n, double *
 
 /* Exact plain-sampling distributions of the first (p1) and second (p2)
 ** tokens after ids[0..n) under parameters p. */
-static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_params *p, double *p1, double *p2)
+static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_params *p, bool masked, double *p1,
+                        double *p2)
 {
     struct ds_sampler *smp;
     assert_int_equal(ds_sampler_create(F.V, p, &smp), DS_OK);
@@ -357,6 +359,8 @@ static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_pa
     struct ds_seq *s;
     assert_int_equal(ds_seq_create(F.t, &s), DS_OK);
     assert_int_equal(ds_engine_eval(F.t, s, ids, n, F.lg, false), DS_OK);
+    struct rule_mask m = { ids[n - 1], 0 };
+    if (masked) assert_true(rule_mask(&m, 0, NULL, F.lg));
     ds_sampler_probs(smp, F.lg, pr);
     memset(p2, 0, F.V * sizeof *p2);
     for (uint32_t x = 0; x < F.V; x++) {
@@ -364,6 +368,8 @@ static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_pa
         if (pr[x] == 0.0f) continue;
         int32_t t = (int32_t)x;
         assert_int_equal(ds_engine_eval(F.t, s, &t, 1, F.lg, false), DS_OK);
+        m.last = t;
+        if (masked) assert_true(rule_mask(&m, 0, NULL, F.lg));
         ds_sampler_probs(smp, F.lg, pr2);
         for (uint32_t y = 0; y < F.V; y++) p2[y] += (double)pr[x] * pr2[y];
         assert_int_equal(ds_seq_truncate(s, (uint32_t)n), DS_OK);
@@ -374,7 +380,7 @@ static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_pa
     ds_sampler_destroy(smp);
 }
 
-enum mode { M_SPEC, M_SPLIT_GREEDY_DRAFT, M_PLAIN, M_DRAFT_ONLY };
+enum mode { M_SPEC, M_SPLIT_GREEDY_DRAFT, M_PLAIN, M_DRAFT_ONLY, M_SPEC_MASKED };
 
 /* First two tokens after ids[0..n) for seed. */
 static void two_tokens(enum mode mode, struct ds_spec *sp, struct ds_spec_drafter *dr, struct ds_spec_verifier *vf,
@@ -384,6 +390,16 @@ static void two_tokens(enum mode mode, struct ds_spec *sp, struct ds_spec_drafte
     size_t h = n;
     if (mode == M_SPEC) {
         spec_run(sp, ds, ts, ids, &h, 2);
+    } else if (mode == M_SPEC_MASKED) {
+        struct rule_mask m = { 0, 0 };
+        struct ds_spec_mask mask = { rule_mask, &m };
+        while (h < n + 2) {
+            uint32_t got;
+            m.last = ids[h - 1];
+            assert_int_equal(ds_spec_step_masked(sp, ds, ts, ids, (uint32_t)h, (uint32_t)(n + 2 - h), &mask, ids + h, &got),
+                             DS_OK);
+            h += got;
+        }
     } else if (mode == M_SPLIT_GREEDY_DRAFT) {
         while (h < n + 2) {
             int32_t drafts[3], res[4];
@@ -416,7 +432,7 @@ static void sample_fit(enum mode mode, struct ds_engine *draft, const struct ds_
     double *p1 = malloc(F.V * sizeof *p1), *p2 = malloc(F.V * sizeof *p2);
     unsigned *c1 = calloc(F.V, sizeof *c1), *c2 = calloc(F.V, sizeof *c2);
     assert_true(p1 && p2 && c1 && c2);
-    exact_dists(ids, n, p0, p1, p2);
+    exact_dists(ids, n, p0, mode == M_SPEC_MASKED, p1, p2);
 
     struct ds_sampler_params p = *p0;
     struct ds_sampler_params greedy;
@@ -494,6 +510,12 @@ static void test_sampling_distribution(void **state)
     p.top_p = 0.9f;
     assert_fits(M_SPEC, F.bad, &p);
     assert_fits(M_SPEC, F.d, &p);
+    /* under a mask (structured output): the exact masked distribution */
+    assert_fits(M_SPEC_MASKED, F.bad, &p);
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    assert_fits(M_SPEC_MASKED, F.d, &p);
 }
 
 /* Same seed, same tokens; another seed, other tokens (somewhere). */
