@@ -105,7 +105,7 @@ static void send_req_on(const char *topic, const char *id, const char *prompt, f
     cJSON_AddStringToObject(j, "id", id);
     cJSON_AddStringToObject(j, "model", "t3m");
     cJSON_AddStringToObject(j, "prompt", prompt);
-    cJSON_AddNumberToObject(j, "max_tokens", 200);
+    cJSON_AddNumberToObject(j, "max_tokens", k < 0 && !gbnf ? 48 : 200);   /* free text: enough to show it */
     cJSON_AddNumberToObject(j, "temperature", temp);
     if (temp > 0) cJSON_AddNumberToObject(j, "top_p", 0.95);
     cJSON_AddNumberToObject(j, "seed", seed);
@@ -414,12 +414,12 @@ static void test_cascade(void **state)
 {
     (void)state;
     restart_edge("edge-cas", "precision = int8\ncascade = -0.0001\n");
-    for (int k = 0; k < 10; k++) {
+    for (int k = 0; k < 10; k += 2) {
         char id[32];
         snprintf(id, sizeof id, "cas-%d", k);
         send_req(id, k_prompts[k % DS_ARRAY_LEN(k_prompts)], 1.5f, 3000 + k, false, k, NULL, "edge");
     }
-    for (int k = 0; k < 10; k++) {
+    for (int k = 0; k < 10; k += 2) {
         char id[32];
         snprintf(id, sizeof id, "cas-%d", k);
         char *text = final_text(id, "center");
@@ -427,7 +427,7 @@ static void test_cascade(void **state)
         free(text);
     }
     check_list();
-    assert_true(it_log_count(g.dir, "edge-cas", "offering it on") >= 10);
+    assert_true(it_log_count(g.dir, "edge-cas", "offering it on") >= 5);
 }
 
 /* One-node speculation (an FP32 target with its INT8 copy as draft): a
@@ -438,7 +438,7 @@ static void test_local_speculation(void **state)
 {
     (void)state;
     restart_edge("edge-spec", "precision = fp32\ndraft = int8\n");
-    for (int k = 0; k < 10; k++) {
+    for (int k = 0; k < 6; k++) {                  /* 3 greedy, 3 sampled: the center test covers all 10 */
         char id[32];
         snprintf(id, sizeof id, "sp-%d", k);
         /* the center's requests of test_schemas_at_center: the same prompt and sampling */
