@@ -72,7 +72,7 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
         test_integration_edge test_integration_cli_infer test_integration_acl test_integration_tls \
         test_integration_outage test_integration_notify test_integration_center test_integration_overflow \
         test_integration_rollout test_integration_dist test_integration_specnet test_integration_spec_node \
-        test_integration_ops test_integration_httpd test_integration_flood test_integration_http \
+        test_integration_ops test_integration_httpd test_integration_flood test_integration_http test_integration_grammar \
         test_integration_site
   rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan
   tsan_rc=0

@@ -15,7 +15,10 @@
 ** refused, so nobody else can end or steer it. An open for a model this
 ** center does not verify (verifies(): its target on a GPU) is refused;
 ** its status leaves such models out of "verifies" (center_verifies_ext,
-** below), so edges relay them.
+** below), so edges relay them. A session whose request has a grammar
+** (structured output) keeps its own matcher along the history and masks
+** every verified row by it (ds_spec_verify_masked): the edge's drafts are
+** masked alike, and greedy answers are this center's plain masked decoding.
 **
 ** Threads: on_message only copies messages into the inbox under mu; the
 ** engine loop (tick) handles them.
@@ -32,6 +35,7 @@
 #include <cjson/cJSON.h>
 
 #include "center.h"
+#include "ds/grammar.h"
 #include "ds/log.h"
 #include "ds/spec.h"
 #include "specnet_wire.h"
@@ -50,6 +54,10 @@ struct spn_session {               /* one edge's sequence */
     int32_t                  last_draft[DS_SPEC_K_MAX];
     char                    *last_verdict;   /* for an exact repeat */
     char                    *owner;          /* the opener's Response Topic: only it may send rounds or close */
+    /* structured output: the request's grammar and the matcher at the end
+    ** of the history (gst), its fork for the rows of a round (gfork) */
+    struct ds_grammar       *grammar;
+    struct ds_grammar_state *gst, *gfork;
 };
 
 struct center_specnet {
@@ -64,6 +72,9 @@ struct center_specnet {
 
 static void session_free(struct spn_session *ss)
 {
+    ds_grammar_state_destroy(ss->gfork);
+    ds_grammar_state_destroy(ss->gst);
+    ds_grammar_destroy(ss->grammar);
     ds_spec_verifier_destroy(ss->v);
     ds_seq_destroy(ss->seq);
     if (ss->ver) ss->ver->refs--;
@@ -250,6 +261,17 @@ static struct spn_session *session_find(struct center_specnet *n, const char *si
     return NULL;
 }
 
+/* ds_spec_mask_fn of a session with a grammar: row i of the round is
+** masked by the state its matcher reaches through the i drafts before it. */
+static bool session_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct spn_session *ss = ud;
+    if (i == 0 ? ds_grammar_state_copy(ss->gfork, ss->gst) != DS_OK
+               : ds_grammar_accept_token(ss->gfork, ss->ver->gvocab, before[i - 1]) != DS_OK)
+        return false;
+    return node__grammar_apply(ss->ver, ss->gfork, logits) > 0;
+}
+
 /* Verify one round of ss at pos and answer it. */
 static void center_apply(struct ds_node *node, const struct spn_msg *m, struct spn_session *ss, uint32_t pos,
                          const int32_t *draft, uint32_t k)
@@ -272,7 +294,11 @@ static void center_apply(struct ds_node *node, const struct spn_msg *m, struct s
     }
     int32_t out[DS_SPEC_K_MAX + 1];
     uint32_t acc = 0;
-    enum ds_err rc = ds_spec_verify(ss->v, ss->seq, ss->ctx, ss->n_ctx, draft, k, NULL, out, &acc);
+    struct ds_spec_mask mask = { session_mask, ss };
+    enum ds_err rc = ds_spec_verify_masked(ss->v, ss->seq, ss->ctx, ss->n_ctx, draft, k, NULL, ss->gst ? &mask : NULL,
+                                           out, &acc);
+    for (uint32_t i = 0; rc == DS_OK && ss->gst && i <= acc; i++)      /* the matcher follows the history */
+        if (ds_grammar_accept_token(ss->gst, ss->ver->gvocab, out[i]) != DS_OK) rc = DS_ERR_RANGE;
     if (rc != DS_OK) {
         center_error(node, m, ss->sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
                      "verification failed: %s; session closed", ds_strerror(rc));
@@ -371,6 +397,21 @@ static void center_open(struct ds_node *node, const struct spn_msg *m, const cJS
         goto fail;
     }
     ss->n_ctx = (uint32_t)n_prompt + n_context;
+    if (req.grammar) {                 /* structured output: each verified row is masked (session_mask) */
+        ss->grammar = req.grammar;
+        req.grammar = NULL;
+        if (node__grammar_vocab(nv) != DS_OK || ds_grammar_state_create(ss->grammar, &ss->gst) != DS_OK ||
+            ds_grammar_state_create(ss->grammar, &ss->gfork) != DS_OK) {
+            center_error(node, m, sid, DS_MSG_CODE_INTERNAL, "session not opened: out of memory");
+            goto fail;
+        }
+        for (uint32_t i = 0; i < n_context; i++)
+            if (ds_grammar_accept_token(ss->gst, nv->gvocab, ss->ctx[n_prompt + i]) != DS_OK) {
+                center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST,
+                             "context: token %u (id %d) breaks the request's grammar", i, ss->ctx[n_prompt + i]);
+                goto fail;
+            }
+    }
     if (ss->n_ctx == 0 || pos != ss->n_ctx) {
         center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "pos: %u, but the prompt is %zu tokens here and the "
                      "context %u (different tokenizers?)", pos, n_prompt, n_context);

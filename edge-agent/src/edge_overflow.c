@@ -414,6 +414,16 @@ cJSON *edge__overflow_req_json(const struct node_req *r)
         cJSON *st = cJSON_AddArrayToObject(j, "stop");
         for (uint32_t i = 0; st && i < q->n_stop; i++) cJSON_AddItemToArray(st, cJSON_CreateString(q->stop[i]));
     }
+    if (q->format && q->format_is_grammar) {       /* the center enforces the same structured output */
+        cJSON_AddStringToObject(j, "grammar", q->format);
+    } else if (q->format) {
+        cJSON *rf = cJSON_Parse(q->format);
+        if (!rf || !cJSON_AddItemToObject(j, "response_format", rf)) {
+            cJSON_Delete(rf);
+            cJSON_Delete(j);
+            return NULL;                              /* out of memory: never relayed without it */
+        }
+    }
     cJSON_AddBoolToObject(j, "stream", q->stream);
     cJSON_AddStringToObject(j, "priority", ds_tier_name(q->priority));
     cJSON_AddStringToObject(j, "route", "center");

@@ -31,6 +31,12 @@
 ** .../session/) turns speculation off until restart: running requests
 ** decode on here at once, later ones are relayed plainly.
 **
+** Structured output (a request with a grammar): the drafts are masked by
+** the request's matcher (node__grammar_spec_mask), the open carries the
+** grammar, and the center masks each verified row by its own matcher
+** (center_specnet.c), so the answer follows the grammar and greedy output
+** is the center's plain masked decoding. Not pipelined.
+**
 ** Sampling (temperature > 0): drafts are greedy and the center verifies with
 ** the request's sampling parameters and q = NULL (a deterministic draft:
 ** ds/spec.h), which keeps each token distributed exactly as the target's
@@ -357,7 +363,7 @@ static void edge_predraft(struct node_req *r)
     struct spn_req *s = r->role;
     uint32_t k = s->k;
     s->n_pre = 0;
-    if (k == 0 || s->n_ctx + 2 * k + 2 >= ds_engine_max_ctx(r->v->eng)) return;
+    if (k == 0 || r->gst || s->n_ctx + 2 * k + 2 >= ds_engine_max_ctx(r->v->eng)) return;   /* not under a grammar */
     memcpy(s->ctx + s->n_ctx, s->draft, k * sizeof *s->ctx);      /* scratch past the history */
     s->pre_tries++;
     if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx + k, k + 1, s->pre, NULL) == DS_OK) s->n_pre = k + 1;
@@ -381,9 +387,15 @@ static void edge_send(struct ds_node *node, struct node_req *r, uint64_t now)
         if (ds_seq_len(r->seq) > keep) (void)ds_seq_truncate(r->seq, keep);
     } else if (k) {
         uint64_t t0 = ds_now_ns();
-        if (ds_spec_draft(s->d, r->seq, s->ctx, s->n_ctx, k, s->draft, NULL) != DS_OK) {
+        struct ds_spec_mask mask = { node__grammar_spec_mask, r };     /* structured output */
+        uint32_t drafted = 0;
+        if (ds_spec_draft_masked(s->d, r->seq, s->ctx, s->n_ctx, k, r->gst ? &mask : NULL, s->draft, NULL, &drafted) != DS_OK) {
             k = 0;                                  /* the center decodes one token plainly */
             if (ds_seq_len(r->seq) >= s->n_ctx) (void)ds_seq_truncate(r->seq, s->n_ctx - 1);
+        } else if (drafted < k) {                   /* the mask ended the draft early */
+            k = drafted;
+            if (ds_seq_len(r->seq) > s->n_ctx + (k ? k - 1 : 0))
+                (void)ds_seq_truncate(r->seq, k ? s->n_ctx + k - 1 : DS_MIN(ds_seq_len(r->seq), s->n_ctx - 1));
         }
         s->draft_ns += ds_now_ns() - t0;
     }

@@ -4,9 +4,12 @@
 ** decoding is speculative (ds/spec.h): same tokens when greedy, same
 ** distribution when sampling, and the stats line adds the draft's numbers.
 ** With --grammar or --json-schema, every token is sampled among those the
-** grammar allows (ds/grammar.h), and only the constrained output is printed.
+** grammar allows (ds/grammar.h), and only the constrained output is printed;
+** with --draft too, drafts and verified rows are both masked
+** (ds_spec_step_masked).
 */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,15 +165,34 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         fprintf(stderr, "dspark run: --grammar and --json-schema exclude each other\n");
         return 2;
     }
-    if ((a->grammar || a->schema) && a->draft) {
-        fprintf(stderr, "dspark run: --grammar/--json-schema with --draft is not supported yet\n");
-        return 2;
-    }
     if (!a->model) {
         fprintf(stderr, "dspark run: -m MODEL is required (try ../shared/models/stories260K.gguf)\n");
         return 2;
     }
     return 0;
+}
+
+/* --grammar/--json-schema with --draft: the ds_spec_mask_fn that masks
+** position i of a round by the state the grammar reaches through the i
+** drafts before it (fork, copied from the output's state at i = 0). */
+struct run_mask {
+    struct ds_grammar_state       *gst, *fork;
+    const struct ds_grammar_vocab *gv;
+    uint8_t                       *mask;
+    uint32_t                       vocab;      /* the model's */
+};
+
+static bool run_mask_fn(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct run_mask *m = ud;
+    if (i == 0 ? ds_grammar_state_copy(m->fork, m->gst) != DS_OK
+               : ds_grammar_accept_token(m->fork, m->gv, before[i - 1]) != DS_OK)
+        return false;
+    if (ds_grammar_mask(m->fork, m->gv, m->mask) == 0) return false;
+    uint32_t g = ds_grammar_vocab_size(m->gv);
+    ds_grammar_apply_mask(logits, m->mask, DS_MIN(g, m->vocab));
+    for (uint32_t t = g; t < m->vocab; t++) logits[t] = -INFINITY;
+    return true;
 }
 
 /* The grammar of --grammar FILE or --json-schema FILE (OWNED), or NULL with
@@ -230,7 +252,7 @@ int cmd_run(int argc, char **argv)
     struct ds_chat_span *spans = NULL;
     size_t n_spans = 0;
     struct ds_grammar *gram = NULL;
-    struct ds_grammar_state *gst = NULL;
+    struct ds_grammar_state *gst = NULL, *gfork = NULL;
     struct ds_grammar_vocab *gv = NULL;
     uint8_t *gmask = NULL;
     enum ds_err rc;
@@ -244,7 +266,8 @@ int cmd_run(int argc, char **argv)
     struct ds_engine *e = pm.eng, *de = pm.draft_eng;
     if (a.grammar || a.schema) {
         if (!(gram = load_grammar(&a))) goto done;
-        if ((rc = ds_grammar_state_create(gram, &gst)) != DS_OK || (rc = ds_grammar_vocab_create(tok, &gv)) != DS_OK ||
+        if ((rc = ds_grammar_state_create(gram, &gst)) != DS_OK || (rc = ds_grammar_state_create(gram, &gfork)) != DS_OK ||
+            (rc = ds_grammar_vocab_create(tok, &gv)) != DS_OK ||
             !(gmask = malloc(ds_grammar_vocab_size(gv)))) {
             fprintf(stderr, "dspark run: cannot start the grammar: %s\n", ds_strerror(rc ? rc : DS_ERR_NOMEM));
             goto done;
@@ -340,6 +363,8 @@ int cmd_run(int argc, char **argv)
     char piece[256];
     size_t got, n_gen = 0, n_hist = n_ids;
     const char *why = "length";
+    struct run_mask rmask = { gst, gfork, gv, gmask, m->cfg.vocab_size };
+    struct ds_spec_mask smask = { run_mask_fn, &rmask };
     while (n_gen < a.n) {
         int32_t next[DS_SPEC_K_MAX + 1];
         uint32_t n_next = 1;
@@ -348,7 +373,8 @@ int cmd_run(int argc, char **argv)
             break;
         }
         if (sp) {
-            rc = ds_spec_step(sp, dseq, seq, ids, (uint32_t)n_hist, (uint32_t)(a.n - n_gen), next, &n_next);
+            rc = ds_spec_step_masked(sp, dseq, seq, ids, (uint32_t)n_hist, (uint32_t)(a.n - n_gen), gram ? &smask : NULL,
+                                     next, &n_next);
         } else {
             rc = n_hist > n_ids ? ds_engine_eval(e, seq, &ids[n_hist - 1], 1, logits, false) : DS_OK;
             if (gram && !rc) {
@@ -371,6 +397,10 @@ int cmd_run(int argc, char **argv)
         for (uint32_t i = 0; i < n_next && n_gen < a.n; i++) {
             if (ds_tok_is_eog(tok, next[i]) || next[i] == ds_tok_bos(tok)) {
                 why = "end of text";
+                goto out;
+            }
+            if (sp && gram && ds_grammar_accept_token(gst, gv, next[i]) != DS_OK) {   /* masked: never */
+                why = "grammar refused the token";
                 goto out;
             }
             if (ds_tok_stream_put(tok, &st, next[i], piece, sizeof piece, &got) == DS_OK && got) {
@@ -407,6 +437,7 @@ out:
 done:
     free(gmask);
     ds_grammar_vocab_destroy(gv);
+    ds_grammar_state_destroy(gfork);
     ds_grammar_state_destroy(gst);
     ds_grammar_destroy(gram);
     free(chat);

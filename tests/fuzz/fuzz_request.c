@@ -5,7 +5,8 @@
 ** that serves structured output does. Input: a request payload. One that decodes with
 ** messages is laid out in every template family, and the content spans
 ** are checked against the text; the payload is also read as a template
-** text by the detector.
+** text by the detector. A request with structured output keeps its
+** source, which compiles again (ds_infer_req_format_copy).
 **
 ** Built with -DDS_FUZZ=ON (clang) as fuzz_request, and replayed over
 ** corpus/fuzz_request/ by the fuzz.replay ctest in every build.
@@ -48,6 +49,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(out);
         free(sp);
     }
+    /* Structured output keeps its source, and the source compiles again
+    ** (what a shadow copy does; what an edge relays to a center). */
+    if ((r.grammar == NULL) != (r.format == NULL)) abort();
+    struct ds_infer_req copy;
+    memset(&copy, 0, sizeof copy);
+    enum ds_err rc = ds_infer_req_format_copy(&copy, &r);
+    if (rc != DS_OK && rc != DS_ERR_NOMEM) abort();
+    if (rc == DS_OK && ((copy.grammar == NULL) != (r.grammar == NULL) || copy.format_is_grammar != r.format_is_grammar ||
+                        (r.format && strcmp(copy.format, r.format) != 0)))
+        abort();
+    ds_infer_req_cleanup(&copy);
     ds_infer_req_cleanup(&r);
     return 0;
 }

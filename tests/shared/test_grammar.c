@@ -331,7 +331,61 @@ static void test_grammar_request(void **state)
     const char *text = "{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"}}";
     assert_int_equal(ds_msg_infer_req_decode(text, strlen(text), NULL, &r, &err), DS_OK);
     assert_null(r.grammar);
+    assert_null(r.format);
     ds_infer_req_cleanup(&r);
+}
+
+/* The source kept for a relay (r.format), compiled again by
+** ds_infer_req_format_copy; ds_msg_infer_req_format for other front ends. */
+static void test_grammar_request_source(void **state)
+{
+    (void)state;
+    struct ds_infer_req r, c;
+    struct ds_msg_error err;
+    assert_int_equal(decode("{\"model\":\"m\",\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+                            "\"json_schema\":{\"name\":\"n\",\"schema\":{\"enum\":[\"ab\",\"ba\"]}}}}", &r, &err), DS_OK);
+    assert_non_null(r.grammar);
+    assert_false(r.format_is_grammar);
+    assert_string_equal(r.format, "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"enum\":"
+                                  "[\"ab\",\"ba\"]}}}");
+    memset(&c, 0, sizeof c);
+    assert_int_equal(ds_infer_req_format_copy(&c, &r), DS_OK);
+    assert_non_null(c.grammar);
+    assert_true(c.grammar != r.grammar);
+    assert_string_equal(c.format, r.format);
+    assert_true(matches(c.grammar, "\"ba\""));
+    assert_false(matches(c.grammar, "\"bb\""));
+    ds_infer_req_cleanup(&c);
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(decode("{\"model\":\"m\",\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", &r, &err), DS_OK);
+    assert_true(r.format_is_grammar);
+    assert_string_equal(r.format, "root ::= \"a\"");
+    memset(&c, 0, sizeof c);
+    assert_int_equal(ds_infer_req_format_copy(&c, &r), DS_OK);
+    assert_true(c.format_is_grammar && matches(c.grammar, "a"));
+    ds_infer_req_cleanup(&c);
+    ds_infer_req_cleanup(&r);
+    /* a front end's own fields */
+    cJSON *rf = cJSON_Parse("{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\",\"properties\":"
+                            "{\"x\":{\"oneOf\":[]}}}}}");
+    cJSON *gr = cJSON_CreateString("root ::= \"a\"");
+    cJSON *null = cJSON_CreateNull();
+    assert_true(rf && gr && null);
+    memset(&r, 0, sizeof r);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(ds_msg_infer_req_format(rf, NULL, &r, &err), DS_ERR_FORMAT);
+    assert_string_equal(err.field, "response_format");
+    assert_non_null(strstr(err.message, "unsupported keyword 'oneOf' at /properties/x"));
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(ds_msg_infer_req_format(null, gr, &r, &err), DS_OK);
+    assert_true(r.grammar && r.format_is_grammar);
+    ds_infer_req_cleanup(&r);
+    assert_int_equal(ds_msg_infer_req_format(null, null, &r, &err), DS_OK);
+    assert_null(r.grammar);
+    assert_null(r.format);
+    cJSON_Delete(rf);
+    cJSON_Delete(gr);
+    cJSON_Delete(null);
 }
 
 /* ---- the model ---- */
@@ -667,6 +721,34 @@ static void test_grammar_run_cli(void **state)
         cJSON_Delete(j);
         free(out);
     }
+    /* with --draft int8 the drafts and verified rows are masked: greedy is
+    ** the plain masked text, and a sampled answer is valid as well */
+    char *plain = NULL;
+    for (int draft = 0; draft < 2; draft++) {
+        snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --json-schema '%s' -p 'Once upon a time' -t 1 %s "
+                 "2>/dev/null", DS_BUILD_DIR, tu_model("stories260K.gguf"), schema, draft ? "--draft int8" : "");
+        int st;
+        char *out = tu_run(cmd, &st);
+        assert_non_null(out);
+        assert_int_equal(st, 0);
+        if (!draft) plain = out;
+        else if (strcmp(out, plain) != 0) fail_msg("--draft int8 printed '%s', plain '%s'", out, plain);
+        if (draft) free(out);
+    }
+    free(plain);
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --json-schema '%s' -p 'The cat' --temp 1 -s 5 -t 1 "
+             "--draft int8 2>/dev/null", DS_BUILD_DIR, tu_model("stories260K.gguf"), schema);
+    {
+        int st;
+        char *out = tu_run(cmd, &st);
+        assert_non_null(out);
+        assert_int_equal(st, 0);
+        cJSON *j = cJSON_Parse(out);
+        if (!j) fail_msg("dspark run --json-schema --draft int8 printed: %s", out);
+        assert_true(cJSON_IsObject(cJSON_GetObjectItem(j, "user")));
+        cJSON_Delete(j);
+        free(out);
+    }
     snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' --grammar '%s' -p 'Is it' -t 1 2>/dev/null",
              DS_BUILD_DIR, tu_model("stories260K.gguf"), gram);
     int st;
@@ -701,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_schema_keywords),
         cmocka_unit_test(test_schema_refusals),
         cmocka_unit_test(test_grammar_request),
+        cmocka_unit_test(test_grammar_request_source),
         cmocka_unit_test(test_grammar_mask),
         cmocka_unit_test(test_grammar_mask_32k),
         cmocka_unit_test(test_grammar_structured),

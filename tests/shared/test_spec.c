@@ -8,10 +8,14 @@
 **    tokens over 3000 seeds against the target's exact plain-sampling
 **    distribution (alpha = 0.001; the same test rejects the draft's own
 **    distribution, so it has power), at T = 1 and with top-k/top-p, for the
-**    one-node step and for greedy drafts verified with q = NULL;
+**    one-node step and for greedy drafts verified with q = NULL, and under
+**    a mask against the exact masked distribution;
 **  - KV rollback: after a run with rejections both caches continue exactly
 **    like a fresh plain run over the same history (tokens, and logits bit
 **    for bit);
+**  - under a mask that depends on the tokens before (ds_spec_step_masked:
+**    structured output), greedy is plain masked greedy token for token,
+**    INT8 and random drafts;
 **  - adaptive k, argument checks, reproducibility of sampled runs.
 */
 #include <math.h>
@@ -199,6 +203,77 @@ static void test_greedy_bad_draft(void **state)
 }
 
 /* `dspark run --draft int8` prints the reference text, like plain run. */
+/* ---- constrained: a mask that depends on the tokens before ---- */
+
+/* Allowed after token prev: ids with (id + prev) % 3 != 0. */
+static bool rule_ok(int32_t prev, int32_t id) { return (id + prev) % 3 != 0; }
+
+struct rule_mask { int32_t last; uint32_t calls; };
+
+static bool rule_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct rule_mask *m = ud;
+    int32_t prev = i ? before[i - 1] : m->last;
+    m->calls++;
+    for (uint32_t id = 0; id < F.V; id++)
+        if (!rule_ok(prev, (int32_t)id)) logits[id] = -INFINITY;
+    return true;
+}
+
+/* Greedy speculative under the mask == plain masked greedy, token for
+** token, with the INT8 draft and with a random one (rejections), and every
+** token follows the rule. */
+static void test_greedy_masked(void **state)
+{
+    (void)state;
+    struct ds_engine *drafts[2] = { F.d, F.bad };
+    for (int d = 0; d < 2; d++) {
+        struct ds_sampler_params p;
+        ds_sampler_params_init(&p);
+        struct ds_spec *sp = spec_new(drafts[d], 6, true, &p);
+        struct ds_spec_stats tot = { 0 };
+        for (size_t i = 0; i < 10; i++) {
+            int32_t want[256], got[256 + DS_SPEC_K_MAX];
+            size_t n = encode(tu_prompts[i], want, 64);
+            memcpy(got, want, n * sizeof *want);
+            struct ds_seq *s;                            /* plain masked greedy */
+            assert_int_equal(ds_seq_create(F.t, &s), DS_OK);
+            assert_int_equal(ds_engine_eval(F.t, s, want, n, F.lg, false), DS_OK);
+            for (size_t j = 0; j < GEN; j++) {
+                struct rule_mask m = { want[n + j - 1], 0 };
+                assert_true(rule_mask(&m, 0, NULL, F.lg));
+                want[n + j] = ds_argmax(F.lg, F.V);
+                if (j + 1 < GEN) assert_int_equal(ds_engine_eval(F.t, s, &want[n + j], 1, F.lg, false), DS_OK);
+            }
+            ds_seq_destroy(s);
+            struct ds_seq *ds, *ts;
+            assert_int_equal(ds_seq_create(drafts[d], &ds), DS_OK);
+            assert_int_equal(ds_seq_create(F.t, &ts), DS_OK);
+            assert_int_equal(ds_spec_reset(sp, &p), DS_OK);
+            size_t n_hist = n, end = n + GEN;
+            struct rule_mask m = { 0, 0 };
+            while (n_hist < end) {
+                uint32_t k_got;
+                m.last = got[n_hist - 1];
+                struct ds_spec_mask mask = { rule_mask, &m };
+                assert_int_equal(ds_spec_step_masked(sp, ds, ts, got, (uint32_t)n_hist, (uint32_t)(end - n_hist), &mask,
+                                                     got + n_hist, &k_got), DS_OK);
+                n_hist += k_got;
+            }
+            for (size_t j = n; j < end; j++) assert_true(rule_ok(got[j - 1], got[j]));
+            if (memcmp(got, want, end * sizeof *got) != 0) fail_msg("draft %d, prompt %zu: masked speculative != masked plain", d, i);
+            assert_true(m.calls > 0);
+            ds_spec_stats_add(&tot, ds_spec_stats(sp));
+            ds_seq_destroy(ds);
+            ds_seq_destroy(ts);
+        }
+        fprintf(stderr, "%s draft under a mask: acceptance %.3f, %.2f tokens per target pass\n", d ? "random" : "int8",
+                ds_spec_stats_acceptance(&tot), ds_spec_stats_tokens_per_pass(&tot));
+        assert_true(tot.drafted > 0);
+        ds_spec_destroy(sp);
+    }
+}
+
 static void test_cli_reference(void **state)
 {
     (void)state;
@@ -274,7 +349,8 @@ static double chi2(const unsigned *counts, const double *p, unsigned n, double *
 
 /* Exact plain-sampling distributions of the first (p1) and second (p2)
 ** tokens after ids[0..n) under parameters p. */
-static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_params *p, double *p1, double *p2)
+static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_params *p, bool masked, double *p1,
+                        double *p2)
 {
     struct ds_sampler *smp;
     assert_int_equal(ds_sampler_create(F.V, p, &smp), DS_OK);
@@ -283,6 +359,8 @@ static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_pa
     struct ds_seq *s;
     assert_int_equal(ds_seq_create(F.t, &s), DS_OK);
     assert_int_equal(ds_engine_eval(F.t, s, ids, n, F.lg, false), DS_OK);
+    struct rule_mask m = { ids[n - 1], 0 };
+    if (masked) assert_true(rule_mask(&m, 0, NULL, F.lg));
     ds_sampler_probs(smp, F.lg, pr);
     memset(p2, 0, F.V * sizeof *p2);
     for (uint32_t x = 0; x < F.V; x++) {
@@ -290,6 +368,8 @@ static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_pa
         if (pr[x] == 0.0f) continue;
         int32_t t = (int32_t)x;
         assert_int_equal(ds_engine_eval(F.t, s, &t, 1, F.lg, false), DS_OK);
+        m.last = t;
+        if (masked) assert_true(rule_mask(&m, 0, NULL, F.lg));
         ds_sampler_probs(smp, F.lg, pr2);
         for (uint32_t y = 0; y < F.V; y++) p2[y] += (double)pr[x] * pr2[y];
         assert_int_equal(ds_seq_truncate(s, (uint32_t)n), DS_OK);
@@ -300,7 +380,7 @@ static void exact_dists(const int32_t *ids, size_t n, const struct ds_sampler_pa
     ds_sampler_destroy(smp);
 }
 
-enum mode { M_SPEC, M_SPLIT_GREEDY_DRAFT, M_PLAIN, M_DRAFT_ONLY };
+enum mode { M_SPEC, M_SPLIT_GREEDY_DRAFT, M_PLAIN, M_DRAFT_ONLY, M_SPEC_MASKED };
 
 /* First two tokens after ids[0..n) for seed. */
 static void two_tokens(enum mode mode, struct ds_spec *sp, struct ds_spec_drafter *dr, struct ds_spec_verifier *vf,
@@ -310,6 +390,16 @@ static void two_tokens(enum mode mode, struct ds_spec *sp, struct ds_spec_drafte
     size_t h = n;
     if (mode == M_SPEC) {
         spec_run(sp, ds, ts, ids, &h, 2);
+    } else if (mode == M_SPEC_MASKED) {
+        struct rule_mask m = { 0, 0 };
+        struct ds_spec_mask mask = { rule_mask, &m };
+        while (h < n + 2) {
+            uint32_t got;
+            m.last = ids[h - 1];
+            assert_int_equal(ds_spec_step_masked(sp, ds, ts, ids, (uint32_t)h, (uint32_t)(n + 2 - h), &mask, ids + h, &got),
+                             DS_OK);
+            h += got;
+        }
     } else if (mode == M_SPLIT_GREEDY_DRAFT) {
         while (h < n + 2) {
             int32_t drafts[3], res[4];
@@ -342,7 +432,7 @@ static void sample_fit(enum mode mode, struct ds_engine *draft, const struct ds_
     double *p1 = malloc(F.V * sizeof *p1), *p2 = malloc(F.V * sizeof *p2);
     unsigned *c1 = calloc(F.V, sizeof *c1), *c2 = calloc(F.V, sizeof *c2);
     assert_true(p1 && p2 && c1 && c2);
-    exact_dists(ids, n, p0, p1, p2);
+    exact_dists(ids, n, p0, mode == M_SPEC_MASKED, p1, p2);
 
     struct ds_sampler_params p = *p0;
     struct ds_sampler_params greedy;
@@ -424,6 +514,12 @@ static void test_sampling_distribution(void **state)
     p.top_p = 0.9f;
     assert_fits(M_SPEC, F.bad, &p);
     if (full) assert_fits(M_SPEC, F.d, &p);
+    /* under a mask (structured output): the exact masked distribution */
+    assert_fits(M_SPEC_MASKED, F.bad, &p);
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    if (full) assert_fits(M_SPEC_MASKED, F.d, &p);
 }
 
 /* Same seed, same tokens; another seed, other tokens (somewhere). */
@@ -603,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_greedy_int8_draft),
         cmocka_unit_test(test_greedy_bad_draft),
+        cmocka_unit_test(test_greedy_masked),
         cmocka_unit_test(test_cli_reference),
         cmocka_unit_test(test_kv_rollback),
         cmocka_unit_test(test_sampling_reproducible),

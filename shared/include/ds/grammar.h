@@ -92,6 +92,8 @@ bool ds_grammar_is_closed(const struct ds_grammar_state *st);
 DS_MUST_CHECK enum ds_err ds_grammar_vocab_create(const struct ds_tok *tok, struct ds_grammar_vocab **out);
 void ds_grammar_vocab_destroy(struct ds_grammar_vocab *v);
 uint32_t ds_grammar_vocab_size(const struct ds_grammar_vocab *v);
+/* Bytes it holds (for the log: a node builds one per loaded version). */
+size_t ds_grammar_vocab_bytes(const struct ds_grammar_vocab *v);
 
 /* mask[id] = 1 when token id can come next, else 0, for every id of the
 ** vocabulary (ds_grammar_vocab_size entries); returns how many are

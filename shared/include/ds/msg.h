@@ -175,6 +175,10 @@ struct ds_infer_req {
     char                    *reply_to;      /* OWNED topic, NULL = none */
     char                    *client;        /* OWNED client id (canary split), NULL = none */
     struct ds_grammar       *grammar;       /* OWNED: what the output must follow; NULL = free text */
+    char                    *format;        /* OWNED: grammar's source as the request gave it, for a relay
+                                            ** to send on: the "grammar" text (format_is_grammar) or the
+                                            ** "response_format" object as compact JSON; NULL = free text */
+    bool                     format_is_grammar;
 };
 
 /* Decode one request. payload need not be NUL-terminated; lim may be NULL
@@ -184,6 +188,19 @@ DS_MUST_CHECK enum ds_err ds_msg_infer_req_decode(const void *payload, size_t le
                                                   const struct ds_msg_limits *lim,
                                                   struct ds_infer_req *out,
                                                   struct ds_msg_error *err) DS_NONNULL(4, 5);
+/* "response_format" and "grammar" (cJSON values of a request, either
+** NULL; a JSON null is absent) compiled into r->grammar with their source
+** in r->format, checked as the decoder checks them (for other front ends,
+** e.g. HTTP, that fill a struct ds_infer_req themselves). r->grammar and
+** r->format must be NULL. On failure err names the field. */
+DS_MUST_CHECK enum ds_err ds_msg_infer_req_format(const struct cJSON *response_format, const struct cJSON *grammar,
+                                                  struct ds_infer_req *r, struct ds_msg_error *err) DS_NONNULL(3, 4);
+/* dst's own grammar, compiled again from src->format (a copy of a request
+** shares no pointer with it: a shadow mirror). dst->grammar and dst->format
+** are overwritten (NULL with a free-text src). DS_ERR_NOMEM; a source that
+** compiled once compiles again. */
+DS_MUST_CHECK enum ds_err ds_infer_req_format_copy(struct ds_infer_req *dst, const struct ds_infer_req *src)
+    DS_NONNULL(1, 2);
 /* Frees the strings (unused stop[] entries must be NULL, as decode leaves
 ** them) and zeroes the struct. */
 void ds_infer_req_cleanup(struct ds_infer_req *req);

@@ -108,6 +108,24 @@ double ds_spec_stats_acceptance(const struct ds_spec_stats *s);       /* accepte
 double ds_spec_stats_tokens_per_pass(const struct ds_spec_stats *s);  /* emitted/rounds, 0 if none */
 void   ds_spec_stats_add(struct ds_spec_stats *into, const struct ds_spec_stats *s);
 
+/* ---- constrained decoding (structured output, ds/grammar.h) ---- */
+/* Called before the logits of position i of a round (0 = the first new
+** token after ctx) are used, with the i tokens proposed before it in this
+** round (drafts; at verification the drafts being checked): it sets the
+** logits of every token that may not come there to -INFINITY, or returns
+** false when none may (the draft then stops at i; verification fails with
+** DS_ERR_RANGE and emits nothing). Calls come in order i = 0, 1, ... within
+** the draft and again from 0 within the verification, so the callee can
+** follow the tokens with one forked matcher. The draft's distribution and
+** the target's are both the masked ones: greedy output is plain masked
+** greedy decoding, and rejection sampling keeps plain masked sampling's
+** distribution. */
+typedef bool (*ds_spec_mask_fn)(void *ud, uint32_t i, const int32_t *before, float *logits);
+struct ds_spec_mask {
+    ds_spec_mask_fn fn;
+    void           *ud;
+};
+
 /* ---- draft side ---- */
 struct ds_spec_drafter;
 /* p: the request's sampling parameters (temperature 0 = greedy drafts). The
@@ -126,6 +144,11 @@ DS_MUST_CHECK enum ds_err ds_spec_drafter_reset(struct ds_spec_drafter *d, const
 ** forward passes (the first also feeds the missing context). */
 DS_MUST_CHECK enum ds_err ds_spec_draft(struct ds_spec_drafter *d, struct ds_seq *seq, const int32_t *ctx,
                                         uint32_t n_ctx, uint32_t k, int32_t *tokens, float *q);
+/* The same under a mask (NULL: none); *n_drafted (<= k) tokens were drafted:
+** fewer where the mask allowed nothing, and then seq may hold all of them. */
+DS_MUST_CHECK enum ds_err ds_spec_draft_masked(struct ds_spec_drafter *d, struct ds_seq *seq, const int32_t *ctx,
+                                               uint32_t n_ctx, uint32_t k, const struct ds_spec_mask *mask,
+                                               int32_t *tokens, float *q, uint32_t *n_drafted);
 /* After the verdict on a draft made from a context of n_ctx tokens: keep
 ** ctx + the n_accepted accepted drafts in seq (frees the rest). The next
 ** ds_spec_draft, given the extended history, feeds what is missing. */
@@ -151,6 +174,11 @@ DS_MUST_CHECK enum ds_err ds_spec_verifier_reset(struct ds_spec_verifier *v, con
 DS_MUST_CHECK enum ds_err ds_spec_verify(struct ds_spec_verifier *v, struct ds_seq *seq, const int32_t *ctx,
                                          uint32_t n_ctx, const int32_t *drafts, uint32_t k, const float *q,
                                          int32_t *out, uint32_t *n_accepted);
+
+/* The same under a mask (NULL: none), row n masked as position n. */
+DS_MUST_CHECK enum ds_err ds_spec_verify_masked(struct ds_spec_verifier *v, struct ds_seq *seq, const int32_t *ctx,
+                                                uint32_t n_ctx, const int32_t *drafts, uint32_t k, const float *q,
+                                                const struct ds_spec_mask *mask, int32_t *out, uint32_t *n_accepted);
 
 /* ---- one node: both models ---- */
 struct ds_spec_opts {
@@ -178,6 +206,11 @@ DS_MUST_CHECK enum ds_err ds_spec_reset(struct ds_spec *sp, const struct ds_samp
 DS_MUST_CHECK enum ds_err ds_spec_step(struct ds_spec *sp, struct ds_seq *dseq, struct ds_seq *tseq,
                                        const int32_t *ctx, uint32_t n_ctx, uint32_t max_new, int32_t *out,
                                        uint32_t *n_out);
+/* ds_spec_step under a mask (NULL: none): drafts and verification both
+** masked; a round may draft fewer than k. */
+DS_MUST_CHECK enum ds_err ds_spec_step_masked(struct ds_spec *sp, struct ds_seq *dseq, struct ds_seq *tseq,
+                                              const int32_t *ctx, uint32_t n_ctx, uint32_t max_new,
+                                              const struct ds_spec_mask *mask, int32_t *out, uint32_t *n_out);
 /* Totals since create (BORROWED, valid until destroy) and the k the next
 ** step will use. */
 const struct ds_spec_stats *ds_spec_stats(const struct ds_spec *sp);

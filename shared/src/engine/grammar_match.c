@@ -104,6 +104,7 @@ struct ds_grammar_vocab {
     uint32_t      n_t;
     int32_t      *ids;
     uint32_t      n_sorted;     /* entries of ids */
+    size_t        mem;          /* bytes allocated (ds_grammar_vocab_bytes) */
 };
 
 /* ---- arena and stacks ---- */
@@ -405,6 +406,8 @@ enum ds_err ds_grammar_vocab_create(const struct ds_tok *tok, struct ds_grammar_
     v->ids = malloc((size_t)(n ? n : 1) * sizeof *v->ids);
     v->t = malloc((total + 1) * sizeof *v->t);
     if (!v->kind || !v->off || !v->len || !v->bytes || !v->ids || !v->t) goto fail;
+    v->mem = sizeof *v + (size_t)(n ? n : 1) * (1 + sizeof *v->off + sizeof *v->len + sizeof *v->ids) +
+             (total ? total : 1) + (total + 1) * sizeof *v->t;
     if (total > UINT32_MAX) {
         err = DS_ERR_RANGE;
         goto fail;
@@ -496,6 +499,11 @@ void ds_grammar_vocab_destroy(struct ds_grammar_vocab *v)
 uint32_t ds_grammar_vocab_size(const struct ds_grammar_vocab *v)
 {
     return v->n_vocab;
+}
+
+size_t ds_grammar_vocab_bytes(const struct ds_grammar_vocab *v)
+{
+    return v->mem;
 }
 
 /* ---- masks ---- */

@@ -186,16 +186,20 @@ enum ds_err ds_spec_drafter_reset(struct ds_spec_drafter *d, const struct ds_sam
     return side_reset(&d->sd, p, DRAFT_SEED);
 }
 
-enum ds_err ds_spec_draft(struct ds_spec_drafter *d, struct ds_seq *seq, const int32_t *ctx, uint32_t n_ctx,
-                          uint32_t k, int32_t *tokens, float *q)
+enum ds_err ds_spec_draft_masked(struct ds_spec_drafter *d, struct ds_seq *seq, const int32_t *ctx, uint32_t n_ctx,
+                                 uint32_t k, const struct ds_spec_mask *mask, int32_t *tokens, float *q,
+                                 uint32_t *n_drafted)
 {
     struct side *sd = &d->sd;
+    *n_drafted = 0;
     if (k == 0 || k > DS_SPEC_K_MAX) return DS_ERR_INVAL;
     enum ds_err err = check_ctx(seq, ctx, n_ctx, "draft");
     if (err) return err;
     uint32_t len = ds_seq_len(seq);
     err = ds_engine_eval(sd->e, seq, ctx + len, n_ctx - len, sd->logits, false);
     for (uint32_t i = 0; !err && i < k; i++) {
+        /* Constrained: nothing may follow here: the round drafts i. */
+        if (mask && mask->fn && !mask->fn(mask->ud, i, tokens, sd->logits)) break;
         float *qi = q ? q + (size_t)i * sd->vocab : sd->probs;
         if (sd->greedy) {
             tokens[i] = ds_argmax(sd->logits, sd->vocab);
@@ -207,9 +211,17 @@ enum ds_err ds_spec_draft(struct ds_spec_drafter *d, struct ds_seq *seq, const i
             ds_sampler_probs(sd->smp, sd->logits, qi);
             tokens[i] = ds_sampler_pick(sd->smp, qi);
         }
+        *n_drafted = i + 1;
         if (i + 1 < k) err = ds_engine_eval(sd->e, seq, &tokens[i], 1, sd->logits, false);
     }
     return err;
+}
+
+enum ds_err ds_spec_draft(struct ds_spec_drafter *d, struct ds_seq *seq, const int32_t *ctx, uint32_t n_ctx,
+                          uint32_t k, int32_t *tokens, float *q)
+{
+    uint32_t n;
+    return ds_spec_draft_masked(d, seq, ctx, n_ctx, k, NULL, tokens, q, &n);
 }
 
 enum ds_err ds_spec_draft_rollback(struct ds_seq *seq, uint32_t n_ctx, uint32_t n_accepted)
@@ -272,6 +284,13 @@ enum ds_err ds_spec_verify(struct ds_spec_verifier *v, struct ds_seq *seq, const
                            const int32_t *drafts, uint32_t k, const float *q, int32_t *out,
                            uint32_t *n_accepted)
 {
+    return ds_spec_verify_masked(v, seq, ctx, n_ctx, drafts, k, q, NULL, out, n_accepted);
+}
+
+enum ds_err ds_spec_verify_masked(struct ds_spec_verifier *v, struct ds_seq *seq, const int32_t *ctx, uint32_t n_ctx,
+                                  const int32_t *drafts, uint32_t k, const float *q, const struct ds_spec_mask *mask,
+                                  int32_t *out, uint32_t *n_accepted)
+{
     struct side *sd = &v->sd;
     *n_accepted = 0;
     if (k > DS_SPEC_K_MAX || (k && !drafts)) return DS_ERR_INVAL;
@@ -294,7 +313,14 @@ enum ds_err ds_spec_verify(struct ds_spec_verifier *v, struct ds_seq *seq, const
     uint32_t n = 0;
     int32_t next = -1;
     for (; n <= k; n++) {
-        const float *lg = sd->logits + (size_t)n * sd->vocab;
+        float *lg = sd->logits + (size_t)n * sd->vocab;
+        if (mask && mask->fn && !mask->fn(mask->ud, n, drafts, lg)) {
+            /* No token may follow the drafts accepted so far: a grammar
+            ** with a dead end. Nothing is emitted; the caller decodes on. */
+            DS_LOG(DS_LOG_WARN, "spec: the mask allows no token after %u accepted drafts", n);
+            (void)ds_seq_truncate(seq, n_ctx - 1);
+            return DS_ERR_RANGE;
+        }
         if (sd->greedy) {
             next = ds_argmax(lg, sd->vocab);
             if (n == k || next != drafts[n]) break;
@@ -390,6 +416,13 @@ enum ds_err ds_spec_reset(struct ds_spec *sp, const struct ds_sampler_params *p)
 enum ds_err ds_spec_step(struct ds_spec *sp, struct ds_seq *dseq, struct ds_seq *tseq, const int32_t *ctx,
                          uint32_t n_ctx, uint32_t max_new, int32_t *out, uint32_t *n_out)
 {
+    return ds_spec_step_masked(sp, dseq, tseq, ctx, n_ctx, max_new, NULL, out, n_out);
+}
+
+enum ds_err ds_spec_step_masked(struct ds_spec *sp, struct ds_seq *dseq, struct ds_seq *tseq, const int32_t *ctx,
+                                uint32_t n_ctx, uint32_t max_new, const struct ds_spec_mask *mask, int32_t *out,
+                                uint32_t *n_out)
+{
     *n_out = 0;
     if (max_new == 0) return DS_ERR_INVAL;
     /* k+1 tokens at most max_new; the target grows to n_ctx + k rows. */
@@ -398,13 +431,15 @@ enum ds_err ds_spec_step(struct ds_spec *sp, struct ds_seq *dseq, struct ds_seq 
     enum ds_err err = DS_OK;
     bool greedy = sp->d->sd.greedy;
     uint64_t t0 = ds_now_ns();
-    if (k) err = ds_spec_draft(sp->d, dseq, ctx, n_ctx, k, sp->drafts, greedy ? NULL : sp->q);
+    uint32_t drafted = 0;
+    if (k) err = ds_spec_draft_masked(sp->d, dseq, ctx, n_ctx, k, mask, sp->drafts, greedy ? NULL : sp->q, &drafted);
     if (err) return err;
+    k = drafted;                                     /* fewer where the mask ended the draft */
     uint64_t t1 = ds_now_ns();
     uint32_t n_acc;
-    err = ds_spec_verify(sp->v, tseq, ctx, n_ctx, sp->drafts, k, greedy ? NULL : sp->q, out, &n_acc);
+    err = ds_spec_verify_masked(sp->v, tseq, ctx, n_ctx, sp->drafts, k, greedy ? NULL : sp->q, mask, out, &n_acc);
     if (err) return err;
-    if (k) err = ds_spec_draft_rollback(dseq, n_ctx, n_acc);
+    if (ds_seq_len(dseq) > n_ctx) err = ds_spec_draft_rollback(dseq, n_ctx, n_acc);
     if (err) return err;
     sp->st.draft_ns += t1 - t0;
     sp->st.verify_ns += ds_now_ns() - t1;

@@ -434,7 +434,8 @@ static enum ds_err get_reply_to(const cJSON *it, const struct ds_msg_limits *lim
 
 /* "grammar" (grammar text) or "response_format" ({"type": "text" |
 ** "json_object" | "json_schema", "json_schema": {"schema": {...}}}),
-** compiled to r->grammar; a refusal names the keyword and its place. */
+** compiled to r->grammar, its source kept in r->format; a refusal names the
+** keyword and its place. */
 static enum ds_err get_format(const cJSON *rf, const cJSON *gr, struct ds_infer_req *r, struct ds_msg_error *err)
 {
     char why[DS_WHY_MAX];
@@ -466,6 +467,8 @@ static enum ds_err get_format(const cJSON *rf, const cJSON *gr, struct ds_infer_
             return fail(err, DS_ERR_FORMAT, "grammar", "expected grammar text, got %s", type_name(gr));
         rc = ds_grammar_parse(gr->valuestring, strlen(gr->valuestring), &r->grammar, why);
         if (rc) return fail(err, rc == DS_ERR_NOMEM ? rc : DS_ERR_FORMAT, "grammar", "%s", why);
+        if (!(r->format = strdup(gr->valuestring))) return fail(err, DS_ERR_NOMEM, "grammar", "out of memory");
+        r->format_is_grammar = true;
         return DS_OK;
     }
     if (!constrained) return DS_OK;
@@ -474,7 +477,40 @@ static enum ds_err get_format(const cJSON *rf, const cJSON *gr, struct ds_infer_
     rc = ds_json_schema_grammar(text, strlen(text), NULL, &r->grammar, why);
     free(text);
     if (rc) return fail(err, rc == DS_ERR_NOMEM ? rc : DS_ERR_FORMAT, "response_format", "%s", why);
+    if (!(r->format = cJSON_PrintUnformatted(rf))) return fail(err, DS_ERR_NOMEM, "response_format", "out of memory");
+    r->format_is_grammar = false;
     return DS_OK;
+}
+
+enum ds_err ds_msg_infer_req_format(const cJSON *response_format, const cJSON *grammar, struct ds_infer_req *r,
+                                    struct ds_msg_error *err)
+{
+    if (response_format && cJSON_IsNull(response_format)) response_format = NULL;
+    if (grammar && cJSON_IsNull(grammar)) grammar = NULL;
+    if (!response_format && !grammar) return DS_OK;
+    return get_format(response_format, grammar, r, err);
+}
+
+enum ds_err ds_infer_req_format_copy(struct ds_infer_req *dst, const struct ds_infer_req *src)
+{
+    dst->grammar = NULL;
+    dst->format = NULL;
+    dst->format_is_grammar = false;
+    if (!src->format) return DS_OK;
+    struct ds_msg_error err;
+    memset(&err, 0, sizeof err);
+    if (src->format_is_grammar) {
+        cJSON *gr = cJSON_CreateString(src->format);
+        if (!gr) return DS_ERR_NOMEM;
+        enum ds_err rc = get_format(NULL, gr, dst, &err);
+        cJSON_Delete(gr);
+        return rc;
+    }
+    cJSON *rf = cJSON_Parse(src->format);
+    if (!rf) return DS_ERR_NOMEM;         /* it was printed by cJSON: only memory can fail */
+    enum ds_err rc = get_format(rf, NULL, dst, &err);
+    cJSON_Delete(rf);
+    return rc;
 }
 
 /* Every field except id and v, in a fixed order so that the first error
@@ -704,5 +740,6 @@ void ds_infer_req_cleanup(struct ds_infer_req *req)
     free(req->messages);
     for (uint32_t i = 0; i < DS_MSG_STOP_MAX; i++) free(req->stop[i]);   /* unused ones are NULL */
     ds_grammar_destroy(req->grammar);
+    free(req->format);
     memset(req, 0, sizeof *req);
 }

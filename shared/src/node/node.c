@@ -26,6 +26,7 @@
 #include "ds/bundle.h"
 #include "ds/dist.h"
 #include "ds/engine.h"
+#include "ds/grammar.h"
 #include "ds/keys.h"
 #include "ds/log.h"
 #include "ds/metrics.h"
@@ -124,9 +125,32 @@ void node__req_each(struct ds_node *node, node_req_fn fn, void *ud)
 
 unsigned node__running(const struct ds_node *node) { return node->n_active; }
 
-/* Sample one token from logits and handle it. */
-static bool on_token(struct ds_node *node, struct node_req *r, const float *logits)
+/* Structured output: every token the grammar does not allow from where
+** r's output is gets -inf (EOS only when the output is complete), so the
+** sampler draws among the rest (node__on_sampled then advances the
+** state). false (r answered and freed) at a dead end. */
+static bool grammar_mask(struct ds_node *node, struct node_req *r, float *logits)
 {
+    const struct node_version *v = r->v;
+    if (node__grammar_apply(v, r->gst, logits) == 0) {
+        if (ds_grammar_is_complete(r->gst)) {
+            node__finish(node, r, DS_MSG_FINISH_STOP);
+        } else {
+            DS_LOG_LIMITED(DS_LOG_WARN, "request %s: no token of model %s can continue its grammar", r->req.id,
+                           v->m->cfg->name);
+            node__active_fail(node, r, DS_MSG_CODE_INTERNAL, "grammar: no token of this model can continue the "
+                              "output (a dead end of the grammar)");
+        }
+        return false;
+    }
+    return true;
+}
+
+/* Sample one token from logits (masked by r's grammar, if any) and handle
+** it. */
+static bool on_token(struct ds_node *node, struct node_req *r, float *logits)
+{
+    if (r->gst && !grammar_mask(node, r, logits)) return true;
     float lp = 0.0f;
     int32_t tok = ds_sampler_sample(r->smp, logits, r->m->cfg->cascade < 0.0f ? &lp : NULL);
     return node__on_sampled(node, r, tok, lp);
@@ -189,6 +213,10 @@ static bool start(struct ds_node *node, struct node_req *r)
     r->sp = sp;
     if (ds_seq_create(v->eng, &r->seq) != DS_OK || ds_sampler_create(ds_engine_config(v->eng)->vocab_size, &sp, &r->smp) != DS_OK) {
         node__req_fail(node, r, DS_MSG_CODE_INTERNAL, "out of memory");
+        return false;
+    }
+    if (r->req.grammar && (node__grammar_vocab(v) != DS_OK || ds_grammar_state_create(r->req.grammar, &r->gst) != DS_OK)) {
+        node__req_fail(node, r, DS_MSG_CODE_INTERNAL, "grammar: out of memory");
         return false;
     }
     uint32_t cached = 0;                        /* a prompt's whole blocks another request computed */
@@ -593,6 +621,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     }
     atomic_init(&node->next_key, 1);
     ds_msg_limits_init(&node->limits);
+    node->limits.grammar = true;           /* structured output: start() and on_token() enforce req.grammar */
     node->limits.max_payload = c->max_payload;
     node->limits.max_prompt = c->max_prompt;
     snprintf(node->status_topic, sizeof node->status_topic, DS_TOPIC_STATUS "%s", c->node);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/grammar.h"
 #include "ds/log.h"
 #include "node_internal.h"
 
@@ -91,6 +92,8 @@ void node__req_free(struct node_req *r)
     if (r->sink) r->sink->release(r->sink);
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
+    ds_grammar_state_destroy(r->gst);
+    ds_grammar_state_destroy(r->gfork);
     ds_infer_req_cleanup(&r->req);
     free(r->reply);
     free(r->corr);
@@ -144,9 +147,12 @@ void node__cascade_detach(struct ds_node *node, struct node_req *r)
     node__rollout_release(r);           /* r may leave this thread */
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
+    ds_grammar_state_destroy(r->gst);   /* the center follows req.grammar from the start */
+    ds_grammar_state_destroy(r->gfork);
     free(r->ids);
     r->seq = NULL;
     r->smp = NULL;
+    r->gst = r->gfork = NULL;
     r->ids = NULL;
     r->n_ids = r->n_fed = 0;
 }
@@ -234,6 +240,13 @@ bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, flo
     if (!r->first_ns) r->first_ns = ds_now_ns();
     r->logprob_sum += logprob;
     if (r->sh) node__rollout_token(r, tok);
+    /* Structured output: the token was drawn among those the grammar allows
+    ** (node.c masks the logits); the state follows its bytes. A token from
+    ** elsewhere that breaks it ends the request rather than the output. */
+    if (r->gst && ds_grammar_accept_token(r->gst, r->v->gvocab, tok) != DS_OK) {
+        node__active_fail(node, r, DS_MSG_CODE_INTERNAL, "grammar: a token outside the grammar was produced");
+        return true;
+    }
     if (ds_tok_is_eog(r->v->tok, tok) || tok == ds_tok_bos(r->v->tok)) {   /* EOS, EOT, <|im_end|>... */
         node__finish(node, r, DS_MSG_FINISH_STOP);
         return true;
@@ -272,6 +285,10 @@ bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, flo
             size_t len;
             if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(node, r, json, len);
         }
+    }
+    if (r->gst && ds_grammar_is_closed(r->gst)) {     /* complete, and nothing may follow */
+        node__finish(node, r, DS_MSG_FINISH_STOP);
+        return true;
     }
     if (r->n_gen >= r->req.max_tokens || r->n_ids + r->n_gen >= ds_engine_max_ctx(r->v->eng)) {
         node__finish(node, r, DS_MSG_FINISH_LENGTH);

@@ -164,6 +164,18 @@ enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds
 enum ds_err node__prompt_encode(const struct node_version *v, const struct node_prompt *p, int32_t *ids, size_t cap,
                                 size_t *n_ids);
 void node__prompt_free(struct node_prompt *p);
+/* Structured output (node_version.c; engine loop). v's vocabulary trie and
+** mask row, built at the first call (its size and build time logged once). */
+enum ds_err node__grammar_vocab(struct node_version *v);
+/* Mask logits (the engine's vocabulary) to the tokens st allows next (EOS
+** only when complete); returns how many, 0 at a dead end (logits then
+** untouched). v->gvocab must be built. */
+uint32_t    node__grammar_apply(const struct node_version *v, struct ds_grammar_state *st, float *logits);
+/* A ds_spec_mask_fn (ds/spec.h) for a running request r (ud) with a grammar:
+** position i of a speculative round is masked by the state r->gst reaches
+** through the i tokens before it (followed in r->gfork, made at the first
+** call). */
+bool        node__grammar_spec_mask(void *ud, uint32_t i, const int32_t *before, float *logits);
 void node__req_free(struct node_req *r);
 void node__req_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code code, const char *msg);
 /* Engine loop: answer a running request with an error and free it. */

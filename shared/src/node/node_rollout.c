@@ -623,6 +623,7 @@ struct node_req *node__rollout_mirror(struct ds_node *node, struct node_req *r)
     s->req.messages = NULL;
     s->req.n_messages = 0;
     memset(s->req.stop, 0, sizeof s->req.stop);
+    if (ds_infer_req_format_copy(&s->req, &r->req) != DS_OK) goto fail;   /* its own grammar, the same rules */
     if (r->req.n_messages && !(s->req.messages = calloc(r->req.n_messages, sizeof *s->req.messages))) goto fail;
     for (uint32_t i = 0; i < r->req.n_messages; i++, s->req.n_messages++) {
         s->req.messages[i] = r->req.messages[i];

@@ -19,7 +19,12 @@
 **
 ** Which requests: any, streamed or not, greedy or sampled (rejection
 ** sampling keeps the target's distribution; the request's seed seeds the
-** rounds). Not: models with cascade set (the cascade needs the per-token
+** rounds). Structured output (a request with a grammar) speculates under
+** its mask: a fork of the request's matcher follows the round's drafts, and
+** both the draft's and the target's logits at each position are masked
+** (ds_spec_step_masked), so greedy output is plain masked greedy decoding
+** and sampling keeps plain masked sampling's distribution. Not: models with
+** cascade set (the cascade needs the per-token
 ** log-probabilities of plain decoding), and the last DS_SPEC_K_MAX + 2
 ** positions of the context (plain steps end the answer exactly as without
 ** speculation).
@@ -56,8 +61,9 @@ bool node__spec_step(struct ds_node *node, struct node_version *v)
     int32_t out[DS_SPEC_K_MAX + 1];
     uint32_t n_out;
     if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
-    enum ds_err rc = ds_spec_step(v->spec, v->draft_seq, r->seq, r->ids, n_ctx, r->req.max_tokens - r->n_gen,
-                                  out, &n_out);
+    struct ds_spec_mask mask = { node__grammar_spec_mask, r };
+    enum ds_err rc = ds_spec_step_masked(v->spec, v->draft_seq, r->seq, r->ids, n_ctx, r->req.max_tokens - r->n_gen,
+                                         r->gst ? &mask : NULL, out, &n_out);
     if (rc != DS_OK) {
         /* Back to a known state; the batched step serves r (and reports a
         ** target failure itself). */

@@ -28,6 +28,8 @@
 #include "ds/topics.h"
 
 struct cJSON;
+struct ds_grammar_state;
+struct ds_grammar_vocab;
 struct node_ext;
 
 #define MAX_CANCELS  256
@@ -54,6 +56,11 @@ struct node_version {
     float               *logits;      /* (max_batch, vocab) */
     uint32_t             max_batch;
     uint32_t             delay_ms;    /* [model] delay: a drill's slowness per pass */
+    /* structured output: the tokenizer's byte trie, built at the first
+    ** request with a grammar (node__grammar_vocab), and one mask row the
+    ** engine loop fills for each such request in turn */
+    struct ds_grammar_vocab *gvocab;
+    uint8_t             *gmask;       /* ds_grammar_vocab_size(gvocab) entries */
     /* speculative decoding (node_spec_local.c); spec == NULL: off */
     struct ds_model     *draft_model; /* a separate draft file, else NULL */
     struct ds_engine    *draft_eng;
@@ -209,6 +216,8 @@ struct node_req {
     struct ds_msg_spec_usage spec;      /* speculative rounds of this request */
     struct ds_seq       *seq;
     struct ds_sampler   *smp;
+    struct ds_grammar_state *gst;       /* where the output is in req.grammar; NULL: free text */
+    struct ds_grammar_state *gfork;     /* a copy of gst that follows a speculative round's drafts */
     struct ds_tok_stream st;
     int32_t              last;          /* token to feed next */
     uint32_t             n_gen, n_chunks;

@@ -5,14 +5,21 @@
 ** only the config); the engine loop owns what it returns. The draft side
 ** here is only loading: node_spec_local.c runs the rounds.
 **
+** Structured output: each version's vocabulary trie and mask row, built at
+** its first request with a grammar, and the masking both the batched step
+** and speculation's rounds use (node__grammar_apply).
+**
 ** Owns: each version's draft model (a separate file only), draft engine,
-** draft sequence and ds_spec (node_version fields).
+** draft sequence and ds_spec; its grammar vocabulary and mask row
+** (node_version fields).
 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ds/chat.h"
+#include "ds/grammar.h"
 #include "ds/log.h"
 #include "ds/program.h"
 #include "ds/tok.h"
@@ -125,6 +132,48 @@ fail:
     return rc;
 }
 
+enum ds_err node__grammar_vocab(struct node_version *v)
+{
+    if (v->gvocab) return DS_OK;
+    uint64_t t0 = ds_now_ns();
+    struct ds_grammar_vocab *gv = NULL;
+    enum ds_err rc = ds_grammar_vocab_create(v->tok, &gv);
+    uint8_t *mask = rc == DS_OK ? malloc(DS_MAX(ds_grammar_vocab_size(gv), 1u)) : NULL;
+    if (!mask) {
+        DS_LOG(DS_LOG_ERROR, "model %s %s: the vocabulary trie for structured output could not be built: %s",
+               v->m->cfg->name, v->version, ds_strerror(rc != DS_OK ? rc : DS_ERR_NOMEM));
+        ds_grammar_vocab_destroy(gv);
+        return rc != DS_OK ? rc : DS_ERR_NOMEM;
+    }
+    v->gvocab = gv;
+    v->gmask = mask;
+    DS_LOG(DS_LOG_INFO, "model %s %s: structured output: vocabulary trie of %u tokens built in %.1f ms, %.2f MiB",
+           v->m->cfg->name, v->version, ds_grammar_vocab_size(gv), (double)(ds_now_ns() - t0) / 1e6,
+           (double)(ds_grammar_vocab_bytes(gv) + ds_grammar_vocab_size(gv)) / (1024.0 * 1024.0));
+    return DS_OK;
+}
+
+uint32_t node__grammar_apply(const struct node_version *v, struct ds_grammar_state *st, float *logits)
+{
+    const uint32_t V = ds_engine_config(v->eng)->vocab_size, G = ds_grammar_vocab_size(v->gvocab);
+    uint32_t n = ds_grammar_mask(st, v->gvocab, v->gmask);
+    if (n == 0) return 0;
+    ds_grammar_apply_mask(logits, v->gmask, DS_MIN(V, G));
+    for (uint32_t i = G; i < V; i++) logits[i] = -INFINITY;   /* rows the tokenizer has no text for */
+    return n;
+}
+
+bool node__grammar_spec_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
+{
+    struct node_req *r = ud;
+    const struct node_version *v = r->v;
+    if (!r->gfork && ds_grammar_state_create(r->req.grammar, &r->gfork) != DS_OK) return false;
+    if (i == 0 ? ds_grammar_state_copy(r->gfork, r->gst) != DS_OK
+               : ds_grammar_accept_token(r->gfork, v->gvocab, before[i - 1]) != DS_OK)
+        return false;
+    return node__grammar_apply(v, r->gfork, logits) > 0;
+}
+
 enum ds_msg_code node__prompt_text(const struct node_version *v, const struct ds_infer_req *q, struct node_prompt *p,
                                    char *why, size_t why_cap)
 {
@@ -166,6 +215,8 @@ void node__version_free(struct node_version *v)
 {
     if (!v) return;
     node__spec_unload(v);
+    ds_grammar_vocab_destroy(v->gvocab);
+    free(v->gmask);
     ds_engine_destroy(v->eng);
     ds_tok_destroy(v->tok);
     ds_model_close(v->model);
