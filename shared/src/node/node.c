@@ -65,6 +65,18 @@ static void listen_all(struct ds_node *node, bool on)
     }
 }
 
+/* Tokens the running sequences have left to decode (their max_tokens less
+** what they generated): the predictive admission counts them ahead. */
+static double running_work(const struct ds_node *node)
+{
+    double left = 0.0;
+    for (unsigned i = 0; i < node->n_active; i++) {
+        const struct node_req *r = node->active[i];
+        if (!r->mirror && r->req.max_tokens > r->n_gen) left += (double)(r->req.max_tokens - r->n_gen);
+    }
+    return left;
+}
+
 /* ---- status ---- */
 
 static uint64_t unix_ms(void)
@@ -463,6 +475,7 @@ enum ds_err ds_node_run(struct ds_node *node)
             double inst = (double)node->step_tokens / dt, old = atomic_load(&node->tok_rate);
             atomic_store(&node->tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
         }
+        atomic_store(&node->running_work, running_work(node));
         if (now >= next_telemetry) {
             publish_telemetry(node);
             next_telemetry = now + (uint64_t)node->cfg->telemetry_s * 1000000000ull;
@@ -512,6 +525,7 @@ void ds_node_destroy(struct ds_node *node)
     for (unsigned i = 0; i < node->n_cancels; i++) free(node->cancels[i]);
     pthread_mutex_destroy(&node->cancel_mu);
     pthread_mutex_destroy(&node->quota.mu);
+    pthread_mutex_destroy(&node->arrive_mu);
     free(node->quota.c);
     ds_metrics_cleanup(&node->metrics);
     node__dedupe_cleanup(&node->dedupe);
@@ -550,6 +564,10 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     node->start_ns = ds_now_ns();
     pthread_mutex_init(&node->cancel_mu, NULL);
     pthread_mutex_init(&node->quota.mu, NULL);
+    pthread_mutex_init(&node->arrive_mu, NULL);
+    int policy = ds_overflow_policy_parse(c->overflow_policy);
+    node->policy = policy < 0 ? DS_OVERFLOW_REACTIVE : policy;
+    for (int t = 0; t < DS_TIER_COUNT; t++) ds_holt_init(&node->arrive[t], NULL, node->start_ns);
     node__cfg_publish(node);
     if (ds_metrics_init(&node->metrics, node->start_ns) != DS_OK) {
         free(node);

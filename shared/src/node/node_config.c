@@ -15,6 +15,7 @@
 
 #include "ds/cfg.h"
 #include "ds/engine.h"
+#include "ds/forecast.h"
 #include "ds/log.h"
 #include "ds/node.h"
 #include "ds/spec.h"
@@ -54,6 +55,8 @@ static const struct ds_cfg_key core_keys[] = {
     { "overflow", "budget_high_ms", DS_CFG_U32, O(budget_ms[DS_TIER_HIGH]), "0", 0, 3600000, DS_CFG_RELOADABLE, "send high work expected to finish later than this to a center, where the role overflows (0 = deadline only; the admission reads it)" },
     { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "same for normal" },
     { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "same for low" },
+    { "overflow", "policy", DS_CFG_STR, O(overflow_policy), "reactive", 0, 0, 0, "when the admission sends work to a center (where the role overflows): reactive, when the queued work and the request's own at the measured rate pass its budget; predictive, when that plus the running sequences' work and the queue's growth forecast over horizon_ms does (ds/forecast.h)" },
+    { "overflow", "horizon_ms", DS_CFG_U32, O(horizon_ms), "1000", 0, 60000, 0, "how far ahead the predictive policy forecasts arrivals (0 = no forecast: vLLM's rule on queued and running work alone)" },
     { "registry", "path", DS_CFG_STR, O(registry_path), NULL, 0, 0, 0, "model registry (SQLite file)" },
     { "keys", "signer_pub", DS_CFG_STR, O(signer_pub), NULL, 0, 0, 0, "trusted publisher public key file(s), comma-separated" },
     { "keys", "node_sec", DS_CFG_STR, O(node_sec), NULL, 0, 0, 0, "this node's secret key file (mode 0600): set = fetch models published on the broker" },
@@ -556,6 +559,8 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
         BAD(AT("node", "log_format", 0), "[node] log_format '%s' is not text or json", c->log_format);
     if (strcmp(c->intake_identity, "topic") && strcmp(c->intake_identity, "none") && strcmp(c->intake_identity, "auto"))
         BAD(AT("intake", "identity", 0), "[intake] identity '%s' is not topic, none or auto", c->intake_identity);
+    if (ds_overflow_policy_parse(c->overflow_policy) < 0)
+        BAD(AT("overflow", "policy", 0), "[overflow] policy '%s' is not predictive or reactive", c->overflow_policy);
     char why[DS_WHY_MAX];
     if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK)
         BAD(AT("mqtt", "uri", 0), "[mqtt] %s", why);

@@ -61,21 +61,42 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
     return d;
 }
 
-/* Admission by estimated finish time: the work queued ahead of r plus r's own,
-** at the decode rate measured so far, against r's deadline and its tier's
-** latency budget. */
+/* Admission by estimated finish time ([overflow] policy, ds/forecast.h):
+** the work queued ahead of r plus r's own at the decode rate measured so
+** far (reactive), or that plus the running sequences' work and the queue's
+** forecast growth over the horizon (predictive), against r's deadline and
+** its tier's latency budget. Every request this node may serve counts in
+** its tier's arrival forecast first (count_arrival), whatever is decided. */
+static double req_cost(const struct node_req *r)
+{
+    return (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
+}
+
+static void count_arrival(struct ds_node *node, const struct node_req *r, uint64_t now)
+{
+    pthread_mutex_lock(&node->arrive_mu);
+    ds_holt_add(&node->arrive[r->req.priority], now, req_cost(r));
+    pthread_mutex_unlock(&node->arrive_mu);
+}
+
 static bool over_budget(struct ds_node *node, const struct node_req *r, uint64_t now)
 {
-    double rate = atomic_load(&node->tok_rate);
-    if (!(rate > 0.0)) return false;              /* nothing measured yet */
-    double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
-    double finish_ms = ((double)ds_sched_backlog(node->sched) + own) / rate * 1000.0;
-    double budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]);
+    double own = req_cost(r);
+    struct ds_holt ahead;                         /* the tiers that go before or with r, summed */
+    pthread_mutex_lock(&node->arrive_mu);
+    ds_holt_merge(node->arrive, (unsigned)r->req.priority, now, &ahead);
+    pthread_mutex_unlock(&node->arrive_mu);
+    struct ds_overflow_in in = {
+        .rate = atomic_load(&node->tok_rate), .backlog = (double)ds_sched_backlog(node->sched),
+        .running = atomic_load(&node->running_work), .own = own,
+        .budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]),
+        .arrive = &ahead, .horizon_s = (double)node->cfg->horizon_ms / 1000.0,
+    };
     if (r->deadline_ns) {
         double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
-        if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
+        if (in.budget_ms == 0.0 || left < in.budget_ms) in.budget_ms = left;
     }
-    return budget_ms > 0.0 && finish_ms > budget_ms;
+    return ds_overflow_decide((enum ds_overflow_policy)node->policy, &in);
 }
 
 /* "model: x is not served by this node; it serves a, b" into buf. */
@@ -213,6 +234,7 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
+    if (r->req.route != DS_MSG_ROUTE_CENTER) count_arrival(node, r, now);
     if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(node, r, now)) && node__ext_take(node, r, NODE_TAKE_ROUTE))
         return true;
     if (node__enqueue(node, r)) return true;

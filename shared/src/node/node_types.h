@@ -16,6 +16,7 @@
 
 #include "ds/bundle.h"
 #include "ds/engine.h"
+#include "ds/forecast.h"
 #include "ds/metrics.h"
 #include "ds/model.h"
 #include "ds/mqtt.h"
@@ -224,6 +225,10 @@ struct ds_node {
     struct node_route    routes[NODE_MAX_ROUTES];    /* topic prefix -> handler (node_intake.c) */
     unsigned             n_routes;
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
+    _Atomic double       running_work;   /* tokens the running sequences have left (engine loop; admission) */
+    int                  policy;         /* [overflow] policy (enum ds_overflow_policy) */
+    pthread_mutex_t      arrive_mu;      /* arrive[]: intake counts and reads, telemetry reads */
+    struct ds_holt       arrive[DS_TIER_COUNT];   /* work arriving per tier, tokens/s (node_intake.c) */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     atomic_uint_fast64_t n_answers;      /* finals and errors handed to MQTT (the shutdown line) */
