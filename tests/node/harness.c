@@ -271,6 +271,14 @@ unsigned nh_running(struct nh *h)
 
 void nh_set_tok_rate(struct nh *h, double tokens_per_s) { atomic_store(&h->node->tok_rate, tokens_per_s); }
 
+void nh_set_service(struct nh *h, double rows_per_s, double step_s)
+{
+    pthread_mutex_lock(&h->node->arrive_mu);
+    h->node->service = (struct ds_service){ .row_rate = rows_per_s, .step_s = step_s, .capacity = rows_per_s,
+                                            .last_ns = ds_now_ns() };
+    pthread_mutex_unlock(&h->node->arrive_mu);
+}
+
 /* ---- the wire ---- */
 
 void nh_deliver(struct nh *h, const char *topic, const char *payload, const char *response_topic, const char *corr)

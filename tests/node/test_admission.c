@@ -152,7 +152,7 @@ static void test_late_without_center(void **state)
 ** only grows, 100 tokens/s measured, deadline 2 s) given to a reactive and a
 ** predictive node: the predictive one sends its first request to the center
 ** earlier in the burst, while its queue is shorter (the forecast growth over
-** the 1 s horizon counts), and both send every later one. */
+** the 1 s horizon counts). */
 static unsigned first_overflow(const char *policy, unsigned *queued_then)
 {
     char pol[64];
@@ -160,6 +160,7 @@ static unsigned first_overflow(const char *policy, unsigned *queued_then)
     struct nh *h = nh_start((const char *const[]){ pol, "overflow.horizon_ms=1000", NULL });
     nh_center_status(h, "center-a", true);
     nh_set_tok_rate(h, 100.0);
+    nh_set_service(h, 100.0, 0.01);            /* the predictive side: 100 rows/s, 10 ms a turn */
     unsigned n = 0, first = 0;
     for (unsigned bin = 1; bin <= 12 && !first; bin++)
         for (unsigned k = 0; k < bin && !first; k++) {

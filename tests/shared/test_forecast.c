@@ -5,9 +5,12 @@
 ** converges and its trend dies out; empty bins pull the rate down (a
 ** queue that drains is seen); Poisson noise at 60% of the service rate
 ** (6 requests/s)
-** never makes the predictive rule overflow an empty node; the reactive rule
-** is the node's old formula; the predictive one counts running work and
-** the forecast growth, and overflows a burst before the reactive one does.
+** never makes the predictive rule overflow an empty node; the service
+** side keeps its capacity through light load and lets it decay; the
+** reactive rule is the node's old formula; the predictive one is queued
+** work at capacity plus the request's own decode, counts the forecast
+** growth and the higher tiers' arrivals, and overflows a burst before the
+** reactive one does.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +24,7 @@
 
 #define MS  1000000ull
 #define BIN (250 * MS)
+#define SEC_NS 1000000000ull
 
 /* Feed one bin of a deterministic rate (amount per second) at t. */
 static void feed_bin(struct ds_holt *h, uint64_t t, double rate) { ds_holt_add(h, t, rate * 0.25); }
@@ -85,12 +89,13 @@ static double exp_gap(uint64_t *rng, double lambda)
 static void test_noise(void **state)
 {
     (void)state;
-    /* Requests of 10 tokens at 6/s: 60 tokens/s against a service of 100
-    ** tokens/s, a budget of 1 s, the node empty as each one arrives. (At
-    ** under one request per bin the forecast is noise-limited: 3/s of 20
-    ** tokens overflowed 16 of 1804 here; docs/operations.md says so.) */
+    /* Requests of 10 rows (2 of prompt, 8 tokens) at 6/s: 60 rows/s against
+    ** a capacity of 100 rows/s, a budget of 1 s, the node empty as each one
+    ** arrives. (At under one request per bin the forecast is noise-limited:
+    ** docs/operations.md says so.) */
     struct ds_holt h;
     ds_holt_init(&h, NULL, 0);
+    struct ds_service sv = { .row_rate = 60.0, .step_s = 0.02, .capacity = 100.0 };
     uint64_t rng = 42;
     double t = 0.0, hi = 0.0, lo = 1e9;
     unsigned n = 0, over = 0;
@@ -98,53 +103,82 @@ static void test_noise(void **state)
         t += exp_gap(&rng, 6.0);
         uint64_t now = (uint64_t)(t * 1e9);
         ds_holt_add(&h, now, 10.0);
-        struct ds_overflow_in in = { .rate = 100.0, .backlog = 0, .running = 10.0, .own = 10.0, .budget_ms = 1000.0,
-                                     .arrive = &h, .horizon_s = 1.0 };
+        struct ds_overflow_in in = { .rate = 60.0, .backlog = 0, .own = 10.0, .budget_ms = 1000.0, .service = &sv,
+                                     .own_tokens = 8.0, .with = &h, .horizon_s = 1.0 };
         over += ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in);
         if (t > 10.0) hi = fmax(hi, ds_holt_rate(&h, 0)), lo = fmin(lo, ds_holt_rate(&h, 0));
         n++;
     }
-    printf("poisson 60 tokens/s, %u arrivals: forecast between %.1f and %.1f tokens/s; overflowed %u\n", n, lo, hi,
-           over);
+    printf("poisson 60 rows/s, %u arrivals: forecast between %.1f and %.1f rows/s; overflowed %u\n", n, lo, hi, over);
     assert_int_equal(over, 0);
+}
+
+static void test_service(void **state)
+{
+    (void)state;
+    struct ds_service sv = { 0 };
+    ds_service_turn(&sv, 1 * MS, 0.0, 10);                 /* nothing timed: ignored */
+    assert_true(sv.row_rate == 0.0);
+    ds_service_turn(&sv, 10 * MS, 0.01, 50);               /* 5000 rows/s, a full batch */
+    assert_true(fabs(sv.row_rate - 5000.0) < 1e-6 && fabs(sv.capacity - 5000.0) < 1e-6);
+    for (unsigned i = 0; i < 200; i++) ds_service_turn(&sv, (20 + i) * MS, 0.001, 1);   /* light load: 1000 rows/s */
+    assert_true(fabs(sv.row_rate - 1000.0) < 10.0);
+    assert_true(sv.capacity > 4000.0);                    /* the peak is kept over 0.2 s ... */
+    assert_true(fabs(sv.step_s - 0.001) < 1e-4);
+    ds_service_turn(&sv, 120 * SEC_NS, 0.001, 1);         /* ... and decays over two minutes */
+    assert_true(sv.capacity < 1100.0);
 }
 
 static void test_rule(void **state)
 {
     (void)state;
     /* Reactive: the node's formula, (backlog + own) / rate against the budget. */
-    struct ds_overflow_in in = { .rate = 10.0, .backlog = 40.0, .running = 30.0, .own = 5.0, .budget_ms = 5000.0 };
+    struct ds_overflow_in in = { .rate = 10.0, .backlog = 40.0, .own = 5.0, .budget_ms = 5000.0 };
     assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &in));     /* 4.5 s */
     in.budget_ms = 4000.0;
     assert_true(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &in));
+    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));    /* no service measured: the same */
     in.budget_ms = 0.0;                                               /* no budget: never */
     assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &in));
     in.budget_ms = 5000.0;
     in.rate = 0.0;                                                    /* nothing measured: never */
-    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
-    /* Predictive counts the running sequences' work: 7.5 s. */
-    in.rate = 10.0;
-    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
-    in.budget_ms = 8000.0;
-    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
-    assert_true(fabs(ds_overflow_work(DS_OVERFLOW_PREDICTIVE, &in) - 75.0) < 1e-9);
+    assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &in));
 
-    /* A burst: arrivals climbing past the service rate. The forecast growth
+    /* Predictive: queued work at capacity plus its own decode, a token per
+    ** turn: 40 / 20 + 1 / 20 + 4 x 0.5 = 4.05 s. */
+    struct ds_service sv = { .row_rate = 10.0, .step_s = 0.5, .capacity = 20.0 };
+    in = (struct ds_overflow_in){ .rate = 10.0, .backlog = 40.0, .own = 5.0, .budget_ms = 4000.0, .service = &sv,
+                                  .own_tokens = 4.0 };
+    assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 4050.0) < 1e-6);
+    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+    in.budget_ms = 4100.0;
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+
+    /* A burst: arrivals climbing past the capacity. The forecast growth
     ** over the horizon makes the predictive rule overflow while the queue
     ** is still short enough for the reactive one. */
     struct ds_holt h;
     ds_holt_init(&h, NULL, 0);
-    for (unsigned b = 0; b < 16; b++) feed_bin(&h, b * BIN, 10.0 * (b + 1));      /* up to 160 tokens/s */
+    for (unsigned b = 0; b < 16; b++) feed_bin(&h, b * BIN, 10.0 * (b + 1));      /* up to 160 rows/s */
     ds_holt_advance(&h, 16 * BIN);
-    struct ds_overflow_in burst = { .rate = 100.0, .backlog = 50.0, .running = 0.0, .own = 10.0, .budget_ms = 1000.0,
-                                    .arrive = &h, .horizon_s = 1.0 };
+    struct ds_service busy = { .row_rate = 100.0, .step_s = 0.01, .capacity = 100.0 };
+    struct ds_overflow_in burst = { .rate = 100.0, .backlog = 50.0, .own = 10.0, .budget_ms = 1000.0,
+                                    .service = &busy, .own_tokens = 8.0, .with = &h, .horizon_s = 1.0 };
     assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &burst));                 /* 0.6 s */
-    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));                /* + growth > 40 */
-    /* ... and once the arrivals fall below it, the margin is gone. */
+    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));                /* + growth > 40 rows */
+    /* The higher tiers' arrivals during the wait go first: counted too. */
+    struct ds_holt hi;
+    ds_holt_init(&hi, NULL, 0);
+    for (unsigned b = 0; b < 16; b++) feed_bin(&hi, b * BIN, 400.0);
+    ds_holt_advance(&hi, 16 * BIN);
+    struct ds_overflow_in low = { .rate = 100.0, .backlog = 50.0, .own = 10.0, .budget_ms = 1000.0, .service = &busy,
+                                  .own_tokens = 8.0, .ahead = &hi };
+    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &low));                  /* 0.5 s more wait: 200 rows */
+    low.ahead = NULL;
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &low));
+    /* ... and once the arrivals fall below capacity, the margin is gone. */
     for (unsigned b = 16; b < 40; b++) feed_bin(&h, b * BIN, 40.0);
     ds_holt_advance(&h, 40 * BIN);
-    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));
-    burst.arrive = NULL;                                                            /* vLLM's rule alone */
     assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));
 
     assert_int_equal(ds_overflow_policy_parse("predictive"), DS_OVERFLOW_PREDICTIVE);
@@ -175,7 +209,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ramp), cmocka_unit_test(test_step), cmocka_unit_test(test_noise),
-        cmocka_unit_test(test_rule), cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_service), cmocka_unit_test(test_rule), cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,34 +75,52 @@ enum ds_overflow_policy { DS_OVERFLOW_REACTIVE, DS_OVERFLOW_PREDICTIVE };
 int ds_overflow_policy_parse(const char *s);
 const char *ds_overflow_policy_name(enum ds_overflow_policy p);
 
-/* What the rule sees of one request and its node; work in tokens (a
-** request's cost: max_tokens plus a quarter of its prompt bytes). */
+/* The service side, as one node's engine loop measures it each turn that
+** computed something: rows per second (prompt tokens fed plus tokens
+** sampled: the unit of a request's cost), the seconds of one turn (how fast
+** one sequence decodes: a token per turn), and the capacity, the highest
+** rows per second seen lately (decaying with a 30 s time constant, never
+** below the current rate): what the loop serves when the queue keeps it
+** full, which the current rate understates while the load is light. */
+struct ds_service {
+    double   row_rate;      /* rows/s, EWMA over turns (0.95 / 0.05) */
+    double   step_s;        /* seconds per turn, same EWMA */
+    double   capacity;      /* rows/s, decaying peak */
+    uint64_t last_ns;       /* the last turn measured */
+};
+void ds_service_turn(struct ds_service *s, uint64_t now_ns, double dt_s, unsigned rows);
+
+/* What the rule sees of one request and its node; work in rows (a
+** request's cost: max_tokens plus its prompt's tokens, estimated by the
+** node as a quarter of its bytes). */
 struct ds_overflow_in {
-    double rate;         /* measured service, tokens/s of the whole loop (<= 0: nothing measured yet) */
+    double rate;         /* REACTIVE: measured decode tokens/s of the loop (<= 0: nothing measured yet) */
     double backlog;      /* queued work, every tier */
-    double running;      /* work left of the running sequences (predictive only) */
     double own;          /* this request's */
     double budget_ms;    /* the smaller of its tier's budget and its deadline's time left; 0 = none */
-    /* Predictive only: the forecast of arriving work, tokens/s, of the tiers
-    ** that go before or with this request's (their level and damped trend
-    ** as a ds_holt gives them), and how far ahead to look. */
-    const struct ds_holt *arrive;    /* NULL: no forecast (the rule is then vLLM's alone) */
-    double horizon_s;
+    /* PREDICTIVE only. */
+    const struct ds_service *service;  /* NULL or no capacity yet: decide as REACTIVE */
+    double own_tokens;   /* tokens it asks for (max_tokens): one per turn once running */
+    const struct ds_holt *ahead;       /* arrivals of the tiers that go before it (NULL: none, it is high) */
+    const struct ds_holt *with;        /* arrivals of its tier and those before it */
+    double horizon_s;    /* how far ahead the queue's growth is forecast (0: not) */
 };
 
 /* Whether the request should go to a center rather than queue here.
 ** REACTIVE: (backlog + own) / rate later than budget_ms (the node's rule
 ** before predictive overflow, unchanged).
 ** PREDICTIVE: vLLM's admission rule (queued prefill <= target TTFT x
-** prefill speed) on the work ahead of and with the request, against its
-** budget at the service rate: backlog + running + own, plus the queue's
-** forecast growth over the horizon, max(0, (sum of the arrivals over
-** horizon_s) - rate x horizon_s). A burst forecast to keep coming makes the
-** rule overflow before the queue is long; the margin goes as soon as the
-** forecast inflow falls below the service rate, before the queue drains. */
+** prefill speed) turned into a finish time and extended by the forecasts:
+**   wait   = (backlog + growth + arrivals ahead of it during the wait) / capacity
+**   growth = max(0, with's arrivals over the horizon - capacity x horizon):
+**            what a burst forecast to keep coming adds to the queue
+**   finish = wait + own_tokens x step_s (its own decode, a token per turn)
+** later than budget_ms. A climbing burst overflows before the queue is
+** long; once the forecast inflow falls below capacity the margin is gone,
+** before the queue has drained. */
 bool ds_overflow_decide(enum ds_overflow_policy p, const struct ds_overflow_in *in);
-/* The work the rule counts ahead of and with the request, tokens (what
-** ds_overflow_decide compares with budget x rate): for telemetry and tests. */
-double ds_overflow_work(enum ds_overflow_policy p, const struct ds_overflow_in *in);
+/* The estimated finish, ms, that ds_overflow_decide compares with the
+** budget (NAN when nothing is measured): for telemetry and tests. */
+double ds_overflow_finish_ms(enum ds_overflow_policy p, const struct ds_overflow_in *in);
 
 #endif

@@ -123,21 +123,41 @@ const char *ds_overflow_policy_name(enum ds_overflow_policy p)
     return p == DS_OVERFLOW_PREDICTIVE ? "predictive" : p == DS_OVERFLOW_REACTIVE ? "reactive" : "?";
 }
 
-double ds_overflow_work(enum ds_overflow_policy p, const struct ds_overflow_in *in)
+#define CAP_TAU_S 30.0          /* the capacity's decay time constant */
+
+void ds_service_turn(struct ds_service *s, uint64_t now_ns, double dt_s, unsigned rows)
+{
+    if (!(dt_s > 0.0) || !rows) return;
+    double inst = (double)rows / dt_s;
+    bool first = !(s->row_rate > 0.0);
+    s->row_rate = first ? inst : 0.95 * s->row_rate + 0.05 * inst;
+    s->step_s = first ? dt_s : 0.95 * s->step_s + 0.05 * dt_s;
+    double idle_s = s->last_ns && now_ns > s->last_ns ? (double)(now_ns - s->last_ns) / 1e9 : 0.0;
+    s->capacity = fmax(s->row_rate, s->capacity * exp(-idle_s / CAP_TAU_S));
+    s->last_ns = now_ns;
+}
+
+double ds_overflow_finish_ms(enum ds_overflow_policy p, const struct ds_overflow_in *in)
 {
     double backlog = fmax(in->backlog, 0.0), own = fmax(in->own, 0.0);
-    if (p != DS_OVERFLOW_PREDICTIVE) return backlog + own;
-    double work = backlog + fmax(in->running, 0.0) + own;
-    if (in->arrive && in->horizon_s > 0.0 && in->rate > 0.0) {
-        double growth = ds_holt_sum(in->arrive, in->horizon_s) - in->rate * in->horizon_s;
+    const struct ds_service *sv = in->service;
+    if (p != DS_OVERFLOW_PREDICTIVE || !sv || !(sv->capacity > 0.0)) {
+        if (!(in->rate > 0.0)) return NAN;
+        return (backlog + own) / in->rate * 1000.0;
+    }
+    double cap = sv->capacity, work = backlog;
+    if (in->with && in->horizon_s > 0.0) {
+        double growth = ds_holt_sum(in->with, in->horizon_s) - cap * in->horizon_s;
         if (growth > 0.0) work += growth;
     }
-    return work;
+    if (in->ahead) work += ds_holt_sum(in->ahead, work / cap);    /* higher tiers go first meanwhile */
+    double prompt = fmax(own - fmax(in->own_tokens, 0.0), 0.0);    /* its prompt's rows */
+    return ((work + prompt) / cap + fmax(in->own_tokens, 0.0) * sv->step_s) * 1000.0;
 }
 
 bool ds_overflow_decide(enum ds_overflow_policy p, const struct ds_overflow_in *in)
 {
-    if (!(in->rate > 0.0) || !(in->budget_ms > 0.0)) return false;   /* nothing measured, or no budget */
-    double finish_ms = ds_overflow_work(p, in) / in->rate * 1000.0;
-    return finish_ms > in->budget_ms;
+    if (!(in->budget_ms > 0.0)) return false;                      /* no budget */
+    double finish_ms = ds_overflow_finish_ms(p, in);
+    return !isnan(finish_ms) && finish_ms > in->budget_ms;         /* NAN: nothing measured yet */
 }

@@ -65,18 +65,6 @@ static void listen_all(struct ds_node *node, bool on)
     }
 }
 
-/* Tokens the running sequences have left to decode (their max_tokens less
-** what they generated): the predictive admission counts them ahead. */
-static double running_work(const struct ds_node *node)
-{
-    double left = 0.0;
-    for (unsigned i = 0; i < node->n_active; i++) {
-        const struct node_req *r = node->active[i];
-        if (!r->mirror && r->req.max_tokens > r->n_gen) left += (double)(r->req.max_tokens - r->n_gen);
-    }
-    return left;
-}
-
 /* ---- status ---- */
 
 static uint64_t unix_ms(void)
@@ -240,7 +228,7 @@ static void step_version(struct ds_node *node, struct node_version *v)
     if (n == 0) return;
     if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
     enum ds_err rc = ds_engine_forward(v->eng, rows, n, v->logits);
-    if (rc == DS_OK) node->step_tokens += n_logits;
+    if (rc == DS_OK) node->step_tokens += n_logits, node->step_rows += n;
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
         for (unsigned i = node->n_active; i-- > 0;)
@@ -468,6 +456,7 @@ enum ds_err ds_node_run(struct ds_node *node)
         ** included): what admission divides queued work by. */
         uint64_t s0 = ds_now_ns();
         node->step_tokens = 0;
+        node->step_rows = 0;
         for (unsigned i = 0; i < node->n_models; i++)
             for (unsigned k = 0; k < node->models[i].n_vers; k++) step_version(node, node->models[i].vers[k]);
         double dt = (double)(ds_now_ns() - s0) / 1e9;
@@ -475,7 +464,11 @@ enum ds_err ds_node_run(struct ds_node *node)
             double inst = (double)node->step_tokens / dt, old = atomic_load(&node->tok_rate);
             atomic_store(&node->tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
         }
-        atomic_store(&node->running_work, running_work(node));
+        if (node->step_rows && dt > 0.0) {            /* the predictive admission's service side */
+            pthread_mutex_lock(&node->arrive_mu);
+            ds_service_turn(&node->service, ds_now_ns(), dt, (unsigned)DS_MIN(node->step_rows, 1u << 30));
+            pthread_mutex_unlock(&node->arrive_mu);
+        }
         if (now >= next_telemetry) {
             publish_telemetry(node);
             next_telemetry = now + (uint64_t)node->cfg->telemetry_s * 1000000000ull;

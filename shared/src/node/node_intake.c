@@ -63,9 +63,10 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
 
 /* Admission by estimated finish time ([overflow] policy, ds/forecast.h):
 ** the work queued ahead of r plus r's own at the decode rate measured so
-** far (reactive), or that plus the running sequences' work and the queue's
-** forecast growth over the horizon (predictive), against r's deadline and
-** its tier's latency budget. Every request this node may serve counts in
+** far (reactive), or the queued work, the queue's forecast growth over the
+** horizon and the higher tiers' arrivals meanwhile at the loop's capacity,
+** plus r's own decode a token per turn (predictive), against r's deadline
+** and its tier's latency budget. Every request this node may serve counts in
 ** its tier's arrival forecast first (count_arrival), whatever is decided. */
 static double req_cost(const struct node_req *r)
 {
@@ -81,16 +82,19 @@ static void count_arrival(struct ds_node *node, const struct node_req *r, uint64
 
 static bool over_budget(struct ds_node *node, const struct node_req *r, uint64_t now)
 {
-    double own = req_cost(r);
-    struct ds_holt ahead;                         /* the tiers that go before or with r, summed */
+    struct ds_holt ahead, with;                   /* the tiers that go before r; and r's too */
+    struct ds_service service;
+    unsigned tier = (unsigned)r->req.priority;
     pthread_mutex_lock(&node->arrive_mu);
-    ds_holt_merge(node->arrive, (unsigned)r->req.priority, now, &ahead);
+    if (tier) ds_holt_merge(node->arrive, tier - 1, now, &ahead);
+    ds_holt_merge(node->arrive, tier, now, &with);
+    service = node->service;
     pthread_mutex_unlock(&node->arrive_mu);
     struct ds_overflow_in in = {
-        .rate = atomic_load(&node->tok_rate), .backlog = (double)ds_sched_backlog(node->sched),
-        .running = atomic_load(&node->running_work), .own = own,
+        .rate = atomic_load(&node->tok_rate), .backlog = (double)ds_sched_backlog(node->sched), .own = req_cost(r),
         .budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]),
-        .arrive = &ahead, .horizon_s = (double)node->cfg->horizon_ms / 1000.0,
+        .service = &service, .own_tokens = (double)r->req.max_tokens, .ahead = tier ? &ahead : NULL, .with = &with,
+        .horizon_s = (double)node->cfg->horizon_ms / 1000.0,
     };
     if (r->deadline_ns) {
         double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;

@@ -225,10 +225,11 @@ struct ds_node {
     struct node_route    routes[NODE_MAX_ROUTES];    /* topic prefix -> handler (node_intake.c) */
     unsigned             n_routes;
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
-    _Atomic double       running_work;   /* tokens the running sequences have left (engine loop; admission) */
+    uint64_t             step_rows;      /* rows (prompt tokens fed + tokens sampled) in the current loop turn */
     int                  policy;         /* [overflow] policy (enum ds_overflow_policy) */
-    pthread_mutex_t      arrive_mu;      /* arrive[]: intake counts and reads, telemetry reads */
-    struct ds_holt       arrive[DS_TIER_COUNT];   /* work arriving per tier, tokens/s (node_intake.c) */
+    pthread_mutex_t      arrive_mu;      /* arrive[] and service: the loop and intake */
+    struct ds_holt       arrive[DS_TIER_COUNT];   /* work arriving per tier, rows/s (node_intake.c) */
+    struct ds_service    service;        /* rows/s, turn time, capacity (the engine loop measures) */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     atomic_uint_fast64_t n_answers;      /* finals and errors handed to MQTT (the shutdown line) */
