@@ -663,7 +663,12 @@ static void json_result(FILE *f, const char *name, const struct result *r, const
     fputs(sep, f);
 }
 
-static int mode_traces(struct cfg c, FILE *jf)
+/* Deadline sets the traces run at (--deadlines: that one alone): loose,
+** where neither policy misses much, and two tighter ones. */
+static const double trace_deadlines[][DS_TIER_COUNT] = { { 300, 600, 1500 }, { 150, 300, 800 }, { 100, 200, 500 } };
+#define N_TRACE_RUNS 3               /* reactive, predictive, predictive without the forecasts */
+
+static int mode_traces(struct cfg c, bool deadlines_given, FILE *jf)
 {
     c.edges = 1;
     c.devices = 1;
@@ -672,35 +677,47 @@ static int mode_traces(struct cfg c, FILE *jf)
     struct speed es, cs;
     memcpy(es.tps, edge_tps, sizeof es.tps);
     for (int i = 0; i < N_POINTS; i++) cs.tps[i] = edge_tps[i] * c.center_scale;
-    printf("traces: one edge (INT8 15M speeds, max_active %u) and %u center(s) %.0fx its speed; hops %.2f ms "
-           "(device) and %.1f ms (center); deadlines %.0f / %.0f / %.0f ms; horizon %.0f ms\n",
-           c.max_active, c.centers, c.center_scale, c.hop_dev_ms, c.hop_center_ms, c.deadline_ms[0],
-           c.deadline_ms[1], c.deadline_ms[2], c.horizon_ms);
-    printf("%-8s %-10s %8s %8s %7s %8s %8s %8s\n", "trace", "policy", "requests", "missed", "miss%", "center%",
-           "p99 hi", "p99 low");
+    printf("traces: one edge (INT8 15M speeds, max_active %u) and one center %.0fx its speed; hops %.2f ms "
+           "(device) and %.1f ms (center); horizon %.0f ms; the same arrivals (seed %llu) for every policy\n",
+           c.max_active, c.center_scale, c.hop_dev_ms, c.hop_center_ms, c.horizon_ms, (unsigned long long)c.seed);
+    for (size_t k = 0; k < sizeof trace_list / sizeof *trace_list; k++)
+        printf("  %-8s %s\n", trace_list[k].name, trace_list[k].what);
+    printf("%-17s %-8s %-21s %8s %7s %7s %8s %8s %8s\n", "deadlines ms", "trace", "policy", "requests", "missed",
+           "miss%", "center%", "p99 hi", "p99 low");
     if (jf) fprintf(jf, "  \"traces\": [\n");
+    size_t n_sets = deadlines_given ? 1 : sizeof trace_deadlines / sizeof *trace_deadlines, n_tr = sizeof trace_list / sizeof *trace_list;
     int worse = 0;
-    for (size_t k = 0; k < sizeof trace_list / sizeof *trace_list; k++) {
-        c.seconds = trace_list[k].seconds;
-        struct result r[2];
-        for (int p = 0; p < 2; p++) {
-            c.policy = p ? DS_OVERFLOW_PREDICTIVE : DS_OVERFLOW_REACTIVE;
-            run(&c, &trace_list[k], &es, &cs, 0, &r[p]);
-            printf("%-8s %-10s %8llu %8llu %6.2f%% %7.2f%% %8.1f %8.1f\n", trace_list[k].name,
-                   ds_overflow_policy_name(c.policy), (unsigned long long)r[p].requests,
-                   (unsigned long long)r[p].missed, r[p].miss_all_pct, r[p].center_pct, r[p].p99[0], r[p].p99[2]);
-            if (jf) {
-                char name[64];
-                snprintf(name, sizeof name, "%s/%s", trace_list[k].name, ds_overflow_policy_name(c.policy));
-                json_result(jf, name, &r[p], k + 1 < sizeof trace_list / sizeof *trace_list || !p ? ",\n    " : "\n");
+    for (size_t d = 0; d < n_sets; d++) {
+        if (!deadlines_given) memcpy(c.deadline_ms, trace_deadlines[d], sizeof c.deadline_ms);
+        char dl[32];
+        snprintf(dl, sizeof dl, "%.0f/%.0f/%.0f", c.deadline_ms[0], c.deadline_ms[1], c.deadline_ms[2]);
+        for (size_t k = 0; k < n_tr; k++) {
+            c.seconds = trace_list[k].seconds;
+            struct result r[N_TRACE_RUNS];
+            for (int p = 0; p < N_TRACE_RUNS; p++) {
+                struct cfg cp = c;
+                cp.policy = p ? DS_OVERFLOW_PREDICTIVE : DS_OVERFLOW_REACTIVE;
+                if (p == 2) cp.horizon_ms = 0, cp.no_ahead = true;
+                const char *name = p == 2 ? "predictive-noforecast" : ds_overflow_policy_name(cp.policy);
+                run(&cp, &trace_list[k], &es, &cs, 0, &r[p]);
+                printf("%-17s %-8s %-21s %8llu %7llu %6.2f%% %7.2f%% %8.1f %8.1f\n", dl, trace_list[k].name, name,
+                       (unsigned long long)r[p].requests, (unsigned long long)r[p].missed, r[p].miss_all_pct,
+                       r[p].center_pct, r[p].p99[0], r[p].p99[2]);
+                if (jf) {
+                    char jn[96];
+                    snprintf(jn, sizeof jn, "%s/%s/%s", dl, trace_list[k].name, name);
+                    bool last = d + 1 == n_sets && k + 1 == n_tr && p + 1 == N_TRACE_RUNS;
+                    json_result(jf, jn, &r[p], last ? "\n" : ",\n    ");
+                }
             }
+            bool half = r[1].missed * 2 <= r[0].missed;
+            bool share = r[1].center_pct <= r[0].center_pct * 1.10;
+            printf("%-17s %-8s predictive vs reactive: misses %llu vs %llu (%s), center share %.2f%% vs %.2f%% (%s)\n",
+                   dl, trace_list[k].name, (unsigned long long)r[1].missed, (unsigned long long)r[0].missed,
+                   !r[0].missed && !r[1].missed ? "none either way" : half ? "at most half" : "NOT at most half",
+                   r[1].center_pct, r[0].center_pct, share ? "within +10%" : "NOT within +10%");
+            worse += (!half && r[0].missed) || !share;
         }
-        bool half = r[1].missed * 2 <= r[0].missed;
-        bool share = r[1].center_pct <= r[0].center_pct * 1.10;
-        printf("%-8s predictive/reactive: misses x%.2f (%s at most half), center share x%.3f (%s within +10%%)\n",
-               trace_list[k].name, r[0].missed ? (double)r[1].missed / (double)r[0].missed : 0.0, half ? "" : "NOT",
-               r[0].center_pct > 0 ? r[1].center_pct / r[0].center_pct : 0.0, share ? "" : "NOT");
-        worse += !half || !share;
     }
     if (jf) fprintf(jf, "  ],\n");
     return worse;
@@ -930,7 +947,7 @@ static void usage(FILE *f)
             "  --seconds S       simulated seconds, one diurnal day (default 60)\n"
             "  --scale LIST      load multipliers to run (default 1,2)\n"
             "  --policy P        reactive | predictive (fleet; default predictive)\n"
-            "  --horizon-ms MS   the predictive policy's horizon (default 1000)\n"
+            "  --horizon-ms MS   the predictive policy's horizon (default 500, as [overflow] horizon_ms)\n"
             "  --center gpu|cpu  the centers' speed table (default gpu: 110M FP16 on an H200)\n"
             "  --status-hz F     capacity statuses per second per center (default 1)\n"
             "  --broker-cap M    messages/s one center broker node carries (default 40000: an assumption)\n"
@@ -961,12 +978,12 @@ int main(int argc, char **argv)
         .edges = 1000, .centers = 50, .devices = 100000, .max_active = 16, .prefill_chunk = 32,
         .seconds = 60, .dev_rate = 0.5, .center_active = 64, .burst_mult = 3.0, .burst_on_s = 10.0, .burst_gap_s = 190.0,
         .hop_dev_ms = 0.15, .hop_center_ms = 5.0, .status_hz = 1.0, .telemetry_s = 5.0, .broker_nodes = 3.0,
-        .broker_cap = 40000.0, .deadline_ms = { 300, 600, 1500 }, .center_scale = 0, .horizon_ms = 1000,
+        .broker_cap = 40000.0, .deadline_ms = { 300, 600, 1500 }, .center_scale = 0, .horizon_ms = 500,
         .policy = DS_OVERFLOW_PREDICTIVE, .seed = 1,
     };
     double scales[16] = { 1, 2 };
     unsigned n_scales = 2, u;
-    bool traces = false, check = false;
+    bool traces = false, check = false, deadlines_given = false;
     const char *json = NULL, *bench_load = BENCH_LOAD;
     int ch, li = 0;
     while ((ch = getopt_long(argc, argv, "", lo, &li)) != -1) {
@@ -1014,6 +1031,7 @@ int main(int argc, char **argv)
                 else c.deadline_ms[k] = d;
             }
             bad |= k != DS_TIER_COUNT;
+            deadlines_given = true;
             break;
         }
         case '?' + 256: usage(stdout); return EXIT_SUCCESS;
@@ -1042,7 +1060,7 @@ int main(int argc, char **argv)
         status = mode_check(c, bench_load, jf);
     } else if (traces) {
         if (!c.center_scale) c.center_scale = 4;
-        mode_traces(c, jf);                      /* the verdict is printed, not the exit status */
+        mode_traces(c, deadlines_given, jf);     /* the verdict is printed, not the exit status */
     } else {
         if (!c.center_scale) c.center_scale = 1;
         status = mode_fleet(c, scales, n_scales, jf);

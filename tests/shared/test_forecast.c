@@ -162,10 +162,15 @@ static void test_rule(void **state)
     for (unsigned b = 0; b < 16; b++) feed_bin(&h, b * BIN, 10.0 * (b + 1));      /* up to 160 rows/s */
     ds_holt_advance(&h, 16 * BIN);
     struct ds_service busy = { .row_rate = 100.0, .step_s = 0.01, .capacity = 100.0 };
-    struct ds_overflow_in burst = { .rate = 100.0, .backlog = 50.0, .own = 10.0, .budget_ms = 1000.0,
+    struct ds_overflow_in burst = { .rate = 100.0, .backlog = 80.0, .own = 10.0, .budget_ms = 950.0,
                                     .service = &busy, .own_tokens = 8.0, .with = &h, .horizon_s = 1.0 };
-    assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &burst));                 /* 0.6 s */
-    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));                /* + growth > 40 rows */
+    assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &burst));                 /* 0.9 s */
+    printf("climbing burst: predictive finish %.0f ms (reactive %.0f)\n",
+           ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &burst), ds_overflow_finish_ms(DS_OVERFLOW_REACTIVE, &burst));
+    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));                /* + the trend's growth: 985 ms */
+    burst.horizon_s = 0.0;                                                          /* no horizon: 0.9 s */
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &burst));
+    burst.horizon_s = 1.0;
     /* The higher tiers' arrivals during the wait go first: counted too. */
     struct ds_holt hi;
     ds_holt_init(&hi, NULL, 0);

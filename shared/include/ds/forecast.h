@@ -112,12 +112,17 @@ struct ds_overflow_in {
 ** PREDICTIVE: vLLM's admission rule (queued prefill <= target TTFT x
 ** prefill speed) turned into a finish time and extended by the forecasts:
 **   wait   = (backlog + growth + arrivals ahead of it during the wait) / capacity
-**   growth = max(0, with's arrivals over the horizon - capacity x horizon):
-**            what a burst forecast to keep coming adds to the queue
-**   finish = wait + own_tokens x step_s (its own decode, a token per turn)
+**   growth = what with's trend adds to its arrivals over the horizon
+**            (their sum less level x horizon), when the rate at the
+**            horizon passes capacity, else 0: a climbing burst
+**   finish = wait + own prompt / capacity + own_tokens x step_s (its own
+**            decode, a token per turn)
 ** later than budget_ms. A climbing burst overflows before the queue is
-** long; once the forecast inflow falls below capacity the margin is gone,
-** before the queue has drained. */
+** long; once the forecast stops climbing the margin is gone, before the
+** queue has drained. Only the trend counts: the arrivals' level is in
+** the backlog already, less what this rule sheds of it (counting the whole
+** forecast inflow against capacity sheds a burst twice: measured in
+** bench/README.md, "Predictive overflow"). */
 bool ds_overflow_decide(enum ds_overflow_policy p, const struct ds_overflow_in *in);
 /* The estimated finish, ms, that ds_overflow_decide compares with the
 ** budget (NAN when nothing is measured): for telemetry and tests. */

@@ -147,8 +147,11 @@ double ds_overflow_finish_ms(enum ds_overflow_policy p, const struct ds_overflow
     }
     double cap = sv->capacity, work = backlog;
     if (in->with && in->horizon_s > 0.0) {
-        double growth = ds_holt_sum(in->with, in->horizon_s) - cap * in->horizon_s;
-        if (growth > 0.0) work += growth;
+        /* Only what the trend adds to the arrivals over the horizon, and only
+        ** when they are forecast past capacity: the level of the arrivals is
+        ** in the backlog already (and what this rule sheds of it with it). */
+        double growth = ds_holt_sum(in->with, in->horizon_s) - in->with->level * in->horizon_s;
+        if (growth > 0.0 && ds_holt_rate(in->with, in->horizon_s) > cap) work += growth;
     }
     if (in->ahead) work += ds_holt_sum(in->ahead, work / cap);    /* higher tiers go first meanwhile */
     double prompt = fmax(own - fmax(in->own_tokens, 0.0), 0.0);    /* its prompt's rows */
