@@ -166,7 +166,7 @@ struct sim {
     unsigned     rr;               /* choose_center's round robin */
     /* results */
     struct tier_stats ts[DS_TIER_COUNT];
-    uint64_t     n_req, n_center, n_overloaded, center_msgs, steps;
+    uint64_t     n_req, n_center, n_overloaded, center_msgs, steps, missed_at_center, n_refused;
 };
 
 #define SIM_NO_REQ UINT32_MAX
@@ -249,6 +249,7 @@ static void record(struct sim *s, const struct rq *r, uint64_t answered, bool ok
     t->total++;
     bool late = !ok || answered > r->deadline_ns;
     if (late) t->missed++;
+    if (late && r->at_center) s->missed_at_center++;
     if (!ok) return;
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 65536;
@@ -474,6 +475,7 @@ static void on_at_center(struct sim *s, unsigned ci, uint32_t ri)
 {
     struct eng *e = &s->centers[ci];
     if (!eng_push(e, s, ri)) {                      /* refused: the edge serves it itself */
+        s->n_refused++;
         s->rq[ri].at_center = 0;
         ev_push(s, s->now + (uint64_t)(s->c->hop_center_ms * MS), EV_BACK_AT_EDGE, s->rq[ri].edge, ri);
         return;
@@ -512,7 +514,7 @@ struct result {
     double p50[DS_TIER_COUNT], p99[DS_TIER_COUNT], miss_pct[DS_TIER_COUNT];
     double miss_all_pct, center_pct, edge_busy_pct, edge_busy_max_pct, center_busy_pct, center_batch;
     double answers_per_s, site_msgs_mean, site_msgs_max, center_msgs_per_s, status_msgs_per_s, per_node_msgs;
-    uint64_t requests, missed, by_center, overloaded, steps;
+    uint64_t requests, missed, by_center, overloaded, steps, missed_at_center, refused;
     double wall_s;
 };
 
@@ -577,6 +579,8 @@ static void run(const struct cfg *c, const struct trace *tr, const struct speed 
     out->missed = missed;
     out->by_center = s.n_center;
     out->overloaded = s.n_overloaded;
+    out->missed_at_center = s.missed_at_center;
+    out->refused = s.n_refused;
     out->steps = s.steps;
     out->miss_all_pct = total ? 100.0 * (double)missed / (double)total : 0.0;
     out->center_pct = total ? 100.0 * (double)s.n_center / (double)total : 0.0;
@@ -642,8 +646,10 @@ static const char *breaks_first(const struct cfg *c, const struct result *r, dou
 
 static void json_result(FILE *f, const char *name, const struct result *r, const char *sep)
 {
-    fprintf(f, "{\"name\": \"%s\", \"requests\": %llu, \"missed\": %llu, \"by_center\": %llu, ", name,
-            (unsigned long long)r->requests, (unsigned long long)r->missed, (unsigned long long)r->by_center);
+    fprintf(f, "{\"name\": \"%s\", \"requests\": %llu, \"missed\": %llu, \"missed_at_center\": %llu, "
+            "\"by_center\": %llu, \"refused\": %llu, ", name, (unsigned long long)r->requests,
+            (unsigned long long)r->missed, (unsigned long long)r->missed_at_center, (unsigned long long)r->by_center,
+            (unsigned long long)r->refused);
     bench_json_num(f, "miss_pct", r->miss_all_pct, ", ");
     bench_json_num(f, "center_pct", r->center_pct, ", ");
     for (int t = 0; t < DS_TIER_COUNT; t++) {
@@ -747,8 +753,10 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
         print_fleet_row(&ck, scales[k], &r);
         double use;
         const char *what = breaks_first(&ck, &r, &use);
-        printf("       nearest its limit: %s at %.0f%%%s\n", what, 100.0 * use,
-               r.miss_all_pct > 1.0 ? " (more than 1% of deadlines missed)" : "");
+        printf("       nearest its limit: %s at %.0f%%%s; misses: %llu at the edges, %llu at centers; %llu refused by "
+               "full centers, %llu overloaded\n", what, 100.0 * use,
+               !strcmp(what, "center broker nodes") ? " of the assumed --broker-cap" : "", (unsigned long long)(r.missed - r.missed_at_center),
+               (unsigned long long)r.missed_at_center, (unsigned long long)r.refused, (unsigned long long)r.overloaded);
         if (!first && (use >= 0.9 || r.miss_all_pct > 1.0)) first = what, first_scale = scales[k];
         if (jf) {
             char name[32];
