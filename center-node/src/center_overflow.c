@@ -29,6 +29,10 @@
 struct center_overflow {
     uint64_t next_ns;      /* the next capacity status is due */
     bool     draining;     /* what the last one said */
+    /* Its throughput while busy: tokens over the wall time of the loop's
+    ** turns that computed (node->busy_ns: admission, steps and publishing,
+    ** not the idle wait), per status interval, smoothed. */
+    double   tok_s;
 };
 
 static const struct center_overflow_cfg *co_cfg(const struct ds_node *node)
@@ -89,7 +93,7 @@ static bool sum_running(struct ds_node *node, struct node_req *r, void *ud)
 }
 
 /* Its capacity now (engine loop), into j. */
-static void add_capacity(struct ds_node *node, cJSON *j, bool draining)
+static void add_capacity(struct ds_node *node, struct center_overflow *co, cJSON *j, bool draining)
 {
     const struct ds_node_config *c = node->cfg;
     cJSON *cap = cJSON_AddObjectToObject(j, "capacity");
@@ -108,7 +112,7 @@ static void add_capacity(struct ds_node *node, cJSON *j, bool draining)
     cJSON_AddNumberToObject(cap, "queued", queued);
     cJSON_AddNumberToObject(cap, "prompt_tokens", (double)q.prompt);
     cJSON_AddNumberToObject(cap, "decode_tokens", (double)q.decode);
-    cJSON_AddNumberToObject(cap, "tok_s", round(atomic_load(&node->tok_rate) * 10.0) / 10.0);
+    cJSON_AddNumberToObject(cap, "tok_s", round(co->tok_s * 10.0) / 10.0);
     cJSON_AddNumberToObject(cap, "load", c->max_active ? (double)(running + queued) / c->max_active : 0.0);
     cJSON *ms = cJSON_AddObjectToObject(cap, "models");
     for (unsigned i = 0; ms && i < node->n_models; i++) {
@@ -128,7 +132,12 @@ static void publish_status(struct ds_node *node, struct center_overflow *co, uin
     cJSON_AddNumberToObject(j, "v", 1);
     cJSON_AddStringToObject(j, "node", node->cfg->node);
     cJSON_AddStringToObject(j, "role", "center");
-    add_capacity(node, j, draining);
+    if (node->busy_ns >= 50000000ull) {                     /* 50 ms busy at least: a new measure */
+        double inst = (double)node->busy_tokens / ((double)node->busy_ns / 1e9);
+        co->tok_s = co->tok_s > 0.0 ? 0.5 * co->tok_s + 0.5 * inst : inst;
+        node->busy_ns = node->busy_tokens = 0;
+    }
+    add_capacity(node, co, j, draining);
     char *json = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!json || ds_mqtt_publish(node->mqtt, topic, json, strlen(json), 1, true, NULL) != DS_OK)

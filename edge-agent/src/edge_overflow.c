@@ -186,7 +186,7 @@ static struct ds_route_center route_entry(const struct ds_node *node, const stru
     e.usable = live(node, o, c) && !c->cap.draining && (c->cap.serves & (1u << mi)) &&
                (c->cap_ns >= now || now - c->cap_ns <= stale);
     e.status_ns = c->cap_ns;
-    e.tok_s = c->cap.model_tok_s[mi] > 0.0 ? c->cap.model_tok_s[mi] : c->cap.tok_s;
+    e.tok_s = c->cap.tok_s > 0.0 ? c->cap.tok_s : c->cap.model_tok_s[mi];   /* its throughput, else its engine's */
     e.backlog_tokens = c->cap.prompt_tokens + c->cap.decode_tokens;
     e.sent_tokens = c->sent_tokens;
     return e;
@@ -444,12 +444,23 @@ static bool on_vouch(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         }
         snprintf(o->vouched[o->n_vouched++], sizeof o->vouched[0], "%s", name);
     }
-    /* Its capacity (weighted routing): kept for a center seen online; what
-    ** we sent it before this status is in its figures now. */
-    for (unsigned k = 0; k < o->n_centers; k++) {
-        struct center *c = &o->centers[k];
-        if (strcmp(c->name, name)) continue;
-        c->has_cap = msg->len && edge__capacity_decode(msg->payload, msg->len, models, n_models, &c->cap);
+    /* Its capacity (weighted routing); what we sent it before this status is
+    ** in its figures now. Retained messages come in any order: a capacity
+    ** before the center's status makes its entry (not live until then). */
+    struct center *c = NULL;
+    for (unsigned k = 0; k < o->n_centers && !c; k++)
+        if (!strcmp(o->centers[k].name, name)) c = &o->centers[k];
+    struct edge_capacity cap;
+    bool has_cap = msg->len && edge__capacity_decode(msg->payload, msg->len, models, n_models, &cap);
+    if (!c && has_cap && o->n_centers < MAX_CENTERS) {
+        c = &o->centers[o->n_centers++];
+        memset(c, 0, sizeof *c);
+        snprintf(c->name, sizeof c->name, "%s", name);
+        c->seen_ns = ds_now_ns();
+    }
+    if (c) {
+        c->has_cap = has_cap;
+        if (has_cap) c->cap = cap;
         c->cap_ns = ds_now_ns();
         c->sent_tokens = 0;
     }

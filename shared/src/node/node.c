@@ -482,6 +482,10 @@ enum ds_err ds_node_run(struct ds_node *node)
             bool held = node__ext_pending(node) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !held) break;
         }
+        if (node->step_tokens) {              /* a turn that computed: wall time and tokens (a center's status) */
+            node->busy_ns += ds_now_ns() - now;
+            node->busy_tokens += node->step_tokens;
+        }
         if (node->n_active == 0) ds_sched_wait(node->sched, 100);
         else role_idle(node);
     }

@@ -227,6 +227,9 @@ struct ds_node {
     unsigned             n_routes;
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
+    /* Turns that computed: their wall time (everything but the idle wait)
+    ** and tokens, summed (engine loop only; role code may read and reset). */
+    uint64_t             busy_ns, busy_tokens;
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     atomic_uint_fast64_t n_answers;      /* finals and errors handed to MQTT (the shutdown line) */
     atomic_uint_fast64_t spec_rounds, spec_drafted, spec_accepted;  /* answered requests' speculation (telemetry) */
