@@ -101,6 +101,7 @@ static void add_capacity(struct ds_node *node, struct center_overflow *co, cJSON
     struct queued_sum q = { 0, 0 };
     struct ds_sched_item unused;
     (void)ds_sched_take_if(node->sched, sum_queued, &q, &unused);
+    uint64_t waiting = q.prompt + q.decode;                  /* queued for a slot */
     node__req_each(node, sum_running, &q);
     unsigned running = node__running(node) - node->n_mirrors;
     uint32_t queued = 0;
@@ -112,6 +113,7 @@ static void add_capacity(struct ds_node *node, struct center_overflow *co, cJSON
     cJSON_AddNumberToObject(cap, "queued", queued);
     cJSON_AddNumberToObject(cap, "prompt_tokens", (double)q.prompt);
     cJSON_AddNumberToObject(cap, "decode_tokens", (double)q.decode);
+    cJSON_AddNumberToObject(cap, "queued_tokens", (double)waiting);
     cJSON_AddNumberToObject(cap, "tok_s", round(co->tok_s * 10.0) / 10.0);
     cJSON_AddNumberToObject(cap, "load", c->max_active ? (double)(running + queued) / c->max_active : 0.0);
     cJSON *ms = cJSON_AddObjectToObject(cap, "models");

@@ -66,6 +66,7 @@ struct center {
     struct edge_capacity cap;
     uint64_t cap_ns;       /* when it arrived */
     uint64_t sent_tokens;  /* ds_route_cost of the requests sent it since cap_ns */
+    uint32_t sent_since;   /* and how many */
     uint64_t sent;         /* requests sent it by weight, ever (telemetry) */
 };
 
@@ -187,8 +188,12 @@ static struct ds_route_center route_entry(const struct ds_node *node, const stru
                (c->cap_ns >= now || now - c->cap_ns <= stale);
     e.status_ns = c->cap_ns;
     e.tok_s = c->cap.tok_s > 0.0 ? c->cap.tok_s : c->cap.model_tok_s[mi];   /* its throughput, else its engine's */
-    e.backlog_tokens = c->cap.prompt_tokens + c->cap.decode_tokens;
-    e.sent_tokens = c->sent_tokens;
+    /* Backlog: what waits there for a slot, and what we sent since beyond
+    ** its free slots (running work does not delay a new request that finds
+    ** a slot: counting it would hold back a slow center that is not full). */
+    e.backlog_tokens = c->cap.queued_tokens;
+    e.sent_tokens = c->sent_since > c->cap.free
+                        ? c->sent_tokens / c->sent_since * (c->sent_since - c->cap.free) : 0;
     return e;
 }
 
@@ -211,6 +216,7 @@ static bool route_choose(struct ds_node *node, struct edge_overflow *o, const ch
     if (k >= 0) {
         struct center *c = &o->centers[k];
         c->sent_tokens += cost;
+        c->sent_since++;
         c->sent++;
         memcpy(out, c->name, 64);
     }
@@ -463,6 +469,7 @@ static bool on_vouch(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         if (has_cap) c->cap = cap;
         c->cap_ns = ds_now_ns();
         c->sent_tokens = 0;
+        c->sent_since = 0;
     }
     pthread_mutex_unlock(&o->mu);
     ds_sched_wake(node->sched);

@@ -71,13 +71,14 @@ bool edge__capacity_decode(const void *payload, size_t len, const char *const *m
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "capacity");
     const cJSON *state = cJSON_GetObjectItemCaseSensitive(c, "state");
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(c, "models");
-    double interval, slots, free_, queued, prompt, decode, tok_s, load;
+    double interval, slots, free_, queued, prompt, decode, waiting, tok_s, load;
     const double big = 1e15;                                 /* tokens: anything past this is not a real figure */
     bool ok = cJSON_IsObject(c) && cJSON_IsString(state) &&
               (!strcmp(state->valuestring, "online") || !strcmp(state->valuestring, "draining")) &&
               number_in(c, "interval_ms", 100, 60000, &interval) && number_in(c, "slots", 0, UINT32_MAX, &slots) &&
               number_in(c, "free", 0, UINT32_MAX, &free_) && number_in(c, "queued", 0, UINT32_MAX, &queued) &&
               number_in(c, "prompt_tokens", 0, big, &prompt) && number_in(c, "decode_tokens", 0, big, &decode) &&
+              number_in(c, "queued_tokens", 0, big, &waiting) &&
               number_in(c, "tok_s", 0, big, &tok_s) && number_in(c, "load", 0, big, &load) && cJSON_IsObject(ms);
     if (ok) {
         cap->draining = !strcmp(state->valuestring, "draining");
@@ -87,6 +88,7 @@ bool edge__capacity_decode(const void *payload, size_t len, const char *const *m
         cap->queued = (uint32_t)queued;
         cap->prompt_tokens = (uint64_t)prompt;
         cap->decode_tokens = (uint64_t)decode;
+        cap->queued_tokens = (uint64_t)waiting;
         cap->tok_s = tok_s;
         cap->load = load;
         for (unsigned i = 0; i < n_models && i < 32; i++) {

@@ -33,6 +33,7 @@ struct edge_capacity {
     uint32_t interval_ms;      /* 100..60000 */
     uint32_t slots, free, queued;
     uint64_t prompt_tokens, decode_tokens;
+    uint64_t queued_tokens;    /* of those, what waits for a slot */
     double   tok_s;            /* >= 0, finite */
     double   load;
     uint32_t serves;           /* bit i: models[i] is in its "models" */

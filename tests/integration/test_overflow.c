@@ -481,7 +481,7 @@ static void test_forged_status_and_relay(void **state)
     /* ... advertising capacity, so that weighted routing (the default) chooses it. */
     publish_raw(DS_TOPIC_CENTER_STATUS "fake-x", NULL,
                 "{\"v\":1,\"node\":\"fake-x\",\"role\":\"center\",\"capacity\":{\"state\":\"online\","
-                "\"interval_ms\":60000,\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,"
+                "\"interval_ms\":60000,\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,"
                 "\"tok_s\":1e6,\"load\":0,\"models\":{\"stories\":{\"tok_s\":1e6}}}}");
     kill(g.center[0], SIGTERM);
     waitpid(g.center[0], NULL, 0);

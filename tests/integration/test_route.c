@@ -10,15 +10,16 @@
 ** topics, so it sees exactly what each center was sent.
 **
 **   1. calibration: the test saturates the three centers at once, straight
-**      on their named topics (16 requests outstanding each), and counts what
-**      each finishes: their relative speed, measured in this run.
-**   2. the edge: requests at 60% of the measured total; each center's share
-**      of what the edge sent must be its share of the measured speed, within
-**      15% (of that share).
+**      on their named topics (16 requests outstanding each): the rate sets
+**      the next phase's load.
+**   2. the edge, offered 125% of that, keeps the three busy: in one window
+**      each center's share of the work the edge sent it must be its share
+**      of the tokens generated in that window (its capacity, measured in the
+**      same seconds, as the machine's load drifts), within 15% of that share.
 **   3. stall: center-0 is SIGSTOPped; after two status intervals (plus
 **      delivery slack) the edge sends it nothing new; every request is
 **      answered (what center-0 was sent and never accepted comes back after
-**      accept_timeout_ms and is served elsewhere).
+**      accept_timeout_ms, 3 s, and is served here).
 ** ~20 s in Release; DS_ROUTE_LONG=1 runs each phase three times as long.
 */
 #include <setjmp.h>
@@ -47,7 +48,7 @@
 #define ROUTE_SLOTS        8
 #define CAL_OUTSTANDING    16
 #define MAX_MSGS 200000
-#define REQ "\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":32,\"temperature\":0"
+#define REQ "\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0"
 
 static struct {
     struct tb_broker *b;
@@ -103,7 +104,7 @@ static int setup(void **state)
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-rt\n[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n"
              "[sched]\nqueue_high = 1024\nqueue_normal = 1024\nqueue_low = 1024\n"
-             "[overflow]\nrouting = weighted\naccept_timeout_ms = 1000\n"
+             "[overflow]\nrouting = weighted\naccept_timeout_ms = 3000\n"
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
              tb_broker_uri(g.b), tu_model("stories260K.gguf"));
     g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-rt", conf, 0);
@@ -142,8 +143,10 @@ static void publish_req(const char *topic, const char *corr, const char *extra)
 }
 
 /* Answers (finals, errors) on test/route/<prefix>... from message index
-** *from on, counted per served_by.node (center-i) into done[]; *from moves. */
-static unsigned count_answers(const char *prefix, int *from, unsigned done[N_CENTERS], unsigned *other)
+** *from on: counted; their completion tokens summed per served_by.node
+** (center-i) into tok[]; *other counts those served elsewhere (the edge).
+** *from moves past what was read. */
+static unsigned count_answers(const char *prefix, int *from, double tok[N_CENTERS], unsigned *other)
 {
     char tp[64];
     snprintf(tp, sizeof tp, "test/route/%s", prefix);
@@ -159,7 +162,8 @@ static unsigned count_answers(const char *prefix, int *from, unsigned done[N_CEN
             char needle[48];
             snprintf(needle, sizeof needle, "\"node\":\"center-%d\"", i);
             if (strstr(x->json, needle)) {
-                done[i]++;
+                double t = it_json_num(x->json, "usage", "completion_tokens");
+                tok[i] += t > 0 ? t : 0;
                 hit = true;
             }
         }
@@ -169,77 +173,88 @@ static unsigned count_answers(const char *prefix, int *from, unsigned done[N_CEN
     return n;
 }
 
-/* Requests the edge sent to center i by name (id prefix idp) from message
-** index from on. */
-static unsigned sent_to(int i, int from, const char *idp)
-{
-    char tp[96], needle[32];
-    snprintf(tp, sizeof tp, DS_TOPIC_CENTER_NAMED "center-%d/" DS_TOPIC_KIND_INFER "/", i);
-    snprintf(needle, sizeof needle, "\"id\":\"%s", idp);
-    unsigned n = 0;
-    int len;
-    const struct it_msg *m = it_inbox_lock(g.in, &len);
-    for (int k = from; k < len; k++)
-        if (!strncmp(m[k].topic, tp, strlen(tp)) && m[k].json && strstr(m[k].json, needle)) n++;
-    it_inbox_unlock(g.in);
-    return n;
-}
+static double rate_a[N_CENTERS];   /* calibration: tokens/s each generated, saturated */
+static double req_rate;            /* calibration: requests/s of them all */
+static double rate[N_CENTERS];     /* phase 2: tokens/s each generated in its window */
 
-static double rate[N_CENTERS];     /* calibration: requests/s each finished */
-
-/* 1. Each center saturated at once, straight on its named topic. */
-static void test_calibrate(void **state)
+/* Each center saturated at once, straight on its named topic: tokens/s
+** into out[], requests/s of them all into *reqs. */
+static void calibrate(const char *tag, double out[N_CENTERS], double *reqs)
 {
-    (void)state;
-    unsigned sent[N_CENTERS] = { 0 }, done[N_CENTERS] = { 0 }, before[N_CENTERS] = { 0 };
-    int from = it_inbox_len(g.in);
+    unsigned sent[N_CENTERS] = { 0 }, done[N_CENTERS] = { 0 }, n_done = 0;
+    double tok[N_CENTERS] = { 0 }, before[N_CENTERS] = { 0 };
+    int from[N_CENTERS];
+    for (int i = 0; i < N_CENTERS; i++) from[i] = it_inbox_len(g.in);
     char topic[N_CENTERS][128];
     for (int i = 0; i < N_CENTERS; i++)
         snprintf(topic[i], sizeof topic[i], DS_TOPIC_CENTER_NAMED "center-%d/" DS_TOPIC_KIND_INFER "/stories", i);
     double warm_s = 1.0, run_s = 3.0 * g.scale, t0 = now_s(), t_start = 0.0;
+    unsigned done_start = 0;
     while (now_s() - t0 < warm_s + run_s) {
-        count_answers("c", &from, done, NULL);
+        for (int i = 0; i < N_CENTERS; i++) {
+            char p[8];
+            snprintf(p, sizeof p, "%s%d-", tag, i);
+            done[i] += count_answers(p, &from[i], tok, NULL);
+        }
         if (t_start == 0.0 && now_s() - t0 >= warm_s) {     /* the measure starts warm */
             t_start = now_s();
-            memcpy(before, done, sizeof before);
+            memcpy(before, tok, sizeof before);
+            done_start = done[0] + done[1] + done[2];
         }
         for (int i = 0; i < N_CENTERS; i++)
             while (sent[i] - done[i] < CAL_OUTSTANDING) {
                 char corr[32];
-                snprintf(corr, sizeof corr, "c%d-%u", i, sent[i]++);
+                snprintf(corr, sizeof corr, "%s%d-%u", tag, i, sent[i]++);
                 publish_req(topic[i], corr, "");
             }
         usleep(5000);
     }
     double dt = now_s() - t_start;
+    n_done = done[0] + done[1] + done[2];
+    *reqs = (n_done - done_start) / dt;
     for (int i = 0; i < N_CENTERS; i++) {
-        rate[i] = (done[i] - before[i]) / dt;
-        printf("calibration: center-%d finished %.1f requests/s (%u in %.1f s, saturated)\n", i, rate[i],
-               done[i] - before[i], dt);
-        assert_true(rate[i] > 0.0);
+        out[i] = (tok[i] - before[i]) / dt;
+        printf("calibration %s: center-%d generated %.0f tokens/s (saturated, %.1f s)\n", tag, i, out[i], dt);
+        assert_true(out[i] > 0.0);
     }
-    /* The handicap is real: center-2 is measurably the slowest. */
-    assert_true(rate[2] * 1.2 < rate[0] && rate[2] * 1.2 < rate[1]);
     /* Let the backlog drain before the edge's phase. */
-    unsigned total = 0;
-    for (int i = 0; i < N_CENTERS; i++) total += sent[i];
+    unsigned total = sent[0] + sent[1] + sent[2];
     double t1 = now_s();
-    while (done[0] + done[1] + done[2] < total && now_s() - t1 < 20.0) {
+    while (n_done < total && now_s() - t1 < 20.0) {
         usleep(20000);
-        count_answers("c", &from, done, NULL);
+        for (int i = 0; i < N_CENTERS; i++) {
+            char p[8];
+            snprintf(p, sizeof p, "%s%d-", tag, i);
+            n_done += count_answers(p, &from[i], tok, NULL);
+        }
     }
-    assert_int_equal(done[0] + done[1] + done[2], total);
+    assert_int_equal(n_done, total);
 }
 
-/* 2. Through the edge at 80% of the measured total. */
+/* 1. The centers' speed before the edge's phase. */
+static void test_calibrate(void **state)
+{
+    (void)state;
+    calibrate("a", rate_a, &req_rate);     /* the handicap is checked in phase 2's window (same seconds) */
+}
+
+/* 2. Through the edge, offered 125% of what the centers finished together
+** in the calibration, so that all three are busy all the time: within one
+** window (after a warm-up second) each center's capacity is what it
+** generated in that window (tokens of the finals it sent then), and the
+** work it received is what it generated for the requests the edge sent it
+** in that window (counted once all are answered). The machine's load
+** drifts; both figures come from the same seconds. A router that starved a
+** center would match its (idle) figures too: each center's window rate
+** must also be at least a quarter of its calibrated one. center-2 must be
+** measurably the slowest in the window (1.5 times at least). */
 static void test_proportional(void **state)
 {
     (void)state;
-    double total = rate[0] + rate[1] + rate[2];
-    assert_true(total > 0.0);
-    double lambda = 0.6 * total, run_s = 5.0 * g.scale;
-    unsigned n = (unsigned)(lambda * run_s);
-    int from = it_inbox_len(g.in), from_ans = from;
+    assert_true(req_rate > 0.0);
+    double lambda = 1.25 * req_rate, warm_s = 1.0, run_s = 5.0 * g.scale;
+    unsigned n = (unsigned)(lambda * (warm_s + run_s));
+    int from = it_inbox_len(g.in);
     double t0 = now_s();
     for (unsigned k = 0; k < n; k++) {
         double due = t0 + k / lambda;
@@ -248,31 +263,81 @@ static void test_proportional(void **state)
         snprintf(corr, sizeof corr, "e%u", k);
         publish_req(DS_TOPIC_INFER "stories", corr, ",\"route\":\"center\"");
     }
-    unsigned done[N_CENTERS] = { 0 }, other = 0, answered = 0;
+    double w0 = t0 + warm_s, w1 = now_s();
+    int *center = calloc(n, sizeof *center);               /* per request: the center it was sent to, or -1 */
+    double *sent_at = calloc(n, sizeof *sent_at), *tokens = calloc(n, sizeof *tokens);
+    bool *answered = calloc(n, sizeof *answered);
+    assert_true(center && sent_at && tokens && answered);
+    for (unsigned k = 0; k < n; k++) center[k] = -1;
+    double cap[N_CENTERS] = { 0 }, got[N_CENTERS] = { 0 };
+    unsigned n_answered = 0, here = 0;
+    int at = from;
     double t1 = now_s();
-    while (answered < n && now_s() - t1 < 30.0) {
-        answered += count_answers("e", &from_ans, done, &other);
-        if (answered < n) usleep(20000);
+    while (n_answered < n && now_s() - t1 < 60.0) {
+        int len;
+        const struct it_msg *m = it_inbox_lock(g.in, &len);
+        for (; at < len; at++) {
+            const struct it_msg *x = &m[at];
+            double ts = (double)x->at_ns / 1e9;
+            unsigned k;
+            if (!x->json) continue;
+            const char *id = strstr(x->json, "\"id\":\"e");
+            if (!id || sscanf(id + 7, "%u", &k) != 1 || k >= n) continue;
+            if (!strncmp(x->topic, DS_TOPIC_CENTER_NAMED "center-", DS_TOPIC_LEN(DS_TOPIC_CENTER_NAMED "center-"))) {
+                center[k] = x->topic[DS_TOPIC_LEN(DS_TOPIC_CENTER_NAMED "center-")] - '0';
+                sent_at[k] = ts;
+            } else if (!strncmp(x->topic, "test/route/e", 12) && it_is_answer(x->json) && !answered[k]) {
+                answered[k] = true;
+                n_answered++;
+                double t = it_json_num(x->json, "usage", "completion_tokens");
+                tokens[k] = t > 0 ? t : 0;
+                int by = -1;
+                for (int i = 0; i < N_CENTERS && by < 0; i++) {
+                    char needle[48];
+                    snprintf(needle, sizeof needle, "\"node\":\"center-%d\"", i);
+                    if (strstr(x->json, needle)) by = i;
+                }
+                if (by < 0) here++;
+                else if (ts >= w0 && ts <= w1) cap[by] += tokens[k];
+            }
+        }
+        it_inbox_unlock(g.in);
+        if (n_answered < n) usleep(20000);
     }
-    assert_int_equal(answered, n);
-    unsigned got[N_CENTERS], sum = 0;
-    for (int i = 0; i < N_CENTERS; i++) sum += got[i] = sent_to(i, from, "e");
-    printf("edge at %.1f requests/s (60%% of %.1f measured), %u requests: sent by name %u / %u / %u, "
-           "served here %u\n", lambda, total, n, got[0], got[1], got[2], other);
-    assert_true(sum >= n * 9 / 10);                       /* (nearly) all went to the centers */
+    assert_int_equal(n_answered, n);
+    for (unsigned k = 0; k < n; k++)
+        if (center[k] >= 0 && center[k] < N_CENTERS && sent_at[k] >= w0 && sent_at[k] <= w1) got[center[k]] += tokens[k];
+    double sum_cap = 0.0, sum_got = 0.0;
     for (int i = 0; i < N_CENTERS; i++) {
-        double want = rate[i] / total, share = (double)got[i] / sum;
-        printf("center-%d: %.3f of the work, %.3f of the measured speed (%+.0f%%)\n", i, share, want,
-               (share / want - 1.0) * 100.0);
-        assert_true(share >= want * 0.85 && share <= want * 1.15);
+        sum_cap += cap[i];
+        sum_got += got[i];
     }
+    printf("edge offered %.1f requests/s (125%% of the calibration), %u requests, %u served here; window %.1f s\n",
+           lambda, n, here, w1 - w0);
+    assert_true(here <= n / 10);                          /* (nearly) all went to the centers */
+    assert_true(sum_cap > 0.0 && sum_got > 0.0);
+    bool ok = true;
+    for (int i = 0; i < N_CENTERS; i++) {
+        double want = cap[i] / sum_cap, share = got[i] / sum_got, r = cap[i] / (w1 - w0);
+        printf("center-%d: %.3f of the work sent in the window, %.3f of the tokens generated in it (%.0f tokens/s, "
+               "calibrated %.0f): %+.0f%%\n", i, share, want, r, rate_a[i], (share / want - 1.0) * 100.0);
+        ok &= share >= want * 0.85 && share <= want * 1.15 && r >= 0.25 * rate_a[i];
+    }
+    for (int i = 0; i < N_CENTERS; i++) rate[i] = cap[i] / (w1 - w0);
+    /* The handicap is real: center-2 is measurably the slowest. */
+    ok &= rate[2] * 1.5 < rate[0] && rate[2] * 1.5 < rate[1];
+    free(center);
+    free(sent_at);
+    free(tokens);
+    free(answered);
+    assert_true(ok);
 }
 
 /* 3. center-0 stalls: nothing new goes to it after two status intervals. */
 static void test_stall(void **state)
 {
     (void)state;
-    double lambda = 0.5 * (rate[1] + rate[2]), run_s = 3.0 * g.scale;
+    double lambda = 0.5 * req_rate * (rate_a[1] + rate_a[2]) / (rate_a[0] + rate_a[1] + rate_a[2]), run_s = 3.0 * g.scale;
     unsigned n = (unsigned)(lambda * run_s);
     int from = it_inbox_len(g.in), from_ans = from;
     assert_int_equal(kill(g.center[0], SIGSTOP), 0);
@@ -284,7 +349,8 @@ static void test_stall(void **state)
         snprintf(corr, sizeof corr, "s%u", k);
         publish_req(DS_TOPIC_INFER "stories", corr, ",\"route\":\"center\"");
     }
-    unsigned done[N_CENTERS] = { 0 }, other = 0, answered = 0;
+    unsigned other = 0, answered = 0;
+    double done[N_CENTERS] = { 0 };
     double t1 = now_s();
     while (answered < n && now_s() - t1 < 30.0) {
         answered += count_answers("s", &from_ans, done, &other);
@@ -302,10 +368,10 @@ static void test_stall(void **state)
         }
     it_inbox_unlock(g.in);
     printf("center-0 stopped: %u requests sent to it within 2 status intervals, %u after; %u of %u answered "
-           "(%u / %u / %u by the centers, %u here)\n", early, late, answered, n, done[0], done[1], done[2], other);
+           "(tokens %.0f / %.0f / %.0f by the centers, %u here)\n", early, late, answered, n, done[0], done[1], done[2], other);
     assert_int_equal(late, 0);
     assert_int_equal(answered, n);
-    assert_int_equal(done[0], 0);
+    assert_true(done[0] == 0.0);
     assert_int_equal(kill(g.center[0], SIGCONT), 0);
 }
 

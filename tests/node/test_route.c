@@ -31,7 +31,7 @@ static void capacity(struct nh *h, const char *center, double tok_s, const char 
     snprintf(topic, sizeof topic, DS_TOPIC_CENTER_STATUS "%s", center);
     snprintf(json, sizeof json,
              "{\"v\":1,\"node\":\"%s\",\"role\":\"center\",\"capacity\":{\"state\":\"%s\",\"interval_ms\":%u,"
-             "\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"tok_s\":%g,\"load\":0,"
+             "\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,\"tok_s\":%g,\"load\":0,"
              "\"models\":{\"" NH_MODEL "\":{\"tok_s\":%g}}}}",
              center, state, interval_ms, tok_s, tok_s);
     nh_deliver(h, topic, json, NULL, NULL);
