@@ -4,8 +4,9 @@
 ** every edge and center has a real request queue (ds_sched: tiers 8:4:1,
 ** aging, deadlines, bounds), every edge decides overflow with the node's
 ** rule (ds_overflow_decide over ds_holt arrival forecasts, ds/forecast.h,
-** fed as node_intake.c feeds them), and the center is chosen by one function
-** (choose_center). What is modelled rather than run: the engine (a step of
+** fed as node_intake.c feeds them), and the center is chosen by weighted
+** routing's ds_route_pick (ds/route.h) over the centers' last capacity
+** statuses (or round robin, $share's way, with --routing share). What is modelled rather than run: the engine (a step of
 ** n rows takes n / tokens_per_s(n), from the bench_batch tables in
 ** bench/README.md), the broker hops (fixed one-way delays) and the devices
 ** (Poisson arrivals, thinned to the traffic's curve).
@@ -49,6 +50,7 @@
 #include "ds/forecast.h"
 #include "ds/log.h"
 #include "ds/model.h"
+#include "ds/route.h"
 #include "ds/sched.h"
 
 #define MS           1000000ull
@@ -124,7 +126,7 @@ struct edge {
     uint64_t msgs;                 /* PUBLISHes in and out of its site broker */
 };
 
-enum ev_kind { EV_ARRIVE, EV_EDGE_STEP, EV_CENTER_STEP, EV_AT_CENTER, EV_BACK_AT_EDGE };
+enum ev_kind { EV_ARRIVE, EV_EDGE_STEP, EV_CENTER_STEP, EV_AT_CENTER, EV_BACK_AT_EDGE, EV_STATUS };
 struct ev {
     uint64_t t;
     uint32_t kind, who, req;
@@ -138,6 +140,7 @@ struct cfg {
     double   hop_dev_ms, hop_center_ms, status_hz, telemetry_s, broker_nodes, broker_cap;
     double   deadline_ms[DS_TIER_COUNT], center_scale, horizon_ms;
     bool     center_cpu;            /* --center cpu: the CPU center's table, not the GPU's */
+    bool     share;                 /* --routing share: round robin ($share), not ds_route_pick */
     enum ds_overflow_policy policy;
     uint64_t seed;
     bool     flat;                  /* no diurnal curve, no bursts (--check) */
@@ -163,7 +166,13 @@ struct sim {
     size_t       n_ev, cap_ev;
     uint64_t     now;
     const struct trace *trace;     /* NULL: the fleet's curves */
-    unsigned     rr;               /* choose_center's round robin */
+    unsigned     rr;               /* choose_center's round robin (--routing share) */
+    /* Weighted routing (ds/route.h): each center's last capacity status,
+    ** the same for every edge (statuses reach them all at once), and what
+    ** each edge sent each center since (edges x centers). */
+    struct ds_route_center *status;
+    uint64_t    *sent, *sent_epoch, *status_epoch;
+    struct ds_route_center *pick_buf;
     /* results */
     struct tier_stats ts[DS_TIER_COUNT];
     uint64_t     n_req, n_center, n_overloaded, center_msgs, steps, missed_at_center, n_refused;
@@ -261,10 +270,37 @@ static void record(struct sim *s, const struct rq *r, uint64_t answered, bool ok
 
 /* ---- the center choice (one function: wip-route's weighted choice goes here) ---- */
 
-static unsigned choose_center(struct sim *s, unsigned edge)
+static unsigned choose_center(struct sim *s, unsigned edge, const struct rq *r)
 {
-    (void)edge;
-    return s->rr++ % s->c->centers;            /* a shared subscription's round robin */
+    const struct cfg *c = s->c;
+    if (c->share) return s->rr++ % c->centers;                   /* a shared subscription's round robin */
+    /* [overflow] routing = weighted: wip-route's ds_route_pick over the
+    ** centers' last statuses, with what this edge sent each since. */
+    struct edge *ed = &s->edges[edge];
+    uint64_t *sent = s->sent + (size_t)edge * c->centers, *ep = s->sent_epoch + (size_t)edge * c->centers;
+    for (unsigned k = 0; k < c->centers; k++) {
+        if (ep[k] != s->status_epoch[k]) ep[k] = s->status_epoch[k], sent[k] = 0;
+        s->pick_buf[k] = s->status[k];
+        s->pick_buf[k].sent_tokens = sent[k];
+    }
+    struct ds_route_opts o = { .stale_ns = (uint64_t)(2.0 / c->status_hz * 1e9), .horizon_s = 1.0 };
+    int k = ds_route_pick(s->pick_buf, c->centers, &o, s->now, &ed->rng);
+    if (k < 0) return s->rr++ % c->centers;                      /* none known yet: $share's way */
+    sent[k] += (uint64_t)rq_cost(r);
+    return (unsigned)k;
+}
+
+/* Every center's capacity status, status_hz times a second. */
+static void on_status(struct sim *s)
+{
+    for (unsigned k = 0; k < s->c->centers; k++) {
+        const struct eng *e = &s->centers[k];
+        s->status[k] = (struct ds_route_center){ .usable = true, .status_ns = s->now, .tok_s = e->tok_rate,
+                                                 .backlog_tokens = ds_sched_backlog(e->q) };
+        s->status_epoch[k]++;
+    }
+    if ((double)s->now / 1e9 + 1.0 / s->c->status_hz < s->c->seconds)
+        ev_push(s, s->now + (uint64_t)(1e9 / s->c->status_hz), EV_STATUS, 0, 0);
 }
 
 /* ---- an engine: the node's loop turn, on the simulated clock ---- */
@@ -461,7 +497,7 @@ static void on_arrive(struct sim *s, unsigned i)
         r->at_center = 1;
         ed->msgs += 2;                               /* relayed: into the site broker, over the bridge */
         s->center_msgs += 2;
-        ev_push(s, s->now + (uint64_t)(c->hop_center_ms * MS), EV_AT_CENTER, choose_center(s, i), ri);
+        ev_push(s, s->now + (uint64_t)(c->hop_center_ms * MS), EV_AT_CENTER, choose_center(s, i, r), ri);
     } else if (queued) {
         if (!ed->e.stepping) eng_turn(s, &ed->e, EV_EDGE_STEP, i);
     } else {                                         /* neither queued nor relayed: overloaded */
@@ -551,6 +587,14 @@ static void run(const struct cfg *c, const struct trace *tr, const struct speed 
         next_arrival(&s, i);
     }
     for (unsigned i = 0; i < c->centers; i++) eng_init(&s.centers[i], &s.center_speed, c->center_active, c->prefill_chunk, 0);
+    size_t nc = DS_MAX(c->centers, 1u);
+    s.status = calloc(nc, sizeof *s.status);
+    s.pick_buf = calloc(nc, sizeof *s.pick_buf);
+    s.status_epoch = calloc(nc, sizeof *s.status_epoch);
+    s.sent = calloc((size_t)c->edges * nc, sizeof *s.sent);
+    s.sent_epoch = calloc((size_t)c->edges * nc, sizeof *s.sent_epoch);
+    if (!s.status || !s.pick_buf || !s.status_epoch || !s.sent || !s.sent_epoch) die_oom();
+    if (c->centers) on_status(&s);
     while (s.n_ev) {
         struct ev e = ev_pop(&s);
         s.now = e.t;
@@ -560,6 +604,7 @@ static void run(const struct cfg *c, const struct trace *tr, const struct speed 
         case EV_CENTER_STEP: eng_step_done(&s, &s.centers[e.who], EV_CENTER_STEP, e.who); break;
         case EV_AT_CENTER: on_at_center(&s, e.who, e.req); break;
         case EV_BACK_AT_EDGE: on_back_at_edge(&s, e.who, e.req); break;
+        case EV_STATUS: on_status(&s); break;
         }
     }
     memset(out, 0, sizeof *out);
@@ -616,6 +661,11 @@ static void run(const struct cfg *c, const struct trace *tr, const struct speed 
     out->per_node_msgs = (out->center_msgs_per_s + out->status_msgs_per_s) * (1.0 + cross / 2.0) / n;
     free(s.edges);
     free(s.centers);
+    free(s.status);
+    free(s.pick_buf);
+    free(s.status_epoch);
+    free(s.sent);
+    free(s.sent_epoch);
     free(s.rq);
     free(s.heap);
     out->wall_s = bench_now_s() - w0;
@@ -736,10 +786,12 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
     for (int i = 0; i < N_POINTS; i++) cs.tps[i] = (c.center_cpu ? center_cpu_tps : center_gpu_tps)[i] * c.center_scale;
     printf("fleet: %u edges (INT8 15M, max_active %u), %u centers (110M %s, max_active %u), %u devices (%.2f req/s "
            "each at 1x, diurnal 0.5x-1.5x over %.0f s, bursts %.0fx for %.0f s every ~%.0f s per edge); policy %s; "
-           "deadlines %.0f / %.0f / %.0f ms; hops %.2f / %.1f ms; center broker cluster of %.0f nodes\n",
+           "deadlines %.0f / %.0f / %.0f ms; hops %.2f / %.1f ms; routing %s (status %.1f/s); center broker cluster "
+           "of %.0f nodes\n",
            c.edges, c.max_active, c.centers, c.center_cpu ? "FP32 CPU" : "FP16 H200", c.center_active, c.devices,
            c.dev_rate, c.seconds, c.burst_mult, c.burst_on_s, c.burst_gap_s, ds_overflow_policy_name(c.policy),
-           c.deadline_ms[0], c.deadline_ms[1], c.deadline_ms[2], c.hop_dev_ms, c.hop_center_ms, c.broker_nodes);
+           c.deadline_ms[0], c.deadline_ms[1], c.deadline_ms[2], c.hop_dev_ms, c.hop_center_ms,
+           c.share ? "share (round robin)" : "weighted (ds_route_pick)", c.status_hz, c.broker_nodes);
     printf("%6s %9s %6s %7s | %-14s | %-14s | %-14s | %-24s | %-26s |\n", "load", "answers/s", "miss", "center",
            "high p50/p99", "normal p50/p99", "low p50/p99", "busy: edge max center rows", "msgs/s: site center node");
     if (jf) fprintf(jf, "  \"fleet\": [\n");
@@ -958,6 +1010,7 @@ static void usage(FILE *f)
             "  --horizon-ms MS   the predictive policy's horizon (default 500, as [overflow] horizon_ms)\n"
             "  --center gpu|cpu  the centers' speed table (default gpu: 110M FP16 on an H200)\n"
             "  --status-hz F     capacity statuses per second per center (default 1)\n"
+            "  --routing R       weighted (ds_route_pick over the statuses, default) or share (round robin)\n"
             "  --broker-cap M    messages/s one center broker node carries (default 40000: an assumption)\n"
             "  --center-scale X  center speed multiplier (default 1; --traces: 4x the edge)\n"
             "  --hop-center-ms M one-way edge-center delay (default 5)\n"
@@ -979,7 +1032,8 @@ int main(int argc, char **argv)
         { "seed", required_argument, NULL, 'S' },   { "json", required_argument, NULL, 'j' },
         { "bench-load", required_argument, NULL, 'b' }, { "deadlines", required_argument, NULL, 'D' },
         { "no-ahead", no_argument, NULL, 'A' },     { "center", required_argument, NULL, 'G' },
-        { "status-hz", required_argument, NULL, 'Z' }, { "broker-cap", required_argument, NULL, 'K' }, { "help", no_argument, NULL, '?' + 256 },
+        { "status-hz", required_argument, NULL, 'Z' }, { "broker-cap", required_argument, NULL, 'K' },
+        { "routing", required_argument, NULL, 'R' }, { "help", no_argument, NULL, '?' + 256 },
         { NULL, 0, NULL, 0 },
     };
     struct cfg c = {
@@ -1029,6 +1083,7 @@ int main(int argc, char **argv)
         case 'b': bench_load = optarg; break;
         case 'A': c.no_ahead = true; break;
         case 'Z': bad = bench_parse_pos(optarg, 100, &c.status_hz); break;
+        case 'R': bad = strcmp(optarg, "weighted") && strcmp(optarg, "share"); c.share = !strcmp(optarg, "share"); break;
         case 'K': bad = bench_parse_pos(optarg, 1e9, &c.broker_cap); break;
         case 'G': bad = strcmp(optarg, "gpu") && strcmp(optarg, "cpu"); c.center_cpu = !strcmp(optarg, "cpu"); break;
         case 'D': {
