@@ -141,6 +141,7 @@ struct cfg {
     double   deadline_ms[DS_TIER_COUNT], center_scale, horizon_ms;
     bool     center_cpu;            /* --center cpu: the CPU center's table, not the GPU's */
     bool     share;                 /* --routing share: round robin ($share), not ds_route_pick */
+    bool     status_capacity;       /* --status-rate capacity: statuses carry the decaying peak, not the measured rate */
     enum ds_overflow_policy policy;
     uint64_t seed;
     bool     flat;                  /* no diurnal curve, no bursts (--check) */
@@ -295,7 +296,8 @@ static void on_status(struct sim *s)
 {
     for (unsigned k = 0; k < s->c->centers; k++) {
         const struct eng *e = &s->centers[k];
-        s->status[k] = (struct ds_route_center){ .usable = true, .status_ns = s->now, .tok_s = e->tok_rate,
+        s->status[k] = (struct ds_route_center){ .usable = true, .status_ns = s->now,
+                                                 .tok_s = s->c->status_capacity ? e->service.capacity : e->tok_rate,
                                                  .backlog_tokens = ds_sched_backlog(e->q) };
         s->status_epoch[k]++;
     }
@@ -1011,6 +1013,8 @@ static void usage(FILE *f)
             "  --center gpu|cpu  the centers' speed table (default gpu: 110M FP16 on an H200)\n"
             "  --status-hz F     capacity statuses per second per center (default 1)\n"
             "  --routing R       weighted (ds_route_pick over the statuses, default) or share (round robin)\n"
+            "  --status-rate S   what a status says of a center's speed: measured (its tokens/s EWMA, as the\n"
+            "                    center publishes it; default) or capacity (its decaying peak)\n"
             "  --broker-cap M    messages/s one center broker node carries (default 40000: an assumption)\n"
             "  --center-scale X  center speed multiplier (default 1; --traces: 4x the edge)\n"
             "  --hop-center-ms M one-way edge-center delay (default 5)\n"
@@ -1033,7 +1037,7 @@ int main(int argc, char **argv)
         { "bench-load", required_argument, NULL, 'b' }, { "deadlines", required_argument, NULL, 'D' },
         { "no-ahead", no_argument, NULL, 'A' },     { "center", required_argument, NULL, 'G' },
         { "status-hz", required_argument, NULL, 'Z' }, { "broker-cap", required_argument, NULL, 'K' },
-        { "routing", required_argument, NULL, 'R' }, { "help", no_argument, NULL, '?' + 256 },
+        { "routing", required_argument, NULL, 'R' },  { "status-rate", required_argument, NULL, 'T' }, { "help", no_argument, NULL, '?' + 256 },
         { NULL, 0, NULL, 0 },
     };
     struct cfg c = {
@@ -1083,6 +1087,7 @@ int main(int argc, char **argv)
         case 'b': bench_load = optarg; break;
         case 'A': c.no_ahead = true; break;
         case 'Z': bad = bench_parse_pos(optarg, 100, &c.status_hz); break;
+        case 'T': bad = strcmp(optarg, "measured") && strcmp(optarg, "capacity"); c.status_capacity = !strcmp(optarg, "capacity"); break;
         case 'R': bad = strcmp(optarg, "weighted") && strcmp(optarg, "share"); c.share = !strcmp(optarg, "share"); break;
         case 'K': bad = bench_parse_pos(optarg, 1e9, &c.broker_cap); break;
         case 'G': bad = strcmp(optarg, "gpu") && strcmp(optarg, "cpu"); c.center_cpu = !strcmp(optarg, "cpu"); break;
