@@ -121,7 +121,8 @@ struct eng {
 struct edge {
     struct eng e;
     struct ds_holt arrive[DS_TIER_COUNT];
-    uint64_t rng, burst_on, burst_off;
+    uint64_t rng, burst_on, burst_off;   /* rng: its traffic only, so every policy sees the same arrivals */
+    uint64_t route_rng;                  /* ds_route_pick's draws */
     double   base_rate;            /* requests/s before the curves */
     uint64_t msgs;                 /* PUBLISHes in and out of its site broker */
 };
@@ -285,7 +286,7 @@ static unsigned choose_center(struct sim *s, unsigned edge, const struct rq *r)
         s->pick_buf[k].sent_tokens = sent[k];
     }
     struct ds_route_opts o = { .stale_ns = (uint64_t)(2.0 / c->status_hz * 1e9), .horizon_s = 1.0 };
-    int k = ds_route_pick(s->pick_buf, c->centers, &o, s->now, &ed->rng);
+    int k = ds_route_pick(s->pick_buf, c->centers, &o, s->now, &ed->route_rng);
     if (k < 0) return s->rr++ % c->centers;                      /* none known yet: $share's way */
     sent[k] += (uint64_t)rq_cost(r);
     return (unsigned)k;
@@ -583,6 +584,7 @@ static void run(const struct cfg *c, const struct trace *tr, const struct speed 
         eng_init(&ed->e, &s.edge_speed, c->max_active, c->prefill_chunk, edge_overhead_ns);
         for (int t = 0; t < DS_TIER_COUNT; t++) ds_holt_init(&ed->arrive[t], NULL, 0);
         ed->rng = c->seed * 0x9e3779b97f4a7c15ull + i + 1;
+        ed->route_rng = ~ed->rng;
         ed->base_rate = per_edge;
         ed->burst_on = (uint64_t)(rng_exp(&ed->rng, 1.0 / c->burst_gap_s) * 1e9);
         ed->burst_off = ed->burst_on + (uint64_t)(c->burst_on_s * 1e9);
