@@ -39,13 +39,13 @@ RANK = {name: i for i, name in enumerate(ORDER)}
 HEADERS = {
     "kern.h": "kernels",
     "common.h": "base", "err.h": "base", "log.h": "base", "pool.h": "base", "utf8.h": "base",
-    "cfg.h": "base", "sched.h": "base", "env.h": "base",
+    "cfg.h": "base", "sched.h": "base", "forecast.h": "base", "env.h": "base",
     "gguf.h": "engine", "model.h": "engine", "tok.h": "engine", "sampler.h": "engine",
     "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
     "program.h": "engine", "grammar.h": "engine",
     "mqtt.h": "net", "msg.h": "net", "topics.h": "net", "json_schema.h": "net", "openai.h": "net",
     "keys.h": "trust", "bundle.h": "trust", "registry.h": "trust", "dist.h": "trust",
-    "node.h": "node", "metrics.h": "node",
+    "node.h": "node", "metrics.h": "node", "route.h": "node",
 }
 # Libraries: their layer for the symbol check (edge and center are both "role").
 LIB_LAYER = {"kernels": "kernels", "kernels_cuda": "kernels", "base": "base", "engine": "engine",

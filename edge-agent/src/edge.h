@@ -18,6 +18,7 @@ extern const struct ds_node_role edge_role;       /* edge_role.c: the daemon's r
 struct edge_overflow_cfg {
     bool     enabled;             /* [overflow] enabled */
     uint32_t accept_timeout_ms;   /* [overflow] accept_timeout_ms */
+    char    *routing;             /* [overflow] routing: weighted | weighted_share | share */
 };
 struct edge_specnet_cfg {
     bool     speculate;           /* [overflow] speculate: draft route=center work here */

@@ -100,6 +100,7 @@ static const struct ds_node_role nh_center_role = {
     .program = "test_node",
     .infer_prefix = DS_TOPIC_CENTER_INFER,
     .share_group = DS_SHARE_CENTER,
+    .named_prefix = DS_TOPIC_CENTER_NAMED,
     .about = "node-core tests (center)",
     .exts = nh_center_exts,
     .defaults = center_defaults,
@@ -208,6 +209,8 @@ static struct nh *start(const struct ds_node_role *role, const char *const *over
         "model." NH_MODEL ".backend=cpu",
         "model." NH_MODEL ".threads=1", "model." NH_MODEL ".ctx=512", "batch.max_active=4", "batch.reserve_high=0",
         "health.stall_s=0", "health.broker_timeout_s=0", "health.registry_check_s=0", "telemetry.interval_s=3600",
+        /* The cases before weighted routing (node.route sets it) use $share. */
+        center ? "batch.reserve_high=0" : "overflow.routing=share",
         NULL,
     };
     for (size_t i = 0; base[i]; i++) set(c, base[i]);
@@ -270,6 +273,14 @@ unsigned nh_running(struct nh *h)
 }
 
 void nh_set_tok_rate(struct nh *h, double tokens_per_s) { atomic_store(&h->node->tok_rate, tokens_per_s); }
+
+void nh_set_service(struct nh *h, double rows_per_s, double step_s)
+{
+    pthread_mutex_lock(&h->node->arrive_mu);
+    h->node->service = (struct ds_service){ .row_rate = rows_per_s, .step_s = step_s, .capacity = rows_per_s,
+                                            .last_ns = ds_now_ns() };
+    pthread_mutex_unlock(&h->node->arrive_mu);
+}
 
 /* ---- the wire ---- */
 

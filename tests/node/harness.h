@@ -101,6 +101,9 @@ unsigned nh_running(struct nh *h);
 /* Admission's measured decode rate, as the loop would have measured it (set
 ** while the loop is parked: it would measure over it). */
 void nh_set_tok_rate(struct nh *h, double tokens_per_s);
+/* The predictive admission's measured service (ds/forecast.h struct
+** ds_service): rows per second (and capacity), seconds per loop turn. */
+void nh_set_service(struct nh *h, double rows_per_s, double step_s);
 
 /* json[a] (or json[a][b]) as an OWNED string; NULL when not a string. */
 char *nh_json_str(const char *json, const char *a, const char *b);

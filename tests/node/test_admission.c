@@ -6,7 +6,7 @@
 ** topic, Response Topic, key, Message Expiry) while one that fits is queued
 ** here; the center's answer reaches the device through the edge. With no
 ** center alive, or only one that went offline, the late request is served
-** here as before.
+** here as before. The predictive policy overflows a climbing burst earlier.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +147,47 @@ static void test_late_without_center(void **state)
     nh_stop(h);
 }
 
+/* Predictive overflow ([overflow] policy): the same climbing burst (1, 2,
+** 3, ... requests of 11 tokens per 250 ms bin, the loop parked so the queue
+** only grows, 100 tokens/s measured, deadline 2 s) given to a reactive and a
+** predictive node: the predictive one sends its first request to the center
+** earlier in the burst, while its queue is shorter (the forecast growth over
+** the 1 s horizon counts). */
+static unsigned first_overflow(const char *policy, unsigned *queued_then)
+{
+    char pol[64];
+    snprintf(pol, sizeof pol, "overflow.policy=%s", policy);
+    struct nh *h = nh_start((const char *const[]){ pol, "overflow.horizon_ms=1000", NULL });
+    nh_center_status(h, "center-a", true);
+    nh_set_tok_rate(h, 100.0);
+    nh_set_service(h, 100.0, 0.01);            /* the predictive side: 100 rows/s, 10 ms a turn */
+    unsigned n = 0, first = 0;
+    for (unsigned bin = 1; bin <= 12 && !first; bin++)
+        for (unsigned k = 0; k < bin && !first; k++) {
+            char id[32];
+            snprintf(id, sizeof id, "b%u", n++);
+            *queued_then = nh_queued(h);
+            nh_request(h, id, "\"prompt\":\"Once\",\"max_tokens\":10,\"deadline_ms\":2000", NULL);
+            if (stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = NH_CENTER })) first = n;
+            stub_clock_advance_ms(250 / bin);
+        }
+    stub_clock_advance_ms(4000);               /* no center answers: the accept timeout takes them back */
+    nh_release(h);
+    nh_stop(h);
+    return first;
+}
+
+static void test_predictive_earlier(void **state)
+{
+    (void)state;
+    unsigned q_re = 0, q_pr = 0;
+    unsigned re = first_overflow("reactive", &q_re), pr = first_overflow("predictive", &q_pr);
+    printf("first request overflowed: reactive #%u (%u queued), predictive #%u (%u queued)\n", re, q_re, pr, q_pr);
+    assert_true(re > 0 && pr > 0);
+    assert_true(pr < re);
+    assert_true(q_pr < q_re);
+}
+
 /* route=edge stays here whatever the estimate; route=center goes even when it fits. */
 static void test_route(void **state)
 {
@@ -212,6 +253,7 @@ int node_admission_tests(void)
         cmocka_unit_test(test_late_goes_to_center),
         cmocka_unit_test(test_late_without_center),
         cmocka_unit_test(test_route),
+        cmocka_unit_test(test_predictive_earlier),
         cmocka_unit_test(test_center_vouch),
     };
     return cmocka_run_group_tests_name("node.admission", tests, NULL, NULL);

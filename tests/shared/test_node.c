@@ -90,6 +90,15 @@ static void test_config(void **state)
     assert_int_equal(ds_node_config_set(&c, "model.a/b.path=x"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "model.a.colour=red"), DS_ERR_INVAL);
     assert_int_equal(ds_node_config_set(&c, "batch.max_active=0"), DS_ERR_INVAL);
+    /* The admission's overflow policy: predictive by default, checked by name. */
+    assert_string_equal(c.overflow_policy, "predictive");
+    assert_int_equal(c.horizon_ms, 500);
+    assert_int_equal(ds_node_config_set(&c, "overflow.policy=reactive"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "overflow.policy=sometimes"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);
+    assert_int_equal(ds_node_config_set(&c, "overflow.policy=predictive"), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "overflow.horizon_ms=60001"), DS_ERR_INVAL);
     /* Speculative decoding keys. */
     assert_int_equal(c.models[0].spec_k, 8);
     assert_null(c.models[0].draft);

@@ -97,6 +97,8 @@ struct ds_node_config {
     uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only (the core's
                                          ** admission reads them: core keys, used where a role overflows) */
+    char    *overflow_policy;   /* [overflow] policy: predictive or reactive (the core's admission, ds/forecast.h) */
+    uint32_t horizon_ms;        /* [overflow] horizon_ms: how far ahead the predictive rule looks */
     char    *registry_path;     /* [registry] path: model registry (SQLite) */
     char    *signer_pub;        /* [keys] signer_pub: trusted publisher key file(s), comma-separated */
     uint32_t ro_p99_ms;         /* [rollout] p99_ms: roll back a new version slower than this */

@@ -262,7 +262,7 @@ static void step_version(struct ds_node *node, struct node_version *v)
     if (n == 0) return;
     if (v->delay_ms) nanosleep(&(struct timespec){ v->delay_ms / 1000, (long)(v->delay_ms % 1000) * 1000000L }, NULL);
     enum ds_err rc = ds_engine_forward(v->eng, rows, n, v->logits);
-    if (rc == DS_OK) node->step_tokens += n_logits;
+    if (rc == DS_OK) node->step_tokens += n_logits, node->step_rows += n;
     if (rc != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "model %s %s: forward pass failed: %s", v->m->cfg->name, v->version, ds_strerror(rc));
         for (unsigned i = node->n_active; i-- > 0;)
@@ -497,12 +497,25 @@ enum ds_err ds_node_run(struct ds_node *node)
         ** included): what admission divides queued work by. */
         uint64_t s0 = ds_now_ns();
         node->step_tokens = 0;
-        for (unsigned i = 0; i < node->n_models; i++)
+        node->step_rows = 0;
+        for (unsigned i = 0; i < node->n_models; i++) {
+            uint64_t m0 = ds_now_ns(), tok0 = node->step_tokens;
             for (unsigned k = 0; k < node->models[i].n_vers; k++) step_version(node, node->models[i].vers[k]);
+            double mdt = (double)(ds_now_ns() - m0) / 1e9;
+            if (node->step_tokens > tok0 && mdt > 0.0) {    /* per model: a center's status reports it */
+                double inst = (double)(node->step_tokens - tok0) / mdt, old = atomic_load(&node->models[i].tok_rate);
+                atomic_store(&node->models[i].tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
+            }
+        }
         double dt = (double)(ds_now_ns() - s0) / 1e9;
         if (node->step_tokens && dt > 0.0) {
             double inst = (double)node->step_tokens / dt, old = atomic_load(&node->tok_rate);
             atomic_store(&node->tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
+        }
+        if (node->step_rows && dt > 0.0) {            /* the predictive admission's service side */
+            pthread_mutex_lock(&node->arrive_mu);
+            ds_service_turn(&node->service, ds_now_ns(), dt, (unsigned)DS_MIN(node->step_rows, 1u << 30));
+            pthread_mutex_unlock(&node->arrive_mu);
         }
         if (now >= next_telemetry) {
             publish_telemetry(node);
@@ -515,6 +528,10 @@ enum ds_err ds_node_run(struct ds_node *node)
             ** their deadlines and the accept timeout hand them back here). */
             bool held = node__ext_pending(node) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !held) break;
+        }
+        if (node->step_tokens) {              /* a turn that computed: wall time and tokens (a center's status) */
+            node->busy_ns += ds_now_ns() - now;
+            node->busy_tokens += node->step_tokens;
         }
         if (node->n_active == 0) ds_sched_wait(node->sched, 100);
         else role_idle(node);
@@ -556,6 +573,7 @@ void ds_node_destroy(struct ds_node *node)
     for (unsigned i = 0; i < node->n_cancels; i++) free(node->cancels[i]);
     pthread_mutex_destroy(&node->cancel_mu);
     pthread_mutex_destroy(&node->quota.mu);
+    pthread_mutex_destroy(&node->arrive_mu);
     free(node->quota.c);
     ds_metrics_cleanup(&node->metrics);
     node__dedupe_cleanup(&node->dedupe);
@@ -596,6 +614,10 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     node->start_ns = ds_now_ns();
     pthread_mutex_init(&node->cancel_mu, NULL);
     pthread_mutex_init(&node->quota.mu, NULL);
+    pthread_mutex_init(&node->arrive_mu, NULL);
+    int policy = ds_overflow_policy_parse(c->overflow_policy);
+    node->policy = policy < 0 ? DS_OVERFLOW_REACTIVE : policy;
+    for (int t = 0; t < DS_TIER_COUNT; t++) ds_holt_init(&node->arrive[t], NULL, node->start_ns);
     node__cfg_publish(node);
     if (ds_metrics_init(&node->metrics, node->start_ns) != DS_OK) {
         free(node);

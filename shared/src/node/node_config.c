@@ -15,6 +15,7 @@
 
 #include "ds/cfg.h"
 #include "ds/engine.h"
+#include "ds/forecast.h"
 #include "ds/log.h"
 #include "ds/node.h"
 #include "ds/spec.h"
@@ -56,6 +57,8 @@ static const struct ds_cfg_key core_keys[] = {
     { "overflow", "budget_high_ms", DS_CFG_U32, O(budget_ms[DS_TIER_HIGH]), "0", 0, 3600000, DS_CFG_RELOADABLE, "send high work expected to finish later than this to a center, where the role overflows (0 = deadline only; the admission reads it)" },
     { "overflow", "budget_normal_ms", DS_CFG_U32, O(budget_ms[DS_TIER_NORMAL]), "0", 0, 3600000, DS_CFG_RELOADABLE, "same for normal" },
     { "overflow", "budget_low_ms", DS_CFG_U32, O(budget_ms[DS_TIER_LOW]), "0", 0, 3600000, DS_CFG_RELOADABLE, "same for low" },
+    { "overflow", "policy", DS_CFG_STR, O(overflow_policy), "predictive", 0, 0, 0, "when the admission sends work to a center (where the role overflows): reactive, when the queued work and the request's own at the measured rate pass its budget; predictive, when the queued work and what a climbing burst adds over horizon_ms at the loop's capacity, plus the request's own decode a token per turn, does (ds/forecast.h; reactive until the loop has measured itself)" },
+    { "overflow", "horizon_ms", DS_CFG_U32, O(horizon_ms), "500", 0, 60000, 0, "how far ahead the predictive policy forecasts a climbing burst (0 = not: queued work, the higher tiers' arrivals and the request's own decode only)" },
     { "registry", "path", DS_CFG_STR, O(registry_path), NULL, 0, 0, 0, "model registry (SQLite file)" },
     { "keys", "signer_pub", DS_CFG_STR, O(signer_pub), NULL, 0, 0, 0, "trusted publisher public key file(s), comma-separated" },
     { "keys", "node_sec", DS_CFG_STR, O(node_sec), NULL, 0, 0, 0, "this node's secret key file (mode 0600): set = fetch models published on the broker" },
@@ -583,6 +586,8 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
         BAD(AT("intake", "identity", 0), "[intake] identity '%s' is not topic, none or auto", c->intake_identity);
     if (strcmp(c->intake_shared, "single") && strcmp(c->intake_shared, "many") && strcmp(c->intake_shared, "auto"))
         BAD(AT("intake", "shared", 0), "[intake] shared '%s' is not single, many or auto", c->intake_shared);
+    if (ds_overflow_policy_parse(c->overflow_policy) < 0)
+        BAD(AT("overflow", "policy", 0), "[overflow] policy '%s' is not predictive or reactive", c->overflow_policy);
     char why[DS_WHY_MAX];
     if (ds_mqtt_check_security(c->mqtt_uri, &c->mqtt_tls, why) != DS_OK)
         BAD(AT("mqtt", "uri", 0), "[mqtt] %s", why);

@@ -61,21 +61,46 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
     return d;
 }
 
-/* Admission by estimated finish time: the work queued ahead of r plus r's own,
-** at the decode rate measured so far, against r's deadline and its tier's
-** latency budget. */
+/* Admission by estimated finish time ([overflow] policy, ds/forecast.h):
+** the work queued ahead of r plus r's own at the decode rate measured so
+** far (reactive), or the queued work, the queue's forecast growth over the
+** horizon and the higher tiers' arrivals meanwhile at the loop's capacity,
+** plus r's own decode a token per turn (predictive), against r's deadline
+** and its tier's latency budget. Every request this node may serve counts in
+** its tier's arrival forecast first (count_arrival), whatever is decided. */
+static double req_cost(const struct node_req *r)
+{
+    return (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
+}
+
+static void count_arrival(struct ds_node *node, const struct node_req *r, uint64_t now)
+{
+    pthread_mutex_lock(&node->arrive_mu);
+    ds_holt_add(&node->arrive[r->req.priority], now, req_cost(r));
+    pthread_mutex_unlock(&node->arrive_mu);
+}
+
 static bool over_budget(struct ds_node *node, const struct node_req *r, uint64_t now)
 {
-    double rate = atomic_load(&node->tok_rate);
-    if (!(rate > 0.0)) return false;              /* nothing measured yet */
-    double own = (double)r->req.max_tokens + (double)r->req.prompt_len / 4.0;
-    double finish_ms = ((double)ds_sched_backlog(node->sched) + own) / rate * 1000.0;
-    double budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]);
+    struct ds_holt ahead, with;                   /* the tiers that go before r; and r's too */
+    struct ds_service service;
+    unsigned tier = (unsigned)r->req.priority;
+    pthread_mutex_lock(&node->arrive_mu);
+    if (tier) ds_holt_merge(node->arrive, tier - 1, now, &ahead);
+    ds_holt_merge(node->arrive, tier, now, &with);
+    service = node->service;
+    pthread_mutex_unlock(&node->arrive_mu);
+    struct ds_overflow_in in = {
+        .rate = atomic_load(&node->tok_rate), .backlog = (double)ds_sched_backlog(node->sched), .own = req_cost(r),
+        .budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]),
+        .service = &service, .own_tokens = (double)r->req.max_tokens, .ahead = tier ? &ahead : NULL, .with = &with,
+        .horizon_s = (double)node->cfg->horizon_ms / 1000.0,
+    };
     if (r->deadline_ns) {
         double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
-        if (budget_ms == 0.0 || left < budget_ms) budget_ms = left;
+        if (in.budget_ms == 0.0 || left < in.budget_ms) in.budget_ms = left;
     }
-    return budget_ms > 0.0 && finish_ms > budget_ms;
+    return ds_overflow_decide((enum ds_overflow_policy)node->policy, &in);
 }
 
 /* "model: x is not served by this node; it serves a, b" into buf. */
@@ -121,13 +146,15 @@ static const char *reply_refused(const struct ds_node *node, const char *reply, 
     return NULL;
 }
 
-/* A request on <infer prefix><model>[/<identity>]: decode, check, then queue
-** it or offer it to the role. replay: the journal's record it comes from
-** (its deadline and journal id), NULL for a message from the broker. */
-static void take_request(struct ds_node *node, const struct ds_mqtt_msg *msg, const struct node_jrec *replay)
+/* A request on <prefix><model>[/<identity>] (prefix: the role's infer
+** prefix or the node's named one): decode, check, then queue it or offer it
+** to the role. replay: the journal's record it comes from (its deadline and
+** journal id), NULL for a message from the broker. */
+static void take_request(struct ds_node *node, const struct ds_mqtt_msg *msg, const char *prefix,
+                         const struct node_jrec *replay)
 {
     uint64_t now = ds_now_ns();
-    const char *model_name = msg->topic + strlen(node->role->infer_prefix);
+    const char *model_name = msg->topic + strlen(prefix);
     size_t model_len = strcspn(model_name, "/");
     const char *identity = model_name[model_len] == '/' ? model_name + model_len + 1 : NULL;
 
@@ -209,8 +236,7 @@ static void take_request(struct ds_node *node, const struct ds_mqtt_msg *msg, co
 /* Always true: every request here is answered or logged. */
 static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
-    (void)st;
-    take_request(node, msg, NULL);
+    take_request(node, msg, st ? st : node->role->infer_prefix, NULL);   /* st: the node's named prefix */
     return true;
 }
 
@@ -239,7 +265,7 @@ void node__intake_replay(struct ds_node *node)
                 .qos = 1, .response_topic = { rec->reply, strlen(rec->reply) },
                 .correlation = { rec->corr, rec->corr_len },
             };
-            take_request(node, &m, rec);
+            take_request(node, &m, prefix, rec);
             taken++;
         }
         node__jrec_free(rec);
@@ -284,6 +310,7 @@ enum node_admit node__admit(struct ds_node *node, struct node_req *r, uint64_t n
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
+    if (r->req.route != DS_MSG_ROUTE_CENTER) count_arrival(node, r, now);
     if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(node, r, now)) && node__ext_take(node, r, NODE_TAKE_ROUTE))
         return NODE_ADMIT_OK;
     if (node__enqueue(node, r)) return NODE_ADMIT_OK;
@@ -435,5 +462,13 @@ void node__intake_listen(struct ds_node *node)
     node__listen(node, filter, true, on_infer, NULL);
     snprintf(filter, sizeof filter, "%s%s+", node->role->share_group, node->role->infer_prefix);
     if (!node->identity_topic) node__listen(node, filter, true, on_infer, NULL);
+    if (node->role->named_prefix) {               /* its own name: no shared subscription */
+        snprintf(node->named_infer, sizeof node->named_infer, "%s%.64s/" DS_TOPIC_KIND_INFER "/", node->role->named_prefix,
+                 node->cfg->node);
+        snprintf(filter, sizeof filter, "%.127s+/+", node->named_infer);
+        node__listen(node, filter, true, on_infer, node->named_infer);
+        snprintf(filter, sizeof filter, "%.127s+", node->named_infer);
+        if (!node->identity_topic) node__listen(node, filter, true, on_infer, node->named_infer);
+    }
     node__listen(node, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
 }

@@ -1,0 +1,37 @@
+# bench.fleet_smoke: fleet_sim on a small fleet (20 edges, 2 centers, 2,000
+# devices, 20 simulated seconds, two loads), then the traces on one edge;
+# checks exit 0, valid JSON with both loads and six trace runs, and that
+# every run answered requests. Asserts no speed and no policy verdict.
+# Usage: cmake -DBENCH=path/to/fleet_sim -DWORK_DIR=dir -P bench_fleet_smoke.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+execute_process(COMMAND ${BENCH} --edges 20 --centers 2 --devices 2000 --seconds 20 --scale 1,3
+                        --json ${WORK_DIR}/fleet.json RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "fleet_sim exited with ${rc}")
+endif()
+file(READ ${WORK_DIR}/fleet.json json)
+string(JSON n ERROR_VARIABLE err LENGTH "${json}" fleet)
+if(err OR NOT n EQUAL 2)
+  message(FATAL_ERROR "fleet.json: want 2 fleet rows: ${n} ${err}")
+endif()
+string(JSON req ERROR_VARIABLE err GET "${json}" fleet 0 requests)
+if(err OR NOT req GREATER 1000)
+  message(FATAL_ERROR "fleet.json: the 1x run sent '${req}' requests ${err}")
+endif()
+execute_process(COMMAND ${BENCH} --traces --json ${WORK_DIR}/traces.json RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "fleet_sim --traces exited with ${rc}")
+endif()
+file(READ ${WORK_DIR}/traces.json json)
+string(JSON n ERROR_VARIABLE err LENGTH "${json}" traces)
+if(err OR NOT n EQUAL 27)
+  message(FATAL_ERROR "traces.json: want 27 runs (3 deadline sets x 3 traces x 3 policies): ${n} ${err}")
+endif()
+foreach(i RANGE 26)
+  string(JSON req ERROR_VARIABLE err GET "${json}" traces ${i} requests)
+  if(err OR NOT req GREATER 1000)
+    message(FATAL_ERROR "traces.json: run ${i} sent '${req}' requests ${err}")
+  endif()
+endforeach()
+message(STATUS "bench.fleet_smoke: 2 fleet loads, 27 trace runs")
