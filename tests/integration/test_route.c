@@ -265,10 +265,11 @@ static void test_proportional(void **state)
     }
     double w0 = t0 + warm_s, w1 = now_s();
     int *center = calloc(n, sizeof *center);               /* per request: the center it was sent to, or -1 */
+    int *server = calloc(n, sizeof *server);               /* and the one that answered it, or -1 (the edge) */
     double *sent_at = calloc(n, sizeof *sent_at), *tokens = calloc(n, sizeof *tokens);
     bool *answered = calloc(n, sizeof *answered);
-    assert_true(center && sent_at && tokens && answered);
-    for (unsigned k = 0; k < n; k++) center[k] = -1;
+    assert_true(center && server && sent_at && tokens && answered);
+    for (unsigned k = 0; k < n; k++) center[k] = server[k] = -1;
     double cap[N_CENTERS] = { 0 }, got[N_CENTERS] = { 0 };
     unsigned n_answered = 0, here = 0;
     int at = from;
@@ -297,6 +298,7 @@ static void test_proportional(void **state)
                     snprintf(needle, sizeof needle, "\"node\":\"center-%d\"", i);
                     if (strstr(x->json, needle)) by = i;
                 }
+                server[k] = by;
                 if (by < 0) here++;
                 else if (ts >= w0 && ts <= w1) cap[by] += tokens[k];
             }
@@ -306,7 +308,8 @@ static void test_proportional(void **state)
     }
     assert_int_equal(n_answered, n);
     for (unsigned k = 0; k < n; k++)
-        if (center[k] >= 0 && center[k] < N_CENTERS && sent_at[k] >= w0 && sent_at[k] <= w1) got[center[k]] += tokens[k];
+        if (center[k] >= 0 && center[k] < N_CENTERS && server[k] == center[k] && sent_at[k] >= w0 && sent_at[k] <= w1)
+            got[center[k]] += tokens[k];                    /* sent there and served there */
     double sum_cap = 0.0, sum_got = 0.0;
     for (int i = 0; i < N_CENTERS; i++) {
         sum_cap += cap[i];
@@ -314,7 +317,7 @@ static void test_proportional(void **state)
     }
     printf("edge offered %.1f requests/s (125%% of the calibration), %u requests, %u served here; window %.1f s\n",
            lambda, n, here, w1 - w0);
-    assert_true(here <= n / 10);                          /* (nearly) all went to the centers */
+    assert_true(here <= n / 5);                           /* most went to the centers (past the accept timeout: here) */
     assert_true(sum_cap > 0.0 && sum_got > 0.0);
     bool ok = true;
     for (int i = 0; i < N_CENTERS; i++) {
@@ -327,6 +330,7 @@ static void test_proportional(void **state)
     /* The handicap is real: center-2 is measurably the slowest. */
     ok &= rate[2] * 1.5 < rate[0] && rate[2] * 1.5 < rate[1];
     free(center);
+    free(server);
     free(sent_at);
     free(tokens);
     free(answered);
