@@ -48,7 +48,7 @@
 #define ROUTE_SLOTS        8
 #define CAL_OUTSTANDING    16
 #define MAX_MSGS 200000
-#define REQ "\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"temperature\":0"
+#define REQ "\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"max_tokens\":128,\"temperature\":0"
 
 static struct {
     struct tb_broker *b;
@@ -317,13 +317,31 @@ static void test_proportional(void **state)
     }
     printf("edge offered %.1f requests/s (125%% of the calibration), %u requests, %u served here; window %.1f s\n",
            lambda, n, here, w1 - w0);
+    double adv[N_CENTERS] = { 0 };                          /* what each advertised in the window (tok_s, mean) */
+    unsigned n_adv[N_CENTERS] = { 0 };
+    int len;
+    const struct it_msg *m = it_inbox_lock(g.in, &len);
+    for (int k = from; k < len; k++) {
+        double ts = (double)m[k].at_ns / 1e9;
+        int i = m[k].topic[DS_TOPIC_LEN(DS_TOPIC_CENTER_STATUS "center-")] - '0';
+        if (strncmp(m[k].topic, DS_TOPIC_CENTER_STATUS "center-", DS_TOPIC_LEN(DS_TOPIC_CENTER_STATUS "center-")) ||
+            i < 0 || i >= N_CENTERS || ts < w0 || ts > w1 || !m[k].json)
+            continue;
+        double t = it_json_num(m[k].json, "capacity", "tok_s");
+        if (t > 0) {
+            adv[i] += t;
+            n_adv[i]++;
+        }
+    }
+    it_inbox_unlock(g.in);
     assert_true(here <= n / 5);                           /* most went to the centers (past the accept timeout: here) */
     assert_true(sum_cap > 0.0 && sum_got > 0.0);
     bool ok = true;
     for (int i = 0; i < N_CENTERS; i++) {
         double want = cap[i] / sum_cap, share = got[i] / sum_got, r = cap[i] / (w1 - w0);
         printf("center-%d: %.3f of the work sent in the window, %.3f of the tokens generated in it (%.0f tokens/s, "
-               "calibrated %.0f): %+.0f%%\n", i, share, want, r, rate_a[i], (share / want - 1.0) * 100.0);
+               "advertised %.0f, calibrated %.0f): %+.0f%%\n", i, share, want, r,
+               n_adv[i] ? adv[i] / n_adv[i] : 0.0, rate_a[i], (share / want - 1.0) * 100.0);
         ok &= share >= want * 0.85 && share <= want * 1.15 && r >= 0.25 * rate_a[i];
     }
     for (int i = 0; i < N_CENTERS; i++) rate[i] = cap[i] / (w1 - w0);
