@@ -197,9 +197,8 @@ static struct ds_route_center route_entry(const struct ds_node *node, const stru
     return e;
 }
 
-/* Seconds of backlog that halve a center's weight (ds/route.h): short, so that busy centers' queues
-** settle at equal waits (work in proportion to speed) within a few statuses. */
-#define ROUTE_HORIZON_S 0.25
+/* Seconds of backlog that halve a center's weight (ds/route.h). */
+#define ROUTE_HORIZON_S DS_ROUTE_HORIZON_S
 
 /* Weighted routing: the center for one request of model (cost tokens) into
 ** out, counted as sent to it; false when none may be chosen. */
