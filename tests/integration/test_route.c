@@ -254,6 +254,14 @@ static void test_calibrate(void **state)
 {
     (void)state;
     calibrate("a", rate_a, &req_rate);     /* the handicap is checked in phase 2's window (same seconds) */
+    /* A capacity status of a busy center, against its schema. */
+    char *st = it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_STATUS "center-1",
+                                                       .needle = "\"capacity\"", .newest_first = true },
+                             0, 0, NULL, NULL);
+    assert_non_null(st);
+    assert_int_not_equal(it_validate(g.dir, "center_status", st), IT_INVALID);   /* no validator: shared.msg says */
+    printf("center-1's capacity status: %s\n", st);
+    free(st);
 }
 
 /* 2. Through the edge, offered 125% of what the centers finished together
