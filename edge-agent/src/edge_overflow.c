@@ -198,7 +198,7 @@ static struct ds_route_center route_entry(const struct ds_node *node, const stru
 }
 
 /* Seconds of backlog that halve a center's weight (ds/route.h). */
-#define ROUTE_HORIZON_S 1.0
+#define ROUTE_HORIZON_S DS_ROUTE_HORIZON_S
 
 /* Weighted routing: the center for one request of model (cost tokens) into
 ** out, counted as sent to it; false when none may be chosen. */
@@ -248,14 +248,40 @@ bool edge__center_online(struct ds_node *node, const char *name)
     return on;
 }
 
-bool edge__center_pick(struct ds_node *node, const char *model, const char *avoid, char out[64])
+bool edge__routing_weighted(struct ds_node *node)
+{
+    struct edge_overflow *o = state(node);
+    return o && o->routing != ROUTING_SHARE;
+}
+
+bool edge__center_pick(struct ds_node *node, const char *model, const char *avoid, uint64_t cost, char out[64])
 {
     struct edge_overflow *o = state(node);
     uint32_t bit = model_bit(node->cfg, model);
     bool got = false;
     if (!o) return false;
+    unsigned mi = 0;
+    while (mi < node->cfg->n_models && strcmp(node->cfg->models[mi].name, model)) mi++;
+    uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; i < o->n_centers && !got; i++)
+    if (o->routing != ROUTING_SHARE) {          /* by weight among those that verify it */
+        struct ds_route_center tab[MAX_CENTERS];
+        const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };
+        for (unsigned i = 0; i < o->n_centers; i++) {
+            tab[i] = route_entry(node, o, &o->centers[i], mi, now);
+            tab[i].usable &= (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid);
+        }
+        int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
+        if (k >= 0) {
+            struct center *c = &o->centers[k];
+            c->sent_tokens += cost;
+            c->sent_since++;
+            c->sent++;
+            memcpy(out, c->name, 64);
+            got = true;
+        }
+    }
+    for (unsigned i = 0; i < o->n_centers && !got; i++)     /* else the first live one that verifies it */
         if (live(node, o, &o->centers[i]) && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
             memcpy(out, o->centers[i].name, 64);
             got = true;

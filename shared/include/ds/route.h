@@ -47,6 +47,12 @@ struct ds_route_center {
     uint64_t sent_tokens;     /* tokens this caller sent it since that status (ds_route_cost each) */
 };
 
+/* The horizon the edge uses (dspark-edge's [overflow] routing = weighted):
+** a center with a quarter second of queued work weighs half, so that busy
+** centers settle at equal waits within a few statuses. A simulator that
+** means to behave as the edge does passes it too. */
+#define DS_ROUTE_HORIZON_S 0.25
+
 struct ds_route_opts {
     uint64_t stale_ns;        /* a status older than this is not chosen; 0 = never stale */
     double   horizon_s;       /* seconds of backlog that halve a center's weight; <= 0 = 1 s */
