@@ -141,7 +141,7 @@ start_node() {
 
 # 0 when node I answers an MQTT 5 CONNECT with a CONNACK (publishes one QoS 0 message).
 connack() {
-  timeout 5 mosquitto_pub -V mqttv5 -h 127.0.0.1 -p "$(port_of "$1")" -i "dsprobe-$1-$$" \
+  timeout 5 mosquitto_pub -V mqttv5 -h 127.0.0.1 -p "$(port_of "$1")" -i "dsprobe-$1-$$" -u dsprobe -P dsprobe \
     -t "dspark-cluster/probe" -m x -q 0 >/dev/null 2>&1
 }
 
