@@ -157,6 +157,39 @@ enum ds_err tb_cluster_restart(struct tb_cluster *cl, int i)
     return DS_ERR_TIMEOUT;
 }
 
+static struct {
+    bool               tried;
+    struct tb_cluster *cl;
+    unsigned           next;
+} shared_cl;
+
+static void shared_stop(void)
+{
+    tb_cluster_destroy(shared_cl.cl);
+    shared_cl.cl = NULL;
+}
+
+struct tb_cluster *tb_cluster_shared(void)
+{
+    const char *env = getenv("DS_TEST_CLUSTER");
+    if (!env || strcmp(env, "1") != 0) return NULL;
+    if (!shared_cl.tried) {
+        shared_cl.tried = true;
+        if (!(shared_cl.cl = tb_cluster_start_or_skip(3))) {
+            fprintf(stderr, "tb_cluster: DS_TEST_CLUSTER=1 but the cluster did not start\n");
+            exit(1);
+        }
+        atexit(shared_stop);
+    }
+    return shared_cl.cl;
+}
+
+const char *tb_cluster_next_uri(void)
+{
+    struct tb_cluster *cl = tb_cluster_shared();
+    return cl ? tb_cluster_uri(cl, 1 + (int)(shared_cl.next++ % (unsigned)cl->n)) : "";
+}
+
 void tb_cluster_destroy(struct tb_cluster *cl)
 {
     if (!cl) return;

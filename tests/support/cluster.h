@@ -45,4 +45,14 @@ const char *tb_cluster_password_file(const struct tb_cluster *cl);
 void tb_cluster_log_tail(const struct tb_cluster *cl, int lines);
 void tb_cluster_destroy(struct tb_cluster *cl);
 
+/* DS_TEST_CLUSTER=1 (ctest cluster.overflow, cluster.specnet): the process's
+** one cluster, started at its first use and stopped at exit; the mosquitto
+** fixture (broker.h) then hands out its nodes' URIs in turn, so that each
+** client of a test meets another node, and the node and device helpers
+** (itest.h) add the credentials. NULL without the variable; exits 77 where
+** ejabberd is not installed and 1 where it does not start. */
+struct tb_cluster *tb_cluster_shared(void);
+/* The shared cluster's next node URI (1, 2, 3, 1, ...). */
+const char *tb_cluster_next_uri(void);
+
 #endif
