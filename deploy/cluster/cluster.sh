@@ -201,8 +201,7 @@ cmd_kill() {
   [ -n "$(port_of "$i")" ] || die "no node $i"
   alive "$pid" || die "node $i is not running"
   kill -KILL "$pid"
-  wait "$pid" 2>/dev/null || true
-  while alive "$pid"; do sleep 0.05; done
+  wait_gone "$pid" 10 || die "node $i (pid $pid) still runs after SIGKILL"
   printf -v "PID_$i" '%s' 0
   save_state
 }
@@ -232,32 +231,41 @@ cmd_status() {
   done
 }
 
+# Wait until pid is gone, at most $2 seconds; 0 when gone.
+wait_gone() {
+  local end=$((SECONDS + $2))
+  while alive "$1"; do
+    [ $SECONDS -lt $end ] || return 1
+    sleep 0.05
+  done
+}
+
 cmd_stop() {
   [ -f "$dir/cluster.env" ] || { echo "cluster.sh: no cluster in $dir"; return 0; }
   load_state
-  local i pid end
+  local i pid left=""
+  # SIGTERM is the VM's init:stop(); SIGCONT after it, should one be stopped
+  # (a paused process would keep it pending). Then SIGKILL what is left.
   for ((i = 1; i <= N; i++)); do
     pid=$(pid_of "$i")
-    alive "$pid" && kill -TERM "$pid" 2>/dev/null || true      # the VM's init:stop()
+    alive "$pid" && { kill -TERM "$pid"; kill -CONT "$pid"; } 2>/dev/null || true
   done
-  end=$((SECONDS + 15))
   for ((i = 1; i <= N; i++)); do
     pid=$(pid_of "$i")
-    while alive "$pid" && [ $SECONDS -lt $end ]; do sleep 0.1; done
-    alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
+    wait_gone "$pid" 15 || { kill -KILL "$pid" 2>/dev/null; wait_gone "$pid" 5 || left+=" $pid"; }
   done
-  alive "$EPMD_PID" && kill -TERM "$EPMD_PID" 2>/dev/null || true
-  for ((i = 1; i <= N; i++)); do
-    pid=$(pid_of "$i")
-    while alive "$pid"; do sleep 0.05; done
-  done
-  while alive "$EPMD_PID"; do sleep 0.05; done
+  if alive "$EPMD_PID"; then
+    { kill -TERM "$EPMD_PID"; kill -CONT "$EPMD_PID"; } 2>/dev/null || true
+    wait_gone "$EPMD_PID" 5 || { kill -KILL "$EPMD_PID" 2>/dev/null; wait_gone "$EPMD_PID" 5 || left+=" $EPMD_PID"; }
+  fi
+  [ -z "$left" ] || echo "cluster.sh: still running after SIGKILL:$left" >&2
   if [ "${DS_CLUSTER_KEEP:-0}" = 1 ]; then
     rm -f "$dir/cluster.env"
     echo "cluster.sh: stopped; logs kept in $dir"
   else
     rm -rf "$dir"
   fi
+  [ -z "$left" ]
 }
 
 [ $# -ge 1 ] || usage
