@@ -64,7 +64,7 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
         -DDS_SANITIZE_THREAD=ON -DDS_FATAL_WARNINGS=ON >/dev/null
   cmake --build build-tsan -j "$jobs" --target dspark dspark-edge dspark-center test_integration_mqtt \
         test_integration_edge test_integration_cli_infer test_integration_acl test_integration_tls \
-        test_integration_outage test_integration_notify test_integration_center test_integration_overflow \
+        test_integration_outage test_integration_notify test_integration_center test_integration_overflow test_integration_route \
         test_integration_rollout test_integration_dist test_integration_specnet test_integration_spec_node \
         test_integration_ops test_integration_httpd test_integration_flood
   rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan

@@ -45,7 +45,7 @@ HEADERS = {
     "program.h": "engine", "grammar.h": "engine",
     "mqtt.h": "net", "msg.h": "net", "topics.h": "net", "json_schema.h": "net",
     "keys.h": "trust", "bundle.h": "trust", "registry.h": "trust", "dist.h": "trust",
-    "node.h": "node", "metrics.h": "node",
+    "node.h": "node", "metrics.h": "node", "route.h": "node",
 }
 # Libraries: their layer for the symbol check (edge and center are both "role").
 LIB_LAYER = {"kernels": "kernels", "kernels_cuda": "kernels", "base": "base", "engine": "engine",

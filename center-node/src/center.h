@@ -14,6 +14,11 @@ extern const struct node_ext center_publish_ext;    /* center_publish.c: serves 
 extern const struct ds_node_role center_role;       /* center_role.c: the daemon's role table */
 extern const char *const center_defaults[];         /* center_role.c: its config defaults */
 
+/* center_overflow's config: its capacity status. */
+struct center_overflow_cfg {
+    uint32_t status_interval_ms;   /* [center] status_interval_ms: capacity on DS_TOPIC_CENTER_STATUS this often */
+};
+
 /* center_specnet's config (its keys; node__ext_config finds it). */
 struct center_specnet_cfg {
     uint32_t sessions;    /* [spec] sessions: verify sessions kept at once; 0 = none */

@@ -30,6 +30,7 @@ const char *const center_defaults[] = {
 static const struct ds_cfg_key edge_keys[] = {
     { "overflow", "enabled", DS_CFG_BOOL, 0, NULL, 0, 0, DS_CFG_IGNORED, NULL },
     { "overflow", "accept_timeout_ms", DS_CFG_U32, 0, NULL, 100, 600000, DS_CFG_IGNORED, NULL },
+    { "overflow", "routing", DS_CFG_STR, 0, NULL, 0, 0, DS_CFG_IGNORED, NULL },
     { "overflow", "speculate", DS_CFG_BOOL, 0, NULL, 0, 0, DS_CFG_IGNORED, NULL },
     { "overflow", "spec_k", DS_CFG_U32, 0, NULL, 1, DS_WIRE_SPEC_K_MAX, DS_CFG_IGNORED, NULL },
     { "overflow", "spec_timeout_ms", DS_CFG_U32, 0, NULL, 100, 600000, DS_CFG_IGNORED, NULL },
@@ -41,8 +42,10 @@ const struct ds_node_role center_role = {
     .program = "dspark-center",
     .infer_prefix = DS_TOPIC_CENTER_INFER,
     .share_group = DS_SHARE_CENTER,
+    .named_prefix = DS_TOPIC_CENTER_NAMED,     /* weighted routing: <name>/infer/<model>, its own */
     .about = "The center daemon: serves what edges overflow (requests on\n"
-             DS_TOPIC_CENTER_INFER "<model>, shared by every center) with the full-precision\n"
+             DS_TOPIC_CENTER_INFER "<model>, shared by every center, and on\n"
+             DS_TOPIC_CENTER_NAMED "<name>/" DS_TOPIC_KIND_INFER "/<model>, sent to it by weight) with the full-precision\n"
              "model, answering the device directly; publishes status and telemetry.\n",
     .exts = center_exts,
     .gpu_module = "dspark-cuda.so",     /* FP16 on the GPU where it and a device are present */

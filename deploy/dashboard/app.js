@@ -56,6 +56,16 @@ function get(o, path) {
   return o;
 }
 
+// An edge's weighted routing (telemetry "routing"): each center's share of
+// the weight and the requests this edge sent it; shown as the OVF cell's title.
+function routeText(t) {
+  const cs = get(t, 'routing.centers');
+  if (!Array.isArray(cs) || !cs.length) return '';
+  return `routing ${get(t, 'routing.mode') || '?'}: ` + cs.map(c =>
+    `${c.name} ${fmt(100 * (c.share || 0), 0)} % (weight ${fmt(c.weight || 0, 0)}, sent ${c.sent ?? 0}` +
+    `${c.chosen_by_weight ? '' : ', not chosen'})`).join('; ');
+}
+
 function num(o, path) {
   const v = get(o, path);
   return typeof v === 'number' && isFinite(v) ? v : null;
@@ -377,7 +387,7 @@ function render() {
       el('td', { class: 'num lat-total' }, pcts(t, 'total_ms')),
       el('td', { class: 'num errors' }, String(errs)),
       el('td', { class: 'num kv' }, kvTotal ? `${kvUsed}/${kvTotal} (${fmt(100 * kvUsed / kvTotal, 0)} %)` : '-'),
-      el('td', { class: 'num ovf' }, n.role === 'edge' && num(t, 'rates.overflow_ratio') != null ? fmt(100 * num(t, 'rates.overflow_ratio'), 1) + ' %' : '-'),
+      el('td', { class: 'num ovf', title: routeText(t) }, n.role === 'edge' && num(t, 'rates.overflow_ratio') != null ? fmt(100 * num(t, 'rates.overflow_ratio'), 1) + ' %' : '-'),
       el('td', { class: 'num spec' }, num(t, 'spec.acceptance') != null ? fmt(100 * num(t, 'spec.acceptance'), 1) + ' %' : '-'),
       el('td', { class: 'spark' }, spark));
     const p99 = num(t, 'window.total_ms.p99') ?? num(t, 'latency_ms.p99');

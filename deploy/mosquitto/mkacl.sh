@@ -32,6 +32,8 @@ for pair in "$@"; do
         echo "topic read $P/cancel/#"
         echo "topic write $P/reply/#"
         echo "topic write $P/center/infer/+/$n"
+        echo "# weighted routing: one named center (center/<center>/infer/<model>/<edge>)"
+        echo "topic write $P/center/+/infer/+/$n"
         echo "topic write $P/center/spec/+/$n"
         echo "topic write $P/center/session/+/$n"
         echo "topic read $P/relay/$n"
@@ -48,6 +50,7 @@ for pair in "$@"; do
         echo "topic read $P/models/+/chunk/$n" ;;
     center)
         echo "topic read $P/center/infer/+/+"
+        echo "topic read $P/center/$n/infer/+/+"
         echo "topic read $P/center/spec/+/+"
         echo "topic read $P/center/session/$n/+"
         echo "topic read $P/cancel/#"

@@ -18,6 +18,7 @@ extern const struct ds_node_role edge_role;       /* edge_role.c: the daemon's r
 struct edge_overflow_cfg {
     bool     enabled;             /* [overflow] enabled */
     uint32_t accept_timeout_ms;   /* [overflow] accept_timeout_ms */
+    char    *routing;             /* [overflow] routing: weighted | weighted_share | share */
 };
 struct edge_specnet_cfg {
     bool     speculate;           /* [overflow] speculate: draft route=center work here */
@@ -35,8 +36,12 @@ bool     edge__center_online(struct ds_node *node, const char *name);
 ** speculation; a center that does not, a GPU one say, gets it plainly). */
 unsigned edge__centers_verifying(struct ds_node *node, const char *model);
 /* A live center other than avoid that verifies model, into out; false when
-** there is none. */
-bool     edge__center_pick(struct ds_node *node, const char *model, const char *avoid, char out[64]);
+** there is none. With weighted routing chosen by weight among those that
+** advertise room (cost: the request's ds_route_cost, counted as sent to
+** it), else the first one. */
+bool     edge__center_pick(struct ds_node *node, const char *model, const char *avoid, uint64_t cost, char out[64]);
+/* Whether [overflow] routing sends to centers by name (weighted, weighted_share). */
+bool     edge__routing_weighted(struct ds_node *node);
 /* The request as the edge forwards it to a center (OWNED cJSON object). */
 struct cJSON *edge__overflow_req_json(const struct node_req *r);
 

@@ -16,6 +16,16 @@
 ** a request that has streamed nothing yet is served locally; one that has
 ** already streamed gets a clear error (its text cannot be continued).
 **
+** Which center: with [overflow] routing = weighted (the default) the edge
+** sends each request to one center by name, DS_TOPIC_CENTER_NAMED
+** <center>/infer/<model>, chosen by ds_route_pick (ds/route.h) over the
+** capacity each center advertises on DS_TOPIC_CENTER_STATUS <center> (its
+** vouch) and what this edge sent it since; no shared subscription is
+** needed. A center whose capacity status is older than two of its intervals,
+** or says draining, is not chosen; with none left the request stays here
+** (weighted) or goes to $share (weighted_share). routing = share sends
+** every request to DS_TOPIC_CENTER_INFER <model> as before.
+**
 ** Hooks (node_ext.h): take sends a request the node offers (route, full
 ** queue, weak answer) to a live center; tick takes back what a dead or
 ** silent center holds, or what the broker refused to pass on (refused);
@@ -29,10 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/route.h"
 #include "edge.h"
 #include "edge_wire.h"
 
@@ -49,11 +61,21 @@ struct center {
     bool     proven;       /* accepted a request of ours */
     uint32_t verifies;     /* bit i: it verifies drafts of [model] i (its status) */
     uint64_t seen_ns;      /* last status */
+    /* Weighted routing: its last capacity status, and what we sent since. */
+    bool     has_cap;
+    struct edge_capacity cap;
+    uint64_t cap_ns;       /* when it arrived */
+    uint64_t sent_tokens;  /* ds_route_cost of the requests sent it since cap_ns */
+    uint32_t sent_since;   /* and how many */
+    uint64_t sent;         /* requests sent it by weight, ever (telemetry) */
 };
+
+enum routing { ROUTING_WEIGHTED, ROUTING_WEIGHTED_SHARE, ROUTING_SHARE };
 
 struct pending {
     struct node_req *r;
     char             center[64];   /* "" until a center accepts it */
+    char             target[64];   /* the center it was sent to by name ("" = $share) */
     uint64_t         sent_ns;
     uint32_t         relayed;      /* chunks forwarded to the device */
     bool             lost;         /* its center died: the engine loop takes it back */
@@ -67,6 +89,8 @@ struct edge_overflow {
     struct pending *p;             /* MAX_PENDING slots; r == NULL when free */
     unsigned        n_pending;
     char            relay_topic[128];
+    enum routing    routing;       /* [overflow] routing */
+    uint64_t        rng;           /* weighted routing's draws */
     /* Names that vouched on DS_TOPIC_CENTER_STATUS <name>, which the ACL lets
     ** only that center write; oldest first. With [intake] identity = topic a
     ** status saying "center" counts only for these (N6). */
@@ -105,6 +129,18 @@ static enum ds_err create(struct ds_node *node, void **st)
         free(o);
         return DS_ERR_NOMEM;
     }
+    const char *mode = ovf_cfg(node)->routing;
+    o->routing = !strcmp(mode, "weighted") ? ROUTING_WEIGHTED : !strcmp(mode, "share") ? ROUTING_SHARE
+               : ROUTING_WEIGHTED_SHARE;
+    if (strcmp(mode, "weighted") && strcmp(mode, "share") && strcmp(mode, "weighted_share")) {
+        DS_LOG(DS_LOG_ERROR, "config: [overflow] routing = %s: weighted, weighted_share or share", mode);
+        free(o->p);
+        free(o);
+        return DS_ERR_INVAL;
+    }
+    /* Each edge its own stream of draws (edges must not draw alike). */
+    o->rng = ds_now_ns() ^ ((uint64_t)getpid() << 32);
+    for (const char *c = node->cfg->node; *c; c++) o->rng = o->rng * 1099511628211ull ^ (unsigned char)*c;
     pthread_mutex_init(&o->mu, NULL);
     snprintf(o->relay_topic, sizeof o->relay_topic, DS_TOPIC_RELAY "%s", node->cfg->node);
     *st = o;
@@ -139,6 +175,55 @@ static uint32_t model_bit(const struct ds_node_config *c, const char *model)
     return 0;
 }
 
+/* Center c as ds_route_pick sees it for model index mi at now (o->mu held):
+** usable when live, with a capacity status younger than two of its
+** intervals that does not say draining and lists the model. */
+static struct ds_route_center route_entry(const struct ds_node *node, const struct edge_overflow *o,
+                                          const struct center *c, unsigned mi, uint64_t now)
+{
+    struct ds_route_center e = { 0 };
+    if (!c->has_cap || mi >= 32) return e;
+    uint64_t stale = 2ull * c->cap.interval_ms * 1000000ull;
+    e.usable = live(node, o, c) && !c->cap.draining && (c->cap.serves & (1u << mi)) &&
+               (c->cap_ns >= now || now - c->cap_ns <= stale);
+    e.status_ns = c->cap_ns;
+    e.tok_s = c->cap.tok_s > 0.0 ? c->cap.tok_s : c->cap.model_tok_s[mi];   /* its throughput, else its engine's */
+    /* Backlog: what waits there for a slot, and what we sent since beyond
+    ** its free slots (running work does not delay a new request that finds
+    ** a slot: counting it would hold back a slow center that is not full). */
+    e.backlog_tokens = c->cap.queued_tokens;
+    e.sent_tokens = c->sent_since > c->cap.free
+                        ? c->sent_tokens / c->sent_since * (c->sent_since - c->cap.free) : 0;
+    return e;
+}
+
+/* Seconds of backlog that halve a center's weight (ds/route.h). */
+#define ROUTE_HORIZON_S 1.0
+
+/* Weighted routing: the center for one request of model (cost tokens) into
+** out, counted as sent to it; false when none may be chosen. */
+static bool route_choose(struct ds_node *node, struct edge_overflow *o, const char *model, uint64_t cost,
+                         char out[64])
+{
+    unsigned mi = 0;
+    while (mi < node->cfg->n_models && strcmp(node->cfg->models[mi].name, model)) mi++;
+    struct ds_route_center tab[MAX_CENTERS];
+    const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };   /* staleness: route_entry */
+    uint64_t now = ds_now_ns();
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers; i++) tab[i] = route_entry(node, o, &o->centers[i], mi, now);
+    int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
+    if (k >= 0) {
+        struct center *c = &o->centers[k];
+        c->sent_tokens += cost;
+        c->sent_since++;
+        c->sent++;
+        memcpy(out, c->name, 64);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return k >= 0;
+}
+
 unsigned edge__centers_verifying(struct ds_node *node, const char *model)
 {
     struct edge_overflow *o = state(node);
@@ -163,14 +248,40 @@ bool edge__center_online(struct ds_node *node, const char *name)
     return on;
 }
 
-bool edge__center_pick(struct ds_node *node, const char *model, const char *avoid, char out[64])
+bool edge__routing_weighted(struct ds_node *node)
+{
+    struct edge_overflow *o = state(node);
+    return o && o->routing != ROUTING_SHARE;
+}
+
+bool edge__center_pick(struct ds_node *node, const char *model, const char *avoid, uint64_t cost, char out[64])
 {
     struct edge_overflow *o = state(node);
     uint32_t bit = model_bit(node->cfg, model);
     bool got = false;
     if (!o) return false;
+    unsigned mi = 0;
+    while (mi < node->cfg->n_models && strcmp(node->cfg->models[mi].name, model)) mi++;
+    uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; i < o->n_centers && !got; i++)
+    if (o->routing != ROUTING_SHARE) {          /* by weight among those that verify it */
+        struct ds_route_center tab[MAX_CENTERS];
+        const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };
+        for (unsigned i = 0; i < o->n_centers; i++) {
+            tab[i] = route_entry(node, o, &o->centers[i], mi, now);
+            tab[i].usable &= (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid);
+        }
+        int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
+        if (k >= 0) {
+            struct center *c = &o->centers[k];
+            c->sent_tokens += cost;
+            c->sent_since++;
+            c->sent++;
+            memcpy(out, c->name, 64);
+            got = true;
+        }
+    }
+    for (unsigned i = 0; i < o->n_centers && !got; i++)     /* else the first live one that verifies it */
         if (live(node, o, &o->centers[i]) && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
             memcpy(out, o->centers[i].name, 64);
             got = true;
@@ -232,7 +343,9 @@ static bool on_status(struct ds_node *node, void *st, const struct ds_mqtt_msg *
         c->seen_ns = now;
         if (!online) {
             for (unsigned i = 0; i < MAX_PENDING; i++)
-                if (o->p[i].r && !strcmp(o->p[i].center, c->name)) o->p[i].lost = true;
+                if (o->p[i].r && (!strcmp(o->p[i].center, c->name) ||
+                                  (!o->p[i].center[0] && !strcmp(o->p[i].target, c->name))))
+                    o->p[i].lost = true;
             *c = o->centers[--o->n_centers];            /* offline: out of the table */
         }
     }
@@ -346,6 +459,9 @@ static bool on_vouch(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     struct edge_overflow *o = st;
     const char *name = msg->topic + DS_TOPIC_LEN(DS_TOPIC_CENTER_STATUS);
     if (!*name || strchr(name, '/') || strlen(name) >= sizeof o->vouched[0]) return true;
+    const char *models[DS_NODE_MAX_MODELS];
+    unsigned n_models = node->cfg->n_models;
+    for (unsigned i = 0; i < n_models; i++) models[i] = node->cfg->models[i].name;
     pthread_mutex_lock(&o->mu);
     unsigned i = 0;
     while (i < o->n_vouched && strcmp(o->vouched[i], name)) i++;
@@ -359,6 +475,27 @@ static bool on_vouch(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
             o->n_vouched--;
         }
         snprintf(o->vouched[o->n_vouched++], sizeof o->vouched[0], "%s", name);
+    }
+    /* Its capacity (weighted routing); what we sent it before this status is
+    ** in its figures now. Retained messages come in any order: a capacity
+    ** before the center's status makes its entry (not live until then). */
+    struct center *c = NULL;
+    for (unsigned k = 0; k < o->n_centers && !c; k++)
+        if (!strcmp(o->centers[k].name, name)) c = &o->centers[k];
+    struct edge_capacity cap;
+    bool has_cap = msg->len && edge__capacity_decode(msg->payload, msg->len, models, n_models, &cap);
+    if (!c && has_cap && o->n_centers < MAX_CENTERS) {
+        c = &o->centers[o->n_centers++];
+        memset(c, 0, sizeof *c);
+        snprintf(c->name, sizeof c->name, "%s", name);
+        c->seen_ns = ds_now_ns();
+    }
+    if (c) {
+        c->has_cap = has_cap;
+        if (has_cap) c->cap = cap;
+        c->cap_ns = ds_now_ns();
+        c->sent_tokens = 0;
+        c->sent_since = 0;
     }
     pthread_mutex_unlock(&o->mu);
     ds_sched_wake(node->sched);
@@ -426,6 +563,11 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
 {
     struct edge_overflow *o = st;
     if (edge__centers_live(node) == 0) return false;
+    char target[64] = "";
+    if (o->routing != ROUTING_SHARE &&
+        !route_choose(node, o, r->req.model, ds_route_cost((uint32_t)r->req.prompt_len, r->req.max_tokens), target) &&
+        o->routing == ROUTING_WEIGHTED)
+        return false;                           /* no center advertises room for it: served here */
     cJSON *j = edge__overflow_req_json(r);
     if (!j) return false;
     char *json = cJSON_PrintUnformatted(j);
@@ -447,6 +589,7 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
         if (!o->p[i].r) p = &o->p[i];
     if (p) {
         *p = (struct pending){ .r = r, .sent_ns = now };
+        memcpy(p->target, target, sizeof p->target);
         o->n_pending++;
     }
     pthread_mutex_unlock(&o->mu);
@@ -455,7 +598,12 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
         return false;
     }
     char topic[192], key[24];
-    if (node->identity_topic)                   /* the form whose identity level the ACL pins to this edge */
+    if (target[0] && node->identity_topic)      /* one center by name; the ACL pins the last level to this edge */
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_NAMED "%s/" DS_TOPIC_KIND_INFER "/%s/%.64s", target,
+                 r->req.model, node->cfg->node);
+    else if (target[0])
+        snprintf(topic, sizeof topic, DS_TOPIC_CENTER_NAMED "%s/" DS_TOPIC_KIND_INFER "/%s", target, r->req.model);
+    else if (node->identity_topic)              /* the form whose identity level the ACL pins to this edge */
         snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s/%.64s", r->req.model, node->cfg->node);
     else
         snprintf(topic, sizeof topic, DS_TOPIC_CENTER_INFER "%s", r->req.model);
@@ -533,7 +681,7 @@ static void refused(struct ds_node *node, void *st, const char *topic, struct ds
     struct edge_overflow *o = st;
     (void)why;
     unsigned long long k;
-    if (strncmp(topic, DS_TOPIC_CENTER_INFER, sizeof DS_TOPIC_CENTER_INFER - 1) || !edge__relay_key(corr.p, corr.n, &k))
+    if (strncmp(topic, DS_TOPIC_CENTER_NAMED, DS_TOPIC_LEN(DS_TOPIC_CENTER_NAMED)) || !edge__relay_key(corr.p, corr.n, &k))
         return;
     pthread_mutex_lock(&o->mu);
     struct pending *p = pending_find(o, k);
@@ -542,8 +690,50 @@ static void refused(struct ds_node *node, void *st, const char *topic, struct ds
     ds_sched_wake(node->sched);
 }
 
+/* Telemetry: the routing mode and, per center, its weight for the first
+** model now (spare capacity, tokens/s), its figures and the requests sent. */
+static void telemetry(struct ds_node *node, void *st, cJSON *obj)
+{
+    struct edge_overflow *o = st;
+    cJSON *rt = cJSON_AddObjectToObject(obj, "routing");
+    if (!rt) return;
+    cJSON_AddStringToObject(rt, "mode", o->routing == ROUTING_WEIGHTED ? "weighted"
+                                      : o->routing == ROUTING_SHARE ? "share" : "weighted_share");
+    cJSON *cs = cJSON_AddArrayToObject(rt, "centers");
+    struct ds_route_center tab[MAX_CENTERS];
+    double w[MAX_CENTERS];
+    const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };
+    uint64_t now = ds_now_ns();
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; i < o->n_centers; i++) tab[i] = route_entry(node, o, &o->centers[i], 0, now);
+    double sum = ds_route_weights(tab, o->n_centers, &opts, now, w);
+    for (unsigned i = 0; cs && i < o->n_centers; i++) {
+        const struct center *c = &o->centers[i];
+        cJSON *e = cJSON_CreateObject();
+        if (!e) break;
+        cJSON_AddStringToObject(e, "name", c->name);
+        cJSON_AddBoolToObject(e, "chosen_by_weight", tab[i].usable);
+        cJSON_AddNumberToObject(e, "weight", round(w[i] * 10.0) / 10.0);
+        cJSON_AddNumberToObject(e, "share", sum > 0.0 ? round(w[i] / sum * 1000.0) / 1000.0 : 0.0);
+        if (c->has_cap) {
+            cJSON_AddNumberToObject(e, "tok_s", round(tab[i].tok_s * 10.0) / 10.0);
+            cJSON_AddNumberToObject(e, "backlog_tokens", (double)tab[i].backlog_tokens);
+            cJSON_AddNumberToObject(e, "free", c->cap.free);
+            cJSON_AddNumberToObject(e, "load", round(c->cap.load * 100.0) / 100.0);
+            cJSON_AddNumberToObject(e, "age_ms", now > c->cap_ns ? (double)((now - c->cap_ns) / 1000000ull) : 0.0);
+            cJSON_AddStringToObject(e, "state", c->cap.draining ? "draining" : "online");
+        }
+        cJSON_AddNumberToObject(e, "sent", (double)c->sent);
+        cJSON_AddItemToArray(cs, e);
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
 #define O(f) offsetof(struct edge_overflow_cfg, f)
 static const struct ds_cfg_key overflow_keys[] = {
+    { "overflow", "routing", DS_CFG_STR, O(routing), "weighted", 0, 0, 0,
+      "weighted: one center by name, chosen by advertised capacity (any broker); weighted_share: the same, "
+      "shared subscription where no center advertises; share: the centers' shared subscription (brokers that have them)" },
     { "overflow", "enabled", DS_CFG_BOOL, O(enabled), "true", 0, 0, 0,
       "send work to live centers when it cannot finish in time" },
     { "overflow", "accept_timeout_ms", DS_CFG_U32, O(accept_timeout_ms), "3000", 100, 600000, 0,
@@ -555,5 +745,5 @@ const struct node_ext edge_overflow_ext = {
     .keys = overflow_keys, .n_keys = DS_ARRAY_LEN(overflow_keys), .cfg_size = sizeof(struct edge_overflow_cfg),
     .model_help = "cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off)",
     .name = "edge_overflow", .max_msg = RELAY_MAX, .create = create, .destroy = destroy, .start = start, .take = take,
-    .tick = tick, .pending = pending, .refused = refused,
+    .tick = tick, .pending = pending, .refused = refused, .telemetry = telemetry,
 };

@@ -15,10 +15,11 @@ static const struct node_ext *const edge_exts[] = {
     NULL,
 };
 
-/* The center's keys (center_specnet.c's table). */
+/* The center's keys (center_specnet.c's and center_overflow.c's tables). */
 static const struct ds_cfg_key center_keys[] = {
     { "spec", "sessions", DS_CFG_U32, 0, NULL, 0, 256, DS_CFG_IGNORED, NULL },
     { "spec", "idle_ms", DS_CFG_U32, 0, NULL, 100, 3600000, DS_CFG_IGNORED, NULL },
+    { "center", "status_interval_ms", DS_CFG_U32, 0, NULL, 100, 60000, DS_CFG_IGNORED, NULL },
 };
 
 const struct ds_node_role edge_role = {

@@ -58,6 +58,7 @@
 #include <cjson/cJSON.h>
 
 #include "ds/log.h"
+#include "ds/route.h"
 #include "ds/spec.h"
 #include "ds/topics.h"
 #include "edge.h"
@@ -396,9 +397,12 @@ static void edge_send(struct ds_node *node, struct node_req *r, uint64_t now)
     cJSON_AddStringToObject(j, "session", s->sid);
     s->target[0] = '\0';
     /* A re-open goes where it did not fail; so does an open while some live
-    ** center does not verify this model (the shared open could reach it). */
-    bool direct = open && (s->opens > 1 || edge__centers_verifying(node, r->req.model) < edge__centers_live(node));
-    if (direct && edge__center_pick(node, r->req.model, s->avoid, s->target)) {
+    ** center does not verify this model (the shared open could reach it),
+    ** and every open with weighted routing (the center chosen by weight). */
+    bool direct = open && (s->opens > 1 || edge__centers_verifying(node, r->req.model) < edge__centers_live(node) ||
+                           edge__routing_weighted(node));
+    if (direct && edge__center_pick(node, r->req.model, s->avoid,
+                                    ds_route_cost((uint32_t)r->req.prompt_len, r->req.max_tokens), s->target)) {
         spec_topic(node, topic, sizeof topic, DS_TOPIC_CENTER_SESSION, s->target);
         specnet__add_tokens(j, "context", s->ctx + s->n_prompt, s->n_ctx - s->n_prompt);
     } else if (open) {

@@ -2,6 +2,8 @@
 ** edge_wire.c — decoding centers' statuses and relay messages
 ** (edge_wire.h). Owns nothing past a call.
 */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +49,56 @@ bool edge__status_decode(const char *topic, const void *payload, size_t len, cha
         memcpy(node, n->valuestring, strlen(n->valuestring) + 1);
         *online = strcmp(state->valuestring, "online") == 0;
         *verifies = verified_models(j, models, n_models);
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* A number of j's object o in [lo, hi], into *out; false when missing or not. */
+static bool number_in(const cJSON *o, const char *key, double lo, double hi, double *out)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(n) || !isfinite(n->valuedouble) || n->valuedouble < lo || n->valuedouble > hi) return false;
+    *out = n->valuedouble;
+    return true;
+}
+
+bool edge__capacity_decode(const void *payload, size_t len, const char *const *models, unsigned n_models,
+                           struct edge_capacity *cap)
+{
+    memset(cap, 0, sizeof *cap);
+    cJSON *j = ds_msg_json_text_ok(payload, len, NULL) ? cJSON_ParseWithLength(payload, len) : NULL;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "capacity");
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(c, "state");
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(c, "models");
+    double interval, slots, free_, queued, prompt, decode, waiting, tok_s, load;
+    const double big = 1e15;                                 /* tokens: anything past this is not a real figure */
+    bool ok = cJSON_IsObject(c) && cJSON_IsString(state) &&
+              (!strcmp(state->valuestring, "online") || !strcmp(state->valuestring, "draining")) &&
+              number_in(c, "interval_ms", 100, 60000, &interval) && number_in(c, "slots", 0, UINT32_MAX, &slots) &&
+              number_in(c, "free", 0, UINT32_MAX, &free_) && number_in(c, "queued", 0, UINT32_MAX, &queued) &&
+              number_in(c, "prompt_tokens", 0, big, &prompt) && number_in(c, "decode_tokens", 0, big, &decode) &&
+              number_in(c, "queued_tokens", 0, big, &waiting) &&
+              number_in(c, "tok_s", 0, big, &tok_s) && number_in(c, "load", 0, big, &load) && cJSON_IsObject(ms);
+    if (ok) {
+        cap->draining = !strcmp(state->valuestring, "draining");
+        cap->interval_ms = (uint32_t)interval;
+        cap->slots = (uint32_t)slots;
+        cap->free = (uint32_t)free_;
+        cap->queued = (uint32_t)queued;
+        cap->prompt_tokens = (uint64_t)prompt;
+        cap->decode_tokens = (uint64_t)decode;
+        cap->queued_tokens = (uint64_t)waiting;
+        cap->tok_s = tok_s;
+        cap->load = load;
+        for (unsigned i = 0; i < n_models && i < 32; i++) {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(ms, models[i]);
+            double r;
+            if (cJSON_IsObject(m) && number_in(m, "tok_s", 0, big, &r)) {
+                cap->serves |= 1u << i;
+                cap->model_tok_s[i] = r;
+            }
+        }
     }
     cJSON_Delete(j);
     return ok;

@@ -26,6 +26,26 @@ struct cJSON;
 bool edge__status_decode(const char *topic, const void *payload, size_t len, char node[EDGE_CENTER_NAME_MAX],
                          bool *online, const char *const *models, unsigned n_models, uint32_t *verifies);
 
+/* A center's capacity, from its retained DS_TOPIC_CENTER_STATUS <name>
+** (schemas/center_status.schema.json). */
+struct edge_capacity {
+    bool     draining;
+    uint32_t interval_ms;      /* 100..60000 */
+    uint32_t slots, free, queued;
+    uint64_t prompt_tokens, decode_tokens;
+    uint64_t queued_tokens;    /* of those, what waits for a slot */
+    double   tok_s;            /* >= 0, finite */
+    double   load;
+    uint32_t serves;           /* bit i: models[i] is in its "models" */
+    double   model_tok_s[32];  /* for each bit of serves */
+};
+
+/* The capacity object of a center status payload (the vouch) into *cap:
+** true when it has one that checks out (every figure present, in range,
+** finite), false for a vouch without it or anything else. */
+bool edge__capacity_decode(const void *payload, size_t len, const char *const *models, unsigned n_models,
+                           struct edge_capacity *cap);
+
 /* What a relay message is, once checked against the wire contract. */
 enum relay_kind { RELAY_BAD, RELAY_ACCEPT, RELAY_CHUNK, RELAY_LAST, RELAY_ERROR };
 

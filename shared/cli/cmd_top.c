@@ -72,6 +72,7 @@ struct row {
     double skew_s;
     double q[3], errors;
     double kv_pct, spec_pct;     /* -1: not reported */
+    char   route[320];           /* an edge's weighted routing: each center's share and requests sent */
 };
 
 static enum sort_key g_sort;   // read by cmp_rows only (qsort has no user data)
@@ -124,6 +125,14 @@ static void fill_row(const struct fleet_node *nd, uint64_t now_ms, struct row *r
     }
     const cJSON *e;
     cJSON_ArrayForEach(e, fleet_get(t, "errors")) r->errors += cJSON_IsNumber(e) ? e->valuedouble : 0;
+    size_t rn = 0;
+    cJSON_ArrayForEach(e, fleet_get(t, "routing.centers")) {
+        int k = snprintf(r->route + rn, sizeof r->route - rn, "%s%s %.0f%% w%.0f sent %.0f%s", rn ? ", " : "",
+                         fleet_str(e, "name"), 100 * fleet_num(e, "share"), fleet_num(e, "weight"), fleet_num(e, "sent"),
+                         cJSON_IsTrue(fleet_get(e, "chosen_by_weight")) ? "" : " (not chosen)");
+        if (k < 0 || (size_t)k >= sizeof r->route - rn) break;
+        rn += (size_t)k;
+    }
     size_t n = 0;
     cJSON_ArrayForEach(e, fleet_get(t, "models")) {
         int k = snprintf(r->models + n, sizeof r->models - n, "%s%s@%s/%s", n ? " " : "", fleet_str(e, "name"),
@@ -235,7 +244,9 @@ static void draw(struct fleet *f, char role_filter, struct screen *sc)
              DS_TOPIC_STATUS "+ and " DS_TOPIC_TELEMETRY "+? mkacl.sh's ops role may)");
     else if (!shown)
         line(sc, NULL, "(no %s node among %d; 'a' shows all)", role_filter == 'e' ? "edge" : "center", n);
-    if (alerts || skewed) line(sc, NULL, "%s", "");
+    bool routes = false;
+    for (int i = 0; i < shown; i++) routes |= rows[i].route[0] != 0;
+    if (alerts || skewed || routes) line(sc, NULL, "%s", "");
     for (int i = 0; i < shown; i++)
         if (rows[i].skewed)
             line(sc, sc->esc ? "\033[33m" : NULL, "CLOCK %s is %.1f s %s this viewer: its SEEN (marked !) is off as much",
@@ -244,6 +255,8 @@ static void draw(struct fleet *f, char role_filter, struct screen *sc)
     for (int i = 0; i < shown; i++)
         if (rows[i].alert[0])
             line(sc, sc->esc ? "\033[31m" : NULL, "ALERT %s %s: %.160s", rows[i].name, rows[i].alert, rows[i].alert_msg);
+    for (int i = 0; i < shown; i++)     /* weighted routing: where each edge sends its overflow */
+        if (rows[i].route[0]) line(sc, NULL, "ROUTE %s -> %s", rows[i].name, rows[i].route);
     if (sc->cut) {
         int h = sc->height;
         sc->height = 0;   /* this one line always fits: the height check left it room */

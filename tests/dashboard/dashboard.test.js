@@ -143,6 +143,10 @@ async function checkStaleAndRefused(page, when) {
     const kspec = await page.$eval('#k-spec', (e) => e.textContent);
     if (!/\d/.test(kspec)) throw new Error('no fleet speculation acceptance: ' + kspec);
     log('spec accept edge-ops', spec, '; fleet', kspec);
+    const route = await page.$eval('#nodes tr[data-node="edge-ops"] .ovf', (e) => e.title);
+    if (!/^routing weighted: .*center-ops \d+ % \(weight \d+, sent \d+/.test(route))
+      throw new Error('edge-ops routing weights not shown (OVF title): ' + route);
+    log('routing edge-ops', route);
     const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
     if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
     await checkStaleAndRefused(page, 'first load');

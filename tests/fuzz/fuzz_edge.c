@@ -7,11 +7,13 @@
 ** Input: byte 0 picks the mode, the rest is the payload.
 **   0 (mod 4): a status on dspark/v1/status/center-1; one that decodes must
 **              name center-1.
-**   1:         a status on dspark/v1/status/ (no node): never decodes.
+**   1:         a status on dspark/v1/status/ (no node): never decodes; the
+**              same bytes as a center's capacity status (center/status/):
+**              one that decodes has every figure in its range.
 **   2:         a relay message for request "req-1"; an accept names a
 **              center of 1..63 bytes, a final names one.
 **   3:         relay Correlation Data (the request key).
-** The seeds in corpus/fuzz_edge/ are written by hand (statuses from
+** The seeds in corpus/fuzz_edge/ are written by hand (statuses and a capacity from
 ** center_publish/node_health, an accept, a chunk, a final, an error).
 **
 ** Built with -DDS_FUZZ=ON (clang) as fuzz_edge, and replayed over
@@ -48,6 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 1:
         if (edge__status_decode(DS_TOPIC_STATUS, p, n, name, &online, models, 2, &bits)) abort();
+        struct edge_capacity cap;
+        if (edge__capacity_decode(p, n, models, 2, &cap) &&
+            (cap.interval_ms < 100 || cap.interval_ms > 60000 || !(cap.tok_s >= 0.0) || !(cap.load >= 0.0) ||
+             (cap.serves & ~3u) || !(cap.model_tok_s[0] >= 0.0) || !(cap.model_tok_s[1] >= 0.0)))
+            abort();
         break;
     case 2: {
         cJSON *j = cJSON_ParseWithLength(p, n);

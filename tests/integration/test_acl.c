@@ -57,6 +57,12 @@ static const struct fam fams[] = {
     { "center infer",       DS_TOPIC_CENTER_INFER "m/edge-1", DS_SHARE_CENTER DS_TOPIC_CENTER_INFER "+/+", "nynnn", "nnynn" },
     { "center infer other", DS_TOPIC_CENTER_INFER "m/edge-2", DS_TOPIC_CENTER_INFER "+/edge-2", "nnnnn", "nnynn" },
     { "center infer (no id)", DS_TOPIC_CENTER_INFER "m", DS_TOPIC_CENTER_INFER "+", "nnnnn", "nnnnn" },
+#define NAMED(c) DS_TOPIC_CENTER_NAMED c "/" DS_TOPIC_KIND_INFER "/"
+    { "center named",       NAMED("center-1") "m/edge-1", NAMED("center-1") "+/+", "nynnn", "nnynn" },
+    { "center named other", NAMED("center-1") "m/edge-2", NAMED("center-1") "+/edge-2", "nnnnn", "nnynn" },
+    { "center named (no id)", NAMED("center-1") "m",     NAMED("center-1") "+",    "nnnnn", "nnnnn" },
+    { "center named center-2", NAMED("center-2") "m/edge-1", NAMED("center-2") "+/+", "nynnn", "nnnnn" },
+#undef NAMED
     { "center spec",        DS_TOPIC_CENTER_SPEC "m/edge-1", DS_SHARE_CENTER DS_TOPIC_CENTER_SPEC "+/+", "nynnn", "nnynn" },
     { "center spec (no id)", DS_TOPIC_CENTER_SPEC "m",   DS_TOPIC_CENTER_SPEC "+",  "nnnnn", "nnnnn" },
     { "center session",     DS_TOPIC_CENTER_SESSION "center-1/edge-1", DS_TOPIC_CENTER_SESSION "center-1/+", "nynnn", "nnynn" },

@@ -532,7 +532,9 @@ static int test_top(void)
     free(tu_run(cmd, &st));
     if (!pane_has("role: edge", NULL, 5000)) FAIL("top did not react to the e key");
     char *c = capture();
-    if (c && strstr(c, "center-ops")) FAIL("e filter still shows the center:\n%s", c);
+    if (c && strstr(c, "\ncenter-ops")) FAIL("e filter still shows the center:\n%s", c);   /* its row (ROUTE lines name it) */
+    if (c && !strstr(c, "ROUTE edge-ops -> center-ops "))   /* weighted routing: where the edge's overflow goes */
+        FAIL("no ROUTE line for edge-ops naming center-ops:\n%s", c);
     free(c);
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s a", g.tmux);
     free(tu_run(cmd, &st));

@@ -483,12 +483,18 @@ static void test_forged_status_and_relay(void **state)
     ** an accept that never comes, while forged finals arrive for it. */
     publish_raw(DS_TOPIC_STATUS "fake-x", NULL, "{\"v\":1,\"node\":\"fake-x\",\"role\":\"center\",\"state\":\"online\"}");
     assert_true(it_log_wait(g.dir, "edge-forged", "center fake-x is online", 1, 10000));
+    /* ... advertising capacity, so that weighted routing (the default) chooses it. */
+    publish_raw(DS_TOPIC_CENTER_STATUS "fake-x", NULL,
+                "{\"v\":1,\"node\":\"fake-x\",\"role\":\"center\",\"capacity\":{\"state\":\"online\","
+                "\"interval_ms\":60000,\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,"
+                "\"tok_s\":1e6,\"load\":0,\"models\":{\"stories\":{\"tok_s\":1e6}}}}");
     kill(g.center[0], SIGTERM);
     waitpid(g.center[0], NULL, 0);
     g.center[0] = 0;
     assert_true(it_log_wait(g.dir, "edge-forged", "center center-0 is offline", 1, 10000));
     struct ds_mqtt *spy = it_device(tb_broker_uri(g.edge_b), "spy-ov", g.in,
-                                    (const char *const[]){ DS_TOPIC_CENTER_INFER "+", NULL });
+                                    (const char *const[]){ DS_TOPIC_CENTER_INFER "+",
+                                                           DS_TOPIC_CENTER_NAMED "+/" DS_TOPIC_KIND_INFER "/+", NULL });
     assert_non_null(spy);
     send_req("hc-2", "\"prompt\":\"Ben\",\"max_tokens\":10,\"route\":\"center\"");
     assert_true(seen("\"id\":\"hc-2\"", 10000));             /* it went to the centers */

@@ -279,7 +279,9 @@ static void test_greedy_identity(void **state)
 {
     (void)state;
     greedy_identity("spec");
-    char *open = wire_msg(DS_TOPIC_CENTER_SPEC, "\"draft\""), *round = wire_msg(DS_TOPIC_CENTER_SESSION, "\"pos\"");
+    /* The open: on the chosen center's session topic (weighted routing, the
+    ** default), or the shared open topic ([overflow] routing = share). */
+    char *open = wire_msg(DS_TOPIC_CENTER_NAMED, "\"model\""), *round = wire_msg(DS_TOPIC_CENTER_SESSION, "\"pos\"");
     char *close = wire_msg(DS_TOPIC_CENTER_SESSION, "\"close\"");
     assert_non_null(open);
     assert_non_null(round);
@@ -432,7 +434,9 @@ static void test_sampled(void **state)
     int nm;
     const struct it_msg *msg = it_inbox_lock(g.in, &nm);
     for (int i = from; i < nm; i++) {                   /* each open, then its verdict */
-        if (strncmp(msg[i].topic, DS_TOPIC_CENTER_SPEC, DS_TOPIC_LEN(DS_TOPIC_CENTER_SPEC)) || !strstr(msg[i].json, "\"id\":\"smp-")) continue;
+        if (strncmp(msg[i].topic, DS_TOPIC_CENTER_NAMED, DS_TOPIC_LEN(DS_TOPIC_CENTER_NAMED)) ||   /* spec/ or session/ */
+            !strstr(msg[i].json, "\"id\":\"smp-"))
+            continue;
         cJSON *op = cJSON_Parse(msg[i].json);
         const cJSON *draft = cJSON_GetObjectItemCaseSensitive(op, "draft");
         const cJSON *pos = cJSON_GetObjectItemCaseSensitive(op, "pos");
@@ -784,6 +788,7 @@ static void test_no_verifier(void **state)
     }
     /* No session was even opened. */
     assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SPEC }, from, 0, NULL, NULL));
+    assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SESSION }, from, 0, NULL, NULL));
     printf("only center-2 ([spec] sessions = 0, status \"verifies\":[]): 4 route=center requests relayed plainly "
            "to it, no speculation session opened, text == plain center decoding\n");
 }

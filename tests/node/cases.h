@@ -13,5 +13,6 @@ int node_quota_tests(void);       /* test_quota.c */
 int node_cascade_tests(void);     /* test_cascade.c */
 int node_takeback_tests(void);    /* test_takeback.c */
 int node_center_tests(void);      /* test_center.c */
+int node_route_tests(void);       /* test_route.c */
 
 #endif

@@ -100,6 +100,7 @@ static const struct ds_node_role nh_center_role = {
     .program = "test_node",
     .infer_prefix = DS_TOPIC_CENTER_INFER,
     .share_group = DS_SHARE_CENTER,
+    .named_prefix = DS_TOPIC_CENTER_NAMED,
     .about = "node-core tests (center)",
     .exts = nh_center_exts,
     .defaults = center_defaults,
@@ -208,6 +209,8 @@ static struct nh *start(const struct ds_node_role *role, const char *const *over
         "model." NH_MODEL ".backend=cpu",
         "model." NH_MODEL ".threads=1", "model." NH_MODEL ".ctx=512", "batch.max_active=4", "batch.reserve_high=0",
         "health.stall_s=0", "health.broker_timeout_s=0", "health.registry_check_s=0", "telemetry.interval_s=3600",
+        /* The cases before weighted routing (node.route sets it) use $share. */
+        center ? "batch.reserve_high=0" : "overflow.routing=share",
         NULL,
     };
     for (size_t i = 0; base[i]; i++) set(c, base[i]);

@@ -13,10 +13,10 @@ int main(int argc, char **argv)
         { "intake", node_intake_tests },   { "admission", node_admission_tests },
         { "deadline", node_deadline_tests }, { "quota", node_quota_tests },
         { "cascade", node_cascade_tests }, { "takeback", node_takeback_tests },
-        { "center", node_center_tests },
+        { "center", node_center_tests },   { "route", node_route_tests },
     };
     for (size_t i = 0; argc == 2 && i < sizeof groups / sizeof groups[0]; i++)
         if (!strcmp(argv[1], groups[i].name)) return groups[i].run() ? 1 : 0;
-    fprintf(stderr, "usage: %s intake|admission|deadline|quota|cascade|takeback|center\n", argv[0]);
+    fprintf(stderr, "usage: %s intake|admission|deadline|quota|cascade|takeback|center|route\n", argv[0]);
     return 2;
 }

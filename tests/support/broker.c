@@ -287,6 +287,7 @@ void tb_bridge_conf(char *buf, size_t n, uint16_t center_port)
              "connection to-center\naddress 127.0.0.1:%u\nbridge_protocol_version mqttv50\n"
              "cleansession true\nrestart_timeout 1\n"
              "topic " DS_TOPIC_ROOT "center/# out 1\ntopic " DS_TOPIC_CANCEL "# out 1\n"
-             "topic " DS_TOPIC_RELAY "# in 1\ntopic " DS_TOPIC_STATUS "# in 1\n",
+             "topic " DS_TOPIC_RELAY "# in 1\ntopic " DS_TOPIC_STATUS "# in 1\n"
+             "topic " DS_TOPIC_CENTER_STATUS "# in 1\n",
              center_port);
 }

@@ -33,7 +33,14 @@
 #define DS_TOPIC_CENTER_INFER   DS_TOPIC_ROOT "center/infer/"    /* + <model>: edges overflow, every center shares */
 #define DS_TOPIC_CENTER_SPEC    DS_TOPIC_ROOT "center/spec/"     /* + <model>: a speculation session opens */
 #define DS_TOPIC_CENTER_SESSION DS_TOPIC_ROOT "center/session/"  /* + <center>: rounds of an open session */
-#define DS_TOPIC_CENTER_STATUS  DS_TOPIC_ROOT "center/status/"   /* + <center>: retained, a center vouches its role */
+#define DS_TOPIC_CENTER_STATUS  DS_TOPIC_ROOT "center/status/"  /* + <center>: retained, a center vouches its
+                                                                 ** role and advertises its capacity */
+/* Weighted routing: an edge sends an overflowed request to one center by
+** name, DS_TOPIC_CENTER_NAMED <center> "/" DS_TOPIC_KIND_INFER "/" <model>
+** (+ "/" <edge> with [intake] identity = topic); each center subscribes its
+** own name only. <center> is never infer, spec, session or status. */
+#define DS_TOPIC_CENTER_NAMED   DS_TOPIC_ROOT "center/"
+#define DS_TOPIC_KIND_INFER     "infer"
 
 /* What every node reports (retained). */
 #define DS_TOPIC_STATUS    DS_TOPIC_ROOT "status/"      /* + <node>: online, draining, offline (will) */

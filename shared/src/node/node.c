@@ -464,8 +464,15 @@ enum ds_err ds_node_run(struct ds_node *node)
         ** included): what admission divides queued work by. */
         uint64_t s0 = ds_now_ns();
         node->step_tokens = 0;
-        for (unsigned i = 0; i < node->n_models; i++)
+        for (unsigned i = 0; i < node->n_models; i++) {
+            uint64_t m0 = ds_now_ns(), tok0 = node->step_tokens;
             for (unsigned k = 0; k < node->models[i].n_vers; k++) step_version(node, node->models[i].vers[k]);
+            double mdt = (double)(ds_now_ns() - m0) / 1e9;
+            if (node->step_tokens > tok0 && mdt > 0.0) {    /* per model: a center's status reports it */
+                double inst = (double)(node->step_tokens - tok0) / mdt, old = atomic_load(&node->models[i].tok_rate);
+                atomic_store(&node->models[i].tok_rate, old > 0.0 ? 0.95 * old + 0.05 * inst : inst);
+            }
+        }
         double dt = (double)(ds_now_ns() - s0) / 1e9;
         if (node->step_tokens && dt > 0.0) {
             double inst = (double)node->step_tokens / dt, old = atomic_load(&node->tok_rate);
@@ -482,6 +489,10 @@ enum ds_err ds_node_run(struct ds_node *node)
             ** their deadlines and the accept timeout hand them back here). */
             bool held = node__ext_pending(node) > 0 && now - drain_start < 60000000000ull;
             if (q == 0 && !held) break;
+        }
+        if (node->step_tokens) {              /* a turn that computed: wall time and tokens (a center's status) */
+            node->busy_ns += ds_now_ns() - now;
+            node->busy_tokens += node->step_tokens;
         }
         if (node->n_active == 0) ds_sched_wait(node->sched, 100);
         else role_idle(node);

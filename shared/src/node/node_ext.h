@@ -101,6 +101,10 @@ struct ds_node_role {
     const char                   *program;       /* "dspark-edge" */
     const char                   *infer_prefix;  /* "dspark/v1/infer/" */
     const char                   *share_group;   /* "$share/dspark-edge/" */
+    /* Requests also arrive on named_prefix <its name> "/" DS_TOPIC_KIND_INFER
+    ** "/" <model>[/<identity>], its own subscription (weighted routing sends
+    ** to one center by name); NULL = none. */
+    const char                   *named_prefix;
     const char                   *about;         /* --help's paragraph */
     const struct node_ext *const *exts;          /* NULL-terminated, in call order */
     const char                   *gpu_module;    /* "dspark-cuda.so" (node_gpu.c); NULL = none */

@@ -126,9 +126,9 @@ static const char *reply_refused(const struct ds_node *node, const char *reply, 
 ** or logged. */
 static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
-    (void)st;
+    const char *prefix = st ? st : node->role->infer_prefix;   /* st: the node's named prefix */
     uint64_t now = ds_now_ns();
-    const char *model_name = msg->topic + strlen(node->role->infer_prefix);
+    const char *model_name = msg->topic + strlen(prefix);
     size_t model_len = strcspn(model_name, "/");
     const char *identity = model_name[model_len] == '/' ? model_name + model_len + 1 : NULL;
 
@@ -349,5 +349,13 @@ void node__intake_listen(struct ds_node *node)
     node__listen(node, filter, true, on_infer, NULL);
     snprintf(filter, sizeof filter, "%s%s+", node->role->share_group, node->role->infer_prefix);
     if (!node->identity_topic) node__listen(node, filter, true, on_infer, NULL);
+    if (node->role->named_prefix) {               /* its own name: no shared subscription */
+        snprintf(node->named_infer, sizeof node->named_infer, "%s%.64s/" DS_TOPIC_KIND_INFER "/", node->role->named_prefix,
+                 node->cfg->node);
+        snprintf(filter, sizeof filter, "%.127s+/+", node->named_infer);
+        node__listen(node, filter, true, on_infer, node->named_infer);
+        snprintf(filter, sizeof filter, "%.127s+", node->named_infer);
+        if (!node->identity_topic) node__listen(node, filter, true, on_infer, node->named_infer);
+    }
     node__listen(node, DS_TOPIC_CANCEL "#", false, on_cancel, NULL);
 }

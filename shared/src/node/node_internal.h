@@ -22,6 +22,7 @@
 **   node_version.c node_fetch.c node_health.c
 **   node_ext.c node_route.c node_ctl.c node_dedupe.c node_config.c
 **   node_notify.c node_gpu.c metrics.c control_wire.c intake_wire.c
+**   route_pick.c                      weighted routing's choice (ds/route.h, pure)
 ** Threads below the loop (health, fetch) and the role's extensions reach
 ** the loop only through flags (node_ctl.c) and the hook table (node_ext.c).
 */

@@ -89,6 +89,7 @@ struct node_model {
     /* Shadow comparison since the candidate started. */
     uint64_t             sh_n, sh_equal, sh_failed;
     double               sh_agree_sum, sh_delta_sum;
+    _Atomic double       tok_rate;    /* tokens/s of the loop's turns over this model (EWMA; a center's status) */
 };
 
 struct node_shadow;                   /* a request and its mirror, compared */
@@ -222,9 +223,13 @@ struct ds_node {
     void                *ext_state[NODE_MAX_EXTS];   /* each extension's state (its create's; node_ext.c) */
     bool                 ext_on[NODE_MAX_EXTS];      /* created and not off by config (node_ext.c) */
     struct node_route    routes[NODE_MAX_ROUTES];    /* topic prefix -> handler (node_intake.c) */
+    char                 named_infer[128];   /* role->named_prefix <name>/infer/ ("" = none; node_intake.c) */
     unsigned             n_routes;
     _Atomic double       tok_rate;       /* measured decode tokens/s (EWMA), for admission */
     uint64_t             step_tokens;    /* tokens sampled in the current loop turn */
+    /* Turns that computed: their wall time (everything but the idle wait)
+    ** and tokens, summed (engine loop only; role code may read and reset). */
+    uint64_t             busy_ns, busy_tokens;
     atomic_uint_fast64_t n_overflowed, n_cascaded, n_taken;   /* telemetry ratios */
     atomic_uint_fast64_t n_answers;      /* finals and errors handed to MQTT (the shutdown line) */
     atomic_uint_fast64_t spec_rounds, spec_drafted, spec_accepted;  /* answered requests' speculation (telemetry) */
