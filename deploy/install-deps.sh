@@ -48,6 +48,8 @@ pkgs=(
   iproute2                               # deploy.lifecycle: lo up in its network namespace
   systemd                                # deploy.units: systemd-analyze verify / security --offline
   stress-ng                              # loading the CPUs by hand next to bench_busy (optional)
+  ejabberd                               # deploy/cluster/: a 3-node MQTT broker cluster (cluster.* tests); its
+                                         # system service is stopped and disabled below
 )
 
 # Node.js and npm (puppeteer-core for integration.dashboard, the mqtt.js
@@ -63,17 +65,40 @@ if [ $arm64 = 1 ]; then
          libopenblas-dev:arm64 libutf8proc-dev:arm64 libinih-dev:arm64)
 fi
 
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# The ejabberd package starts a system broker (ports 1883, 5222, 5269, 5280,
+# 5443, 3478 on every interface; epmd on 4369) where its postinst may start
+# services. dspark's tests run their own nodes (deploy/cluster/cluster.sh:
+# loopback ports, a private epmd) and need nothing of it; port 1883 must stay
+# free. Stop it and keep it from starting at boot, every run (idempotent).
+quiet_ejabberd() {
+  [ -x /usr/sbin/ejabberdctl ] || return 0
+  if pgrep -u ejabberd -f 'beam.*ejabberd' >/dev/null 2>&1; then
+    $SUDO /usr/sbin/ejabberdctl stop >/dev/null 2>&1 || true
+    $SUDO /usr/sbin/ejabberdctl stopped >/dev/null 2>&1 || true     # waits, then ends its epmd if unused
+  fi
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now ejabberd.service >/dev/null 2>&1 || true
+  else
+    $SUDO systemctl disable ejabberd.service >/dev/null 2>&1 || true   # offline: removes the wants link
+  fi
+  if command -v update-rc.d >/dev/null && [ -e /etc/init.d/ejabberd ]; then
+    $SUDO update-rc.d ejabberd disable >/dev/null 2>&1 || true
+  fi
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
+  quiet_ejabberd
   echo "install-deps: all ${#pkgs[@]} packages present"
   exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 if [ $arm64 = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
@@ -83,4 +108,5 @@ $SUDO apt-get -o DPkg::Lock::Timeout=900 update -qq
 $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}"
 # The Debian mosquitto package enables a system broker on port 1883; dspark's
 # demo and tests start their own brokers on free ports and need nothing from it.
+quiet_ejabberd
 echo "install-deps: done"

@@ -17,7 +17,10 @@
 #              (local use),
 #              DS_SKIP_ARM64=1 to skip the arm64 stage (local use),
 #              DS_SKIP_CHAOS=1 to leave out the chaos suite (ctest label chaos,
-#              ~35 s Release, ~2.5 min ASan; tests/chaos/run.sh runs it full size).
+#              ~35 s Release, ~2.5 min ASan; tests/chaos/run.sh runs it full size),
+#              DS_SKIP_CLUSTER=1 to leave out the 3-node ejabberd cluster suite
+#              (ctest label cluster, Release pass only: ~4 min on 2 cores; it
+#              starts three Erlang VMs per test, which the sanitizers add nothing to).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${DS_TEST_JOBS:-$(nproc)}
@@ -41,6 +44,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDS_FATAL_WARNINGS=ON >/dev/null
 cmake --build build -j "$jobs"
 skip=""
 if [ "${DS_SKIP_CHAOS:-0}" = 1 ]; then skip="chaos"; fi
+if [ "${DS_SKIP_CLUSTER:-0}" = 1 ]; then skip="${skip:+$skip|}cluster"; fi
 ctest --test-dir build --output-on-failure ${skip:+-LE "$skip"}
 
 if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
@@ -53,8 +57,8 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   # which mostly wait on brokers, daemons and timeouts, two at a time.
   asan_rc=0
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 DS_TEST_SHORT=1
-  ctest --test-dir build-asan --output-on-failure -LE "nosan|integration|chaos${skip:+|$skip}" || asan_rc=1
-  ctest --test-dir build-asan --output-on-failure -j 2 -L "integration|chaos" -LE "nosan${skip:+|$skip}" || asan_rc=1
+  ctest --test-dir build-asan --output-on-failure -LE "nosan|cluster|integration|chaos${skip:+|$skip}" || asan_rc=1
+  ctest --test-dir build-asan --output-on-failure -j 2 -L "integration|chaos" -LE "nosan|cluster${skip:+|$skip}" || asan_rc=1
   unset ASAN_OPTIONS UBSAN_OPTIONS DS_TEST_SHORT
   [ "$asan_rc" = 0 ]
 

@@ -7,7 +7,8 @@
 #
 # Usage: tests/chaos/run.sh [build-dir [requests [kills [seed]]]]
 #        (defaults: build, 10000, 20, the time). Scenarios: DS_CHAOS_SCENARIOS
-#        (default "broker center edge").
+#        (default "broker center edge"; cluster-broker, cluster-center and
+#        cluster-edge run them on a 3-node ejabberd cluster, deploy/cluster/).
 set -uo pipefail
 build=${1:-build}
 requests=${2:-10000}
@@ -27,6 +28,7 @@ for sc in ${DS_CHAOS_SCENARIOS:-broker center edge}; do
   line=$(grep "^chaos $sc: requests" "$log" | tail -n 1)
   [ -n "$line" ] || line="chaos $sc: no report (exit $rc), see $log"
   echo "$line"
+  grep "^chaos $sc: node" "$log" || true
   reports+=("$line")
   if [ $rc -ne 0 ]; then
     status=1
@@ -40,6 +42,6 @@ echo "seed $seed"
 echo "| scenario | requests | kills | lost | duplicated | finals dropped | retried | finals sent again | duration |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for line in "${reports[@]}"; do
-  echo "$line" | sed -nE 's/^chaos ([a-z]+): requests ([0-9]+), kills ([0-9]+),.* lost ([0-9]+), duplicated ([0-9]+), finals the broker dropped ([0-9]+), retried ([0-9]+), finals sent again ([0-9]+),.* ([0-9.]+) s$/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 s |/p'
+  echo "$line" | sed -nE 's/^chaos ([a-z-]+): requests ([0-9]+), kills ([0-9]+),.* lost ([0-9]+), duplicated ([0-9]+), finals the broker dropped ([0-9]+), retried ([0-9]+), finals sent again ([0-9]+),.* ([0-9.]+) s$/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 | \9 s |/p'
 done
 exit $status

@@ -129,6 +129,11 @@ static int setup(void **state)
     edge_conf(conf, sizeof conf, 100, 150, 200);
     g.edge = spawn_node("edge-agent/dspark-edge", "edge-ov", conf);
     assert_true(seen("\"node\":\"edge-ov\",\"state\":\"online\"", 20000));
+    /* It has seen both centers' status (retained; on a broker cluster whose
+    ** retained messages stay on one node, when they say it again: [mqtt]
+    ** status_repeat_s, ctest cluster.overflow). */
+    assert_true(it_log_wait(g.dir, "edge-ov", "center center-0 is online", 1, 20000));
+    assert_true(it_log_wait(g.dir, "edge-ov", "center center-1 is online", 1, 20000));
     return 0;
 }
 

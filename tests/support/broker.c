@@ -22,6 +22,7 @@
 
 #include "ds/common.h"
 #include "ds/topics.h"
+#include "support/cluster.h"
 #include "support/testutil.h"
 
 #define MOSQUITTO_DEFAULT "/usr/sbin/mosquitto"
@@ -36,6 +37,7 @@ struct tb_broker {
     uint16_t  port;
     pid_t     pid;            /* 0 = not running */
     size_t    log_off;        /* where this run's lines start in the log */
+    bool      cluster;        /* DS_TEST_CLUSTER: a view of the shared ejabberd cluster (cluster.h) */
 };
 
 static void sleep_ms(unsigned ms)
@@ -102,6 +104,7 @@ static bool accepts(uint16_t port)
 /* The child is still ours and running. */
 bool tb_broker_running(struct tb_broker *b)
 {
+    if (b && b->cluster) return true;
     if (!b || b->pid <= 0) return false;
     int st;
     if (waitpid(b->pid, &st, WNOHANG) == b->pid) {
@@ -156,6 +159,19 @@ static enum ds_err spawn(struct tb_broker *b)
 enum ds_err tb_broker_start(const struct tb_broker_opts *o, struct tb_broker **out)
 {
     *out = NULL;
+    if (tb_cluster_shared()) {
+        /* Every "broker" of the test is the one cluster (a bridge between two of
+        ** them would loop): extra_conf is not used, persistence is ejabberd's. */
+        if (o && o->no_anonymous) return DS_ERR_UNSUPPORTED;
+        struct tb_broker *b = calloc(1, sizeof *b);
+        if (!b) return DS_ERR_NOMEM;
+        b->cluster = true;
+        unsigned port = 0;
+        sscanf(tb_cluster_uri(tb_cluster_shared(), 1), "tcp://127.0.0.1:%u", &port);
+        b->port = (uint16_t)port;
+        *out = b;
+        return DS_OK;
+    }
     const char *exe = getenv("DS_MOSQUITTO");
     if (!exe) exe = MOSQUITTO_DEFAULT;
     if (access(exe, X_OK) != 0) return DS_ERR_UNSUPPORTED;
@@ -217,7 +233,7 @@ void tb_broker_kill(struct tb_broker *b)
 
 enum ds_err tb_broker_restart(struct tb_broker *b)
 {
-    if (!b) return DS_ERR_INVAL;
+    if (!b || b->cluster) return DS_ERR_INVAL;
     tb_broker_stop(b);
     enum ds_err rc = DS_ERR_BUSY;
     /* The port can be briefly unavailable right after the old listener closed. */
@@ -234,7 +250,7 @@ void tb_broker_destroy(struct tb_broker *b)
 {
     if (!b) return;
     tb_broker_stop(b);
-    tu_rmdir(b->dir);
+    if (b->dir) tu_rmdir(b->dir);
     free(b);
 }
 
@@ -246,11 +262,13 @@ void tb_broker_pause(struct tb_broker *b)
 char *tb_broker_log(const struct tb_broker *b)
 {
     size_t n;
-    return tu_read_file(b->log, &n);
+    return b->cluster ? strdup("(an ejabberd cluster: see its nodes' logs)\n") : tu_read_file(b->log, &n);
 }
 
 uint16_t tb_broker_port(const struct tb_broker *b) { return b->port; }
-const char *tb_broker_uri(const struct tb_broker *b) { return b->uri; }
+/* On the cluster, each call names the next node: the device, the edge and the
+** centers a test sets up in turn meet different nodes. */
+const char *tb_broker_uri(const struct tb_broker *b) { return b->cluster ? tb_cluster_next_uri() : b->uri; }
 
 struct tb_broker *tb_broker_start_or_skip(const struct tb_broker_opts *o)
 {

@@ -3,6 +3,7 @@
 ** integration tests; see itest.h.
 */
 #include "support/itest.h"
+#include "support/cluster.h"
 #include "support/testutil.h"
 
 #include <errno.h>
@@ -64,6 +65,10 @@ pid_t it_spawn(const char *dir, const char *bin, const char *name, const char *c
     FILE *f = fopen(cfg, "w");
     if (!f) return -1;
     bool ok = fputs(conf_text, f) >= 0;
+    struct tb_cluster *cl = tb_cluster_shared();
+    if (cl)                     /* ejabberd wants a password (cluster.h) */
+        ok = ok && fprintf(f, "\n[mqtt]\nusername = %s\npassword_file = %s\nstatus_repeat_s = 1\n", tb_cluster_user(),
+                           tb_cluster_password_file(cl)) > 0;
     if (fclose(f) != 0 || !ok) return -1;
     return it_spawn_cfg(bin, cfg, log, flags, NULL);
 }
@@ -177,6 +182,10 @@ struct ds_mqtt *it_device(const char *uri, const char *client_id, struct it_inbo
     ds_mqtt_opts_init(&o);
     o.on_message = it_inbox_on_msg;
     o.ud = in;
+    if (tb_cluster_shared()) {
+        o.username = tb_cluster_user();
+        o.password = tb_cluster_password();
+    }
     struct ds_mqtt *c = NULL;
     enum ds_err rc = ds_mqtt_create(uri, client_id, &o, &c);
     if (rc == DS_OK) rc = ds_mqtt_connect(c);

@@ -5,6 +5,15 @@
 ** subscriptions "$share/group/filter" are plain filters), publish with the
 ** MQTT 5 request/response properties, receive with them.
 **
+** Brokers without shared subscriptions: where the CONNACK says Shared
+**   Subscription Available = 0 (ejabberd's mod_mqtt, which disconnects a
+**   client for a "$share/" SUBSCRIBE), a "$share/<group>/<filter>" is sent
+**   as the plain <filter> on that connection (logged once per connection,
+**   stats.no_shared_subs): every such subscriber then gets every message,
+**   which is the same where one client subscribes (one edge, one center);
+**   several need routing that does not rest on $share
+**   (deploy/cluster/README.md).
+**
 ** Connection: ds_mqtt_connect() returns at once; a worker thread of the
 **   wrapper connects, and after a failure or a lost connection retries after
 **   reconnect_min_ms, doubling up to reconnect_max_ms (with jitter so that a
@@ -228,6 +237,8 @@ struct ds_mqtt_stats {
     bool     session_present;        /* the last CONNACK resumed a session */
     uint64_t received;
     uint32_t receive_max;            /* the broker's, from the last CONNACK (65535 if absent) */
+    bool     no_shared_subs;         /* the last CONNACK said Shared Subscription Available = 0:
+                                     ** "$share/<group>/" filters are sent plain */
     uint32_t inflight_limit;
     uint32_t inflight;
     uint32_t queued;

@@ -81,6 +81,7 @@ struct ds_node_config {
     uint32_t keepalive_s;       /* [mqtt] keepalive_s */
     uint32_t session_expiry_s;  /* [mqtt] session_expiry_s: 0 = clean start (center default) */
     uint32_t max_packet;        /* [mqtt] max_packet: 0 = what the role receives (node.c) */
+    uint32_t status_repeat_s;   /* [mqtt] status_repeat_s: say "online" again this often (0 = on connect only) */
     struct ds_mqtt_tls mqtt_tls;   /* [mqtt] cafile, capath, certfile, keyfile, keyfile_password_file,
                                    ** tls_version, verify_hostname, username, password_file
                                    ** (strings owned by the config, freed by cleanup) */

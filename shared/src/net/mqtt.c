@@ -105,6 +105,10 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
         recv_max = (uint32_t)MQTTProperties_getNumericValue(&r->properties,
                                                             MQTTPROPERTY_CODE_RECEIVE_MAXIMUM);
     if (recv_max == 0) recv_max = 1;
+    /* Absent = available (MQTT 5, 3.2.2.3.13). */
+    bool no_share = MQTTProperties_hasProperty(&r->properties, MQTTPROPERTY_CODE_SHARED_SUBSCRIPTION_AVAILABLE) &&
+                    MQTTProperties_getNumericValue(&r->properties,
+                                                   MQTTPROPERTY_CODE_SHARED_SUBSCRIPTION_AVAILABLE) == 0;
     pthread_mutex_lock(&c->mu);
     struct ds_mqtt__peer peer = c->peer;
     pthread_mutex_unlock(&c->mu);
@@ -125,6 +129,7 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     c->fatal = false;
     c->last_err[0] = '\0';
     c->st.receive_max = recv_max;
+    c->st.no_shared_subs = no_share;
     c->st.nodelay_sockets = nodelay;
     c->st.session_present = r->alt.connect.sessionPresent != 0;
     c->replay = c->conn == 1 && c->st.session_present;   /* until the first SUBACK (mqtt_io.c) */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ds/log.h"
+#include "ds/topics.h"
 #include "mqtt_internal.h"
 
 /* ---- publishing ---- */
@@ -280,6 +281,15 @@ static void on_sub_fail(void *ctx, MQTTAsync_failureData5 *r)
                r->reasonCode ? MQTTReasonCode_toString(r->reasonCode) : ds_mqtt__paho_err(r->code));
 }
 
+/* The filter as this connection's broker takes it: "$share/<group>/<f>" as
+** <f> where the CONNACK said Shared Subscription Available = 0 (c->mu held). */
+static const char *wire_filter(const struct ds_mqtt *c, const char *filter)
+{
+    if (!c->st.no_shared_subs || strncmp(filter, DS_SHARE_PREFIX, strlen(DS_SHARE_PREFIX)) != 0) return filter;
+    const char *slash = strchr(filter + strlen(DS_SHARE_PREFIX), '/');
+    return slash && slash[1] ? slash + 1 : filter;
+}
+
 /* Send every subscription not yet sent on this connection (c->mu not held). */
 void ds_mqtt__send_subs(struct ds_mqtt *c)
 {
@@ -293,11 +303,13 @@ void ds_mqtt__send_subs(struct ds_mqtt *c)
     struct subop *so = malloc(sizeof *so + n * sizeof so->ids[0]);
     char **filters = calloc(n, sizeof *filters);
     int *qos = calloc(n, sizeof *qos);
-    size_t k = 0;
+    size_t k = 0, plain = 0;
     for (size_t i = 0; so && filters && qos && i < c->n_subs; i++) {
         struct sub *s = &c->subs[i];
         if (s->sent_conn == c->conn) continue;
-        if (!(filters[k] = strdup(s->filter))) break;
+        const char *f = wire_filter(c, s->filter);
+        plain += f != s->filter;
+        if (!(filters[k] = strdup(f))) break;
         qos[k] = s->qos;
         so->ids[k++] = s->id;
     }
@@ -323,6 +335,10 @@ void ds_mqtt__send_subs(struct ds_mqtt *c)
     ds_mqtt__op_link(c, &so->op);
     MQTTAsync h = c->h;
     pthread_mutex_unlock(&c->mu);
+    if (plain)
+        DS_LOG(DS_LOG_WARN, "mqtt %s: the broker has no shared subscriptions (CONNACK): %zu "
+               DS_SHARE_PREFIX "<group>/ filter%s subscribed plain, so every subscriber gets every message",
+               c->client_id, plain, plain == 1 ? "" : "s");
 
     MQTTAsync_responseOptions ro = MQTTAsync_responseOptions_initializer;
     ro.onSuccess5 = on_sub_ok;
@@ -436,8 +452,10 @@ enum ds_err ds_mqtt_unsubscribe(struct ds_mqtt *c, const char *filter)
     if (!c || !filter) return DS_ERR_INVAL;
     pthread_mutex_lock(&c->mu);
     bool found = false;
+    char *wire = NULL;
     for (size_t i = 0; i < c->n_subs && !found; i++) {
         if (strcmp(c->subs[i].filter, filter) != 0) continue;
+        wire = strdup(wire_filter(c, filter));
         free(c->subs[i].filter);
         c->subs[i] = c->subs[--c->n_subs];
         found = true;
@@ -447,8 +465,12 @@ enum ds_err ds_mqtt_unsubscribe(struct ds_mqtt *c, const char *filter)
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (!found) return DS_ERR_NOT_FOUND;
-    if (!connected) return DS_OK;
-    int rc = MQTTAsync_unsubscribe(h, filter, NULL);
+    if (!connected || !wire) {
+        free(wire);
+        return connected ? DS_ERR_NOMEM : DS_OK;
+    }
+    int rc = MQTTAsync_unsubscribe(h, wire, NULL);
+    free(wire);
     if (rc != MQTTASYNC_SUCCESS && rc != MQTTASYNC_DISCONNECTED) {
         DS_LOG(DS_LOG_ERROR, "mqtt %s: unsubscribe %s: %s", c->client_id, filter,
                ds_mqtt__paho_err(rc));

@@ -447,7 +447,7 @@ enum ds_err ds_node_run(struct ds_node *node)
     struct node_notify nfy;
     node_notify_init(&nfy);
     bool ready = false;
-    uint64_t next_telemetry = ds_now_ns(), drain_start = 0;
+    uint64_t next_telemetry = ds_now_ns(), drain_start = 0, next_status = 0;
     node__health_start(node);
     for (;;) {
         atomic_store(&node->beat_ns, ds_now_ns());     /* the health thread's stall check */
@@ -459,6 +459,14 @@ enum ds_err ds_node_run(struct ds_node *node)
         }
         while (ready && nfy.wedge && !atomic_load(&node->stop)) usleep(100000);   /* test hook: no pings */
         node_notify_tick(&nfy, ds_now_ns());
+        /* [mqtt] status_repeat_s: "online" again, retained, for a broker
+        ** cluster that shows a retained message only to subscribers on the
+        ** node it was published on (ejabberd 23.01, deploy/cluster/README.md). */
+        uint32_t repeat_s = node->cfg->status_repeat_s;
+        if (repeat_s && ds_now_ns() >= next_status) {
+            if (next_status) atomic_store(&node->announce, true);
+            next_status = ds_now_ns() + (uint64_t)repeat_s * 1000000000ull;
+        }
         if (atomic_load(&node->announce) && ds_mqtt_wait_subscribed(node->mqtt, 0) != DS_ERR_TIMEOUT &&
             atomic_exchange(&node->announce, false) && !atomic_load(&node->draining))
             publish_status(node, DS_MSG_STATE_ONLINE);

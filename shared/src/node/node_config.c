@@ -32,6 +32,7 @@ static const struct ds_cfg_key core_keys[] = {
     { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
     { "mqtt", "session_expiry_s", DS_CFG_U32, O(session_expiry_s), "600", 0, 604800, 0, "persistent session: the broker keeps this node's requests while it is down, this long (0 = clean start)" },
+    { "mqtt", "status_repeat_s", DS_CFG_U32, O(status_repeat_s), "0", 0, 86400, DS_CFG_RELOADABLE, "publish this node's retained status again this often, seconds (0 = on each connect only): for broker clusters whose retained messages reach only some subscribers (ejabberd)" },
     { "mqtt", "max_packet", DS_CFG_U32, O(max_packet), "0", 0, 268435460, 0, "MQTT Maximum Packet Size asked of the broker, bytes (0 = the largest message this node takes, plus headers)" },
     { "mqtt", "cafile", DS_CFG_STR, O(mqtt_tls.cafile), NULL, 0, 0, 0, "CA certificate(s) (PEM) the broker's must chain to; needed by ssl://, mqtts://, wss://" },
     { "mqtt", "capath", DS_CFG_STR, O(mqtt_tls.capath), NULL, 0, 0, 0, "directory of hashed CA certificates (instead of cafile)" },
