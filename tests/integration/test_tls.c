@@ -486,7 +486,9 @@ static void test_edge_center_refused(void **state)
     struct ds_mqtt *c = sec_mtls_client(&g_env, "edge-1", "dspark-edge-edge-1", NULL, NULL);
     assert_non_null(c);
     ds_mqtt_destroy(c);
-    /* center-1's retained "online": the edge has a center to send to. */
+    /* center-1's retained "online": the edge has a center to send to. The
+    ** edge routes by $share (routing = share): this fake center advertises
+    ** no capacity, which weighted routing would need before it sent. */
     const char *online = "{\"v\":1,\"node\":\"center-1\",\"role\":\"center\",\"state\":\"online\","
                          "\"verifies\":[\"stories9\"]}";
     assert_non_null(c = sec_mtls_client(&g_env, "center-1", "tls-center-1", NULL, NULL));
@@ -499,7 +501,7 @@ static void test_edge_center_refused(void **state)
     char conf[4096], pw[700], args[4096];
     snprintf(conf, sizeof conf,
              "[node]\nname = edge-9\nlog_level = info\n[mqtt]\nuri = %s\ncafile = %s\ncertfile = %s/edge-9.crt\n"
-             "keyfile = %s/edge-9.key\n[overflow]\nspeculate = true\n"
+             "keyfile = %s/edge-9.key\n[overflow]\nspeculate = true\nrouting = share\n"
              "[model stories9]\npath = %s\nprecision = int8\nctx = 256\n",
              g_env.mtls_uri, g_ca, g_env.pki, g_env.pki, tu_model("stories260K.gguf"));
     pid_t e9 = it_spawn(g_env.dir, "edge-agent/dspark-edge", "edge-9", conf, IT_TRUNCATE);
