@@ -362,11 +362,22 @@ static struct pending *pending_find(struct edge_overflow *o, unsigned long long 
     return NULL;
 }
 
+/* The "index" of a chunk that edge__relay_kind took as one. */
+static uint32_t chunk_index(const cJSON *j)
+{
+    double v = cJSON_GetObjectItemCaseSensitive(j, "index")->valuedouble;   /* >= 0: edge__relay_kind */
+    return v < (double)UINT32_MAX ? (uint32_t)v : UINT32_MAX;
+}
+
 /* A center's message about one of our requests: record or forward it.
 ** Taken only for a request this edge sent, from the center that accepted
 ** it (an accept names an online center; later ones are ignored), and only
 ** when it is a message of the wire contract, bounded in size: anyone may
-** publish on our relay topic, and the device must get nothing else. */
+** publish on our relay topic, and the device must get nothing else. Chunks
+** are forwarded in index order only: chunks carry no sender, so where two
+** centers got the same request (share routing on a broker without shared
+** subscriptions, deploy/cluster/README.md) the second copy's are dropped
+** rather than interleaved into the device's stream. */
 static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     struct edge_overflow *o = st;
@@ -402,6 +413,8 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
                     : kind != RELAY_ACCEPT && !p->center[0] ? "before any center accepted the request"
                     : kind == RELAY_ACCEPT && p->center[0] ? "a second accept"
                     : kind == RELAY_LAST && by && strcmp(by, p->center) ? "a final from another center"
+                    : kind == RELAY_CHUNK && chunk_index(j) != p->relayed ? "a chunk out of order (a repeat, or "
+                                                                           "another center's copy of the request)"
                     : NULL;
     if (!bad && kind == RELAY_ACCEPT) {
         struct center *c = NULL;

@@ -4,7 +4,8 @@
 ** accepting it, when no center accepts it within accept_timeout_ms (on the
 ** test clock), or when a center refuses it before any accepted; a late
 ** final from the dead center is dropped. One that had streamed chunks
-** cannot be continued: it gets a clear error instead.
+** cannot be continued: it gets a clear error instead. Chunks are forwarded
+** once each, in index order.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -113,6 +114,34 @@ static void test_streamed_then_lost(void **state)
     nh_stop(h);
 }
 
+/* Chunks reach the device once each, in index order: a repeat, or the same
+** request's chunks from a second center (share routing on a broker without
+** shared subscriptions hands it to every center), are dropped. */
+static void test_chunks_in_order(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start(NULL);
+    nh_center_status(h, "center-a", true);
+    nh_request(h, "tb-5", "\"prompt\":\"Once\",\"max_tokens\":8,\"route\":\"center\",\"stream\":true", NULL);
+    char key[64];
+    assert_true(nh_sent_to_center(h, "tb-5", 1000, key));
+    nh_center_accept(h, key, "tb-5", "center-a");
+    nh_center_chunk(h, key, "tb-5", "alpha", 0);
+    nh_center_chunk(h, key, "tb-5", "beta", 0);          /* another center's first chunk */
+    nh_center_chunk(h, key, "tb-5", "gamma", 1);
+    nh_center_chunk(h, key, "tb-5", "gamma", 1);         /* a repeat */
+    nh_center_chunk(h, key, "tb-5", "omega", 3);         /* ahead of the stream */
+    nh_center_final(h, key, "tb-5", "center-a", "alpha gamma");
+    char *a = nh_answer(h, "tb-5", 20000);
+    assert_non_null(a);
+    free(a);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "tb-5", .needle = "alpha" }), 2);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "tb-5", .needle = "beta" }), 0);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "tb-5", .needle = "gamma" }), 2);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .corr = "tb-5", .needle = "omega" }), 0);
+    nh_stop(h);
+}
+
 int node_takeback_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -120,6 +149,7 @@ int node_takeback_tests(void)
         cmocka_unit_test(test_accept_timeout),
         cmocka_unit_test(test_refused_before_accept),
         cmocka_unit_test(test_streamed_then_lost),
+        cmocka_unit_test(test_chunks_in_order),
     };
     return cmocka_run_group_tests_name("node.takeback", tests, NULL, NULL);
 }
