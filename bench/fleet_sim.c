@@ -1021,8 +1021,9 @@ static void usage(FILE *f)
             "  --center gpu|cpu  the centers' speed table (default gpu: 110M FP16 on an H200)\n"
             "  --status-hz F     capacity statuses per second per center (default 1)\n"
             "  --routing R       weighted (ds_route_pick over the statuses, default) or share (round robin)\n"
-            "  --status-rate S   what a status says of a center's speed: measured (its tokens/s EWMA, as the\n"
-            "                    center publishes it; default) or capacity (its decaying peak)\n"
+            "  --status-rate S   what a status says of a center's speed: capacity (its decaying peak, as the\n"
+            "                    center publishes it; default) or measured (the last interval's tokens/s,\n"
+            "                    as centers published it before 2026-12-06's change)\n"
             "  --broker-cap M    messages/s one center broker node carries (default 40000: an assumption)\n"
             "  --center-scale X  center speed multiplier (default 1; --traces: 4x the edge)\n"
             "  --hop-center-ms M one-way edge-center delay (default 5)\n"
@@ -1051,7 +1052,7 @@ int main(int argc, char **argv)
     struct cfg c = {
         .edges = 1000, .centers = 50, .devices = 100000, .max_active = 16, .prefill_chunk = 32,
         .seconds = 60, .dev_rate = 0.5, .center_active = 64, .burst_mult = 3.0, .burst_on_s = 10.0, .burst_gap_s = 190.0,
-        .hop_dev_ms = 0.15, .hop_center_ms = 5.0, .status_hz = 1.0, .telemetry_s = 5.0, .broker_nodes = 3.0,
+        .hop_dev_ms = 0.15, .hop_center_ms = 5.0, .status_hz = 1.0, .status_capacity = true, .telemetry_s = 5.0, .broker_nodes = 3.0,
         .broker_cap = 40000.0, .deadline_ms = { 300, 600, 1500 }, .center_scale = 0, .horizon_ms = 500,
         .policy = DS_OVERFLOW_PREDICTIVE, .seed = 1,
     };
