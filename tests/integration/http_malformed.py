@@ -321,7 +321,7 @@ def sec(build, source, models):
     try:
         cert, key = make_cert(tmp)
         keys = os.path.join(tmp, "keys")
-        gen = subprocess.run([os.path.join(build, "shared", "dspark"), "http-key", "app-1", "--tier", "low",
+        gen = subprocess.run([os.path.join(build, "shared", "dspark"), "http-key", "--client", "app-1", "--tier", "low",
                               "--quota", "3/min"], capture_output=True, text=True, check=True)
         good_key = gen.stdout.split("key: ", 1)[1].split()[0]
         line = [ln for ln in gen.stdout.splitlines() if ln.startswith("blake2b:")][0]
