@@ -13,6 +13,7 @@ static const struct node_ext *const center_exts[] = {
     &center_specnet_ext,    /* verify edges' drafts ([spec] sessions) */
     &center_verifies_ext,   /* the status lists the models it verifies drafts of */
     &center_publish_ext,    /* serve model bundles ([publish] dirs) */
+    &node_http_ext,        /* last: the OpenAI-compatible HTTP API ([http] listen), into the intake */
     NULL,
 };
 

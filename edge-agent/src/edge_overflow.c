@@ -318,7 +318,7 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     char *copy = malloc(msg->len ? msg->len : 1);
     if (copy) {
         memcpy(copy, msg->payload, msg->len);
-        if (kind == RELAY_LAST) node__dedupe_answered(node, r, copy, msg->len);
+        if (kind == RELAY_LAST && !r->sink) node__dedupe_answered(node, r, copy, msg->len);
         else if (kind == RELAY_ERROR) node__dedupe_failed(node, r);    /* may be sent again */
     }
     /* A last message frees r before the device hears it, so that its
@@ -326,13 +326,16 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     char *reply = r->reply;
     void *corr = r->corr;
     size_t corr_len = r->corr_len;
+    struct node_sink *sink = r->sink;           /* an HTTP client's, or NULL */
     if (last) {
         r->reply = NULL;
         r->corr = NULL;
+        r->sink = NULL;
         node__req_free(r);
     }
-    if (copy) node__publish(node, reply, corr, corr_len, copy, msg->len);
+    if (copy) node__answer_send(node, sink, reply, corr, corr_len, copy, msg->len, last);
     if (last) {
+        if (sink) sink->release(sink);
         free(reply);
         free(corr);
     }

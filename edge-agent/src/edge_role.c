@@ -12,6 +12,7 @@ static const struct node_ext *const edge_exts[] = {
     &edge_specnet_ext,     /* first: route=center work is drafted here when it can be; it takes
                            ** speculation verdicts off the relay topic before overflow sees them */
     &edge_overflow_ext,    /* then: relay to a center (route, full queue, weak answers) */
+    &node_http_ext,        /* last: the OpenAI-compatible HTTP API ([http] listen), into the intake */
     NULL,
 };
 

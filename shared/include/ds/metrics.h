@@ -212,6 +212,10 @@ void ds_metrics_record_by(struct ds_metrics *m, const char *model, const char *t
 ** start (clock misuse) gives an empty window and zero rates. */
 void ds_metrics_snapshot(struct ds_metrics *m, uint64_t now_ns,
                          struct ds_metrics_snap *out) DS_NONNULL(1, 3);
+/* The per-(model, tier) totals (cumulative since init), copied under the
+** lock into out without starting a new rate window (what an HTTP scrape of
+** /metrics reads; the telemetry's rates stay its own). Returns how many. */
+unsigned ds_metrics_totals(struct ds_metrics *m, struct ds_metrics_by out[DS_METRICS_BY_MAX]) DS_NONNULL(1, 2);
 /* Start a new rate window at now_ns without a snapshot (e.g. after a
 ** publishing pause, so the next rate does not average over the gap).
 ** Histograms and counters are untouched: they stay cumulative. */

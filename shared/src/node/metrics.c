@@ -299,6 +299,15 @@ void ds_metrics_snapshot(struct ds_metrics *m, uint64_t now_ns, struct ds_metric
     pthread_mutex_unlock(&m->mu);
 }
 
+unsigned ds_metrics_totals(struct ds_metrics *m, struct ds_metrics_by out[DS_METRICS_BY_MAX])
+{
+    pthread_mutex_lock(&m->mu);
+    unsigned n = m->n_by;
+    memcpy(out, m->by, sizeof m->by[0] * n);
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
 void ds_metrics_window_reset(struct ds_metrics *m, uint64_t now_ns)
 {
     pthread_mutex_lock(&m->mu);

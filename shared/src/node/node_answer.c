@@ -25,8 +25,24 @@ void node__publish(struct ds_node *node, const char *topic, const void *corr, si
     free(json);
 }
 
+void node__answer_send(struct ds_node *node, struct node_sink *sink, const char *topic, const void *corr,
+                       size_t corr_len, char *json, size_t len, bool last)
+{
+    if (!sink) {
+        node__publish(node, topic, corr, corr_len, json, len);
+        return;
+    }
+    sink->deliver(sink, json, len, last);
+    if (last) atomic_fetch_add(&node->n_answers, 1);
+    free(json);
+}
+
 void node__publish_chunk(struct ds_node *node, const struct node_req *r, char *json, size_t len)
 {
+    if (r->sink) {
+        node__answer_send(node, r->sink, NULL, NULL, 0, json, len, false);
+        return;
+    }
     struct ds_mqtt_props p = { .correlation = r->corr, .correlation_len = r->corr_len, .best_effort = true };
     enum ds_err rc = ds_mqtt_publish(node->mqtt, r->reply, json, len, 1, false, &p);
     if (rc != DS_OK)
@@ -71,6 +87,7 @@ void node__req_free(struct node_req *r)
     node__quota_give(r);
     node__rollout_release(r);
     if (r->owner && r->owner->req_free) r->owner->req_free(r);
+    if (r->sink) r->sink->release(r->sink);
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_infer_req_cleanup(&r->req);
@@ -89,7 +106,13 @@ void node__req_fail(struct ds_node *node, struct node_req *r, enum ds_msg_code c
     } else {
         node__dedupe_forget(&node->dedupe, r);               /* the same request may be sent again */
         node__quota_give(r);                              /* before the answer: see node__finish */
-        node__send_error(node, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
+        char *json;
+        size_t len;
+        if (!r->sink)
+            node__send_error(node, r->reply, r->corr, r->corr_len, r->req.id, r->req.id_generated, code, msg);
+        else if (ds_metrics_record_error(&node->metrics, (unsigned)code),
+                 ds_msg_error_encode_gen(r->req.id, r->req.id_generated, code, msg, &json, &len) == DS_OK)
+            node__answer_send(node, r->sink, NULL, NULL, 0, json, len, true);
         if (r->m)
             ds_metrics_record_by(&node->metrics, r->m->cfg->name, ds_tier_name(r->req.priority), (int)code, 0, 0,
                                  (double)NAN, (double)NAN, (double)NAN);
@@ -178,8 +201,8 @@ void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish w
         char *json;
         size_t len;
         if (ds_msg_final_encode(&f, &json, &len) == DS_OK) {
-            node__dedupe_answered(node, r, json, len);     /* for a retry whose final was lost */
-            node__publish(node, r->reply, r->corr, r->corr_len, json, len);
+            if (!r->sink) node__dedupe_answered(node, r, json, len);     /* for a retry whose final was lost */
+            node__answer_send(node, r->sink, r->reply, r->corr, r->corr_len, json, len, true);
         }
         DS_LOG(DS_LOG_DEBUG, "request %s: answered (final, %u tokens)", r->req.id, r->n_gen);
         ds_metrics_record_done(&node->metrics, f.queue_ms, r->first_ns ? f.ttft_ms : (double)NAN, f.total_ms, r->n_gen);

@@ -137,6 +137,11 @@ void node__dedupe_failed(struct ds_node *node, const struct node_req *r);
 /* node_answer.c */
 void node__publish(struct ds_node *node, const char *topic, const void *corr, size_t corr_len,
                    char *json, size_t len);                  /* TAKES json */
+/* An answer message (chunk, final or error of the wire contract) for a
+** request: to sink when it has one (an HTTP client), else published on
+** topic with corr. last: the final or the error. TAKES json. */
+void node__answer_send(struct ds_node *node, struct node_sink *sink, const char *topic, const void *corr,
+                       size_t corr_len, char *json, size_t len, bool last);
 /* id_generated: id is the node's (the request had none); the error says so. */
 void node__send_error(struct ds_node *node, const char *topic, const void *corr, size_t corr_len,
                       const char *id, bool id_generated, enum ds_msg_code code, const char *message);
@@ -167,6 +172,26 @@ void node__active_fail(struct ds_node *node, struct node_req *r, enum ds_msg_cod
 bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, float logprob);
 
 /* node_intake.c */
+/* Why admission refused a request (node__admit). */
+enum node_admit {
+    NODE_ADMIT_OK,            /* the node holds r now (queued, or taken by the role) */
+    NODE_ADMIT_NO_MODEL,      /* model_not_found */
+    NODE_ADMIT_DRAINING,      /* overloaded: shutting down */
+    NODE_ADMIT_QUOTA,         /* overloaded: its client holds [sched] client_max already */
+    NODE_ADMIT_FULL,          /* overloaded: its tier's queue is full and nobody took it */
+};
+/* Admit a decoded request r (r->reply set; r->m found here) as intake does
+** for MQTT: model served here, not draining, its client's quota, its
+** deadline (has_expiry/expiry_s: MQTT's Message Expiry, and
+** r->req.deadline_ms), then to the role (route, over budget), the queue,
+** or the role again (queue full). On NODE_ADMIT_OK r belongs to the node;
+** otherwise r is untouched and unanswered, and why (why_cap bytes) says
+** what to answer. Paho's thread or an HTTP thread. */
+enum node_admit node__admit(struct ds_node *node, struct node_req *r, uint64_t now, bool has_expiry, uint32_t expiry_s,
+                            char *why, size_t why_cap);
+/* Cancel the request with this id, as a cancel message does (owner: the
+** sender's identity level, "" for none). Any thread. */
+void node__cancel_add(struct ds_node *node, const char *id, const char *owner);
 /* Queue r locally; false when the tier is full. */
 bool node__enqueue(struct ds_node *node, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */
@@ -200,5 +225,9 @@ void node__status_again(struct ds_node *node);
 ** telemetry object, once: the core adds it where a version speculates
 ** locally or rounds were counted, role code where it speculates. */
 void node__telemetry_spec(struct ds_node *node, struct cJSON *obj);
+
+/* node_http.c: the OpenAI-compatible HTTP server ([http] listen), an
+** extension both roles list last. */
+extern const struct node_ext node_http_ext;
 
 #endif

@@ -189,36 +189,52 @@ static bool on_infer(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         node__req_fail(node, r, DS_MSG_CODE_INVALID_REQUEST, "model: differs from the topic's model");
         return true;
     }
-    r->m = node__find_model(node, model_name, model_len);
-    if (!r->m) {
-        char why[400];
-        not_served(node, model_name, model_len, why, sizeof why);
+    char why[400];
+    switch (node__admit(node, r, now, msg->has_expiry, msg->expiry_s, why, sizeof why)) {
+    case NODE_ADMIT_OK:
+        break;
+    case NODE_ADMIT_NO_MODEL:
         node__req_fail(node, r, DS_MSG_CODE_MODEL_NOT_FOUND, why);
-        return true;
+        break;
+    case NODE_ADMIT_DRAINING:
+    case NODE_ADMIT_QUOTA:
+    case NODE_ADMIT_FULL:
+        node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, why);
+        break;
+    }
+    return true;
+}
+
+enum node_admit node__admit(struct ds_node *node, struct node_req *r, uint64_t now, bool has_expiry, uint32_t expiry_s,
+                            char *why, size_t why_cap)
+{
+    r->m = node__find_model(node, r->req.model, strlen(r->req.model));
+    if (!r->m) {
+        not_served(node, r->req.model, strlen(r->req.model), why, why_cap);
+        return NODE_ADMIT_NO_MODEL;
     }
     if (atomic_load(&node->draining)) {
-        node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "node is shutting down");
-        return true;
+        snprintf(why, why_cap, "node is shutting down");
+        return NODE_ADMIT_DRAINING;
     }
     if (!node__quota_take(node, r)) {
-        char why[160];
-        snprintf(why, sizeof why, "this client has %u requests queued or running here ([sched] client_max): wait "
+        snprintf(why, why_cap, "this client has %u requests queued or running here ([sched] client_max): wait "
                  "for their answers before sending more", atomic_load(&node->live_client_max));
-        node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, why);
-        return true;
+        return NODE_ADMIT_QUOTA;
     }
-    r->deadline_ns = ds_node_deadline_ns(now, msg->has_expiry, msg->expiry_s, r->req.deadline_ms);
+    r->deadline_ns = ds_node_deadline_ns(now, has_expiry, expiry_s, r->req.deadline_ms);
     r->key = atomic_fetch_add(&node->next_key, 1);
     atomic_fetch_add(&node->n_taken, 1);
     /* Here, or the role's (an edge's centers) when route says so or this
     ** node cannot finish it in time; what nobody takes is served here. */
     bool may_go = r->req.route != DS_MSG_ROUTE_EDGE;
     if (may_go && (r->req.route == DS_MSG_ROUTE_CENTER || over_budget(node, r, now)) && node__ext_take(node, r, NODE_TAKE_ROUTE))
-        return true;
-    if (node__enqueue(node, r)) return true;
-    if (may_go && node__ext_take(node, r, NODE_TAKE_QUEUE_FULL)) return true;
-    node__req_fail(node, r, DS_MSG_CODE_OVERLOADED, "queue full: try again later");
-    return true;
+        return NODE_ADMIT_OK;
+    if (node__enqueue(node, r)) return NODE_ADMIT_OK;
+    if (may_go && node__ext_take(node, r, NODE_TAKE_QUEUE_FULL)) return NODE_ADMIT_OK;
+    node__quota_give(r);                     /* not held: its client's count goes back */
+    snprintf(why, why_cap, "queue full: try again later");
+    return NODE_ADMIT_FULL;
 }
 
 /* ---- per-client quota ---- */
@@ -281,6 +297,30 @@ bool node__enqueue(struct ds_node *node, struct node_req *r)
 
 /* ---- cancellation ---- */
 
+/* Remember c (TAKES it) until its request is found in the queue or running. */
+static void cancel_keep(struct ds_node *node, struct node_cancel *c)
+{
+    pthread_mutex_lock(&node->cancel_mu);
+    if (node->n_cancels == MAX_CANCELS) {           /* forget the oldest */
+        free(node->cancels[0]);
+        memmove(node->cancels, node->cancels + 1, (MAX_CANCELS - 1) * sizeof *node->cancels);
+        node->n_cancels--;
+    }
+    node->cancels[node->n_cancels++] = c;
+    pthread_mutex_unlock(&node->cancel_mu);
+    atomic_store(&node->cancel_new, true);
+    ds_sched_wake(node->sched);
+}
+
+void node__cancel_add(struct ds_node *node, const char *id, const char *owner)
+{
+    struct node_cancel *c = calloc(1, sizeof *c);
+    if (!c) return;
+    snprintf(c->id, sizeof c->id, "%s", id);
+    snprintf(c->owner, sizeof c->owner, "%s", owner ? owner : "");
+    cancel_keep(node, c);
+}
+
 static bool on_cancel(struct ds_node *node, void *st, const struct ds_mqtt_msg *msg)
 {
     (void)st;
@@ -289,20 +329,10 @@ static bool on_cancel(struct ds_node *node, void *st, const struct ds_mqtt_msg *
         free(c);
         c = NULL;
     }
-    if (c) {
-        pthread_mutex_lock(&node->cancel_mu);
-        if (node->n_cancels == MAX_CANCELS) {           /* forget the oldest */
-            free(node->cancels[0]);
-            memmove(node->cancels, node->cancels + 1, (MAX_CANCELS - 1) * sizeof *node->cancels);
-            node->n_cancels--;
-        }
-        node->cancels[node->n_cancels++] = c;
-        pthread_mutex_unlock(&node->cancel_mu);
-        atomic_store(&node->cancel_new, true);
-        ds_sched_wake(node->sched);
-    } else {
+    if (c)
+        cancel_keep(node, c);
+    else
         DS_LOG_LIMITED(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on " DS_TOPIC_CANCEL "<sender>/...", msg->topic);
-    }
     return true;
 }
 

@@ -155,11 +155,24 @@ struct node_route {
     void       *st;
 };
 
+/* Where a request's answers go instead of its response topic: an HTTP
+** connection (node_http.c). Each answer message of the wire contract (a
+** stream chunk, then one final or one error) is handed over as JSON text,
+** BORROWED, from whichever thread answers (the engine loop, Paho's thread
+** for a center's relayed answers); last is true for the final or error,
+** after which deliver is not called again. release: the request is freed
+** (no more deliveries, whether or not the last came). */
+struct node_sink {
+    void (*deliver)(struct node_sink *s, const char *json, size_t len, bool last);
+    void (*release)(struct node_sink *s);
+};
+
 /* One accepted request, from intake to its answer. */
 struct node_req {
     uint64_t             key;           /* scheduler id */
     struct ds_infer_req  req;
-    char                *reply;         /* response topic */
+    char                *reply;         /* response topic; with a sink, "http:<client>" (never published to) */
+    struct node_sink    *sink;          /* answers go here instead (HTTP), or NULL */
     void                *corr;          /* correlation data, may be NULL */
     size_t               corr_len;
     struct node_model   *m;
