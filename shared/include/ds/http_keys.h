@@ -92,8 +92,9 @@ void ds_http_key_hash_text(const char *key, char *hashed);
 bool ds_http_listen_is_loopback(const char *listen);
 /* The rule for [http]: beyond loopback a node serves only with API keys
 ** (keys_file) AND TLS (cert_file and key_file), unless insecure is written
-** out. DS_ERR_INVAL with what to do in why when the rule is broken; cert
-** without key (or key without cert) is refused anywhere. */
+** out. DS_ERR_INVAL with what to do in why (not logged: the caller says
+** it once) when the rule is broken; cert without key (or key without cert)
+** is refused anywhere. */
 DS_MUST_CHECK enum ds_err ds_http_listen_check(const char *listen, bool has_keys, bool has_cert, bool has_key,
                                                bool insecure, char *why);
 

@@ -91,15 +91,6 @@ struct ds_node_config {
     uint32_t telemetry_s;       /* [telemetry] interval_s */
     uint32_t max_payload;       /* [limits] max_payload */
     uint32_t max_prompt;        /* [limits] max_prompt (bytes) */
-    /* [http] security and bounds (node_http_sec.c): read at start. */
-    char    *http_keys_file;    /* [http] keys_file: API keys (mode 0600); NULL = no keys asked */
-    char    *http_cert_file;    /* [http] cert_file: TLS certificate chain (PEM); NULL = plain HTTP */
-    char    *http_key_file;     /* [http] key_file: its private key (PEM, mode 0600) */
-    bool     http_insecure;     /* [http] insecure: serve beyond loopback without keys and TLS */
-    uint32_t http_max_body;     /* [http] max_body: largest request body, bytes */
-    uint32_t http_timeout_s;    /* [http] timeout_s: a connection idle this long is closed */
-    uint32_t http_max_conns;    /* [http] max_conns: connections at once, all clients */
-    uint32_t http_per_ip;       /* [http] max_conns_per_ip: connections at once from one address */
     uint32_t budget_ms[DS_TIER_COUNT];   /* [overflow] budget_high_ms ...: 0 = the deadline only (the core's
                                          ** admission reads them: core keys, used where a role overflows) */
     char    *registry_path;     /* [registry] path: model registry (SQLite) */

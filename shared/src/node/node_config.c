@@ -19,7 +19,6 @@
 #include "ds/node.h"
 #include "ds/spec.h"
 #include "ds/topics.h"
-#include "node_http_sec.h"
 #include "node_internal.h"
 
 #define O(f) offsetof(struct ds_node_config, f)
@@ -66,14 +65,6 @@ static const struct ds_cfg_key core_keys[] = {
     { "models", "fetch_timeout_ms", DS_CFG_U32, O(fetch_timeout_ms), "5000", 100, 600000, 0, "ask again for chunks after this long without one" },
     { "publish", "dirs", DS_CFG_STR, O(publish_dirs), NULL, 0, 0, 0, "bundle directories to offer to the fleet, comma-separated (checked with [keys] signer_pub)" },
     { "limits", "max_prompt", DS_CFG_U32, O(max_prompt), "32768", 16, 16777216, 0, "longest prompt, bytes" },
-    { "http", "keys_file", DS_CFG_STR, O(http_keys_file), NULL, 0, 0, 0, "API keys file (mode 0600; lines 'KEY CLIENT TIER_CAP QUOTA', dspark http-key makes them): every HTTP request then needs 'Authorization: Bearer KEY'" },
-    { "http", "cert_file", DS_CFG_STR, O(http_cert_file), NULL, 0, 0, 0, "TLS certificate chain (PEM): HTTPS instead of HTTP" },
-    { "http", "key_file", DS_CFG_STR, O(http_key_file), NULL, 0, 0, 0, "its private key (PEM, unencrypted, mode 0600)" },
-    { "http", "insecure", DS_CFG_BOOL, O(http_insecure), "false", 0, 0, 0, "serve HTTP beyond loopback without API keys and TLS (refused otherwise)" },
-    { "http", "max_body", DS_CFG_U32, O(http_max_body), "1048576", 1024, 67108864, 0, "largest request body, bytes (413 past it)" },
-    { "http", "timeout_s", DS_CFG_U32, O(http_timeout_s), "30", 1, 3600, 0, "close an HTTP connection idle this long (slow clients)" },
-    { "http", "max_conns", DS_CFG_U32, O(http_max_conns), "512", 1, 65536, 0, "HTTP connections at once, all clients" },
-    { "http", "max_conns_per_ip", DS_CFG_U32, O(http_per_ip), "64", 1, 65536, 0, "HTTP connections at once from one address" },
     { "rollout", "p99_ms", DS_CFG_U32, O(ro_p99_ms), "2000", 1, 3600000, DS_CFG_RELOADABLE, "roll back a canary/shadow/just-promoted version whose P99 passes this" },
     { "rollout", "error_rate", DS_CFG_F32, O(ro_error_rate), "0.05", 0, 1, DS_CFG_RELOADABLE, "... or whose share of failed requests passes this" },
     { "rollout", "window_s", DS_CFG_U32, O(ro_window_s), "30", 1, 3600, DS_CFG_RELOADABLE, "... over this many seconds" },
@@ -612,14 +603,6 @@ enum ds_err ds_node_config_check(const struct ds_node_config *c)
         if (m->draft && strcmp(m->draft, "int8") != 0 && access(m->draft, R_OK) != 0)
             BAD(AT(NULL, NULL, m->line), "[model %s] draft '%s' is neither int8 nor a readable model file",
                 m->name, m->draft);
-    }
-    /* [http]: the listen rule, then the keys file and the TLS pair read as
-    ** the server will read them (modes, lines, GnuTLS). */
-    if (c->http_keys_file || c->http_cert_file || c->http_key_file) {
-        struct node_http_sec *hs = NULL;
-        if (node__http_sec_open(c, "127.0.0.1:0", &hs, why) != DS_OK || node__http_sec_try_tls(hs, why) != DS_OK)
-            BAD(AT("http", c->http_keys_file && strstr(why, "keys file") ? "keys_file" : "cert_file", 0), "%s", why);
-        node__http_sec_close(hs);
     }
 #undef AT
 #undef BAD

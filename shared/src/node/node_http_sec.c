@@ -2,12 +2,13 @@
 ** node_http_sec.c — the guard of a node's HTTP server (node_http_sec.h):
 ** [http] keys_file, cert_file and key_file read at start, the listen rule,
 ** libmicrohttpd's bounds (connection memory for the request line and
-** headers, idle timeout, connections in all and per client address) and
-** TLS through its GnuTLS, and each request's "Authorization: Bearer" check.
+** headers, connections per client address) and TLS through its GnuTLS, and
+** each request's "Authorization: Bearer" check.
 **
 ** Owns: the keys table and the PEM texts (the key's wiped when closed).
 */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +19,21 @@
 #include <sodium.h>
 
 #include "base/io.h"
-#include "ds/node.h"
+#include "ds/log.h"
 #include "node_http_sec.h"
 
 #define PEM_MAX (1u << 20)
+
+/* The reason in why[DS_WHY_MAX], not logged: create() logs it once, as an
+** error (DS_WHY would log each at warn first). Returns rc. */
+DS_PRINTF(3, 4) static enum ds_err why_set(char *why, enum ds_err rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, DS_WHY_MAX, fmt, ap);
+    va_end(ap);
+    return rc;
+}
 /* GnuTLS priorities: its defaults without anything older than TLS 1.2. */
 #define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
@@ -31,28 +43,28 @@ static enum ds_err pem_read(const char *key, const char *path, bool secret, char
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return DS_WHY(why, DS_ERR_IO, "[http] %s %s: cannot open: %s", key, path, strerror(errno));
+    if (fd < 0) return why_set(why, DS_ERR_IO, "[http] %s %s: cannot open: %s", key, path, strerror(errno));
     struct stat st;
     enum ds_err rc = DS_OK;
     char *buf = NULL;
     ssize_t n = -1;
-    if (fstat(fd, &st) != 0) rc = DS_WHY(why, DS_ERR_IO, "[http] %s %s: stat failed: %s", key, path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) rc = DS_WHY(why, DS_ERR_FORMAT, "[http] %s %s: not a regular file", key, path);
+    if (fstat(fd, &st) != 0) rc = why_set(why, DS_ERR_IO, "[http] %s %s: stat failed: %s", key, path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = why_set(why, DS_ERR_FORMAT, "[http] %s %s: not a regular file", key, path);
     else if (secret && (st.st_mode & 077))
-        rc = DS_WHY(why, DS_ERR_AUTH,
+        rc = why_set(why, DS_ERR_AUTH,
                     "[http] %s %s has mode %04o: readable or writable by group or others; "
                     "refused (run: chmod 600 %s)", key, path, (unsigned)(st.st_mode & 07777), path);
     else if (st.st_size <= 0 || st.st_size > (off_t)PEM_MAX)
-        rc = DS_WHY(why, DS_ERR_FORMAT, "[http] %s %s: empty or larger than 1 MiB", key, path);
+        rc = why_set(why, DS_ERR_FORMAT, "[http] %s %s: empty or larger than 1 MiB", key, path);
     else if (!(buf = malloc((size_t)st.st_size + 1)))
-        rc = DS_WHY(why, DS_ERR_NOMEM, "[http] %s %s: out of memory", key, path);
+        rc = why_set(why, DS_ERR_NOMEM, "[http] %s %s: out of memory", key, path);
     else if ((n = ds_io__read_full(fd, buf, (size_t)st.st_size)) != (ssize_t)st.st_size)
-        rc = DS_WHY(why, DS_ERR_IO, "[http] %s %s: read failed", key, path);
+        rc = why_set(why, DS_ERR_IO, "[http] %s %s: read failed", key, path);
     close(fd);
     if (rc == DS_OK) {
         buf[n] = 0;
         if (memchr(buf, 0, (size_t)n) || !strstr(buf, "-----BEGIN "))
-            rc = DS_WHY(why, DS_ERR_FORMAT, "[http] %s %s: not a PEM file", key, path);
+            rc = why_set(why, DS_ERR_FORMAT, "[http] %s %s: not a PEM file", key, path);
     }
     if (rc != DS_OK) {
         if (buf) sodium_memzero(buf, (size_t)st.st_size + 1);
@@ -64,29 +76,53 @@ static enum ds_err pem_read(const char *key, const char *path, bool secret, char
     return DS_OK;
 }
 
-enum ds_err node__http_sec_open(const struct ds_node_config *c, const char *listen, struct node_http_sec **out,
-                                char *why)
+static enum MHD_Result refuse_all(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_len, void **state)
+{
+    (void)cls; (void)conn; (void)url; (void)method; (void)version; (void)upload; (void)upload_len; (void)state;
+    return MHD_NO;
+}
+
+/* GnuTLS (through libmicrohttpd) takes s's pair, without listening. */
+static enum ds_err try_tls(const struct node_http_sec *s, char *why)
+{
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return why_set(why, DS_ERR_UNSUPPORTED, "[http] cert_file: this libmicrohttpd was built without TLS");
+    struct MHD_OptionItem opts[NODE_HTTP_SEC_OPTIONS];
+    opts[node__http_sec_options(s, opts)] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, refuse_all, NULL,
+                                            MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    if (!d)
+        return why_set(why, DS_ERR_FORMAT, "[http] cert_file and key_file: GnuTLS refused them (want a certificate "
+                      "and its unencrypted private key, PEM)");
+    MHD_stop_daemon(d);
+    return DS_OK;
+}
+
+static bool set(const char *s)
+{
+    return s && *s;
+}
+
+enum ds_err node__http_sec_open(const struct node_http_sec_cfg *c, struct node_http_sec **out, char *why)
 {
     *out = NULL;
-    if (!listen || !*listen) return DS_OK;
-    enum ds_err rc = ds_http_listen_check(listen, c->http_keys_file != NULL, c->http_cert_file != NULL,
-                                          c->http_key_file != NULL, c->http_insecure, why);
+    enum ds_err rc = ds_http_listen_check(c->listen, set(c->keys_file), set(c->cert_file), set(c->key_file),
+                                          c->insecure, why);
     if (rc != DS_OK) return rc;
     struct node_http_sec *s = calloc(1, sizeof *s);
-    if (!s) return DS_WHY(why, DS_ERR_NOMEM, "[http]: out of memory");
-    s->max_body = c->http_max_body;
-    s->timeout_s = c->http_timeout_s;
-    s->max_conns = c->http_max_conns;
-    s->per_ip = c->http_per_ip;
+    if (!s) return why_set(why, DS_ERR_NOMEM, "[http]: out of memory");
+    s->per_ip = c->per_ip;
     size_t cert_len = 0;
-    if (c->http_keys_file && (rc = ds_http_keys_load(c->http_keys_file, &s->keys, why)) != DS_OK) goto fail;
-    if (c->http_cert_file &&
-        ((rc = pem_read("cert_file", c->http_cert_file, false, &s->cert_pem, &cert_len, why)) != DS_OK ||
-         (rc = pem_read("key_file", c->http_key_file, true, &s->key_pem, &s->key_pem_len, why)) != DS_OK))
+    if (set(c->keys_file) && (rc = ds_http_keys_load(c->keys_file, &s->keys, why)) != DS_OK) goto fail;
+    if (set(c->cert_file) &&
+        ((rc = pem_read("cert_file", c->cert_file, false, &s->cert_pem, &cert_len, why)) != DS_OK ||
+         (rc = pem_read("key_file", c->key_file, true, &s->key_pem, &s->key_pem_len, why)) != DS_OK ||
+         (rc = try_tls(s, why)) != DS_OK))
         goto fail;
-    if (!s->keys && !ds_http_listen_is_loopback(listen))
-        DS_LOG(DS_LOG_WARN, "[http] listen = %s without keys_file: anyone who reaches it may send requests "
-               "(insecure = true)", listen);
+    if (!s->keys && !ds_http_listen_is_loopback(c->listen))
+        DS_LOG(DS_LOG_WARN, "[http] listen = %s without keys_file (insecure = true): anyone who reaches it may "
+               "send requests", c->listen);
     *out = s;
     return DS_OK;
 fail:
@@ -109,19 +145,17 @@ unsigned node__http_sec_flags(const struct node_http_sec *s)
     return s && s->cert_pem ? (unsigned)MHD_USE_TLS : 0u;
 }
 
-void node__http_sec_options(const struct node_http_sec *s, struct MHD_OptionItem opts[NODE_HTTP_SEC_OPTIONS])
+size_t node__http_sec_options(const struct node_http_sec *s, struct MHD_OptionItem *opts)
 {
     size_t i = 0;
     opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)NODE_HTTP_CONN_MEMORY, NULL };
-    opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)s->timeout_s, NULL };
-    opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->max_conns, NULL };
-    opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)s->per_ip, NULL };
+    if (s->per_ip) opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)s->per_ip, NULL };
     if (s->cert_pem) {
         opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, s->key_pem };
         opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, s->cert_pem };
         opts[i++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES };
     }
-    opts[i] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+    return i;
 }
 
 unsigned node__http_sec_auth(struct node_http_sec *s, struct MHD_Connection *conn, uint64_t now_ns,
@@ -150,25 +184,3 @@ unsigned node__http_sec_auth(struct node_http_sec *s, struct MHD_Connection *con
     return 401;
 }
 
-static enum MHD_Result refuse_all(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_len, void **state)
-{
-    (void)cls; (void)conn; (void)url; (void)method; (void)version; (void)upload; (void)upload_len; (void)state;
-    return MHD_NO;
-}
-
-enum ds_err node__http_sec_try_tls(const struct node_http_sec *s, char *why)
-{
-    if (!s || !s->cert_pem) return DS_OK;
-    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
-        return DS_WHY(why, DS_ERR_UNSUPPORTED, "[http] cert_file: this libmicrohttpd was built without TLS");
-    struct MHD_OptionItem opts[NODE_HTTP_SEC_OPTIONS];
-    node__http_sec_options(s, opts);
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, refuse_all, NULL,
-                                            MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
-    if (!d)
-        return DS_WHY(why, DS_ERR_FORMAT, "[http] cert_file and key_file: GnuTLS refused them (not a certificate "
-                      "and its unencrypted private key in PEM?)");
-    MHD_stop_daemon(d);
-    return DS_OK;
-}

@@ -382,12 +382,16 @@ enum ds_err ds_http_listen_check(const char *listen, bool has_keys, bool has_cer
                                  char *why)
 {
     if (has_cert != has_key)
-        return DS_WHY(why, DS_ERR_INVAL, "[http] %s is set without %s: TLS needs both (PEM files)",
-                      has_cert ? "cert_file" : "key_file", has_cert ? "key_file" : "cert_file");
+        {
+        snprintf(why, DS_WHY_MAX, "[http] %s is set without %s: TLS needs both (PEM files)",
+                 has_cert ? "cert_file" : "key_file", has_cert ? "key_file" : "cert_file");
+        return DS_ERR_INVAL;
+    }
     if (!listen || !*listen || insecure || ds_http_listen_is_loopback(listen)) return DS_OK;
     if (has_keys && has_cert) return DS_OK;
-    return DS_WHY(why, DS_ERR_INVAL,
-                  "[http] listen = %.64s is beyond loopback without %s: set [http] keys_file and "
-                  "cert_file + key_file (docs/security.md), listen on 127.0.0.1, or write [http] insecure = true",
-                  listen, !has_keys && !has_cert ? "API keys or TLS" : !has_keys ? "API keys" : "TLS");
+    snprintf(why, DS_WHY_MAX,
+             "[http] listen = %.64s is beyond loopback without %s: set [http] keys_file and "
+             "cert_file + key_file (docs/security.md), listen on 127.0.0.1, or write [http] insecure = true",
+             listen, !has_keys && !has_cert ? "API keys or TLS" : !has_keys ? "API keys" : "TLS");
+    return DS_ERR_INVAL;
 }
