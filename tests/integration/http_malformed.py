@@ -14,7 +14,8 @@ after each, and the node's log holds no sanitizer report.
 
 sec: the node with API keys and TLS (a throwaway certificate made with
 openssl): no key 401, a wrong key 401, a key over its quota 429 with
-Retry-After, a good key 200 (its tier capped), plain HTTP to the TLS port
+Retry-After, a good key 200 (its "high" requests counted as low, its tier
+cap, in /metrics), plain HTTP to the TLS port
 gets no answer; `dspark-edge --check` refuses 0.0.0.0 without keys and TLS
 (naming insecure = true), takes it with both or with insecure = true, and
 refuses a keys file readable by others (chmod 600) and a key file that is
@@ -391,10 +392,19 @@ def sec(build, source, models):
             if st != 401:
                 wrong.append(f"wrong key: {st} {body[:200]!r}, want 401")
             auth = [f"Authorization: Bearer {good_key}"]
+            high = json.dumps({"model": "stories", "prompt": "The dog", "max_tokens": 1,
+                               "dspark": {"priority": "high"}}).encode()
             for i in range(3):
-                ok, st, body = normal_ok(port, ctx, auth)
-                if not ok:
-                    wrong.append(f"good key, request {i + 1} of its quota of 3: {st} {body!r}")
+                st, _, body = request(port, post("/v1/completions", high, auth), ctx, timeout=30)
+                if st != 200 or b'"choices"' not in body:
+                    wrong.append(f"good key, request {i + 1} of its quota of 3: {st} {body[:200]!r}")
+            # The key's tier cap (low): its "high" requests ran as low.
+            st, _, body = request(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", ctx)
+            text = body.decode("utf-8", "replace")
+            if 'dspark_requests_total{model="stories",tier="low",outcome="ok"} 3' not in text or \
+                    'tier="high",outcome="ok"' in text:
+                wrong.append("the key's tier cap: /metrics does not count its 3 high requests as low: " +
+                             " ".join(ln for ln in text.splitlines() if ln.startswith("dspark_requests_total")))
             st, hd, body = request(port, post("/v1/completions", GOOD, auth), ctx)
             if st != 429 or not hd.get("retry-after", "").isdigit():
                 wrong.append(f"over quota: {st} Retry-After {hd.get('retry-after')!r} {body[:200]!r}, want 429 + Retry-After")
