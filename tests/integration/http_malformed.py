@@ -78,8 +78,9 @@ class Node:
     def start(self, tls_ctx=None):
         wait_until(lambda: port_open(self.mqtt_port), 20, "mosquitto")
         self.log_path = os.path.join(self.work, "edge.log")
-        self.edge = subprocess.Popen([os.path.join(self.build, "edge-agent", "dspark-edge"), "-c", self.ini],
-                                     stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
+        # From another folder: relative paths in the config are its folder's.
+        self.edge = subprocess.Popen([os.path.abspath(os.path.join(self.build, "edge-agent", "dspark-edge")), "-c",
+                                      self.ini], stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, cwd="/")
 
         def healthy():
             if self.edge.poll() is not None:
@@ -380,7 +381,10 @@ def sec(build, source, models):
                    False, "key_file")
 
         # Serving: TLS and keys on loopback.
-        node = Node(build, models, f"keys_file = {keys}\ncert_file = {cert}\nkey_file = {key}\n", "sec")
+        # The keys file beside the config, named relative to it.
+        node = Node(build, models, f"keys_file = http.keys\ncert_file = {cert}\nkey_file = {key}\n", "sec")
+        shutil.copy(keys, os.path.join(node.work, "http.keys"))
+        os.chmod(os.path.join(node.work, "http.keys"), 0o600)
         ctx = ssl.create_default_context(cafile=cert)
         try:
             node.start(ctx)

@@ -936,7 +936,7 @@ static enum ds_err create(struct ds_node *node, void **st)
     /* The guard first: the listen rule, keys and TLS files (also what
     ** --check, which creates the node, refuses). */
     const struct node_http_sec_cfg sc = { cfg->listen, cfg->keys_file, cfg->cert_file, cfg->key_file, cfg->insecure,
-                                          cfg->per_ip };
+                                          cfg->per_ip, node->cfg->file };
     if (node__http_sec_open(&sc, &h->sec, why) != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "%s", why);
         goto fail;

@@ -104,6 +104,15 @@ static bool set(const char *s)
     return s && *s;
 }
 
+/* path, or config_file's folder + "/" + path for a relative one, in buf. */
+static const char *resolve(const char *path, const char *config_file, char *buf, size_t n)
+{
+    const char *slash = config_file ? strrchr(config_file, '/') : NULL;
+    if (!set(path) || path[0] == '/' || !slash) return path;
+    snprintf(buf, n, "%.*s/%s", (int)(slash - config_file), config_file, path);
+    return buf;
+}
+
 enum ds_err node__http_sec_open(const struct node_http_sec_cfg *c, struct node_http_sec **out, char *why)
 {
     *out = NULL;
@@ -114,10 +123,14 @@ enum ds_err node__http_sec_open(const struct node_http_sec_cfg *c, struct node_h
     if (!s) return why_set(why, DS_ERR_NOMEM, "[http]: out of memory");
     s->per_ip = c->per_ip;
     size_t cert_len = 0;
-    if (set(c->keys_file) && (rc = ds_http_keys_load(c->keys_file, &s->keys, why)) != DS_OK) goto fail;
-    if (set(c->cert_file) &&
-        ((rc = pem_read("cert_file", c->cert_file, false, &s->cert_pem, &cert_len, why)) != DS_OK ||
-         (rc = pem_read("key_file", c->key_file, true, &s->key_pem, &s->key_pem_len, why)) != DS_OK ||
+    char keys[4096], cert[4096], key[4096];
+    const char *keys_file = resolve(c->keys_file, c->config_file, keys, sizeof keys);
+    const char *cert_file = resolve(c->cert_file, c->config_file, cert, sizeof cert);
+    const char *key_file = resolve(c->key_file, c->config_file, key, sizeof key);
+    if (set(keys_file) && (rc = ds_http_keys_load(keys_file, &s->keys, why)) != DS_OK) goto fail;
+    if (set(cert_file) &&
+        ((rc = pem_read("cert_file", cert_file, false, &s->cert_pem, &cert_len, why)) != DS_OK ||
+         (rc = pem_read("key_file", key_file, true, &s->key_pem, &s->key_pem_len, why)) != DS_OK ||
          (rc = try_tls(s, why)) != DS_OK))
         goto fail;
     if (!s->keys && !ds_http_listen_is_loopback(c->listen))

@@ -36,6 +36,8 @@ struct node_http_sec_cfg {
     const char *key_file;       /* [http] key_file: its private key (PEM, mode 0600) */
     bool        insecure;       /* [http] insecure: beyond loopback without keys and TLS */
     uint32_t    per_ip;         /* [http] max_connections_per_ip */
+    const char *config_file;    /* the config file read: relative paths are resolved against
+                                ** its folder, as the core's path keys are; NULL = as given */
 };
 
 struct node_http_sec {
