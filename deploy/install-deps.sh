@@ -34,13 +34,13 @@ pkgs=(
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/; shared.grammar its outputs
   python3-paho-mqtt                      # integration.malformed: a third-party MQTT 5 / 3.1.1 client
-  libmicrohttpd-dev                      # dspark exporter / dashboard, the nodes' HTTP API (TLS through GnuTLS)
+  libmicrohttpd-dev                      # the nodes' [http] API (TLS through GnuTLS); dspark exporter / dspark dashboard (HTTP)
   libgnutls28-dev                        # bench_http --tls: its HTTPS client (a dependency of libmicrohttpd-dev too)
   libncurses-dev                         # terminal handling headers (dspark top draws with plain ANSI)
   tmux                                   # integration.top drives dspark top in a pane
-  prometheus                             # integration.exporter: promtool check metrics
+  prometheus                             # integration.exporter, integration.http: promtool check metrics
   chromium                               # integration.dashboard: the page in headless Chromium
-  curl                                   # integration.exporter fetches /metrics
+  curl                                   # integration.exporter, integration.http fetch /metrics
   dpkg-dev fakeroot adduser              # deploy/package.sh: cpack -G DEB, dpkg-shlibdeps; postinst
   file binutils                          # deploy/package.sh: CPack's -dbgsym split (file, objcopy, readelf)
   lintian                                # deploy/package.sh (deploy.packages): 0 errors on every .deb

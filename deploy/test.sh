@@ -32,6 +32,9 @@ fi
 # integration.dashboard drives Chromium with puppeteer-core (pinned in
 # tests/dashboard/package-lock.json).
 (cd tests/dashboard && npm ci --no-audit --no-fund)
+# integration.http drives the node's HTTP API with the official openai client
+# (pinned in tests/http/package-lock.json).
+(cd tests/http && npm ci --no-audit --no-fund)
 
 echo "== Release build (gcc, -Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDS_FATAL_WARNINGS=ON >/dev/null
@@ -62,7 +65,7 @@ if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
         test_integration_edge test_integration_cli_infer test_integration_acl test_integration_tls \
         test_integration_outage test_integration_notify test_integration_center test_integration_overflow \
         test_integration_rollout test_integration_dist test_integration_specnet test_integration_spec_node \
-        test_integration_ops test_integration_httpd test_integration_flood
+        test_integration_ops test_integration_httpd test_integration_flood test_integration_http
   rm -rf build-tsan/tsan && mkdir -p build-tsan/tsan
   tsan_rc=0
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 log_path=$PWD/build-tsan/tsan/report" \

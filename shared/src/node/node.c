@@ -496,6 +496,7 @@ enum ds_err ds_node_run(struct ds_node *node)
 void ds_node_destroy(struct ds_node *node)
 {
     if (!node) return;
+    atomic_store(&node->draining, true);   /* threads that admit (HTTP, node_http.c) take nothing more */
     node__fetch_stop(node);                /* its thread publishes fetch requests */
     node__health_destroy(node);            /* its thread publishes alerts */
     ds_mqtt_destroy(node->mqtt);           /* no callback runs after this */

@@ -24,7 +24,8 @@
 **              every message from its one route table.
 **   take       intake or finish: offered r for `why`; true = the hook owns
 **              r now (sent it on, or queued it with node__enqueue after
-**              setting r->owner). Paho's thread for ROUTE and QUEUE_FULL,
+**              setting r->owner). Paho's thread (or an HTTP connection's,
+**              node_http.c, several at once) for ROUTE and QUEUE_FULL,
 **              the engine loop for LOW_CONFIDENCE (r still holds its run
 **              and weak answer: a hook that takes r calls
 **              node__cascade_detach before sending it on; one that gives

@@ -28,6 +28,7 @@
 */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -83,7 +84,8 @@ struct http_count {
 struct node_http {
     struct ds_node    *node;
     struct http_cfg    cfg;
-    struct MHD_Daemon *d;
+    struct MHD_Daemon *d;                  /* NULL until start */
+    struct sockaddr_in sa;                 /* [http] listen */
     struct node_http_sec *sec;             /* API keys, TLS, bounds (node_http_sec.c) */
     char               addr[64];           /* bound "ADDR:PORT" */
     char               name[128];          /* the node's name and role, copied at create */
@@ -592,7 +594,7 @@ static void sse_add(struct http_call *c, const char *text, size_t n)
     size_t have = c->out_len - c->out_off;
     char *p = malloc(have + n + 1);
     if (!p) return;
-    memcpy(p, c->out + c->out_off, have);
+    if (have) memcpy(p, c->out + c->out_off, have);
     memcpy(p + have, text, n);
     p[have + n] = '\0';
     free(c->out);
@@ -791,13 +793,13 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
         inet_ntop(AF_INET, &((const struct sockaddr_in *)ci->client_addr)->sin_addr, peer, sizeof peer);
     const char *who = c->keyed ? c->client : r->req.client ? r->req.client : peer;
     if (c->keyed) r->req.priority = ds_http_tier_capped(r->req.priority, c->tier_cap);
-    size_t wl = strlen(who) + 6;
+    size_t wl = strlen(who) + sizeof NODE_HTTP_REPLY;
     r->reply = malloc(wl);
     if (!r->reply) {
         node__req_free(r);
         return reply(c, 500, "application/json", NULL, 0);
     }
-    snprintf(r->reply, wl, "http:%s", who);
+    snprintf(r->reply, wl, NODE_HTTP_REPLY "%s", who);
     if (!r->req.deadline_ms) r->req.deadline_ms = h->cfg.deadline_ms;
     c->include_usage = c->x.include_usage;
     snprintf(c->rid, sizeof c->rid, "%s", r->req.id);
@@ -810,11 +812,14 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
     char why[400];
     enum node_admit a = node__admit(node, r, r->recv_ns, false, 0, why, sizeof why);
     if (a != NODE_ADMIT_OK) {
-        node__req_free(r);                   /* releases the sink */
         enum ds_msg_code code = a == NODE_ADMIT_NO_MODEL ? DS_MSG_CODE_MODEL_NOT_FOUND : DS_MSG_CODE_OVERLOADED;
         ds_metrics_record_error(&node->metrics, code);
+        if (r->m)                             /* as node__req_fail counts an MQTT request's */
+            ds_metrics_record_by(&node->metrics, r->m->cfg->name, ds_tier_name(r->req.priority), (int)code, 0, 0,
+                                 (double)NAN, (double)NAN, (double)NAN);
         ds_openai_error_from_code(code, a == NODE_ADMIT_QUOTA, why, &e);
         if (a == NODE_ADMIT_NO_MODEL) snprintf(e.param, sizeof e.param, "model");
+        node__req_free(r);                   /* releases the sink */
         return reply_error(c, &e);
     }
     c->submitted = true;                     /* r is the node's now: never touched here again */
@@ -915,6 +920,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static const struct http_cfg *cfg_of(const struct ds_node_config *c) { return node__ext_config(c, &node_http_ext); }
 
+/* The config is checked here (--check too); the port is bound by start,
+** so that --check beside a running daemon does not find it taken. */
 static enum ds_err create(struct ds_node *node, void **st)
 {
     const struct http_cfg *cfg = cfg_of(node->cfg);
@@ -929,35 +936,21 @@ static enum ds_err create(struct ds_node *node, void **st)
     h->created_s = (uint64_t)time(NULL);
     snprintf(h->name, sizeof h->name, "%s", node->cfg->node);
     pthread_mutex_init(&h->mu, NULL);
-    struct sockaddr_in sa;
     unsigned flags;
     struct MHD_OptionItem opts[16];
     char why[DS_WHY_MAX];
-    /* The guard first: the listen rule, keys and TLS files (also what
-    ** --check, which creates the node, refuses). */
+    /* The guard first: the listen rule, keys and TLS files (--check, which
+    ** creates the node, refuses them too). */
     const struct node_http_sec_cfg sc = { cfg->listen, cfg->keys_file, cfg->cert_file, cfg->key_file, cfg->insecure,
                                           cfg->per_ip, node->cfg->file };
     if (node__http_sec_open(&sc, &h->sec, why) != DS_OK) {
         DS_LOG(DS_LOG_ERROR, "%s", why);
         goto fail;
     }
-    if (!h->cfg.listen || !http_listen_options(h, &sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
+    if (!h->cfg.listen || !http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
         DS_LOG(DS_LOG_ERROR, "%s", h->cfg.listen ? why : "out of memory");
         goto fail;
     }
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
-    if (!h->d) {
-        DS_LOG(DS_LOG_ERROR, "[http] listen = %s: cannot listen there (%s)", h->cfg.listen,
-               errno ? strerror(errno) : "libmicrohttpd refused");
-        goto fail;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
-    snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(sa.sin_port));
-    DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on %s://%s/v1 (at most %u connections, %u per address; %s)",
-           h->sec && h->sec->cert_pem ? "https" : "http", h->addr, h->cfg.max_connections, h->cfg.per_ip,
-           h->sec && h->sec->keys ? "API keys required" : "no API keys");
     *st = h;
     return DS_OK;
 fail:
@@ -968,12 +961,41 @@ fail:
     return DS_ERR_INVAL;
 }
 
+/* Before the node connects: listen. A port that cannot be had stops the
+** daemon at once (exit 1), as a bad config would. */
+static void start(struct ds_node *node, void *st)
+{
+    struct node_http *h = st;
+    unsigned flags;
+    struct MHD_OptionItem opts[16];
+    char why[200];
+    if (http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
+        errno = 0;
+        h->d = MHD_start_daemon(flags, ntohs(h->sa.sin_port), NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
+                                MHD_OPTION_END);
+    }
+    if (!h->d) {
+        DS_LOG(DS_LOG_ERROR, "[http] listen = %s: cannot listen there (%s)", h->cfg.listen,
+               errno ? strerror(errno) : "libmicrohttpd refused");
+        if (node->on_fatal) node->on_fatal(1);   /* the daemons exit here */
+        atomic_store(&node->stop, true);
+        return;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &h->sa.sin_addr, ip, sizeof ip);
+    snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(h->sa.sin_port));
+    DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on %s://%s/v1 (at most %u connections, %u per address; %s)",
+           h->sec && h->sec->cert_pem ? "https" : "http", h->addr, h->cfg.max_connections, h->cfg.per_ip,
+           h->sec && h->sec->keys ? "API keys required" : "no API keys");
+}
+
 static void destroy(struct ds_node *node, void *st)
 {
     (void)node;
     struct node_http *h = st;
     atomic_store(&h->stopping, true);        /* waiting connections answer and return */
-    MHD_stop_daemon(h->d);
+    if (h->d) MHD_stop_daemon(h->d);
     node__http_sec_close(h->sec);
     pthread_mutex_destroy(&h->mu);
     free(h->cfg.listen);
@@ -1030,5 +1052,5 @@ static const struct ds_cfg_key http_keys[] = {
 
 const struct node_ext node_http_ext = {
     .name = "http", .keys = http_keys, .n_keys = DS_ARRAY_LEN(http_keys), .cfg_size = sizeof(struct http_cfg),
-    .create = create, .destroy = destroy, .tick = tick,
+    .create = create, .destroy = destroy, .start = start, .tick = tick,
 };

@@ -14,7 +14,8 @@
 ** own line, never back up (tests/layers.py, layers.deps, finds any cycle
 ** in the calls between ds_node's object files):
 **   node_main.c                       the daemons' main (ds_node_main)
-**   node.c                            the engine loop, create/destroy
+**   node.c node_http.c                the engine loop, create/destroy; the
+**                                     HTTP API (an extension: the hook table)
 **   specnet_wire.c
 **   node_intake.c  node_spec_local.c  requests in; speculation rounds
 **   node_answer.c                     finals, errors, tokens

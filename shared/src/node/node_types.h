@@ -155,6 +155,11 @@ struct node_route {
     void       *st;
 };
 
+/* The reply of an HTTP request: NODE_HTTP_REPLY <client>, never published
+** to; the '+' (a wildcard, which no MQTT request's response topic may hold)
+** keeps its client apart from any device's for the quota. */
+#define NODE_HTTP_REPLY "+http:"
+
 /* Where a request's answers go instead of its response topic: an HTTP
 ** connection (node_http.c). Each answer message of the wire contract (a
 ** stream chunk, then one final or one error) is handed over as JSON text,
@@ -171,7 +176,7 @@ struct node_sink {
 struct node_req {
     uint64_t             key;           /* scheduler id */
     struct ds_infer_req  req;
-    char                *reply;         /* response topic; with a sink, "http:<client>" (never published to) */
+    char                *reply;         /* response topic; with a sink, NODE_HTTP_REPLY <client> */
     struct node_sink    *sink;          /* answers go here instead (HTTP), or NULL */
     void                *corr;          /* correlation data, may be NULL */
     size_t               corr_len;

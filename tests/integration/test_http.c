@@ -1,0 +1,296 @@
+/*
+** test_http.c — integration.http: the node's OpenAI-compatible HTTP API
+** ([http] listen) against real parts: mosquitto, a dspark-center and a
+** dspark-edge (both with [http] listen on a free loopback port), a chat model
+** (stories260K with Llama 2's chat template, each forward pass slowed to a
+** measurable step by [model] delay), then:
+**   - the official `openai` npm client (tests/http/openai.test.js, pinned in
+**     tests/http/package-lock.json; `npm ci` there first) drives the edge:
+**     models, chat and completions non-streamed and streamed, one error of
+**     each status (400, 404, 429, 503 with Retry-After), an abort that frees
+**     the slot within a few steps, route center answered by the center;
+**   - curl: /health 200 "ok" on both nodes, a completion from the center's
+**     own API, /metrics passes `promtool check
+**     metrics` and counts the requests the client made; an unknown path 404
+**     in OpenAI's error shape;
+**   - draining (SIGTERM with a request running): /health 503 "draining" with
+**     Retry-After, a new request 503, the running one still answered.
+** A missing tool (node, npm's modules, curl, promtool) fails the test: CI
+** installs them (deploy/install-deps.sh, deploy/test.sh). Everything waits
+** for events (logs, answers); no fixed sleeps.
+*/
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ds/log.h"
+#include "ds/model.h"
+#include "support/broker.h"
+#include "support/itest.h"
+#include "support/mkmodel.h"
+#include "support/testutil.h"
+
+#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); cleanup(); exit(1); } while (0)
+
+static struct {
+    struct tb_broker *b;
+    char             *dir;
+    char              chat[1024];
+    uint16_t          edge_port, center_port;
+    pid_t             edge, center;
+} g;
+
+static void cleanup(void)
+{
+    if (g.edge > 0) it_stop(g.edge, SIGTERM, 10000);
+    if (g.center > 0) it_stop(g.center, SIGTERM, 10000);
+    if (g.dir) it_log_tail(g.dir, 15);
+    tb_broker_destroy(g.b);
+}
+
+static void need_tool(const char *tool)
+{
+    char cmd[256];
+    int st;
+    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null", tool);
+    free(tu_run(cmd, &st));
+    if (st != 0) FAIL("%s is not installed (deploy/install-deps.sh installs it)", tool);
+}
+
+/* Meta's Llama 2 chat template (as test_edge.c). */
+static const char llama2_template[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == "
+    "'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+
+/* curl's output (OWNED) for args; *code the HTTP status ("%{http_code}"
+** written last on its own line and cut off). */
+static char *curl(const char *args, int *code)
+{
+    char cmd[2048];
+    int st;
+    snprintf(cmd, sizeof cmd, "curl -s -m 30 -w '\\n%%{http_code}' %s", args);
+    char *out = tu_run(cmd, &st);
+    if (!out || st != 0) FAIL("curl %s: exit %d", args, st);
+    char *nl = strrchr(out, '\n');
+    *code = nl ? atoi(nl + 1) : 0;
+    if (nl) *nl = '\0';
+    return out;
+}
+
+/* Wait (up to ms) for GET url to answer want; the last body (OWNED). */
+static char *wait_status(const char *url, int want, int ms)
+{
+    for (int waited = 0;; waited += 20) {
+        int code = 0;
+        char cmd[512];
+        int st;
+        snprintf(cmd, sizeof cmd, "curl -s -m 5 -w '\\n%%{http_code}' '%s'", url);
+        char *out = tu_run(cmd, &st);
+        char *nl = out ? strrchr(out, '\n') : NULL;
+        if (nl) {
+            code = atoi(nl + 1);
+            *nl = '\0';
+        }
+        if (code == want) return out;
+        free(out);
+        if (waited >= ms) FAIL("%s: never answered %d", url, want);
+        usleep(20000);
+    }
+}
+
+static void start(void)
+{
+    ds_log_set(NULL, NULL, DS_LOG_WARN);
+    struct tb_broker_opts bo = { .max_inflight = 100 };
+    enum ds_err rc = tb_broker_start(&bo, &g.b);
+    if (rc == DS_ERR_UNSUPPORTED) {
+        fprintf(stderr, "SKIP: mosquitto is not installed\n");
+        exit(77);
+    }
+    if (rc != DS_OK) FAIL("mosquitto did not start");
+    g.dir = tu_tmpdir();
+    snprintf(g.chat, sizeof g.chat, "%s/chat.gguf", g.dir);
+    struct ds_model *m;
+    if (ds_model_open(tu_model("stories260K.gguf"), &m) != DS_OK) FAIL("stories260K.gguf");
+    if (mk_convert_model_chat(m, g.chat, DS_GGML_TYPE_F32, llama2_template) != DS_OK) FAIL("chat model");
+    ds_model_close(m);
+    g.edge_port = tb_free_port();
+    g.center_port = tb_free_port();
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = center-http\n[mqtt]\nuri = %s\n[spec]\nsessions = 0\n[http]\nlisten = 127.0.0.1:%u\n"
+             "[model chat]\npath = %s\nbackend = cpu\nthreads = 1\nctx = 512\n",
+             tb_broker_uri(g.b), g.center_port, g.chat);
+    g.center = it_spawn(g.dir, "center-node/dspark-center", "center-http", conf, 0);
+    /* One slot for normal requests (max_active 2, reserve_high 1), two queued
+    ** at most, a client at most 2 at once; each pass at least 20 ms. */
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-http\n[mqtt]\nuri = %s\n[http]\nlisten = 127.0.0.1:%u\n"
+             "[sched]\nqueue_normal = 2\nclient_max = 2\n[batch]\nmax_active = 2\nreserve_high = 1\n"
+             "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\nversion = 1\ndelay = 1:20\n",
+             tb_broker_uri(g.b), g.edge_port, g.chat);
+    g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", "edge-http", conf, 0);
+    if (g.center <= 0 || g.edge <= 0) FAIL("spawn");
+    if (!it_log_wait(g.dir, "edge-http", "center center-http is online", 1, 60000)) FAIL("the edge never saw the center");
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/health", g.edge_port);
+    free(wait_status(url, 200, 30000));
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/health", g.center_port);
+    free(wait_status(url, 200, 30000));
+}
+
+/* The openai client's half: tests/http/openai.test.js. */
+static void openai_client(void)
+{
+    char mods[1024], cmd[2048];
+    snprintf(mods, sizeof mods, "%s/tests/http/node_modules/openai/package.json", DS_SOURCE_DIR);
+    struct stat sb;
+    if (stat(mods, &sb) != 0) FAIL("%s missing: run `npm ci` in tests/http (deploy/test.sh does)", mods);
+    snprintf(cmd, sizeof cmd, "node '%s/tests/http/openai.test.js' http://127.0.0.1:%u/v1 chat 2>&1", DS_SOURCE_DIR,
+             g.edge_port);
+    int st;
+    char *out = tu_run(cmd, &st);
+    fprintf(stderr, "%s", out ? out : "");
+    if (st != 0 || !out || !strstr(out, "PASS")) FAIL("openai.test.js (exit %d)", st);
+    free(out);
+}
+
+static void curl_checks(void)
+{
+    char args[2048];
+    int code;
+    /* Health of both nodes. */
+    snprintf(args, sizeof args, "http://127.0.0.1:%u/health", g.center_port);
+    char *o = curl(args, &code);
+    if (code != 200 || !strstr(o, "\"status\":\"ok\"") || !strstr(o, "\"role\":\"center\"")) FAIL("center /health: %d %s", code, o);
+    free(o);
+    /* The center serves HTTP itself too. */
+    snprintf(args, sizeof args, "-H 'content-type: application/json' -d '{\"model\":\"chat\",\"prompt\":\"Once\","
+             "\"max_tokens\":4}' http://127.0.0.1:%u/v1/completions", g.center_port);
+    o = curl(args, &code);
+    if (code != 200 || !strstr(o, "\"tier\":\"center\"") || !strstr(o, "\"completion_tokens\":"))
+        FAIL("a request to the center's own API: %d %s", code, o);
+    free(o);
+    /* An unknown path: OpenAI's error shape. */
+    snprintf(args, sizeof args, "http://127.0.0.1:%u/v1/nothing", g.edge_port);
+    o = curl(args, &code);
+    if (code != 404 || !strstr(o, "{\"error\":{\"message\":")) FAIL("unknown path: %d %s", code, o);
+    free(o);
+    /* /metrics: valid for promtool, and it counts what the client did. */
+    char metrics[1024];
+    snprintf(metrics, sizeof metrics, "%s/metrics.txt", g.dir);
+    snprintf(args, sizeof args, "-o '%s' http://127.0.0.1:%u/metrics", metrics, g.edge_port);
+    free(curl(args, &code));
+    if (code != 200) FAIL("/metrics: %d", code);
+    char cmd[1200];
+    int st;
+    snprintf(cmd, sizeof cmd, "promtool check metrics < '%s' 2>&1", metrics);
+    o = tu_run(cmd, &st);
+    fprintf(stderr, "promtool check metrics: %s\n", o && *o ? o : "(no problems)");
+    if (st != 0) FAIL("promtool check metrics: %s", o ? o : "");
+    free(o);
+    char *text = tu_read_file(metrics, NULL);
+    if (!text) FAIL("read %s", metrics);
+    static const char *const want[] = {
+        "dspark_requests_total{model=\"chat\",tier=\"normal\",outcome=\"ok\"} ",
+        "dspark_requests_total{model=\"chat\",tier=\"normal\",outcome=\"overloaded\"} ",
+        "dspark_prompt_tokens_total{model=\"chat\",tier=\"normal\"} ",
+        "dspark_generated_tokens_total{model=\"chat\",tier=\"normal\"} ",
+        "dspark_request_seconds_bucket{model=\"chat\",tier=\"normal\",le=\"+Inf\"} ",
+        "dspark_ttft_seconds_count{model=\"chat\",tier=\"high\"} ",
+        "dspark_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"429\"} 1\n",
+        "dspark_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"503\"} 1\n",
+        "dspark_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"404\"} 1\n",
+        "dspark_queue_depth{tier=\"normal\"} 0\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(text, want[i])) FAIL("/metrics lacks %s", want[i]);
+    free(text);
+}
+
+/* SIGTERM with a request running: /health says draining (503, Retry-After),
+** a new request is refused 503, the running one is still answered. */
+static void draining(void)
+{
+    char body[1024], args[1536], ans[1024];
+    char cmd[4096];
+    snprintf(ans, sizeof ans, "%s/long.json", g.dir);
+    snprintf(body, sizeof body, "{\"model\":\"chat\",\"prompt\":\"Once upon a time\",\"max_tokens\":150,"
+             "\"dspark\":{\"route\":\"edge\"}}");
+    snprintf(cmd, sizeof cmd, "curl -s -m 60 -o '%s' -w '%%{http_code}' -H 'content-type: application/json' -d '%s' "
+             "http://127.0.0.1:%u/v1/completions > '%s.code' 2>&1 &", ans, body, g.edge_port, ans);
+    int st;
+    free(tu_run(cmd, &st));
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", g.edge_port);
+    for (int i = 0;; i++) {                   /* running: one active request */
+        int code;
+        char *m = curl(url, &code);
+        bool running = strstr(m, "dspark_active_requests 1\n") != NULL;
+        free(m);
+        if (running) break;
+        if (i > 1500) FAIL("the long request never ran");
+        usleep(10000);
+    }
+    kill(g.edge, SIGTERM);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/health", g.edge_port);
+    snprintf(args, sizeof args, "-i %s", url);
+    for (int i = 0;; i++) {
+        int code;
+        char *o = curl(args, &code);
+        bool ok = code == 503 && strstr(o, "\"status\":\"draining\"") && strcasestr(o, "Retry-After: 1");
+        free(o);
+        if (ok) break;
+        if (i > 1000) FAIL("/health never said draining");
+        usleep(10000);
+    }
+    snprintf(args, sizeof args, "-H 'content-type: application/json' -d '{\"model\":\"chat\",\"prompt\":\"x\"}' "
+             "http://127.0.0.1:%u/v1/completions", g.edge_port);
+    int code;
+    char *o = curl(args, &code);
+    if (code != 503 || !strstr(o, "shutting down")) FAIL("a request while draining: %d %s", code, o);
+    free(o);
+    int ws = it_stop(g.edge, SIGTERM, 60000);
+    g.edge = 0;
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) FAIL("the edge did not stop cleanly (status %d)", ws);
+    snprintf(cmd, sizeof cmd, "%s.code", ans);
+    for (int i = 0;; i++) {                   /* curl writes its code when it is done */
+        char *c = tu_read_file(cmd, NULL);
+        bool done = c && *c;
+        if (done && strcmp(c, "200") != 0) FAIL("the running request got %s", c);
+        free(c);
+        if (done) break;
+        if (i > 3000) FAIL("the running request was never answered");
+        usleep(10000);
+    }
+    char *a = tu_read_file(ans, NULL);
+    if (!a || !strstr(a, "\"object\":\"text_completion\"") || !strstr(a, "\"finish_reason\":"))
+        FAIL("the running request's answer: %s", a ? a : "(none)");
+    free(a);
+}
+
+int main(void)
+{
+    tu_skip_from_env();
+    need_tool("node");
+    need_tool("curl");
+    need_tool("promtool");
+    start();
+    openai_client();
+    curl_checks();
+    draining();
+    fprintf(stderr, "integration.http: PASS\n");
+    cleanup();
+    tu_rmdir(g.dir);
+    return 0;
+}
