@@ -16,7 +16,10 @@ sec: the node with API keys and TLS (a throwaway certificate made with
 openssl): no key 401, a wrong key 401, a key over its quota 429 with
 Retry-After, a good key 200 (its "high" requests counted as low, its tier
 cap, in /metrics), plain HTTP to the TLS port
-gets no answer; `dspark-edge --check` refuses 0.0.0.0 without keys and TLS
+gets no answer; the official openai npm client (tests/http/keys.test.js) over
+HTTPS: a wrong apiKey AuthenticationError, models, a completion and a stream
+with its key, then RateLimitError past the key's quota; `dspark-edge --check`
+refuses 0.0.0.0 without keys and TLS
 (naming insecure = true), takes it with both or with insecure = true, and
 refuses a keys file readable by others (chmod 600) and a key file that is
 not a key.
@@ -350,8 +353,13 @@ def sec(build, source, models):
                               "--quota", "3/min"], capture_output=True, text=True, check=True)
         good_key = gen.stdout.split("key: ", 1)[1].split()[0]
         line = [ln for ln in gen.stdout.splitlines() if ln.startswith("blake2b:")][0]
+        # A second key, for the openai npm client: quota 6/min.
+        gen2 = subprocess.run([os.path.join(build, "shared", "dspark"), "http-key", "--client", "npm-client",
+                               "--quota", "6/min"], capture_output=True, text=True, check=True)
+        npm_key = gen2.stdout.split("key: ", 1)[1].split()[0]
+        line2 = [ln for ln in gen2.stdout.splitlines() if ln.startswith("blake2b:")][0]
         with open(keys, "w") as f:
-            f.write("# test keys\n" + line + "\n")
+            f.write("# test keys\n" + line + "\n" + line2 + "\n")
         os.chmod(keys, 0o600)
 
         # --check: the listen rule and the files.
@@ -419,11 +427,24 @@ def sec(build, source, models):
                 st = 0
             if st != 0:
                 wrong.append(f"plain HTTP to the TLS port answered {st}")
+            # The official openai npm client over HTTPS with its own key.
+            mods = os.path.join(source, "tests", "http", "node_modules", "openai", "package.json")
+            node_bin = shutil.which("node") or shutil.which("nodejs")
+            if not node_bin or not os.path.exists(mods):
+                wrong.append(f"the openai npm client: {'node' if not node_bin else mods} missing "
+                             "(run `npm ci` in tests/http; deploy/test.sh does)")
+            else:
+                env = dict(os.environ, NODE_EXTRA_CA_CERTS=cert)
+                p = subprocess.run([node_bin, os.path.join(source, "tests", "http", "keys.test.js"),
+                                    f"https://localhost:{port}/v1", "stories", npm_key, "6"],
+                                   capture_output=True, text=True, timeout=120, env=env)
+                if p.returncode != 0 or "PASS" not in p.stdout:
+                    wrong.append(f"the openai npm client: exit {p.returncode}: {(p.stdout + p.stderr)[-800:]}")
             status = node.stop()
             log = node.log()
             if "Sanitizer" in log or "runtime error" in log:
                 wrong.append("sanitizer report in the node's log")
-            if good_key in log:
+            if good_key in log or npm_key in log:
                 wrong.append("the API key appears in the node's log")
             if status != 0:
                 wrong.append(f"dspark-edge exited {status}")
