@@ -391,11 +391,11 @@ static bool http_listen_options(struct node_http *h, struct sockaddr_in *sa, uns
     *flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     size_t n = 0;
 #define OPT(o, v, p) do { DS_ASSERT(n + 1 < cap); opts[n++] = (struct MHD_OptionItem){ o, (intptr_t)(v), p }; } while (0)
+    OPT(MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h);     /* first: MHD logs the options after it through it */
     OPT(MHD_OPTION_SOCK_ADDR, 0, sa);
     OPT(MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_connections, NULL);
     OPT(MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.idle_s, NULL);
     OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
-    OPT(MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h);
 #undef OPT
     DS_ASSERT(n + NODE_HTTP_SEC_OPTIONS <= cap);
     n += node__http_sec_options(h->sec, opts + n);
