@@ -521,8 +521,7 @@ static enum MHD_Result get_metrics(struct http_call *c)
 {
     struct node_http *h = c->h;
     struct ds_node *node = h->node;
-    static struct ds_metrics_by zero;
-    struct ds_metrics_by *by = malloc(sizeof zero * DS_METRICS_BY_MAX);
+    struct ds_metrics_by *by = malloc(sizeof(struct ds_metrics_by) * DS_METRICS_BY_MAX);
     if (!by) return reply(c, 500, "text/plain", NULL, 0);
     unsigned n = ds_metrics_totals(&node->metrics, by);
     struct buf b = { 0 };
