@@ -21,8 +21,8 @@ HTTPS: a wrong apiKey AuthenticationError, models, a completion and a stream
 with its key, then RateLimitError past the key's quota; `dspark-edge --check`
 refuses 0.0.0.0 without keys and TLS
 (naming insecure = true), takes it with both or with insecure = true, and
-refuses a keys file readable by others (chmod 600) and a key file that is
-not a key.
+refuses a keys file readable by others (chmod 600), a TLS key readable by the
+group, a certificate without its key, and a key file that is not a key.
 
 Usage: http_malformed.py malformed|sec BUILD_DIR SOURCE_DIR MODELS_DIR
 """
@@ -385,6 +385,12 @@ def sec(build, source, models):
         check_case("a keys file of mode 0644", f"keys_file = {keys}\ncert_file = {cert}\nkey_file = {key}\n",
                    False, "chmod 600")
         os.chmod(keys, 0o600)
+        os.chmod(key, 0o640)
+        check_case("a TLS key of mode 0640", f"keys_file = {keys}\ncert_file = {cert}\nkey_file = {key}\n",
+                   False, "chmod 600")
+        os.chmod(key, 0o600)
+        check_case("a certificate without its key", f"keys_file = {keys}\ncert_file = {cert}\n", False,
+                   "cert_file is set without key_file")
         check_case("a certificate as its own key", f"keys_file = {keys}\ncert_file = {cert}\nkey_file = {cert}\n",
                    False, "key_file")
 
