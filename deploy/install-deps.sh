@@ -34,7 +34,8 @@ pkgs=(
   libcmocka-dev                          # unit tests
   python3-jsonschema                     # shared.msg validates encoder output against schemas/; shared.grammar its outputs
   python3-paho-mqtt                      # integration.malformed: a third-party MQTT 5 / 3.1.1 client
-  libmicrohttpd-dev                      # the nodes' [http] API; dspark exporter / dspark dashboard (HTTP)
+  libmicrohttpd-dev                      # the nodes' [http] API (TLS through GnuTLS); dspark exporter / dspark dashboard (HTTP)
+  libgnutls28-dev                        # bench_http --tls: its HTTPS client (a dependency of libmicrohttpd-dev too)
   libncurses-dev                         # terminal handling headers (dspark top draws with plain ANSI)
   tmux                                   # integration.top drives dspark top in a pane
   prometheus                             # integration.exporter, integration.http: promtool check metrics

@@ -44,7 +44,7 @@ HEADERS = {
     "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
     "program.h": "engine", "grammar.h": "engine",
     "mqtt.h": "net", "msg.h": "net", "topics.h": "net", "json_schema.h": "net", "openai.h": "net",
-    "keys.h": "trust", "bundle.h": "trust", "registry.h": "trust", "dist.h": "trust",
+    "keys.h": "trust", "bundle.h": "trust", "registry.h": "trust", "dist.h": "trust", "http_keys.h": "trust",
     "node.h": "node", "metrics.h": "node",
 }
 # Libraries: their layer for the symbol check (edge and center are both "role").

@@ -32,6 +32,7 @@ int cmd_tokenize(int argc, char **argv);           /* cmd_tokenize.c */
 int cmd_perplexity(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_http_key(int argc, char **argv);        /* cmd_http_key.c */
 int cmd_model(int argc, char **argv);
 /* cmd_model_rollout.c: argv[0] is the subcommand (promote, canary, shadow, rollback). */
 int cmd_model_control(int argc, char **argv);

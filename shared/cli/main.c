@@ -19,6 +19,7 @@ static const struct cli_command commands[] = {
     { "perplexity", cmd_perplexity, "teacher-forced perplexity (and logits) of a model over a text" },
     { "infer", cmd_infer, "send inference requests to the edge/center over MQTT" },
     { "keygen", cmd_keygen, "make a publisher signing key or a node key pair" },
+    { "http-key", cmd_http_key, "make an API key for the nodes' HTTP server" },
     { "model", cmd_model, "model bundles and versions: pack, verify, list, promote, canary, shadow, rollback" },
     { "top", cmd_top, "live view of the fleet in the terminal" },
     { "dashboard", cmd_dashboard, "serve the web dashboard and print its URL" },

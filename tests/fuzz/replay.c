@@ -24,6 +24,8 @@ int ds_fuzz_edge_one(const uint8_t *data, size_t size);
 int ds_fuzz_spec_one(const uint8_t *data, size_t size);
 int ds_fuzz_intake_one(const uint8_t *data, size_t size);
 int ds_fuzz_grammar_one(const uint8_t *data, size_t size);
+int ds_fuzz_http_keys_one(const uint8_t *data, size_t size);
+int ds_fuzz_openai_one(const uint8_t *data, size_t size);
 
 static const struct {
     const char *name;
@@ -41,6 +43,8 @@ static const struct {
     { "fuzz_spec", ds_fuzz_spec_one },
     { "fuzz_intake", ds_fuzz_intake_one },
     { "fuzz_grammar", ds_fuzz_grammar_one },
+    { "fuzz_http_keys", ds_fuzz_http_keys_one },
+    { "fuzz_openai", ds_fuzz_openai_one },
 };
 
 /* OWNED contents of path in a buffer of exactly its size (so ASan sees any

@@ -27,7 +27,7 @@ esac
 secs=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf tok_load manifest dist request alert ini control edge spec intake)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf tok_load manifest dist request alert ini control edge spec intake http_keys openai)
 bdir=${DS_FUZZ_BUILD:-build-fuzz}
 if [ ! -f "$bdir/CMakeCache.txt" ]; then
   cmake -S . -B "$bdir" -DCMAKE_C_COMPILER=clang -DDS_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null

@@ -90,7 +90,7 @@ static void fail_run(const char *const *args, const struct res *r, const char *w
 
 /* Every subcommand, as typed: its words, then room for more. */
 static const char *const commands[][2] = {
-    { "run" }, { "tokenize" }, { "perplexity" }, { "infer" }, { "keygen" }, { "top" }, { "dashboard" },
+    { "run" }, { "tokenize" }, { "perplexity" }, { "infer" }, { "keygen" }, { "http-key" }, { "top" }, { "dashboard" },
     { "exporter" }, { "model", "pack" }, { "model", "verify" }, { "model", "list" }, { "model", "promote" },
     { "model", "canary" }, { "model", "shadow" }, { "model", "rollback" }, { "model", "publish" },
 };

@@ -26,9 +26,10 @@
 **
 ** Owns: the server; each call (struct http_call), counted by its two
 ** holders, the connection and the node's request (the sink).
-** The one place a request is authenticated: http_authenticate (accepts
-** everyone today); the one place the listen options are built:
-** http_listen_options.
+** The one place a request is authenticated: http_authenticate, at its
+** headers (the API keys of node_http_sec.c: a refused request's body is
+** never kept); the one place the listen options are built:
+** http_listen_options (the guard's bounds and TLS added).
 */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +49,7 @@
 
 #include "ds/log.h"
 #include "ds/openai.h"
+#include "node_http_sec.h"
 #include "node_internal.h"
 
 /* ---- configuration ---- */
@@ -57,6 +59,12 @@ struct http_cfg {
     uint32_t max_connections;   /* [http] max_connections */
     uint32_t idle_s;            /* [http] idle_timeout_s */
     uint32_t deadline_ms;       /* [http] deadline_ms: a request's deadline when it names none */
+    /* The guard's keys (node_http_sec.h): read at start. */
+    char    *keys_file;         /* [http] keys_file: API keys (mode 0600) */
+    char    *cert_file;         /* [http] cert_file: TLS certificate chain (PEM) */
+    char    *key_file;          /* [http] key_file: its private key (PEM, mode 0600) */
+    bool     insecure;          /* [http] insecure: beyond loopback without keys and TLS */
+    uint32_t per_ip;            /* [http] max_connections_per_ip */
 };
 
 #define HTTP_WAIT_MS      250     /* a waiting connection looks at the server's stop this often */
@@ -83,6 +91,7 @@ struct node_http {
     struct http_cfg    cfg;
     struct MHD_Daemon *d;                  /* NULL until start */
     struct sockaddr_in sa;                 /* [http] listen */
+    struct node_http_sec *sec;             /* API keys, TLS, bounds (node_http_sec.c) */
     char               addr[64];           /* bound "ADDR:PORT" */
     char               name[128];          /* the node's name and role, copied at create */
     enum ds_msg_role   role;
@@ -121,6 +130,13 @@ struct http_call {
     char             *body;
     size_t            len, cap;
     bool              too_big;
+    /* http_authenticate's verdict, at the headers */
+    unsigned          auth_status;         /* 0 = may go on, else 401 or 429 */
+    const char       *auth_code, *auth_msg;
+    uint32_t          retry_after_s;       /* 429: Retry-After */
+    bool              keyed;               /* a key said who: client and tier_cap hold */
+    char              client[DS_HTTP_CLIENT_MAX + 1];
+    enum ds_tier      tier_cap;
     bool              submitted, finished; /* in the node; its last message answered */
     struct ds_openai_req x;
     struct ds_openai_resp resp;
@@ -268,6 +284,12 @@ static enum MHD_Result reply(struct http_call *c, int status, const char *type, 
     MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (status == 503) MHD_add_response_header(r, "Retry-After", HTTP_RETRY_AFTER);
+    if (status == 429 && c->retry_after_s) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%u", c->retry_after_s);
+        MHD_add_response_header(r, "Retry-After", ra);
+    }
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (c->x.ignored[0]) MHD_add_response_header(r, "X-Dspark-Ignored-Fields", c->x.ignored);
     enum MHD_Result ok = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -300,18 +322,27 @@ static enum MHD_Result reply_code(struct http_call *c, int status, const char *t
 
 /* ---- authentication and listening: the one place each ---- */
 
-/* Who sends this request: true and *client (a name for the quota; NULL =
-** the request's own "user", else the peer's address) when it may be
-** served; false with e filled (401) when not. Today every request may:
-** API keys ([http] keys_file) plug in here. */
-static bool http_authenticate(struct node_http *h, struct MHD_Connection *conn, const char **client,
-                              struct ds_openai_error *e)
+/* Who sends this request, at its headers: the Bearer check of the API keys
+** file (node_http_sec.c; without one every request may go on). Sets
+** c->auth_status (0, 401 or 429, with its code and message), and with a key
+** c->client and c->tier_cap. */
+static void http_authenticate(struct http_call *c)
 {
-    (void)h;
-    (void)conn;
-    (void)e;
-    *client = NULL;
-    return true;
+    struct ds_http_client who;
+    c->auth_status = node__http_sec_auth(c->h->sec, c->conn, ds_now_ns(), &who, &c->auth_code, &c->auth_msg);
+    c->retry_after_s = who.retry_after_s;
+    c->keyed = who.name[0] != 0;
+    snprintf(c->client, sizeof c->client, "%s", who.name);
+    c->tier_cap = who.tier_cap;
+    if (c->auth_status == 429)
+        DS_LOG_LIMITED(DS_LOG_INFO, "http: API key of client %s over its quota (429, Retry-After %u s)", who.name,
+                       who.retry_after_s);
+}
+
+static enum MHD_Result reply_auth(struct http_call *c)
+{
+    return reply_code(c, (int)c->auth_status, c->auth_status == 429 ? "insufficient_quota" : "invalid_request_error",
+                      c->auth_code, "%s", c->auth_msg);
 }
 
 /* Parse "ADDR:PORT" (IPv4 dotted, or localhost) into sa; false with why. */
@@ -365,12 +396,15 @@ static bool http_listen_options(struct node_http *h, struct sockaddr_in *sa, uns
     *flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     size_t n = 0;
 #define OPT(o, v, p) do { DS_ASSERT(n + 1 < cap); opts[n++] = (struct MHD_OptionItem){ o, (intptr_t)(v), p }; } while (0)
+    OPT(MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h);     /* first: MHD logs the options after it through it */
     OPT(MHD_OPTION_SOCK_ADDR, 0, sa);
     OPT(MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_connections, NULL);
     OPT(MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.idle_s, NULL);
     OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
-    OPT(MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h);
 #undef OPT
+    DS_ASSERT(n + NODE_HTTP_SEC_OPTIONS <= cap);
+    n += node__http_sec_options(h->sec, opts + n);
+    *flags |= node__http_sec_flags(h->sec);
     opts[n] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
     return true;
 }
@@ -740,9 +774,8 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
 {
     struct node_http *h = c->h;
     struct ds_node *node = h->node;
-    const char *client = NULL;
     struct ds_openai_error e = { 0 };
-    if (!http_authenticate(h, c->conn, &client, &e)) return reply_error(c, &e);
+    if (c->auth_status) return reply_auth(c);
     if (c->too_big)
         return reply_code(c, 413, "invalid_request_error", "invalid_request", "the body is larger than %zu bytes",
                           node->limits.max_payload);
@@ -764,7 +797,8 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)ci->client_addr)->sin_addr, peer, sizeof peer);
-    const char *who = client ? client : r->req.client ? r->req.client : peer;
+    const char *who = c->keyed ? c->client : r->req.client ? r->req.client : peer;
+    if (c->keyed) r->req.priority = ds_http_tier_capped(r->req.priority, c->tier_cap);
     size_t wl = strlen(who) + sizeof NODE_HTTP_REPLY;
     r->reply = malloc(wl);
     if (!r->reply) {
@@ -837,11 +871,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         }
         *con_cls = c;
+        if (!strncmp(url, "/v1/", 4)) http_authenticate(c);   /* /health and /metrics are open */
         return MHD_YES;
     }
     if (*upload_len) {                       /* a piece of the body */
         size_t n = *upload_len;
         *upload_len = 0;
+        if (c->auth_status) return MHD_YES;  /* refused: its body is not kept */
         if (c->too_big || c->len + n > h->node->limits.max_payload) {
             c->too_big = true;
             return MHD_YES;
@@ -871,6 +907,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!get) return reply_code(c, 405, "invalid_request_error", NULL, "%s takes GET", ep);
     if (ep[1] == 'h') return get_health(c);
     if (ep[1] == 'm') return get_metrics(c);
+    if (c->auth_status) return reply_auth(c);
     return get_models(c, !strncmp(url, models, sizeof models - 1) ? url + sizeof models - 1 : NULL);
 }
 
@@ -894,7 +931,7 @@ static bool http_listen(struct node_http *h)
 {
     unsigned flags;
     struct MHD_OptionItem opts[16];
-    char why[200];
+    char why[DS_WHY_MAX];
     if (http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
         errno = 0;
         h->d = MHD_start_daemon(flags, ntohs(h->sa.sin_port), NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
@@ -909,8 +946,9 @@ static bool http_listen(struct node_http *h)
     char ip[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &h->sa.sin_addr, ip, sizeof ip);
     snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(h->sa.sin_port));
-    DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on http://%s/v1 (at most %u connections)", h->addr,
-           h->cfg.max_connections);
+    DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on %s://%s/v1 (at most %u connections, %u per address; %s)",
+           h->sec && h->sec->cert_pem ? "https" : "http", h->addr, h->cfg.max_connections, h->cfg.per_ip,
+           h->sec && h->sec->keys ? "API keys required" : "no API keys");
     return true;
 }
 
@@ -935,22 +973,32 @@ static enum ds_err create(struct ds_node *node, void **st)
     pthread_mutex_init(&h->mu, NULL);
     unsigned flags;
     struct MHD_OptionItem opts[16];
-    char why[200];
+    char why[DS_WHY_MAX];
+    enum ds_err rc = DS_ERR_INVAL;
+    /* The guard first: the listen rule, keys and TLS files (--check, which
+    ** creates the node, refuses them too). */
+    const struct node_http_sec_cfg sc = { cfg->listen, cfg->keys_file, cfg->cert_file, cfg->key_file, cfg->insecure,
+                                          cfg->per_ip, node->cfg->file };
+    if (node__http_sec_open(&sc, &h->sec, why) != DS_OK) {
+        DS_LOG(DS_LOG_ERROR, "%s", why);
+        goto fail;
+    }
     if (!h->cfg.listen || !http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
         DS_LOG(DS_LOG_ERROR, "%s", h->cfg.listen ? why : "out of memory");
-        free(h->cfg.listen);
-        pthread_mutex_destroy(&h->mu);
-        free(h);
-        return DS_ERR_INVAL;
+        goto fail;
     }
     if (node->cfg->serve_early && !http_listen(h)) {     /* the daemon exits 1, naming it */
-        free(h->cfg.listen);
-        pthread_mutex_destroy(&h->mu);
-        free(h);
-        return DS_ERR_IO;
+        rc = DS_ERR_IO;
+        goto fail;
     }
     *st = h;
     return DS_OK;
+fail:
+    node__http_sec_close(h->sec);
+    free(h->cfg.listen);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    return rc;
 }
 
 /* Before the node connects: listen, unless create did. A port that cannot
@@ -969,6 +1017,7 @@ static void destroy(struct ds_node *node, void *st)
     struct node_http *h = st;
     atomic_store(&h->stopping, true);        /* waiting connections answer and return */
     if (h->d) MHD_stop_daemon(h->d);
+    node__http_sec_close(h->sec);
     pthread_mutex_destroy(&h->mu);
     free(h->cfg.listen);
     free(h);
@@ -1010,6 +1059,15 @@ static const struct ds_cfg_key http_keys[] = {
       "close an HTTP connection silent this long" },
     { "http", "deadline_ms", DS_CFG_U32, O(deadline_ms), "60000", 1, DS_MSG_DEADLINE_MAX_MS, 0,
       "deadline of an HTTP request that names none (dspark.deadline_ms): queued longer, it is answered 504" },
+    { "http", "keys_file", DS_CFG_STR, O(keys_file), NULL, 0, 0, 0,
+      "API keys file (mode 0600; lines 'KEY CLIENT TIER_CAP QUOTA', dspark http-key makes them): /v1 requests then "
+      "need 'Authorization: Bearer KEY' (401 without, 429 over the key's quota)" },
+    { "http", "cert_file", DS_CFG_STR, O(cert_file), NULL, 0, 0, 0, "TLS certificate chain (PEM): HTTPS instead of HTTP" },
+    { "http", "key_file", DS_CFG_STR, O(key_file), NULL, 0, 0, 0, "its private key (PEM, unencrypted, mode 0600)" },
+    { "http", "insecure", DS_CFG_BOOL, O(insecure), "false", 0, 0, 0,
+      "serve HTTP beyond loopback without API keys and TLS (refused at --check and at start otherwise)" },
+    { "http", "max_connections_per_ip", DS_CFG_U32, O(per_ip), "32", 1, 4096, 0,
+      "HTTP connections at once from one address (a slow or greedy client cannot take them all)" },
 };
 #undef O
 
