@@ -30,6 +30,8 @@ for pair in "$@"; do
     edge)
         echo "topic read $P/infer/+/+"
         echo "topic read $P/cancel/#"
+        echo "# cancels of requests it relayed to a center, under its own name only"
+        echo "topic write $P/cancel/$n/#"
         echo "topic write $P/reply/#"
         echo "topic write $P/center/infer/+/$n"
         echo "# weighted routing: one named center (center/<center>/infer/<model>/<edge>)"

@@ -26,10 +26,18 @@
 ** (weighted) or goes to $share (weighted_share). routing = share sends
 ** every request to DS_TOPIC_CENTER_INFER <model> as before.
 **
+** A request at a center is cancelled there when its HTTP client hangs up
+** or its device cancels it: the edge publishes DS_TOPIC_CANCEL <this
+** edge>/<key> {"id"} (the ACL lets an edge write only under its own name,
+** and a center takes a cancel for a relayed request from the edge that
+** relayed it), once per request; the center's final (finish_reason
+** cancelled) comes back on the relay topic as any answer does, even before
+** its accept (a request cancelled while queued there).
+**
 ** Hooks (node_ext.h): take sends a request the node offers (route, full
 ** queue, weak answer) to a live center; tick takes back what a dead or
 ** silent center holds, or what the broker refused to pass on (refused);
-** pending makes draining wait for them.
+** pending makes draining wait for them; cancel passes a cancel on.
 **
 ** Owns: the center table and the table of requests at a center (both under
 ** one mutex; touched from Paho's thread and the engine loop).
@@ -80,6 +88,7 @@ struct pending {
     uint32_t         relayed;      /* chunks forwarded to the device */
     bool             lost;         /* its center died: the engine loop takes it back */
     bool             refused;      /* the broker refused to pass it on: the same, at once */
+    bool             cancelled;    /* its cancel went to the centers */
 };
 
 struct edge_overflow {
@@ -399,7 +408,10 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
     struct node_req *r = p->r;
     const char *by;
     enum relay_kind kind = edge__relay_kind(j, r->req.id, &by);
-    if (kind == RELAY_ERROR && !p->center[0]) {
+    /* Cancelled while queued at a center: its final (or error) comes
+    ** without an accept, and is the answer; nothing is served here. */
+    bool cancel_answer = p->cancelled && !p->center[0] && (kind == RELAY_LAST || kind == RELAY_ERROR);
+    if (kind == RELAY_ERROR && !p->center[0] && !cancel_answer) {
         /* A refusal before any center took it (or a stranger's error): not
         ** forwarded; the engine loop serves the request here instead. */
         p->lost = true;
@@ -410,7 +422,7 @@ static bool on_relay(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         return true;
     }
     const char *bad = kind == RELAY_BAD ? "not an accept, chunk, final or error of the schema for this request"
-                    : kind != RELAY_ACCEPT && !p->center[0] ? "before any center accepted the request"
+                    : kind != RELAY_ACCEPT && !p->center[0] && !cancel_answer ? "before any center accepted the request"
                     : kind == RELAY_ACCEPT && p->center[0] ? "a second accept"
                     : kind == RELAY_LAST && by && strcmp(by, p->center) ? "a final from another center"
                     : kind == RELAY_CHUNK && chunk_index(j) != p->relayed ? "a chunk out of order (a repeat, or "
@@ -577,8 +589,12 @@ cJSON *edge__overflow_req_json(const struct node_req *r)
     cJSON_AddBoolToObject(j, "stream", q->stream);
     cJSON_AddStringToObject(j, "priority", ds_tier_name(q->priority));
     cJSON_AddStringToObject(j, "route", "center");
-    /* The canary split at the center hashes the device, not the relay topic. */
-    const char *client = q->client ? q->client : r->reply && strlen(r->reply) <= DS_MSG_ID_MAX ? r->reply : NULL;
+    /* The canary split at the center hashes the device, not the relay topic.
+    ** An HTTP client is its NODE_HTTP_REPLY <client>, never its "user"
+    ** alone: that may name a device's topic, whose owner could then cancel
+    ** it at the center (node__cancel_owns) or spend its quota there. */
+    const char *client = !r->sink && q->client ? q->client
+                       : r->reply && strlen(r->reply) <= DS_MSG_ID_MAX ? r->reply : NULL;
     if (client) cJSON_AddStringToObject(j, "client", client);
     return j;
 }
@@ -652,6 +668,38 @@ static bool take(struct ds_node *node, void *st, struct node_req *r, enum node_t
     }
     atomic_fetch_add(&node->n_overflowed, 1);
     return true;
+}
+
+/* A cancel (an HTTP client that hung up, a device's cancel message) of a
+** request this edge holds at a center, sent by whoever may cancel it here:
+** passed on to the centers, once. The center takes it from this edge only
+** (node__cancel_owns); it answers the request finish_reason cancelled on
+** the relay topic, which goes to the client as any answer does. */
+static void cancel(struct ds_node *node, void *st, const struct node_cancel *c)
+{
+    struct edge_overflow *o = st;
+    unsigned long long key = 0;
+    bool send = false;
+    pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; o->n_pending && i < MAX_PENDING && !send; i++) {
+        struct pending *p = &o->p[i];
+        if (!p->r || p->lost || p->cancelled || strcmp(p->r->req.id, c->id) || !node__cancel_owns(c, p->r)) continue;
+        p->cancelled = send = true;
+        key = (unsigned long long)p->r->key;
+    }
+    pthread_mutex_unlock(&o->mu);
+    if (!send) return;
+    char topic[192];
+    snprintf(topic, sizeof topic, DS_TOPIC_CANCEL "%.64s/%llu", node->cfg->node, key);
+    cJSON *j = cJSON_CreateObject();
+    if (j) cJSON_AddStringToObject(j, "id", c->id);
+    char *json = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!json || ds_mqtt_publish(node->mqtt, topic, json, strlen(json), 1, false, NULL) != DS_OK)
+        DS_LOG_LIMITED(DS_LOG_WARN, "request %s: its cancel could not be sent to the centers on %s", c->id, topic);
+    else
+        DS_LOG(DS_LOG_INFO, "request %s: cancelled by its client: the cancel goes to the center on %s", c->id, topic);
+    free(json);
 }
 
 /* Engine loop: requests whose center died or never took them come back. */
@@ -772,4 +820,5 @@ const struct node_ext edge_overflow_ext = {
     .model_help = "cascade (mean log-prob below which a non-streamed answer goes to a center; 0 = off)",
     .name = "edge_overflow", .max_msg = RELAY_MAX, .create = create, .destroy = destroy, .start = start, .take = take,
     .tick = tick, .pending = pending, .refused = refused, .telemetry = telemetry,
+    .cancel = cancel,
 };

@@ -54,6 +54,8 @@ static const struct fam fams[] = {
     { "reply other (dev-2)", DS_TOPIC_REPLY "dev-2/x",   DS_TOPIC_REPLY "dev-2/#",  "nyynn", "nnnnn" },
     { "cancel own (dev-1)", DS_TOPIC_CANCEL "dev-1/r1",  DS_TOPIC_CANCEL "#",       "ynnnn", "nyynn" },
     { "cancel other (dev-2)", DS_TOPIC_CANCEL "dev-2/r1", DS_TOPIC_CANCEL "dev-2/#", "nnnnn", "nyynn" },
+    { "cancel own (edge-1)", DS_TOPIC_CANCEL "edge-1/7", DS_TOPIC_CANCEL "edge-1/#", "nynnn", "nyynn" },
+    { "cancel other edge (edge-2)", DS_TOPIC_CANCEL "edge-2/7", DS_TOPIC_CANCEL "edge-2/#", "nnnnn", "nyynn" },
     { "center infer",       DS_TOPIC_CENTER_INFER "m/edge-1", DS_SHARE_CENTER DS_TOPIC_CENTER_INFER "+/+", "nynnn", "nnynn" },
     { "center infer other", DS_TOPIC_CENTER_INFER "m/edge-2", DS_TOPIC_CENTER_INFER "+/edge-2", "nnnnn", "nnynn" },
     { "center infer (no id)", DS_TOPIC_CENTER_INFER "m", DS_TOPIC_CENTER_INFER "+", "nnnnn", "nnnnn" },

@@ -13,26 +13,42 @@
 **     own API, /metrics passes `promtool check
 **     metrics` and counts the requests the client made; an unknown path 404
 **     in OpenAI's error shape;
+**   - a streamed request relayed to the center (route center) whose client
+**     hangs up: the edge sends the center its cancel, the center's own
+**     answer on the edge's relay topic says finish_reason "cancelled" within
+**     a bounded number of its tokens (steps) past what the client saw, and
+**     the center takes the next request; a device's MQTT cancel of a request
+**     its edge overflowed ends it the same way;
 **   - draining (SIGTERM with a request running): /health 503 "draining" with
-**     Retry-After, a new request 503, the running one still answered.
+**     Retry-After, a new request 503, the running one still answered;
+**   - loading: an edge held before its models load (the DSPARK_DEBUG_HOLD_LOAD
+**     test hook) already listens: /health 503 "loading" with Retry-After,
+**     /v1/models and a completion 503, /metrics 200; once it loads, 200.
 ** A missing tool (node, npm's modules, curl, promtool) fails the test: CI
 ** installs them (deploy/install-deps.sh, deploy/test.sh). Everything waits
 ** for events (logs, answers); no fixed sleeps.
 */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ds/log.h"
 #include "ds/model.h"
+#include "ds/topics.h"
 #include "support/broker.h"
 #include "support/itest.h"
 #include "support/mkmodel.h"
 #include "support/testutil.h"
+
+extern char **environ;
 
 #define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); cleanup(); exit(1); } while (0)
 
@@ -127,9 +143,12 @@ static void start(void)
     g.edge_port = tb_free_port();
     g.center_port = tb_free_port();
     char conf[2048];
+    /* The center: one slot for normal requests, each pass at least 20 ms
+    ** (relay_cancel counts its steps and needs the slot back). */
     snprintf(conf, sizeof conf,
              "[node]\nname = center-http\n[mqtt]\nuri = %s\n[spec]\nsessions = 0\n[http]\nlisten = 127.0.0.1:%u\n"
-             "[model chat]\npath = %s\nbackend = cpu\nthreads = 1\nctx = 512\n",
+             "[batch]\nmax_active = 2\nreserve_high = 1\n"
+             "[model chat]\npath = %s\nbackend = cpu\nthreads = 1\nctx = 512\nversion = 1\ndelay = 1:20\n",
              tb_broker_uri(g.b), g.center_port, g.chat);
     g.center = it_spawn(g.dir, "center-node/dspark-center", "center-http", conf, 0);
     /* One slot for normal requests (max_active 2, reserve_high 1), two queued
@@ -218,6 +237,123 @@ static void curl_checks(void)
     free(text);
 }
 
+/* ---- a client that hangs up when the test says ---- */
+
+/* POST body to path on the loopback port over a raw socket: the socket. */
+static int http_post_raw(uint16_t port, const char *path, const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) FAIL("connect to port %u", port);
+    char req[2048];
+    int n = snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", path, strlen(body), body);
+    if (n <= 0 || (size_t)n >= sizeof req || write(fd, req, (size_t)n) != n) FAIL("write the request");
+    return fd;
+}
+
+/* Read the event stream on fd until it holds n events ("data: {"), up to
+** ms: the events read; the text so far in out (cap bytes). */
+static int sse_read_events(int fd, int n, int ms, char *out, size_t cap)
+{
+    size_t len = 0;
+    int seen = 0;
+    out[0] = '\0';
+    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000ull;
+    while (seen < n && len + 1 < cap) {
+        uint64_t now = ds_now_ns();
+        if (now >= end) break;
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, (int)((end - now) / 1000000ull) + 1) <= 0) continue;
+        ssize_t r = read(fd, out + len, cap - len - 1);
+        if (r <= 0) break;
+        len += (size_t)r;
+        out[len] = '\0';
+        seen = 0;
+        for (const char *q = out; (q = strstr(q, "data: {")); q++) seen++;
+    }
+    return seen;
+}
+
+/* A streamed request relayed to the center whose HTTP client hangs up after
+** three events: the edge passes the cancel on, the center stops it within
+** a bounded number of tokens (one per step: 20 ms passes, 300 tokens would
+** take 6 s) and answers finish_reason "cancelled" on the edge's relay topic
+** (its own answer, watched here), and takes the next request. Then the same
+** for a device's MQTT cancel of a request its edge overflowed. */
+static void relay_cancel(void)
+{
+    struct it_inbox *in = it_inbox_new(4096);
+    const char *const filters[] = { DS_TOPIC_RELAY "edge-http", "test/http/dev", NULL };
+    struct ds_mqtt *watch = it_device(tb_broker_uri(g.b), "http-watch", in, filters);
+    if (!watch) FAIL("the watching MQTT client");
+    enum { SEEN = 3, MAX_TOKENS = 300, BOUND = 24 };
+    char body[512], text[16384];
+    snprintf(body, sizeof body, "{\"model\":\"chat\",\"prompt\":\"Once upon a time\",\"max_tokens\":%d,"
+             "\"temperature\":0,\"stream\":true,\"dspark\":{\"route\":\"center\"}}", MAX_TOKENS);
+    int fd = http_post_raw(g.edge_port, "/v1/completions", body);
+    int seen = sse_read_events(fd, SEEN, 30000, text, sizeof text);
+    if (seen < SEEN) FAIL("relayed stream: %d events in 30 s: %s", seen, text);
+    const char *idp = strstr(text, "\"id\":\"cmpl-");
+    if (!idp) FAIL("relayed stream: no id in %s", text);
+    char id[160];
+    snprintf(id, sizeof id, "\"id\":\"%.*s\"", (int)strcspn(idp + 11, "\""), idp + 11);
+    close(fd);                                       /* the client hangs up */
+    uint64_t t0 = ds_now_ns();
+    char *fin = it_inbox_find(in, &(struct it_match){ .topic_prefix = DS_TOPIC_RELAY, .needle = id, .answer = true },
+                              0, 30000, NULL, NULL);
+    if (!fin) FAIL("the center never answered the relayed request %s", id);
+    char *why = it_json_str(fin, "finish_reason", NULL);
+    double toks = it_json_num(fin, "usage", "completion_tokens");
+    fprintf(stderr, "relay cancel: the client hung up after %d events; the center stopped at %.0f tokens "
+            "(of %d), its final %.1f ms after the hang-up\n", seen, toks, MAX_TOKENS, (double)(ds_now_ns() - t0) / 1e6);
+    if (!why || strcmp(why, "cancelled")) FAIL("the center's final for %s: %s", id, fin);
+    if (toks < 0 || toks > SEEN + BOUND) FAIL("the center ran %.0f tokens, more than %d past the hang-up", toks, BOUND);
+    free(why);
+    free(fin);
+    if (!it_log_wait(g.dir, "edge-http", "cancelled by its client: the cancel goes to the center", 1, 10000))
+        FAIL("the edge never logged the cancel it sent");
+    /* The center's one normal slot is free again: the next request. */
+    char args[1024];
+    int code;
+    snprintf(args, sizeof args, "-H 'content-type: application/json' -d '{\"model\":\"chat\",\"prompt\":\"Once\","
+             "\"max_tokens\":4,\"dspark\":{\"route\":\"center\"}}' http://127.0.0.1:%u/v1/completions", g.edge_port);
+    char *o = curl(args, &code);
+    if (code != 200 || !strstr(o, "\"tier\":\"center\"")) FAIL("the next request, route center: %d %s", code, o);
+    free(o);
+
+    /* A device's cancel (MQTT) of a request its edge overflowed. */
+    static const char req[] = "{\"id\":\"dev-cancel-1\",\"model\":\"chat\",\"prompt\":\"Once upon a time\","
+                              "\"max_tokens\":300,\"temperature\":0,\"stream\":true,\"route\":\"center\"}";
+    struct ds_mqtt_props pr = { "test/http/dev", "dc-1", 4, 0, false };
+    if (ds_mqtt_publish(watch, DS_TOPIC_INFER "chat", req, sizeof req - 1, 1, false, &pr) != DS_OK)
+        FAIL("publish the device's request");
+    int at = -1;
+    for (int k = 0; k < SEEN; k++) {
+        char *c = it_inbox_find(in, &(struct it_match){ .corr = "dc-1", .topic_prefix = "test/http/dev" }, at + 1,
+                                30000, &at, NULL);
+        if (!c || it_is_answer(c)) FAIL("the device's relayed stream: %s", c ? c : "(nothing in 30 s)");
+        free(c);
+    }
+    static const char cj[] = "{\"id\":\"dev-cancel-1\"}";
+    if (ds_mqtt_publish(watch, DS_TOPIC_CANCEL "http-dev/1", cj, sizeof cj - 1, 1, false, NULL) != DS_OK)
+        FAIL("publish the device's cancel");
+    fin = it_inbox_answer(in, "dc-1", 30000, NULL);
+    if (!fin) FAIL("the device's request was never answered");
+    why = it_json_str(fin, "finish_reason", NULL);
+    char *tier = it_json_str(fin, "served_by", "tier");
+    toks = it_json_num(fin, "usage", "completion_tokens");
+    fprintf(stderr, "device cancel: the center stopped at %.0f tokens (of 300) after %d streamed chunks\n", toks, SEEN);
+    if (!why || strcmp(why, "cancelled") || !tier || strcmp(tier, "center") || toks > SEEN + BOUND)
+        FAIL("the device's cancelled request: %s", fin);
+    free(why);
+    free(tier);
+    free(fin);
+    ds_mqtt_destroy(watch);
+    it_inbox_free(in);
+}
+
 /* SIGTERM with a request running: /health says draining (503, Retry-After),
 ** a new request is refused 503, the running one is still answered. */
 static void draining(void)
@@ -279,6 +415,94 @@ static void draining(void)
     free(a);
 }
 
+/* An edge held before its models load (DSPARK_DEBUG_HOLD_LOAD, the node's
+** test hook) already listens: the first answer of /health is 503
+** "loading" with Retry-After, /v1 answers 503, /metrics 200; released, it
+** loads and serves. */
+static void loading(void)
+{
+    uint16_t port = tb_free_port();
+    char conf[2048], cfg[1200], log[1200], go[1200], hold[1300];
+    snprintf(conf, sizeof conf,
+             "[node]\nname = edge-load\n[mqtt]\nuri = %s\n[http]\nlisten = 127.0.0.1:%u\n"
+             "[model chat]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n", tb_broker_uri(g.b), port, g.chat);
+    snprintf(cfg, sizeof cfg, "%s/edge-load.ini", g.dir);
+    snprintf(log, sizeof log, "%s/edge-load.log", g.dir);
+    snprintf(go, sizeof go, "%s/edge-load.go", g.dir);
+    snprintf(hold, sizeof hold, "DSPARK_DEBUG_HOLD_LOAD=%s", go);
+    FILE *f = fopen(cfg, "w");
+    if (!f || fputs(conf, f) < 0 || fclose(f) != 0) FAIL("write %s", cfg);
+    size_t n_env = 0;
+    while (environ[n_env]) n_env++;
+    char **envp = calloc(n_env + 2, sizeof *envp);
+    if (!envp) FAIL("out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "DSPARK_DEBUG_HOLD_LOAD=", 23)) envp[k++] = environ[i];
+    envp[k++] = hold;
+    pid_t pid = it_spawn_cfg("edge-agent/dspark-edge", cfg, log, 0, envp);
+    free(envp);
+    if (pid <= 0) FAIL("spawn edge-load");
+    char url[160], args[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", port);
+    /* The event: the port answers at all (curl says 000 while it is refused). */
+    int code = 0;
+    char *o = NULL;
+    snprintf(args, sizeof args, "-i %s/health", url);
+    for (int waited = 0; code == 0; waited += 20) {
+        char cmd[700];
+        int st;
+        snprintf(cmd, sizeof cmd, "curl -s -m 5 -w '\\n%%{http_code}' %s", args);
+        free(o);
+        o = tu_run(cmd, &st);
+        char *nl = o ? strrchr(o, '\n') : NULL;
+        code = nl ? atoi(nl + 1) : 0;
+        if (code) break;
+        if (waited > 60000) {
+            it_stop(pid, SIGKILL, 1000);
+            FAIL("edge-load's port never answered");
+        }
+        usleep(20000);
+    }
+    bool loading_ok = code == 503 && strstr(o, "\"status\":\"loading\"") && strcasestr(o, "Retry-After: 1");
+    if (!loading_ok) {
+        it_stop(pid, SIGKILL, 1000);
+        FAIL("the first /health while held before loading: %d %s", code, o);
+    }
+    free(o);
+    snprintf(args, sizeof args, "%s/v1/models", url);
+    o = curl(args, &code);
+    bool models_ok = code == 503 && strstr(o, "loading");
+    free(o);
+    snprintf(args, sizeof args, "-H 'content-type: application/json' -d '{\"model\":\"chat\",\"prompt\":\"Once\","
+             "\"max_tokens\":4}' %s/v1/completions", url);
+    o = curl(args, &code);
+    bool post_ok = code == 503 && strstr(o, "loading");
+    free(o);
+    snprintf(args, sizeof args, "%s/metrics", url);
+    o = curl(args, &code);
+    bool metrics_ok = code == 200 && strstr(o, "# TYPE dspark_requests_total counter");
+    free(o);
+    if (!models_ok || !post_ok || !metrics_ok) {
+        it_stop(pid, SIGKILL, 1000);
+        FAIL("while loading: /v1/models 503 %s, a completion 503 %s, /metrics 200 %s", models_ok ? "yes" : "no",
+             post_ok ? "yes" : "no", metrics_ok ? "yes" : "no");
+    }
+    f = fopen(go, "w");                               /* release the load */
+    if (!f || fclose(f) != 0) FAIL("write %s", go);
+    snprintf(args, sizeof args, "%s/health", url);
+    free(wait_status(args, 200, 60000));
+    snprintf(args, sizeof args, "-H 'content-type: application/json' -d '{\"model\":\"chat\",\"prompt\":\"Once\","
+             "\"max_tokens\":4,\"dspark\":{\"route\":\"edge\"}}' %s/v1/completions", url);
+    o = curl(args, &code);
+    if (code != 200 || !strstr(o, "\"object\":\"text_completion\"")) FAIL("edge-load, loaded: %d %s", code, o);
+    free(o);
+    int ws = it_stop(pid, SIGTERM, 30000);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) FAIL("edge-load did not stop cleanly (status %d)", ws);
+    fprintf(stderr, "loading: /health 503 loading with Retry-After, /v1 503, /metrics 200 before the models; "
+            "200 after\n");
+}
+
 int main(void)
 {
     tu_skip_from_env();
@@ -288,7 +512,9 @@ int main(void)
     start();
     openai_client();
     curl_checks();
+    relay_cancel();
     draining();
+    loading();
     fprintf(stderr, "integration.http: PASS\n");
     cleanup();
     tu_rmdir(g.dir);

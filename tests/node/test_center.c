@@ -4,7 +4,9 @@
 ** relay topic before its final, both with the edge's key; FP32 greedy gives
 ** the reference text. The device the edge names ("client") is what
 ** [sched] client_max counts and what a cancel must come from, whichever edge
-** relayed it.
+** relayed it; the edge that relayed a request may cancel it too (its HTTP
+** client hung up, its device cancelled), and an HTTP client's request
+** ("+http:..." as client) or one without a client only that edge.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,8 +31,10 @@ static void relay(struct nh *h, const char *edge, const char *key, const char *i
 {
     char topic[128], json[1024];
     snprintf(topic, sizeof topic, DS_TOPIC_RELAY "%s", edge);
-    snprintf(json, sizeof json, "{\"v\":1,\"id\":\"%s\",\"model\":\"" NH_MODEL "\",\"route\":\"center\",\"client\":\"%s\",%s}",
-             id, client, fields);
+    char cl[300] = "";
+    if (client) snprintf(cl, sizeof cl, "\"client\":\"%s\",", client);     /* NULL: none */
+    snprintf(json, sizeof json, "{\"v\":1,\"id\":\"%s\",\"model\":\"" NH_MODEL "\",\"route\":\"center\",%s%s}",
+             id, cl, fields);
     nh_deliver(h, CENTER_INFER, json, topic, key);
 }
 
@@ -175,6 +179,40 @@ static void test_relayed_cancel_by_owner(void **state)
     nh_stop(h);
 }
 
+/* The edge that relayed a request cancels it on DS_TOPIC_CANCEL <edge>/...:
+** an HTTP client's ("+http:..."), its device's; another edge or a device
+** cannot cancel an HTTP client's request, nor anyone but the edge one
+** relayed without a client. */
+static void test_relayed_cancel_by_edge(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start_center((const char *const[]){ "batch.max_active=1", NULL });
+    static const char req[] = "\"prompt\":\"Once\",\"max_tokens\":4";
+    relay(h, "edge-x", "20", "hold", "test/reply/hold", "\"prompt\":\"Once\",\"max_tokens\":400,\"temperature\":0");
+    nh_turns(h, 1);                                              /* running: the others wait */
+    relay(h, "edge-x", "21", "h-1", NODE_HTTP_REPLY "127.0.0.1", req);
+    relay(h, "edge-x", "22", "h-2", NODE_HTTP_REPLY "127.0.0.1", req);
+    relay(h, "edge-x", "23", "d-3", DS_TOPIC_REPLY "alice/t", req);
+    relay(h, "edge-x", "24", "n-4", NULL, req);
+    nh_deliver(h, DS_TOPIC_CANCEL "mallory/x", "{\"id\":\"h-1\"}", NULL, NULL);     /* a device: no */
+    nh_deliver(h, DS_TOPIC_CANCEL "edge-y/21", "{\"id\":\"h-1\"}", NULL, NULL);     /* another edge: no */
+    nh_deliver(h, DS_TOPIC_CANCEL "mallory/x", "{\"id\":\"n-4\"}", NULL, NULL);     /* no client: the edge only */
+    nh_deliver(h, DS_TOPIC_CANCEL "edge-x/22", "{\"id\":\"h-2\"}", NULL, NULL);
+    nh_deliver(h, DS_TOPIC_CANCEL "edge-x/23", "{\"id\":\"d-3\"}", NULL, NULL);     /* for its device */
+    nh_deliver(h, DS_TOPIC_CANCEL "edge-x/20", "{\"id\":\"hold\"}", NULL, NULL);
+    nh_release(h);
+    expect_on_relay(h, "edge-x", "20", "\"finish_reason\":\"cancelled\"");
+    expect_on_relay(h, "edge-x", "22", "\"finish_reason\":\"cancelled\"");
+    expect_on_relay(h, "edge-x", "23", "\"finish_reason\":\"cancelled\"");
+    for (const char *const *k = (const char *const[]){ "21", "24", NULL }; *k; k++) {
+        expect_on_relay(h, "edge-x", *k, "\"done\":true");
+        char *a = nh_answer(h, *k, 0);
+        if (strstr(a, "\"cancelled\"")) fail_msg("key %s: cancelled by someone else: %s", *k, a);
+        free(a);
+    }
+    nh_stop(h);
+}
+
 int node_center_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +221,7 @@ int node_center_tests(void)
         cmocka_unit_test(test_spec_identity),
         cmocka_unit_test(test_relayed_client_quota),
         cmocka_unit_test(test_relayed_cancel_by_owner),
+        cmocka_unit_test(test_relayed_cancel_by_edge),
     };
     return cmocka_run_group_tests_name("node.center", tests, NULL, NULL);
 }

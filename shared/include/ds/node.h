@@ -128,6 +128,10 @@ struct ds_node_config {
     /* The key table: the core's rows, then each extension's of the role,
     ** then the foreign ones (ds_node_config_init copies them). */
     const struct ds_node_role *role_table;   /* BORROWED; NULL = the core's keys only */
+    /* Not a key: set by the daemon (ds_node_main) unless --check. Then
+    ** ds_node_create starts what needs no model before the models load
+    ** ([http] listen: /health answers "loading", /metrics serves). */
+    bool     serve_early;
     struct ds_cfg_key keys[DS_NODE_MAX_KEYS];
     size_t   n_keys;
     /* The config structs of the role's extensions, one after another in

@@ -26,6 +26,7 @@
 #include "ds/bundle.h"
 #include "ds/dist.h"
 #include "ds/engine.h"
+#include "ds/env.h"
 #include "ds/grammar.h"
 #include "ds/keys.h"
 #include "ds/log.h"
@@ -610,6 +611,18 @@ static uint32_t max_packet(const struct ds_node *node)
     return need + DS_NODE_MQTT_HEADROOM;
 }
 
+/* Test hook: DSPARK_DEBUG_HOLD_LOAD=FILE holds a daemon (serve_early)
+** before its models load until FILE exists, at most 60 s, so that a test
+** sees the loading window for certain (integration.http: /health says
+** "loading", /v1 answers 503). Never in production. */
+static void hold_load(const struct ds_node *node)
+{
+    const char *f = ds_env_get("DEBUG_HOLD_LOAD");
+    if (!f || !*f || !node->cfg->serve_early) return;
+    DS_LOG(DS_LOG_WARN, "DSPARK_DEBUG_HOLD_LOAD: the models load once %s exists (a test hook)", f);
+    for (int waited_ms = 0; access(f, F_OK) != 0 && waited_ms < 60000; waited_ms += 10) usleep(10000);
+}
+
 enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, const struct ds_node_role *role,
                            struct ds_node **out)
 {
@@ -659,19 +672,23 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     enum ds_err rc = DS_ERR_NOMEM;
     node->active = calloc(2 * (size_t)c->max_active, sizeof *node->active);
     if (!node->active) goto fail;
-    if ((rc = node__rollout_create(node)) != DS_OK) goto fail;
-    for (unsigned i = 0; i < c->n_models; i++, node->n_models++) {
-        node->models[i].cfg = &c->models[i];
-        if ((rc = node__rollout_initial(node, &node->models[i])) != DS_OK) goto fail;
-    }
     struct ds_sched_opts so;
     ds_sched_opts_init(&so);
     memcpy(so.cap, c->queue_cap, sizeof so.cap);
     so.age_ms = c->age_ms;
     if ((rc = ds_sched_create(&so, &node->sched)) != DS_OK) goto fail;
+    /* What needs no model first: a daemon's [http] answers /health
+    ** "loading" while the models load, instead of refusing connections. */
+    if ((rc = node__ext_create_all(node, true)) != DS_OK) goto fail;
+    hold_load(node);
+    if ((rc = node__rollout_create(node)) != DS_OK) goto fail;
+    for (unsigned i = 0; i < c->n_models; i++, node->n_models++) {
+        node->models[i].cfg = &c->models[i];
+        if ((rc = node__rollout_initial(node, &node->models[i])) != DS_OK) goto fail;
+    }
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(node)) != DS_OK) goto fail;
     if ((rc = node__health_create(node)) != DS_OK) goto fail;
-    if ((rc = node__ext_create_all(node)) != DS_OK) goto fail;
+    if ((rc = node__ext_create_all(node, false)) != DS_OK) goto fail;
     struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0 };
     char *will;
     size_t will_len;

@@ -34,12 +34,13 @@ void *node__ext_state(struct ds_node *node, const struct node_ext *ext)
     return NULL;
 }
 
-enum ds_err node__ext_create_all(struct ds_node *node)
+enum ds_err node__ext_create_all(struct ds_node *node, bool early)
 {
     unsigned n = ext_count(node);
     DS_ASSERT(n <= NODE_MAX_EXTS);                 /* a main.c's table, not input */
     for (unsigned i = 0; i < n; i++) {             /* in the role's order: later ones may look up earlier ones */
         const struct node_ext *x = node->role->exts[i];
+        if (x->early != early) continue;           /* created in the other pass */
         if (!x->create) {
             node->ext_on[i] = true;                   /* no state, always on */
             continue;
@@ -121,6 +122,12 @@ void node__ext_refused(struct ds_node *node, const char *topic, struct ds_str co
 {
     for (unsigned i = 0; i < ext_count(node); i++)
         if (ON(node, i, refused)) node->role->exts[i]->refused(node, node->ext_state[i], topic, corr, why);
+}
+
+void node__ext_cancel(struct ds_node *node, const struct node_cancel *c)
+{
+    for (unsigned i = 0; i < ext_count(node); i++)
+        if (ON(node, i, cancel)) node->role->exts[i]->cancel(node, node->ext_state[i], c);
 }
 
 uint32_t node__ext_kv_seqs(const struct ds_node *node)

@@ -14,7 +14,13 @@
 ** create() left it NULL is off, and none of its other hooks is called. One
 ** without create is always on, with st NULL.
 **   create     ds_node_create, after the models are loaded: *st = state
-**              (NULL: off by configuration).
+**              (NULL: off by configuration). With early set, before they
+**              load instead, once the node's queue, metrics and draining
+**              flag exist (node->n_models counts the models loaded so
+**              far; no engine loop, no broker yet); with
+**              node->cfg->serve_early (a daemon, not --check) it may
+**              start serving there (node_http.c listens: /health says
+**              "loading" until the engine loop turns).
 **   destroy    after every request has been freed.
 **   start      ds_node_run, before it connects: declare the topics it
 **              listens to (node__listen) and start its threads.
@@ -47,6 +53,11 @@
 **              (its ACL): topic, Correlation Data (.p NULL if none), why.
 **              The node has logged it; the hook acts on what it sent.
 **   kv_seqs    extra KV sequences the engines need (from the config only).
+**   cancel     Paho's thread (a cancel message) or an HTTP connection's (its
+**              client hung up): cancel c arrived; the node keeps it for its
+**              own queue and running requests, and a hook holding the
+**              request elsewhere passes it on there (an edge's, at a
+**              center), judging the sender with node__cancel_owns.
 ** And figures:
 **   max_msg    the largest message its listeners take, bytes (0: none larger
 **              than a request); the node's MQTT Maximum Packet Size covers it.
@@ -89,7 +100,9 @@ struct node_ext {
     unsigned    (*pending)(struct ds_node *node, void *st);
     void        (*refused)(struct ds_node *node, void *st, const char *topic, struct ds_str corr, const char *why);
     uint32_t    (*kv_seqs)(const struct ds_node_config *c);
+    void        (*cancel)(struct ds_node *node, void *st, const struct node_cancel *c);
     uint32_t      max_msg;
+    bool          early;          /* create runs before the models load (see create) */
     const struct ds_cfg_key *keys;
     size_t        n_keys;
     size_t        cfg_size;
@@ -209,6 +222,10 @@ enum node_admit node__admit(struct ds_node *node, struct node_req *r, uint64_t n
 /* Cancel the request with this id, as a cancel message does (owner: the
 ** sender's identity level, "" for none). Any thread. */
 void node__cancel_add(struct ds_node *node, const char *id, const char *owner);
+/* Whether cancel c may stop r (its id aside): its sender's identity
+** against r's reply topic on the secured scheme, the relaying edge's for a
+** request relayed to a center. Any thread; reads r only. */
+bool node__cancel_owns(const struct node_cancel *c, const struct node_req *r);
 /* Queue r locally; false when the tier is full. */
 bool node__enqueue(struct ds_node *node, struct node_req *r);
 /* A topic a node may answer on: non-empty, no wildcards, not a $ topic. */

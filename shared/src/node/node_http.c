@@ -11,6 +11,11 @@
 ** response topic: the v1 chunk, final or error messages, whichever thread
 ** sends them (the engine loop, or Paho's for a center's relayed answer).
 **
+** A daemon listens before its models load (an early extension, node_ext.h):
+** meanwhile /health answers 503 {"status":"loading"} with Retry-After,
+** /metrics serves, and every /v1 path answers 503 "loading", until the engine loop's
+** first turn; a probe never meets a refused connection during a long load.
+**
 ** Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION, at most
 ** [http] max_connections). A connection waiting for its answer blocks in
 ** poll() on the call's eventfd (an answer came) and on its socket for a
@@ -443,6 +448,8 @@ static enum MHD_Result get_models(struct http_call *c, const char *one)
 {
     struct node_http *h = c->h;
     cJSON *o = NULL;
+    if (!atomic_load(&h->ready))
+        return reply_code(c, 503, "server_error", "overloaded", "node is loading its models");
     pthread_mutex_lock(&h->mu);
     if (one) {
         for (unsigned i = 0; i < h->n_models && !o; i++)
@@ -783,7 +790,7 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
     if (atomic_load(&node->draining) || atomic_load(&h->stopping) || !atomic_load(&h->ready)) {
         node__req_free(r);
         return reply_code(c, 503, "server_error", "overloaded", atomic_load(&h->ready) ? "node is shutting down"
-                          : "node is starting");
+                          : "node is loading its models");
     }
     /* Its client: the key's (authenticate), else "user", else the peer. */
     char peer[INET6_ADDRSTRLEN] = "?";
@@ -919,8 +926,37 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static const struct http_cfg *cfg_of(const struct ds_node_config *c) { return node__ext_config(c, &node_http_ext); }
 
-/* The config is checked here (--check too); the port is bound by start,
-** so that --check beside a running daemon does not find it taken. */
+/* Listen on [http] listen; false (logged) when the port cannot be had. */
+static bool http_listen(struct node_http *h)
+{
+    unsigned flags;
+    struct MHD_OptionItem opts[16];
+    char why[DS_WHY_MAX];
+    if (http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
+        errno = 0;
+        h->d = MHD_start_daemon(flags, ntohs(h->sa.sin_port), NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
+                                MHD_OPTION_END);
+    }
+    if (!h->d) {
+        DS_LOG(DS_LOG_ERROR, "[http] listen = %s: cannot listen there (%s)", h->cfg.listen,
+               errno ? strerror(errno) : "libmicrohttpd refused");
+        return false;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &h->sa.sin_addr, ip, sizeof ip);
+    snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(h->sa.sin_port));
+    DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on %s://%s/v1 (at most %u connections, %u per address; %s)",
+           h->sec && h->sec->cert_pem ? "https" : "http", h->addr, h->cfg.max_connections, h->cfg.per_ip,
+           h->sec && h->sec->keys ? "API keys required" : "no API keys");
+    return true;
+}
+
+/* Before the models load (an early extension). The config is checked here
+** (--check too). A daemon (serve_early) listens at once: /health answers
+** "loading" and /v1 503 until the engine loop turns. Otherwise (--check,
+** an in-process node) the port is bound by start, so that --check beside
+** a running daemon does not find it taken. */
 static enum ds_err create(struct ds_node *node, void **st)
 {
     const struct http_cfg *cfg = cfg_of(node->cfg);
@@ -938,6 +974,7 @@ static enum ds_err create(struct ds_node *node, void **st)
     unsigned flags;
     struct MHD_OptionItem opts[16];
     char why[DS_WHY_MAX];
+    enum ds_err rc = DS_ERR_INVAL;
     /* The guard first: the listen rule, keys and TLS files (--check, which
     ** creates the node, refuses them too). */
     const struct node_http_sec_cfg sc = { cfg->listen, cfg->keys_file, cfg->cert_file, cfg->key_file, cfg->insecure,
@@ -950,6 +987,10 @@ static enum ds_err create(struct ds_node *node, void **st)
         DS_LOG(DS_LOG_ERROR, "%s", h->cfg.listen ? why : "out of memory");
         goto fail;
     }
+    if (node->cfg->serve_early && !http_listen(h)) {     /* the daemon exits 1, naming it */
+        rc = DS_ERR_IO;
+        goto fail;
+    }
     *st = h;
     return DS_OK;
 fail:
@@ -957,36 +998,17 @@ fail:
     free(h->cfg.listen);
     pthread_mutex_destroy(&h->mu);
     free(h);
-    return DS_ERR_INVAL;
+    return rc;
 }
 
-/* Before the node connects: listen. A port that cannot be had stops the
-** daemon at once (exit 1), as a bad config would. */
+/* Before the node connects: listen, unless create did. A port that cannot
+** be had stops the node at once (a daemon exits 1), as a bad config would. */
 static void start(struct ds_node *node, void *st)
 {
     struct node_http *h = st;
-    unsigned flags;
-    struct MHD_OptionItem opts[16];
-    char why[200];
-    if (http_listen_options(h, &h->sa, &flags, opts, DS_ARRAY_LEN(opts), why, sizeof why)) {
-        errno = 0;
-        h->d = MHD_start_daemon(flags, ntohs(h->sa.sin_port), NULL, NULL, on_request, h, MHD_OPTION_ARRAY, opts,
-                                MHD_OPTION_END);
-    }
-    if (!h->d) {
-        DS_LOG(DS_LOG_ERROR, "[http] listen = %s: cannot listen there (%s)", h->cfg.listen,
-               errno ? strerror(errno) : "libmicrohttpd refused");
-        if (node->on_fatal) node->on_fatal(1);   /* the daemons exit here */
-        atomic_store(&node->stop, true);
-        return;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &h->sa.sin_addr, ip, sizeof ip);
-    snprintf(h->addr, sizeof h->addr, "%s:%u", ip, di ? (unsigned)di->port : (unsigned)ntohs(h->sa.sin_port));
-    DS_LOG(DS_LOG_INFO, "http: OpenAI-compatible API on %s://%s/v1 (at most %u connections, %u per address; %s)",
-           h->sec && h->sec->cert_pem ? "https" : "http", h->addr, h->cfg.max_connections, h->cfg.per_ip,
-           h->sec && h->sec->keys ? "API keys required" : "no API keys");
+    if (h->d || http_listen(h)) return;
+    if (node->on_fatal) node->on_fatal(1);   /* the daemons exit here */
+    atomic_store(&node->stop, true);
 }
 
 static void destroy(struct ds_node *node, void *st)
@@ -1051,5 +1073,5 @@ static const struct ds_cfg_key http_keys[] = {
 
 const struct node_ext node_http_ext = {
     .name = "http", .keys = http_keys, .n_keys = DS_ARRAY_LEN(http_keys), .cfg_size = sizeof(struct http_cfg),
-    .create = create, .destroy = destroy, .start = start, .tick = tick,
+    .create = create, .destroy = destroy, .start = start, .tick = tick, .early = true,
 };

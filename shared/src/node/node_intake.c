@@ -401,6 +401,7 @@ void node__cancel_add(struct ds_node *node, const char *id, const char *owner)
     if (!c) return;
     snprintf(c->id, sizeof c->id, "%s", id);
     snprintf(c->owner, sizeof c->owner, "%s", owner ? owner : "");
+    node__ext_cancel(node, c);                 /* a request the role holds elsewhere (at a center) */
     cancel_keep(node, c);
 }
 
@@ -412,24 +413,40 @@ static bool on_cancel(struct ds_node *node, void *st, const struct ds_mqtt_msg *
         free(c);
         c = NULL;
     }
-    if (c)
-        cancel_keep(node, c);
-    else
+    if (!c) {
         DS_LOG_LIMITED(DS_LOG_WARN, "cancel on %s: want {\"id\": \"...\"} on " DS_TOPIC_CANCEL "<sender>/...", msg->topic);
+        return true;
+    }
+    if (!strcmp(c->owner, node->cfg->node)) {     /* our own, sent on to the centers (an edge's relayed requests) */
+        free(c);
+        return true;
+    }
+    node__ext_cancel(node, c);                 /* a request the role holds elsewhere (at a center) */
+    cancel_keep(node, c);
     return true;
 }
 
 /* Whether c may cancel r. Where r answers on the secured deployment's reply
 ** topics, dspark/v1/reply/<identity>/..., only a cancel sent on
 ** dspark/v1/cancel/<the same identity>/... may (the broker's ACL lets each
-** device publish only under its own cancel topic). A center judges a
-** relayed request by the device topic the edge passed on as its client.
-** Reply topics outside that scheme (an open lab broker) keep the id alone. */
-static bool cancel_owns(const struct node_cancel *c, const struct node_req *r)
+** device publish only under its own cancel topic). Reply topics outside
+** that scheme (an open lab broker) keep the id alone.
+** A request relayed to a center (reply DS_TOPIC_RELAY <edge>) may always be
+** cancelled by that edge, on DS_TOPIC_CANCEL <edge>/... (the ACL lets an
+** edge write only under its own name): the edge passes on its HTTP
+** clients' hang-ups and its devices' cancels. Besides, the device the edge
+** named as the request's client may, judged as above by its topic; an HTTP
+** client of the edge (NODE_HTTP_REPLY ...), or a request the edge named no
+** client for, only through the edge. */
+bool node__cancel_owns(const struct node_cancel *c, const struct node_req *r)
 {
     static const char scheme[] = DS_TOPIC_REPLY;
     const char *topic = r->reply;
-    if (topic && !strncmp(topic, DS_TOPIC_RELAY, strlen(DS_TOPIC_RELAY)) && r->req.client) topic = r->req.client;
+    if (topic && !strncmp(topic, DS_TOPIC_RELAY, DS_TOPIC_LEN(DS_TOPIC_RELAY))) {
+        if (c->owner[0] && !strcmp(c->owner, topic + DS_TOPIC_LEN(DS_TOPIC_RELAY))) return true;   /* the relaying edge */
+        topic = r->req.client;
+        if (!topic || !strncmp(topic, NODE_HTTP_REPLY, DS_TOPIC_LEN(NODE_HTTP_REPLY))) return false;
+    }
     if (!topic || strncmp(topic, scheme, strlen(scheme)) != 0) return true;
     const char *who = topic + strlen(scheme);
     size_t n = strcspn(who, "/");
@@ -441,7 +458,7 @@ bool node__take_cancel(struct ds_node *node, const struct node_req *r)
     bool hit = false;
     pthread_mutex_lock(&node->cancel_mu);
     for (unsigned i = 0; i < node->n_cancels && !hit; i++)
-        if (strcmp(node->cancels[i]->id, r->req.id) == 0 && cancel_owns(node->cancels[i], r)) {
+        if (strcmp(node->cancels[i]->id, r->req.id) == 0 && node__cancel_owns(node->cancels[i], r)) {
             free(node->cancels[i]);
             node->cancels[i] = node->cancels[--node->n_cancels];
             hit = true;

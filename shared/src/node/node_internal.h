@@ -57,7 +57,7 @@ void node__quota_give(struct node_req *r);
 /* node_ext.c: the one dispatch of the role's hooks (node_ext.h says when
 ** each is called). Each calls every extension that is on and has the hook,
 ** in the role's order; no other file walks the extension table. */
-enum ds_err node__ext_create_all(struct ds_node *node);          /* stops at the first that fails */
+enum ds_err node__ext_create_all(struct ds_node *node, bool early);   /* those with .early == early; stops at the first that fails */
 void        node__ext_destroy_all(struct ds_node *node);         /* reverse order; after create_all, or zeroed */
 void        node__ext_start(struct ds_node *node);
 /* Offer r for why; true when one took it (the first that does). */
@@ -71,6 +71,7 @@ void        node__ext_telemetry(struct ds_node *node, struct cJSON *obj);
 void        node__ext_status(struct ds_node *node, struct ds_msg_status *s);
 unsigned    node__ext_pending(struct ds_node *node);
 void        node__ext_refused(struct ds_node *node, const char *topic, struct ds_str corr, const char *why);
+void        node__ext_cancel(struct ds_node *node, const struct node_cancel *c);
 /* Extra KV sequences every listed extension asks for (config only: any time). */
 uint32_t    node__ext_kv_seqs(const struct ds_node *node);
 /* The largest max_msg of the extensions that are on. */

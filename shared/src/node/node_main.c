@@ -208,6 +208,7 @@ int ds_node_main(int argc, char **argv, const struct ds_node_role *role)
     }
 
     struct ds_node *agent;
+    cfg.serve_early = !check_only;         /* [http] answers "loading" while the models load */
     if (ds_node_create(&cfg, path, role, &agent) != DS_OK) {
         fprintf(stderr, "%s: could not start (see above)\n", bin);
         status = 1;
