@@ -209,28 +209,47 @@ static struct ds_route_center route_entry(const struct ds_node *node, const stru
 /* Seconds of backlog that halve a center's weight (ds/route.h). */
 #define ROUTE_HORIZON_S DS_ROUTE_HORIZON_S
 
+/* The index of a model in the node's config (n_models when it serves none
+** of that name). */
+static unsigned model_index(const struct ds_node *node, const char *model)
+{
+    unsigned mi = 0;
+    while (mi < node->cfg->n_models && strcmp(node->cfg->models[mi].name, model)) mi++;
+    return mi;
+}
+
+/* Weighted routing among the centers for model index mi (o->mu held): those
+** that verify every bit of need (0: any) and are not named avoid (NULL: none);
+** the one drawn is counted as sent cost tokens and named into out. */
+static bool route_pick_locked(struct ds_node *node, struct edge_overflow *o, unsigned mi, uint32_t need,
+                              const char *avoid, uint64_t cost, char out[64])
+{
+    struct ds_route_center tab[MAX_CENTERS];
+    const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };   /* staleness: route_entry */
+    uint64_t now = ds_now_ns();
+    for (unsigned i = 0; i < o->n_centers; i++) {
+        tab[i] = route_entry(node, o, &o->centers[i], mi, now);
+        tab[i].usable &= (o->centers[i].verifies & need) == need && (!avoid || strcmp(o->centers[i].name, avoid));
+    }
+    int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
+    if (k < 0) return false;
+    struct center *c = &o->centers[k];
+    c->sent_tokens += cost;
+    c->sent_since++;
+    c->sent++;
+    memcpy(out, c->name, 64);
+    return true;
+}
+
 /* Weighted routing: the center for one request of model (cost tokens) into
 ** out, counted as sent to it; false when none may be chosen. */
 static bool route_choose(struct ds_node *node, struct edge_overflow *o, const char *model, uint64_t cost,
                          char out[64])
 {
-    unsigned mi = 0;
-    while (mi < node->cfg->n_models && strcmp(node->cfg->models[mi].name, model)) mi++;
-    struct ds_route_center tab[MAX_CENTERS];
-    const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };   /* staleness: route_entry */
-    uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
-    for (unsigned i = 0; i < o->n_centers; i++) tab[i] = route_entry(node, o, &o->centers[i], mi, now);
-    int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
-    if (k >= 0) {
-        struct center *c = &o->centers[k];
-        c->sent_tokens += cost;
-        c->sent_since++;
-        c->sent++;
-        memcpy(out, c->name, 64);
-    }
+    bool got = route_pick_locked(node, o, model_index(node, model), 0, NULL, cost, out);
     pthread_mutex_unlock(&o->mu);
-    return k >= 0;
+    return got;
 }
 
 unsigned edge__centers_verifying(struct ds_node *node, const char *model)
@@ -269,27 +288,9 @@ bool edge__center_pick(struct ds_node *node, const char *model, const char *avoi
     uint32_t bit = model_bit(node->cfg, model);
     bool got = false;
     if (!o) return false;
-    unsigned mi = 0;
-    while (mi < node->cfg->n_models && strcmp(node->cfg->models[mi].name, model)) mi++;
-    uint64_t now = ds_now_ns();
     pthread_mutex_lock(&o->mu);
-    if (o->routing != ROUTING_SHARE) {          /* by weight among those that verify it */
-        struct ds_route_center tab[MAX_CENTERS];
-        const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };
-        for (unsigned i = 0; i < o->n_centers; i++) {
-            tab[i] = route_entry(node, o, &o->centers[i], mi, now);
-            tab[i].usable &= (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid);
-        }
-        int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
-        if (k >= 0) {
-            struct center *c = &o->centers[k];
-            c->sent_tokens += cost;
-            c->sent_since++;
-            c->sent++;
-            memcpy(out, c->name, 64);
-            got = true;
-        }
-    }
+    if (o->routing != ROUTING_SHARE)            /* by weight among those that verify it */
+        got = bit && route_pick_locked(node, o, model_index(node, model), bit, avoid, cost, out);
     for (unsigned i = 0; i < o->n_centers && !got; i++)     /* else the first live one that verifies it */
         if (live(node, o, &o->centers[i]) && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
             memcpy(out, o->centers[i].name, 64);
