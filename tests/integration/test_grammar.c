@@ -15,7 +15,12 @@
 ** cascaded weak answer is re-asked at the center with its schema; with
 ** one-node speculation on, requests with a schema are drafted and verified
 ** under their mask, validate, and greedy equal plain masked decoding.
-** DS_GRAMMAR_FULL=1: 200 requests at the edge instead of 40.
+** Over HTTP (the edge's [http] listen), the official openai npm client
+** (tests/http/structured.test.js) gets answers under the same schemas from
+** /v1/completions, greedy, sampled and streamed, that validate, and an
+** unsupported keyword answered 400 naming it.
+** DS_GRAMMAR_FULL=1: 200 requests at the edge instead of 40, and 200 over
+** HTTP instead of 20.
 */
 #include <setjmp.h>
 #include <signal.h>
@@ -24,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +49,7 @@ static struct {
     struct tb_broker *b;
     char             *dir;
     pid_t             edge, center;
+    uint16_t          http_port;   /* the edge's [http] listen */
     struct ds_mqtt   *dev;
     struct it_inbox  *in;
     char             *center_text[10];   /* test_schemas_at_center's answers */
@@ -171,8 +178,8 @@ static void restart_edge(const char *name, const char *model_keys)
     char conf[2048], want[96];
     snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\nsession_expiry_s = 0\n[batch]\nmax_active = 8\n"
              "[overflow]\nspeculate = true\naccept_timeout_ms = 60000\nspec_timeout_ms = 60000\n"
-             "[model t3m]\npath = %s\nthreads = 1\nctx = 256\n%s",
-             name, tb_broker_uri(g.b), tu_model("trained/t3M-Q8_0.gguf"), model_keys);
+             "[http]\nlisten = 127.0.0.1:%u\n[model t3m]\npath = %s\nthreads = 1\nctx = 256\n%s",
+             name, tb_broker_uri(g.b), (unsigned)g.http_port, tu_model("trained/t3M-Q8_0.gguf"), model_keys);
     g.edge = it_spawn(g.dir, "edge-agent/dspark-edge", name, conf, 0);
     assert_true(g.edge > 0);
     snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
@@ -211,6 +218,7 @@ static int setup(void **state)
     assert_true(it_inbox_seen(g.in, "\"node\":\"center-gr\",\"state\":\"online\"", 20000));
     /* The edge speculates for route=center requests; it waits long for the
     ** center (sanitizer builds are slow) rather than serving them itself. */
+    g.http_port = tb_free_port();
     restart_edge("edge-gr", "precision = int8\n");
     return 0;
 }
@@ -319,6 +327,40 @@ static void test_schemas_at_edge(void **state)
     printf("%d answers at the edge, %zu characters, %.1f s\n", n, chars, (double)(ds_now_ns() - t0) / 1e9);
     check_list();
     assert_int_equal(it_log_count(g.dir, "edge-gr", "structured output: vocabulary trie"), 1);
+}
+
+/* The same schemas over HTTP, asked by the official openai npm client. */
+static void test_schemas_over_http(void **state)
+{
+    (void)state;
+    char mods[4300], cmd[9000];
+    snprintf(mods, sizeof mods, "%s/tests/http/node_modules/openai/package.json", DS_SOURCE_DIR);
+    struct stat sb;
+    if (stat(mods, &sb) != 0) fail_msg("%s missing: run `npm ci` in tests/http (deploy/test.sh does)", mods);
+    const char *full = getenv("DS_GRAMMAR_FULL");
+    int n = full && *full && strcmp(full, "0") != 0 ? 200 : 20;
+    snprintf(cmd, sizeof cmd, "node '%s/tests/http/structured.test.js' http://127.0.0.1:%u/v1 t3m '%s' %d 2>&1",
+             DS_SOURCE_DIR, (unsigned)g.http_port, g.dir, n);
+    uint64_t t0 = ds_now_ns();
+    int st;
+    char *out = tu_run(cmd, &st);
+    assert_non_null(out);
+    int listed = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        int k;
+        char file[4300];
+        if (sscanf(line, "LIST\t%d\t%4299[^\t]", &k, file) == 2 && k >= 0 && k < 10) {
+            fprintf(g.list, "%s\t%s\tvalid\n", schema_path(k), file);
+            listed++;
+        } else {
+            printf("%s\n", line);
+        }
+    }
+    free(out);
+    if (st != 0) fail_msg("structured.test.js exited %d (its output above)", st);
+    assert_int_equal(listed, n);
+    printf("%d answers over HTTP (openai client), %.1f s\n", n, (double)(ds_now_ns() - t0) / 1e9);
+    check_list();
 }
 
 /* A "grammar" text is followed exactly, at the edge and through the center
@@ -458,6 +500,7 @@ int main(void)
     const struct CMUnitTest t[] = {
         cmocka_unit_test(test_free_text_validates_nowhere),
         cmocka_unit_test(test_schemas_at_edge),
+        cmocka_unit_test(test_schemas_over_http),
         cmocka_unit_test(test_grammar_text),
         cmocka_unit_test(test_unsupported_keyword),
         cmocka_unit_test(test_schemas_at_center),
