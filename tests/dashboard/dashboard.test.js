@@ -114,6 +114,20 @@ async function checkStaleAndRefused(page, when) {
       return c && c.textContent ? c.textContent : false;
     }, { timeout: T });
     log('model version shown', await version.jsonValue(), '; fleet p99', fleetP99);
+    // The edge's routing weights (its telemetry's "routing") in the OVF cell's
+    // title, while center-ops is up: once it stops, the edge drops it from the
+    // table and the next telemetry has no weight for it.
+    const routeRe = /^routing weighted: .*center-ops \d+ % \(weight \d+, sent \d+/;
+    try {
+      await page.waitForFunction((re) => {
+        const c = document.querySelector('#nodes tr[data-node="edge-ops"] .ovf');
+        return c && new RegExp(re).test(c.title);
+      }, { timeout: T }, routeRe.source);
+    } catch (e) {
+      const t = await page.$eval('#nodes tr[data-node="edge-ops"] .ovf', (c) => c.title).catch(() => '(no cell)');
+      throw new Error('edge-ops routing weights not shown (OVF title): ' + t);
+    }
+    log('routing edge-ops', await page.$eval('#nodes tr[data-node="edge-ops"] .ovf', (e) => e.title));
     log('STOP center-ops');
     await page.waitForFunction(() => {
       const r = document.querySelector('#nodes tr[data-node="center-ops"]');
@@ -143,10 +157,6 @@ async function checkStaleAndRefused(page, when) {
     const kspec = await page.$eval('#k-spec', (e) => e.textContent);
     if (!/\d/.test(kspec)) throw new Error('no fleet speculation acceptance: ' + kspec);
     log('spec accept edge-ops', spec, '; fleet', kspec);
-    const route = await page.$eval('#nodes tr[data-node="edge-ops"] .ovf', (e) => e.title);
-    if (!/^routing weighted: .*center-ops \d+ % \(weight \d+, sent \d+/.test(route))
-      throw new Error('edge-ops routing weights not shown (OVF title): ' + route);
-    log('routing edge-ops', route);
     const edgeState = await page.$eval('#nodes tr[data-node="edge-ops"]', (r) => r.dataset.state);
     if (edgeState !== 'online') throw new Error('edge shown ' + edgeState);
     await checkStaleAndRefused(page, 'first load');
