@@ -45,7 +45,15 @@ cmake --build build -j "$jobs"
 skip=""
 if [ "${DS_SKIP_CHAOS:-0}" = 1 ]; then skip="chaos"; fi
 if [ "${DS_SKIP_CLUSTER:-0}" = 1 ]; then skip="${skip:+$skip|}cluster"; fi
-ctest --test-dir build --output-on-failure ${skip:+-LE "$skip"}
+# As in the ASan stage below: the CPU-bound tests one at a time, the
+# integration and chaos suites two at a time, then the broker cluster alone.
+rel_rc=0
+ctest --test-dir build --output-on-failure -LE "integration|chaos|cluster${skip:+|$skip}" || rel_rc=1
+ctest --test-dir build --output-on-failure -j 2 -L "integration|chaos" -LE "cluster${skip:+|$skip}" || rel_rc=1
+if [ "${DS_SKIP_CLUSTER:-0}" != 1 ]; then
+  ctest --test-dir build --output-on-failure -L cluster ${skip:+-LE "$skip"} || rel_rc=1
+fi
+[ "$rel_rc" = 0 ]
 
 if [ "${DS_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ASan + UBSan build (clang, Debug) =="

@@ -252,5 +252,14 @@ int main(void)
         cmocka_unit_test(t3m_prefix_f32), cmocka_unit_test(t3m_prefix_q8_0),
         cmocka_unit_test(t3m_prefix_q4_k_m), cmocka_unit_test(t3m_prefix_q8_0_kv_q8_0),
     };
+    /* Short form (tu_short, the ASan stage): one file of each kernel family
+    ** and the Q8_0 KV and prefix paths; the other types' blocks go through
+    ** the same code under ASan in shared.formats. */
+    const struct CMUnitTest short_tests[] = {
+        cmocka_unit_test(t3m_f32),  cmocka_unit_test(t3m_f16),          cmocka_unit_test(t3m_q8_0),
+        cmocka_unit_test(t3m_q6_k), cmocka_unit_test(t3m_q4_k_m),       cmocka_unit_test(t3m_kv_q8_0_q8_0),
+        cmocka_unit_test(t3m_prefix_q8_0), cmocka_unit_test(t3m_prefix_q8_0_kv_q8_0),
+    };
+    if (tu_short()) return cmocka_run_group_tests(short_tests, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
