@@ -60,9 +60,9 @@ static struct {
 
 static const char *const k_schemas[10] = {
     TU_SCHEMAS_NINE,
-    /* booleans, null, an integer with bounds */
-    "{\"type\":\"object\",\"properties\":{\"flag\":{\"type\":\"boolean\"},\"none\":{\"type\":\"null\"},"
-    "\"count\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":5}},\"required\":[\"flag\",\"none\",\"count\"]}",
+    /* booleans, null, an integer with bounds (parenthesized: one element) */
+    ("{\"type\":\"object\",\"properties\":{\"flag\":{\"type\":\"boolean\"},\"none\":{\"type\":\"null\"},"
+     "\"count\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":5}},\"required\":[\"flag\",\"none\",\"count\"]}"),
 };
 
 static const char *const k_prompts[] = { "Once upon a time", "The cat", "Lily wanted to", "One day, a big",
