@@ -276,6 +276,13 @@ def main():
         subprocess.run(["mosquitto_passwd", "-c", "-b", os.path.join(tmp, "passwd"), "ops", "pw-ops"], check=True)
         for conf in ("edge.conf", "center.conf"):
             run(conf, "broker", tmp, pki)
+        # The shipped example is mkacl.sh's output for the users its first line names.
+        example = os.path.join(SRC, "deploy/mosquitto/dspark.acl.example")
+        first = open(example).read().split("\n", 1)[0]
+        made = subprocess.run(["sh", os.path.join(SRC, "deploy/mosquitto/mkacl.sh")] + first.split("mkacl.sh", 1)[1].split(),
+                              check=True, capture_output=True, text=True).stdout
+        check(made == open(example).read(), "dspark.acl.example is mkacl.sh's output for its own first line "
+              "(regenerate it after changing mkacl.sh)")
         lab = os.path.join(SRC, "deploy/mosquitto/edge-lab.conf")
         head = open(lab).read().split("\n\n", 1)[0]
         check("LAB" in head and "allow_anonymous true" in open(lab).read(),
