@@ -323,7 +323,12 @@ static void kill_round(int victim, int burst, int wave)
            name, (double)(killed - g.reqs[from].first_ns) / 1e6, replayed, done, by_victim, wave,
            served_by(name, wave_from, wave_from + wave));
     assert_true(replayed >= 1);
-    assert_true(by_victim >= done + replayed);
+    /* One request may count twice: answered just before the kill (the device
+    ** has its final) while its done record had not reached the journal, so
+    ** the restart takes it again and the answers file keeps it from a second
+    ** final (check_answers: one final each). Seen once in ~30 runs with
+    ** another integration test beside it. */
+    assert_true(by_victim + 1 >= done + replayed);
 }
 
 static void test_kill_under_load(void **state)
