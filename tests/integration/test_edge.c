@@ -128,24 +128,13 @@ struct fx {
 };
 static struct fx g;
 
-/* Meta's Llama 2 chat template (tokenizer_config.json of Llama-2-7b-chat-hf). */
-static const char llama2_template[] =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
-    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
-    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
-    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
-    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
-    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == "
-    "'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
-
-/* stories260K with that template: the small models carry none. */
+/* stories260K with Llama 2's chat template (mk_llama2_template): the small models carry none. */
 static void write_chat_model(void)
 {
     snprintf(g.chat, sizeof g.chat, "%s/chat.gguf", g.dir);
     struct ds_model *m;
     assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
-    assert_int_equal(mk_convert_model_chat(m, g.chat, DS_GGML_TYPE_F32, llama2_template), DS_OK);
+    assert_int_equal(mk_convert_model_chat(m, g.chat, DS_GGML_TYPE_F32, mk_llama2_template), DS_OK);
     ds_model_close(m);
 }
 

@@ -77,17 +77,6 @@ static void need_tool(const char *tool)
     if (st != 0) FAIL("%s is not installed (deploy/install-deps.sh installs it)", tool);
 }
 
-/* Meta's Llama 2 chat template (as test_edge.c). */
-static const char llama2_template[] =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
-    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
-    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
-    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
-    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
-    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == "
-    "'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
-
 /* curl's output (OWNED) for args; *code the HTTP status ("%{http_code}"
 ** written last on its own line and cut off). */
 static char *curl(const char *args, int *code)
@@ -138,7 +127,7 @@ static void start(void)
     snprintf(g.chat, sizeof g.chat, "%s/chat.gguf", g.dir);
     struct ds_model *m;
     if (ds_model_open(tu_model("stories260K.gguf"), &m) != DS_OK) FAIL("stories260K.gguf");
-    if (mk_convert_model_chat(m, g.chat, DS_GGML_TYPE_F32, llama2_template) != DS_OK) FAIL("chat model");
+    if (mk_convert_model_chat(m, g.chat, DS_GGML_TYPE_F32, mk_llama2_template) != DS_OK) FAIL("chat model");
     ds_model_close(m);
     g.edge_port = tb_free_port();
     g.center_port = tb_free_port();

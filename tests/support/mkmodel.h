@@ -47,6 +47,9 @@ enum ds_err mk_random_model_flags(const char *path, const struct mk_shape *s, en
 enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type);
 /* The same, with tokenizer.chat_template set to chat_template (the small
 ** test models carry none). */
+/* Meta's Llama 2 chat template (tokenizer_config.json of Llama-2-7b-chat-hf),
+** for tests that give stories260K a chat template (the small models carry none). */
+extern const char mk_llama2_template[];
 enum ds_err mk_convert_model_chat(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type,
                                   const char *chat_template);
 
