@@ -106,21 +106,7 @@ static bool wait_status(const char *state, int ms)
 {
     char want[64];
     snprintf(want, sizeof want, "\"state\":\"%s\"", state);
-    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
-    while (ds_now_ns() < end) {
-        int n;
-        bool hit = false;
-        const struct it_msg *m = it_inbox_lock(g.in, &n);
-        for (int i = n; i-- > 0;)
-            if (!strcmp(m[i].topic, DS_TOPIC_STATUS "edge-t")) {
-                hit = strstr(m[i].json, want) != NULL;
-                break;
-            }
-        it_inbox_unlock(g.in);
-        if (hit) return true;
-        usleep(20000);
-    }
-    return false;
+    return it_inbox_last_has(g.in, DS_TOPIC_STATUS "edge-t", want, ms);
 }
 
 /* ---- the edge ---- */

@@ -94,21 +94,7 @@ static bool wait_status(const char *name, const char *state, int ms)
     char topic[128], want[64];
     snprintf(topic, sizeof topic, DS_TOPIC_STATUS "%s", name);
     snprintf(want, sizeof want, "\"state\":\"%s\"", state);
-    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
-    while (ds_now_ns() < end) {
-        int n;
-        bool hit = false;
-        const struct it_msg *m = it_inbox_lock(g.in, &n);
-        for (int i = n; i-- > 0;)
-            if (!strcmp(m[i].topic, topic)) {
-                hit = strstr(m[i].json, want) != NULL;
-                break;
-            }
-        it_inbox_unlock(g.in);
-        if (hit) return true;
-        usleep(20000);
-    }
-    return false;
+    return it_inbox_last_has(g.in, topic, want, ms);
 }
 
 static void publish(const struct req *r)

@@ -350,3 +350,22 @@ double it_json_num(const char *json, const char *a, const char *b)
     cJSON_Delete(j);
     return v;
 }
+
+bool it_inbox_last_has(struct it_inbox *ib, const char *topic, const char *needle, int ms)
+{
+    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
+    while (ds_now_ns() < end) {
+        int n;
+        bool hit = false;
+        const struct it_msg *m = it_inbox_lock(ib, &n);
+        for (int i = n; i-- > 0;)
+            if (!strcmp(m[i].topic, topic)) {
+                hit = strstr(m[i].json, needle) != NULL;
+                break;
+            }
+        it_inbox_unlock(ib);
+        if (hit) return true;
+        usleep(20000);
+    }
+    return false;
+}

@@ -113,6 +113,9 @@ char *it_inbox_find(struct it_inbox *ib, const struct it_match *m, int from, int
 char *it_inbox_answer(struct it_inbox *ib, const char *corr, int ms, uint64_t *at_ns);
 /* Whether any message contains needle, waiting up to ms. */
 bool it_inbox_seen(struct it_inbox *ib, const char *needle, int ms);
+/* Whether, within ms, the last message on topic contains needle (a node's
+** retained status that says "online" now, not an earlier one that did). */
+bool it_inbox_last_has(struct it_inbox *ib, const char *topic, const char *needle, int ms);
 /* How many answers for corr have arrived (more than one is a bug). */
 int it_inbox_count_answers(struct it_inbox *ib, const char *corr);
 /* The streamed "delta" texts for corr (non-answers), concatenated (OWNED). */
