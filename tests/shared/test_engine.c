@@ -268,10 +268,13 @@ static void test_legacy_quant_gguf(void **state)
         { DS_GGML_TYPE_Q5_0, DS_DTYPE_Q5_0, "Q5_0" },
         { DS_GGML_TYPE_Q5_1, DS_DTYPE_Q5_1, "Q5_1" },
     };
+    /* Short form (tu_short: the ASan and arm64 stages): Q5_0 alone; the
+    ** three differ only in the plain-C conversion the Release stage runs. */
+    const size_t n_types = tu_short() ? 2 : sizeof types / sizeof types[0];
     struct ds_model *m;
     assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
     char *dir = tu_tmpdir();
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    for (size_t i = tu_short() ? 1 : 0; i < n_types; i++) {
         char path[4200], label[64];
         snprintf(path, sizeof path, "%s/%s.gguf", dir, types[i].name);
         assert_int_equal(mk_convert_model(m, path, types[i].t), DS_OK);

@@ -410,6 +410,25 @@ int main(void)
         cmocka_unit_test(extend_copy_f32),  cmocka_unit_test(extend_copy_f16),
         cmocka_unit_test(extend_copy_q8_0),
     };
+    /* Short form (tu_short: the ASan and arm64 stages): the FP32 path on one
+    ** file per layout (r12M's Llama, Qwen2's biases) rather than on every
+    ** type, whose dequantizing at load is plain C that the Release stage runs;
+    ** and one conversion per family (Q5_K, Q5_0) rather than four. */
+    static const char *const long_only[] = { "r12m_q4_0_fp32", "r12m_q4_k_m_fp32", "r12m_q6_k_fp32",
+                                             "l3_q8_0_fp32",   "converted_q5_1",   "converted_q4_1" };
+    struct CMUnitTest short_tests[sizeof tests / sizeof tests[0]];
+    size_t n_short = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        bool keep = true;
+        for (size_t j = 0; j < sizeof long_only / sizeof long_only[0]; j++)
+            if (strcmp(tests[i].name, long_only[j]) == 0) keep = false;
+        if (keep) short_tests[n_short++] = tests[i];
+    }
     tu_skip_from_env();
+    if (tu_short()) {
+        printf("shared.formats: short form (DS_TEST_SHORT=1): %zu of %zu cases\n", n_short,
+               sizeof tests / sizeof tests[0]);
+        return _cmocka_run_group_tests("shared.formats (short)", short_tests, n_short, NULL, NULL);
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,8 @@ void tu_skip_from_env(void)
 {
     const char *skip = getenv("DS_TEST_SKIP");
     if (skip != NULL && *skip != '\0') cmocka_set_skip_filter(skip);
+    const char *only = getenv("DS_TEST_ONLY");
+    if (only != NULL && *only != '\0') cmocka_set_test_filter(only);
 }
 
 bool tu_short(void)

@@ -33,10 +33,11 @@ bool  tu_valid_utf8(const char *s, size_t n);
 ** *status = its exit status, -1 when it did not exit normally. */
 char *tu_run(const char *cmd, int *status);
 /* DS_TEST_SKIP, a cmocka pattern ('*_cli'), names cases to leave out (the
-** arm64 stage: the case that runs the x86 build's dspark); call before
+** arm64 stage: the case that runs the x86 build's dspark), and
+** DS_TEST_ONLY, another, the cases to run alone; call before
 ** cmocka_run_group_tests, which then prints how many cases it runs. */
 void  tu_skip_from_env(void);
-/* DS_TEST_SHORT=1 (the ASan stage of deploy/test.sh): a test whose long
+/* DS_TEST_SHORT=1 (the ASan and arm64 stages of deploy/test.sh): a test whose long
 ** cases only repeat what a short one reaches runs the short form (each
 ** such test says what it leaves out). */
 bool  tu_short(void);
