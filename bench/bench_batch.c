@@ -587,39 +587,19 @@ static void usage(FILE *f)
             MAX_STREAMS, FILL_CHUNK);
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+/* --kv: one cache, or in the long-context mode a comma list of them (o->kvs). */
+static int kv_item(const char *tok, unsigned i, void *ctx)
 {
-    char *end;
-    unsigned long v = strtoul(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (unsigned)v;
+    struct opts *o = ctx;
+    int k = ds_kv_type_parse(tok);
+    if (k < 0) return -1;
+    o->kvs[i] = (enum ds_kv_type)k;
     return 0;
 }
 
-static int parse_streams(const char *s, struct opts *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    o->n_counts = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_counts == MAX_COUNTS || parse_uint(t, 1, MAX_STREAMS, &o->streams[o->n_counts]) != 0) return -1;
-        o->n_counts++;
-    }
-    return o->n_counts ? 0 : -1;
-}
-
-/* --kv: one cache, or in the long-context mode a comma list of them (o->kvs). */
 static int parse_kvs(const char *s, struct opts *o)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", s);
-    o->n_kvs = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int k = ds_kv_type_parse(t);
-        if (o->n_kvs == MAX_KV || k < 0) return -1;
-        o->kvs[o->n_kvs++] = (enum ds_kv_type)k;
-    }
-    if (!o->n_kvs) return -1;
+    if (bench_parse_list(s, MAX_KV, kv_item, o, &o->n_kvs) != 0) return -1;
     o->kv = o->kvs[0];
     return 0;
 }
@@ -627,16 +607,10 @@ static int parse_kvs(const char *s, struct opts *o)
 /* --positions: ascending, at least 1. */
 static int parse_positions(const char *s, struct opts *o)
 {
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    o->n_positions = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        unsigned *p = &o->positions[o->n_positions];
-        if (o->n_positions == MAX_POSITIONS || parse_uint(t, 1, 1u << 20, p) != 0) return -1;
-        if (o->n_positions && *p <= p[-1]) return -1;
-        o->n_positions++;
-    }
-    return o->n_positions ? 0 : -1;
+    if (bench_parse_uint_list(s, 1, 1u << 20, o->positions, MAX_POSITIONS, &o->n_positions) != 0) return -1;
+    for (unsigned i = 1; i < o->n_positions; i++)
+        if (o->positions[i] <= o->positions[i - 1]) return -1;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -662,10 +636,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
         int bad = 0;
         switch (c) {
         case 'q': o->quick = true; break;
-        case 'n': bad = parse_streams(optarg, o), streams_set = true; break;
-        case 't': bad = parse_uint(optarg, 1, 64, &o->threads); break;
-        case 's': bad = parse_uint(optarg, 1, 2048, &steps); break;
-        case 'r': bad = parse_uint(optarg, 1, MAX_REPS, &reps); break;
+        case 'n':
+            bad = bench_parse_uint_list(optarg, 1, MAX_STREAMS, o->streams, MAX_COUNTS, &o->n_counts);
+            streams_set = true;
+            break;
+        case 't': bad = bench_parse_uint(optarg, 1, 64, &o->threads); break;
+        case 's': bad = bench_parse_uint(optarg, 1, 2048, &steps); break;
+        case 'r': bad = bench_parse_uint(optarg, 1, MAX_REPS, &reps); break;
         case 'k': o->kernel = optarg; break;
         case 'd': o->dir = optarg; break;
         case 'j': o->json = optarg; break;
@@ -680,7 +657,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
             break;
         case 'K': bad = parse_kvs(optarg, o); break;
         case 'P': bad = parse_positions(optarg, o); break;
-        case 'c': bad = parse_uint(optarg, 64, 1u << 20, &o->ctx); break;
+        case 'c': bad = bench_parse_uint(optarg, 64, 1u << 20, &o->ctx); break;
         case 'f':
             bad = strcmp(optarg, "copy") && strcmp(optarg, "prefill");
             o->fill_prefill = !strcmp(optarg, "prefill");
@@ -690,8 +667,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->cuda = !strcmp(optarg, "cuda");
             break;
         case 'x': o->prefix = true; break;
-        case 'y': bad = parse_uint(optarg, 1, 1u << 16, &o->system); break;
-        case 'u': bad = parse_uint(optarg, 1, 1u << 16, &o->user); break;
+        case 'y': bad = bench_parse_uint(optarg, 1, 1u << 16, &o->system); break;
+        case 'u': bad = bench_parse_uint(optarg, 1, 1u << 16, &o->user); break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); return -1;
         }

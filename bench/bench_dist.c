@@ -409,16 +409,6 @@ static void usage(FILE *f)
                "  --help\n", DS_CHUNK_DEFAULT >> 10, MAX_REPS);
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi || *s == '-') return -1;
-    *out = (unsigned)v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
@@ -434,16 +424,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
         int bad = 0;
         switch (c) {
         case 's': {
-            o->n_sizes = 0;
-            char *list = strdup(optarg), *save = NULL;
-            for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save))
-                bad = o->n_sizes == MAX_SIZES || parse_uint(t, 1, 100000, &o->sizes_mb[o->n_sizes++]);
-            bad |= o->n_sizes == 0;
-            free(list);
+            size_t n = 0;
+            bad = bench_parse_uint_list(optarg, 1, 100000, o->sizes_mb, MAX_SIZES, &n);
+            o->n_sizes = (unsigned)n;
             break;
         }
-        case 'c': bad = parse_uint(optarg, DS_CHUNK_MIN >> 10, DS_CHUNK_MAX >> 10, &o->chunk_kb); break;
-        case 'r': bad = parse_uint(optarg, 1, MAX_REPS, &o->reps); break;
+        case 'c': bad = bench_parse_uint(optarg, DS_CHUNK_MIN >> 10, DS_CHUNK_MAX >> 10, &o->chunk_kb); break;
+        case 'r': bad = bench_parse_uint(optarg, 1, MAX_REPS, &o->reps); break;
         case 'd': o->dir = optarg; break;
         case 'j': o->json = optarg; break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ds/common.h"
 #ifdef DS_HAVE_CUDA
@@ -60,6 +61,39 @@ int bench_parse_pos(const char *s, double hi, double *out)
     if (!*s || *end || !(v > 0) || !(v <= hi)) return -1;
     *out = v;
     return 0;
+}
+
+int bench_parse_list(const char *s, unsigned max, int (*item)(const char *tok, unsigned i, void *ctx), void *ctx,
+                     size_t *n)
+{
+    unsigned k = 0;
+    if (n) *n = 0;
+    char *buf = strdup(s);
+    if (!buf) return -1;
+    int rc = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        if (k == max || item(t, k, ctx) != 0) rc = -1;
+        else k++;
+    }
+    free(buf);
+    if (n) *n = k;
+    return rc || !k ? -1 : 0;
+}
+
+struct uint_list {
+    unsigned lo, hi, *out;
+};
+
+static int uint_item(const char *tok, unsigned i, void *ctx)
+{
+    struct uint_list *l = ctx;
+    return bench_parse_uint(tok, l->lo, l->hi, &l->out[i]);
+}
+
+int bench_parse_uint_list(const char *s, unsigned lo, unsigned hi, unsigned *out, unsigned max, size_t *n)
+{
+    struct uint_list l = { lo, hi, out };
+    return bench_parse_list(s, max, uint_item, &l, n);
 }
 
 void bench_json_num(FILE *f, const char *key, double v, const char *sep)

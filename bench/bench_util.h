@@ -34,6 +34,13 @@ bool bench_cuda_device(void);
 ** or -1 (nothing written) when s is not one. */
 int bench_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out);
 int bench_parse_pos(const char *s, double hi, double *out);
+/* A comma list: item(tok, i, ctx) on each item in turn (empty items are
+** skipped, as strtok skips them); *n (may be NULL) gets the count. 0, or -1
+** when the list has no item, more than max, or item refuses one (non-zero). */
+int bench_parse_list(const char *s, unsigned max, int (*item)(const char *tok, unsigned i, void *ctx), void *ctx,
+                     size_t *n);
+/* A comma list of unsigneds in [lo, hi] into out[0..max); *n the count. */
+int bench_parse_uint_list(const char *s, unsigned lo, unsigned hi, unsigned *out, unsigned max, size_t *n);
 
 /* Reads n bytes at p as a memory-bandwidth probe: memcpy into a buffer that
 ** stays in L1, so the libc's widest loads set the pace, not a scalar loop's

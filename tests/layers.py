@@ -39,7 +39,7 @@ RANK = {name: i for i, name in enumerate(ORDER)}
 HEADERS = {
     "kern.h": "kernels",
     "common.h": "base", "err.h": "base", "log.h": "base", "pool.h": "base", "utf8.h": "base",
-    "cfg.h": "base", "sched.h": "base", "forecast.h": "base", "env.h": "base",
+    "cfg.h": "base", "sched.h": "base", "forecast.h": "base", "env.h": "base", "strbuf.h": "base",
     "gguf.h": "engine", "model.h": "engine", "tok.h": "engine", "sampler.h": "engine",
     "spec.h": "engine", "engine.h": "engine", "engine_cuda.h": "engine", "chat.h": "engine",
     "program.h": "engine", "grammar.h": "engine",

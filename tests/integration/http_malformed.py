@@ -108,8 +108,14 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.edge.kill()
                 status = self.edge.wait()
+        # mosquitto 2.0 sets its run flag after installing its SIGTERM handler:
+        # a SIGTERM in between (a --check case stops it at once) is lost.
         self.broker.terminate()
-        self.broker.wait()
+        try:
+            self.broker.wait(10)
+        except subprocess.TimeoutExpired:
+            self.broker.kill()
+            self.broker.wait()
         return status
 
     def cleanup(self):

@@ -251,6 +251,28 @@ static void test_schema_refusals(void **state)
     strcat(deep, "{}");
     for (int i = 0; i < 40; i++) strcat(deep, "}");
     expect_schema_error(deep, DS_ERR_RANGE, "nested deeper");
+
+    /* A small schema whose grammar text would pass DS_GRAMMAR_MAX_TEXT (each
+    ** [#-[] is written as its 57 bytes, \x23 to \x5B): the compiler stops at
+    ** the cap, and neither text nor grammar comes back. 30 alternatives of 200
+    ** classes: 31 KB of schema, 1.4 MB of grammar. */
+    size_t cap = 64 * 1024, n = 0;
+    char *wide = malloc(cap);
+    assert_non_null(wide);
+    n += (size_t)snprintf(wide + n, cap - n, "{\"anyOf\":[");
+    for (int i = 0; i < 30; i++) {
+        n += (size_t)snprintf(wide + n, cap - n, "%s{\"type\":\"string\",\"pattern\":\"^", i ? "," : "");
+        for (int k = 0; k < 200; k++) n += (size_t)snprintf(wide + n, cap - n, "[#-[]");
+        n += (size_t)snprintf(wide + n, cap - n, "$\"}");
+    }
+    n += (size_t)snprintf(wide + n, cap - n, "]}");
+    assert_true(n < cap);
+    expect_schema_error(wide, DS_ERR_RANGE, "DS_GRAMMAR_MAX_TEXT");
+    char *text = (char *)1, why[DS_WHY_MAX];
+    assert_int_equal(ds_json_schema_to_gbnf(wide, n, NULL, &text, why), DS_ERR_RANGE);
+    assert_null(text);
+    assert_non_null(strstr(why, "DS_GRAMMAR_MAX_TEXT"));
+    free(wide);
 }
 
 /* ---- the wire: response_format and grammar in a request ---- */

@@ -34,7 +34,9 @@
 **
 ** Limits (refused by name): schema text DS_JSON_SCHEMA_MAX_TEXT bytes,
 ** nesting DS_JSON_SCHEMA_MAX_DEPTH, pattern DS_JSON_SCHEMA_MAX_PATTERN
-** bytes, bounds up to DS_GRAMMAR_MAX_REPEAT, |minimum|, |maximum| < 1e15.
+** bytes, bounds up to DS_GRAMMAR_MAX_REPEAT, |minimum|, |maximum| < 1e15;
+** the grammar text DS_GRAMMAR_MAX_TEXT bytes (what ds_grammar_parse takes:
+** the compiler stops there rather than write more).
 **
 ** Ownership: the grammar text and the grammar returned are OWNED (free(),
 **            ds_grammar_destroy()).

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds/strbuf.h"
+
 /* ---- names ---- */
 
 static const char *const tmpl_names[] = {
@@ -109,41 +111,27 @@ enum ds_chat_tmpl ds_chat_detect(const char *t, size_t n)
 /* ---- layout ---- */
 
 
+/* The prompt text has no cap of its own: the messages' sizes are bounded
+** by whoever decoded them (a request's payload limit), and a layout adds a
+** fixed text per message. */
 struct buf {
-    char  *p;
-    size_t n, cap;
-    bool   oom;
+    struct ds_strbuf t;         /* the prompt */
+    bool   oom;                 /* a span, or a system text kept aside, was lost */
     struct ds_chat_span *sp;    /* where contents went */
     size_t n_sp, cap_sp;
 };
 
-static void putn(struct buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = DS_MAX(b->cap * 2, b->n + n + 64);
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
+#define BUF_INIT { .t = DS_STRBUF_INIT(DS_STRBUF_NO_CAP) }
 
-static void put(struct buf *b, const char *s) { putn(b, s, strlen(s)); }
+static void put(struct buf *b, const char *s) { ds_strbuf_puts(&b->t, s); }
 
 /* n bytes of a message's content: appended, and remembered as content. */
 static void put_content(struct buf *b, const char *s, size_t n)
 {
-    if (b->oom || n == 0) return;
-    size_t at = b->n;
-    putn(b, s, n);
-    if (b->oom) return;
+    if (b->oom || b->t.err || n == 0) return;
+    size_t at = b->t.n;
+    ds_strbuf_append(&b->t, s, n);
+    if (b->t.err) return;
     if (b->n_sp && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == at) {   /* contiguous: one span */
         b->sp[b->n_sp - 1].len += n;
         return;
@@ -163,7 +151,7 @@ static void put_content(struct buf *b, const char *s, size_t n)
 
 static void buf_free(struct buf *b)
 {
-    free(b->p);
+    ds_strbuf_cleanup(&b->t);
     free(b->sp);
 }
 
@@ -272,7 +260,7 @@ static void by_role(struct buf *b, const struct ds_chat_msg *m, size_t n, const 
 /* Gemma: no system turn (its text opens the next user turn); assistant is "model". */
 static void gemma(struct buf *b, const struct ds_chat_msg *m, size_t n)
 {
-    struct buf sys = { 0 };
+    struct buf sys = BUF_INIT;
     for (size_t i = 0; i < n; i++) {
         if (m[i].role == DS_CHAT_SYSTEM) {
             content(&sys, &m[i], true);
@@ -280,15 +268,15 @@ static void gemma(struct buf *b, const struct ds_chat_msg *m, size_t n)
         }
         bool model = m[i].role == DS_CHAT_ASSISTANT;
         put(b, model ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
-        if (sys.n && !model) {
-            put_content(b, sys.p, sys.n);
+        if (sys.t.n && !model) {
+            put_content(b, sys.t.p, sys.t.n);
             put(b, "\n\n");
-            sys.n = 0;
+            ds_strbuf_clear(&sys.t);
         }
         content(b, &m[i], true);
         put(b, "<end_of_turn>\n");
     }
-    b->oom |= sys.oom;
+    b->oom |= sys.oom || sys.t.err;
     buf_free(&sys);
     put(b, "<start_of_turn>model\n");
 }
@@ -296,16 +284,16 @@ static void gemma(struct buf *b, const struct ds_chat_msg *m, size_t n)
 /* Orion: system text opens the next human turn; no generation prompt of its own. */
 static void orion(struct buf *b, const struct ds_chat_msg *m, size_t n)
 {
-    struct buf sys = { 0 };
+    struct buf sys = BUF_INIT;
     for (size_t i = 0; i < n; i++) {
         if (m[i].role == DS_CHAT_SYSTEM) {
             content(&sys, &m[i], false);
         } else if (m[i].role == DS_CHAT_USER) {
             put(b, "Human: ");
-            if (sys.n) {
-                put_content(b, sys.p, sys.n);
+            if (sys.t.n) {
+                put_content(b, sys.t.p, sys.t.n);
                 put(b, "\n\n");
-                sys.n = 0;
+                ds_strbuf_clear(&sys.t);
             }
             content(b, &m[i], false);
             put(b, "\n\nAssistant: </s>");
@@ -314,7 +302,7 @@ static void orion(struct buf *b, const struct ds_chat_msg *m, size_t n)
             put(b, "</s>");
         }
     }
-    b->oom |= sys.oom;
+    b->oom |= sys.oom || sys.t.err;
     buf_free(&sys);
 }
 
@@ -338,8 +326,7 @@ enum ds_err ds_chat_format_spans(enum ds_chat_tmpl t, const struct ds_chat_msg *
     if ((unsigned)t >= DS_CHAT_TMPL_COUNT || t == DS_CHAT_TMPL_NONE || n == 0 || !m) return DS_ERR_INVAL;
     for (size_t i = 0; i < n; i++)
         if ((unsigned)m[i].role >= DS_CHAT_ROLE_COUNT || (!m[i].content && m[i].len)) return DS_ERR_INVAL;
-    struct buf b = { 0 };
-    put(&b, "");                                       /* an empty result is still a string */
+    struct buf b = BUF_INIT;
     bool done = false;
     for (size_t k = 0; k < DS_ARRAY_LEN(simples) && !done; k++) {
         const struct simple *s = &simples[k];
@@ -453,12 +440,10 @@ enum ds_err ds_chat_format_spans(enum ds_chat_tmpl t, const struct ds_chat_msg *
             return DS_ERR_INVAL;
         }
     }
-    if (b.oom) {
+    if (b.oom || ds_strbuf_take(&b.t, out, out_len) != DS_OK) {    /* "" when empty: still a string */
         buf_free(&b);
         return DS_ERR_NOMEM;
     }
-    *out = b.p;
-    if (out_len) *out_len = b.n;
     *spans = b.sp;
     *n_spans = b.n_sp;
     return DS_OK;

@@ -20,16 +20,11 @@
 #include <string.h>
 
 #include "ds/grammar.h"
+#include "ds/strbuf.h"
 #include "ds/utf8.h"
 
 #define MAX_BOUND 1e15          /* |minimum|, |maximum| */
 #define INT_LIMIT 9999999999999999LL    /* 16 digits: what an unbounded side allows */
-
-struct sb {
-    char  *s;
-    size_t n, cap;
-    bool   oom;
-};
 
 struct ref_memo {
     char    *ref;
@@ -39,7 +34,8 @@ struct ref_memo {
 struct cc {
     const cJSON *root;
     struct ds_json_schema_opts o;
-    struct sb    out;
+    struct ds_strbuf out;       /* the grammar text, capped at what ds_grammar_parse takes */
+    enum ds_err  text_err;      /* a rule body's text was lost (its buffer's error) */
     uint32_t     n_rules;
     enum ds_err  err;
     char        *why;
@@ -53,56 +49,22 @@ struct cc {
 
 /* ---- text ---- */
 
-static void sb_put(struct sb *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *x = realloc(b->s, nc);
-        if (!x) {
-            b->oom = true;
-            return;
-        }
-        b->s = x;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void sb_str(struct sb *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
-DS_PRINTF(2, 3) static void sb_fmt(struct sb *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)DS_MIN((size_t)n, sizeof tmp - 1));
-}
-
 /* A grammar literal standing for the n bytes at p. */
-static void sb_lit(struct sb *b, const char *p, size_t n)
+static void put_lit(struct ds_strbuf *b, const char *p, size_t n)
 {
-    sb_put(b, "\"", 1);
+    ds_strbuf_append(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            sb_put(b, e, 2);
+            ds_strbuf_append(b, e, 2);
         } else if (c < 0x20 || c == 0x7F) {
-            sb_fmt(b, "\\x%02X", c);
+            ds_strbuf_printf(b, "\\x%02X", c);
         } else {
-            sb_put(b, (const char *)&c, 1);
+            ds_strbuf_append(b, (const char *)&c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    ds_strbuf_append(b, "\"", 1);
 }
 
 /* ---- errors and paths ---- */
@@ -170,12 +132,12 @@ static uint32_t rule_new(struct cc *c)
     return c->n_rules++;
 }
 
-static void rule_emit(struct cc *c, uint32_t r, const struct sb *body)
+static void rule_emit(struct cc *c, uint32_t r, const struct ds_strbuf *body)
 {
-    sb_fmt(&c->out, "r%u ::= ", r);
-    if (body->s) sb_put(&c->out, body->s, body->n);
-    sb_str(&c->out, "\n");
-    if (body->oom) c->out.oom = true;
+    ds_strbuf_printf(&c->out, "r%u ::= ", r);
+    ds_strbuf_append(&c->out, body->p, body->n);
+    ds_strbuf_puts(&c->out, "\n");
+    if (body->err && !c->text_err) c->text_err = body->err;
 }
 
 static const char k_common[] =
@@ -193,25 +155,26 @@ static void make_any(struct cc *c)
     if (c->any_made) return;
     c->any_made = true;
     uint32_t d = c->o.max_depth;
-    sb_fmt(&c->out, "string ::= \"\\\"\" char{0,%u} \"\\\"\"\n", c->o.max_string);
-    sb_str(&c->out, "any0 ::= string | number | boolean | null\n");
+    ds_strbuf_printf(&c->out, "string ::= \"\\\"\" char{0,%u} \"\\\"\"\n", c->o.max_string);
+    ds_strbuf_puts(&c->out, "any0 ::= string | number | boolean | null\n");
     for (uint32_t i = 1; i <= d; i++) {
-        sb_fmt(&c->out, "obj%u ::= \"{\" ws (string ws \":\" ws any%u (\",\" ws string ws \":\" ws any%u){0,%u})? ws \"}\"\n",
-               i, i - 1, i - 1, c->o.max_props ? c->o.max_props - 1 : 0);
-        sb_fmt(&c->out, "arr%u ::= \"[\" ws (any%u (\",\" ws any%u){0,%u})? ws \"]\"\n", i, i - 1, i - 1,
-               c->o.max_items ? c->o.max_items - 1 : 0);
-        sb_fmt(&c->out, "any%u ::= obj%u | arr%u | string | number | boolean | null\n", i, i, i);
+        ds_strbuf_printf(&c->out,
+                         "obj%u ::= \"{\" ws (string ws \":\" ws any%u (\",\" ws string ws \":\" ws any%u){0,%u})? ws \"}\"\n",
+                         i, i - 1, i - 1, c->o.max_props ? c->o.max_props - 1 : 0);
+        ds_strbuf_printf(&c->out, "arr%u ::= \"[\" ws (any%u (\",\" ws any%u){0,%u})? ws \"]\"\n", i, i - 1,
+                         i - 1, c->o.max_items ? c->o.max_items - 1 : 0);
+        ds_strbuf_printf(&c->out, "any%u ::= obj%u | arr%u | string | number | boolean | null\n", i, i, i);
     }
 }
 
 /* ---- digit ranges ---- */
 
 /* Strings a..b of n digits each (a <= b). */
-static void range_same_len(struct sb *b, const char *lo, const char *hi, size_t n)
+static void range_same_len(struct ds_strbuf *b, const char *lo, const char *hi, size_t n)
 {
     if (n == 0) return;
     if (lo[0] == hi[0]) {
-        sb_fmt(b, " \"%c\"", lo[0]);
+        ds_strbuf_printf(b, " \"%c\"", lo[0]);
         range_same_len(b, lo + 1, hi + 1, n - 1);
         return;
     }
@@ -221,29 +184,29 @@ static void range_same_len(struct sb *b, const char *lo, const char *hi, size_t 
         hi_nines = hi_nines && hi[i] == '9';
     }
     if (lo_zeros && hi_nines) {
-        sb_fmt(b, " [%c-%c]", lo[0], hi[0]);
-        if (n > 1) sb_fmt(b, " [0-9]{%zu}", n - 1);
+        ds_strbuf_printf(b, " [%c-%c]", lo[0], hi[0]);
+        if (n > 1) ds_strbuf_printf(b, " [0-9]{%zu}", n - 1);
         return;
     }
     char nines[32], zeros[32];
     memset(nines, '9', sizeof nines);
     memset(zeros, '0', sizeof zeros);
-    sb_str(b, " (");
-    sb_fmt(b, "\"%c\"", lo[0]);
+    ds_strbuf_puts(b, " (");
+    ds_strbuf_printf(b, "\"%c\"", lo[0]);
     range_same_len(b, lo + 1, nines, n - 1);
     if (lo[0] + 1 <= hi[0] - 1) {
-        sb_fmt(b, " | [%c-%c]", lo[0] + 1, hi[0] - 1);
-        if (n > 1) sb_fmt(b, " [0-9]{%zu}", n - 1);
+        ds_strbuf_printf(b, " | [%c-%c]", lo[0] + 1, hi[0] - 1);
+        if (n > 1) ds_strbuf_printf(b, " [0-9]{%zu}", n - 1);
     }
-    sb_fmt(b, " | \"%c\"", hi[0]);
+    ds_strbuf_printf(b, " | \"%c\"", hi[0]);
     range_same_len(b, zeros, hi + 1, n - 1);
-    sb_str(b, ")");
+    ds_strbuf_puts(b, ")");
 }
 
 /* The decimal numbers lo..hi (0 <= lo <= hi <= INT_LIMIT), no leading zeros. */
-static void range_gbnf(struct sb *b, long long lo, long long hi)
+static void range_gbnf(struct ds_strbuf *b, long long lo, long long hi)
 {
-    sb_str(b, "(");
+    ds_strbuf_puts(b, "(");
     bool first = true;
     long long dlo = 0, dhi = 9;
     for (int d = 1; d <= 16; d++) {
@@ -252,14 +215,14 @@ static void range_gbnf(struct sb *b, long long lo, long long hi)
             char a[32], z[32];
             snprintf(a, sizeof a, "%lld", x);
             snprintf(z, sizeof z, "%lld", y);
-            if (!first) sb_str(b, " |");
+            if (!first) ds_strbuf_puts(b, " |");
             range_same_len(b, a, z, strlen(a));
             first = false;
         }
         dlo = dhi + 1;
         dhi = dhi * 10 + 9;
     }
-    sb_str(b, ")");
+    ds_strbuf_puts(b, ")");
 }
 
 /* ---- helpers for keywords ---- */
@@ -355,18 +318,18 @@ static bool type_ok(const cJSON *type, const cJSON *v)
 
 static bool gen(struct cc *c, const cJSON *s, uint32_t *rule);
 
-static void put_value_literal(struct cc *c, struct sb *b, const cJSON *v)
+static void put_value_literal(struct cc *c, struct ds_strbuf *b, const cJSON *v)
 {
     char *t = cJSON_PrintUnformatted(v);
     if (!t) {
         fail(c, DS_ERR_NOMEM, "out of memory");
         return;
     }
-    sb_lit(b, t, strlen(t));
+    put_lit(b, t, strlen(t));
     free(t);
 }
 
-static bool gen_enum(struct cc *c, const cJSON *s, struct sb *b)
+static bool gen_enum(struct cc *c, const cJSON *s, struct ds_strbuf *b)
 {
     static const char *const allow[] = {"type", "enum", "const"};
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
@@ -382,7 +345,7 @@ static bool gen_enum(struct cc *c, const cJSON *s, struct sb *b)
         return false;
     }
     uint32_t n = 0;
-    sb_str(b, "(");
+    ds_strbuf_puts(b, "(");
     if (co) {
         if (type_ok(type, co)) {
             put_value_literal(c, b, co);
@@ -391,12 +354,12 @@ static bool gen_enum(struct cc *c, const cJSON *s, struct sb *b)
     } else {
         for (const cJSON *v = en->child; v; v = v->next) {
             if (!type_ok(type, v)) continue;
-            if (n) sb_str(b, " | ");
+            if (n) ds_strbuf_puts(b, " | ");
             put_value_literal(c, b, v);
             n++;
         }
     }
-    sb_str(b, ")");
+    ds_strbuf_puts(b, ")");
     if (n == 0) fail(c, DS_ERR_FORMAT, "'%s' allows no value of the schema's type", co ? "const" : "enum");
     return !c->err;
 }
@@ -408,7 +371,7 @@ struct re {
     struct cc  *c;
 };
 
-static bool re_alts(struct re *r, struct sb *b);
+static bool re_alts(struct re *r, struct ds_strbuf *b);
 
 static bool re_fail(struct re *r, enum ds_err err, const char *what)
 {
@@ -452,15 +415,15 @@ static int re_class_char(struct re *r, uint8_t bits[128])
     return re_fail(r, DS_ERR_UNSUPPORTED, msg), -1;
 }
 
-static void emit_class(struct sb *b, const uint8_t bits[128], bool neg)
+static void emit_class(struct ds_strbuf *b, const uint8_t bits[128], bool neg)
 {
-    sb_str(b, neg ? "[^\\x00-\\x1F\\x22\\x5C" : "[");
+    ds_strbuf_puts(b, neg ? "[^\\x00-\\x1F\\x22\\x5C" : "[");
     for (int i = 0; i < 128; i++)
-        if (bits[i]) sb_fmt(b, "\\x%02X", i);
-    sb_str(b, "]");
+        if (bits[i]) ds_strbuf_printf(b, "\\x%02X", i);
+    ds_strbuf_puts(b, "]");
 }
 
-static bool re_class(struct re *r, struct sb *b)
+static bool re_class(struct re *r, struct ds_strbuf *b)
 {
     uint8_t bits[128] = {0};
     bool neg = false;
@@ -510,28 +473,28 @@ static bool re_uint(struct re *r, uint32_t *v)
     return true;
 }
 
-static bool re_seq(struct re *r, struct sb *b)
+static bool re_seq(struct re *r, struct ds_strbuf *b)
 {
     while (r->s < r->end && *r->s != '|' && *r->s != ')') {
         char ch = *r->s;
         if (ch == '$' && r->s + 1 == r->end) return true;
-        sb_str(b, " ");
+        ds_strbuf_puts(b, " ");
         if (ch == '(') {
             r->s++;
             if (r->end - r->s >= 2 && r->s[0] == '?') {
                 if (r->s[1] != ':') return re_fail(r, DS_ERR_UNSUPPORTED, "lookaround and named groups");
                 r->s += 2;
             }
-            sb_str(b, "(");
+            ds_strbuf_puts(b, "(");
             if (!re_alts(r, b)) return false;
             if (r->s >= r->end || *r->s != ')') return re_fail(r, DS_ERR_FORMAT, "an unclosed group");
             r->s++;
-            sb_str(b, ")");
+            ds_strbuf_puts(b, ")");
         } else if (ch == '[') {
             if (!re_class(r, b)) return false;
         } else if (ch == '.') {
             r->s++;
-            sb_str(b, "safechar");
+            ds_strbuf_puts(b, "safechar");
         } else if (ch == '\\') {
             r->s++;
             if (r->s >= r->end) return re_fail(r, DS_ERR_FORMAT, "a trailing backslash");
@@ -541,9 +504,9 @@ static bool re_seq(struct re *r, struct sb *b)
                 emit_class(b, bits, false);
             } else if (e == '\\' || e == '"') {
                 char lit[2] = {'\\', e};        /* JSON's escape of it */
-                sb_lit(b, lit, 2);
+                put_lit(b, lit, 2);
             } else if (is_meta_escape(e)) {
-                sb_lit(b, &e, 1);
+                put_lit(b, &e, 1);
             } else {
                 char msg[64];
                 snprintf(msg, sizeof msg, "unsupported escape '\\%c'", e);
@@ -555,12 +518,12 @@ static bool re_seq(struct re *r, struct sb *b)
             return re_fail(r, DS_ERR_UNSUPPORTED, "control characters");
         } else if (ch == '"') {
             r->s++;
-            sb_lit(b, "\\\"", 2);
+            put_lit(b, "\\\"", 2);
         } else {
             size_t n = 1;
             if ((unsigned char)ch >= 0x80)
                 while (r->s + n < r->end && ((unsigned char)r->s[n] & 0xC0) == 0x80) n++;
-            sb_lit(b, r->s, n);
+            put_lit(b, r->s, n);
             r->s += n;
         }
         /* quantifier */
@@ -584,26 +547,26 @@ static bool re_seq(struct re *r, struct sb *b)
             }
             if (r->s < r->end && (*r->s == '?' || *r->s == '+'))
                 return re_fail(r, DS_ERR_UNSUPPORTED, "lazy or possessive quantifiers");
-            sb_fmt(b, "{%u,%u}", m, n);
+            ds_strbuf_printf(b, "{%u,%u}", m, n);
         }
     }
     return true;
 }
 
-static bool re_alts(struct re *r, struct sb *b)
+static bool re_alts(struct re *r, struct ds_strbuf *b)
 {
     for (;;) {
         if (!re_seq(r, b)) return false;
         if (r->s < r->end && *r->s == '|') {
             r->s++;
-            sb_str(b, " |");
+            ds_strbuf_puts(b, " |");
             continue;
         }
         return true;
     }
 }
 
-static bool gen_pattern(struct cc *c, const cJSON *pat, struct sb *b)
+static bool gen_pattern(struct cc *c, const cJSON *pat, struct ds_strbuf *b)
 {
     if (!cJSON_IsString(pat)) {
         fail(c, DS_ERR_FORMAT, "'pattern' must be a string");
@@ -620,19 +583,19 @@ static bool gen_pattern(struct cc *c, const cJSON *pat, struct sb *b)
         return false;
     }
     struct re r = {.s = p + 1, .end = p + n, .c = c};
-    sb_str(b, "\"\\\"\" (");
+    ds_strbuf_puts(b, "\"\\\"\" (");
     if (!re_alts(&r, b)) return false;
     if (r.s != r.end - 1) {
         fail(c, DS_ERR_FORMAT, "pattern: an unmatched ')'");
         return false;
     }
-    sb_str(b, ") \"\\\"\"");
+    ds_strbuf_puts(b, ") \"\\\"\"");
     return true;
 }
 
 /* ---- types ---- */
 
-static bool gen_string(struct cc *c, const cJSON *s, struct sb *b)
+static bool gen_string(struct cc *c, const cJSON *s, struct ds_strbuf *b)
 {
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     if (pat) {
@@ -649,11 +612,11 @@ static bool gen_string(struct cc *c, const cJSON *s, struct sb *b)
         fail(c, DS_ERR_FORMAT, "'maxLength' %u is below 'minLength' %u", hi, lo);
         return false;
     }
-    sb_fmt(b, "\"\\\"\" char{%u,%u} \"\\\"\"", lo, hi);
+    ds_strbuf_printf(b, "\"\\\"\" char{%u,%u} \"\\\"\"", lo, hi);
     return true;
 }
 
-static bool gen_numeric(struct cc *c, const cJSON *s, bool integer, struct sb *b)
+static bool gen_numeric(struct cc *c, const cJSON *s, bool integer, struct ds_strbuf *b)
 {
     bool h_min, h_max, h_xmin, h_xmax;
     double min = 0, max = 0, xmin = 0, xmax = 0;
@@ -667,7 +630,7 @@ static bool gen_numeric(struct cc *c, const cJSON *s, bool integer, struct sb *b
         !get_bound(c, s, "exclusiveMinimum", &h_xmin, &xmin) || !get_bound(c, s, "exclusiveMaximum", &h_xmax, &xmax))
         return false;
     if (!h_min && !h_max && !h_xmin && !h_xmax) {
-        sb_str(b, integer ? "integer" : "number");
+        ds_strbuf_puts(b, integer ? "integer" : "number");
         return true;
     }
     long long lo = -INT_LIMIT, hi = INT_LIMIT;
@@ -681,35 +644,35 @@ static bool gen_numeric(struct cc *c, const cJSON *s, bool integer, struct sb *b
     }
     const char *frac = " \".\" [0-9]{1,6}";
     bool first = true;
-    sb_str(b, "(");
+    ds_strbuf_puts(b, "(");
     if (hi >= 0) {
         long long a = DS_MAX(lo, 0);
         range_gbnf(b, a, hi);
         first = false;
         if (!integer && a <= hi - 1) {
-            sb_str(b, " | ");
+            ds_strbuf_puts(b, " | ");
             range_gbnf(b, a, hi - 1);
-            sb_str(b, frac);
+            ds_strbuf_puts(b, frac);
         }
     }
     if (lo < 0) {
         long long M = -lo, m = hi < 0 ? -hi : 0;
         if (DS_MAX(m, 1) <= M) {
-            sb_str(b, first ? "\"-\" " : " | \"-\" ");
+            ds_strbuf_puts(b, first ? "\"-\" " : " | \"-\" ");
             range_gbnf(b, DS_MAX(m, 1), M);
             first = false;
         }
         if (!integer && m <= M - 1) {
-            sb_str(b, first ? "\"-\" " : " | \"-\" ");
+            ds_strbuf_puts(b, first ? "\"-\" " : " | \"-\" ");
             range_gbnf(b, m, M - 1);
-            sb_str(b, frac);
+            ds_strbuf_puts(b, frac);
         }
     }
-    sb_str(b, ")");
+    ds_strbuf_puts(b, ")");
     return true;
 }
 
-static bool gen_array(struct cc *c, const cJSON *s, struct sb *b)
+static bool gen_array(struct cc *c, const cJSON *s, struct ds_strbuf *b)
 {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
     uint32_t lo, hi, item = 0;
@@ -735,16 +698,16 @@ static bool gen_array(struct cc *c, const cJSON *s, struct sb *b)
         snprintf(name, sizeof name, "any%u", c->o.max_depth);
     }
     if (hi == 0) {
-        sb_str(b, "\"[\" ws \"]\"");
+        ds_strbuf_puts(b, "\"[\" ws \"]\"");
     } else if (lo == 0) {
-        sb_fmt(b, "\"[\" ws (%s (\",\" ws %s){0,%u})? ws \"]\"", name, name, hi - 1);
+        ds_strbuf_printf(b, "\"[\" ws (%s (\",\" ws %s){0,%u})? ws \"]\"", name, name, hi - 1);
     } else {
-        sb_fmt(b, "\"[\" ws %s (\",\" ws %s){%u,%u} ws \"]\"", name, name, lo - 1, hi - 1);
+        ds_strbuf_printf(b, "\"[\" ws %s (\",\" ws %s){%u,%u} ws \"]\"", name, name, lo - 1, hi - 1);
     }
     return true;
 }
 
-static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
+static bool gen_object(struct cc *c, const cJSON *s, struct ds_strbuf *b)
 {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
@@ -782,10 +745,10 @@ static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
     }
     if (n == 0) {
         if (ap && cJSON_IsFalse(ap)) {
-            sb_str(b, "\"{\" ws \"}\"");
+            ds_strbuf_puts(b, "\"{\" ws \"}\"");
         } else {
             make_any(c);
-            sb_fmt(b, "obj%u", DS_MAX(c->o.max_depth, 1u));
+            ds_strbuf_printf(b, "obj%u", DS_MAX(c->o.max_depth, 1u));
             if (c->o.max_depth == 0) fail(c, DS_ERR_RANGE, "a free object needs max_depth >= 1");
         }
         return !c->err;
@@ -818,21 +781,21 @@ static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
             break;
         }
         for (int after = 0; after < 2; after++) {
-            struct sb body = {0};
-            if (after) sb_str(&body, "\",\" ws ");
-            sb_lit(&body, kt, strlen(kt));
-            sb_fmt(&body, " ws \":\" ws r%u", val[i]);
-            if (i + 1 < n) sb_fmt(&body, " r%u", t[2 * (i + 1) + 1]);
+            struct ds_strbuf body = DS_STRBUF_INIT(DS_GRAMMAR_MAX_TEXT);
+            if (after) ds_strbuf_puts(&body, "\",\" ws ");
+            put_lit(&body, kt, strlen(kt));
+            ds_strbuf_printf(&body, " ws \":\" ws r%u", val[i]);
+            if (i + 1 < n) ds_strbuf_printf(&body, " r%u", t[2 * (i + 1) + 1]);
             if (!must[i]) {
-                if (i + 1 < n) sb_fmt(&body, " | r%u", t[2 * (i + 1) + after]);
-                else sb_str(&body, " | ");
+                if (i + 1 < n) ds_strbuf_printf(&body, " | r%u", t[2 * (i + 1) + after]);
+                else ds_strbuf_puts(&body, " | ");
             }
             rule_emit(c, t[2 * i + after], &body);
-            free(body.s);
+            ds_strbuf_cleanup(&body);
         }
         free(kt);
     }
-    if (ok) sb_fmt(b, "\"{\" ws r%u ws \"}\"", t[0]);
+    if (ok) ds_strbuf_printf(b, "\"{\" ws r%u ws \"}\"", t[0]);
     free(val);
     free(t);
     free(must);
@@ -840,13 +803,13 @@ static bool gen_object(struct cc *c, const cJSON *s, struct sb *b)
     return ok && !c->err;
 }
 
-static bool gen_type(struct cc *c, const cJSON *s, const char *type, struct sb *b)
+static bool gen_type(struct cc *c, const cJSON *s, const char *type, struct ds_strbuf *b)
 {
     if (strcmp(type, "string") == 0) return gen_string(c, s, b);
     if (strcmp(type, "integer") == 0) return gen_numeric(c, s, true, b);
     if (strcmp(type, "number") == 0) return gen_numeric(c, s, false, b);
-    if (strcmp(type, "boolean") == 0) return sb_str(b, "boolean"), true;
-    if (strcmp(type, "null") == 0) return sb_str(b, "null"), true;
+    if (strcmp(type, "boolean") == 0) return ds_strbuf_puts(b, "boolean"), true;
+    if (strcmp(type, "null") == 0) return ds_strbuf_puts(b, "null"), true;
     if (strcmp(type, "object") == 0) return gen_object(c, s, b);
     if (strcmp(type, "array") == 0) return gen_array(c, s, b);
     fail(c, DS_ERR_FORMAT, "unknown type '%s'", type);
@@ -929,10 +892,10 @@ static bool gen_ref(struct cc *c, const cJSON *s, uint32_t *rule)
     memcpy(c->path, save, sizeof save);
     c->path_len = save_len;
     if (!ok) return false;
-    struct sb body = {0};
-    sb_fmt(&body, "r%u", inner);
+    struct ds_strbuf body = DS_STRBUF_INIT(DS_GRAMMAR_MAX_TEXT);
+    ds_strbuf_printf(&body, "r%u", inner);
     rule_emit(c, id, &body);
-    free(body.s);
+    ds_strbuf_cleanup(&body);
     *rule = id;
     return true;
 }
@@ -946,7 +909,7 @@ static bool gen(struct cc *c, const cJSON *s, uint32_t *rule)
         return false;
     }
     bool ok = false;
-    struct sb body = {0};
+    struct ds_strbuf body = DS_STRBUF_INIT(DS_GRAMMAR_MAX_TEXT);
     if (cJSON_IsFalse(s)) {
         fail(c, DS_ERR_FORMAT, "the schema false allows nothing");
         goto out;
@@ -980,7 +943,7 @@ static bool gen(struct cc *c, const cJSON *s, uint32_t *rule)
             bool g = gen(c, a, &r);
             path_pop(c, old);
             if (!g) goto out;
-            sb_fmt(&body, i ? " | r%u" : "r%u", r);
+            ds_strbuf_printf(&body, i ? " | r%u" : "r%u", r);
         }
     } else if (cJSON_IsObject(s) &&
                (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const"))) {
@@ -995,10 +958,10 @@ static bool gen(struct cc *c, const cJSON *s, uint32_t *rule)
                     fail(c, DS_ERR_FORMAT, "'type' must be a string or an array of strings");
                     goto out;
                 }
-                if (i) sb_str(&body, " | ");
-                sb_str(&body, "(");
+                if (i) ds_strbuf_puts(&body, " | ");
+                ds_strbuf_puts(&body, "(");
                 if (!gen_type(c, s, t->valuestring, &body)) goto out;
-                sb_str(&body, ")");
+                ds_strbuf_puts(&body, ")");
             }
         } else {
             fail(c, DS_ERR_FORMAT, "'type' must be a string or an array of strings");
@@ -1014,14 +977,14 @@ static bool gen(struct cc *c, const cJSON *s, uint32_t *rule)
             if (!gen_type(c, s, t, &body)) goto out;
         } else {
             make_any(c);
-            sb_fmt(&body, "any%u", c->o.max_depth);
+            ds_strbuf_printf(&body, "any%u", c->o.max_depth);
         }
     }
     *rule = rule_new(c);
     rule_emit(c, *rule, &body);
     ok = !c->err;
 out:
-    free(body.s);
+    ds_strbuf_cleanup(&body);
     c->depth--;
     return ok;
 }
@@ -1042,6 +1005,7 @@ enum ds_err ds_json_schema_to_gbnf(const char *json, size_t len, const struct ds
     struct cc c;
     memset(&c, 0, sizeof c);
     c.why = why;
+    ds_strbuf_init(&c.out, DS_GRAMMAR_MAX_TEXT);
     if (o) c.o = *o;
     else ds_json_schema_opts_init(&c.o);
     if (c.o.max_string > DS_GRAMMAR_MAX_REPEAT || c.o.max_items > DS_GRAMMAR_MAX_REPEAT ||
@@ -1063,18 +1027,24 @@ enum ds_err ds_json_schema_to_gbnf(const char *json, size_t len, const struct ds
         return c.err;
     }
     c.root = root;
-    sb_str(&c.out, k_common);
+    ds_strbuf_puts(&c.out, k_common);
     uint32_t r = 0;
-    if (gen(&c, root, &r)) sb_fmt(&c.out, "root ::= r%u\n", r);
-    if (!c.err && c.out.oom) fail(&c, DS_ERR_NOMEM, "out of memory");
+    if (gen(&c, root, &r)) ds_strbuf_printf(&c.out, "root ::= r%u\n", r);
+    enum ds_err text_err = c.out.err ? c.out.err : c.text_err;
+    if (!c.err && text_err == DS_ERR_RANGE)
+        fail(&c, DS_ERR_RANGE, "grammar text longer than %u bytes (DS_GRAMMAR_MAX_TEXT)", DS_GRAMMAR_MAX_TEXT);
+    else if (!c.err && text_err) fail(&c, DS_ERR_NOMEM, "out of memory");
     cJSON_Delete(root);
     for (uint32_t i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
     if (c.err) {
-        free(c.out.s);
+        ds_strbuf_cleanup(&c.out);
         return c.err;
     }
-    *gbnf = c.out.s;
+    if (ds_strbuf_take(&c.out, gbnf, NULL) != DS_OK) {
+        fail(&c, DS_ERR_NOMEM, "out of memory");
+        return c.err;
+    }
     return DS_OK;
 }
 

@@ -119,7 +119,17 @@ static uint16_t port_of(const struct sockaddr_storage *a)
 }
 
 /* True if fd is a TCP socket whose peer is the broker. Every call is a plain
-** query on a number; an fd closed or reused meanwhile just fails a check. */
+** query on a number; an fd closed or reused meanwhile just fails a check.
+**
+** Why a probe: checked against Debian 12's libpaho-mqtt 1.3.12 (MQTTAsync.h),
+** the async API has no way to get or set the broker socket: no getter, no
+** socket or connect callback, no socket option in MQTTAsync_createOptions or
+** MQTTAsync_connectOptions (the SSL options' ssl_error_cb and ssl_psk_cb
+** carry no descriptor; only the trace callback names it, as free text, at
+** the process-wide trace level). Upstream (eclipse-paho/paho.mqtt.c#530)
+** means to set TCP_NODELAY itself, as a build option on by default; once the
+** Paho we link does, this probe and tests/tsan.supp's race:is_broker_socket
+** (its fstat/getpeername against libmicrohttpd's accepts and closes) go. */
 static bool is_broker_socket(int fd, const struct ds_mqtt__peer *peer)
 {
     struct stat st;

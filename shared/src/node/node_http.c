@@ -49,6 +49,7 @@
 
 #include "ds/log.h"
 #include "ds/openai.h"
+#include "ds/strbuf.h"
 #include "node_http_sec.h"
 #include "node_internal.h"
 
@@ -469,59 +470,30 @@ static enum MHD_Result get_models(struct http_call *c, const char *one)
     return reply(c, 200, "application/json", json, json ? strlen(json) : 0);
 }
 
-/* A growing text buffer for /metrics. */
-struct buf {
-    char  *p;
-    size_t n, cap;
-    bool   oom;
-};
+/* /metrics text: its keys are bounded (DS_METRICS_BY_MAX, HTTP_COUNTS_MAX),
+** and this cap is far above what they write. */
+#define HTTP_METRICS_MAX (16u << 20)
 
-static void bprintf(struct buf *b, const char *fmt, ...) DS_PRINTF(2, 3);
-static void bprintf(struct buf *b, const char *fmt, ...)
+static void head(struct ds_strbuf *b, const char *name, const char *type, const char *help)
 {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = DS_MAX(b->cap * 2, b->n + (size_t)k + 4096);
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-static void head(struct buf *b, const char *name, const char *type, const char *help)
-{
-    bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    ds_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* One (model, tier) histogram in seconds from its coarse counts. */
-static void histogram(struct buf *b, const char *name, const struct ds_metrics_by *by, const struct ds_hist_le *hl)
+static void histogram(struct ds_strbuf *b, const char *name, const struct ds_metrics_by *by,
+                      const struct ds_hist_le *hl)
 {
     uint64_t cum = 0;
     for (size_t i = 0; i < DS_HIST_LE_N; i++) {
         cum += hl->le[i];
-        bprintf(b, "%s_bucket{model=\"%s\",tier=\"%s\",le=\"%g\"} %llu\n", name, by->model, by->tier,
-                ds_hist_le_ms[i] / 1000.0, (unsigned long long)cum);
+        ds_strbuf_printf(b, "%s_bucket{model=\"%s\",tier=\"%s\",le=\"%g\"} %llu\n", name, by->model, by->tier,
+                         ds_hist_le_ms[i] / 1000.0, (unsigned long long)cum);
     }
-    bprintf(b, "%s_bucket{model=\"%s\",tier=\"%s\",le=\"+Inf\"} %llu\n", name, by->model, by->tier,
-            (unsigned long long)hl->count);
-    bprintf(b, "%s_sum{model=\"%s\",tier=\"%s\"} %.6f\n", name, by->model, by->tier, hl->sum_ms / 1000.0);
-    bprintf(b, "%s_count{model=\"%s\",tier=\"%s\"} %llu\n", name, by->model, by->tier, (unsigned long long)hl->count);
+    ds_strbuf_printf(b, "%s_bucket{model=\"%s\",tier=\"%s\",le=\"+Inf\"} %llu\n", name, by->model, by->tier,
+                     (unsigned long long)hl->count);
+    ds_strbuf_printf(b, "%s_sum{model=\"%s\",tier=\"%s\"} %.6f\n", name, by->model, by->tier, hl->sum_ms / 1000.0);
+    ds_strbuf_printf(b, "%s_count{model=\"%s\",tier=\"%s\"} %llu\n", name, by->model, by->tier,
+                     (unsigned long long)hl->count);
 }
 
 static enum MHD_Result get_metrics(struct http_call *c)
@@ -531,25 +503,25 @@ static enum MHD_Result get_metrics(struct http_call *c)
     struct ds_metrics_by *by = malloc(sizeof(struct ds_metrics_by) * DS_METRICS_BY_MAX);
     if (!by) return reply(c, 500, "text/plain", NULL, 0);
     unsigned n = ds_metrics_totals(&node->metrics, by);
-    struct buf b = { 0 };
+    struct ds_strbuf b = DS_STRBUF_INIT(HTTP_METRICS_MAX);
     head(&b, "dspark_requests_total", "counter",
          "Requests answered by this node since it started, by model, tier and outcome (ok or the error code).");
     for (unsigned i = 0; i < n; i++)
         for (unsigned k = 0; k <= DS_METRICS_N_ERRORS; k++) {
             if (k && !by[i].requests[k]) continue;
             const char *outcome = k ? ds_msg_code_name((enum ds_msg_code)(k - 1)) : "ok";
-            bprintf(&b, "dspark_requests_total{model=\"%s\",tier=\"%s\",outcome=\"%s\"} %llu\n", by[i].model,
-                    by[i].tier, outcome, (unsigned long long)by[i].requests[k]);
+            ds_strbuf_printf(&b, "dspark_requests_total{model=\"%s\",tier=\"%s\",outcome=\"%s\"} %llu\n",
+                             by[i].model, by[i].tier, outcome, (unsigned long long)by[i].requests[k]);
         }
     head(&b, "dspark_prompt_tokens_total", "counter", "Prompt tokens of the requests answered, since the node started.");
     for (unsigned i = 0; i < n; i++)
-        bprintf(&b, "dspark_prompt_tokens_total{model=\"%s\",tier=\"%s\"} %llu\n", by[i].model, by[i].tier,
-                (unsigned long long)by[i].prompt_tokens);
+        ds_strbuf_printf(&b, "dspark_prompt_tokens_total{model=\"%s\",tier=\"%s\"} %llu\n", by[i].model,
+                         by[i].tier, (unsigned long long)by[i].prompt_tokens);
     head(&b, "dspark_generated_tokens_total", "counter", "Tokens generated for the requests answered, since the node "
          "started.");
     for (unsigned i = 0; i < n; i++)
-        bprintf(&b, "dspark_generated_tokens_total{model=\"%s\",tier=\"%s\"} %llu\n", by[i].model, by[i].tier,
-                (unsigned long long)by[i].generated_tokens);
+        ds_strbuf_printf(&b, "dspark_generated_tokens_total{model=\"%s\",tier=\"%s\"} %llu\n", by[i].model,
+                         by[i].tier, (unsigned long long)by[i].generated_tokens);
     static const struct { const char *name, *help; size_t off; } hists[] = {
         { "dspark_queue_seconds", "Time from arrival to a running slot.", offsetof(struct ds_metrics_by, queue_ms) },
         { "dspark_ttft_seconds", "Time from arrival to the first token.", offsetof(struct ds_metrics_by, ttft_ms) },
@@ -563,25 +535,24 @@ static enum MHD_Result get_metrics(struct http_call *c)
     free(by);
     head(&b, "dspark_queue_depth", "gauge", "Requests queued here, by priority tier.");
     for (int t = 0; t < DS_TIER_COUNT; t++)
-        bprintf(&b, "dspark_queue_depth{tier=\"%s\"} %u\n", ds_tier_name((enum ds_tier)t),
-                ds_sched_depth(node->sched, (enum ds_tier)t));
+        ds_strbuf_printf(&b, "dspark_queue_depth{tier=\"%s\"} %u\n", ds_tier_name((enum ds_tier)t),
+                         ds_sched_depth(node->sched, (enum ds_tier)t));
     head(&b, "dspark_active_requests", "gauge", "Requests running (holding a slot) now.");
-    bprintf(&b, "dspark_active_requests %u\n", atomic_load(&h->active));
+    ds_strbuf_printf(&b, "dspark_active_requests %u\n", atomic_load(&h->active));
     head(&b, "dspark_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
     count(h, c->endpoint, 200);             /* this scrape, counted before it is written */
     pthread_mutex_lock(&h->mu);
     for (unsigned i = 0; i < h->n_counts; i++)
-        bprintf(&b, "dspark_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", h->counts[i].endpoint,
-                h->counts[i].status, (unsigned long long)h->counts[i].n);
+        ds_strbuf_printf(&b, "dspark_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                         h->counts[i].endpoint, h->counts[i].status, (unsigned long long)h->counts[i].n);
     pthread_mutex_unlock(&h->mu);
-    if (b.oom) {
-        free(b.p);
-        return reply(c, 500, "text/plain", NULL, 0);
-    }
+    char *text;
+    size_t len;
+    if (ds_strbuf_take(&b, &text, &len) != DS_OK) return reply(c, 500, "text/plain", NULL, 0);
     c->endpoint = NULL;                      /* counted above */
-    struct MHD_Response *r = MHD_create_response_from_buffer(b.n, b.p, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
-        free(b.p);
+        free(text);
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
