@@ -22,10 +22,21 @@
 **                utilisation, the message rate of each broker, at each load
 **                of --scale, and which resource gives out first.
 **   --check      runs the real bench_load (its own mosquitto and
-**                dspark-edge) and this simulation of one edge on the engine
-**                speed measured in this process, at the same rates: answers/s
-**                and p50 latency side by side, and whether they agree within
-**                20%.
+**                dspark-edge) and this simulation of one edge at the same
+**                rates: answers/s and p50 latency side by side, and whether
+**                they agree within 20%. The simulated edge runs on the engine
+**                step measured in this process at every row count (the same
+**                model, INT8, 2 threads), and on the cores it shares with
+**                the broker and the load generator: the CPU time those two
+**                used per request at each rate, which bench_load measures in
+**                the same run (mosquitto's CPU clock, its own getrusage), is
+**                taken from the edge's steps it falls on (the engine's
+**                threads join many times a step, so a step waits while
+**                either of its cores runs something else). The node's own
+**                cost per loop turn is calibrated on the lowest rate; the
+**                rest is the check. Without the contention, as the
+**                simulation was before, is printed beside it.
+**   --engine     prints that measured engine table and exits.
 **
 ** This is a benchmark: nothing is asserted except --check's agreement (exit
 ** 1 when a row is off by more than 20%). Tables to stdout, JSON with --json.
@@ -496,12 +507,14 @@ static void on_arrive(struct sim *s, unsigned i)
     struct ds_holt ahead, with;
     if (r->tier) ds_holt_merge(ed->arrive, r->tier - 1u, s->now, &ahead);
     ds_holt_merge(ed->arrive, r->tier, s->now, &with);
+    struct ds_holt all;
+    ds_holt_merge(ed->arrive, DS_TIER_COUNT - 1, s->now, &all);
     struct ds_overflow_in in = {
         .rate = ed->e.tok_rate, .backlog = (double)ds_sched_backlog(ed->e.q), .own = rq_cost(r),
         .budget_ms = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, s->now)) / 1e6,
         .service = &ed->e.service, .own_tokens = r->max_tokens, .ahead = r->tier && !c->no_ahead ? &ahead : NULL,
         .with = &with,
-        .horizon_s = c->horizon_ms / 1000.0,
+        .horizon_s = c->horizon_ms / 1000.0, .all = c->no_ahead ? NULL : &all, .now_ns = s->now,
     };
     bool go = c->centers && ds_overflow_decide(c->policy, &in), queued = false;
     if (!go) queued = eng_push(&ed->e, s, ri);
