@@ -685,9 +685,10 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     r->lag_p99 = lag ? bench_quantile(lag, sent, 0.99) : NAN;
     r->saturated = r->n_err > 0 || r->ok_per_s < SAT_FRACTION * r->sent_per_s;
     fprintf(stderr, " %.0f answers/s, p50 %.1f ms, p99 %.1f ms, %zu errors%s; CPU cores: broker %.2f, "
-            "load generator %.2f, edge %.2f, machine %.2f; the edge's threads waited for a core %.0f us per request\n", r->ok_per_s, r->p50, r->p99, r->n_err,
-            r->saturated ? " (saturated)" : "", r->cpu.broker / r->cpu.wall, r->cpu.loadgen / r->cpu.wall,
-            r->cpu.edge / r->cpu.wall, r->cpu.machine / r->cpu.wall, r->cpu.edge_wait / (double)(sent ? sent : 1) * 1e6);
+            "load generator %.2f, edge %.2f, machine %.2f; the edge's threads waited for a core %.0f us per "
+            "request\n", r->ok_per_s, r->p50, r->p99, r->n_err, r->saturated ? " (saturated)" : "",
+            r->cpu.broker / r->cpu.wall, r->cpu.loadgen / r->cpu.wall, r->cpu.edge / r->cpu.wall,
+            r->cpu.machine / r->cpu.wall, r->cpu.edge_wait / (double)(sent ? sent : 1) * 1e6);
     free(lat);
     free(lag);
     phase_free(p);
