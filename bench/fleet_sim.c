@@ -861,9 +861,12 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
 /* The edge's engine speed on the model bench_load serves, INT8, `threads`
 ** threads, measured in this process: for each row count of batch_rows, n
 ** sequences decoding together (one ds_engine_forward of n rows, logits for
-** each, as the node's loop runs a turn), the median time of a step over
-** rounds that take every row count in turn (so that the machine's other
-** work falls on all of them alike); out gets n / step as tokens/s.
+** each, as the node's loop runs a turn), the median of every step timed
+** alone, over rounds that take every row count in turn (so that the
+** machine's other work falls on all of them alike: timing a run of steps
+** instead, on a loaded machine, the longer runs of the wider batches
+** nearly all took a preemption, and 16 rows read up to 20 times 1 row);
+** out gets n / step as tokens/s.
 ** Returns 0, or -1 when the engine fails. */
 static int decode_table(const char *path, unsigned threads, struct speed *out)
 {
@@ -886,7 +889,7 @@ static int decode_table(const char *path, unsigned threads, struct speed *out)
     if (!logits || ds_engine_create(m, &eo, &e) != DS_OK) goto done;
     for (unsigned i = 0; i < MAX_ACTIVE; i++)
         if (ds_seq_create(e, &sq[i]) != DS_OK) goto done;
-    double v[N_POINTS][REPS];
+    double v[N_POINTS][REPS * STEPS];
     for (unsigned rep = 0; rep < WARM + REPS; rep++)
         for (int p = 0; p < N_POINTS; p++) {
             unsigned n = (unsigned)batch_rows[p];
@@ -896,15 +899,15 @@ static int decode_table(const char *path, unsigned threads, struct speed *out)
                 if (ds_seq_truncate(sq[i], 0) != DS_OK || ds_engine_eval(e, sq[i], prompt, 4, NULL, false) != DS_OK)
                     goto done;
             }
-            double t0 = bench_now_s();
             for (unsigned k = 0; k < STEPS; k++) {
                 for (unsigned i = 0; i < n; i++)
                     rows[i] = (struct ds_batch_row){ sq[i], (int32_t)(1 + (k * 37 + i * 11) % 200), true };
+                double t0 = bench_now_s();
                 if (ds_engine_forward(e, rows, n, logits) != DS_OK) goto done;
+                if (rep >= WARM) v[p][(rep - WARM) * STEPS + k] = bench_now_s() - t0;
             }
-            if (rep >= WARM) v[p][rep - WARM] = (bench_now_s() - t0) / STEPS;
         }
-    for (int p = 0; p < N_POINTS; p++) out->tps[p] = batch_rows[p] / bench_stats_of(v[p], REPS).med;
+    for (int p = 0; p < N_POINTS; p++) out->tps[p] = batch_rows[p] / bench_stats_of(v[p], REPS * STEPS).med;
     rc = 0;
 done:
     for (unsigned i = 0; i < MAX_ACTIVE; i++) ds_seq_destroy(sq[i]);
