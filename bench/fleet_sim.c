@@ -917,7 +917,7 @@ done:
     return rc;
 }
 
-#define CHECK_RUNS 3
+#define CHECK_RUNS_MAX 9
 #define N_CHECK    3
 static const double check_rates[N_CHECK] = { 50, 200, 400 };
 
@@ -981,7 +981,7 @@ static double check_turn_ns(const struct cfg *c, const struct speed *es, double 
     return fmax((real_p50 - p50) * 1e6 / (double)c->fixed_tokens, 0.0);
 }
 
-static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
+static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE *jf)
 {
     char dir[] = "/tmp/fleet_sim_check.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -989,15 +989,15 @@ static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
         return 2;
     }
     double load0 = bench_load1();
-    /* bench_load CHECK_RUNS times (the machine's other work moves its
+    /* bench_load `runs` times (the machine's other work moves its
     ** latencies run to run): the median of each figure. Per rate also the
     ** CPU that mosquitto and the load generator (bench_load's device
     ** clients) used, per request sent, and the cores the edge and the rest
     ** of the machine took, from the first send to the last answer. */
-    double ans[N_CHECK][CHECK_RUNS], p50[N_CHECK][CHECK_RUNS], steal[N_CHECK][CHECK_RUNS];
-    double other_c[N_CHECK][CHECK_RUNS], edge_c[N_CHECK][CHECK_RUNS], rest_c[N_CHECK][CHECK_RUNS];
-    double rtt_v[CHECK_RUNS], eng_v[CHECK_RUNS], brk_v[CHECK_RUNS];
-    for (unsigned i = 0; i < CHECK_RUNS; i++) {
+    double ans[N_CHECK][CHECK_RUNS_MAX], p50[N_CHECK][CHECK_RUNS_MAX], steal[N_CHECK][CHECK_RUNS_MAX];
+    double other_c[N_CHECK][CHECK_RUNS_MAX], edge_c[N_CHECK][CHECK_RUNS_MAX], rest_c[N_CHECK][CHECK_RUNS_MAX];
+    double rtt_v[CHECK_RUNS_MAX], eng_v[CHECK_RUNS_MAX], brk_v[CHECK_RUNS_MAX];
+    for (unsigned i = 0; i < runs; i++) {
         cJSON *root = run_bench_load(bench_load, dir, i);
         if (!root) return 2;
         rtt_v[i] = num_at(root, "overhead_one_token_us", "edge_round_trip");
@@ -1023,8 +1023,8 @@ static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
         }
         cJSON_Delete(root);
     }
-    double rtt = median_of(rtt_v, CHECK_RUNS), engine = median_of(eng_v, CHECK_RUNS);
-    double broker = median_of(brk_v, CHECK_RUNS);
+    double rtt = median_of(rtt_v, runs), engine = median_of(eng_v, runs);
+    double broker = median_of(brk_v, runs);
     /* The simulated edge: the engine speed measured here at each row count,
     ** the broker's hops half its round trip each, and the agent's own time
     ** per request (round trip less engine and broker) added to each answer. */
@@ -1050,18 +1050,18 @@ static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
     c.agent_us = agent_us;
     double real_ans[N_CHECK], real_p50[N_CHECK], steal_ns[N_CHECK], oc[N_CHECK], ec[N_CHECK], rc_[N_CHECK];
     for (unsigned k = 0; k < N_CHECK; k++) {
-        real_ans[k] = median_of(ans[k], CHECK_RUNS);
-        real_p50[k] = median_of(p50[k], CHECK_RUNS);
-        steal_ns[k] = median_of(steal[k], CHECK_RUNS);
-        oc[k] = median_of(other_c[k], CHECK_RUNS);
-        ec[k] = median_of(edge_c[k], CHECK_RUNS);
-        rc_[k] = median_of(rest_c[k], CHECK_RUNS);
+        real_ans[k] = median_of(ans[k], runs);
+        real_p50[k] = median_of(p50[k], runs);
+        steal_ns[k] = median_of(steal[k], runs);
+        oc[k] = median_of(other_c[k], runs);
+        ec[k] = median_of(edge_c[k], runs);
+        rc_[k] = median_of(rest_c[k], runs);
     }
     printf("check: bench_load (real mosquitto + dspark-edge, stories260K INT8, 16 tokens, 2 edge threads; median of "
            "%d runs) vs this simulation\n       measured: one-token round trip %.0f us (engine %.0f, broker %.0f, "
            "agent %.0f); engine steps in this process: 1 / 4 / 16 rows %.1f / %.1f / %.1f us; load average %.2f "
            "at the start\n",
-           CHECK_RUNS, rtt, engine, broker, agent_us, 1e6 / es.tps[0], 4e6 / es.tps[3], 16e6 / es.tps[5], load0);
+           runs, rtt, engine, broker, agent_us, 1e6 / es.tps[0], 4e6 / es.tps[3], 16e6 / es.tps[5], load0);
     /* Contention: mosquitto and the load generator run on the edge's cores;
     ** their CPU per request (measured at each rate in the same runs) is taken
     ** from the edge's steps it falls on. Calibrated, then checked, twice:
@@ -1122,6 +1122,7 @@ static void usage(FILE *f)
             "  --check           the real bench_load vs a simulated edge (within 20%%)\n"
             "  --engine          the engine step times --check measures (stories260K INT8, 2 threads), and exit\n"
             "  --bench-load P    bench_load binary for --check (default %s)\n"
+            "  --runs N          bench_load runs for --check, the median of each figure (default 3, at most 9)\n"
             "  --edges N         edges (default 1000)      --centers N   centers (default 50)\n"
             "  --devices N       devices (default 100000)  --rate R      req/s per device at 1x (default 0.5)\n"
             "  --seconds S       simulated seconds, one diurnal day (default 60)\n"
@@ -1147,7 +1148,7 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {
         { "traces", no_argument, NULL, 't' },       { "check", no_argument, NULL, 'k' },
-        { "engine", no_argument, NULL, 'E' },
+        { "engine", no_argument, NULL, 'E' },        { "runs", required_argument, NULL, 'N' },
         { "edges", required_argument, NULL, 'e' },  { "centers", required_argument, NULL, 'c' },
         { "devices", required_argument, NULL, 'd' }, { "rate", required_argument, NULL, 'r' },
         { "seconds", required_argument, NULL, 's' }, { "scale", required_argument, NULL, 'x' },
@@ -1168,7 +1169,7 @@ int main(int argc, char **argv)
         .policy = DS_OVERFLOW_PREDICTIVE, .seed = 1,
     };
     double scales[16] = { 1, 2 };
-    unsigned n_scales = 2, u;
+    unsigned n_scales = 2, u, check_runs = 3;
     bool traces = false, check = false, deadlines_given = false, engine_only = false;
     const char *json = NULL, *bench_load = BENCH_LOAD;
     int ch, li = 0;
@@ -1179,6 +1180,7 @@ int main(int argc, char **argv)
         case 't': traces = true; break;
         case 'k': check = true; break;
         case 'E': engine_only = true; break;
+        case 'N': bad = bench_parse_uint(optarg, 1, CHECK_RUNS_MAX, &check_runs); break;
         case 'e': bad = bench_parse_uint(optarg, 1, 100000, &c.edges); break;
         case 'c': bad = bench_parse_uint(optarg, 0, 10000, &c.centers); break;
         case 'd': bad = bench_parse_uint(optarg, 1, 100000000, &c.devices); break;
@@ -1255,7 +1257,7 @@ int main(int argc, char **argv)
     int status = 0;
     if (check) {
         if (!c.center_scale) c.center_scale = 1;
-        status = mode_check(c, bench_load, jf);
+        status = mode_check(c, bench_load, check_runs, jf);
     } else if (traces) {
         if (!c.center_scale) c.center_scale = 4;
         mode_traces(c, deadlines_given, jf);     /* the verdict is printed, not the exit status */
