@@ -12,7 +12,8 @@
 ** growth and the higher tiers' arrivals, and overflows a burst before the
 ** reactive one does; a jump of the arrivals in the open bin (a burst's
 ** first tens of milliseconds) lengthens the request's own turns up to the
-** longest turn seen lately, and Poisson noise does not.
+** longest turn seen lately, as far as the arrivals can fill the batch, and
+** Poisson noise does not.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -237,8 +238,12 @@ static void test_jump(void **state)
     assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &in));                  /* 100 ms: the reactive rule waits */
     in.now_ns = 16 * BIN + 10 * MS;                                               /* too early to tell */
     assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
-    sv.step_peak = 0.0;                                                           /* no longer turn seen: no change */
     in.now_ns = 16 * BIN + 100 * MS;
+    sv.capacity = 1000.0;                  /* arrivals (240 rows/s) a quarter of what the loop serves: */
+    assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 136.0) < 1e-6);   /* 10 turns of 10 + 15 x 0.24 ms */
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+    sv.capacity = 100.0;
+    sv.step_peak = 0.0;                                                           /* no longer turn seen: no change */
     assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 100.0) < 1e-6);
 }
 

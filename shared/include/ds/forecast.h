@@ -134,10 +134,12 @@ struct ds_overflow_in {
 **   finish = wait + own prompt / capacity + own_tokens x turn (its own
 **            decode, a token per turn)
 **   turn   = step_s x ds_holt_jump(all), at most the longest turn seen
-**            lately (step_peak): the turns it decodes in lengthen as the
-**            arrivals' prefill joins them, and a jump of the arrivals in
-**            the open bin (a burst's first milliseconds, before any closed
-**            bin shows it) fills the batch before its decode is done
+**            lately (step_peak) when the open bin's rate reaches capacity,
+**            that share of the way from step_s to it below: the turns it
+**            decodes in lengthen as the arrivals' prefill joins them, and a
+**            jump of the arrivals in the open bin (a burst's first
+**            milliseconds, before any closed bin shows it) fills the batch
+**            before its decode is done
 ** later than budget_ms. A climbing burst overflows before the queue is
 ** long; once the forecast stops climbing the margin is gone, before the
 ** queue has drained. Only the trend counts: the arrivals' level is in

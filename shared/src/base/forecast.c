@@ -167,7 +167,15 @@ double ds_overflow_finish_ms(enum ds_overflow_policy p, const struct ds_overflow
     if (in->ahead) work += ds_holt_sum(in->ahead, work / cap);    /* higher tiers go first meanwhile */
     double prompt = fmax(own - fmax(in->own_tokens, 0.0), 0.0);    /* its prompt's rows */
     double turn = sv->step_s;
-    if (in->all) turn = fmin(turn * ds_holt_jump(in->all, in->now_ns), fmax(turn, sv->step_peak));
+    double jump = in->all ? ds_holt_jump(in->all, in->now_ns) : 1.0;
+    if (jump > 1.0) {
+        /* The turns fill as far as the arrivals can fill them: a full batch's
+        ** turn (step_peak) once they come as fast as the loop serves, part of
+        ** the way below that (a lone request after a quiet spell is a jump
+        ** over a small level, not a full batch). */
+        double fill = fmin(jump * in->all->level / cap, 1.0);
+        turn = fmin(turn * jump, turn + fmax(sv->step_peak - turn, 0.0) * fill);
+    }
     return ((work + prompt) / cap + fmax(in->own_tokens, 0.0) * turn) * 1000.0;
 }
 
