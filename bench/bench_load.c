@@ -18,7 +18,11 @@
 ** shows as latency instead of hiding it. Reported per rate: offered rate,
 ** answers/s and tokens/s counted over the send window, P50/P90/P99 latency
 ** of the answered requests, and errors by code (timeout: no answer within
-** the drain time after the window). The sweep stops at saturation: errors,
+** the drain time after the window), and the CPU time that mosquitto, this
+** process (the load generator), the edge and the whole machine used from
+** the first send to the last answer (JSON "cpu_s": fleet_sim --check
+** leaves its simulated edge only the cores the others did not take). The
+** sweep stops at saturation: errors,
 ** or answers/s below 90% of the rate actually sent.
 **
 ** Overflow (--overflow): the sweep runs twice, first with the edge alone
@@ -42,6 +46,7 @@
 ** figure to the JSON file (--json). Everything started is stopped at the
 ** end, on errors and on SIGINT/SIGTERM as well.
 */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -52,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -115,9 +121,20 @@ struct phase {
     size_t       dups;
 };
 
+/* CPU seconds used over an interval: by mosquitto, this process (the
+** device clients: the load generator), the edge (and the center), and the
+** whole machine (every core, anyone's work: /proc/stat), and its wall
+** time. fleet_sim --check gives its simulated edge only what the others
+** leave of the cores. NAN: not known (an external broker, no /proc). */
+struct cpu_use {
+    double wall, broker, loadgen, edge, center, machine;
+    double edge_wait;                /* seconds the edge's threads were ready to run but waited for a core */
+};
+
 struct rate_result {
     double   rate, sent_per_s, ok_per_s, tok_per_s;
     double   p50, p90, p99, max, lag_p99;   /* ms */
+    struct cpu_use cpu;              /* from the first send to the last answer */
     size_t   sent, ok, by_center, err[BE_COUNT], n_err;
     uint64_t tokens;
     bool     saturated, overflow;   /* overflow: run with overflow on and a center */
@@ -149,6 +166,87 @@ struct bench {
     uint64_t           rng;
 };
 
+
+/* ---- CPU time: who takes the cores while a rate runs ---- */
+
+/* CPU seconds pid has used, every thread (user + system), or NAN. */
+static double cpu_s_of(pid_t pid)
+{
+    clockid_t id;
+    struct timespec ts;
+    if (pid <= 0 || clock_getcpuclockid(pid, &id) != 0 || clock_gettime(id, &ts) != 0) return NAN;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds this process has used (getrusage: user + system). */
+static double cpu_s_self(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return NAN;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Busy CPU seconds of the whole machine, every core (/proc/stat's "cpu"
+** line less idle and iowait), or NAN. */
+static double cpu_s_machine(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return NAN;
+    unsigned long long v[8] = { 0 };
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]);
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    if (n < 4 || hz <= 0) return NAN;
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+}
+
+/* Seconds the threads of pid have waited on a run queue, ready but not
+** running (/proc/<pid>/task/<tid>/schedstat's second field, summed), or
+** NAN. The time other work (or its own threads) took its cores from it. */
+static double run_wait_s(pid_t pid)
+{
+    char path[64];
+    if (pid <= 0) return NAN;
+    snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
+    DIR *d = opendir(path);
+    if (!d) return NAN;
+    double sum = 0.0;
+    bool any = false;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+        char sp[96];
+        snprintf(sp, sizeof sp, "/proc/%ld/task/%.16s/schedstat", (long)pid, de->d_name);
+        FILE *f = fopen(sp, "r");
+        unsigned long long run = 0, wait = 0;
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2) sum += (double)wait / 1e9, any = true;
+        if (f) fclose(f);
+    }
+    closedir(d);
+    return any ? sum : NAN;
+}
+
+static void cpu_snap(const struct bench *b, struct cpu_use *c)
+{
+    *c = (struct cpu_use){ .wall = (double)ds_now_ns() / 1e9, .broker = cpu_s_of(tb_broker_pid(b->broker)),
+                           .loadgen = cpu_s_self(), .edge = cpu_s_of(b->edge), .center = cpu_s_of(b->center),
+                           .machine = cpu_s_machine(), .edge_wait = run_wait_s(b->edge) };
+}
+
+/* c = now - c (c: a snapshot taken before). */
+static void cpu_since(const struct bench *b, struct cpu_use *c)
+{
+    struct cpu_use now;
+    cpu_snap(b, &now);
+    c->wall = now.wall - c->wall;
+    c->broker = now.broker - c->broker;
+    c->loadgen = now.loadgen - c->loadgen;
+    c->edge = now.edge - c->edge;
+    c->center = now.center - c->center;
+    c->machine = now.machine - c->machine;
+    c->edge_wait = now.edge_wait - c->edge_wait;
+}
 
 static void sleep_ms(unsigned ms) { bench_sleep_until(ds_now_ns() + (uint64_t)ms * 1000000u, &g_stop); }
 
@@ -538,6 +636,8 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     fprintf(stderr, "bench_load: %7.0f req/s for %.0f s: %zu requests...", rate, o->seconds, n);
     uint64_t t0 = ds_now_ns() + 20000000u, win = (uint64_t)(o->seconds * 1e9);
     size_t sent = 0;
+    bench_sleep_until(t0, &g_stop);
+    cpu_snap(b, &r->cpu);
     for (size_t i = 0; i < n && !g_stop; i++) {
         uint64_t t = t0 + (uint64_t)(at[i] * 1e9);
         bench_sleep_until(t, &g_stop);
@@ -546,6 +646,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     }
     free(at);
     phase_wait(b, p, sent, t0 + win + (uint64_t)(o->drain_s * 1e9));
+    cpu_since(b, &r->cpu);
     phase_end(b, p);
 
     /* Under the lock: the receive thread may still write a late answer. */
@@ -583,8 +684,11 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
     }
     r->lag_p99 = lag ? bench_quantile(lag, sent, 0.99) : NAN;
     r->saturated = r->n_err > 0 || r->ok_per_s < SAT_FRACTION * r->sent_per_s;
-    fprintf(stderr, " %.0f answers/s, p50 %.1f ms, p99 %.1f ms, %zu errors%s\n", r->ok_per_s, r->p50, r->p99,
-            r->n_err, r->saturated ? " (saturated)" : "");
+    fprintf(stderr, " %.0f answers/s, p50 %.1f ms, p99 %.1f ms, %zu errors%s; CPU cores: broker %.2f, "
+            "load generator %.2f, edge %.2f, machine %.2f; the edge's threads waited for a core %.0f us per "
+            "request\n", r->ok_per_s, r->p50, r->p99, r->n_err, r->saturated ? " (saturated)" : "",
+            r->cpu.broker / r->cpu.wall, r->cpu.loadgen / r->cpu.wall, r->cpu.edge / r->cpu.wall,
+            r->cpu.machine / r->cpu.wall, r->cpu.edge_wait / (double)(sent ? sent : 1) * 1e6);
     free(lat);
     free(lag);
     phase_free(p);
@@ -706,7 +810,14 @@ static int write_json(const struct bench *b)
         bench_json_num(f, "p90", r->p90, ", ");
         bench_json_num(f, "p99", r->p99, ", ");
         bench_json_num(f, "max", r->max, "}, ");
-        bench_json_num(f, "send_lag_p99_ms", r->lag_p99, ", ");
+        bench_json_num(f, "send_lag_p99_ms", r->lag_p99, ",\n     \"cpu_s\": {");
+        bench_json_num(f, "wall", r->cpu.wall, ", ");
+        bench_json_num(f, "broker", r->cpu.broker, ", ");
+        bench_json_num(f, "loadgen", r->cpu.loadgen, ", ");
+        bench_json_num(f, "edge", r->cpu.edge, ", ");
+        bench_json_num(f, "center", r->cpu.center, ", ");
+        bench_json_num(f, "machine", r->cpu.machine, ", ");
+        bench_json_num(f, "edge_run_wait", r->cpu.edge_wait, "}, ");
         fprintf(f, "\"errors\": {");
         for (int k = 0; k < BE_COUNT; k++) fprintf(f, "\"%s\": %zu%s", bench_err_name[k], r->err[k], k + 1 < BE_COUNT ? ", " : "");
         fprintf(f, "}, \"saturated\": %s}%s\n", r->saturated ? "true" : "false", i + 1 < b->n_res ? "," : "");

@@ -22,10 +22,21 @@
 **                utilisation, the message rate of each broker, at each load
 **                of --scale, and which resource gives out first.
 **   --check      runs the real bench_load (its own mosquitto and
-**                dspark-edge) and this simulation of one edge on the engine
-**                speed measured in this process, at the same rates: answers/s
-**                and p50 latency side by side, and whether they agree within
-**                20%.
+**                dspark-edge) and this simulation of one edge at the same
+**                rates: answers/s and p50 latency side by side, and whether
+**                they agree within 20%. The simulated edge runs on the engine
+**                step measured in this process at every row count (the same
+**                model, INT8, 2 threads), and on the cores it shares with
+**                the broker and the load generator: the CPU time those two
+**                used per request at each rate, which bench_load measures in
+**                the same run (mosquitto's CPU clock, its own getrusage), is
+**                taken from the edge's steps it falls on (the engine's
+**                threads join many times a step, so a step waits while
+**                either of its cores runs something else). The node's own
+**                cost per loop turn is calibrated on the lowest rate; the
+**                rest is the check. Without the contention, as the
+**                simulation was before, is printed beside it.
+**   --engine     prints that measured engine table and exits.
 **
 ** This is a benchmark: nothing is asserted except --check's agreement (exit
 ** 1 when a row is off by more than 20%). Tables to stdout, JSON with --json.
@@ -116,6 +127,7 @@ struct eng {
     uint64_t busy_ns, step_t0;
     double   row_ns;               /* rows x step time, for the mean batch */
     unsigned step_rows;            /* rows of the step in flight */
+    double   steal_ns;             /* CPU the others took while it stepped, added to its next step (--check) */
 };
 
 struct edge {
@@ -148,6 +160,8 @@ struct cfg {
     bool     flat;                  /* no diurnal curve, no bursts (--check) */
     unsigned fixed_prompt, fixed_tokens;   /* every request alike, normal tier (--check); 0 = the mix */
     double   agent_us;              /* the agent's own time per request, added to each answer (--check) */
+    double   steal_ns;              /* CPU the broker and the load generator use per request, on the edge's
+                                    ** cores: half at its arrival, half at its answer (--check) */
     bool     no_ahead;              /* ablation: the predictive rule without the higher tiers' forecast */
 };
 
@@ -325,6 +339,7 @@ static void finish(struct sim *s, uint32_t ri, bool ok)
     if (r->at_center) back += (uint64_t)(s->c->hop_center_ms * MS);
     record(s, r, s->now + back, ok);
     struct edge *ed = &s->edges[r->edge];
+    ed->e.steal_ns += s->c->steal_ns / 2.0;           /* the final through the broker to the device */
     ed->msgs += 2;                                   /* the final (or error): in and out of the site broker */
     if (r->at_center) {
         ed->msgs += 2 * 2;                           /* accept and final from the center, through the bridge */
@@ -349,6 +364,7 @@ static void eng_turn(struct sim *s, struct eng *e, enum ev_kind step_kind, uint3
     }
     if (!e->n_run) {
         e->stepping = false;
+        e->steal_ns = 0.0;                           /* idle: what the others took, they took from no step */
         return;
     }
     /* node.c's step_version: a decode row for each running sequence, then
@@ -367,7 +383,11 @@ static void eng_turn(struct sim *s, struct eng *e, enum ev_kind step_kind, uint3
         rows += r->pf_now;
     }
     e->step_rows = rows;
-    uint64_t d = step_ns(e->speed, DS_MAX(rows, 1u), e->step_overhead_ns);
+    /* The engine's threads meet at a barrier many times a step, so a step
+    ** stops while any of its cores runs something else: the CPU the others
+    ** took during the last step lengthens this one by as much. */
+    uint64_t d = step_ns(e->speed, DS_MAX(rows, 1u), e->step_overhead_ns + e->steal_ns);
+    e->steal_ns = 0.0;
     e->stepping = true;
     e->step_t0 = s->now;
     e->row_ns += (double)rows * (double)d;
@@ -481,17 +501,20 @@ static void on_arrive(struct sim *s, unsigned i)
     r->sent_ns = s->now > hop ? s->now - hop : 0;
     r->deadline_ns = r->sent_ns + (uint64_t)(c->deadline_ms[r->tier] * MS);
     s->n_req++;
+    if (ed->e.stepping) ed->e.steal_ns += c->steal_ns / 2.0;   /* the request through the broker, meanwhile */
     ed->msgs += 2;                                   /* the request: in and out of the site broker */
     ds_holt_add(&ed->arrive[r->tier], s->now, rq_cost(r));
     struct ds_holt ahead, with;
     if (r->tier) ds_holt_merge(ed->arrive, r->tier - 1u, s->now, &ahead);
     ds_holt_merge(ed->arrive, r->tier, s->now, &with);
+    struct ds_holt all;
+    ds_holt_merge(ed->arrive, DS_TIER_COUNT - 1, s->now, &all);
     struct ds_overflow_in in = {
         .rate = ed->e.tok_rate, .backlog = (double)ds_sched_backlog(ed->e.q), .own = rq_cost(r),
         .budget_ms = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, s->now)) / 1e6,
         .service = &ed->e.service, .own_tokens = r->max_tokens, .ahead = r->tier && !c->no_ahead ? &ahead : NULL,
         .with = &with,
-        .horizon_s = c->horizon_ms / 1000.0,
+        .horizon_s = c->horizon_ms / 1000.0, .all = c->no_ahead ? NULL : &all, .now_ns = s->now,
     };
     bool go = c->centers && ds_overflow_decide(c->policy, &in), queued = false;
     if (!go) queued = eng_push(&ed->e, s, ri);
@@ -835,43 +858,66 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
 
 /* ---- --check: the real bench_load next to one simulated edge ---- */
 
-/* Median us of one decode step of one sequence (a token fed, its logits) on
-** the model bench_load serves, INT8, `threads` threads, in this process. */
-static double decode_step_us(const char *path, unsigned threads)
+/* The edge's engine speed on the model bench_load serves, INT8, `threads`
+** threads, measured in this process: for each row count of batch_rows, n
+** sequences decoding together (one ds_engine_forward of n rows, logits for
+** each, as the node's loop runs a turn), the median of every step timed
+** alone, over rounds that take every row count in turn (so that the
+** machine's other work falls on all of them alike: timing a run of steps
+** instead, on a loaded machine, the longer runs of the wider batches
+** nearly all took a preemption, and 16 rows read up to 20 times 1 row);
+** out gets n / step as tokens/s.
+** Returns 0, or -1 when the engine fails. */
+static int decode_table(const char *path, unsigned threads, struct speed *out)
 {
+    enum { REPS = 32, STEPS = 8, WARM = 4 };
     struct ds_model *m = NULL;
     struct ds_engine *e = NULL;
-    struct ds_seq *sq = NULL;
+    struct ds_seq *sq[MAX_ACTIVE] = { 0 };
     float *logits = NULL;
-    double v[64], med = NAN;
-    if (ds_model_open(path, &m) != DS_OK) return NAN;
+    int rc = -1;
+    if (ds_model_open(path, &m) != DS_OK) return -1;
     struct ds_engine_opts eo;
     ds_engine_opts_init(&eo);
     eo.precision = DS_PRECISION_INT8;
     eo.n_threads = threads;
-    eo.kv_seqs = 1;
-    logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
-    if (!logits || ds_engine_create(m, &eo, &e) != DS_OK || ds_seq_create(e, &sq) != DS_OK) goto done;
-    for (unsigned rep = 0; rep < 64 + 8; rep++) {
-        if (ds_seq_truncate(sq, 0) != DS_OK) goto done;
-        int32_t tok = 1;
-        double t0 = bench_now_s();
-        for (int k = 0; k < 16; k++) {
-            if (ds_engine_eval(e, sq, &tok, 1, logits, false) != DS_OK) goto done;
-            tok = (int32_t)(1 + (k * 37) % 200);
+    eo.kv_seqs = MAX_ACTIVE;
+    eo.max_batch = MAX_ACTIVE;
+    eo.max_ctx = 64;
+    eo.prefix_cache_blocks = 0;
+    logits = malloc((size_t)MAX_ACTIVE * m->cfg.vocab_size * sizeof *logits);
+    if (!logits || ds_engine_create(m, &eo, &e) != DS_OK) goto done;
+    for (unsigned i = 0; i < MAX_ACTIVE; i++)
+        if (ds_seq_create(e, &sq[i]) != DS_OK) goto done;
+    double v[N_POINTS][REPS * STEPS];
+    for (unsigned rep = 0; rep < WARM + REPS; rep++)
+        for (int p = 0; p < N_POINTS; p++) {
+            unsigned n = (unsigned)batch_rows[p];
+            struct ds_batch_row rows[MAX_ACTIVE];
+            for (unsigned i = 0; i < n; i++) {
+                int32_t prompt[4] = { 1, 2, 3, 4 };
+                if (ds_seq_truncate(sq[i], 0) != DS_OK || ds_engine_eval(e, sq[i], prompt, 4, NULL, false) != DS_OK)
+                    goto done;
+            }
+            for (unsigned k = 0; k < STEPS; k++) {
+                for (unsigned i = 0; i < n; i++)
+                    rows[i] = (struct ds_batch_row){ sq[i], (int32_t)(1 + (k * 37 + i * 11) % 200), true };
+                double t0 = bench_now_s();
+                if (ds_engine_forward(e, rows, n, logits) != DS_OK) goto done;
+                if (rep >= WARM) v[p][(rep - WARM) * STEPS + k] = bench_now_s() - t0;
+            }
         }
-        if (rep >= 8) v[rep - 8] = (bench_now_s() - t0) * 1e6 / 16.0;
-    }
-    med = bench_stats_of(v, 64).med;
+    for (int p = 0; p < N_POINTS; p++) out->tps[p] = batch_rows[p] / bench_stats_of(v[p], REPS * STEPS).med;
+    rc = 0;
 done:
-    ds_seq_destroy(sq);
+    for (unsigned i = 0; i < MAX_ACTIVE; i++) ds_seq_destroy(sq[i]);
     ds_engine_destroy(e);
     ds_model_close(m);
     free(logits);
-    return med;
+    return rc;
 }
 
-#define CHECK_RUNS 3
+#define CHECK_RUNS_MAX 9
 #define N_CHECK    3
 static const double check_rates[N_CHECK] = { 50, 200, 400 };
 
@@ -907,17 +953,51 @@ static double num_at(const cJSON *o, const char *a, const char *b)
     return cJSON_GetNumberValue(b ? cJSON_GetObjectItem(x, b) : x);
 }
 
-static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
+/* The median of v[0..n) (v reordered). */
+static double median_of(double *v, unsigned n) { return bench_stats_of(v, n).med; }
+
+/* The simulated edge at one rate: answers/s and p50 into *ans, *p50. */
+static void check_sim(const struct cfg *c, const struct speed *es, double rate, double steal_ns, double turn_ns,
+                      double *ans, double *p50)
+{
+    struct cfg ck = *c;
+    ck.seconds = 4.0;
+    ck.dev_rate = rate;
+    ck.steal_ns = steal_ns;
+    struct result r;
+    run(&ck, NULL, es, es, turn_ns, &r);
+    *ans = r.answers_per_s;
+    *p50 = r.p50[DS_TIER_NORMAL];
+}
+
+/* The node's own cost per loop turn (sampling, the loop's bookkeeping,
+** publishing), which the engine figure leaves out, from the first (lowest)
+** rate: what its real p50 has beyond the simulation's without it, over the
+** request's turns (one per token). */
+static double check_turn_ns(const struct cfg *c, const struct speed *es, double steal_ns, double real_p50)
+{
+    double ans, p50;
+    check_sim(c, es, check_rates[0], steal_ns, 0, &ans, &p50);
+    return fmax((real_p50 - p50) * 1e6 / (double)c->fixed_tokens, 0.0);
+}
+
+static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE *jf)
 {
     char dir[] = "/tmp/fleet_sim_check.XXXXXX";
     if (!mkdtemp(dir)) {
         fprintf(stderr, "fleet_sim: mkdtemp: %s\n", strerror(errno));
         return 2;
     }
-    /* bench_load CHECK_RUNS times (the machine's other work moves its
-    ** latencies run to run): the median of each figure. */
-    double ans[N_CHECK][CHECK_RUNS], p50[N_CHECK][CHECK_RUNS], rtt_v[CHECK_RUNS], eng_v[CHECK_RUNS], brk_v[CHECK_RUNS];
-    for (unsigned i = 0; i < CHECK_RUNS; i++) {
+    double load0 = bench_load1();
+    /* bench_load `runs` times (the machine's other work moves its
+    ** latencies run to run): the median of each figure. Per rate also the
+    ** CPU that mosquitto and the load generator (bench_load's device
+    ** clients) used, per request sent, and the cores the edge and the rest
+    ** of the machine took, from the first send to the last answer. */
+    double ans[N_CHECK][CHECK_RUNS_MAX], p50[N_CHECK][CHECK_RUNS_MAX], steal[N_CHECK][CHECK_RUNS_MAX];
+    double other_c[N_CHECK][CHECK_RUNS_MAX], edge_c[N_CHECK][CHECK_RUNS_MAX], rest_c[N_CHECK][CHECK_RUNS_MAX];
+    double rtt_v[CHECK_RUNS_MAX], eng_v[CHECK_RUNS_MAX], brk_v[CHECK_RUNS_MAX];
+    for (unsigned i = 0; i < runs; i++) {
         cJSON *root = run_bench_load(bench_load, dir, i);
         if (!root) return 2;
         rtt_v[i] = num_at(root, "overhead_one_token_us", "edge_round_trip");
@@ -927,19 +1007,36 @@ static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
             const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rates"), (int)k);
             ans[k][i] = num_at(row, "answers_per_s", NULL);
             p50[k][i] = num_at(row, "latency_ms", "p50");
+            double wall = num_at(row, "cpu_s", "wall"), broker = num_at(row, "cpu_s", "broker");
+            double gen = num_at(row, "cpu_s", "loadgen"), edge = num_at(row, "cpu_s", "edge");
+            double machine = num_at(row, "cpu_s", "machine"), sent = num_at(row, "sent", NULL);
+            if (!(wall > 0) || !(sent > 0) || !isfinite(broker) || !isfinite(gen) || !isfinite(edge)) {
+                fprintf(stderr, "fleet_sim: bench_load's JSON has no CPU figures (cpu_s) for %.0f req/s\n",
+                        check_rates[k]);
+                cJSON_Delete(root);
+                return 2;
+            }
+            steal[k][i] = (broker + gen) / sent * 1e9;
+            other_c[k][i] = (broker + gen) / wall;
+            edge_c[k][i] = edge / wall;
+            rest_c[k][i] = isfinite(machine) ? fmax(machine - broker - gen - edge, 0.0) / wall : NAN;
         }
         cJSON_Delete(root);
     }
-    double rtt = bench_stats_of(rtt_v, CHECK_RUNS).med, engine = bench_stats_of(eng_v, CHECK_RUNS).med;
-    double broker = bench_stats_of(brk_v, CHECK_RUNS).med;
-    double step = decode_step_us(CHECK_MODEL, 2);
-    /* The simulated edge: the engine speed measured here (one step of b rows
-    ** as the 15M table's ratios scale it), the broker's hops half its round
-    ** trip each, and the agent's own time per request (round trip less
-    ** engine and broker) added to each answer. */
+    double rtt = median_of(rtt_v, runs), engine = median_of(eng_v, runs);
+    double broker = median_of(brk_v, runs);
+    /* The simulated edge: the engine speed measured here at each row count,
+    ** the broker's hops half its round trip each, and the agent's own time
+    ** per request (round trip less engine and broker) added to each answer. */
     struct speed es;
-    for (int i = 0; i < N_POINTS; i++) es.tps[i] = 1e6 / step * edge_tps[i] / edge_tps[0];
+    if (decode_table(CHECK_MODEL, 2, &es) != 0) {
+        fprintf(stderr, "fleet_sim: cannot time the engine on %s\n", CHECK_MODEL);
+        return 2;
+    }
     double agent_us = fmax(rtt - engine - broker, 0.0);
+    fprintf(stderr, "fleet_sim: engine step, us, by rows:");
+    for (int i = 0; i < N_POINTS; i++) fprintf(stderr, " %.0f:%.1f", batch_rows[i], batch_rows[i] / es.tps[i] * 1e6);
+    fputc('\n', stderr);
     c.edges = 1;
     c.centers = 0;
     c.devices = 1;
@@ -951,52 +1048,64 @@ static int mode_check(struct cfg c, const char *bench_load, FILE *jf)
     c.fixed_prompt = 5;                              /* "Once upon a time" */
     c.fixed_tokens = 16;
     c.agent_us = agent_us;
-    printf("check: bench_load (real mosquitto + dspark-edge, stories260K INT8, 16 tokens; median of %d runs) vs "
-           "this simulation\n       measured: one-token round trip %.0f us (engine %.0f, broker %.0f, agent %.0f); "
-           "decode step %.1f us in this process; load average %.2f\n",
-           CHECK_RUNS, rtt, engine, broker, agent_us, step, bench_load1());
-    /* Calibration: the node's own cost per loop turn (sampling, the loop's
-    ** bookkeeping, publishing), which the engine figure leaves out, from the
-    ** first (lowest) rate: what its p50 has beyond the simulation's without
-    ** it, over the request's 16 turns. The other rates are the check. */
-    double real_ans[N_CHECK], real_p50[N_CHECK];
+    double real_ans[N_CHECK], real_p50[N_CHECK], steal_ns[N_CHECK], oc[N_CHECK], ec[N_CHECK], rc_[N_CHECK];
     for (unsigned k = 0; k < N_CHECK; k++) {
-        real_ans[k] = bench_stats_of(ans[k], CHECK_RUNS).med;
-        real_p50[k] = bench_stats_of(p50[k], CHECK_RUNS).med;
+        real_ans[k] = median_of(ans[k], runs);
+        real_p50[k] = median_of(p50[k], runs);
+        steal_ns[k] = median_of(steal[k], runs);
+        oc[k] = median_of(other_c[k], runs);
+        ec[k] = median_of(edge_c[k], runs);
+        rc_[k] = median_of(rest_c[k], runs);
     }
-    struct cfg ck = c;
-    ck.seconds = 4.0;
-    ck.dev_rate = check_rates[0];
-    struct result r;
-    run(&ck, NULL, &es, &es, 0, &r);
-    double turn_ns = fmax((real_p50[0] - r.p50[1]) * 1e6 / (double)c.fixed_tokens, 0.0);
-    printf("       calibrated on the first rate: %.1f us per loop turn besides the engine's step\n", turn_ns / 1e3);
-    printf("%8s | %11s %11s %6s | %10s %10s %6s\n", "rate", "real ans/s", "sim ans/s", "diff", "real p50", "sim p50",
-           "diff");
-    if (jf) fprintf(jf, "  \"check_turn_us\": %.2f,\n  \"check\": [\n", turn_ns / 1e3);
+    printf("check: bench_load (real mosquitto + dspark-edge, stories260K INT8, 16 tokens, 2 edge threads; median of "
+           "%d runs) vs this simulation\n       measured: one-token round trip %.0f us (engine %.0f, broker %.0f, "
+           "agent %.0f); engine steps in this process: 1 / 4 / 16 rows %.1f / %.1f / %.1f us; load average %.2f "
+           "at the start\n",
+           runs, rtt, engine, broker, agent_us, 1e6 / es.tps[0], 4e6 / es.tps[3], 16e6 / es.tps[5], load0);
+    /* Contention: mosquitto and the load generator run on the edge's cores;
+    ** their CPU per request (measured at each rate in the same runs) is taken
+    ** from the edge's steps it falls on. Calibrated, then checked, twice:
+    ** with it and without it (the simulation before it was modelled). */
+    double turn_ns = check_turn_ns(&c, &es, steal_ns[0], real_p50[0]);
+    double turn0_ns = check_turn_ns(&c, &es, 0.0, real_p50[0]);
+    printf("       calibrated on the first rate: %.1f us per loop turn besides the engine's step (%.1f us "
+           "without the contention)\n", turn_ns / 1e3, turn0_ns / 1e3);
+    printf("%6s | %-20s | %-29s | %-18s | %s\n", "", "answers/s", "p50 ms", "without contention",
+           "CPU: us/req   cores: broker+gen edge rest");
+    printf("%6s | %6s %6s %6s | %6s %6s %6s %7s | %6s %6s %4s | %9s %12s %5s %5s\n", "rate", "real", "sim", "diff",
+           "real", "sim", "diff", "", "ans/s", "p50", "diff", "others", "", "", "");
+    if (jf) fprintf(jf, "  \"check_turn_us\": %.2f, \"check_turn_us_without_contention\": %.2f,\n  \"check\": [\n",
+                    turn_ns / 1e3, turn0_ns / 1e3);
     int off = 0;
     for (unsigned k = 0; k < N_CHECK; k++) {
-        ck.dev_rate = check_rates[k];
-        run(&ck, NULL, &es, &es, turn_ns, &r);
-        double d_ans = (r.answers_per_s - real_ans[k]) / real_ans[k], sim_p50 = r.p50[1];
-        double d_p50 = (sim_p50 - real_p50[k]) / real_p50[k];
+        double sim_ans, sim_p50, ans0, p500;
+        check_sim(&c, &es, check_rates[k], steal_ns[k], turn_ns, &sim_ans, &sim_p50);
+        check_sim(&c, &es, check_rates[k], 0.0, turn0_ns, &ans0, &p500);
+        double d_ans = (sim_ans - real_ans[k]) / real_ans[k], d_p50 = (sim_p50 - real_p50[k]) / real_p50[k];
+        double d0 = (p500 - real_p50[k]) / real_p50[k];
         bool ok = fabs(d_ans) <= 0.20 && fabs(d_p50) <= 0.20;
         off += !ok && k > 0;
-        printf("%8.0f | %11.1f %11.1f %+5.0f%% | %9.2fms %9.2fms %+5.0f%% %s\n", check_rates[k], real_ans[k],
-               r.answers_per_s, 100 * d_ans, real_p50[k], sim_p50, 100 * d_p50,
-               !k ? "(calibration)" : ok ? "" : "(off by more than 20%)");
+        printf("%6.0f | %6.1f %6.1f %+5.0f%% | %6.2f %6.2f %+5.0f%% %-7s | %6.1f %6.2f %+3.0f%% | %9.1f %12.2f %5.2f "
+               "%5.2f\n", check_rates[k], real_ans[k], sim_ans, 100 * d_ans, real_p50[k], sim_p50, 100 * d_p50,
+               !k ? "(calib)" : ok ? "ok" : "OFF", ans0, p500, 100 * d0, steal_ns[k] / 1e3, oc[k], ec[k], rc_[k]);
         if (jf) {
             fprintf(jf, "    {");
             bench_json_num(jf, "rate", check_rates[k], ", ");
             bench_json_num(jf, "real_answers_per_s", real_ans[k], ", ");
-            bench_json_num(jf, "sim_answers_per_s", r.answers_per_s, ", ");
+            bench_json_num(jf, "sim_answers_per_s", sim_ans, ", ");
             bench_json_num(jf, "real_p50_ms", real_p50[k], ", ");
-            bench_json_num(jf, "sim_p50_ms", sim_p50, "}");
+            bench_json_num(jf, "sim_p50_ms", sim_p50, ", ");
+            bench_json_num(jf, "sim_p50_ms_without_contention", p500, ", ");
+            bench_json_num(jf, "others_cpu_us_per_request", steal_ns[k] / 1e3, ", ");
+            bench_json_num(jf, "others_cores", oc[k], ", ");
+            bench_json_num(jf, "edge_cores", ec[k], ", ");
+            bench_json_num(jf, "rest_cores", rc_[k], "}");
             fputs(k + 1 < N_CHECK ? ",\n" : "\n", jf);
         }
     }
     if (jf) fprintf(jf, "  ],\n");
-    printf("check: %s\n", off ? "the simulation is off by more than 20% somewhere" : "every checked row within 20%");
+    printf("check: %s (load average %.2f at the end)\n",
+           off ? "the simulation is off by more than 20% somewhere" : "every checked row within 20%", bench_load1());
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (!off && system(rm) != 0) fprintf(stderr, "fleet_sim: could not remove %s\n", dir);
@@ -1011,7 +1120,9 @@ static void usage(FILE *f)
             "usage: fleet_sim [options]\n"
             "  --traces          one edge, one center: the bursty traces, reactive vs predictive\n"
             "  --check           the real bench_load vs a simulated edge (within 20%%)\n"
+            "  --engine          the engine step times --check measures (stories260K INT8, 2 threads), and exit\n"
             "  --bench-load P    bench_load binary for --check (default %s)\n"
+            "  --runs N          bench_load runs for --check, the median of each figure (default 3, at most 9)\n"
             "  --edges N         edges (default 1000)      --centers N   centers (default 50)\n"
             "  --devices N       devices (default 100000)  --rate R      req/s per device at 1x (default 0.5)\n"
             "  --seconds S       simulated seconds, one diurnal day (default 60)\n"
@@ -1037,6 +1148,7 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {
         { "traces", no_argument, NULL, 't' },       { "check", no_argument, NULL, 'k' },
+        { "engine", no_argument, NULL, 'E' },        { "runs", required_argument, NULL, 'N' },
         { "edges", required_argument, NULL, 'e' },  { "centers", required_argument, NULL, 'c' },
         { "devices", required_argument, NULL, 'd' }, { "rate", required_argument, NULL, 'r' },
         { "seconds", required_argument, NULL, 's' }, { "scale", required_argument, NULL, 'x' },
@@ -1057,8 +1169,8 @@ int main(int argc, char **argv)
         .policy = DS_OVERFLOW_PREDICTIVE, .seed = 1,
     };
     double scales[16] = { 1, 2 };
-    unsigned n_scales = 2, u;
-    bool traces = false, check = false, deadlines_given = false;
+    unsigned n_scales = 2, u, check_runs = 3;
+    bool traces = false, check = false, deadlines_given = false, engine_only = false;
     const char *json = NULL, *bench_load = BENCH_LOAD;
     int ch, li = 0;
     while ((ch = getopt_long(argc, argv, "", lo, &li)) != -1) {
@@ -1067,6 +1179,8 @@ int main(int argc, char **argv)
         switch (ch) {
         case 't': traces = true; break;
         case 'k': check = true; break;
+        case 'E': engine_only = true; break;
+        case 'N': bad = bench_parse_uint(optarg, 1, CHECK_RUNS_MAX, &check_runs); break;
         case 'e': bad = bench_parse_uint(optarg, 1, 100000, &c.edges); break;
         case 'c': bad = bench_parse_uint(optarg, 0, 10000, &c.centers); break;
         case 'd': bad = bench_parse_uint(optarg, 1, 100000000, &c.devices); break;
@@ -1124,6 +1238,15 @@ int main(int argc, char **argv)
         return 2;
     }
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
+    if (engine_only) {
+        struct speed es;
+        if (decode_table(CHECK_MODEL, 2, &es) != 0) return EXIT_FAILURE;
+        printf("engine step (%s, INT8, 2 threads; load average %.2f):\n%6s %10s %10s\n", CHECK_MODEL, bench_load1(),
+               "rows", "us/step", "tokens/s");
+        for (int i = 0; i < N_POINTS; i++)
+            printf("%6.0f %10.1f %10.0f\n", batch_rows[i], batch_rows[i] / es.tps[i] * 1e6, es.tps[i]);
+        return EXIT_SUCCESS;
+    }
     FILE *jf = NULL;
     if (json && !(jf = fopen(json, "w"))) {
         fprintf(stderr, "fleet_sim: cannot write %s: %s\n", json, strerror(errno));
@@ -1134,7 +1257,7 @@ int main(int argc, char **argv)
     int status = 0;
     if (check) {
         if (!c.center_scale) c.center_scale = 1;
-        status = mode_check(c, bench_load, jf);
+        status = mode_check(c, bench_load, check_runs, jf);
     } else if (traces) {
         if (!c.center_scale) c.center_scale = 4;
         mode_traces(c, deadlines_given, jf);     /* the verdict is printed, not the exit status */

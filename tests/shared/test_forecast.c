@@ -10,7 +10,10 @@
 ** reactive rule is the node's old formula; the predictive one is queued
 ** work at capacity plus the request's own decode, counts the forecast
 ** growth and the higher tiers' arrivals, and overflows a burst before the
-** reactive one does.
+** reactive one does; a jump of the arrivals in the open bin (a burst's
+** first tens of milliseconds) lengthens the request's own turns up to the
+** longest turn seen lately, as far as the arrivals can fill the batch, and
+** Poisson noise does not.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -95,7 +98,7 @@ static void test_noise(void **state)
     ** docs/operations.md says so.) */
     struct ds_holt h;
     ds_holt_init(&h, NULL, 0);
-    struct ds_service sv = { .row_rate = 60.0, .step_s = 0.02, .capacity = 100.0 };
+    struct ds_service sv = { .row_rate = 60.0, .step_s = 0.02, .capacity = 100.0, .step_peak = 0.1 };
     uint64_t rng = 42;
     double t = 0.0, hi = 0.0, lo = 1e9;
     unsigned n = 0, over = 0;
@@ -104,7 +107,7 @@ static void test_noise(void **state)
         uint64_t now = (uint64_t)(t * 1e9);
         ds_holt_add(&h, now, 10.0);
         struct ds_overflow_in in = { .rate = 60.0, .backlog = 0, .own = 10.0, .budget_ms = 1000.0, .service = &sv,
-                                     .own_tokens = 8.0, .with = &h, .horizon_s = 1.0 };
+                                     .own_tokens = 8.0, .with = &h, .horizon_s = 1.0, .all = &h, .now_ns = now };
         over += ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in);
         if (t > 10.0) hi = fmax(hi, ds_holt_rate(&h, 0)), lo = fmin(lo, ds_holt_rate(&h, 0));
         n++;
@@ -125,8 +128,10 @@ static void test_service(void **state)
     assert_true(fabs(sv.row_rate - 1000.0) < 10.0);
     assert_true(sv.capacity > 4000.0);                    /* the peak is kept over 0.2 s ... */
     assert_true(fabs(sv.step_s - 0.001) < 1e-4);
+    assert_true(sv.step_peak > 0.005);                    /* the full batch's turn is kept too ... */
     ds_service_turn(&sv, 120 * SEC_NS, 0.001, 1);         /* ... and decays over two minutes */
     assert_true(sv.capacity < 1100.0);
+    assert_true(sv.step_peak < 0.0011);
 }
 
 static void test_rule(void **state)
@@ -192,6 +197,56 @@ static void test_rule(void **state)
     assert_int_equal(ds_overflow_policy_parse(NULL), -1);
 }
 
+static void test_jump(void **state)
+{
+    (void)state;
+    /* 60 rows/s for 4 s, then the open bin: 24 rows in its first 100 ms
+    ** (240 rows/s): a jump of 4. Too early in the bin or no level: 1. */
+    struct ds_holt h;
+    ds_holt_init(&h, NULL, 0);
+    for (unsigned b = 0; b < 16; b++) feed_bin(&h, b * BIN, 60.0);
+    ds_holt_advance(&h, 16 * BIN);
+    assert_true(fabs(ds_holt_jump(&h, 16 * BIN + 100 * MS) - 1.0) < 1e-9);       /* nothing in the open bin */
+    ds_holt_add(&h, 16 * BIN + 100 * MS, 24.0);
+    assert_true(fabs(ds_holt_jump(&h, 16 * BIN + 100 * MS) - 4.0) < 1e-6);
+    assert_true(fabs(ds_holt_jump(&h, 16 * BIN + 10 * MS) - 1.0) < 1e-9);        /* under 20 ms of the bin */
+    struct ds_holt fresh;
+    ds_holt_init(&fresh, NULL, 0);
+    ds_holt_add(&fresh, 100 * MS, 24.0);
+    assert_true(ds_holt_jump(&fresh, 100 * MS) == 1.0);                          /* no level yet */
+    /* Merged tiers add their open bins too. */
+    struct ds_holt tiers[2], all;
+    ds_holt_init(&tiers[0], NULL, 0);
+    ds_holt_init(&tiers[1], NULL, 0);
+    for (unsigned b = 0; b < 16; b++) feed_bin(&tiers[0], b * BIN, 30.0), feed_bin(&tiers[1], b * BIN, 30.0);
+    ds_holt_add(&tiers[0], 16 * BIN + 100 * MS, 12.0);
+    ds_holt_add(&tiers[1], 16 * BIN + 100 * MS, 12.0);
+    ds_holt_merge(tiers, 1, 16 * BIN + 100 * MS, &all);
+    assert_true(fabs(ds_holt_jump(&all, 16 * BIN + 100 * MS) - 4.0) < 1e-6);
+
+    /* The rule: 10 tokens at 10 ms a turn is 100 ms of its own decode; the
+    ** jump makes the turns 40 ms, at most the longest lately (25 ms). */
+    struct ds_service sv = { .row_rate = 100.0, .step_s = 0.010, .capacity = 100.0, .step_peak = 0.025 };
+    struct ds_overflow_in in = { .rate = 100.0, .backlog = 0, .own = 10.0, .budget_ms = 200.0, .service = &sv,
+                                 .own_tokens = 10.0 };
+    assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 100.0) < 1e-6);
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+    in.all = &h;
+    in.now_ns = 16 * BIN + 100 * MS;
+    assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 250.0) < 1e-6);
+    assert_true(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+    assert_false(ds_overflow_decide(DS_OVERFLOW_REACTIVE, &in));                  /* 100 ms: the reactive rule waits */
+    in.now_ns = 16 * BIN + 10 * MS;                                               /* too early to tell */
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+    in.now_ns = 16 * BIN + 100 * MS;
+    sv.capacity = 1000.0;                  /* arrivals (240 rows/s) a quarter of what the loop serves: */
+    assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 136.0) < 1e-6);   /* 10 turns of 10 + 15 x 0.24 ms */
+    assert_false(ds_overflow_decide(DS_OVERFLOW_PREDICTIVE, &in));
+    sv.capacity = 100.0;
+    sv.step_peak = 0.0;                                                           /* no longer turn seen: no change */
+    assert_true(fabs(ds_overflow_finish_ms(DS_OVERFLOW_PREDICTIVE, &in) - 100.0) < 1e-6);
+}
+
 static void test_edges(void **state)
 {
     (void)state;
@@ -214,7 +269,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ramp), cmocka_unit_test(test_step), cmocka_unit_test(test_noise),
-        cmocka_unit_test(test_service), cmocka_unit_test(test_rule), cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_service), cmocka_unit_test(test_rule), cmocka_unit_test(test_jump),
+        cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,9 +66,17 @@ double ds_holt_rate(const struct ds_holt *h, double ahead_s);
 double ds_holt_sum(const struct ds_holt *h, double horizon_s);
 
 /* The forecasters arrive[0..upto] (each advanced to now_ns first) summed
-** into out: the work of the tiers that go before or with tier upto (levels
-** and trends add; out's bins are the longest of theirs). */
+** into out: the work of the tiers that go before or with tier upto (levels,
+** trends and the open bins' amounts add; out's bins are the longest of
+** theirs). */
 void ds_holt_merge(struct ds_holt *arrive, unsigned upto, uint64_t now_ns, struct ds_holt *out);
+/* A jump the closed bins cannot show yet: the rate in the open bin so far
+** (its amount over the time since it opened) over the level, when at
+** least DS_HOLT_JUMP_MIN_NS of the bin has passed and a level is known;
+** otherwise 1. A step of the arrivals from 60 to 240 per second reads ~4
+** within tens of milliseconds, where the level follows a bin later. */
+#define DS_HOLT_JUMP_MIN_NS 20000000ull
+double ds_holt_jump(const struct ds_holt *h, uint64_t now_ns);
 
 /* ---- the edge's overflow rule ---- */
 
@@ -83,11 +91,15 @@ const char *ds_overflow_policy_name(enum ds_overflow_policy p);
 ** one sequence decodes: a token per turn), and the capacity, the highest
 ** rows per second seen lately (decaying with a 30 s time constant, never
 ** below the current rate): what the loop serves when the queue keeps it
-** full, which the current rate understates while the load is light. */
+** full, which the current rate understates while the load is light; and
+** the longest turn seen lately (the same decay, never below the current
+** turn): a turn of a full batch, what a request's own decode meets when a
+** burst fills the loop around it. */
 struct ds_service {
     double   row_rate;      /* rows/s, EWMA over turns (0.95 / 0.05) */
     double   step_s;        /* seconds per turn, same EWMA */
     double   capacity;      /* rows/s, decaying peak */
+    double   step_peak;     /* seconds per turn, decaying peak */
     uint64_t last_ns;       /* the last turn measured */
 };
 void ds_service_turn(struct ds_service *s, uint64_t now_ns, double dt_s, unsigned rows);
@@ -106,6 +118,8 @@ struct ds_overflow_in {
     const struct ds_holt *ahead;       /* arrivals of the tiers that go before it (NULL: none, it is high) */
     const struct ds_holt *with;        /* arrivals of its tier and those before it */
     double horizon_s;    /* how far ahead the queue's growth is forecast (0: not) */
+    const struct ds_holt *all;         /* arrivals of every tier (they share its turns); NULL: no jump check */
+    uint64_t now_ns;     /* the forecasters' clock now (for all's open bin) */
 };
 
 /* Whether the request should go to a center rather than queue here.
@@ -117,8 +131,15 @@ struct ds_overflow_in {
 **   growth = what with's trend adds to its arrivals over the horizon
 **            (their sum less level x horizon), when the rate at the
 **            horizon passes capacity, else 0: a climbing burst
-**   finish = wait + own prompt / capacity + own_tokens x step_s (its own
+**   finish = wait + own prompt / capacity + own_tokens x turn (its own
 **            decode, a token per turn)
+**   turn   = step_s x ds_holt_jump(all), at most the longest turn seen
+**            lately (step_peak) when the open bin's rate reaches capacity,
+**            that share of the way from step_s to it below: the turns it
+**            decodes in lengthen as the arrivals' prefill joins them, and a
+**            jump of the arrivals in the open bin (a burst's first
+**            milliseconds, before any closed bin shows it) fills the batch
+**            before its decode is done
 ** later than budget_ms. A climbing burst overflows before the queue is
 ** long; once the forecast stops climbing the margin is gone, before the
 ** queue has drained. Only the trend counts: the arrivals' level is in

@@ -104,8 +104,18 @@ void ds_holt_merge(struct ds_holt *arrive, unsigned upto, uint64_t now_ns, struc
         ds_holt_advance(&arrive[t], now_ns);
         out->level += arrive[t].level;
         out->trend += arrive[t].trend;
+        out->acc += arrive[t].acc;
         if (arrive[t].n_bins > out->n_bins) out->n_bins = arrive[t].n_bins;
     }
+}
+
+double ds_holt_jump(const struct ds_holt *h, uint64_t now_ns)
+{
+    if (!h->n_bins || !(h->level > 0.0) || now_ns <= h->bin_start) return 1.0;
+    uint64_t open_ns = now_ns - h->bin_start;
+    if (open_ns < DS_HOLT_JUMP_MIN_NS) return 1.0;            /* one or two arrivals: noise */
+    double r = h->acc / ((double)open_ns / 1e9) / h->level;
+    return r > 1.0 ? r : 1.0;
 }
 
 /* ---- the overflow rule ---- */
@@ -134,6 +144,7 @@ void ds_service_turn(struct ds_service *s, uint64_t now_ns, double dt_s, unsigne
     s->step_s = first ? dt_s : 0.95 * s->step_s + 0.05 * dt_s;
     double idle_s = s->last_ns && now_ns > s->last_ns ? (double)(now_ns - s->last_ns) / 1e9 : 0.0;
     s->capacity = fmax(s->row_rate, s->capacity * exp(-idle_s / CAP_TAU_S));
+    s->step_peak = fmax(s->step_s, s->step_peak * exp(-idle_s / CAP_TAU_S));
     s->last_ns = now_ns;
 }
 
@@ -155,7 +166,17 @@ double ds_overflow_finish_ms(enum ds_overflow_policy p, const struct ds_overflow
     }
     if (in->ahead) work += ds_holt_sum(in->ahead, work / cap);    /* higher tiers go first meanwhile */
     double prompt = fmax(own - fmax(in->own_tokens, 0.0), 0.0);    /* its prompt's rows */
-    return ((work + prompt) / cap + fmax(in->own_tokens, 0.0) * sv->step_s) * 1000.0;
+    double turn = sv->step_s;
+    double jump = in->all ? ds_holt_jump(in->all, in->now_ns) : 1.0;
+    if (jump > 1.0) {
+        /* The turns fill as far as the arrivals can fill them: a full batch's
+        ** turn (step_peak) once they come as fast as the loop serves, part of
+        ** the way below that (a lone request after a quiet spell is a jump
+        ** over a small level, not a full batch). */
+        double fill = fmin(jump * in->all->level / cap, 1.0);
+        turn = fmin(turn * jump, turn + fmax(sv->step_peak - turn, 0.0) * fill);
+    }
+    return ((work + prompt) / cap + fmax(in->own_tokens, 0.0) * turn) * 1000.0;
 }
 
 bool ds_overflow_decide(enum ds_overflow_policy p, const struct ds_overflow_in *in)

@@ -65,7 +65,8 @@ uint64_t ds_node_deadline_ns(uint64_t now_ns, bool has_expiry, uint32_t expiry_s
 ** the work queued ahead of r plus r's own at the decode rate measured so
 ** far (reactive), or the queued work, the queue's forecast growth over the
 ** horizon and the higher tiers' arrivals meanwhile at the loop's capacity,
-** plus r's own decode a token per turn (predictive), against r's deadline
+** plus r's own decode a token per turn, the turn lengthened by a jump of
+** every tier's arrivals in the open bin (predictive), against r's deadline
 ** and its tier's latency budget. Every request this node may serve counts in
 ** its tier's arrival forecast first (count_arrival), whatever is decided. */
 static double req_cost(const struct node_req *r)
@@ -82,19 +83,20 @@ static void count_arrival(struct ds_node *node, const struct node_req *r, uint64
 
 static bool over_budget(struct ds_node *node, const struct node_req *r, uint64_t now)
 {
-    struct ds_holt ahead, with;                   /* the tiers that go before r; and r's too */
+    struct ds_holt ahead, with, all;              /* the tiers that go before r; and r's too; every tier */
     struct ds_service service;
     unsigned tier = (unsigned)r->req.priority;
     pthread_mutex_lock(&node->arrive_mu);
     if (tier) ds_holt_merge(node->arrive, tier - 1, now, &ahead);
     ds_holt_merge(node->arrive, tier, now, &with);
+    ds_holt_merge(node->arrive, DS_TIER_COUNT - 1, now, &all);
     service = node->service;
     pthread_mutex_unlock(&node->arrive_mu);
     struct ds_overflow_in in = {
         .rate = atomic_load(&node->tok_rate), .backlog = (double)ds_sched_backlog(node->sched), .own = req_cost(r),
         .budget_ms = atomic_load(&node->live_budget_ms[r->req.priority]),
         .service = &service, .own_tokens = (double)r->req.max_tokens, .ahead = tier ? &ahead : NULL, .with = &with,
-        .horizon_s = (double)node->cfg->horizon_ms / 1000.0,
+        .horizon_s = (double)node->cfg->horizon_ms / 1000.0, .all = &all, .now_ns = now,
     };
     if (r->deadline_ns) {
         double left = (double)(r->deadline_ns - DS_MIN(r->deadline_ns, now)) / 1e6;
