@@ -101,7 +101,10 @@ static void on_connection(void *ud, bool connected)
         atomic_store(&node->announce, true);
         if (node->sched) ds_sched_wake(node->sched);
     }
-    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", node->cfg->mqtt_uri,
+    /* Which broker: with a list in [mqtt] uri, the node of it this connection went to. */
+    char broker[512];
+    ds_mqtt_broker(node->mqtt, broker, sizeof broker);
+    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", broker,
            connected ? "connected" : "connection lost; reconnecting");
 }
 
@@ -400,6 +403,10 @@ static void publish_telemetry(struct ds_node *node)
     cJSON *mq = cJSON_AddObjectToObject(obj, "mqtt");
     if (mq) {
         cJSON_AddNumberToObject(mq, "connects", (double)ms.connects);
+        char broker[512];
+        ds_mqtt_broker(node->mqtt, broker, sizeof broker);
+        cJSON_AddStringToObject(mq, "broker", broker);
+        cJSON_AddNumberToObject(mq, "failovers", (double)ms.failovers);
         cJSON_AddNumberToObject(mq, "queued", ms.queued);
         cJSON_AddNumberToObject(mq, "inflight", ms.inflight);
         cJSON_AddNumberToObject(mq, "requeued", (double)ms.requeued);
