@@ -33,7 +33,9 @@
 **   the wrapper's FIFO and its subscription list carry over. The first
 **   attempt takes the first URI; a failed attempt goes on to the next URI
 **   at once, until every URI failed in a row: then the backoff below, and
-**   round again. A lost connection reconnects to the next URI (the node it
+**   round again (before each attempt of a list, a 200 ms TCP check skips a
+**   node whose port refuses at once: Paho would report that only at its
+**   next 1 s poll). A lost connection reconnects to the next URI (the node it
 **   was on is suspect). The list is a ring: a client stays where it is
 **   until that connection is lost (no return to the first URI). What a
 **   failover keeps of the session depends on the cluster: a node that

@@ -266,6 +266,18 @@ static void start_connect(struct ds_mqtt *c)
     c->peers[idx] = peer;
     pthread_mutex_unlock(&c->mu);
     char *uri = c->uris[idx];
+    /* A list: a node whose port refuses at once is skipped at once. Paho
+    ** reports a refused connect only at its next 1 s poll (ds/mqtt.h "Not
+    ** designed around"), a second lost per dead node before the next URI. */
+    if (c->n_uris > 1 && ds_mqtt__refused(&peer, DS_MQTT__SKIP_PROBE_MS)) {
+        uint64_t delay = retry_later(c);
+        pthread_mutex_lock(&c->mu);
+        snprintf(c->last_err, sizeof c->last_err, "%s refused the connection", uri);
+        pthread_mutex_unlock(&c->mu);
+        DS_LOG(DS_LOG_WARN, "mqtt %s: %s refuses connections; %s in %llu ms", c->client_id, uri,
+               delay ? "retry" : "next broker of the list", (unsigned long long)delay);
+        return;
+    }
 
     MQTTAsync_connectOptions co = MQTTAsync_connectOptions_initializer5;
     MQTTAsync_willOptions will = MQTTAsync_willOptions_initializer;

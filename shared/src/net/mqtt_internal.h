@@ -42,6 +42,10 @@ DS_MUST_CHECK enum ds_err ds_mqtt__split_uris(const char *list, char uris[][DS_M
 ** the wrapper's worker, never from a Paho callback). Keeps the old list when
 ** resolution fails. */
 void ds_mqtt__resolve(struct ds_mqtt__peer *peer);
+/* Whether every address of a resolved peer refuses a TCP connection now
+** (each tried within timeout_ms; pending = not refused). Blocking: worker
+** only. */
+bool ds_mqtt__refused(const struct ds_mqtt__peer *peer, uint32_t timeout_ms);
 /* Set TCP_NODELAY on every TCP socket of this process connected to the
 ** peer; returns how many sockets now have it. */
 unsigned ds_mqtt__set_nodelay(const struct ds_mqtt__peer *peer);
@@ -139,7 +143,8 @@ struct ds_mqtt {
     struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
 };
 
-#define DS_MQTT__RETRY_SEND_MS 10u     /* after Paho refused a publish for a transient reason */
+#define DS_MQTT__RETRY_SEND_MS 10u
+#define DS_MQTT__SKIP_PROBE_MS 200u    /* a list's dead-node check before an attempt */     /* after Paho refused a publish for a transient reason */
 
 /* Request lists and Paho error text. c->mu held for the list functions. */
 static inline void ds_mqtt__op_link(struct ds_mqtt *c, struct op *op)

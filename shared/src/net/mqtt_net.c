@@ -297,6 +297,28 @@ static enum ds_err probe__one(const char *uri, uint32_t timeout_ms, char *why)
     return DS_ERR_IO;
 }
 
+bool ds_mqtt__refused(const struct ds_mqtt__peer *peer, uint32_t timeout_ms)
+{
+    if (peer->n_addrs == 0) return false;          /* unresolved: Paho's attempt says */
+    for (size_t i = 0; i < peer->n_addrs; i++) {
+        struct sockaddr_storage sa = peer->addrs[i];
+        socklen_t len;
+        if (sa.ss_family == AF_INET) {
+            ((struct sockaddr_in *)&sa)->sin_port = htons(peer->port);
+            len = sizeof(struct sockaddr_in);
+        } else if (sa.ss_family == AF_INET6) {
+            ((struct sockaddr_in6 *)&sa)->sin6_port = htons(peer->port);
+            len = sizeof(struct sockaddr_in6);
+        } else {
+            return false;
+        }
+        struct addrinfo a = { .ai_family = sa.ss_family, .ai_socktype = SOCK_STREAM,
+                              .ai_addr = (struct sockaddr *)&sa, .ai_addrlen = len };
+        if (probe__connect(&a, (int)timeout_ms) != ECONNREFUSED) return false;
+    }
+    return true;
+}
+
 enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why)
 {
     why[0] = '\0';
