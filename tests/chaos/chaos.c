@@ -25,13 +25,15 @@
 ** device and center-1 on node 1), and the node the edge is on SIGKILLed and
 ** restarted like cluster-broker. cluster-failover gives the edge and
 ** center-0 the list "node 2, node 3" in [mqtt] uri (ds/mqtt.h "Several
-** brokers"): they go on through node 3 while node 2 is down (and back to
-** node 2 when node 3 is killed next); cluster-failover-single gives them
-** node 2 alone, so they wait for it. The report adds, per kill, how long
-** until the edge and center-0 said "online" again (seen by the device on
-** node 1) and the answers that arrived while the killed node was down; in
-** cluster-failover each must be online again before the killed node is
-** back (tests/cluster/failover.sh runs both and compares).
+** brokers"): they go on through node 3 while node 2 is down, and each
+** later kill takes the node the edge is on then (its log says);
+** cluster-failover-single gives them node 2 alone, so they wait for it.
+** The report adds, per kill, how long until the edge and center-0 (where
+** it lost its connection) connected again (their logs' times), the first
+** answer to a request sent after the kill, and the answers that arrived
+** while the killed node was down; in cluster-failover each reconnect must
+** come before the killed node is back (tests/cluster/failover.sh runs both
+** and compares).
 **
 ** Usage: chaos_run [cluster-]broker|center|edge|cluster-failover[-single] [requests [kills [seed]]]
 ** (defaults 10000, 20, the time). The device keeps at most WINDOW requests
@@ -102,8 +104,6 @@ struct tally {
     int             chunks, strays;
     int             by_center;         /* finals served by a center */
     int             edge_online;       /* "online" statuses of the edge seen */
-    int             center0_online;    /* and of center-0 */
-    uint64_t        edge_online_ns, center0_online_ns;   /* the last of each */
     bool            down;              /* a killed cluster node is not back yet */
     int             outage_answers;    /* answers that arrived while it was down */
     uint64_t        last_ns;           /* last answer's arrival */
@@ -122,6 +122,7 @@ static struct {
     double            restart_max_s, restart_sum_s;   /* cluster-broker: kill to node back */
     bool              single;          /* cluster-failover-single: one URI each */
     double            edge_back_max_s, edge_back_sum_s, c0_back_max_s, c0_back_sum_s;
+    int               edge_backs, c0_backs;   /* reconnects measured */
     double            outage_s;        /* the killed node's down time, summed */
     int               late_backs;      /* failover: a part online again only after its node was back */
     char             *dir;
@@ -163,16 +164,6 @@ static void on_msg(void *ud, const struct ds_mqtt_msg *m)
         if (HAS(p, m->len, "\"state\":\"online\"")) {
             pthread_mutex_lock(&t->mu);
             t->edge_online++;
-            t->edge_online_ns = ds_now_ns();
-            pthread_mutex_unlock(&t->mu);
-        }
-        return;
-    }
-    if (!strcmp(m->topic, DS_TOPIC_STATUS "center-0")) {
-        if (HAS(p, m->len, "\"state\":\"online\"")) {
-            pthread_mutex_lock(&t->mu);
-            t->center0_online++;
-            t->center0_online_ns = ds_now_ns();
             pthread_mutex_unlock(&t->mu);
         }
         return;
@@ -446,14 +437,90 @@ static void retry_unanswered(void)
     }
 }
 
-/* cluster-failover: SIGKILL node `node` (the edge's and center-0's now),
-** restart it, and time how long the edge and center-0 took to say online
-** again (on another node of their list, or on this one once it is back). */
+/* ---- cluster-failover: what the nodes' logs say ---- */
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The Unix ms of a log line's "2026-12-06T12:28:06.765Z" prefix; 0 if none. */
+static uint64_t line_ms(const char *line)
+{
+    struct tm tm = { 0 };
+    int ms = 0;
+    if (sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+               &tm.tm_sec, &ms) != 7)
+        return 0;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (uint64_t)timegm(&tm) * 1000u + (uint64_t)ms;
+}
+
+/* In <dir>/<name>.log: the Unix ms of the first line at or after since_ms
+** that holds needle (0: none), and the text after "connected to " of the
+** last line that holds last_needle (a URI, into last; "" if none). */
+static uint64_t log_scan(const char *name, const char *needle, uint64_t since_ms, const char *last_needle,
+                         char *last, size_t cap)
+{
+    char path[4200], line[2048];
+    snprintf(path, sizeof path, "%s/%s.log", g.dir, name);
+    if (last) last[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    uint64_t first = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (needle && !first && strstr(line, needle)) {
+            uint64_t t = line_ms(line);
+            if (t >= since_ms) first = t;
+        }
+        const char *p = last_needle ? strstr(line, last_needle) : NULL;
+        if (p && last) {
+            p += strlen(last_needle);
+            snprintf(last, cap, "%.*s", (int)strcspn(p, " \n"), p);
+        }
+    }
+    fclose(f);
+    return first;
+}
+
+/* The cluster node (1..3) a daemon is connected to now, from its log; 0 unknown. */
+static int node_of(const char *name, const char *client_id)
+{
+    char needle[128], uri[256];
+    snprintf(needle, sizeof needle, "mqtt %s: connected to ", client_id);
+    log_scan(name, NULL, 0, needle, uri, sizeof uri);
+    for (int k = 1; k <= 3; k++)
+        if (uri[0] && !strcmp(uri, tb_cluster_uri(g.cl, k))) return k;
+    return 0;
+}
+
+/* Seconds from kill_ms until client_id (in name's log) connected again
+** after losing its connection then; -1 when it did not lose it. Waits up
+** to 60 s for the reconnect. */
+static double back_after(const char *name, const char *client_id, uint64_t kill_ms)
+{
+    char lost[128], conn[128];
+    snprintf(lost, sizeof lost, "mqtt %s: connection to ", client_id);
+    snprintf(conn, sizeof conn, "mqtt %s: connected to ", client_id);
+    if (!log_scan(name, lost, kill_ms, NULL, NULL, 0)) return -1;
+    for (int t = 0; t < 600; t++) {
+        uint64_t at = log_scan(name, conn, kill_ms, NULL, NULL, 0);
+        if (at) return (double)(at - kill_ms) / 1e3;
+        usleep(100000);
+    }
+    return 999.0;
+}
+
+/* cluster-failover: SIGKILL node `node` (the edge's now), restart it, and
+** time how long the edge and center-0 (if it was there) took to connect
+** again (through another node of their list, or this one once it is back). */
 static void kill_failover(int node, unsigned down_ms)
 {
     pthread_mutex_lock(&g.t.mu);
-    int e0 = g.t.edge_online, c0 = g.t.center0_online;
-    uint64_t t0 = ds_now_ns();
+    uint64_t t0 = ds_now_ns(), kill_ms = wall_ms();
     g.t.kill_ns = t0;
     g.t.down = true;
     pthread_mutex_unlock(&g.t.mu);
@@ -470,29 +537,27 @@ static void kill_failover(int node, unsigned down_ms)
     pthread_mutex_lock(&g.t.mu);
     g.t.down = false;
     pthread_mutex_unlock(&g.t.mu);
-    /* Both online again (at the latest after the node came back: 60 s). */
-    for (int t = 0; t < 6000; t++) {
-        pthread_mutex_lock(&g.t.mu);
-        bool up = g.t.edge_online > e0 && g.t.center0_online > c0;
-        pthread_mutex_unlock(&g.t.mu);
-        if (up) break;
-        usleep(10000);
-    }
-    pthread_mutex_lock(&g.t.mu);
-    double e_s = g.t.edge_online > e0 ? (double)(g.t.edge_online_ns - t0) / 1e9 : 999.0;
-    double c_s = g.t.center0_online > c0 ? (double)(g.t.center0_online_ns - t0) / 1e9 : 999.0;
-    pthread_mutex_unlock(&g.t.mu);
     double back_s = (double)(back - t0) / 1e9;
+    double e_s = back_after(EDGE, "dspark-edge-" EDGE, kill_ms);
+    double c_s = back_after("center-0", "dspark-center-center-0", kill_ms);
     g.restart_max_s = back_s > g.restart_max_s ? back_s : g.restart_max_s;
     g.restart_sum_s += back_s;
     g.outage_s += back_s;
-    g.edge_back_max_s = e_s > g.edge_back_max_s ? e_s : g.edge_back_max_s;
-    g.edge_back_sum_s += e_s;
-    g.c0_back_max_s = c_s > g.c0_back_max_s ? c_s : g.c0_back_max_s;
-    g.c0_back_sum_s += c_s;
-    g.late_backs += !g.single && (e_s >= back_s || c_s >= back_s);
-    printf("chaos %s: node %d killed: back in %.1f s; the edge online again after %.1f s, center-0 after %.1f s\n",
-           g.single ? "cluster-failover-single" : "cluster-failover", node, back_s, e_s, c_s);
+    if (e_s >= 0) {
+        g.edge_back_max_s = e_s > g.edge_back_max_s ? e_s : g.edge_back_max_s;
+        g.edge_back_sum_s += e_s;
+        g.edge_backs++;
+        g.late_backs += !g.single && e_s >= back_s;
+    }
+    if (c_s >= 0) {
+        g.c0_back_max_s = c_s > g.c0_back_max_s ? c_s : g.c0_back_max_s;
+        g.c0_back_sum_s += c_s;
+        g.c0_backs++;
+        g.late_backs += !g.single && c_s >= back_s;
+    }
+    printf("chaos %s: node %d killed: back in %.1f s; the edge connected again after %.1f s, center-0 %s%.1f s%s\n",
+           sc_label(), node, back_s, e_s, c_s >= 0 ? "after " : "", c_s >= 0 ? c_s : 0.0,
+           c_s >= 0 ? "" : " (not on that node)");
     fflush(stdout);
 }
 
@@ -501,10 +566,11 @@ static void kill_one(unsigned *s)
     unsigned down_ms = 100 + rnd(s, 1500);
     switch (g.sc) {
     case SC_FAILOVER: {
-        /* The edge's node: node 2 with one URI; with the list it moves on
-        ** at each kill (node 2, then 3, then 2 ...). */
-        int k = atomic_load(&g.kills_done);
-        kill_failover(g.single || k % 2 == 0 ? 2 : 3, down_ms);
+        /* The edge's node: node 2 with one URI; with the list, wherever it
+        ** went (its log says; ejabberd may also have moved it, by a
+        ** DISCONNECT to its clients when a killed node rejoins). */
+        int node = g.single ? 2 : node_of(EDGE, "dspark-edge-" EDGE);
+        kill_failover(node ? node : 2, down_ms);
         break;
     }
     case SC_BROKER:
@@ -700,16 +766,19 @@ int main(int argc, char **argv)
         pthread_mutex_lock(&g.t.mu);
         int during = g.t.outage_answers;
         pthread_mutex_unlock(&g.t.mu);
-        printf("chaos %s: %d kills: node back in mean %.1f s (max %.1f); edge online again in mean %.1f s (max %.1f), "
-               "center-0 in mean %.1f s (max %.1f); answers while the node was down %d in %.1f s (%.1f/s); retried %d; "
-               "online again only after the node was back %d\n", sc_label(), k, k ? g.restart_sum_s / k : 0.0,
-               g.restart_max_s, k ? g.edge_back_sum_s / k : 0.0, g.edge_back_max_s, k ? g.c0_back_sum_s / k : 0.0,
-               g.c0_back_max_s, during, g.outage_s, g.outage_s > 0 ? during / g.outage_s : 0.0,
-               atomic_load(&g.retried), g.single ? 0 : g.late_backs);
+        double gap_max = g.t.gap_max_s, gap_mean = g.t.gaps ? g.t.gap_sum_s / g.t.gaps : 0.0;
+        printf("chaos %s: %d kills: node back in mean %.1f s (max %.1f); edge connected again in mean %.1f s (max %.1f, "
+               "%d), center-0 in mean %.1f s (max %.1f, %d); first answer to a request sent after a kill in mean %.1f s "
+               "(max %.1f); answers while the node was down %d in %.1f s (%.1f/s); retried %d; connected again only "
+               "after the node was back %d\n", sc_label(), k, k ? g.restart_sum_s / k : 0.0, g.restart_max_s,
+               g.edge_backs ? g.edge_back_sum_s / g.edge_backs : 0.0, g.edge_back_max_s, g.edge_backs,
+               g.c0_backs ? g.c0_back_sum_s / g.c0_backs : 0.0, g.c0_back_max_s, g.c0_backs, gap_mean, gap_max, during,
+               g.outage_s, g.outage_s > 0 ? during / g.outage_s : 0.0, atomic_load(&g.retried),
+               g.single ? 0 : g.late_backs);
     }
     /* Failover: a node killed under the edge is QoS 1's at-least-once too
-    ** (dup allowed, counted); each kill must find the parts online again
-    ** through the other node before the killed one is back. */
+    ** (dup allowed, counted); each kill must find the parts connected
+    ** again through the other node before the killed one is back. */
     bool ok = acked && lost == 0 && dropped == 0 && strays == 0 && reports == 0 &&
               (g.sc == SC_BROKER || g.sc == SC_FAILOVER || dup == 0) && (g.single || g.late_backs == 0);
     teardown(!ok);

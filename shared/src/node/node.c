@@ -81,8 +81,16 @@ void node__status_again(struct ds_node *node) { atomic_store(&node->announce, tr
 
 static void publish_status(struct ds_node *node, enum ds_msg_state state)
 {
-    struct ds_msg_status st = { node->cfg->node, state, node->cfg->role, unix_ms(), NULL, 0 };
+    struct ds_msg_status st = { node->cfg->node, state, node->cfg->role, unix_ms(), NULL, 0, NULL };
     node__ext_status(node, &st);           /* the role's fields (a center's "verifies") */
+    /* With several brokers in [mqtt] uri: the one this status goes out through. */
+    struct ds_mqtt_stats ms;
+    char broker[512];
+    ds_mqtt_stats(node->mqtt, &ms);
+    if (ms.brokers > 1) {
+        ds_mqtt_broker(node->mqtt, broker, sizeof broker);
+        st.broker = broker;
+    }
     char *json;
     size_t len;
     if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
@@ -696,7 +704,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(node)) != DS_OK) goto fail;
     if ((rc = node__health_create(node)) != DS_OK) goto fail;
     if ((rc = node__ext_create_all(node, false)) != DS_OK) goto fail;
-    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0 };
+    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0, NULL };
     char *will;
     size_t will_len;
     if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;
