@@ -7,7 +7,8 @@
 # both report lines, and checks: both pass (nothing lost or dropped; with the
 # list, every kill finds the edge and center-0 connected again through the other
 # node before the killed node is back), the edge is connected again sooner with
-# the list, and more answers arrive per second of outage. Exit 77 where
+# the list, and more requests sent after a kill are answered before the node
+# is back (per second of outage). Exit 77 where
 # ejabberd is not installed.
 #
 # Usage: failover.sh CHAOS_RUN [requests [kills [seed]]]
@@ -29,14 +30,14 @@ for sc in cluster-failover-single cluster-failover; do
     exit 1
   fi
 done
-# "... edge connected again in mean X s ... answers while the node was down A in S s (R/s) ..."
+# "... edge connected again in mean X s ... answered before the node was back A in S s (R/s) ..."
 field() { grep -o "$2" "$out/$1.log" | tail -n 1 | grep -o '[0-9.]*' | head -n 1; }
 e1=$(field cluster-failover-single 'edge connected again in mean [0-9.]*')
 e2=$(field cluster-failover 'edge connected again in mean [0-9.]*')
 r1=$(field cluster-failover-single '([0-9.]*/s)')
 r2=$(field cluster-failover '([0-9.]*/s)')
 echo "cluster.failover: the edge connected again after a kill in mean $e2 s with the list vs $e1 s with one URI;" \
-     "answers while the node was down $r2/s vs $r1/s"
+     "requests sent after a kill and answered before the node was back $r2/s vs $r1/s"
 if [ -z "$e1" ] || [ -z "$e2" ] || [ -z "$r1" ] || [ -z "$r2" ]; then
   echo "failover.sh: a report line is missing" >&2
   exit 1
