@@ -501,16 +501,19 @@ static int node_of(const char *name, const char *client_id)
 }
 
 /* Seconds from kill_ms until client_id (in name's log) connected again
-** after losing its connection then; -1 when it did not lose it. Waits up
-** to 60 s for the reconnect. */
+** after losing its connection to the kill (within 3 s of it); -1 when it
+** did not. A loss later on is ejabberd's own doing (it disconnects some
+** clients of the other nodes when the killed one rejoins) and not counted.
+** Waits up to 60 s for the reconnect. */
 static double back_after(const char *name, const char *client_id, uint64_t kill_ms)
 {
     char lost[128], conn[128];
     snprintf(lost, sizeof lost, "mqtt %s: connection to ", client_id);
     snprintf(conn, sizeof conn, "mqtt %s: connected to ", client_id);
-    if (!log_scan(name, lost, kill_ms, NULL, NULL, 0)) return -1;
+    uint64_t lost_ms = log_scan(name, lost, kill_ms, NULL, NULL, 0);
+    if (!lost_ms || lost_ms > kill_ms + 3000) return -1;
     for (int t = 0; t < 600; t++) {
-        uint64_t at = log_scan(name, conn, kill_ms, NULL, NULL, 0);
+        uint64_t at = log_scan(name, conn, lost_ms, NULL, NULL, 0);
         if (at) return (double)(at - kill_ms) / 1e3;
         usleep(100000);
     }
