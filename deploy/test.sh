@@ -19,7 +19,7 @@
 #              DS_SKIP_CHAOS=1 to leave out the chaos suite (ctest label chaos,
 #              ~35 s Release, ~2.5 min ASan; tests/chaos/run.sh runs it full size),
 #              DS_SKIP_CLUSTER=1 to leave out the 3-node ejabberd cluster suite
-#              (ctest label cluster, Release pass only: ~4 min on 2 cores; it
+#              (ctest label cluster, Release pass only: ~6 min on 2 cores with cluster.failover; it
 #              starts three Erlang VMs per test, which the sanitizers add nothing to).
 set -euo pipefail
 cd "$(dirname "$0")/.."

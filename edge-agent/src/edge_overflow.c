@@ -105,6 +105,7 @@ struct edge_overflow {
     ** status saying "center" counts only for these (N6). */
     char            vouched[MAX_CENTERS][64];
     unsigned        n_vouched;
+    uint64_t        connects_seen; /* the broker connection the engine loop last saw (tick) */
 };
 
 static struct edge_overflow *state(struct ds_node *node) { return node__ext_state(node, &edge_overflow_ext); }
@@ -716,14 +717,30 @@ static void tick(struct ds_node *node, void *st, uint64_t now_ns)
     ** read now_ns: compare without subtracting (now_ns - sent_ns wrapped to
     ** a huge age, and a request the center was about to take came back at
     ** once and was served twice, here and there). */
+    /* A reconnect that did not resume this node's session (a broker node
+    ** that died takes the sessions it held with it: ejabberd; a failover to
+    ** another node of [mqtt] uri; a clean start) lost what the centers
+    ** relayed to us meanwhile: each request a center holds comes back as
+    ** from a dead center (its late answer is dropped: on_relay). Found
+    ** with cluster-failover (tests/chaos/chaos.c): held for good before,
+    ** the device's retries ignored as copies. */
+    struct ds_mqtt_stats ms;
+    ds_mqtt_stats(node->mqtt, &ms);
+    bool fresh = false;
+    if (ms.connected && ms.connects != o->connects_seen) {
+        fresh = o->connects_seen && !ms.session_present;
+        o->connects_seen = ms.connects;
+    }
     pthread_mutex_lock(&o->mu);
+    for (unsigned i = 0; fresh && i < MAX_PENDING; i++)
+        if (o->p[i].r && o->p[i].center[0]) o->p[i].lost = true;
     for (unsigned i = 0; o->n_pending && i < MAX_PENDING && n_back < BATCH; i++) {
         struct pending *p = &o->p[i];
         if (!p->r || !(p->lost || p->refused || (!p->center[0] && now_ns > p->sent_ns + accept_ns) ||
                        (p->r->deadline_ns && now_ns > p->r->deadline_ns + 1000000000ull)))
             continue;
         back[n_back].why = p->refused ? "the broker refused to pass it to the centers"
-                         : p->lost ? "its center went offline"
+                         : p->lost ? "its center went offline, or this node's broker session was lost"
                          : !p->center[0] ? "no center took it" : "its center did not answer in time";
         back[n_back].r = p->r;
         back[n_back++].relayed = p->relayed;

@@ -34,7 +34,8 @@ static void usage(FILE *f)
     fprintf(f, "\n" CLI_GLOBAL_HELP);
     fprintf(f, "\nflags that every command taking them spells and means the same way:\n"
                "  -m, --model PATH       a model file        --model-name NAME  a served model's name\n"
-               "  -b, --broker URI       MQTT broker (default " CLI_BROKER_DEFAULT ")\n"
+               "  -b, --broker URI       MQTT broker (default " CLI_BROKER_DEFAULT "), or several nodes\n"
+               "                         of one cluster, \"URI,URI\": the first that answers; on loss, the next\n"
                "  -p, --prompt TEXT      -n, --n-predict N   -s, --seed S       -t, --threads N\n"
                "  -f, --file FILE        -o, --out PATH      -d, --dir DIR      -z, --tokenizer PATH\n"
                "Old spellings (infer -m NAME, -c N; run -k K; model -n NAME, -p PCT, -k FILE, ...)\n"

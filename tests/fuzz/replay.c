@@ -27,6 +27,7 @@ int ds_fuzz_grammar_one(const uint8_t *data, size_t size);
 int ds_fuzz_journal_one(const uint8_t *data, size_t size);
 int ds_fuzz_http_keys_one(const uint8_t *data, size_t size);
 int ds_fuzz_openai_one(const uint8_t *data, size_t size);
+int ds_fuzz_uris_one(const uint8_t *data, size_t size);
 
 static const struct {
     const char *name;
@@ -47,6 +48,7 @@ static const struct {
     { "fuzz_journal", ds_fuzz_journal_one },
     { "fuzz_http_keys", ds_fuzz_http_keys_one },
     { "fuzz_openai", ds_fuzz_openai_one },
+    { "fuzz_uris", ds_fuzz_uris_one },
 };
 
 /* OWNED contents of path in a buffer of exactly its size (so ASan sees any

@@ -452,6 +452,119 @@ static void test_mqtt_reconnect(void **state)
     inbox_free(pin);
 }
 
+/* ---- 4b. failover: a list of two independent mosquittos ----
+** Two brokers without a bridge: what a list gives there is the failover of
+** the connection (subscriptions re-sent, the FIFO carried over), not of
+** the messages a broker held (docs/operations.md "Broker failover"). */
+
+static bool wait_disconnected(struct ds_mqtt *c, double ms)
+{
+    struct ds_mqtt_stats st;
+    double until = ds_now_ms() + ms;
+    do {
+        ds_mqtt_stats(c, &st);
+        if (!st.connected) return true;
+        usleep(1000);
+    } while (ds_now_ms() < until);
+    return false;
+}
+
+static void test_mqtt_failover(void **state)
+{
+    (void)state;
+    struct tb_broker *b1 = tb_broker_start_or_skip(NULL), *b2 = tb_broker_start_or_skip(NULL);
+    assert_non_null(b1);
+    assert_non_null(b2);
+    char list[256], dead_first[256], got[256];
+    snprintf(list, sizeof list, "%s, %s", tb_broker_uri(b1), tb_broker_uri(b2));
+    struct inbox *in = inbox_new(), *pin = inbox_new(), *din = inbox_new();
+    struct ds_mqtt_opts o;
+    ds_mqtt_opts_init(&o);
+    o.reconnect_min_ms = 50;
+    o.reconnect_max_ms = 400;
+    o.on_message = inbox_on_message;
+    o.on_connection = inbox_on_conn;
+    o.ud = in;
+    struct ds_mqtt *c;
+    assert_int_equal(ds_mqtt_create(list, "fo-sub", &o, &c), DS_OK);
+    connect_and_wait(c);
+    struct ds_mqtt_stats st;
+    ds_mqtt_stats(c, &st);
+    assert_int_equal(st.brokers, 2);
+    assert_int_equal(st.broker, 0);                     /* the first that answers */
+    ds_mqtt_broker(c, got, sizeof got);
+    assert_string_equal(got, tb_broker_uri(b1));
+    assert_int_equal(ds_mqtt_subscribe(c, "fo/t", 1), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(c, 5000), DS_OK);
+
+    /* The first broker dies: the next one of the list takes over. */
+    tb_broker_kill(b1);
+    double t0 = ds_now_ms();
+    assert_true(wait_disconnected(c, 5000));
+    assert_int_equal(ds_mqtt_publish(c, "fo/t", "held", 4, 1, false, NULL), DS_OK);   /* waits in the FIFO */
+    assert_int_equal(ds_mqtt_wait_connected(c, 10000), DS_OK);
+    double t_conn = ds_now_ms() - t0;
+    assert_int_equal(ds_mqtt_wait_subscribed(c, 5000), DS_OK);
+    double t_sub = ds_now_ms() - t0;
+    ds_mqtt_stats(c, &st);
+    assert_int_equal(st.broker, 1);
+    assert_int_equal(st.failovers, 1);
+    assert_int_equal(st.connects, 2);
+    assert_true(st.nodelay_sockets >= 1);               /* the second broker's socket got it */
+    ds_mqtt_broker(c, got, sizeof got);
+    assert_string_equal(got, tb_broker_uri(b2));
+    print_message("failover to the second broker: connected %.0f ms and re-subscribed %.0f ms after the "
+                  "first was killed\n", t_conn, t_sub);
+    /* What waited went out there, and the subscription holds there. */
+    struct ds_mqtt *p = client(b2, "fo-pub", pin, NULL);
+    connect_and_wait(p);
+    assert_int_equal(ds_mqtt_publish(p, "fo/t", "after", 5, 1, false, NULL), DS_OK);
+    assert_int_equal(inbox_wait(in, 2, 5000), 2);
+    assert_string_equal(in->msgs[0].payload, "held");
+    assert_string_equal(in->msgs[1].payload, "after");
+
+    /* A dead first URI at start: skipped at once (its port refuses), and
+    ** not after the backoff (8 s here, jittered: 4 s at least); what is
+    ** left is Paho's own connect, ~1-2 s (ds/mqtt.h "Not designed around"). */
+    snprintf(dead_first, sizeof dead_first, "%s %s", tb_broker_uri(b1), tb_broker_uri(b2));
+    struct ds_mqtt_opts od;
+    ds_mqtt_opts_init(&od);
+    od.reconnect_min_ms = 8000;
+    od.reconnect_max_ms = 8000;
+    od.on_message = inbox_on_message;
+    od.ud = din;
+    struct ds_mqtt *d;
+    assert_int_equal(ds_mqtt_create(dead_first, "fo-late", &od, &d), DS_OK);
+    t0 = ds_now_ms();
+    assert_int_equal(ds_mqtt_connect(d), DS_OK);
+    assert_int_equal(ds_mqtt_wait_connected(d, 10000), DS_OK);
+    double t_dead = ds_now_ms() - t0;
+    ds_mqtt_stats(d, &st);
+    assert_int_equal(st.broker, 1);
+    assert_int_equal(st.failovers, 0);                  /* its first connection */
+    print_message("first URI dead at start: connected to the second in %.0f ms\n", t_dead);
+    assert_true(t_dead < 4000);
+    ds_mqtt_destroy(d);
+
+    /* The list is a ring: b2 dies, b1 is back: c returns to b1. */
+    assert_int_equal(tb_broker_restart(b1), DS_OK);
+    tb_broker_kill(b2);
+    assert_true(wait_disconnected(c, 5000));
+    assert_int_equal(ds_mqtt_wait_connected(c, 10000), DS_OK);
+    assert_int_equal(ds_mqtt_wait_subscribed(c, 5000), DS_OK);
+    ds_mqtt_stats(c, &st);
+    assert_int_equal(st.broker, 0);
+    assert_int_equal(st.failovers, 2);
+
+    ds_mqtt_destroy(p);
+    ds_mqtt_destroy(c);
+    inbox_free(in);
+    inbox_free(pin);
+    inbox_free(din);
+    tb_broker_destroy(b1);
+    tb_broker_destroy(b2);
+}
+
 /* ---- 5. last will ---- */
 
 #define WILL_TOPIC DS_TOPIC_STATUS "will-child"
@@ -592,6 +705,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mqtt_round_trip),
         cmocka_unit_test(test_mqtt_burst),
         cmocka_unit_test(test_mqtt_reconnect),
+        cmocka_unit_test(test_mqtt_failover),
         cmocka_unit_test(test_mqtt_last_will),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -631,6 +631,15 @@ static void test_msg_encoders(void **state)
         cJSON_Delete(j);
         batch_add_text(&b, "status", out, true);
     }
+    {                                            /* a node with several brokers names its own */
+        struct ds_msg_status st = { .node = "edge-02", .state = DS_MSG_STATE_ONLINE, .role = DS_MSG_ROLE_EDGE,
+                                    .ts_ms = 1732900000123ull, .broker = "tcp://mq2.example.net:1883" };
+        assert_int_equal(ds_msg_status_encode(&st, &out, &n), DS_OK);
+        j = parse(out);
+        assert_string_equal(cJSON_GetObjectItem(j, "broker")->valuestring, "tcp://mq2.example.net:1883");
+        cJSON_Delete(j);
+        batch_add_text(&b, "status", out, true);
+    }
     static const char *const verifies[] = { "stories260K", "llama-3.2-1b:q4_k_m" };
     for (unsigned nv = 0; nv <= 2; nv++) {       /* a center's list, empty included */
         struct ds_msg_status st = { .node = "center-01", .state = DS_MSG_STATE_ONLINE, .role = DS_MSG_ROLE_CENTER,

@@ -15,6 +15,7 @@
 
 #include "ds/engine.h"
 #include "ds/log.h"
+#include "ds/mqtt.h"
 #include "ds/node.h"
 #include "center.h"                 /* the real role tables: their keys and defaults */
 #include "edge.h"
@@ -186,6 +187,57 @@ static void test_config_mqtt(void **state)
     ds_node_config_cleanup(&c);
 }
 
+/* [mqtt] uri as a list of broker URIs (failover, ds/mqtt.h "Several
+** brokers"): commas and/or blanks, one transport per list, each URI checked
+** and a bad one named; TLS (and so identity = auto) decided by the list. */
+static void test_config_mqtt_uris(void **state)
+{
+    (void)state;
+    char why[DS_WHY_MAX];
+    assert_int_equal(ds_mqtt_check_uris("tcp://a:1883", why), DS_OK);
+    assert_int_equal(ds_mqtt_check_uris("tcp://a:1883,tcp://b:1884", why), DS_OK);
+    assert_int_equal(ds_mqtt_check_uris(" tcp://a , mqtt://[::1]:1885\ttcp://c ", why), DS_OK);
+    assert_int_equal(ds_mqtt_check_uris("ws://a/mqtt ws://b:8080/mqtt", why), DS_OK);
+    assert_int_equal(ds_mqtt_check_uris("tcp://a,,tcp://b,", why), DS_OK);         /* empty items skipped */
+    assert_int_equal(ds_mqtt_check_uris("tcp://a,tcp//b", why), DS_ERR_INVAL);
+    assert_non_null(strstr(why, "'tcp//b'"));                                   /* names the bad one */
+    assert_int_equal(ds_mqtt_check_uris("tcp://a tcp://b:99999", why), DS_ERR_INVAL);
+    assert_non_null(strstr(why, "tcp://b:99999"));
+    assert_int_equal(ds_mqtt_check_uris("tcp://a,ssl://b", why), DS_ERR_INVAL);   /* TLS on all or none */
+    assert_non_null(strstr(why, "ssl://b"));
+    assert_non_null(strstr(why, "TLS"));
+    assert_int_equal(ds_mqtt_check_uris("tcp://a,ws://b", why), DS_ERR_INVAL);    /* one transport */
+    assert_int_equal(ds_mqtt_check_uris("ssl://a,wss://b", why), DS_ERR_INVAL);
+    assert_int_equal(ds_mqtt_check_uris("ssl://a,mqtts://b:8884", why), DS_OK);
+    assert_int_equal(ds_mqtt_check_uris("", why), DS_ERR_INVAL);
+    assert_int_equal(ds_mqtt_check_uris(" , ", why), DS_ERR_INVAL);
+    assert_int_equal(ds_mqtt_check_uris("tcp://1 tcp://2 tcp://3 tcp://4 tcp://5 tcp://6 tcp://7 tcp://8", why), DS_OK);
+    assert_int_equal(ds_mqtt_check_uris("tcp://1 tcp://2 tcp://3 tcp://4 tcp://5 tcp://6 tcp://7 tcp://8 tcp://9", why),
+                     DS_ERR_INVAL);
+    assert_non_null(strstr(why, "more than 8"));
+    char longuri[700];
+    snprintf(longuri, sizeof longuri, "tcp://a,tcp://%0600d", 1);
+    assert_int_equal(ds_mqtt_check_uris(longuri, why), DS_ERR_INVAL);
+    assert_true(ds_mqtt_uri_is_tls(" ssl://a,ssl://b"));
+    assert_false(ds_mqtt_uri_is_tls("tcp://a,tcp://b"));
+
+    /* The node's check: each URI, and the security rules for the list. */
+    struct ds_node_config c;
+    char set[4200];
+    snprintf(set, sizeof set, "model.a.path=%s", tu_model("stories260K.gguf"));
+    ds_node_config_init(&c, &edge_role);
+    assert_int_equal(ds_node_config_set(&c, set), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "mqtt.uri=tcp://n1:1883, tcp://n2:1883 tcp://n3:1883"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_OK);
+    assert_int_equal(ds_node_config_set(&c, "mqtt.uri=tcp://n1:1883,n2:1883"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);                 /* no scheme */
+    assert_int_equal(ds_node_config_set(&c, "mqtt.uri=tcp://n1:1883,ssl://n2:8883"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);                 /* mixed */
+    assert_int_equal(ds_node_config_set(&c, "mqtt.uri=ssl://n1:8883,ssl://n2:8883"), DS_OK);
+    assert_int_equal(ds_node_config_check(&c), DS_ERR_INVAL);                 /* TLS without a CA: each URI's rule */
+    ds_node_config_cleanup(&c);
+}
+
 /* Write text to dir/name; the path in out. */
 static void write_file(const char *dir, const char *name, const char *text, char *out, size_t n)
 {
@@ -312,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_config_dist),
         cmocka_unit_test(test_config_mqtt),
+        cmocka_unit_test(test_config_mqtt_uris),
         cmocka_unit_test(test_config_roles),
         cmocka_unit_test(test_config_reload),
     };

@@ -23,6 +23,28 @@
 **   backoff has one-second steps, and it does not retry a first connect that
 **   failed. Subscriptions are re-sent by the wrapper on every connection.
 **
+** Several brokers (failover): the uri of ds_mqtt_create may be a list of
+**   URIs of one broker cluster, separated by commas and/or blanks (at most
+**   DS_MQTT_MAX_URIS; "tcp://n1:1883,tcp://n2:1883" or "tcp://n1 tcp://n2").
+**   They share one transport: all TLS or none, all WebSocket or none (Paho
+**   keeps both per handle), and one set of TLS options and credentials.
+**   One Paho handle serves them all (the URI of each attempt goes in the
+**   connect options' serverURIs, one at a time), so its session state,
+**   the wrapper's FIFO and its subscription list carry over. The first
+**   attempt takes the first URI; a failed attempt goes on to the next URI
+**   at once, until every URI failed in a row: then the backoff below, and
+**   round again (before each attempt of a list, a 200 ms TCP check skips a
+**   node whose port refuses at once: Paho would report that only at its
+**   next 1 s poll). A lost connection reconnects to the next URI (the node it
+**   was on is suspect). The list is a ring: a client stays where it is
+**   until that connection is lost (no return to the first URI). What a
+**   failover keeps of the session depends on the cluster: a node that
+**   shares sessions answers Session Present and Paho resends what was
+**   unacknowledged; one that does not starts a new session, and what Paho
+**   held is failed back to the FIFO (requeued, below). stats.broker says
+**   which URI the current (or last) connection went to, stats.failovers how
+**   often a connection went to another URI than the one before it.
+**
 ** Sessions and outages (what survives a lost connection):
 **   - session_expiry_s 0 (default): every connection is a clean start; the
 **     broker forgets this client when it goes.
@@ -139,6 +161,7 @@
 #include "ds/err.h"
 
 #define DS_MQTT_MAX_PAYLOAD 268435455u   /* MQTT's own limit */
+#define DS_MQTT_MAX_URIS    8u           /* broker URIs in one list */
 
 struct ds_mqtt;
 
@@ -243,11 +266,20 @@ struct ds_mqtt_stats {
     uint32_t inflight;
     uint32_t queued;
     uint32_t nodelay_sockets;        /* sockets given TCP_NODELAY at the last connect */
+    uint32_t broker;                 /* index in the URI list of the current (or last) connection */
+    uint32_t brokers;                /* URIs in the list */
+    uint64_t failovers;              /* connections to another URI than the previous connection's */
 };
 
-/* Whether uri is a TLS URI (ssl://, mqtts://, wss://). */
+/* Check a broker URI list (one URI or several, "Several brokers" above):
+** each URI parses, at most DS_MQTT_MAX_URIS, one transport. DS_OK, or
+** DS_ERR_INVAL with why (DS_WHY_MAX bytes) naming the bad URI. */
+DS_MUST_CHECK enum ds_err ds_mqtt_check_uris(const char *uri, char *why);
+/* Whether uri (a list: its first URI, which all share) is a TLS URI
+** (ssl://, mqtts://, wss://). */
 bool ds_mqtt_uri_is_tls(const char *uri);
-/* Check uri and t together before connecting: a TLS URI without a CA, a
+/* Check uri (a list, ds_mqtt_check_uris) and t together before connecting:
+** a bad or mixed list, a TLS URI without a CA, a
 ** certificate without its key, an unknown tls_version, unreadable files, a
 ** password or key file readable by group or others. DS_OK, or DS_ERR_INVAL /
 ** DS_ERR_IO / DS_ERR_AUTH with the reason in why (DS_WHY_MAX bytes). */
@@ -260,7 +292,8 @@ DS_MUST_CHECK enum ds_err ds_mqtt_check_security(const char *uri, const struct d
 bool ds_mqtt_identity(const struct ds_mqtt_tls *t, char *buf, size_t cap);
 
 /* uri: tcp://host[:port] (also mqtt://, ssl://, mqtts://, ws://, wss://; IPv6
-** as [addr]). client_id: non-empty, unique per broker. o may be NULL (defaults). */
+** as [addr]), or a list of them ("Several brokers"). client_id: non-empty,
+** unique per broker. o may be NULL (defaults). */
 DS_MUST_CHECK enum ds_err ds_mqtt_create(const char *uri, const char *client_id,
                                          const struct ds_mqtt_opts *o, struct ds_mqtt **out);
 /* Disconnects cleanly if connected (no last will), stops the worker, frees. */
@@ -300,13 +333,17 @@ DS_MUST_CHECK enum ds_err ds_mqtt_publish(struct ds_mqtt *c, const char *topic,
 DS_MUST_CHECK enum ds_err ds_mqtt_flush(struct ds_mqtt *c, uint32_t timeout_ms);
 
 void ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out);
+/* The URI of the current (or last) connection, or of the first attempt
+** before any ("" never), copied into buf: which node of a list serves now. */
+void ds_mqtt_broker(struct ds_mqtt *c, char *buf, size_t cap);
 /* The reason of the last failed connect attempt ("" if none), copied into buf. */
 void ds_mqtt_last_error(struct ds_mqtt *c, char *buf, size_t cap);
 
 /* A one-shot program's check before it connects (Paho reports a refused
 ** connection and a failed name lookup alike, as a bare failure, and the
 ** wrapper retries both): resolve uri's host and try one TCP connection
-** (closed at once), within timeout_ms. DS_ERR_NOT_FOUND: the name does not
+** (closed at once), within timeout_ms. For a list, each URI in turn until
+** one answers (DS_OK); else the first URI's failure (why says how many). DS_ERR_NOT_FOUND: the name does not
 ** resolve (why: "cannot resolve HOST: ..."); DS_ERR_IO: every address
 ** refused it (why: "connection refused (is a broker listening on
 ** HOST:PORT?)"); DS_ERR_INVAL: not a broker URI. DS_OK otherwise, also when

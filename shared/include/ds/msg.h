@@ -268,6 +268,9 @@ struct ds_msg_status {
     ** speculation); NULL: the field is left out (edges, the last will). */
     const char *const *verifies;
     unsigned           n_verifies;
+    /* The broker URI this status went out through, where [mqtt] uri lists
+    ** several (failover); NULL: left out. */
+    const char        *broker;
 };
 DS_MUST_CHECK enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out,
                                                size_t *out_len) DS_NONNULL(1, 2);

@@ -1,6 +1,7 @@
 /*
 ** mqtt.c — the MQTT 5 client wrapper over Paho MQTTAsync (see ds/mqtt.h):
-** connection loop with backoff, subscription list, publish FIFO with an
+** connection loop with backoff over one broker URI or a list (failover),
+** subscription list, publish FIFO with an
 ** in-flight limit, and the Paho callbacks.
 **
 ** Owns: the Paho handle, the worker thread, copies of every option string,
@@ -72,6 +73,8 @@ static bool lost_locked(struct ds_mqtt *c)
     c->next_attempt_ns = ds_now_ns() + next_backoff_ms(c) * 1000000ull;
     c->st.connected = false;
     c->replay = false;
+    c->advance = true;                          /* the next URI of a list: this node is suspect */
+    c->round_left = c->n_uris;
     pthread_cond_broadcast(&c->cv);
     return true;
 }
@@ -83,8 +86,11 @@ static void on_connection_lost(void *ctx, char *cause)
     bool was = lost_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (!was) return;
-    DS_LOG(DS_LOG_WARN, "mqtt %s: connection to %s lost (%s); reconnecting", c->client_id, c->uri,
-           cause ? cause : "socket closed");
+    pthread_mutex_lock(&c->mu);
+    const char *uri = c->uris[c->cur];          /* fixed until the next attempt, which is later */
+    pthread_mutex_unlock(&c->mu);
+    DS_LOG(DS_LOG_WARN, "mqtt %s: connection to %s lost (%s); reconnecting%s", c->client_id, uri,
+           cause ? cause : "socket closed", c->n_uris > 1 ? " to the next broker of the list" : "");
     if (c->o.on_connection) c->o.on_connection(c->o.ud, false);
 }
 
@@ -110,7 +116,7 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
                     MQTTProperties_getNumericValue(&r->properties,
                                                    MQTTPROPERTY_CODE_SHARED_SUBSCRIPTION_AVAILABLE) == 0;
     pthread_mutex_lock(&c->mu);
-    struct ds_mqtt__peer peer = c->peer;
+    struct ds_mqtt__peer peer = c->peers[c->cur];
     pthread_mutex_unlock(&c->mu);
     /* Before anything is published on this connection (pitfall 1). */
     unsigned nodelay = ds_mqtt__set_nodelay(&peer);
@@ -126,6 +132,11 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     c->backoff_ms = c->o.reconnect_min_ms;
     c->st.connected = true;
     c->st.connects++;
+    if (c->last_conn_uri != SIZE_MAX && c->last_conn_uri != c->cur) c->st.failovers++;
+    c->last_conn_uri = c->cur;
+    c->st.broker = (uint32_t)c->cur;
+    c->round_left = c->n_uris;
+    const char *uri = c->uris[c->cur];
     c->fatal = false;
     c->last_err[0] = '\0';
     c->st.receive_max = recv_max;
@@ -140,7 +151,7 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     uint64_t conn = c->conn;
     pthread_mutex_unlock(&c->mu);
     DS_LOG(DS_LOG_INFO, "mqtt %s: connected to %s (connection %llu, %s, receive maximum %u, "
-           "in-flight limit %u, TCP_NODELAY on %u socket%s)", c->client_id, c->uri,
+           "in-flight limit %u, TCP_NODELAY on %u socket%s)", c->client_id, uri,
            (unsigned long long)conn,
            !c->o.session_expiry_s ? "clean start"
            : r->alt.connect.sessionPresent ? "session resumed" : "new session",
@@ -155,7 +166,13 @@ static uint64_t retry_later(struct ds_mqtt *c)
     uint64_t delay = 0;
     if (c->state == ST_CONNECTING) {
         c->state = c->stop ? ST_CLOSED : ST_WAITING;
-        delay = next_backoff_ms(c);
+        c->advance = true;                      /* a list: the next URI */
+        if (c->round_left > 1) {
+            c->round_left--;                    /* one of the list not tried yet since the last success */
+        } else {
+            c->round_left = c->n_uris;
+            delay = next_backoff_ms(c);
+        }
         c->next_attempt_ns = ds_now_ns() + delay * 1000000ull;
         pthread_cond_broadcast(&c->cv);
     }
@@ -194,13 +211,15 @@ static void failed_locked(struct ds_mqtt *c, bool final, const char *why)
     uint64_t delay = c->next_attempt_ns > ds_now_ns() ? (c->next_attempt_ns - ds_now_ns()) / 1000000u
                                                       : 0;
     pthread_cond_broadcast(&c->cv);
+    const char *uri = c->uris[c->cur];          /* the attempt's (advanced only when the next starts) */
+    bool more = c->n_uris > 1 && !final;
     if (final && !repeat)
-        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot connect to %s: %s", c->client_id, c->uri, why);
+        DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot connect to %s: %s", c->client_id, uri, why);
     else if (!final)
-        DS_LOG(DS_LOG_WARN, "mqtt %s: cannot connect to %s: %s; retry in %llu ms", c->client_id,
-               c->uri, why, (unsigned long long)delay);
+        DS_LOG(DS_LOG_WARN, "mqtt %s: cannot connect to %s: %s; %s in %llu ms", c->client_id,
+               uri, why, more ? "next broker of the list" : "retry", (unsigned long long)delay);
     else
-        DS_LOG(DS_LOG_DEBUG, "mqtt %s: cannot connect to %s: %s (again)", c->client_id, c->uri,
+        DS_LOG(DS_LOG_DEBUG, "mqtt %s: cannot connect to %s: %s (again)", c->client_id, uri,
                why);
 }
 
@@ -239,12 +258,26 @@ static void start_connect(struct ds_mqtt *c)
 {
     struct ds_mqtt__peer peer;
     pthread_mutex_lock(&c->mu);
-    peer = c->peer;
+    size_t idx = c->cur;                        /* only this thread changes it */
+    peer = c->peers[idx];
     pthread_mutex_unlock(&c->mu);
     ds_mqtt__resolve(&peer);                    /* DNS may change between attempts */
     pthread_mutex_lock(&c->mu);
-    c->peer = peer;
+    c->peers[idx] = peer;
     pthread_mutex_unlock(&c->mu);
+    char *uri = c->uris[idx];
+    /* A list: a node whose port refuses at once is skipped at once. Paho
+    ** reports a refused connect only at its next 1 s poll (ds/mqtt.h "Not
+    ** designed around"), a second lost per dead node before the next URI. */
+    if (c->n_uris > 1 && ds_mqtt__refused(&peer, DS_MQTT__SKIP_PROBE_MS)) {
+        uint64_t delay = retry_later(c);
+        pthread_mutex_lock(&c->mu);
+        snprintf(c->last_err, sizeof c->last_err, "%s refused the connection", uri);
+        pthread_mutex_unlock(&c->mu);
+        DS_LOG(DS_LOG_WARN, "mqtt %s: %s refuses connections; %s in %llu ms", c->client_id, uri,
+               delay ? "retry" : "next broker of the list", (unsigned long long)delay);
+        return;
+    }
 
     MQTTAsync_connectOptions co = MQTTAsync_connectOptions_initializer5;
     MQTTAsync_willOptions will = MQTTAsync_willOptions_initializer;
@@ -255,6 +288,13 @@ static void start_connect(struct ds_mqtt *c)
     ** publishes over a lost connection only when it is not 0. */
     co.cleanstart = c->o.session_expiry_s == 0;
     co.automaticReconnect = 0;                  /* the worker reconnects (see ds/mqtt.h) */
+    /* A list: this attempt's URI, one at a time (Paho's own walk over the
+    ** list would try each with the full connect timeout and decide the
+    ** order itself). Paho copies the array. */
+    if (c->n_uris > 1) {
+        co.serverURIs = &uri;
+        co.serverURIcount = 1;
+    }
     MQTTProperties props = MQTTProperties_initializer;
     MQTTProperty prop;
     bool props_ok = true;
@@ -296,13 +336,13 @@ static void start_connect(struct ds_mqtt *c)
         will.retained = c->o.will_retained;
         co.will = &will;
     }
-    DS_LOG(DS_LOG_DEBUG, "mqtt %s: connecting to %s", c->client_id, c->uri);
+    DS_LOG(DS_LOG_DEBUG, "mqtt %s: connecting to %s", c->client_id, uri);
     int rc = MQTTAsync_connect(c->h, &co);     /* copies the properties */
     MQTTProperties_free(&props);
     if (rc == MQTTASYNC_SUCCESS) return;
     uint64_t delay = retry_later(c);
     DS_LOG(DS_LOG_WARN, "mqtt %s: connect to %s refused by Paho: %s; retry in %llu ms",
-           c->client_id, c->uri, ds_mqtt__paho_err(rc), (unsigned long long)delay);
+           c->client_id, uri, ds_mqtt__paho_err(rc), (unsigned long long)delay);
 }
 
 /* ---- the Paho handle ---- */
@@ -322,7 +362,7 @@ static void openssl_init_no_atexit(void)
                      OPENSSL_INIT_LOAD_CRYPTO_STRINGS, NULL);
 }
 
-/* A Paho client for c->uri and c->client_id with c's callbacks. */
+/* A Paho client for c->uris and c->client_id with c's callbacks. */
 static enum ds_err paho_new(struct ds_mqtt *c, MQTTAsync *out)
 {
     pthread_once(&openssl_once, openssl_init_no_atexit);
@@ -330,7 +370,9 @@ static enum ds_err paho_new(struct ds_mqtt *c, MQTTAsync *out)
     /* Paho refuses publishes beyond this many unsent ones (MQTTASYNC_MAX_BUFFERED_MESSAGES);
     ** the FIFO then retries them shortly, so QoS 0 bursts are bounded too. */
     cro.maxBufferedMessages = 4096;
-    int prc = MQTTAsync_createWithOptions(out, c->uri, c->client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL, &cro);
+    /* The first URI of a list: Paho takes the transport (TLS, WebSocket) from
+    ** it, which the list shares; each attempt names its own URI. */
+    int prc = MQTTAsync_createWithOptions(out, c->uris[0], c->client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL, &cro);
     if (prc != MQTTASYNC_SUCCESS) {
         DS_LOG(DS_LOG_ERROR, "mqtt %s: cannot create a client for %s: %s", c->client_id, c->uri,
                ds_mqtt__paho_err(prc));
@@ -391,7 +433,7 @@ static void *worker_main(void *arg)
         uint64_t now = ds_now_ns();
         if (c->probe_pending) {
             c->probe_pending = false;
-            struct ds_mqtt__peer peer = c->peer;
+            struct ds_mqtt__peer peer = c->peers[c->cur];
             char paho[DS_WHY_MAX], why[DS_WHY_MAX];
             snprintf(paho, sizeof paho, "%s", c->paho_err);
             pthread_mutex_unlock(&c->mu);
@@ -404,6 +446,8 @@ static void *worker_main(void *arg)
         if (c->state == ST_WAITING && now >= c->next_attempt_ns) {
             if (c->poisoned) renew_locked(c);
             if (c->state != ST_WAITING || c->stop) continue;
+            if (c->advance) c->cur = (c->cur + 1) % c->n_uris;
+            c->advance = false;
             c->state = ST_CONNECTING;
             pthread_mutex_unlock(&c->mu);
             start_connect(c);
@@ -455,6 +499,8 @@ static void free_secret(char *s)
 static void free_strings(struct ds_mqtt *c)
 {
     free(c->uri);
+    free(c->uris);
+    free(c->peers);
     free(c->client_id);
     free(c->will_topic);
     free(c->username);
@@ -496,11 +542,19 @@ enum ds_err ds_mqtt_create(const char *uri, const char *client_id, const struct 
     }
     struct ds_mqtt *c = calloc(1, sizeof *c);
     if (!c) return DS_ERR_NOMEM;
-    enum ds_err rc = ds_mqtt__parse_uri(uri, &c->peer);
+    enum ds_err rc = DS_ERR_NOMEM;
+    c->uris = malloc(DS_MQTT_MAX_URIS * sizeof *c->uris);
+    c->peers = calloc(DS_MQTT_MAX_URIS, sizeof *c->peers);
+    if (!c->uris || !c->peers) goto fail_strings;
+    rc = ds_mqtt__split_uris(uri, c->uris, &c->n_uris, why);   /* checked above: cannot fail */
+    for (size_t i = 0; rc == DS_OK && i < c->n_uris; i++) rc = ds_mqtt__parse_uri(c->uris[i], &c->peers[i]);
     if (rc != DS_OK) {
-        DS_LOG(DS_LOG_ERROR, "mqtt: bad broker URI \"%s\" (expected tcp://host[:port])", uri);
-        goto fail_uri;
+        DS_LOG(DS_LOG_ERROR, "mqtt: bad broker URI list \"%s\": %s", uri, why);
+        goto fail_strings;
     }
+    c->round_left = c->n_uris;
+    c->last_conn_uri = SIZE_MAX;
+    c->st.brokers = (uint32_t)c->n_uris;
     c->o = *o;
     c->o.reconnect_min_ms = DS_MAX(c->o.reconnect_min_ms, 1u);
     c->o.reconnect_max_ms = DS_MAX(c->o.reconnect_max_ms, c->o.reconnect_min_ms);
@@ -573,7 +627,6 @@ fail_mutex:
     pthread_cond_destroy(&c->cv);
 fail_strings:
     free_strings(c);
-fail_uri:
     free(c);
     return rc;
 }
@@ -755,6 +808,15 @@ void ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out)
 {
     pthread_mutex_lock(&c->mu);
     *out = c->st;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ds_mqtt_broker(struct ds_mqtt *c, char *buf, size_t cap)
+{
+    if (!cap) return;
+    pthread_mutex_lock(&c->mu);
+    bool any = c->last_conn_uri != SIZE_MAX || c->state != ST_IDLE;
+    snprintf(buf, cap, "%s", any ? c->uris[c->st.connected ? c->cur : c->last_conn_uri != SIZE_MAX ? c->last_conn_uri : c->cur] : "");
     pthread_mutex_unlock(&c->mu);
 }
 

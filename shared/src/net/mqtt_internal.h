@@ -18,6 +18,8 @@
 #include "ds/mqtt.h"
 
 #define DS_MQTT__MAX_ADDRS 16
+#define DS_MQTT__URI_MAX   512u     /* one URI of a list, NUL included */
+#define DS_MQTT__URI_SEP   ", \t\r\n"
 
 /* The broker as the URI names it, and the addresses its host resolved to. */
 struct ds_mqtt__peer {
@@ -30,10 +32,20 @@ struct ds_mqtt__peer {
 /* Split "scheme://host[:port][/path]" (IPv6 hosts in brackets); the port
 ** defaults by scheme. DS_ERR_INVAL for anything else. */
 DS_MUST_CHECK enum ds_err ds_mqtt__parse_uri(const char *uri, struct ds_mqtt__peer *peer);
+/* The next URI of a list (separators: commas and blanks): its span in *s,
+** *len; false at the end of the list. */
+bool ds_mqtt__next_uri(const char **p, const char **s, size_t *len);
+/* Split and check a list (ds_mqtt_check_uris) into uris[0..*n). */
+DS_MUST_CHECK enum ds_err ds_mqtt__split_uris(const char *list, char uris[][DS_MQTT__URI_MAX], size_t *n,
+                                              char *why);
 /* Resolve peer->host into peer->addrs (blocking getaddrinfo; call it from
 ** the wrapper's worker, never from a Paho callback). Keeps the old list when
 ** resolution fails. */
 void ds_mqtt__resolve(struct ds_mqtt__peer *peer);
+/* Whether every address of a resolved peer refuses a TCP connection now
+** (each tried within timeout_ms; pending = not refused). Blocking: worker
+** only. */
+bool ds_mqtt__refused(const struct ds_mqtt__peer *peer, uint32_t timeout_ms);
 /* Set TCP_NODELAY on every TCP socket of this process connected to the
 ** peer; returns how many sockets now have it. */
 unsigned ds_mqtt__set_nodelay(const struct ds_mqtt__peer *peer);
@@ -87,7 +99,15 @@ struct sub {
 
 struct ds_mqtt {
     MQTTAsync            h;
-    char                *uri, *client_id, *will_topic, *username, *password;
+    char                *uri;        /* the list as given (messages) */
+    char               (*uris)[DS_MQTT__URI_MAX];   /* its URIs, n_uris of them */
+    size_t               n_uris;
+    size_t               cur;        /* index of the current/last attempt or connection */
+    size_t               round_left; /* attempts left before the backoff grows: a failed attempt
+                                     ** goes on to the next URI at once until each failed */
+    bool                 advance;    /* the next attempt takes the next URI (after a failure or a loss) */
+    size_t               last_conn_uri;   /* URI of the last connection; SIZE_MAX none yet */
+    char                *client_id, *will_topic, *username, *password;
     char                *cafile, *capath, *certfile, *keyfile, *keypass;   /* TLS (copies) */
     bool                 tls;        /* a TLS URI */
     int                  tls_min;    /* TLS1_2_VERSION or TLS1_3_VERSION */
@@ -97,7 +117,7 @@ struct ds_mqtt {
     char                 paho_err[DS_WHY_MAX];   /* Paho's words for a failure being probed */
     void                *will_payload;
     struct ds_mqtt_opts  o;          /* strings point at the copies above */
-    struct ds_mqtt__peer peer;
+    struct ds_mqtt__peer *peers;     /* one per URI (n_uris) */
 
     pthread_mutex_t      mu;
     pthread_cond_t       cv;         /* any change: state, acks, queue; CLOCK_MONOTONIC */
@@ -123,7 +143,8 @@ struct ds_mqtt {
     struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
 };
 
-#define DS_MQTT__RETRY_SEND_MS 10u     /* after Paho refused a publish for a transient reason */
+#define DS_MQTT__RETRY_SEND_MS 10u
+#define DS_MQTT__SKIP_PROBE_MS 200u    /* a list's dead-node check before an attempt */     /* after Paho refused a publish for a transient reason */
 
 /* Request lists and Paho error text. c->mu held for the list functions. */
 static inline void ds_mqtt__op_link(struct ds_mqtt *c, struct op *op)

@@ -1,6 +1,6 @@
 /*
-** mqtt_net.c — the socket side of the MQTT wrapper: parse the broker URI,
-** resolve its host, and give TCP_NODELAY to this process's sockets that are
+** mqtt_net.c — the socket side of the MQTT wrapper: split a list of broker
+** URIs and check it (ds_mqtt_check_uris), parse one URI, resolve its host, and give TCP_NODELAY to this process's sockets that are
 ** connected to it (Paho has no socket hook; see ds/mqtt.h, pitfall 1); and
 ** ds_mqtt_probe, a one-shot program's "is anything listening there?" check.
 ** Owns nothing: sockets belong to Paho, and are only tuned here (the probe's
@@ -62,6 +62,88 @@ enum ds_err ds_mqtt__parse_uri(const char *uri, struct ds_mqtt__peer *peer)
         return DS_ERR_INVAL;
     }
     return DS_OK;
+}
+
+/* The next URI of a list: skips separators (commas and blanks), sets *s and
+** *len to the URI's span; false at the end. */
+bool ds_mqtt__next_uri(const char **p, const char **s, size_t *len)
+{
+    const char *q = *p + strspn(*p, DS_MQTT__URI_SEP);
+    if (!*q) {
+        *p = q;
+        return false;
+    }
+    *s = q;
+    *len = strcspn(q, DS_MQTT__URI_SEP);
+    *p = q + *len;
+    return true;
+}
+
+/* Transport of a parsed URI: bit 0 TLS, bit 1 WebSocket (Paho keeps both per
+** handle, so one list shares them). */
+static unsigned uri__family(const char *uri)
+{
+    return (ds_mqtt__uri_is_tls(uri) ? 1u : 0u) |
+           (strncmp(uri, "ws://", 5) == 0 || strncmp(uri, "wss://", 6) == 0 ? 2u : 0u);
+}
+
+enum ds_err ds_mqtt__split_uris(const char *list, char uris[][DS_MQTT__URI_MAX], size_t *n,
+                                char *why)
+{
+    *n = 0;
+    why[0] = '\0';
+    if (!list) {
+        snprintf(why, DS_WHY_MAX, "no broker URI");
+        return DS_ERR_INVAL;
+    }
+    const char *p = list, *s;
+    size_t len;
+    unsigned family = 0;
+    while (ds_mqtt__next_uri(&p, &s, &len)) {
+        if (*n == DS_MQTT_MAX_URIS) {
+            snprintf(why, DS_WHY_MAX, "more than %u broker URIs in '%.160s'", DS_MQTT_MAX_URIS, list);
+            return DS_ERR_INVAL;
+        }
+        if (len >= DS_MQTT__URI_MAX) {
+            snprintf(why, DS_WHY_MAX, "broker URI %zu is longer than %u bytes: '%.60s...'", *n + 1,
+                     DS_MQTT__URI_MAX - 1, s);
+            return DS_ERR_INVAL;
+        }
+        char *u = uris[*n];
+        memcpy(u, s, len);
+        u[len] = '\0';
+        struct ds_mqtt__peer peer;
+        if (ds_mqtt__parse_uri(u, &peer) != DS_OK) {
+            snprintf(why, DS_WHY_MAX, "broker URI '%.120s' is not scheme://HOST[:PORT] (tcp, mqtt, ssl, mqtts, "
+                     "ws or wss; IPv6 in brackets)", u);
+            return DS_ERR_INVAL;
+        }
+        if (*n > 0 && uri__family(u) != family) {
+            snprintf(why, DS_WHY_MAX, "broker URIs '%.60s' and '%.60s' differ in transport: one list is all TLS "
+                     "or none, all WebSocket or none", uris[0], u);
+            return DS_ERR_INVAL;
+        }
+        family = uri__family(u);
+        (*n)++;
+    }
+    if (*n == 0) {
+        snprintf(why, DS_WHY_MAX, "no broker URI in '%.160s'", list);
+        return DS_ERR_INVAL;
+    }
+    return DS_OK;
+}
+
+enum ds_err ds_mqtt_check_uris(const char *list, char *why)
+{
+    char (*uris)[DS_MQTT__URI_MAX] = malloc(DS_MQTT_MAX_URIS * sizeof *uris);
+    if (!uris) {
+        snprintf(why, DS_WHY_MAX, "out of memory");
+        return DS_ERR_NOMEM;
+    }
+    size_t n;
+    enum ds_err rc = ds_mqtt__split_uris(list, uris, &n, why);
+    free(uris);
+    return rc;
 }
 
 void ds_mqtt__resolve(struct ds_mqtt__peer *peer)
@@ -194,7 +276,8 @@ static int probe__connect(const struct addrinfo *a, int timeout_ms)
     return err;
 }
 
-enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why)
+/* ds_mqtt_probe for one URI. */
+static enum ds_err probe__one(const char *uri, uint32_t timeout_ms, char *why)
 {
     struct ds_mqtt__peer peer;
     why[0] = '\0';
@@ -222,4 +305,61 @@ enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why)
              strchr(peer.host, ':') ? "[" : "", peer.host, strchr(peer.host, ':') ? "]" : "",
              (unsigned)peer.port);
     return DS_ERR_IO;
+}
+
+bool ds_mqtt__refused(const struct ds_mqtt__peer *peer, uint32_t timeout_ms)
+{
+    if (peer->n_addrs == 0) return false;          /* unresolved: Paho's attempt says */
+    for (size_t i = 0; i < peer->n_addrs; i++) {
+        struct sockaddr_storage sa = peer->addrs[i];
+        socklen_t len;
+        if (sa.ss_family == AF_INET) {
+            ((struct sockaddr_in *)&sa)->sin_port = htons(peer->port);
+            len = sizeof(struct sockaddr_in);
+        } else if (sa.ss_family == AF_INET6) {
+            ((struct sockaddr_in6 *)&sa)->sin6_port = htons(peer->port);
+            len = sizeof(struct sockaddr_in6);
+        } else {
+            return false;
+        }
+        struct addrinfo a = { .ai_family = sa.ss_family, .ai_socktype = SOCK_STREAM,
+                              .ai_addr = (struct sockaddr *)&sa, .ai_addrlen = len };
+        if (probe__connect(&a, (int)timeout_ms) != ECONNREFUSED) return false;
+    }
+    return true;
+}
+
+enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why)
+{
+    why[0] = '\0';
+    char (*uris)[DS_MQTT__URI_MAX] = malloc(DS_MQTT_MAX_URIS * sizeof *uris);
+    if (!uris) {
+        snprintf(why, DS_WHY_MAX, "out of memory");
+        return DS_ERR_NOMEM;
+    }
+    size_t n;
+    enum ds_err rc = ds_mqtt__split_uris(uri, uris, &n, why);
+    /* A list: one broker that answers is enough; else the first one's reason, and how many failed. */
+    char first[DS_WHY_MAX] = "";
+    enum ds_err first_rc = DS_OK;
+    for (size_t i = 0; rc == DS_OK && i < n; i++) {
+        enum ds_err r = probe__one(uris[i], timeout_ms, why);
+        if (r == DS_OK) {
+            first_rc = DS_OK;
+            break;
+        }
+        if (i == 0) {
+            first_rc = r;
+            snprintf(first, sizeof first, "%s", why);
+        }
+    }
+    free(uris);
+    if (rc != DS_OK) return rc;
+    if (first_rc == DS_OK) {
+        why[0] = '\0';
+        return DS_OK;
+    }
+    if (n == 1) snprintf(why, DS_WHY_MAX, "%s", first);
+    else snprintf(why, DS_WHY_MAX, "none of the %zu brokers answers: %.200s", n, first);
+    return first_rc;
 }

@@ -32,6 +32,7 @@
 
 bool ds_mqtt__uri_is_tls(const char *uri)
 {
+    if (uri) uri += strspn(uri, DS_MQTT__URI_SEP);     /* a list: its first URI */
     return uri && (strncmp(uri, "ssl://", 6) == 0 || strncmp(uri, "mqtts://", 8) == 0 ||
                    strncmp(uri, "wss://", 6) == 0);
 }
@@ -66,7 +67,9 @@ enum ds_err ds_mqtt_check_security(const char *uri, const struct ds_mqtt_tls *t,
     why[0] = '\0';
     static const struct ds_mqtt_tls none = { .verify_hostname = true };
     if (!t) t = &none;
-    bool tls = ds_mqtt__uri_is_tls(uri);
+    enum ds_err urc = ds_mqtt_check_uris(uri, why);
+    if (urc != DS_OK) return urc;
+    bool tls = ds_mqtt__uri_is_tls(uri);               /* a list shares it */
     bool any_tls = t->cafile || t->capath || t->certfile || t->keyfile || t->keyfile_password_file;
     if (tls && !t->cafile && !t->capath) {
         snprintf(why, DS_WHY_MAX, "%s is a TLS URI but no CA is set (cafile or capath): "

@@ -163,6 +163,7 @@ enum ds_err ds_msg_status_encode(const struct ds_msg_status *s, char **out, size
               && cJSON_AddStringToObject(o, "state", state_names[s->state])
               && cJSON_AddStringToObject(o, "role", ds_msg_role_name(s->role))
               && ds_msg_add_uint(o, "ts", s->ts_ms);
+    if (ok && s->broker) ok = add_str(o, "broker", s->broker);
     if (ok && s->verifies) {
         cJSON *arr = cJSON_AddArrayToObject(o, "verifies");
         ok = arr != NULL;

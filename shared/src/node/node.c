@@ -81,8 +81,16 @@ void node__status_again(struct ds_node *node) { atomic_store(&node->announce, tr
 
 static void publish_status(struct ds_node *node, enum ds_msg_state state)
 {
-    struct ds_msg_status st = { node->cfg->node, state, node->cfg->role, unix_ms(), NULL, 0 };
+    struct ds_msg_status st = { node->cfg->node, state, node->cfg->role, unix_ms(), NULL, 0, NULL };
     node__ext_status(node, &st);           /* the role's fields (a center's "verifies") */
+    /* With several brokers in [mqtt] uri: the one this status goes out through. */
+    struct ds_mqtt_stats ms;
+    char broker[512];
+    ds_mqtt_stats(node->mqtt, &ms);
+    if (ms.brokers > 1) {
+        ds_mqtt_broker(node->mqtt, broker, sizeof broker);
+        st.broker = broker;
+    }
     char *json;
     size_t len;
     if (ds_msg_status_encode(&st, &json, &len) != DS_OK) return;
@@ -101,7 +109,10 @@ static void on_connection(void *ud, bool connected)
         atomic_store(&node->announce, true);
         if (node->sched) ds_sched_wake(node->sched);
     }
-    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", node->cfg->mqtt_uri,
+    /* Which broker: with a list in [mqtt] uri, the node of it this connection went to. */
+    char broker[512];
+    ds_mqtt_broker(node->mqtt, broker, sizeof broker);
+    DS_LOG(connected ? DS_LOG_INFO : DS_LOG_WARN, "broker %s %s", broker,
            connected ? "connected" : "connection lost; reconnecting");
 }
 
@@ -400,6 +411,10 @@ static void publish_telemetry(struct ds_node *node)
     cJSON *mq = cJSON_AddObjectToObject(obj, "mqtt");
     if (mq) {
         cJSON_AddNumberToObject(mq, "connects", (double)ms.connects);
+        char broker[512];
+        ds_mqtt_broker(node->mqtt, broker, sizeof broker);
+        cJSON_AddStringToObject(mq, "broker", broker);
+        cJSON_AddNumberToObject(mq, "failovers", (double)ms.failovers);
         cJSON_AddNumberToObject(mq, "queued", ms.queued);
         cJSON_AddNumberToObject(mq, "inflight", ms.inflight);
         cJSON_AddNumberToObject(mq, "requeued", (double)ms.requeued);
@@ -689,7 +704,7 @@ enum ds_err ds_node_create(struct ds_node_config *c, const char *config_path, co
     if (c->node_sec && *c->node_sec && (rc = node__fetch_create(node)) != DS_OK) goto fail;
     if ((rc = node__health_create(node)) != DS_OK) goto fail;
     if ((rc = node__ext_create_all(node, false)) != DS_OK) goto fail;
-    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0 };
+    struct ds_msg_status off = { c->node, DS_MSG_STATE_OFFLINE, c->role, 0, NULL, 0, NULL };
     char *will;
     size_t will_len;
     if ((rc = ds_msg_status_encode(&off, &will, &will_len)) != DS_OK) goto fail;

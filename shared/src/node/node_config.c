@@ -29,7 +29,7 @@ static const struct ds_cfg_key core_keys[] = {
     { "node", "answers_file", DS_CFG_STR, O(answers_file), NULL, 0, 0, 0, "finals remembered across a restart, so a request redelivered or retried after one is not answered twice (default $STATE_DIRECTORY/answers-NAME.bin under systemd; none without either: memory only)" },
     { "node", "accepted_file", DS_CFG_STR, O(accepted_file), NULL, 0, 0, 0, "requests accepted and not yet answered, journaled so that a restart after a crash or SIGKILL answers them (default $STATE_DIRECTORY/accepted-NAME.bin under systemd; none without either)" },
     { "node", "log_format", DS_CFG_STR, O(log_format), "text", 0, 0, 0, "text, or json: one JSON object per line (journald, Loki)" },
-    { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker" },
+    { "mqtt", "uri", DS_CFG_STR, O(mqtt_uri), "tcp://127.0.0.1:1883", 0, 0, 0, "broker URI, or several of one broker cluster separated by commas or blanks (failover: the first that answers; on loss, the next)" },
     { "mqtt", "keepalive_s", DS_CFG_U32, O(keepalive_s), "30", 5, 3600, 0, "MQTT keepalive" },
     { "mqtt", "session_expiry_s", DS_CFG_U32, O(session_expiry_s), "600", 0, 604800, 0, "persistent session: the broker keeps this node's requests while it is down, this long (0 = clean start)" },
     { "mqtt", "status_repeat_s", DS_CFG_U32, O(status_repeat_s), "0", 0, 86400, DS_CFG_RELOADABLE, "publish this node's retained status again this often, seconds (0 = on each connect only): for broker clusters whose retained messages reach only some subscribers (ejabberd)" },
