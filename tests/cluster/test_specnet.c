@@ -9,7 +9,8 @@
 **              node 3 (deploy/cluster/cluster.sh), node 3 killed and restarted.
 ** Each run: a dspark-edge ([overflow] speculate, INT8 stories260K.gguf), two
 ** dspark-centers (FP32, [spec] sessions = 4 each: the 8 slots the second
-** wave needs); wave 1, 4 streamed and whole route=center requests, the kill
+** wave needs; [spec] reclaim_ms = 1000, since the second wave may come less
+** than the default 5 s after the kill); wave 1, 4 streamed and whole route=center requests, the kill
 ** while they stream; wave 2, 8 requests once the centers are back.
 ** Shows, on both: every request answered exactly once (0 lost, 0
 ** duplicated), streams equal to their finals; wave 1's answers complete,
@@ -17,7 +18,9 @@
 ** (else finished by the edge); wave 2 all verified by a center and equal to
 ** plain decoding: the sessions of the killed node's run (whose closes died
 ** with the node) do not keep a center's table full (the edge closes them on
-** their late verdicts; the center reclaims those idle [spec] reclaim_ms);
+** their late verdicts; the center reclaims those idle [spec] reclaim_ms:
+** without it, half of wave 2 is refused "overloaded" and finished by the
+** edge, seen on both brokers);
 ** SIGTERM: every node exits 0.
 ** Label cluster (Release pass only); exits 77 where ejabberd or mosquitto
 ** is not installed.
@@ -159,7 +162,7 @@ static void start_nodes(struct run *r)
         char name[32];
         snprintf(name, sizeof name, "center-%d", i);
         snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n"
-                 "[spec]\nsessions = 4\n[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
+                 "[spec]\nsessions = 4\nreclaim_ms = 1000\n[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
                  name, r->center_uri, tu_model("stories260K.bin"), tu_model("tok512.bin"));
         r->center[i] = spawn(r, "center-node/dspark-center", name, conf);
     }
