@@ -16,8 +16,9 @@
 ** edge's name and a per-process nonce): a repeated open is a round of its
 ** session, and an open of a session closed or dropped here lately (a QoS 1
 ** redelivery after the close, on a broker that resends after a reconnect)
-** is refused rather than opened again, since nobody would close it. A session stays on the model version that was active when it
-** opened (it holds a reference, as a running request does), so a hot swap
+** is refused rather than opened again, since nobody would close it. A
+** session stays on the model version that was active when it opened (it
+** holds a reference, as a running request does), so a hot swap
 ** never moves its KV cache. A session belongs to the Response Topic that
 ** opened it (the edge's relay topic): rounds and closes from any other are
 ** refused, so nobody else can end or steer it. An open for a model this
@@ -31,8 +32,9 @@
 ** Threads: on_message only copies messages into the inbox under mu; the
 ** engine loop (tick) handles them.
 **
-** Owns: the session table (engine thread) and the inbox (mu); the list of
-** models the retained status says it verifies (engine thread).
+** Owns: the session table and the ids of sessions ended lately (engine
+** thread) and the inbox (mu); the list of models the retained status says
+** it verifies (engine thread).
 */
 #include <stdarg.h>
 #include <stddef.h>

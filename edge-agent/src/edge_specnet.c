@@ -243,11 +243,12 @@ static void edge_send_close(struct ds_node *node, const char *center, const char
 ** answered (a refusal opened nothing there). */
 static void stray_close(struct ds_node *node, const struct spn_msg *m, const char *keep)
 {
+    const struct edge_specnet *n = node__ext_state(node, &edge_specnet_ext);
     cJSON *j = ds_msg_json_text_ok(m->payload, m->len, NULL) ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
     struct spn_verdict v;
     specnet__verdict_read(j, 0, 0, &v);
-    const char *sid = specnet__sid(j);
-    if (sid && v.node && v.node[0] && !strpbrk(v.node, "/+#") && !v.error && (!keep || strcmp(keep, v.node))) {
+    const char *sid = specnet__sid(j);          /* one of this process's ids, as the Correlation Data was */
+    if (sid && !strncmp(sid, n->sid_prefix, strlen(n->sid_prefix)) && v.node && v.node[0] && !strpbrk(v.node, "/+#") && !v.error && (!keep || strcmp(keep, v.node))) {
         DS_LOG(DS_LOG_DEBUG, "speculation session %s: a verdict from %s for a session not run there: closed", sid, v.node);
         edge_send_close(node, v.node, sid);
     }
