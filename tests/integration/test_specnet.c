@@ -12,7 +12,8 @@
 ** deadline; the session protocol spoken directly to a center: malformed,
 ** unknown, stale, out-of-range and repeated rounds are refused or answered
 ** idempotently, an open of a closed session refused, a full session table's
-** oldest idle session reclaimed for a new open, the verdicts follow plain greedy decoding, the center stays up;
+** oldest idle session reclaimed for a new open, a verdict for a session the
+** edge no longer runs answered with a close, the verdicts follow plain greedy decoding, the center stays up;
 ** sampled at temperature 1 over 600 seeds, the first token (read off the
 ** wire) follows the target's plain distribution (chi-squared, alpha 0.001);
 ** a center that stops answering (SIGSTOP) costs a round timeout, not the
@@ -722,6 +723,34 @@ static void test_protocol(void **state)
         snprintf(json, sizeof json, "{\"v\":1,\"session\":\"full-%d\",\"close\":true}", i);
         publish(g.cdev, DS_TOPIC_CENTER_SESSION "center-1", "test/creply/spec", "fc", json);
     }
+    /* A verdict for a session of this edge's that it no longer runs (a late
+    ** answer to an open it gave up, a second center's to a shared open):
+    ** the edge closes it at the center that answered; a refusal (nothing
+    ** opened there) gets no close. */
+    const struct it_match newest_open = { .topic_prefix = DS_TOPIC_CENTER_NAMED, .needle = "\"session\":\"edge-spec.",
+                                          .needle2 = "\"model\"", .newest_first = true };   /* the running edge's */
+    char *op = it_inbox_find(g.in, &newest_open, 0, 0, NULL, NULL);
+    char *osid = op ? field(op, "session", NULL) : NULL;
+    const char *dot = osid ? strchr(osid, '.') : NULL;
+    dot = dot ? strchr(dot + 1, '.') : NULL;              /* "edge-spec.<nonce>." */
+    assert_non_null(dot);
+    char stray[128], corr[160], needle[192];
+    snprintf(stray, sizeof stray, "%.*s999999.1", (int)(dot + 1 - osid), osid);
+    snprintf(corr, sizeof corr, DS_CORR_SPEC "%s", stray);
+    snprintf(needle, sizeof needle, "\"session\":\"%s\",\"close\":true", stray);
+    int from_stray = it_inbox_len(g.in);
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"%s\",\"node\":\"center-0\",\"error\":{\"code\":\"overloaded\","
+             "\"message\":\"x\"}}", stray);
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", corr, json);
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"%s\",\"pos\":5,\"accepted\":0,\"token\":1,\"node\":\"center-1\"}",
+             stray);
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", corr, json);
+    char *sc = it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SESSION "center-1", .needle = needle },
+                             from_stray, 20000, NULL, NULL);
+    assert_non_null(sc);
+    assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SESSION "center-0", .needle = needle },
+                              from_stray, 0, NULL, NULL));
+    free(sc); free(osid); free(op);
     /* Garbage on the edge's relay topic: dropped, the edge carries on. */
     publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC "edge-spec.bogus", "{\"nonsense\":");
     publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC, "[]");
@@ -742,7 +771,7 @@ static void test_protocol(void **state)
     printf("protocol: malformed, unknown, stale, ahead, out-of-range, oversized and closed rounds refused with a "
            "reason; a repeated round answered identically; verdicts follow plain greedy; a full session table "
            "answers overloaded until its oldest session has been idle [spec] reclaim_ms, then gives its slot away; "
-           "a closed session's open refused; garbage verdicts ignored by the edge; %s still serving\n", node);
+           "a closed session's open refused; a stray verdict's session closed by the edge; garbage verdicts ignored by the edge; %s still serving\n", node);
     free(text); free(fin); free(node); free(lg);
     ds_seq_destroy(seq);
     ds_engine_destroy(e);
