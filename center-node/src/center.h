@@ -23,6 +23,7 @@ struct center_overflow_cfg {
 struct center_specnet_cfg {
     uint32_t sessions;    /* [spec] sessions: verify sessions kept at once; 0 = none */
     uint32_t idle_ms;     /* [spec] idle_ms: forget a session idle this long */
+    uint32_t reclaim_ms;  /* [spec] reclaim_ms: a full table gives away a session idle this long */
 };
 
 #endif

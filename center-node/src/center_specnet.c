@@ -5,11 +5,20 @@
 ** token. The wire is in shared/src/node/specnet_wire.h; the edge's side is
 ** edge-agent/src/edge_specnet.c.
 **
-** Center: a bounded session table ([spec] sessions; a full table answers the
-** open "overloaded") keeps each session's target KV and history between
-** rounds; idle sessions ([spec] idle_ms) and those past their deadline are
-** dropped. A session stays on the model version that was active when it
-** opened (it holds a reference, as a running request does), so a hot swap
+** Center: a bounded session table ([spec] sessions) keeps each session's
+** target KV and history between rounds; idle sessions ([spec] idle_ms) and
+** those past their deadline are dropped. A full table gives the slot of the
+** session idle longest to a new open once that one has been idle [spec]
+** reclaim_ms (its edge is gone, or gave it up: a live edge answers each
+** verdict within a draft's time; one that comes back gets "unknown here" and
+** re-opens with its history); with none that idle the open is answered
+** "overloaded". Opens are idempotent per session id (the id carries the
+** edge's name and a per-process nonce): a repeated open is a round of its
+** session, and an open of a session closed or dropped here lately (a QoS 1
+** redelivery after the close, on a broker that resends after a reconnect)
+** is refused rather than opened again, since nobody would close it. A
+** session stays on the model version that was active when it opened (it
+** holds a reference, as a running request does), so a hot swap
 ** never moves its KV cache. A session belongs to the Response Topic that
 ** opened it (the edge's relay topic): rounds and closes from any other are
 ** refused, so nobody else can end or steer it. An open for a model this
@@ -23,8 +32,9 @@
 ** Threads: on_message only copies messages into the inbox under mu; the
 ** engine loop (tick) handles them.
 **
-** Owns: the session table (engine thread) and the inbox (mu); the list of
-** models the retained status says it verifies (engine thread).
+** Owns: the session table and the ids of sessions ended lately (engine
+** thread) and the inbox (mu); the list of models the retained status says
+** it verifies (engine thread).
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +51,7 @@
 #include "specnet_wire.h"
 
 #define INBOX_MAX 256              /* messages waiting for the engine loop */
+#define CLOSED_PER_SESSION 8       /* ids of ended sessions remembered, per [spec] session */
 
 struct spn_session {               /* one edge's sequence */
     char                     sid[DS_CORR_SPEC_SID_MAX];   /* "" = free */
@@ -68,6 +79,8 @@ struct center_specnet {
     unsigned            n_sess;
     uint64_t            next_sweep_ns;
     char                session_topic[160];
+    char              (*closed)[DS_CORR_SPEC_SID_MAX];   /* ring of ended sessions' ids (engine thread) */
+    unsigned            n_closed, closed_next;
 };
 
 static void session_free(struct spn_session *ss)
@@ -96,6 +109,12 @@ static uint32_t idle_ms_of(const struct ds_node *node)
 {
     const struct center_specnet_cfg *c = node__ext_config(node->cfg, &center_specnet_ext);
     return c ? c->idle_ms : 0;
+}
+
+static uint32_t reclaim_ms_of(const struct ds_node *node)
+{
+    const struct center_specnet_cfg *c = node__ext_config(node->cfg, &center_specnet_ext);
+    return c ? c->reclaim_ms : 0;
 }
 
 /* ---- which models this center verifies ---- */
@@ -175,7 +194,9 @@ static enum ds_err create(struct ds_node *node, void **st)
 {
     if (sessions_of(node) == 0) return DS_OK;         /* off */
     struct center_specnet *n = calloc(1, sizeof *n);
-    if (!n || !(n->sess = calloc(n->n_sess = sessions_of(node), sizeof *n->sess))) {
+    if (!n || !(n->sess = calloc(n->n_sess = sessions_of(node), sizeof *n->sess)) ||
+        !(n->closed = calloc(n->n_closed = n->n_sess * CLOSED_PER_SESSION, sizeof *n->closed))) {
+        if (n) free(n->sess);
         free(n);
         return DS_ERR_NOMEM;
     }
@@ -192,6 +213,7 @@ static void destroy(struct ds_node *node, void *st)
     for (unsigned i = 0; i < n->n_sess; i++)
         if (n->sess[i].sid[0]) session_free(&n->sess[i]);
     pthread_mutex_destroy(&n->mu);
+    free(n->closed);
     free(n->sess);
     free(n);
 }
@@ -261,6 +283,41 @@ static struct spn_session *session_find(struct center_specnet *n, const char *si
     return NULL;
 }
 
+/* End an opened session: free it and remember its id (closed_lately). */
+static void session_end(struct center_specnet *n, struct spn_session *ss)
+{
+    if (ss->sid[0]) {
+        memcpy(n->closed[n->closed_next], ss->sid, sizeof ss->sid);
+        n->closed_next = (n->closed_next + 1) % n->n_closed;
+    }
+    session_free(ss);
+}
+
+/* sid ended here lately (closed, dropped, reclaimed): an open of it is a late repeat. */
+static bool closed_lately(const struct center_specnet *n, const char *sid)
+{
+    for (unsigned i = 0; i < n->n_closed; i++)
+        if (n->closed[i][0] && !strcmp(n->closed[i], sid)) return true;
+    return false;
+}
+
+/* A free slot, or the slot of the session idle longest when it has been
+** idle at least [spec] reclaim_ms (ended here); NULL when all are busy. */
+static struct spn_session *session_slot(struct ds_node *node, struct center_specnet *n, const char *for_sid)
+{
+    struct spn_session *lru = NULL;
+    for (unsigned i = 0; i < n->n_sess; i++) {
+        if (!n->sess[i].sid[0]) return &n->sess[i];
+        if (!lru || n->sess[i].used_ns < lru->used_ns) lru = &n->sess[i];
+    }
+    uint64_t now = ds_now_ns(), idle = now - DS_MIN(now, lru->used_ns);
+    if (idle < (uint64_t)reclaim_ms_of(node) * 1000000ull) return NULL;
+    DS_LOG(DS_LOG_INFO, "speculation session %s reclaimed for %s: idle %llu ms, all %u sessions taken", lru->sid,
+           for_sid, (unsigned long long)(idle / 1000000ull), n->n_sess);
+    session_end(n, lru);
+    return lru;
+}
+
 /* ds_spec_mask_fn of a session with a grammar: row i of the round is
 ** masked by the state its matcher reaches through the i drafts before it. */
 static bool session_mask(void *ud, uint32_t i, const int32_t *before, float *logits)
@@ -302,7 +359,7 @@ static void center_apply(struct ds_node *node, const struct spn_msg *m, struct s
     if (rc != DS_OK) {
         center_error(node, m, ss->sid, rc == DS_ERR_BUSY ? DS_MSG_CODE_OVERLOADED : DS_MSG_CODE_INTERNAL,
                      "verification failed: %s; session closed", ds_strerror(rc));
-        session_free(ss);
+        session_end(node__ext_state(node, &center_specnet_ext), ss);
         return;
     }
     memcpy(ss->ctx + ss->n_ctx, out, (acc + 1) * sizeof *out);
@@ -366,13 +423,16 @@ static void center_open(struct ds_node *node, const struct spn_msg *m, const cJS
         ss = NULL;
         goto done;
     }
+    if (closed_lately(n, sid)) {                       /* a late repeat of an open whose session ended here */
+        center_error(node, m, sid, DS_MSG_CODE_INVALID_REQUEST, "session: ended here (closed, idle or reclaimed): "
+                     "open a new one");
+        goto done;
+    }
     if (atomic_load(&node->draining)) {
         center_error(node, m, sid, DS_MSG_CODE_OVERLOADED, "center is shutting down");
         goto done;
     }
-    for (unsigned i = 0; i < n->n_sess && !ss; i++)
-        if (!n->sess[i].sid[0]) ss = &n->sess[i];
-    if (!ss) {
+    if (!(ss = session_slot(node, n, sid))) {
         center_error(node, m, sid, DS_MSG_CODE_OVERLOADED, "all %u speculation sessions of this center are in use: "
                      "decode plainly or open again later", n->n_sess);
         goto done;
@@ -476,7 +536,7 @@ static void center_handle(struct ds_node *node, const struct spn_msg *m)
             DS_LOG_LIMITED(DS_LOG_WARN, "speculation session %s: close from %s, not its owner: ignored", sid,
                    m->reply ? m->reply : "(no Response Topic)");
         else if (ss)
-            session_free(ss);
+            session_end(n, ss);
         cJSON_Delete(j);
         return;
     }
@@ -536,7 +596,7 @@ static void center_tick(struct ds_node *node, void *st, uint64_t now)
         bool late = ss->deadline_ns && now > ss->deadline_ns + 1000000000ull;
         if (now - ss->used_ns > idle || late) {
             DS_LOG(DS_LOG_INFO, "speculation session %s dropped: %s", ss->sid, late ? "past its deadline" : "idle");
-            session_free(ss);
+            session_end(n, ss);
         }
     }
 }
@@ -548,6 +608,9 @@ static const struct ds_cfg_key specnet_keys[] = {
       "(0 = refuse them)" },
     { "spec", "idle_ms", DS_CFG_U32, O(idle_ms), "30000", 100, 3600000, 0,
       "forget a session (and its KV) idle this long" },
+    { "spec", "reclaim_ms", DS_CFG_U32, O(reclaim_ms), "5000", 100, 3600000, 0,
+      "with every session taken, a new open takes the slot of the one idle longest once it is idle this long "
+      "(its edge gone or past its spec_timeout_ms)" },
 };
 #undef O
 

@@ -26,7 +26,14 @@
 ** on a live center other than the one that failed, at most MAX_OPENS
 ** sessions per request; with no live
 ** center it continues by plain INT8 decoding itself (served_by: the edge);
-** past the deadline it answers deadline_exceeded. A speculation message the
+** past the deadline it answers deadline_exceeded. A session given up is
+** closed where it may live: at its center, or, for an open never answered,
+** where the open went; a verdict that arrives for a session this edge no
+** longer runs (a late answer to an open given up, a second center's answer
+** to a shared open) gets a close sent to the center that gave it, so no
+** center keeps a session nobody will use (on a broker cluster whose node
+** dies, closes are lost too: the center reclaims those, [spec] reclaim_ms).
+** A speculation message the
 ** broker refuses (this edge's ACL lacks dspark/v1/center/spec/ or
 ** .../session/) turns speculation off until restart: running requests
 ** decode on here at once, later ones are relayed plainly.
@@ -51,8 +58,8 @@
 ** under mu, refused only sets denied; everything else runs on the engine
 ** loop.
 **
-** Owns: the mailboxes (mu) and each drafted request's state (r->role, from
-** admission until spn_free).
+** Owns: the mailboxes and the stray verdicts (mu) and each drafted
+** request's state (r->role, from admission until spn_free).
 */
 #include <stdatomic.h>
 #include <stddef.h>
@@ -72,6 +79,7 @@
 
 #define MAX_OPENS          3       /* sessions one request may open: the first + fallbacks */
 #define MAILBOX_MAX        4       /* verdicts waiting, per session */
+#define STRAYS_MAX         32      /* verdicts of sessions no longer run, waiting for their close */
 
 struct spn_box {                   /* one running speculative request */
     bool           used;
@@ -86,6 +94,9 @@ struct edge_specnet {
     unsigned            n_box;
     uint64_t            nonce;               /* makes session ids unique across restarts */
     char                relay_topic[160];
+    char                sid_prefix[96];      /* "<edge>.<nonce>.": this process's session ids */
+    struct spn_msg      stray[STRAYS_MAX];   /* verdicts of sessions no longer run (mu) */
+    unsigned            n_stray;
     atomic_bool         denied;              /* the broker refused our speculation messages
                                              ** (this edge's ACL): decode here from now on */
 };
@@ -142,6 +153,7 @@ static enum ds_err create(struct ds_node *node, void **st)
     clock_gettime(CLOCK_REALTIME, &ts);
     n->nonce = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     snprintf(n->relay_topic, sizeof n->relay_topic, DS_TOPIC_RELAY "%s", c->node);
+    snprintf(n->sid_prefix, sizeof n->sid_prefix, "%.64s.%llx.", c->node, (unsigned long long)n->nonce);
     *st = n;
     return DS_OK;
 }
@@ -151,6 +163,7 @@ static void destroy(struct ds_node *node, void *st)
     struct edge_specnet *n = st;
     for (unsigned i = 0; i < n->n_box; i++)
         for (unsigned k = 0; k < n->box[i].n; k++) specnet__msg_free(&n->box[i].m[k]);
+    for (unsigned i = 0; i < n->n_stray; i++) specnet__msg_free(&n->stray[i]);
     pthread_mutex_destroy(&n->mu);
     free(n->box);
     free(n);
@@ -170,14 +183,18 @@ static bool on_message(struct ds_node *node, void *st, const struct ds_mqtt_msg 
     memcpy(sid, (const char *)msg->correlation.p + pl, msg->correlation.n - pl);
     sid[msg->correlation.n - pl] = '\0';
     pthread_mutex_lock(&n->mu);
-    for (unsigned i = 0; i < n->n_box; i++) {
+    bool known = false;
+    for (unsigned i = 0; i < n->n_box && !known; i++) {
         struct spn_box *b = &n->box[i];
-        if (b->used && !strcmp(b->sid, sid)) {
-            if (b->n < MAILBOX_MAX && specnet__msg_copy(&b->m[b->n], msg, false)) b->n++;
-            break;
-        }
+        if ((known = b->used && !strcmp(b->sid, sid)) && b->n < MAILBOX_MAX && specnet__msg_copy(&b->m[b->n], msg, false))
+            b->n++;
     }
-    pthread_mutex_unlock(&n->mu);               /* unknown session: a late verdict, dropped */
+    /* A session of this process no longer run (a late verdict): kept for
+    ** its close (stray_close); anyone else's id, or no room: dropped. */
+    if (!known && !strncmp(sid, n->sid_prefix, strlen(n->sid_prefix)) && n->n_stray < STRAYS_MAX &&
+        specnet__msg_copy(&n->stray[n->n_stray], msg, false))
+        n->n_stray++;
+    pthread_mutex_unlock(&n->mu);
     ds_sched_wake(node->sched);
     return true;
 }
@@ -219,6 +236,23 @@ static void edge_send_close(struct ds_node *node, const char *center, const char
     cJSON_AddTrueToObject(j, "close");
     struct ds_mqtt_props p = { .response_topic = n->relay_topic };
     specnet__publish(node, topic, &p, j);
+}
+
+/* A verdict for a session this edge no longer runs, or from a center other
+** than keep (NULL: any) for the one it runs: close it at the center that
+** answered (a refusal opened nothing there). */
+static void stray_close(struct ds_node *node, const struct spn_msg *m, const char *keep)
+{
+    const struct edge_specnet *n = node__ext_state(node, &edge_specnet_ext);
+    cJSON *j = ds_msg_json_text_ok(m->payload, m->len, NULL) ? cJSON_ParseWithLength(m->payload, m->len) : NULL;
+    struct spn_verdict v;
+    specnet__verdict_read(j, 0, 0, &v);
+    const char *sid = specnet__sid(j);          /* one of this process's ids, as the Correlation Data was */
+    if (sid && !strncmp(sid, n->sid_prefix, strlen(n->sid_prefix)) && v.node && v.node[0] && !strpbrk(v.node, "/+#") && !v.error && (!keep || strcmp(keep, v.node))) {
+        DS_LOG(DS_LOG_DEBUG, "speculation session %s: a verdict from %s for a session not run there: closed", sid, v.node);
+        edge_send_close(node, v.node, sid);
+    }
+    cJSON_Delete(j);
 }
 
 /* A new session id for r; verdicts of the old one are dropped from now on. */
@@ -335,7 +369,8 @@ static bool edge_fallback(struct ds_node *node, struct node_req *r, uint64_t now
 {
     struct spn_req *s = r->role;
     DS_LOG(DS_LOG_WARN, "request %s, session %s: %s", r->req.id, s->sid, why);
-    if (s->center[0]) edge_send_close(node, s->center, s->sid);
+    if (s->center[0] || s->target[0])          /* an open never answered may have opened it there */
+        edge_send_close(node, s->center[0] ? s->center : s->target, s->sid);
     if (s->center[0] || s->target[0]) memcpy(s->avoid, s->center[0] ? s->center : s->target, sizeof s->avoid);
     if (r->deadline_ns && now >= r->deadline_ns) {
         char msg[200];
@@ -505,9 +540,15 @@ static void edge_run(struct ds_node *node, struct node_req *r, uint64_t now)
         pthread_mutex_unlock(&n->mu);
         int res = 0;
         bool gone = false;
-        char why[400] = "";
+        char why[400] = "", pinned[sizeof s->center];
+        memcpy(pinned, s->center, sizeof pinned);
         for (unsigned i = 0; i < cnt; i++) {
-            if (res == 0) res = edge_verdict(node, r, &got[i], &gone, why, sizeof why);
+            if (res == 0) {
+                res = edge_verdict(node, r, &got[i], &gone, why, sizeof why);
+                if (!gone) memcpy(pinned, s->center, sizeof pinned);
+            } else {                        /* after the one applied: another center's answer is closed */
+                stray_close(node, &got[i], pinned);
+            }
             specnet__msg_free(&got[i]);
         }
         if (gone) return;
@@ -540,7 +581,17 @@ static bool run_one(struct ds_node *node, struct node_req *r, void *ud)
 
 static void tick(struct ds_node *node, void *st, uint64_t now)
 {
-    (void)st;
+    struct edge_specnet *n = st;
+    struct spn_msg got[STRAYS_MAX];
+    pthread_mutex_lock(&n->mu);
+    unsigned cnt = n->n_stray;
+    memcpy(got, n->stray, cnt * sizeof *got);
+    n->n_stray = 0;
+    pthread_mutex_unlock(&n->mu);
+    for (unsigned i = 0; i < cnt; i++) {
+        stray_close(node, &got[i], NULL);
+        specnet__msg_free(&got[i]);
+    }
     node__req_each(node, run_one, &now);
 }
 

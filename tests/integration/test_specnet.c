@@ -11,7 +11,9 @@
 ** completely and equal to the plain text, or with a clear error before its
 ** deadline; the session protocol spoken directly to a center: malformed,
 ** unknown, stale, out-of-range and repeated rounds are refused or answered
-** idempotently, the verdicts follow plain greedy decoding, the center stays up;
+** idempotently, an open of a closed session refused, a full session table's
+** oldest idle session reclaimed for a new open, a verdict for a session the
+** edge no longer runs answered with a close, the verdicts follow plain greedy decoding, the center stays up;
 ** sampled at temperature 1 over 600 seeds, the first token (read off the
 ** wire) follows the target's plain distribution (chi-squared, alpha 0.001);
 ** a center that stops answering (SIGSTOP) costs a round timeout, not the
@@ -106,7 +108,7 @@ static pid_t start_center(int i, unsigned sessions)
     char conf[2048], name[32], want[64];
     snprintf(name, sizeof name, "center-%d", i);
     snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = %u\n"
-             "[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
+             "reclaim_ms = 3000\n[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
              name, tb_broker_uri(g.center_b), sessions, tu_model("stories260K.bin"), tu_model("tok512.bin"));
     int from = it_inbox_len(g.in);               /* a restart: not the status of the one before */
     pid_t pid = spawn_node("center-node/dspark-center", name, conf);
@@ -675,6 +677,11 @@ static void test_protocol(void **state)
     publish(g.cdev, topic, "test/creply/spec", "c1", "{\"v\":1,\"session\":\"t1\",\"close\":true}");
     snprintf(json, sizeof json, "{\"v\":1,\"session\":\"t1\",\"pos\":%zu,\"draft\":[]}", n + 8);
     expect_error(topic, "r3", json, "unknown here");
+    /* Its open again (a QoS 1 redelivery after the close): refused, not a
+    ** new session nobody would close. */
+    snprintf(json, sizeof json, "{\"id\":\"proto\",\"model\":\"stories\",\"prompt\":\"Once upon a time\",\"session\":\"t1\","
+             "\"pos\":%zu,\"draft\":[]}", n);
+    expect_error(topic, "o1b", json, "ended here");
     /* A full session table: the open past the bound is refused "overloaded"
     ** (center-1 keeps 16: [spec] sessions); closing one makes room again. */
     for (int i = 0; i <= 16; i++) {
@@ -697,10 +704,53 @@ static void test_protocol(void **state)
             free(full);
         }
     }
-    for (int i = 0; i < 16; i++) {
+    /* Once the oldest (full-0) has been idle [spec] reclaim_ms (3000 here),
+    ** the open takes its slot; full-0's next round is "unknown here". */
+    char *re = NULL;
+    snprintf(json, sizeof json, "{\"id\":\"full-16\",\"model\":\"stories\",\"prompt\":\"Once upon a time\","
+             "\"session\":\"full-16\",\"pos\":%zu,\"draft\":[]}", n);
+    for (int t = 0; t < 100 && !re; t++) {          /* each refused try answers "overloaded" at once */
+        char *x = ask(DS_TOPIC_CENTER_SESSION "center-1", "f16b", json);
+        if (strstr(x, "\"token\"")) re = x;
+        else free(x), usleep(100000);
+    }
+    assert_non_null(re);
+    assert_int_equal((int)num(re, "token", NULL), ref[0]);
+    free(re);
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"full-0\",\"pos\":%zu,\"draft\":[]}", n + 1);
+    expect_error(DS_TOPIC_CENTER_SESSION "center-1", "f0b", json, "unknown here");
+    for (int i = 0; i <= 16; i++) {
         snprintf(json, sizeof json, "{\"v\":1,\"session\":\"full-%d\",\"close\":true}", i);
         publish(g.cdev, DS_TOPIC_CENTER_SESSION "center-1", "test/creply/spec", "fc", json);
     }
+    /* A verdict for a session of this edge's that it no longer runs (a late
+    ** answer to an open it gave up, a second center's to a shared open):
+    ** the edge closes it at the center that answered; a refusal (nothing
+    ** opened there) gets no close. */
+    const struct it_match newest_open = { .topic_prefix = DS_TOPIC_CENTER_NAMED, .needle = "\"session\":\"edge-spec.",
+                                          .needle2 = "\"model\"", .newest_first = true };   /* the running edge's */
+    char *op = it_inbox_find(g.in, &newest_open, 0, 0, NULL, NULL);
+    char *osid = op ? field(op, "session", NULL) : NULL;
+    const char *dot = osid ? strchr(osid, '.') : NULL;
+    dot = dot ? strchr(dot + 1, '.') : NULL;              /* "edge-spec.<nonce>." */
+    assert_non_null(dot);
+    char stray[128], corr[160], needle[192];
+    snprintf(stray, sizeof stray, "%.*s999999.1", (int)(dot + 1 - osid), osid);
+    snprintf(corr, sizeof corr, DS_CORR_SPEC "%s", stray);
+    snprintf(needle, sizeof needle, "\"session\":\"%s\",\"close\":true", stray);
+    int from_stray = it_inbox_len(g.in);
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"%s\",\"node\":\"center-0\",\"error\":{\"code\":\"overloaded\","
+             "\"message\":\"x\"}}", stray);
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", corr, json);
+    snprintf(json, sizeof json, "{\"v\":1,\"session\":\"%s\",\"pos\":5,\"accepted\":0,\"token\":1,\"node\":\"center-1\"}",
+             stray);
+    publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", corr, json);
+    char *sc = it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SESSION "center-1", .needle = needle },
+                             from_stray, 20000, NULL, NULL);
+    assert_non_null(sc);
+    assert_null(it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_CENTER_SESSION "center-0", .needle = needle },
+                              from_stray, 0, NULL, NULL));
+    free(sc); free(osid); free(op);
     /* Garbage on the edge's relay topic: dropped, the edge carries on. */
     publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC "edge-spec.bogus", "{\"nonsense\":");
     publish(g.cdev, DS_TOPIC_RELAY "edge-spec", "test/creply/spec", DS_CORR_SPEC, "[]");
@@ -720,7 +770,8 @@ static void test_protocol(void **state)
     assert_string_equal(text, g.plain[0]);
     printf("protocol: malformed, unknown, stale, ahead, out-of-range, oversized and closed rounds refused with a "
            "reason; a repeated round answered identically; verdicts follow plain greedy; a full session table "
-           "answers overloaded; garbage verdicts ignored by the edge; %s still serving\n", node);
+           "answers overloaded until its oldest session has been idle [spec] reclaim_ms, then gives its slot away; "
+           "a closed session's open refused; a stray verdict's session closed by the edge; garbage verdicts ignored by the edge; %s still serving\n", node);
     free(text); free(fin); free(node); free(lg);
     ds_seq_destroy(seq);
     ds_engine_destroy(e);
