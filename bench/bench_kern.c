@@ -21,13 +21,14 @@
 ** the source into one small L1-resident buffer) measured in the same run,
 ** and with ref. The best of several timed repeats is reported (noisy VMs).
 **
-** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a]
+** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a] [-p]
 **        -t splits rows across threads as the engine does; -r: best of how
 **        many timed repeats (default 5; raise it on a busy machine); -k: only
 **        that variant (and ref); -s: only these matrix shapes (no attention
 **        table); -n: no ref rows and no xref column (quick A/B runs of one
 **        variant); -q: hot only, no streaming columns; -a: the attention
-**        table only.
+**        table only; -p: only matmul_q8 with 64 and 128 tokens on TinyLlama
+**        1.1B's matrices (bench_prefill).
 **        Output: a table on stdout.
 ** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
 ** measured first (bench_peak.c); "%pk" is each compute figure's share of
@@ -78,6 +79,7 @@ struct job {
     const void *x;                  /* activations (q8 blocks or floats) */
     float *y;
     size_t calls;                   /* calls per timed repeat */
+    size_t mm_tok;                  /* OP_MM_Q8's tokens */
     size_t nthr;
     int repeats;
     pthread_barrier_t bar;
@@ -123,7 +125,7 @@ static void run_part(struct job *j, size_t id, size_t call)
     case OP_MM_Q8:
     case OP_MM_Q8B:
         j->k->matmul_q8(hi - lo, nb, (const struct ds_q8_block *)(const void *)base + lo * nb,
-                        j->op == OP_MM_Q8 ? N_TOK : N_BATCH, j->x, j->y + lo, j->rows);
+                        j->op == OP_MM_Q8 ? j->mm_tok : N_BATCH, j->x, j->y + lo, j->rows);
         break;
     case OP_GEMM_F32:
         j->k->gemm_f32(hi - lo, j->cols, (const float *)(const void *)base + lo * j->cols, N_PREFILL,
@@ -218,7 +220,7 @@ static int ring_fill(struct ring *r, const void *src, size_t bytes, bool stream)
     return 0;
 }
 
-struct opts { size_t nthr; int repeats; bool stream, attn_only, no_ref; const char *only, *shapes; };
+struct opts { size_t nthr; int repeats; bool stream, attn_only, no_ref, prefill; const char *only, *shapes; };
 
 static double measure(const struct ds_kern_ops *k, enum op op, const struct shape *sh,
                       const struct ring *rg, const void *x, float *y, const struct opts *o)
@@ -226,7 +228,7 @@ static double measure(const struct ds_kern_ops *k, enum op op, const struct shap
     size_t nthr = o->nthr;
     struct job j = { .k = k, .op = op, .rows = sh->rows, .cols = sh->cols,
                      .n_slots = rg->n_slots, .slot_bytes = rg->slot_bytes,
-                     .ring = rg->mem, .x = x, .y = y, .nthr = nthr, .repeats = o->repeats };
+                     .ring = rg->mem, .x = x, .y = y, .nthr = nthr, .repeats = o->repeats, .mm_tok = N_TOK };
     if (op == OP_MEMREAD) j.rows = nthr;
     return time_job(&j);
 }
@@ -361,6 +363,75 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
     return 0;
 }
 
+/* ---- -p: matmul_q8 alone on TinyLlama 1.1B's matrices (a prefill) ----
+** Each shape packed for the variant, hot (the matrix stays in L2/L3 only
+** partly: 2048 x 5632 is 12 MB), 64 and 128 tokens; G int8-MAC/s and the
+** share of the INT8 peak. The layer mix weighs each shape by its count in a
+** layer (wq, wo; wk, wv; w1, w3; w2) and wcls by 1/22 (the classifier runs
+** once per prompt, for its last token). */
+static int bench_prefill(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o,
+                         const struct bench_peak *pk)
+{
+    static const struct shape sh1b[] = {
+        { 2048, 2048, "wq/wo" }, { 256, 2048, "wk/wv (GQA 32/4)" }, { 5632, 2048, "w1/w3" },
+        { 2048, 5632, "w2" }, { 32000, 2048, "wcls" },
+    };
+    static const double per_layer[] = { 2, 2, 2, 1, 1.0 / 22 };
+    static const size_t toks[] = { 64, 128 };
+    enum { N1B = sizeof sh1b / sizeof sh1b[0], NT = sizeof toks / sizeof toks[0] };
+    printf("%-11s %-10s %-12s %6s %10s %5s  (TinyLlama 1.1B shapes, hot, %zu thread(s))\n", "variant", "op",
+           "rows x cols", "tokens", "G MAC/s", "%pk", o->nthr);
+    for (size_t vi = 0; vi < n_all; vi++) {
+        const struct ds_kern_ops *k = all[vi];
+        if (k == &ds_kern_ref || (o->only && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k)) continue;
+        double mac_sum[NT] = { 0 }, t_sum[NT] = { 0 };
+        for (size_t si = 0; si < N1B; si++) {
+            const struct shape *sh = &sh1b[si];
+            const size_t nb = sh->cols / DS_Q8_BLOCK, q8_bytes = sh->rows * nb * sizeof(struct ds_q8_block);
+            const size_t nmax = toks[NT - 1];
+            unsigned seed = 12345u;
+            float *tmp = malloc(sh->cols * sizeof(float)), *y = malloc(nmax * sh->rows * sizeof(float));
+            struct ds_q8_block *wq = malloc(q8_bytes), *xq = malloc(nmax * nb * sizeof *xq);
+            struct ring hot;
+            if (!tmp || !y || !wq || !xq) { fprintf(stderr, "out of memory\n"); return 1; }
+            for (size_t r = 0; r < sh->rows; r++) {     /* a row at a time: no FP32 copy of wcls */
+                for (size_t c = 0; c < sh->cols; c++) tmp[c] = frand(&seed);
+                ds_kern_ref.quantize_q8(sh->cols, tmp, wq + r * nb);
+            }
+            for (size_t t = 0; t < nmax; t++) {
+                for (size_t c = 0; c < sh->cols; c++) tmp[c] = frand(&seed);
+                ds_kern_ref.quantize_q8(sh->cols, tmp, xq + t * nb);
+            }
+            struct ds_q8_block *wpk = aligned_alloc(64, (ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk + 63) / 64 * 64);
+            if (!wpk) { fprintf(stderr, "out of memory\n"); return 1; }
+            ds_q8_pack(k, sh->rows, nb, wq, wpk);
+            if (ring_fill(&hot, wpk, ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk, false)) {
+                fprintf(stderr, "out of memory\n");
+                return 1;
+            }
+            for (size_t ti = 0; ti < NT; ti++) {
+                struct job j = { .k = k, .op = OP_MM_Q8, .rows = sh->rows, .cols = sh->cols, .n_slots = hot.n_slots,
+                                 .slot_bytes = hot.slot_bytes, .ring = hot.mem, .x = xq, .y = y, .nthr = o->nthr,
+                                 .repeats = o->repeats, .mm_tok = toks[ti] };
+                const double t = time_job(&j), macs = (double)sh->rows * (double)sh->cols * (double)toks[ti];
+                mac_sum[ti] += per_layer[si] * macs;
+                t_sum[ti] += per_layer[si] * t;
+                char dims[32];
+                snprintf(dims, sizeof dims, "%zux%zu", sh->rows, sh->cols);
+                printf("%-11s %-10s %-12s %6zu %10.1f %4.0f%%  (%s)\n", k->name, "matmul_q8", dims, toks[ti],
+                       macs / t / 1e9, bench_peak_pct(2 * macs / t / 1e9, pk->int8_gops), sh->what);
+            }
+            free(hot.mem); free(wpk); free(wq); free(xq); free(tmp); free(y);
+        }
+        for (size_t ti = 0; ti < NT; ti++)
+            printf("%-11s %-10s %-12s %6zu %10.1f %4.0f%%  (a layer's mix, wcls / 22)\n", k->name, "matmul_q8",
+                   "layer", toks[ti], mac_sum[ti] / t_sum[ti] / 1e9,
+                   bench_peak_pct(2 * mac_sum[ti] / t_sum[ti] / 1e9, pk->int8_gops));
+    }
+    printf("\n");
+    return 0;
+}
+
 /* want[i] = shape i is named in the comma list (every shape when list is
 ** NULL); an unknown name is an error that lists the known ones. */
 static int pick_shapes(const char *list, const struct shape *sh, size_t n, bool *want)
@@ -406,10 +477,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-n") == 0) o.no_ref = true;
         else if (strcmp(argv[i], "-q") == 0) o.stream = false;
         else if (strcmp(argv[i], "-a") == 0) o.attn_only = true;
+        else if (strcmp(argv[i], "-p") == 0) o.prefill = true;
         else {
             bool help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
             fprintf(help ? stdout : stderr,
-                    "usage: %s [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a]\n"
+                    "usage: %s [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a] [-p]\n"
                     "  CPU kernel throughput per variant against memcpy-read bandwidth, ref and the\n"
                     "  measured compute peak, on the 110M model's matrix shapes, then attention.\n"
                     "  -t N  threads (rows split as in the engine; default 1)\n"
@@ -419,7 +491,8 @@ int main(int argc, char **argv)
                     "        2048x768 (w1/w3), 768x2048 (w2), 32000x768 (wcls); no attention table\n"
                     "  -n    no ref rows and no xref column (quick A/B runs of one variant)\n"
                     "  -q    hot only: no streamed columns\n"
-                    "  -a    the attention table only\n",
+                    "  -a    the attention table only\n"
+                    "  -p    only matmul_q8 (64 and 128 tokens) on TinyLlama 1.1B's matrices, hot\n",
                     argv[0]);
             return help ? 0 : 2;
         }
@@ -445,6 +518,11 @@ int main(int argc, char **argv)
     if (bench_peak_measure((unsigned)nthr, &pk) != 0) return 1;
     printf("bench_kern: %zu thread(s); selected variant: %s; best of %d repeats\n",
            nthr, ds_kern_select()->name, o.repeats);
+    if (o.prefill) {
+        printf("peak, %zu thread(s): INT8 %.1f GOPS (%s), by the wall clock %.1f; 1 int8 multiply-add = 2 OP\n\n",
+               nthr, pk.int8_gops, pk.int8_isa, pk.int8_wall);
+        return bench_prefill(all, n_all, &o, &pk);
+    }
     printf("peak, %zu thread(s): FP32 %.1f GFLOP/s (%s), INT8 %.1f GOPS (%s); by the wall clock %.1f and %.1f "
            "(what other processes left); 1 FMA = 2 FLOP, 1 int8 multiply-add = 2 OP\n",
            nthr, pk.fp32_gflops, pk.fp32_isa, pk.int8_gops, pk.int8_isa, pk.fp32_wall, pk.int8_wall);

@@ -620,6 +620,92 @@ static void qx_run_avx2(enum ds_kern_qtype K, size_t rows, size_t n_blocks, cons
     }
 }
 
+#if !defined(DS_KERN_AVXVNNI)
+/* Q8_0 prefill without VNNI (matmul_q8 past PK_TT tokens): the tiles and
+** the arithmetic of qx_tile's PK_Q8_0 case, bit for bit (each block's int32
+** sum, then f += (d_w d_x) x sum per K chunk, y (+)= f), in a kernel of its
+** own: the generic one, unrolled over every type, kept f, the sums and the
+** weight vectors in more than 16 registers, and GCC spilled them to the
+** stack on every block. Here one weight dword k (8 rows) meets Q8_TT tokens
+** at a time, the sums of a block stay in Q8_TT registers and the weight
+** vector in two; the next tile's chunk is prefetched a slice per pass of
+** the tokens over this one (a tile's first pass read it from DRAM). */
+#define Q8_TT 8                 /* tokens per pass over a tile */
+#define Q8_BB (PK_RT * sizeof(struct ds_q8_block))   /* bytes of a tile's block: 8 x 32 codes, 8 FP16 scales */
+
+DS_INLINE void q8_tile(int T, size_t kn, const uint8_t *w, const struct ds_q8_block *x, size_t nbx,
+                       const float *dx, size_t lds, float *y, size_t ldy, size_t nr, bool add)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 f[Q8_TT];            /* in memory: the sums take the registers */
+    for (int t = 0; t < T; t++) f[t] = _mm256_setzero_ps();
+    for (size_t kb = 0; kb < kn; kb++) {
+        const uint8_t *blk = w + kb * Q8_BB;
+        const int8_t *xq = x[kb].qs;
+        __m256i s[Q8_TT];
+        for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int k = 0; k < 8; k++) {
+            const __m256i v = _mm256_loadu_si256((const void *)(blk + 32 * k));
+            const __m256i u = _mm256_abs_epi8(v);
+            for (int t = 0; t < T; t++) {
+                const __m256i sx = _mm256_sign_epi8(bcast_dword(xq + (size_t)t * nbx * sizeof *x + 4 * k), v);
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, sx), ones));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(blk + 32 * PK_RT)));
+        for (int t = 0; t < T; t++)
+            f[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx[(size_t)t * lds + kb])),
+                                   _mm256_cvtepi32_ps(s[t]), f[t]);
+    }
+    const __m256i m = lane_mask(nr);
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * ldy;
+        _mm256_maskstore_ps(yt, m, add ? _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m)) : f[t]);
+    }
+}
+
+static void q8_tile_any(size_t nt, size_t kn, const uint8_t *w, const struct ds_q8_block *x, size_t nbx,
+                        const float *dx, size_t lds, float *y, size_t ldy, size_t nr, bool add)
+{
+    switch (nt) {
+#define Q8_CASE(T_) case T_: q8_tile(T_, kn, w, x, nbx, dx, lds, y, ldy, nr, add); break;
+    Q8_CASE(1) Q8_CASE(2) Q8_CASE(3) Q8_CASE(4) Q8_CASE(5) Q8_CASE(6) Q8_CASE(7)
+#undef Q8_CASE
+    default: q8_tile(Q8_TT, kn, w, x, nbx, dx, lds, y, ldy, nr, add); break;
+    }
+}
+
+/* The prefill loops of qx_run_avx2 for Q8_0: up to PK_NT tokens' scales per
+** K chunk; each tile's chunk meets them all, Q8_TT at a time. */
+static void q8_run_prefill(size_t rows, size_t n_blocks, const uint8_t *w, size_t n_tok,
+                           const struct ds_q8_block *x, float *y, size_t ldy)
+{
+    static _Thread_local float dx[PK_NT * PK_KB];
+    for (size_t t0 = 0; t0 < n_tok; t0 += PK_NT) {
+        const size_t nt = n_tok - t0 < PK_NT ? n_tok - t0 : PK_NT;
+        const size_t passes = (nt + Q8_TT - 1) / Q8_TT;
+        for (size_t kb0 = 0; kb0 < n_blocks; kb0 += PK_KB) {
+            const size_t kn = n_blocks - kb0 < PK_KB ? n_blocks - kb0 : PK_KB;
+            const size_t lines = kn * Q8_BB / 64, per = (lines + passes - 1) / passes;
+            for (size_t t = 0; t < nt; t++)
+                for (size_t kb = 0; kb < kn; kb++) dx[t * PK_KB + kb] = f16(x[(t0 + t) * n_blocks + kb0 + kb].d);
+            for (size_t r0 = 0; r0 < rows; r0 += PK_RT) {
+                const uint8_t *tile = w + (r0 / PK_RT * n_blocks + kb0) * Q8_BB;
+                const uint8_t *next = r0 + PK_RT < rows ? tile + n_blocks * Q8_BB : NULL;
+                const size_t nr = rows - r0 < PK_RT ? rows - r0 : PK_RT;
+                for (size_t i = 0, p = 0; i < nt; i += Q8_TT, p++) {
+                    for (size_t l = p * per; next && l < (p + 1) * per && l < lines; l++)
+                        _mm_prefetch((const char *)next + 64 * l, _MM_HINT_T0);
+                    q8_tile_any(nt - i < Q8_TT ? nt - i : Q8_TT, kn, tile, x + (t0 + i) * n_blocks + kb0, n_blocks,
+                                dx + i * PK_KB, PK_KB, y + (t0 + i) * ldy + r0, ldy, nr, kb0 > 0);
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* Decode and prefill run the same tiles, so a prompt's row t has the bits
 ** of its step t (the engine's prompt-vs-steps test). */
 static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w, const struct ds_q8_block *x,
@@ -631,6 +717,12 @@ static void matvec_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_bloc
 static void matmul_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w, size_t n_tok,
                            const struct ds_q8_block *x, float *y, size_t ldy)
 {
+#if !defined(DS_KERN_AVXVNNI)
+    if (n_tok > PK_TT && n_blocks > 0) {
+        q8_run_prefill(rows, n_blocks, (const uint8_t *)w, n_tok, x, y, ldy);
+        return;
+    }
+#endif
     qx_run_avx2(PK_Q8_0, rows, n_blocks, w, n_tok, x, y, ldy);
 }
 
