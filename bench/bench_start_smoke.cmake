@@ -1,0 +1,17 @@
+# bench.start_smoke: bench_start --json --runs 1 (stories260K.gguf) loads
+# the file in a child process and prints its phases (model open, engine
+# create, first prompt), their CPU seconds and peak RSS as one JSON object.
+# Asserts no speed.
+# Usage: cmake -DBENCH=path/to/bench_start -DWORK_DIR=dir -P bench_start_smoke.cmake
+execute_process(COMMAND ${BENCH} --json --runs 1 --prompt 4
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "bench_start exited with ${rc}:\n${out}\n${err}")
+endif()
+foreach(key open_s engine_s first_s ttft_s cpu_engine_s rss_mb file_mb)
+  string(JSON v ERROR_VARIABLE jerr GET "${out}" ${key})
+  if(jerr OR NOT v GREATER 0)
+    message(FATAL_ERROR "bench_start: no positive '${key}' in:\n${out}\n${jerr}")
+  endif()
+endforeach()
+message(STATUS "bench.start_smoke: ${out}")
