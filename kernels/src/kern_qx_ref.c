@@ -259,6 +259,20 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
         }
 }
 
+/* The packers below build each row's bytes of a tile block in local arrays
+** (code dwords in k order, fifth or high bits, scales) from whole runs of
+** the file's bytes, then store them as [k][row] dwords: loops the compiler
+** turns into vector code, where a bit at a time per value made the Q6_K
+** part of a TinyLlama-shape Q4_K_M file (~230 MB) take ~2 s of one core at
+** load. A partial last tile is zeroed first; every byte of a present row is
+** written. */
+
+/* Store n dwords of src (4n bytes) as dword k of row i: out + (k * rt + i) * 4. */
+static void tile_dwords(uint8_t *out, size_t rt, size_t i, const uint8_t *src, size_t n)
+{
+    for (size_t k = 0; k < n; k++) memcpy(out + (k * rt + i) * 4, src + 4 * k, 4);
+}
+
 static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
     const enum ds_kern_qtype t = five ? DS_KQ_Q5_K : DS_KQ_Q4_K;
@@ -269,7 +283,7 @@ static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, cons
         for (size_t sb = 0; sb < n_sb; sb++, o += rt * pb) {
             uint8_t *qh = o + 128 * rt, *sc = qh + (five ? 32 * rt : 0), *mn = sc + 8 * rt, *d = mn + 8 * rt,
                     *dmin = d + 2 * rt;
-            memset(o, 0, rt * pb);
+            if (rows - r0 < rt) memset(o, 0, rt * pb);
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
                 const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16;
                 memcpy(d + 2 * i, b, 2);
@@ -280,18 +294,31 @@ static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, cons
                     sc[j * rt + i] = (uint8_t)scale;
                     mn[j * rt + i] = (uint8_t)min;
                 }
-                for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + (five ? 48 : 16) + 4 * k, 4);
-                if (five)               /* value l of sub-block s: bit s of fh[l] */
-                    for (unsigned k = 0; k < 32; k++)
-                        for (unsigned c = 0; c < 4; c++) {
-                            const unsigned l = 4 * (k % 8) + c, s = 2 * (k / 8), p = 2 * (k % 4);
-                            uint8_t *h = &qh[((k / 4) * rt + i) * 4 + c];
-                            *h = (uint8_t)(*h | ((fh[l] >> s) & 1u) << p | ((fh[l] >> (s + 1)) & 1u) << (p + 1));
+                tile_dwords(o, rt, i, b + (five ? 48 : 16), 32);
+                if (!five) continue;
+                /* byte c of fifth-bit dword g, bits 2u and 2u + 1: bits s and
+                ** s + 1 of fh[l], l = 4 (k % 8) + c, s = 2 (k / 8) for code
+                ** dword k = 4g + u */
+                uint8_t hb[32];
+                for (unsigned g = 0; g < 8; g++)
+                    for (unsigned c = 0; c < 4; c++) {
+                        unsigned byte = 0;
+                        for (unsigned u = 0; u < 4; u++) {
+                            const unsigned k = 4 * g + u, s = 2 * (k / 8);
+                            byte |= ((unsigned)fh[4 * (k % 8) + c] >> s & 3u) << (2 * u);
                         }
+                        hb[4 * g + c] = (uint8_t)byte;
+                    }
+                tile_dwords(qh, rt, i, hb, 8);
             }
         }
 }
 
+/* Q6_K: value v's low 4 bits are nibble v % 128 / 64 of ql[64 (v / 128) +
+** v % 32 + 32 (v % 64 >= 32)], its top 2 bits bits 2 (v % 128 / 32) of
+** qh[32 (v / 128) + v % 32] (ggml's layout); in the tile, byte 4k + c of
+** the low nibbles holds value 4k + c and (high nibble) 128 + 4k + c, so
+** its 32-byte run kk = k / 8 reads one run of ql for each half. */
 static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
     const uint8_t *src = w;
@@ -299,26 +326,27 @@ static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, v
     for (size_t r0 = 0; r0 < rows; r0 += rt)
         for (size_t sb = 0; sb < n_sb; sb++, o += rt * ds_qk_packed_sb(DS_KQ_Q6_K)) {
             uint8_t *ql = o, *qh = ql + 128 * rt, *sc = qh + 64 * rt, *d = sc + 16 * rt;
-            memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
+            if (rows - r0 < rt) memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
                 const uint8_t *b = src + ((r0 + i) * n_sb + sb) * ds_kq_block_bytes(DS_KQ_Q6_K);
-                uint8_t code[256];              /* the 6-bit codes, in value order */
-                for (unsigned v = 0; v < 256; v++) {
-                    const unsigned h = v / 128, k = v % 128 / 32, l = v % 32;
-                    const unsigned lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k / 2))) & 15u;
-                    code[v] = (uint8_t)(lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3u) << 4);
+                uint8_t lo[128], hb[64];
+                for (unsigned kk = 0; kk < 4; kk++) {
+                    const uint8_t *a = b + 32 * (kk & 1u), *a2 = a + 64;
+                    const unsigned s = 4 * (kk / 2);
+                    for (unsigned l = 0; l < 32; l++)
+                        lo[32 * kk + l] = (uint8_t)((a[l] >> s & 15u) | (a2[l] >> s & 15u) << 4);
                 }
-                for (unsigned k = 0; k < 32; k++)
-                    for (unsigned c = 0; c < 4; c++) {
-                        const unsigned lo = code[4 * k + c] & 15u, hi = code[128 + 4 * k + c] & 15u;
-                        ql[(k * rt + i) * 4 + c] = (uint8_t)(lo | hi << 4);
-                    }
-                for (unsigned m = 0; m < 16; m++)
-                    for (unsigned c = 0; c < 4; c++) {
-                        unsigned bits = 0;
-                        for (unsigned j = 0; j < 4; j++) bits |= (unsigned)(code[16 * m + 4 * j + c] >> 4) << (2 * j);
-                        qh[(m * rt + i) * 4 + c] = (uint8_t)bits;
-                    }
+                /* byte c of high-bit dword m, bits 2j..2j+1: the top bits of
+                ** value 16m + 4j + c */
+                for (unsigned m = 0; m < 16; m++) {
+                    const uint8_t *q = b + 128 + 32 * (m / 8) + 16 * (m % 2);
+                    const unsigned s = 2 * (m % 8 / 2);
+                    for (unsigned c = 0; c < 4; c++)
+                        hb[4 * m + c] = (uint8_t)((q[c] >> s & 3u) | (q[4 + c] >> s & 3u) << 2 |
+                                                  (q[8 + c] >> s & 3u) << 4 | (q[12 + c] >> s & 3u) << 6);
+                }
+                tile_dwords(ql, rt, i, lo, 32);
+                tile_dwords(qh, rt, i, hb, 16);
                 for (unsigned j = 0; j < 16; j++) sc[j * rt + i] = b[192 + j];
                 memcpy(d + 2 * i, b + 208, 2);
             }
