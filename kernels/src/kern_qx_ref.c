@@ -259,18 +259,31 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
         }
 }
 
-/* The packers below build each row's bytes of a tile block in local arrays
-** (code dwords in k order, fifth or high bits, scales) from whole runs of
-** the file's bytes, then store them as [k][row] dwords: loops the compiler
-** turns into vector code, where a bit at a time per value made the Q6_K
-** part of a TinyLlama-shape Q4_K_M file (~230 MB) take ~2 s of one core at
-** load. A partial last tile is zeroed first; every byte of a present row is
-** written. */
+/* The K-quant packers below compute each dword of a row's tile bytes from
+** whole dwords of the file's (shift, mask and or, four bytes at a time) and
+** store it as dword k of row i of the tile block: out + (k * rt + i) * 4.
+** Taken a value and a bit at a time, the Q6_K part of a TinyLlama-shape
+** Q4_K_M file (~230 MB) took ~2 s of one core at load. A partial last tile
+** is zeroed first; every byte of a present row is written. */
 
-/* Store n dwords of src (4n bytes) as dword k of row i: out + (k * rt + i) * 4. */
-static void tile_dwords(uint8_t *out, size_t rt, size_t i, const uint8_t *src, size_t n)
+static uint32_t ld32(const uint8_t *p)
 {
-    for (size_t k = 0; k < n; k++) memcpy(out + (k * rt + i) * 4, src + 4 * k, 4);
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void st32(uint8_t *out, size_t rt, size_t k, size_t i, uint32_t v) { memcpy(out + (k * rt + i) * 4, &v, 4); }
+
+/* Bits s and s + 1 of each byte of q[0..16), four bytes at a time: byte c
+** of the result holds those of q[c] in bits 0-1, q[4 + c] in 2-3, q[8 + c]
+** in 4-5 and q[12 + c] in 6-7 (s <= 6: what >> s brings in from the next
+** byte lands above bit 1 and is masked off). */
+static uint32_t gather2(const uint8_t *q, unsigned s)
+{
+    const uint32_t m = 0x03030303u;
+    return (ld32(q) >> s & m) | (ld32(q + 4) >> s & m) << 2 | (ld32(q + 8) >> s & m) << 4 |
+           (ld32(q + 12) >> s & m) << 6;
 }
 
 static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
@@ -285,7 +298,7 @@ static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, cons
                     *dmin = d + 2 * rt;
             if (rows - r0 < rt) memset(o, 0, rt * pb);
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16;
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16, *qs = b + (five ? 48 : 16);
                 memcpy(d + 2 * i, b, 2);
                 memcpy(dmin + 2 * i, b + 2, 2);
                 for (unsigned j = 0; j < 8; j++) {
@@ -294,34 +307,26 @@ static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, cons
                     sc[j * rt + i] = (uint8_t)scale;
                     mn[j * rt + i] = (uint8_t)min;
                 }
-                tile_dwords(o, rt, i, b + (five ? 48 : 16), 32);
-                if (!five) continue;
-                /* byte c of fifth-bit dword g, bits 2u and 2u + 1: bits s and
-                ** s + 1 of fh[l], l = 4 (k % 8) + c, s = 2 (k / 8) for code
-                ** dword k = 4g + u */
-                uint8_t hb[32];
-                for (unsigned g = 0; g < 8; g++)
-                    for (unsigned c = 0; c < 4; c++) {
-                        unsigned byte = 0;
-                        for (unsigned u = 0; u < 4; u++) {
-                            const unsigned k = 4 * g + u, s = 2 * (k / 8);
-                            byte |= ((unsigned)fh[4 * (k % 8) + c] >> s & 3u) << (2 * u);
-                        }
-                        hb[4 * g + c] = (uint8_t)byte;
-                    }
-                tile_dwords(qh, rt, i, hb, 8);
+                for (size_t k = 0; k < 32; k++) st32(o, rt, k, i, ld32(qs + 4 * k));
+                /* fifth-bit dword g, byte c, bits 2u and 2u + 1: bits s and
+                ** s + 1 of fh[l] for code dword k = 4g + u, l = 4 (k % 8) + c,
+                ** s = 2 (k / 8) */
+                for (unsigned g = 0; five && g < 8; g++) st32(qh, rt, g, i, gather2(fh + 16 * (g % 2), 2 * (g / 2)));
             }
         }
 }
 
 /* Q6_K: value v's low 4 bits are nibble v % 128 / 64 of ql[64 (v / 128) +
 ** v % 32 + 32 (v % 64 >= 32)], its top 2 bits bits 2 (v % 128 / 32) of
-** qh[32 (v / 128) + v % 32] (ggml's layout); in the tile, byte 4k + c of
-** the low nibbles holds value 4k + c and (high nibble) 128 + 4k + c, so
-** its 32-byte run kk = k / 8 reads one run of ql for each half. */
+** qh[32 (v / 128) + v % 32] (ggml's layout). In the tile, code dword k
+** (byte c: value 4k + c in the low nibble, 128 + 4k + c in the high one)
+** reads ql at 32 (k / 8 % 2) + 4 (k % 8) and 64 more, nibble k / 16; high-bit
+** dword m (byte c, bits 2j..2j+1: value 16m + 4j + c) reads qh at
+** 32 (m / 8) + 16 (m % 2), bits 2 (m % 8 / 2). */
 static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
     const uint8_t *src = w;
+    const uint32_t m4 = 0x0f0f0f0fu;
     uint8_t *o = out;
     for (size_t r0 = 0; r0 < rows; r0 += rt)
         for (size_t sb = 0; sb < n_sb; sb++, o += rt * ds_qk_packed_sb(DS_KQ_Q6_K)) {
@@ -329,24 +334,13 @@ static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, v
             if (rows - r0 < rt) memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
                 const uint8_t *b = src + ((r0 + i) * n_sb + sb) * ds_kq_block_bytes(DS_KQ_Q6_K);
-                uint8_t lo[128], hb[64];
-                for (unsigned kk = 0; kk < 4; kk++) {
-                    const uint8_t *a = b + 32 * (kk & 1u), *a2 = a + 64;
-                    const unsigned s = 4 * (kk / 2);
-                    for (unsigned l = 0; l < 32; l++)
-                        lo[32 * kk + l] = (uint8_t)((a[l] >> s & 15u) | (a2[l] >> s & 15u) << 4);
+                for (unsigned k = 0; k < 32; k++) {
+                    const uint8_t *a = b + 32 * (k / 8 % 2) + 4 * (k % 8);
+                    const unsigned s = 4 * (k / 16);
+                    st32(ql, rt, k, i, (ld32(a) >> s & m4) | (ld32(a + 64) >> s & m4) << 4);
                 }
-                /* byte c of high-bit dword m, bits 2j..2j+1: the top bits of
-                ** value 16m + 4j + c */
-                for (unsigned m = 0; m < 16; m++) {
-                    const uint8_t *q = b + 128 + 32 * (m / 8) + 16 * (m % 2);
-                    const unsigned s = 2 * (m % 8 / 2);
-                    for (unsigned c = 0; c < 4; c++)
-                        hb[4 * m + c] = (uint8_t)((q[c] >> s & 3u) | (q[4 + c] >> s & 3u) << 2 |
-                                                  (q[8 + c] >> s & 3u) << 4 | (q[12 + c] >> s & 3u) << 6);
-                }
-                tile_dwords(ql, rt, i, lo, 32);
-                tile_dwords(qh, rt, i, hb, 16);
+                for (unsigned m = 0; m < 16; m++)
+                    st32(qh, rt, m, i, gather2(b + 128 + 32 * (m / 8) + 16 * (m % 2), 2 * (m % 8 / 2)));
                 for (unsigned j = 0; j < 16; j++) sc[j * rt + i] = b[192 + j];
                 memcpy(d + 2 * i, b + 208, 2);
             }
