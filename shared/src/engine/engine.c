@@ -141,11 +141,29 @@ static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_w
 ** twice the file). They stay in the page cache for the next start; the
 ** mapping is MAP_PRIVATE and read only, so any later read faults them back in
 ** from the file (a tied output's embedding rows). */
-static void release_mapped(const struct ds_model *model, const void *p, size_t bytes)
+struct release_job {
+    uintptr_t a;                /* first page */
+    size_t    pages;
+};
+
+static void release_task(void *p, unsigned task, unsigned n_tasks)
 {
-    if (!ds_model_in_mapping(model, p, bytes)) return;
+    const struct release_job *j = p;
+    size_t lo, hi;
+    ds_pool_split(j->pages, task, n_tasks, 16, &lo, &hi);
+    if (hi > lo) (void)madvise((void *)(j->a + lo * 4096), (hi - lo) * 4096, MADV_DONTNEED);
+}
+
+/* The pool's threads share a big matrix's pages (dropping them is ~10% of
+** the CPU time of a load that repacks everything). */
+static void release_mapped(const struct ds_engine *e, const void *p, size_t bytes)
+{
+    if (!ds_model_in_mapping(e->model, p, bytes)) return;
     const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+    if (b <= a) return;
+    struct release_job j = { a, (b - a) / page };
+    if (j.pages >= 256) ds_pool_run(e->pool, release_task, &j);
+    else release_task(&j, 0, 1);
 }
 
 /* As mat_prepare_copy; then the file's pages of a matrix the engine copied
@@ -161,7 +179,7 @@ static enum ds_err mat_prepare(struct ds_engine *e, const struct ds_weight *w, s
     }
     const bool same = e->prec != DS_PRECISION_FP32 ? m->qx || w->type == DS_DTYPE_Q8_0 : w->type == DS_DTYPE_F32;
     *(same ? &e->repacked : &e->converted) += bytes;
-    release_mapped(e->model, w->data, bytes);
+    release_mapped(e, w->data, bytes);
     return DS_OK;
 }
 
