@@ -13,7 +13,8 @@
 ** Prints one line per run and the median per file; with --json, one JSON
 ** object per file ({"file", "threads", "open_s", "engine_s", "first_s",
 ** "ttft_s", "cpu_open_s", "cpu_engine_s", "cpu_first_s", "rss_mb",
-** "file_mb", "load1"}: medians). The CPU seconds (user + system, every
+** "file_mb", "load1"}: medians; "logits_fnv": FNV-1a of the first prompt's
+** logits, to hold two builds' output to the bit; runs that differ exit 1). The CPU seconds (user + system, every
 ** thread) of each phase say what a loaded machine's wall times cannot. The goal (never asserted):
 ** ttft < 1 s for a 1B file on 2 threads (docs/engine.md, Loading).
 ** DS_LOG=info|debug shows the engine's load line (in place, repacked,
@@ -39,7 +40,16 @@
 struct times {
     double open_s, engine_s, first_s, ttft_s, rss_mb;
     double cpu_s[3];            /* CPU time (user + system, every thread) of open, engine, first */
+    uint64_t logits_fnv;        /* FNV-1a of the first prompt's logits' bytes */
 };
+
+/* FNV-1a 64 of n bytes: equal logits, bit for bit, give equal hashes. */
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
 
 /* CPU seconds of this process so far, every thread. */
 static double cpu_now_s(void)
@@ -83,7 +93,7 @@ static int child_run(const char *path, unsigned threads, unsigned prompt, int pr
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     t = (struct times){ t1 - t0, t2 - t1, t3 - t2, t3 - t0, (double)ru.ru_maxrss / 1024.0,
-                        { c1 - c0, c2 - c1, c3 - c2 } };
+                        { c1 - c0, c2 - c1, c3 - c2 }, fnv1a(logits, (size_t)c->vocab_size * sizeof *logits) };
     rc = write(fd, &t, sizeof t) == (ssize_t)sizeof t ? 0 : 1;
 out:
     free(toks);
@@ -163,6 +173,7 @@ int main(int argc, char **argv)
             return 1;
         }
         double v[8][MAX_RUNS];
+        uint64_t fnv0 = 0;
         struct times t;
         if (warmup && run_once(path, threads, prompt, precision, &t) != 0) {
             fprintf(stderr, "bench_start: %s: the load failed (run with DS_LOG=debug for why)\n", path);
@@ -176,6 +187,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_start: %s: the load failed\n", path);
                 return 1;
             }
+            if (r > 0 && t.logits_fnv != fnv0) {
+                fprintf(stderr, "bench_start: %s: run %u's logits differ from run 1's\n", path, r + 1);
+                return 1;
+            }
+            fnv0 = t.logits_fnv;
             v[0][r] = t.open_s, v[1][r] = t.engine_s, v[2][r] = t.first_s, v[3][r] = t.ttft_s, v[4][r] = t.rss_mb;
             for (int i = 0; i < 3; i++) v[5 + i][r] = t.cpu_s[i];
             if (!json)
@@ -189,14 +205,14 @@ int main(int argc, char **argv)
         if (json)
             printf("{\"file\": \"%s\", \"threads\": %u, \"open_s\": %.4f, \"engine_s\": %.4f, \"first_s\": %.4f, "
                    "\"ttft_s\": %.4f, \"cpu_open_s\": %.4f, \"cpu_engine_s\": %.4f, \"cpu_first_s\": %.4f, "
-                   "\"rss_mb\": %.1f, \"file_mb\": %.1f, \"load1\": %.2f}\n",
+                   "\"rss_mb\": %.1f, \"file_mb\": %.1f, \"load1\": %.2f, \"logits_fnv\": \"%016llx\"}\n",
                    path, threads, med[0], med[1], med[2], med[3], med[5], med[6], med[7], med[4], file_mb,
-                   bench_load1());
+                   bench_load1(), (unsigned long long)fnv0);
         else
             printf("%s, %u threads, median of %u: ttft %.3f s (open %.3f, engine %.3f, first %.3f; CPU s %.3f, "
-                   "%.3f, %.3f); peak RSS %.0f MB = %.2fx the file (%.0f MB); load %.2f\n",
+                   "%.3f, %.3f); peak RSS %.0f MB = %.2fx the file (%.0f MB); load %.2f; logits FNV %016llx\n",
                    path, threads, runs, med[3], med[0], med[1], med[2], med[5], med[6], med[7], med[4],
-                   med[4] / file_mb, file_mb, bench_load1());
+                   med[4] / file_mb, file_mb, bench_load1(), (unsigned long long)fnv0);
     }
     return 0;
 }
