@@ -174,10 +174,15 @@ int main(int argc, char **argv)
         }
         double v[8][MAX_RUNS];
         uint64_t fnv0 = 0;
+        bool have_fnv = false;      /* fnv0 set: every later run must match it */
         struct times t;
         if (warmup && run_once(path, threads, prompt, precision, &t) != 0) {
             fprintf(stderr, "bench_start: %s: the load failed (run with DS_LOG=debug for why)\n", path);
             return 1;
+        }
+        if (warmup) {
+            fnv0 = t.logits_fnv;
+            have_fnv = true;
         }
         if (warmup && !json)
             printf("%s: warm-up %.3f s (open %.3f, engine %.3f, first %.3f)\n", path, t.ttft_s, t.open_s,
@@ -187,11 +192,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_start: %s: the load failed\n", path);
                 return 1;
             }
-            if (r > 0 && t.logits_fnv != fnv0) {
-                fprintf(stderr, "bench_start: %s: run %u's logits differ from run 1's\n", path, r + 1);
+            if (have_fnv && t.logits_fnv != fnv0) {
+                fprintf(stderr, "bench_start: %s: run %u's logits differ from the run before\n", path, r + 1);
                 return 1;
             }
             fnv0 = t.logits_fnv;
+            have_fnv = true;
             v[0][r] = t.open_s, v[1][r] = t.engine_s, v[2][r] = t.first_s, v[3][r] = t.ttft_s, v[4][r] = t.rss_mb;
             for (int i = 0; i < 3; i++) v[5 + i][r] = t.cpu_s[i];
             if (!json)
