@@ -259,6 +259,33 @@ void ds_kern__qx_pack_tiles(enum ds_kern_qtype t, size_t rt, size_t rows, size_t
         }
 }
 
+/* The K-quant packers below compute each dword of a row's tile bytes from
+** whole dwords of the file's (shift, mask and or, four bytes at a time) and
+** store it as dword k of row i of the tile block: out + (k * rt + i) * 4.
+** Taken a value and a bit at a time, the Q6_K part of a TinyLlama-shape
+** Q4_K_M file (~230 MB) took ~2 s of one core at load. A partial last tile
+** is zeroed first; every byte of a present row is written. */
+
+static uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void st32(uint8_t *out, size_t rt, size_t k, size_t i, uint32_t v) { memcpy(out + (k * rt + i) * 4, &v, 4); }
+
+/* Bits s and s + 1 of each byte of q[0..16), four bytes at a time: byte c
+** of the result holds those of q[c] in bits 0-1, q[4 + c] in 2-3, q[8 + c]
+** in 4-5 and q[12 + c] in 6-7 (s <= 6: what >> s brings in from the next
+** byte lands above bit 1 and is masked off). */
+static uint32_t gather2(const uint8_t *q, unsigned s)
+{
+    const uint32_t m = 0x03030303u;
+    return (ld32(q) >> s & m) | (ld32(q + 4) >> s & m) << 2 | (ld32(q + 8) >> s & m) << 4 |
+           (ld32(q + 12) >> s & m) << 6;
+}
+
 static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
     const enum ds_kern_qtype t = five ? DS_KQ_Q5_K : DS_KQ_Q4_K;
@@ -269,9 +296,9 @@ static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, cons
         for (size_t sb = 0; sb < n_sb; sb++, o += rt * pb) {
             uint8_t *qh = o + 128 * rt, *sc = qh + (five ? 32 * rt : 0), *mn = sc + 8 * rt, *d = mn + 8 * rt,
                     *dmin = d + 2 * rt;
-            memset(o, 0, rt * pb);
+            if (rows - r0 < rt) memset(o, 0, rt * pb);
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
-                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16;
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16, *qs = b + (five ? 48 : 16);
                 memcpy(d + 2 * i, b, 2);
                 memcpy(dmin + 2 * i, b + 2, 2);
                 for (unsigned j = 0; j < 8; j++) {
@@ -280,45 +307,40 @@ static void qk45_pack_tiles(bool five, size_t rt, size_t rows, size_t n_sb, cons
                     sc[j * rt + i] = (uint8_t)scale;
                     mn[j * rt + i] = (uint8_t)min;
                 }
-                for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + (five ? 48 : 16) + 4 * k, 4);
-                if (five)               /* value l of sub-block s: bit s of fh[l] */
-                    for (unsigned k = 0; k < 32; k++)
-                        for (unsigned c = 0; c < 4; c++) {
-                            const unsigned l = 4 * (k % 8) + c, s = 2 * (k / 8), p = 2 * (k % 4);
-                            uint8_t *h = &qh[((k / 4) * rt + i) * 4 + c];
-                            *h = (uint8_t)(*h | ((fh[l] >> s) & 1u) << p | ((fh[l] >> (s + 1)) & 1u) << (p + 1));
-                        }
+                for (size_t k = 0; k < 32; k++) st32(o, rt, k, i, ld32(qs + 4 * k));
+                /* fifth-bit dword g, byte c, bits 2u and 2u + 1: bits s and
+                ** s + 1 of fh[l] for code dword k = 4g + u, l = 4 (k % 8) + c,
+                ** s = 2 (k / 8) */
+                for (unsigned g = 0; five && g < 8; g++) st32(qh, rt, g, i, gather2(fh + 16 * (g % 2), 2 * (g / 2)));
             }
         }
 }
 
+/* Q6_K: value v's low 4 bits are nibble v % 128 / 64 of ql[64 (v / 128) +
+** v % 32 + 32 (v % 64 >= 32)], its top 2 bits bits 2 (v % 128 / 32) of
+** qh[32 (v / 128) + v % 32] (ggml's layout). In the tile, code dword k
+** (byte c: value 4k + c in the low nibble, 128 + 4k + c in the high one)
+** reads ql at 32 (k / 8 % 2) + 4 (k % 8) and 64 more, nibble k / 16; high-bit
+** dword m (byte c, bits 2j..2j+1: value 16m + 4j + c) reads qh at
+** 32 (m / 8) + 16 (m % 2), bits 2 (m % 8 / 2). */
 static void q6k_pack_tiles(size_t rt, size_t rows, size_t n_sb, const void *w, void *out)
 {
     const uint8_t *src = w;
+    const uint32_t m4 = 0x0f0f0f0fu;
     uint8_t *o = out;
     for (size_t r0 = 0; r0 < rows; r0 += rt)
         for (size_t sb = 0; sb < n_sb; sb++, o += rt * ds_qk_packed_sb(DS_KQ_Q6_K)) {
             uint8_t *ql = o, *qh = ql + 128 * rt, *sc = qh + 64 * rt, *d = sc + 16 * rt;
-            memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
+            if (rows - r0 < rt) memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
             for (size_t i = 0; i < rt && r0 + i < rows; i++) {
                 const uint8_t *b = src + ((r0 + i) * n_sb + sb) * ds_kq_block_bytes(DS_KQ_Q6_K);
-                uint8_t code[256];              /* the 6-bit codes, in value order */
-                for (unsigned v = 0; v < 256; v++) {
-                    const unsigned h = v / 128, k = v % 128 / 32, l = v % 32;
-                    const unsigned lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k / 2))) & 15u;
-                    code[v] = (uint8_t)(lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3u) << 4);
+                for (unsigned k = 0; k < 32; k++) {
+                    const uint8_t *a = b + 32 * (k / 8 % 2) + 4 * (k % 8);
+                    const unsigned s = 4 * (k / 16);
+                    st32(ql, rt, k, i, (ld32(a) >> s & m4) | (ld32(a + 64) >> s & m4) << 4);
                 }
-                for (unsigned k = 0; k < 32; k++)
-                    for (unsigned c = 0; c < 4; c++) {
-                        const unsigned lo = code[4 * k + c] & 15u, hi = code[128 + 4 * k + c] & 15u;
-                        ql[(k * rt + i) * 4 + c] = (uint8_t)(lo | hi << 4);
-                    }
                 for (unsigned m = 0; m < 16; m++)
-                    for (unsigned c = 0; c < 4; c++) {
-                        unsigned bits = 0;
-                        for (unsigned j = 0; j < 4; j++) bits |= (unsigned)(code[16 * m + 4 * j + c] >> 4) << (2 * j);
-                        qh[(m * rt + i) * 4 + c] = (uint8_t)bits;
-                    }
+                    st32(qh, rt, m, i, gather2(b + 128 + 32 * (m / 8) + 16 * (m % 2), 2 * (m % 8 / 2)));
                 for (unsigned j = 0; j < 16; j++) sc[j * rt + i] = b[192 + j];
                 memcpy(d + 2 * i, b + 208, 2);
             }

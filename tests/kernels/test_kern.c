@@ -1452,6 +1452,154 @@ static void test_rope_f32(void **state)
 
 /* ---- runner ---- */
 
+/* ---- the packers' bytes ----
+** The K-quant tile packers (ds_kern__qk_pack_tiles, which the SIMD
+** variants' qk_pack call) were rewritten for load speed; the layout is
+** kern_internal.h's and must not move. These are the packers as first
+** written, a value and a bit at a time, straight from the layout's text:
+** the new ones must give the same bytes, for every row count (partial last
+** tiles included) and tile height. */
+static void oracle_qk45(bool five, size_t rt, size_t rows, size_t n_sb, const uint8_t *src, uint8_t *o)
+{
+    const enum ds_kern_qtype t = five ? DS_KQ_Q5_K : DS_KQ_Q4_K;
+    const size_t bb = ds_kq_block_bytes(t), pb = ds_qk_packed_sb(t);
+    for (size_t r0 = 0; r0 < rows; r0 += rt)
+        for (size_t sb = 0; sb < n_sb; sb++, o += rt * pb) {
+            uint8_t *qh = o + 128 * rt, *sc = qh + (five ? 32 * rt : 0), *mn = sc + 8 * rt, *d = mn + 8 * rt,
+                    *dmin = d + 2 * rt;
+            memset(o, 0, rt * pb);
+            for (size_t i = 0; i < rt && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * bb, *fh = b + 16;
+                memcpy(d + 2 * i, b, 2);
+                memcpy(dmin + 2 * i, b + 2, 2);
+                for (unsigned j = 0; j < 8; j++) {
+                    unsigned scale, min;
+                    ds_k_scale_min(b + 4, j, &scale, &min);
+                    sc[j * rt + i] = (uint8_t)scale;
+                    mn[j * rt + i] = (uint8_t)min;
+                }
+                for (size_t k = 0; k < 32; k++) memcpy(o + (k * rt + i) * 4, b + (five ? 48 : 16) + 4 * k, 4);
+                if (five)
+                    for (unsigned k = 0; k < 32; k++)
+                        for (unsigned c = 0; c < 4; c++) {
+                            const unsigned l = 4 * (k % 8) + c, s = 2 * (k / 8), p = 2 * (k % 4);
+                            uint8_t *h = &qh[((k / 4) * rt + i) * 4 + c];
+                            *h = (uint8_t)(*h | ((fh[l] >> s) & 1u) << p | ((fh[l] >> (s + 1)) & 1u) << (p + 1));
+                        }
+            }
+        }
+}
+
+static void oracle_q6k(size_t rt, size_t rows, size_t n_sb, const uint8_t *src, uint8_t *o)
+{
+    for (size_t r0 = 0; r0 < rows; r0 += rt)
+        for (size_t sb = 0; sb < n_sb; sb++, o += rt * ds_qk_packed_sb(DS_KQ_Q6_K)) {
+            uint8_t *ql = o, *qh = ql + 128 * rt, *sc = qh + 64 * rt, *d = sc + 16 * rt;
+            memset(o, 0, rt * ds_qk_packed_sb(DS_KQ_Q6_K));
+            for (size_t i = 0; i < rt && r0 + i < rows; i++) {
+                const uint8_t *b = src + ((r0 + i) * n_sb + sb) * ds_kq_block_bytes(DS_KQ_Q6_K);
+                uint8_t code[256];
+                for (unsigned v = 0; v < 256; v++) {
+                    const unsigned h = v / 128, k = v % 128 / 32, l = v % 32;
+                    const unsigned lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k / 2))) & 15u;
+                    code[v] = (uint8_t)(lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3u) << 4);
+                }
+                for (unsigned k = 0; k < 32; k++)
+                    for (unsigned c = 0; c < 4; c++) {
+                        const unsigned lo = code[4 * k + c] & 15u, hi = code[128 + 4 * k + c] & 15u;
+                        ql[(k * rt + i) * 4 + c] = (uint8_t)(lo | hi << 4);
+                    }
+                for (unsigned m = 0; m < 16; m++)
+                    for (unsigned c = 0; c < 4; c++) {
+                        unsigned bits = 0;
+                        for (unsigned j = 0; j < 4; j++) bits |= (unsigned)(code[16 * m + 4 * j + c] >> 4) << (2 * j);
+                        qh[(m * rt + i) * 4 + c] = (uint8_t)bits;
+                    }
+                for (unsigned j = 0; j < 16; j++) sc[j * rt + i] = b[192 + j];
+                memcpy(d + 2 * i, b + 208, 2);
+            }
+        }
+}
+
+/* Q8_0 in the AVX2 variants' tiles (q8_pack_avx2 as first written): per
+** block of an 8-row tile, dword k of each row as [k][row], then the rows'
+** FP16 scales; absent rows zero. */
+static void oracle_q8_avx2(size_t rows, size_t n_blocks, const struct ds_q8_block *w, uint8_t *o)
+{
+    for (size_t r0 = 0; r0 < rows; r0 += 8)
+        for (size_t kb = 0; kb < n_blocks; kb++, o += 8 * sizeof *w) {
+            memset(o, 0, 8 * sizeof *w);
+            for (size_t i = 0; i < 8 && r0 + i < rows; i++) {
+                const struct ds_q8_block *b = &w[(r0 + i) * n_blocks + kb];
+                for (size_t k = 0; k < 8; k++) memcpy(o + (k * 8 + i) * 4, b->qs + 4 * k, 4);
+                memcpy(o + 32 * 8 + 2 * i, &b->d, 2);
+            }
+        }
+}
+
+static void check_bytes(const char *what, size_t rt, size_t rows, size_t n, const uint8_t *got,
+                        const uint8_t *want, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        if (got[i] != want[i]) {
+            print_error("%s, tiles of %zu rows, %zu rows x %zu: byte %zu is 0x%02x, the layout says 0x%02x\n",
+                        what, rt, rows, n, i, got[i], want[i]);
+            fail();
+        }
+}
+
+static void test_pack_bytes(void **state)
+{
+    (void)state;
+    const uint64_t rng = g_rng;
+    static const enum ds_kern_qtype types[] = { DS_KQ_Q4_K, DS_KQ_Q5_K, DS_KQ_Q6_K };
+    static const size_t rts[] = { 8, 16 }, rows_of[] = { 1, 7, 8, 9, 16, 17, 33 }, ns[] = { 1, 2, 5 };
+    for (size_t ti = 0; ti < N_OF(types); ti++)
+        for (size_t a = 0; a < N_OF(rts); a++)
+            for (size_t ri = 0; ri < N_OF(rows_of); ri++)
+                for (size_t ni = 0; ni < N_OF(ns); ni++) {
+                    const enum ds_kern_qtype t = types[ti];
+                    const size_t rt = rts[a], rows = rows_of[ri], n_sb = ns[ni];
+                    const size_t in = rows * n_sb * ds_kq_block_bytes(t);
+                    const size_t out = (rows + rt - 1) / rt * rt * n_sb * ds_qk_packed_sb(t);
+                    uint8_t *w = xmalloc(in), *got = aligned_alloc(64, (out + 63) / 64 * 64), *want = xmalloc(out);
+                    assert_non_null(got);
+                    for (size_t i = 0; i < in; i++) w[i] = (uint8_t)(rnd() >> 56);   /* any bits */
+                    memset(got, 0x5a, out);
+                    ds_kern__qk_pack_tiles(t, rt, rows, n_sb, w, got);
+                    if (t == DS_KQ_Q6_K) oracle_q6k(rt, rows, n_sb, w, want);
+                    else oracle_qk45(t == DS_KQ_Q5_K, rt, rows, n_sb, w, want);
+                    check_bytes(t == DS_KQ_Q4_K ? "Q4_K" : t == DS_KQ_Q5_K ? "Q5_K" : "Q6_K", rt, rows, n_sb, got,
+                                want, out);
+                    free(w);
+                    free(got);
+                    free(want);
+                }
+    /* the AVX2 variants' q8_pack, where this CPU runs them */
+    const struct ds_kern_ops *all[8];
+    size_t n_var = ds_kern_all(all, 8);
+    if (n_var > 8) n_var = 8;
+    for (size_t v = 0; v < n_var; v++) {
+        if (!all[v]->q8_pack || all[v]->q8_pack_rows != 8 || !ds_kern_supported(all[v])) continue;
+        for (size_t ri = 0; ri < N_OF(rows_of); ri++)
+            for (size_t ni = 0; ni < N_OF(ns); ni++) {
+                const size_t rows = rows_of[ri], nb = ns[ni], out = (rows + 7) / 8 * 8 * nb * sizeof(struct ds_q8_block);
+                struct ds_q8_block *w = xmalloc(rows * nb * sizeof *w);
+                uint8_t *got = aligned_alloc(64, (out + 63) / 64 * 64), *want = xmalloc(out);
+                assert_non_null(got);
+                for (size_t i = 0; i < rows * nb * sizeof *w; i++) ((uint8_t *)w)[i] = (uint8_t)(rnd() >> 56);
+                memset(got, 0x5a, out);
+                all[v]->q8_pack(rows, nb, w, (struct ds_q8_block *)(void *)got);
+                oracle_q8_avx2(rows, nb, w, want);
+                check_bytes(all[v]->name, 8, rows, nb, got, want, out);
+                free(w);
+                free(got);
+                free(want);
+            }
+    }
+    g_rng = rng;
+}
+
 static const struct { const char *op; CMUnitTestFunction fn; } g_ops[] = {
     { "dot_i8", test_dot_i8 }, { "quantize_q8", test_quantize_q8 },
     { "matvec_q8", test_matvec_q8 }, { "matmul_q8", test_matmul_q8 },
@@ -1499,5 +1647,6 @@ int main(int argc, char **argv)
     tests[nt++] = (struct CMUnitTest){ "dispatch.choose", test_choose, NULL, NULL, NULL };
     tests[nt++] = (struct CMUnitTest){ "dispatch.env_override", test_env_override, NULL, NULL, NULL };
     tests[nt++] = (struct CMUnitTest){ "cpu.features", test_cpu_features, NULL, NULL, NULL };
+    tests[nt++] = (struct CMUnitTest){ "pack.bytes", test_pack_bytes, NULL, NULL, NULL };
     return _cmocka_run_group_tests("kernels.ops", tests, nt, NULL, NULL);
 }

@@ -895,6 +895,23 @@ static void test_quant_formats(void **state)
                  "'blk.0.ffn_up.weight' holds an infinite block scale", NULL);
     refuse_value(f, "NaN Q6_K scale", &q4k, "output.weight", 210 + 208, 0x7e00u, 2,
                  "'output.weight' holds a NaN block scale at element 256", NULL);
+    /* the last superblock: a big tensor's scales are checked by several
+    ** threads (model.c, check_values), each its own rows; the element is
+    ** counted from the tensor's start, and the earliest part's bad scale wins */
+    const struct ti_at *out = ti_of(&q4k.L, "output.weight");
+    char last[96];
+    snprintf(last, sizeof last, "'output.weight' holds an infinite block scale at element %zu",
+             (size_t)(out->size / 210 - 1) * 256);
+    refuse_value(f, "Inf Q6_K scale (last superblock)", &q4k, "output.weight", out->size - 2, 0x7c00u, 2, last,
+                 NULL);
+    {
+        uint8_t *b = dup_img(&q4k);
+        const uint16_t inf = 0x7c00u, nan = 0x7e00u;
+        memcpy(b + q4k.L.data + out->offset + out->size - 2, &inf, 2);             /* last part */
+        memcpy(b + q4k.L.data + out->offset + out->size / 4 + 208 - out->size / 4 % 210, &nan, 2);   /* first */
+        refuse(f, "NaN a quarter in and Inf in the last superblock", b, q4k.n, AT_MODEL, DS_ERR_FORMAT,
+               "'output.weight' holds a NaN block scale at element 65536", NULL);
+    }
     refuse64(f, "Q4_K row length 128 (not a multiple of 256)", &q4k,
              ti_of(&q4k.L, "blk.0.attn_q.weight")->ne_at, 128, AT_GGUF, DS_ERR_FORMAT,
              "Q4_K tensor 'blk.0.attn_q.weight' has row length 128, not a multiple of 256", NULL);

@@ -141,11 +141,29 @@ static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_w
 ** twice the file). They stay in the page cache for the next start; the
 ** mapping is MAP_PRIVATE and read only, so any later read faults them back in
 ** from the file (a tied output's embedding rows). */
-static void release_mapped(const struct ds_model *model, const void *p, size_t bytes)
+struct release_job {
+    uintptr_t a;                /* first page */
+    size_t    pages;
+};
+
+static void release_task(void *p, unsigned task, unsigned n_tasks)
 {
-    if (!ds_model_in_mapping(model, p, bytes)) return;
+    const struct release_job *j = p;
+    size_t lo, hi;
+    ds_pool_split(j->pages, task, n_tasks, 16, &lo, &hi);
+    if (hi > lo) (void)madvise((void *)(j->a + lo * 4096), (hi - lo) * 4096, MADV_DONTNEED);
+}
+
+/* The pool's threads share a big matrix's pages (dropping them is ~10% of
+** the CPU time of a load that repacks everything). */
+static void release_mapped(const struct ds_engine *e, const void *p, size_t bytes)
+{
+    if (!ds_model_in_mapping(e->model, p, bytes)) return;
     const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+    if (b <= a) return;
+    struct release_job j = { a, (b - a) / page };
+    if (j.pages >= 256) ds_pool_run(e->pool, release_task, &j);
+    else release_task(&j, 0, 1);
 }
 
 /* As mat_prepare_copy; then the file's pages of a matrix the engine copied
@@ -161,7 +179,7 @@ static enum ds_err mat_prepare(struct ds_engine *e, const struct ds_weight *w, s
     }
     const bool same = e->prec != DS_PRECISION_FP32 ? m->qx || w->type == DS_DTYPE_Q8_0 : w->type == DS_DTYPE_F32;
     *(same ? &e->repacked : &e->converted) += bytes;
-    release_mapped(e->model, w->data, bytes);
+    release_mapped(e, w->data, bytes);
     return DS_OK;
 }
 
@@ -185,26 +203,45 @@ static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_w
     return rc;
 }
 
-/* One K-quant matrix being packed (mat_pack_qx): the pool's threads each
-** pack whole tiles of rows, in chunks whose output starts 64-byte aligned
-** (kern.h: the rows from r0 start r0 * n_sb * ds_qk_packed_sb bytes in).
-** One thread alone took a fifth of a 48-token TinyLlama-shape Q4_K_M run. */
-struct qk_pack_job {
+/* Fault in the pages of [p, p + bytes) in one call (for writing: a fresh
+** allocation; or reading: the file mapping) instead of one trap per 4 KB page;
+** advice only (kernels before 5.14 lack it: then the loop faults them in). */
+static void populate(const void *p, size_t bytes, bool write)
+{
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+#else
+    (void)p, (void)bytes, (void)write;
+#endif
+}
+
+/* One 4-, 5- or 6-bit matrix being packed (mat_pack_qx): the pool's
+** threads each pack whole tiles of rows, in chunks whose output starts
+** 64-byte aligned (kern.h: the rows from r0 start r0 * out_row bytes in:
+** n_sb * ds_qk_packed_sb for the K-quants, n_blocks * ds_kq_block_bytes for
+** the others), each first faulting in its own part of the fresh output in
+** one call. One thread alone took a fifth of a 48-token TinyLlama-shape
+** Q4_K_M run. */
+struct qx_pack_job {
     const struct ds_kern_ops *k;
     const struct ds_weight   *w;
     enum ds_kern_qtype        qt;
-    size_t                    n_sb, chunk;   /* rows per step: whole tiles, aligned output */
+    bool                      qk;        /* qk_pack (n = superblocks) or qx_pack (n = blocks) */
+    size_t                    n, out_row, chunk;   /* chunk: rows per step, whole tiles, aligned output */
     uint8_t                  *out;
 };
 
-static void qk_pack_task(void *p, unsigned task, unsigned n_tasks)
+static void qx_pack_task(void *p, unsigned task, unsigned n_tasks)
 {
-    const struct qk_pack_job *j = p;
+    const struct qx_pack_job *j = p;
     size_t lo, hi;
     ds_pool_split(j->w->rows, task, n_tasks, j->chunk, &lo, &hi);
     if (lo >= hi) return;
-    j->k->qk_pack(j->qt, hi - lo, j->n_sb, (const uint8_t *)j->w->data + lo * ds_weight_row_bytes(j->w),
-                  j->out + lo * j->n_sb * ds_qk_packed_sb(j->qt));
+    const uint8_t *src = (const uint8_t *)j->w->data + lo * ds_weight_row_bytes(j->w);
+    populate(j->out + lo * j->out_row, (hi - lo) * j->out_row, true);
+    if (j->qk) j->k->qk_pack(j->qt, hi - lo, j->n, src, j->out + lo * j->out_row);
+    else j->k->qx_pack(j->qt, hi - lo, j->n, src, j->out + lo * j->out_row);
 }
 
 /* 4-, 5- and 6-bit rows into the tiles of a variant that has a layout for
@@ -221,33 +258,18 @@ static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight
     else return DS_OK;
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!packed) return DS_ERR_NOMEM;
-    if (ds_qx_packs(k, m->qt)) {
-        k->qx_pack(m->qt, w->rows, m->nb, w->data, packed);
-    } else {
-        /* chunks of whole tiles whose packed bytes are a multiple of 64 */
-        const size_t tile = (size_t)k->qk_pack_rows * n_sb * ds_qk_packed_sb(m->qt);
-        size_t tiles = 1;
-        while ((tile * tiles) % 64 && tiles < 64) tiles++;
-        struct qk_pack_job j = { k, w, m->qt, n_sb, (size_t)k->qk_pack_rows * tiles, packed };
-        ds_pool_run(e->pool, qk_pack_task, &j);
-        m->qx_row = n_sb * ds_qk_packed_sb(m->qt);
-    }
+    const bool qk = !ds_qx_packs(k, m->qt);
+    const size_t n = qk ? n_sb : m->nb, out_row = qk ? n_sb * ds_qk_packed_sb(m->qt) : m->qx_row;
+    const size_t rt = qk ? k->qk_pack_rows : k->qx_pack_rows;
+    /* chunks of whole tiles whose packed bytes are a multiple of 64 */
+    size_t tiles = 1;
+    while ((rt * out_row * tiles) % 64 && tiles < 64) tiles++;
+    struct qx_pack_job j = { k, w, m->qt, qk, n, out_row, rt * tiles, packed };
+    ds_pool_run(e->pool, qx_pack_task, &j);
+    if (qk) m->qx_row = out_row;
     m->qx = packed;
     m->owned = packed;
     return DS_OK;
-}
-
-/* Fault in the pages of [p, p + bytes) in one call (for writing: a fresh
-** allocation; or reading: the file mapping) instead of one trap per 4 KB page;
-** advice only (kernels before 5.14 lack it: then the loop faults them in). */
-static void populate(const void *p, size_t bytes, bool write)
-{
-#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
-    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
-    if (b > a) (void)madvise((void *)a, b - a, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-#else
-    (void)p, (void)bytes, (void)write;
-#endif
 }
 
 /* One FP32 matrix being prepared (mat_prepare_f32): the pool's threads
@@ -342,6 +364,7 @@ static void q8_prep_task(void *p, unsigned task, unsigned n_tasks)
     }
     if (j->packed) {
         const struct ds_q8_block *src = j->quant ? j->quant : w->data;
+        populate(j->packed + lo * j->nb, (hi - lo) * j->nb * sizeof *j->packed, true);
         j->k->q8_pack(hi - lo, j->nb, src + lo * j->nb, j->packed + lo * j->nb);
     }
 }
@@ -1303,10 +1326,12 @@ enum ds_err ds_engine_create(const struct ds_model *m, const struct ds_engine_op
             ds_engine_destroy(e);           /* logged with the figures */
             return rc;
         }
+        const double t0 = ds_now_ms();
         if ((rc = prepare_weights(e)) != DS_OK) goto fail;
         DS_LOG(DS_LOG_INFO, "engine: %s: weights %.1f MB read in place from the file, %.1f MB repacked into "
-               "%s tiles, %.1f MB converted to %s", m->path, (double)e->in_place / 1e6, (double)e->repacked / 1e6,
-               e->kern->name, (double)e->converted / 1e6, e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0");
+               "%s tiles, %.1f MB converted to %s, in %.0f ms on %u threads", m->path, (double)e->in_place / 1e6,
+               (double)e->repacked / 1e6, e->kern->name, (double)e->converted / 1e6,
+               e->prec == DS_PRECISION_FP32 ? "fp32" : "q8_0", ds_now_ms() - t0, ds_pool_size(e->pool));
     }
     if ((rc = alloc_state(e)) != DS_OK) goto fail;
     if (!e->gpu && (rc = ds_engine__kv_init(e, blocks_per_seq * o->kv_seqs, o)) != DS_OK)

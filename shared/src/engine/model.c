@@ -21,6 +21,7 @@
 #include "ds/gguf.h"
 #include "ds/kern.h"
 #include "ds/log.h"
+#include "ds/pool.h"
 #include "quant_internal.h"
 
 /* Bounds that no real Llama-family model exceeds; past them a header lies. */
@@ -30,6 +31,10 @@
 #define MAX_HEADS   1024u
 #define MAX_VOCAB   1048576u
 #define MAX_CTX     1048576u
+
+#define CHECK_THREADS    8u          /* at most this many threads check block scales, */
+#define CHECK_POOL_BYTES (4u << 20)  /* for a file of this many bytes or more, */
+#define CHECK_PAR_BYTES  (64u << 10) /* each quantized tensor of this many */
 
 static size_t weight_bytes(const struct ds_weight *w)
 {
@@ -82,9 +87,35 @@ static enum ds_err check_config(const char *path, struct ds_model_config *c)
 #undef BAD
 }
 
+/* One quantized tensor's block scales checked by a pool's threads, each
+** its own rows: bad[task] is the first bad block of its part (SIZE_MAX:
+** none), nan[task] what it holds. */
+struct scale_job {
+    const struct ds_weight *w;
+    size_t                  bad[CHECK_THREADS];
+    bool                    nan[CHECK_THREADS];
+};
+
+static void scale_task(void *p, unsigned task, unsigned n_tasks)
+{
+    struct scale_job *j = p;
+    const struct ds_weight *w = j->w;
+    const size_t per_row = w->cols / ds_ggml_type_block(ds_dtype_ggml(w->type));
+    size_t lo, hi;
+    ds_pool_split(w->rows, task, n_tasks, 1, &lo, &hi);
+    j->bad[task] = SIZE_MAX;
+    if (lo >= hi) return;
+    const size_t b = ds_dtype__bad_scale(w->type, (const uint8_t *)w->data + lo * ds_weight_row_bytes(w),
+                                         (hi - lo) * per_row, &j->nan[task]);
+    if (b != SIZE_MAX) j->bad[task] = lo * per_row + b;
+}
+
 /* Every value finite: a NaN weight or scale would poison every answer.
-** name is the tensor's name in the file's own terms, for the message. */
-static enum ds_err check_values(const char *path, const char *name, const struct ds_weight *w)
+** name is the tensor's name in the file's own terms, for the message.
+** pool (or NULL): threads that share a big quantized tensor's scales (at
+** load they read every page of the file: ~0.1 s of one core for 1 GB). */
+static enum ds_err check_values(const char *path, const char *name, const struct ds_weight *w,
+                                struct ds_pool *pool)
 {
     size_t n = (size_t)w->rows * w->cols;
     const uint8_t *p = w->data;
@@ -114,7 +145,19 @@ static enum ds_err check_values(const char *path, const char *name, const struct
         break;
     default: {
         const size_t block = ds_ggml_type_block(ds_dtype_ggml(w->type));
-        size_t b = ds_dtype__bad_scale(w->type, p, n / block, &nan);
+        size_t b = SIZE_MAX;
+        if (pool && w->rows > 1 && (size_t)w->rows * ds_weight_row_bytes(w) >= CHECK_PAR_BYTES) {
+            struct scale_job j = { .w = w };
+            ds_pool_run(pool, scale_task, &j);
+            for (unsigned t = 0; t < ds_pool_size(pool); t++)   /* the parts in row order: the first */
+                if (j.bad[t] != SIZE_MAX) {
+                    b = j.bad[t];
+                    nan = j.nan[t];
+                    break;
+                }
+        } else {
+            b = ds_dtype__bad_scale(w->type, p, n / block, &nan);
+        }
         if (b != SIZE_MAX) bad = b * block;
         break;
     }
@@ -129,7 +172,7 @@ static enum ds_err check_values(const char *path, const char *name, const struct
     return DS_OK;
 }
 
-static enum ds_err check_all_values(struct ds_model *m)
+static enum ds_err check_all_values_on(struct ds_model *m, struct ds_pool *pool)
 {
     /* Names as the file knows them: GGUF tensor names, llama2.c field names. */
     static const char *const gguf_names[] = { "attn_norm", "attn_q", "attn_k", "attn_v",
@@ -141,12 +184,12 @@ static enum ds_err check_all_values(struct ds_model *m)
     enum ds_err rc;
     char name[64];
     if ((rc = check_values(m->path, gguf ? "token_embd.weight" : "token_embedding_table",
-                           &m->tok_embd)) != DS_OK ||
+                           &m->tok_embd, pool)) != DS_OK ||
         (rc = check_values(m->path, gguf ? "output_norm.weight" : "rms_final_weight",
-                           &m->out_norm)) != DS_OK)
+                           &m->out_norm, pool)) != DS_OK)
         return rc;
     if (!m->tied_output &&
-        (rc = check_values(m->path, gguf ? "output.weight" : "wcls", &m->output)) != DS_OK)
+        (rc = check_values(m->path, gguf ? "output.weight" : "wcls", &m->output, pool)) != DS_OK)
         return rc;
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         const struct ds_layer_weights *L = &m->layers[l];
@@ -156,10 +199,25 @@ static enum ds_err check_all_values(struct ds_model *m)
         for (size_t i = 0; i < DS_ARRAY_LEN(ws); i++) {
             if (gguf) snprintf(name, sizeof name, "blk.%u.%s.weight", l, gguf_names[i]);
             else snprintf(name, sizeof name, "%s[%u]", l2c_names[i], l);
-            if ((rc = check_values(m->path, name, ws[i])) != DS_OK) return rc;
+            if ((rc = check_values(m->path, name, ws[i], pool)) != DS_OK) return rc;
         }
     }
     return DS_OK;
+}
+
+/* The scales of a big file are checked on a pool of up to CHECK_THREADS
+** threads (one per online CPU), made for it and gone after. */
+static enum ds_err check_all_values(struct ds_model *m)
+{
+    struct ds_pool *pool = NULL;
+    if (ds_model_file_bytes(m) >= CHECK_POOL_BYTES) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const unsigned n = cpus < 1 ? 1u : cpus > (long)CHECK_THREADS ? CHECK_THREADS : (unsigned)cpus;
+        if (n > 1 && ds_pool_create(n, &pool) != DS_OK) pool = NULL;    /* then one thread checks */
+    }
+    enum ds_err rc = check_all_values_on(m, pool);
+    ds_pool_destroy(pool);
+    return rc;
 }
 
 /* Llama 3.x frequency divisors: finite and positive (a zero or negative
@@ -309,7 +367,7 @@ static enum ds_err open_gguf(struct ds_model *m)
                 snprintf(tname, sizeof tname, "blk.%u.%s", l, bias[i].suffix);
                 rc = gguf_weight(m, tname, 1, bias[i].n, true, bias[i].w);
                 if (rc != DS_OK && rc != DS_ERR_NOT_FOUND) return rc;
-                if (rc == DS_OK && (rc = check_values(m->path, tname, bias[i].w)) != DS_OK) return rc;
+                if (rc == DS_OK && (rc = check_values(m->path, tname, bias[i].w, NULL)) != DS_OK) return rc;
             }
         }
         struct { const char *suffix; uint32_t rows, cols; struct ds_weight *w; } spec[] = {
