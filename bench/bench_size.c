@@ -83,7 +83,7 @@ struct opts {
     const char *dir, *file, *peer, *shape, *dspark, *tok;
     unsigned    threads[MAX_THREADS], n_threads, gen, prompt, bw_mib;
     unsigned    streams, streams_pp, streams_tg;
-    bool        keep, q8, q4;
+    bool        keep, q8, q4, write_only;
 };
 
 /* ---- read bandwidth ---- */
@@ -384,6 +384,8 @@ static void usage(FILE *f)
             "  --file PATH      a GGUF as it is (e.g. made by llama.cpp's tools) instead of written ones\n"
             "  --dir DIR        where the files are written (default: a temporary folder)\n"
             "  --keep           keep the written files\n"
+            "  --write-only     write the files into --dir, keep them and stop (e.g. for llama.cpp's\n"
+            "                   quantizer: peer_llama quantize)\n"
             "  --threads LIST   thread counts (default 2,1)\n"
             "  --gen N          decode steps (default 64)\n"
             "  --prompt N       prefill tokens (default 128)\n"
@@ -405,7 +407,7 @@ int main(int argc, char **argv)
                       .dspark = DS_BUILD_DIR "/shared/dspark", .tok = DS_MODELS_DIR "/tokenizer.bin",
                       .threads = { 2, 1 }, .n_threads = 2 };
     enum { O_SHAPE = 256, O_TYPES, O_FILE, O_DIR, O_KEEP, O_THREADS, O_GEN, O_PROMPT, O_BW, O_PEER, O_QUICK,
-           O_STREAMS, O_SPP, O_STG };
+           O_STREAMS, O_SPP, O_STG, O_WRITE_ONLY };
     static const struct option lo[] = {
         { "shape", required_argument, 0, O_SHAPE },     { "types", required_argument, 0, O_TYPES },
         { "file", required_argument, 0, O_FILE },       { "dir", required_argument, 0, O_DIR },
@@ -414,7 +416,7 @@ int main(int argc, char **argv)
         { "bw-mib", required_argument, 0, O_BW },       { "peer", required_argument, 0, O_PEER },
         { "quick", no_argument, 0, O_QUICK },           { "help", no_argument, 0, 'h' },
         { "streams", required_argument, 0, O_STREAMS }, { "streams-pp", required_argument, 0, O_SPP },
-        { "streams-tg", required_argument, 0, O_STG },
+        { "streams-tg", required_argument, 0, O_STG },  { "write-only", no_argument, 0, O_WRITE_ONLY },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long(argc, argv, "h", lo, NULL)) != -1;) {
@@ -428,6 +430,7 @@ int main(int argc, char **argv)
         case O_FILE: o.file = optarg; break;
         case O_DIR: o.dir = optarg; break;
         case O_KEEP: o.keep = true; break;
+        case O_WRITE_ONLY: o.write_only = o.keep = true; break;
         case O_THREADS: {
             o.n_threads = 0;
             for (char *save = NULL, *tokp = strtok_r(optarg, ",", &save); tokp; tokp = strtok_r(NULL, ",", &save))
@@ -502,7 +505,8 @@ int main(int argc, char **argv)
                 continue;
             }
         }
-        rc |= bench_file(&o, label, path, buf, words);
+        if (o.write_only) printf("%s: %s\n", label, path);
+        else rc |= bench_file(&o, label, path, buf, words);
         if (!o.keep) unlink(path);
     }
     char err_path[4200];

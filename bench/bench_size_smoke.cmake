@@ -1,7 +1,8 @@
 # bench.size_smoke: bench_size --quick (the stories15M shape in Q8_0, one
 # thread) runs dspark in process and as a child and prints every column:
 # decode with its share of the bandwidth, prefill, peak RSS against the file,
-# time to first token, default against native. Asserts no speed; the
+# time to first token, default against native, and 4 streams decoding
+# together (bench_streams.c). Asserts no speed; the
 # default run must report precision native (the file's own blocks).
 # Usage: cmake -DBENCH=path/to/bench_size -DWORK_DIR=dir -P bench_size_smoke.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -19,6 +20,11 @@ endif()
 string(REGEX MATCH "default (PASS|MISS) \\(native:" def "${out}")
 if(NOT def)
   message(FATAL_ERROR "bench_size --quick: the default dspark run did not run native:\n${out}")
+endif()
+# the streams line (4 streams at --quick): dspark's figures, llama.cpp's nan without --peer
+string(REGEX MATCH "4 streams, 1 threads, prompt 8 \\+ 4 steps each: S_TG [0-9.]+ tok/s, S [0-9.]+ \\|" streams "${out}")
+if(NOT streams)
+  message(FATAL_ERROR "bench_size --quick: no streams line with figures in:\n${out}\n${err}")
 endif()
 foreach(want "goals: decode" "RSS ")
   string(FIND "${out}" "${want}" at)

@@ -35,7 +35,10 @@
 **                                    OUT: int32 n_positions, int32
 **                                    n_vocab, float32 rows
 **   peer_llama quantize IN OUT TYPE  llama.cpp's quantizer: TYPE q8_0,
-**                                    q4_0, q4_k_m, q6_k, f16
+**                                    q4_0, q4_k_m, q6_k, f16 (a quantized
+**                                    IN, e.g. bench_size's Q8_0, is
+**                                    requantized: a file laid out and
+**                                    mixed by llama.cpp itself)
 **
 ** Owns: nothing beyond one command's model and context.
 */
@@ -364,6 +367,7 @@ static int cmd_quantize(const char *in, const char *out, const char *type)
     if (i == sizeof types / sizeof types[0]) return usage();
     qp.ftype = types[i].t;
     qp.nthread = 2;
+    qp.allow_requantize = true;
     if (llama_model_quantize(in, out, &qp) != 0) {
         fprintf(stderr, "peer_llama: llama.cpp could not quantize %s\n", in);
         return 1;
