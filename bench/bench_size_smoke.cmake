@@ -26,7 +26,7 @@ string(REGEX MATCH "4 streams, 1 threads, prompt 8 \\+ 4 steps each: S_TG [0-9.]
 if(NOT streams)
   message(FATAL_ERROR "bench_size --quick: no streams line with figures in:\n${out}\n${err}")
 endif()
-foreach(want "goals: decode" "RSS ")
+foreach(want "goals: decode" "RSS " "vocab 32000 (in the file)")
   string(FIND "${out}" "${want}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "bench_size --quick: no '${want}' in:\n${out}")
