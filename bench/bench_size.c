@@ -162,13 +162,14 @@ out:
 /* ---- N streams, against llama.cpp's batched decoding ---- */
 
 struct streams_figs {
-    double s_tg, s;    /* tok/s: the steps' tokens over their time; all tokens over all the time */
-    bool   ok;
+    double      s_tg, s;    /* tok/s: the steps' tokens over their time; all tokens over all the time */
+    const char *kv;         /* the engine's KV cache type */
+    bool        ok;
 };
 
 static struct streams_figs streams_run(const char *path, unsigned threads, const struct opts *o)
 {
-    struct streams_figs f = { NAN, NAN, false };
+    struct streams_figs f = { NAN, NAN, "-", false };
     struct ds_model *m = NULL;
     struct ds_engine *e = NULL;
     struct ds_seq *seq[BENCH_STREAMS_MAX] = { 0 };
@@ -184,6 +185,7 @@ static struct streams_figs streams_run(const char *path, unsigned threads, const
     eo.max_ctx = pp + tg + 16;
     eo.kv_seqs = n;
     if (ds_engine_create(m, &eo, &e) != DS_OK) goto out;
+    f.kv = ds_kv_type_name(ds_engine_kv_type(e));
     const uint32_t V = m->cfg.vocab_size;
     prompt = malloc(pp * sizeof *prompt);
     lg = malloc((size_t)n * V * sizeof *lg);
@@ -361,9 +363,9 @@ static int bench_file(const struct opts *o, const char *label, const char *path,
                                                 &p_tg, &p_s))
             p_tg = p_s = NAN;
         if (!sf.ok) rc = 1;
-        printf("  %u streams, %u threads, prompt %u + %u steps each: S_TG %.1f tok/s, S %.1f | llama.cpp batched "
-               "S_TG %.1f, S %.1f | S_TG %.2fx", o->streams, t, o->streams_pp, o->streams_tg, sf.s_tg, sf.s, p_tg,
-               p_s, sf.s_tg / p_tg);
+        printf("  %u streams, %u threads, prompt %u + %u steps each: S_TG %.1f tok/s, S %.1f (KV %s) | llama.cpp "
+               "batched S_TG %.1f, S %.1f | S_TG %.2fx", o->streams, t, o->streams_pp, o->streams_tg, sf.s_tg, sf.s,
+               sf.kv, p_tg, p_s, sf.s_tg / p_tg);
         if (!isnan(p_tg)) printf(": %s (>= 3x)", goal(sf.s_tg >= 3 * p_tg));
         printf("\n");
         fflush(stdout);

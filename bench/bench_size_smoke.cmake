@@ -22,7 +22,7 @@ if(NOT def)
   message(FATAL_ERROR "bench_size --quick: the default dspark run did not run native:\n${out}")
 endif()
 # the streams line (4 streams at --quick): dspark's figures, llama.cpp's nan without --peer
-string(REGEX MATCH "4 streams, 1 threads, prompt 8 \\+ 4 steps each: S_TG [0-9.]+ tok/s, S [0-9.]+ \\|" streams "${out}")
+string(REGEX MATCH "4 streams, 1 threads, prompt 8 \\+ 4 steps each: S_TG [0-9.]+ tok/s, S [0-9.]+ \\(KV [a-z0-9_]+\\) \\|" streams "${out}")
 if(NOT streams)
   message(FATAL_ERROR "bench_size --quick: no streams line with figures in:\n${out}\n${err}")
 endif()
