@@ -83,7 +83,7 @@ struct opts {
     const char *dir, *file, *peer, *shape, *dspark, *tok;
     unsigned    threads[MAX_THREADS], n_threads, gen, prompt, bw_mib;
     unsigned    streams, streams_pp, streams_tg;
-    bool        keep, q8, q4, write_only;
+    bool        keep, q8, q4, write_only, streams_only;
 };
 
 /* ---- read bandwidth ---- */
@@ -327,9 +327,10 @@ static int bench_file(const struct opts *o, const char *label, const char *path,
     printf("\n%s: %s, %.0f MB, dim %u, %u layers, %u/%u heads, ffn %u, vocab %u (%s)\n", label, path, file_mb,
            c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size,
            vocab ? "in the file" : tok ? "none: tokenizer.bin" : "none");
-    printf("  thr  bw GB/s | decode tok/s  GB/s  %%bw  | prefill tok/s | llama.cpp dec    x   pre     x  "
+    if (!o->streams_only)
+        printf("  thr  bw GB/s | decode tok/s  GB/s  %%bw  | prefill tok/s | llama.cpp dec    x   pre     x  "
            "| RSS MB  file+KV  ratio | TTFT s | default native tok/s\n");
-    for (unsigned i = 0; i < o->n_threads; i++) {
+    for (unsigned i = 0; !o->streams_only && i < o->n_threads; i++) {
         const unsigned t = o->threads[i];
         const double bw = bw_measure(buf, words, t);
         const struct engine_figs ef = engine_run(path, t, o);
@@ -397,6 +398,7 @@ static void usage(FILE *f)
             "                   (default 16; 0: none)\n"
             "  --streams-pp N   prompt tokens of each stream (default 128)\n"
             "  --streams-tg N   decode steps of the streams (default 32)\n"
+            "  --streams-only   the streams line only (no per-thread rows)\n"
             "  --quick          15m shape, q8_0, 1 thread, --gen 8 --prompt 16 --bw-mib 64, 4 streams of\n"
             "                   8 + 4 tokens (the smoke)\n"
             "  -h, --help       this text\n");
@@ -409,7 +411,7 @@ int main(int argc, char **argv)
                       .dspark = DS_BUILD_DIR "/shared/dspark", .tok = DS_MODELS_DIR "/tokenizer.bin",
                       .threads = { 2, 1 }, .n_threads = 2 };
     enum { O_SHAPE = 256, O_TYPES, O_FILE, O_DIR, O_KEEP, O_THREADS, O_GEN, O_PROMPT, O_BW, O_PEER, O_QUICK,
-           O_STREAMS, O_SPP, O_STG, O_WRITE_ONLY };
+           O_STREAMS, O_SPP, O_STG, O_WRITE_ONLY, O_STREAMS_ONLY };
     static const struct option lo[] = {
         { "shape", required_argument, 0, O_SHAPE },     { "types", required_argument, 0, O_TYPES },
         { "file", required_argument, 0, O_FILE },       { "dir", required_argument, 0, O_DIR },
@@ -419,6 +421,7 @@ int main(int argc, char **argv)
         { "quick", no_argument, 0, O_QUICK },           { "help", no_argument, 0, 'h' },
         { "streams", required_argument, 0, O_STREAMS }, { "streams-pp", required_argument, 0, O_SPP },
         { "streams-tg", required_argument, 0, O_STG },  { "write-only", no_argument, 0, O_WRITE_ONLY },
+        { "streams-only", no_argument, 0, O_STREAMS_ONLY },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long(argc, argv, "h", lo, NULL)) != -1;) {
@@ -433,6 +436,7 @@ int main(int argc, char **argv)
         case O_DIR: o.dir = optarg; break;
         case O_KEEP: o.keep = true; break;
         case O_WRITE_ONLY: o.write_only = o.keep = true; break;
+        case O_STREAMS_ONLY: o.streams_only = true; break;
         case O_THREADS: {
             o.n_threads = 0;
             for (char *save = NULL, *tokp = strtok_r(optarg, ",", &save); tokp; tokp = strtok_r(NULL, ",", &save))
