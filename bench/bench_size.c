@@ -42,7 +42,7 @@
 ** prompt tokens for each stream (default 128), then --streams-tg steps
 ** (default 32) of one forward pass with a row per stream (bench_streams.c,
 ** bench_batch's measure; the engine's default KV cache), after a short
-** warm-up run. Printed: S_TG (N x steps / their time) and S (all tokens /
+** warm-up run (--streams-only: this line alone). Printed: S_TG (N x steps / their time) and S (all tokens /
 ** all the time), and with --peer llama.cpp's own batched decoding on the
 ** same file (`peer_llama batched`: one llama_batch of N tokens with
 ** distinct seq_ids per step, its default F16 KV cache), and the ratio.
@@ -329,7 +329,7 @@ static int bench_file(const struct opts *o, const char *label, const char *path,
            vocab ? "in the file" : tok ? "none: tokenizer.bin" : "none");
     if (!o->streams_only)
         printf("  thr  bw GB/s | decode tok/s  GB/s  %%bw  | prefill tok/s | llama.cpp dec    x   pre     x  "
-           "| RSS MB  file+KV  ratio | TTFT s | default native tok/s\n");
+               "| RSS MB  file+KV  ratio | TTFT s | default native tok/s\n");
     for (unsigned i = 0; !o->streams_only && i < o->n_threads; i++) {
         const unsigned t = o->threads[i];
         const double bw = bw_measure(buf, words, t);
