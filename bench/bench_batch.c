@@ -56,6 +56,7 @@
 
 #include "bench_peak.h"
 #include "bench_prefix.h"
+#include "bench_streams.h"
 #include "bench_util.h"
 #include "ds/engine.h"
 #include "ds/kern.h"
@@ -63,7 +64,7 @@
 #include "ds/model.h"
 #include "support/mkmodel.h"
 
-#define MAX_STREAMS    256
+#define MAX_STREAMS    BENCH_STREAMS_MAX
 #define MAX_COUNTS     16
 #define MAX_REPS       64
 #define DECODE_PROMPT  8             /* prompt tokens per sequence before the timed steps */
@@ -172,45 +173,13 @@ static enum ds_err open_or_write(const char *path, const struct opts *o, struct 
 
 /* ---- runs ---- */
 
-static int32_t argmax(const float *x, uint32_t n)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return (int32_t)best;
-}
-
-/* One run for n streams: reset and prefill every sequence, then time
-** `steps` forward passes of n rows. Returns the seconds of the timed part,
-** or a negative value on an engine error (logged). */
+/* One run for n streams (bench_streams_run): the seconds of the timed
+** steps, or a negative value on an engine error (logged). */
 static double run_once(struct ds_engine *e, struct ds_seq **seq, unsigned n, unsigned steps, float *logits,
                        const int32_t *prompt, uint32_t V)
 {
-    struct ds_batch_row rows[MAX_STREAMS];
-    int32_t next[MAX_STREAMS];
-    for (unsigned i = 0; i < n; i++) {
-        enum ds_err rc = ds_seq_truncate(seq[i], 0);
-        /* Each stream its own prompt, so no two rows are the same work. */
-        int32_t p[DECODE_PROMPT];
-        for (unsigned t = 0; t < DECODE_PROMPT; t++) p[t] = (int32_t)(((uint32_t)prompt[t] + 977u * i) % V);
-        if (rc == DS_OK) rc = ds_engine_eval(e, seq[i], p, DECODE_PROMPT, logits, false);
-        if (rc != DS_OK) {
-            fprintf(stderr, "bench_batch: prefill failed: %s\n", ds_strerror(rc));
-            return -1;
-        }
-        next[i] = argmax(logits, V);
-    }
-    double t0 = bench_now_s();
-    for (unsigned s = 0; s < steps; s++) {
-        for (unsigned i = 0; i < n; i++) rows[i] = (struct ds_batch_row){ seq[i], next[i], true };
-        enum ds_err rc = ds_engine_forward(e, rows, n, logits);
-        if (rc != DS_OK) {
-            fprintf(stderr, "bench_batch: forward of %u rows failed: %s\n", n, ds_strerror(rc));
-            return -1;
-        }
-        for (unsigned i = 0; i < n; i++) next[i] = argmax(logits + (size_t)i * V, V);
-    }
-    return bench_now_s() - t0;
+    struct bench_streams_time t;
+    return bench_streams_run(e, seq, n, prompt, DECODE_PROMPT, steps, logits, V, &t) ? t.decode_s : -1;
 }
 
 static enum ds_err run_all(struct bench *b, const struct ds_model *m)

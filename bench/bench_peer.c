@@ -71,3 +71,28 @@ bool bench_peer_run(const char *peer, const char *file, unsigned threads, unsign
     *decode_tok_s = dc;
     return true;
 }
+
+bool bench_peer_batched(const char *peer, const char *file, unsigned threads, unsigned np, unsigned pp,
+                        unsigned tg, unsigned reps, double *s_tg, double *s)
+{
+    char qp[4096], qf[4096], cmd[2 * 4096 + 128];
+    if (!quoted(qp, sizeof qp, peer) || !quoted(qf, sizeof qf, file)) return false;
+    snprintf(cmd, sizeof cmd, "%s batched %s -t %u --np %u -p %u -n %u -r %u", qp, qf, threads, np, pp, tg, reps);
+    FILE *p = popen(cmd, "r");
+    if (!p) return false;
+    char line[4096];
+    double a = -1, b = -1;
+    while (fgets(line, sizeof line, p)) {
+        if (!strstr(line, "\"peer\"")) continue;
+        a = field(line, "s_tg");
+        b = field(line, "s");
+    }
+    int st = pclose(p);
+    if (st != 0 || a <= 0 || b <= 0) {
+        fprintf(stderr, "bench: %s batched on %s gave no figures (exit %d)\n", peer, file, st);
+        return false;
+    }
+    *s_tg = a;
+    *s = b;
+    return true;
+}

@@ -21,4 +21,12 @@ bool bench_peer_file(const char *peer, const char *model, char *out, size_t cap)
 bool bench_peer_run(const char *peer, const char *file, unsigned threads, unsigned prompt, unsigned gen,
                     unsigned reps, double *prefill_tok_s, double *decode_tok_s);
 
+/* llama.cpp's batched decoding as llama-batched-bench measures it (`peer
+** batched`): pp prompt tokens for each of np sequences, then tg steps of np
+** tokens in one batch; S_TG (np x tg / its time) and S ((pp + tg) x np / the
+** whole time), tok/s, of the run with the fastest steps of reps; false (said
+** on stderr) when the peer did not run or printed no figures. */
+bool bench_peer_batched(const char *peer, const char *file, unsigned threads, unsigned np, unsigned pp,
+                        unsigned tg, unsigned reps, double *s_tg, double *s);
+
 #endif

@@ -13,8 +13,15 @@
 ** stories15M's, for the smoke), written with dspark's GGUF
 ** writer (tests/support/mkmodel.c) in Q8_0 and llama.cpp's Q4_K_M mix into
 ** --dir (default a temporary folder, removed at the end unless --keep), or
-** taken as they are with --file (a GGUF made by llama.cpp's tools: then no
-** vocabulary is needed, see below).
+** taken as they are with --file (a GGUF made by llama.cpp's tools, or one
+** this bench wrote and kept).
+** Vocabulary: a written file carries a SentencePiece one of exactly the
+** shape's vocab size (mk_random_model_vocab: llama2.c's 32000 pieces from
+** tokenizer.bin in DS_MODELS_DIR, then unique placeholder pieces up to
+** 128256 / 151936), so `dspark run` and llama.cpp both take the file as it
+** is. A file without one (written by an older bench_size) gets tokenizer.bin
+** through -z when its vocabulary is 32000, and llama.cpp a copy with a
+** placeholder vocabulary (bench_peer.h); otherwise no run columns.
 ** Per file and thread count (--threads, default 2,1):
 **   bw       read bandwidth: one buffer of --bw-mib MiB summed by that many
 **            threads, the best of 5 (GB/s)
@@ -29,16 +36,21 @@
 **   default  decode tok/s of `dspark run` with no --precision, and with
 **            --precision native (their stderr line)
 **   llama.cpp with --peer PATH (bench/peer/build.sh's peer_llama): prefill
-**            and decode on the same file (a copy with a placeholder
-**            vocabulary: bench_peer.h), in the same run
-** dspark run reads the text through tokenizer.bin (llama2.c's 32000-piece
-** vocabulary, from DS_MODELS_DIR): the written files carry no vocabulary, so
-** the llama32 and qwen25 shapes get the in-process figures only (RSS, TTFT
-** and default columns "nan"; a real file given with --file gets them all).
+**            and decode on the same file, in the same run
+** Per file, at the first thread count, --streams N (default 16; 0: none)
+** streams as llama.cpp's llama-batched-bench measures them: --streams-pp
+** prompt tokens for each stream (default 128), then --streams-tg steps
+** (default 32) of one forward pass with a row per stream (bench_streams.c,
+** bench_batch's measure; the engine's default KV cache), after a short
+** warm-up run (--streams-only: this line alone). Printed: S_TG (N x steps / their time) and S (all tokens /
+** all the time), and with --peer llama.cpp's own batched decoding on the
+** same file (`peer_llama batched`: one llama_batch of N tokens with
+** distinct seq_ids per step, its default F16 KV cache), and the ratio.
 ** Goals (PASS/MISS, never asserted): decode >= 1.25x llama.cpp and >= 90% of
 ** bw; prefill >= 2x llama.cpp; RSS <= file + KV + 10%; default decode
-** within 5% of native. Exit status non-zero only when something could not
-** run. ctest bench.size_smoke: --quick on the 15m shape.
+** within 5% of native; 16 streams S_TG >= 3x llama.cpp's. Exit status
+** non-zero only when something could not run. ctest bench.size_smoke:
+** --quick on the 15m shape (4 streams).
 */
 #include <errno.h>
 #include <getopt.h>
@@ -54,8 +66,10 @@
 #include <unistd.h>
 
 #include "bench_peer.h"
+#include "bench_streams.h"
 #include "bench_util.h"
 #include "ds/engine.h"
+#include "ds/gguf.h"
 #include "ds/log.h"
 #include "ds/model.h"
 #include "support/mkmodel.h"
@@ -68,7 +82,8 @@
 struct opts {
     const char *dir, *file, *peer, *shape, *dspark, *tok;
     unsigned    threads[MAX_THREADS], n_threads, gen, prompt, bw_mib;
-    bool        keep, q8, q4;
+    unsigned    streams, streams_pp, streams_tg;
+    bool        keep, q8, q4, write_only, streams_only;
 };
 
 /* ---- read bandwidth ---- */
@@ -144,6 +159,62 @@ out:
     return f;
 }
 
+/* ---- N streams, against llama.cpp's batched decoding ---- */
+
+struct streams_figs {
+    double      s_tg, s;    /* tok/s: the steps' tokens over their time; all tokens over all the time */
+    const char *kv;         /* the engine's KV cache type */
+    bool        ok;
+};
+
+static struct streams_figs streams_run(const char *path, unsigned threads, const struct opts *o)
+{
+    struct streams_figs f = { NAN, NAN, "-", false };
+    struct ds_model *m = NULL;
+    struct ds_engine *e = NULL;
+    struct ds_seq *seq[BENCH_STREAMS_MAX] = { 0 };
+    int32_t *prompt = NULL;
+    float *lg = NULL;
+    const unsigned n = o->streams, pp = o->streams_pp, tg = o->streams_tg;
+    if (ds_model_open(path, &m) != DS_OK) goto out;
+    struct ds_engine_opts eo;
+    ds_engine_opts_init(&eo);
+    eo.precision = DS_PRECISION_NATIVE;
+    eo.n_threads = threads;
+    eo.max_batch = DS_MAX(n, pp);
+    eo.max_ctx = pp + tg + 16;
+    eo.kv_seqs = n;
+    if (ds_engine_create(m, &eo, &e) != DS_OK) goto out;
+    f.kv = ds_kv_type_name(ds_engine_kv_type(e));
+    const uint32_t V = m->cfg.vocab_size;
+    prompt = malloc(pp * sizeof *prompt);
+    lg = malloc((size_t)n * V * sizeof *lg);
+    if (!prompt || !lg) goto out;
+    uint64_t x = SEED;
+    for (unsigned i = 0; i < pp; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)(3 + (x >> 33) % (V - 3));
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (ds_seq_create(e, &seq[i]) != DS_OK) goto out;
+    struct bench_streams_time t;
+    /* a warm-up run (a short prompt, two steps), then the measured one */
+    if (!bench_streams_run(e, seq, n, prompt, DS_MIN(pp, 8u), DS_MIN(tg, 2u), lg, V, &t) ||
+        !bench_streams_run(e, seq, n, prompt, pp, tg, lg, V, &t))
+        goto out;
+    f.s_tg = (double)n * tg / t.decode_s;
+    f.s = (double)n * (pp + tg) / (t.prefill_s + t.decode_s);
+    f.ok = true;
+out:
+    if (!f.ok) fprintf(stderr, "bench_size: %s: %u streams did not run (threads %u)\n", path, n, threads);
+    for (unsigned i = 0; i < n; i++) ds_seq_destroy(seq[i]);
+    free(prompt);
+    free(lg);
+    ds_engine_destroy(e);
+    ds_model_close(m);
+    return f;
+}
+
 /* ---- dspark run as a child ---- */
 
 struct child_figs {
@@ -171,9 +242,9 @@ static long vm_hwm_kb(pid_t pid)
     return kb;
 }
 
-/* dspark run -m path -n gen -t threads [--precision prec]; stderr into a file. */
-static struct child_figs child_run(const struct opts *o, const char *path, unsigned threads, unsigned gen,
-                                   const char *prec)
+/* dspark run -m path -n gen -t threads [-z tok] [--precision prec]; stderr into a file. */
+static struct child_figs child_run(const struct opts *o, const char *path, const char *tok, unsigned threads,
+                                   unsigned gen, const char *prec)
 {
     struct child_figs f = { .decode = NAN };
     char err_path[4200], nbuf[16], tbuf[16];
@@ -183,7 +254,7 @@ static struct child_figs child_run(const struct opts *o, const char *path, unsig
     const char *argv[20] = { o->dspark, "run", "-m", path, "-p", "Once upon a time", "-n", nbuf, "-t", tbuf,
                              "--ctx", RUN_CTX };
     int n = 12;
-    if (o->tok) argv[n++] = "-z", argv[n++] = o->tok;
+    if (tok) argv[n++] = "-z", argv[n++] = tok;
     if (prec) argv[n++] = "--precision", argv[n++] = prec;
     argv[n] = NULL;
     fflush(stdout);                        /* or the child's freopen writes our buffer again */
@@ -240,29 +311,36 @@ static int bench_file(const struct opts *o, const char *label, const char *path,
     struct ds_model *m;
     if (ds_model_open(path, &m) != DS_OK) return 1;
     const struct ds_model_config c = m->cfg;
+    struct ds_str tm;
+    const bool vocab = m->gguf && ds_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm) == DS_OK;
     ds_model_close(m);
+    /* dspark run needs a vocabulary: the file's, or tokenizer.bin's 32000 pieces */
+    const char *tok = !vocab && c.vocab_size == 32000 ? o->tok : NULL;
+    const bool child = vocab || tok;
     const double file_mb = (double)st.st_size / 1e6;
     const double kv_mb = (double)atoi(RUN_CTX) * c.n_layers * 2 * c.kv_dim * 4 / 1e6;
+    /* llama.cpp too: the file itself, or a copy with a placeholder vocabulary */
     char peer_file[4200] = "";
-    if (o->peer && !bench_peer_file(o->peer, path, peer_file, sizeof peer_file)) peer_file[0] = 0;
+    if (o->peer && vocab) snprintf(peer_file, sizeof peer_file, "%s", path);
+    else if (o->peer && !bench_peer_file(o->peer, path, peer_file, sizeof peer_file)) peer_file[0] = 0;
     int rc = 0;
-    printf("\n%s: %s, %.0f MB, dim %u, %u layers, %u/%u heads, ffn %u, vocab %u\n", label, path, file_mb, c.dim,
-           c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size);
-    printf("  thr  bw GB/s | decode tok/s  GB/s  %%bw  | prefill tok/s | llama.cpp dec    x   pre     x  "
-           "| RSS MB  file+KV  ratio | TTFT s | default native tok/s\n");
-    for (unsigned i = 0; i < o->n_threads; i++) {
+    printf("\n%s: %s, %.0f MB, dim %u, %u layers, %u/%u heads, ffn %u, vocab %u (%s)\n", label, path, file_mb,
+           c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.hidden_dim, c.vocab_size,
+           vocab ? "in the file" : tok ? "none: tokenizer.bin" : "none");
+    if (!o->streams_only)
+        printf("  thr  bw GB/s | decode tok/s  GB/s  %%bw  | prefill tok/s | llama.cpp dec    x   pre     x  "
+               "| RSS MB  file+KV  ratio | TTFT s | default native tok/s\n");
+    for (unsigned i = 0; !o->streams_only && i < o->n_threads; i++) {
         const unsigned t = o->threads[i];
         const double bw = bw_measure(buf, words, t);
         const struct engine_figs ef = engine_run(path, t, o);
         double pd = NAN, pp = NAN;
         if (peer_file[0] && !bench_peer_run(o->peer, peer_file, t, o->prompt, o->gen, 3, &pp, &pd)) pd = pp = NAN;
-        /* dspark run needs a vocabulary: the file's, or tokenizer.bin's 32000 pieces */
-        const bool child = !o->tok || c.vocab_size == 32000;
         const struct child_figs none = { NAN, NAN, NAN, "-", true };
-        const struct child_figs rss = child ? child_run(o, path, t, 16, "native") : none;
-        const struct child_figs first = child ? child_run(o, path, t, 1, "native") : none;
-        const struct child_figs def = child ? child_run(o, path, t, o->gen, NULL) : none;
-        const struct child_figs nat = child ? child_run(o, path, t, o->gen, "native") : none;
+        const struct child_figs rss = child ? child_run(o, path, tok, t, 16, "native") : none;
+        const struct child_figs first = child ? child_run(o, path, tok, t, 1, "native") : none;
+        const struct child_figs def = child ? child_run(o, path, tok, t, o->gen, NULL) : none;
+        const struct child_figs nat = child ? child_run(o, path, tok, t, o->gen, "native") : none;
         if (!ef.ok || !rss.ok || !first.ok || !def.ok || !nat.ok) rc = 1;
         const double gbs = ef.decode * ef.weight_gb, share = 100 * gbs / bw;
         const double ref_mb = file_mb + kv_mb;
@@ -278,7 +356,22 @@ static int bench_file(const struct opts *o, const char *label, const char *path,
                     1.1 * ref_mb, goal(def.decode >= 0.95 * nat.decode), def.prec, def.decode, nat.decode);
         fflush(stdout);
     }
-    if (peer_file[0]) unlink(peer_file);
+    if (o->streams) {
+        const unsigned t = o->threads[0];
+        const struct streams_figs sf = streams_run(path, t, o);
+        double p_tg = NAN, p_s = NAN;
+        if (peer_file[0] && !bench_peer_batched(o->peer, peer_file, t, o->streams, o->streams_pp, o->streams_tg, 1,
+                                                &p_tg, &p_s))
+            p_tg = p_s = NAN;
+        if (!sf.ok) rc = 1;
+        printf("  %u streams, %u threads, prompt %u + %u steps each: S_TG %.1f tok/s, S %.1f (KV %s) | llama.cpp "
+               "batched S_TG %.1f, S %.1f | S_TG %.2fx", o->streams, t, o->streams_pp, o->streams_tg, sf.s_tg, sf.s,
+               sf.kv, p_tg, p_s, sf.s_tg / p_tg);
+        if (!isnan(p_tg)) printf(": %s (>= 3x)", goal(sf.s_tg >= 3 * p_tg));
+        printf("\n");
+        fflush(stdout);
+    }
+    if (peer_file[0] && !vocab) unlink(peer_file);
     return rc;
 }
 
@@ -294,21 +387,31 @@ static void usage(FILE *f)
             "  --file PATH      a GGUF as it is (e.g. made by llama.cpp's tools) instead of written ones\n"
             "  --dir DIR        where the files are written (default: a temporary folder)\n"
             "  --keep           keep the written files\n"
+            "  --write-only     write the files into --dir, keep them and stop (e.g. for llama.cpp's\n"
+            "                   quantizer: peer_llama quantize)\n"
             "  --threads LIST   thread counts (default 2,1)\n"
             "  --gen N          decode steps (default 64)\n"
             "  --prompt N       prefill tokens (default 128)\n"
             "  --bw-mib N       bandwidth buffer in MiB (default 1024)\n"
             "  --peer PATH      llama.cpp's peer_llama (bench/peer/build.sh): its figures side by side\n"
-            "  --quick          15m shape, q8_0, 1 thread, --gen 8 --prompt 16 --bw-mib 64 (the smoke)\n"
+            "  --streams N      N streams against llama.cpp's batched decoding, at the first thread count\n"
+            "                   (default 16; 0: none)\n"
+            "  --streams-pp N   prompt tokens of each stream (default 128)\n"
+            "  --streams-tg N   decode steps of the streams (default 32)\n"
+            "  --streams-only   the streams line only (no per-thread rows)\n"
+            "  --quick          15m shape, q8_0, 1 thread, --gen 8 --prompt 16 --bw-mib 64, 4 streams of\n"
+            "                   8 + 4 tokens (the smoke)\n"
             "  -h, --help       this text\n");
 }
 
 int main(int argc, char **argv)
 {
     struct opts o = { .shape = "tinyllama", .gen = 64, .prompt = 128, .bw_mib = 1024, .q8 = true, .q4 = true,
+                      .streams = 16, .streams_pp = 128, .streams_tg = 32,
                       .dspark = DS_BUILD_DIR "/shared/dspark", .tok = DS_MODELS_DIR "/tokenizer.bin",
                       .threads = { 2, 1 }, .n_threads = 2 };
-    enum { O_SHAPE = 256, O_TYPES, O_FILE, O_DIR, O_KEEP, O_THREADS, O_GEN, O_PROMPT, O_BW, O_PEER, O_QUICK };
+    enum { O_SHAPE = 256, O_TYPES, O_FILE, O_DIR, O_KEEP, O_THREADS, O_GEN, O_PROMPT, O_BW, O_PEER, O_QUICK,
+           O_STREAMS, O_SPP, O_STG, O_WRITE_ONLY, O_STREAMS_ONLY };
     static const struct option lo[] = {
         { "shape", required_argument, 0, O_SHAPE },     { "types", required_argument, 0, O_TYPES },
         { "file", required_argument, 0, O_FILE },       { "dir", required_argument, 0, O_DIR },
@@ -316,6 +419,9 @@ int main(int argc, char **argv)
         { "gen", required_argument, 0, O_GEN },         { "prompt", required_argument, 0, O_PROMPT },
         { "bw-mib", required_argument, 0, O_BW },       { "peer", required_argument, 0, O_PEER },
         { "quick", no_argument, 0, O_QUICK },           { "help", no_argument, 0, 'h' },
+        { "streams", required_argument, 0, O_STREAMS }, { "streams-pp", required_argument, 0, O_SPP },
+        { "streams-tg", required_argument, 0, O_STG },  { "write-only", no_argument, 0, O_WRITE_ONLY },
+        { "streams-only", no_argument, 0, O_STREAMS_ONLY },
         { 0, 0, 0, 0 },
     };
     for (int c; (c = getopt_long(argc, argv, "h", lo, NULL)) != -1;) {
@@ -329,6 +435,8 @@ int main(int argc, char **argv)
         case O_FILE: o.file = optarg; break;
         case O_DIR: o.dir = optarg; break;
         case O_KEEP: o.keep = true; break;
+        case O_WRITE_ONLY: o.write_only = o.keep = true; break;
+        case O_STREAMS_ONLY: o.streams_only = true; break;
         case O_THREADS: {
             o.n_threads = 0;
             for (char *save = NULL, *tokp = strtok_r(optarg, ",", &save); tokp; tokp = strtok_r(NULL, ",", &save))
@@ -343,8 +451,19 @@ int main(int argc, char **argv)
             break;
         case O_BW: if (bench_parse_uint(optarg, 16, 65536, &o.bw_mib)) return fprintf(stderr, "bench_size: --bw-mib N\n"), 2; break;
         case O_PEER: o.peer = optarg; break;
+        case O_STREAMS:
+            if (bench_parse_uint(optarg, 0, BENCH_STREAMS_MAX, &o.streams))
+                return fprintf(stderr, "bench_size: --streams N (0..%u)\n", BENCH_STREAMS_MAX), 2;
+            break;
+        case O_SPP:
+            if (bench_parse_uint(optarg, 1, 2048, &o.streams_pp)) return fprintf(stderr, "bench_size: --streams-pp N\n"), 2;
+            break;
+        case O_STG:
+            if (bench_parse_uint(optarg, 1, 4096, &o.streams_tg)) return fprintf(stderr, "bench_size: --streams-tg N\n"), 2;
+            break;
         case O_QUICK:
             o.shape = "15m", o.q4 = false, o.threads[0] = 1, o.n_threads = 1, o.gen = 8, o.prompt = 16, o.bw_mib = 64;
+            o.streams = 4, o.streams_pp = 8, o.streams_tg = 4;
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -374,10 +493,7 @@ int main(int argc, char **argv)
     printf("bench_size: %s shape, dspark %s, llama.cpp %s; decode %u steps, prefill %u tokens\n", o.shape, o.dspark,
            o.peer ? o.peer : "(no --peer)", o.gen, o.prompt);
     int rc = 0;
-    if (o.file) {
-        o.tok = NULL;                          /* a real file has its vocabulary */
-        rc |= bench_file(&o, "file", o.file, buf, words);
-    }
+    if (o.file) rc |= bench_file(&o, "file", o.file, buf, words);
     struct { bool want; const char *name; enum ds_ggml_type type; } types[] = {
         { o.q8, "q8_0", DS_GGML_TYPE_Q8_0 }, { o.q4, "q4_k_m", MK_TYPE_Q4_K_M },
     };
@@ -389,13 +505,14 @@ int main(int argc, char **argv)
         struct stat st;
         if (stat(path, &st) != 0) {
             fprintf(stderr, "bench_size: writing %s...\n", path);
-            if (mk_random_model_flags(path, shape, types[i].type, SEED, shape_flags) != DS_OK) {
+            if (mk_random_model_vocab(path, shape, types[i].type, SEED, shape_flags, o.tok) != DS_OK) {
                 fprintf(stderr, "bench_size: cannot write %s\n", path);
                 rc = 1;
                 continue;
             }
         }
-        rc |= bench_file(&o, label, path, buf, words);
+        if (o.write_only) printf("%s: %s\n", label, path);
+        else rc |= bench_file(&o, label, path, buf, words);
         if (!o.keep) unlink(path);
     }
     char err_path[4200];

@@ -13,6 +13,19 @@
 **                                    prefill of PROMPT random tokens in one
 **                                    batch and decode of GEN tokens one at
 **                                    a time; the fastest of REPS, tok/s
+**   peer_llama batched MODEL [-t THREADS] [-p PP] [-n TG] [--np NP] [-r REPS]
+**                                    what llama.cpp's llama-batched-bench
+**                                    does for one (PP, TG, NP): PP prompt
+**                                    tokens of each of NP sequences (one
+**                                    batch of NP x PP, decoded n_batch 2048
+**                                    / n_ubatch 512 at a time), then TG
+**                                    steps of one llama_batch of NP tokens
+**                                    with distinct seq_ids, logits for
+**                                    each; its context defaults (F16 KV,
+**                                    flash attention auto, a KV cache per
+**                                    sequence); after a warm-up, the run
+**                                    with the fastest TG of REPS: S_PP,
+**                                    S_TG and S tok/s as the tool prints
 **   peer_llama logits MODEL IDS OUT [-t THREADS] [--fa]
 **                                    teacher-forced logits of every
 **                                    position of IDS (whitespace-separated
@@ -22,7 +35,10 @@
 **                                    OUT: int32 n_positions, int32
 **                                    n_vocab, float32 rows
 **   peer_llama quantize IN OUT TYPE  llama.cpp's quantizer: TYPE q8_0,
-**                                    q4_0, q4_k_m, q6_k, f16
+**                                    q4_0, q4_k_m, q6_k, f16 (a quantized
+**                                    IN, e.g. bench_size's Q8_0, is
+**                                    requantized: a file laid out and
+**                                    mixed by llama.cpp itself)
 **
 ** Owns: nothing beyond one command's model and context.
 */
@@ -47,6 +63,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: peer_llama vocab IN OUT\n"
                     "       peer_llama bench MODEL [-t THREADS] [-p PROMPT] [-n GEN] [-r REPS]\n"
+                    "       peer_llama batched MODEL [-t THREADS] [-p PP] [-n TG] [--np NP] [-r REPS]\n"
                     "       peer_llama logits MODEL IDS OUT [-t THREADS] [--fa]\n"
                     "       peer_llama quantize IN OUT q8_0|q4_0|q4_k_m|q6_k|f16\n");
     return 2;
@@ -221,6 +238,89 @@ static int cmd_bench(const char *path, int threads, int prompt, int gen, int rep
     return 0;
 }
 
+/* ---- batched (llama-batched-bench) ---- */
+
+/* Decode b in views of n_batch tokens, as the tool's decode_helper does. */
+static int decode_views(struct llama_context *c, struct llama_batch *b, int n_batch)
+{
+    for (int i = 0; i < b->n_tokens; i += n_batch) {
+        const int n = b->n_tokens - i < n_batch ? b->n_tokens - i : n_batch;
+        struct llama_batch v = { n, b->token + i, NULL, b->pos + i, b->n_seq_id + i, b->seq_id + i, b->logits + i };
+        if (llama_decode(c, v) != 0) return 1;
+        llama_synchronize(c);
+    }
+    return 0;
+}
+
+static void batch_add(struct llama_batch *b, int32_t id, int pos, int seq, bool logits)
+{
+    const int i = b->n_tokens++;
+    b->token[i] = id;
+    b->pos[i] = pos;
+    b->n_seq_id[i] = 1;
+    b->seq_id[i][0] = seq;
+    b->logits[i] = logits;
+}
+
+static int cmd_batched(const char *path, int threads, int pp, int tg, int np, int reps)
+{
+    llama_log_set(quiet_log, NULL);
+    struct llama_model *m = load(path);
+    if (!m) return 1;
+    const int n_batch = 2048, per_seq = (pp + tg + 16 + 255) / 256 * 256;
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)(np * per_seq);
+    cp.n_batch = (uint32_t)n_batch;
+    cp.n_ubatch = 512;
+    cp.n_seq_max = (uint32_t)np;
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.no_perf = true;
+    struct llama_context *c = llama_init_from_model(m, cp);
+    if (!c) {
+        fprintf(stderr, "peer_llama: cannot make a context for %d sequences\n", np);
+        return 1;
+    }
+    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
+    struct llama_batch b = llama_batch_init(np * (pp > tg ? pp : tg) + 16, 0, 1);
+    uint32_t s = 12345;
+    /* warm-up: 16 tokens of sequence 0, as the tool's */
+    for (int i = 0; i < 16; i++) batch_add(&b, 0, i, 0, false);
+    if (decode_views(c, &b, n_batch) != 0) return 1;
+    double best_pp = 1e30, best_tg = 1e30;
+    for (int r = 0; r < reps; r++) {
+        b.n_tokens = 0;
+        for (int i = 0; i < pp; i++)
+            for (int j = 0; j < np; j++) {
+                s = s * 1664525u + 1013904223u;
+                batch_add(&b, 3 + (int32_t)(s % (uint32_t)(n_vocab - 3)), i, j, false);
+            }
+        b.logits[b.n_tokens - 1] = true;
+        llama_memory_clear(llama_get_memory(c), false);
+        double t0 = now_s();
+        if (decode_views(c, &b, n_batch) != 0) return 1;
+        const double t_pp = now_s() - t0;
+        t0 = now_s();
+        for (int i = 0; i < tg; i++) {
+            b.n_tokens = 0;
+            for (int j = 0; j < np; j++) {
+                s = s * 1664525u + 1013904223u;
+                batch_add(&b, 3 + (int32_t)(s % (uint32_t)(n_vocab - 3)), pp + i, j, true);
+            }
+            if (decode_views(c, &b, n_batch) != 0) return 1;
+        }
+        const double t_tg = now_s() - t0;
+        if (t_tg < best_tg) best_tg = t_tg, best_pp = t_pp;
+    }
+    printf("{\"peer\":\"llama.cpp\",\"model\":\"%s\",\"threads\":%d,\"pp\":%d,\"tg\":%d,\"np\":%d,"
+           "\"t_pp\":%.3f,\"s_pp\":%.1f,\"t_tg\":%.3f,\"s_tg\":%.2f,\"s\":%.2f}\n",
+           path, threads, pp, tg, np, best_pp, (double)np * pp / best_pp, best_tg, (double)np * tg / best_tg,
+           (double)np * (pp + tg) / (best_pp + best_tg));
+    llama_batch_free(b);
+    llama_free(c);
+    llama_model_free(m);
+    return 0;
+}
+
 /* ---- logits ---- */
 
 static int cmd_logits(const char *path, const char *ids_path, const char *out, int threads, bool fa)
@@ -267,6 +367,7 @@ static int cmd_quantize(const char *in, const char *out, const char *type)
     if (i == sizeof types / sizeof types[0]) return usage();
     qp.ftype = types[i].t;
     qp.nthread = 2;
+    qp.allow_requantize = true;
     if (llama_model_quantize(in, out, &qp) != 0) {
         fprintf(stderr, "peer_llama: llama.cpp could not quantize %s\n", in);
         return 1;
@@ -278,7 +379,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) return usage();
     llama_backend_init();
-    int threads = 2, prompt = 120, gen = 64, reps = 3, a = 2;
+    int threads = 2, prompt = 120, gen = 64, reps = 3, np = 16, a = 2;
     bool fa = false;
     const char *pos[4] = { 0 };
     int n_pos = 0;
@@ -287,14 +388,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "-p") && a + 1 < argc) prompt = atoi(argv[++a]);
         else if (!strcmp(argv[a], "-n") && a + 1 < argc) gen = atoi(argv[++a]);
         else if (!strcmp(argv[a], "-r") && a + 1 < argc) reps = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--np") && a + 1 < argc) np = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--fa")) fa = true;
         else if (n_pos < 4) pos[n_pos++] = argv[a];
         else return usage();
     }
-    if (threads < 1 || prompt < 1 || gen < 1 || reps < 1) return usage();
+    if (threads < 1 || prompt < 1 || gen < 1 || reps < 1 || np < 1 || np > 256) return usage();
     const char *cmd = argv[1];
     if (!strcmp(cmd, "vocab") && n_pos == 2) return cmd_vocab(pos[0], pos[1]);
     if (!strcmp(cmd, "bench") && n_pos == 1) return cmd_bench(pos[0], threads, prompt, gen, reps);
+    if (!strcmp(cmd, "batched") && n_pos == 1) return cmd_batched(pos[0], threads, prompt, gen, np, reps);
     if (!strcmp(cmd, "logits") && n_pos == 3) return cmd_logits(pos[0], pos[1], pos[2], threads, fa);
     if (!strcmp(cmd, "quantize") && n_pos == 3) return cmd_quantize(pos[0], pos[1], pos[2]);
     return usage();

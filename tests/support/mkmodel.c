@@ -4,6 +4,7 @@
 #include "mkmodel.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,9 +136,99 @@ static float *values(struct src s, uint32_t rows, uint32_t cols)
     return x;
 }
 
+/* llama2.c's tokenizer.bin (int32 max length, then per piece: f32 score,
+** int32 length, the bytes; spaces where SentencePiece has U+2581, BOS and EOS
+** as "\n<s>\n" and "\n</s>\n"): the first n pieces and scores into
+** tok/score/text (text: OWNED, the pieces' bytes with U+2581 put back);
+** false when the file is short or malformed. */
+static bool read_tokenizer_bin(const char *path, uint32_t n, struct ds_str *tok, float *score, char **text)
+{
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t cap = 0, used = 0;
+    char *buf = NULL;
+    int32_t max_len;
+    bool ok = fread(&max_len, 4, 1, f) == 1 && max_len > 0 && max_len < 4096;
+    size_t *off = ok ? malloc(n * sizeof *off) : NULL;
+    ok = ok && off;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        int32_t len;
+        char piece[4096];
+        ok = fread(&score[i], 4, 1, f) == 1 && fread(&len, 4, 1, f) == 1 && len > 0 && len <= max_len &&
+             fread(piece, 1, (size_t)len, f) == (size_t)len;
+        if (!ok) break;
+        if (used + 3 * (size_t)len + 1 > cap) {
+            cap = 2 * cap + 3 * (size_t)len + 4096;
+            char *nb = realloc(buf, cap);
+            if (!(ok = nb != NULL)) break;
+            buf = nb;
+        }
+        off[i] = used;
+        const char *special = i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : NULL;
+        if (special) {
+            memcpy(buf + used, special, strlen(special));
+            used += strlen(special);
+        }
+        for (int32_t k = 0; !special && k < len; k++) {
+            if (piece[k] == ' ') memcpy(buf + used, "\xe2\x96\x81", 3), used += 3;
+            else buf[used++] = piece[k];
+        }
+        tok[i].n = used - off[i];
+    }
+    fclose(f);
+    for (uint32_t i = 0; ok && i < n; i++) tok[i].p = buf + off[i];
+    free(off);
+    if (!ok) free(buf);
+    else *text = buf;
+    return ok;
+}
+
+/* llama.cpp's token types (tokenizer.ggml.token_type). */
+enum { TYPE_NORMAL = 1, TYPE_UNKNOWN = 2, TYPE_CONTROL = 3, TYPE_BYTE = 6 };
+
+/* A SentencePiece vocabulary of c->vocab_size pieces (tokenizer.ggml.*),
+** typed as llama.cpp types Llama 2's: <unk>, <s>, </s>, the 256 byte pieces,
+** then llama2.c's pieces from tok_bin (at most its 32000) or none, then
+** unique placeholders "<pad%u>" (normal pieces that no merge reaches). */
+static enum ds_err put_spm_vocab(struct ds_gguf_writer *w, const struct ds_model_config *c, const char *tok_bin)
+{
+    const uint32_t n = c->vocab_size, n_real = tok_bin ? DS_MIN(n, 32000u) : 0;
+    if (n < 259) return DS_ERR_RANGE;
+    struct ds_str *tok = calloc(n, sizeof *tok);
+    float *score = calloc(n, sizeof *score);
+    int32_t *type = calloc(n, sizeof *type);
+    char *pads = malloc((size_t)n * 16), *text = NULL;
+    enum ds_err rc = tok && score && type && pads ? DS_OK : DS_ERR_NOMEM;
+    if (rc == DS_OK && n_real && !read_tokenizer_bin(tok_bin, n_real, tok, score, &text)) rc = DS_ERR_FORMAT;
+    for (uint32_t i = 0; rc == DS_OK && i < n; i++) {
+        type[i] = i == 0 ? TYPE_UNKNOWN : i < 3 ? TYPE_CONTROL : i < 259 ? TYPE_BYTE : TYPE_NORMAL;
+        if (i < n_real) continue;
+        char *p = pads + (size_t)i * 16;
+        if (i == 0) snprintf(p, 16, "<unk>");
+        else if (i < 3) snprintf(p, 16, i == 1 ? "<s>" : "</s>");
+        else if (i < 259) snprintf(p, 16, "<0x%02X>", i - 3);
+        else snprintf(p, 16, "<pad%u>", i);
+        tok[i] = (struct ds_str){ p, strlen(p) };
+        score[i] = i < 259 ? 0.0f : -1e9f;
+    }
+    if (rc == DS_OK) rc = ds_gguf_writer_str(w, "tokenizer.ggml.model", "llama");
+    if (rc == DS_OK) rc = ds_gguf_writer_str_arr(w, "tokenizer.ggml.tokens", tok, n);
+    if (rc == DS_OK) rc = ds_gguf_writer_arr(w, "tokenizer.ggml.scores", DS_GGUF_TYPE_FLOAT32, score, n);
+    if (rc == DS_OK) rc = ds_gguf_writer_arr(w, "tokenizer.ggml.token_type", DS_GGUF_TYPE_INT32, type, n);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (rc == DS_OK) rc = ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    free(tok);
+    free(score);
+    free(type);
+    free(pads);
+    free(text);
+    return rc;
+}
+
 static enum ds_err write_model(const char *path, const struct ds_model_config *c, const char *name,
                                const struct ds_model *m, uint64_t seed, enum ds_ggml_type mat_type,
-                               const char *chat_template, uint32_t flags)
+                               const char *chat_template, uint32_t flags, const char *tok_bin)
 {
     struct ds_gguf_writer *w;
     enum ds_err rc = ds_gguf_writer_create(&w);
@@ -167,6 +258,7 @@ static enum ds_err write_model(const char *path, const struct ds_model_config *c
         if (rc == DS_OK && ds_gguf_get_u32(m->gguf, "tokenizer.ggml.eos_token_id", &id) == DS_OK)
             rc = ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", id);
     }
+    if (rc == DS_OK && !m && (flags & MK_SPM_VOCAB)) rc = put_spm_vocab(w, c, tok_bin);
     if (rc == DS_OK && chat_template) rc = ds_gguf_writer_str(w, "tokenizer.chat_template", chat_template);
     struct mk_tensor {
         char name[64];
@@ -231,6 +323,12 @@ enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_
 enum ds_err mk_random_model_flags(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                                   uint64_t seed, uint32_t flags)
 {
+    return mk_random_model_vocab(path, s, mat_type, seed, flags, NULL);
+}
+
+enum ds_err mk_random_model_vocab(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
+                                  uint64_t seed, uint32_t flags, const char *tok_bin)
+{
     struct ds_model_config c = {
         .dim = s->dim, .hidden_dim = s->hidden_dim, .n_layers = s->n_layers, .n_heads = s->n_heads,
         .n_kv_heads = s->n_kv_heads, .vocab_size = s->vocab_size, .ctx_len = s->ctx_len,
@@ -240,20 +338,20 @@ enum ds_err mk_random_model_flags(const char *path, const struct mk_shape *s, en
     c.kv_dim = c.n_kv_heads * c.head_dim;
     c.rope_dim = c.head_dim;
     if (c.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &c, "random", NULL, seed, mat_type, NULL, flags);
+    return write_model(path, &c, "random", NULL, seed, mat_type, NULL, tok_bin ? flags | MK_SPM_VOCAB : flags, tok_bin);
 }
 
 enum ds_err mk_convert_model(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type)
 {
     if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &m->cfg, m->name, m, 0, mat_type, NULL, 0);
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type, NULL, 0, NULL);
 }
 
 enum ds_err mk_convert_model_chat(const struct ds_model *m, const char *path, enum ds_ggml_type mat_type,
                                   const char *chat_template)
 {
     if (m->cfg.n_layers > 1024) return DS_ERR_RANGE;
-    return write_model(path, &m->cfg, m->name, m, 0, mat_type, chat_template, 0);
+    return write_model(path, &m->cfg, m->name, m, 0, mat_type, chat_template, 0, NULL);
 }
 
 const char mk_llama2_template[] =

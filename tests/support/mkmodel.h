@@ -16,6 +16,8 @@ struct mk_shape {
 #define MK_TIED       1u    /* no output.weight: the classifier is token_embd (Llama 3.2 1B) */
 #define MK_ROPE_FREQS 2u    /* a rope_freqs.weight (Llama 3.x; all 1: the plain frequencies) */
 #define MK_QWEN2      4u    /* architecture qwen2: Q/K/V biases, NEOX RoPE (Qwen2.5) */
+#define MK_SPM_VOCAB  8u    /* a SentencePiece vocabulary in the file (placeholder pieces; see
+                            ** mk_random_model_vocab), so dspark run and llama.cpp take it as it is */
 
 /* Shapes of the llama2.c TinyStories models. */
 extern const struct mk_shape mk_shape_15m;    /* dim 288, hidden 768, 6 layers, 6 heads, vocab 32000 */
@@ -40,6 +42,17 @@ enum ds_err mk_random_model(const char *path, const struct mk_shape *s, enum ds_
 /* The same with flags (MK_*): tied output, rope_freqs, the qwen2 architecture. */
 enum ds_err mk_random_model_flags(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
                                   uint64_t seed, uint32_t flags);
+
+/* The same with a SentencePiece vocabulary of the shape's vocab_size pieces
+** in the file (tokenizer.ggml.*; MK_SPM_VOCAB implied when tok_bin is set):
+** <unk>, <s>, </s> and the 256 byte pieces, then llama2.c's pieces and
+** scores from tok_bin (its tokenizer.bin; at most 32000 of them: all of
+** them for the 32000-vocabulary shapes), then unique placeholder pieces
+** "<pad%u>" up to vocab_size (text never encodes to one). dspark's tokenizer
+** and llama.cpp's both load it; the Llama 3 / Qwen2 shapes get real pieces
+** for ordinary text although their models use byte-level BPE. */
+enum ds_err mk_random_model_vocab(const char *path, const struct mk_shape *s, enum ds_ggml_type mat_type,
+                                  uint64_t seed, uint32_t flags, const char *tok_bin);
 
 /* Copy m (with its GGUF vocabulary, if any) to path with every matrix in
 ** mat_type; Q8_0 falls back to F16 for a matrix whose row length is not a
