@@ -665,7 +665,7 @@ static void test_cli_infer_bad_args(void **state)
         { { "infer", "--model-name", "t", "-p", "x", "extra", NULL }, "unexpected argument 'extra'" },
         { { "infer", "--model-name", "t", "-p", NULL }, "option '-p' needs a value" },
         { { "infer", "--model-name", "t", "-p", "x", "--id", "", NULL }, "id" },
-        { { "infer", "-b", "bogus://x", "--model-name", "t", "-p", "x", NULL }, "--broker bogus://x" },
+        { { "infer", "-b", "bogus://x", "--model-name", "t", "-p", "x", NULL }, "broker URI 'bogus://x' is not scheme://HOST[:PORT] (tcp, mqtt, ssl" },
         { { "infer", "--model-name", "t", "-f", "/nonexistent/r.jsonl", NULL }, "cannot open" },
         { { "infer", "--model-name", "t", "-f", bad_line, "-p", "x", NULL }, "drop -p" },
         { { "infer", "--model-name", "t", "-f", bad_line, "--concurrency", "0", NULL }, "--concurrency" },
