@@ -78,14 +78,8 @@ static struct {
 /* `dspark run` FP32 greedy: the text after the prompt (OWNED). */
 static char *run_text(const char *prompt, int n)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %d 2>/dev/null", DS_BUILD_DIR,
-             tu_model("stories260K.gguf"), prompt, n);
-    int rc;
-    char *out = tu_run(cmd, &rc);
+    char *out = it_dspark_run(tu_model("stories260K.gguf"), prompt, n);
     assert_non_null(out);
-    assert_int_equal(rc, 0);
-    for (size_t got = strlen(out); got && out[got - 1] == '\n';) out[--got] = '\0';
     assert_true(strlen(out) >= strlen(prompt));
     char *text = strdup(out + strlen(prompt));
     free(out);

@@ -215,14 +215,8 @@ static int teardown(void **state)
 /* `dspark run` FP32 greedy: prompt + GEN tokens (OWNED). */
 static char *run_text(const char *prompt)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %d 2>/dev/null", DS_BUILD_DIR,
-             tu_model("stories260K.gguf"), prompt, GEN);
-    int rc;
-    char *out = tu_run(cmd, &rc);
+    char *out = it_dspark_run(tu_model("stories260K.gguf"), prompt, GEN);
     assert_non_null(out);
-    assert_int_equal(rc, 0);
-    for (size_t got = strlen(out); got && out[got - 1] == '\n';) out[--got] = '\0';
     return out;
 }
 

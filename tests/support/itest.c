@@ -73,6 +73,21 @@ pid_t it_spawn(const char *dir, const char *bin, const char *name, const char *c
     return it_spawn_cfg(bin, cfg, log, flags, NULL);
 }
 
+char *it_dspark_run(const char *model, const char *prompt, int n)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s/shared/dspark' run -m '%s' -p '%s' -n %d 2>/dev/null", DS_BUILD_DIR, model,
+             prompt, n);
+    int rc;
+    char *out = tu_run(cmd, &rc);
+    if (out && rc != 0) {
+        free(out);
+        out = NULL;
+    }
+    for (size_t got = out ? strlen(out) : 0; got && out[got - 1] == '\n';) out[--got] = '\0';
+    return out;
+}
+
 int it_stop(pid_t pid, int sig, int timeout_ms)
 {
     if (pid <= 0) return -1;

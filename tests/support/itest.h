@@ -41,6 +41,11 @@ pid_t it_spawn_cfg_args(const char *bin, const char *cfg, const char *const *arg
 ** still running. Returns the wait status, -1 when pid <= 0 or not a child. */
 int it_stop(pid_t pid, int sig, int timeout_ms);
 
+/* `dspark run -m model -p prompt -n n` from the build (the file's own
+** precision, greedy): its stdout, the prompt and the generated text, without
+** trailing newlines (OWNED); NULL when it did not exit 0. */
+char *it_dspark_run(const char *model, const char *prompt, int n);
+
 /* Print the last lines of every .log file in dir (for a failed test's output). */
 void it_log_tail(const char *dir, int lines);
 /* Lines of <dir>/<name>.log (a daemon it_spawn started) that contain needle. */
