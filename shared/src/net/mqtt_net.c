@@ -133,15 +133,22 @@ enum ds_err ds_mqtt__split_uris(const char *list, char uris[][DS_MQTT__URI_MAX],
     return DS_OK;
 }
 
-enum ds_err ds_mqtt_check_uris(const char *list, char *why)
+/* ds_mqtt__split_uris into a fresh array *out (OWNED; NULL when out of memory). */
+static enum ds_err split_alloc(const char *list, char (**out)[DS_MQTT__URI_MAX], size_t *n, char *why)
 {
-    char (*uris)[DS_MQTT__URI_MAX] = malloc(DS_MQTT_MAX_URIS * sizeof *uris);
-    if (!uris) {
+    *n = 0;
+    if (!(*out = malloc(DS_MQTT_MAX_URIS * sizeof **out))) {
         snprintf(why, DS_WHY_MAX, "out of memory");
         return DS_ERR_NOMEM;
     }
+    return ds_mqtt__split_uris(list, *out, n, why);
+}
+
+enum ds_err ds_mqtt_check_uris(const char *list, char *why)
+{
+    char (*uris)[DS_MQTT__URI_MAX];
     size_t n;
-    enum ds_err rc = ds_mqtt__split_uris(list, uris, &n, why);
+    enum ds_err rc = split_alloc(list, &uris, &n, why);
     free(uris);
     return rc;
 }
@@ -332,13 +339,9 @@ bool ds_mqtt__refused(const struct ds_mqtt__peer *peer, uint32_t timeout_ms)
 enum ds_err ds_mqtt_probe(const char *uri, uint32_t timeout_ms, char *why)
 {
     why[0] = '\0';
-    char (*uris)[DS_MQTT__URI_MAX] = malloc(DS_MQTT_MAX_URIS * sizeof *uris);
-    if (!uris) {
-        snprintf(why, DS_WHY_MAX, "out of memory");
-        return DS_ERR_NOMEM;
-    }
+    char (*uris)[DS_MQTT__URI_MAX];
     size_t n;
-    enum ds_err rc = ds_mqtt__split_uris(uri, uris, &n, why);
+    enum ds_err rc = split_alloc(uri, &uris, &n, why);
     /* A list: one broker that answers is enough; else the first one's reason, and how many failed. */
     char first[DS_WHY_MAX] = "";
     enum ds_err first_rc = DS_OK;
