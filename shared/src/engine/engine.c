@@ -57,7 +57,7 @@
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
-#define PREP_STEP_BYTES   (4u << 20)  /* file bytes a preparing task copies before dropping their pages */
+#define PREP_STEP_BYTES   (1u << 20)  /* file bytes a preparing task copies before dropping their pages */
 
 const char *ds_precision_name(enum ds_precision p)
 {
