@@ -4,7 +4,8 @@
 ** Owns: prepared weight matrices (converted or packed copies, or borrowed
 ** from the model's mapping when the kernel reads the file's type as it is:
 ** F32 or Q8_0 for a variant without a packed layout for it; a copied
-** matrix's file pages are then dropped from the process: release_mapped),
+** matrix's file pages are dropped from the process as it is copied:
+** prep_step, release_mapped),
 ** the scratch
 ** buffers of struct run_state, the RoPE table and the thread pool. The KV
 ** block pool and the sequences that draw from it are engine_kv.c's; the
@@ -188,8 +189,9 @@ static size_t prep_step(size_t chunk, size_t row_bytes)
     return rows ? rows : chunk;
 }
 
-/* As mat_prepare_copy; then the file's pages of a matrix the engine copied
-** are released, and the bytes counted (in place, repacked or converted). */
+/* As mat_prepare_copy (whose tasks drop the file pages of the rows they
+** copied); then the rest of a copied matrix's file pages are released, and
+** the bytes counted (in place, repacked or converted). */
 static enum ds_err mat_prepare(struct ds_engine *e, const struct ds_weight *w, struct mat *m, bool neox)
 {
     enum ds_err rc = mat_prepare_copy(e, w, m, neox);
@@ -329,7 +331,8 @@ static void f32_prep_task(void *p, unsigned task, unsigned n_tasks)
         /* a packed matrix's last panel is zero-padded past the rows */
         const size_t end = s1 == w->rows && j->k->f32_pack ? ds_f32_packed_floats(j->k, w->rows, cols) : s1 * cols;
         populate(j->f + s0 * cols, (end - s0 * cols) * sizeof(float), true);
-        if (w->type == DS_DTYPE_F32) populate((const float *)w->data + s0 * cols, (s1 - s0) * cols * sizeof(float), false);
+        if (w->type == DS_DTYPE_F32)
+            populate((const float *)w->data + s0 * cols, (s1 - s0) * cols * sizeof(float), false);
         for (size_t r0 = s0; r0 < s1; r0 += j->chunk) {
             const size_t nr = DS_MIN(j->chunk, s1 - r0);
             const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + r0 * cols : NULL;
@@ -497,7 +500,8 @@ static enum ds_err prepare_weights(struct ds_engine *e)
     ** pages, all faulted in by the model's value check, go until a lookup
     ** reads one again. A tied one goes as the output matrix is copied (or
     ** stays, read in place by both). */
-    if (!m->tied_output) release_mapped(e, m->tok_embd.data, (size_t)m->tok_embd.rows * ds_weight_row_bytes(&m->tok_embd));
+    if (!m->tied_output)
+        release_mapped(e, m->tok_embd.data, (size_t)m->tok_embd.rows * ds_weight_row_bytes(&m->tok_embd));
     const size_t bias_floats = (size_t)c->dim + 2 * (size_t)c->kv_dim;
     if (m->layers[0].bq.data || m->layers[0].bk.data || m->layers[0].bv.data) {
         e->owned_bias = malloc((size_t)c->n_layers * 2 * bias_floats * sizeof(float));
