@@ -4,7 +4,8 @@
 ** Owns: prepared weight matrices (converted or packed copies, or borrowed
 ** from the model's mapping when the kernel reads the file's type as it is:
 ** F32 or Q8_0 for a variant without a packed layout for it; a copied
-** matrix's file pages are then dropped from the process: release_mapped),
+** matrix's file pages are dropped from the process as it is copied:
+** prep_step, release_mapped),
 ** the scratch
 ** buffers of struct run_state, the RoPE table and the thread pool. The KV
 ** block pool and the sequences that draw from it are engine_kv.c's; the
@@ -57,6 +58,7 @@
 _Static_assert(DS_KV_BLOCK == DS_KERN_KT, "attention kernels take whole KV blocks of keys");
 #define FP32_MATVEC_ROWS  17u      /* FP32 passes of up to this many rows use matmul_f32, not gemm_f32 */
 #define TOKEN_SPLIT_MIN   32u      /* tokens per thread from which a pass splits by tokens */
+#define PREP_STEP_BYTES   (1u << 20)  /* file bytes a preparing task copies before dropping their pages */
 
 const char *ds_precision_name(enum ds_precision p)
 {
@@ -140,7 +142,16 @@ static enum ds_err mat_prepare_copy(const struct ds_engine *e, const struct ds_w
 ** more, and without this they stay resident next to the copy (peak RSS near
 ** twice the file). They stay in the page cache for the next start; the
 ** mapping is MAP_PRIVATE and read only, so any later read faults them back in
-** from the file (a tied output's embedding rows). */
+** from the file (a tied output's embedding rows, the token-embedding lookup).
+** The preparing tasks drop their rows' pages step by step as they copy them
+** (prep_step); release_mapped then drops what is left of a whole matrix (the
+** pages that straddle two steps). */
+static void drop_pages(const void *p, size_t bytes)
+{
+    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 struct release_job {
     uintptr_t a;                /* first page */
     size_t    pages;
@@ -151,7 +162,7 @@ static void release_task(void *p, unsigned task, unsigned n_tasks)
     const struct release_job *j = p;
     size_t lo, hi;
     ds_pool_split(j->pages, task, n_tasks, 16, &lo, &hi);
-    if (hi > lo) (void)madvise((void *)(j->a + lo * 4096), (hi - lo) * 4096, MADV_DONTNEED);
+    if (hi > lo) drop_pages((const void *)(j->a + lo * 4096), (hi - lo) * 4096);
 }
 
 /* The pool's threads share a big matrix's pages (dropping them is ~10% of
@@ -166,8 +177,21 @@ static void release_mapped(const struct ds_engine *e, const void *p, size_t byte
     else release_task(&j, 0, 1);
 }
 
-/* As mat_prepare_copy; then the file's pages of a matrix the engine copied
-** are released, and the bytes counted (in place, repacked or converted). */
+/* Rows a preparing task copies before it drops their file pages: about
+** PREP_STEP_BYTES of the file, a multiple of its chunk (whole tiles). Without
+** the steps a matrix's file pages and its whole copy are resident together
+** for a moment: the last one prepared, a Llama 3.2 1B's tied 279 MB
+** embedding table (packed for the output matmul), took peak RSS to 1.23x the
+** file. */
+static size_t prep_step(size_t chunk, size_t row_bytes)
+{
+    const size_t rows = PREP_STEP_BYTES / (row_bytes ? row_bytes : 1) / chunk * chunk;
+    return rows ? rows : chunk;
+}
+
+/* As mat_prepare_copy (whose tasks drop the file pages of the rows they
+** copied); then the rest of a copied matrix's file pages are released, and
+** the bytes counted (in place, repacked or converted). */
 static enum ds_err mat_prepare(struct ds_engine *e, const struct ds_weight *w, struct mat *m, bool neox)
 {
     enum ds_err rc = mat_prepare_copy(e, w, m, neox);
@@ -228,7 +252,9 @@ struct qx_pack_job {
     const struct ds_weight   *w;
     enum ds_kern_qtype        qt;
     bool                      qk;        /* qk_pack (n = superblocks) or qx_pack (n = blocks) */
-    size_t                    n, out_row, chunk;   /* chunk: rows per step, whole tiles, aligned output */
+    size_t                    n, out_row, chunk;   /* chunk: rows per split, whole tiles, aligned output */
+    size_t                    step;     /* rows packed before their file pages are dropped (prep_step) */
+    bool                      drop;     /* the rows are the mapping's: drop their pages once packed */
     uint8_t                  *out;
 };
 
@@ -237,11 +263,16 @@ static void qx_pack_task(void *p, unsigned task, unsigned n_tasks)
     const struct qx_pack_job *j = p;
     size_t lo, hi;
     ds_pool_split(j->w->rows, task, n_tasks, j->chunk, &lo, &hi);
-    if (lo >= hi) return;
-    const uint8_t *src = (const uint8_t *)j->w->data + lo * ds_weight_row_bytes(j->w);
-    populate(j->out + lo * j->out_row, (hi - lo) * j->out_row, true);
-    if (j->qk) j->k->qk_pack(j->qt, hi - lo, j->n, src, j->out + lo * j->out_row);
-    else j->k->qx_pack(j->qt, hi - lo, j->n, src, j->out + lo * j->out_row);
+    const size_t rb = ds_weight_row_bytes(j->w);
+    for (size_t r0 = lo; r0 < hi; r0 += j->step) {
+        const size_t nr = DS_MIN(j->step, hi - r0);
+        const uint8_t *src = (const uint8_t *)j->w->data + r0 * rb;
+        uint8_t *out = j->out + r0 * j->out_row;
+        populate(out, nr * j->out_row, true);
+        if (j->qk) j->k->qk_pack(j->qt, nr, j->n, src, out);
+        else j->k->qx_pack(j->qt, nr, j->n, src, out);
+        if (j->drop) drop_pages(src, nr * rb);
+    }
 }
 
 /* 4-, 5- and 6-bit rows into the tiles of a variant that has a layout for
@@ -264,7 +295,9 @@ static enum ds_err mat_pack_qx(const struct ds_engine *e, const struct ds_weight
     /* chunks of whole tiles whose packed bytes are a multiple of 64 */
     size_t tiles = 1;
     while ((rt * out_row * tiles) % 64 && tiles < 64) tiles++;
-    struct qx_pack_job j = { k, w, m->qt, qk, n, out_row, rt * tiles, packed };
+    const size_t rb = ds_weight_row_bytes(w);
+    struct qx_pack_job j = { k, w, m->qt, qk, n, out_row, rt * tiles, prep_step(rt * tiles, rb),
+                             ds_model_in_mapping(e->model, w->data, (size_t)w->rows * rb), packed };
     ds_pool_run(e->pool, qx_pack_task, &j);
     if (qk) m->qx_row = out_row;
     m->qx = packed;
@@ -280,6 +313,8 @@ struct f32_prep_job {
     float                    *f;        /* the prepared matrix */
     float                    *stage;    /* chunk rows per thread, converted before packing; or NULL */
     size_t                    chunk;    /* rows per step: f32_pack_rows, or any when not packing */
+    size_t                    step;     /* rows prepared before their file pages are dropped (prep_step) */
+    bool                      drop;     /* the rows are the mapping's: drop their pages once copied */
 };
 
 static void f32_prep_task(void *p, unsigned task, unsigned n_tasks)
@@ -289,21 +324,26 @@ static void f32_prep_task(void *p, unsigned task, unsigned n_tasks)
     const size_t cols = w->cols;
     size_t lo, hi;
     ds_pool_split(w->rows, task, n_tasks, j->chunk, &lo, &hi);
-    if (lo >= hi) return;
-    /* a packed matrix's last panel is zero-padded past the rows */
-    const size_t end = hi == w->rows && j->k->f32_pack ? ds_f32_packed_floats(j->k, w->rows, cols) : hi * cols;
-    populate(j->f + lo * cols, (end - lo * cols) * sizeof(float), true);
-    if (w->type == DS_DTYPE_F32) populate((const float *)w->data + lo * cols, (hi - lo) * cols * sizeof(float), false);
+    const size_t rb = ds_weight_row_bytes(w);
     float *stage = j->stage ? j->stage + (size_t)task * j->chunk * cols : NULL;
-    for (size_t r0 = lo; r0 < hi; r0 += j->chunk) {
-        const size_t nr = DS_MIN(j->chunk, hi - r0);
-        const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + r0 * cols : NULL;
-        if (!src) {
-            float *dst = stage ? stage : j->f + r0 * cols;
-            for (size_t r = 0; r < nr; r++) ds_weight_row_f32(w, (uint32_t)(r0 + r), dst + r * cols);
-            src = dst;
+    for (size_t s0 = lo; s0 < hi; s0 += j->step) {
+        const size_t s1 = DS_MIN(s0 + j->step, hi);
+        /* a packed matrix's last panel is zero-padded past the rows */
+        const size_t end = s1 == w->rows && j->k->f32_pack ? ds_f32_packed_floats(j->k, w->rows, cols) : s1 * cols;
+        populate(j->f + s0 * cols, (end - s0 * cols) * sizeof(float), true);
+        if (w->type == DS_DTYPE_F32)
+            populate((const float *)w->data + s0 * cols, (s1 - s0) * cols * sizeof(float), false);
+        for (size_t r0 = s0; r0 < s1; r0 += j->chunk) {
+            const size_t nr = DS_MIN(j->chunk, s1 - r0);
+            const float *src = w->type == DS_DTYPE_F32 ? (const float *)w->data + r0 * cols : NULL;
+            if (!src) {
+                float *dst = stage ? stage : j->f + r0 * cols;
+                for (size_t r = 0; r < nr; r++) ds_weight_row_f32(w, (uint32_t)(r0 + r), dst + r * cols);
+                src = dst;
+            }
+            if (j->k->f32_pack) j->k->f32_pack(nr, cols, src, j->f + r0 * cols);
         }
-        if (j->k->f32_pack) j->k->f32_pack(nr, cols, src, j->f + r0 * cols);
+        if (j->drop) drop_pages((const uint8_t *)w->data + s0 * rb, (s1 - s0) * rb);
     }
 }
 
@@ -321,8 +361,9 @@ static enum ds_err mat_prepare_f32(const struct ds_engine *e, const struct ds_we
     }
     const bool staged = k->f32_pack && w->type != DS_DTYPE_F32;    /* converted rows, then packed */
     const size_t n = k->f32_pack ? ds_f32_packed_floats(k, w->rows, cols) : (size_t)w->rows * cols;
-    struct f32_prep_job j = { k, w, aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64), NULL,
-                              k->f32_pack ? k->f32_pack_rows : 64 };
+    const size_t rb = ds_weight_row_bytes(w), chunk = k->f32_pack ? k->f32_pack_rows : 64;
+    struct f32_prep_job j = { k, w, aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64), NULL, chunk,
+                              prep_step(chunk, rb), ds_model_in_mapping(e->model, w->data, (size_t)w->rows * rb) };
     if (staged) j.stage = malloc((size_t)ds_pool_size(e->pool) * j.chunk * cols * sizeof(float));
     if (!j.f || (staged && !j.stage)) {
         free(j.f);
@@ -346,6 +387,9 @@ struct q8_prep_job {
     struct ds_q8_block       *quant;    /* the rows quantized here; NULL for a Q8_0 file */
     struct ds_q8_block       *packed;   /* NULL where the variant has no layout */
     float                    *rowbuf;   /* one row of floats per thread, with quant */
+    size_t                    chunk;    /* rows per split: whole tiles, or any without a layout */
+    size_t                    step;     /* rows prepared before their file pages are dropped (prep_step) */
+    bool                      drop;     /* the rows are the mapping's and copied: drop their pages */
 };
 
 static void q8_prep_task(void *p, unsigned task, unsigned n_tasks)
@@ -353,19 +397,23 @@ static void q8_prep_task(void *p, unsigned task, unsigned n_tasks)
     const struct q8_prep_job *j = p;
     const struct ds_weight *w = j->w;
     size_t lo, hi;
-    ds_pool_split(w->rows, task, n_tasks, j->k->q8_pack ? j->k->q8_pack_rows : 1, &lo, &hi);
-    if (lo >= hi) return;
-    if (j->quant) {
-        float *row = j->rowbuf + (size_t)task * w->cols;
-        for (size_t r = lo; r < hi; r++) {
-            ds_weight_row_f32(w, (uint32_t)r, row);
-            ds_kern_ref.quantize_q8(w->cols, row, j->quant + r * j->nb);
+    ds_pool_split(w->rows, task, n_tasks, j->chunk, &lo, &hi);
+    const size_t rb = ds_weight_row_bytes(w);
+    for (size_t r0 = lo; r0 < hi; r0 += j->step) {
+        const size_t r1 = DS_MIN(r0 + j->step, hi);
+        if (j->quant) {
+            float *row = j->rowbuf + (size_t)task * w->cols;
+            for (size_t r = r0; r < r1; r++) {
+                ds_weight_row_f32(w, (uint32_t)r, row);
+                ds_kern_ref.quantize_q8(w->cols, row, j->quant + r * j->nb);
+            }
         }
-    }
-    if (j->packed) {
-        const struct ds_q8_block *src = j->quant ? j->quant : w->data;
-        populate(j->packed + lo * j->nb, (hi - lo) * j->nb * sizeof *j->packed, true);
-        j->k->q8_pack(hi - lo, j->nb, src + lo * j->nb, j->packed + lo * j->nb);
+        if (j->packed) {
+            const struct ds_q8_block *src = j->quant ? j->quant : w->data;
+            populate(j->packed + r0 * j->nb, (r1 - r0) * j->nb * sizeof *j->packed, true);
+            j->k->q8_pack(r1 - r0, j->nb, src + r0 * j->nb, j->packed + r0 * j->nb);
+        }
+        if (j->drop) drop_pages((const uint8_t *)w->data + r0 * rb, (r1 - r0) * rb);
     }
 }
 
@@ -395,7 +443,8 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
     /* Q8_0 rows: the file's, or quantized here; packed where the variant
     ** has a layout. The pool's threads share both steps (q8_prep_task). */
     const struct ds_kern_ops *k = e->kern;
-    struct q8_prep_job j = { k, w, m->nb, NULL, NULL, NULL };
+    const size_t rb = ds_weight_row_bytes(w), chunk = k->q8_pack ? k->q8_pack_rows : 1;
+    struct q8_prep_job j = { k, w, m->nb, NULL, NULL, NULL, chunk, prep_step(chunk, rb), false };
     if (w->type != DS_DTYPE_Q8_0) {
         j.quant = malloc((size_t)w->rows * m->nb * sizeof *j.quant);
         j.rowbuf = malloc((size_t)ds_pool_size(e->pool) * w->cols * sizeof *j.rowbuf);
@@ -410,6 +459,7 @@ static enum ds_err mat_prepare_rows(const struct ds_engine *e, const struct ds_w
         free(j.packed);
         return DS_ERR_NOMEM;
     }
+    j.drop = (j.quant || j.packed) && ds_model_in_mapping(e->model, w->data, (size_t)w->rows * rb);
     ds_pool_run(e->pool, q8_prep_task, &j);
     free(j.rowbuf);
     if (j.packed) {
@@ -446,6 +496,12 @@ static enum ds_err prepare_weights(struct ds_engine *e)
     e->owned_norms = malloc(((size_t)c->n_layers * 2 + 1) * c->dim * sizeof(float));
     if (!e->layers || !e->owned_norms) return DS_ERR_NOMEM;
     float *nb = e->owned_norms;
+    /* An untied token-embedding table is read a row per token (embed): its
+    ** pages, all faulted in by the model's value check, go until a lookup
+    ** reads one again. A tied one goes as the output matrix is copied (or
+    ** stays, read in place by both). */
+    if (!m->tied_output)
+        release_mapped(e, m->tok_embd.data, (size_t)m->tok_embd.rows * ds_weight_row_bytes(&m->tok_embd));
     const size_t bias_floats = (size_t)c->dim + 2 * (size_t)c->kv_dim;
     if (m->layers[0].bq.data || m->layers[0].bk.data || m->layers[0].bv.data) {
         e->owned_bias = malloc((size_t)c->n_layers * 2 * bias_floats * sizeof(float));
