@@ -1097,6 +1097,7 @@ static void test_cpu_features(void **state)
 ** or any number. For attn_f16 the keys and values are rounded to halves
 ** first: ref's attn_f16 must give exactly ref's attn_f32 on the rounded
 ** floats, and the variant is held to that within attn_f32's tolerance.
+** Either way a row alone gives the bits it has among the others.
 ** Causal items lay the values out as the engine does (ldv = hd), the others
 ** with a wider stride. */
 static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t n_keys, bool causal, float amp,
@@ -1148,19 +1149,20 @@ static void check_attn(const struct ds_kern_ops *k, size_t nq, size_t hd, size_t
         }
         for (size_t i = 0; i < nq * ldo; i++) o[i] = -7.0f;
         k->attn_f16(nq, hd, n_blk, lim, q, ldq, kh, vh, ldv, 0.125f, o, ldo, scratch);
-        /* a row alone gives its bits in the batch (decode and prefill agree) */
-        float *one = xmalloc(hd * sizeof *one);
-        for (size_t i = 0; i < nq; i++) {
-            k->attn_f16(1, hd, n_blk, &lim[i], q + i * ldq, ldq, kh, vh, ldv, 0.125f, one, hd, scratch);
-            if (memcmp(one, o + i * ldo, hd * sizeof *one) != 0) {
-                print_error("%s: row %zu alone differs from row %zu of %zu\n", what, i, i, nq);
-                fail();
-            }
-        }
-        free(one);
     } else {
         k->attn_f32(nq, hd, n_blk, lim, q, ldq, kt, v, ldv, 0.125f, o, ldo, scratch);
     }
+    /* a row alone gives its bits in the batch (decode and prefill agree) */
+    float *one = xmalloc(hd * sizeof *one);
+    for (size_t i = 0; i < nq; i++) {
+        if (f16) k->attn_f16(1, hd, n_blk, &lim[i], q + i * ldq, ldq, kh, vh, ldv, 0.125f, one, hd, scratch);
+        else k->attn_f32(1, hd, n_blk, &lim[i], q + i * ldq, ldq, kt, v, ldv, 0.125f, one, hd, scratch);
+        if (memcmp(one, o + i * ldo, hd * sizeof *one) != 0) {
+            print_error("%s: row %zu alone differs from row %zu of %zu\n", what, i, i, nq);
+            fail();
+        }
+    }
+    free(one);
     for (size_t i = 0; i < nq; i++) {
         /* A score is a sum of hd products: summed in another order it
         ** differs by an ulp or so of sum |q k|, and softmax turns that into
