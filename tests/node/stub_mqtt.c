@@ -37,6 +37,7 @@ enum ds_err __wrap_ds_mqtt_publish(struct ds_mqtt *c, const char *topic, const v
 enum ds_err __wrap_ds_mqtt_flush(struct ds_mqtt *c, uint32_t timeout_ms);
 void        __wrap_ds_mqtt_stats(struct ds_mqtt *c, struct ds_mqtt_stats *out);
 void        __wrap_ds_mqtt_last_error(struct ds_mqtt *c, char *buf, size_t cap);
+void        __wrap_ds_mqtt_broker(struct ds_mqtt *c, char *buf, size_t cap);
 
 struct ds_mqtt {
     struct ds_mqtt_opts o;            /* callbacks and ud; the will's pointers are not kept */
@@ -249,6 +250,13 @@ void __wrap_ds_mqtt_last_error(struct ds_mqtt *c, char *buf, size_t cap)
 {
     (void)c;
     if (cap) buf[0] = '\0';
+}
+
+/* The stub's one "broker": named as the node logs it. */
+void __wrap_ds_mqtt_broker(struct ds_mqtt *c, char *buf, size_t cap)
+{
+    (void)c;
+    if (cap) snprintf(buf, cap, "%s", "stub://node-test");
 }
 
 /* ---- the test's side ---- */
