@@ -712,11 +712,6 @@ static void tick(struct ds_node *node, void *st, uint64_t now_ns)
     enum { BATCH = 64 };
     struct { struct node_req *r; uint32_t relayed; const char *why; } back[BATCH];
     unsigned n_back = 0;
-    /* One pass under the lock (this runs every loop turn), handling after it.
-    ** take() runs on the MQTT thread and may stamp sent_ns after this turn
-    ** read now_ns: compare without subtracting (now_ns - sent_ns wrapped to
-    ** a huge age, and a request the center was about to take came back at
-    ** once and was served twice, here and there). */
     /* A reconnect that did not resume this node's session (a broker node
     ** that died takes the sessions it held with it: ejabberd; a failover to
     ** another node of [mqtt] uri; a clean start) lost what the centers
@@ -731,6 +726,11 @@ static void tick(struct ds_node *node, void *st, uint64_t now_ns)
         fresh = o->connects_seen && !ms.session_present;
         o->connects_seen = ms.connects;
     }
+    /* One pass under the lock (this runs every loop turn), handling after it.
+    ** take() runs on the MQTT thread and may stamp sent_ns after this turn
+    ** read now_ns: compare without subtracting (now_ns - sent_ns wrapped to
+    ** a huge age, and a request the center was about to take came back at
+    ** once and was served twice, here and there). */
     pthread_mutex_lock(&o->mu);
     for (unsigned i = 0; fresh && i < MAX_PENDING; i++)
         if (o->p[i].r && o->p[i].center[0]) o->p[i].lost = true;
