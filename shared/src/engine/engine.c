@@ -152,29 +152,13 @@ static void drop_pages(const void *p, size_t bytes)
     if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-struct release_job {
-    uintptr_t a;                /* first page */
-    size_t    pages;
-};
-
-static void release_task(void *p, unsigned task, unsigned n_tasks)
-{
-    const struct release_job *j = p;
-    size_t lo, hi;
-    ds_pool_split(j->pages, task, n_tasks, 16, &lo, &hi);
-    if (hi > lo) drop_pages((const void *)(j->a + lo * 4096), (hi - lo) * 4096);
-}
-
-/* The pool's threads share a big matrix's pages (dropping them is ~10% of
-** the CPU time of a load that repacks everything). */
+/* The file pages of a matrix in the mapping, in one call: after a copy,
+** what its tasks left (the pages straddling two steps, or all of a matrix
+** NEOX reordering copied in one go); at load, an untied embedding table's,
+** which the lookup reads back a row at a time. */
 static void release_mapped(const struct ds_engine *e, const void *p, size_t bytes)
 {
-    if (!ds_model_in_mapping(e->model, p, bytes)) return;
-    const uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + bytes) & ~(page - 1);
-    if (b <= a) return;
-    struct release_job j = { a, (b - a) / page };
-    if (j.pages >= 256) ds_pool_run(e->pool, release_task, &j);
-    else release_task(&j, 0, 1);
+    if (ds_model_in_mapping(e->model, p, bytes)) drop_pages(p, bytes);
 }
 
 /* Rows a preparing task copies before it drops their file pages: about
