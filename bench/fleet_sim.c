@@ -30,9 +30,12 @@
 **                the broker and the load generator: the CPU time those two
 **                used per request at each rate, which bench_load measures in
 **                the same run (mosquitto's CPU clock, its own getrusage), is
-**                taken from the edge's steps it falls on (the engine's
-**                threads join many times a step, so a step waits while
-**                either of its cores runs something else). The node's own
+**                charged to the edge's steps it falls on where it
+**                collides: the engine's share of the turn (the node's own
+**                part runs on one thread and leaves a core free), spread
+**                over its threads (the pool's threads claim each other's
+**                tasks, so a core taken for t costs a step t / threads).
+**                The node's own
 **                cost per loop turn is calibrated on the lowest rate; the
 **                rest is the check. Without the contention, as the
 **                simulation was before, is printed beside it.
@@ -70,6 +73,7 @@
 #define N_POINTS     8
 #define BENCH_LOAD   DS_BUILD_DIR "/bench/bench_load"
 #define CHECK_MODEL  DS_MODELS_DIR "/stories260K.gguf"
+#define CHECK_THREADS 2           /* the edge's engine threads in --check, real and simulated */
 
 /* ---- engine speed: tokens/s of one pass over n rows (bench_batch) ---- */
 
@@ -162,6 +166,7 @@ struct cfg {
     double   agent_us;              /* the agent's own time per request, added to each answer (--check) */
     double   steal_ns;              /* CPU the broker and the load generator use per request, on the edge's
                                     ** cores: half at its arrival, half at its answer (--check) */
+    unsigned edge_threads;          /* the edge engine's threads, over which a taken core's work spreads (--check) */
     bool     no_ahead;              /* ablation: the predictive rule without the higher tiers' forecast */
 };
 
@@ -383,10 +388,15 @@ static void eng_turn(struct sim *s, struct eng *e, enum ev_kind step_kind, uint3
         rows += r->pf_now;
     }
     e->step_rows = rows;
-    /* The engine's threads meet at a barrier many times a step, so a step
-    ** stops while any of its cores runs something else: the CPU the others
-    ** took during the last step lengthens this one by as much. */
-    uint64_t d = step_ns(e->speed, DS_MAX(rows, 1u), e->step_overhead_ns + e->steal_ns);
+    /* The CPU the others took during the last step, charged to this one
+    ** only where it collides: while the engine's threads hold every core
+    ** (the node's own part of the turn runs on one thread and leaves a core
+    ** free), and then spread over the threads, since the pool's threads
+    ** claim each other's tasks (base/pool.c): a core taken for t costs the
+    ** step t / threads, not t. */
+    double engine_ns = (double)step_ns(e->speed, DS_MAX(rows, 1u), 0.0);
+    double collide = engine_ns / (engine_ns + e->step_overhead_ns) / DS_MAX(s->c->edge_threads, 1u);
+    uint64_t d = step_ns(e->speed, DS_MAX(rows, 1u), e->step_overhead_ns + e->steal_ns * collide);
     e->steal_ns = 0.0;
     e->stepping = true;
     e->step_t0 = s->now;
@@ -926,8 +936,8 @@ static cJSON *run_bench_load(const char *bench_load, const char *dir, unsigned i
 {
     char json[256], cmd[1024];
     snprintf(json, sizeof json, "%s/load-%u.json", dir, i);
-    snprintf(cmd, sizeof cmd, "'%s' --rates 50,200,400 --seconds 4 --drain 5 --tokens 16 --edge-threads 2 "
-             "--json '%s' > '%s/load-%u.out' 2> '%s/load-%u.err'", bench_load, json, dir, i, dir, i);
+    snprintf(cmd, sizeof cmd, "'%s' --rates 50,200,400 --seconds 4 --drain 5 --tokens 16 --edge-threads %u "
+             "--json '%s' > '%s/load-%u.out' 2> '%s/load-%u.err'", bench_load, CHECK_THREADS, json, dir, i, dir, i);
     fprintf(stderr, "fleet_sim: running %s\n", cmd);
     int rc = system(cmd);
     FILE *f = fopen(json, "r");
@@ -1029,7 +1039,7 @@ static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE 
     ** the broker's hops half its round trip each, and the agent's own time
     ** per request (round trip less engine and broker) added to each answer. */
     struct speed es;
-    if (decode_table(CHECK_MODEL, 2, &es) != 0) {
+    if (decode_table(CHECK_MODEL, CHECK_THREADS, &es) != 0) {
         fprintf(stderr, "fleet_sim: cannot time the engine on %s\n", CHECK_MODEL);
         return 2;
     }
@@ -1048,6 +1058,7 @@ static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE 
     c.fixed_prompt = 5;                              /* "Once upon a time" */
     c.fixed_tokens = 16;
     c.agent_us = agent_us;
+    c.edge_threads = CHECK_THREADS;
     double real_ans[N_CHECK], real_p50[N_CHECK], steal_ns[N_CHECK], oc[N_CHECK], ec[N_CHECK], rc_[N_CHECK];
     for (unsigned k = 0; k < N_CHECK; k++) {
         real_ans[k] = median_of(ans[k], runs);
@@ -1240,7 +1251,7 @@ int main(int argc, char **argv)
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
     if (engine_only) {
         struct speed es;
-        if (decode_table(CHECK_MODEL, 2, &es) != 0) return EXIT_FAILURE;
+        if (decode_table(CHECK_MODEL, CHECK_THREADS, &es) != 0) return EXIT_FAILURE;
         printf("engine step (%s, INT8, 2 threads; load average %.2f):\n%6s %10s %10s\n", CHECK_MODEL, bench_load1(),
                "rows", "us/step", "tokens/s");
         for (int i = 0; i < N_POINTS; i++)
