@@ -31,6 +31,9 @@
 ** on the same broker; each row also gives the share the center served.
 ** On one small box the two processes share its cores: the figures show
 ** what overflow costs and buys there, not what a separate center would add.
+** --route-center: one sweep, the edge and the center started together, every
+** request with "route": "center", so each goes device -> edge -> center and
+** back (fleet_sim --check's single-center half).
 **
 ** Overhead (before the sweep, on an idle edge): --samples sequential
 ** one-token requests (max_tokens 1), and as many bare broker round trips
@@ -98,6 +101,7 @@ struct opts {
     unsigned    clients, tokens, samples, edge_threads, center_threads, budget_ms;
     uint64_t    seed;
     bool        overflow;            /* sweep with overflow off, then on with a center */
+    bool        route_center;        /* one sweep, every request route=center, through the edge to the center */
     const char *edge, *center, *model, *broker, *name, *json;
 };
 
@@ -117,6 +121,7 @@ struct phase {
     struct lg_phase lg;
     bool         raw;                /* echo round trips: any payload is an answer */
     const char  *topic;              /* where requests go; NULL = the infer topic */
+    bool         to_center;          /* requests say "route": "center" */
     struct slot *s;
     size_t       dups;
 };
@@ -405,6 +410,7 @@ static bool send_req(struct bench *b, struct phase *p, size_t idx, unsigned c, c
     int n = snprintf(json, sizeof json, "{\"id\":\"b%u-%zu\",\"model\":\"%s\",\"prompt\":\"%s\",\"max_tokens\":%u%s",
                      p->lg.id, idx, b->opt.name, prompt, max_tokens, greedy ? "" : ",\"temperature\":0.8");
     if (!greedy) n += snprintf(json + n, sizeof json - (size_t)n, ",\"seed\":%zu", idx);
+    if (p->to_center) n += snprintf(json + n, sizeof json - (size_t)n, ",\"route\":\"center\"");
     n += snprintf(json + n, sizeof json - (size_t)n, "}");
     struct slot *s = &p->s[idx];
     s->sched_ns = sched_ns;
@@ -426,7 +432,7 @@ static void edge_log_tail(const struct bench *b)
 {
     if (!b->dir) return;
     bench_log_tail(b->log, "dspark-edge");
-    if (b->opt.overflow) bench_log_tail(b->center_log, "dspark-center");
+    if (b->opt.overflow || b->opt.route_center) bench_log_tail(b->center_log, "dspark-center");
 }
 
 /* The edge, with overflow off, or on (every tier's budget --budget-ms)
@@ -633,6 +639,7 @@ static bool run_rate(struct bench *b, double rate, struct rate_result *r)
         free(at);
         return false;
     }
+    p->to_center = o->route_center;
     fprintf(stderr, "bench_load: %7.0f req/s for %.0f s: %zu requests...", rate, o->seconds, n);
     uint64_t t0 = ds_now_ns() + 20000000u, win = (uint64_t)(o->seconds * 1e9);
     size_t sent = 0;
@@ -737,7 +744,10 @@ static void print_tables(const struct bench *b)
         printf("overflow: off (edge alone), then on: every tier's budget %u ms, dspark-center FP32 with %u thread%s\n"
                "on the same broker and the same CPUs; 'center' = share of the answers served by the center\n\n",
                o->budget_ms, o->center_threads, o->center_threads == 1 ? "" : "s");
-    for (int mode = 0; mode <= (int)o->overflow; mode++) {
+    if (o->route_center)
+        printf("route center: every request \"route\": \"center\", relayed by the edge to a dspark-center FP32 with %u "
+               "thread%s\non the same broker and the same CPUs\n\n", o->center_threads, o->center_threads == 1 ? "" : "s");
+    for (int mode = o->route_center; mode <= (int)(o->overflow || o->route_center); mode++) {
         if (o->overflow) printf("overflow %s\n", mode ? "on" : "off");
         printf("%8s %8s | %10s %8s | %8s %8s %8s %8s | %7s | %6s | %s\n", "offered", "sent/s", "answers/s", "tok/s",
                "p50 ms", "p90 ms", "p99 ms", "max ms", "lag p99", "center", "errors");
@@ -789,10 +799,11 @@ static int write_json(const struct bench *b)
             sysconf(_SC_NPROCESSORS_ONLN));
     fprintf(f, "  \"config\": {\"model\": \"%s\", \"name\": \"%s\", \"precision\": \"int8\", \"edge_threads\": %u, "
                "\"clients\": %u, \"max_tokens\": %u, \"seconds\": %g, \"drain_s\": %g, \"seed\": %llu, "
-               "\"external\": %s, \"samples\": %u, \"overflow\": %s, \"budget_ms\": %u, \"center_threads\": %u},\n  ",
+               "\"external\": %s, \"samples\": %u, \"overflow\": %s, \"route_center\": %s, \"budget_ms\": %u, "
+               "\"center_threads\": %u},\n  ",
             o->model, o->name, o->edge_threads, o->clients, o->tokens, o->seconds, o->drain_s,
             (unsigned long long)o->seed, o->broker ? "true" : "false", o->samples, o->overflow ? "true" : "false",
-            o->budget_ms, o->center_threads);
+            o->route_center ? "true" : "false", o->budget_ms, o->center_threads);
     bench_json_num(f, "load_start", b->load_start, ", ");
     bench_json_num(f, "load_end", b->load_end, ",\n");
     fprintf(f, "  \"rates\": [\n");
@@ -874,6 +885,8 @@ static void usage(FILE *f)
             "  --center PATH      dspark-center binary (default %s/center-node/dspark-center)\n"
             "  --center-threads N engine threads of the center (default 1)\n"
             "  --budget-ms MS     with --overflow: every tier's latency budget at the edge (default 100)\n"
+            "  --route-center     one sweep, every request \"route\": \"center\": the edge relays each to a\n"
+            "                     dspark-center started with it (the overhead figures stay the edge's own)\n"
             "  --broker URI       use this broker, where dspark-edge already serves --name (starts nothing)\n"
             "  --json PATH        JSON output (default bench-load.json)\n"
             "  --help\n",
@@ -905,7 +918,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "json", required_argument, NULL, 'j' },     { "help", no_argument, NULL, 'h' },
         { "overflow", no_argument, NULL, 'o' },       { "center", required_argument, NULL, 'C' },
         { "center-threads", required_argument, NULL, 'U' }, { "budget-ms", required_argument, NULL, 'B' },
-        { NULL, 0, NULL, 0 },
+        { "route-center", no_argument, NULL, 'R' },   { NULL, 0, NULL, 0 },
     };
     *o = (struct opts){ .rates = { 20, 50, 100, 200, 400, 800 }, .n_rates = 6, .extend = true,
                         .drain_s = 10, .max_rate = 12800, .clients = 4, .tokens = 16, .seed = 1,
@@ -935,6 +948,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'b': o->broker = optarg; break;
         case 'j': o->json = optarg; break;
         case 'o': o->overflow = true; break;
+        case 'R': o->route_center = true; break;
         case 'C': o->center = optarg; break;
         case 'U': bad = bench_parse_uint(optarg, 1, 64, &o->center_threads); break;
         case 'B': bad = bench_parse_uint(optarg, 1, 3600000, &o->budget_ms); break;
@@ -951,8 +965,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
         fprintf(stderr, "bench_load: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (o->overflow && o->broker) {
-        fprintf(stderr, "bench_load: --overflow starts its own edge and center; it cannot use --broker\n");
+    if ((o->overflow || o->route_center) && o->broker) {
+        fprintf(stderr, "bench_load: --%s starts its own edge and center; it cannot use --broker\n",
+                o->overflow ? "overflow" : "route-center");
+        return -1;
+    }
+    if (o->overflow && o->route_center) {
+        fprintf(stderr, "bench_load: --overflow and --route-center are two different runs: pass one\n");
         return -1;
     }
     if (rates_set) o->extend = false;
@@ -1004,7 +1023,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_load: fork: %s (no cross-process broker baseline)\n", strerror(errno));
     if (!o->broker) {
         fprintf(stderr, "bench_load: starting %s on %s...\n", o->edge, b.uri);
-        if (edge_start(&b, false) != DS_OK) goto fail_edge;
+        if (edge_start(&b, o->route_center) != DS_OK) goto fail_edge;
     }
     if (clients_start(&b) != DS_OK) goto fail_clients;
     if (b.echo_pid > 0 && wait_ready(&b, b.echo_proc_topic) != DS_OK) {
@@ -1018,8 +1037,9 @@ int main(int argc, char **argv)
         goto fail_ready;
     }
 
+    if (o->route_center) sleep_ms(1000);   /* the edge hears the center's retained status */
     measure_overhead(&b);
-    sweep(&b, false);
+    sweep(&b, o->route_center);
     if (o->overflow && !g_stop && edge_alive(&b)) {
         fprintf(stderr, "bench_load: restarting the edge with overflow on, and a center...\n");
         child_stop(&b.edge);

@@ -167,6 +167,8 @@ struct cfg {
     double   steal_ns;              /* CPU the broker and the load generator use per request, on the edge's
                                     ** cores: half at its arrival, half at its answer (--check) */
     unsigned edge_threads;          /* the edge engine's threads, over which a taken core's work spreads (--check) */
+    bool     route_center;          /* every request relayed to a center, as "route": "center" asks (--check) */
+    double   center_overhead_ns;    /* a center's own cost per loop turn (--check) */
     bool     no_ahead;              /* ablation: the predictive rule without the higher tiers' forecast */
 };
 
@@ -526,7 +528,7 @@ static void on_arrive(struct sim *s, unsigned i)
         .with = &with,
         .horizon_s = c->horizon_ms / 1000.0, .all = c->no_ahead ? NULL : &all, .now_ns = s->now,
     };
-    bool go = c->centers && ds_overflow_decide(c->policy, &in), queued = false;
+    bool go = c->centers && (c->route_center || ds_overflow_decide(c->policy, &in)), queued = false;
     if (!go) queued = eng_push(&ed->e, s, ri);
     if (!go && !queued && c->centers) go = true;   /* queue full: the role takes it */
     if (go) {
@@ -623,7 +625,8 @@ static void run(const struct cfg *c, const struct trace *tr, const struct speed 
         ed->burst_off = ed->burst_on + (uint64_t)(c->burst_on_s * 1e9);
         next_arrival(&s, i);
     }
-    for (unsigned i = 0; i < c->centers; i++) eng_init(&s.centers[i], &s.center_speed, c->center_active, c->prefill_chunk, 0);
+    for (unsigned i = 0; i < c->centers; i++) eng_init(&s.centers[i], &s.center_speed, c->center_active, c->prefill_chunk,
+                                                     c->center_overhead_ns);
     size_t nc = DS_MAX(c->centers, 1u);
     s.status = calloc(nc, sizeof *s.status);
     s.pick_buf = calloc(nc, sizeof *s.pick_buf);
@@ -868,8 +871,9 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
 
 /* ---- --check: the real bench_load next to one simulated edge ---- */
 
-/* The edge's engine speed on the model bench_load serves, INT8, `threads`
-** threads, measured in this process: for each row count of batch_rows, n
+/* The engine speed on the model bench_load serves, in precision `prec`
+** (the edge's INT8, the center's FP32), `threads` threads, measured in this
+** process: for each row count of batch_rows, n
 ** sequences decoding together (one ds_engine_forward of n rows, logits for
 ** each, as the node's loop runs a turn), the median of every step timed
 ** alone, over rounds that take every row count in turn (so that the
@@ -878,7 +882,7 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
 ** nearly all took a preemption, and 16 rows read up to 20 times 1 row);
 ** out gets n / step as tokens/s.
 ** Returns 0, or -1 when the engine fails. */
-static int decode_table(const char *path, unsigned threads, struct speed *out)
+static int decode_table(const char *path, enum ds_precision prec, unsigned threads, struct speed *out)
 {
     enum { REPS = 32, STEPS = 8, WARM = 4 };
     struct ds_model *m = NULL;
@@ -889,7 +893,7 @@ static int decode_table(const char *path, unsigned threads, struct speed *out)
     if (ds_model_open(path, &m) != DS_OK) return -1;
     struct ds_engine_opts eo;
     ds_engine_opts_init(&eo);
-    eo.precision = DS_PRECISION_INT8;
+    eo.precision = prec;
     eo.n_threads = threads;
     eo.kv_seqs = MAX_ACTIVE;
     eo.max_batch = MAX_ACTIVE;
@@ -931,13 +935,20 @@ done:
 #define N_CHECK    3
 static const double check_rates[N_CHECK] = { 50, 200, 400 };
 
-/* One bench_load run at check_rates into dir/load-<i>.json, parsed (OWNED), or NULL. */
-static cJSON *run_bench_load(const char *bench_load, const char *dir, unsigned i)
+/* The two halves of --check: the edge serving every request itself, and
+** every request relayed by the edge to one center ("route": "center"). */
+enum check_half { CHECK_EDGE, CHECK_CENTER };
+
+/* One bench_load run of half h at check_rates into dir/load-<h>-<i>.json,
+** parsed (OWNED), or NULL. */
+static cJSON *run_bench_load(const char *bench_load, const char *dir, enum check_half h, unsigned i)
 {
     char json[256], cmd[1024];
-    snprintf(json, sizeof json, "%s/load-%u.json", dir, i);
-    snprintf(cmd, sizeof cmd, "'%s' --rates 50,200,400 --seconds 4 --drain 5 --tokens 16 --edge-threads %u "
-             "--json '%s' > '%s/load-%u.out' 2> '%s/load-%u.err'", bench_load, CHECK_THREADS, json, dir, i, dir, i);
+    snprintf(json, sizeof json, "%s/load-%d-%u.json", dir, (int)h, i);
+    snprintf(cmd, sizeof cmd, "'%s' --rates 50,200,400 --seconds 4 --drain 5 --tokens 16 --edge-threads %u %s"
+             "--json '%s' > '%s/load-%d-%u.out' 2> '%s/load-%d-%u.err'", bench_load,
+             h == CHECK_EDGE ? CHECK_THREADS : 1u, h == CHECK_CENTER ? "--route-center --center-threads 1 " : "", json,
+             dir, (int)h, i, dir, (int)h, i);
     fprintf(stderr, "fleet_sim: running %s\n", cmd);
     int rc = system(cmd);
     FILE *f = fopen(json, "r");
@@ -950,7 +961,7 @@ static cJSON *run_bench_load(const char *bench_load, const char *dir, unsigned i
     cJSON *root = buf && rc == 0 ? cJSON_Parse(buf) : NULL;
     free(buf);
     if (!root || cJSON_GetArraySize(cJSON_GetObjectItem(root, "rates")) < N_CHECK) {
-        fprintf(stderr, "fleet_sim: bench_load failed (status %d); see %s/load-%u.err\n", rc, dir, i);
+        fprintf(stderr, "fleet_sim: bench_load failed (status %d); see %s/load-%d-%u.err\n", rc, dir, (int)h, i);
         cJSON_Delete(root);
         return NULL;
     }
@@ -966,49 +977,53 @@ static double num_at(const cJSON *o, const char *a, const char *b)
 /* The median of v[0..n) (v reordered). */
 static double median_of(double *v, unsigned n) { return bench_stats_of(v, n).med; }
 
-/* The simulated edge at one rate: answers/s and p50 into *ans, *p50. */
-static void check_sim(const struct cfg *c, const struct speed *es, double rate, double steal_ns, double turn_ns,
-                      double *ans, double *p50)
+/* The simulation of one half at one rate: answers/s and p50 into *ans, *p50;
+** turn_ns is the serving node's own cost per loop turn (the edge's, or with
+** route_center the center's). */
+static void check_sim(const struct cfg *c, const struct speed *es, const struct speed *cs, double rate,
+                      double steal_ns, double turn_ns, double *ans, double *p50)
 {
     struct cfg ck = *c;
     ck.seconds = 4.0;
     ck.dev_rate = rate;
     ck.steal_ns = steal_ns;
+    ck.center_overhead_ns = ck.route_center ? turn_ns : 0.0;
     struct result r;
-    run(&ck, NULL, es, es, turn_ns, &r);
+    run(&ck, NULL, es, cs, ck.route_center ? 0.0 : turn_ns, &r);
     *ans = r.answers_per_s;
     *p50 = r.p50[DS_TIER_NORMAL];
 }
 
-/* The node's own cost per loop turn (sampling, the loop's bookkeeping,
-** publishing), which the engine figure leaves out, from the first (lowest)
-** rate: what its real p50 has beyond the simulation's without it, over the
-** request's turns (one per token). */
-static double check_turn_ns(const struct cfg *c, const struct speed *es, double steal_ns, double real_p50)
+/* The serving node's own cost per loop turn (sampling, the loop's
+** bookkeeping, publishing), which the engine figure leaves out, from the
+** first (lowest) rate: what its real p50 has beyond the simulation's
+** without it, over the request's turns (one per token). */
+static double check_turn_ns(const struct cfg *c, const struct speed *es, const struct speed *cs, double steal_ns,
+                            double real_p50)
 {
     double ans, p50;
-    check_sim(c, es, check_rates[0], steal_ns, 0, &ans, &p50);
+    check_sim(c, es, cs, check_rates[0], steal_ns, 0, &ans, &p50);
     return fmax((real_p50 - p50) * 1e6 / (double)c->fixed_tokens, 0.0);
 }
 
-static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE *jf)
+/* One half of --check: bench_load `runs` times (the machine's other work
+** moves its latencies run to run: the median of each figure), the
+** simulation beside it, the table and its JSON. *off counts the checked
+** rows (all but the first, the calibration) off by more than 20%.
+** Returns 0, or 2 when bench_load or the engine failed. */
+static int check_half(struct cfg c, enum check_half h, const char *bench_load, const char *dir, unsigned runs,
+                      FILE *jf, int *off)
 {
-    char dir[] = "/tmp/fleet_sim_check.XXXXXX";
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "fleet_sim: mkdtemp: %s\n", strerror(errno));
-        return 2;
-    }
-    double load0 = bench_load1();
-    /* bench_load `runs` times (the machine's other work moves its
-    ** latencies run to run): the median of each figure. Per rate also the
-    ** CPU that mosquitto and the load generator (bench_load's device
-    ** clients) used, per request sent, and the cores the edge and the rest
-    ** of the machine took, from the first send to the last answer. */
+    bool center = h == CHECK_CENTER;
+    /* Per rate also the CPU that mosquitto and the load generator
+    ** (bench_load's device clients) used, per request sent, and the cores
+    ** the serving node and the rest of the machine took, from the first
+    ** send to the last answer. */
     double ans[N_CHECK][CHECK_RUNS_MAX], p50[N_CHECK][CHECK_RUNS_MAX], steal[N_CHECK][CHECK_RUNS_MAX];
-    double other_c[N_CHECK][CHECK_RUNS_MAX], edge_c[N_CHECK][CHECK_RUNS_MAX], rest_c[N_CHECK][CHECK_RUNS_MAX];
+    double other_c[N_CHECK][CHECK_RUNS_MAX], node_c[N_CHECK][CHECK_RUNS_MAX], rest_c[N_CHECK][CHECK_RUNS_MAX];
     double rtt_v[CHECK_RUNS_MAX], eng_v[CHECK_RUNS_MAX], brk_v[CHECK_RUNS_MAX];
     for (unsigned i = 0; i < runs; i++) {
-        cJSON *root = run_bench_load(bench_load, dir, i);
+        cJSON *root = run_bench_load(bench_load, dir, h, i);
         if (!root) return 2;
         rtt_v[i] = num_at(root, "overhead_one_token_us", "edge_round_trip");
         eng_v[i] = num_at(root, "overhead_one_token_us", "engine");
@@ -1019,8 +1034,9 @@ static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE 
             p50[k][i] = num_at(row, "latency_ms", "p50");
             double wall = num_at(row, "cpu_s", "wall"), broker = num_at(row, "cpu_s", "broker");
             double gen = num_at(row, "cpu_s", "loadgen"), edge = num_at(row, "cpu_s", "edge");
+            double ctr = center ? num_at(row, "cpu_s", "center") : 0.0;
             double machine = num_at(row, "cpu_s", "machine"), sent = num_at(row, "sent", NULL);
-            if (!(wall > 0) || !(sent > 0) || !isfinite(broker) || !isfinite(gen) || !isfinite(edge)) {
+            if (!(wall > 0) || !(sent > 0) || !isfinite(broker) || !isfinite(gen) || !isfinite(edge) || !isfinite(ctr)) {
                 fprintf(stderr, "fleet_sim: bench_load's JSON has no CPU figures (cpu_s) for %.0f req/s\n",
                         check_rates[k]);
                 cJSON_Delete(root);
@@ -1028,77 +1044,96 @@ static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE 
             }
             steal[k][i] = (broker + gen) / sent * 1e9;
             other_c[k][i] = (broker + gen) / wall;
-            edge_c[k][i] = edge / wall;
-            rest_c[k][i] = isfinite(machine) ? fmax(machine - broker - gen - edge, 0.0) / wall : NAN;
+            node_c[k][i] = (center ? ctr : edge) / wall;
+            rest_c[k][i] = isfinite(machine) ? fmax(machine - broker - gen - edge - ctr, 0.0) / wall : NAN;
         }
         cJSON_Delete(root);
     }
     double rtt = median_of(rtt_v, runs), engine = median_of(eng_v, runs);
     double broker = median_of(brk_v, runs);
-    /* The simulated edge: the engine speed measured here at each row count,
-    ** the broker's hops half its round trip each, and the agent's own time
-    ** per request (round trip less engine and broker) added to each answer. */
-    struct speed es;
-    if (decode_table(CHECK_MODEL, CHECK_THREADS, &es) != 0) {
+    /* The simulated nodes: the engine speeds measured here at each row
+    ** count (the edge INT8 on CHECK_THREADS, the center FP32 on one, as
+    ** bench_load runs them), the broker's hops half its round trip each (the
+    ** relay to the center goes through the same broker), and the edge's own
+    ** time per request (round trip less engine and broker) added to each
+    ** answer. */
+    struct speed es, cs;
+    if (decode_table(CHECK_MODEL, DS_PRECISION_INT8, CHECK_THREADS, &es) != 0 ||
+        (center && decode_table(CHECK_MODEL, DS_PRECISION_FP32, 1, &cs) != 0)) {
         fprintf(stderr, "fleet_sim: cannot time the engine on %s\n", CHECK_MODEL);
         return 2;
     }
+    if (!center) cs = es;
+    const struct speed *ns = center ? &cs : &es;
     double agent_us = fmax(rtt - engine - broker, 0.0);
-    fprintf(stderr, "fleet_sim: engine step, us, by rows:");
-    for (int i = 0; i < N_POINTS; i++) fprintf(stderr, " %.0f:%.1f", batch_rows[i], batch_rows[i] / es.tps[i] * 1e6);
+    fprintf(stderr, "fleet_sim: %s engine step, us, by rows:", center ? "center (FP32, 1 thread)" : "edge");
+    for (int i = 0; i < N_POINTS; i++) fprintf(stderr, " %.0f:%.1f", batch_rows[i], batch_rows[i] / ns->tps[i] * 1e6);
     fputc('\n', stderr);
     c.edges = 1;
-    c.centers = 0;
+    c.centers = center;
+    c.route_center = center;
     c.devices = 1;
     c.hop_dev_ms = broker / 2000.0;
+    c.hop_center_ms = broker / 2000.0;
     c.prefill_chunk = 32;
-    c.max_active = 16;
+    c.max_active = c.center_active = 16;             /* bench_load's nodes: [batch] max_active = 16 */
     c.deadline_ms[0] = c.deadline_ms[1] = c.deadline_ms[2] = 10000.0;
     c.flat = true;
     c.fixed_prompt = 5;                              /* "Once upon a time" */
     c.fixed_tokens = 16;
     c.agent_us = agent_us;
-    c.edge_threads = CHECK_THREADS;
-    double real_ans[N_CHECK], real_p50[N_CHECK], steal_ns[N_CHECK], oc[N_CHECK], ec[N_CHECK], rc_[N_CHECK];
+    c.edge_threads = center ? 1 : CHECK_THREADS;
+    double real_ans[N_CHECK], real_p50[N_CHECK], others_ns[N_CHECK], steal_ns[N_CHECK], oc[N_CHECK], nc[N_CHECK];
+    double rc_[N_CHECK];
     for (unsigned k = 0; k < N_CHECK; k++) {
         real_ans[k] = median_of(ans[k], runs);
         real_p50[k] = median_of(p50[k], runs);
-        steal_ns[k] = median_of(steal[k], runs);
+        others_ns[k] = median_of(steal[k], runs);
+        steal_ns[k] = center ? 0.0 : others_ns[k];    /* the center runs one thread: a core stays free for them */
         oc[k] = median_of(other_c[k], runs);
-        ec[k] = median_of(edge_c[k], runs);
+        nc[k] = median_of(node_c[k], runs);
         rc_[k] = median_of(rest_c[k], runs);
     }
-    printf("check: bench_load (real mosquitto + dspark-edge, stories260K INT8, 16 tokens, 2 edge threads; median of "
-           "%d runs) vs this simulation\n       measured: one-token round trip %.0f us (engine %.0f, broker %.0f, "
-           "agent %.0f); engine steps in this process: 1 / 4 / 16 rows %.1f / %.1f / %.1f us; load average %.2f "
-           "at the start\n",
-           runs, rtt, engine, broker, agent_us, 1e6 / es.tps[0], 4e6 / es.tps[3], 16e6 / es.tps[5], load0);
-    /* Contention: mosquitto and the load generator run on the edge's cores;
-    ** their CPU per request (measured at each rate in the same runs) is taken
-    ** from the edge's steps it falls on. Calibrated, then checked, twice:
-    ** with it and without it (the simulation before it was modelled). */
-    double turn_ns = check_turn_ns(&c, &es, steal_ns[0], real_p50[0]);
-    double turn0_ns = check_turn_ns(&c, &es, 0.0, real_p50[0]);
-    printf("       calibrated on the first rate: %.1f us per loop turn besides the engine's step (%.1f us "
-           "without the contention)\n", turn_ns / 1e3, turn0_ns / 1e3);
+    if (center)
+        printf("\ncheck, center: bench_load --route-center (every request relayed by the edge to a real dspark-center, "
+               "FP32, 1 thread, same broker; median of %u runs) vs this simulation of one edge and one center\n"
+               "       measured: the edge's one-token round trip %.0f us (engine %.0f, broker %.0f, agent %.0f); center "
+               "engine steps in this process: 1 / 4 / 16 rows %.1f / %.1f / %.1f us; load average %.2f\n",
+               runs, rtt, engine, broker, agent_us, 1e6 / cs.tps[0], 4e6 / cs.tps[3], 16e6 / cs.tps[5], bench_load1());
+    else
+        printf("check, edge: bench_load (real mosquitto + dspark-edge, stories260K INT8, 16 tokens, 2 edge threads; "
+               "median of %u runs) vs this simulation of one edge\n       measured: one-token round trip %.0f us "
+               "(engine %.0f, broker %.0f, agent %.0f); engine steps in this process: 1 / 4 / 16 rows %.1f / %.1f / "
+               "%.1f us; load average %.2f\n",
+               runs, rtt, engine, broker, agent_us, 1e6 / es.tps[0], 4e6 / es.tps[3], 16e6 / es.tps[5], bench_load1());
+    /* Contention (the edge half): mosquitto and the load generator run on
+    ** the edge's cores; their CPU per request (measured at each rate in the
+    ** same runs) is charged to the edge's steps where it collides (see
+    ** eng_turn). Calibrated, then checked, twice: with it and without it. */
+    double turn_ns = check_turn_ns(&c, &es, &cs, steal_ns[0], real_p50[0]);
+    double turn0_ns = check_turn_ns(&c, &es, &cs, 0.0, real_p50[0]);
+    printf("       calibrated on the first rate: %.1f us per loop turn of the %s besides the engine's step (%.1f us "
+           "without the contention)\n", turn_ns / 1e3, center ? "center" : "edge", turn0_ns / 1e3);
     printf("%6s | %-20s | %-29s | %-18s | %s\n", "", "answers/s", "p50 ms", "without contention",
-           "CPU: us/req   cores: broker+gen edge rest");
+           center ? "CPU: us/req   cores: broker+gen center rest" : "CPU: us/req   cores: broker+gen edge rest");
     printf("%6s | %6s %6s %6s | %6s %6s %6s %7s | %6s %6s %4s | %9s %12s %5s %5s\n", "rate", "real", "sim", "diff",
            "real", "sim", "diff", "", "ans/s", "p50", "diff", "others", "", "", "");
-    if (jf) fprintf(jf, "  \"check_turn_us\": %.2f, \"check_turn_us_without_contention\": %.2f,\n  \"check\": [\n",
-                    turn_ns / 1e3, turn0_ns / 1e3);
-    int off = 0;
+    if (jf)
+        fprintf(jf, "  \"%s_turn_us\": %.2f, \"%s_turn_us_without_contention\": %.2f,\n  \"%s\": [\n",
+                center ? "check_center" : "check", turn_ns / 1e3, center ? "check_center" : "check", turn0_ns / 1e3,
+                center ? "check_center" : "check");
     for (unsigned k = 0; k < N_CHECK; k++) {
         double sim_ans, sim_p50, ans0, p500;
-        check_sim(&c, &es, check_rates[k], steal_ns[k], turn_ns, &sim_ans, &sim_p50);
-        check_sim(&c, &es, check_rates[k], 0.0, turn0_ns, &ans0, &p500);
+        check_sim(&c, &es, &cs, check_rates[k], steal_ns[k], turn_ns, &sim_ans, &sim_p50);
+        check_sim(&c, &es, &cs, check_rates[k], 0.0, turn0_ns, &ans0, &p500);
         double d_ans = (sim_ans - real_ans[k]) / real_ans[k], d_p50 = (sim_p50 - real_p50[k]) / real_p50[k];
         double d0 = (p500 - real_p50[k]) / real_p50[k];
         bool ok = fabs(d_ans) <= 0.20 && fabs(d_p50) <= 0.20;
-        off += !ok && k > 0;
+        *off += !ok && k > 0;
         printf("%6.0f | %6.1f %6.1f %+5.0f%% | %6.2f %6.2f %+5.0f%% %-7s | %6.1f %6.2f %+3.0f%% | %9.1f %12.2f %5.2f "
                "%5.2f\n", check_rates[k], real_ans[k], sim_ans, 100 * d_ans, real_p50[k], sim_p50, 100 * d_p50,
-               !k ? "(calib)" : ok ? "ok" : "OFF", ans0, p500, 100 * d0, steal_ns[k] / 1e3, oc[k], ec[k], rc_[k]);
+               !k ? "(calib)" : ok ? "ok" : "OFF", ans0, p500, 100 * d0, others_ns[k] / 1e3,
+               oc[k], nc[k], rc_[k]);
         if (jf) {
             fprintf(jf, "    {");
             bench_json_num(jf, "rate", check_rates[k], ", ");
@@ -1107,16 +1142,31 @@ static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE 
             bench_json_num(jf, "real_p50_ms", real_p50[k], ", ");
             bench_json_num(jf, "sim_p50_ms", sim_p50, ", ");
             bench_json_num(jf, "sim_p50_ms_without_contention", p500, ", ");
-            bench_json_num(jf, "others_cpu_us_per_request", steal_ns[k] / 1e3, ", ");
+            bench_json_num(jf, "others_cpu_us_per_request", others_ns[k] / 1e3, ", ");
             bench_json_num(jf, "others_cores", oc[k], ", ");
-            bench_json_num(jf, "edge_cores", ec[k], ", ");
+            bench_json_num(jf, center ? "center_cores" : "edge_cores", nc[k], ", ");
             bench_json_num(jf, "rest_cores", rc_[k], "}");
             fputs(k + 1 < N_CHECK ? ",\n" : "\n", jf);
         }
     }
     if (jf) fprintf(jf, "  ],\n");
-    printf("check: %s (load average %.2f at the end)\n",
-           off ? "the simulation is off by more than 20% somewhere" : "every checked row within 20%", bench_load1());
+    return 0;
+}
+
+static int mode_check(struct cfg c, const char *bench_load, unsigned runs, FILE *jf)
+{
+    char dir[] = "/tmp/fleet_sim_check.XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "fleet_sim: mkdtemp: %s\n", strerror(errno));
+        return 2;
+    }
+    double load0 = bench_load1();
+    int off = 0, rc = check_half(c, CHECK_EDGE, bench_load, dir, runs, jf, &off);
+    if (!rc) rc = check_half(c, CHECK_CENTER, bench_load, dir, runs, jf, &off);
+    if (rc) return rc;
+    printf("\ncheck: %s (load average %.2f at the start, %.2f at the end)\n",
+           off ? "the simulation is off by more than 20% somewhere" : "every checked row within 20%", load0,
+           bench_load1());
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (!off && system(rm) != 0) fprintf(stderr, "fleet_sim: could not remove %s\n", dir);
@@ -1251,7 +1301,7 @@ int main(int argc, char **argv)
     ds_log_set(NULL, NULL, DS_LOG_ERROR);
     if (engine_only) {
         struct speed es;
-        if (decode_table(CHECK_MODEL, CHECK_THREADS, &es) != 0) return EXIT_FAILURE;
+        if (decode_table(CHECK_MODEL, DS_PRECISION_INT8, CHECK_THREADS, &es) != 0) return EXIT_FAILURE;
         printf("engine step (%s, INT8, 2 threads; load average %.2f):\n%6s %10s %10s\n", CHECK_MODEL, bench_load1(),
                "rows", "us/step", "tokens/s");
         for (int i = 0; i < N_POINTS; i++)
