@@ -21,24 +21,29 @@
 **                p50/p99 latency per tier, deadline misses, center share and
 **                utilisation, the message rate of each broker, at each load
 **                of --scale, and which resource gives out first.
-**   --check      runs the real bench_load (its own mosquitto and
-**                dspark-edge) and this simulation of one edge at the same
-**                rates: answers/s and p50 latency side by side, and whether
-**                they agree within 20%. The simulated edge runs on the engine
-**                step measured in this process at every row count (the same
-**                model, INT8, 2 threads), and on the cores it shares with
-**                the broker and the load generator: the CPU time those two
-**                used per request at each rate, which bench_load measures in
-**                the same run (mosquitto's CPU clock, its own getrusage), is
-**                charged to the edge's steps it falls on where it
-**                collides: the engine's share of the turn (the node's own
-**                part runs on one thread and leaves a core free), spread
-**                over its threads (the pool's threads claim each other's
-**                tasks, so a core taken for t costs a step t / threads).
-**                The node's own
-**                cost per loop turn is calibrated on the lowest rate; the
-**                rest is the check. Without the contention, as the
-**                simulation was before, is printed beside it.
+**   --check      two halves, each the real bench_load (its own mosquitto,
+**                dspark-edge, and for the second a dspark-center) beside
+**                this simulation at the same rates: answers/s and p50
+**                latency side by side, and whether they agree within 20%.
+**                Edge half: one edge serving every request. The simulated
+**                edge runs on the engine step measured in this process at
+**                every row count (the same model, INT8, 2 threads), and on
+**                the cores it shares with the broker and the load
+**                generator: the CPU time those two used per request at each
+**                rate, which bench_load measures in the same run
+**                (mosquitto's CPU clock, its own getrusage), is charged to
+**                the edge's steps it falls on where it collides: the
+**                engine's share of the turn (the node's own part runs on
+**                one thread and leaves a core free), spread over its threads
+**                (the pool's threads claim each other's tasks, so a core
+**                taken for t costs a step t / threads). Center half: every
+**                request "route": "center" (bench_load --route-center), one
+**                edge relaying to one center, the center's FP32 step timed
+**                here on its one thread (which leaves a core free: no
+**                charge). In each half the serving node's own cost per loop
+**                turn is calibrated on the lowest rate; the rest is the
+**                check. The edge without the contention, as the simulation
+**                was before, is printed beside it.
 **   --engine     prints that measured engine table and exits.
 **
 ** This is a benchmark: nothing is asserted except --check's agreement (exit
@@ -1180,7 +1185,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: fleet_sim [options]\n"
             "  --traces          one edge, one center: the bursty traces, reactive vs predictive\n"
-            "  --check           the real bench_load vs a simulated edge (within 20%%)\n"
+            "  --check           the real bench_load vs the simulation: one edge, then one edge relaying to one center (within 20%%)\n"
             "  --engine          the engine step times --check measures (stories260K INT8, 2 threads), and exit\n"
             "  --bench-load P    bench_load binary for --check (default %s)\n"
             "  --runs N          bench_load runs for --check, the median of each figure (default 3, at most 9)\n"
