@@ -9,8 +9,9 @@
 ** every [center] status_interval_ms (weighted routing, ds/route.h): free
 ** slots, queued prompt and decode tokens, measured tokens/s per model, load,
 ** and where it verifies drafts its speculation session table's free and
-** reclaimable slots (center__spec_slots) (schemas/center_status.schema.json). Edges choose a center by these
-** figures and send it requests on DS_TOPIC_CENTER_NAMED <name>/infer/<model>,
+** reclaimable slots (center__spec_slots; schemas/center_status.schema.json).
+** Edges choose a center by these figures (a session's open skips one with
+** no session slot) and send it requests on DS_TOPIC_CENTER_NAMED <name>/infer/<model>,
 ** which the node subscribes (center_role.c's named_prefix).
 **
 ** Owns: when its capacity status was last sent (engine loop only).

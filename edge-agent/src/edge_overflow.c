@@ -24,7 +24,10 @@
 ** needed. A center whose capacity status is older than two of its intervals,
 ** or says draining, is not chosen; with none left the request stays here
 ** (weighted) or goes to $share (weighted_share). routing = share sends
-** every request to DS_TOPIC_CENTER_INFER <model> as before.
+** every request to DS_TOPIC_CENTER_INFER <model> as before. A speculation
+** session's open (edge__center_pick, for edge_specnet.c) is drawn the same
+** way, leaving out a center whose status says its session table has no
+** slot (less the opens sent it since) while another has one.
 **
 ** A request at a center is cancelled there when its HTTP client hangs up
 ** or its device cancels it: the edge publishes DS_TOPIC_CANCEL <this
