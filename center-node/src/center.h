@@ -1,6 +1,8 @@
 /*
 ** center.h — the center's role code (center-node/src): the extensions its
-** main.c lists. Each file owns its state; they share nothing else.
+** main.c lists. Each file owns its state; center_overflow.c reads the
+** session table's occupancy from center_specnet.c (center__spec_slots) for
+** its capacity status, and nothing else is shared.
 */
 #ifndef DS_CENTER_H
 #define DS_CENTER_H
@@ -25,5 +27,17 @@ struct center_specnet_cfg {
     uint32_t idle_ms;     /* [spec] idle_ms: forget a session idle this long */
     uint32_t reclaim_ms;  /* [spec] reclaim_ms: a full table gives away a session idle this long */
 };
+
+/* The speculation session table as the capacity status says it. */
+struct center_spec_slots {
+    uint32_t sessions;      /* [spec] sessions */
+    uint32_t free;          /* slots no session holds */
+    uint32_t reclaimable;   /* held by a session idle [spec] reclaim_ms at least: a new open takes one */
+};
+
+/* center_specnet.c (engine loop only): the session table now into *out;
+** false where this center verifies no drafts ([spec] sessions = 0, or no
+** model whose target runs on the CPU), whose status then says nothing of it. */
+bool center__spec_slots(struct ds_node *node, uint64_t now_ns, struct center_spec_slots *out);
 
 #endif

@@ -7,9 +7,11 @@
 ** its vouch: the retained DS_TOPIC_CENTER_STATUS <name> that edges require
 ** before they count its status (vouch), which also advertises its capacity
 ** every [center] status_interval_ms (weighted routing, ds/route.h): free
-** slots, queued prompt and decode tokens, measured tokens/s per model, load
-** (schemas/center_status.schema.json). Edges choose a center by these
-** figures and send it requests on DS_TOPIC_CENTER_NAMED <name>/infer/<model>,
+** slots, queued prompt and decode tokens, measured tokens/s per model, load,
+** and where it verifies drafts its speculation session table's free and
+** reclaimable slots (center__spec_slots; schemas/center_status.schema.json).
+** Edges choose a center by these figures (a session's open skips one with
+** no session slot) and send it requests on DS_TOPIC_CENTER_NAMED <name>/infer/<model>,
 ** which the node subscribes (center_role.c's named_prefix).
 **
 ** Owns: when its capacity status was last sent (engine loop only).
@@ -124,6 +126,16 @@ static void add_capacity(struct ds_node *node, struct center_overflow *co, cJSON
     cJSON_AddNumberToObject(cap, "queued_tokens", (double)waiting);
     cJSON_AddNumberToObject(cap, "tok_s", round(co->tok_s * 10.0) / 10.0);
     cJSON_AddNumberToObject(cap, "load", c->max_active ? (double)(running + queued) / c->max_active : 0.0);
+    /* Edge-drafted speculation's session table (a bound of its own, apart
+    ** from slots): an edge opening a session leaves a center out whose
+    ** free + reclaimable is 0 while another has room (ds/route.h, full). */
+    struct center_spec_slots sp;
+    cJSON *spec = center__spec_slots(node, ds_now_ns(), &sp) ? cJSON_AddObjectToObject(cap, "spec") : NULL;
+    if (spec) {
+        cJSON_AddNumberToObject(spec, "sessions", sp.sessions);
+        cJSON_AddNumberToObject(spec, "free", sp.free);
+        cJSON_AddNumberToObject(spec, "reclaimable", sp.reclaimable);
+    }
     cJSON *ms = cJSON_AddObjectToObject(cap, "models");
     for (unsigned i = 0; ms && i < node->n_models; i++) {
         cJSON *m = cJSON_AddObjectToObject(ms, node->models[i].cfg->name);

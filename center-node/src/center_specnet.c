@@ -318,6 +318,20 @@ static struct spn_session *session_slot(struct ds_node *node, struct center_spec
     return lru;
 }
 
+bool center__spec_slots(struct ds_node *node, uint64_t now_ns, struct center_spec_slots *out)
+{
+    const struct center_specnet *n = node__ext_state(node, &center_specnet_ext);
+    if (!n || !verifies_now(node)) return false;
+    const uint64_t reclaim = (uint64_t)reclaim_ms_of(node) * 1000000ull;
+    *out = (struct center_spec_slots){ .sessions = n->n_sess };
+    for (unsigned i = 0; i < n->n_sess; i++) {
+        const struct spn_session *ss = &n->sess[i];
+        if (!ss->sid[0]) out->free++;
+        else if (now_ns >= ss->used_ns && now_ns - ss->used_ns >= reclaim) out->reclaimable++;   /* session_slot's rule */
+    }
+    return true;
+}
+
 /* ds_spec_mask_fn of a session with a grammar: row i of the round is
 ** masked by the state its matcher reaches through the i drafts before it. */
 static bool session_mask(void *ud, uint32_t i, const int32_t *before, float *logits)

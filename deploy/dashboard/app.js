@@ -57,12 +57,16 @@ function get(o, path) {
 }
 
 // An edge's weighted routing (telemetry "routing"): each center's share of
-// the weight and the requests this edge sent it; shown as the OVF cell's title.
+// the weight and the requests this edge sent it, and where the center
+// verifies drafts its speculation session slots free for this edge's next
+// open (an open skips a center with none while another has one); shown as
+// the OVF cell's title.
 function routeText(t) {
   const cs = get(t, 'routing.centers');
   if (!Array.isArray(cs) || !cs.length) return '';
   return `routing ${get(t, 'routing.mode') || '?'}: ` + cs.map(c =>
     `${c.name} ${fmt(100 * (c.share || 0), 0)} % (weight ${fmt(c.weight || 0, 0)}, sent ${c.sent ?? 0}` +
+    (typeof c.spec_sessions === 'number' ? `, spec ${c.spec_free ?? 0}/${c.spec_sessions} free` : '') +
     `${c.chosen_by_weight ? '' : ', not chosen'})`).join('; ');
 }
 

@@ -35,10 +35,13 @@ bool     edge__center_online(struct ds_node *node, const char *name);
 /* Live centers whose status says they verify drafts of model (edge-drafted
 ** speculation; a center that does not, a GPU one say, gets it plainly). */
 unsigned edge__centers_verifying(struct ds_node *node, const char *model);
-/* A live center other than avoid that verifies model, into out; false when
-** there is none. With weighted routing chosen by weight among those that
-** advertise room (cost: the request's ds_route_cost, counted as sent to
-** it), else the first one. */
+/* A live center other than avoid that verifies model, for a speculation
+** session's open, into out; false when there is none. With weighted
+** routing chosen by weight among those that advertise room (cost: the
+** request's ds_route_cost, counted as sent to it), leaving out those whose
+** session table is full (free + reclaimable slots in their status, less the
+** opens sent since) while another is not; else the first one, one with a
+** session slot first. The open is counted against the chosen one's slots. */
 bool     edge__center_pick(struct ds_node *node, const char *model, const char *avoid, uint64_t cost, char out[64]);
 /* Whether [overflow] routing sends to centers by name (weighted, weighted_share). */
 bool     edge__routing_weighted(struct ds_node *node);

@@ -24,7 +24,10 @@
 ** needed. A center whose capacity status is older than two of its intervals,
 ** or says draining, is not chosen; with none left the request stays here
 ** (weighted) or goes to $share (weighted_share). routing = share sends
-** every request to DS_TOPIC_CENTER_INFER <model> as before.
+** every request to DS_TOPIC_CENTER_INFER <model> as before. A speculation
+** session's open (edge__center_pick, for edge_specnet.c) is drawn the same
+** way, leaving out a center whose status says its session table has no
+** slot (less the opens sent it since) while another has one.
 **
 ** A request at a center is cancelled there when its HTTP client hangs up
 ** or its device cancels it: the edge publishes DS_TOPIC_CANCEL <this
@@ -76,6 +79,8 @@ struct center {
     uint64_t sent_tokens;  /* ds_route_cost of the requests sent it since cap_ns */
     uint32_t sent_since;   /* and how many */
     uint64_t sent;         /* requests sent it by weight, ever (telemetry) */
+    uint32_t opens_since;  /* speculation opens sent it since cap_ns (edge__center_pick) */
+    uint64_t opens;        /* and ever (telemetry) */
 };
 
 enum routing { ROUTING_WEIGHTED, ROUTING_WEIGHTED_SHARE, ROUTING_SHARE };
@@ -207,6 +212,17 @@ static struct ds_route_center route_entry(const struct ds_node *node, const stru
     return e;
 }
 
+/* The speculation session slots c has for a new open (o->mu held): its
+** status's free + reclaimable less the opens this edge sent it since;
+** UINT32_MAX where its status says nothing of sessions (a center from
+** before the field: not held back). */
+static uint32_t spec_room(const struct center *c)
+{
+    if (!c->has_cap || !c->cap.has_spec) return UINT32_MAX;
+    uint32_t room = c->cap.spec_free + c->cap.spec_reclaimable;
+    return room > c->opens_since ? room - c->opens_since : 0;
+}
+
 /* Seconds of backlog that halve a center's weight (ds/route.h). */
 #define ROUTE_HORIZON_S DS_ROUTE_HORIZON_S
 
@@ -221,9 +237,13 @@ static unsigned model_index(const struct ds_node *node, const char *model)
 
 /* Weighted routing among the centers for model index mi (o->mu held): those
 ** that verify every bit of need (0: any) and are not named avoid (NULL: none);
-** the one drawn is counted as sent cost tokens and named into out. */
+** the one drawn is counted as sent cost tokens and named into out. For a
+** speculation open (open), a center with no session slot (spec_room) is
+** full: not drawn while another has room (ds/route.h: a filter, the
+** weights those of a plain request), and the open is counted against its
+** room. A plain request's draw (open false) is as it was. */
 static bool route_pick_locked(struct ds_node *node, struct edge_overflow *o, unsigned mi, uint32_t need,
-                              const char *avoid, uint64_t cost, char out[64])
+                              const char *avoid, uint64_t cost, bool open, char out[64])
 {
     struct ds_route_center tab[MAX_CENTERS];
     const struct ds_route_opts opts = { .stale_ns = 0, .horizon_s = ROUTE_HORIZON_S };   /* staleness: route_entry */
@@ -231,6 +251,7 @@ static bool route_pick_locked(struct ds_node *node, struct edge_overflow *o, uns
     for (unsigned i = 0; i < o->n_centers; i++) {
         tab[i] = route_entry(node, o, &o->centers[i], mi, now);
         tab[i].usable &= (o->centers[i].verifies & need) == need && (!avoid || strcmp(o->centers[i].name, avoid));
+        tab[i].full = open && spec_room(&o->centers[i]) == 0;
     }
     int k = ds_route_pick(tab, o->n_centers, &opts, now, &o->rng);
     if (k < 0) return false;
@@ -238,6 +259,10 @@ static bool route_pick_locked(struct ds_node *node, struct edge_overflow *o, uns
     c->sent_tokens += cost;
     c->sent_since++;
     c->sent++;
+    if (open) {
+        c->opens_since++;
+        c->opens++;
+    }
     memcpy(out, c->name, 64);
     return true;
 }
@@ -248,7 +273,7 @@ static bool route_choose(struct ds_node *node, struct edge_overflow *o, const ch
                          char out[64])
 {
     pthread_mutex_lock(&o->mu);
-    bool got = route_pick_locked(node, o, model_index(node, model), 0, NULL, cost, out);
+    bool got = route_pick_locked(node, o, model_index(node, model), 0, NULL, cost, false, out);
     pthread_mutex_unlock(&o->mu);
     return got;
 }
@@ -290,12 +315,18 @@ bool edge__center_pick(struct ds_node *node, const char *model, const char *avoi
     bool got = false;
     if (!o) return false;
     pthread_mutex_lock(&o->mu);
-    if (o->routing != ROUTING_SHARE)            /* by weight among those that verify it */
-        got = bit && route_pick_locked(node, o, model_index(node, model), bit, avoid, cost, out);
-    for (unsigned i = 0; i < o->n_centers && !got; i++)     /* else the first live one that verifies it */
-        if (live(node, o, &o->centers[i]) && (o->centers[i].verifies & bit) && strcmp(o->centers[i].name, avoid)) {
-            memcpy(out, o->centers[i].name, 64);
-            got = true;
+    if (o->routing != ROUTING_SHARE)            /* by weight among those that verify it and have room */
+        got = bit && route_pick_locked(node, o, model_index(node, model), bit, avoid, cost, true, out);
+    /* Else the first live one that verifies it, one with a session slot first. */
+    for (int pass = 0; pass < 2 && !got; pass++)
+        for (unsigned i = 0; i < o->n_centers && !got; i++) {
+            struct center *c = &o->centers[i];
+            if (live(node, o, c) && (c->verifies & bit) && strcmp(c->name, avoid) && (pass || spec_room(c) > 0)) {
+                memcpy(out, c->name, 64);
+                c->opens_since++;
+                c->opens++;
+                got = true;
+            }
         }
     pthread_mutex_unlock(&o->mu);
     return got;
@@ -526,6 +557,7 @@ static bool on_vouch(struct ds_node *node, void *st, const struct ds_mqtt_msg *m
         c->cap_ns = ds_now_ns();
         c->sent_tokens = 0;
         c->sent_since = 0;
+        c->opens_since = 0;
     }
     pthread_mutex_unlock(&o->mu);
     ds_sched_wake(node->sched);
@@ -815,7 +847,12 @@ static void telemetry(struct ds_node *node, void *st, cJSON *obj)
             cJSON_AddNumberToObject(e, "age_ms", now > c->cap_ns ? (double)((now - c->cap_ns) / 1000000ull) : 0.0);
             cJSON_AddStringToObject(e, "state", c->cap.draining ? "draining" : "online");
         }
+        if (c->has_cap && c->cap.has_spec) {       /* edge-drafted speculation: its session table */
+            cJSON_AddNumberToObject(e, "spec_sessions", c->cap.spec_sessions);
+            cJSON_AddNumberToObject(e, "spec_free", spec_room(c));
+        }
         cJSON_AddNumberToObject(e, "sent", (double)c->sent);
+        cJSON_AddNumberToObject(e, "spec_opens", (double)c->opens);
         cJSON_AddItemToArray(cs, e);
     }
     pthread_mutex_unlock(&o->mu);

@@ -80,7 +80,17 @@ bool edge__capacity_decode(const void *payload, size_t len, const char *const *m
               number_in(c, "prompt_tokens", 0, big, &prompt) && number_in(c, "decode_tokens", 0, big, &decode) &&
               number_in(c, "queued_tokens", 0, big, &waiting) &&
               number_in(c, "tok_s", 0, big, &tok_s) && number_in(c, "load", 0, big, &load) && cJSON_IsObject(ms);
+    /* Optional: a center that verifies no drafts says nothing of sessions. */
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(c, "spec");
+    double sessions = 0, sfree = 0, reclaim = 0;
+    if (ok && sp)
+        ok = cJSON_IsObject(sp) && number_in(sp, "sessions", 0, UINT32_MAX, &sessions) &&
+             number_in(sp, "free", 0, sessions, &sfree) && number_in(sp, "reclaimable", 0, sessions - sfree, &reclaim);
     if (ok) {
+        cap->has_spec = sp != NULL;
+        cap->spec_sessions = (uint32_t)sessions;
+        cap->spec_free = (uint32_t)sfree;
+        cap->spec_reclaimable = (uint32_t)reclaim;
         cap->draining = !strcmp(state->valuestring, "draining");
         cap->interval_ms = (uint32_t)interval;
         cap->slots = (uint32_t)slots;

@@ -38,11 +38,15 @@ struct edge_capacity {
     double   load;
     uint32_t serves;           /* bit i: models[i] is in its "models" */
     double   model_tok_s[32];  /* for each bit of serves */
+    /* Its speculation session table ("spec"; only where it verifies drafts). */
+    bool     has_spec;
+    uint32_t spec_sessions, spec_free, spec_reclaimable;   /* free + reclaimable <= sessions */
 };
 
 /* The capacity object of a center status payload (the vouch) into *cap:
 ** true when it has one that checks out (every figure present, in range,
-** finite), false for a vouch without it or anything else. */
+** finite; "spec", optional, too), false for a vouch without it or anything
+** else. */
 bool edge__capacity_decode(const void *payload, size_t len, const char *const *models, unsigned n_models,
                            struct edge_capacity *cap);
 

@@ -127,9 +127,12 @@ static void fill_row(const struct fleet_node *nd, uint64_t now_ms, struct row *r
     cJSON_ArrayForEach(e, fleet_get(t, "errors")) r->errors += cJSON_IsNumber(e) ? e->valuedouble : 0;
     size_t rn = 0;
     cJSON_ArrayForEach(e, fleet_get(t, "routing.centers")) {
-        int k = snprintf(r->route + rn, sizeof r->route - rn, "%s%s %.0f%% w%.0f sent %.0f%s", rn ? ", " : "",
+        char spec[48] = "";            /* a center that verifies drafts: its session slots free for this edge */
+        if (cJSON_IsNumber(fleet_get(e, "spec_sessions")))
+            snprintf(spec, sizeof spec, " spec %.0f/%.0f", fleet_num(e, "spec_free"), fleet_num(e, "spec_sessions"));
+        int k = snprintf(r->route + rn, sizeof r->route - rn, "%s%s %.0f%% w%.0f sent %.0f%s%s", rn ? ", " : "",
                          fleet_str(e, "name"), 100 * fleet_num(e, "share"), fleet_num(e, "weight"), fleet_num(e, "sent"),
-                         cJSON_IsTrue(fleet_get(e, "chosen_by_weight")) ? "" : " (not chosen)");
+                         spec, cJSON_IsTrue(fleet_get(e, "chosen_by_weight")) ? "" : " (not chosen)");
         if (k < 0 || (size_t)k >= sizeof r->route - rn) break;
         rn += (size_t)k;
     }

@@ -116,8 +116,9 @@ async function checkStaleAndRefused(page, when) {
     log('model version shown', await version.jsonValue(), '; fleet p99', fleetP99);
     // The edge's routing weights (its telemetry's "routing") in the OVF cell's
     // title, while center-ops is up: once it stops, the edge drops it from the
-    // table and the next telemetry has no weight for it.
-    const routeRe = /^routing weighted: .*center-ops \d+ % \(weight \d+, sent \d+/;
+    // table and the next telemetry has no weight for it. center-ops verifies
+    // drafts ([spec] sessions = 4 by default, none open): its session slots too.
+    const routeRe = /^routing weighted: .*center-ops \d+ % \(weight \d+, sent \d+, spec 4\/4 free/;
     try {
       await page.waitForFunction((re) => {
         const c = document.querySelector('#nodes tr[data-node="edge-ops"] .ovf');

@@ -9,12 +9,14 @@
 **              name center-1.
 **   1:         a status on dspark/v1/status/ (no node): never decodes; the
 **              same bytes as a center's capacity status (center/status/):
-**              one that decodes has every figure in its range.
+**              one that decodes has every figure in its range (a
+**              speculation table's free + reclaimable within its sessions).
 **   2:         a relay message for request "req-1"; an accept names a
 **              center of 1..63 bytes, a final names one.
 **   3:         relay Correlation Data (the request key).
 ** The seeds in corpus/fuzz_edge/ are written by hand (statuses and a capacity from
-** center_publish/node_health, an accept, a chunk, a final, an error).
+** center_publish/node_health, a capacity with a speculation table and one whose
+** free + reclaimable exceeds its sessions, an accept, a chunk, a final, an error).
 **
 ** Built with -DDS_FUZZ=ON (clang) as fuzz_edge, and replayed over
 ** corpus/fuzz_edge/ by the fuzz.replay ctest in every build.
@@ -53,7 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct edge_capacity cap;
         if (edge__capacity_decode(p, n, models, 2, &cap) &&
             (cap.interval_ms < 100 || cap.interval_ms > 60000 || !(cap.tok_s >= 0.0) || !(cap.load >= 0.0) ||
-             (cap.serves & ~3u) || !(cap.model_tok_s[0] >= 0.0) || !(cap.model_tok_s[1] >= 0.0)))
+             (cap.serves & ~3u) || !(cap.model_tok_s[0] >= 0.0) || !(cap.model_tok_s[1] >= 0.0) ||
+             (uint64_t)cap.spec_free + cap.spec_reclaimable > cap.spec_sessions ||
+             (!cap.has_spec && (cap.spec_sessions || cap.spec_free || cap.spec_reclaimable))))
             abort();
         break;
     case 2: {

@@ -535,6 +535,9 @@ static int test_top(void)
     if (c && strstr(c, "\ncenter-ops")) FAIL("e filter still shows the center:\n%s", c);   /* its row (ROUTE lines name it) */
     if (c && !strstr(c, "ROUTE edge-ops -> center-ops "))   /* weighted routing: where the edge's overflow goes */
         FAIL("no ROUTE line for edge-ops naming center-ops:\n%s", c);
+    const char *route = c ? strstr(c, "ROUTE edge-ops -> center-ops ") : NULL, *eol = route ? strchr(route, '\n') : NULL;
+    const char *spec = route ? strstr(route, " spec 4/4") : NULL;   /* its free session slots ([spec] sessions = 4) */
+    if (route && (!spec || (eol && spec > eol))) FAIL("edge-ops's ROUTE line without center-ops's spec 4/4:\n%s", c);
     free(c);
     snprintf(cmd, sizeof cmd, "tmux send-keys -t %s a", g.tmux);
     free(tu_run(cmd, &st));

@@ -17,7 +17,8 @@
 ** sampled at temperature 1 over 600 seeds, the first token (read off the
 ** wire) follows the target's plain distribution (chi-squared, alpha 0.001);
 ** a center that stops answering (SIGSTOP) costs a round timeout, not the
-** answer; SIGTERM: every node exits 0 (sanitizer builds: no report).
+** answer; a center whose one session slot is held says so in its capacity
+** status and gets no open while another has room; SIGTERM: every node exits 0 (sanitizer builds: no report).
 */
 #include <pthread.h>
 #include <setjmp.h>
@@ -102,14 +103,14 @@ static pid_t spawn_node(const char *bin_rel, const char *name, const char *conf_
     return pid;
 }
 
-/* center-i with [spec] sessions (0: it verifies no drafts). */
-static pid_t start_center(int i, unsigned sessions)
+/* center-i with [spec] sessions (0: it verifies no drafts) and reclaim_ms. */
+static pid_t start_center_reclaim(int i, unsigned sessions, unsigned reclaim_ms)
 {
     char conf[2048], name[32], want[64];
     snprintf(name, sizeof name, "center-%d", i);
     snprintf(conf, sizeof conf, "[node]\nname = %s\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[spec]\nsessions = %u\n"
-             "reclaim_ms = 3000\n[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
-             name, tb_broker_uri(g.center_b), sessions, tu_model("stories260K.bin"), tu_model("tok512.bin"));
+             "reclaim_ms = %u\n[model stories]\npath = %s\ntokenizer = %s\nthreads = 1\nbackend = cpu\n",
+             name, tb_broker_uri(g.center_b), sessions, reclaim_ms, tu_model("stories260K.bin"), tu_model("tok512.bin"));
     int from = it_inbox_len(g.in);               /* a restart: not the status of the one before */
     pid_t pid = spawn_node("center-node/dspark-center", name, conf);
     snprintf(want, sizeof want, "\"node\":\"%s\",\"state\":\"online\"", name);
@@ -120,6 +121,8 @@ static pid_t start_center(int i, unsigned sessions)
     free(st);
     return pid;
 }
+
+static pid_t start_center(int i, unsigned sessions) { return start_center_reclaim(i, sessions, 3000); }
 
 /* The edge (again): SIGTERM the running one first. */
 static void start_edge(bool pipeline)
@@ -838,6 +841,118 @@ static void test_no_verifier(void **state)
            "to it, no speculation session opened, text == plain center decoding\n");
 }
 
+/* The newest capacity status of center on the edge's broker (after the
+** bridge) from message from on that contains needle, waited for (OWNED);
+** checked against center_status.schema.json; its index in *at (NULL: not
+** wanted). */
+static char *capacity_status(const char *center, int from, const char *needle, int *at)
+{
+    char topic[96];
+    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_STATUS "%s", center);
+    char *st = it_inbox_find(g.in, &(struct it_match){ .topic_prefix = topic, .needle = needle }, from, 20000, at, NULL);
+    if (!st) printf("no capacity status of %s with %s\n", center, needle);
+    assert_non_null(st);
+    validate("center_status", st);
+    return st;
+}
+
+/* Speculation session slots in the capacity status and in the edge's pick:
+** center-3 keeps one session ([spec] sessions = 1, not reclaimed within
+** the test), center-4 four. With center-3's one slot held (opened here),
+** its status says "spec":{"sessions":1,"free":0,"reclaimable":0}, and the
+** edge opens all 4 sessions at center-4 (by weight alone about half would
+** go to center-3 and be refused "overloaded"); closed, center-3 says free 1. */
+static void test_spec_slots(void **state)
+{
+    (void)state;
+    int offline = it_log_count(g.dir, "edge-spec", " is offline");
+    int st = it_stop(g.center[0], SIGTERM, 30000);           /* center-2 ([spec] sessions = 0) */
+    assert_true(WIFEXITED(st));
+    g.center[0] = 0;
+    assert_true(it_log_wait(g.dir, "edge-spec", " is offline", offline + 1, 20000));
+    struct ds_mqtt *watch = it_device(tb_broker_uri(g.edge_b), "watch-spec", g.in,
+                                      (const char *const[]){ DS_TOPIC_CENTER_STATUS "+", NULL });
+    assert_non_null(watch);
+    g.center[0] = start_center_reclaim(3, 1, 600000);
+    g.center[1] = start_center_reclaim(4, 4, 600000);
+    assert_true(it_log_wait(g.dir, "edge-spec", "center center-3 is online", 1, 20000));
+    assert_true(it_log_wait(g.dir, "edge-spec", "center center-4 is online", 1, 20000));
+    free(capacity_status("center-4", 0, "\"spec\":{\"sessions\":4,\"free\":4,\"reclaimable\":0}", NULL));
+
+    /* Hold center-3's one slot with a session of the test's own. */
+    struct ds_model *m;
+    struct ds_tok *tok;
+    assert_int_equal(ds_model_open(tu_model("stories260K.gguf"), &m), DS_OK);
+    assert_int_equal(ds_model_tokenizer(m, NULL, &tok), DS_OK);
+    int32_t ids[64];
+    size_t n = 0;
+    assert_int_equal(ds_tok_encode(tok, "Once upon a time", 16, true, ids, 64, &n), DS_OK);
+    ds_tok_destroy(tok);
+    ds_model_close(m);
+    char json[512];
+    snprintf(json, sizeof json, "{\"id\":\"hold\",\"model\":\"stories\",\"prompt\":\"Once upon a time\","
+             "\"session\":\"hold-3\",\"pos\":%zu,\"draft\":[]}", n);
+    int from = it_inbox_len(g.in);
+    char *a = ask(DS_TOPIC_CENTER_SESSION "center-3", "hold3", json);
+    if (!strstr(a, "\"token\"")) fail_msg("center-3's one session not opened: %s", a);
+    free(a);
+    int at = 0;
+    char *full = capacity_status("center-3", from, "\"spec\":{\"sessions\":1,\"free\":0,\"reclaimable\":0}", &at);
+    printf("center-3, its one session held: %s\n", full);
+    free(full);
+    /* And the one after it: by then the edge (on the same broker) has the first. */
+    free(capacity_status("center-3", at + 1, "\"spec\":{\"sessions\":1,\"free\":0", NULL));
+
+    enum { N = 4 };                  /* center-4's slots: all of them may be open at once */
+    char id[32], extra[160];
+    from = it_inbox_len(g.in);
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "slots-%d", i);
+        snprintf(extra, sizeof extra, "\"max_tokens\":" GEN_S ",\"route\":\"center\",\"stream\":%s",
+                 i % 2 ? "true" : "false");
+        send_req(g.dev, DS_TOPIC_INFER "stories", id, tu_prompts[i], extra);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(id, sizeof id, "slots-%d", i);
+        a = answer(id, 60000);
+        assert_non_null(a);
+        char *text = field(a, "text", NULL), *by = field(a, "served_by", "node");
+        assert_non_null(text);
+        assert_string_equal(text, g.plain[i]);
+        assert_string_equal(by, "center-4");
+        assert_true(num(a, "usage", "rounds") >= 1);            /* drafted here, verified there */
+        assert_int_equal(count_answers(id), 1);
+        free(text); free(by); free(a);
+    }
+    /* Every open went to center-4; none reached center-3. */
+    const struct it_match to3 = { .topic_prefix = DS_TOPIC_CENTER_SESSION "center-3", .needle = "\"session\":\"edge-spec.",
+                                  .needle2 = "\"model\"" };
+    const struct it_match to4 = { .topic_prefix = DS_TOPIC_CENTER_SESSION "center-4", .needle = "\"session\":\"edge-spec.",
+                                  .needle2 = "\"model\"" };
+    char *open3 = it_inbox_find(g.in, &to3, from, 0, NULL, NULL), *open4 = it_inbox_find(g.in, &to4, from, 0, NULL, NULL);
+    if (open3) printf("an open reached center-3: %s\n", open3);
+    assert_null(open3);
+    assert_non_null(open4);
+    free(open4);
+    /* The edge's telemetry shows the slots it counts for each center. */
+    char *tel = it_inbox_find(g.in, &(struct it_match){ .topic_prefix = DS_TOPIC_TELEMETRY "edge-spec",
+                                                        .needle = "\"spec_sessions\":1,\"spec_free\":0" },
+                              from, 15000, NULL, NULL);
+    assert_non_null(tel);
+    char *sp4 = strstr(tel, "\"name\":\"center-4\"");
+    assert_non_null(sp4);
+    assert_non_null(strstr(sp4, "\"spec_sessions\":4"));
+    free(tel);
+    /* Closed: center-3 has its slot back. */
+    from = it_inbox_len(g.in);
+    publish(g.cdev, DS_TOPIC_CENTER_SESSION "center-3", "test/creply/spec", "hold3c", "{\"v\":1,\"session\":\"hold-3\",\"close\":true}");
+    free(capacity_status("center-3", from, "\"spec\":{\"sessions\":1,\"free\":1,\"reclaimable\":0}", NULL));
+    ds_mqtt_destroy(watch);
+    printf("speculation slots: center-3's one session held, its status says free 0; %d route=center requests "
+           "drafted here, every session opened at center-4, none at center-3, text == plain center decoding; "
+           "closed, center-3 says free 1\n", N);
+}
+
 /* SIGTERM: every node drains and exits 0, and (sanitizer builds) reports
 ** no leak or error in its log. */
 static void test_shutdown(void **state)
@@ -868,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_center_stuck),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_no_verifier),
+        cmocka_unit_test(test_spec_slots),
         cmocka_unit_test(test_shutdown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -6,7 +6,9 @@
 ** (weighted) or uses $share (weighted_share); a stale or draining capacity
 ** is not chosen; a center dying before it accepted gives its request back
 ** at once. The center subscribes its own name, serves what comes there and
-** advertises its capacity.
+** advertises its capacity (with its speculation session table). A drafting
+** edge's session opens leave out a center with no session slot while
+** another has one, counting the opens it sent since each status.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +36,20 @@ static void capacity(struct nh *h, const char *center, double tok_s, const char 
              "\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,\"tok_s\":%g,\"load\":0,"
              "\"models\":{\"" NH_MODEL "\":{\"tok_s\":%g}}}}",
              center, state, interval_ms, tok_s, tok_s);
+    nh_deliver(h, topic, json, NULL, NULL);
+}
+
+/* The same with its speculation session table ("spec"). */
+static void capacity_spec(struct nh *h, const char *center, double tok_s, unsigned sessions, unsigned free_,
+                          unsigned reclaimable)
+{
+    char topic[128], json[600];
+    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_STATUS "%s", center);
+    snprintf(json, sizeof json,
+             "{\"v\":1,\"node\":\"%s\",\"role\":\"center\",\"capacity\":{\"state\":\"online\",\"interval_ms\":60000,"
+             "\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,\"tok_s\":%g,\"load\":0,"
+             "\"spec\":{\"sessions\":%u,\"free\":%u,\"reclaimable\":%u},\"models\":{\"" NH_MODEL "\":{\"tok_s\":%g}}}}",
+             center, tok_s, sessions, free_, reclaimable, tok_s);
     nh_deliver(h, topic, json, NULL, NULL);
 }
 
@@ -180,6 +196,8 @@ static void test_center_named(void **state)
     assert_string_equal(cs, "online");
     free(cs);
     assert_non_null(strstr(st.payload, "\"models\":{\"" NH_MODEL "\":{\"tok_s\":"));
+    /* [spec] sessions (4 by default), none open: all free. */
+    assert_non_null(strstr(st.payload, "\"spec\":{\"sessions\":4,\"free\":4,\"reclaimable\":0}"));
     stub_pub_cleanup(&st);
     nh_deliver(h, DS_TOPIC_CENTER_NAMED NH_CENTER_NODE "/" DS_TOPIC_KIND_INFER "/" NH_MODEL,
                "{\"v\":1,\"id\":\"c-n\",\"model\":\"" NH_MODEL "\",\"route\":\"center\",\"prompt\":\"Once\","
@@ -196,6 +214,59 @@ static void test_center_named(void **state)
     nh_stop(h);
 }
 
+/* A drafting edge ([overflow] speculate) opens 4 sessions at once: center-a
+** (9 times faster) has 1 session slot by its status, center-b 2 free and 1
+** reclaimable. By weight alone nearly every open would go to center-a; with
+** its slots counted (the opens sent since the status included) center-a
+** gets exactly 1 and center-b 3. */
+static void test_spec_open_slots(void **state)
+{
+    (void)state;
+    struct nh *h = nh_start((const char *const[]){ "overflow.routing=weighted", "overflow.speculate=true",
+                                                   "overflow.spec_timeout_ms=600000", NULL });
+    nh_center_status(h, "center-a", true);
+    nh_center_status(h, "center-b", true);
+    capacity_spec(h, "center-a", 900, 1, 1, 0);
+    capacity_spec(h, "center-b", 100, 4, 2, 1);
+    for (int i = 0; i < 4; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "so-%d", i);
+        nh_request(h, id, to_center, NULL);
+    }
+    nh_release(h);
+    const struct stub_match open = { .topic_prefix = DS_TOPIC_CENTER_SESSION, .needle = "\"model\"" };
+    size_t at = 0;
+    for (int i = 0; i < 4; i++) {
+        assert_true(stub_mqtt_find(h->mqtt, &open, at, 20000, NULL, &at));   /* the i-th open */
+        at++;
+    }
+    size_t n_a = stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_CENTER_SESSION "center-a",
+                                                                .needle = "\"model\"" });
+    size_t n_b = stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic = DS_TOPIC_CENTER_SESSION "center-b",
+                                                                .needle = "\"model\"" });
+    printf("4 opens, center-a (900 tok/s, 1 slot) %zu, center-b (100 tok/s, 2 free + 1 reclaimable) %zu\n", n_a, n_b);
+    assert_int_equal(n_a, 1);
+    assert_int_equal(n_b, 3);
+    assert_int_equal(stub_mqtt_count(h->mqtt, &(struct stub_match){ .topic_prefix = DS_TOPIC_CENTER_SPEC }), 0);
+    /* Both gone, and the opens unanswered past spec_timeout_ms: every
+    ** request decoded here, answered once. */
+    nh_center_status(h, "center-a", false);
+    nh_center_status(h, "center-b", false);
+    stub_clock_advance_ms(600001);
+    for (int i = 0; i < 4; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "so-%d", i);
+        char *a = nh_answer(h, id, 20000);
+        char *by = a ? nh_json_str(a, "served_by", "node") : NULL;
+        assert_non_null(by);
+        assert_string_equal(by, NH_NODE);
+        free(by);
+        free(a);
+        assert_int_equal(nh_answers(h, id), 1);
+    }
+    nh_stop(h);
+}
+
 int node_route_tests(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +274,7 @@ int node_route_tests(void)
         cmocka_unit_test(test_no_capacity),
         cmocka_unit_test(test_stale_and_draining),
         cmocka_unit_test(test_center_named),
+        cmocka_unit_test(test_spec_open_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

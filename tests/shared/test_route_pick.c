@@ -3,7 +3,10 @@
 ** idle centers get work in proportion to their measured speed, backlog and
 ** what the caller sent since the status lower a weight, stale, unusable
 ** and unmeasured centers, many edges on one stale status (no herd), the
-** seeded draw repeats, bad figures never crash or poison the draw.
+** seeded draw repeats, bad figures never crash or poison the draw; full
+** centers (a speculation open: no session slot) left out while another has
+** room, the others weighed as before, and all drawn as if none were full
+** when every one is.
 */
 #include <math.h>
 #include <setjmp.h>
@@ -201,13 +204,61 @@ static void test_burst_self_correcting(void **state)
     assert_true(counted + 4 <= blind);
 }
 
+/* A speculation open: a full center (no session slot) is never drawn while
+** another that may be chosen has room, and the others split as their plain
+** weights say; the weights are unchanged by full (a filter, not a weight).
+** Full everywhere, or room only at a center that may not be chosen: the
+** draw is the plain one, choice for choice. */
+static void test_full_filtered(void **state)
+{
+    (void)state;
+    struct ds_route_center c[3] = { idle(1000.0), idle(300.0), idle(100.0) };
+    c[0].full = true;                                        /* the fastest, but no session slot */
+    unsigned count[3];
+    draw(c, 3, 40000, 11, count);
+    printf("center 0 full: %u %u %u of 40000 (want 0, 3/4, 1/4)\n", count[0], count[1], count[2]);
+    assert_int_equal(count[0], 0);
+    assert_true(fabs(count[1] / 40000.0 - 0.75) < 0.01);
+    double w[3];
+    double sum = ds_route_weights(c, 3, &opts, NOW, w);
+    assert_true(w[0] == 0.0 && fabs(w[1] - 300.0) < 1e-9 && fabs(w[2] - 100.0) < 1e-9 && fabs(sum - 400.0) < 1e-9);
+    /* The prior for an unmeasured center is the mean of those with room. */
+    c[2].tok_s = 0.0;
+    ds_route_weights(c, 3, &opts, NOW, w);
+    assert_true(fabs(w[2] - 300.0) < 1e-9);
+    c[2].tok_s = 100.0;
+    /* Every center full, or the only one with room not choosable (stale,
+    ** unusable): drawn as if none were full. */
+    struct ds_route_center plain[3] = { idle(1000.0), idle(300.0), idle(100.0) };
+    for (int step = 0; step < 3; step++) {
+        if (step == 0) {                                     /* all full */
+            c[1].full = c[2].full = true;
+        } else if (step == 1) {                              /* room only at an unusable one */
+            c[1].full = false;
+            c[1].usable = plain[1].usable = false;
+        } else {                                             /* room only at a stale one */
+            c[1].usable = plain[1].usable = true;
+            c[1].status_ns = plain[1].status_ns = NOW - 2001 * MS;
+        }
+        uint64_t a = 5, b = 5;
+        for (int k = 0; k < 2000; k++) assert_int_equal(ds_route_pick(c, 3, &opts, NOW, &a),
+                                                        ds_route_pick(plain, 3, &opts, NOW, &b));
+        double wp[3];
+        assert_true(ds_route_weights(c, 3, &opts, NOW, w) == ds_route_weights(plain, 3, &opts, NOW, wp));
+    }
+    /* Nothing choosable at all: -1, full or not. */
+    for (int i = 0; i < 3; i++) c[i].usable = false;
+    uint64_t seed = 1;
+    assert_int_equal(ds_route_pick(c, 3, &opts, NOW, &seed), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_proportional),       cmocka_unit_test(test_backlog_and_sent),
         cmocka_unit_test(test_excluded),           cmocka_unit_test(test_unmeasured_and_bad),
         cmocka_unit_test(test_seeded),             cmocka_unit_test(test_no_herd),
-        cmocka_unit_test(test_burst_self_correcting),
+        cmocka_unit_test(test_burst_self_correcting), cmocka_unit_test(test_full_filtered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,8 +24,17 @@
 ** proportion spreads them as the weights say, whatever they read.
 **
 ** Not chosen: a center the caller marks unusable (offline, draining, not
-** vouched, not serving the model), and one whose status is older than
-** stale_ns (a stopped center's retained status stays, ageing).
+** vouched, not serving the model), one whose status is older than
+** stale_ns (a stopped center's retained status stays, ageing), and one the
+** caller marks full while another that may be chosen is not. Full is a
+** filter, not a weight: an edge opening a speculation session marks the
+** centers whose session table has no slot for it (their status's "spec",
+** less the opens it sent since); among the others the weights are the
+** same as for a plain request (a verify round costs a center compute as a
+** decode step does, which tok_s and backlog measure; a free session slot is
+** room to start, not speed). When every center is full the draw is over
+** all of them, as if none were (figures up to one interval old: a slot may
+** have freed; a refused open costs a round trip).
 **
 ** Ownership: everything is BORROWED for the call; nothing is kept.
 ** Threads:   reentrant; the RNG state is the caller's.
@@ -45,6 +54,8 @@ struct ds_route_center {
     double   tok_s;           /* its measured tokens/s for the model (0 = not measured yet) */
     uint64_t backlog_tokens;  /* the work it held at that status, in tokens (queued decode + prompt cost) */
     uint64_t sent_tokens;     /* tokens this caller sent it since that status (ds_route_cost each) */
+    bool     full;            /* no room for what the caller places (a speculation open: no session slot);
+                              ** chosen only when every center that may be chosen is full */
 };
 
 /* The horizon the edge uses (dspark-edge's [overflow] routing = weighted):

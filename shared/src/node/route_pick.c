@@ -23,7 +23,7 @@ static double rate_of(double x)
     return !isfinite(x) || !(x > 0.0) ? 0.0 : x < RATE_MIN ? RATE_MIN : x;
 }
 
-static bool choosable(const struct ds_route_center *c, const struct ds_route_opts *o, uint64_t now_ns)
+static bool fresh_usable(const struct ds_route_center *c, const struct ds_route_opts *o, uint64_t now_ns)
 {
     if (!c->usable) return false;
     if (!o->stale_ns) return true;
@@ -31,15 +31,30 @@ static bool choosable(const struct ds_route_center *c, const struct ds_route_opt
     return c->status_ns >= now_ns || now_ns - c->status_ns <= o->stale_ns;
 }
 
+/* Whether full centers are left out: some center that may be chosen is not
+** full (else every one may be chosen, as if none were full). */
+static bool skip_full(const struct ds_route_center *c, unsigned n, const struct ds_route_opts *o, uint64_t now_ns)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (!c[i].full && fresh_usable(&c[i], o, now_ns)) return true;
+    return false;
+}
+
+static bool choosable(const struct ds_route_center *c, const struct ds_route_opts *o, uint64_t now_ns, bool no_full)
+{
+    return fresh_usable(c, o, now_ns) && !(no_full && c->full);
+}
+
 /* The rate an unmeasured center is given: the mean of the measured ones
 ** that may be chosen, else 1 (then every unmeasured one weighs the same). */
-static double prior_rate(const struct ds_route_center *c, unsigned n, const struct ds_route_opts *o, uint64_t now_ns)
+static double prior_rate(const struct ds_route_center *c, unsigned n, const struct ds_route_opts *o, uint64_t now_ns,
+                         bool no_full)
 {
     double sum = 0.0;
     unsigned k = 0;
     for (unsigned i = 0; i < n; i++) {
         double r = rate_of(c[i].tok_s);
-        if (r > 0.0 && choosable(&c[i], o, now_ns)) {
+        if (r > 0.0 && choosable(&c[i], o, now_ns, no_full)) {
             sum += r;
             k++;
         }
@@ -59,9 +74,10 @@ double ds_route_weights(const struct ds_route_center *c, unsigned n, const struc
                         double *w)
 {
     double horizon_s = o->horizon_s > 0.0 && isfinite(o->horizon_s) ? o->horizon_s : 1.0;
-    double prior = prior_rate(c, n, o, now_ns), sum = 0.0;
+    bool no_full = skip_full(c, n, o, now_ns);
+    double prior = prior_rate(c, n, o, now_ns, no_full), sum = 0.0;
     for (unsigned i = 0; i < n; i++) {
-        w[i] = choosable(&c[i], o, now_ns) ? weight_of(&c[i], prior, horizon_s) : 0.0;
+        w[i] = choosable(&c[i], o, now_ns, no_full) ? weight_of(&c[i], prior, horizon_s) : 0.0;
         sum += w[i];
     }
     return sum;
@@ -80,17 +96,18 @@ int ds_route_pick(const struct ds_route_center *c, unsigned n, const struct ds_r
                   uint64_t *rng)
 {
     double horizon_s = o->horizon_s > 0.0 && isfinite(o->horizon_s) ? o->horizon_s : 1.0;
-    double prior = prior_rate(c, n, o, now_ns), sum = 0.0;
+    bool no_full = skip_full(c, n, o, now_ns);
+    double prior = prior_rate(c, n, o, now_ns, no_full), sum = 0.0;
     int last = -1;
     for (unsigned i = 0; i < n; i++)
-        if (choosable(&c[i], o, now_ns)) {
+        if (choosable(&c[i], o, now_ns, no_full)) {
             sum += weight_of(&c[i], prior, horizon_s);
             last = (int)i;
         }
     if (last < 0 || !(sum > 0.0)) return -1;
     double u = ds_route_uniform(rng) * sum;
     for (unsigned i = 0; i < n; i++) {
-        if (!choosable(&c[i], o, now_ns)) continue;
+        if (!choosable(&c[i], o, now_ns, no_full)) continue;
         u -= weight_of(&c[i], prior, horizon_s);
         if (u < 0.0) return (int)i;
     }
