@@ -354,26 +354,42 @@ static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
 /* 8 halves at p as floats. */
 DS_INLINE __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* Rows i and i + 1 (two: NR = 2) of one block's scores: the 16 keys in
-** two vectors per row, the halves converted as they are loaded. */
+/* NR (1 or 2) rows' scores against one block's 16 transposed keys, times
+** scale, into the nk slots at s + i * lds: as att32_scores, each row's
+** dimensions in four FMA chains (even and odd dimensions, 8 keys each), the
+** halves converted as they are loaded. */
 DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const uint16_t *kt, float scale,
                             float *s, size_t lds, size_t nk)
 {
-    __m256 a[2][2] = { { _mm256_setzero_ps(), _mm256_setzero_ps() }, { _mm256_setzero_ps(), _mm256_setzero_ps() } };
-    for (size_t d = 0; d < hd; d++) {
+    __m256 a[2][4];
+    for (int i = 0; i < NR; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_ps();
+    size_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+        const uint16_t *k = kt + d * DS_KERN_KT;
+        const __m256 k0 = load8_f16(k), k1 = load8_f16(k + 8), k2 = load8_f16(k + 16), k3 = load8_f16(k + 24);
+        for (int i = 0; i < NR; i++) {
+            const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
+            const __m256 q1 = _mm256_broadcast_ss(q + (size_t)i * ldq + d + 1);
+            a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(q0, k1, a[i][1]);
+            a[i][2] = _mm256_fmadd_ps(q1, k2, a[i][2]);
+            a[i][3] = _mm256_fmadd_ps(q1, k3, a[i][3]);
+        }
+    }
+    if (d < hd) {
         const __m256 k0 = load8_f16(kt + d * DS_KERN_KT), k1 = load8_f16(kt + d * DS_KERN_KT + 8);
         for (int i = 0; i < NR; i++) {
-            const __m256 qd = _mm256_set1_ps(q[i * ldq + d]);
-            a[i][0] = _mm256_fmadd_ps(qd, k0, a[i][0]);
-            a[i][1] = _mm256_fmadd_ps(qd, k1, a[i][1]);
+            const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
+            a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(q0, k1, a[i][1]);
         }
     }
     const __m256 sc = _mm256_set1_ps(scale);
     for (int i = 0; i < NR; i++) {
         float t[DS_KERN_KT];
-        _mm256_storeu_ps(t, _mm256_mul_ps(a[i][0], sc));
-        _mm256_storeu_ps(t + 8, _mm256_mul_ps(a[i][1], sc));
-        memcpy(s + i * lds, t, nk * sizeof *t);
+        _mm256_storeu_ps(t, _mm256_mul_ps(_mm256_add_ps(a[i][0], a[i][2]), sc));
+        _mm256_storeu_ps(t + 8, _mm256_mul_ps(_mm256_add_ps(a[i][1], a[i][3]), sc));
+        memcpy(s + (size_t)i * lds, t, nk * sizeof *t);
     }
 }
 
@@ -415,9 +431,10 @@ static void att16_values_blocks(size_t nq, size_t hd, const uint32_t *lim, size_
 }
 
 /* kern.h attn_f16 on AVX2 + F16C: scores two rows at a time over each
-** block's keys, attn_generic's softmax, then each row's weighted values,
-** 32 dimensions at a time held in registers across all the keys. The
-** halves are converted as they are loaded (no pass through scratch). */
+** block's keys (four FMA chains a row, as attn_f32), the softmax on 8
+** lanes, then each row's weighted values, 32 dimensions at a time held in
+** registers across all the keys. The halves are converted as they are
+** loaded (no pass through scratch). */
 static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
                           const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
                           size_t ldo, float *scratch)
