@@ -21,13 +21,14 @@
 ** the source into one small L1-resident buffer) measured in the same run,
 ** and with ref. The best of several timed repeats is reported (noisy VMs).
 **
-** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a] [-p]
+** Usage: bench_kern [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a] [-g rows] [-p]
 **        -t splits rows across threads as the engine does; -r: best of how
 **        many timed repeats (default 5; raise it on a busy machine); -k: only
 **        that variant (and ref); -s: only these matrix shapes (no attention
 **        table); -n: no ref rows and no xref column (quick A/B runs of one
 **        variant); -q: hot only, no streaming columns; -a: the attention
-**        table only; -p: only matmul_q8 with 64 and 128 tokens on TinyLlama
+**        table only; -g: attention with that many query rows a call (the
+**        heads of one KV head, as a grouped-query decode step); -p: only matmul_q8 with 64 and 128 tokens on TinyLlama
 **        1.1B's matrices (bench_prefill).
 **        Output: a table on stdout.
 ** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
@@ -59,6 +60,7 @@
 #define ATT_KVD      768                /* its kv_dim */
 #define ATT_LAYERS   12
 #define ATT_MAX_BLK  33                 /* KV blocks of the longest attention row */
+#define ATT_MAX_ROWS 8                  /* -g: query rows a call (the heads of one KV head) */
 
 static double now_s(void)
 {
@@ -220,7 +222,7 @@ static int ring_fill(struct ring *r, const void *src, size_t bytes, bool stream)
     return 0;
 }
 
-struct opts { size_t nthr; int repeats; bool stream, attn_only, no_ref, prefill; const char *only, *shapes; };
+struct opts { size_t nthr, rows; int repeats; bool stream, attn_only, no_ref, prefill; const char *only, *shapes; };
 
 static double measure(const struct ds_kern_ops *k, enum op op, const struct shape *sh,
                       const struct ring *rg, const void *x, float *y, const struct opts *o)
@@ -251,11 +253,14 @@ static const char *const att_op[] = { "attn_f32", "attn_f16", "attn_q8" };
 static uint32_t att_keys(size_t n_blk) { return (uint32_t)(n_blk * DS_KERN_KT - 5); }
 
 static double att_time(const struct ds_kern_ops *k, enum att_cache f16, const struct att_item *it, size_t n_items,
-                       size_t n_blk, int repeats)
+                       size_t n_blk, size_t nq, int repeats)
 {
-    static float q[ATT_HD], out[ATT_HD], scratch[(ATT_MAX_BLK + 1) * DS_KERN_KT + 2 * ATT_HD * DS_KERN_KT];
-    for (size_t d = 0; d < ATT_HD; d++) q[d] = 0.01f * (float)d;
-    const uint32_t lim = att_keys(n_blk);
+    /* scores, a block of keys or values as floats, the rows as Q8_0 (< hd floats a row) */
+    static float q[ATT_MAX_ROWS * ATT_HD], out[ATT_MAX_ROWS * ATT_HD],
+        scratch[ATT_MAX_ROWS * (ATT_MAX_BLK + 1) * DS_KERN_KT + 2 * ATT_HD * DS_KERN_KT + ATT_MAX_ROWS * ATT_HD];
+    for (size_t d = 0; d < ATT_MAX_ROWS * ATT_HD; d++) q[d] = 0.01f * (float)(d % ATT_HD) + 0.001f * (float)(d / ATT_HD);
+    uint32_t lim[ATT_MAX_ROWS];
+    for (size_t i = 0; i < nq; i++) lim[i] = att_keys(n_blk);    /* decode: the rows of one position */
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
         size_t calls = 0;
@@ -263,12 +268,12 @@ static double att_time(const struct ds_kern_ops *k, enum att_cache f16, const st
         do {
             for (size_t i = 0; i < n_items; i++, calls++)
                 if (f16 == ATT_Q8)
-                    k->attn_q8(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kq, it[i].vq, 0.125f, out, ATT_HD, scratch);
+                    k->attn_q8(nq, ATT_HD, n_blk, lim, q, ATT_HD, it[i].kq, it[i].vq, 0.125f, out, ATT_HD, scratch);
                 else if (f16 == ATT_F16)
-                    k->attn_f16(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kh, it[i].vh, ATT_HD, 0.125f, out, ATT_HD,
+                    k->attn_f16(nq, ATT_HD, n_blk, lim, q, ATT_HD, it[i].kh, it[i].vh, ATT_HD, 0.125f, out, ATT_HD,
                                 scratch);
                 else
-                    k->attn_f32(1, ATT_HD, n_blk, &lim, q, ATT_HD, it[i].kt, it[i].v, ATT_HD, 0.125f, out, ATT_HD,
+                    k->attn_f32(nq, ATT_HD, n_blk, lim, q, ATT_HD, it[i].kt, it[i].v, ATT_HD, 0.125f, out, ATT_HD,
                                 scratch);
         } while ((t = now_s() - t0) < MIN_SECONDS);
         if (t / (double)calls < best) best = t / (double)calls;
@@ -341,21 +346,21 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
                 if ((o->only && k != &ds_kern_ref && strcmp(k->name, o->only) != 0) || !ds_kern_supported(k) ||
                     (o->no_ref && k == &ds_kern_ref))
                     continue;
-                double hot = att_time(k, f16, it, 1, n_blk, o->repeats);
+                double hot = att_time(k, f16, it, 1, n_blk, o->rows, o->repeats);
                 char xb[16];
                 if (k == &ds_kern_ref) ref_hot = hot;
                 printf("%-11s %-10s %-12s %9.0f %6.1f %5s%s", k->name, att_op[f16], pos,
                        hot * 1e9, bytes / hot / 1e9, ref_hot > 0 ? xref(xb, ref_hot, hot) : "", ref_hot > 0 ? "x" : " ");
                 if (o->stream) {
-                    double str = att_time(k, f16, it, n_items, n_blk, o->repeats);
+                    double str = att_time(k, f16, it, n_items, n_blk, o->rows, o->repeats);
                     printf(" %9.0f %6.1f", str * 1e9, bytes / str / 1e9);
                 }
                 printf("\n");
             }
         }
     }
-    printf("attn_f32 (attn_f16: over an FP16 cache; attn_q8: Q8_0): one query row, one head (head_dim %d); ns per call; GB/s\n"
-           "of keys and values read\n\n", ATT_HD);
+    printf("attn_f32 (attn_f16: over an FP16 cache; attn_q8: Q8_0): %zu query row(s) at one position (-g), one head\n"
+           "(head_dim %d); ns per call; GB/s of keys and values read\n\n", o->rows, ATT_HD);
     free(pool);
     free(pool16);
     free(pool8);
@@ -468,7 +473,7 @@ static bool known_variant(const char *name, const struct ds_kern_ops *const *all
 
 int main(int argc, char **argv)
 {
-    struct opts o = { .nthr = 1, .repeats = 5, .stream = true, .only = NULL };
+    struct opts o = { .nthr = 1, .rows = 1, .repeats = 5, .stream = true, .only = NULL };
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) o.nthr = (size_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) o.repeats = atoi(argv[++i]);
@@ -477,11 +482,12 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-n") == 0) o.no_ref = true;
         else if (strcmp(argv[i], "-q") == 0) o.stream = false;
         else if (strcmp(argv[i], "-a") == 0) o.attn_only = true;
+        else if (strcmp(argv[i], "-g") == 0 && i + 1 < argc) o.rows = (size_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "-p") == 0) o.prefill = true;
         else {
             bool help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
             fprintf(help ? stdout : stderr,
-                    "usage: %s [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a] [-p]\n"
+                    "usage: %s [-t threads] [-r repeats] [-k variant] [-s shapes] [-n] [-q] [-a] [-g rows] [-p]\n"
                     "  CPU kernel throughput per variant against memcpy-read bandwidth, ref and the\n"
                     "  measured compute peak, on the 110M model's matrix shapes, then attention.\n"
                     "  -t N  threads (rows split as in the engine; default 1)\n"
@@ -492,6 +498,8 @@ int main(int argc, char **argv)
                     "  -n    no ref rows and no xref column (quick A/B runs of one variant)\n"
                     "  -q    hot only: no streamed columns\n"
                     "  -a    the attention table only\n"
+                    "  -g N  attention: N query rows a call (1-8; default 1): the heads of one KV\n"
+                    "        head in a grouped-query decode step (the 1B shape: 8)\n"
                     "  -p    only matmul_q8 (64 and 128 tokens) on TinyLlama 1.1B's matrices, hot\n",
                     argv[0]);
             return help ? 0 : 2;
@@ -499,6 +507,7 @@ int main(int argc, char **argv)
     }
     if (o.nthr < 1 || o.nthr > MAX_THREADS) o.nthr = 1;
     if (o.repeats < 1 || o.repeats > MAX_REPEATS) o.repeats = 5;
+    if (o.rows < 1 || o.rows > ATT_MAX_ROWS) o.rows = 1;
     size_t nthr = o.nthr;
     bool stream = o.stream;
     openblas_set_num_threads(1);            /* one sgemm per thread, as in the engine */

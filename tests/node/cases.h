@@ -16,5 +16,6 @@ int node_center_tests(void);      /* test_center.c */
 int node_prefix_tests(void);      /* test_prefix.c */
 int node_journal_tests(void);     /* test_journal.c */
 int node_route_tests(void);       /* test_route.c */
+int node_answer_tests(void);      /* test_answer.c */
 
 #endif

@@ -3,7 +3,8 @@
 ** printf text of every length against snprintf into a flat array, the hard
 ** cap (refused, text kept, sticky), out of memory at every allocation of a
 ** run (realloc wrapped at link time: -Wl,--wrap=realloc; the text kept, the
-** error sticky, nothing leaked under ASan), take, clear and cleanup.
+** error sticky, nothing leaked under ASan), take, clear, truncate and
+** cleanup.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -196,6 +197,48 @@ static void test_cap(void **state)
     ds_strbuf_cleanup(&b);
 }
 
+/* Truncate cuts the text back in place (memory and error kept); at or
+** past its length, or on an empty buffer, it leaves it. */
+static void test_truncate(void **state)
+{
+    (void)state;
+    struct ds_strbuf b = DS_STRBUF_INIT(16);
+    ds_strbuf_truncate(&b, 0);                     /* nothing appended: nothing to cut */
+    assert_null(b.p);
+    assert_int_equal(b.n, 0);
+    ds_strbuf_puts(&b, "hello world");
+    char *p = b.p;
+    size_t cap = b.cap;
+    ds_strbuf_truncate(&b, 11);                    /* its length, and past it: left */
+    ds_strbuf_truncate(&b, 99);
+    assert_string_equal(b.p, "hello world");
+    ds_strbuf_truncate(&b, 5);
+    assert_int_equal(b.n, 5);
+    assert_string_equal(b.p, "hello");
+    assert_ptr_equal(b.p, p);                      /* in place */
+    assert_int_equal(b.cap, cap);
+    ds_strbuf_puts(&b, ", there!");                /* appends go on from the cut */
+    assert_string_equal(b.p, "hello, there!");
+    ds_strbuf_puts(&b, "1234");                    /* 17 > 16: refused, sticky */
+    assert_int_equal(b.err, DS_ERR_RANGE);
+    ds_strbuf_truncate(&b, 0);                     /* the error stays, as with clear */
+    assert_string_equal(b.p, "");
+    assert_int_equal(b.err, DS_ERR_RANGE);
+    ds_strbuf_cleanup(&b);
+
+    /* Bytes with NULs: cut at a byte count, not at a NUL. */
+    ds_strbuf_init(&b, DS_STRBUF_NO_CAP);
+    ds_strbuf_append(&b, "a\0b\0c", 5);
+    ds_strbuf_truncate(&b, 3);
+    assert_int_equal(b.n, 3);
+    assert_memory_equal(b.p, "a\0b\0", 4);
+    char *out;
+    size_t n;
+    assert_int_equal(ds_strbuf_take(&b, &out, &n), DS_OK);
+    assert_int_equal(n, 3);
+    free(out);
+}
+
 /* The script again, with realloc failing at its first, second, ... call:
 ** the text is the reference up to the step that failed, every later step
 ** is a no-op, take says DS_ERR_NOMEM and frees (ASan: nothing leaks). */
@@ -264,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_printf_at_the_edge),
         cmocka_unit_test(test_take_empty),
         cmocka_unit_test(test_cap),
+        cmocka_unit_test(test_truncate),
         cmocka_unit_test(test_oom_at_every_allocation),
         cmocka_unit_test(test_printf_format_error),
     };

@@ -354,27 +354,67 @@ static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
 /* 8 halves at p as floats. */
 DS_INLINE __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* Rows i and i + 1 (two: NR = 2) of one block's scores: the 16 keys in
-** two vectors per row, the halves converted as they are loaded. */
+/* NR (1 or 2) rows' scores against one block's 16 transposed keys, times
+** scale, into the nk slots at s + i * lds: as att32_scores, each row's
+** dimensions in four FMA chains (even and odd dimensions, 8 keys each), the
+** halves converted as they are loaded; a line of the hd at pf (NULL: none:
+** two dimensions' halves) prefetched with each step. */
 DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const uint16_t *kt, float scale,
-                            float *s, size_t lds, size_t nk)
+                            float *s, size_t lds, size_t nk, const uint16_t *pf)
 {
-    __m256 a[2][2] = { { _mm256_setzero_ps(), _mm256_setzero_ps() }, { _mm256_setzero_ps(), _mm256_setzero_ps() } };
-    for (size_t d = 0; d < hd; d++) {
+    __m256 a[2][4];
+    for (int i = 0; i < NR; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_ps();
+    size_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+        const uint16_t *k = kt + d * DS_KERN_KT;
+        if (pf) __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
+        const __m256 k0 = load8_f16(k), k1 = load8_f16(k + 8), k2 = load8_f16(k + 16), k3 = load8_f16(k + 24);
+        for (int i = 0; i < NR; i++) {
+            const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
+            const __m256 q1 = _mm256_broadcast_ss(q + (size_t)i * ldq + d + 1);
+            a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(q0, k1, a[i][1]);
+            a[i][2] = _mm256_fmadd_ps(q1, k2, a[i][2]);
+            a[i][3] = _mm256_fmadd_ps(q1, k3, a[i][3]);
+        }
+    }
+    if (d < hd) {
+        if (pf) __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
         const __m256 k0 = load8_f16(kt + d * DS_KERN_KT), k1 = load8_f16(kt + d * DS_KERN_KT + 8);
         for (int i = 0; i < NR; i++) {
-            const __m256 qd = _mm256_set1_ps(q[i * ldq + d]);
-            a[i][0] = _mm256_fmadd_ps(qd, k0, a[i][0]);
-            a[i][1] = _mm256_fmadd_ps(qd, k1, a[i][1]);
+            const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
+            a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(q0, k1, a[i][1]);
         }
     }
     const __m256 sc = _mm256_set1_ps(scale);
     for (int i = 0; i < NR; i++) {
         float t[DS_KERN_KT];
-        _mm256_storeu_ps(t, _mm256_mul_ps(a[i][0], sc));
-        _mm256_storeu_ps(t + 8, _mm256_mul_ps(a[i][1], sc));
-        memcpy(s + i * lds, t, nk * sizeof *t);
+        _mm256_storeu_ps(t, _mm256_mul_ps(_mm256_add_ps(a[i][0], a[i][2]), sc));
+        _mm256_storeu_ps(t + 8, _mm256_mul_ps(_mm256_add_ps(a[i][1], a[i][3]), sc));
+        memcpy(s + (size_t)i * lds, t, nk * sizeof *t);
     }
+}
+
+#define ATT16_AHEAD 2
+
+/* One block's hd x 16 transposed keys as floats into kf (exact), a line of
+** the hd at pf (NULL: none) prefetched with each two dimensions. */
+DS_INLINE void att16_keys_f32(size_t hd, const uint16_t *kt, float *kf, const uint16_t *pf)
+{
+    for (size_t d = 0; d < hd; d++) {
+        if (pf && d % 2 == 0) __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
+        _mm256_storeu_ps(kf + d * DS_KERN_KT, load8_f16(kt + d * DS_KERN_KT));
+        _mm256_storeu_ps(kf + d * DS_KERN_KT + 8, load8_f16(kt + d * DS_KERN_KT + 8));
+    }
+}
+
+/* Block nx of the n_kb blocks of keys, then of values (as att32_next), or
+** NULL. */
+DS_INLINE const uint16_t *att16_next(const uint16_t *const *kt, const uint16_t *const *v, size_t hd, size_t ldv,
+                                     size_t nx, size_t n_kb)
+{
+    return nx < n_kb ? kt[nx] : ldv == hd && nx - n_kb < n_kb ? v[nx - n_kb] : NULL;
 }
 
 /* Several rows' weighted values (the first hd / 8 * 8 dimensions; out's
@@ -391,47 +431,57 @@ static void att16_values_blocks(size_t nq, size_t hd, const uint32_t *lim, size_
     const size_t hv = hd / 8 * 8, n_kb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
     for (size_t b = 0; b < n_kb; b++) {
         const size_t nk = ds_kern__attn_block_keys(n_keys, b);
-        if (b + 1 < n_kb && ldv == hd) ds_kern__prefetch_halves(v[b + 1], DS_KERN_KT * hd);
-        for (size_t j = 0; j < nk; j++)
-            for (size_t d = 0; d < hv; d += 8) _mm256_storeu_ps(vf + j * hd + d, load8_f16(v[b] + j * ldv + d));
+        const uint16_t *pf = b + ATT16_AHEAD < n_kb ? v[b + ATT16_AHEAD] : NULL;
+        for (size_t j = 0; j < DS_KERN_KT; j++) {   /* a line of the block ahead with each 32 halves */
+            for (size_t d = 0; pf && d < hd; d += 32) __builtin_prefetch(pf + j * ldv + d, 0, 3);
+            for (size_t d = 0; j < nk && d < hv; d += 8)
+                _mm256_storeu_ps(vf + j * hd + d, load8_f16(v[b] + j * ldv + d));
+        }
         for (size_t i = 0; i < nq; i++) {
             if (lim[i] <= b * DS_KERN_KT) continue;
             const size_t n = DS_KERN_KT < lim[i] - b * DS_KERN_KT ? nk : lim[i] - b * DS_KERN_KT;
             const float *pb = p + i * ldp + b * DS_KERN_KT;
             float *o = out + i * ldo;
-            for (size_t d0 = 0; d0 < hv; d0 += 64) {
-                const size_t nv = (hv - d0) / 8 < 8 ? (hv - d0) / 8 : 8;
-                __m256 a[8];
-                for (size_t t = 0; t < 8; t++) a[t] = t < nv ? _mm256_loadu_ps(o + d0 + 8 * t) : _mm256_setzero_ps();
-                for (size_t j = 0; j < n; j++) {
-                    const __m256 pj = _mm256_set1_ps(pb[j]);
-                    for (size_t t = 0; t < 8; t++)
-                        if (t < nv) a[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vf + j * hd + d0 + 8 * t), a[t]);
-                }
-                for (size_t t = 0; t < nv; t++) _mm256_storeu_ps(o + d0 + 8 * t, a[t]);
-            }
+            size_t d = 0;      /* att32_accum's FMAs, in its order, over the floats */
+            for (; d + 64 <= hv; d += 64) att32_accum(8, n, pb, vf + d, hd, o + d, NULL);
+            for (; d + 32 <= hv; d += 32) att32_accum(4, n, pb, vf + d, hd, o + d, NULL);
+            for (; d < hv; d += 8) att32_accum(1, n, pb, vf + d, hd, o + d, NULL);
         }
     }
 }
 
 /* kern.h attn_f16 on AVX2 + F16C: scores two rows at a time over each
-** block's keys, attn_generic's softmax, then each row's weighted values,
-** 32 dimensions at a time held in registers across all the keys. The
-** halves are converted as they are loaded (no pass through scratch). */
+** block's keys (four FMA chains a row, as attn_f32), the softmax on 8
+** lanes, then each row's weighted values, 32 dimensions at a time held in
+** registers across all the keys. The halves are converted as they are
+** loaded (no pass through scratch). As attn_f32, the keys, then the
+** values, ATT16_AHEAD blocks on are prefetched a line with each step of
+** the first row's pass (every block starts cold: att32's note). */
 static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *lim, const float *q, size_t ldq,
                           const uint16_t *const *kt, const uint16_t *const *v, size_t ldv, float scale, float *out,
                           size_t ldo, float *scratch)
 {
     const size_t lds = ds_kern__attn_lds(n_blk), n_keys = ds_kern__attn_keys(nq, lim);
     const size_t nb = (n_keys + DS_KERN_KT - 1) / DS_KERN_KT;
+    for (size_t a = 1; a < ATT16_AHEAD; a++) {       /* the first blocks ahead at once, then one a block */
+        const uint16_t *next = att16_next(kt, v, hd, ldv, a, nb);
+        if (next) ds_kern__prefetch_halves(next, hd * DS_KERN_KT);
+    }
     for (size_t b = 0; b < nb; b++) {
         const size_t nk = ds_kern__attn_block_keys(n_keys, b);
-        if (b + 1 < nb) ds_kern__prefetch_halves(kt[b + 1], hd * DS_KERN_KT);
-        else if (ldv == hd) ds_kern__prefetch_halves(v[0], hd * DS_KERN_KT);
+        const uint16_t *pf = att16_next(kt, v, hd, ldv, b + ATT16_AHEAD, nb);
+        float *s = scratch + b * DS_KERN_KT;
         size_t i = 0;
+        if (nq > 2) {          /* the keys converted once for every pair of rows: the same floats, the same bits */
+            float *kf = scratch + nq * (n_blk + 1) * DS_KERN_KT;
+            att16_keys_f32(hd, kt[b], kf, pf);
+            for (; i + 2 <= nq; i += 2) att32_scores(2, hd, q + i * ldq, ldq, kf, scale, s + i * lds, lds, NULL);
+            if (i < nq) att32_scores(1, hd, q + i * ldq, ldq, kf, scale, s + i * lds, lds, NULL);
+            continue;
+        }
         for (; i + 2 <= nq; i += 2)
-            att16_scores(2, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
-        if (i < nq) att16_scores(1, hd, q + i * ldq, ldq, kt[b], scale, scratch + i * lds + b * DS_KERN_KT, lds, nk);
+            att16_scores(2, hd, q + i * ldq, ldq, kt[b], scale, s + i * lds, lds, nk, i ? NULL : pf);
+        if (i < nq) att16_scores(1, hd, q + i * ldq, ldq, kt[b], scale, s + i * lds, lds, nk, i ? NULL : pf);
     }
     aq8_weights(nq, lim, n_keys, scratch, lds);
     for (size_t i = 0; i < nq; i++) memset(out + i * ldo, 0, hd * sizeof *out);
@@ -445,8 +495,8 @@ static void attn_f16_avx2(size_t nq, size_t hd, size_t n_blk, const uint32_t *li
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (size_t j = 0; j < lim[i]; j++) {
                 const uint16_t *vj = v[j / DS_KERN_KT] + j % DS_KERN_KT * ldv + d0;
-                if (j % DS_KERN_KT == 0 && j + DS_KERN_KT < lim[i] && ldv == hd)   /* the next block's rows */
-                    ds_kern__prefetch_halves(v[j / DS_KERN_KT + 1] + d0, DS_KERN_KT * hd - d0);
+                if (j / DS_KERN_KT + ATT16_AHEAD < nb)     /* the same line of a block ahead */
+                    __builtin_prefetch(v[j / DS_KERN_KT + ATT16_AHEAD] + j % DS_KERN_KT * ldv + d0, 0, 3);
                 const __m256 pj = _mm256_set1_ps(p[j]);
                 a0 = _mm256_fmadd_ps(pj, load8_f16(vj), a0);
                 if (nv > 1) a1 = _mm256_fmadd_ps(pj, load8_f16(vj + 8), a1);

@@ -1,6 +1,6 @@
 /*
 ** ds/strbuf.h — a growable text buffer: append bytes or printf text, check
-** once at the end, take the text.
+** once at the end, take the text (or cut it back).
 **
 ** Ownership: the buffer OWNS its text until ds_strbuf_take() hands it to the
 **            caller (free with free()); ds_strbuf_cleanup() frees what was
@@ -70,6 +70,11 @@ void ds_strbuf_vprintf(struct ds_strbuf *b, const char *fmt, va_list ap) DS_NONN
 
 /* Empties the text, keeping its memory (and the sticky error). */
 void ds_strbuf_clear(struct ds_strbuf *b) DS_NONNULL(1);
+
+/* Shortens the text to its first n bytes (n at or past its length: leaves
+** it), keeping its memory (and the sticky error): text read back, a stop
+** string found in it, is cut off where it begins. */
+void ds_strbuf_truncate(struct ds_strbuf *b, size_t n) DS_NONNULL(1);
 
 /* Hands the text to the caller: *out gets OWNED NUL-terminated text (""
 ** when nothing was appended), *out_len (may be NULL) its length, and b is

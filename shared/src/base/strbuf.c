@@ -94,6 +94,13 @@ void ds_strbuf_clear(struct ds_strbuf *b)
     if (b->p) b->p[0] = '\0';
 }
 
+void ds_strbuf_truncate(struct ds_strbuf *b, size_t n)
+{
+    if (n >= b->n) return;                          /* b->n > 0: p holds the text */
+    b->n = n;
+    b->p[n] = '\0';
+}
+
 enum ds_err ds_strbuf_take(struct ds_strbuf *b, char **out, size_t *out_len)
 {
     *out = NULL;

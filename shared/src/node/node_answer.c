@@ -98,7 +98,7 @@ void node__req_free(struct node_req *r)
     free(r->reply);
     free(r->corr);
     free(r->ids);
-    free(r->text);
+    ds_strbuf_cleanup(&r->text);
     free(r);
 }
 
@@ -139,9 +139,7 @@ void node__active_fail(struct ds_node *node, struct node_req *r, enum ds_msg_cod
 void node__cascade_detach(struct ds_node *node, struct node_req *r)
 {
     DS_ASSERT(r->cascaded);
-    free(r->text);                      /* the center's answer replaces it */
-    r->text = NULL;
-    r->text_len = r->text_cap = 0;
+    ds_strbuf_cleanup(&r->text);        /* the center's answer replaces it */
     r->n_gen = 0;
     node__rollout_done(node, r, false, (double)(ds_now_ns() - r->recv_ns) / 1e6);
     node__rollout_release(r);           /* r may leave this thread */
@@ -185,7 +183,7 @@ void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish w
     }
     struct ds_msg_final f = {
         .spec = r->spec.rounds ? &r->spec : NULL,
-        .id = r->req.id, .id_generated = r->req.id_generated, .text = r->text ? r->text : "", .text_len = r->text_len, .finish_reason = why,
+        .id = r->req.id, .id_generated = r->req.id_generated, .text = r->text.p ? r->text.p : "", .text_len = r->text.n, .finish_reason = why,
         .prompt_tokens = (uint32_t)r->n_ids, .completion_tokens = r->n_gen,
         .served_by = { node->cfg->node, node->cfg->role, r->m->cfg->name, r->v ? r->v->version : "",
                        r->v ? ds_precision_name(ds_engine_precision(r->v->eng)) : "" },
@@ -220,21 +218,6 @@ void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish w
     node->active[slot] = node->active[--node->n_active];
 }
 
-static bool append_text(struct node_req *r, const char *p, size_t n)
-{
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = DS_MAX(r->text_cap * 2, r->text_len + n + 256);
-        char *t = realloc(r->text, cap);
-        if (!t) return false;
-        r->text = t;
-        r->text_cap = cap;
-    }
-    memcpy(r->text + r->text_len, p, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
-    return true;
-}
-
 bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, float logprob)
 {
     if (!r->first_ns) r->first_ns = ds_now_ns();
@@ -256,8 +239,9 @@ bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, flo
     char piece[256];
     size_t got = 0;
     if (ds_tok_stream_put(r->v->tok, &r->st, tok, piece, sizeof piece, &got) == DS_OK && got) {
-        size_t before = r->text_len;
-        if (!append_text(r, piece, got)) {
+        size_t before = r->text.n;
+        ds_strbuf_append(&r->text, piece, got);
+        if (r->text.err) {                      /* out of memory: the answer so far, text as it was */
             node__finish(node, r, DS_MSG_FINISH_LENGTH);
             return true;
         }
@@ -265,12 +249,11 @@ bool node__on_sampled(struct ds_node *node, struct node_req *r, int32_t tok, flo
         for (uint32_t i = 0; i < r->req.n_stop; i++) {
             size_t sl = strlen(r->req.stop[i]);
             size_t from = before > sl ? before - sl : 0;
-            char *hit = memmem(r->text + from, r->text_len - from, r->req.stop[i], sl);
+            char *hit = memmem(r->text.p + from, r->text.n - from, r->req.stop[i], sl);
             if (hit) {
-                r->text_len = (size_t)(hit - r->text);
-                r->text[r->text_len] = '\0';
-                if (r->req.stream && r->text_len > before) {
-                    struct ds_msg_chunk c = { r->req.id, r->text + before, r->text_len - before, r->n_chunks++ };
+                ds_strbuf_truncate(&r->text, (size_t)(hit - r->text.p));
+                if (r->req.stream && r->text.n > before) {
+                    struct ds_msg_chunk c = { r->req.id, r->text.p + before, r->text.n - before, r->n_chunks++ };
                     char *json;
                     size_t len;
                     if (ds_msg_chunk_encode(&c, &json, &len) == DS_OK) node__publish_chunk(node, r, json, len);

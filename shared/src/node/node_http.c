@@ -752,6 +752,7 @@ static enum MHD_Result post_completion(struct http_call *c, enum ds_openai_kind 
                           node->limits.max_payload);
     struct node_req *r = calloc(1, sizeof *r);
     if (!r) return reply(c, 500, "application/json", NULL, 0);
+    ds_strbuf_init(&r->text, NODE_TEXT_MAX);
     r->recv_ns = ds_now_ns();
     if (ds_openai_req_decode(c->body, c->len, kind, &node->limits, &r->req, &c->x, &e) != DS_OK) {
         node__req_free(r);

@@ -162,6 +162,7 @@ static void take_request(struct ds_node *node, const struct ds_mqtt_msg *msg, co
 
     struct node_req *r = calloc(1, sizeof *r);
     if (!r) return;
+    ds_strbuf_init(&r->text, NODE_TEXT_MAX);
     r->recv_ns = now;
     if (replay) r->journal = &node->journal, r->jid = replay->jid;   /* freed: done */
     struct ds_msg_error err;

@@ -617,6 +617,7 @@ struct node_req *node__rollout_mirror(struct ds_node *node, struct node_req *r)
     struct node_req *s = calloc(1, sizeof *s);
     struct node_shadow *sh = calloc(1, sizeof *sh);
     if (!s || !sh) goto fail;
+    ds_strbuf_init(&s->text, NODE_TEXT_MAX);
     bool ok = true;
     s->req = r->req;                                         /* then own copies of the strings */
     s->req.id = s->req.model = s->req.prompt = s->req.reply_to = s->req.client = NULL;
@@ -703,7 +704,7 @@ void node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, d
     } else if (!sh->done[k]) {
         sh->done[k] = true;
         sh->ms[k] = total_ms;
-        sh->text[k] = strdup(r->text ? r->text : "");
+        sh->text[k] = strdup(r->text.p ? r->text.p : "");
         if (sh->done[!k] && !sh->failed) shadow_compare(r->m, sh);
     }
 }

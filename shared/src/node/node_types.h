@@ -25,6 +25,7 @@
 #include "ds/sampler.h"
 #include "ds/sched.h"
 #include "ds/spec.h"
+#include "ds/strbuf.h"
 #include "ds/tok.h"
 #include "ds/topics.h"
 
@@ -39,6 +40,10 @@ struct node_ext;
 
 #define NODE_MAX_VERSIONS 4         /* active, candidate, two draining */
 #define NODE_VERSION_MAX  32          /* bytes of a version string, NUL included */
+/* An answer's text has no cap of its own: it is bounded before it reaches
+** the buffer (at most 256 bytes a token, node__on_sampled's piece, and
+** max_tokens <= 4096 tokens). */
+#define NODE_TEXT_MAX     DS_STRBUF_NO_CAP
 #define NODE_WIN_CAP      2048        /* finished requests a version's window keeps */
 
 /* What a loaded version does now (the registry's states are wider). */
@@ -223,8 +228,8 @@ struct node_req {
     struct ds_tok_stream st;
     int32_t              last;          /* token to feed next */
     uint32_t             n_gen, n_chunks;
-    char                *text;
-    size_t               text_len, text_cap;
+    struct ds_strbuf     text;          /* the answer so far; ds_strbuf_init(&text, NODE_TEXT_MAX)
+                                        ** where r is made (calloc leaves a cap of 0) */
     double               logprob_sum;   /* of the generated tokens (cascade) */
     bool                 cascaded;      /* offered to the role after a weak answer (NODE_TAKE_LOW_CONFIDENCE) */
     /* A role's hold on r: the extension that took r and queued it here (edge
