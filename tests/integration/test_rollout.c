@@ -52,6 +52,7 @@ static struct {
     char             *replay;             /* a signed command the node has taken */
     struct ds_mqtt   *dev;                /* requests, events, telemetry */
     struct it_inbox  *in;                 /* what every client here received */
+    int               shadow_from;        /* inbox index of the shadow command */
 } g;
 
 /* ---- messages ---- */
@@ -649,15 +650,14 @@ static bool shadow_sum_of(const char *json, struct shadow_sum *out)
 
 /* The newest telemetry (OWNED) whose shadow of 1.3.0 accounts for at least
 ** n mirrors (compared + failed + shed), its summary in *out. Fails at once,
-** with the node's reason, if 1.3.0 is rolled back meanwhile (from: the
-** inbox index where its events are looked for); after ms, with the last
-** summary seen. */
-static char *wait_shadow(int n, int from, int ms, struct shadow_sum *out)
+** with the node's reason, if 1.3.0 was rolled back since the shadow command;
+** after ms, with the last summary seen. */
+static char *wait_shadow(int n, int ms, struct shadow_sum *out)
 {
     uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
     *out = (struct shadow_sum){ -1, -1, -1 };
     for (;;) {
-        char *ev = wait_msg(DS_TOPIC_ROLLOUT NODE, from, 0, "\"event\":\"auto-rollback\"", "\"version\":\"1.3.0\"");
+        char *ev = wait_msg(DS_TOPIC_ROLLOUT NODE, g.shadow_from, 0, "\"event\":\"auto-rollback\"", "\"version\":\"1.3.0\"");
         if (ev) fail_msg("shadow 1.3.0 rolled back: %s", ev);
         char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 0, "\"shadow\":{\"version\":\"1.3.0\"", NULL);
         if (t && shadow_sum_of(t, out) && out->compared + out->failed + out->shed >= n) return t;
@@ -676,7 +676,7 @@ static void test_rollout_shadow(void **state)
     char *ref = wait_answer("s-ref", 30000, NULL);
     assert_non_null(ref);
     char *ref_text = jpath(ref, "text", NULL);
-    int from = n_msgs();
+    g.shadow_from = n_msgs();
     command("shadow", "1.3.0", NULL);                     /* replaces the canary */
     enum { N = 24 };
     for (int i = 0; i < N; i++) {
@@ -703,7 +703,7 @@ static void test_rollout_shadow(void **state)
     ** the queue does not roll the shadow back; if it is, that fails here,
     ** with the reason). */
     struct shadow_sum sum;
-    char *t = wait_shadow(N, from, 120000, &sum);
+    char *t = wait_shadow(N, 120000, &sum);
     printf("shadow: %.300s\n", strstr(t, "\"shadow\""));
     assert_true(sum.compared == N && sum.failed == 0 && sum.shed == 0);
     assert_non_null(strstr(t, "\"token_agreement\""));
@@ -734,8 +734,7 @@ static void test_rollout_shadow_sheds_past_max_active(void **state)
 {
     (void)state;
     struct shadow_sum before;
-    free(wait_shadow(0, n_msgs(), 20000, &before));
-    int from = n_msgs();
+    free(wait_shadow(0, 20000, &before));
     enum { N = 24 };
     for (int i = 0; i < N; i++) {
         char id[32], json[256];
@@ -758,7 +757,7 @@ static void test_rollout_shadow_sheds_past_max_active(void **state)
         free(a);
     }
     struct shadow_sum sum;
-    char *t = wait_shadow((int)(before.compared + before.failed + before.shed) + N, from, 120000, &sum);
+    char *t = wait_shadow((int)(before.compared + before.failed + before.shed) + N, 120000, &sum);
     printf("shadow, copies past max_active: %.300s\n", strstr(t, "\"shadow\""));
     validate("telemetry", t);
     free(t);
