@@ -740,7 +740,7 @@ static void test_rollout_shadow_sheds_past_max_active(void **state)
         char id[32], json[256];
         snprintf(id, sizeof id, "shed-%d", i);
         int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\","
-                         "\"max_tokens\":40,\"stop\":[\"girl\"]}", id);
+                         "\"max_tokens\":16,\"stop\":[\"girl\"]}", id);
         struct ds_mqtt_props p = { "test/reply/main", id, strlen(id), 0, false };
         assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p), DS_OK);
     }
@@ -765,6 +765,13 @@ static void test_rollout_shadow_sheds_past_max_active(void **state)
     assert_true(sum.shed > before.shed);                  /* more than max_active copies were wanted */
     assert_true(sum.compared > before.compared);          /* and those that ran were compared */
     assert_true(sum.failed == before.failed);
+    assert_int_equal(cli("list -b %s --wait-ms 1500", tb_broker_uri(g.broker)), 0);   /* an operator sees it */
+    char *out = cli_out();
+    printf("%s", out);
+    char want[64];
+    snprintf(want, sizeof want, "%.0f failed, %.0f shed\n", sum.failed, sum.shed);
+    assert_non_null(strstr(out, want));
+    free(out);
     char *v = ask("shed-after", NULL);                   /* the node serves on */
     assert_string_equal(v, "1.0.0");
     free(v);
