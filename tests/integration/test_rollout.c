@@ -639,8 +639,9 @@ static bool shadow_sum_of(const char *json, struct shadow_sum *out)
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(m, "shadow");
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(sh, "version");
         if (!cJSON_IsString(v) || strcmp(v->valuestring, "1.3.0")) continue;
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(sh, "compared"), *f = cJSON_GetObjectItemCaseSensitive(sh, "failed"),
-                    *d = cJSON_GetObjectItemCaseSensitive(sh, "shed");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(sh, "compared");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(sh, "failed");
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(sh, "shed");
         ok = cJSON_IsNumber(c) && cJSON_IsNumber(f) && cJSON_IsNumber(d);
         if (ok) *out = (struct shadow_sum){ c->valuedouble, f->valuedouble, d->valuedouble };
     }
@@ -657,14 +658,16 @@ static char *wait_shadow(int n, int ms, struct shadow_sum *out)
     uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
     *out = (struct shadow_sum){ -1, -1, -1 };
     for (;;) {
-        char *ev = wait_msg(DS_TOPIC_ROLLOUT NODE, g.shadow_from, 0, "\"event\":\"auto-rollback\"", "\"version\":\"1.3.0\"");
+        char *ev = wait_msg(DS_TOPIC_ROLLOUT NODE, g.shadow_from, 0, "\"event\":\"auto-rollback\"",
+                            "\"version\":\"1.3.0\"");
         if (ev) fail_msg("shadow 1.3.0 rolled back: %s", ev);
         char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 0, "\"shadow\":{\"version\":\"1.3.0\"", NULL);
         if (t && shadow_sum_of(t, out) && out->compared + out->failed + out->shed >= n) return t;
         free(t);
         if (ds_now_ns() > end)
-            fail_msg("shadow 1.3.0: %.0f of %d mirrors accounted for after %d ms (compared %.0f, failed %.0f, shed %.0f)",
-                     out->compared + out->failed + out->shed, n, ms, out->compared, out->failed, out->shed);
+            fail_msg("shadow 1.3.0: %.0f of %d mirrors accounted for after %d ms (compared %.0f, failed %.0f, "
+                     "shed %.0f)", out->compared + out->failed + out->shed, n, ms, out->compared, out->failed,
+                     out->shed);
         usleep(50000);
     }
 }
