@@ -52,6 +52,7 @@ static struct {
     char             *replay;             /* a signed command the node has taken */
     struct ds_mqtt   *dev;                /* requests, events, telemetry */
     struct it_inbox  *in;                 /* what every client here received */
+    int               shadow_from;        /* inbox index of the shadow command */
 } g;
 
 /* ---- messages ---- */
@@ -627,19 +628,64 @@ static int has_shadow_note(int64_t id, const struct ds_reg_metrics *m, void *ud)
     return 0;
 }
 
+/* The shadow summary of 1.3.0 in telemetry: what became of its mirrors. */
+struct shadow_sum { double compared, failed, shed; };
+
+static bool shadow_sum_of(const char *json, struct shadow_sum *out)
+{
+    cJSON *root = cJSON_Parse(json), *m;
+    bool ok = false;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(root, "models")) {
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(m, "shadow");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sh, "version");
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, "1.3.0")) continue;
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(sh, "compared");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(sh, "failed");
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(sh, "shed");
+        ok = cJSON_IsNumber(c) && cJSON_IsNumber(f) && cJSON_IsNumber(d);
+        if (ok) *out = (struct shadow_sum){ c->valuedouble, f->valuedouble, d->valuedouble };
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* The newest telemetry (OWNED) whose shadow of 1.3.0 accounts for at least
+** n mirrors (compared + failed + shed), its summary in *out. Fails at once,
+** with the node's reason, if 1.3.0 was rolled back since the shadow command;
+** after ms, with the last summary seen. */
+static char *wait_shadow(int n, int ms, struct shadow_sum *out)
+{
+    uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
+    *out = (struct shadow_sum){ -1, -1, -1 };
+    for (;;) {
+        char *ev = wait_msg(DS_TOPIC_ROLLOUT NODE, g.shadow_from, 0, "\"event\":\"auto-rollback\"",
+                            "\"version\":\"1.3.0\"");
+        if (ev) fail_msg("shadow 1.3.0 rolled back: %s", ev);
+        char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 0, "\"shadow\":{\"version\":\"1.3.0\"", NULL);
+        if (t && shadow_sum_of(t, out) && out->compared + out->failed + out->shed >= n) return t;
+        free(t);
+        if (ds_now_ns() > end)
+            fail_msg("shadow 1.3.0: %.0f of %d mirrors accounted for after %d ms (compared %.0f, failed %.0f, "
+                     "shed %.0f)", out->compared + out->failed + out->shed, n, ms, out->compared, out->failed,
+                     out->shed);
+        usleep(50000);
+    }
+}
+
 static void test_rollout_shadow(void **state)
 {
     (void)state;
-    send_req(g.dev, "main", "s-ref", NULL, 16);
+    send_req(g.dev, "main", "s-ref", NULL, 8);
     char *ref = wait_answer("s-ref", 30000, NULL);
     assert_non_null(ref);
     char *ref_text = jpath(ref, "text", NULL);
+    g.shadow_from = n_msgs();
     command("shadow", "1.3.0", NULL);                     /* replaces the canary */
     enum { N = 24 };
     for (int i = 0; i < N; i++) {
         char id[32];
         snprintf(id, sizeof id, "s-%d", i);
-        send_req(g.dev, "main", id, NULL, 16);
+        send_req(g.dev, "main", id, NULL, 8);
     }
     for (int i = 0; i < N; i++) {
         char id[32];
@@ -653,12 +699,16 @@ static void test_rollout_shadow(void **state)
         free(text);
         free(a);
     }
-    /* The comparison: in telemetry, then in the registry's metrics. */
-    char want[64];
-    snprintf(want, sizeof want, "\"compared\":%d", N);
-    char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 120000, "\"shadow\":{\"version\":\"1.3.0\"", want);
-    assert_non_null(t);
+    /* The comparison: in telemetry, then in the registry's metrics. Each
+    ** request and its copy decode 8 tokens of one prompt side by side, so
+    ** no copy outlives its request and none is shed: all 24 are compared,
+    ** however slow the machine (a copy's latency counts from admission, so
+    ** the queue does not roll the shadow back; if it is, that fails here,
+    ** with the reason). */
+    struct shadow_sum sum;
+    char *t = wait_shadow(N, 120000, &sum);
     printf("shadow: %.300s\n", strstr(t, "\"shadow\""));
+    assert_true(sum.compared == N && sum.failed == 0 && sum.shed == 0);
     assert_non_null(strstr(t, "\"token_agreement\""));
     validate("telemetry", t);
     assert_null(strstr(t, "\"text_equal\":24,"));            /* random weights answer otherwise */
@@ -677,6 +727,59 @@ static void test_rollout_shadow(void **state)
     assert_int_equal(rv.state, DS_REG_SHADOW);
     free(ref);
     free(ref_text);
+}
+
+/* Requests that stop at once (a stop string, their first token) while their
+** copies on 1.3.0 run on to max_tokens: copies pile up past max_active (8).
+** The node mirrors no more than that (a ninth once wrote past its running
+** array) and counts the rest as shed: every request accounted for. */
+static void test_rollout_shadow_sheds_past_max_active(void **state)
+{
+    (void)state;
+    struct shadow_sum before;
+    free(wait_shadow(0, 20000, &before));
+    enum { N = 24 };
+    for (int i = 0; i < N; i++) {
+        char id[32], json[256];
+        snprintf(id, sizeof id, "shed-%d", i);
+        int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\","
+                         "\"max_tokens\":8,\"stop\":[\",\"]}", id);
+        struct ds_mqtt_props p = { "test/reply/main", id, strlen(id), 0, false };
+        assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p), DS_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "shed-%d", i);
+        char *a = wait_answer(id, 60000, NULL);
+        assert_non_null(a);
+        char *v = version_of(a), *why = jpath(a, "finish_reason", NULL), *text = jpath(a, "text", NULL);
+        assert_string_equal(v, "1.0.0");
+        assert_string_equal(why, "stop");                 /* "Once upon a time," ends at its first token */
+        assert_string_equal(text, "");
+        free(v);
+        free(why);
+        free(text);
+        free(a);
+    }
+    struct shadow_sum sum;
+    char *t = wait_shadow((int)(before.compared + before.failed + before.shed) + N, 120000, &sum);
+    printf("shadow, copies past max_active: %.300s\n", strstr(t, "\"shadow\""));
+    validate("telemetry", t);
+    free(t);
+    assert_true(sum.compared + sum.failed + sum.shed == before.compared + before.failed + before.shed + N);
+    assert_true(sum.shed > before.shed);                  /* more than max_active copies were wanted */
+    assert_true(sum.compared > before.compared);          /* and those that ran were compared */
+    assert_true(sum.failed == before.failed);
+    assert_int_equal(cli("list -b %s --wait-ms 1500", tb_broker_uri(g.broker)), 0);   /* an operator sees it */
+    char *out = cli_out();
+    printf("%s", out);
+    char want[64];
+    snprintf(want, sizeof want, "%.0f failed, %.0f shed\n", sum.failed, sum.shed);
+    assert_non_null(strstr(out, want));
+    free(out);
+    char *v = ask("shed-after", NULL);                   /* the node serves on */
+    assert_string_equal(v, "1.0.0");
+    free(v);
 }
 
 /* ---- automatic rollback ---- */
@@ -876,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_rollout_hot_swaps_under_load),
         cmocka_unit_test(test_rollout_canary_20pct),
         cmocka_unit_test(test_rollout_shadow),
+        cmocka_unit_test(test_rollout_shadow_sheds_past_max_active),
         cmocka_unit_test(test_rollout_slow_version_rolled_back),
         cmocka_unit_test(test_rollout_failing_version_rolled_back),
         cmocka_unit_test(test_rollout_promote_refused_when_registry_unwritable),

@@ -194,10 +194,12 @@ void        node__rollout_tick(struct ds_node *node, uint64_t now_ns);
 /* Pin r to the version that serves it (canary split by client hash). */
 void        node__rollout_pick(struct ds_node *node, struct node_req *r);
 /* r was admitted on the active version with a shadow candidate: its copy for
-** the candidate (pinned, never answered), or NULL. */
+** the candidate (pinned, never answered), or NULL (none; or shed, counted,
+** when max_active copies are running). */
 struct node_req *node__rollout_mirror(struct ds_node *node, struct node_req *r);
-/* r (pinned) is done: ok with its latency, or failed. Records the window and
-** the shadow comparison; called before node__req_free. */
+/* r (pinned) is done: ok with its latency since arrival, or failed. Records
+** the window and the shadow comparison (both from admission); called before
+** node__req_free. */
 void        node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, double total_ms);
 /* Drop r's pin and shadow pair (node__req_free does it; the cascade does it
 ** before r leaves the engine thread). */

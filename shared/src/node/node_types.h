@@ -99,8 +99,9 @@ struct node_model {
     uint64_t             probation_end_ns;        /* the promoted active may still roll back */
     struct node_load    *load;        /* one at a time */
     struct node_cmd     *waiting;     /* the command the load is for */
-    /* Shadow comparison since the candidate started. */
-    uint64_t             sh_n, sh_equal, sh_failed;
+    /* Shadow comparison since the candidate started; sh_shed: requests not
+    ** mirrored because max_active shadow copies were running already. */
+    uint64_t             sh_n, sh_equal, sh_failed, sh_shed;
     double               sh_agree_sum, sh_delta_sum;
     _Atomic double       tok_rate;    /* tokens/s of the loop's turns over this model (EWMA; a center's status) */
 };
