@@ -299,9 +299,12 @@ static int setup(void **state)
     snprintf(g.cfg, sizeof g.cfg, "%s/edge.ini", g.dir);
     FILE *f = fopen(g.cfg, "w");
     assert_non_null(f);
+    /* p99_ms 2000: under ASan on a loaded 2-core box a healthy version's
+    ** P99 from admission reached 1273 ms; the slow drill (1.2.0, 400 ms a
+    ** pass, 6-token requests) cannot finish under 2400 ms, so it still trips. */
     fprintf(f, "[node]\nname = " NODE "\n[mqtt]\nuri = %s\n[batch]\nmax_active = 8\n[telemetry]\ninterval_s = 1\n"
                "[registry]\npath = %s\n[keys]\nsigner_pub = %s/signer.pub\n"
-               "[rollout]\np99_ms = 1500\nerror_rate = 0.05\nwindow_s = 60\nmin_requests = 8\nprobation_s = 600\n"
+               "[rollout]\np99_ms = 2000\nerror_rate = 0.05\nwindow_s = 60\nmin_requests = 8\nprobation_s = 600\n"
                "[model stories]\npath = %s\ntokenizer = %s\nversion = 1.0.0\nprecision = fp32\nthreads = 1\nctx = 128\n"
                "versions = 1.1.0:%s\nversions = 1.2.0:%s\nversions = 0.9.0:%s\nversions = 1.3.0:%s\nversions = 1.4.0:%s\n"
                "delay = 1.2.0:400\n",
