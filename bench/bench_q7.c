@@ -67,7 +67,7 @@ struct mm_case {
     const struct ds_kern_ops *k;
     size_t                    rows, nb, n_tok;
     const struct ds_q8_block *w;       /* packed by k */
-    const int32_t            *sums;    /* q7_prep_sums of w */
+    const int32_t            *sums;    /* bench_q7_prep_sums of w */
     const struct ds_q8_block *x7;      /* 7-bit codes, signed: the exact kernel's input */
     const struct ds_q8_block *xu;      /* the same + 64: the 7-bit kernel's */
     float                    *y;
@@ -76,7 +76,7 @@ struct mm_case {
 static void mm_run(const struct mm_case *c, bool q7, size_t calls)
 {
     for (size_t i = 0; i < calls; i++) {
-        if (q7) q7_matmul(c->rows, c->nb, c->w, c->sums, c->n_tok, c->xu, c->y, c->rows);
+        if (q7) bench_q7_matmul(c->rows, c->nb, c->w, c->sums, c->n_tok, c->xu, c->y, c->rows);
         else c->k->matmul_q8(c->rows, c->nb, c->w, c->n_tok, c->x7, c->y, c->rows);
     }
 }
@@ -139,14 +139,14 @@ static int speed(const struct ds_kern_ops *k, unsigned rounds)
         }
         for (size_t t = 0; t < nmax; t++) {
             for (size_t c = 0; c < cols; c++) tmp[c] = frand(&seed);
-            q7_quantize(cols, tmp, x7 + t * nb);
+            bench_q7_quantize(cols, tmp, x7 + t * nb);
         }
         for (size_t i = 0; i < nmax * nb; i++) {
             xu[i].d = x7[i].d;
             for (size_t j = 0; j < DS_Q8_BLOCK; j++) xu[i].qs[j] = (int8_t)(x7[i].qs[j] + 64);
         }
         ds_q8_pack(k, rows, nb, wq, wpk);
-        q7_prep_sums(rows, nb, wpk, sums);
+        bench_q7_prep_sums(rows, nb, wpk, sums);
         for (size_t ti = 0; ti < NT; ti++) {
             struct mm_case c = { k, rows, nb, toks[ti], wpk, sums, x7, xu, y0 };
             mm_run(&c, false, 1);
@@ -285,7 +285,7 @@ static int accuracy(const struct ds_kern_ops *k, const char *dir)
     static const char *const types[] = { "Q8_0", "f32", "F16", "BF16" };
     static int32_t ids[MAX_IDS];
     struct ds_kern_ops k7 = *k;             /* the variant with the 7-bit activation quantizer */
-    k7.quantize_q8 = q7_quantize;
+    k7.quantize_q8 = bench_q7_quantize;
     char path[1024];
     snprintf(path, sizeof path, "%s/ids-t1.txt", dir);
     const size_t n_ids = read_ids(path, ids, MAX_IDS);

@@ -7,7 +7,7 @@
 ** vector operations per 32 multiply-adds (vpmaddubsw, vpmaddwd, vpaddd)
 ** instead of the exact kernel's four, plus the broadcast. The offset goes
 ** with the block: each row's block sum starts at -64 sum(w), precomputed per
-** weight block (q7_prep_sums), so it costs nothing per token.
+** weight block (bench_q7_prep_sums), so it costs nothing per token.
 **
 ** The loops and the float steps are the avx2 variant's q8_tile and
 ** q8_run_prefill (kernels/src/x86/kern_avx2.c) as they are, so on the same
@@ -42,7 +42,7 @@ DS_INLINE __m256i q7_bcast(const uint8_t *p)
     return _mm256_set1_epi32(v);
 }
 
-void q7_prep_sums(size_t rows, size_t n_blocks, const struct ds_q8_block *w_packed, int32_t *sums)
+void bench_q7_prep_sums(size_t rows, size_t n_blocks, const struct ds_q8_block *w_packed, int32_t *sums)
 {
     const uint8_t *w = (const uint8_t *)w_packed;
     const size_t tiles = (rows + Q7_RT - 1) / Q7_RT;
@@ -57,7 +57,7 @@ void q7_prep_sums(size_t rows, size_t n_blocks, const struct ds_q8_block *w_pack
     }
 }
 
-void q7_quantize(size_t n, const float *x, struct ds_q8_block *out)
+void bench_q7_quantize(size_t n, const float *x, struct ds_q8_block *out)
 {
     for (size_t b = 0; b * DS_Q8_BLOCK < n; b++) {
         const size_t base = b * DS_Q8_BLOCK, len = n - base < DS_Q8_BLOCK ? n - base : DS_Q8_BLOCK;
@@ -126,8 +126,8 @@ static void q7_tile_any(size_t nt, size_t kn, const uint8_t *w, const int32_t *c
     }
 }
 
-void q7_matmul(size_t rows, size_t n_blocks, const struct ds_q8_block *w_packed, const int32_t *sums, size_t n_tok,
-               const struct ds_q8_block *x, float *y, size_t ldy)
+void bench_q7_matmul(size_t rows, size_t n_blocks, const struct ds_q8_block *w_packed, const int32_t *sums,
+                     size_t n_tok, const struct ds_q8_block *x, float *y, size_t ldy)
 {
     static _Thread_local float dx[Q7_NT * Q7_KB];
     const uint8_t *w = (const uint8_t *)w_packed;
