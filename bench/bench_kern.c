@@ -28,8 +28,9 @@
 **        table); -n: no ref rows and no xref column (quick A/B runs of one
 **        variant); -q: hot only, no streaming columns; -a: the attention
 **        table only; -g: attention with that many query rows a call (the
-**        heads of one KV head, as a grouped-query decode step); -p: only matmul_q8 with 64 and 128 tokens on TinyLlama
-**        1.1B's matrices (bench_prefill).
+**        heads of one KV head, as a grouped-query decode step); -p: only
+**        matmul_q8 with 16, 64 and 128 tokens on TinyLlama 1.1B's matrices
+**        (bench_prefill; 16 also streamed).
 **        Output: a table on stdout.
 ** Peak: the machine's FP32 FMA and INT8 dot-product peaks at -t threads are
 ** measured first (bench_peak.c); "%pk" is each compute figure's share of
@@ -370,10 +371,12 @@ static int bench_attn(const struct ds_kern_ops *const *all, size_t n_all, const 
 
 /* ---- -p: matmul_q8 alone on TinyLlama 1.1B's matrices (a prefill) ----
 ** Each shape packed for the variant, hot (the matrix stays in L2/L3 only
-** partly: 2048 x 5632 is 12 MB), 64 and 128 tokens; G int8-MAC/s and the
-** share of the INT8 peak. The layer mix weighs each shape by its count in a
-** layer (wq, wo; wk, wv; w1, w3; w2) and wcls by 1/22 (the classifier runs
-** once per prompt, for its last token). */
+** partly: 2048 x 5632 is 12 MB), 16, 64 and 128 tokens, and 16 tokens
+** streamed (a ring of copies from DRAM, as a 16-stream decode step reads
+** the whole model; not with -q); G int8-MAC/s and the share of the INT8
+** peak. The layer mix weighs each shape by its count in a layer (wq, wo;
+** wk, wv; w1, w3; w2) and wcls by 1/22 (once per prompt or step over 22
+** layers). */
 static int bench_prefill(const struct ds_kern_ops *const *all, size_t n_all, const struct opts *o,
                          const struct bench_peak *pk)
 {
@@ -382,9 +385,10 @@ static int bench_prefill(const struct ds_kern_ops *const *all, size_t n_all, con
         { 2048, 5632, "w2" }, { 32000, 2048, "wcls" },
     };
     static const double per_layer[] = { 2, 2, 2, 1, 1.0 / 22 };
-    static const size_t toks[] = { 64, 128 };
+    static const size_t toks[] = { 16, 16, 64, 128 };
+    static const bool strm[] = { true, false, false, false };
     enum { N1B = sizeof sh1b / sizeof sh1b[0], NT = sizeof toks / sizeof toks[0] };
-    printf("%-11s %-10s %-12s %6s %10s %5s  (TinyLlama 1.1B shapes, hot, %zu thread(s))\n", "variant", "op",
+    printf("%-11s %-10s %-12s %7s %9s %5s  (TinyLlama 1.1B shapes, hot; s: streamed; %zu thread(s))\n", "variant", "op",
            "rows x cols", "tokens", "G MAC/s", "%pk", o->nthr);
     for (size_t vi = 0; vi < n_all; vi++) {
         const struct ds_kern_ops *k = all[vi];
@@ -397,7 +401,7 @@ static int bench_prefill(const struct ds_kern_ops *const *all, size_t n_all, con
             unsigned seed = 12345u;
             float *tmp = malloc(sh->cols * sizeof(float)), *y = malloc(nmax * sh->rows * sizeof(float));
             struct ds_q8_block *wq = malloc(q8_bytes), *xq = malloc(nmax * nb * sizeof *xq);
-            struct ring hot;
+            struct ring hot, str = { 0 };
             if (!tmp || !y || !wq || !xq) { fprintf(stderr, "out of memory\n"); return 1; }
             for (size_t r = 0; r < sh->rows; r++) {     /* a row at a time: no FP32 copy of wcls */
                 for (size_t c = 0; c < sh->cols; c++) tmp[c] = frand(&seed);
@@ -410,28 +414,33 @@ static int bench_prefill(const struct ds_kern_ops *const *all, size_t n_all, con
             struct ds_q8_block *wpk = aligned_alloc(64, (ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk + 63) / 64 * 64);
             if (!wpk) { fprintf(stderr, "out of memory\n"); return 1; }
             ds_q8_pack(k, sh->rows, nb, wq, wpk);
-            if (ring_fill(&hot, wpk, ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk, false)) {
+            const size_t pk_bytes = ds_q8_packed_blocks(k, sh->rows, nb) * sizeof *wpk;
+            if (ring_fill(&hot, wpk, pk_bytes, false) || (o->stream && ring_fill(&str, wpk, pk_bytes, true))) {
                 fprintf(stderr, "out of memory\n");
                 return 1;
             }
             for (size_t ti = 0; ti < NT; ti++) {
-                struct job j = { .k = k, .op = OP_MM_Q8, .rows = sh->rows, .cols = sh->cols, .n_slots = hot.n_slots,
-                                 .slot_bytes = hot.slot_bytes, .ring = hot.mem, .x = xq, .y = y, .nthr = o->nthr,
+                if (strm[ti] && !o->stream) continue;
+                const struct ring *rg = strm[ti] ? &str : &hot;
+                struct job j = { .k = k, .op = OP_MM_Q8, .rows = sh->rows, .cols = sh->cols, .n_slots = rg->n_slots,
+                                 .slot_bytes = rg->slot_bytes, .ring = rg->mem, .x = xq, .y = y, .nthr = o->nthr,
                                  .repeats = o->repeats, .mm_tok = toks[ti] };
                 const double t = time_job(&j), macs = (double)sh->rows * (double)sh->cols * (double)toks[ti];
                 mac_sum[ti] += per_layer[si] * macs;
                 t_sum[ti] += per_layer[si] * t;
                 char dims[32];
                 snprintf(dims, sizeof dims, "%zux%zu", sh->rows, sh->cols);
-                printf("%-11s %-10s %-12s %6zu %10.1f %4.0f%%  (%s)\n", k->name, "matmul_q8", dims, toks[ti],
-                       macs / t / 1e9, bench_peak_pct(2 * macs / t / 1e9, pk->int8_gops), sh->what);
+                printf("%-11s %-10s %-12s %6zu%c %9.1f %4.0f%%  (%s)\n", k->name, "matmul_q8", dims, toks[ti],
+                       strm[ti] ? 's' : ' ', macs / t / 1e9, bench_peak_pct(2 * macs / t / 1e9, pk->int8_gops),
+                       sh->what);
             }
-            free(hot.mem); free(wpk); free(wq); free(xq); free(tmp); free(y);
+            free(hot.mem); free(str.mem); free(wpk); free(wq); free(xq); free(tmp); free(y);
         }
         for (size_t ti = 0; ti < NT; ti++)
-            printf("%-11s %-10s %-12s %6zu %10.1f %4.0f%%  (a layer's mix, wcls / 22)\n", k->name, "matmul_q8",
-                   "layer", toks[ti], mac_sum[ti] / t_sum[ti] / 1e9,
-                   bench_peak_pct(2 * mac_sum[ti] / t_sum[ti] / 1e9, pk->int8_gops));
+            if (!strm[ti] || o->stream)
+                printf("%-11s %-10s %-12s %6zu%c %9.1f %4.0f%%  (a layer's mix, wcls / 22)\n", k->name, "matmul_q8",
+                       "layer", toks[ti], strm[ti] ? 's' : ' ', mac_sum[ti] / t_sum[ti] / 1e9,
+                       bench_peak_pct(2 * mac_sum[ti] / t_sum[ti] / 1e9, pk->int8_gops));
     }
     printf("\n");
     return 0;
@@ -500,7 +509,8 @@ int main(int argc, char **argv)
                     "  -a    the attention table only\n"
                     "  -g N  attention: N query rows a call (1-8; default 1): the heads of one KV\n"
                     "        head in a grouped-query decode step (the 1B shape: 8)\n"
-                    "  -p    only matmul_q8 (64 and 128 tokens) on TinyLlama 1.1B's matrices, hot\n",
+                    "  -p    only matmul_q8 (16, 64 and 128 tokens) on TinyLlama 1.1B's matrices, hot,\n"
+                    "        and 16 tokens streamed from DRAM (16s; not with -q)\n",
                     argv[0]);
             return help ? 0 : 2;
         }
