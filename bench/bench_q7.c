@@ -43,6 +43,7 @@
 #include "ds/kern.h"
 #include "ds/log.h"
 #include "ds/model.h"
+#include "support/testutil.h"
 
 #define MAX_ROUNDS 64
 #define MAX_IDS    1024
@@ -213,45 +214,6 @@ out:
     return lg;
 }
 
-/* The shared.trained harness's measures (tests/support/testutil.c tu_nmse,
-** test_trained.c perplexity). */
-static double nmse_of(const float *x, const float *ref, int32_t n_pos, int32_t V, int *agree)
-{
-    double num = 0, den = 0;
-    *agree = 0;
-    for (int32_t p = 0; p < n_pos; p++) {
-        const float *a = x + (size_t)p * V, *b = ref + (size_t)p * V;
-        double mean = 0;
-        size_t ia = 0, ib = 0;
-        for (int32_t i = 0; i < V; i++) {
-            mean += b[i];
-            if (a[i] > a[ia]) ia = (size_t)i;
-            if (b[i] > b[ib]) ib = (size_t)i;
-        }
-        mean /= V;
-        for (int32_t i = 0; i < V; i++) {
-            num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-            den += ((double)b[i] - mean) * ((double)b[i] - mean);
-        }
-        *agree += ia == ib;
-    }
-    return den > 0 ? num / den : 0;
-}
-
-static double perplexity(const float *lg, const int32_t *ids, int32_t n_pos, int32_t V)
-{
-    double nll = 0;
-    for (int32_t p = 0; p + 1 < n_pos; p++) {
-        const float *r = lg + (size_t)p * V;
-        double mx = r[0];
-        for (int32_t i = 1; i < V; i++) mx = fmax(mx, r[i]);
-        double z = 0;
-        for (int32_t i = 0; i < V; i++) z += exp((double)r[i] - mx);
-        nll -= (double)r[ids[p + 1]] - mx - log(z);
-    }
-    return exp(nll / (n_pos - 1));
-}
-
 /* Logits of ids fed in one batch, INT8, F32 KV, on kernel table k. */
 static float *logits_of(struct ds_model *m, const struct ds_kern_ops *k, const int32_t *ids, int32_t n_pos)
 {
@@ -310,7 +272,7 @@ static int accuracy(const struct ds_kern_ops *k, const char *dir)
             rc = 1;
             continue;
         }
-        const double ppl_ref = perplexity(ref, ids, n_pos, V);
+        const double ppl_ref = tu_perplexity(ref, ids, n_pos, V);
         for (int bits = 8; bits >= 7; bits--) {
             float *lg = logits_of(m, bits == 8 ? k : &k7, ids, n_pos);
             if (!lg) {
@@ -319,8 +281,8 @@ static int accuracy(const struct ds_kern_ops *k, const char *dir)
                 continue;
             }
             int agree;
-            const double nmse = nmse_of(lg, ref, n_pos, V, &agree), top1 = (double)agree / n_pos;
-            const double ppl = perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
+            const double nmse = tu_nmse(lg, ref, n_pos, V, &agree), top1 = (double)agree / n_pos;
+            const double ppl = tu_perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
             const bool in = nmse <= 2e-4 && top1 >= 0.98 && fabs(ratio - 1) <= 0.005;
             printf("t3M-%-5s %d-bit %10.3g %6.1f%% (%3d/%3d) %10.4f %8.5f  %s\n", types[ti], bits, nmse, 100 * top1,
                    agree, n_pos, ppl, ratio, in ? "within" : "OUTSIDE");

@@ -26,31 +26,34 @@
 
 static const char to_center[] = "\"prompt\":\"Once\",\"max_tokens\":4,\"route\":\"center\"";
 
-/* center's capacity vouch: tok_s measured, state, interval_ms. */
-static void capacity(struct nh *h, const char *center, double tok_s, const char *state, unsigned interval_ms)
-{
-    char topic[128], json[512];
-    snprintf(topic, sizeof topic, DS_TOPIC_CENTER_STATUS "%s", center);
-    snprintf(json, sizeof json,
-             "{\"v\":1,\"node\":\"%s\",\"role\":\"center\",\"capacity\":{\"state\":\"%s\",\"interval_ms\":%u,"
-             "\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,\"tok_s\":%g,\"load\":0,"
-             "\"models\":{\"" NH_MODEL "\":{\"tok_s\":%g}}}}",
-             center, state, interval_ms, tok_s, tok_s);
-    nh_deliver(h, topic, json, NULL, NULL);
-}
-
-/* The same with its speculation session table ("spec"). */
-static void capacity_spec(struct nh *h, const char *center, double tok_s, unsigned sessions, unsigned free_,
-                          unsigned reclaimable)
+/* center's capacity vouch: tok_s measured, state, interval_ms, and the
+** speculation session table's fragment spec ("" for none). */
+static void capacity_with(struct nh *h, const char *center, double tok_s, const char *state, unsigned interval_ms,
+                          const char *spec)
 {
     char topic[128], json[600];
     snprintf(topic, sizeof topic, DS_TOPIC_CENTER_STATUS "%s", center);
     snprintf(json, sizeof json,
-             "{\"v\":1,\"node\":\"%s\",\"role\":\"center\",\"capacity\":{\"state\":\"online\",\"interval_ms\":60000,"
+             "{\"v\":1,\"node\":\"%s\",\"role\":\"center\",\"capacity\":{\"state\":\"%s\",\"interval_ms\":%u,"
              "\"slots\":8,\"free\":8,\"queued\":0,\"prompt_tokens\":0,\"decode_tokens\":0,\"queued_tokens\":0,\"tok_s\":%g,\"load\":0,"
-             "\"spec\":{\"sessions\":%u,\"free\":%u,\"reclaimable\":%u},\"models\":{\"" NH_MODEL "\":{\"tok_s\":%g}}}}",
-             center, tok_s, sessions, free_, reclaimable, tok_s);
+             "%s\"models\":{\"" NH_MODEL "\":{\"tok_s\":%g}}}}",
+             center, state, interval_ms, tok_s, spec, tok_s);
     nh_deliver(h, topic, json, NULL, NULL);
+}
+
+static void capacity(struct nh *h, const char *center, double tok_s, const char *state, unsigned interval_ms)
+{
+    capacity_with(h, center, tok_s, state, interval_ms, "");
+}
+
+/* The same with its speculation session table ("spec"), online. */
+static void capacity_spec(struct nh *h, const char *center, double tok_s, unsigned sessions, unsigned free_,
+                          unsigned reclaimable)
+{
+    char spec[96];
+    snprintf(spec, sizeof spec, "\"spec\":{\"sessions\":%u,\"free\":%u,\"reclaimable\":%u},", sessions, free_,
+             reclaimable);
+    capacity_with(h, center, tok_s, "online", 60000, spec);
 }
 
 /* The center request id was sent to by name (into center), its key in key;

@@ -60,22 +60,6 @@ static float *logits_of(struct ds_model *m, enum ds_precision prec, enum ds_kv_t
     return tu_logits(m, (int)prec, NULL, (int)kv, ids, n_pos, NULL);
 }
 
-/* Perplexity of ids[1..n_pos) under the rows lg[0..n_pos-1): exp of the
-** mean negative log-softmax of the next id. */
-static double perplexity(const float *lg, const int32_t *ids, int32_t n_pos, int32_t V)
-{
-    double nll = 0;
-    for (int32_t p = 0; p + 1 < n_pos; p++) {
-        const float *r = lg + (size_t)p * V;
-        double mx = r[0];
-        for (int32_t i = 1; i < V; i++) mx = fmax(mx, r[i]);
-        double z = 0;
-        for (int32_t i = 0; i < V; i++) z += exp((double)r[i] - mx);
-        nll -= (double)r[ids[p + 1]] - mx - log(z);
-    }
-    return exp(nll / (n_pos - 1));
-}
-
 static void check_type(const char *type)
 {
     static int32_t ids[MAX_IDS];
@@ -88,14 +72,14 @@ static void check_type(const char *type)
     struct ds_model *m = NULL;
     assert_int_equal(ds_model_open(path, &m), DS_OK);
     assert_int_equal(m->cfg.vocab_size, (uint32_t)V);
-    const double ppl_ref = perplexity(ref, ids, n_pos, V);
+    const double ppl_ref = tu_perplexity(ref, ids, n_pos, V);
     const enum ds_precision precs[] = { DS_PRECISION_FP32, DS_PRECISION_INT8 };
     bool ok = true;
     for (size_t i = 0; i < 2; i++) {
         float *lg = logits_of(m, precs[i], DS_KV_F32, ids, n_pos);
         int agree;
         const double nmse = tu_nmse(lg, ref, n_pos, V, &agree), top1 = (double)agree / n_pos;
-        const double ppl = perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
+        const double ppl = tu_perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
         const bool pass = nmse <= NMSE_MAX && top1 >= TOP1_MIN && fabs(ratio - 1) <= PPL_TOL;
         printf("trained: t3M-%-7s %-5s NMSE %.3g  top-1 %.1f%% (%d/%d)  perplexity %.4f / llama.cpp %.4f = %.5f"
                "  %s\n", type, ds_precision_name(precs[i]), nmse, 100 * top1, agree, n_pos, ppl, ppl_ref, ratio,
@@ -126,7 +110,7 @@ static void check_kv(const char *type, enum ds_kv_type kv)
     for (size_t i = 0; i < 2; i++) {
         float *f32 = logits_of(m, precs[i], DS_KV_F32, ids, n_pos);
         float *f16 = logits_of(m, precs[i], kv, ids, n_pos);
-        const double p32 = perplexity(f32, ids, n_pos, V), p16 = perplexity(f16, ids, n_pos, V);
+        const double p32 = tu_perplexity(f32, ids, n_pos, V), p16 = tu_perplexity(f16, ids, n_pos, V);
         const bool pass = fabs(p16 / p32 - 1) <= KV_PPL_TOL;
         printf("trained: t3M-%-7s %-5s %-4s KV perplexity %.4f / f32 KV %.4f = %.5f  %s\n", type,
                ds_precision_name(precs[i]), ds_kv_type_name(kv), p16, p32, p16 / p32,
@@ -186,7 +170,7 @@ static void check_prefix(const char *type, enum ds_kv_type kv)
     snprintf(path, sizeof path, TRAINED_DIR "/t3M-%s.gguf", type);
     struct ds_model *m = NULL;
     assert_int_equal(ds_model_open(path, &m), DS_OK);
-    const double ppl_ref = perplexity(ref, ids, n_pos, V);
+    const double ppl_ref = tu_perplexity(ref, ids, n_pos, V);
     const enum ds_precision precs[] = { DS_PRECISION_FP32, DS_PRECISION_INT8 };
     bool ok = true;
     for (size_t i = 0; i < 2; i++) {
@@ -195,7 +179,7 @@ static void check_prefix(const char *type, enum ds_kv_type kv)
         float *plain = logits_of(m, precs[i], kv, ids, n_pos);
         int agree;
         const double nmse = tu_nmse(lg, ref, n_pos, V, &agree), top1 = (double)agree / n_pos;
-        const double ppl = perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
+        const double ppl = tu_perplexity(lg, ids, n_pos, V), ratio = ppl / ppl_ref;
         const size_t tail = (size_t)(n_pos - (int32_t)reused) * (size_t)V;
         const bool same = memcmp(lg + (size_t)reused * V, plain + (size_t)reused * V, tail * sizeof *lg) == 0;
         const bool pass = reused >= (uint32_t)(n_pos - 50 - DS_KV_BLOCK) && same && nmse <= NMSE_MAX &&

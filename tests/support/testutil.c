@@ -3,6 +3,7 @@
 #include "ds/engine.h"
 #include "ds/model.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -213,6 +214,20 @@ double tu_nmse(const float *x, const float *ref, int32_t n_pos, int32_t V, int *
         *agree += tu_argmax(a, (size_t)V) == tu_argmax(r, (size_t)V);
     }
     return err / var;
+}
+
+double tu_perplexity(const float *lg, const int32_t *ids, int32_t n_pos, int32_t V)
+{
+    double nll = 0;
+    for (int32_t p = 0; p + 1 < n_pos; p++) {
+        const float *r = lg + (size_t)p * V;
+        double mx = r[0];
+        for (int32_t i = 1; i < V; i++) mx = fmax(mx, r[i]);
+        double z = 0;
+        for (int32_t i = 0; i < V; i++) z += exp((double)r[i] - mx);
+        nll -= (double)r[ids[p + 1]] - mx - log(z);
+    }
+    return exp(nll / (n_pos - 1));
 }
 
 float *tu_logits(struct ds_model *m, int prec, const struct ds_kern_ops *kern, int kv, const int32_t *ids,

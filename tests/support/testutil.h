@@ -54,6 +54,9 @@ size_t tu_argmax(const float *x, size_t n);
 /* NMSE of x against ref over n_pos rows of V: sum((x - ref)^2) / sum((ref -
 ** row mean)^2); *agree = the rows whose top-1 agree. */
 double tu_nmse(const float *x, const float *ref, int32_t n_pos, int32_t V, int *agree);
+/* Perplexity of ids[1..n_pos) under the logit rows lg[0..n_pos-1) (V a
+** row): exp of the mean negative log-softmax of the next id. */
+double tu_perplexity(const float *lg, const int32_t *ids, int32_t n_pos, int32_t V);
 /* OWNED logits (n_pos rows of the vocabulary) of ids fed to m in one batch,
 ** at precision prec (an enum ds_precision) on kernel table kern (NULL: the
 ** one selected), KV cache kv (an enum ds_kv_type), 2 threads; *kern_name (if
