@@ -56,6 +56,17 @@ static void capacity_spec(struct nh *h, const char *center, double tok_s, unsign
     capacity_with(h, center, tok_s, "online", 60000, spec);
 }
 
+/* Request id answered within ms, served by want (a center's name or NH_NODE). */
+static void expect_served_by(struct nh *h, const char *id, int ms, const char *want)
+{
+    char *a = nh_answer(h, id, ms);
+    char *by = a ? nh_json_str(a, "served_by", "node") : NULL;
+    assert_non_null(by);
+    assert_string_equal(by, want);
+    free(by);
+    free(a);
+}
+
 /* The center request id was sent to by name (into center), its key in key;
 ** false when it was not sent by name within ms. */
 static bool sent_named(struct nh *h, const char *id, int ms, char center[64], char key[64])
@@ -102,12 +113,7 @@ static void test_weighted_by_name(void **state)
         n_b += !strcmp(center, "center-b");
         nh_center_accept(h, key, id, center);
         nh_center_final(h, key, id, center, "ok");
-        char *a = nh_answer(h, id, 2000);
-        char *by = a ? nh_json_str(a, "served_by", "node") : NULL;
-        assert_non_null(by);
-        assert_string_equal(by, center);
-        free(by);
-        free(a);
+        expect_served_by(h, id, 2000, center);
     }
     printf("40 requests by weight 300:100: center-a %u, center-b %u\n", n_a, n_b);
     assert_int_equal(n_a + n_b, 40);
@@ -172,12 +178,7 @@ static void test_stale_and_draining(void **state)
     nh_center_status(h, "center-a", false);
     nh_release(h);
     for (const char *id = "s-1";; id = !strcmp(id, "s-1") ? "s-2" : "s-3") {
-        char *a = nh_answer(h, id, 20000);
-        char *by = a ? nh_json_str(a, "served_by", "node") : NULL;
-        assert_non_null(by);
-        assert_string_equal(by, NH_NODE);
-        free(by);
-        free(a);
+        expect_served_by(h, id, 20000, NH_NODE);
         if (!strcmp(id, "s-3")) break;
     }
     nh_stop(h);
@@ -259,12 +260,7 @@ static void test_spec_open_slots(void **state)
     for (int i = 0; i < 4; i++) {
         char id[32];
         snprintf(id, sizeof id, "so-%d", i);
-        char *a = nh_answer(h, id, 20000);
-        char *by = a ? nh_json_str(a, "served_by", "node") : NULL;
-        assert_non_null(by);
-        assert_string_equal(by, NH_NODE);
-        free(by);
-        free(a);
+        expect_served_by(h, id, 20000, NH_NODE);
         assert_int_equal(nh_answers(h, id), 1);
     }
     nh_stop(h);
