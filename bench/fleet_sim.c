@@ -878,9 +878,9 @@ static int mode_fleet(struct cfg c, const double *scales, unsigned n_scales, FIL
 
 /* The engine speed on the model bench_load serves, in precision `prec`
 ** (the edge's INT8, the center's FP32), `threads` threads, measured in this
-** process: for each row count of batch_rows, n
-** sequences decoding together (one ds_engine_forward of n rows, logits for
-** each, as the node's loop runs a turn), the median of every step timed
+** process: for each row count of batch_rows, n sequences decoding
+** together (one ds_engine_forward of n rows, logits for each, as the
+** node's loop runs a turn), the median of every step timed
 ** alone, over rounds that take every row count in turn (so that the
 ** machine's other work falls on all of them alike: timing a run of steps
 ** instead, on a loaded machine, the longer runs of the wider batches
