@@ -231,23 +231,38 @@ static void rmsnorm_f32_avx2(size_t n, const float *x, const float *w, float eps
 
 #define ATT32_AHEAD 2
 
-/* NR (1 or 2) rows' scores against one block's 16 transposed keys, times
-** scale, into s + i * lds (all 16 slots: those past the keys are not read);
-** a line of the hd at pf (NULL: none) prefetched with each dimension. */
-DS_INLINE void att32_scores(int NR, size_t hd, const float *q, size_t ldq, const float *kt, float scale, float *s,
-                            size_t lds, const float *pf)
+/* 8 halves at p as floats. */
+DS_INLINE __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* 8 keys at element off of kt: floats, or halves converted (f16). */
+DS_INLINE __m256 att_load8(const void *kt, size_t off, bool f16)
 {
+    return f16 ? load8_f16((const uint16_t *)kt + off) : _mm256_loadu_ps((const float *)kt + off);
+}
+
+/* NR (1 or 2) rows' scores against one block's 16 transposed keys (floats,
+** or halves with f16, converted as they are loaded), times scale, into the
+** nk slots at s + i * lds (nk = DS_KERN_KT: all 16, those past the keys not
+** read), each row's dimensions in four FMA chains (even and odd dimensions,
+** 8 keys each); a line of the hd at pf (NULL: none) prefetched with each
+** dimension of floats, each two of halves. f16 and nk are constants where
+** att32_scores and att16_scores call it: one body, two kernels. */
+DS_INLINE void att_scores(int NR, bool f16, size_t hd, const float *q, size_t ldq, const void *kt, float scale,
+                          float *s, size_t lds, size_t nk, const void *pf)
+{
+    const size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
+    const char *pfb = pf;
     __m256 a[2][4];
     for (int i = 0; i < NR; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_ps();
     size_t d = 0;
     for (; d + 2 <= hd; d += 2) {
-        const float *k = kt + d * DS_KERN_KT;
-        if (pf) {
-            __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
-            __builtin_prefetch(pf + (d + 1) * DS_KERN_KT, 0, 3);
+        const size_t o = d * DS_KERN_KT;
+        if (pfb) {
+            __builtin_prefetch(pfb + o * esz, 0, 3);
+            if (!f16) __builtin_prefetch(pfb + (o + DS_KERN_KT) * esz, 0, 3);
         }
-        const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
-        const __m256 k2 = _mm256_loadu_ps(k + 16), k3 = _mm256_loadu_ps(k + 24);
+        const __m256 k0 = att_load8(kt, o, f16), k1 = att_load8(kt, o + 8, f16);
+        const __m256 k2 = att_load8(kt, o + 16, f16), k3 = att_load8(kt, o + 24, f16);
         for (int i = 0; i < NR; i++) {
             const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
             const __m256 q1 = _mm256_broadcast_ss(q + (size_t)i * ldq + d + 1);
@@ -258,8 +273,9 @@ DS_INLINE void att32_scores(int NR, size_t hd, const float *q, size_t ldq, const
         }
     }
     if (d < hd) {
-        if (pf) __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
-        const __m256 k0 = _mm256_loadu_ps(kt + d * DS_KERN_KT), k1 = _mm256_loadu_ps(kt + d * DS_KERN_KT + 8);
+        const size_t o = d * DS_KERN_KT;
+        if (pfb) __builtin_prefetch(pfb + o * esz, 0, 3);
+        const __m256 k0 = att_load8(kt, o, f16), k1 = att_load8(kt, o + 8, f16);
         for (int i = 0; i < NR; i++) {
             const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
             a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
@@ -268,9 +284,25 @@ DS_INLINE void att32_scores(int NR, size_t hd, const float *q, size_t ldq, const
     }
     const __m256 sc = _mm256_set1_ps(scale);
     for (int i = 0; i < NR; i++) {
-        _mm256_storeu_ps(s + (size_t)i * lds, _mm256_mul_ps(_mm256_add_ps(a[i][0], a[i][2]), sc));
-        _mm256_storeu_ps(s + (size_t)i * lds + 8, _mm256_mul_ps(_mm256_add_ps(a[i][1], a[i][3]), sc));
+        float t[DS_KERN_KT], *out = nk == DS_KERN_KT ? s + (size_t)i * lds : t;
+        _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_add_ps(a[i][0], a[i][2]), sc));
+        _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_add_ps(a[i][1], a[i][3]), sc));
+        if (out == t) memcpy(s + (size_t)i * lds, t, nk * sizeof *t);
     }
+}
+
+/* att_scores on floats, into all 16 slots at s + i * lds. */
+DS_INLINE void att32_scores(int NR, size_t hd, const float *q, size_t ldq, const float *kt, float scale, float *s,
+                            size_t lds, const float *pf)
+{
+    att_scores(NR, false, hd, q, ldq, kt, scale, s, lds, DS_KERN_KT, pf);
+}
+
+/* att_scores on halves, into the nk slots at s + i * lds. */
+DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const uint16_t *kt, float scale,
+                            float *s, size_t lds, size_t nk, const uint16_t *pf)
+{
+    att_scores(NR, true, hd, q, ldq, kt, scale, s, lds, nk, pf);
 }
 
 /* o[0 .. 8 NV) += sum over j < n of p[j] * v[j * ldv + d], in registers;
@@ -349,51 +381,6 @@ static void f32_to_f16_avx2(size_t n, const float *x, uint16_t *out)
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) out[i] = ds_f32_to_f16(x[i]);
-}
-
-/* 8 halves at p as floats. */
-DS_INLINE __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-
-/* NR (1 or 2) rows' scores against one block's 16 transposed keys, times
-** scale, into the nk slots at s + i * lds: as att32_scores, each row's
-** dimensions in four FMA chains (even and odd dimensions, 8 keys each), the
-** halves converted as they are loaded; a line of the hd at pf (NULL: none:
-** two dimensions' halves) prefetched with each step. */
-DS_INLINE void att16_scores(int NR, size_t hd, const float *q, size_t ldq, const uint16_t *kt, float scale,
-                            float *s, size_t lds, size_t nk, const uint16_t *pf)
-{
-    __m256 a[2][4];
-    for (int i = 0; i < NR; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_ps();
-    size_t d = 0;
-    for (; d + 2 <= hd; d += 2) {
-        const uint16_t *k = kt + d * DS_KERN_KT;
-        if (pf) __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
-        const __m256 k0 = load8_f16(k), k1 = load8_f16(k + 8), k2 = load8_f16(k + 16), k3 = load8_f16(k + 24);
-        for (int i = 0; i < NR; i++) {
-            const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
-            const __m256 q1 = _mm256_broadcast_ss(q + (size_t)i * ldq + d + 1);
-            a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
-            a[i][1] = _mm256_fmadd_ps(q0, k1, a[i][1]);
-            a[i][2] = _mm256_fmadd_ps(q1, k2, a[i][2]);
-            a[i][3] = _mm256_fmadd_ps(q1, k3, a[i][3]);
-        }
-    }
-    if (d < hd) {
-        if (pf) __builtin_prefetch(pf + d * DS_KERN_KT, 0, 3);
-        const __m256 k0 = load8_f16(kt + d * DS_KERN_KT), k1 = load8_f16(kt + d * DS_KERN_KT + 8);
-        for (int i = 0; i < NR; i++) {
-            const __m256 q0 = _mm256_broadcast_ss(q + (size_t)i * ldq + d);
-            a[i][0] = _mm256_fmadd_ps(q0, k0, a[i][0]);
-            a[i][1] = _mm256_fmadd_ps(q0, k1, a[i][1]);
-        }
-    }
-    const __m256 sc = _mm256_set1_ps(scale);
-    for (int i = 0; i < NR; i++) {
-        float t[DS_KERN_KT];
-        _mm256_storeu_ps(t, _mm256_mul_ps(_mm256_add_ps(a[i][0], a[i][2]), sc));
-        _mm256_storeu_ps(t + 8, _mm256_mul_ps(_mm256_add_ps(a[i][1], a[i][3]), sc));
-        memcpy(s + (size_t)i * lds, t, nk * sizeof *t);
-    }
 }
 
 #define ATT16_AHEAD 2
