@@ -361,9 +361,9 @@ int cmd_model_list_telemetry(int argc, char **argv)
             const cJSON *sh = cJSON_GetObjectItemCaseSensitive(m, "shadow");
             if (sh)
                 printf("%-16s %-16s shadow %s: %.0f compared, %.0f text equal, token agreement %.3f, latency %+.1f ms, "
-                       "%.0f failed, %.0f shed\n", node, jstr(m, "name"), jstr(sh, "version"), jnum(sh, "compared"),
-                       jnum(sh, "text_equal"), jnum(sh, "token_agreement"), jnum(sh, "latency_delta_ms"),
-                       jnum(sh, "failed"), jnum(sh, "shed"));
+                       "%.0f failed, %.0f shed, %.0f unpaired\n", node, jstr(m, "name"), jstr(sh, "version"),
+                       jnum(sh, "compared"), jnum(sh, "text_equal"), jnum(sh, "token_agreement"),
+                       jnum(sh, "latency_delta_ms"), jnum(sh, "failed"), jnum(sh, "shed"), jnum(sh, "unpaired"));
         }
         /* Downloads in progress or just ended (node_fetch.c): bytes, rate, ETA. */
         const cJSON *d;

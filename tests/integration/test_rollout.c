@@ -632,7 +632,7 @@ static int has_shadow_note(int64_t id, const struct ds_reg_metrics *m, void *ud)
 }
 
 /* The shadow summary of 1.3.0 in telemetry: what became of its mirrors. */
-struct shadow_sum { double compared, failed, shed; };
+struct shadow_sum { double compared, failed, shed, unpaired; };
 
 static bool shadow_sum_of(const char *json, struct shadow_sum *out)
 {
@@ -645,32 +645,35 @@ static bool shadow_sum_of(const char *json, struct shadow_sum *out)
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(sh, "compared");
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(sh, "failed");
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(sh, "shed");
-        ok = cJSON_IsNumber(c) && cJSON_IsNumber(f) && cJSON_IsNumber(d);
-        if (ok) *out = (struct shadow_sum){ c->valuedouble, f->valuedouble, d->valuedouble };
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(sh, "unpaired");
+        ok = cJSON_IsNumber(c) && cJSON_IsNumber(f) && cJSON_IsNumber(d) && cJSON_IsNumber(u);
+        if (ok) *out = (struct shadow_sum){ c->valuedouble, f->valuedouble, d->valuedouble, u->valuedouble };
     }
     cJSON_Delete(root);
     return ok;
 }
 
+static double shadow_total(const struct shadow_sum *s) { return s->compared + s->failed + s->shed + s->unpaired; }
+
 /* The newest telemetry (OWNED) whose shadow of 1.3.0 accounts for at least
-** n mirrors (compared + failed + shed), its summary in *out. Fails at once,
+** n mirrors (compared + failed + shed + unpaired), its summary in *out. Fails at once,
 ** with the node's reason, if 1.3.0 was rolled back since the shadow command;
 ** after ms, with the last summary seen. */
 static char *wait_shadow(int n, int ms, struct shadow_sum *out)
 {
     uint64_t end = ds_now_ns() + (uint64_t)ms * 1000000u;
-    *out = (struct shadow_sum){ -1, -1, -1 };
+    *out = (struct shadow_sum){ -1, -1, -1, -1 };
     for (;;) {
         char *ev = wait_msg(DS_TOPIC_ROLLOUT NODE, g.shadow_from, 0, "\"event\":\"auto-rollback\"",
                             "\"version\":\"1.3.0\"");
         if (ev) fail_msg("shadow 1.3.0 rolled back: %s", ev);
         char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, 0, 0, "\"shadow\":{\"version\":\"1.3.0\"", NULL);
-        if (t && shadow_sum_of(t, out) && out->compared + out->failed + out->shed >= n) return t;
+        if (t && shadow_sum_of(t, out) && shadow_total(out) >= n) return t;
         free(t);
         if (ds_now_ns() > end)
             fail_msg("shadow 1.3.0: %.0f of %d mirrors accounted for after %d ms (compared %.0f, failed %.0f, "
-                     "shed %.0f)", out->compared + out->failed + out->shed, n, ms, out->compared, out->failed,
-                     out->shed);
+                     "shed %.0f, unpaired %.0f)", shadow_total(out), n, ms, out->compared, out->failed, out->shed,
+                     out->unpaired);
         usleep(50000);
     }
 }
@@ -711,7 +714,7 @@ static void test_rollout_shadow(void **state)
     struct shadow_sum sum;
     char *t = wait_shadow(N, 120000, &sum);
     printf("shadow: %.300s\n", strstr(t, "\"shadow\""));
-    assert_true(sum.compared == N && sum.failed == 0 && sum.shed == 0);
+    assert_true(sum.compared == N && sum.failed == 0 && sum.shed == 0 && sum.unpaired == 0);
     assert_non_null(strstr(t, "\"token_agreement\""));
     validate("telemetry", t);
     assert_null(strstr(t, "\"text_equal\":24,"));            /* random weights answer otherwise */
@@ -765,22 +768,79 @@ static void test_rollout_shadow_sheds_past_max_active(void **state)
         free(a);
     }
     struct shadow_sum sum;
-    char *t = wait_shadow((int)(before.compared + before.failed + before.shed) + N, 120000, &sum);
+    char *t = wait_shadow((int)shadow_total(&before) + N, 120000, &sum);
     printf("shadow, copies past max_active: %.300s\n", strstr(t, "\"shadow\""));
     validate("telemetry", t);
     free(t);
-    assert_true(sum.compared + sum.failed + sum.shed == before.compared + before.failed + before.shed + N);
+    assert_true(shadow_total(&sum) == shadow_total(&before) + N);
     assert_true(sum.shed > before.shed);                  /* more than max_active copies were wanted */
     assert_true(sum.compared > before.compared);          /* and those that ran were compared */
     assert_true(sum.failed == before.failed);
     assert_int_equal(cli("list -b %s --wait-ms 1500", tb_broker_uri(g.broker)), 0);   /* an operator sees it */
     char *out = cli_out();
     printf("%s", out);
-    char want[64];
-    snprintf(want, sizeof want, "%.0f failed, %.0f shed\n", sum.failed, sum.shed);
+    char want[96];
+    snprintf(want, sizeof want, "%.0f failed, %.0f shed, %.0f unpaired\n", sum.failed, sum.shed, sum.unpaired);
     assert_non_null(strstr(out, want));
     free(out);
     char *v = ask("shed-after", NULL);                   /* the node serves on */
+    assert_string_equal(v, "1.0.0");
+    free(v);
+}
+
+/* The shadow summary once no copy runs on 1.3.0 (telemetry sent after
+** this call), so no earlier request's copy adds to it later. */
+static void settled_shadow(struct shadow_sum *out)
+{
+    char *t = wait_msg(DS_TOPIC_TELEMETRY NODE, n_msgs(), 30000, "\"state\":\"shadow\",\"in_flight\":0,", NULL);
+    assert_non_null(t);
+    assert_true(shadow_sum_of(t, out));
+    free(t);
+}
+
+/* A request cancelled by its client while its copy on 1.3.0 runs: its
+** partial answer is not compared with the copy's (a comparison read it as
+** disagreement); the copy is counted as unpaired (and stopped). The cancel goes out at the first streamed
+** chunk; should the request still end first (a descheduled test), another
+** is tried. */
+static void test_rollout_shadow_cancel_unpaired(void **state)
+{
+    (void)state;
+    struct shadow_sum before, sum;
+    settled_shadow(&before);
+    bool cancelled = false;
+    for (int attempt = 0; attempt < 5 && !cancelled; attempt++) {
+        char id[32], json[256];
+        snprintf(id, sizeof id, "cx-%d", attempt);
+        int from = n_msgs();
+        int n = snprintf(json, sizeof json, "{\"id\":\"%s\",\"model\":\"stories\",\"prompt\":\"Once upon a time\","
+                         "\"max_tokens\":400,\"stream\":true}", id);
+        struct ds_mqtt_props p = { "test/reply/main", id, strlen(id), 0, false };
+        assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_INFER "stories", json, (size_t)n, 1, false, &p), DS_OK);
+        char *chunk = it_inbox_find(g.in, &(struct it_match){ .corr = id }, from, 30000, NULL, NULL);
+        assert_non_null(chunk);                           /* its first chunk, or (too late) its final */
+        free(chunk);
+        n = snprintf(json, sizeof json, "{\"id\":\"%s\"}", id);
+        assert_int_equal(ds_mqtt_publish(g.dev, DS_TOPIC_CANCEL "main", json, (size_t)n, 1, false, NULL), DS_OK);
+        char *a = wait_answer(id, 30000, NULL);
+        assert_non_null(a);
+        char *why = jpath(a, "finish_reason", NULL), *v = version_of(a);
+        printf("%s: finish_reason %s on %s\n", id, why, v);
+        assert_string_equal(v, "1.0.0");
+        cancelled = !strcmp(why, "cancelled");
+        if (!cancelled) settled_shadow(&before);          /* ended first: its copy is compared */
+        free(why);
+        free(v);
+        free(a);
+    }
+    assert_true(cancelled);
+    char *t = wait_shadow((int)shadow_total(&before) + 1, 60000, &sum);
+    printf("shadow, a cancelled request: %.300s\n", strstr(t, "\"shadow\""));
+    validate("telemetry", t);
+    free(t);
+    assert_true(sum.unpaired == before.unpaired + 1);
+    assert_true(sum.compared == before.compared && sum.failed == before.failed);
+    char *v = ask("cx-after", NULL);                     /* the node serves on */
     assert_string_equal(v, "1.0.0");
     free(v);
 }
@@ -983,6 +1043,7 @@ int main(void)
         cmocka_unit_test(test_rollout_canary_20pct),
         cmocka_unit_test(test_rollout_shadow),
         cmocka_unit_test(test_rollout_shadow_sheds_past_max_active),
+        cmocka_unit_test(test_rollout_shadow_cancel_unpaired),
         cmocka_unit_test(test_rollout_slow_version_rolled_back),
         cmocka_unit_test(test_rollout_failing_version_rolled_back),
         cmocka_unit_test(test_rollout_promote_refused_when_registry_unwritable),

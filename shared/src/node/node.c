@@ -292,9 +292,11 @@ static bool queued_cancelled(const struct ds_sched_item *it, void *ud) { return 
 ** queued ones are answered at once rather than when they reach a slot. */
 static void cancel_running(struct ds_node *node)
 {
-    for (unsigned i = node->n_active; i-- > 0;)       /* a shadow copy (same id) runs on */
-        if (!node->active[i]->mirror && node__take_cancel(node, node->active[i]))
-            node__finish(node, node->active[i], DS_MSG_FINISH_CANCELLED);
+    for (unsigned i = node->n_active; i-- > 0;) {
+        struct node_req *r = node->active[i];       /* a shadow copy has the same id: not by take_cancel */
+        if (r->mirror ? node__rollout_unpaired(r) : node__take_cancel(node, r))
+            node__finish(node, r, DS_MSG_FINISH_CANCELLED);
+    }
     struct ds_sched_item it;
     if (!atomic_exchange(&node->cancel_new, false)) return;
     while (node->n_active < 2 * node->cfg->max_active && ds_sched_take_if(node->sched, queued_cancelled, node, &it)) {

@@ -139,10 +139,12 @@ void node__active_fail(struct ds_node *node, struct node_req *r, enum ds_msg_cod
 void node__cascade_detach(struct ds_node *node, struct node_req *r)
 {
     DS_ASSERT(r->cascaded);
-    ds_strbuf_cleanup(&r->text);        /* the center's answer replaces it */
-    r->n_gen = 0;
+    /* This version's answer is whole (only unsure): its shadow pair is
+    ** compared on it, before the center's replaces it. */
     node__rollout_done(node, r, false, (double)(ds_now_ns() - r->recv_ns) / 1e6);
     node__rollout_release(r);           /* r may leave this thread */
+    ds_strbuf_cleanup(&r->text);
+    r->n_gen = 0;
     ds_seq_destroy(r->seq);
     ds_sampler_destroy(r->smp);
     ds_grammar_state_destroy(r->gst);   /* the center follows req.grammar from the start */
@@ -196,6 +198,7 @@ void node__finish(struct ds_node *node, struct node_req *r, enum ds_msg_finish w
         atomic_fetch_add(&node->spec_drafted, r->spec.drafted);
         atomic_fetch_add(&node->spec_accepted, r->spec.accepted);
     }
+    if (why == DS_MSG_FINISH_CANCELLED) node__rollout_cancelled(r);
     if (r->v) node__rollout_done(node, r, false, f.total_ms);
     node->n_mirrors -= r->mirror;
     /* Its client's count goes back before the answer goes out: a client at

@@ -201,6 +201,10 @@ struct node_req *node__rollout_mirror(struct ds_node *node, struct node_req *r);
 ** the window and the shadow comparison (both from admission); called before
 ** node__req_free. */
 void        node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, double total_ms);
+/* r (not a mirror) was cancelled: its shadow pair is not compared, and
+** the mirror stops at the next turn (node__rollout_unpaired says which). */
+void        node__rollout_cancelled(struct node_req *r);
+bool        node__rollout_unpaired(const struct node_req *r);
 /* Drop r's pin and shadow pair (node__req_free does it; the cascade does it
 ** before r leaves the engine thread). */
 void        node__rollout_release(struct node_req *r);

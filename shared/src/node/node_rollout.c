@@ -81,7 +81,7 @@ struct node_load {
 
 struct node_shadow {
     unsigned  refs;
-    bool      done[2], failed;
+    bool      done[2], failed, unpaired;    /* unpaired: the request was cancelled */
     int32_t  *tok[2];
     size_t    n[2], cap[2];
     char     *text[2];
@@ -403,7 +403,7 @@ static bool apply_loaded(struct ds_node *node, struct node_model *m, struct node
         set_state(v, c->op == OP_CANARY ? NODE_V_CANARY : NODE_V_SHADOW, now);
         m->cand = v;
         m->pct = c->pct;
-        m->sh_n = m->sh_equal = m->sh_failed = m->sh_shed = 0;
+        m->sh_n = m->sh_equal = m->sh_failed = m->sh_shed = m->sh_unpaired = 0;
         m->sh_agree_sum = m->sh_delta_sum = 0.0;
         if (c->op == OP_CANARY)
             snprintf(why, DS_WHY_MAX, "%s takes %u%% of clients; %s the rest", v->version, c->pct, old->version);
@@ -720,9 +720,19 @@ void node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, d
         sh->done[k] = true;
         sh->ms[k] = total_ms;
         sh->text[k] = strdup(r->text.p ? r->text.p : "");
-        if (sh->done[!k] && !sh->failed) shadow_compare(r->m, sh);
+        if (sh->done[!k] && !sh->failed && !sh->unpaired) shadow_compare(r->m, sh);
     }
 }
+
+void node__rollout_cancelled(struct node_req *r)
+{
+    struct node_shadow *sh = r->sh;
+    if (r->mirror || !sh || sh->failed || sh->unpaired) return;
+    sh->unpaired = true;
+    r->m->sh_unpaired++;
+}
+
+bool node__rollout_unpaired(const struct node_req *r) { return r->mirror && r->sh && r->sh->unpaired; }
 
 void node__rollout_release(struct node_req *r)
 {
@@ -731,7 +741,7 @@ void node__rollout_release(struct node_req *r)
     struct node_shadow *sh = r->sh;
     r->sh = NULL;
     if (!sh) return;
-    if (!sh->failed && !sh->done[r->mirror]) {           /* it ended without an answer */
+    if (!sh->failed && !sh->unpaired && !sh->done[r->mirror]) {   /* it ended without an answer */
         if (r->m) r->m->sh_failed++;
         sh->failed = true;
     }
@@ -858,10 +868,11 @@ static void snapshot(struct ds_node *node, uint64_t now)
             char note[256] = "";
             if (vs[k]->state == NODE_V_SHADOW && m->sh_n)
                 snprintf(note, sizeof note, "{\"shadow\":{\"compared\":%llu,\"text_equal\":%llu,\"token_agreement\":%.4f,"
-                         "\"latency_delta_ms\":%.2f,\"failed\":%llu,\"shed\":%llu}}", (unsigned long long)m->sh_n,
-                         (unsigned long long)m->sh_equal, m->sh_agree_sum / (double)m->sh_n,
-                         m->sh_delta_sum / (double)m->sh_n, (unsigned long long)m->sh_failed,
-                         (unsigned long long)m->sh_shed);
+                         "\"latency_delta_ms\":%.2f,\"failed\":%llu,\"shed\":%llu,\"unpaired\":%llu}}",
+                         (unsigned long long)m->sh_n, (unsigned long long)m->sh_equal,
+                         m->sh_agree_sum / (double)m->sh_n, m->sh_delta_sum / (double)m->sh_n,
+                         (unsigned long long)m->sh_failed, (unsigned long long)m->sh_shed,
+                         (unsigned long long)m->sh_unpaired);
             struct ds_reg_metrics rm = { .window_s = node->cfg->ro_window_s, .requests = w.n, .errors = w.errors,
                                          .p50_ms = NAN, .p99_ms = w.n > w.errors ? w.p99_ms : NAN,
                                          .note = note[0] ? note : NULL };
@@ -984,7 +995,7 @@ void node__rollout_telemetry(struct ds_node *node, struct cJSON *obj)
             cJSON_AddItemToArray(arr, o);
         }
         if (m && m->load) cJSON_AddStringToObject(it, "loading", m->load->version);
-        if (m && (m->sh_n || m->sh_failed || m->sh_shed)) {
+        if (m && (m->sh_n || m->sh_failed || m->sh_shed || m->sh_unpaired)) {
             cJSON *s = cJSON_AddObjectToObject(it, "shadow");
             cJSON_AddStringToObject(s, "version", m->cand && m->cand->state == NODE_V_SHADOW ? m->cand->version : "");
             cJSON_AddNumberToObject(s, "compared", (double)m->sh_n);
@@ -993,6 +1004,7 @@ void node__rollout_telemetry(struct ds_node *node, struct cJSON *obj)
             cJSON_AddNumberToObject(s, "latency_delta_ms", m->sh_n ? m->sh_delta_sum / (double)m->sh_n : 0.0);
             cJSON_AddNumberToObject(s, "failed", (double)m->sh_failed);
             cJSON_AddNumberToObject(s, "shed", (double)m->sh_shed);
+            cJSON_AddNumberToObject(s, "unpaired", (double)m->sh_unpaired);
         }
     }
     cJSON *ev = cJSON_AddArrayToObject(obj, "rollout_events");

@@ -100,8 +100,10 @@ struct node_model {
     struct node_load    *load;        /* one at a time */
     struct node_cmd     *waiting;     /* the command the load is for */
     /* Shadow comparison since the candidate started; sh_shed: requests not
-    ** mirrored because max_active shadow copies were running already. */
-    uint64_t             sh_n, sh_equal, sh_failed, sh_shed;
+    ** mirrored because max_active shadow copies were running already;
+    ** sh_unpaired: copies whose request was cancelled, not compared (a
+    ** partial answer against a whole one would read as disagreement). */
+    uint64_t             sh_n, sh_equal, sh_failed, sh_shed, sh_unpaired;
     double               sh_agree_sum, sh_delta_sum;
     _Atomic double       tok_rate;    /* tokens/s of the loop's turns over this model (EWMA; a center's status) */
 };
