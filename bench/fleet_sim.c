@@ -39,8 +39,10 @@
 **                taken for t costs a step t / threads). Center half: every
 **                request "route": "center" (bench_load --route-center), one
 **                edge relaying to one center, the center's FP32 step timed
-**                here on its one thread (which leaves a core free: no
-**                charge). In each half the serving node's own cost per loop
+**                here on its one thread, which leaves a core free: the
+**                others' CPU (the relaying edge's with the broker's and the
+**                load generator's) meets its steps only where it finds that
+**                core busy, their share of it. In each half the serving node's own cost per loop
 **                turn is calibrated on the lowest rate; the rest is the
 **                check. The edge without the contention, as the simulation
 **                was before, is printed beside it.
@@ -169,9 +171,12 @@ struct cfg {
     bool     flat;                  /* no diurnal curve, no bursts (--check) */
     unsigned fixed_prompt, fixed_tokens;   /* every request alike, normal tier (--check); 0 = the mix */
     double   agent_us;              /* the agent's own time per request, added to each answer (--check) */
-    double   steal_ns;              /* CPU the broker and the load generator use per request, on the edge's
-                                    ** cores: half at its arrival, half at its answer (--check) */
-    unsigned edge_threads;          /* the edge engine's threads, over which a taken core's work spreads (--check) */
+    double   steal_ns;              /* CPU the others (broker, load generator; in the center half the relaying
+                                    ** edge too) use per request, charged to the serving node's steps: half
+                                    ** at its arrival, half at its answer (--check) */
+    unsigned edge_threads;          /* the serving engine's threads, over which a taken core's work spreads (--check) */
+    double   exposed;               /* the share of that CPU that meets a step: 1 where the engine's threads
+                                    ** hold every core, the free core's busy share where one stays free (--check) */
     bool     route_center;          /* every request relayed to a center, as "route": "center" asks (--check) */
     double   center_overhead_ns;    /* a center's own cost per loop turn (--check) */
     bool     no_ahead;              /* ablation: the predictive rule without the higher tiers' forecast */
@@ -343,6 +348,13 @@ static bool eng_push(struct eng *e, struct sim *s, uint32_t ri)
     return ds_sched_push(e->q, &it) == DS_OK;
 }
 
+/* The engine whose steps the others' CPU meets (--check): the edge's, or
+** with every request relayed (the center half) the one center's. */
+static struct eng *serving(struct sim *s, unsigned edge)
+{
+    return s->c->route_center ? &s->centers[0] : &s->edges[edge].e;
+}
+
 /* The back hop of an answer: site broker for an edge's, relay + site for a center's. */
 static void finish(struct sim *s, uint32_t ri, bool ok)
 {
@@ -351,7 +363,7 @@ static void finish(struct sim *s, uint32_t ri, bool ok)
     if (r->at_center) back += (uint64_t)(s->c->hop_center_ms * MS);
     record(s, r, s->now + back, ok);
     struct edge *ed = &s->edges[r->edge];
-    ed->e.steal_ns += s->c->steal_ns / 2.0;           /* the final through the broker to the device */
+    serving(s, r->edge)->steal_ns += s->c->steal_ns / 2.0;   /* the final through the broker to the device */
     ed->msgs += 2;                                   /* the final (or error): in and out of the site broker */
     if (r->at_center) {
         ed->msgs += 2 * 2;                           /* accept and final from the center, through the bridge */
@@ -400,9 +412,10 @@ static void eng_turn(struct sim *s, struct eng *e, enum ev_kind step_kind, uint3
     ** (the node's own part of the turn runs on one thread and leaves a core
     ** free), and then spread over the threads, since the pool's threads
     ** claim each other's tasks (base/pool.c): a core taken for t costs the
-    ** step t / threads, not t. */
+    ** step t / threads, not t. Where the engine leaves a core free (the
+    ** center's one thread), only what finds that core busy meets it. */
     double engine_ns = (double)step_ns(e->speed, DS_MAX(rows, 1u), 0.0);
-    double collide = engine_ns / (engine_ns + e->step_overhead_ns) / DS_MAX(s->c->edge_threads, 1u);
+    double collide = engine_ns / (engine_ns + e->step_overhead_ns) / DS_MAX(s->c->edge_threads, 1u) * s->c->exposed;
     uint64_t d = step_ns(e->speed, DS_MAX(rows, 1u), e->step_overhead_ns + e->steal_ns * collide);
     e->steal_ns = 0.0;
     e->stepping = true;
@@ -518,7 +531,8 @@ static void on_arrive(struct sim *s, unsigned i)
     r->sent_ns = s->now > hop ? s->now - hop : 0;
     r->deadline_ns = r->sent_ns + (uint64_t)(c->deadline_ms[r->tier] * MS);
     s->n_req++;
-    if (ed->e.stepping) ed->e.steal_ns += c->steal_ns / 2.0;   /* the request through the broker, meanwhile */
+    struct eng *se = serving(s, i);
+    if (se->stepping) se->steal_ns += c->steal_ns / 2.0;   /* the request through the broker, meanwhile */
     ed->msgs += 2;                                   /* the request: in and out of the site broker */
     ds_holt_add(&ed->arrive[r->tier], s->now, rq_cost(r));
     struct ds_holt ahead, with;
@@ -986,12 +1000,13 @@ static double median_of(double *v, unsigned n) { return bench_stats_of(v, n).med
 ** turn_ns is the serving node's own cost per loop turn (the edge's, or with
 ** route_center the center's). */
 static void check_sim(const struct cfg *c, const struct speed *es, const struct speed *cs, double rate,
-                      double steal_ns, double turn_ns, double *ans, double *p50)
+                      double steal_ns, double exposed, double turn_ns, double *ans, double *p50)
 {
     struct cfg ck = *c;
     ck.seconds = 4.0;
     ck.dev_rate = rate;
     ck.steal_ns = steal_ns;
+    ck.exposed = exposed;
     ck.center_overhead_ns = ck.route_center ? turn_ns : 0.0;
     struct result r;
     run(&ck, NULL, es, cs, ck.route_center ? 0.0 : turn_ns, &r);
@@ -1004,10 +1019,10 @@ static void check_sim(const struct cfg *c, const struct speed *es, const struct 
 ** first (lowest) rate: what its real p50 has beyond the simulation's
 ** without it, over the request's turns (one per token). */
 static double check_turn_ns(const struct cfg *c, const struct speed *es, const struct speed *cs, double steal_ns,
-                            double real_p50)
+                            double exposed, double real_p50)
 {
     double ans, p50;
-    check_sim(c, es, cs, check_rates[0], steal_ns, 0, &ans, &p50);
+    check_sim(c, es, cs, check_rates[0], steal_ns, exposed, 0, &ans, &p50);
     return fmax((real_p50 - p50) * 1e6 / (double)c->fixed_tokens, 0.0);
 }
 
@@ -1047,8 +1062,11 @@ static int check_half(struct cfg c, enum check_half h, const char *bench_load, c
                 cJSON_Delete(root);
                 return 2;
             }
-            steal[k][i] = (broker + gen) / sent * 1e9;
-            other_c[k][i] = (broker + gen) / wall;
+            /* In the center half the edge only relays: all of its CPU is
+            ** the others' too. */
+            double others = broker + gen + (center ? edge : 0.0);
+            steal[k][i] = others / sent * 1e9;
+            other_c[k][i] = others / wall;
             node_c[k][i] = (center ? ctr : edge) / wall;
             rest_c[k][i] = isfinite(machine) ? fmax(machine - broker - gen - edge - ctr, 0.0) / wall : NAN;
         }
@@ -1088,14 +1106,17 @@ static int check_half(struct cfg c, enum check_half h, const char *bench_load, c
     c.fixed_tokens = 16;
     c.agent_us = agent_us;
     c.edge_threads = center ? 1 : CHECK_THREADS;
-    double real_ans[N_CHECK], real_p50[N_CHECK], others_ns[N_CHECK], steal_ns[N_CHECK], oc[N_CHECK], nc[N_CHECK];
+    double real_ans[N_CHECK], real_p50[N_CHECK], steal_ns[N_CHECK], exposed[N_CHECK], oc[N_CHECK], nc[N_CHECK];
     double rc_[N_CHECK];
     for (unsigned k = 0; k < N_CHECK; k++) {
         real_ans[k] = median_of(ans[k], runs);
         real_p50[k] = median_of(p50[k], runs);
-        others_ns[k] = median_of(steal[k], runs);
-        steal_ns[k] = center ? 0.0 : others_ns[k];    /* the center runs one thread: a core stays free for them */
+        steal_ns[k] = median_of(steal[k], runs);
         oc[k] = median_of(other_c[k], runs);
+        /* The edge's threads hold both cores: all of it meets a step. The
+        ** center's one thread leaves a core free: what the others do meets
+        ** a step only when they find that core busy, their share of it. */
+        exposed[k] = center ? fmin(oc[k], 1.0) : 1.0;
         nc[k] = median_of(node_c[k], runs);
         rc_[k] = median_of(rest_c[k], runs);
         if (isfinite(rc_[k])) *rest_max = fmax(*rest_max, rc_[k]);
@@ -1112,16 +1133,17 @@ static int check_half(struct cfg c, enum check_half h, const char *bench_load, c
                "(engine %.0f, broker %.0f, agent %.0f); engine steps in this process: 1 / 4 / 16 rows %.1f / %.1f / "
                "%.1f us; load average %.2f\n",
                runs, rtt, engine, broker, agent_us, 1e6 / es.tps[0], 4e6 / es.tps[3], 16e6 / es.tps[5], bench_load1());
-    /* Contention (the edge half): mosquitto and the load generator run on
-    ** the edge's cores; their CPU per request (measured at each rate in the
-    ** same runs) is charged to the edge's steps where it collides (see
-    ** eng_turn). Calibrated, then checked, twice: with it and without it. */
-    double turn_ns = check_turn_ns(&c, &es, &cs, steal_ns[0], real_p50[0]);
-    double turn0_ns = check_turn_ns(&c, &es, &cs, 0.0, real_p50[0]);
+    /* Contention: mosquitto and the load generator (and in the center half
+    ** the relaying edge) run on the serving node's cores; their CPU per
+    ** request (measured at each rate in the same runs) is charged to its
+    ** steps where it collides (see eng_turn). Calibrated, then checked,
+    ** twice: with it and without it. */
+    double turn_ns = check_turn_ns(&c, &es, &cs, steal_ns[0], exposed[0], real_p50[0]);
+    double turn0_ns = check_turn_ns(&c, &es, &cs, 0.0, 0.0, real_p50[0]);
     printf("       calibrated on the first rate: %.1f us per loop turn of the %s besides the engine's step (%.1f us "
            "without the contention)\n", turn_ns / 1e3, center ? "center" : "edge", turn0_ns / 1e3);
     printf("%6s | %-20s | %-29s | %-18s | %s\n", "", "answers/s", "p50 ms", "without contention",
-           center ? "CPU: us/req   cores: broker+gen center rest" : "CPU: us/req   cores: broker+gen edge rest");
+           center ? "CPU: us/req   cores: others center rest" : "CPU: us/req   cores: others edge rest");
     printf("%6s | %6s %6s %6s | %6s %6s %6s %7s | %6s %6s %4s | %9s %12s %5s %5s\n", "rate", "real", "sim", "diff",
            "real", "sim", "diff", "", "ans/s", "p50", "diff", "others", "", "", "");
     if (jf)
@@ -1130,15 +1152,15 @@ static int check_half(struct cfg c, enum check_half h, const char *bench_load, c
                 center ? "check_center" : "check");
     for (unsigned k = 0; k < N_CHECK; k++) {
         double sim_ans, sim_p50, ans0, p500;
-        check_sim(&c, &es, &cs, check_rates[k], steal_ns[k], turn_ns, &sim_ans, &sim_p50);
-        check_sim(&c, &es, &cs, check_rates[k], 0.0, turn0_ns, &ans0, &p500);
+        check_sim(&c, &es, &cs, check_rates[k], steal_ns[k], exposed[k], turn_ns, &sim_ans, &sim_p50);
+        check_sim(&c, &es, &cs, check_rates[k], 0.0, 0.0, turn0_ns, &ans0, &p500);
         double d_ans = (sim_ans - real_ans[k]) / real_ans[k], d_p50 = (sim_p50 - real_p50[k]) / real_p50[k];
         double d0 = (p500 - real_p50[k]) / real_p50[k];
         bool ok = fabs(d_ans) <= 0.20 && fabs(d_p50) <= 0.20;
         *off += !ok && k > 0;
         printf("%6.0f | %6.1f %6.1f %+5.0f%% | %6.2f %6.2f %+5.0f%% %-7s | %6.1f %6.2f %+3.0f%% | %9.1f %12.2f %5.2f "
                "%5.2f\n", check_rates[k], real_ans[k], sim_ans, 100 * d_ans, real_p50[k], sim_p50, 100 * d_p50,
-               !k ? "(calib)" : ok ? "ok" : "OFF", ans0, p500, 100 * d0, others_ns[k] / 1e3,
+               !k ? "(calib)" : ok ? "ok" : "OFF", ans0, p500, 100 * d0, steal_ns[k] / 1e3,
                oc[k], nc[k], rc_[k]);
         if (jf) {
             fprintf(jf, "    {");
@@ -1148,7 +1170,7 @@ static int check_half(struct cfg c, enum check_half h, const char *bench_load, c
             bench_json_num(jf, "real_p50_ms", real_p50[k], ", ");
             bench_json_num(jf, "sim_p50_ms", sim_p50, ", ");
             bench_json_num(jf, "sim_p50_ms_without_contention", p500, ", ");
-            bench_json_num(jf, "others_cpu_us_per_request", others_ns[k] / 1e3, ", ");
+            bench_json_num(jf, "others_cpu_us_per_request", steal_ns[k] / 1e3, ", ");
             bench_json_num(jf, "others_cores", oc[k], ", ");
             bench_json_num(jf, center ? "center_cores" : "edge_cores", nc[k], ", ");
             bench_json_num(jf, "rest_cores", rc_[k], "}");
