@@ -714,7 +714,7 @@ void node__rollout_done(struct ds_node *node, struct node_req *r, bool failed, d
     if (!sh) return;
     int k = r->mirror;
     if (failed) {
-        if (!sh->failed) r->m->sh_failed++;
+        if (!sh->failed && !sh->unpaired) r->m->sh_failed++;   /* each pair counted once */
         sh->failed = true;
     } else if (!sh->done[k]) {
         sh->done[k] = true;
