@@ -56,14 +56,15 @@ static void send_req(const char *id, const char *extra)
 #define field it_json_str
 
 /* The edge's config, with its overflow budgets (ms of queued work per tier). */
-static void edge_conf(char *buf, size_t cap, unsigned high_ms, unsigned normal_ms, unsigned low_ms)
+static void edge_conf(char *buf, size_t cap, unsigned high_ms, unsigned normal_ms, unsigned low_ms, bool clean)
 {
     snprintf(buf, cap,
-             "[node]\nname = edge-ov\n[mqtt]\nuri = %s\n[batch]\nmax_active = 2\n"
+             "[node]\nname = edge-ov\n[mqtt]\nuri = %s\n%s[batch]\nmax_active = 2\n"
              "[sched]\nqueue_high = 64\nqueue_normal = 64\nqueue_low = 64\n"
              "[overflow]\nbudget_high_ms = %u\nbudget_normal_ms = %u\nbudget_low_ms = %u\naccept_timeout_ms = 3000\n"
              "[model stories]\npath = %s\nprecision = int8\nthreads = 1\nctx = 512\n",
-             tb_broker_uri(g.edge_b), high_ms, normal_ms, low_ms, tu_model("stories260K.gguf"));
+             tb_broker_uri(g.edge_b), clean ? "session_expiry_s = 0\n" : "", high_ms, normal_ms, low_ms,
+             tu_model("stories260K.gguf"));
 }
 
 static int count_in_log(const char *name, const char *needle) { return it_log_count(g.dir, name, needle); }
@@ -73,7 +74,7 @@ static int count_in_log(const char *name, const char *needle) { return it_log_co
 static void set_budgets(unsigned high_ms, unsigned normal_ms, unsigned low_ms)
 {
     char conf[2048], path[4300];
-    edge_conf(conf, sizeof conf, high_ms, normal_ms, low_ms);
+    edge_conf(conf, sizeof conf, high_ms, normal_ms, low_ms, false);
     snprintf(path, sizeof path, "%s/edge-ov.ini", g.dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
@@ -126,7 +127,7 @@ static int setup(void **state)
     g.center[0] = start_center(0);
     g.center[1] = start_center(1);
     char conf[2048];
-    edge_conf(conf, sizeof conf, 100, 150, 200);
+    edge_conf(conf, sizeof conf, 100, 150, 200, false);
     g.edge = spawn_node("edge-agent/dspark-edge", "edge-ov", conf);
     assert_true(seen("\"node\":\"edge-ov\",\"state\":\"online\"", 20000));
     /* It has seen both centers' status (retained; on a broker cluster whose
@@ -423,13 +424,17 @@ static void publish_raw(const char *topic, const char *corr, const char *json)
     assert_int_equal(ds_mqtt_publish(g.dev, topic, json, strlen(json), 1, false, corr ? &p : NULL), DS_OK);
 }
 
-/* A fresh edge (plain config) logging to name; waits until it sees center-0. */
+/* A fresh edge (plain config) logging to name; waits until it sees
+** center-0. It starts a clean session: these cases, of the center table,
+** do not test resuming one, and on the ejabberd cluster a resume seconds
+** after the last run's was once refused ("Unspecified error") for over
+** 40 s (deploy/cluster/README.md). */
 static void restart_edge(const char *name)
 {
     kill(g.edge, SIGTERM);
     waitpid(g.edge, NULL, 0);
     char conf[2048];
-    edge_conf(conf, sizeof conf, 100, 150, 200);
+    edge_conf(conf, sizeof conf, 100, 150, 200, true);
     g.edge = spawn_node("edge-agent/dspark-edge", name, conf);
     assert_true(it_log_wait(g.dir, name, "center center-0 is online", 1, 20000));
 }
