@@ -42,9 +42,9 @@
 **                here on its one thread, which leaves a core free: the
 **                others' CPU (the relaying edge's with the broker's and the
 **                load generator's) meets its steps only where it finds that
-**                core busy, their share of it. In each half the serving node's own cost per loop
-**                turn is calibrated on the lowest rate; the rest is the
-**                check. The edge without the contention, as the simulation
+**                core busy, their share of it. In each half the serving
+**                node's own cost per loop turn is calibrated on the lowest
+**                rate; the rest is the check. The edge without the contention, as the simulation
 **                was before, is printed beside it.
 **   --engine     prints that measured engine table and exits.
 **
