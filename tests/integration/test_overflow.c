@@ -426,9 +426,10 @@ static void publish_raw(const char *topic, const char *corr, const char *json)
 
 /* A fresh edge (plain config) logging to name; waits until it sees
 ** center-0. It starts a clean session: these cases, of the center table,
-** do not test resuming one, and on the ejabberd cluster a resume seconds
-** after the last run's was once refused ("Unspecified error") for over
-** 40 s (deploy/cluster/README.md). */
+** do not test resuming one, and on the ejabberd cluster a client id that
+** connects again within a second, to another node, has its resumes refused
+** ("Unspecified error") for a minute, where a clean start a second later
+** gets in (deploy/cluster/README.md). */
 static void restart_edge(const char *name)
 {
     kill(g.edge, SIGTERM);
