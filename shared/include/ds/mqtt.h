@@ -49,7 +49,13 @@
 **   - session_expiry_s 0 (default): every connection is a clean start; the
 **     broker forgets this client when it goes.
 **   - session_expiry_s > 0: a persistent session (Clean Start off, Session
-**     Expiry Interval set; the client id must be stable). The broker keeps
+**     Expiry Interval set; the client id must be stable). Two resumes in a
+**     row refused with "Unspecified error" (0x80): the next attempts, a
+**     second or more later, start a clean session (logged), until one gets
+**     in. ejabberd refuses every resume of a client id for a minute after it
+**     connected again within a second on another node, and lets a clean
+**     start in (deploy/cluster/README.md); the old session's queue has gone
+**     to the connection it was handed to by then. The broker keeps
 **     the subscriptions and queues QoS>0 messages for this client while it
 **     is away (node restarts), for that many seconds. Paho keeps the QoS>0
 **     publishes it has sent but not had acknowledged, and sends them again

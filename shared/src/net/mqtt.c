@@ -139,6 +139,8 @@ static void on_connect_ok(void *ctx, MQTTAsync_successData5 *r)
     const char *uri = c->uris[c->cur];
     c->fatal = false;
     c->last_err[0] = '\0';
+    c->resume_refused = 0;
+    c->fresh = false;                           /* the next reconnect resumes this session */
     c->st.receive_max = recv_max;
     c->st.no_shared_subs = no_share;
     c->st.nodelay_sockets = nodelay;
@@ -243,6 +245,21 @@ static void on_connect_fail(void *ctx, MQTTAsync_failureData5 *r)
                  r->message ? r->message : "");
     }
     pthread_mutex_lock(&c->mu);
+    /* ejabberd locks a client id out for a minute when it connected again
+    ** within a second on another node: it refuses every resume (0x80) and
+    ** lets a clean start in a second later (deploy/cluster/README.md). What
+    ** the old session held went to the connection it was handed to, so a
+    ** clean start loses nothing more. Twice in a row, then one. */
+    if (reason == MQTTREASONCODE_UNSPECIFIED_ERROR && c->o.session_expiry_s && !c->fresh &&
+        ++c->resume_refused >= DS_MQTT__FRESH_AFTER) {
+        c->fresh = true;
+        uint64_t at = ds_now_ns() + DS_MQTT__FRESH_DELAY_MS * 1000000ull;
+        if (c->next_attempt_ns < at) c->next_attempt_ns = at;
+        DS_LOG(DS_LOG_WARN, "mqtt %s: the broker refused to resume this client's session %u times (Unspecified "
+               "error); starting a clean session in %u ms (what the broker kept for it is lost: ejabberd locks a "
+               "client id out for a minute after it connected again within a second, deploy/cluster/README.md)",
+               c->client_id, c->resume_refused, (unsigned)DS_MQTT__FRESH_DELAY_MS);
+    }
     if (!reason && c->tls) {
         c->probe_pending = true;               /* the worker finds out why (mqtt_tls.c) */
         snprintf(c->paho_err, sizeof c->paho_err, "%s", why);
@@ -286,7 +303,9 @@ static void start_connect(struct ds_mqtt *c)
     /* A persistent session (ds/mqtt.h "Sessions and outages"); Paho reads
     ** the expiry from these properties too, and keeps its unacknowledged
     ** publishes over a lost connection only when it is not 0. */
-    co.cleanstart = c->o.session_expiry_s == 0;
+    pthread_mutex_lock(&c->mu);
+    co.cleanstart = c->o.session_expiry_s == 0 || c->fresh;
+    pthread_mutex_unlock(&c->mu);
     co.automaticReconnect = 0;                  /* the worker reconnects (see ds/mqtt.h) */
     /* A list: this attempt's URI, one at a time (Paho's own walk over the
     ** list would try each with the full connect timeout and decide the

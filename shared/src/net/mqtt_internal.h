@@ -113,6 +113,11 @@ struct ds_mqtt {
     int                  tls_min;    /* TLS1_2_VERSION or TLS1_3_VERSION */
     bool                 probe_pending;  /* a TLS attempt failed: the worker diagnoses it */
     bool                 fatal;      /* the last attempt failed for a reason retrying cannot fix */
+    /* A persistent session's resumes refused "Unspecified error" in a row,
+    ** and whether the next attempts start a clean session (ds/mqtt.h
+    ** "Sessions and outages": ejabberd's lock-out). */
+    unsigned             resume_refused;
+    bool                 fresh;
     char                 last_err[DS_WHY_MAX];
     char                 paho_err[DS_WHY_MAX];   /* Paho's words for a failure being probed */
     void                *will_payload;
@@ -143,8 +148,10 @@ struct ds_mqtt {
     struct ds_mqtt_stats st;         /* counters; inflight/queued live here too */
 };
 
-#define DS_MQTT__RETRY_SEND_MS 10u
-#define DS_MQTT__SKIP_PROBE_MS 200u    /* a list's dead-node check before an attempt */     /* after Paho refused a publish for a transient reason */
+#define DS_MQTT__RETRY_SEND_MS 10u     /* after Paho refused a publish for a transient reason */
+#define DS_MQTT__SKIP_PROBE_MS 200u    /* a list's dead-node check before an attempt */
+#define DS_MQTT__FRESH_AFTER   2u      /* resumes refused "Unspecified error" before a clean start */
+#define DS_MQTT__FRESH_DELAY_MS 1000u  /* ... at least this long after the last (the next second) */
 
 /* Request lists and Paho error text. c->mu held for the list functions. */
 static inline void ds_mqtt__op_link(struct ds_mqtt *c, struct op *op)
